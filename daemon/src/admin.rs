@@ -1,0 +1,123 @@
+//! The admin HTTP endpoint on its own Unix socket: /healthz, /readyz, /metrics and /debug/state for
+//! kubelet probes, Prometheus and `consistd status`, plus the client `consistd status` uses.
+
+use std::{convert::Infallible, path::Path};
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full};
+use hyper::{body::Incoming, server::conn::http1, service::service_fn};
+use hyper_util::{client::legacy::Client, rt::TokioIo};
+use hyperlocal::{UnixClientExt, UnixConnector};
+use tokio::net::UnixListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    health::{Health, Report},
+    metrics::Metrics,
+};
+
+/// Why `consistd status` could not read the daemon's report.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// The admin socket did not answer.
+    #[error("query admin socket {path}")]
+    Request {
+        /// The admin socket.
+        path: String,
+        /// The cause.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// It answered something that is not a report.
+    #[error("decode /debug/state from {path}")]
+    Decode {
+        /// The admin socket.
+        path: String,
+        /// The cause.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// Serves the admin endpoint on `listener` until `shutdown` is cancelled.
+pub async fn serve(listener: UnixListener, health: Health, metrics: Metrics, shutdown: CancellationToken) {
+    loop {
+        let stream = tokio::select! {
+            () = shutdown.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    tracing::warn!(%error, "admin socket accept failed");
+                    continue;
+                }
+            },
+        };
+        let (health, metrics) = (health.clone(), metrics.clone());
+        let service = service_fn(move |req| {
+            let response = route(&req, &health, &metrics);
+            async move { Ok::<_, Infallible>(response) }
+        });
+        tokio::spawn(async move {
+            if let Err(error) = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await {
+                tracing::debug!(%error, "admin connection ended with an error");
+            }
+        });
+    }
+}
+
+fn route(req: &Request<Incoming>, health: &Health, metrics: &Metrics) -> Response<Full<Bytes>> {
+    if req.method() != Method::GET {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "only GET is served\n".to_owned());
+    }
+    match req.uri().path() {
+        "/healthz" => text(StatusCode::OK, "ok\n".to_owned()),
+        "/readyz" => {
+            let report = health.report();
+            if report.ready {
+                text(StatusCode::OK, "ok\n".to_owned())
+            } else {
+                text(StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {}\n", report.not_ready_reasons.join("; ")))
+            }
+        }
+        "/metrics" => Response::builder()
+            .header(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")
+            .body(Full::new(Bytes::from(metrics.encode())))
+            .unwrap_or_default(),
+        "/debug/state" => {
+            let body = serde_json::to_vec_pretty(&health.report()).unwrap_or_default();
+            Response::builder()
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Full::new(Bytes::from(body)))
+                .unwrap_or_default()
+        }
+        other => text(StatusCode::NOT_FOUND, format!("no such path {other}; try /healthz /readyz /metrics /debug/state\n")),
+    }
+}
+
+fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("text/plain; charset=utf-8"));
+    response
+}
+
+/// GETs `path` (e.g. "/debug/state") from the admin socket: the status code and body.
+pub async fn get(socket: &Path, path: &str) -> Result<(StatusCode, Bytes), AdminError> {
+    let request_err = |source: Box<dyn std::error::Error + Send + Sync>| AdminError::Request {
+        path: socket.display().to_string(),
+        source,
+    };
+    let client: Client<UnixConnector, Full<Bytes>> = Client::unix();
+    let uri = hyperlocal::Uri::new(socket, path);
+    let response = client.get(uri.into()).await.map_err(|e| request_err(Box::new(e)))?;
+    let status = response.status();
+    let body = response.into_body().collect().await.map_err(|e| request_err(Box::new(e)))?.to_bytes();
+    Ok((status, body))
+}
+
+/// The daemon's report, as `consistd status` shows it.
+pub async fn fetch_report(socket: &Path) -> Result<Report, AdminError> {
+    let (_, body) = get(socket, "/debug/state").await?;
+    serde_json::from_slice(&body).map_err(|source| AdminError::Decode { path: socket.display().to_string(), source })
+}

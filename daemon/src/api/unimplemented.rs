@@ -1,0 +1,121 @@
+//! The services whose behaviour is not built yet. Each RPC answers UNIMPLEMENTED naming itself, so the
+//! full protocol is served (and reflected) from the first release and later work only fills it in.
+
+use consistd_proto::v1::{
+    self as pb, inbox_service_server::InboxService, leadership_service_server::LeadershipService,
+    objects_service_server::ObjectsService, outbox_service_server::OutboxService,
+    rollout_service_server::RolloutService, watch_service_server::WatchService,
+};
+use futures::stream::BoxStream;
+use tonic::{Request, Response, Status};
+
+use super::status::unimplemented;
+
+/// Answers every RPC of the services it is registered for with UNIMPLEMENTED.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Unimplemented;
+
+type Stream<T> = BoxStream<'static, Result<T, Status>>;
+type Answer<T> = Result<Response<T>, Status>;
+
+#[tonic::async_trait]
+impl WatchService for Unimplemented {
+    type SubscribeStream = Stream<pb::SubscribeResponse>;
+    async fn subscribe(&self, _: Request<pb::SubscribeRequest>) -> Answer<Self::SubscribeStream> {
+        Err(unimplemented("WatchService.Subscribe"))
+    }
+}
+
+#[tonic::async_trait]
+impl ObjectsService for Unimplemented {
+    async fn get(&self, _: Request<pb::GetRequest>) -> Answer<pb::GetResponse> {
+        Err(unimplemented("ObjectsService.Get"))
+    }
+    async fn list(&self, _: Request<pb::ListRequest>) -> Answer<pb::ListResponse> {
+        Err(unimplemented("ObjectsService.List"))
+    }
+    async fn create(&self, _: Request<pb::CreateRequest>) -> Answer<pb::CreateResponse> {
+        Err(unimplemented("ObjectsService.Create"))
+    }
+    async fn update(&self, _: Request<pb::UpdateRequest>) -> Answer<pb::UpdateResponse> {
+        Err(unimplemented("ObjectsService.Update"))
+    }
+    async fn patch(&self, _: Request<pb::PatchRequest>) -> Answer<pb::PatchResponse> {
+        Err(unimplemented("ObjectsService.Patch"))
+    }
+    async fn delete(&self, _: Request<pb::DeleteRequest>) -> Answer<pb::DeleteResponse> {
+        Err(unimplemented("ObjectsService.Delete"))
+    }
+}
+
+#[tonic::async_trait]
+impl LeadershipService for Unimplemented {
+    type CampaignStream = Stream<pb::CampaignResponse>;
+    type ObserveStream = Stream<pb::ObserveResponse>;
+    async fn campaign(&self, _: Request<pb::CampaignRequest>) -> Answer<Self::CampaignStream> {
+        Err(unimplemented("LeadershipService.Campaign"))
+    }
+    async fn observe(&self, _: Request<pb::ObserveRequest>) -> Answer<Self::ObserveStream> {
+        Err(unimplemented("LeadershipService.Observe"))
+    }
+    async fn get_leadership(&self, _: Request<pb::GetLeadershipRequest>) -> Answer<pb::GetLeadershipResponse> {
+        Err(unimplemented("LeadershipService.GetLeadership"))
+    }
+}
+
+#[tonic::async_trait]
+impl OutboxService for Unimplemented {
+    type WatchAcksStream = Stream<pb::WatchAcksResponse>;
+    async fn send(&self, _: Request<pb::SendRequest>) -> Answer<pb::SendResponse> {
+        Err(unimplemented("OutboxService.Send"))
+    }
+    async fn watch_acks(&self, _: Request<pb::WatchAcksRequest>) -> Answer<Self::WatchAcksStream> {
+        Err(unimplemented("OutboxService.WatchAcks"))
+    }
+    async fn get_outbox_status(
+        &self,
+        _: Request<pb::GetOutboxStatusRequest>,
+    ) -> Answer<pb::GetOutboxStatusResponse> {
+        Err(unimplemented("OutboxService.GetOutboxStatus"))
+    }
+}
+
+#[tonic::async_trait]
+impl InboxService for Unimplemented {
+    type ReceiveStream = Stream<pb::ReceiveResponse>;
+    async fn receive(&self, _: Request<pb::ReceiveRequest>) -> Answer<Self::ReceiveStream> {
+        Err(unimplemented("InboxService.Receive"))
+    }
+    async fn ack(&self, _: Request<pb::AckRequest>) -> Answer<pb::AckResponse> {
+        Err(unimplemented("InboxService.Ack"))
+    }
+    async fn nack(&self, _: Request<pb::NackRequest>) -> Answer<pb::NackResponse> {
+        Err(unimplemented("InboxService.Nack"))
+    }
+}
+
+#[tonic::async_trait]
+impl RolloutService for Unimplemented {
+    type SubscribeVersionsStream = Stream<pb::SubscribeVersionsResponse>;
+    async fn publish(&self, _: Request<pb::PublishRequest>) -> Answer<pb::PublishResponse> {
+        Err(unimplemented("RolloutService.Publish"))
+    }
+    async fn subscribe_versions(
+        &self,
+        _: Request<pb::SubscribeVersionsRequest>,
+    ) -> Answer<Self::SubscribeVersionsStream> {
+        Err(unimplemented("RolloutService.SubscribeVersions"))
+    }
+    async fn report_applied(&self, _: Request<pb::ReportAppliedRequest>) -> Answer<pb::ReportAppliedResponse> {
+        Err(unimplemented("RolloutService.ReportApplied"))
+    }
+    async fn get_rollout_status(
+        &self,
+        _: Request<pb::GetRolloutStatusRequest>,
+    ) -> Answer<pb::GetRolloutStatusResponse> {
+        Err(unimplemented("RolloutService.GetRolloutStatus"))
+    }
+    async fn wait_applied(&self, _: Request<pb::WaitAppliedRequest>) -> Answer<pb::WaitAppliedResponse> {
+        Err(unimplemented("RolloutService.WaitApplied"))
+    }
+}

@@ -1,0 +1,159 @@
+//! Command-line interface: `consistd run`, `consistd config check FILE`, `consistd status`.
+
+use std::{path::PathBuf, process::ExitCode};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::{
+    admin,
+    config::{self, Config, LogFormat, Overrides},
+    health::Report,
+};
+
+/// Exit code for an invalid configuration (EX_USAGE, as linkerd2-proxy and sysexits use it).
+pub const EXIT_INVALID_CONFIG: u8 = 64;
+
+/// consistd: consistent Kubernetes watches, leader elections and ACK-tracked sends for every container
+/// in the pod, over gRPC on a Unix socket.
+#[derive(Debug, Parser)]
+#[command(name = "consistd", version)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the daemon until SIGTERM.
+    Run(RunArgs),
+    /// Work with configuration files.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Show a running daemon's state, read from its admin socket; exits 1 unless it is ready.
+    Status(StatusArgs),
+}
+
+/// Flags of `consistd run`; each overrides the config file, and each has a `CONSISTD_*` variable.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The YAML config file (the `consistd.yaml` key of the ConfigMap).
+    #[arg(long, env = "CONSISTD_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// The gRPC socket path.
+    #[arg(long, env = "CONSISTD_SOCKET")]
+    pub socket: Option<PathBuf>,
+    /// The admin HTTP socket path.
+    #[arg(long, env = "CONSISTD_ADMIN_SOCKET")]
+    pub admin_socket: Option<PathBuf>,
+    /// Log format.
+    #[arg(long, env = "CONSISTD_LOG_FORMAT")]
+    pub log_format: Option<LogFormatArg>,
+    /// Log filter, e.g. `info` or `consistd=debug`.
+    #[arg(long, env = "CONSISTD_LOG_LEVEL")]
+    pub log_level: Option<String>,
+}
+
+/// `--log-format` values.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LogFormatArg {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// `consistd config ...`.
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Validate a config file; exits 64 naming the bad field and why.
+    Check {
+        /// The file to check.
+        file: PathBuf,
+    },
+}
+
+/// Flags of `consistd status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The admin socket of the daemon to ask.
+    #[arg(long, env = "CONSISTD_ADMIN_SOCKET", default_value = config::DEFAULT_ADMIN_SOCKET)]
+    pub admin_socket: PathBuf,
+    /// Print the raw JSON report.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl RunArgs {
+    /// Loads the config file (if any) with these flags applied over it.
+    pub fn load_config(&self) -> Result<Config, config::ConfigError> {
+        let overrides = Overrides {
+            socket: self.socket.clone(),
+            admin_socket: self.admin_socket.clone(),
+            log_format: self.log_format.map(|f| match f {
+                LogFormatArg::Text => LogFormat::Text,
+                LogFormatArg::Json => LogFormat::Json,
+            }),
+            log_level: self.log_level.clone(),
+        };
+        Config::load(self.config.as_deref(), &overrides)
+    }
+}
+
+/// `consistd config check FILE`.
+pub fn config_check(file: &std::path::Path) -> ExitCode {
+    match Config::load(Some(file), &Overrides::default()) {
+        Ok(_) => {
+            println!("{}: ok", file.display());
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("{}: {}", file.display(), error_chain(&error));
+            ExitCode::from(EXIT_INVALID_CONFIG)
+        }
+    }
+}
+
+/// `consistd status`.
+pub async fn status(args: &StatusArgs) -> ExitCode {
+    let report = match admin::fetch_report(&args.admin_socket).await {
+        Ok(report) => report,
+        Err(error) => {
+            eprintln!("consistd status: {}", error_chain(&error));
+            return ExitCode::FAILURE;
+        }
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+    } else {
+        print!("{}", render(&report));
+    }
+    if report.ready { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+/// A report as lines for people.
+pub fn render(r: &Report) -> String {
+    let mut out = format!("consistd {}: {}\n", r.version, if r.ready { "ready" } else { "NOT READY" });
+    out += &format!("  socket      {} ({})\n", r.socket.display(), if r.serving { "serving" } else { "not serving" });
+    let a = &r.apiserver;
+    let version = a.version.as_deref().unwrap_or("version unknown");
+    let reach = if a.reachable { "reachable".to_owned() } else { format!("UNREACHABLE: {}", a.last_error.as_deref().unwrap_or("not probed yet")) };
+    out += &format!("  apiserver   {} {version} ({reach})\n", a.url);
+    out += &format!("  uptime      {}s\n", r.uptime_seconds);
+    for reason in &r.not_ready_reasons {
+        out += &format!("  not ready:  {reason}\n");
+    }
+    out
+}
+
+/// An error with its causes, `outer: inner: root`.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text += &format!(": {cause}");
+        source = cause.source();
+    }
+    text
+}

@@ -1,0 +1,495 @@
+//! The daemon's configuration: one YAML document (the `consistd.yaml` key of a ConfigMap), with
+//! `${VAR}` references to the environment (the downward API), overridden by `CONSISTD_*` variables and
+//! flags. Every error names the field path that is wrong.
+
+use std::{
+    fmt,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use serde::{Deserialize, Deserializer};
+use serde_yaml::Value;
+
+/// Default path of the gRPC socket, in the directory shared with the app containers.
+pub const DEFAULT_SOCKET: &str = "/var/run/consistd/consistd.sock";
+/// Default path of the admin HTTP socket (health, readiness, metrics, `consistd status`).
+pub const DEFAULT_ADMIN_SOCKET: &str = "/var/run/consistd/admin.sock";
+
+/// A Unix socket path is stored in `sockaddr_un.sun_path`: 108 bytes with the terminating NUL.
+const MAX_SOCKET_PATH_BYTES: usize = 107;
+
+/// The whole configuration of one daemon.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct Config {
+    /// The gRPC socket apps connect to.
+    pub socket: SocketConfig,
+    /// The admin HTTP socket.
+    pub admin: AdminConfig,
+    /// How the daemon stops.
+    pub shutdown: ShutdownConfig,
+    /// Logging.
+    pub log: LogConfig,
+}
+
+/// Where and how the gRPC socket is created.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct SocketConfig {
+    /// Socket path; its directory is shared with the app containers (an emptyDir).
+    pub path: PathBuf,
+    /// Permission bits of the socket file, written as a quoted octal string ("0660"): owner and group
+    /// may connect, others may not.
+    pub mode: FileMode,
+    /// Numeric group that owns the socket, so app containers running as another user in that group
+    /// (the pod's fsGroup) can connect. Unset keeps the daemon's group.
+    pub group_id: Option<u32>,
+}
+
+/// Where the admin HTTP endpoint listens.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct AdminConfig {
+    /// Socket path for /healthz, /readyz, /metrics and /debug/state.
+    pub socket: PathBuf,
+}
+
+/// How the daemon stops on SIGTERM.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct ShutdownConfig {
+    /// How long in-flight calls may take to finish after SIGTERM before they are cut off. 5 s keeps
+    /// well inside Kubernetes' default 30 s terminationGracePeriodSeconds.
+    #[serde(with = "humantime_serde")]
+    pub grace_period: Duration,
+}
+
+/// Log output.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct LogConfig {
+    /// `text` for people, `json` for log pipelines.
+    pub format: LogFormat,
+    /// A tracing filter directive, e.g. `info` or `consistd=debug,kube=info`.
+    pub level: String,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Unix permission bits, parsed from an octal string.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct FileMode(pub u32);
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            socket: SocketConfig::default(),
+            admin: AdminConfig::default(),
+            shutdown: ShutdownConfig::default(),
+            log: LogConfig::default(),
+        }
+    }
+}
+
+impl Default for SocketConfig {
+    fn default() -> Self {
+        Self { path: PathBuf::from(DEFAULT_SOCKET), mode: FileMode(0o660), group_id: None }
+    }
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        Self { socket: PathBuf::from(DEFAULT_ADMIN_SOCKET) }
+    }
+}
+
+impl Default for ShutdownConfig {
+    fn default() -> Self {
+        Self { grace_period: Duration::from_secs(5) }
+    }
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self { format: LogFormat::Text, level: "info".to_owned() }
+    }
+}
+
+impl fmt::Debug for FileMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:04o}", self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for FileMode {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        // YAML 1.2 reads an unquoted 0660 as the decimal number 660, so only a string is accepted.
+        match Value::deserialize(deserializer)? {
+            Value::String(s) => parse_mode(&s).map_err(D::Error::custom),
+            other => Err(D::Error::custom(format!(
+                "expected a quoted octal string such as \"0660\", got {}",
+                describe(&other)
+            ))),
+        }
+    }
+}
+
+fn parse_mode(s: &str) -> Result<FileMode, String> {
+    let digits = s.strip_prefix("0o").unwrap_or(s);
+    match u32::from_str_radix(digits, 8) {
+        Ok(bits) if bits <= 0o777 => Ok(FileMode(bits)),
+        _ => Err(format!("{s:?} is not an octal permission mode between \"0000\" and \"0777\"")),
+    }
+}
+
+fn describe(value: &Value) -> String {
+    match value {
+        Value::Null => "null".to_owned(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => format!("the number {n}"),
+        Value::String(s) => format!("{s:?}"),
+        Value::Sequence(_) => "a list".to_owned(),
+        Value::Mapping(_) => "a mapping".to_owned(),
+        Value::Tagged(_) => "a tagged value".to_owned(),
+    }
+}
+
+/// Values from `CONSISTD_*` variables and flags; each set one replaces the file's value.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Overrides {
+    /// `--socket` / `CONSISTD_SOCKET`.
+    pub socket: Option<PathBuf>,
+    /// `--admin-socket` / `CONSISTD_ADMIN_SOCKET`.
+    pub admin_socket: Option<PathBuf>,
+    /// `--log-format` / `CONSISTD_LOG_FORMAT`.
+    pub log_format: Option<LogFormat>,
+    /// `--log-level` / `CONSISTD_LOG_LEVEL`.
+    pub log_level: Option<String>,
+}
+
+/// Why a configuration was refused. The path names the field (`socket.mode`), or `<document>`.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("read config file {path}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a YAML document.
+    #[error("parse config file {path}: {message}")]
+    Syntax {
+        /// The file.
+        path: PathBuf,
+        /// The YAML parser's message, with line and column.
+        message: String,
+    },
+    /// A field has a wrong value, a wrong type, or is unknown.
+    #[error("{field}: {message}")]
+    Field {
+        /// Dotted path of the field.
+        field: String,
+        /// What is wrong with it.
+        message: String,
+    },
+}
+
+impl ConfigError {
+    fn field(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::Field { field: field.into(), message: message.into() }
+    }
+}
+
+impl Config {
+    /// Reads, expands, parses and validates a config file, then applies the overrides.
+    pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Self, ConfigError> {
+        let mut config = match file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+                Self::parse(&text, &|name| std::env::var(name).ok()).map_err(|e| match e {
+                    ConfigError::Syntax { message, .. } => {
+                        ConfigError::Syntax { path: path.to_owned(), message }
+                    }
+                    other => other,
+                })?
+            }
+            None => Self::default(),
+        };
+        config.apply(overrides);
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Parses a YAML document, replacing `${NAME}` in string values with `env(NAME)`. Does not
+    /// validate; [`Config::load`] does.
+    pub fn parse(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let mut doc: Value = serde_yaml::from_str(text)
+            .map_err(|e| ConfigError::Syntax { path: PathBuf::new(), message: e.to_string() })?;
+        if doc.is_null() {
+            // An empty ConfigMap key means "all defaults".
+            doc = Value::Mapping(Default::default());
+        }
+        expand_env(&mut doc, &mut Vec::new(), env)?;
+        serde_path_to_error::deserialize(doc).map_err(|e| {
+            let field = e.path().to_string();
+            let field = if field == "." { "<document>".to_owned() } else { field };
+            ConfigError::field(field, e.into_inner().to_string())
+        })
+    }
+
+    fn apply(&mut self, o: &Overrides) {
+        if let Some(p) = &o.socket {
+            self.socket.path = p.clone();
+        }
+        if let Some(p) = &o.admin_socket {
+            self.admin.socket = p.clone();
+        }
+        if let Some(f) = o.log_format {
+            self.log.format = f;
+        }
+        if let Some(l) = &o.log_level {
+            self.log.level = l.clone();
+        }
+    }
+
+    /// Checks what types alone cannot: socket paths, durations, the log filter.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        check_socket_path("socket.path", &self.socket.path)?;
+        check_socket_path("admin.socket", &self.admin.socket)?;
+        if self.socket.path == self.admin.socket {
+            return Err(ConfigError::field(
+                "admin.socket",
+                "must differ from socket.path: the admin endpoint needs a socket of its own",
+            ));
+        }
+        if self.shutdown.grace_period.is_zero() {
+            return Err(ConfigError::field(
+                "shutdown.gracePeriod",
+                "must be greater than 0s: in-flight calls need time to finish",
+            ));
+        }
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log.level) {
+            return Err(ConfigError::field("log.level", format!("{:?} is not a tracing filter: {e}", self.log.level)));
+        }
+        Ok(())
+    }
+}
+
+fn check_socket_path(field: &str, path: &Path) -> Result<(), ConfigError> {
+    if path.as_os_str().is_empty() {
+        return Err(ConfigError::field(field, "must not be empty"));
+    }
+    if !path.is_absolute() {
+        return Err(ConfigError::field(field, format!("{} must be an absolute path", path.display())));
+    }
+    let len = path.as_os_str().len();
+    if len > MAX_SOCKET_PATH_BYTES {
+        return Err(ConfigError::field(
+            field,
+            format!("{} is {len} bytes; a Unix socket path has at most {MAX_SOCKET_PATH_BYTES}", path.display()),
+        ));
+    }
+    Ok(())
+}
+
+/// Replaces `${NAME}` in every string scalar; `$${` writes a literal `${`.
+fn expand_env(
+    value: &mut Value,
+    path: &mut Vec<String>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(), ConfigError> {
+    match value {
+        Value::String(s) => {
+            if s.contains('$') {
+                *s = expand_str(s, env).map_err(|m| ConfigError::field(path.join("."), m))?;
+            }
+        }
+        Value::Mapping(map) => {
+            for (key, v) in map.iter_mut() {
+                path.push(key.as_str().map(str::to_owned).unwrap_or_else(|| describe(key)));
+                expand_env(v, path, env)?;
+                path.pop();
+            }
+        }
+        Value::Sequence(items) => {
+            for (i, v) in items.iter_mut().enumerate() {
+                path.push(i.to_string());
+                expand_env(v, path, env)?;
+                path.pop();
+            }
+        }
+        Value::Tagged(tagged) => expand_env(&mut tagged.value, path, env)?,
+        Value::Null | Value::Bool(_) | Value::Number(_) => {}
+    }
+    Ok(())
+}
+
+fn expand_str(s: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        rest = &rest[i..];
+        if let Some(after) = rest.strip_prefix("$${") {
+            out.push_str("${");
+            rest = after;
+        } else if let Some(after) = rest.strip_prefix("${") {
+            let end = after.find('}').ok_or_else(|| format!("unterminated ${{ in {s:?}"))?;
+            let name = &after[..end];
+            let valid = !name.is_empty()
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !name.starts_with(|c: char| c.is_ascii_digit());
+            if !valid {
+                return Err(format!("${{{name}}} is not a valid environment variable reference"));
+            }
+            let v = env(name).ok_or_else(|| format!("${{{name}}} is not set in the environment"))?;
+            out.push_str(&v);
+            rest = &after[end + 1..];
+        } else {
+            out.push('$');
+            rest = &rest[1..];
+        }
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    fn field_error(text: &str) -> (String, String) {
+        match Config::parse(text, &no_env).and_then(|c| c.validate().map(|()| c)) {
+            Err(ConfigError::Field { field, message }) => (field, message),
+            other => panic!("expected a field error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_empty_document_means_all_defaults() {
+        let config = Config::parse("", &no_env).expect("empty config parses");
+        assert_eq!(config, Config::default());
+        assert_eq!(config.socket.path, Path::new(DEFAULT_SOCKET));
+        assert_eq!(config.socket.mode, FileMode(0o660));
+        assert_eq!(config.shutdown.grace_period, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_full_document_parses() {
+        let text = r#"
+socket:
+  path: /run/c/c.sock
+  mode: "0600"
+  groupId: 2000
+admin:
+  socket: /run/c/admin.sock
+shutdown:
+  gracePeriod: 1500ms
+log:
+  format: json
+  level: consistd=debug
+"#;
+        let config = Config::parse(text, &no_env).expect("valid config parses");
+        config.validate().expect("valid config validates");
+        assert_eq!(config.socket.path, Path::new("/run/c/c.sock"));
+        assert_eq!(config.socket.mode, FileMode(0o600));
+        assert_eq!(config.socket.group_id, Some(2000));
+        assert_eq!(config.shutdown.grace_period, Duration::from_millis(1500));
+        assert_eq!(config.log.format, LogFormat::Json);
+    }
+
+    #[test]
+    fn unknown_fields_are_errors_naming_the_field() {
+        let (field, message) = field_error("socket:\n  mdoe: \"0660\"\n");
+        assert_eq!(field, "socket.mdoe");
+        assert!(message.contains("unknown field `mdoe`"), "{message}");
+        let (field, _) = field_error("sockets: {}\n");
+        assert_eq!(field, "sockets");
+    }
+
+    #[test]
+    fn an_unquoted_mode_is_refused_with_the_reason() {
+        let (field, message) = field_error("socket:\n  mode: 0660\n");
+        assert_eq!(field, "socket.mode");
+        assert!(message.contains("quoted octal"), "{message}");
+        let (field, _) = field_error("socket:\n  mode: \"0999\"\n");
+        assert_eq!(field, "socket.mode");
+    }
+
+    #[test]
+    fn wrong_types_and_values_name_the_field() {
+        assert_eq!(field_error("shutdown:\n  gracePeriod: soon\n").0, "shutdown.gracePeriod");
+        assert_eq!(field_error("shutdown:\n  gracePeriod: 0s\n").0, "shutdown.gracePeriod");
+        assert_eq!(field_error("log:\n  format: xml\n").0, "log.format");
+        assert_eq!(field_error("log:\n  level: \"[[\"\n").0, "log.level");
+        assert_eq!(field_error("socket:\n  path: relative.sock\n").0, "socket.path");
+        assert_eq!(field_error("socket:\n  groupId: -1\n").0, "socket.groupId");
+        let long = format!("socket:\n  path: /{}\n", "x".repeat(120));
+        assert!(field_error(&long).1.contains("at most 107"));
+        let same = "socket:\n  path: /a.sock\nadmin:\n  socket: /a.sock\n";
+        assert_eq!(field_error(same).0, "admin.socket");
+        assert_eq!(field_error("- 1\n").0, "<document>");
+    }
+
+    #[test]
+    fn environment_references_are_expanded() {
+        let env = |name: &str| (name == "POD_NAME").then(|| "web-0".to_owned());
+        let config = Config::parse("socket:\n  path: /run/${POD_NAME}/c.sock\n", &env).expect("parses");
+        assert_eq!(config.socket.path, Path::new("/run/web-0/c.sock"));
+        let config = Config::parse("socket:\n  path: /run/$${X}/a$b\n", &env).expect("parses");
+        assert_eq!(config.socket.path, Path::new("/run/${X}/a$b"));
+    }
+
+    #[test]
+    fn a_missing_environment_variable_names_the_field() {
+        let (field, message) = match Config::parse("socket:\n  path: /run/${NOPE}.sock\n", &no_env) {
+            Err(ConfigError::Field { field, message }) => (field, message),
+            other => panic!("expected a field error, got {other:?}"),
+        };
+        assert_eq!(field, "socket.path");
+        assert!(message.contains("${NOPE} is not set"), "{message}");
+        assert!(Config::parse("socket:\n  path: /run/${NOPE\n", &no_env).is_err());
+        assert!(Config::parse("socket:\n  path: /run/${1X}\n", &no_env).is_err());
+    }
+
+    #[test]
+    fn overrides_replace_file_values() {
+        let mut config = Config::parse("socket:\n  path: /from/file.sock\n", &no_env).expect("parses");
+        config.apply(&Overrides {
+            socket: Some("/from/flag.sock".into()),
+            log_format: Some(LogFormat::Json),
+            ..Overrides::default()
+        });
+        assert_eq!(config.socket.path, Path::new("/from/flag.sock"));
+        assert_eq!(config.log.format, LogFormat::Json);
+        assert_eq!(config.admin.socket, Path::new(DEFAULT_ADMIN_SOCKET));
+    }
+
+    #[test]
+    fn a_syntax_error_names_the_file() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = dir.path().join("consistd.yaml");
+        std::fs::write(&file, "socket: [unclosed\n").expect("write config");
+        let err = Config::load(Some(&file), &Overrides::default()).expect_err("bad YAML is refused");
+        assert!(err.to_string().contains("consistd.yaml"), "{err}");
+    }
+}

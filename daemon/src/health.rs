@@ -1,0 +1,146 @@
+//! The daemon's view of its own health: is the gRPC socket served, can the apiserver be reached.
+//! /readyz, /debug/state and `consistd status` all read this one report.
+
+use std::{
+    path::PathBuf,
+    sync::{Arc, Mutex, PoisonError},
+    time::{Instant, SystemTime},
+};
+
+use serde::{Deserialize, Serialize};
+
+/// What `/debug/state` answers and `consistd status` prints.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// consistd's version.
+    pub version: String,
+    /// Seconds since the daemon started.
+    pub uptime_seconds: u64,
+    /// The gRPC socket path.
+    pub socket: PathBuf,
+    /// Whether the gRPC server accepts calls.
+    pub serving: bool,
+    /// The apiserver as last probed.
+    pub apiserver: Apiserver,
+    /// Ready for traffic: serving, and the apiserver was reached.
+    pub ready: bool,
+    /// Why not ready; empty when ready.
+    pub not_ready_reasons: Vec<String>,
+}
+
+/// The apiserver as last probed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Apiserver {
+    /// Its URL.
+    pub url: String,
+    /// Whether the last probe succeeded.
+    pub reachable: bool,
+    /// Its gitVersion, from /version.
+    pub version: Option<String>,
+    /// The last probe's error, when it failed.
+    pub last_error: Option<String>,
+    /// When it was last probed (RFC 3339).
+    pub last_checked: Option<String>,
+}
+
+/// Shared, cheaply cloned handle on the daemon's health.
+#[derive(Debug, Clone)]
+pub struct Health {
+    started: Instant,
+    socket: PathBuf,
+    inner: Arc<Mutex<Inner>>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    serving: bool,
+    apiserver: Apiserver,
+}
+
+impl Health {
+    /// A daemon that serves `socket` and talks to the apiserver at `apiserver_url`.
+    pub fn new(socket: PathBuf, apiserver_url: String) -> Self {
+        let apiserver = Apiserver { url: apiserver_url, ..Apiserver::default() };
+        Self { started: Instant::now(), socket, inner: Arc::new(Mutex::new(Inner { serving: false, apiserver })) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // The data is plain values; a panic elsewhere cannot leave it half-written.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records whether the gRPC server accepts calls.
+    pub fn set_serving(&self, serving: bool) {
+        self.lock().serving = serving;
+    }
+
+    /// Records a probe's result: the apiserver's version, or why it could not be reached.
+    pub fn record_probe(&self, result: Result<String, String>) {
+        let mut inner = self.lock();
+        let a = &mut inner.apiserver;
+        a.last_checked = Some(humantime::format_rfc3339_seconds(SystemTime::now()).to_string());
+        match result {
+            Ok(version) => {
+                a.reachable = true;
+                a.version = Some(version);
+                a.last_error = None;
+            }
+            Err(error) => {
+                a.reachable = false;
+                a.last_error = Some(error);
+            }
+        }
+    }
+
+    /// Whether the apiserver answered the last probe.
+    pub fn apiserver_reachable(&self) -> bool {
+        self.lock().apiserver.reachable
+    }
+
+    /// The current report.
+    pub fn report(&self) -> Report {
+        let inner = self.lock();
+        let mut reasons = Vec::new();
+        if !inner.serving {
+            reasons.push("the gRPC socket is not served".to_owned());
+        }
+        if !inner.apiserver.reachable {
+            let why = inner.apiserver.last_error.as_deref().unwrap_or("not probed yet");
+            reasons.push(format!("the apiserver is not reachable: {why}"));
+        }
+        Report {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            uptime_seconds: self.started.elapsed().as_secs(),
+            socket: self.socket.clone(),
+            serving: inner.serving,
+            apiserver: inner.apiserver.clone(),
+            ready: reasons.is_empty(),
+            not_ready_reasons: reasons,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_only_when_serving_and_the_apiserver_answered() {
+        let health = Health::new("/s.sock".into(), "https://127.0.0.1:6443".into());
+        let report = health.report();
+        assert!(!report.ready);
+        assert_eq!(report.not_ready_reasons.len(), 2);
+
+        health.set_serving(true);
+        health.record_probe(Ok("v1.35.4".into()));
+        let report = health.report();
+        assert!(report.ready, "{report:?}");
+        assert_eq!(report.apiserver.version.as_deref(), Some("v1.35.4"));
+
+        health.record_probe(Err("connection refused".into()));
+        let report = health.report();
+        assert!(!report.ready);
+        assert!(report.not_ready_reasons[0].contains("connection refused"));
+        assert_eq!(report.apiserver.version.as_deref(), Some("v1.35.4"), "last known version kept");
+    }
+}

@@ -1,0 +1,39 @@
+//! The `consistd` binary: parse flags, load config (exit 64 when invalid), set up logs, run.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use consistd::cli::{self, Cli, Command, ConfigCommand};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Config(ConfigCommand::Check { file }) => cli::config_check(&file),
+        Command::Status(args) => runtime().block_on(cli::status(&args)),
+        Command::Run(args) => {
+            let config = match args.load_config() {
+                Ok(config) => config,
+                Err(error) => {
+                    eprintln!("consistd: invalid configuration: {}", cli::error_chain(&error));
+                    return ExitCode::from(cli::EXIT_INVALID_CONFIG);
+                }
+            };
+            consistd::telemetry::init(config.log.format, &config.log.level);
+            match runtime().block_on(consistd::run::run(config)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    tracing::error!(error = %cli::error_chain(&error), "consistd failed");
+                    eprintln!("consistd: {}", cli::error_chain(&error));
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap_or_else(|error| panic!("start the tokio runtime: {error}"))
+}

@@ -1,0 +1,107 @@
+//! The daemon's life: connect to Kubernetes, claim the sockets, serve until SIGTERM or SIGINT, drain
+//! in-flight calls within the grace period, then remove the sockets.
+
+use std::time::Duration;
+
+use tokio::signal::unix::{SignalKind, signal};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    admin,
+    api::{self, ApiError},
+    cluster::{self, ClusterError},
+    config::Config,
+    health::Health,
+    metrics::Metrics,
+    socket::{self, SocketError},
+};
+
+/// Why the daemon stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// No Kubernetes client.
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    /// A socket could not be claimed.
+    #[error(transparent)]
+    Socket(#[from] SocketError),
+    /// The gRPC server failed.
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    /// Signal handlers could not be installed.
+    #[error("install signal handlers")]
+    Signal(#[source] std::io::Error),
+    /// The gRPC server task panicked.
+    #[error("gRPC server task failed")]
+    Join(#[source] tokio::task::JoinError),
+}
+
+/// Runs the daemon until a termination signal, then shuts it down gracefully.
+pub async fn run(config: Config) -> Result<(), RunError> {
+    let mut terminate = signal(SignalKind::terminate()).map_err(RunError::Signal)?;
+    let mut interrupt = signal(SignalKind::interrupt()).map_err(RunError::Signal)?;
+
+    let (client, apiserver_url) = cluster::connect().await?;
+    let (listener, socket_guard) = socket::bind(&config.socket.path, config.socket.mode.0, config.socket.group_id)?;
+    let (admin_listener, admin_guard) =
+        socket::bind(&config.admin.socket, config.socket.mode.0, config.socket.group_id)?;
+
+    let health = Health::new(config.socket.path.clone(), apiserver_url.clone());
+    let metrics = Metrics::new();
+    // Cancelled on SIGTERM: stops the gRPC server from accepting. `stopped` ends everything else once
+    // in-flight calls are done, so /readyz answers "not ready" while draining.
+    let draining = CancellationToken::new();
+    let stopped = CancellationToken::new();
+
+    tokio::spawn(cluster::probe(client, health.clone(), metrics.clone(), stopped.clone()));
+    let admin_task = tokio::spawn(admin::serve(admin_listener, health.clone(), metrics, stopped.clone()));
+    let mut grpc = tokio::spawn(api::serve(listener, draining.clone().cancelled_owned()));
+    health.set_serving(true);
+    tracing::info!(
+        socket = %config.socket.path.display(),
+        admin_socket = %config.admin.socket.display(),
+        apiserver = %apiserver_url,
+        version = env!("CARGO_PKG_VERSION"),
+        "consistd serving"
+    );
+
+    let early_exit = tokio::select! {
+        _ = terminate.recv() => { tracing::info!(signal = "SIGTERM", "shutting down"); None }
+        _ = interrupt.recv() => { tracing::info!(signal = "SIGINT", "shutting down"); None }
+        joined = &mut grpc => Some(joined),
+    };
+    health.set_serving(false);
+    draining.cancel();
+
+    let result = match early_exit {
+        Some(joined) => flatten(joined),
+        None => drain(&mut grpc, config.shutdown.grace_period).await,
+    };
+    stopped.cancel();
+    let _ = admin_task.await;
+    drop(socket_guard);
+    drop(admin_guard);
+    if result.is_ok() {
+        tracing::info!("consistd stopped");
+    }
+    result
+}
+
+/// Waits for in-flight calls to finish, cutting them off when the grace period is over.
+async fn drain(
+    grpc: &mut tokio::task::JoinHandle<Result<(), ApiError>>,
+    grace: Duration,
+) -> Result<(), RunError> {
+    match tokio::time::timeout(grace, &mut *grpc).await {
+        Ok(joined) => flatten(joined),
+        Err(_) => {
+            tracing::warn!(grace_period = ?grace, "grace period over; cutting off calls still in flight");
+            grpc.abort();
+            Ok(())
+        }
+    }
+}
+
+fn flatten(joined: Result<Result<(), ApiError>, tokio::task::JoinError>) -> Result<(), RunError> {
+    joined.map_err(RunError::Join)?.map_err(RunError::from)
+}

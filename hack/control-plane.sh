@@ -1,0 +1,218 @@
+#!/usr/bin/env bash
+# A real etcd + kube-apiserver on 127.0.0.1, for integration tests, `make dev` and benchmarks.
+#
+#   hack/control-plane.sh build   build both binaries from Go modules (once; cached by version)
+#   hack/control-plane.sh start   build if needed, start both on free loopback ports, wait for /readyz
+#   hack/control-plane.sh stop    stop both by their saved PIDs
+#   hack/control-plane.sh env     print `export KUBECONFIG=...` for the running control plane
+#   hack/control-plane.sh status  say whether it runs, and where
+#
+# State (certificates, kubeconfig, logs, etcd data, PIDs) lives in $CONSISTD_CP_DIR, default
+# target/control-plane. Binaries are cached in $CONSISTD_CACHE (default ~/.cache/consistd).
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=versions.env
+source "$repo/hack/versions.env"
+cache=${CONSISTD_CACHE:-$HOME/.cache/consistd}
+state=${CONSISTD_CP_DIR:-$repo/target/control-plane}
+apiserver_bin=$cache/kube-apiserver/$KUBERNETES_VERSION/kube-apiserver
+etcd_bin=$cache/etcd/$ETCD_VERSION/etcd
+
+log() { printf 'control-plane: %s\n' "$*" >&2; }
+die() { log "$*"; exit 1; }
+
+# Builds one Go binary from its wrapper module in hack/tools/NAME unless the cached one exists.
+# Two builds at once (two test runs) must not corrupt the cache: build into a temp file, then rename.
+build_tool() {
+  local name=$1 pkg=$2 out=$3 ldflags=$4
+  [ -x "$out" ] && return 0
+  command -v go >/dev/null || die "go is not installed; it is needed to build $name"
+  mkdir -p "$(dirname "$out")"
+  log "building $name into $out (once; takes minutes on 2 cores)"
+  local tmp
+  tmp=$(mktemp "$out.XXXXXX")
+  # -p 2: the machine has 2 cores; more parallel compiles only cost memory.
+  (cd "$repo/hack/tools/$name" &&
+    GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod go build -p 2 -trimpath -ldflags "$ldflags" -o "$tmp" "$pkg") ||
+    { rm -f "$tmp"; die "building $name failed"; }
+  mv -f "$tmp" "$out"
+}
+
+cmd_build() {
+  local v=${KUBERNETES_VERSION#v} vpkg=k8s.io/component-base/version
+  local minor=${v#*.}
+  minor=${minor%%.*}
+  build_tool kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$apiserver_bin" \
+    "-s -w -X $vpkg.gitVersion=$KUBERNETES_VERSION -X $vpkg.gitMajor=1 -X $vpkg.gitMinor=$minor -X $vpkg.gitTreeState=clean"
+  build_tool etcd go.etcd.io/etcd/server/v3 "$etcd_bin" "-s -w"
+}
+
+# A free TCP port on 127.0.0.1, picked by the kernel.
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+running() { pid_alive "$state/etcd.pid" && pid_alive "$state/apiserver.pid" && [ -f "$state/kubeconfig" ]; }
+
+# Throwaway PKI: a CA, a serving certificate for 127.0.0.1/localhost, an admin client certificate in
+# system:masters, and the service-account signing key.
+make_pki() {
+  local pki=$state/pki
+  mkdir -p "$pki"
+  (
+    cd "$pki"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 365 -subj "/CN=consistd-test-ca" \
+      -keyout ca.key -out ca.crt 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" -keyout serving.key -out serving.csr 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' >serving.ext
+    openssl x509 -req -in serving.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 365 \
+      -extfile serving.ext -out serving.crt 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -subj "/O=system:masters/CN=consistd-admin" \
+      -keyout admin.key -out admin.csr 2>/dev/null
+    printf 'extendedKeyUsage=clientAuth\n' >admin.ext
+    openssl x509 -req -in admin.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 365 \
+      -extfile admin.ext -out admin.crt 2>/dev/null
+    openssl genrsa -out sa.key 2048 2>/dev/null
+    openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+  )
+}
+
+write_kubeconfig() {
+  local server=$1 pki=$state/pki
+  cat >"$state/kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: consistd-local
+  cluster:
+    server: $server
+    certificate-authority-data: $(base64 -w0 <"$pki/ca.crt")
+users:
+- name: consistd-admin
+  user:
+    client-certificate-data: $(base64 -w0 <"$pki/admin.crt")
+    client-key-data: $(base64 -w0 <"$pki/admin.key")
+contexts:
+- name: consistd-local
+  context:
+    cluster: consistd-local
+    user: consistd-admin
+    namespace: default
+current-context: consistd-local
+EOF
+}
+
+show_logs() {
+  for f in "$state"/etcd.log "$state"/apiserver.log; do
+    [ -f "$f" ] && { log "last lines of $f:"; tail -n 40 "$f" >&2; }
+  done
+}
+
+cmd_start() {
+  if running; then
+    log "already running (KUBECONFIG=$state/kubeconfig)"
+    return 0
+  fi
+  cmd_stop >/dev/null 2>&1 || true
+  cmd_build
+  rm -rf "$state"
+  mkdir -p "$state"
+  make_pki
+  local pki=$state/pki etcd_client etcd_peer api_port
+  etcd_client=$(free_port)
+  etcd_peer=$(free_port)
+  api_port=$(free_port)
+
+  # --unsafe-no-fsync: test data only; fsync on every write makes a busy 2-core machine crawl.
+  "$etcd_bin" --name consistd-test --data-dir "$state/etcd-data" \
+    --listen-client-urls "http://127.0.0.1:$etcd_client" --advertise-client-urls "http://127.0.0.1:$etcd_client" \
+    --listen-peer-urls "http://127.0.0.1:$etcd_peer" --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer" \
+    --initial-cluster "consistd-test=http://127.0.0.1:$etcd_peer" \
+    --unsafe-no-fsync --log-level warn >"$state/etcd.log" 2>&1 &
+  echo $! >"$state/etcd.pid"
+
+  "$apiserver_bin" \
+    --etcd-servers "http://127.0.0.1:$etcd_client" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
+    --endpoint-reconciler-type none \
+    --tls-cert-file "$pki/serving.crt" --tls-private-key-file "$pki/serving.key" \
+    --client-ca-file "$pki/ca.crt" \
+    --service-account-issuer https://kubernetes.default.svc \
+    --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
+    --service-cluster-ip-range 10.96.0.0/16 \
+    --authorization-mode RBAC \
+    --disable-admission-plugins ServiceAccount \
+    --allow-privileged=true \
+    --v 1 >"$state/apiserver.log" 2>&1 &
+  echo $! >"$state/apiserver.pid"
+
+  local server="https://127.0.0.1:$api_port"
+  write_kubeconfig "$server"
+  echo "$server" >"$state/server"
+
+  # Up to 120 s: a cold kube-apiserver on a busy 2-core machine takes a while to finish RBAC bootstrap.
+  local deadline=$((SECONDS + 120))
+  until curl -sf --cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" \
+    "$server/readyz" >/dev/null 2>&1; do
+    if ! pid_alive "$state/etcd.pid" || ! pid_alive "$state/apiserver.pid"; then
+      show_logs
+      cmd_stop >/dev/null 2>&1 || true
+      die "a control-plane process exited during start"
+    fi
+    if [ $SECONDS -ge $deadline ]; then
+      show_logs
+      cmd_stop >/dev/null 2>&1 || true
+      die "kube-apiserver was not ready within 120 s"
+    fi
+    sleep 0.5
+  done
+  log "ready: $server (KUBECONFIG=$state/kubeconfig)"
+}
+
+stop_pid() {
+  local f=$1
+  [ -f "$f" ] || return 0
+  local pid
+  pid=$(cat "$f")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -f "$f"
+}
+
+cmd_stop() {
+  stop_pid "$state/apiserver.pid"
+  stop_pid "$state/etcd.pid"
+  log "stopped"
+}
+
+cmd_env() {
+  running || die "not running; start it with: hack/control-plane.sh start"
+  echo "export KUBECONFIG=$state/kubeconfig"
+}
+
+cmd_status() {
+  if running; then
+    echo "running: $(cat "$state/server") KUBECONFIG=$state/kubeconfig"
+  else
+    echo "not running"
+    return 1
+  fi
+}
+
+case "${1:-}" in
+build) cmd_build ;;
+start) cmd_start ;;
+stop) cmd_stop ;;
+env) cmd_env ;;
+status) cmd_status ;;
+*)
+  echo "usage: $0 build|start|stop|env|status" >&2
+  exit 2
+  ;;
+esac
