@@ -91,7 +91,9 @@ fn route(req: &Request<Incoming>, health: &Health, metrics: &Metrics) -> Respons
                 .body(Full::new(Bytes::from(body)))
                 .unwrap_or_default()
         }
-        other => text(StatusCode::NOT_FOUND, format!("no such path {other}; try /healthz /readyz /metrics /debug/state\n")),
+        other => {
+            text(StatusCode::NOT_FOUND, format!("no such path {other}; try /healthz /readyz /metrics /debug/state\n"))
+        }
     }
 }
 

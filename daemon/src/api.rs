@@ -7,10 +7,9 @@ mod unimplemented;
 use std::future::Future;
 
 use consistd_proto::v1::{
-    FILE_DESCRIPTOR_SET, inbox_service_server::InboxServiceServer,
-    leadership_service_server::LeadershipServiceServer, objects_service_server::ObjectsServiceServer,
-    outbox_service_server::OutboxServiceServer, rollout_service_server::RolloutServiceServer,
-    watch_service_server::WatchServiceServer,
+    FILE_DESCRIPTOR_SET, inbox_service_server::InboxServiceServer, leadership_service_server::LeadershipServiceServer,
+    objects_service_server::ObjectsServiceServer, outbox_service_server::OutboxServiceServer,
+    rollout_service_server::RolloutServiceServer, watch_service_server::WatchServiceServer,
 };
 use tokio::net::UnixListener;
 use tokio_stream::wrappers::UnixListenerStream;

@@ -138,7 +138,11 @@ pub fn render(r: &Report) -> String {
     out += &format!("  socket      {} ({})\n", r.socket.display(), if r.serving { "serving" } else { "not serving" });
     let a = &r.apiserver;
     let version = a.version.as_deref().unwrap_or("version unknown");
-    let reach = if a.reachable { "reachable".to_owned() } else { format!("UNREACHABLE: {}", a.last_error.as_deref().unwrap_or("not probed yet")) };
+    let reach = if a.reachable {
+        "reachable".to_owned()
+    } else {
+        format!("UNREACHABLE: {}", a.last_error.as_deref().unwrap_or("not probed yet"))
+    };
     out += &format!("  apiserver   {} {version} ({reach})\n", a.url);
     out += &format!("  uptime      {}s\n", r.uptime_seconds);
     for reason in &r.not_ready_reasons {

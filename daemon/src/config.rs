@@ -20,7 +20,7 @@ pub const DEFAULT_ADMIN_SOCKET: &str = "/var/run/consistd/admin.sock";
 const MAX_SOCKET_PATH_BYTES: usize = 107;
 
 /// The whole configuration of one daemon.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct Config {
     /// The gRPC socket apps connect to.
@@ -39,8 +39,8 @@ pub struct Config {
 pub struct SocketConfig {
     /// Socket path; its directory is shared with the app containers (an emptyDir).
     pub path: PathBuf,
-    /// Permission bits of the socket file, written as a quoted octal string ("0660"): owner and group
-    /// may connect, others may not.
+    /// Permission bits of the socket file, written in octal ("0660"): owner and group may connect,
+    /// others may not.
     pub mode: FileMode,
     /// Numeric group that owns the socket, so app containers running as another user in that group
     /// (the pod's fsGroup) can connect. Unset keeps the daemon's group.
@@ -90,17 +90,6 @@ pub enum LogFormat {
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct FileMode(pub u32);
 
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            socket: SocketConfig::default(),
-            admin: AdminConfig::default(),
-            shutdown: ShutdownConfig::default(),
-            log: LogConfig::default(),
-        }
-    }
-}
-
 impl Default for SocketConfig {
     fn default() -> Self {
         Self { path: PathBuf::from(DEFAULT_SOCKET), mode: FileMode(0o660), group_id: None }
@@ -134,7 +123,7 @@ impl fmt::Debug for FileMode {
 impl<'de> Deserialize<'de> for FileMode {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         use serde::de::Error;
-        // YAML 1.2 reads an unquoted 0660 as the decimal number 660, so only a string is accepted.
+        // A bare number such as 660 would be read as decimal, so only an octal string is accepted.
         match Value::deserialize(deserializer)? {
             Value::String(s) => parse_mode(&s).map_err(D::Error::custom),
             other => Err(D::Error::custom(format!(
@@ -222,9 +211,7 @@ impl Config {
                 let text = std::fs::read_to_string(path)
                     .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
                 Self::parse(&text, &|name| std::env::var(name).ok()).map_err(|e| match e {
-                    ConfigError::Syntax { message, .. } => {
-                        ConfigError::Syntax { path: path.to_owned(), message }
-                    }
+                    ConfigError::Syntax { message, .. } => ConfigError::Syntax { path: path.to_owned(), message },
                     other => other,
                 })?
             }
@@ -427,8 +414,11 @@ log:
     }
 
     #[test]
-    fn an_unquoted_mode_is_refused_with_the_reason() {
-        let (field, message) = field_error("socket:\n  mode: 0660\n");
+    fn a_mode_is_octal_and_a_bare_number_is_refused_with_the_reason() {
+        // serde_yaml keeps a leading-zero scalar as the string it looks like.
+        let config = Config::parse("socket:\n  mode: 0640\n", &no_env).expect("parses");
+        assert_eq!(config.socket.mode, FileMode(0o640));
+        let (field, message) = field_error("socket:\n  mode: 660\n");
         assert_eq!(field, "socket.mode");
         assert!(message.contains("quoted octal"), "{message}");
         let (field, _) = field_error("socket:\n  mode: \"0999\"\n");

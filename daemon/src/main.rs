@@ -23,7 +23,6 @@ fn main() -> ExitCode {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
                     tracing::error!(error = %cli::error_chain(&error), "consistd failed");
-                    eprintln!("consistd: {}", cli::error_chain(&error));
                     ExitCode::FAILURE
                 }
             }

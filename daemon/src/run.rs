@@ -88,10 +88,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
 }
 
 /// Waits for in-flight calls to finish, cutting them off when the grace period is over.
-async fn drain(
-    grpc: &mut tokio::task::JoinHandle<Result<(), ApiError>>,
-    grace: Duration,
-) -> Result<(), RunError> {
+async fn drain(grpc: &mut tokio::task::JoinHandle<Result<(), ApiError>>, grace: Duration) -> Result<(), RunError> {
     match tokio::time::timeout(grace, &mut *grpc).await {
         Ok(joined) => flatten(joined),
         Err(_) => {

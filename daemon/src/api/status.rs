@@ -5,10 +5,7 @@ use tonic::{Code, Status};
 
 /// An RPC whose behaviour this daemon version does not provide yet.
 pub(crate) fn unimplemented(rpc: &'static str) -> Status {
-    Status::new(
-        Code::Unimplemented,
-        format!("{rpc} is not implemented in consistd {} yet", env!("CARGO_PKG_VERSION")),
-    )
+    Status::new(Code::Unimplemented, format!("{rpc} is not implemented in consistd {} yet", env!("CARGO_PKG_VERSION")))
 }
 
 #[cfg(test)]

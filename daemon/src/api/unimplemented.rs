@@ -72,10 +72,7 @@ impl OutboxService for Unimplemented {
     async fn watch_acks(&self, _: Request<pb::WatchAcksRequest>) -> Answer<Self::WatchAcksStream> {
         Err(unimplemented("OutboxService.WatchAcks"))
     }
-    async fn get_outbox_status(
-        &self,
-        _: Request<pb::GetOutboxStatusRequest>,
-    ) -> Answer<pb::GetOutboxStatusResponse> {
+    async fn get_outbox_status(&self, _: Request<pb::GetOutboxStatusRequest>) -> Answer<pb::GetOutboxStatusResponse> {
         Err(unimplemented("OutboxService.GetOutboxStatus"))
     }
 }

@@ -1,0 +1,42 @@
+# The verbs a newcomer needs. CI runs exactly `make test` (through .ci/run).
+#
+#   make dev       build, start a real etcd + kube-apiserver and consistd beside them, show it working
+#   make dev-stop  stop what `make dev` started
+#   make test      lint, then unit and integration tests against the real control plane, then `make dev`'s check
+#   make lint      rustfmt, clippy (warnings are errors), buf lint (STANDARD)
+#   make gen       regenerate protocol code from proto/consistd/v1/*.proto
+#   make bench     benchmarks (none yet)
+
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+CARGO ?= cargo
+
+.PHONY: build dev dev-stop test lint gen bench control-plane
+
+build:
+	$(CARGO) build --workspace
+
+dev: build
+	hack/dev.sh start
+
+dev-stop:
+	hack/dev.sh stop
+
+control-plane:
+	hack/control-plane.sh build
+
+test: lint control-plane
+	hack/with-control-plane.sh $(CARGO) test --workspace --no-fail-fast
+	hack/dev.sh check
+
+lint:
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	cd proto && "$$(../hack/tools.sh buf)" lint
+
+gen:
+	CONSISTD_REGENERATE=1 $(CARGO) test -p consistd-proto --test codegen
+
+bench:
+	@echo "no benchmarks yet: the watch hub's (issue 3) will be the first" >&2
+	@exit 2

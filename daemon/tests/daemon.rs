@@ -1,0 +1,210 @@
+//! The daemon as a process against the real control plane: it serves health and reflection on its Unix
+//! socket, refuses to take over a live daemon's socket, replaces a stale one, and shuts down cleanly.
+
+use std::{os::unix::fs::PermissionsExt, time::Duration};
+
+use consistd::api::SERVICE_NAMES;
+use consistd_client::proto::GetRequest;
+use consistd_testkit::Daemon;
+use nix::sys::signal::Signal;
+use tonic::Code;
+use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus};
+use tonic_reflection::pb::v1::{
+    ServerReflectionRequest, server_reflection_client::ServerReflectionClient,
+    server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
+};
+
+const BIN: &str = env!("CARGO_BIN_EXE_consistd");
+
+async fn health_of(daemon: &Daemon, service: &str) -> ServingStatus {
+    let response = daemon
+        .client()
+        .health()
+        .check(HealthCheckRequest { service: service.to_owned() })
+        .await
+        .unwrap_or_else(|e| panic!("health check of {service:?}: {e}"));
+    response.get_ref().status()
+}
+
+async fn reflected_services(daemon: &Daemon) -> Vec<String> {
+    let mut reflection = ServerReflectionClient::new(daemon.client().channel());
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut responses = reflection
+        .server_reflection_info(tokio_stream::once(request))
+        .await
+        .expect("open reflection stream")
+        .into_inner();
+    let response = responses.message().await.expect("read reflection answer").expect("one answer");
+    match response.message_response {
+        Some(MessageResponse::ListServicesResponse(list)) => list.service.into_iter().map(|s| s.name).collect(),
+        other => panic!("unexpected reflection answer {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn serves_health_and_reflection_against_the_real_apiserver() {
+    let daemon = Daemon::builder(BIN).start().await;
+
+    assert_eq!(health_of(&daemon, "").await, ServingStatus::Serving);
+    for name in SERVICE_NAMES {
+        assert_eq!(health_of(&daemon, name).await, ServingStatus::Serving, "{name}");
+    }
+
+    let services = reflected_services(&daemon).await;
+    for name in SERVICE_NAMES.into_iter().chain(["grpc.health.v1.Health"]) {
+        assert!(services.iter().any(|s| s == name), "reflection lists {name}: {services:?}");
+    }
+
+    // The admin endpoint shows the daemon reached the real apiserver.
+    let report = wait_for_report(&daemon, |r| r.ready).await;
+    assert!(report.apiserver.reachable, "{report:?}");
+    let version = report.apiserver.version.unwrap_or_default();
+    assert!(version.starts_with("v1.35."), "apiserver version {version:?}");
+
+    let mode = std::fs::metadata(daemon.socket()).expect("socket exists").permissions().mode() & 0o777;
+    assert_eq!(mode, 0o660, "socket mode");
+}
+
+async fn wait_for_report(daemon: &Daemon, ok: impl Fn(&consistd::health::Report) -> bool) -> consistd::health::Report {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let report = consistd::admin::fetch_report(daemon.admin_socket()).await.expect("read admin report");
+        if ok(&report) || tokio::time::Instant::now() > deadline {
+            return report;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn admin_socket_serves_probes_and_metrics() {
+    let daemon = Daemon::builder(BIN).start().await;
+    wait_for_report(&daemon, |r| r.ready).await;
+    let get = |path: &'static str| consistd::admin::get(daemon.admin_socket(), path);
+
+    let (status, body) = get("/healthz").await.expect("GET /healthz");
+    assert_eq!(status, 200, "{body:?}");
+    let (status, body) = get("/readyz").await.expect("GET /readyz");
+    assert_eq!(status, 200, "{body:?}");
+    let (status, body) = get("/metrics").await.expect("GET /metrics");
+    assert_eq!(status, 200);
+    let text = String::from_utf8_lossy(&body);
+    assert!(text.contains("consistd_apiserver_up 1"), "{text}");
+    let (status, _) = get("/nope").await.expect("GET /nope");
+    assert_eq!(status, 404);
+
+    let status = std::process::Command::new(BIN)
+        .args(["status", "--admin-socket"])
+        .arg(daemon.admin_socket())
+        .output()
+        .expect("run consistd status");
+    let stdout = String::from_utf8_lossy(&status.stdout);
+    assert!(status.status.success(), "consistd status: {stdout}");
+    assert!(stdout.contains("ready") && stdout.contains("v1.35."), "{stdout}");
+}
+
+#[tokio::test]
+async fn unimplemented_rpcs_answer_unimplemented_naming_themselves() {
+    let daemon = Daemon::builder(BIN).start().await;
+    let status = daemon.client().objects().get(GetRequest::default()).await.expect_err("not implemented yet");
+    assert_eq!(status.code(), Code::Unimplemented);
+    assert!(status.message().contains("ObjectsService.Get"), "{}", status.message());
+    // The daemon is unharmed.
+    assert_eq!(health_of(&daemon, "").await, ServingStatus::Serving);
+}
+
+#[tokio::test]
+async fn a_second_daemon_on_the_same_socket_refuses_to_start() {
+    let first = Daemon::builder(BIN).start().await;
+    let dir = first.socket().parent().expect("socket dir").to_owned();
+    let mut second = Daemon::builder(BIN).dir(&dir).no_wait().start().await;
+    let status = second.wait_exit(Duration::from_secs(20)).await;
+    assert!(!status.success(), "second daemon must fail, got {status}");
+    let logs = second.logs();
+    assert!(logs.contains("is in use by a running consistd"), "second daemon says why:\n{logs}");
+    assert_eq!(health_of(&first, "").await, ServingStatus::Serving, "first daemon unharmed");
+}
+
+#[tokio::test]
+async fn a_stale_socket_from_a_killed_daemon_is_replaced() {
+    let mut first = Daemon::builder(BIN).start().await;
+    let dir = first.socket().parent().expect("socket dir").to_owned();
+    first.signal(Signal::SIGKILL);
+    first.wait_exit(Duration::from_secs(10)).await;
+    assert!(first.socket().exists(), "kill -9 leaves the socket file behind");
+
+    let second = Daemon::builder(BIN).dir(&dir).start().await;
+    assert_eq!(health_of(&second, "").await, ServingStatus::Serving);
+}
+
+#[tokio::test]
+async fn sigterm_drains_streams_within_the_grace_period_and_removes_the_socket() {
+    let mut daemon = Daemon::builder(BIN).arg("--config").arg(grace_config()).start().await;
+    // An open stream that never ends by itself: the health watch.
+    let mut watch = daemon
+        .client()
+        .health()
+        .watch(HealthCheckRequest { service: String::new() })
+        .await
+        .expect("open health watch")
+        .into_inner();
+    let first = watch.message().await.expect("first health message").expect("a message");
+    assert_eq!(first.status(), ServingStatus::Serving);
+
+    daemon.signal(Signal::SIGTERM);
+    let next = tokio::time::timeout(Duration::from_secs(5), watch.message()).await.expect("told at once");
+    assert_eq!(next.expect("watch message").expect("a message").status(), ServingStatus::NotServing);
+
+    let status = daemon.wait_exit(Duration::from_secs(10)).await;
+    assert!(status.success(), "exit 0 after SIGTERM, got {status}; log:\n{}", daemon.logs());
+    assert!(!daemon.socket().exists(), "socket removed");
+    assert!(!daemon.admin_socket().exists(), "admin socket removed");
+    assert!(daemon.logs().contains("grace period over"), "the open stream was cut at the grace period");
+}
+
+/// A config with a 1 s grace period, written to a temp file that lives for the test run.
+fn grace_config() -> String {
+    let file = tempfile::Builder::new().suffix(".yaml").tempfile().expect("temp config");
+    std::fs::write(file.path(), "shutdown:\n  gracePeriod: 1s\n").expect("write config");
+    let (_, path) = file.keep().expect("keep config file");
+    path.display().to_string()
+}
+
+#[tokio::test]
+async fn the_socket_path_comes_from_consistd_socket_when_no_flag_is_given() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let socket = dir.path().join("from-env.sock");
+    let mut child = tokio::process::Command::new(BIN)
+        .args(["run", "--admin-socket"])
+        .arg(dir.path().join("admin.sock"))
+        .env("CONSISTD_SOCKET", &socket)
+        .env("KUBECONFIG", consistd_testkit::kubeconfig())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn consistd");
+    consistd_client::Client::new(&socket).wait_ready(Duration::from_secs(30)).await.expect("serves on CONSISTD_SOCKET");
+    child.kill().await.expect("kill");
+}
+
+#[test]
+fn config_check_names_the_bad_field_and_exits_64() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "socket:\n  mdoe: \"0660\"\n").expect("write config");
+    let out = std::process::Command::new(BIN).args(["config", "check"]).arg(&bad).output().expect("run");
+    assert_eq!(out.status.code(), Some(64));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("socket.mdoe") && stderr.contains("unknown field"), "{stderr}");
+
+    let good = dir.path().join("good.yaml");
+    std::fs::write(&good, "socket:\n  mode: \"0600\"\n").expect("write config");
+    let out = std::process::Command::new(BIN).args(["config", "check"]).arg(&good).output().expect("run");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // `run` refuses the same file before touching anything.
+    let out = std::process::Command::new(BIN).args(["run", "--config"]).arg(&bad).output().expect("run");
+    assert_eq!(out.status.code(), Some(64));
+}

@@ -1,0 +1,149 @@
+//! A consistd process for a test: its own sockets in a temp dir, the test control plane's kubeconfig,
+//! logs kept for the failure message, killed when dropped.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{ExitStatus, Stdio},
+    time::Duration,
+};
+
+use consistd_client::Client;
+use nix::{sys::signal::Signal, unistd::Pid};
+use tempfile::TempDir;
+use tokio::process::{Child, Command};
+
+/// How long a daemon may take to report SERVING on a busy 2-core machine.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Options for starting a daemon.
+#[derive(Debug)]
+pub struct DaemonBuilder {
+    bin: PathBuf,
+    dir: Option<PathBuf>,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    wait_ready: bool,
+}
+
+/// A running consistd process.
+#[derive(Debug)]
+pub struct Daemon {
+    child: Child,
+    socket: PathBuf,
+    admin_socket: PathBuf,
+    log: PathBuf,
+    // Keeps the temp dir (sockets, logs) alive as long as the daemon.
+    _dir: Option<TempDir>,
+}
+
+impl DaemonBuilder {
+    /// Puts the sockets and log in `dir` instead of a fresh temp dir (to share a socket path).
+    pub fn dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.dir = Some(dir.into());
+        self
+    }
+
+    /// Adds a command-line argument after `run`.
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// Sets an environment variable.
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Returns as soon as the process is spawned, without waiting for SERVING.
+    pub fn no_wait(mut self) -> Self {
+        self.wait_ready = false;
+        self
+    }
+
+    /// Starts the daemon and (unless `no_wait`) waits until its health service reports SERVING.
+    pub async fn start(self) -> Daemon {
+        let (dir, temp) = match self.dir {
+            Some(dir) => (dir, None),
+            None => {
+                let temp = tempfile::Builder::new()
+                    .prefix("consistd-test-")
+                    .tempdir()
+                    .unwrap_or_else(|e| panic!("create daemon temp dir: {e}"));
+                (temp.path().to_owned(), Some(temp))
+            }
+        };
+        let socket = dir.join("consistd.sock");
+        let admin_socket = dir.join("admin.sock");
+        let log = dir.join(format!("consistd-{:08x}.log", rand::random::<u32>()));
+        let log_file = std::fs::File::create(&log).unwrap_or_else(|e| panic!("create {}: {e}", log.display()));
+        let mut command = Command::new(&self.bin);
+        command
+            .arg("run")
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--admin-socket")
+            .arg(&admin_socket)
+            .args(&self.args)
+            .env("KUBECONFIG", crate::kubeconfig())
+            .env("CONSISTD_LOG_LEVEL", "consistd=debug,info")
+            .envs(self.env)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .kill_on_drop(true);
+        let child = command.spawn().unwrap_or_else(|e| panic!("spawn {}: {e}", self.bin.display()));
+        let mut daemon = Daemon { child, socket, admin_socket, log, _dir: temp };
+        if self.wait_ready {
+            let ready = daemon.client().wait_ready(START_TIMEOUT).await;
+            if let Err(error) = ready {
+                let exited = daemon.child.try_wait().ok().flatten();
+                panic!("consistd did not become ready ({error}); exit: {exited:?}; log:\n{}", daemon.logs());
+            }
+        }
+        daemon
+    }
+}
+
+impl Daemon {
+    /// A builder for the consistd binary at `bin` (in integration tests: `env!("CARGO_BIN_EXE_consistd")`).
+    pub fn builder(bin: impl Into<PathBuf>) -> DaemonBuilder {
+        DaemonBuilder { bin: bin.into(), dir: None, args: Vec::new(), env: Vec::new(), wait_ready: true }
+    }
+
+    /// The gRPC socket.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// The admin socket.
+    pub fn admin_socket(&self) -> &Path {
+        &self.admin_socket
+    }
+
+    /// A client for the gRPC socket.
+    pub fn client(&self) -> Client {
+        Client::new(&self.socket)
+    }
+
+    /// What the daemon has logged so far.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Sends a signal (SIGTERM to stop gracefully, SIGKILL to crash it).
+    pub fn signal(&self, signal: Signal) {
+        let pid = self.child.id().unwrap_or_else(|| panic!("daemon already reaped"));
+        let pid = i32::try_from(pid).unwrap_or_else(|_| panic!("pid {pid} out of range"));
+        nix::sys::signal::kill(Pid::from_raw(pid), signal).unwrap_or_else(|e| panic!("send {signal} to consistd: {e}"));
+    }
+
+    /// Waits for the process to exit, failing the test after `timeout`.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        match tokio::time::timeout(timeout, self.child.wait()).await {
+            Ok(Ok(status)) => status,
+            Ok(Err(e)) => panic!("wait for consistd: {e}"),
+            Err(_) => panic!("consistd did not exit within {timeout:?}; log:\n{}", self.logs()),
+        }
+    }
+}
