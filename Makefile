@@ -32,7 +32,7 @@ test: lint control-plane
 lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	cd proto && "$$(../hack/tools.sh buf)" lint
+	buf=$$(hack/tools.sh buf) && cd proto && "$$buf" lint
 
 gen:
 	CONSISTD_REGENERATE=1 $(CARGO) test -p consistd-proto --test codegen

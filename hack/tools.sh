@@ -14,7 +14,9 @@ buf)
   bin=$repo/hack/tools/node/node_modules/.bin/buf
   if [ ! -x "$bin" ]; then
     echo "tools: installing buf from npm" >&2
-    (cd "$repo/hack/tools/node" && npm ci --no-audit --no-fund --loglevel=error >&2)
+    # Not `npm ci`: npm 11's lock omits other platforms' optional packages of @bufbuild/buf and then
+    # refuses the lock as out of sync. The version is pinned exactly in package.json.
+    (cd "$repo/hack/tools/node" && npm install --no-audit --no-fund --no-save --loglevel=error >&2)
   fi
   echo "$bin"
   ;;
