@@ -208,3 +208,22 @@ fn config_check_names_the_bad_field_and_exits_64() {
     let out = std::process::Command::new(BIN).args(["run", "--config"]).arg(&bad).output().expect("run");
     assert_eq!(out.status.code(), Some(64));
 }
+
+#[tokio::test]
+async fn consistd_log_format_json_writes_one_json_object_per_line() {
+    let mut daemon = Daemon::builder(BIN).env("CONSISTD_LOG_FORMAT", "json").start().await;
+    daemon.signal(Signal::SIGTERM);
+    daemon.wait_exit(Duration::from_secs(10)).await;
+    let logs = daemon.logs();
+    let lines: Vec<&str> = logs.lines().collect();
+    assert!(!lines.is_empty(), "the daemon logged something");
+    for line in &lines {
+        let value: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("log line is not JSON ({e}): {line}"));
+        assert!(value.get("level").is_some() && value.get("message").is_some(), "{line}");
+    }
+    assert!(
+        lines.iter().any(|l| l.contains("\"message\":\"consistd serving\"") && l.contains("\"socket\":")),
+        "structured fields are JSON fields:\n{logs}"
+    );
+}
