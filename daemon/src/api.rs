@@ -3,30 +3,48 @@
 
 mod status;
 mod unimplemented;
+mod watch;
 
-use std::future::Future;
+use std::sync::Arc;
 
 use consistd_proto::v1::{
-    FILE_DESCRIPTOR_SET, inbox_service_server::InboxServiceServer, leadership_service_server::LeadershipServiceServer,
-    objects_service_server::ObjectsServiceServer, outbox_service_server::OutboxServiceServer,
-    rollout_service_server::RolloutServiceServer, watch_service_server::WatchServiceServer,
+    FILE_DESCRIPTOR_SET,
+    inbox_service_server::{self, InboxServiceServer},
+    leadership_service_server::{self, LeadershipServiceServer},
+    objects_service_server::{self, ObjectsServiceServer},
+    outbox_service_server::{self, OutboxServiceServer},
+    rollout_service_server::{self, RolloutServiceServer},
+    watch_service_server::{self, WatchServiceServer},
 };
 use tokio::net::UnixListener;
 use tokio_stream::wrappers::UnixListenerStream;
-use tonic::{server::NamedService, transport::Server};
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Server;
 use tonic_health::{ServingStatus, server::HealthReporter};
 
-use self::unimplemented::Unimplemented;
+use self::{unimplemented::Unimplemented, watch::WatchApi};
+use crate::watch::Hub;
 
 /// Full names of the consistd services, as reflection and health report them.
 pub const SERVICE_NAMES: [&str; 6] = [
-    <WatchServiceServer<Unimplemented> as NamedService>::NAME,
-    <ObjectsServiceServer<Unimplemented> as NamedService>::NAME,
-    <LeadershipServiceServer<Unimplemented> as NamedService>::NAME,
-    <OutboxServiceServer<Unimplemented> as NamedService>::NAME,
-    <InboxServiceServer<Unimplemented> as NamedService>::NAME,
-    <RolloutServiceServer<Unimplemented> as NamedService>::NAME,
+    watch_service_server::SERVICE_NAME,
+    objects_service_server::SERVICE_NAME,
+    leadership_service_server::SERVICE_NAME,
+    outbox_service_server::SERVICE_NAME,
+    inbox_service_server::SERVICE_NAME,
+    rollout_service_server::SERVICE_NAME,
 ];
+
+/// The largest request the daemon decodes (4 MiB, gRPC's customary default); larger ones are refused
+/// before they reach a service.
+pub const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
+
+/// What the services work with.
+#[derive(Debug, Clone)]
+pub struct Services {
+    /// The watch hub.
+    pub hub: Arc<Hub>,
+}
 
 /// Why the gRPC server stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -39,10 +57,11 @@ pub enum ApiError {
     Serve(#[source] tonic::transport::Error),
 }
 
-/// Serves every consistd service on `listener` until `shutdown` completes, then marks every service
-/// NOT_SERVING (so health watchers learn at once), stops accepting, and waits for in-flight calls.
-/// The caller bounds that wait with its grace period.
-pub async fn serve(listener: UnixListener, shutdown: impl Future<Output = ()> + Send) -> Result<(), ApiError> {
+/// Serves every consistd service on `listener` until `shutdown` is cancelled, then marks every service
+/// NOT_SERVING (so health watchers learn at once), ends open watch streams with UNAVAILABLE (clients
+/// resume elsewhere), stops accepting, and waits for in-flight calls. The caller bounds that wait with
+/// its grace period.
+pub async fn serve(listener: UnixListener, services: Services, shutdown: CancellationToken) -> Result<(), ApiError> {
     let (health, health_service) = tonic_health::server::health_reporter();
     set_status(&health, ServingStatus::Serving).await;
 
@@ -57,8 +76,9 @@ pub async fn serve(listener: UnixListener, shutdown: impl Future<Output = ()> + 
         .build_v1alpha()
         .map_err(ApiError::Reflection)?;
 
+    let watch = WatchApi::new(services.hub, shutdown.clone());
     let shutdown = async {
-        shutdown.await;
+        shutdown.cancelled().await;
         set_status(&health, ServingStatus::NotServing).await;
         tracing::info!("gRPC server draining: no new connections, waiting for in-flight calls");
     };
@@ -67,7 +87,7 @@ pub async fn serve(listener: UnixListener, shutdown: impl Future<Output = ()> + 
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(WatchServiceServer::new(Unimplemented))
+        .add_service(WatchServiceServer::new(watch).max_decoding_message_size(MAX_REQUEST_BYTES))
         .add_service(ObjectsServiceServer::new(Unimplemented))
         .add_service(LeadershipServiceServer::new(Unimplemented))
         .add_service(OutboxServiceServer::new(Unimplemented))

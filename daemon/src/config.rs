@@ -27,6 +27,8 @@ pub struct Config {
     pub socket: SocketConfig,
     /// The admin HTTP socket.
     pub admin: AdminConfig,
+    /// The watch hub.
+    pub watch: WatchConfig,
     /// How the daemon stops.
     pub shutdown: ShutdownConfig,
     /// Logging.
@@ -53,6 +55,27 @@ pub struct SocketConfig {
 pub struct AdminConfig {
     /// Socket path for /healthz, /readyz, /metrics and /debug/state.
     pub socket: PathBuf,
+}
+
+/// How shared watches are kept.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct WatchConfig {
+    /// How long an upstream watch outlives its last subscriber, so an app that reconnects can resume
+    /// from its cursor instead of starting over.
+    #[serde(with = "humantime_serde")]
+    pub linger: Duration,
+    /// Events one subscriber may have queued; a subscriber that falls further behind gets
+    /// RESYNC_REQUIRED and a fresh snapshot instead of slowing anyone down.
+    pub subscriber_queue: usize,
+    /// Events each watch keeps for resuming from a cursor.
+    pub history: usize,
+}
+
+impl Default for WatchConfig {
+    fn default() -> Self {
+        Self { linger: Duration::from_secs(5), subscriber_queue: 1024, history: 10_000 }
+    }
 }
 
 /// How the daemon stops on SIGTERM.
@@ -264,6 +287,9 @@ impl Config {
                 "must differ from socket.path: the admin endpoint needs a socket of its own",
             ));
         }
+        if self.watch.subscriber_queue == 0 {
+            return Err(ConfigError::field("watch.subscriberQueue", "must be at least 1"));
+        }
         if self.shutdown.grace_period.is_zero() {
             return Err(ConfigError::field(
                 "shutdown.gracePeriod",
@@ -438,6 +464,8 @@ log:
         let same = "socket:\n  path: /a.sock\nadmin:\n  socket: /a.sock\n";
         assert_eq!(field_error(same).0, "admin.socket");
         assert_eq!(field_error("- 1\n").0, "<document>");
+        assert_eq!(field_error("watch:\n  subscriberQueue: 0\n").0, "watch.subscriberQueue");
+        assert_eq!(field_error("watch:\n  linger: forever\n").0, "watch.linger");
     }
 
     #[test]

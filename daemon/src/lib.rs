@@ -13,3 +13,4 @@ pub mod metrics;
 pub mod run;
 pub mod socket;
 pub mod telemetry;
+pub mod watch;

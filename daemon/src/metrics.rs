@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use prometheus_client::{
     encoding::text::encode,
-    metrics::{gauge::Gauge, info::Info},
+    metrics::{counter::Counter, gauge::Gauge, info::Info},
     registry::Registry,
 };
 
@@ -14,6 +14,16 @@ pub struct Metrics {
     registry: Arc<Registry>,
     /// 1 while the apiserver answers the health probe, else 0.
     pub apiserver_up: Gauge,
+    /// Upstream apiserver watches running (one per distinct query).
+    pub watch_upstreams: Gauge,
+    /// Local subscribers across all watches.
+    pub watch_subscribers: Gauge,
+    /// Events received from upstream watches.
+    pub watch_events: Counter,
+    /// Upstream watch failures (each retried with backoff).
+    pub watch_upstream_errors: Counter,
+    /// Subscribers cut off for falling behind (each then gets RESYNC_REQUIRED and a snapshot).
+    pub watch_resyncs: Counter,
 }
 
 impl Default for Metrics {
@@ -33,7 +43,25 @@ impl Metrics {
         );
         let apiserver_up = Gauge::default();
         registry.register("apiserver_up", "1 while the apiserver answers the health probe", apiserver_up.clone());
-        Self { registry: Arc::new(registry), apiserver_up }
+        let watch_upstreams = Gauge::default();
+        registry.register("watch_upstreams", "Upstream apiserver watches running", watch_upstreams.clone());
+        let watch_subscribers = Gauge::default();
+        registry.register("watch_subscribers", "Local watch subscribers", watch_subscribers.clone());
+        let watch_events = Counter::default();
+        registry.register("watch_events", "Events received from upstream watches", watch_events.clone());
+        let watch_upstream_errors = Counter::default();
+        registry.register("watch_upstream_errors", "Upstream watch failures", watch_upstream_errors.clone());
+        let watch_resyncs = Counter::default();
+        registry.register("watch_resyncs", "Subscribers cut off for falling behind", watch_resyncs.clone());
+        Self {
+            registry: Arc::new(registry),
+            apiserver_up,
+            watch_upstreams,
+            watch_subscribers,
+            watch_events,
+            watch_upstream_errors,
+            watch_resyncs,
+        }
     }
 
     /// The metrics in Prometheus' text exposition format.

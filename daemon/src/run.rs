@@ -8,12 +8,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     admin,
-    api::{self, ApiError},
+    api::{self, ApiError, Services},
     cluster::{self, ClusterError},
     config::Config,
     health::Health,
     metrics::Metrics,
     socket::{self, SocketError},
+    watch::Hub,
 };
 
 /// Why the daemon stopped with an error.
@@ -53,9 +54,10 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let draining = CancellationToken::new();
     let stopped = CancellationToken::new();
 
+    let services = Services { hub: Hub::new(client.clone(), config.watch.clone(), metrics.clone()) };
     tokio::spawn(cluster::probe(client, health.clone(), metrics.clone(), stopped.clone()));
     let admin_task = tokio::spawn(admin::serve(admin_listener, health.clone(), metrics, stopped.clone()));
-    let mut grpc = tokio::spawn(api::serve(listener, draining.clone().cancelled_owned()));
+    let mut grpc = tokio::spawn(api::serve(listener, services, draining.clone()));
     health.set_serving(true);
     tracing::info!(
         socket = %config.socket.path.display(),

@@ -3,9 +3,63 @@
 
 use tonic::{Code, Status};
 
+use crate::watch::{WatchError, resolve::ResolveError};
+
 /// An RPC whose behaviour this daemon version does not provide yet.
 pub(crate) fn unimplemented(rpc: &'static str) -> Status {
     Status::new(Code::Unimplemented, format!("{rpc} is not implemented in consistd {} yet", env!("CARGO_PKG_VERSION")))
+}
+
+/// An RPC that exists but not for these arguments yet.
+pub(crate) fn unimplemented_detail(rpc: &'static str, what: &str) -> Status {
+    Status::new(
+        Code::Unimplemented,
+        format!("{rpc}: {what} is not implemented in consistd {} yet", env!("CARGO_PKG_VERSION")),
+    )
+}
+
+/// A request field is wrong: `field: why`.
+pub(crate) fn invalid_argument(field: &str, why: impl std::fmt::Display) -> Status {
+    Status::new(Code::InvalidArgument, format!("{field}: {why}"))
+}
+
+/// A stream ended because the daemon is stopping; clients reconnect (to its successor) and resume.
+pub(crate) fn shutting_down(rpc: &'static str) -> Status {
+    Status::new(Code::Unavailable, format!("{rpc}: consistd is shutting down; reconnect and resume from your cursor"))
+}
+
+/// A refused subscription.
+pub(crate) fn watch_error(error: WatchError) -> Status {
+    match &error {
+        WatchError::InvalidArgument { .. } => Status::new(Code::InvalidArgument, error.to_string()),
+        WatchError::Resolve(ResolveError::NotFound(_)) => Status::new(Code::NotFound, error.to_string()),
+        WatchError::Resolve(ResolveError::Malformed(_) | ResolveError::NotWatchable(_)) => {
+            Status::new(Code::InvalidArgument, error.to_string())
+        }
+        WatchError::Resolve(ResolveError::Discovery(source)) => kube_error("discover apiserver resources", source),
+        WatchError::Apiserver { op, source } => kube_error(op, source),
+    }
+}
+
+/// An apiserver answer, keeping its meaning: 400/422 INVALID_ARGUMENT, 401 UNAUTHENTICATED,
+/// 403 PERMISSION_DENIED, 404 NOT_FOUND, 409 ALREADY_EXISTS or ABORTED (conflict), 410 ABORTED,
+/// 429 RESOURCE_EXHAUSTED, 5xx and transport failures UNAVAILABLE. The message keeps the apiserver's.
+pub(crate) fn kube_error(op: &str, error: &kube::Error) -> Status {
+    let kube::Error::Api(status) = error else {
+        return Status::new(Code::Unavailable, format!("{op}: {error}"));
+    };
+    let code = match status.code {
+        400 | 422 => Code::InvalidArgument,
+        401 => Code::Unauthenticated,
+        403 => Code::PermissionDenied,
+        404 => Code::NotFound,
+        409 if status.reason == "AlreadyExists" => Code::AlreadyExists,
+        409 | 410 => Code::Aborted,
+        429 => Code::ResourceExhausted,
+        500..=599 => Code::Unavailable,
+        _ => Code::Unknown,
+    };
+    Status::new(code, format!("{op}: {}", status.message))
 }
 
 #[cfg(test)]
@@ -17,5 +71,43 @@ mod tests {
         let status = unimplemented("WatchService.Subscribe");
         assert_eq!(status.code(), Code::Unimplemented);
         assert!(status.message().starts_with("WatchService.Subscribe is not implemented"));
+    }
+
+    fn api_error(code: u16, reason: &str) -> kube::Error {
+        kube::Error::Api(Box::new(kube::core::Status {
+            code,
+            reason: reason.to_owned(),
+            message: format!("apiserver says {code}"),
+            ..Default::default()
+        }))
+    }
+
+    #[test]
+    fn apiserver_answers_keep_their_meaning_and_message() {
+        for (code, reason, want) in [
+            (400, "BadRequest", Code::InvalidArgument),
+            (422, "Invalid", Code::InvalidArgument),
+            (401, "Unauthorized", Code::Unauthenticated),
+            (403, "Forbidden", Code::PermissionDenied),
+            (404, "NotFound", Code::NotFound),
+            (409, "AlreadyExists", Code::AlreadyExists),
+            (409, "Conflict", Code::Aborted),
+            (410, "Expired", Code::Aborted),
+            (429, "TooManyRequests", Code::ResourceExhausted),
+            (503, "ServiceUnavailable", Code::Unavailable),
+        ] {
+            let status = kube_error("list configmaps", &api_error(code, reason));
+            assert_eq!(status.code(), want, "{code} {reason}");
+            assert_eq!(status.message(), format!("list configmaps: apiserver says {code}"));
+        }
+    }
+
+    #[test]
+    fn resolution_failures_map_to_not_found_and_invalid_argument() {
+        let s = watch_error(WatchError::Resolve(ResolveError::NotFound("widgets".into())));
+        assert_eq!(s.code(), Code::NotFound);
+        assert!(s.message().starts_with("resource:"), "{}", s.message());
+        let s = watch_error(WatchError::Resolve(ResolveError::Malformed("a/b/c/d".into())));
+        assert_eq!(s.code(), Code::InvalidArgument);
     }
 }

@@ -4,7 +4,7 @@
 use consistd_proto::v1::{
     self as pb, inbox_service_server::InboxService, leadership_service_server::LeadershipService,
     objects_service_server::ObjectsService, outbox_service_server::OutboxService,
-    rollout_service_server::RolloutService, watch_service_server::WatchService,
+    rollout_service_server::RolloutService,
 };
 use futures::stream::BoxStream;
 use tonic::{Request, Response, Status};
@@ -17,14 +17,6 @@ pub(crate) struct Unimplemented;
 
 type Stream<T> = BoxStream<'static, Result<T, Status>>;
 type Answer<T> = Result<Response<T>, Status>;
-
-#[tonic::async_trait]
-impl WatchService for Unimplemented {
-    type SubscribeStream = Stream<pb::SubscribeResponse>;
-    async fn subscribe(&self, _: Request<pb::SubscribeRequest>) -> Answer<Self::SubscribeStream> {
-        Err(unimplemented("WatchService.Subscribe"))
-    }
-}
 
 #[tonic::async_trait]
 impl ObjectsService for Unimplemented {

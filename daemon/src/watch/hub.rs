@@ -1,0 +1,242 @@
+//! The registry of shared watches: finds or starts the one upstream watch for a query, counts its
+//! subscribers, and stops it `linger` after the last one leaves (so a reconnecting app can still resume).
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
+};
+
+use futures::StreamExt;
+use kube::{
+    Api, Client,
+    api::{ListParams, WatchParams},
+    runtime::watcher,
+};
+use tokio::sync::OnceCell;
+
+use super::{
+    Cursor, Subscription, WatchError, WatchKey,
+    object::RawObject,
+    resolve::Resolver,
+    shared::{Limits, SharedWatch},
+};
+use crate::{config::WatchConfig, metrics::Metrics};
+
+/// What an app asks to watch.
+#[derive(Debug, Clone, Default)]
+pub struct Query {
+    /// The resource name, in any form [`Resolver`] accepts.
+    pub resource: String,
+    /// Namespace; empty for all.
+    pub namespace: String,
+    /// Label selector.
+    pub label_selector: String,
+    /// Field selector.
+    pub field_selector: String,
+    /// Where to resume.
+    pub cursor: Option<Cursor>,
+}
+
+/// Every shared watch of this daemon.
+pub struct Hub {
+    client: Client,
+    resolver: Resolver,
+    config: WatchConfig,
+    metrics: Metrics,
+    watches: Mutex<HashMap<WatchKey, Held>>,
+    /// Whether the apiserver serves streaming lists (WatchList); asked once.
+    streaming_lists: OnceCell<bool>,
+}
+
+impl std::fmt::Debug for Hub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hub").field("upstream_watches", &self.upstream_watches()).finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug)]
+struct Held {
+    watch: Arc<SharedWatch>,
+    subscribers: usize,
+}
+
+/// One subscriber's claim on a shared watch; released on drop.
+#[derive(Debug)]
+pub(super) struct Lease {
+    hub: Arc<Hub>,
+    watch: Arc<SharedWatch>,
+}
+
+impl Lease {
+    pub(super) fn watch(&self) -> &Arc<SharedWatch> {
+        &self.watch
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.hub.release(&self.watch);
+    }
+}
+
+impl Hub {
+    /// A hub that watches through `client`.
+    pub fn new(client: Client, config: WatchConfig, metrics: Metrics) -> Arc<Self> {
+        Arc::new(Self {
+            resolver: Resolver::new(client.clone()),
+            client,
+            config,
+            metrics,
+            watches: Mutex::new(HashMap::new()),
+            streaming_lists: OnceCell::new(),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<WatchKey, Held>> {
+        self.watches.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Upstream watches running now.
+    pub fn upstream_watches(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Subscribes to `query`, sharing the upstream watch of an identical query.
+    pub async fn subscribe(self: &Arc<Self>, query: Query) -> Result<Subscription, WatchError> {
+        let resolved = self.resolver.resolve(&query.resource).await?;
+        if !resolved.namespaced && !query.namespace.is_empty() {
+            return Err(WatchError::InvalidArgument {
+                field: "namespace",
+                message: format!("{} is cluster-scoped; leave namespace empty", resolved.api.plural),
+            });
+        }
+        let key = WatchKey {
+            resource: resolved.api,
+            namespace: query.namespace,
+            label_selector: query.label_selector,
+            field_selector: query.field_selector,
+        };
+        let watch = match self.acquire(&key) {
+            Some(watch) => watch,
+            None => {
+                let api = self.api(&key);
+                check_query(&api, &key).await?;
+                let config = self.watcher_config(&api, &key).await?;
+                self.acquire_or_start(key, api, config)
+            }
+        };
+        let joined = watch.join(query.cursor);
+        Ok(Subscription::new(Lease { hub: self.clone(), watch }, joined))
+    }
+
+    fn api(&self, key: &WatchKey) -> Api<RawObject> {
+        let ar = key.resource.api_resource();
+        if key.namespace.is_empty() {
+            Api::all_with(self.client.clone(), &ar)
+        } else {
+            Api::namespaced_with(self.client.clone(), &key.namespace, &ar)
+        }
+    }
+
+    /// Joins a running watch of `key`, if any.
+    fn acquire(&self, key: &WatchKey) -> Option<Arc<SharedWatch>> {
+        let mut watches = self.lock();
+        let held = watches.get_mut(key)?;
+        held.subscribers += 1;
+        self.metrics.watch_subscribers.inc();
+        Some(held.watch.clone())
+    }
+
+    /// Joins the watch of `key`, starting it unless another subscriber started it meanwhile.
+    fn acquire_or_start(&self, key: WatchKey, api: Api<RawObject>, config: watcher::Config) -> Arc<SharedWatch> {
+        let mut watches = self.lock();
+        self.metrics.watch_subscribers.inc();
+        let held = watches.entry(key.clone()).or_insert_with(|| {
+            let limits = Limits { queue: self.config.subscriber_queue, history: self.config.history };
+            let watch = SharedWatch::new(key.clone(), limits);
+            tracing::info!(resource = %key.resource.plural, namespace = %key.namespace, label_selector = %key.label_selector, field_selector = %key.field_selector, "starting upstream watch");
+            self.metrics.watch_upstreams.inc();
+            tokio::spawn(watch.clone().run(api, config, self.metrics.clone()));
+            Held { watch, subscribers: 0 }
+        });
+        held.subscribers += 1;
+        held.watch.clone()
+    }
+
+    /// A subscriber left; the last one starts the linger timer.
+    fn release(self: &Arc<Self>, watch: &Arc<SharedWatch>) {
+        self.metrics.watch_subscribers.dec();
+        let mut watches = self.lock();
+        let Some(held) = watches.get_mut(&watch.key) else { return };
+        if !Arc::ptr_eq(&held.watch, watch) {
+            return;
+        }
+        held.subscribers -= 1;
+        if held.subscribers > 0 {
+            return;
+        }
+        let (hub, watch) = (self.clone(), watch.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(hub.config.linger).await;
+            let mut watches = hub.lock();
+            let idle = watches.get(&watch.key).is_some_and(|h| h.subscribers == 0 && Arc::ptr_eq(&h.watch, &watch));
+            if idle {
+                watches.remove(&watch.key);
+                watch.stop();
+                hub.metrics.watch_upstreams.dec();
+                tracing::info!(resource = %watch.key.resource.plural, namespace = %watch.key.namespace, "stopped idle upstream watch");
+            }
+        });
+    }
+
+    /// kube-runtime's watcher configuration for `key`: bookmarks on, selectors, and streaming lists
+    /// when the apiserver serves them.
+    async fn watcher_config(&self, api: &Api<RawObject>, key: &WatchKey) -> Result<watcher::Config, WatchError> {
+        let streaming = *self.streaming_lists.get_or_try_init(|| supports_streaming_lists(api)).await?;
+        let mut config = watcher::Config::default();
+        if streaming {
+            config = config.streaming_lists();
+        }
+        if !key.label_selector.is_empty() {
+            config = config.labels(&key.label_selector);
+        }
+        if !key.field_selector.is_empty() {
+            config = config.fields(&key.field_selector);
+        }
+        Ok(config)
+    }
+}
+
+/// Asks the apiserver for one object with each selector, so a bad selector, a forbidden resource or a
+/// missing namespace is refused now, naming the field, instead of failing inside the upstream watch.
+async fn check_query(api: &Api<RawObject>, key: &WatchKey) -> Result<(), WatchError> {
+    let refused =
+        |field: &str, source| WatchError::Apiserver { op: format!("list {} ({field})", key.resource.plural), source };
+    api.list(&ListParams::default().limit(1).labels(&key.label_selector))
+        .await
+        .map_err(|e| refused("label_selector", e))?;
+    if !key.field_selector.is_empty() {
+        api.list(&ListParams::default().limit(1).fields(&key.field_selector))
+            .await
+            .map_err(|e| refused("field_selector", e))?;
+    }
+    Ok(())
+}
+
+/// Whether the apiserver answers a streaming-list watch (sendInitialEvents); older or restricted ones
+/// refuse it with 4xx, and the hub then lists and watches.
+async fn supports_streaming_lists(api: &Api<RawObject>) -> Result<bool, WatchError> {
+    let params = WatchParams::streaming_lists().timeout(1);
+    let first = match api.watch(&params, "0").await {
+        Ok(stream) => std::pin::pin!(stream).next().await.transpose().map(|_| ()),
+        Err(error) => Err(error),
+    };
+    match first {
+        Ok(()) => Ok(true),
+        Err(kube::Error::Api(status)) if (400..500).contains(&status.code) && status.code != 403 => {
+            tracing::info!(code = status.code, message = %status.message, "apiserver refuses streaming lists; using list and watch");
+            Ok(false)
+        }
+        Err(source) => Err(WatchError::Apiserver { op: "probe streaming-list support".to_owned(), source }),
+    }
+}

@@ -1,0 +1,419 @@
+//! One upstream watch shared by every subscriber of the same query: the cache of current objects, a
+//! bounded history for resuming, and the fan-out to subscriber queues that never waits on a subscriber.
+
+use std::{
+    collections::{HashMap, VecDeque},
+    sync::{
+        Arc, Mutex, MutexGuard, PoisonError,
+        atomic::{AtomicBool, Ordering},
+    },
+};
+
+use futures::StreamExt;
+use kube::{
+    Api,
+    runtime::{WatchStreamExt, watcher},
+};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    Cursor, WatchKey,
+    object::{Obj, ObjKey, RawObject},
+};
+use crate::metrics::Metrics;
+
+/// What happened to the watched set, in apiserver order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    /// An object appeared.
+    Added(Arc<Obj>),
+    /// An object changed.
+    Modified(Arc<Obj>),
+    /// An object is gone (its last known state).
+    Deleted(Arc<Obj>),
+    /// The initial list is complete.
+    Synced,
+}
+
+/// A change with its position in the watch's history.
+#[derive(Debug, PartialEq)]
+pub struct Entry {
+    /// Position: strictly increasing per watch incarnation.
+    pub seq: u64,
+    /// What happened.
+    pub change: Change,
+}
+
+/// What a subscriber is handed when it joins.
+#[derive(Debug)]
+pub struct Joined {
+    /// Delivered first: a snapshot (objects then, if synced, the SYNCED position) or the history to replay.
+    pub initial: Vec<Item>,
+    /// Live entries after `initial`.
+    pub live: mpsc::Receiver<Arc<Entry>>,
+    /// Set when this subscriber fell behind and was cut off; it must resync.
+    pub overflowed: Arc<AtomicBool>,
+}
+
+/// One thing delivered to a subscriber.
+#[derive(Debug)]
+pub enum Item {
+    /// The subscriber's cursor is too old or from another incarnation, or it fell behind: a snapshot follows.
+    ResyncRequired,
+    /// An object of a snapshot (no cursor: resuming mid-snapshot is not possible).
+    Snapshot(Arc<Obj>),
+    /// The snapshot is complete; the cursor is this position.
+    Synced(u64),
+    /// A change from the history or live.
+    Entry(Arc<Entry>),
+}
+
+/// Sizes that bound a watch's memory.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Entries one subscriber may have queued before it is cut off and must resync.
+    pub queue: usize,
+    /// Entries kept for resuming.
+    pub history: usize,
+}
+
+/// One upstream watch and its subscribers.
+#[derive(Debug)]
+pub struct SharedWatch {
+    /// Random per incarnation, so a cursor from an earlier watch of the same query is recognised.
+    pub incarnation: u64,
+    /// The query.
+    pub key: WatchKey,
+    limits: Limits,
+    state: Mutex<State>,
+    stop: CancellationToken,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    objects: HashMap<ObjKey, Arc<Obj>>,
+    /// Objects of a list in progress (initial, or a relist after 410 Gone).
+    relist: Option<HashMap<ObjKey, Arc<Obj>>>,
+    synced: bool,
+    seq: u64,
+    history: VecDeque<Arc<Entry>>,
+    subscribers: Vec<Slot>,
+    stopped: bool,
+}
+
+#[derive(Debug)]
+struct Slot {
+    tx: mpsc::Sender<Arc<Entry>>,
+    overflowed: Arc<AtomicBool>,
+}
+
+impl SharedWatch {
+    /// A watch for `key` that has not started yet; see [`SharedWatch::run`].
+    pub fn new(key: WatchKey, limits: Limits) -> Arc<Self> {
+        Arc::new(Self {
+            incarnation: rand::random(),
+            key,
+            limits,
+            state: Mutex::new(State::default()),
+            stop: CancellationToken::new(),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Every update leaves the state whole before it can panic, so a poisoned lock is still usable.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Stops the upstream watch; subscribers' streams end.
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+
+    /// Joins a subscriber: from `cursor` when the history still covers it, else from a snapshot.
+    pub fn join(&self, cursor: Option<Cursor>) -> Joined {
+        let mut state = self.lock();
+        let (tx, live) = mpsc::channel(self.limits.queue);
+        let overflowed = Arc::new(AtomicBool::new(false));
+        let mut initial = Vec::new();
+        match cursor {
+            Some(cursor) if self.can_resume(&state, cursor) => {
+                initial.extend(state.history.iter().filter(|e| e.seq > cursor.seq).cloned().map(Item::Entry));
+            }
+            other => {
+                if other.is_some() {
+                    initial.push(Item::ResyncRequired);
+                }
+                initial.extend(state.objects.values().cloned().map(Item::Snapshot));
+                if state.synced {
+                    initial.push(Item::Synced(state.seq));
+                }
+            }
+        }
+        if !state.stopped {
+            state.subscribers.push(Slot { tx, overflowed: overflowed.clone() });
+        }
+        Joined { initial, live, overflowed }
+    }
+
+    fn can_resume(&self, state: &State, cursor: Cursor) -> bool {
+        let oldest_needed = cursor.seq + 1;
+        cursor.incarnation == self.incarnation
+            && cursor.seq <= state.seq
+            && (cursor.seq == state.seq || state.history.front().is_some_and(|e| e.seq <= oldest_needed))
+    }
+
+    /// Number of cached objects.
+    pub fn len(&self) -> usize {
+        self.lock().objects.len()
+    }
+
+    /// Whether the cache holds no object.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Runs the upstream watch until [`SharedWatch::stop`]: kube-runtime's watcher with bookmarks and
+    /// backoff with jitter, applying each event to the cache and fanning it out.
+    pub async fn run(self: Arc<Self>, api: Api<RawObject>, config: watcher::Config, metrics: Metrics) {
+        let mut events = std::pin::pin!(watcher(api, config).default_backoff());
+        loop {
+            let event = tokio::select! {
+                () = self.stop.cancelled() => break,
+                event = events.next() => event,
+            };
+            match event {
+                Some(Ok(event)) => {
+                    metrics.watch_events.inc();
+                    self.apply(event, &metrics);
+                }
+                Some(Err(error)) => {
+                    metrics.watch_upstream_errors.inc();
+                    tracing::warn!(%error, resource = %self.key.resource.plural, namespace = %self.key.namespace, "upstream watch failed; retrying with backoff");
+                }
+                None => break,
+            }
+        }
+        let mut state = self.lock();
+        state.stopped = true;
+        // Dropping the senders ends every subscriber's live stream.
+        state.subscribers.clear();
+    }
+
+    /// Applies one watcher event: cache first, then history and subscribers.
+    pub fn apply(&self, event: watcher::Event<RawObject>, metrics: &Metrics) {
+        let mut state = self.lock();
+        let state = &mut *state;
+        let mut changes = Vec::new();
+        match event {
+            watcher::Event::Init => state.relist = Some(HashMap::new()),
+            watcher::Event::InitApply(raw) => {
+                let obj = Arc::new(Obj::from(raw));
+                state.relist.get_or_insert_with(HashMap::new).insert(obj.key(), obj);
+            }
+            watcher::Event::InitDone => {
+                let listed = state.relist.take().unwrap_or_default();
+                diff(&state.objects, &listed, &mut changes);
+                state.objects = listed;
+                if !state.synced {
+                    state.synced = true;
+                    changes.push(Change::Synced);
+                }
+            }
+            watcher::Event::Apply(raw) => {
+                let obj = Arc::new(Obj::from(raw));
+                match state.objects.insert(obj.key(), obj.clone()) {
+                    None => changes.push(Change::Added(obj)),
+                    Some(old) if old.resource_version == obj.resource_version => {}
+                    Some(old) if old.uid != obj.uid => {
+                        changes.push(Change::Deleted(old));
+                        changes.push(Change::Added(obj));
+                    }
+                    Some(_) => changes.push(Change::Modified(obj)),
+                }
+            }
+            watcher::Event::Delete(raw) => {
+                let obj = Arc::new(Obj::from(raw));
+                state.objects.remove(&obj.key());
+                changes.push(Change::Deleted(obj));
+            }
+        }
+        for change in changes {
+            state.publish(change, self.limits.history, metrics);
+        }
+    }
+}
+
+impl State {
+    fn publish(&mut self, change: Change, history: usize, metrics: &Metrics) {
+        self.seq += 1;
+        let entry = Arc::new(Entry { seq: self.seq, change });
+        if history > 0 {
+            if self.history.len() == history {
+                self.history.pop_front();
+            }
+            self.history.push_back(entry.clone());
+        }
+        self.subscribers.retain(|slot| match slot.tx.try_send(entry.clone()) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                // Never wait on a slow subscriber: cut it off; it resyncs from a snapshot.
+                slot.overflowed.store(true, Ordering::Release);
+                metrics.watch_resyncs.inc();
+                false
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        });
+    }
+}
+
+/// Changes that take the cache from `old` to `new`: ADDED for new objects, MODIFIED for changed ones,
+/// DELETED for vanished ones (and for a same-named object with a new uid, DELETED then ADDED), nothing
+/// for unchanged ones.
+fn diff(old: &HashMap<ObjKey, Arc<Obj>>, new: &HashMap<ObjKey, Arc<Obj>>, changes: &mut Vec<Change>) {
+    for (key, obj) in old {
+        if !new.contains_key(key) {
+            changes.push(Change::Deleted(obj.clone()));
+        }
+    }
+    for (key, obj) in new {
+        match old.get(key) {
+            None => changes.push(Change::Added(obj.clone())),
+            Some(prev) if prev.resource_version == obj.resource_version => {}
+            Some(prev) if prev.uid != obj.uid => {
+                changes.push(Change::Deleted(prev.clone()));
+                changes.push(Change::Added(obj.clone()));
+            }
+            Some(_) => changes.push(Change::Modified(obj.clone())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::watch::resolve::ResourceId;
+
+    fn raw(name: &str, uid: &str, rv: &str) -> RawObject {
+        let json =
+            format!(r#"{{"metadata":{{"name":"{name}","namespace":"ns","uid":"{uid}","resourceVersion":"{rv}"}}}}"#);
+        serde_json::from_str(&json).expect("test object decodes")
+    }
+
+    fn watch(queue: usize, history: usize) -> Arc<SharedWatch> {
+        let key = WatchKey {
+            resource: ResourceId {
+                group: String::new(),
+                version: "v1".into(),
+                kind: "ConfigMap".into(),
+                plural: "configmaps".into(),
+            },
+            namespace: "ns".into(),
+            label_selector: String::new(),
+            field_selector: String::new(),
+        };
+        SharedWatch::new(key, Limits { queue, history })
+    }
+
+    fn list(w: &SharedWatch, m: &Metrics, objs: Vec<RawObject>) {
+        w.apply(watcher::Event::Init, m);
+        for o in objs {
+            w.apply(watcher::Event::InitApply(o), m);
+        }
+        w.apply(watcher::Event::InitDone, m);
+    }
+
+    fn drain(rx: &mut mpsc::Receiver<Arc<Entry>>) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Ok(e) = rx.try_recv() {
+            out.push(match &e.change {
+                Change::Added(o) => format!("ADDED {} {}", o.name, o.resource_version),
+                Change::Modified(o) => format!("MODIFIED {} {}", o.name, o.resource_version),
+                Change::Deleted(o) => format!("DELETED {} {}", o.name, o.resource_version),
+                Change::Synced => "SYNCED".to_owned(),
+            });
+        }
+        out
+    }
+
+    #[test]
+    fn the_initial_list_is_added_then_synced_and_late_joiners_get_a_snapshot() {
+        let (w, m) = (watch(16, 16), Metrics::new());
+        let mut early = w.join(None);
+        assert!(early.initial.is_empty());
+        list(&w, &m, vec![raw("a", "1", "10")]);
+        assert_eq!(drain(&mut early.live), ["ADDED a 10", "SYNCED"]);
+
+        let late = w.join(None);
+        assert!(matches!(late.initial.as_slice(), [Item::Snapshot(o), Item::Synced(2)] if o.name == "a"));
+    }
+
+    #[test]
+    fn a_relist_emits_only_the_differences() {
+        let (w, m) = (watch(64, 64), Metrics::new());
+        list(
+            &w,
+            &m,
+            vec![raw("same", "1", "1"), raw("changed", "2", "2"), raw("gone", "3", "3"), raw("recreated", "4", "4")],
+        );
+        let mut sub = w.join(None);
+        list(
+            &w,
+            &m,
+            vec![raw("same", "1", "1"), raw("changed", "2", "20"), raw("recreated", "44", "40"), raw("new", "5", "50")],
+        );
+        let mut got = drain(&mut sub.live);
+        got.sort();
+        assert_eq!(
+            got,
+            ["ADDED new 50", "ADDED recreated 40", "DELETED gone 3", "DELETED recreated 4", "MODIFIED changed 20"]
+        );
+    }
+
+    #[test]
+    fn live_events_and_duplicates() {
+        let (w, m) = (watch(16, 16), Metrics::new());
+        list(&w, &m, vec![]);
+        let mut sub = w.join(None);
+        w.apply(watcher::Event::Apply(raw("a", "1", "1")), &m);
+        w.apply(watcher::Event::Apply(raw("a", "1", "1")), &m);
+        w.apply(watcher::Event::Apply(raw("a", "1", "2")), &m);
+        w.apply(watcher::Event::Delete(raw("a", "1", "3")), &m);
+        assert_eq!(drain(&mut sub.live), ["ADDED a 1", "MODIFIED a 2", "DELETED a 3"]);
+        assert!(w.is_empty());
+    }
+
+    #[test]
+    fn a_full_queue_cuts_off_only_that_subscriber() {
+        let (w, m) = (watch(2, 16), Metrics::new());
+        list(&w, &m, vec![]);
+        let mut slow = w.join(None);
+        let mut fast = w.join(None);
+        for rv in 1..=3 {
+            w.apply(watcher::Event::Apply(raw("a", "1", &rv.to_string())), &m);
+            assert_eq!(drain(&mut fast.live).len(), 1, "the fast one keeps up");
+        }
+        assert!(slow.overflowed.load(Ordering::Acquire));
+        assert_eq!(drain(&mut slow.live).len(), 2, "what was queued is still delivered");
+        assert!(slow.live.try_recv().is_err(), "then the queue is closed");
+        assert!(!fast.overflowed.load(Ordering::Acquire));
+    }
+
+    #[test]
+    fn resume_replays_from_history_or_requires_a_resync() {
+        let (w, m) = (watch(16, 3), Metrics::new());
+        list(&w, &m, vec![]); // seq 1: SYNCED
+        for rv in 1..=5 {
+            w.apply(watcher::Event::Apply(raw("a", "1", &rv.to_string())), &m); // seq 2..=6
+        }
+        let at = |seq| Some(Cursor { incarnation: w.incarnation, seq });
+        let replayed = w.join(at(4)).initial;
+        let seqs: Vec<u64> = replayed.iter().map(|i| if let Item::Entry(e) = i { e.seq } else { 0 }).collect();
+        assert_eq!(seqs, [5, 6]);
+        assert!(w.join(at(6)).initial.is_empty(), "up to date: nothing to replay");
+        assert!(matches!(w.join(at(1)).initial[0], Item::ResyncRequired), "history no longer covers it");
+        let other = Some(Cursor { incarnation: w.incarnation ^ 1, seq: 4 });
+        assert!(matches!(w.join(other).initial[0], Item::ResyncRequired), "another incarnation");
+        assert!(matches!(w.join(at(99)).initial[0], Item::ResyncRequired), "from the future");
+    }
+}

@@ -1,0 +1,49 @@
+//! One subscriber's view of a shared watch: its initial items, then live entries, and a fresh snapshot
+//! after RESYNC_REQUIRED when it fell behind. Dropping it releases the shared watch.
+
+use std::{collections::VecDeque, sync::atomic::Ordering};
+
+use super::{
+    hub::Lease,
+    shared::{Item, Joined},
+};
+
+/// A subscription to a shared watch.
+#[derive(Debug)]
+pub struct Subscription {
+    lease: Lease,
+    pending: VecDeque<Item>,
+    joined: Joined,
+}
+
+impl Subscription {
+    pub(super) fn new(lease: Lease, mut joined: Joined) -> Self {
+        let pending = std::mem::take(&mut joined.initial).into();
+        Self { lease, pending, joined }
+    }
+
+    /// The watch incarnation, for cursors.
+    pub fn incarnation(&self) -> u64 {
+        self.lease.watch().incarnation
+    }
+
+    /// The next item; `None` when the watch stopped (the daemon is shutting down).
+    pub async fn next(&mut self) -> Option<Item> {
+        loop {
+            if let Some(item) = self.pending.pop_front() {
+                return Some(item);
+            }
+            match self.joined.live.recv().await {
+                Some(entry) => return Some(Item::Entry(entry)),
+                None if self.joined.overflowed.load(Ordering::Acquire) => {
+                    tracing::debug!(resource = %self.lease.watch().key.resource.plural, "subscriber fell behind; resyncing");
+                    let mut joined = self.lease.watch().join(None);
+                    self.pending.push_back(Item::ResyncRequired);
+                    self.pending.extend(std::mem::take(&mut joined.initial));
+                    self.joined = joined;
+                }
+                None => return None,
+            }
+        }
+    }
+}
