@@ -70,11 +70,14 @@ pub enum ResolveError {
     Discovery(#[source] kube::Error),
 }
 
+/// The last discovery and when it ran.
+type CachedDiscovery = Option<(Instant, Arc<Discovery>)>;
+
 /// Resolves resource names against the apiserver's discovery, cached.
 #[derive(Clone)]
 pub struct Resolver {
     client: Client,
-    cache: Arc<Mutex<Option<(Instant, Arc<Discovery>)>>>,
+    cache: Arc<Mutex<CachedDiscovery>>,
 }
 
 impl std::fmt::Debug for Resolver {
