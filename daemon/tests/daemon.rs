@@ -142,7 +142,7 @@ async fn a_stale_socket_from_a_killed_daemon_is_replaced() {
 
 #[tokio::test]
 async fn sigterm_drains_streams_within_the_grace_period_and_removes_the_socket() {
-    let mut daemon = Daemon::builder(BIN).arg("--config").arg(grace_config()).start().await;
+    let mut daemon = Daemon::builder(BIN).config("shutdown:\n  gracePeriod: 1s\n").start().await;
     // An open stream that never ends by itself: the health watch.
     let mut watch = daemon
         .client()
@@ -163,14 +163,6 @@ async fn sigterm_drains_streams_within_the_grace_period_and_removes_the_socket()
     assert!(!daemon.socket().exists(), "socket removed");
     assert!(!daemon.admin_socket().exists(), "admin socket removed");
     assert!(daemon.logs().contains("grace period over"), "the open stream was cut at the grace period");
-}
-
-/// A config with a 1 s grace period, written to a temp file that lives for the test run.
-fn grace_config() -> String {
-    let file = tempfile::Builder::new().suffix(".yaml").tempfile().expect("temp config");
-    std::fs::write(file.path(), "shutdown:\n  gracePeriod: 1s\n").expect("write config");
-    let (_, path) = file.keep().expect("keep config file");
-    path.display().to_string()
 }
 
 #[tokio::test]

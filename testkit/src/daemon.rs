@@ -22,6 +22,7 @@ pub struct DaemonBuilder {
     dir: Option<PathBuf>,
     args: Vec<String>,
     env: Vec<(String, String)>,
+    config: Option<String>,
     wait_ready: bool,
 }
 
@@ -46,6 +47,12 @@ impl DaemonBuilder {
     /// Adds a command-line argument after `run`.
     pub fn arg(mut self, arg: impl Into<String>) -> Self {
         self.args.push(arg.into());
+        self
+    }
+
+    /// Runs with this YAML as its config file.
+    pub fn config(mut self, yaml: impl Into<String>) -> Self {
+        self.config = Some(yaml.into());
         self
     }
 
@@ -78,8 +85,14 @@ impl DaemonBuilder {
         let log = dir.join(format!("consistd-{:08x}.log", rand::random::<u32>()));
         let log_file = std::fs::File::create(&log).unwrap_or_else(|e| panic!("create {}: {e}", log.display()));
         let mut command = Command::new(&self.bin);
+        if let Some(yaml) = &self.config {
+            let file = dir.join("consistd.yaml");
+            std::fs::write(&file, yaml).unwrap_or_else(|e| panic!("write {}: {e}", file.display()));
+            command.arg("run").arg("--config").arg(file);
+        } else {
+            command.arg("run");
+        }
         command
-            .arg("run")
             .arg("--socket")
             .arg(&socket)
             .arg("--admin-socket")
@@ -108,7 +121,7 @@ impl DaemonBuilder {
 impl Daemon {
     /// A builder for the consistd binary at `bin` (in integration tests: `env!("CARGO_BIN_EXE_consistd")`).
     pub fn builder(bin: impl Into<PathBuf>) -> DaemonBuilder {
-        DaemonBuilder { bin: bin.into(), dir: None, args: Vec::new(), env: Vec::new(), wait_ready: true }
+        DaemonBuilder { bin: bin.into(), dir: None, args: Vec::new(), env: Vec::new(), config: None, wait_ready: true }
     }
 
     /// The gRPC socket.

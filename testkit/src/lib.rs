@@ -5,6 +5,7 @@
 //! start it.
 
 mod daemon;
+pub mod watch;
 
 use std::path::PathBuf;
 
