@@ -1,6 +1,7 @@
 //! The gRPC API on the app-facing Unix socket: the consistd services, grpc.health.v1 and server
 //! reflection, served on whatever listener the caller hands over.
 
+mod objects;
 mod status;
 mod unimplemented;
 mod watch;
@@ -22,8 +23,8 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::Server;
 use tonic_health::{ServingStatus, server::HealthReporter};
 
-use self::{unimplemented::Unimplemented, watch::WatchApi};
-use crate::watch::Hub;
+use self::{objects::ObjectsApi, unimplemented::Unimplemented, watch::WatchApi};
+use crate::{objects::Objects, watch::Hub};
 
 /// Full names of the consistd services, as reflection and health report them.
 pub const SERVICE_NAMES: [&str; 6] = [
@@ -44,6 +45,8 @@ pub const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
 pub struct Services {
     /// The watch hub.
     pub hub: Arc<Hub>,
+    /// Reads and writes.
+    pub objects: Objects,
 }
 
 /// Why the gRPC server stopped with an error.
@@ -88,7 +91,9 @@ pub async fn serve(listener: UnixListener, services: Services, shutdown: Cancell
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(WatchServiceServer::new(watch).max_decoding_message_size(MAX_REQUEST_BYTES))
-        .add_service(ObjectsServiceServer::new(Unimplemented))
+        .add_service(
+            ObjectsServiceServer::new(ObjectsApi::new(services.objects)).max_decoding_message_size(MAX_REQUEST_BYTES),
+        )
         .add_service(LeadershipServiceServer::new(Unimplemented))
         .add_service(OutboxServiceServer::new(Unimplemented))
         .add_service(InboxServiceServer::new(Unimplemented))

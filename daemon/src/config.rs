@@ -29,6 +29,8 @@ pub struct Config {
     pub admin: AdminConfig,
     /// The watch hub.
     pub watch: WatchConfig,
+    /// Own-write consistency.
+    pub consistency: ConsistencyConfig,
     /// How the daemon stops.
     pub shutdown: ShutdownConfig,
     /// Logging.
@@ -75,6 +77,23 @@ pub struct WatchConfig {
 impl Default for WatchConfig {
     fn default() -> Self {
         Self { linger: Duration::from_secs(5), subscriber_queue: 1024, history: 10_000 }
+    }
+}
+
+/// How long the pod's own writes are waited for.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct ConsistencyConfig {
+    /// How long CONSISTENT subscribers hold older states after a write of this pod before delivering
+    /// the latest one marked timed out, and how long read-your-writes reads wait. 5 s: a watch event
+    /// normally follows its write within milliseconds; seconds mean the watch is lagging.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+}
+
+impl Default for ConsistencyConfig {
+    fn default() -> Self {
+        Self { timeout: Duration::from_secs(5) }
     }
 }
 
@@ -289,6 +308,9 @@ impl Config {
         }
         if self.watch.subscriber_queue == 0 {
             return Err(ConfigError::field("watch.subscriberQueue", "must be at least 1"));
+        }
+        if self.consistency.timeout.is_zero() {
+            return Err(ConfigError::field("consistency.timeout", "must be greater than 0s"));
         }
         if self.shutdown.grace_period.is_zero() {
             return Err(ConfigError::field(

@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod config;
 pub mod health;
 pub mod metrics;
+pub mod objects;
 pub mod run;
 pub mod socket;
 pub mod telemetry;

@@ -13,6 +13,7 @@ use crate::{
     config::Config,
     health::Health,
     metrics::Metrics,
+    objects::Objects,
     socket::{self, SocketError},
     watch::Hub,
 };
@@ -54,7 +55,9 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let draining = CancellationToken::new();
     let stopped = CancellationToken::new();
 
-    let services = Services { hub: Hub::new(client.clone(), config.watch.clone(), metrics.clone()) };
+    let hub = Hub::new(client.clone(), config.watch.clone(), metrics.clone());
+    let objects = Objects::new(client.clone(), hub.clone(), config.consistency.timeout);
+    let services = Services { hub, objects };
     tokio::spawn(cluster::probe(client, health.clone(), metrics.clone(), stopped.clone()));
     let admin_task = tokio::spawn(admin::serve(admin_listener, health.clone(), metrics, stopped.clone()));
     let mut grpc = tokio::spawn(api::serve(listener, services, draining.clone()));

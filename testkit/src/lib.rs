@@ -61,3 +61,61 @@ pub async fn namespace(client: &Client) -> String {
         .unwrap_or_else(|e| panic!("create test namespace {name}: {e}"));
     name
 }
+
+/// A kubeconfig for user `user` with no rights beyond what RBAC grants that name, signed by the test
+/// control plane's CA with openssl. Written to `dir`; returns its path.
+pub fn kubeconfig_for_user(user: &str, dir: &std::path::Path) -> PathBuf {
+    let admin = kubeconfig();
+    let pki = admin.parent().unwrap_or_else(|| panic!("kubeconfig has no directory")).join("pki");
+    let key = dir.join(format!("{user}.key"));
+    let csr = dir.join(format!("{user}.csr"));
+    let crt = dir.join(format!("{user}.crt"));
+    let run = |args: &[&str]| {
+        let out =
+            std::process::Command::new("openssl").args(args).output().unwrap_or_else(|e| panic!("run openssl: {e}"));
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let (key_s, csr_s, crt_s) = (key.to_string_lossy(), csr.to_string_lossy(), crt.to_string_lossy());
+    let subject = format!("/CN={user}");
+    run(&["req", "-newkey", "rsa:2048", "-nodes", "-subj", &subject, "-keyout", &key_s, "-out", &csr_s]);
+    let (ca_crt, ca_key) = (pki.join("ca.crt"), pki.join("ca.key"));
+    // An extension makes it an X.509 v3 certificate, the only kind rustls accepts.
+    let ext = dir.join(format!("{user}.ext"));
+    std::fs::write(&ext, "extendedKeyUsage=clientAuth\n").unwrap_or_else(|e| panic!("write {}: {e}", ext.display()));
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        &csr_s,
+        "-CA",
+        &ca_crt.to_string_lossy(),
+        "-CAkey",
+        &ca_key.to_string_lossy(),
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        &ext.to_string_lossy(),
+        "-out",
+        &crt_s,
+    ]);
+    let text = std::fs::read_to_string(&admin).unwrap_or_else(|e| panic!("read {}: {e}", admin.display()));
+    let b64 = |p: &std::path::Path| {
+        let out =
+            std::process::Command::new("base64").arg("-w0").arg(p).output().unwrap_or_else(|e| panic!("base64: {e}"));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let mut lines = Vec::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("client-certificate-data:") {
+            lines.push(format!("    client-certificate-data: {}", b64(&crt)));
+        } else if line.trim_start().starts_with("client-key-data:") {
+            lines.push(format!("    client-key-data: {}", b64(&key)));
+        } else {
+            lines.push(line.to_owned());
+        }
+    }
+    let path = dir.join(format!("{user}.kubeconfig"));
+    std::fs::write(&path, lines.join("\n")).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    path
+}

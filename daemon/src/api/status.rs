@@ -3,7 +3,10 @@
 
 use tonic::{Code, Status};
 
-use crate::watch::{WatchError, resolve::ResolveError};
+use crate::{
+    objects::ObjectsError,
+    watch::{WatchError, resolve::ResolveError},
+};
 
 /// An RPC whose behaviour this daemon version does not provide yet.
 pub(crate) fn unimplemented(rpc: &'static str) -> Status {
@@ -32,12 +35,26 @@ pub(crate) fn shutting_down(rpc: &'static str) -> Status {
 pub(crate) fn watch_error(error: WatchError) -> Status {
     match &error {
         WatchError::InvalidArgument { .. } => Status::new(Code::InvalidArgument, error.to_string()),
-        WatchError::Resolve(ResolveError::NotFound(_)) => Status::new(Code::NotFound, error.to_string()),
-        WatchError::Resolve(ResolveError::Malformed(_) | ResolveError::NotWatchable(_)) => {
-            Status::new(Code::InvalidArgument, error.to_string())
-        }
-        WatchError::Resolve(ResolveError::Discovery(source)) => kube_error("discover apiserver resources", source),
+        WatchError::Resolve(e) => resolve_error(e, error.to_string()),
         WatchError::Apiserver { op, source } => kube_error(op, source),
+    }
+}
+
+/// A failed read or write.
+pub(crate) fn objects_error(error: ObjectsError) -> Status {
+    match &error {
+        ObjectsError::InvalidArgument { .. } => Status::new(Code::InvalidArgument, error.to_string()),
+        ObjectsError::NotFound { .. } => Status::new(Code::NotFound, error.to_string()),
+        ObjectsError::Resolve(e) => resolve_error(e, error.to_string()),
+        ObjectsError::Apiserver { op, source } => kube_error(op, source),
+    }
+}
+
+fn resolve_error(e: &ResolveError, message: String) -> Status {
+    match e {
+        ResolveError::NotFound(_) => Status::new(Code::NotFound, message),
+        ResolveError::Malformed(_) | ResolveError::NotWatchable(_) => Status::new(Code::InvalidArgument, message),
+        ResolveError::Discovery(source) => kube_error("discover apiserver resources", source),
     }
 }
 

@@ -3,8 +3,7 @@
 
 use consistd_proto::v1::{
     self as pb, inbox_service_server::InboxService, leadership_service_server::LeadershipService,
-    objects_service_server::ObjectsService, outbox_service_server::OutboxService,
-    rollout_service_server::RolloutService,
+    outbox_service_server::OutboxService, rollout_service_server::RolloutService,
 };
 use futures::stream::BoxStream;
 use tonic::{Request, Response, Status};
@@ -17,28 +16,6 @@ pub(crate) struct Unimplemented;
 
 type Stream<T> = BoxStream<'static, Result<T, Status>>;
 type Answer<T> = Result<Response<T>, Status>;
-
-#[tonic::async_trait]
-impl ObjectsService for Unimplemented {
-    async fn get(&self, _: Request<pb::GetRequest>) -> Answer<pb::GetResponse> {
-        Err(unimplemented("ObjectsService.Get"))
-    }
-    async fn list(&self, _: Request<pb::ListRequest>) -> Answer<pb::ListResponse> {
-        Err(unimplemented("ObjectsService.List"))
-    }
-    async fn create(&self, _: Request<pb::CreateRequest>) -> Answer<pb::CreateResponse> {
-        Err(unimplemented("ObjectsService.Create"))
-    }
-    async fn update(&self, _: Request<pb::UpdateRequest>) -> Answer<pb::UpdateResponse> {
-        Err(unimplemented("ObjectsService.Update"))
-    }
-    async fn patch(&self, _: Request<pb::PatchRequest>) -> Answer<pb::PatchResponse> {
-        Err(unimplemented("ObjectsService.Patch"))
-    }
-    async fn delete(&self, _: Request<pb::DeleteRequest>) -> Answer<pb::DeleteResponse> {
-        Err(unimplemented("ObjectsService.Delete"))
-    }
-}
 
 #[tonic::async_trait]
 impl LeadershipService for Unimplemented {

@@ -106,7 +106,7 @@ fn validate(r: &pb::SubscribeRequest) -> Result<Query, Status> {
 }
 
 /// RFC 1123 label: what Kubernetes accepts as a namespace name.
-fn is_dns_label(s: &str) -> bool {
+pub(super) fn is_dns_label(s: &str) -> bool {
     s.len() <= 63
         && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
@@ -139,13 +139,7 @@ fn response(item: Item, incarnation: u64) -> pb::SubscribeResponse {
 }
 
 fn kube_object(o: &Obj) -> pb::KubeObject {
-    pb::KubeObject {
-        uid: o.uid.clone(),
-        namespace: o.namespace.clone(),
-        name: o.name.clone(),
-        resource_version: o.resource_version.clone(),
-        json: o.json.to_vec(),
-    }
+    o.clone().into()
 }
 
 #[cfg(test)]

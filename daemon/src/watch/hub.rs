@@ -16,8 +16,10 @@ use tokio::sync::OnceCell;
 
 use super::{
     Cursor, Subscription, WatchError, WatchKey,
+    expectations::Expectations,
+    object::Obj,
     object::RawObject,
-    resolve::Resolver,
+    resolve::{ResolveError, Resolved, Resolver},
     shared::{Limits, SharedWatch},
 };
 use crate::{config::WatchConfig, metrics::Metrics};
@@ -44,6 +46,7 @@ pub struct Hub {
     config: WatchConfig,
     metrics: Metrics,
     watches: Mutex<HashMap<WatchKey, Held>>,
+    expectations: Expectations,
     /// Whether the apiserver serves streaming lists (WatchList); asked once.
     streaming_lists: OnceCell<bool>,
 }
@@ -88,6 +91,7 @@ impl Hub {
             config,
             metrics,
             watches: Mutex::new(HashMap::new()),
+            expectations: Expectations::default(),
             streaming_lists: OnceCell::new(),
         })
     }
@@ -99,6 +103,44 @@ impl Hub {
     /// Upstream watches running now.
     pub fn upstream_watches(&self) -> usize {
         self.lock().len()
+    }
+
+    /// Resolves a resource name through discovery.
+    pub async fn resolve(&self, name: &str) -> Result<Resolved, ResolveError> {
+        self.resolver.resolve(name).await
+    }
+
+    /// The daemon's own-write expectations.
+    pub fn expectations(&self) -> &Expectations {
+        &self.expectations
+    }
+
+    /// Records a write of this pod that produced `obj`, so CONSISTENT subscribers wait for it.
+    pub fn record_write(&self, resource: &super::resolve::ResourceId, obj: &Obj, timeout: std::time::Duration) {
+        if obj.uid.is_empty() || obj.resource_version.is_empty() {
+            return;
+        }
+        let locator = format!("{}/{}/{}", resource.plural, obj.namespace, obj.name);
+        self.expectations.expect(&obj.uid, &obj.resource_version, &locator, timeout);
+        let watches: Vec<Arc<SharedWatch>> =
+            self.lock().values().filter(|h| &h.watch.key.resource == resource).map(|h| h.watch.clone()).collect();
+        for watch in watches {
+            watch.note_write(obj);
+        }
+    }
+
+    /// A running, synced watch with no selectors that covers `namespace` of `resource`: its cache can
+    /// answer reads.
+    pub fn covering(&self, resource: &super::resolve::ResourceId, namespace: &str) -> Option<Arc<SharedWatch>> {
+        self.lock()
+            .values()
+            .map(|h| &h.watch)
+            .filter(|w| {
+                &w.key.resource == resource && w.key.label_selector.is_empty() && w.key.field_selector.is_empty()
+            })
+            .find(|w| w.key.namespace.is_empty() || w.key.namespace == namespace)
+            .filter(|w| w.is_synced())
+            .cloned()
     }
 
     /// Subscribes to `query`, sharing the upstream watch of an identical query.
@@ -153,7 +195,7 @@ impl Hub {
         self.metrics.watch_subscribers.inc();
         let held = watches.entry(key.clone()).or_insert_with(|| {
             let limits = Limits { queue: self.config.subscriber_queue, history: self.config.history };
-            let watch = SharedWatch::new(key.clone(), limits);
+            let watch = SharedWatch::new(key.clone(), limits, self.expectations.clone());
             tracing::info!(resource = %key.resource.plural, namespace = %key.namespace, label_selector = %key.label_selector, field_selector = %key.field_selector, "starting upstream watch");
             self.metrics.watch_upstreams.inc();
             tokio::spawn(watch.clone().run(api, config, self.metrics.clone()));

@@ -122,6 +122,18 @@ pub struct ObjKey {
     pub name: String,
 }
 
+impl From<Obj> for consistd_proto::v1::KubeObject {
+    fn from(o: Obj) -> Self {
+        Self {
+            uid: o.uid,
+            namespace: o.namespace,
+            name: o.name,
+            resource_version: o.resource_version,
+            json: o.json.to_vec(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

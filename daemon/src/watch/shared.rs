@@ -17,8 +17,11 @@ use kube::{
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use tokio::time::Instant;
+
 use super::{
     Cursor, WatchKey,
+    expectations::Expectations,
     object::{Obj, ObjKey, RawObject},
 };
 use crate::metrics::Metrics;
@@ -78,6 +81,10 @@ pub struct Limits {
     pub history: usize,
 }
 
+/// How far back a new write's version is looked for among recent entries: the watch event often
+/// arrives before the write's own response.
+const RECENT_SCAN: usize = 1024;
+
 /// One upstream watch and its subscribers.
 #[derive(Debug)]
 pub struct SharedWatch {
@@ -86,6 +93,7 @@ pub struct SharedWatch {
     /// The query.
     pub key: WatchKey,
     limits: Limits,
+    expectations: Expectations,
     state: Mutex<State>,
     stop: CancellationToken,
 }
@@ -93,8 +101,8 @@ pub struct SharedWatch {
 #[derive(Debug, Default)]
 struct State {
     objects: HashMap<ObjKey, Arc<Obj>>,
-    /// Objects of a list in progress (initial, or a relist after 410 Gone).
-    relist: Option<HashMap<ObjKey, Arc<Obj>>>,
+    /// Objects of a list in progress (initial, or a relist after 410 Gone), and when it started.
+    relist: Option<(Instant, HashMap<ObjKey, Arc<Obj>>)>,
     synced: bool,
     seq: u64,
     history: VecDeque<Arc<Entry>>,
@@ -110,11 +118,12 @@ struct Slot {
 
 impl SharedWatch {
     /// A watch for `key` that has not started yet; see [`SharedWatch::run`].
-    pub fn new(key: WatchKey, limits: Limits) -> Arc<Self> {
+    pub fn new(key: WatchKey, limits: Limits, expectations: Expectations) -> Arc<Self> {
         Arc::new(Self {
             incarnation: rand::random(),
             key,
             limits,
+            expectations,
             state: Mutex::new(State::default()),
             stop: CancellationToken::new(),
         })
@@ -163,6 +172,40 @@ impl SharedWatch {
             && (cursor.seq == state.seq || state.history.front().is_some_and(|e| e.seq <= oldest_needed))
     }
 
+    /// A write of this pod produced `obj`: if this watch already delivered that version (its event
+    /// can arrive before the write's response), record where.
+    pub fn note_write(&self, obj: &Obj) {
+        let state = self.lock();
+        let same = |o: &Obj| o.uid == obj.uid && o.resource_version == obj.resource_version;
+        let found = state.history.iter().rev().take(RECENT_SCAN).find_map(|e| match &e.change {
+            Change::Added(o) | Change::Modified(o) | Change::Deleted(o) if same(o) => Some(e.seq),
+            _ => None,
+        });
+        let found = found.or_else(|| state.objects.get(&obj.key()).filter(|o| same(o)).map(|_| state.seq));
+        if let Some(seq) = found {
+            self.expectations.seen(self.incarnation, &obj.uid, &obj.resource_version, seq);
+        }
+    }
+
+    /// The cached object at `key`, once the initial list is complete.
+    pub fn get(&self, key: &ObjKey) -> Option<Option<Arc<Obj>>> {
+        let state = self.lock();
+        state.synced.then(|| state.objects.get(key).cloned())
+    }
+
+    /// Every cached object (in namespace `namespace` unless empty) and the position they reflect,
+    /// once the initial list is complete.
+    pub fn list(&self, namespace: &str) -> Option<(Vec<Arc<Obj>>, u64)> {
+        let state = self.lock();
+        let objects = state.objects.values().filter(|o| namespace.is_empty() || o.namespace == namespace).cloned();
+        state.synced.then(|| (objects.collect(), state.seq))
+    }
+
+    /// Whether the initial list is complete.
+    pub fn is_synced(&self) -> bool {
+        self.lock().synced
+    }
+
     /// Number of cached objects.
     pub fn len(&self) -> usize {
         self.lock().objects.len()
@@ -206,19 +249,29 @@ impl SharedWatch {
         let state = &mut *state;
         let mut changes = Vec::new();
         match event {
-            watcher::Event::Init => state.relist = Some(HashMap::new()),
+            watcher::Event::Init => state.relist = Some((Instant::now(), HashMap::new())),
             watcher::Event::InitApply(raw) => {
                 let obj = Arc::new(Obj::from(raw));
-                state.relist.get_or_insert_with(HashMap::new).insert(obj.key(), obj);
+                state.relist.get_or_insert_with(|| (Instant::now(), HashMap::new())).1.insert(obj.key(), obj);
             }
             watcher::Event::InitDone => {
-                let listed = state.relist.take().unwrap_or_default();
+                let (started, listed) = state.relist.take().unwrap_or_else(|| (Instant::now(), HashMap::new()));
                 diff(&state.objects, &listed, &mut changes);
+                let listed_uids: Vec<String> = listed.values().map(|o| o.uid.clone()).collect();
                 state.objects = listed;
-                if !state.synced {
-                    state.synced = true;
-                    changes.push(Change::Synced);
+                let first = !state.synced;
+                state.synced = true;
+                for change in changes {
+                    state.publish(change, self, metrics);
                 }
+                if first {
+                    state.publish(Change::Synced, self, metrics);
+                }
+                // A list that started after a write includes it: from here on it is met.
+                for uid in listed_uids {
+                    self.expectations.listed(self.incarnation, &uid, started, state.seq);
+                }
+                return;
             }
             watcher::Event::Apply(raw) => {
                 let obj = Arc::new(Obj::from(raw));
@@ -239,15 +292,19 @@ impl SharedWatch {
             }
         }
         for change in changes {
-            state.publish(change, self.limits.history, metrics);
+            state.publish(change, self, metrics);
         }
     }
 }
 
 impl State {
-    fn publish(&mut self, change: Change, history: usize, metrics: &Metrics) {
+    fn publish(&mut self, change: Change, watch: &SharedWatch, metrics: &Metrics) {
         self.seq += 1;
+        if let Change::Added(o) | Change::Modified(o) | Change::Deleted(o) = &change {
+            watch.expectations.seen(watch.incarnation, &o.uid, &o.resource_version, self.seq);
+        }
         let entry = Arc::new(Entry { seq: self.seq, change });
+        let history = watch.limits.history;
         if history > 0 {
             if self.history.len() == history {
                 self.history.pop_front();
@@ -312,7 +369,7 @@ mod tests {
             label_selector: String::new(),
             field_selector: String::new(),
         };
-        SharedWatch::new(key, Limits { queue, history })
+        SharedWatch::new(key, Limits { queue, history }, Expectations::default())
     }
 
     fn list(w: &SharedWatch, m: &Metrics, objs: Vec<RawObject>) {

@@ -1,0 +1,212 @@
+//! ObjectsService: validates each request, naming the field that is wrong, and calls the objects module.
+
+use consistd_proto::v1::{self as pb, objects_service_server::ObjectsService};
+use kube::api::{Preconditions, PropagationPolicy};
+use tonic::{Request, Response, Status};
+
+use super::status;
+use crate::objects::{Objects, PatchKind, Source, Target};
+
+/// The ObjectsService implementation.
+#[derive(Debug, Clone)]
+pub(crate) struct ObjectsApi {
+    objects: Objects,
+}
+
+impl ObjectsApi {
+    pub(crate) fn new(objects: Objects) -> Self {
+        Self { objects }
+    }
+}
+
+type Answer<T> = Result<Response<T>, Status>;
+
+#[tonic::async_trait]
+impl ObjectsService for ObjectsApi {
+    async fn get(&self, request: Request<pb::GetRequest>) -> Answer<pb::GetResponse> {
+        let r = request.into_inner();
+        let target = target(&r.resource, &r.namespace, Some(&r.name), "")?;
+        let (obj, source) = self.objects.get(&target, r.read_your_writes).await.map_err(status::objects_error)?;
+        Ok(Response::new(pb::GetResponse { object: Some(obj.into()), source: read_source(source).into() }))
+    }
+
+    async fn list(&self, request: Request<pb::ListRequest>) -> Answer<pb::ListResponse> {
+        let r = request.into_inner();
+        let target = target(&r.resource, &r.namespace, None, "")?;
+        let (objects, resource_version, source) = self
+            .objects
+            .list(&target, &r.label_selector, &r.field_selector, r.read_your_writes)
+            .await
+            .map_err(status::objects_error)?;
+        Ok(Response::new(pb::ListResponse {
+            objects: objects.into_iter().map(Into::into).collect(),
+            resource_version,
+            source: read_source(source).into(),
+        }))
+    }
+
+    async fn create(&self, request: Request<pb::CreateRequest>) -> Answer<pb::CreateResponse> {
+        let r = request.into_inner();
+        let target = target(&r.resource, &r.namespace, None, "")?;
+        guard(r.guard.as_ref())?;
+        json_object("object", &r.object)?;
+        let obj = self.objects.create(&target, r.object, &r.field_manager).await.map_err(status::objects_error)?;
+        Ok(Response::new(pb::CreateResponse { object: Some(obj.into()) }))
+    }
+
+    async fn update(&self, request: Request<pb::UpdateRequest>) -> Answer<pb::UpdateResponse> {
+        let r = request.into_inner();
+        let target = target(&r.resource, &r.namespace, Some(&r.name), &r.subresource)?;
+        guard(r.guard.as_ref())?;
+        json_object("object", &r.object)?;
+        let obj = self.objects.update(&target, r.object, &r.field_manager).await.map_err(status::objects_error)?;
+        Ok(Response::new(pb::UpdateResponse { object: Some(obj.into()) }))
+    }
+
+    async fn patch(&self, request: Request<pb::PatchRequest>) -> Answer<pb::PatchResponse> {
+        let r = request.into_inner();
+        let target = target(&r.resource, &r.namespace, Some(&r.name), &r.subresource)?;
+        guard(r.guard.as_ref())?;
+        let kind = match pb::PatchType::try_from(r.patch_type) {
+            Ok(pb::PatchType::Json) => PatchKind::Json,
+            Ok(pb::PatchType::Merge) => PatchKind::Merge,
+            Ok(pb::PatchType::Strategic) => PatchKind::Strategic,
+            Ok(pb::PatchType::Apply) => PatchKind::Apply { force: r.force },
+            Ok(pb::PatchType::Unspecified) => {
+                return Err(status::invalid_argument("patch_type", "must be JSON, MERGE, STRATEGIC or APPLY"));
+            }
+            Err(_) => return Err(status::invalid_argument("patch_type", format!("unknown value {}", r.patch_type))),
+        };
+        if r.force && !matches!(kind, PatchKind::Apply { .. }) {
+            return Err(status::invalid_argument("force", "only applies to PATCH_TYPE_APPLY"));
+        }
+        let patch: serde_json::Value = serde_json::from_slice(&r.patch)
+            .map_err(|e| status::invalid_argument("patch", format!("not JSON: {e}")))?;
+        let shape_ok = match kind {
+            PatchKind::Json => patch.is_array(),
+            _ => patch.is_object(),
+        };
+        if !shape_ok {
+            let want = if kind == PatchKind::Json { "a JSON array of operations" } else { "a JSON object" };
+            return Err(status::invalid_argument("patch", format!("must be {want}")));
+        }
+        let obj = self.objects.patch(&target, kind, patch, &r.field_manager).await.map_err(status::objects_error)?;
+        Ok(Response::new(pb::PatchResponse { object: Some(obj.into()) }))
+    }
+
+    async fn delete(&self, request: Request<pb::DeleteRequest>) -> Answer<pb::DeleteResponse> {
+        let r = request.into_inner();
+        let target = target(&r.resource, &r.namespace, Some(&r.name), "")?;
+        guard(r.guard.as_ref())?;
+        let propagation = match pb::PropagationPolicy::try_from(r.propagation_policy) {
+            Ok(pb::PropagationPolicy::Unspecified) => None,
+            Ok(pb::PropagationPolicy::Orphan) => Some(PropagationPolicy::Orphan),
+            Ok(pb::PropagationPolicy::Background) => Some(PropagationPolicy::Background),
+            Ok(pb::PropagationPolicy::Foreground) => Some(PropagationPolicy::Foreground),
+            Err(_) => {
+                return Err(status::invalid_argument(
+                    "propagation_policy",
+                    format!("unknown value {}", r.propagation_policy),
+                ));
+            }
+        };
+        let preconditions = Preconditions {
+            uid: non_empty(r.precondition_uid),
+            resource_version: non_empty(r.precondition_resource_version),
+        };
+        let obj = self.objects.delete(&target, preconditions, propagation).await.map_err(status::objects_error)?;
+        Ok(Response::new(pb::DeleteResponse { object: obj.map(Into::into) }))
+    }
+}
+
+fn non_empty(s: String) -> Option<String> {
+    (!s.is_empty()).then_some(s)
+}
+
+/// Checks the fields every request shares.
+fn target(resource: &str, namespace: &str, name: Option<&str>, subresource: &str) -> Result<Target, Status> {
+    if resource.is_empty() {
+        return Err(status::invalid_argument("resource", "must not be empty"));
+    }
+    if !namespace.is_empty() && !super::watch::is_dns_label(namespace) {
+        return Err(status::invalid_argument("namespace", format!("{namespace:?} is not a valid namespace name")));
+    }
+    if let Some(name) = name {
+        if name.is_empty() {
+            return Err(status::invalid_argument("name", "must not be empty"));
+        }
+        if name.contains('/') || name == "." || name == ".." {
+            return Err(status::invalid_argument("name", format!("{name:?} is not a valid object name")));
+        }
+    }
+    if !matches!(subresource, "" | "status") {
+        return Err(status::invalid_argument("subresource", format!("{subresource:?}: only \"\" or \"status\"")));
+    }
+    Ok(Target {
+        resource: resource.to_owned(),
+        namespace: namespace.to_owned(),
+        name: name.unwrap_or_default().to_owned(),
+        subresource: subresource.to_owned(),
+    })
+}
+
+/// A write's object must be a JSON object.
+fn json_object(field: &'static str, bytes: &[u8]) -> Result<(), Status> {
+    match serde_json::from_slice::<serde_json::Value>(bytes) {
+        Ok(v) if v.is_object() => Ok(()),
+        Ok(_) => Err(status::invalid_argument(field, "must be a JSON object")),
+        Err(e) => Err(status::invalid_argument(field, format!("not JSON: {e}"))),
+    }
+}
+
+/// Guarded writes need leadership, which this daemon does not run yet: refuse them rather than write
+/// without the fence the caller asked for.
+fn guard(guard: Option<&pb::WriteGuard>) -> Result<(), Status> {
+    match guard {
+        None => Ok(()),
+        Some(g) if g.election.is_empty() => Err(status::invalid_argument("guard.election", "must not be empty")),
+        Some(g) => Err(Status::failed_precondition(format!(
+            "guard: this daemon is not the leader of election {:?} in term {} (elections are not implemented yet)",
+            g.election, g.term
+        ))),
+    }
+}
+
+fn read_source(source: Source) -> pb::ReadSource {
+    match source {
+        Source::Cache => pb::ReadSource::Cache,
+        Source::Apiserver => pb::ReadSource::Apiserver,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_fields_are_checked_and_named() {
+        let field = |r: Result<Target, Status>| {
+            r.expect_err("refused").message().split(':').next().unwrap_or_default().to_owned()
+        };
+        assert_eq!(field(target("", "ns", Some("a"), "")), "resource");
+        assert_eq!(field(target("configmaps", "Bad_NS", Some("a"), "")), "namespace");
+        assert_eq!(field(target("configmaps", "ns", Some(""), "")), "name");
+        assert_eq!(field(target("configmaps", "ns", Some("a/b"), "")), "name");
+        assert_eq!(field(target("configmaps", "ns", Some("a"), "scale")), "subresource");
+        assert!(target("configmaps", "ns", Some("a"), "status").is_ok());
+    }
+
+    #[test]
+    fn objects_must_be_json_objects() {
+        assert!(json_object("object", br#"{"a":1}"#).is_ok());
+        assert!(json_object("object", b"[1]").expect_err("array").message().starts_with("object:"));
+        assert!(json_object("object", b"{nope").expect_err("garbage").message().contains("not JSON"));
+    }
+
+    #[test]
+    fn guarded_writes_are_refused_until_elections_exist() {
+        let g = pb::WriteGuard { election: "e".into(), namespace: String::new(), term: 3 };
+        assert_eq!(guard(Some(&g)).expect_err("refused").code(), tonic::Code::FailedPrecondition);
+        assert!(guard(None).is_ok());
+    }
+}

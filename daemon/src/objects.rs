@@ -1,0 +1,319 @@
+//! Reads and writes of Kubernetes objects for the pod's apps. Reads come from the watch hub's cache
+//! when a synced watch covers them (optionally waiting for the pod's own writes), else from the
+//! apiserver. Writes go to the apiserver byte for byte, and each records an own-write expectation.
+
+use std::{sync::Arc, time::Duration};
+
+use kube::{
+    Client, Resource,
+    api::{DeleteParams, GetParams, ListParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy},
+    core::{ObjectList, Request},
+};
+
+use crate::watch::{
+    Hub,
+    object::{Obj, ObjKey, RawObject},
+    resolve::{ResolveError, Resolved},
+    shared::SharedWatch,
+};
+
+/// Field manager recorded for writes that name none.
+pub const DEFAULT_FIELD_MANAGER: &str = "consistd";
+/// How often a read-your-writes read looks again while the pod's write is not yet in the cache.
+const READ_YOUR_WRITES_POLL: Duration = Duration::from_millis(2);
+
+/// Which object, of which resource.
+#[derive(Debug, Clone, Default)]
+pub struct Target {
+    /// Resource name, in any form discovery resolves.
+    pub resource: String,
+    /// Namespace; empty for cluster-scoped resources (or all namespaces, for List).
+    pub namespace: String,
+    /// Object name (empty for Create and List).
+    pub name: String,
+    /// "" or "status".
+    pub subresource: String,
+}
+
+/// The patch formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PatchKind {
+    /// RFC 6902.
+    Json,
+    /// RFC 7386.
+    Merge,
+    /// Kubernetes strategic merge.
+    Strategic,
+    /// Server-side apply.
+    Apply {
+        /// Take ownership of conflicting fields.
+        force: bool,
+    },
+}
+
+/// Where a read was answered from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The watch hub's cache.
+    Cache,
+    /// The apiserver.
+    Apiserver,
+}
+
+/// Why a read or write failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ObjectsError {
+    /// A request field is wrong.
+    #[error("{field}: {message}")]
+    InvalidArgument {
+        /// The request field.
+        field: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// The resource could not be resolved.
+    #[error("resource: {0}")]
+    Resolve(#[from] ResolveError),
+    /// The apiserver refused or failed.
+    #[error("{op}: {source}")]
+    Apiserver {
+        /// The operation, e.g. "patch configmaps ns/name".
+        op: String,
+        /// Its answer.
+        #[source]
+        source: kube::Error,
+    },
+    /// Not found in a synced cache.
+    #[error("{resource} {namespace}/{name} not found")]
+    NotFound {
+        /// Plural resource.
+        resource: String,
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+    },
+}
+
+/// Reads and writes.
+#[derive(Clone)]
+pub struct Objects {
+    client: Client,
+    hub: Arc<Hub>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Objects {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Objects").field("timeout", &self.timeout).finish_non_exhaustive()
+    }
+}
+
+impl Objects {
+    /// Objects backed by `client`, caching through `hub`, with `timeout` for own-write expectations.
+    pub fn new(client: Client, hub: Arc<Hub>, timeout: Duration) -> Self {
+        Self { client, hub, timeout }
+    }
+
+    async fn resolve(&self, t: &Target, need_namespace: bool) -> Result<Resolved, ObjectsError> {
+        let resolved = self.hub.resolve(&t.resource).await?;
+        if !resolved.namespaced && !t.namespace.is_empty() {
+            return Err(invalid(
+                "namespace",
+                format!("{} is cluster-scoped; leave namespace empty", resolved.api.plural),
+            ));
+        }
+        if need_namespace && resolved.namespaced && t.namespace.is_empty() {
+            return Err(invalid("namespace", format!("required for namespaced resource {}", resolved.api.plural)));
+        }
+        Ok(resolved)
+    }
+
+    fn request(r: &Resolved, namespace: &str) -> Request {
+        let ar = r.api.api_resource();
+        let ns = (r.namespaced && !namespace.is_empty()).then_some(namespace);
+        Request::new(RawObject::url_path(&ar, ns))
+    }
+
+    async fn send(
+        &self,
+        op: String,
+        request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+    ) -> Result<RawObject, ObjectsError> {
+        let request =
+            request.map_err(|e| ObjectsError::Apiserver { op: op.clone(), source: kube::Error::BuildRequest(e) })?;
+        self.client.request::<RawObject>(request).await.map_err(|source| ObjectsError::Apiserver { op, source })
+    }
+
+    /// One object: from cache when a synced watch covers it, else from the apiserver.
+    pub async fn get(&self, t: &Target, read_your_writes: bool) -> Result<(Obj, Source), ObjectsError> {
+        let r = self.resolve(t, true).await?;
+        if let Some(watch) = self.hub.covering(&r.api, &t.namespace) {
+            if read_your_writes {
+                self.wait_for_own_writes(&watch, &format!("{}/{}/{}", r.api.plural, t.namespace, t.name)).await;
+            }
+            let key = ObjKey { namespace: t.namespace.clone(), name: t.name.clone() };
+            if let Some(found) = watch.get(&key) {
+                let obj = found.ok_or_else(|| ObjectsError::NotFound {
+                    resource: r.api.plural.clone(),
+                    namespace: t.namespace.clone(),
+                    name: t.name.clone(),
+                })?;
+                return Ok(((*obj).clone(), Source::Cache));
+            }
+        }
+        let op = format!("get {} {}", r.api.plural, locate(t));
+        let raw = self.send(op, Self::request(&r, &t.namespace).get(&t.name, &GetParams::default())).await?;
+        Ok((Obj::from(raw), Source::Apiserver))
+    }
+
+    /// Objects matching selectors: from cache when a synced watch without selectors covers them and
+    /// none are asked for, else from the apiserver. Returns the list's resourceVersion ("" from cache).
+    pub async fn list(
+        &self,
+        t: &Target,
+        label_selector: &str,
+        field_selector: &str,
+        read_your_writes: bool,
+    ) -> Result<(Vec<Obj>, String, Source), ObjectsError> {
+        let r = self.resolve(t, false).await?;
+        if label_selector.is_empty()
+            && field_selector.is_empty()
+            && let Some(watch) = self.hub.covering(&r.api, &t.namespace)
+        {
+            if read_your_writes {
+                self.wait_for_own_writes(&watch, &format!("{}/{}/", r.api.plural, t.namespace)).await;
+            }
+            if let Some((objects, _)) = watch.list(&t.namespace) {
+                let mut objects: Vec<Obj> = objects.iter().map(|o| (**o).clone()).collect();
+                objects.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+                return Ok((objects, String::new(), Source::Cache));
+            }
+        }
+        let lp = ListParams::default().labels(label_selector).fields(field_selector);
+        let op = format!("list {}", r.api.plural);
+        let request = Self::request(&r, &t.namespace).list(&lp);
+        let request =
+            request.map_err(|e| ObjectsError::Apiserver { op: op.clone(), source: kube::Error::BuildRequest(e) })?;
+        let list: ObjectList<RawObject> =
+            self.client.request(request).await.map_err(|source| ObjectsError::Apiserver { op, source })?;
+        let version = list.metadata.resource_version.clone().unwrap_or_default();
+        Ok((list.items.into_iter().map(Obj::from).collect(), version, Source::Apiserver))
+    }
+
+    /// Creates an object from its JSON.
+    pub async fn create(&self, t: &Target, object: Vec<u8>, field_manager: &str) -> Result<Obj, ObjectsError> {
+        let r = self.resolve(t, true).await?;
+        let pp = PostParams { field_manager: Some(manager(field_manager)), ..PostParams::default() };
+        let op = format!("create {} in {:?}", r.api.plural, t.namespace);
+        let raw = self.send(op, Self::request(&r, &t.namespace).create(&pp, object)).await?;
+        Ok(self.written(&r, raw))
+    }
+
+    /// Replaces an object (or its status).
+    pub async fn update(&self, t: &Target, object: Vec<u8>, field_manager: &str) -> Result<Obj, ObjectsError> {
+        let r = self.resolve(t, true).await?;
+        let pp = PostParams { field_manager: Some(manager(field_manager)), ..PostParams::default() };
+        let request = Self::request(&r, &t.namespace);
+        let request = if t.subresource.is_empty() {
+            request.replace(&t.name, &pp, object)
+        } else {
+            request.replace_subresource(&t.subresource, &t.name, &pp, object)
+        };
+        let raw = self.send(format!("update {} {}", r.api.plural, locate(t)), request).await?;
+        Ok(self.written(&r, raw))
+    }
+
+    /// Patches an object (or its status).
+    pub async fn patch(
+        &self,
+        t: &Target,
+        kind: PatchKind,
+        patch: serde_json::Value,
+        field_manager: &str,
+    ) -> Result<Obj, ObjectsError> {
+        let r = self.resolve(t, true).await?;
+        let mut pp = PatchParams { field_manager: Some(manager(field_manager)), ..PatchParams::default() };
+        let content_type = match kind {
+            PatchKind::Json => Some("application/json-patch+json"),
+            _ => None,
+        };
+        let patch = match kind {
+            // kube types JSON patches as json_patch::Patch; the body is the same JSON array, so build the
+            // request as a merge patch and set the JSON patch media type.
+            PatchKind::Json | PatchKind::Merge => Patch::Merge(patch),
+            PatchKind::Strategic => Patch::Strategic(patch),
+            PatchKind::Apply { force } => {
+                pp.force = force;
+                Patch::Apply(patch)
+            }
+        };
+        let request = Self::request(&r, &t.namespace);
+        let request = if t.subresource.is_empty() {
+            request.patch(&t.name, &pp, &patch)
+        } else {
+            request.patch_subresource(&t.subresource, &t.name, &pp, &patch)
+        };
+        let request = request.map(|mut req| {
+            if let Some(ct) = content_type {
+                req.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static(ct));
+            }
+            req
+        });
+        let raw = self.send(format!("patch {} {}", r.api.plural, locate(t)), request).await?;
+        Ok(self.written(&r, raw))
+    }
+
+    /// Deletes an object; returns its last state when the apiserver returns one (it may be kept by
+    /// finalizers), or `None` when it answers with a bare status.
+    pub async fn delete(
+        &self,
+        t: &Target,
+        preconditions: Preconditions,
+        propagation: Option<PropagationPolicy>,
+    ) -> Result<Option<Obj>, ObjectsError> {
+        let r = self.resolve(t, true).await?;
+        let has_preconditions = preconditions.uid.is_some() || preconditions.resource_version.is_some();
+        let dp = DeleteParams {
+            preconditions: has_preconditions.then_some(preconditions),
+            propagation_policy: propagation,
+            ..DeleteParams::default()
+        };
+        let raw = self
+            .send(
+                format!("delete {} {}", r.api.plural, locate(t)),
+                Self::request(&r, &t.namespace).delete(&t.name, &dp),
+            )
+            .await?;
+        let obj = Obj::from(raw);
+        Ok((!obj.uid.is_empty()).then_some(obj))
+    }
+
+    /// Records the write's expectation and returns the object.
+    fn written(&self, r: &Resolved, raw: RawObject) -> Obj {
+        let obj = Obj::from(raw);
+        self.hub.record_write(&r.api, &obj, self.timeout);
+        obj
+    }
+
+    /// Waits (at most until their deadlines) until `watch` has delivered every pending own write whose
+    /// locator starts with `prefix`.
+    async fn wait_for_own_writes(&self, watch: &SharedWatch, prefix: &str) {
+        while self.hub.expectations().any_unseen(prefix, watch.incarnation) {
+            tokio::time::sleep(READ_YOUR_WRITES_POLL).await;
+        }
+    }
+}
+
+fn invalid(field: &'static str, message: String) -> ObjectsError {
+    ObjectsError::InvalidArgument { field, message }
+}
+
+fn manager(field_manager: &str) -> String {
+    if field_manager.is_empty() { DEFAULT_FIELD_MANAGER.to_owned() } else { field_manager.to_owned() }
+}
+
+fn locate(t: &Target) -> String {
+    let sub = if t.subresource.is_empty() { String::new() } else { format!(" ({})", t.subresource) };
+    if t.namespace.is_empty() { format!("{}{sub}", t.name) } else { format!("{}/{}{sub}", t.namespace, t.name) }
+}

@@ -1,0 +1,364 @@
+//! ObjectsService against the real apiserver: every write kind (create, update, the four patch types,
+//! the status subresource, delete), reads from the apiserver or from a watch's cache with
+//! read-your-writes, and apiserver errors that keep their meaning and message.
+
+use consistd_client::{
+    Client,
+    proto::{
+        CreateRequest, DeleteRequest, GetRequest, ListRequest, PatchRequest, PatchType, ReadSource, UpdateRequest,
+        WriteGuard,
+    },
+};
+use consistd_testkit::{
+    Daemon,
+    watch::{Events, raw},
+};
+use serde_json::{Value, json};
+use tonic::Code;
+
+const BIN: &str = env!("CARGO_BIN_EXE_consistd");
+
+fn cm(name: &str, value: &str) -> Vec<u8> {
+    json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": name }, "data": { "k": value } })
+        .to_string()
+        .into_bytes()
+}
+
+fn json_of(object: &Option<consistd_client::proto::KubeObject>) -> Value {
+    serde_json::from_slice(&object.as_ref().expect("an object").json).expect("object JSON")
+}
+
+async fn patch(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    patch_type: PatchType,
+    body: Value,
+) -> Result<Value, tonic::Status> {
+    let request = PatchRequest {
+        resource: "configmaps".into(),
+        namespace: ns.into(),
+        name: name.into(),
+        patch_type: patch_type.into(),
+        patch: body.to_string().into_bytes(),
+        field_manager: if patch_type == PatchType::Apply { "tests".into() } else { String::new() },
+        ..Default::default()
+    };
+    client.objects().patch(request).await.map(|r| json_of(&r.into_inner().object))
+}
+
+#[tokio::test]
+async fn every_write_kind_passes_through_with_the_apiservers_answer() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let daemon = Daemon::builder(BIN).start().await;
+    let client = daemon.client();
+
+    let created = client
+        .objects()
+        .create(CreateRequest {
+            resource: "configmaps".into(),
+            namespace: ns.clone(),
+            object: cm("a", "0"),
+            ..Default::default()
+        })
+        .await
+        .expect("create")
+        .into_inner()
+        .object
+        .expect("created object");
+    assert!(!created.uid.is_empty() && !created.resource_version.is_empty());
+
+    let got = client
+        .objects()
+        .get(GetRequest {
+            resource: "configmaps".into(),
+            namespace: ns.clone(),
+            name: "a".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("get")
+        .into_inner();
+    assert_eq!(got.source(), ReadSource::Apiserver, "no watch covers it");
+    assert_eq!(got.object.expect("object").uid, created.uid);
+
+    let merged = patch(&client, &ns, "a", PatchType::Merge, json!({ "data": { "k": "merge" } })).await.expect("merge");
+    assert_eq!(merged["data"]["k"], "merge");
+    let strategic =
+        patch(&client, &ns, "a", PatchType::Strategic, json!({ "data": { "s": "1" } })).await.expect("strategic");
+    assert_eq!(strategic["data"]["s"], "1");
+    let jsonp =
+        patch(&client, &ns, "a", PatchType::Json, json!([{ "op": "replace", "path": "/data/k", "value": "json" }]))
+            .await
+            .expect("json patch");
+    assert_eq!(jsonp["data"]["k"], "json");
+    let applied = patch(
+        &client,
+        &ns,
+        "a",
+        PatchType::Apply,
+        json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": "a" }, "data": { "applied": "yes" } }),
+    )
+    .await
+    .expect("apply");
+    assert_eq!(applied["data"]["applied"], "yes");
+    let managers: Vec<&str> = applied["metadata"]["managedFields"]
+        .as_array()
+        .expect("managed fields")
+        .iter()
+        .filter_map(|m| m["manager"].as_str())
+        .collect();
+    assert!(managers.contains(&"tests") && managers.contains(&"consistd"), "{managers:?}");
+
+    let mut replacement = applied.clone();
+    replacement["data"] = json!({ "k": "updated" });
+    let updated = client
+        .objects()
+        .update(UpdateRequest {
+            resource: "configmaps".into(),
+            namespace: ns.clone(),
+            name: "a".into(),
+            object: replacement.to_string().into_bytes(),
+            ..Default::default()
+        })
+        .await
+        .expect("update")
+        .into_inner();
+    assert_eq!(json_of(&updated.object)["data"], json!({ "k": "updated" }));
+
+    // The status subresource, on a resource that has one.
+    let deployment = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": { "name": "d" },
+        "spec": { "selector": { "matchLabels": { "app": "d" } },
+                  "template": { "metadata": { "labels": { "app": "d" } }, "spec": { "containers": [{ "name": "c", "image": "x" }] } } }
+    });
+    client
+        .objects()
+        .create(CreateRequest {
+            resource: "deployments.apps".into(),
+            namespace: ns.clone(),
+            object: deployment.to_string().into_bytes(),
+            ..Default::default()
+        })
+        .await
+        .expect("create deployment");
+    let status = client
+        .objects()
+        .patch(PatchRequest {
+            resource: "deployments.apps".into(),
+            namespace: ns.clone(),
+            name: "d".into(),
+            patch_type: PatchType::Merge.into(),
+            patch: json!({ "status": { "observedGeneration": 7 } }).to_string().into_bytes(),
+            subresource: "status".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("patch status")
+        .into_inner();
+    assert_eq!(json_of(&status.object)["status"]["observedGeneration"], 7);
+
+    client
+        .objects()
+        .delete(DeleteRequest {
+            resource: "configmaps".into(),
+            namespace: ns.clone(),
+            name: "a".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("delete");
+    let gone = client
+        .objects()
+        .get(GetRequest {
+            resource: "configmaps".into(),
+            namespace: ns.clone(),
+            name: "a".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("deleted");
+    assert_eq!(gone.code(), Code::NotFound);
+}
+
+#[tokio::test]
+async fn apiserver_errors_keep_their_code_and_message() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let daemon = Daemon::builder(BIN).start().await;
+    let client = daemon.client();
+    let create = |name: &str| CreateRequest {
+        resource: "configmaps".into(),
+        namespace: ns.clone(),
+        object: cm(name, "0"),
+        ..Default::default()
+    };
+    client.objects().create(create("a")).await.expect("create");
+
+    let dup = client.objects().create(create("a")).await.expect_err("duplicate");
+    assert_eq!(dup.code(), Code::AlreadyExists, "{dup}");
+    assert!(dup.message().contains("already exists"), "apiserver's message kept: {dup}");
+
+    let stale = json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": "a", "resourceVersion": "1" }, "data": {} });
+    let conflict = client
+        .objects()
+        .update(UpdateRequest {
+            resource: "configmaps".into(),
+            namespace: ns.clone(),
+            name: "a".into(),
+            object: stale.to_string().into_bytes(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("stale resourceVersion");
+    assert_eq!(conflict.code(), Code::Aborted, "{conflict}");
+
+    let missing = client
+        .objects()
+        .get(GetRequest {
+            resource: "configmaps".into(),
+            namespace: ns.clone(),
+            name: "nope".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("missing");
+    assert_eq!(missing.code(), Code::NotFound, "{missing}");
+
+    let bad_op = patch(&client, &ns, "a", PatchType::Json, json!([{ "op": "frobnicate", "path": "/data" }]))
+        .await
+        .expect_err("bad op");
+    assert_eq!(bad_op.code(), Code::InvalidArgument, "{bad_op}");
+
+    let malformed = client
+        .objects()
+        .patch(PatchRequest {
+            resource: "configmaps".into(),
+            namespace: ns.clone(),
+            name: "a".into(),
+            patch_type: PatchType::Merge.into(),
+            patch: b"{oops".to_vec(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("malformed");
+    assert_eq!(malformed.code(), Code::InvalidArgument);
+    assert!(malformed.message().starts_with("patch:"), "{malformed}");
+
+    let unknown = client
+        .objects()
+        .get(GetRequest { resource: "gizmos".into(), namespace: ns.clone(), name: "a".into(), ..Default::default() })
+        .await
+        .expect_err("unknown resource");
+    assert_eq!(unknown.code(), Code::NotFound);
+    assert!(unknown.message().starts_with("resource:"), "{unknown}");
+
+    let no_name = client
+        .objects()
+        .get(GetRequest { resource: "configmaps".into(), namespace: ns.clone(), ..Default::default() })
+        .await
+        .expect_err("no name");
+    assert!(no_name.message().starts_with("name:"), "{no_name}");
+
+    let guarded = client
+        .objects()
+        .create(CreateRequest {
+            guard: Some(WriteGuard { election: "e".into(), namespace: String::new(), term: 1 }),
+            ..create("b")
+        })
+        .await
+        .expect_err("guarded");
+    assert_eq!(guarded.code(), Code::FailedPrecondition, "{guarded}");
+}
+
+#[tokio::test]
+async fn a_forbidden_request_stays_permission_denied_with_the_apiservers_message() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let kubeconfig = consistd_testkit::kubeconfig_for_user("nobody", dir.path());
+    let daemon = Daemon::builder(BIN).env("KUBECONFIG", kubeconfig.display().to_string()).start().await;
+    let denied = daemon
+        .client()
+        .objects()
+        .create(CreateRequest {
+            resource: "v1/configmaps".into(),
+            namespace: ns,
+            object: cm("a", "0"),
+            ..Default::default()
+        })
+        .await
+        .expect_err("forbidden");
+    assert_eq!(denied.code(), Code::PermissionDenied, "{denied}");
+    assert!(denied.message().contains("forbidden") && denied.message().contains("nobody"), "{denied}");
+}
+
+#[tokio::test]
+async fn reads_come_from_the_watch_cache_and_see_the_pods_own_writes() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let daemon = Daemon::builder(BIN).start().await;
+    let client = daemon.client();
+    client
+        .objects()
+        .create(CreateRequest {
+            resource: "configmaps".into(),
+            namespace: ns.clone(),
+            object: cm("a", "0"),
+            ..Default::default()
+        })
+        .await
+        .expect("create");
+    let mut events = Events::open(&client, raw("configmaps", &ns)).await;
+    events.until_synced().await;
+
+    for i in 1..=20 {
+        let patched =
+            patch(&client, &ns, "a", PatchType::Merge, json!({ "data": { "k": i.to_string() } })).await.expect("patch");
+        let got = client
+            .objects()
+            .get(GetRequest {
+                resource: "configmaps".into(),
+                namespace: ns.clone(),
+                name: "a".into(),
+                read_your_writes: true,
+            })
+            .await
+            .expect("get")
+            .into_inner();
+        assert_eq!(got.source(), ReadSource::Cache);
+        assert_eq!(
+            json_of(&got.object)["metadata"]["resourceVersion"],
+            patched["metadata"]["resourceVersion"],
+            "write {i} visible"
+        );
+    }
+
+    let listed = client
+        .objects()
+        .list(ListRequest {
+            resource: "configmaps".into(),
+            namespace: ns.clone(),
+            read_your_writes: true,
+            ..Default::default()
+        })
+        .await
+        .expect("list")
+        .into_inner();
+    assert_eq!(listed.source(), ReadSource::Cache);
+    assert_eq!(listed.objects.len(), 1);
+    let selected = client
+        .objects()
+        .list(ListRequest {
+            resource: "configmaps".into(),
+            namespace: ns.clone(),
+            label_selector: "x=y".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("list with selector")
+        .into_inner();
+    assert_eq!(selected.source(), ReadSource::Apiserver, "selectors go to the apiserver");
+    assert!(selected.objects.is_empty() && !selected.resource_version.is_empty());
+}
