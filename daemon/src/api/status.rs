@@ -13,14 +13,6 @@ pub(crate) fn unimplemented(rpc: &'static str) -> Status {
     Status::new(Code::Unimplemented, format!("{rpc} is not implemented in consistd {} yet", env!("CARGO_PKG_VERSION")))
 }
 
-/// An RPC that exists but not for these arguments yet.
-pub(crate) fn unimplemented_detail(rpc: &'static str, what: &str) -> Status {
-    Status::new(
-        Code::Unimplemented,
-        format!("{rpc}: {what} is not implemented in consistd {} yet", env!("CARGO_PKG_VERSION")),
-    )
-}
-
 /// A request field is wrong: `field: why`.
 pub(crate) fn invalid_argument(field: &str, why: impl std::fmt::Display) -> Status {
     Status::new(Code::InvalidArgument, format!("{field}: {why}"))

@@ -12,6 +12,8 @@ use tonic::{Request, Response, Status};
 use super::status;
 use crate::watch::{
     Cursor, Hub, Query, Subscription,
+    consistent::{self, Consistency, ConsistentSubscription, Delivery, Kind},
+    expectations::Expectations,
     object::Obj,
     shared::{Change, Item},
 };
@@ -42,12 +44,16 @@ impl WatchService for WatchApi {
         request: Request<pb::SubscribeRequest>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
         let request = request.into_inner();
-        let query = validate(&request)?;
-        let mut subscription = self.hub.subscribe(query).await.map_err(status::watch_error)?;
+        let (query, mode) = validate(&request)?;
+        let subscription = self.hub.subscribe(query).await.map_err(status::watch_error)?;
+        let expectations = self.hub.expectations().clone();
+        let mut stream = match mode {
+            pb::DeliveryMode::Consistent => Stream::Consistent(ConsistentSubscription::new(subscription, expectations)),
+            _ => Stream::Raw(subscription, expectations),
+        };
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         let shutdown = self.shutdown.clone();
         tokio::spawn(async move {
-            let incarnation = subscription.incarnation();
             loop {
                 let item = tokio::select! {
                     () = shutdown.cancelled() => {
@@ -55,40 +61,54 @@ impl WatchService for WatchApi {
                         break;
                     }
                     () = tx.closed() => break,
-                    item = subscription.next() => item,
+                    item = stream.next() => item,
                 };
                 let Some(item) = item else {
                     let _ = tx.send(Err(status::shutting_down("WatchService.Subscribe"))).await;
                     break;
                 };
-                if tx.send(Ok(response(item, incarnation))).await.is_err() {
+                if tx.send(Ok(item)).await.is_err() {
                     break;
                 }
             }
-            drop::<Subscription>(subscription);
         });
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 }
 
+/// A subscription in either mode, producing protocol messages.
+enum Stream {
+    Raw(Subscription, Expectations),
+    Consistent(ConsistentSubscription),
+}
+
+impl Stream {
+    async fn next(&mut self) -> Option<pb::SubscribeResponse> {
+        match self {
+            Stream::Raw(sub, expectations) => {
+                let item = sub.next().await?;
+                Some(raw_response(item, sub.incarnation(), expectations))
+            }
+            Stream::Consistent(sub) => {
+                let delivery = sub.next().await?;
+                Some(consistent_response(delivery, sub.incarnation()))
+            }
+        }
+    }
+}
+
 /// Checks every field, naming the one that is wrong.
-fn validate(r: &pb::SubscribeRequest) -> Result<Query, Status> {
+fn validate(r: &pb::SubscribeRequest) -> Result<(Query, pb::DeliveryMode), Status> {
     if r.resource.is_empty() {
         return Err(status::invalid_argument("resource", "must not be empty"));
     }
-    match pb::DeliveryMode::try_from(r.mode) {
-        Ok(pb::DeliveryMode::Raw) => {}
-        Ok(pb::DeliveryMode::Consistent) => {
-            return Err(status::unimplemented_detail(
-                "WatchService.Subscribe",
-                "mode DELIVERY_MODE_CONSISTENT (own-write expectations come with ObjectsService writes); use DELIVERY_MODE_RAW",
-            ));
-        }
+    let mode = match pb::DeliveryMode::try_from(r.mode) {
+        Ok(mode @ (pb::DeliveryMode::Raw | pb::DeliveryMode::Consistent)) => mode,
         Ok(pb::DeliveryMode::Unspecified) => {
             return Err(status::invalid_argument("mode", "must be DELIVERY_MODE_RAW or DELIVERY_MODE_CONSISTENT"));
         }
         Err(_) => return Err(status::invalid_argument("mode", format!("unknown value {}", r.mode))),
-    }
+    };
     if !r.namespace.is_empty() && !is_dns_label(&r.namespace) {
         return Err(status::invalid_argument("namespace", format!("{:?} is not a valid namespace name", r.namespace)));
     }
@@ -96,13 +116,14 @@ fn validate(r: &pb::SubscribeRequest) -> Result<Query, Status> {
         "" => None,
         c => Some(c.parse::<Cursor>().map_err(|m| status::invalid_argument("resume_cursor", m))?),
     };
-    Ok(Query {
+    let query = Query {
         resource: r.resource.clone(),
         namespace: r.namespace.clone(),
         label_selector: r.label_selector.clone(),
         field_selector: r.field_selector.clone(),
         cursor,
-    })
+    };
+    Ok((query, mode))
 }
 
 /// RFC 1123 label: what Kubernetes accepts as a namespace name.
@@ -113,28 +134,64 @@ pub(super) fn is_dns_label(s: &str) -> bool {
         && !s.ends_with('-')
 }
 
-fn response(item: Item, incarnation: u64) -> pb::SubscribeResponse {
+/// A RAW item: every event, each marked with the object's relation to the pod's own writes.
+fn raw_response(item: Item, incarnation: u64, expectations: &Expectations) -> pb::SubscribeResponse {
     let cursor = |seq| Cursor { incarnation, seq }.to_string();
-    let (kind, obj, cursor) = match item {
-        Item::ResyncRequired => (pb::EventType::ResyncRequired, None, String::new()),
-        Item::Snapshot(obj) => (pb::EventType::Added, Some(obj), String::new()),
-        Item::Synced(seq) => (pb::EventType::Synced, None, cursor(seq)),
-        Item::Entry(entry) => {
-            let (kind, obj) = match &entry.change {
-                Change::Added(o) => (pb::EventType::Added, Some(o.clone())),
-                Change::Modified(o) => (pb::EventType::Modified, Some(o.clone())),
-                Change::Deleted(o) => (pb::EventType::Deleted, Some(o.clone())),
-                Change::Synced => (pb::EventType::Synced, None),
-            };
-            (kind, obj, cursor(entry.seq))
+    let mark = |o: &Obj, pos| pb_consistency(consistent::classify(expectations, incarnation, &o.uid, pos).0);
+    let (kind, obj, cursor, consistency) = match item {
+        Item::ResyncRequired => (pb::EventType::ResyncRequired, None, String::new(), pb::Consistency::Unspecified),
+        Item::Snapshot(obj, at) => {
+            let c = mark(&obj, at);
+            (pb::EventType::Added, Some(obj), String::new(), c)
         }
+        Item::Synced(seq) => (pb::EventType::Synced, None, cursor(seq), pb::Consistency::Unspecified),
+        Item::Entry(entry) => match &entry.change {
+            Change::Added(o) => (pb::EventType::Added, Some(o.clone()), cursor(entry.seq), mark(o, entry.seq)),
+            Change::Modified(o) => (pb::EventType::Modified, Some(o.clone()), cursor(entry.seq), mark(o, entry.seq)),
+            Change::Deleted(o) => {
+                (pb::EventType::Deleted, Some(o.clone()), cursor(entry.seq), pb::Consistency::Consistent)
+            }
+            Change::Synced => (pb::EventType::Synced, None, cursor(entry.seq), pb::Consistency::Unspecified),
+        },
     };
-    let consistency = if obj.is_some() { pb::Consistency::Consistent } else { pb::Consistency::Unspecified };
     pb::SubscribeResponse {
         r#type: kind.into(),
         object: obj.map(|o| kube_object(&o)),
         cursor,
         consistency: consistency.into(),
+    }
+}
+
+/// A CONSISTENT delivery.
+fn consistent_response(delivery: Delivery, incarnation: u64) -> pb::SubscribeResponse {
+    let cursor = |seq: Option<u64>| seq.map(|seq| Cursor { incarnation, seq }.to_string()).unwrap_or_default();
+    match delivery {
+        Delivery::Synced(seq) => pb::SubscribeResponse {
+            r#type: pb::EventType::Synced.into(),
+            object: None,
+            cursor: cursor(Some(seq)),
+            consistency: pb::Consistency::Unspecified.into(),
+        },
+        Delivery::Object { kind, obj, seq, consistency } => pb::SubscribeResponse {
+            r#type: match kind {
+                Kind::Added => pb::EventType::Added,
+                Kind::Modified => pb::EventType::Modified,
+                Kind::Deleted => pb::EventType::Deleted,
+            }
+            .into(),
+            object: Some(kube_object(&obj)),
+            cursor: cursor(seq),
+            consistency: pb_consistency(consistency).into(),
+        },
+    }
+}
+
+fn pb_consistency(c: Consistency) -> pb::Consistency {
+    match c {
+        Consistency::Consistent => pb::Consistency::Consistent,
+        Consistency::AwaitingOwnWrite => pb::Consistency::AwaitingOwnWrite,
+        Consistency::OwnWrite => pb::Consistency::OwnWrite,
+        Consistency::TimedOut => pb::Consistency::TimedOut,
     }
 }
 
@@ -179,7 +236,8 @@ mod tests {
         let mut r = request("configmaps", pb::DeliveryMode::Raw as i32);
         r.namespace = "team-a".into();
         r.resume_cursor = Cursor { incarnation: 7, seq: 9 }.to_string();
-        let q = validate(&r).expect("valid");
+        let (q, mode) = validate(&r).expect("valid");
+        assert_eq!(mode, pb::DeliveryMode::Raw);
         assert_eq!(q.namespace, "team-a");
         assert_eq!(q.cursor, Some(Cursor { incarnation: 7, seq: 9 }));
     }

@@ -64,8 +64,8 @@ pub struct Joined {
 pub enum Item {
     /// The subscriber's cursor is too old or from another incarnation, or it fell behind: a snapshot follows.
     ResyncRequired,
-    /// An object of a snapshot (no cursor: resuming mid-snapshot is not possible).
-    Snapshot(Arc<Obj>),
+    /// An object of a snapshot taken at a position (no cursor: resuming mid-snapshot is not possible).
+    Snapshot(Arc<Obj>, u64),
     /// The snapshot is complete; the cursor is this position.
     Synced(u64),
     /// A change from the history or live.
@@ -153,7 +153,8 @@ impl SharedWatch {
                 if other.is_some() {
                     initial.push(Item::ResyncRequired);
                 }
-                initial.extend(state.objects.values().cloned().map(Item::Snapshot));
+                let at = state.seq;
+                initial.extend(state.objects.values().cloned().map(|o| Item::Snapshot(o, at)));
                 if state.synced {
                     initial.push(Item::Synced(state.seq));
                 }
@@ -402,7 +403,7 @@ mod tests {
         assert_eq!(drain(&mut early.live), ["ADDED a 10", "SYNCED"]);
 
         let late = w.join(None);
-        assert!(matches!(late.initial.as_slice(), [Item::Snapshot(o), Item::Synced(2)] if o.name == "a"));
+        assert!(matches!(late.initial.as_slice(), [Item::Snapshot(o, 2), Item::Synced(2)] if o.name == "a"));
     }
 
     #[test]

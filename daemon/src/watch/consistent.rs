@@ -1,0 +1,379 @@
+//! CONSISTENT delivery: per object, only states consistent with this pod's own writes, each
+//! (uid, resourceVersion) at most once. States that predate a pending own write are held; the write's
+//! own state releases them (dropped as superseded); a DELETE is never held; at the deadline the latest
+//! held state is delivered marked timed out. A subscriber that fell behind gets, instead of
+//! RESYNC_REQUIRED, the difference between what it was told and the current state: latest state per
+//! object, and a DELETE for every object that vanished.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
+
+use tokio::time::Instant;
+
+use super::{
+    expectations::Expectations,
+    object::Obj,
+    shared::{Change, Item},
+    subscription::Subscription,
+};
+
+/// How an object state relates to this pod's own writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Consistency {
+    /// No own write is pending.
+    Consistent,
+    /// An own write is pending and this state predates it.
+    AwaitingOwnWrite,
+    /// Exactly the state an own write produced.
+    OwnWrite,
+    /// An own write was not seen in time; this is the latest state.
+    TimedOut,
+}
+
+/// What happened to an object, as told to a CONSISTENT subscriber.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// New to this subscriber.
+    Added,
+    /// A newer state of an object this subscriber knows.
+    Modified,
+    /// Gone.
+    Deleted,
+}
+
+/// One delivery to a CONSISTENT subscriber.
+#[derive(Debug)]
+pub enum Delivery {
+    /// An object state.
+    Object {
+        /// What happened.
+        kind: Kind,
+        /// The state.
+        obj: Arc<Obj>,
+        /// The position it was delivered at (for the cursor); `None` inside a snapshot.
+        seq: Option<u64>,
+        /// Its relation to the pod's own writes.
+        consistency: Consistency,
+    },
+    /// The initial state is complete.
+    Synced(u64),
+}
+
+/// Classifies the state of `uid` at position `pos` of watch `incarnation` against the pod's writes.
+pub fn classify(expectations: &Expectations, incarnation: u64, uid: &str, pos: u64) -> (Consistency, Option<Instant>) {
+    let Some(e) = expectations.get(uid) else { return (Consistency::Consistent, None) };
+    match e.seen.get(&incarnation) {
+        Some(&at) if pos == at => (Consistency::OwnWrite, None),
+        Some(&at) if pos > at => (Consistency::Consistent, None),
+        // Before the write's position, or the write not seen yet: pending until the deadline.
+        _ if Instant::now() < e.deadline => (Consistency::AwaitingOwnWrite, Some(e.deadline)),
+        _ => (Consistency::Consistent, None),
+    }
+}
+
+#[derive(Debug)]
+struct Held {
+    obj: Arc<Obj>,
+    seq: Option<u64>,
+    deadline: Instant,
+}
+
+/// A subscription filtered for CONSISTENT delivery.
+#[derive(Debug)]
+pub struct ConsistentSubscription {
+    sub: Subscription,
+    filter: Filter,
+}
+
+/// The CONSISTENT rules over a stream of items from one watch incarnation.
+#[derive(Debug)]
+struct Filter {
+    incarnation: u64,
+    expectations: Expectations,
+    held: HashMap<String, Held>,
+    /// The last state delivered per uid: deduplication, and the base for coalescing after a resync.
+    delivered: HashMap<String, Arc<Obj>>,
+    out: std::collections::VecDeque<Delivery>,
+    /// Objects of a snapshot being collected after the subscriber fell behind.
+    resync: Option<Vec<Arc<Obj>>>,
+    /// Position of the last item processed.
+    last_seq: u64,
+}
+
+impl ConsistentSubscription {
+    /// Filters `sub` against the pod's own writes in `expectations`.
+    pub fn new(sub: Subscription, expectations: Expectations) -> Self {
+        let filter = Filter::new(sub.incarnation(), expectations);
+        Self { sub, filter }
+    }
+
+    /// The watch incarnation, for cursors.
+    pub fn incarnation(&self) -> u64 {
+        self.sub.incarnation()
+    }
+
+    /// The next delivery; `None` when the watch stopped.
+    pub async fn next(&mut self) -> Option<Delivery> {
+        loop {
+            if let Some(d) = self.filter.out.pop_front() {
+                return Some(d);
+            }
+            let deadline = self.filter.next_deadline();
+            tokio::select! {
+                item = self.sub.next() => self.filter.process(item?),
+                () = sleep_until(deadline) => self.filter.expire(),
+            }
+        }
+    }
+}
+
+impl Filter {
+    fn new(incarnation: u64, expectations: Expectations) -> Self {
+        Self {
+            incarnation,
+            expectations,
+            held: HashMap::new(),
+            delivered: HashMap::new(),
+            out: Default::default(),
+            resync: None,
+            last_seq: 0,
+        }
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.held.values().map(|h| h.deadline).min()
+    }
+
+    fn process(&mut self, item: Item) {
+        match item {
+            Item::ResyncRequired => self.resync = Some(Vec::new()),
+            Item::Snapshot(obj, at) => match &mut self.resync {
+                Some(objects) => objects.push(obj),
+                None => {
+                    self.last_seq = at;
+                    self.offer(obj, at, None);
+                }
+            },
+            Item::Synced(seq) => {
+                self.last_seq = seq;
+                match self.resync.take() {
+                    Some(objects) => self.coalesce(objects, seq),
+                    None => self.out.push_back(Delivery::Synced(seq)),
+                }
+            }
+            Item::Entry(entry) => {
+                self.last_seq = entry.seq;
+                match &entry.change {
+                    Change::Added(obj) | Change::Modified(obj) => self.offer(obj.clone(), entry.seq, Some(entry.seq)),
+                    Change::Deleted(obj) => self.delete(obj.clone(), Some(entry.seq)),
+                    Change::Synced => {
+                        // Objects that arrived before the initial list completed were offered already.
+                        self.out.push_back(Delivery::Synced(entry.seq));
+                    }
+                }
+            }
+        }
+    }
+
+    /// A state at position `pos`: held while it predates a pending own write, else delivered once.
+    fn offer(&mut self, obj: Arc<Obj>, pos: u64, seq: Option<u64>) {
+        let (consistency, deadline) = classify(&self.expectations, self.incarnation, &obj.uid, pos);
+        if let Some(deadline) = deadline {
+            self.held.insert(obj.uid.clone(), Held { obj, seq, deadline });
+            return;
+        }
+        // The state that ends a wait supersedes what was held.
+        self.held.remove(&obj.uid);
+        self.deliver(obj, seq, consistency);
+    }
+
+    fn deliver(&mut self, obj: Arc<Obj>, seq: Option<u64>, consistency: Consistency) {
+        let kind = match self.delivered.get(&obj.uid) {
+            Some(prev) if prev.resource_version == obj.resource_version => return,
+            Some(_) => Kind::Modified,
+            None => Kind::Added,
+        };
+        self.delivered.insert(obj.uid.clone(), obj.clone());
+        self.out.push_back(Delivery::Object { kind, obj, seq, consistency });
+    }
+
+    /// Deletes are never held.
+    fn delete(&mut self, obj: Arc<Obj>, seq: Option<u64>) {
+        self.held.remove(&obj.uid);
+        self.delivered.remove(&obj.uid);
+        self.out.push_back(Delivery::Object { kind: Kind::Deleted, obj, seq, consistency: Consistency::Consistent });
+    }
+
+    /// Held states whose own write did not show up in time are delivered, marked timed out; those whose
+    /// expectation was renewed by a newer write wait for the new deadline.
+    fn expire(&mut self) {
+        let now = Instant::now();
+        let due: Vec<String> =
+            self.held.iter().filter(|(_, h)| h.deadline <= now).map(|(uid, _)| uid.clone()).collect();
+        for uid in due {
+            let Some(held) = self.held.remove(&uid) else { continue };
+            match self.expectations.get(&uid) {
+                Some(e) if e.deadline > now && !e.seen.contains_key(&self.incarnation) => {
+                    self.held.insert(uid, Held { deadline: e.deadline, ..held });
+                }
+                _ => {
+                    tracing::warn!(uid = %uid, resource_version = %held.obj.resource_version, "own write not seen before consistency.timeout; delivering the latest state");
+                    let seq = held.seq.or(Some(self.last_seq));
+                    self.deliver(held.obj, seq, Consistency::TimedOut);
+                }
+            }
+        }
+    }
+
+    /// After falling behind: deliver the difference between what this subscriber was told and `objects`.
+    fn coalesce(&mut self, objects: Vec<Arc<Obj>>, seq: u64) {
+        let present: HashSet<String> = objects.iter().map(|o| o.uid.clone()).collect();
+        let vanished: Vec<Arc<Obj>> = self.delivered.values().filter(|o| !present.contains(&o.uid)).cloned().collect();
+        for obj in vanished {
+            self.delete(obj, Some(seq));
+        }
+        self.held.retain(|uid, _| present.contains(uid));
+        for obj in objects {
+            self.offer(obj, seq, Some(seq));
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn classification_follows_the_writes_position() {
+        let e = Expectations::default();
+        assert_eq!(classify(&e, 1, "u", 5).0, Consistency::Consistent, "no write");
+        e.expect("u", "10", "configmaps/ns/a", Duration::from_secs(5));
+        assert_eq!(classify(&e, 1, "u", 5).0, Consistency::AwaitingOwnWrite, "not seen yet");
+        e.seen(1, "u", "10", 7);
+        assert_eq!(classify(&e, 1, "u", 6).0, Consistency::AwaitingOwnWrite, "before the write's position");
+        assert_eq!(classify(&e, 1, "u", 7).0, Consistency::OwnWrite);
+        assert_eq!(classify(&e, 1, "u", 8).0, Consistency::Consistent, "after it");
+        assert_eq!(classify(&e, 2, "u", 8).0, Consistency::AwaitingOwnWrite, "another watch has not seen it");
+        tokio::time::advance(Duration::from_secs(6)).await;
+        assert_eq!(classify(&e, 2, "u", 8).0, Consistency::Consistent, "past the deadline nothing is held");
+    }
+
+    const INC: u64 = 9;
+
+    fn obj(uid: &str, rv: &str) -> Arc<Obj> {
+        Arc::new(Obj {
+            uid: uid.into(),
+            namespace: "ns".into(),
+            name: format!("n-{uid}"),
+            resource_version: rv.into(),
+            json: bytes::Bytes::new(),
+        })
+    }
+
+    fn entry(seq: u64, change: Change) -> Item {
+        Item::Entry(Arc::new(super::super::shared::Entry { seq, change }))
+    }
+
+    fn drain(f: &mut Filter) -> Vec<String> {
+        f.out
+            .drain(..)
+            .map(|d| match d {
+                Delivery::Synced(_) => "SYNCED".to_owned(),
+                Delivery::Object { kind, obj, consistency, .. } => {
+                    format!("{kind:?} {} {} {consistency:?}", obj.uid, obj.resource_version)
+                }
+            })
+            .collect()
+    }
+
+    /// The seed's timeline: a third party's change (v2) arrives after our patch was answered (v3) but
+    /// before the watch shows v3. The subscriber must see v3 once and never v2.
+    #[tokio::test(start_paused = true)]
+    async fn a_state_before_the_own_write_is_held_and_dropped_when_the_write_arrives() {
+        let e = Expectations::default();
+        let mut f = Filter::new(INC, e.clone());
+        f.process(entry(1, Change::Added(obj("u", "1"))));
+        f.process(entry(2, Change::Synced));
+        assert_eq!(drain(&mut f), ["Added u 1 Consistent", "SYNCED"]);
+
+        e.expect("u", "3", "configmaps/ns/n-u", Duration::from_secs(5));
+        f.process(entry(3, Change::Modified(obj("u", "2"))));
+        assert!(drain(&mut f).is_empty(), "v2 predates our write: held");
+        e.seen(INC, "u", "3", 4);
+        f.process(entry(4, Change::Modified(obj("u", "3"))));
+        assert_eq!(drain(&mut f), ["Modified u 3 OwnWrite"]);
+        assert!(f.held.is_empty(), "the held state was dropped as superseded");
+        f.process(entry(5, Change::Modified(obj("u", "4"))));
+        assert_eq!(drain(&mut f), ["Modified u 4 Consistent"], "later changes flow again");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_the_deadline_the_latest_held_state_is_delivered_marked_timed_out() {
+        let e = Expectations::default();
+        let mut f = Filter::new(INC, e.clone());
+        e.expect("u", "9", "configmaps/ns/n-u", Duration::from_secs(5));
+        f.process(entry(1, Change::Added(obj("u", "1"))));
+        f.process(entry(2, Change::Modified(obj("u", "2"))));
+        assert!(drain(&mut f).is_empty());
+        tokio::time::advance(Duration::from_secs(4)).await;
+        f.expire();
+        assert!(drain(&mut f).is_empty(), "not yet");
+        tokio::time::advance(Duration::from_secs(2)).await;
+        f.expire();
+        assert_eq!(drain(&mut f), ["Added u 2 TimedOut"], "only the latest held state");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn deletes_are_never_held_and_each_version_is_delivered_once() {
+        let e = Expectations::default();
+        let mut f = Filter::new(INC, e.clone());
+        f.process(entry(1, Change::Added(obj("u", "1"))));
+        f.process(Item::Snapshot(obj("u", "1"), 1));
+        assert_eq!(drain(&mut f), ["Added u 1 Consistent"], "the same version twice is delivered once");
+        e.expect("u", "5", "configmaps/ns/n-u", Duration::from_secs(5));
+        f.process(entry(2, Change::Modified(obj("u", "2"))));
+        f.process(entry(3, Change::Deleted(obj("u", "3"))));
+        assert_eq!(drain(&mut f), ["Deleted u 3 Consistent"]);
+        assert!(f.held.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_own_write_seen_before_its_response_does_not_hold_later_states() {
+        let e = Expectations::default();
+        let mut f = Filter::new(INC, e.clone());
+        f.process(entry(1, Change::Added(obj("u", "3"))));
+        // The response arrives after the watch already delivered v3 at position 1.
+        e.expect("u", "3", "configmaps/ns/n-u", Duration::from_secs(5));
+        e.seen(INC, "u", "3", 1);
+        f.process(entry(2, Change::Modified(obj("u", "4"))));
+        assert_eq!(drain(&mut f), ["Added u 3 Consistent", "Modified u 4 Consistent"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn after_falling_behind_the_subscriber_gets_the_difference_with_every_delete() {
+        let mut f = Filter::new(INC, Expectations::default());
+        for (seq, uid) in [(1, "a"), (2, "b"), (3, "c")] {
+            f.process(entry(seq, Change::Added(obj(uid, "1"))));
+        }
+        drain(&mut f);
+        f.process(Item::ResyncRequired);
+        f.process(Item::Snapshot(obj("a", "1"), 9));
+        f.process(Item::Snapshot(obj("b", "7"), 9));
+        f.process(Item::Snapshot(obj("d", "1"), 9));
+        f.process(Item::Synced(9));
+        let mut got = drain(&mut f);
+        got.sort();
+        assert_eq!(got, ["Added d 1 Consistent", "Deleted c 1 Consistent", "Modified b 7 Consistent"]);
+    }
+}
