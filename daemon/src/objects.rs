@@ -12,6 +12,7 @@ use kube::{
 
 use crate::watch::{
     Hub,
+    expectations::InFlight,
     object::{Obj, ObjKey, RawObject},
     resolve::{ResolveError, Resolved},
     shared::SharedWatch,
@@ -213,6 +214,7 @@ impl Objects {
     /// Replaces an object (or its status).
     pub async fn update(&self, t: &Target, object: Vec<u8>, field_manager: &str) -> Result<Obj, ObjectsError> {
         let r = self.resolve(t, true).await?;
+        let _in_flight = self.begin(&r, t);
         let pp = PostParams { field_manager: Some(manager(field_manager)), ..PostParams::default() };
         let request = Self::request(&r, &t.namespace);
         let request = if t.subresource.is_empty() {
@@ -233,6 +235,7 @@ impl Objects {
         field_manager: &str,
     ) -> Result<Obj, ObjectsError> {
         let r = self.resolve(t, true).await?;
+        let _in_flight = self.begin(&r, t);
         let mut pp = PatchParams { field_manager: Some(manager(field_manager)), ..PatchParams::default() };
         let content_type = match kind {
             PatchKind::Json => Some("application/json-patch+json"),
@@ -273,6 +276,7 @@ impl Objects {
         propagation: Option<PropagationPolicy>,
     ) -> Result<Option<Obj>, ObjectsError> {
         let r = self.resolve(t, true).await?;
+        let _in_flight = self.begin(&r, t);
         let has_preconditions = preconditions.uid.is_some() || preconditions.resource_version.is_some();
         let dp = DeleteParams {
             preconditions: has_preconditions.then_some(preconditions),
@@ -287,6 +291,12 @@ impl Objects {
             .await?;
         let obj = Obj::from(raw);
         Ok((!obj.uid.is_empty()).then_some(obj))
+    }
+
+    /// Marks a write to `t` as in flight until the returned guard drops (after [`Objects::written`]):
+    /// CONSISTENT subscribers hold the object's states meanwhile.
+    fn begin(&self, r: &Resolved, t: &Target) -> InFlight {
+        self.hub.expectations().begin(&format!("{}/{}/{}", r.api.plural, t.namespace, t.name), self.timeout)
     }
 
     /// Records the write's expectation and returns the object.

@@ -48,7 +48,9 @@ impl WatchService for WatchApi {
         let subscription = self.hub.subscribe(query).await.map_err(status::watch_error)?;
         let expectations = self.hub.expectations().clone();
         let mut stream = match mode {
-            pb::DeliveryMode::Consistent => Stream::Consistent(ConsistentSubscription::new(subscription, expectations)),
+            pb::DeliveryMode::Consistent => {
+                Stream::Consistent(Box::new(ConsistentSubscription::new(subscription, expectations)))
+            }
             _ => Stream::Raw(subscription, expectations),
         };
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
@@ -79,7 +81,7 @@ impl WatchService for WatchApi {
 /// A subscription in either mode, producing protocol messages.
 enum Stream {
     Raw(Subscription, Expectations),
-    Consistent(ConsistentSubscription),
+    Consistent(Box<ConsistentSubscription>),
 }
 
 impl Stream {
@@ -87,7 +89,7 @@ impl Stream {
         match self {
             Stream::Raw(sub, expectations) => {
                 let item = sub.next().await?;
-                Some(raw_response(item, sub.incarnation(), expectations))
+                Some(raw_response(item, sub.incarnation(), sub.resource_plural(), expectations))
             }
             Stream::Consistent(sub) => {
                 let delivery = sub.next().await?;
@@ -135,9 +137,9 @@ pub(super) fn is_dns_label(s: &str) -> bool {
 }
 
 /// A RAW item: every event, each marked with the object's relation to the pod's own writes.
-fn raw_response(item: Item, incarnation: u64, expectations: &Expectations) -> pb::SubscribeResponse {
+fn raw_response(item: Item, incarnation: u64, plural: &str, expectations: &Expectations) -> pb::SubscribeResponse {
     let cursor = |seq| Cursor { incarnation, seq }.to_string();
-    let mark = |o: &Obj, pos| pb_consistency(consistent::classify(expectations, incarnation, &o.uid, pos).0);
+    let mark = |o: &Obj, pos| pb_consistency(consistent::classify(expectations, incarnation, plural, o, pos).0);
     let (kind, obj, cursor, consistency) = match item {
         Item::ResyncRequired => (pb::EventType::ResyncRequired, None, String::new(), pb::Consistency::Unspecified),
         Item::Snapshot(obj, at) => {
@@ -225,10 +227,7 @@ mod tests {
         let mut r = request("configmaps", raw);
         r.resume_cursor = "garbage".into();
         assert!(refused(r).message().starts_with("resume_cursor:"));
-        assert_eq!(
-            refused(request("configmaps", pb::DeliveryMode::Consistent as i32)).code(),
-            tonic::Code::Unimplemented
-        );
+        assert!(validate(&request("configmaps", pb::DeliveryMode::Consistent as i32)).is_ok());
     }
 
     #[test]

@@ -61,21 +61,38 @@ pub enum Delivery {
     Synced(u64),
 }
 
-/// Classifies the state of `uid` at position `pos` of watch `incarnation` against the pod's writes.
-pub fn classify(expectations: &Expectations, incarnation: u64, uid: &str, pos: u64) -> (Consistency, Option<Instant>) {
-    let Some(e) = expectations.get(uid) else { return (Consistency::Consistent, None) };
+/// Classifies the state `obj` of resource `plural` at position `pos` of watch `incarnation` against
+/// the pod's writes, with the deadline to hold it until when it predates a pending one.
+pub fn classify(
+    expectations: &Expectations,
+    incarnation: u64,
+    plural: &str,
+    obj: &Obj,
+    pos: u64,
+) -> (Consistency, Option<Instant>) {
+    let now = Instant::now();
+    let pending = |deadline: Instant| {
+        if now < deadline { (Consistency::AwaitingOwnWrite, Some(deadline)) } else { (Consistency::TimedOut, None) }
+    };
+    // A write still in flight: whatever arrives now predates its result.
+    if let Some(deadline) = expectations.in_flight(&format!("{plural}/{}/{}", obj.namespace, obj.name)) {
+        return pending(deadline);
+    }
+    let Some(e) = expectations.get(&obj.uid) else { return (Consistency::Consistent, None) };
     match e.seen.get(&incarnation) {
         Some(&at) if pos == at => (Consistency::OwnWrite, None),
         Some(&at) if pos > at => (Consistency::Consistent, None),
-        // Before the write's position, or the write not seen yet: pending until the deadline.
-        _ if Instant::now() < e.deadline => (Consistency::AwaitingOwnWrite, Some(e.deadline)),
-        _ => (Consistency::Consistent, None),
+        // Before the write's position, or the write not seen yet.
+        _ => pending(e.deadline),
     }
 }
 
 #[derive(Debug)]
 struct Held {
     obj: Arc<Obj>,
+    /// Its position, to classify it again when expectations change.
+    pos: u64,
+    /// Its cursor position (`None` inside a snapshot).
     seq: Option<u64>,
     deadline: Instant,
 }
@@ -85,12 +102,14 @@ struct Held {
 pub struct ConsistentSubscription {
     sub: Subscription,
     filter: Filter,
+    changes: tokio::sync::watch::Receiver<u64>,
 }
 
 /// The CONSISTENT rules over a stream of items from one watch incarnation.
 #[derive(Debug)]
 struct Filter {
     incarnation: u64,
+    plural: String,
     expectations: Expectations,
     held: HashMap<String, Held>,
     /// The last state delivered per uid: deduplication, and the base for coalescing after a resync.
@@ -105,8 +124,9 @@ struct Filter {
 impl ConsistentSubscription {
     /// Filters `sub` against the pod's own writes in `expectations`.
     pub fn new(sub: Subscription, expectations: Expectations) -> Self {
-        let filter = Filter::new(sub.incarnation(), expectations);
-        Self { sub, filter }
+        let changes = expectations.subscribe();
+        let filter = Filter::new(sub.incarnation(), sub.resource_plural().to_owned(), expectations);
+        Self { sub, filter, changes }
     }
 
     /// The watch incarnation, for cursors.
@@ -121,18 +141,22 @@ impl ConsistentSubscription {
                 return Some(d);
             }
             let deadline = self.filter.next_deadline();
+            let holding = deadline.is_some();
             tokio::select! {
                 item = self.sub.next() => self.filter.process(item?),
-                () = sleep_until(deadline) => self.filter.expire(),
+                () = sleep_until(deadline) => self.filter.reevaluate(),
+                // A write answered or seen: held states may be released.
+                Ok(()) = self.changes.changed(), if holding => self.filter.reevaluate(),
             }
         }
     }
 }
 
 impl Filter {
-    fn new(incarnation: u64, expectations: Expectations) -> Self {
+    fn new(incarnation: u64, plural: String, expectations: Expectations) -> Self {
         Self {
             incarnation,
+            plural,
             expectations,
             held: HashMap::new(),
             delivered: HashMap::new(),
@@ -179,9 +203,9 @@ impl Filter {
 
     /// A state at position `pos`: held while it predates a pending own write, else delivered once.
     fn offer(&mut self, obj: Arc<Obj>, pos: u64, seq: Option<u64>) {
-        let (consistency, deadline) = classify(&self.expectations, self.incarnation, &obj.uid, pos);
+        let (consistency, deadline) = classify(&self.expectations, self.incarnation, &self.plural, &obj, pos);
         if let Some(deadline) = deadline {
-            self.held.insert(obj.uid.clone(), Held { obj, seq, deadline });
+            self.held.insert(obj.uid.clone(), Held { obj, pos, seq, deadline });
             return;
         }
         // The state that ends a wait supersedes what was held.
@@ -206,22 +230,23 @@ impl Filter {
         self.out.push_back(Delivery::Object { kind: Kind::Deleted, obj, seq, consistency: Consistency::Consistent });
     }
 
-    /// Held states whose own write did not show up in time are delivered, marked timed out; those whose
-    /// expectation was renewed by a newer write wait for the new deadline.
-    fn expire(&mut self) {
-        let now = Instant::now();
-        let due: Vec<String> =
-            self.held.iter().filter(|(_, h)| h.deadline <= now).map(|(uid, _)| uid.clone()).collect();
-        for uid in due {
-            let Some(held) = self.held.remove(&uid) else { continue };
-            match self.expectations.get(&uid) {
-                Some(e) if e.deadline > now && !e.seen.contains_key(&self.incarnation) => {
-                    self.held.insert(uid, Held { deadline: e.deadline, ..held });
+    /// Classifies every held state again (a write was answered or seen, or a deadline passed):
+    /// released ones are delivered, as the own write, as consistent, or marked timed out.
+    fn reevaluate(&mut self) {
+        let held: Vec<(String, Held)> = self.held.drain().collect();
+        for (uid, held) in held {
+            let (consistency, deadline) =
+                classify(&self.expectations, self.incarnation, &self.plural, &held.obj, held.pos);
+            match deadline {
+                Some(deadline) => {
+                    self.held.insert(uid, Held { deadline, ..held });
                 }
-                _ => {
-                    tracing::warn!(uid = %uid, resource_version = %held.obj.resource_version, "own write not seen before consistency.timeout; delivering the latest state");
+                None => {
+                    if consistency == Consistency::TimedOut {
+                        tracing::warn!(uid = %uid, resource_version = %held.obj.resource_version, "own write not seen before consistency.timeout; delivering the latest state");
+                    }
                     let seq = held.seq.or(Some(self.last_seq));
-                    self.deliver(held.obj, seq, Consistency::TimedOut);
+                    self.deliver(held.obj, seq, consistency);
                 }
             }
         }
@@ -257,16 +282,21 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn classification_follows_the_writes_position() {
         let e = Expectations::default();
-        assert_eq!(classify(&e, 1, "u", 5).0, Consistency::Consistent, "no write");
-        e.expect("u", "10", "configmaps/ns/a", Duration::from_secs(5));
-        assert_eq!(classify(&e, 1, "u", 5).0, Consistency::AwaitingOwnWrite, "not seen yet");
+        let o = obj("u", "10");
+        let c = |inc, pos| classify(&e, inc, "configmaps", &o, pos).0;
+        assert_eq!(c(1, 5), Consistency::Consistent, "no write");
+        let flight = e.begin("configmaps/ns/n-u", Duration::from_secs(5));
+        assert_eq!(c(1, 5), Consistency::AwaitingOwnWrite, "a write in flight");
+        e.expect("u", "10", "configmaps/ns/n-u", Duration::from_secs(5));
+        drop(flight);
+        assert_eq!(c(1, 5), Consistency::AwaitingOwnWrite, "not seen yet");
         e.seen(1, "u", "10", 7);
-        assert_eq!(classify(&e, 1, "u", 6).0, Consistency::AwaitingOwnWrite, "before the write's position");
-        assert_eq!(classify(&e, 1, "u", 7).0, Consistency::OwnWrite);
-        assert_eq!(classify(&e, 1, "u", 8).0, Consistency::Consistent, "after it");
-        assert_eq!(classify(&e, 2, "u", 8).0, Consistency::AwaitingOwnWrite, "another watch has not seen it");
+        assert_eq!(c(1, 6), Consistency::AwaitingOwnWrite, "before the write's position");
+        assert_eq!(c(1, 7), Consistency::OwnWrite);
+        assert_eq!(c(1, 8), Consistency::Consistent, "after it");
+        assert_eq!(c(2, 8), Consistency::AwaitingOwnWrite, "another watch has not seen it");
         tokio::time::advance(Duration::from_secs(6)).await;
-        assert_eq!(classify(&e, 2, "u", 8).0, Consistency::Consistent, "past the deadline nothing is held");
+        assert_eq!(c(2, 8), Consistency::TimedOut, "past the deadline nothing is held");
     }
 
     const INC: u64 = 9;
@@ -302,7 +332,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_state_before_the_own_write_is_held_and_dropped_when_the_write_arrives() {
         let e = Expectations::default();
-        let mut f = Filter::new(INC, e.clone());
+        let mut f = Filter::new(INC, "configmaps".into(), e.clone());
         f.process(entry(1, Change::Added(obj("u", "1"))));
         f.process(entry(2, Change::Synced));
         assert_eq!(drain(&mut f), ["Added u 1 Consistent", "SYNCED"]);
@@ -321,23 +351,42 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn at_the_deadline_the_latest_held_state_is_delivered_marked_timed_out() {
         let e = Expectations::default();
-        let mut f = Filter::new(INC, e.clone());
+        let mut f = Filter::new(INC, "configmaps".into(), e.clone());
         e.expect("u", "9", "configmaps/ns/n-u", Duration::from_secs(5));
         f.process(entry(1, Change::Added(obj("u", "1"))));
         f.process(entry(2, Change::Modified(obj("u", "2"))));
         assert!(drain(&mut f).is_empty());
         tokio::time::advance(Duration::from_secs(4)).await;
-        f.expire();
+        f.reevaluate();
         assert!(drain(&mut f).is_empty(), "not yet");
         tokio::time::advance(Duration::from_secs(2)).await;
-        f.expire();
+        f.reevaluate();
         assert_eq!(drain(&mut f), ["Added u 2 TimedOut"], "only the latest held state");
+    }
+
+    /// The seed's timeline with the write's response delayed as much as the watch: the third party's
+    /// state arrives while our write is in flight, the written state may arrive before the response.
+    #[tokio::test(start_paused = true)]
+    async fn states_arriving_while_the_write_is_in_flight_are_held_until_it_is_answered() {
+        let e = Expectations::default();
+        let mut f = Filter::new(INC, "configmaps".into(), e.clone());
+        f.process(entry(1, Change::Added(obj("u", "1"))));
+        drain(&mut f);
+        let flight = e.begin("configmaps/ns/n-u", Duration::from_secs(5));
+        f.process(entry(2, Change::Modified(obj("u", "2"))));
+        f.process(entry(3, Change::Modified(obj("u", "3"))));
+        assert!(drain(&mut f).is_empty(), "nothing is delivered while the write is in flight");
+        e.expect("u", "3", "configmaps/ns/n-u", Duration::from_secs(5));
+        e.seen(INC, "u", "3", 3);
+        drop(flight);
+        f.reevaluate();
+        assert_eq!(drain(&mut f), ["Modified u 3 OwnWrite"], "v2 never delivered");
     }
 
     #[tokio::test(start_paused = true)]
     async fn deletes_are_never_held_and_each_version_is_delivered_once() {
         let e = Expectations::default();
-        let mut f = Filter::new(INC, e.clone());
+        let mut f = Filter::new(INC, "configmaps".into(), e.clone());
         f.process(entry(1, Change::Added(obj("u", "1"))));
         f.process(Item::Snapshot(obj("u", "1"), 1));
         assert_eq!(drain(&mut f), ["Added u 1 Consistent"], "the same version twice is delivered once");
@@ -351,7 +400,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_own_write_seen_before_its_response_does_not_hold_later_states() {
         let e = Expectations::default();
-        let mut f = Filter::new(INC, e.clone());
+        let mut f = Filter::new(INC, "configmaps".into(), e.clone());
         f.process(entry(1, Change::Added(obj("u", "3"))));
         // The response arrives after the watch already delivered v3 at position 1.
         e.expect("u", "3", "configmaps/ns/n-u", Duration::from_secs(5));
@@ -362,7 +411,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn after_falling_behind_the_subscriber_gets_the_difference_with_every_delete() {
-        let mut f = Filter::new(INC, Expectations::default());
+        let mut f = Filter::new(INC, "configmaps".into(), Expectations::default());
         for (seq, uid) in [(1, "a"), (2, "b"), (3, "c")] {
             f.process(entry(seq, Change::Added(obj(uid, "1"))));
         }

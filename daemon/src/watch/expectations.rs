@@ -29,39 +29,105 @@ pub struct Expectation {
 }
 
 /// Every open expectation of this daemon, by object uid (the latest write per object wins: an older
-/// write's version is superseded by the newer one's).
-#[derive(Debug, Clone, Default)]
+/// write's version is superseded by the newer one's), and the writes still in flight, by locator.
+#[derive(Debug, Clone)]
 pub struct Expectations {
-    inner: Arc<Mutex<HashMap<String, Expectation>>>,
+    inner: Arc<Mutex<Inner>>,
+    /// Bumped on every change, so subscribers holding states look again.
+    changed: Arc<tokio::sync::watch::Sender<u64>>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    by_uid: HashMap<String, Expectation>,
+    /// locator -> (writes in flight, deadline of the oldest).
+    in_flight: HashMap<String, (usize, Instant)>,
+}
+
+/// A write sent to the apiserver and not answered yet: states of its object that arrive meanwhile
+/// predate it (watch order) and are held. Dropping it ends the flight.
+#[derive(Debug)]
+pub struct InFlight {
+    expectations: Expectations,
+    locator: String,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        {
+            let mut inner = self.expectations.lock();
+            if let Some((count, _)) = inner.in_flight.get_mut(&self.locator) {
+                *count -= 1;
+                if *count == 0 {
+                    inner.in_flight.remove(&self.locator);
+                }
+            }
+        }
+        self.expectations.notify();
+    }
+}
+
+impl Default for Expectations {
+    fn default() -> Self {
+        Self { inner: Arc::default(), changed: Arc::new(tokio::sync::watch::channel(0).0) }
+    }
 }
 
 impl Expectations {
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Expectation>> {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn notify(&self) {
+        self.changed.send_modify(|generation| *generation += 1);
+    }
+
+    /// A receiver that sees every change.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// A write to the object at `locator` is about to be sent; it may take up to `timeout`.
+    pub fn begin(&self, locator: &str, timeout: Duration) -> InFlight {
+        {
+            let mut inner = self.lock();
+            let entry = inner.in_flight.entry(locator.to_owned()).or_insert((0, Instant::now() + timeout));
+            entry.0 += 1;
+        }
+        self.notify();
+        InFlight { expectations: self.clone(), locator: locator.to_owned() }
+    }
+
+    /// The deadline of a write to `locator` still in flight, if any.
+    pub fn in_flight(&self, locator: &str) -> Option<Instant> {
+        self.lock().in_flight.get(locator).map(|(_, deadline)| *deadline)
     }
 
     /// Records that `uid` (at `locator`, "plural/namespace/name") will reach `resource_version`, waited
     /// for at most `timeout`.
     pub fn expect(&self, uid: &str, resource_version: &str, locator: &str, timeout: Duration) {
         let now = Instant::now();
-        let mut map = self.lock();
-        // Forget expectations long past their deadline so the map stays bounded by recent writes.
-        map.retain(|_, e| e.deadline + timeout > now);
-        map.insert(
-            uid.to_owned(),
-            Expectation {
-                resource_version: resource_version.to_owned(),
-                deadline: now + timeout,
-                written_at: now,
-                seen: HashMap::new(),
-                locator: locator.to_owned(),
-            },
-        );
+        {
+            let map = &mut self.lock().by_uid;
+            // Forget expectations long past their deadline so the map stays bounded by recent writes.
+            map.retain(|_, e| e.deadline + timeout > now);
+            map.insert(
+                uid.to_owned(),
+                Expectation {
+                    resource_version: resource_version.to_owned(),
+                    deadline: now + timeout,
+                    written_at: now,
+                    seen: HashMap::new(),
+                    locator: locator.to_owned(),
+                },
+            );
+        }
+        self.notify();
     }
 
     /// The open expectation for `uid`, if any.
     pub fn get(&self, uid: &str) -> Option<Expectation> {
-        self.lock().get(uid).cloned()
+        self.lock().by_uid.get(uid).cloned()
     }
 
     /// Whether an open expectation whose locator starts with `prefix` has not been delivered by watch
@@ -69,6 +135,7 @@ impl Expectations {
     pub fn any_unseen(&self, prefix: &str, incarnation: u64) -> bool {
         let now = Instant::now();
         self.lock()
+            .by_uid
             .values()
             .any(|e| e.deadline > now && e.locator.starts_with(prefix) && !e.seen.contains_key(&incarnation))
     }
@@ -76,20 +143,30 @@ impl Expectations {
     /// Watch `incarnation` delivered `resource_version` of `uid` at `seq`: records it when that is the
     /// expected version and no earlier position was recorded.
     pub fn seen(&self, incarnation: u64, uid: &str, resource_version: &str, seq: u64) {
-        if let Some(e) = self.lock().get_mut(uid)
-            && e.resource_version == resource_version
-        {
-            e.seen.entry(incarnation).or_insert(seq);
+        let recorded = match self.lock().by_uid.get_mut(uid) {
+            Some(e) if e.resource_version == resource_version && !e.seen.contains_key(&incarnation) => {
+                e.seen.insert(incarnation, seq);
+                true
+            }
+            _ => false,
+        };
+        if recorded {
+            self.notify();
         }
     }
 
     /// Watch `incarnation` finished a list that started at `list_started` and holds `uid` at `seq`: a
     /// list that started after the write includes it, so the expectation is met there.
     pub fn listed(&self, incarnation: u64, uid: &str, list_started: Instant, seq: u64) {
-        if let Some(e) = self.lock().get_mut(uid)
-            && e.written_at <= list_started
-        {
-            e.seen.entry(incarnation).or_insert(seq);
+        let recorded = match self.lock().by_uid.get_mut(uid) {
+            Some(e) if e.written_at <= list_started && !e.seen.contains_key(&incarnation) => {
+                e.seen.insert(incarnation, seq);
+                true
+            }
+            _ => false,
+        };
+        if recorded {
+            self.notify();
         }
     }
 }
@@ -113,6 +190,21 @@ mod tests {
         assert!(!e.any_unseen("secrets/", 3));
         e.expect("u", "11", "configmaps/ns/a", Duration::from_secs(5));
         assert!(e.get("u").expect("open").seen.is_empty(), "a newer write replaces the older expectation");
+    }
+
+    #[tokio::test]
+    async fn writes_in_flight_are_counted_per_object_and_notify() {
+        let e = Expectations::default();
+        let mut changes = e.subscribe();
+        let first = e.begin("configmaps/ns/a", Duration::from_secs(5));
+        let second = e.begin("configmaps/ns/a", Duration::from_secs(5));
+        assert!(changes.has_changed().expect("sender alive"));
+        changes.mark_unchanged();
+        drop(first);
+        assert!(e.in_flight("configmaps/ns/a").is_some(), "one still in flight");
+        drop(second);
+        assert!(e.in_flight("configmaps/ns/a").is_none());
+        assert!(changes.has_changed().expect("sender alive"));
     }
 
     #[tokio::test]

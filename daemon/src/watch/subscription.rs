@@ -27,6 +27,11 @@ impl Subscription {
         self.lease.watch().incarnation
     }
 
+    /// The plural of the watched resource.
+    pub fn resource_plural(&self) -> &str {
+        &self.lease.watch().key.resource.plural
+    }
+
     /// The next item; `None` when the watch stopped (the daemon is shutting down).
     pub async fn next(&mut self) -> Option<Item> {
         loop {
