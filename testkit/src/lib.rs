@@ -5,6 +5,7 @@
 //! start it.
 
 mod daemon;
+pub mod proxy;
 pub mod watch;
 
 use std::path::PathBuf;
@@ -117,5 +118,32 @@ pub fn kubeconfig_for_user(user: &str, dir: &std::path::Path) -> PathBuf {
     }
     let path = dir.join(format!("{user}.kubeconfig"));
     std::fs::write(&path, lines.join("\n")).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    path
+}
+
+/// The test apiserver's address, from its kubeconfig's `server:` line.
+pub fn apiserver_addr() -> std::net::SocketAddr {
+    let text = std::fs::read_to_string(kubeconfig()).unwrap_or_else(|e| panic!("read kubeconfig: {e}"));
+    let server = text
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("server: "))
+        .unwrap_or_else(|| panic!("kubeconfig has no server"));
+    let hostport = server.trim().trim_start_matches("https://").trim_end_matches('/');
+    hostport.parse().unwrap_or_else(|e| panic!("server address {hostport:?}: {e}"))
+}
+
+/// A copy of the admin kubeconfig that reaches the apiserver at `addr` (a proxy), written into `dir`.
+pub fn kubeconfig_via(addr: std::net::SocketAddr, dir: &std::path::Path) -> PathBuf {
+    let text = std::fs::read_to_string(kubeconfig()).unwrap_or_else(|e| panic!("read kubeconfig: {e}"));
+    let rewritten: Vec<String> = text
+        .lines()
+        .map(|l| match l.trim_start().strip_prefix("server: ") {
+            // The serving certificate is for 127.0.0.1 whatever the port, so TLS still verifies.
+            Some(_) => format!("    server: https://{addr}"),
+            None => l.to_owned(),
+        })
+        .collect();
+    let path = dir.join("via-proxy.kubeconfig");
+    std::fs::write(&path, rewritten.join("\n")).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
     path
 }

@@ -204,6 +204,7 @@ impl Filter {
     /// A state at position `pos`: held while it predates a pending own write, else delivered once.
     fn offer(&mut self, obj: Arc<Obj>, pos: u64, seq: Option<u64>) {
         let (consistency, deadline) = classify(&self.expectations, self.incarnation, &self.plural, &obj, pos);
+        tracing::debug!(uid = %obj.uid, resource_version = %obj.resource_version, pos, ?consistency, held = deadline.is_some(), "consistent: offered");
         if let Some(deadline) = deadline {
             self.held.insert(obj.uid.clone(), Held { obj, pos, seq, deadline });
             return;

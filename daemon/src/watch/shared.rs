@@ -183,6 +183,7 @@ impl SharedWatch {
             _ => None,
         });
         let found = found.or_else(|| state.objects.get(&obj.key()).filter(|o| same(o)).map(|_| state.seq));
+        tracing::debug!(uid = %obj.uid, resource_version = %obj.resource_version, ?found, "own write noted");
         if let Some(seq) = found {
             self.expectations.seen(self.incarnation, &obj.uid, &obj.resource_version, seq);
         }

@@ -1,0 +1,96 @@
+//! A TCP proxy that delays everything flowing from the upstream (the apiserver) back to the client
+//! (consistd) by an adjustable amount, preserving order: the slow network of the Kopf seed, for real
+//! TLS connections to the real apiserver.
+
+use std::{
+    net::SocketAddr,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::{TcpListener, TcpStream},
+    sync::mpsc,
+    task::JoinHandle,
+    time::Instant,
+};
+
+/// A running delay proxy; stops when dropped.
+#[derive(Debug)]
+pub struct DelayProxy {
+    addr: SocketAddr,
+    delay_ms: Arc<AtomicU64>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for DelayProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl DelayProxy {
+    /// Listens on a free 127.0.0.1 port and forwards every connection to `upstream`.
+    pub async fn start(upstream: SocketAddr) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("bind proxy: {e}"));
+        let addr = listener.local_addr().unwrap_or_else(|e| panic!("proxy address: {e}"));
+        let delay_ms = Arc::new(AtomicU64::new(0));
+        let delay = delay_ms.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                tokio::spawn(relay(client, upstream, delay.clone()));
+            }
+        });
+        Self { addr, delay_ms, task }
+    }
+
+    /// Where clients connect.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Delays bytes read from the upstream from now on by `delay`.
+    pub fn set_delay(&self, delay: Duration) {
+        self.delay_ms.store(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX), Ordering::SeqCst);
+    }
+}
+
+async fn relay(client: TcpStream, upstream: SocketAddr, delay_ms: Arc<AtomicU64>) {
+    let Ok(server) = TcpStream::connect(upstream).await else { return };
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut server_read, mut server_write) = server.into_split();
+    // Client to upstream: at once.
+    let up = tokio::spawn(async move {
+        let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
+        let _ = server_write.shutdown().await;
+    });
+    // Upstream to client: each chunk released `delay` after it was read, in order.
+    let (tx, mut rx) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
+    let reader = tokio::spawn(async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match server_read.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    let release = Instant::now() + Duration::from_millis(delay_ms.load(Ordering::SeqCst));
+                    if tx.send((release, buf[..n].to_vec())).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    while let Some((release, chunk)) = rx.recv().await {
+        tokio::time::sleep_until(release).await;
+        if client_write.write_all(&chunk).await.is_err() {
+            break;
+        }
+    }
+    let _ = client_write.shutdown().await;
+    up.abort();
+    reader.abort();
+}
