@@ -5,7 +5,7 @@
 #   make test      lint, then unit and integration tests against the real control plane, then `make dev`'s check
 #   make lint      rustfmt, clippy (warnings are errors), buf lint (STANDARD)
 #   make gen       regenerate protocol code from proto/consistd/v1/*.proto
-#   make bench     benchmarks (none yet)
+#   make bench     benchmarks against the real control plane; figures go in docs/BENCHMARKS.md
 
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
@@ -38,5 +38,4 @@ gen:
 	CONSISTD_REGENERATE=1 $(CARGO) test -p consistd-proto --test codegen
 
 bench:
-	@echo "no benchmarks yet: the watch hub's (issue 3) will be the first" >&2
-	@exit 2
+	hack/with-control-plane.sh $(CARGO) bench -p consistd --bench watch

@@ -139,6 +139,11 @@ impl Daemon {
         Client::new(&self.socket)
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id().unwrap_or_else(|| panic!("daemon already reaped"))
+    }
+
     /// What the daemon has logged so far.
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

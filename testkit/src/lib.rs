@@ -147,3 +147,23 @@ pub fn kubeconfig_via(addr: std::net::SocketAddr, dir: &std::path::Path) -> Path
     std::fs::write(&path, rewritten.join("\n")).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
     path
 }
+
+/// Compacts the test control plane's etcd at its current revision, through etcd's HTTP gateway: every
+/// older revision is gone, so a watch resumed from one gets 410 Gone.
+pub async fn compact_etcd() {
+    let url =
+        std::fs::read_to_string(kubeconfig().with_file_name("etcd")).unwrap_or_else(|e| panic!("read etcd url: {e}"));
+    let url = url.trim();
+    let post = |path: &str, body: &str| {
+        let out = std::process::Command::new("curl")
+            .args(["-sf", "-X", "POST", &format!("{url}{path}"), "-d", body])
+            .output()
+            .unwrap_or_else(|e| panic!("run curl: {e}"));
+        assert!(out.status.success(), "etcd {path}: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap_or_else(|e| panic!("etcd {path} answer: {e}"))
+    };
+    let status = post("/v3/maintenance/status", "{}");
+    let revision =
+        status["header"]["revision"].as_str().unwrap_or_else(|| panic!("etcd revision in {status}")).to_owned();
+    post("/v3/kv/compaction", &format!(r#"{{"revision":"{revision}","physical":true}}"#));
+}

@@ -6,7 +6,7 @@ use std::{
     net::SocketAddr,
     sync::{
         Arc,
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::Duration,
 };
@@ -24,6 +24,10 @@ use tokio::{
 pub struct DelayProxy {
     addr: SocketAddr,
     delay_ms: Arc<AtomicU64>,
+    /// While true, new connections are closed at once.
+    blocked: Arc<AtomicBool>,
+    /// Bumped to cut every open connection.
+    cuts: Arc<tokio::sync::watch::Sender<u64>>,
     task: JoinHandle<()>,
 }
 
@@ -39,13 +43,34 @@ impl DelayProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("bind proxy: {e}"));
         let addr = listener.local_addr().unwrap_or_else(|e| panic!("proxy address: {e}"));
         let delay_ms = Arc::new(AtomicU64::new(0));
-        let delay = delay_ms.clone();
+        let blocked = Arc::new(AtomicBool::new(false));
+        let cuts = Arc::new(tokio::sync::watch::channel(0).0);
+        let (delay, block, cut) = (delay_ms.clone(), blocked.clone(), cuts.clone());
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                tokio::spawn(relay(client, upstream, delay.clone()));
+                if block.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
+                let mut cut = cut.subscribe();
+                let relay = relay(client, upstream, delay.clone());
+                tokio::spawn(async move {
+                    tokio::select! {
+                        () = relay => {}
+                        _ = cut.changed() => {}
+                    }
+                });
             }
         });
-        Self { addr, delay_ms, task }
+        Self { addr, delay_ms, blocked, cuts, task }
+    }
+
+    /// Closes every open connection and, while `blocked`, every new one: the daemon loses the apiserver.
+    pub fn cut(&self, blocked: bool) {
+        self.blocked.store(blocked, Ordering::SeqCst);
+        if blocked {
+            self.cuts.send_modify(|n| *n += 1);
+        }
     }
 
     /// Where clients connect.

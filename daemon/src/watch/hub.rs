@@ -12,14 +12,13 @@ use kube::{
     api::{ListParams, WatchParams},
     runtime::watcher,
 };
-use tokio::sync::OnceCell;
 
 use super::{
     Cursor, Subscription, WatchError, WatchKey,
     expectations::Expectations,
     object::Obj,
     object::RawObject,
-    resolve::{ResolveError, Resolved, Resolver},
+    resolve::{ResolveError, Resolved, Resolver, ResourceId},
     shared::{Limits, SharedWatch},
 };
 use crate::{config::WatchConfig, metrics::Metrics};
@@ -47,8 +46,9 @@ pub struct Hub {
     metrics: Metrics,
     watches: Mutex<HashMap<WatchKey, Held>>,
     expectations: Expectations,
-    /// Whether the apiserver serves streaming lists (WatchList); asked once.
-    streaming_lists: OnceCell<bool>,
+    /// Per resource: whether the apiserver serves it streaming lists (WatchList needs the resource's
+    /// watch cache, which can be disabled per resource); asked once each.
+    streaming_lists: Mutex<HashMap<ResourceId, bool>>,
 }
 
 impl std::fmt::Debug for Hub {
@@ -92,7 +92,7 @@ impl Hub {
             metrics,
             watches: Mutex::new(HashMap::new()),
             expectations: Expectations::default(),
-            streaming_lists: OnceCell::new(),
+            streaming_lists: Mutex::new(HashMap::new()),
         })
     }
 
@@ -234,7 +234,18 @@ impl Hub {
     /// kube-runtime's watcher configuration for `key`: bookmarks on, selectors, and streaming lists
     /// when the apiserver serves them.
     async fn watcher_config(&self, api: &Api<RawObject>, key: &WatchKey) -> Result<watcher::Config, WatchError> {
-        let streaming = *self.streaming_lists.get_or_try_init(|| supports_streaming_lists(api)).await?;
+        let known = self.streaming_lists.lock().unwrap_or_else(PoisonError::into_inner).get(&key.resource).copied();
+        let streaming = match known {
+            Some(streaming) => streaming,
+            None => {
+                let streaming = supports_streaming_lists(api).await?;
+                self.streaming_lists
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(key.resource.clone(), streaming);
+                streaming
+            }
+        };
         let mut config = watcher::Config::default();
         if streaming {
             config = config.streaming_lists();
@@ -276,7 +287,7 @@ async fn supports_streaming_lists(api: &Api<RawObject>) -> Result<bool, WatchErr
     match first {
         Ok(()) => Ok(true),
         Err(kube::Error::Api(status)) if (400..500).contains(&status.code) && status.code != 403 => {
-            tracing::info!(code = status.code, message = %status.message, "apiserver refuses streaming lists; using list and watch");
+            tracing::info!(code = status.code, message = %status.message, resource = %api.resource_url(), "apiserver refuses streaming lists for this resource; using list and watch");
             Ok(false)
         }
         Err(source) => Err(WatchError::Apiserver { op: "probe streaming-list support".to_owned(), source }),
