@@ -186,6 +186,7 @@ async fn a_stalled_subscriber_is_resynced_and_never_slows_a_fast_one() {
     // Separate connections, as separate apps have: on one shared HTTP/2 connection the stalled stream
     // would exhaust the connection's flow-control window for both, inside the client.
     let mut stalled = Events::open(&daemon.client(), raw("configmaps", &ns)).await;
+    let mut stalled_consistent = Events::open(&daemon.client(), consistent("configmaps", &ns)).await;
     let mut fast = Events::open(&daemon.client(), raw("configmaps", &ns)).await;
     fast.until_synced().await;
     // Enough data to fill the stalled subscriber's queue, its stream buffer and the client's HTTP/2
@@ -217,9 +218,30 @@ async fn a_stalled_subscriber_is_resynced_and_never_slows_a_fast_one() {
     }
     let after: Vec<String> = stalled.until_synced().await.iter().map(describe).collect();
     assert_eq!(after, ["ADDED a", "SYNCED"], "a fresh snapshot follows");
+
+    // The stalled CONSISTENT subscriber is coalesced instead: what was queued, then the latest state,
+    // never a RESYNC_REQUIRED, and a DELETE is never coalesced away.
+    api.delete("a", &DeleteParams::default()).await.expect("delete a");
+    let mut versions = Vec::new();
+    loop {
+        let event = stalled_consistent.next().await;
+        assert_ne!(event.r#type(), EventType::ResyncRequired, "CONSISTENT subscribers are coalesced");
+        if let Some(o) = &event.object {
+            assert!(!versions.contains(&o.resource_version), "each version at most once");
+            versions.push(o.resource_version.clone());
+        }
+        if event.r#type() == EventType::Deleted {
+            break;
+        }
+    }
+    assert!(versions.len() < CHANGES, "coalesced: {} deliveries for {CHANGES} changes", versions.len());
     let metrics = consistd::admin::get(daemon.admin_socket(), "/metrics").await.expect("metrics").1;
     let text = String::from_utf8_lossy(&metrics);
-    assert!(text.contains("consistd_watch_resyncs_total 1"), "{text}");
+    assert!(text.contains("consistd_watch_resyncs_total 2"), "both stalled subscribers were cut off:\n{text}");
+}
+
+fn consistent(resource: &str, namespace: &str) -> SubscribeRequest {
+    SubscribeRequest { mode: DeliveryMode::Consistent.into(), ..raw(resource, namespace) }
 }
 
 #[tokio::test]
