@@ -1,6 +1,7 @@
 //! The gRPC API on the app-facing Unix socket: the consistd services, grpc.health.v1 and server
 //! reflection, served on whatever listener the caller hands over.
 
+mod leadership;
 mod objects;
 mod status;
 mod unimplemented;
@@ -23,8 +24,8 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::Server;
 use tonic_health::{ServingStatus, server::HealthReporter};
 
-use self::{objects::ObjectsApi, unimplemented::Unimplemented, watch::WatchApi};
-use crate::{objects::Objects, watch::Hub};
+use self::{leadership::LeadershipApi, objects::ObjectsApi, unimplemented::Unimplemented, watch::WatchApi};
+use crate::{leadership::Leadership, objects::Objects, watch::Hub};
 
 /// Full names of the consistd services, as reflection and health report them.
 pub const SERVICE_NAMES: [&str; 6] = [
@@ -47,6 +48,8 @@ pub struct Services {
     pub hub: Arc<Hub>,
     /// Reads and writes.
     pub objects: Objects,
+    /// Elections.
+    pub leadership: Arc<Leadership>,
 }
 
 /// Why the gRPC server stopped with an error.
@@ -80,6 +83,7 @@ pub async fn serve(listener: UnixListener, services: Services, shutdown: Cancell
         .map_err(ApiError::Reflection)?;
 
     let watch = WatchApi::new(services.hub, shutdown.clone());
+    let leadership = LeadershipApi::new(services.leadership.clone(), shutdown.clone());
     let shutdown = async {
         shutdown.cancelled().await;
         set_status(&health, ServingStatus::NotServing).await;
@@ -92,9 +96,10 @@ pub async fn serve(listener: UnixListener, services: Services, shutdown: Cancell
         .add_service(reflection_v1alpha)
         .add_service(WatchServiceServer::new(watch).max_decoding_message_size(MAX_REQUEST_BYTES))
         .add_service(
-            ObjectsServiceServer::new(ObjectsApi::new(services.objects)).max_decoding_message_size(MAX_REQUEST_BYTES),
+            ObjectsServiceServer::new(ObjectsApi::new(services.objects, services.leadership))
+                .max_decoding_message_size(MAX_REQUEST_BYTES),
         )
-        .add_service(LeadershipServiceServer::new(Unimplemented))
+        .add_service(LeadershipServiceServer::new(leadership))
         .add_service(OutboxServiceServer::new(Unimplemented))
         .add_service(InboxServiceServer::new(Unimplemented))
         .add_service(RolloutServiceServer::new(Unimplemented))

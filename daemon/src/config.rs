@@ -23,6 +23,11 @@ const MAX_SOCKET_PATH_BYTES: usize = 107;
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct Config {
+    /// This daemon's identity in elections; default: `POD_NAME` (the downward API), else the host name.
+    pub identity: Option<String>,
+    /// The namespace for elections that name none; default: `POD_NAMESPACE`, else the service
+    /// account's namespace, else "default".
+    pub namespace: Option<String>,
     /// The gRPC socket apps connect to.
     pub socket: SocketConfig,
     /// The admin HTTP socket.
@@ -294,6 +299,30 @@ impl Config {
         if let Some(l) = &o.log_level {
             self.log.level = l.clone();
         }
+    }
+
+    /// The identity to campaign with.
+    pub fn identity(&self) -> String {
+        self.identity
+            .clone()
+            .or_else(|| std::env::var("POD_NAME").ok())
+            .or_else(|| std::fs::read_to_string("/etc/hostname").ok().map(|h| h.trim().to_owned()))
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "consistd".to_owned())
+    }
+
+    /// The namespace for elections that name none.
+    pub fn namespace(&self) -> String {
+        self.namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .or_else(|| {
+                std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+                    .ok()
+                    .map(|n| n.trim().to_owned())
+            })
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "default".to_owned())
     }
 
     /// Checks what types alone cannot: socket paths, durations, the log filter.

@@ -9,6 +9,7 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod health;
+pub mod leadership;
 pub mod metrics;
 pub mod objects;
 pub mod run;

@@ -12,6 +12,7 @@ use crate::{
     cluster::{self, ClusterError},
     config::Config,
     health::Health,
+    leadership::Leadership,
     metrics::Metrics,
     objects::Objects,
     socket::{self, SocketError},
@@ -57,7 +58,8 @@ pub async fn run(config: Config) -> Result<(), RunError> {
 
     let hub = Hub::new(client.clone(), config.watch.clone(), metrics.clone());
     let objects = Objects::new(client.clone(), hub.clone(), config.consistency.timeout);
-    let services = Services { hub, objects };
+    let leadership = Leadership::new(client.clone(), config.identity(), config.namespace());
+    let services = Services { hub, objects, leadership: leadership.clone() };
     tokio::spawn(cluster::probe(client, health.clone(), metrics.clone(), stopped.clone()));
     let admin_task = tokio::spawn(admin::serve(admin_listener, health.clone(), metrics, stopped.clone()));
     let mut grpc = tokio::spawn(api::serve(listener, services, draining.clone()));
@@ -77,6 +79,8 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     };
     health.set_serving(false);
     draining.cancel();
+    // Release held Leases first, so followers take over within a retry period.
+    leadership.shutdown(config.shutdown.grace_period).await;
 
     let result = match early_exit {
         Some(joined) => flatten(joined),

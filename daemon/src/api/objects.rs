@@ -4,18 +4,34 @@ use consistd_proto::v1::{self as pb, objects_service_server::ObjectsService};
 use kube::api::{Preconditions, PropagationPolicy};
 use tonic::{Request, Response, Status};
 
+use std::sync::Arc;
+
 use super::status;
-use crate::objects::{Objects, PatchKind, Source, Target};
+use crate::{
+    leadership::Leadership,
+    objects::{Objects, PatchKind, Source, Target},
+};
 
 /// The ObjectsService implementation.
 #[derive(Debug, Clone)]
 pub(crate) struct ObjectsApi {
     objects: Objects,
+    leadership: Arc<Leadership>,
 }
 
 impl ObjectsApi {
-    pub(crate) fn new(objects: Objects) -> Self {
-        Self { objects }
+    pub(crate) fn new(objects: Objects, leadership: Arc<Leadership>) -> Self {
+        Self { objects, leadership }
+    }
+
+    /// A guarded write goes ahead only while this daemon leads the named election in the named term.
+    fn guard(&self, guard: Option<&pb::WriteGuard>) -> Result<(), Status> {
+        let Some(g) = guard else { return Ok(()) };
+        if g.election.is_empty() {
+            return Err(status::invalid_argument("guard.election", "must not be empty"));
+        }
+        let key = self.leadership.key(&g.election, &g.namespace).map_err(status::leadership_error)?;
+        self.leadership.leads(&key, g.term).map_err(|why| Status::failed_precondition(format!("guard: {why}")))
     }
 }
 
@@ -48,7 +64,7 @@ impl ObjectsService for ObjectsApi {
     async fn create(&self, request: Request<pb::CreateRequest>) -> Answer<pb::CreateResponse> {
         let r = request.into_inner();
         let target = target(&r.resource, &r.namespace, None, "")?;
-        guard(r.guard.as_ref())?;
+        self.guard(r.guard.as_ref())?;
         json_object("object", &r.object)?;
         let obj = self.objects.create(&target, r.object, &r.field_manager).await.map_err(status::objects_error)?;
         Ok(Response::new(pb::CreateResponse { object: Some(obj.into()) }))
@@ -57,7 +73,7 @@ impl ObjectsService for ObjectsApi {
     async fn update(&self, request: Request<pb::UpdateRequest>) -> Answer<pb::UpdateResponse> {
         let r = request.into_inner();
         let target = target(&r.resource, &r.namespace, Some(&r.name), &r.subresource)?;
-        guard(r.guard.as_ref())?;
+        self.guard(r.guard.as_ref())?;
         json_object("object", &r.object)?;
         let obj = self.objects.update(&target, r.object, &r.field_manager).await.map_err(status::objects_error)?;
         Ok(Response::new(pb::UpdateResponse { object: Some(obj.into()) }))
@@ -66,7 +82,7 @@ impl ObjectsService for ObjectsApi {
     async fn patch(&self, request: Request<pb::PatchRequest>) -> Answer<pb::PatchResponse> {
         let r = request.into_inner();
         let target = target(&r.resource, &r.namespace, Some(&r.name), &r.subresource)?;
-        guard(r.guard.as_ref())?;
+        self.guard(r.guard.as_ref())?;
         let kind = match pb::PatchType::try_from(r.patch_type) {
             Ok(pb::PatchType::Json) => PatchKind::Json,
             Ok(pb::PatchType::Merge) => PatchKind::Merge,
@@ -97,7 +113,7 @@ impl ObjectsService for ObjectsApi {
     async fn delete(&self, request: Request<pb::DeleteRequest>) -> Answer<pb::DeleteResponse> {
         let r = request.into_inner();
         let target = target(&r.resource, &r.namespace, Some(&r.name), "")?;
-        guard(r.guard.as_ref())?;
+        self.guard(r.guard.as_ref())?;
         let propagation = match pb::PropagationPolicy::try_from(r.propagation_policy) {
             Ok(pb::PropagationPolicy::Unspecified) => None,
             Ok(pb::PropagationPolicy::Orphan) => Some(PropagationPolicy::Orphan),
@@ -159,19 +175,6 @@ fn json_object(field: &'static str, bytes: &[u8]) -> Result<(), Status> {
     }
 }
 
-/// Guarded writes need leadership, which this daemon does not run yet: refuse them rather than write
-/// without the fence the caller asked for.
-fn guard(guard: Option<&pb::WriteGuard>) -> Result<(), Status> {
-    match guard {
-        None => Ok(()),
-        Some(g) if g.election.is_empty() => Err(status::invalid_argument("guard.election", "must not be empty")),
-        Some(g) => Err(Status::failed_precondition(format!(
-            "guard: this daemon is not the leader of election {:?} in term {} (elections are not implemented yet)",
-            g.election, g.term
-        ))),
-    }
-}
-
 fn read_source(source: Source) -> pb::ReadSource {
     match source {
         Source::Cache => pb::ReadSource::Cache,
@@ -201,12 +204,5 @@ mod tests {
         assert!(json_object("object", br#"{"a":1}"#).is_ok());
         assert!(json_object("object", b"[1]").expect_err("array").message().starts_with("object:"));
         assert!(json_object("object", b"{nope").expect_err("garbage").message().contains("not JSON"));
-    }
-
-    #[test]
-    fn guarded_writes_are_refused_until_elections_exist() {
-        let g = pb::WriteGuard { election: "e".into(), namespace: String::new(), term: 3 };
-        assert_eq!(guard(Some(&g)).expect_err("refused").code(), tonic::Code::FailedPrecondition);
-        assert!(guard(None).is_ok());
     }
 }

@@ -4,6 +4,7 @@
 use tonic::{Code, Status};
 
 use crate::{
+    leadership::LeadershipError,
     objects::ObjectsError,
     watch::{WatchError, resolve::ResolveError},
 };
@@ -29,6 +30,14 @@ pub(crate) fn watch_error(error: WatchError) -> Status {
         WatchError::InvalidArgument { .. } => Status::new(Code::InvalidArgument, error.to_string()),
         WatchError::Resolve(e) => resolve_error(e, error.to_string()),
         WatchError::Apiserver { op, source } => kube_error(op, source),
+    }
+}
+
+/// A refused election request.
+pub(crate) fn leadership_error(error: LeadershipError) -> Status {
+    match &error {
+        LeadershipError::InvalidArgument { .. } => Status::new(Code::InvalidArgument, error.to_string()),
+        LeadershipError::IdentityConflict { .. } => Status::new(Code::FailedPrecondition, error.to_string()),
     }
 }
 

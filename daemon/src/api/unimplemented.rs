@@ -2,8 +2,8 @@
 //! full protocol is served (and reflected) from the first release and later work only fills it in.
 
 use consistd_proto::v1::{
-    self as pb, inbox_service_server::InboxService, leadership_service_server::LeadershipService,
-    outbox_service_server::OutboxService, rollout_service_server::RolloutService,
+    self as pb, inbox_service_server::InboxService, outbox_service_server::OutboxService,
+    rollout_service_server::RolloutService,
 };
 use futures::stream::BoxStream;
 use tonic::{Request, Response, Status};
@@ -16,21 +16,6 @@ pub(crate) struct Unimplemented;
 
 type Stream<T> = BoxStream<'static, Result<T, Status>>;
 type Answer<T> = Result<Response<T>, Status>;
-
-#[tonic::async_trait]
-impl LeadershipService for Unimplemented {
-    type CampaignStream = Stream<pb::CampaignResponse>;
-    type ObserveStream = Stream<pb::ObserveResponse>;
-    async fn campaign(&self, _: Request<pb::CampaignRequest>) -> Answer<Self::CampaignStream> {
-        Err(unimplemented("LeadershipService.Campaign"))
-    }
-    async fn observe(&self, _: Request<pb::ObserveRequest>) -> Answer<Self::ObserveStream> {
-        Err(unimplemented("LeadershipService.Observe"))
-    }
-    async fn get_leadership(&self, _: Request<pb::GetLeadershipRequest>) -> Answer<pb::GetLeadershipResponse> {
-        Err(unimplemented("LeadershipService.GetLeadership"))
-    }
-}
 
 #[tonic::async_trait]
 impl OutboxService for Unimplemented {

@@ -1,0 +1,145 @@
+//! LeadershipService: Campaign and Observe stream an election's state (current first, then changes,
+//! coalesced); GetLeadership answers at once. Closing a Campaign stream resigns.
+
+use std::{sync::Arc, time::Duration};
+
+use consistd_proto::v1::{self as pb, leadership_service_server::LeadershipService};
+use futures::{StreamExt, stream::BoxStream};
+use tokio_stream::wrappers::WatchStream;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+
+use super::status;
+use crate::leadership::{Key, Leadership, Role, Timing};
+
+/// How long GetLeadership waits for a first read of a Lease nothing here watched yet.
+const FIRST_OBSERVATION: Duration = Duration::from_secs(2);
+
+/// The LeadershipService implementation.
+#[derive(Debug, Clone)]
+pub(crate) struct LeadershipApi {
+    leadership: Arc<Leadership>,
+    shutdown: CancellationToken,
+}
+
+impl LeadershipApi {
+    pub(crate) fn new(leadership: Arc<Leadership>, shutdown: CancellationToken) -> Self {
+        Self { leadership, shutdown }
+    }
+
+    fn key(&self, election: &str, namespace: &str) -> Result<Key, Status> {
+        self.leadership.key(election, namespace).map_err(status::leadership_error)
+    }
+}
+
+type Stream<T> = BoxStream<'static, Result<T, Status>>;
+
+#[tonic::async_trait]
+impl LeadershipService for LeadershipApi {
+    type CampaignStream = Stream<pb::CampaignResponse>;
+    type ObserveStream = Stream<pb::ObserveResponse>;
+
+    async fn campaign(&self, request: Request<pb::CampaignRequest>) -> Result<Response<Self::CampaignStream>, Status> {
+        let r = request.into_inner();
+        let key = self.key(&r.election, &r.namespace)?;
+        let timing = timing(r.timing.as_ref())?;
+        let (campaign, states) =
+            self.leadership.campaign(&key, &r.identity, timing).map_err(status::leadership_error)?;
+        let stream = WatchStream::new(states)
+            .map(move |s| {
+                // The candidacy lives exactly as long as the stream: dropped with it, it resigns.
+                let _candidacy = &campaign;
+                Ok(pb::CampaignResponse { status: Some(to_pb(&key, &s)) })
+            })
+            .take_until(self.shutdown.clone().cancelled_owned());
+        Ok(Response::new(stream.boxed()))
+    }
+
+    async fn observe(&self, request: Request<pb::ObserveRequest>) -> Result<Response<Self::ObserveStream>, Status> {
+        let r = request.into_inner();
+        let key = self.key(&r.election, &r.namespace)?;
+        let states = self.leadership.observe(&key);
+        let stream = WatchStream::new(states)
+            .map(move |s| Ok(pb::ObserveResponse { status: Some(to_pb(&key, &s)) }))
+            .take_until(self.shutdown.clone().cancelled_owned());
+        Ok(Response::new(stream.boxed()))
+    }
+
+    async fn get_leadership(
+        &self,
+        request: Request<pb::GetLeadershipRequest>,
+    ) -> Result<Response<pb::GetLeadershipResponse>, Status> {
+        let r = request.into_inner();
+        let key = self.key(&r.election, &r.namespace)?;
+        let s = self.leadership.get(&key, FIRST_OBSERVATION).await;
+        Ok(Response::new(pb::GetLeadershipResponse { status: Some(to_pb(&key, &s)) }))
+    }
+}
+
+/// The request's timing, unset fields defaulted, checked in client-go's order.
+fn timing(t: Option<&pb::LeaseTiming>) -> Result<Timing, Status> {
+    let mut timing = Timing::default();
+    if let Some(t) = t {
+        let field =
+            |name: &'static str, d: &Option<prost_types::Duration>, into: &mut Duration| -> Result<(), Status> {
+                if let Some(d) = d {
+                    *into = Duration::try_from(*d)
+                        .map_err(|_| status::invalid_argument(name, format!("{d:?} is not a non-negative duration")))?;
+                }
+                Ok(())
+            };
+        field("timing.lease_duration", &t.lease_duration, &mut timing.lease_duration)?;
+        field("timing.renew_deadline", &t.renew_deadline, &mut timing.renew_deadline)?;
+        field("timing.retry_period", &t.retry_period, &mut timing.retry_period)?;
+    }
+    timing.validate().map_err(|m| status::invalid_argument("timing", m))?;
+    Ok(timing)
+}
+
+fn timestamp(t: Option<std::time::SystemTime>) -> Option<prost_types::Timestamp> {
+    t.map(prost_types::Timestamp::from)
+}
+
+fn to_pb(key: &Key, s: &crate::leadership::Status) -> pb::LeadershipStatus {
+    let state = match s.role {
+        Role::Leader => pb::LeadershipState::Leader,
+        Role::Follower => pb::LeadershipState::Follower,
+        Role::Unknown => pb::LeadershipState::Unknown,
+    };
+    pb::LeadershipStatus {
+        election: key.name.clone(),
+        namespace: key.namespace.clone(),
+        state: state.into(),
+        holder: s.holder.clone(),
+        term: s.term,
+        timing: s.lease_duration.map(|d| pb::LeaseTiming {
+            lease_duration: prost_types::Duration::try_from(d).ok(),
+            renew_deadline: None,
+            retry_period: None,
+        }),
+        acquired_at: timestamp(s.acquired_at),
+        renewed_at: timestamp(s.renewed_at),
+        observed_at: timestamp(Some(s.observed_at)),
+        identity: s.identity.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secs(s: i64) -> Option<prost_types::Duration> {
+        Some(prost_types::Duration { seconds: s, nanos: 0 })
+    }
+
+    #[test]
+    fn timing_defaults_and_order_are_checked_naming_the_field() {
+        assert_eq!(timing(None).expect("defaults"), Timing::default());
+        let t = pb::LeaseTiming { lease_duration: secs(4), renew_deadline: secs(3), retry_period: secs(1) };
+        assert_eq!(timing(Some(&t)).expect("valid").lease_duration, Duration::from_secs(4));
+        let bad = pb::LeaseTiming { lease_duration: secs(10), renew_deadline: secs(10), retry_period: None };
+        assert!(timing(Some(&bad)).expect_err("out of order").message().starts_with("timing:"));
+        let negative = pb::LeaseTiming { lease_duration: secs(-1), ..Default::default() };
+        assert!(timing(Some(&negative)).expect_err("negative").message().starts_with("timing.lease_duration:"));
+    }
+}

@@ -1,0 +1,367 @@
+//! Lease-based leader elections (coordination.k8s.io/v1) for the pod's apps: one runner per election in
+//! this daemon, campaigning while any app holds a Campaign stream open, observing otherwise, publishing
+//! LEADER / FOLLOWER / UNKNOWN with the holder and a fencing term to any number of subscribers through a
+//! coalescing channel that never blocks the runner.
+
+mod elector;
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    time::{Duration, SystemTime},
+};
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use self::elector::Election;
+
+/// An election: the Lease's namespace and name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Key {
+    /// Namespace of the Lease.
+    pub namespace: String,
+    /// Name of the Lease.
+    pub name: String,
+}
+
+/// Election timing, client-go's semantics and defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    /// How long a Lease stays valid after its last renewal (15 s, client-go's default).
+    pub lease_duration: Duration,
+    /// A leader that has not renewed for this long stops reporting LEADER (10 s, client-go's default).
+    pub renew_deadline: Duration,
+    /// How often candidates try to acquire and leaders renew (2 s, client-go's default).
+    pub retry_period: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Self {
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+}
+
+impl Timing {
+    /// Checks the order client-go requires: 0 < retry period < renew deadline < lease duration, and
+    /// whole seconds for the lease duration (the Lease stores seconds).
+    pub fn validate(&self) -> Result<(), String> {
+        if self.retry_period.is_zero() {
+            return Err("retry_period must be greater than 0".to_owned());
+        }
+        if self.renew_deadline <= self.retry_period {
+            return Err(format!(
+                "renew_deadline ({:?}) must be greater than retry_period ({:?})",
+                self.renew_deadline, self.retry_period
+            ));
+        }
+        if self.lease_duration <= self.renew_deadline {
+            return Err(format!(
+                "renew_deadline ({:?}) must be less than lease_duration ({:?}), so a leader stops before others can take over",
+                self.renew_deadline, self.lease_duration
+            ));
+        }
+        if self.lease_duration.subsec_nanos() != 0 || self.lease_duration.as_secs() > i32::MAX as u64 {
+            return Err(format!("lease_duration ({:?}) must be whole seconds", self.lease_duration));
+        }
+        Ok(())
+    }
+}
+
+/// This daemon's view of an election.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// This daemon holds the Lease and renewed it within the renew deadline.
+    Leader,
+    /// Another candidate holds a live Lease.
+    Follower,
+    /// The apiserver cannot be reached, or nobody holds the Lease.
+    Unknown,
+}
+
+/// One observation of an election.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Status {
+    /// This daemon's view.
+    pub role: Role,
+    /// The holder's identity; empty when nobody holds the Lease.
+    pub holder: String,
+    /// Fencing term: the Lease's leaseTransitions, which grows on every change of holder.
+    pub term: u64,
+    /// The lease duration the holder advertises.
+    pub lease_duration: Option<Duration>,
+    /// When the holder acquired the Lease.
+    pub acquired_at: Option<SystemTime>,
+    /// When the holder last renewed it.
+    pub renewed_at: Option<SystemTime>,
+    /// When this daemon observed this state.
+    pub observed_at: SystemTime,
+    /// This daemon's identity in the election.
+    pub identity: String,
+}
+
+impl Status {
+    fn unknown(identity: &str) -> Self {
+        Self {
+            role: Role::Unknown,
+            holder: String::new(),
+            term: 0,
+            lease_duration: None,
+            acquired_at: None,
+            renewed_at: None,
+            observed_at: SystemTime::now(),
+            identity: identity.to_owned(),
+        }
+    }
+
+    /// Whether a subscriber must be told: role, holder or term changed (timestamps alone do not).
+    fn differs(&self, other: &Status) -> bool {
+        self.role != other.role || self.holder != other.holder || self.term != other.term
+    }
+}
+
+/// Why an election request was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum LeadershipError {
+    /// A request field is wrong.
+    #[error("{field}: {message}")]
+    InvalidArgument {
+        /// The request field.
+        field: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// The election already runs here for another identity.
+    #[error("election {election}: this daemon already campaigns as {running:?}, not {asked:?}")]
+    IdentityConflict {
+        /// The election.
+        election: String,
+        /// The identity campaigning.
+        running: String,
+        /// The identity asked for.
+        asked: String,
+    },
+}
+
+/// Every election of this daemon.
+pub struct Leadership {
+    client: kube::Client,
+    identity: String,
+    namespace: String,
+    elections: Mutex<HashMap<Key, Arc<Election>>>,
+    stop: CancellationToken,
+    runners: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Leadership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leadership").field("identity", &self.identity).finish_non_exhaustive()
+    }
+}
+
+/// An app's candidacy; dropping it resigns (the runner releases the Lease when the last one goes).
+#[derive(Debug)]
+pub struct Campaign {
+    election: Arc<Election>,
+}
+
+impl Drop for Campaign {
+    fn drop(&mut self) {
+        self.election.leave_campaign();
+    }
+}
+
+impl Leadership {
+    /// Elections for this daemon's `identity`, with Leases in `namespace` unless a request names one.
+    pub fn new(client: kube::Client, identity: String, namespace: String) -> Arc<Self> {
+        Arc::new(Self {
+            client,
+            identity,
+            namespace,
+            elections: Mutex::new(HashMap::new()),
+            stop: CancellationToken::new(),
+            runners: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<Key, Arc<Election>>> {
+        self.elections.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// This daemon's identity.
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    /// The election named by a request: validates the name and defaults the namespace.
+    pub fn key(&self, name: &str, namespace: &str) -> Result<Key, LeadershipError> {
+        if name.is_empty() {
+            return Err(LeadershipError::InvalidArgument {
+                field: "election",
+                message: "must not be empty".to_owned(),
+            });
+        }
+        if !is_dns_subdomain(name) {
+            return Err(LeadershipError::InvalidArgument {
+                field: "election",
+                message: format!(
+                    "{name:?} is not a valid Lease name (lowercase letters, digits, '-' and '.', at most 253)"
+                ),
+            });
+        }
+        if !namespace.is_empty() && (namespace.len() > 63 || !is_dns_subdomain(namespace) || namespace.contains('.')) {
+            return Err(LeadershipError::InvalidArgument {
+                field: "namespace",
+                message: format!("{namespace:?} is not a valid namespace name"),
+            });
+        }
+        let namespace = if namespace.is_empty() { self.namespace.clone() } else { namespace.to_owned() };
+        Ok(Key { namespace, name: name.to_owned() })
+    }
+
+    /// The runner of `key`, started (as an observer) if none runs.
+    fn election(self: &Arc<Self>, key: &Key, identity: &str) -> Arc<Election> {
+        let mut elections = self.lock();
+        if let Some(e) = elections.get(key) {
+            return e.clone();
+        }
+        let election = Election::new(key.clone(), identity.to_owned());
+        elections.insert(key.clone(), election.clone());
+        let handle = tokio::spawn(elector::run(election.clone(), self.client.clone(), self.clone(), self.stop.clone()));
+        self.runners.lock().unwrap_or_else(PoisonError::into_inner).push(handle);
+        election
+    }
+
+    /// Called by a runner with no campaigner and no subscriber: removes it unless one arrived meanwhile.
+    fn retire(&self, election: &Arc<Election>) -> bool {
+        let mut elections = self.lock();
+        if election.idle() && elections.get(&election.key).is_some_and(|e| Arc::ptr_eq(e, election)) {
+            elections.remove(&election.key);
+            return true;
+        }
+        false
+    }
+
+    /// Streams `key`'s state: the current one first, then every change (coalesced).
+    pub fn observe(self: &Arc<Self>, key: &Key) -> watch::Receiver<Status> {
+        let election = self.election(key, &self.identity);
+        election.subscribe()
+    }
+
+    /// Campaigns for `key` as `identity` (empty: this daemon's) until the returned guard drops.
+    pub fn campaign(
+        self: &Arc<Self>,
+        key: &Key,
+        identity: &str,
+        timing: Timing,
+    ) -> Result<(Campaign, watch::Receiver<Status>), LeadershipError> {
+        timing.validate().map_err(|message| LeadershipError::InvalidArgument { field: "timing", message })?;
+        let identity = if identity.is_empty() { self.identity.clone() } else { identity.to_owned() };
+        let election = self.election(key, &identity);
+        if election.identity != identity {
+            return Err(LeadershipError::IdentityConflict {
+                election: format!("{}/{}", key.namespace, key.name),
+                running: election.identity.clone(),
+                asked: identity,
+            });
+        }
+        let status = election.subscribe();
+        election.join_campaign(timing);
+        Ok((Campaign { election }, status))
+    }
+
+    /// The current state of `key`, waiting at most `wait` for a first observation when nothing here
+    /// watched that election yet.
+    pub async fn get(self: &Arc<Self>, key: &Key, wait: Duration) -> Status {
+        let election = self.election(key, &self.identity);
+        let mut status = election.subscribe();
+        if !election.observed() {
+            let _ = tokio::time::timeout(wait, status.changed()).await;
+        }
+        election.current()
+    }
+
+    /// Whether this daemon leads `key` in exactly `term` now: what a guarded write needs.
+    pub fn leads(&self, key: &Key, term: u64) -> Result<(), String> {
+        let election = self.lock().get(key).cloned();
+        let Some(election) = election else {
+            return Err(format!("this daemon takes no part in election {}/{}", key.namespace, key.name));
+        };
+        let status = election.current();
+        match status.role {
+            Role::Leader if status.term == term => Ok(()),
+            Role::Leader => Err(format!(
+                "this daemon leads election {}/{} in term {}, not {term}",
+                key.namespace, key.name, status.term
+            )),
+            role => Err(format!(
+                "this daemon is {role:?} in election {}/{} (term {})",
+                key.namespace, key.name, status.term
+            )),
+        }
+    }
+
+    /// Resigns every election (releasing held Leases) and waits for the runners, at most `grace`.
+    pub async fn shutdown(&self, grace: Duration) {
+        self.stop.cancel();
+        let runners: Vec<_> = std::mem::take(&mut *self.runners.lock().unwrap_or_else(PoisonError::into_inner));
+        let _ = tokio::time::timeout(grace, futures::future::join_all(runners)).await;
+    }
+}
+
+/// RFC 1123 subdomain: what Kubernetes accepts as a Lease name.
+fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|label| {
+            !label.is_empty()
+                && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timing_must_be_ordered_like_client_go() {
+        assert!(Timing::default().validate().is_ok());
+        let t = |l, r, p| Timing {
+            lease_duration: Duration::from_secs(l),
+            renew_deadline: Duration::from_secs(r),
+            retry_period: Duration::from_secs(p),
+        };
+        assert!(t(10, 10, 2).validate().expect_err("renew = lease").contains("renew_deadline"));
+        assert!(t(10, 12, 2).validate().is_err());
+        assert!(t(15, 10, 10).validate().is_err());
+        assert!(t(15, 10, 0).validate().is_err());
+        let fractional = Timing { lease_duration: Duration::from_millis(15_500), ..Timing::default() };
+        assert!(fractional.validate().expect_err("fraction").contains("whole seconds"));
+    }
+
+    #[test]
+    fn lease_names_are_dns_subdomains() {
+        for good in ["a", "my-app", "my.app.v1", "x1"] {
+            assert!(is_dns_subdomain(good), "{good}");
+        }
+        for bad in ["", "My-App", "-a", "a-", "a..b", "a_b", &"x".repeat(254)] {
+            assert!(!is_dns_subdomain(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn only_role_holder_and_term_changes_are_news() {
+        let a = Status::unknown("me");
+        let mut b = a.clone();
+        b.observed_at += Duration::from_secs(5);
+        assert!(!a.differs(&b));
+        b.term = 1;
+        assert!(a.differs(&b));
+    }
+}

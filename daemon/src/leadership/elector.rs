@@ -1,0 +1,365 @@
+//! One election's runner, following client-go's leader election: read the Lease every retry period;
+//! take it when it is free or expired (judged on the local monotonic clock since its record last
+//! changed), renew it while holding it, every write with a resourceVersion precondition so a race gives
+//! a conflict, never two holders. A leader that cannot renew for the renew deadline stops reporting
+//! LEADER, before the lease can expire for others. Resigning releases the Lease at once.
+
+use std::{
+    sync::{
+        Arc, Mutex, MutexGuard, PoisonError,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, SystemTime},
+};
+
+use k8s_openapi::{
+    api::coordination::v1::{Lease, LeaseSpec},
+    apimachinery::pkg::apis::meta::v1::MicroTime,
+    jiff,
+};
+use kube::{
+    Api, Client,
+    api::{ObjectMeta, PostParams},
+};
+use tokio::{
+    sync::{Notify, watch},
+    time::Instant,
+};
+use tokio_util::sync::CancellationToken;
+
+use super::{Key, Leadership, Role, Status, Timing};
+
+/// An election in this daemon: its published status and its campaigners.
+#[derive(Debug)]
+pub(super) struct Election {
+    pub(super) key: Key,
+    pub(super) identity: String,
+    status: watch::Sender<Status>,
+    /// Campaign streams open, and the timing of the latest.
+    campaign: Mutex<(usize, Timing)>,
+    /// Woken when campaigners come or go.
+    wake: Notify,
+    observed: AtomicBool,
+}
+
+impl Election {
+    pub(super) fn new(key: Key, identity: String) -> Arc<Self> {
+        let status = watch::channel(Status::unknown(&identity)).0;
+        Arc::new(Self {
+            key,
+            identity,
+            status,
+            campaign: Mutex::new((0, Timing::default())),
+            wake: Notify::new(),
+            observed: AtomicBool::new(false),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, (usize, Timing)> {
+        self.campaign.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(super) fn subscribe(&self) -> watch::Receiver<Status> {
+        self.status.subscribe()
+    }
+
+    pub(super) fn current(&self) -> Status {
+        self.status.borrow().clone()
+    }
+
+    pub(super) fn observed(&self) -> bool {
+        self.observed.load(Ordering::Acquire)
+    }
+
+    pub(super) fn join_campaign(&self, timing: Timing) {
+        {
+            let mut c = self.lock();
+            c.0 += 1;
+            c.1 = timing;
+        }
+        self.wake.notify_one();
+    }
+
+    pub(super) fn leave_campaign(&self) {
+        {
+            let mut c = self.lock();
+            c.0 = c.0.saturating_sub(1);
+        }
+        self.wake.notify_one();
+    }
+
+    fn campaigning(&self) -> Option<Timing> {
+        let c = self.lock();
+        (c.0 > 0).then_some(c.1)
+    }
+
+    /// No campaigner and no subscriber: the runner may stop.
+    pub(super) fn idle(&self) -> bool {
+        self.lock().0 == 0 && self.status.receiver_count() == 0
+    }
+
+    /// Publishes a state: subscribers are woken only when role, holder or term changed (and for the
+    /// first observation); the value is always current before anyone is woken.
+    fn publish(&self, status: Status) {
+        if !self.observed.swap(true, Ordering::AcqRel) {
+            self.status.send_replace(status);
+            return;
+        }
+        self.status.send_if_modified(|current| {
+            let news = current.differs(&status);
+            *current = status;
+            news
+        });
+    }
+}
+
+/// The Lease record as last read, and when (monotonic) it was first seen in this form.
+#[derive(Debug, Clone)]
+struct Observed {
+    resource_version: String,
+    holder: String,
+    transitions: u64,
+    duration: Option<Duration>,
+    acquired_at: Option<SystemTime>,
+    renewed_at: Option<SystemTime>,
+    since: Instant,
+}
+
+impl Observed {
+    fn from_lease(lease: &Lease, previous: Option<&Observed>) -> Self {
+        let spec = lease.spec.clone().unwrap_or_default();
+        let resource_version = lease.metadata.resource_version.clone().unwrap_or_default();
+        let since = match previous {
+            Some(p) if p.resource_version == resource_version => p.since,
+            _ => Instant::now(),
+        };
+        Self {
+            resource_version,
+            holder: spec.holder_identity.unwrap_or_default(),
+            transitions: spec.lease_transitions.and_then(|t| u64::try_from(t).ok()).unwrap_or(0),
+            // A missing or non-positive duration is malformed: treated as already expired.
+            duration: spec
+                .lease_duration_seconds
+                .filter(|s| *s > 0)
+                .map(|s| Duration::from_secs(s.unsigned_abs().into())),
+            acquired_at: spec.acquire_time.map(|t| t.0.into()),
+            renewed_at: spec.renew_time.map(|t| t.0.into()),
+            since,
+        }
+    }
+
+    fn expired(&self) -> bool {
+        match self.duration {
+            _ if self.holder.is_empty() => true,
+            Some(d) => self.since + d <= Instant::now(),
+            None => true,
+        }
+    }
+
+    fn status(&self, me: &str, leader: bool) -> Status {
+        let role = if leader {
+            Role::Leader
+        } else if self.expired() {
+            Role::Unknown
+        } else {
+            Role::Follower
+        };
+        Status {
+            role,
+            holder: if self.expired() && !leader { String::new() } else { self.holder.clone() },
+            term: self.transitions,
+            lease_duration: self.duration,
+            acquired_at: self.acquired_at,
+            renewed_at: self.renewed_at,
+            observed_at: SystemTime::now(),
+            identity: me.to_owned(),
+        }
+    }
+}
+
+/// What one step concluded.
+enum Step {
+    /// This daemon holds the Lease, renewed just now.
+    Leader,
+    /// It does not.
+    NotLeader,
+}
+
+/// Runs `election` until it is idle or the daemon stops; releases the Lease if it holds it then.
+pub(super) async fn run(election: Arc<Election>, client: Client, registry: Arc<Leadership>, stop: CancellationToken) {
+    let api: Api<Lease> = Api::namespaced(client, &election.key.namespace);
+    let mut observed: Option<Observed> = None;
+    // Some(last successful renewal) while this daemon leads.
+    let mut renewed: Option<Instant> = None;
+    loop {
+        let campaign = election.campaigning();
+        let timing = campaign.unwrap_or_default();
+        if campaign.is_none() {
+            if renewed.take().is_some() {
+                release(&api, &election, &mut observed).await;
+            }
+            if election.idle() && registry.retire(&election) {
+                return;
+            }
+        }
+
+        // Every call is bounded so the renew deadline is kept even when the apiserver hangs.
+        let budget = match renewed {
+            Some(at) => (at + timing.renew_deadline).saturating_duration_since(Instant::now()).min(timing.retry_period),
+            None => timing.retry_period,
+        };
+        let outcome = tokio::time::timeout(budget, step(&api, &election, campaign, &mut observed)).await;
+        match outcome {
+            Ok(Ok(Step::Leader)) => {
+                renewed = Some(Instant::now());
+                if let Some(o) = &observed {
+                    election.publish(o.status(&election.identity, true));
+                }
+            }
+            Ok(Ok(Step::NotLeader)) => {
+                if renewed.take().is_some() {
+                    tracing::warn!(election = %election.key.name, "lost leadership: the Lease was taken");
+                }
+                let status = observed
+                    .as_ref()
+                    .map_or_else(|| Status::unknown(&election.identity), |o| o.status(&election.identity, false));
+                election.publish(status);
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(%error, election = %election.key.name, "election step failed; retrying");
+                if renewed.is_none() {
+                    election.publish(Status::unknown(&election.identity));
+                }
+            }
+            Err(_) => {
+                tracing::warn!(election = %election.key.name, budget = ?budget, "election step timed out; retrying");
+                if renewed.is_none() {
+                    election.publish(Status::unknown(&election.identity));
+                }
+            }
+        }
+
+        let pause = match renewed {
+            Some(at) => (at + timing.renew_deadline).saturating_duration_since(Instant::now()).min(timing.retry_period),
+            None => timing.retry_period,
+        };
+        tokio::select! {
+            () = stop.cancelled() => break,
+            () = election.wake.notified() => {}
+            () = tokio::time::sleep(pause) => {}
+        }
+        if let Some(at) = renewed
+            && at.elapsed() >= timing.renew_deadline
+        {
+            // Could not renew in time: stop saying LEADER before the lease can expire for others.
+            tracing::warn!(election = %election.key.name, term = observed.as_ref().map_or(0, |o| o.transitions), "renew deadline passed; no longer leader");
+            renewed = None;
+            election.publish(Status::unknown(&election.identity));
+        }
+    }
+    if renewed.is_some() {
+        release(&api, &election, &mut observed).await;
+    }
+    election.publish(Status::unknown(&election.identity));
+}
+
+/// Reads the Lease and, when campaigning, takes or renews it.
+async fn step(
+    api: &Api<Lease>,
+    election: &Election,
+    campaign: Option<Timing>,
+    observed: &mut Option<Observed>,
+) -> Result<Step, kube::Error> {
+    let name = &election.key.name;
+    let Some(lease) = api.get_opt(name).await? else {
+        *observed = None;
+        let Some(timing) = campaign else { return Ok(Step::NotLeader) };
+        let now = MicroTime(jiff::Timestamp::now());
+        let lease = Lease {
+            metadata: ObjectMeta { name: Some(name.clone()), ..ObjectMeta::default() },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(election.identity.clone()),
+                lease_duration_seconds: Some(seconds(timing.lease_duration)),
+                acquire_time: Some(now.clone()),
+                renew_time: Some(now),
+                lease_transitions: Some(0),
+                ..LeaseSpec::default()
+            }),
+        };
+        return match api.create(&PostParams::default(), &lease).await {
+            Ok(created) => {
+                *observed = Some(Observed::from_lease(&created, None));
+                tracing::info!(election = %name, term = 0, "became leader (created the Lease)");
+                Ok(Step::Leader)
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(Step::NotLeader),
+            Err(e) => Err(e),
+        };
+    };
+    let current = Observed::from_lease(&lease, observed.as_ref());
+    *observed = Some(current.clone());
+    let Some(timing) = campaign else { return Ok(Step::NotLeader) };
+    let ours = current.holder == election.identity;
+    if !ours && !current.expired() {
+        return Ok(Step::NotLeader);
+    }
+    let now = MicroTime(jiff::Timestamp::now());
+    let mut spec = lease.spec.clone().unwrap_or_default();
+    if !ours {
+        spec.lease_transitions = Some(i32::try_from(current.transitions + 1).unwrap_or(i32::MAX));
+        spec.acquire_time = Some(now.clone());
+    }
+    spec.holder_identity = Some(election.identity.clone());
+    spec.lease_duration_seconds = Some(seconds(timing.lease_duration));
+    spec.renew_time = Some(now);
+    // The read's resourceVersion stays in metadata: the apiserver refuses the write if anyone wrote since.
+    let updated = Lease { spec: Some(spec), ..lease };
+    match api.replace(name, &PostParams::default(), &updated).await {
+        Ok(written) => {
+            let next = Observed::from_lease(&written, None);
+            if !ours {
+                tracing::info!(election = %name, term = next.transitions, previous = %current.holder, "became leader");
+            }
+            *observed = Some(next);
+            Ok(Step::Leader)
+        }
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(Step::NotLeader),
+        Err(e) => Err(e),
+    }
+}
+
+/// Gives the Lease up so a follower takes over within one retry period (client-go's release: no
+/// holder, a 1-second duration). A conflict means someone else wrote it already: nothing to release.
+async fn release(api: &Api<Lease>, election: &Election, observed: &mut Option<Observed>) {
+    let name = &election.key.name;
+    let lease = match api.get_opt(name).await {
+        Ok(Some(lease)) => lease,
+        Ok(None) => return,
+        Err(error) => {
+            tracing::warn!(%error, election = %name, "could not read the Lease to release it");
+            return;
+        }
+    };
+    let mut spec = lease.spec.clone().unwrap_or_default();
+    if spec.holder_identity.as_deref() != Some(election.identity.as_str()) {
+        return;
+    }
+    let now = MicroTime(jiff::Timestamp::now());
+    spec.holder_identity = None;
+    spec.lease_duration_seconds = Some(1);
+    spec.acquire_time = Some(now.clone());
+    spec.renew_time = Some(now);
+    let released = Lease { spec: Some(spec), ..lease };
+    match tokio::time::timeout(Duration::from_secs(2), api.replace(name, &PostParams::default(), &released)).await {
+        Ok(Ok(written)) => {
+            *observed = Some(Observed::from_lease(&written, None));
+            tracing::info!(election = %name, "released leadership");
+        }
+        Ok(Err(error)) => tracing::warn!(%error, election = %name, "could not release the Lease"),
+        Err(_) => tracing::warn!(election = %name, "releasing the Lease timed out"),
+    }
+}
+
+fn seconds(d: Duration) -> i32 {
+    i32::try_from(d.as_secs()).unwrap_or(i32::MAX)
+}

@@ -1,0 +1,288 @@
+//! LeadershipService with several daemons on one election against the real apiserver: one leader and
+//! followers that know it, handover on resign (stream closed), SIGTERM and kill -9, UNKNOWN when the
+//! apiserver is lost, guarded writes, and bad input.
+
+use std::{
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use consistd_client::proto::{
+    CampaignRequest, CreateRequest, GetLeadershipRequest, LeadershipState, LeaseTiming, ObserveRequest, WriteGuard,
+};
+use consistd_testkit::{Daemon, proxy::DelayProxy};
+use nix::sys::signal::Signal;
+use tonic::Code;
+
+const BIN: &str = env!("CARGO_BIN_EXE_consistd");
+
+fn secs(s: i64) -> Option<prost_types::Duration> {
+    Some(prost_types::Duration { seconds: s, nanos: 0 })
+}
+
+/// Latest state seen on one daemon's Campaign stream.
+#[derive(Debug, Clone, PartialEq)]
+struct Seen {
+    state: LeadershipState,
+    holder: String,
+    term: u64,
+}
+
+struct Candidate {
+    daemon: Daemon,
+    identity: String,
+    latest: Arc<Mutex<Option<Seen>>>,
+    stream: tokio::task::JoinHandle<()>,
+}
+
+async fn candidate(identity: &str, ns: &str, election: &str, lease: i64, renew: i64, retry: i64) -> Candidate {
+    let daemon = Daemon::builder(BIN).config(format!("identity: {identity}\nnamespace: {ns}\n")).start().await;
+    let latest = Arc::new(Mutex::new(None));
+    let stream = campaign(&daemon, election, lease, renew, retry, latest.clone()).await;
+    Candidate { daemon, identity: identity.to_owned(), latest, stream }
+}
+
+async fn campaign(
+    daemon: &Daemon,
+    election: &str,
+    lease: i64,
+    renew: i64,
+    retry: i64,
+    latest: Arc<Mutex<Option<Seen>>>,
+) -> tokio::task::JoinHandle<()> {
+    let request = CampaignRequest {
+        election: election.into(),
+        timing: Some(LeaseTiming {
+            lease_duration: secs(lease),
+            renew_deadline: secs(renew),
+            retry_period: secs(retry),
+        }),
+        ..Default::default()
+    };
+    let mut stream = daemon.client().leadership().campaign(request).await.expect("campaign").into_inner();
+    tokio::spawn(async move {
+        while let Ok(Some(message)) = stream.message().await {
+            let s = message.status.expect("status");
+            *latest.lock().expect("lock") = Some(Seen { state: s.state(), holder: s.holder.clone(), term: s.term });
+        }
+    })
+}
+
+fn seen(c: &Candidate) -> Option<Seen> {
+    c.latest.lock().expect("lock").clone()
+}
+
+/// Waits until exactly one candidate says LEADER and every other says FOLLOWER of it; returns the index.
+async fn settled(candidates: &[&Candidate]) -> (usize, u64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let states: Vec<Option<Seen>> = candidates.iter().map(|c| seen(c)).collect();
+        let leaders: Vec<usize> = states
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.as_ref().is_some_and(|s| s.state == LeadershipState::Leader))
+            .map(|(i, _)| i)
+            .collect();
+        if let [leader] = leaders.as_slice() {
+            let name = &candidates[*leader].identity;
+            let term = states[*leader].as_ref().map_or(0, |s| s.term);
+            let followers_agree = states.iter().enumerate().filter(|(i, _)| i != leader).all(|(_, s)| {
+                s.as_ref().is_some_and(|s| s.state == LeadershipState::Follower && &s.holder == name && s.term == term)
+            });
+            if followers_agree {
+                return (*leader, term);
+            }
+        }
+        assert!(leaders.len() <= 1, "two candidates told LEADER at once: {states:?}");
+        assert!(Instant::now() < deadline, "no settled leadership within 30 s: {states:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn three_daemons_elect_one_leader_and_hand_over_on_resign_and_sigterm() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    // Lease 15 s, so a handover well under it proves the Lease was released, not left to expire.
+    let a = candidate("pod-a", &ns, "e", 15, 10, 1).await;
+    let b = candidate("pod-b", &ns, "e", 15, 10, 1).await;
+    let c = candidate("pod-c", &ns, "e", 15, 10, 1).await;
+    let (first, term) = settled(&[&a, &b, &c]).await;
+
+    // GetLeadership on every daemon agrees with the streams.
+    for cand in [&a, &b, &c] {
+        let s = cand
+            .daemon
+            .client()
+            .leadership()
+            .get_leadership(GetLeadershipRequest { election: "e".into(), namespace: String::new() })
+            .await
+            .expect("get")
+            .into_inner()
+            .status
+            .expect("status");
+        assert_eq!(s.term, term);
+        assert_eq!(s.holder, [&a, &b, &c][first].identity);
+    }
+
+    // 1. The leader's app closes its Campaign stream: the daemon resigns and another takes over fast.
+    let leader = [&a, &b, &c][first];
+    let resigned_at = Instant::now();
+    leader.stream.abort();
+    leader.latest.lock().expect("lock").take();
+    let rest: Vec<&Candidate> =
+        [&a, &b, &c].into_iter().enumerate().filter(|(i, _)| *i != first).map(|(_, c)| c).collect();
+    let (second, term2) = settled(&rest).await;
+    let handover = resigned_at.elapsed();
+    assert!(term2 > term, "the term grows on every change of holder ({term} -> {term2})");
+    assert!(handover < Duration::from_secs(8), "resign released the Lease: handover took {handover:?}");
+
+    // 2. SIGTERM of the new leader: graceful shutdown releases the Lease too.
+    let second_leader = rest[second];
+    let remaining: Vec<&Candidate> = rest.iter().copied().filter(|c| c.identity != second_leader.identity).collect();
+    let stopped_at = Instant::now();
+    second_leader.daemon.signal(Signal::SIGTERM);
+    let (_, term3) = settled(&remaining).await;
+    let handover = stopped_at.elapsed();
+    assert!(term3 > term2);
+    assert!(handover < Duration::from_secs(8), "SIGTERM released the Lease: handover took {handover:?}");
+}
+
+#[tokio::test]
+async fn kill_9_of_the_leader_fails_over_within_lease_duration_plus_retry() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let a = candidate("pod-a", &ns, "k", 4, 3, 1).await;
+    let b = candidate("pod-b", &ns, "k", 4, 3, 1).await;
+    let (first, term) = settled(&[&a, &b]).await;
+    let (leader, follower) = if first == 0 { (&a, &b) } else { (&b, &a) };
+    let killed_at = Instant::now();
+    leader.daemon.signal(Signal::SIGKILL);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(s) = seen(follower)
+            && s.state == LeadershipState::Leader
+        {
+            assert!(s.term > term);
+            break;
+        }
+        assert!(Instant::now() < deadline, "no failover: {:?}", seen(follower));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let failover = killed_at.elapsed();
+    // The Lease must expire first (4 s from the last renewal, judged from the follower's observation),
+    // then the next retry (1 s) takes it; slack for a busy machine.
+    assert!(failover < Duration::from_secs(4 + 1 + 3), "failover took {failover:?}");
+    assert!(failover > Duration::from_secs(2), "a killed leader cannot release; took only {failover:?}");
+}
+
+#[tokio::test]
+async fn a_leader_that_loses_the_apiserver_reports_unknown_before_its_lease_expires() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let proxy = DelayProxy::start(consistd_testkit::apiserver_addr()).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let kubeconfig = consistd_testkit::kubeconfig_via(proxy.addr(), dir.path());
+    let daemon = Daemon::builder(BIN)
+        .config(format!("identity: lonely\nnamespace: {ns}\n"))
+        .env("KUBECONFIG", kubeconfig.display().to_string())
+        .start()
+        .await;
+    let latest = Arc::new(Mutex::new(None));
+    let _stream = campaign(&daemon, "u", 6, 4, 1, latest.clone()).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while latest.lock().expect("lock").as_ref().is_none_or(|s: &Seen| s.state != LeadershipState::Leader) {
+        assert!(Instant::now() < deadline, "never became leader");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let cut_at = Instant::now();
+    proxy.cut(true);
+    loop {
+        let state = latest.lock().expect("lock").as_ref().map(|s| s.state);
+        if state == Some(LeadershipState::Unknown) {
+            break;
+        }
+        assert!(cut_at.elapsed() < Duration::from_secs(6), "still {state:?} when the lease could expire for others");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn guarded_writes_need_the_current_term() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let a = candidate("pod-a", &ns, "g", 15, 10, 1).await;
+    let b = candidate("pod-b", &ns, "g", 15, 10, 1).await;
+    let (first, term) = settled(&[&a, &b]).await;
+    let (leader, follower) = if first == 0 { (&a, &b) } else { (&b, &a) };
+    let write = |name: &str, term: u64| CreateRequest {
+        resource: "configmaps".into(),
+        namespace: ns.clone(),
+        object: format!(r#"{{"metadata":{{"name":"{name}"}}}}"#).into_bytes(),
+        guard: Some(WriteGuard { election: "g".into(), namespace: String::new(), term }),
+        ..Default::default()
+    };
+    leader.daemon.client().objects().create(write("ok", term)).await.expect("the leader in its term may write");
+    let stale = leader.daemon.client().objects().create(write("stale", term + 1)).await.expect_err("wrong term");
+    assert_eq!(stale.code(), Code::FailedPrecondition, "{stale}");
+    let not_leader = follower.daemon.client().objects().create(write("follower", term)).await.expect_err("follower");
+    assert_eq!(not_leader.code(), Code::FailedPrecondition, "{not_leader}");
+    assert!(not_leader.message().contains("Follower"), "{not_leader}");
+}
+
+#[tokio::test]
+async fn bad_election_requests_are_refused_naming_the_field_and_a_malformed_lease_is_taken_over() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let daemon = Daemon::builder(BIN).config(format!("identity: fixer\nnamespace: {ns}\n")).start().await;
+    let client = daemon.client();
+    let refuse = |request: CampaignRequest| {
+        let client = client.clone();
+        async move { client.leadership().campaign(request).await.expect_err("refused") }
+    };
+    let s = refuse(CampaignRequest::default()).await;
+    assert_eq!(s.code(), Code::InvalidArgument);
+    assert!(s.message().starts_with("election:"), "{s}");
+    let s = refuse(CampaignRequest { election: "Not_Valid".into(), ..Default::default() }).await;
+    assert!(s.message().starts_with("election:"), "{s}");
+    let s = refuse(CampaignRequest {
+        election: "x".into(),
+        timing: Some(LeaseTiming { lease_duration: secs(10), renew_deadline: secs(10), retry_period: secs(2) }),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(s.code(), Code::InvalidArgument);
+    assert!(s.message().starts_with("timing:"), "{s}");
+
+    // A Lease someone left with a holder but no duration: observers say UNKNOWN, a candidate repairs it.
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> = kube::Api::namespaced(kube, &ns);
+    let malformed = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "broken" }, "spec": { "holderIdentity": "ghost" }
+    }))
+    .expect("lease");
+    leases.create(&kube::api::PostParams::default(), &malformed).await.expect("create malformed lease");
+    let mut observe = client
+        .leadership()
+        .observe(ObserveRequest { election: "broken".into(), namespace: String::new() })
+        .await
+        .expect("observe")
+        .into_inner();
+    let first = observe.message().await.expect("read").expect("status").status.expect("status");
+    assert_ne!(first.state(), LeadershipState::Leader);
+    let latest = Arc::new(Mutex::new(None));
+    let _stream = campaign(&daemon, "broken", 4, 3, 1, latest.clone()).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while latest.lock().expect("lock").as_ref().is_none_or(|s: &Seen| s.state != LeadershipState::Leader) {
+        assert!(
+            Instant::now() < deadline,
+            "the malformed Lease was not taken over: {:?}",
+            latest.lock().expect("lock")
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let health = daemon.client().health().check(tonic_health::pb::HealthCheckRequest { service: String::new() }).await;
+    assert_eq!(
+        health.expect("health").into_inner().status(),
+        tonic_health::pb::health_check_response::ServingStatus::Serving
+    );
+}
