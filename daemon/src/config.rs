@@ -32,6 +32,8 @@ pub struct Config {
     pub socket: SocketConfig,
     /// The admin HTTP socket.
     pub admin: AdminConfig,
+    /// Elections this daemon campaigns in from boot to shutdown, for apps that only observe.
+    pub elections: Vec<ElectionConfig>,
     /// The watch hub.
     pub watch: WatchConfig,
     /// Own-write consistency.
@@ -62,6 +64,47 @@ pub struct SocketConfig {
 pub struct AdminConfig {
     /// Socket path for /healthz, /readyz, /metrics and /debug/state.
     pub socket: PathBuf,
+}
+
+/// An election started at boot.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ElectionConfig {
+    /// The Lease name.
+    pub name: String,
+    /// The Lease namespace; default: the daemon's namespace.
+    #[serde(default)]
+    pub namespace: String,
+    /// Lease validity after the last renewal (15 s, client-go's default).
+    #[serde(default = "default_lease_duration", with = "humantime_serde")]
+    pub lease_duration: Duration,
+    /// A leader that has not renewed for this long stops reporting LEADER (10 s, client-go's default).
+    #[serde(default = "default_renew_deadline", with = "humantime_serde")]
+    pub renew_deadline: Duration,
+    /// How often to try to acquire or renew (2 s, client-go's default).
+    #[serde(default = "default_retry_period", with = "humantime_serde")]
+    pub retry_period: Duration,
+}
+
+fn default_lease_duration() -> Duration {
+    Duration::from_secs(15)
+}
+fn default_renew_deadline() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_retry_period() -> Duration {
+    Duration::from_secs(2)
+}
+
+impl ElectionConfig {
+    /// The election's timing.
+    pub fn timing(&self) -> crate::leadership::Timing {
+        crate::leadership::Timing {
+            lease_duration: self.lease_duration,
+            renew_deadline: self.renew_deadline,
+            retry_period: self.retry_period,
+        }
+    }
 }
 
 /// How shared watches are kept.
@@ -335,6 +378,14 @@ impl Config {
                 "must differ from socket.path: the admin endpoint needs a socket of its own",
             ));
         }
+        for (i, e) in self.elections.iter().enumerate() {
+            if e.name.is_empty() {
+                return Err(ConfigError::field(format!("elections[{i}].name"), "must not be empty"));
+            }
+            if let Err(m) = e.timing().validate() {
+                return Err(ConfigError::field(format!("elections[{i}]"), m));
+            }
+        }
         if self.watch.subscriber_queue == 0 {
             return Err(ConfigError::field("watch.subscriberQueue", "must be at least 1"));
         }
@@ -517,6 +568,9 @@ log:
         assert_eq!(field_error("- 1\n").0, "<document>");
         assert_eq!(field_error("watch:\n  subscriberQueue: 0\n").0, "watch.subscriberQueue");
         assert_eq!(field_error("watch:\n  linger: forever\n").0, "watch.linger");
+        assert_eq!(field_error("elections:\n- name: e\n  renewDeadline: 20s\n").0, "elections[0]");
+        assert_eq!(field_error("elections:\n- name: \"\"\n").0, "elections[0].name");
+        assert_eq!(field_error("elections:\n- name: e\n  leaseDuraton: 5s\n").0, "elections[0].leaseDuraton");
     }
 
     #[test]

@@ -31,6 +31,9 @@ pub enum RunError {
     /// The gRPC server failed.
     #[error(transparent)]
     Api(#[from] ApiError),
+    /// An election from the config could not be started.
+    #[error("start configured election")]
+    Election(#[source] crate::leadership::LeadershipError),
     /// Signal handlers could not be installed.
     #[error("install signal handlers")]
     Signal(#[source] std::io::Error),
@@ -60,6 +63,14 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let objects = Objects::new(client.clone(), hub.clone(), config.consistency.timeout);
     let leadership = Leadership::new(client.clone(), config.identity(), config.namespace());
     let services = Services { hub, objects, leadership: leadership.clone() };
+    // Elections from the config: campaigned for from boot until shutdown.
+    let mut boot_campaigns = Vec::new();
+    for e in &config.elections {
+        let key = leadership.key(&e.name, &e.namespace).map_err(RunError::Election)?;
+        let (campaign, _) = leadership.campaign(&key, "", e.timing()).map_err(RunError::Election)?;
+        tracing::info!(election = %e.name, namespace = %key.namespace, "campaigning from config");
+        boot_campaigns.push(campaign);
+    }
     tokio::spawn(cluster::probe(client, health.clone(), metrics.clone(), stopped.clone()));
     let admin_task = tokio::spawn(admin::serve(admin_listener, health.clone(), metrics, stopped.clone()));
     let mut grpc = tokio::spawn(api::serve(listener, services, draining.clone()));
@@ -80,6 +91,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     health.set_serving(false);
     draining.cancel();
     // Release held Leases first, so followers take over within a retry period.
+    drop(boot_campaigns);
     leadership.shutdown(config.shutdown.grace_period).await;
 
     let result = match early_exit {

@@ -286,3 +286,130 @@ async fn bad_election_requests_are_refused_naming_the_field_and_a_malformed_leas
         tonic_health::pb::health_check_response::ServingStatus::Serving
     );
 }
+
+#[tokio::test]
+async fn an_election_from_the_config_is_campaigned_from_boot_and_observed_by_apps() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let config = format!(
+        "identity: booted\nnamespace: {ns}\nelections:\n- name: from-config\n  leaseDuration: 4s\n  renewDeadline: 3s\n  retryPeriod: 1s\n"
+    );
+    let daemon = Daemon::builder(BIN).config(config).start().await;
+    let mut observe = daemon
+        .client()
+        .leadership()
+        .observe(ObserveRequest { election: "from-config".into(), namespace: String::new() })
+        .await
+        .expect("observe")
+        .into_inner();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let s = observe.message().await.expect("read").expect("a message").status.expect("status");
+        if s.state() == LeadershipState::Leader {
+            assert_eq!(s.holder, "booted");
+            assert_eq!(s.namespace, ns);
+            // The state is updated before anyone is told: a Get right after the notification agrees.
+            let got = daemon
+                .client()
+                .leadership()
+                .get_leadership(GetLeadershipRequest { election: "from-config".into(), namespace: String::new() })
+                .await
+                .expect("get")
+                .into_inner()
+                .status
+                .expect("status");
+            assert_eq!((got.state(), got.holder, got.term), (LeadershipState::Leader, s.holder, s.term));
+            break;
+        }
+        assert!(Instant::now() < deadline, "never leader: {s:?}");
+    }
+}
+
+/// 100 forced handovers between two daemons, every state recorded with its arrival time: at no moment
+/// were both told LEADER.
+#[tokio::test]
+async fn a_hundred_handovers_never_tell_two_apps_leader_at_once() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let daemons = [
+        Daemon::builder(BIN).config(format!("identity: pod-a\nnamespace: {ns}\n")).start().await,
+        Daemon::builder(BIN).config(format!("identity: pod-b\nnamespace: {ns}\n")).start().await,
+    ];
+    let start = Instant::now();
+    // Per daemon: (seconds since start, is LEADER) for every message of every Campaign stream.
+    let log: Arc<Mutex<[Vec<(f64, bool)>; 2]>> = Arc::default();
+    let request = CampaignRequest {
+        election: "flip".into(),
+        timing: Some(LeaseTiming {
+            lease_duration: secs(2),
+            renew_deadline: secs(1),
+            retry_period: Some(prost_types::Duration { seconds: 0, nanos: 100_000_000 }),
+        }),
+        ..Default::default()
+    };
+    let open = |i: usize| {
+        let (client, log, request) = (daemons[i].client(), log.clone(), request.clone());
+        async move {
+            let mut stream = client.leadership().campaign(request).await.expect("campaign").into_inner();
+            tokio::spawn(async move {
+                while let Ok(Some(m)) = stream.message().await {
+                    let leader = m.status.expect("status").state() == LeadershipState::Leader;
+                    log.lock().expect("lock")[i].push((start.elapsed().as_secs_f64(), leader));
+                }
+            })
+        }
+    };
+    let mut streams = [open(0).await, open(1).await];
+    let leader_now = |log: &Arc<Mutex<[Vec<(f64, bool)>; 2]>>| {
+        let log = log.lock().expect("lock");
+        (0..2).find(|&i| log[i].last().is_some_and(|(_, leader)| *leader))
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    for handover in 0..100 {
+        // Wait for a leader, then force the handover: its app closes the stream (the end of its LEADER
+        // time, recorded now); once the other one leads, it campaigns again as a follower.
+        let leader = loop {
+            assert!(Instant::now() < deadline, "only {handover} handovers in 120 s");
+            if let Some(leader) = leader_now(&log) {
+                break leader;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        streams[leader].abort();
+        log.lock().expect("lock")[leader].push((start.elapsed().as_secs_f64(), false));
+        while leader_now(&log) != Some(1 - leader) {
+            assert!(Instant::now() < deadline, "handover {handover} did not happen");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        streams[leader] = open(leader).await;
+    }
+    drop(streams);
+
+    // LEADER intervals per daemon, from the recorded streams; no two may overlap.
+    let log = log.lock().expect("lock").clone();
+    let intervals = |entries: &[(f64, bool)]| {
+        let mut out = Vec::new();
+        let mut since = None;
+        for &(t, leader) in entries {
+            match (leader, since) {
+                (true, None) => since = Some(t),
+                (false, Some(s)) => {
+                    out.push((s, t));
+                    since = None;
+                }
+                _ => {}
+            }
+        }
+        if let Some(s) = since {
+            out.push((s, f64::INFINITY));
+        }
+        out
+    };
+    let (a, b) = (intervals(&log[0]), intervals(&log[1]));
+    assert!(a.len() + b.len() >= 100, "{} + {} LEADER intervals", a.len(), b.len());
+    for &(s1, e1) in &a {
+        for &(s2, e2) in &b {
+            assert!(e1 <= s2 || e2 <= s1, "pod-a LEADER {s1:.3}..{e1:.3} overlaps pod-b LEADER {s2:.3}..{e2:.3}");
+        }
+    }
+}
