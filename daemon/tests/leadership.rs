@@ -325,6 +325,9 @@ async fn an_election_from_the_config_is_campaigned_from_boot_and_observed_by_app
     }
 }
 
+/// Per daemon: (seconds since start, told LEADER) for every Campaign message.
+type StateLog = Arc<Mutex<[Vec<(f64, bool)>; 2]>>;
+
 /// 100 forced handovers between two daemons, every state recorded with its arrival time: at no moment
 /// were both told LEADER.
 #[tokio::test]
@@ -337,7 +340,7 @@ async fn a_hundred_handovers_never_tell_two_apps_leader_at_once() {
     ];
     let start = Instant::now();
     // Per daemon: (seconds since start, is LEADER) for every message of every Campaign stream.
-    let log: Arc<Mutex<[Vec<(f64, bool)>; 2]>> = Arc::default();
+    let log: StateLog = Arc::default();
     let request = CampaignRequest {
         election: "flip".into(),
         timing: Some(LeaseTiming {
@@ -349,6 +352,8 @@ async fn a_hundred_handovers_never_tell_two_apps_leader_at_once() {
     };
     let open = |i: usize| {
         let (client, log, request) = (daemons[i].client(), log.clone(), request.clone());
+        // The reader's JoinHandle is kept to abort it (closing the stream), never awaited.
+        #[allow(clippy::async_yields_async)]
         async move {
             let mut stream = client.leadership().campaign(request).await.expect("campaign").into_inner();
             tokio::spawn(async move {
@@ -360,7 +365,7 @@ async fn a_hundred_handovers_never_tell_two_apps_leader_at_once() {
         }
     };
     let mut streams = [open(0).await, open(1).await];
-    let leader_now = |log: &Arc<Mutex<[Vec<(f64, bool)>; 2]>>| {
+    let leader_now = |log: &StateLog| {
         let log = log.lock().expect("lock");
         (0..2).find(|&i| log[i].last().is_some_and(|(_, leader)| *leader))
     };
