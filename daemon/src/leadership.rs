@@ -150,6 +150,8 @@ pub enum LeadershipError {
 /// Every election of this daemon.
 pub struct Leadership {
     client: kube::Client,
+    /// Followers watch their Lease through the hub, so a release is seen at once, not a retry later.
+    hub: Arc<crate::watch::Hub>,
     identity: String,
     namespace: String,
     elections: Mutex<HashMap<Key, Arc<Election>>>,
@@ -177,9 +179,10 @@ impl Drop for Campaign {
 
 impl Leadership {
     /// Elections for this daemon's `identity`, with Leases in `namespace` unless a request names one.
-    pub fn new(client: kube::Client, identity: String, namespace: String) -> Arc<Self> {
+    pub fn new(client: kube::Client, hub: Arc<crate::watch::Hub>, identity: String, namespace: String) -> Arc<Self> {
         Arc::new(Self {
             client,
+            hub,
             identity,
             namespace,
             elections: Mutex::new(HashMap::new()),

@@ -28,6 +28,7 @@ use tokio::{
 use tokio_util::sync::CancellationToken;
 
 use super::{Key, Leadership, Role, Status, Timing};
+use crate::watch::{Query, Subscription};
 
 /// An election in this daemon: its published status and its campaigners.
 #[derive(Debug)]
@@ -188,6 +189,19 @@ enum Step {
 /// Runs `election` until it is idle or the daemon stops; releases the Lease if it holds it then.
 pub(super) async fn run(election: Arc<Election>, client: Client, registry: Arc<Leadership>, stop: CancellationToken) {
     let api: Api<Lease> = Api::namespaced(client, &election.key.namespace);
+    let query = Query {
+        resource: "coordination.k8s.io/v1/leases".to_owned(),
+        namespace: election.key.namespace.clone(),
+        field_selector: format!("metadata.name={}", election.key.name),
+        ..Query::default()
+    };
+    let mut lease_changes = match registry.hub.subscribe(query).await {
+        Ok(sub) => Some(sub),
+        Err(error) => {
+            tracing::warn!(%error, election = %election.key.name, "cannot watch the Lease; noticing changes at the retry period only");
+            None
+        }
+    };
     let mut observed: Option<Observed> = None;
     // Some(last successful renewal) while this daemon leads.
     let mut renewed: Option<Instant> = None;
@@ -247,6 +261,13 @@ pub(super) async fn run(election: Arc<Election>, client: Client, registry: Arc<L
             () = stop.cancelled() => break,
             () = election.wake.notified() => {}
             () = tokio::time::sleep(pause) => {}
+            // Not leading: any change of the Lease (a release, a new holder) is worth a look now. A leader
+            // ignores them: they are its own renewals.
+            changed = next_change(&mut lease_changes), if renewed.is_none() => {
+                if !changed {
+                    lease_changes = None;
+                }
+            }
         }
         if let Some(at) = renewed
             && at.elapsed() >= timing.renew_deadline
@@ -357,6 +378,14 @@ async fn release(api: &Api<Lease>, election: &Election, observed: &mut Option<Ob
         }
         Ok(Err(error)) => tracing::warn!(%error, election = %name, "could not release the Lease"),
         Err(_) => tracing::warn!(election = %name, "releasing the Lease timed out"),
+    }
+}
+
+/// Waits for the next event of the Lease's watch: false when the watch ended; never, without a watch.
+async fn next_change(changes: &mut Option<Subscription>) -> bool {
+    match changes {
+        Some(sub) => sub.next().await.is_some(),
+        None => std::future::pending().await,
     }
 }
 
