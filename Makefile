@@ -38,4 +38,4 @@ gen:
 	CONSISTD_REGENERATE=1 $(CARGO) test -p consistd-proto --test codegen
 
 bench:
-	hack/with-control-plane.sh $(CARGO) bench -p consistd --bench watch --bench leadership
+	hack/with-control-plane.sh hack/bench.sh

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# `make bench`, inside hack/with-control-plane.sh: consistd's benchmarks, then client-go's leader
+# election on the same control plane, so the figures compare side by side in one run.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+cargo bench -p consistd --bench watch --bench leadership
+echo
+echo "client-go, same control plane, for comparison:"
+(cd hack/bench/client-go-election && GOTOOLCHAIN=local go build -o "$repo/target/bench/client-go-election" .)
+KUBECONFIG=$CONSISTD_TEST_KUBECONFIG "$repo/target/bench/client-go-election" 2>/dev/null

@@ -1,0 +1,75 @@
+// Measures client-go's own leader election on the same control plane, for comparison with consistd's
+// (daemon/benches/leadership.rs): graceful handover with ReleaseOnCancel and client-go's default timing
+// (lease 15 s, renew deadline 10 s, retry 2 s). Run by `make bench`; prints one table row.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
+)
+
+const handovers = 10
+
+func main() {
+	klog.SetOutput(os.Stderr)
+	config, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
+	must(err)
+	client := kubernetes.NewForConfigOrDie(config)
+	ns := fmt.Sprintf("clientgo-bench-%d", time.Now().UnixNano())
+	_, err = client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	must(err)
+
+	leading := make(chan string, 16)
+	start := func(id string) context.CancelFunc {
+		ctx, cancel := context.WithCancel(context.Background())
+		lock := &resourcelock.LeaseLock{
+			LeaseMeta:  metav1.ObjectMeta{Name: "bench", Namespace: ns},
+			Client:     client.CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{Identity: id},
+		}
+		go leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
+			Lock:            lock,
+			LeaseDuration:   15 * time.Second,
+			RenewDeadline:   10 * time.Second,
+			RetryPeriod:     2 * time.Second,
+			ReleaseOnCancel: true,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(context.Context) { leading <- id },
+				OnStoppedLeading: func() {},
+			},
+		})
+		return cancel
+	}
+	cancels := map[string]context.CancelFunc{"a": start("a"), "b": start("b")}
+	leader := <-leading
+	var took []float64
+	for i := 0; i < handovers; i++ {
+		began := time.Now()
+		cancels[leader]()
+		next := <-leading
+		took = append(took, float64(time.Since(began).Microseconds())/1000)
+		cancels[leader] = start(leader)
+		leader = next
+	}
+	sort.Float64s(took)
+	p := func(q float64) float64 { return took[int(float64(len(took)-1)*q+0.5)] }
+	fmt.Printf("| client-go graceful handover (ReleaseOnCancel, same timing) | p50 %.3f | p99 %.3f | max %.3f (n=%d) |\n", p(0.5), p(0.99), took[len(took)-1], len(took))
+}
+
+func must(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
