@@ -120,7 +120,8 @@ pub enum EventType {
     Added = 1,
     /// The object changed.
     Modified = 2,
-    /// The object is gone; the object field holds its last known state.
+    /// The object is gone; the object field holds its last known state (for a CONSISTENT subscriber that
+    /// fell behind, the last state it was told).
     Deleted = 3,
     /// Marker: every object of the initial state (or of a fresh snapshot) has been delivered.
     Synced = 4,
