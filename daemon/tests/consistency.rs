@@ -18,12 +18,10 @@ use serde_json::{Value, json};
 const BIN: &str = env!("CARGO_BIN_EXE_consistd");
 
 /// A daemon whose apiserver traffic goes through a delay proxy.
-async fn daemon_behind_proxy(config: &str) -> (Daemon, DelayProxy, tempfile::TempDir) {
+async fn daemon_behind_proxy(config: &str) -> (Daemon, DelayProxy) {
     let proxy = DelayProxy::start(consistd_testkit::apiserver_addr()).await;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let kubeconfig = consistd_testkit::kubeconfig_via(proxy.addr(), dir.path());
-    let daemon = Daemon::builder(BIN).config(config).env("KUBECONFIG", kubeconfig.display().to_string()).start().await;
-    (daemon, proxy, dir)
+    let daemon = Daemon::builder(BIN).config(config).through(&proxy).start().await;
+    (daemon, proxy)
 }
 
 fn subscribe(ns: &str, mode: DeliveryMode) -> consistd_client::proto::SubscribeRequest {
@@ -104,7 +102,7 @@ async fn seed_timeline_with_a_three_second_delay() {
     let api: Api<ConfigMap> = Api::namespaced(kube, &ns);
     // The proxy delays the write's response too, and a new connection's TLS handshake as well: the
     // app's write can take twice the delay, so the wait for it gets 10 s instead of the default 5 s.
-    let (daemon, proxy, _dir) = daemon_behind_proxy("consistency:\n  timeout: 10s\n").await;
+    let (daemon, proxy) = daemon_behind_proxy("consistency:\n  timeout: 10s\n").await;
     let client = daemon.client();
     let mut consistent = Events::open(&client, subscribe(&ns, DeliveryMode::Consistent)).await;
     let mut raw = Events::open(&daemon.client(), subscribe(&ns, DeliveryMode::Raw)).await;
@@ -168,7 +166,7 @@ async fn an_own_write_not_seen_in_time_releases_the_latest_state_marked_timed_ou
     let ns = consistd_testkit::namespace(&kube).await;
     let api: Api<ConfigMap> = Api::namespaced(kube, &ns);
     api.create(&PostParams::default(), &initial()).await.expect("create");
-    let (daemon, proxy, _dir) = daemon_behind_proxy("consistency:\n  timeout: 2s\n").await;
+    let (daemon, proxy) = daemon_behind_proxy("consistency:\n  timeout: 2s\n").await;
     let client = daemon.client();
     let mut consistent = Events::open(&client, subscribe(&ns, DeliveryMode::Consistent)).await;
     let snapshot: Vec<String> =

@@ -181,13 +181,8 @@ async fn a_leader_that_loses_the_apiserver_reports_unknown_before_its_lease_expi
     let kube = consistd_testkit::kube_client().await;
     let ns = consistd_testkit::namespace(&kube).await;
     let proxy = DelayProxy::start(consistd_testkit::apiserver_addr()).await;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let kubeconfig = consistd_testkit::kubeconfig_via(proxy.addr(), dir.path());
-    let daemon = Daemon::builder(BIN)
-        .config(format!("identity: lonely\nnamespace: {ns}\n"))
-        .env("KUBECONFIG", kubeconfig.display().to_string())
-        .start()
-        .await;
+    let daemon =
+        Daemon::builder(BIN).config(format!("identity: lonely\nnamespace: {ns}\n")).through(&proxy).start().await;
     let latest = Arc::new(Mutex::new(None));
     let _stream = campaign(&daemon, "u", 6, 4, 1, latest.clone()).await;
     let deadline = Instant::now() + Duration::from_secs(20);

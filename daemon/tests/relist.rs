@@ -38,9 +38,7 @@ async fn a_compacted_resume_relists_and_delivers_only_the_difference() {
         api.create(&PostParams::default(), &template(name)).await.expect("create");
     }
     let proxy = DelayProxy::start(consistd_testkit::apiserver_addr()).await;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let kubeconfig = consistd_testkit::kubeconfig_via(proxy.addr(), dir.path());
-    let daemon = Daemon::builder(BIN).env("KUBECONFIG", kubeconfig.display().to_string()).start().await;
+    let daemon = Daemon::builder(BIN).through(&proxy).start().await;
 
     let mut events = Events::open(&daemon.client(), raw("podtemplates", &ns)).await;
     let initial: Vec<String> = events.until_synced().await.iter().map(describe).collect();

@@ -23,6 +23,7 @@ pub struct DaemonBuilder {
     args: Vec<String>,
     env: Vec<(String, String)>,
     config: Option<String>,
+    apiserver: Option<std::net::SocketAddr>,
     wait_ready: bool,
 }
 
@@ -53,6 +54,12 @@ impl DaemonBuilder {
     /// Runs with this YAML as its config file.
     pub fn config(mut self, yaml: impl Into<String>) -> Self {
         self.config = Some(yaml.into());
+        self
+    }
+
+    /// Reaches the apiserver through `proxy` (a kubeconfig pointing at it is written into the daemon's dir).
+    pub fn through(mut self, proxy: &crate::proxy::DelayProxy) -> Self {
+        self.apiserver = Some(proxy.addr());
         self
     }
 
@@ -98,7 +105,13 @@ impl DaemonBuilder {
             .arg("--admin-socket")
             .arg(&admin_socket)
             .args(&self.args)
-            .env("KUBECONFIG", crate::kubeconfig())
+            .env(
+                "KUBECONFIG",
+                match self.apiserver {
+                    Some(addr) => crate::kubeconfig_via(addr, &dir),
+                    None => crate::kubeconfig(),
+                },
+            )
             .env("CONSISTD_LOG_LEVEL", "consistd=debug,info")
             .envs(self.env)
             .stdin(Stdio::null())
@@ -121,7 +134,15 @@ impl DaemonBuilder {
 impl Daemon {
     /// A builder for the consistd binary at `bin` (in integration tests: `env!("CARGO_BIN_EXE_consistd")`).
     pub fn builder(bin: impl Into<PathBuf>) -> DaemonBuilder {
-        DaemonBuilder { bin: bin.into(), dir: None, args: Vec::new(), env: Vec::new(), config: None, wait_ready: true }
+        DaemonBuilder {
+            bin: bin.into(),
+            dir: None,
+            args: Vec::new(),
+            env: Vec::new(),
+            config: None,
+            apiserver: None,
+            wait_ready: true,
+        }
     }
 
     /// The gRPC socket.
