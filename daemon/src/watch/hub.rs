@@ -293,3 +293,54 @@ async fn supports_streaming_lists(api: &Api<RawObject>) -> Result<bool, WatchErr
         Err(source) => Err(WatchError::Apiserver { op: "probe streaming-list support".to_owned(), source }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use http::{Request, Response};
+    use http_body_util::Full;
+    use kube::client::Body;
+
+    use super::*;
+
+    /// A client whose "apiserver" answers every request with `status` and `body` (unit tests only).
+    fn client_answering(status: u16, body: &'static str) -> Client {
+        let service = tower::service_fn(move |_: Request<Body>| async move {
+            Response::builder()
+                .status(status)
+                .header("content-type", "application/json")
+                .body(Full::new(bytes::Bytes::from_static(body.as_bytes())))
+        });
+        Client::new(service, "default")
+    }
+
+    fn leases(client: Client) -> Api<RawObject> {
+        let ar = kube::discovery::ApiResource {
+            group: "coordination.k8s.io".into(),
+            version: "v1".into(),
+            api_version: "coordination.k8s.io/v1".into(),
+            kind: "Lease".into(),
+            plural: "leases".into(),
+        };
+        Api::namespaced_with(client, "default", &ar)
+    }
+
+    #[tokio::test]
+    async fn streaming_lists_are_used_when_the_apiserver_answers_them() {
+        let bookmark = r#"{"type":"BOOKMARK","object":{"kind":"Lease","apiVersion":"coordination.k8s.io/v1","metadata":{"resourceVersion":"7","annotations":{"k8s.io/initial-events-end":"true"}}}}"#;
+        let supported = supports_streaming_lists(&leases(client_answering(200, bookmark))).await;
+        assert!(supported.expect("probe answers"), "an answered streaming watch means supported");
+    }
+
+    #[tokio::test]
+    async fn list_and_watch_is_used_when_the_apiserver_refuses_streaming_lists() {
+        let refusal = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"sendInitialEvents is forbidden","reason":"Invalid","code":422}"#;
+        let supported = supports_streaming_lists(&leases(client_answering(422, refusal))).await;
+        assert!(!supported.expect("a refusal is an answer"));
+    }
+
+    #[tokio::test]
+    async fn a_forbidden_probe_is_an_error_not_a_decision() {
+        let forbidden = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"forbidden","reason":"Forbidden","code":403}"#;
+        assert!(supports_streaming_lists(&leases(client_answering(403, forbidden))).await.is_err());
+    }
+}
