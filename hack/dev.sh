@@ -49,6 +49,9 @@ show() {
   echo "\$ grpcurl -unix -plaintext $socket grpc.health.v1.Health/Check"
   "$grpcurl" -unix -plaintext "$socket" grpc.health.v1.Health/Check
   echo
+  echo "\$ grpcurl -unix -plaintext -d '{\"resource\":\"namespaces\"}' $socket consistd.v1.ObjectsService/List  (names only)"
+  "$grpcurl" -unix -plaintext -d '{"resource":"namespaces"}' "$socket" consistd.v1.ObjectsService/List | grep '"name"'
+  echo
   echo "consistd is running (pid $(cat "$dev/consistd.pid"), log $dev/consistd.log)."
   echo "Point apps at CONSISTD_SOCKET=$socket; stop everything with: make dev-stop"
 }
@@ -76,7 +79,7 @@ check() {
   trap stop EXIT
   out=$(start)
   printf '%s\n' "$out"
-  for want in "ready" "consistd.v1.WatchService" "consistd.v1.RolloutService" "grpc.health.v1.Health" '"status": "SERVING"'; do
+  for want in "ready" "consistd.v1.WatchService" "consistd.v1.RolloutService" "grpc.health.v1.Health" '"status": "SERVING"' '"name": "default"'; do
     grep -qF "$want" <<<"$out" || { log "make dev output lacks: $want"; exit 1; }
   done
   log "make dev works: 1 passed, 0 failed"
