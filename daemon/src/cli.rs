@@ -144,6 +144,10 @@ pub fn render(r: &Report) -> String {
         format!("UNREACHABLE: {}", a.last_error.as_deref().unwrap_or("not probed yet"))
     };
     out += &format!("  apiserver   {} {version} ({reach})\n", a.url);
+    out += &format!("  watches     {} upstream\n", r.upstream_watches);
+    for e in &r.elections {
+        out += &format!("  election    {} {} (holder {:?}, term {})\n", e.election, e.role, e.holder, e.term);
+    }
     out += &format!("  uptime      {}s\n", r.uptime_seconds);
     for reason in &r.not_ready_reasons {
         out += &format!("  not ready:  {reason}\n");

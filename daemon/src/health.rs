@@ -9,6 +9,8 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
+use crate::{leadership::Leadership, watch::Hub};
+
 /// What `/debug/state` answers and `consistd status` prints.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {
@@ -22,10 +24,29 @@ pub struct Report {
     pub serving: bool,
     /// The apiserver as last probed.
     pub apiserver: Apiserver,
+    /// Upstream apiserver watches running.
+    #[serde(default)]
+    pub upstream_watches: usize,
+    /// Elections this daemon runs.
+    #[serde(default)]
+    pub elections: Vec<ElectionReport>,
     /// Ready for traffic: serving, and the apiserver was reached.
     pub ready: bool,
     /// Why not ready; empty when ready.
     pub not_ready_reasons: Vec<String>,
+}
+
+/// One election as this daemon sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ElectionReport {
+    /// "namespace/name" of the Lease.
+    pub election: String,
+    /// LEADER, FOLLOWER or UNKNOWN.
+    pub role: String,
+    /// The holder's identity.
+    pub holder: String,
+    /// The fencing term.
+    pub term: u64,
 }
 
 /// The apiserver as last probed.
@@ -55,18 +76,28 @@ pub struct Health {
 struct Inner {
     serving: bool,
     apiserver: Apiserver,
+    parts: Option<(Arc<Hub>, Arc<Leadership>)>,
 }
 
 impl Health {
     /// A daemon that serves `socket` and talks to the apiserver at `apiserver_url`.
     pub fn new(socket: PathBuf, apiserver_url: String) -> Self {
         let apiserver = Apiserver { url: apiserver_url, ..Apiserver::default() };
-        Self { started: Instant::now(), socket, inner: Arc::new(Mutex::new(Inner { serving: false, apiserver })) }
+        Self {
+            started: Instant::now(),
+            socket,
+            inner: Arc::new(Mutex::new(Inner { serving: false, apiserver, parts: None })),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         // The data is plain values; a panic elsewhere cannot leave it half-written.
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The parts whose state the report includes.
+    pub fn attach(&self, hub: Arc<Hub>, leadership: Arc<Leadership>) {
+        self.lock().parts = Some((hub, leadership));
     }
 
     /// Records whether the gRPC server accepts calls.
@@ -108,8 +139,26 @@ impl Health {
             let why = inner.apiserver.last_error.as_deref().unwrap_or("not probed yet");
             reasons.push(format!("the apiserver is not reachable: {why}"));
         }
+        let (upstream_watches, elections) = match &inner.parts {
+            Some((hub, leadership)) => (
+                hub.upstream_watches(),
+                leadership
+                    .snapshot()
+                    .into_iter()
+                    .map(|(k, s)| ElectionReport {
+                        election: format!("{}/{}", k.namespace, k.name),
+                        role: format!("{:?}", s.role).to_uppercase(),
+                        holder: s.holder,
+                        term: s.term,
+                    })
+                    .collect(),
+            ),
+            None => (0, Vec::new()),
+        };
         Report {
             version: env!("CARGO_PKG_VERSION").to_owned(),
+            upstream_watches,
+            elections,
             uptime_seconds: self.started.elapsed().as_secs(),
             socket: self.socket.clone(),
             serving: inner.serving,

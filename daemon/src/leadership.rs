@@ -288,6 +288,13 @@ impl Leadership {
         election.current()
     }
 
+    /// Every election this daemon runs now, with its current state, sorted by key.
+    pub fn snapshot(&self) -> Vec<(Key, Status)> {
+        let mut out: Vec<(Key, Status)> = self.lock().iter().map(|(k, e)| (k.clone(), e.current())).collect();
+        out.sort_by(|a, b| (&a.0.namespace, &a.0.name).cmp(&(&b.0.namespace, &b.0.name)));
+        out
+    }
+
     /// Whether this daemon leads `key` in exactly `term` now: what a guarded write needs.
     pub fn leads(&self, key: &Key, term: u64) -> Result<(), String> {
         let election = self.lock().get(key).cloned();

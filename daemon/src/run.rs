@@ -62,6 +62,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let hub = Hub::new(client.clone(), config.watch.clone(), metrics.clone());
     let objects = Objects::new(client.clone(), hub.clone(), config.consistency.timeout);
     let leadership = Leadership::new(client.clone(), hub.clone(), config.identity(), config.namespace());
+    health.attach(hub.clone(), leadership.clone());
     let services = Services { hub, objects, leadership: leadership.clone() };
     // Elections from the config: campaigned for from boot until shutdown.
     let mut boot_campaigns = Vec::new();

@@ -313,7 +313,15 @@ async fn an_election_from_the_config_is_campaigned_from_boot_and_observed_by_app
                 .into_inner()
                 .status
                 .expect("status");
-            assert_eq!((got.state(), got.holder, got.term), (LeadershipState::Leader, s.holder, s.term));
+            assert_eq!((got.state(), got.holder, got.term), (LeadershipState::Leader, s.holder.clone(), s.term));
+            // `consistd status` shows the election too.
+            let report = consistd::admin::fetch_report(daemon.admin_socket()).await.expect("report");
+            let election = format!("{ns}/from-config");
+            assert!(
+                report.elections.iter().any(|e| e.election == election && e.role == "LEADER" && e.holder == "booted"),
+                "{report:?}"
+            );
+            assert!(report.upstream_watches >= 1, "the Lease is watched: {report:?}");
             break;
         }
         assert!(Instant::now() < deadline, "never leader: {s:?}");
