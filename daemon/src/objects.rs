@@ -136,14 +136,15 @@ impl Objects {
         Request::new(RawObject::url_path(&ar, ns))
     }
 
-    async fn send(
+    /// Sends a built request; `op` names it in errors.
+    async fn send<T: serde::de::DeserializeOwned>(
         &self,
         op: String,
         request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
-    ) -> Result<RawObject, ObjectsError> {
+    ) -> Result<T, ObjectsError> {
         let request =
             request.map_err(|e| ObjectsError::Apiserver { op: op.clone(), source: kube::Error::BuildRequest(e) })?;
-        self.client.request::<RawObject>(request).await.map_err(|source| ObjectsError::Apiserver { op, source })
+        self.client.request::<T>(request).await.map_err(|source| ObjectsError::Apiserver { op, source })
     }
 
     /// One object: from cache when a synced watch covers it, else from the apiserver.
@@ -164,7 +165,7 @@ impl Objects {
             }
         }
         let op = format!("get {} {}", r.api.plural, locate(t));
-        let raw = self.send(op, Self::request(&r, &t.namespace).get(&t.name, &GetParams::default())).await?;
+        let raw: RawObject = self.send(op, Self::request(&r, &t.namespace).get(&t.name, &GetParams::default())).await?;
         Ok((Obj::from(raw), Source::Apiserver))
     }
 
@@ -192,12 +193,8 @@ impl Objects {
             }
         }
         let lp = ListParams::default().labels(label_selector).fields(field_selector);
-        let op = format!("list {}", r.api.plural);
-        let request = Self::request(&r, &t.namespace).list(&lp);
-        let request =
-            request.map_err(|e| ObjectsError::Apiserver { op: op.clone(), source: kube::Error::BuildRequest(e) })?;
         let list: ObjectList<RawObject> =
-            self.client.request(request).await.map_err(|source| ObjectsError::Apiserver { op, source })?;
+            self.send(format!("list {}", r.api.plural), Self::request(&r, &t.namespace).list(&lp)).await?;
         let version = list.metadata.resource_version.clone().unwrap_or_default();
         Ok((list.items.into_iter().map(Obj::from).collect(), version, Source::Apiserver))
     }
@@ -207,7 +204,7 @@ impl Objects {
         let r = self.resolve(t, true).await?;
         let pp = PostParams { field_manager: Some(manager(field_manager)), ..PostParams::default() };
         let op = format!("create {} in {:?}", r.api.plural, t.namespace);
-        let raw = self.send(op, Self::request(&r, &t.namespace).create(&pp, object)).await?;
+        let raw: RawObject = self.send(op, Self::request(&r, &t.namespace).create(&pp, object)).await?;
         Ok(self.written(&r, raw))
     }
 
@@ -222,7 +219,7 @@ impl Objects {
         } else {
             request.replace_subresource(&t.subresource, &t.name, &pp, object)
         };
-        let raw = self.send(format!("update {} {}", r.api.plural, locate(t)), request).await?;
+        let raw: RawObject = self.send(format!("update {} {}", r.api.plural, locate(t)), request).await?;
         Ok(self.written(&r, raw))
     }
 
@@ -263,7 +260,7 @@ impl Objects {
             }
             req
         });
-        let raw = self.send(format!("patch {} {}", r.api.plural, locate(t)), request).await?;
+        let raw: RawObject = self.send(format!("patch {} {}", r.api.plural, locate(t)), request).await?;
         Ok(self.written(&r, raw))
     }
 
@@ -283,7 +280,7 @@ impl Objects {
             propagation_policy: propagation,
             ..DeleteParams::default()
         };
-        let raw = self
+        let raw: RawObject = self
             .send(
                 format!("delete {} {}", r.api.plural, locate(t)),
                 Self::request(&r, &t.namespace).delete(&t.name, &dp),

@@ -218,10 +218,7 @@ pub(super) async fn run(election: Arc<Election>, client: Client, registry: Arc<L
         }
 
         // Every call is bounded so the renew deadline is kept even when the apiserver hangs.
-        let budget = match renewed {
-            Some(at) => (at + timing.renew_deadline).saturating_duration_since(Instant::now()).min(timing.retry_period),
-            None => timing.retry_period,
-        };
+        let budget = until_next_attempt(renewed, timing);
         let outcome = tokio::time::timeout(budget, step(&api, &election, campaign, &mut observed)).await;
         match outcome {
             Ok(Ok(Step::Leader)) => {
@@ -253,10 +250,7 @@ pub(super) async fn run(election: Arc<Election>, client: Client, registry: Arc<L
             }
         }
 
-        let pause = match renewed {
-            Some(at) => (at + timing.renew_deadline).saturating_duration_since(Instant::now()).min(timing.retry_period),
-            None => timing.retry_period,
-        };
+        let pause = until_next_attempt(renewed, timing);
         tokio::select! {
             () = stop.cancelled() => break,
             () = election.wake.notified() => {}
@@ -282,6 +276,14 @@ pub(super) async fn run(election: Arc<Election>, client: Client, registry: Arc<L
         release(&api, &election, &mut observed).await;
     }
     election.publish(Status::unknown(&election.identity));
+}
+
+/// A retry period, or less for a leader: what is left until its renew deadline.
+fn until_next_attempt(renewed: Option<Instant>, timing: Timing) -> Duration {
+    match renewed {
+        Some(at) => (at + timing.renew_deadline).saturating_duration_since(Instant::now()).min(timing.retry_period),
+        None => timing.retry_period,
+    }
 }
 
 /// Reads the Lease and, when campaigning, takes or renews it.
