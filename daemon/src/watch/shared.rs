@@ -208,16 +208,6 @@ impl SharedWatch {
         self.lock().synced
     }
 
-    /// Number of cached objects.
-    pub fn len(&self) -> usize {
-        self.lock().objects.len()
-    }
-
-    /// Whether the cache holds no object.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Runs the upstream watch until [`SharedWatch::stop`]: kube-runtime's watcher with bookmarks and
     /// backoff with jitter, applying each event to the cache and fanning it out.
     pub async fn run(self: Arc<Self>, api: Api<RawObject>, config: watcher::Config, metrics: Metrics) {
@@ -439,7 +429,7 @@ mod tests {
         w.apply(watcher::Event::Apply(raw("a", "1", "2")), &m);
         w.apply(watcher::Event::Delete(raw("a", "1", "3")), &m);
         assert_eq!(drain(&mut sub.live), ["ADDED a 1", "MODIFIED a 2", "DELETED a 3"]);
-        assert!(w.is_empty());
+        assert!(w.list("").expect("synced").0.is_empty());
     }
 
     #[test]
