@@ -1,8 +1,10 @@
 //! The gRPC API on the app-facing Unix socket: the consistd services, grpc.health.v1 and server
 //! reflection, served on whatever listener the caller hands over.
 
+mod inbox;
 mod leadership;
 mod objects;
+mod outbox;
 mod status;
 mod unimplemented;
 mod watch;
@@ -24,8 +26,11 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::Server;
 use tonic_health::{ServingStatus, server::HealthReporter};
 
-use self::{leadership::LeadershipApi, objects::ObjectsApi, unimplemented::Unimplemented, watch::WatchApi};
-use crate::{leadership::Leadership, objects::Objects, watch::Hub};
+use self::{
+    inbox::InboxApi, leadership::LeadershipApi, objects::ObjectsApi, outbox::OutboxApi, unimplemented::Unimplemented,
+    watch::WatchApi,
+};
+use crate::{inbox::Inbox, leadership::Leadership, objects::Objects, outbox::Outbox, watch::Hub};
 
 /// Full names of the consistd services, as reflection and health report them.
 pub const SERVICE_NAMES: [&str; 6] = [
@@ -50,6 +55,12 @@ pub struct Services {
     pub objects: Objects,
     /// Elections.
     pub leadership: Arc<Leadership>,
+    /// ACK-tracked sends from this pod.
+    pub outbox: Outbox,
+    /// Messages for this pod's app.
+    pub inbox: Inbox,
+    /// The namespace of destinations that name none.
+    pub namespace: String,
 }
 
 /// Why the gRPC server stopped with an error.
@@ -84,6 +95,8 @@ pub async fn serve(listener: UnixListener, services: Services, shutdown: Cancell
 
     let watch = WatchApi::new(services.hub, shutdown.clone());
     let leadership = LeadershipApi::new(services.leadership.clone(), shutdown.clone());
+    let outbox = OutboxApi::new(services.outbox, services.namespace, shutdown.clone());
+    let inbox = InboxApi::new(services.inbox, shutdown.clone());
     let shutdown = async {
         shutdown.cancelled().await;
         set_status(&health, ServingStatus::NotServing).await;
@@ -100,8 +113,8 @@ pub async fn serve(listener: UnixListener, services: Services, shutdown: Cancell
                 .max_decoding_message_size(MAX_REQUEST_BYTES),
         )
         .add_service(LeadershipServiceServer::new(leadership))
-        .add_service(OutboxServiceServer::new(Unimplemented))
-        .add_service(InboxServiceServer::new(Unimplemented))
+        .add_service(OutboxServiceServer::new(outbox).max_decoding_message_size(MAX_REQUEST_BYTES))
+        .add_service(InboxServiceServer::new(inbox))
         .add_service(RolloutServiceServer::new(Unimplemented))
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
         .await

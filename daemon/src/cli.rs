@@ -47,6 +47,9 @@ pub struct RunArgs {
     /// The admin HTTP socket path.
     #[arg(long, env = "CONSISTD_ADMIN_SOCKET")]
     pub admin_socket: Option<PathBuf>,
+    /// Directory of the durable message store.
+    #[arg(long, env = "CONSISTD_STORE_DIR")]
+    pub store_dir: Option<PathBuf>,
     /// Log format.
     #[arg(long, env = "CONSISTD_LOG_FORMAT")]
     pub log_format: Option<LogFormatArg>,
@@ -91,6 +94,7 @@ impl RunArgs {
         let overrides = Overrides {
             socket: self.socket.clone(),
             admin_socket: self.admin_socket.clone(),
+            store_dir: self.store_dir.clone(),
             log_format: self.log_format.map(|f| match f {
                 LogFormatArg::Text => LogFormat::Text,
                 LogFormatArg::Json => LogFormat::Json,

@@ -4,6 +4,7 @@
 
 use std::{
     fmt,
+    net::SocketAddr,
     path::{Path, PathBuf},
     time::Duration,
 };
@@ -13,6 +14,11 @@ use serde_yaml::Value;
 
 /// Default path of the gRPC socket, in the directory shared with the app containers.
 pub const DEFAULT_SOCKET: &str = "/var/run/consistd/consistd.sock";
+/// Default directory of the message store (an emptyDir in the pod).
+pub const DEFAULT_STORE_DIR: &str = "/var/lib/consistd";
+/// The largest payload the outbox can be configured to accept: requests must fit in
+/// [`crate::api::MAX_REQUEST_BYTES`] with room for the other fields.
+pub const MAX_PAYLOAD_LIMIT: usize = 3 * 1024 * 1024;
 /// Default path of the admin HTTP socket (health, readiness, metrics, `consistd status`).
 pub const DEFAULT_ADMIN_SOCKET: &str = "/var/run/consistd/admin.sock";
 
@@ -38,6 +44,14 @@ pub struct Config {
     pub watch: WatchConfig,
     /// Own-write consistency.
     pub consistency: ConsistencyConfig,
+    /// Where durable state (the outbox and inbox) lives.
+    pub store: StoreConfig,
+    /// The daemon-to-daemon transport of ACK-tracked sends.
+    pub peer: PeerConfig,
+    /// ACK-tracked sends from this pod.
+    pub outbox: OutboxConfig,
+    /// Messages for this pod's app.
+    pub inbox: InboxConfig,
     /// How the daemon stops.
     pub shutdown: ShutdownConfig,
     /// Logging.
@@ -142,6 +156,117 @@ pub struct ConsistencyConfig {
 impl Default for ConsistencyConfig {
     fn default() -> Self {
         Self { timeout: Duration::from_secs(5) }
+    }
+}
+
+/// Where durable state lives.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct StoreConfig {
+    /// Directory of the message store (`consistd.redb`): an emptyDir, so messages survive container
+    /// restarts and kill -9.
+    pub dir: PathBuf,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self { dir: PathBuf::from(DEFAULT_STORE_DIR) }
+    }
+}
+
+/// The peer transport: gRPC over TCP between daemons.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct PeerConfig {
+    /// Address the peer server listens on, e.g. "0.0.0.0:7070". Unset: this daemon receives nothing
+    /// from peers (it can still send).
+    pub listen: Option<SocketAddr>,
+    /// The "host:port" other daemons reach this one at (announced to election groups); default: the
+    /// `POD_IP` variable with the listen port.
+    pub advertise: Option<String>,
+    /// Mutual TLS from mounted certificate files (e.g. a cert-manager Secret).
+    pub tls: Option<TlsConfig>,
+    /// Plaintext peer traffic, for local development only. Off by default.
+    pub insecure: bool,
+}
+
+/// Certificate files for mutual TLS between daemons.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TlsConfig {
+    /// PEM certificate (chain) this daemon presents, as server and as client.
+    pub cert_file: PathBuf,
+    /// PEM private key of that certificate.
+    pub key_file: PathBuf,
+    /// PEM CA bundle that peers' certificates must chain to.
+    pub ca_file: PathBuf,
+    /// The name peers' server certificates are checked against (peers are dialled by IP).
+    #[serde(default = "default_server_name")]
+    pub server_name: String,
+}
+
+fn default_server_name() -> String {
+    "consistd".to_owned()
+}
+
+/// Bounds and retry policy of the outbox.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct OutboxConfig {
+    /// Largest payload `Send` accepts (1 MiB).
+    pub max_payload_bytes: usize,
+    /// Messages one destination may hold un-ACKed (for Service and election destinations: the latest
+    /// message of each resource_id) before `Send` answers RESOURCE_EXHAUSTED.
+    pub max_pending_per_destination: usize,
+    /// Messages the whole outbox may hold.
+    pub max_pending: usize,
+    /// Resend timing.
+    pub backoff: BackoffConfig,
+}
+
+impl Default for OutboxConfig {
+    fn default() -> Self {
+        Self {
+            max_payload_bytes: 1024 * 1024,
+            max_pending_per_destination: 10_000,
+            max_pending: 100_000,
+            backoff: BackoffConfig::default(),
+        }
+    }
+}
+
+/// Exponential backoff with full jitter: attempt n waits a random time in [0, min(cap, initial *
+/// factor^(n-1))]. Also paces reconnecting to a peer.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct BackoffConfig {
+    /// The first delay's upper bound.
+    #[serde(with = "humantime_serde")]
+    pub initial: Duration,
+    /// How much the bound grows per attempt.
+    pub factor: f64,
+    /// The largest bound.
+    #[serde(with = "humantime_serde")]
+    pub cap: Duration,
+}
+
+impl Default for BackoffConfig {
+    fn default() -> Self {
+        Self { initial: Duration::from_millis(100), factor: 2.0, cap: Duration::from_secs(10) }
+    }
+}
+
+/// Bounds of the inbox.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct InboxConfig {
+    /// Messages waiting for the app's ACK; beyond it peers are told to retry later.
+    pub max_pending: usize,
+}
+
+impl Default for InboxConfig {
+    fn default() -> Self {
+        Self { max_pending: 100_000 }
     }
 }
 
@@ -251,6 +376,8 @@ pub struct Overrides {
     pub socket: Option<PathBuf>,
     /// `--admin-socket` / `CONSISTD_ADMIN_SOCKET`.
     pub admin_socket: Option<PathBuf>,
+    /// `--store-dir` / `CONSISTD_STORE_DIR`.
+    pub store_dir: Option<PathBuf>,
     /// `--log-format` / `CONSISTD_LOG_FORMAT`.
     pub log_format: Option<LogFormat>,
     /// `--log-level` / `CONSISTD_LOG_LEVEL`.
@@ -336,6 +463,9 @@ impl Config {
         if let Some(p) = &o.admin_socket {
             self.admin.socket = p.clone();
         }
+        if let Some(d) = &o.store_dir {
+            self.store.dir = d.clone();
+        }
         if let Some(f) = o.log_format {
             self.log.format = f;
         }
@@ -392,6 +522,14 @@ impl Config {
         if self.consistency.timeout.is_zero() {
             return Err(ConfigError::field("consistency.timeout", "must be greater than 0s"));
         }
+        if !self.store.dir.is_absolute() {
+            return Err(ConfigError::field(
+                "store.dir",
+                format!("{} must be an absolute path", self.store.dir.display()),
+            ));
+        }
+        self.validate_peer()?;
+        self.validate_outbox()?;
         if self.shutdown.grace_period.is_zero() {
             return Err(ConfigError::field(
                 "shutdown.gracePeriod",
@@ -402,6 +540,84 @@ impl Config {
             return Err(ConfigError::field("log.level", format!("{:?} is not a tracing filter: {e}", self.log.level)));
         }
         Ok(())
+    }
+}
+
+impl Config {
+    fn validate_peer(&self) -> Result<(), ConfigError> {
+        let peer = &self.peer;
+        if peer.tls.is_some() && peer.insecure {
+            return Err(ConfigError::field("peer.insecure", "must be false when peer.tls is set"));
+        }
+        if peer.listen.is_some() && !peer.transport_configured() {
+            return Err(ConfigError::field(
+                "peer.listen",
+                "needs peer.tls (mutual TLS), or peer.insecure: true for local development",
+            ));
+        }
+        if let Some(tls) = &peer.tls {
+            for (field, path) in [("certFile", &tls.cert_file), ("keyFile", &tls.key_file), ("caFile", &tls.ca_file)] {
+                if path.as_os_str().is_empty() {
+                    return Err(ConfigError::field(format!("peer.tls.{field}"), "must not be empty"));
+                }
+            }
+            if tls.server_name.is_empty() {
+                return Err(ConfigError::field("peer.tls.serverName", "must not be empty"));
+            }
+        }
+        if let Some(a) = &peer.advertise
+            && crate::outbox::Target::parse_peer(a).is_err()
+        {
+            return Err(ConfigError::field("peer.advertise", format!("{a:?} is not a host:port address")));
+        }
+        Ok(())
+    }
+
+    fn validate_outbox(&self) -> Result<(), ConfigError> {
+        let o = &self.outbox;
+        if o.max_payload_bytes == 0 || o.max_payload_bytes > MAX_PAYLOAD_LIMIT {
+            return Err(ConfigError::field(
+                "outbox.maxPayloadBytes",
+                format!("must be between 1 and {MAX_PAYLOAD_LIMIT} (requests are limited to 4 MiB)"),
+            ));
+        }
+        if o.max_pending_per_destination == 0 {
+            return Err(ConfigError::field("outbox.maxPendingPerDestination", "must be at least 1"));
+        }
+        if o.max_pending < o.max_pending_per_destination {
+            return Err(ConfigError::field("outbox.maxPending", "must be at least outbox.maxPendingPerDestination"));
+        }
+        let b = &o.backoff;
+        if b.initial.is_zero() {
+            return Err(ConfigError::field("outbox.backoff.initial", "must be greater than 0s"));
+        }
+        if !(b.factor >= 1.0 && b.factor <= 100.0) {
+            return Err(ConfigError::field("outbox.backoff.factor", "must be between 1 and 100"));
+        }
+        if b.cap < b.initial {
+            return Err(ConfigError::field("outbox.backoff.cap", "must be at least outbox.backoff.initial"));
+        }
+        if self.inbox.max_pending == 0 {
+            return Err(ConfigError::field("inbox.maxPending", "must be at least 1"));
+        }
+        Ok(())
+    }
+
+    /// The address announced to peers: `peer.advertise`, else `POD_IP` with the listen port.
+    pub fn advertise(&self) -> Option<String> {
+        if let Some(a) = &self.peer.advertise {
+            return Some(a.clone());
+        }
+        let port = self.peer.listen?.port();
+        let ip = std::env::var("POD_IP").ok().filter(|ip| !ip.is_empty())?;
+        Some(if ip.contains(':') { format!("[{ip}]:{port}") } else { format!("{ip}:{port}") })
+    }
+}
+
+impl PeerConfig {
+    /// Whether peers can be reached: with mutual TLS, or plaintext by explicit choice.
+    pub fn transport_configured(&self) -> bool {
+        self.tls.is_some() || self.insecure
     }
 }
 
@@ -571,6 +787,28 @@ log:
         assert_eq!(field_error("elections:\n- name: e\n  renewDeadline: 20s\n").0, "elections[0]");
         assert_eq!(field_error("elections:\n- name: \"\"\n").0, "elections[0].name");
         assert_eq!(field_error("elections:\n- name: e\n  leaseDuraton: 5s\n").0, "elections[0].leaseDuraton");
+    }
+
+    #[test]
+    fn peer_and_outbox_settings_are_checked_naming_the_field() {
+        assert_eq!(field_error("peer:\n  listen: 127.0.0.1:7070\n").0, "peer.listen");
+        assert_eq!(field_error("peer:\n  listen: nowhere\n").0, "peer.listen");
+        let both = "peer:\n  insecure: true\n  tls: {certFile: a, keyFile: b, caFile: c}\n";
+        assert_eq!(field_error(both).0, "peer.insecure");
+        assert_eq!(field_error("peer:\n  tls: {certFile: a, keyFile: b}\n").0, "peer.tls");
+        assert_eq!(field_error("peer:\n  advertise: no-port\n").0, "peer.advertise");
+        assert_eq!(field_error("outbox:\n  maxPayloadBytes: 0\n").0, "outbox.maxPayloadBytes");
+        assert_eq!(field_error("outbox:\n  maxPayloadBytes: 4194304\n").0, "outbox.maxPayloadBytes");
+        assert_eq!(field_error("outbox:\n  maxPending: 5\n").0, "outbox.maxPending");
+        assert_eq!(field_error("outbox:\n  backoff: {factor: 0.5}\n").0, "outbox.backoff.factor");
+        assert_eq!(field_error("outbox:\n  backoff: {initial: 2s, cap: 1s}\n").0, "outbox.backoff.cap");
+        assert_eq!(field_error("store:\n  dir: relative\n").0, "store.dir");
+        let ok = "peer:\n  listen: 0.0.0.0:7070\n  insecure: true\noutbox:\n  backoff: {initial: 50ms, factor: 1.5, cap: 2s}\n";
+        let config = Config::parse(ok, &no_env).expect("parses");
+        config.validate().expect("valid");
+        assert_eq!(config.outbox.backoff.cap, Duration::from_secs(2));
+        assert!(config.peer.transport_configured());
+        assert!(!Config::default().peer.transport_configured());
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Prometheus metrics: one registry for the daemon, encoded as text on the admin endpoint's /metrics.
 
-use std::sync::Arc;
+use std::sync::{Arc, atomic::AtomicU64};
 
 use prometheus_client::{
     encoding::text::encode,
@@ -24,6 +24,32 @@ pub struct Metrics {
     pub watch_upstream_errors: Counter,
     /// Subscribers cut off for falling behind (each then gets RESYNC_REQUIRED and a snapshot).
     pub watch_resyncs: Counter,
+    /// Messages the app sent that were stored.
+    pub outbox_sends: Counter,
+    /// ACKs received from peers' apps (one per peer for Service and election destinations).
+    pub outbox_acks: Counter,
+    /// Deliveries sent again (attempt 2 and later).
+    pub outbox_retries: Counter,
+    /// Messages replaced by a newer event of the same resource before they were ACKed.
+    pub outbox_superseded: Counter,
+    /// Deliveries given up (the peer left its group).
+    pub outbox_failed: Counter,
+    /// Messages the outbox holds.
+    pub outbox_pending: Gauge,
+    /// Age of the oldest message some peer has not ACKed, in seconds.
+    pub outbox_oldest_pending_seconds: Gauge<f64, AtomicU64>,
+    /// Connections to peers that are up.
+    pub peer_connections: Gauge,
+    /// Messages from peers stored for the app.
+    pub inbox_received: Counter,
+    /// Messages from peers that were already stored or ACKed (resends).
+    pub inbox_duplicates: Counter,
+    /// Messages the app ACKed.
+    pub inbox_acks: Counter,
+    /// Messages the app NACKed.
+    pub inbox_nacks: Counter,
+    /// Messages waiting for the app's ACK.
+    pub inbox_pending: Gauge,
 }
 
 impl Default for Metrics {
@@ -53,6 +79,40 @@ impl Metrics {
         registry.register("watch_upstream_errors", "Upstream watch failures", watch_upstream_errors.clone());
         let watch_resyncs = Counter::default();
         registry.register("watch_resyncs", "Subscribers cut off for falling behind", watch_resyncs.clone());
+        let outbox_sends = Counter::default();
+        registry.register("outbox_sends", "Messages the app sent that were stored", outbox_sends.clone());
+        let outbox_acks = Counter::default();
+        registry.register("outbox_acks", "ACKs received from peers' apps", outbox_acks.clone());
+        let outbox_retries = Counter::default();
+        registry.register("outbox_retries", "Deliveries sent again (attempt 2 and later)", outbox_retries.clone());
+        let outbox_superseded = Counter::default();
+        registry.register(
+            "outbox_superseded",
+            "Messages replaced by a newer event of the same resource before their ACK",
+            outbox_superseded.clone(),
+        );
+        let outbox_failed = Counter::default();
+        registry.register("outbox_failed", "Deliveries given up", outbox_failed.clone());
+        let outbox_pending = Gauge::default();
+        registry.register("outbox_pending", "Messages the outbox holds", outbox_pending.clone());
+        let outbox_oldest_pending_seconds = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "outbox_oldest_pending_seconds",
+            "Age of the oldest message some peer has not ACKed",
+            outbox_oldest_pending_seconds.clone(),
+        );
+        let peer_connections = Gauge::default();
+        registry.register("peer_connections", "Connections to peers that are up", peer_connections.clone());
+        let inbox_received = Counter::default();
+        registry.register("inbox_received", "Messages from peers stored for the app", inbox_received.clone());
+        let inbox_duplicates = Counter::default();
+        registry.register("inbox_duplicates", "Resent messages already stored or ACKed", inbox_duplicates.clone());
+        let inbox_acks = Counter::default();
+        registry.register("inbox_acks", "Messages the app ACKed", inbox_acks.clone());
+        let inbox_nacks = Counter::default();
+        registry.register("inbox_nacks", "Messages the app NACKed", inbox_nacks.clone());
+        let inbox_pending = Gauge::default();
+        registry.register("inbox_pending", "Messages waiting for the app's ACK", inbox_pending.clone());
         Self {
             registry: Arc::new(registry),
             apiserver_up,
@@ -61,6 +121,19 @@ impl Metrics {
             watch_events,
             watch_upstream_errors,
             watch_resyncs,
+            outbox_sends,
+            outbox_acks,
+            outbox_retries,
+            outbox_superseded,
+            outbox_failed,
+            outbox_pending,
+            outbox_oldest_pending_seconds,
+            peer_connections,
+            inbox_received,
+            inbox_duplicates,
+            inbox_acks,
+            inbox_nacks,
+            inbox_pending,
         }
     }
 

@@ -10,14 +10,22 @@ use crate::{
     admin,
     api::{self, ApiError, Services},
     cluster::{self, ClusterError},
-    config::Config,
+    config::{Config, MAX_PAYLOAD_LIMIT},
     health::Health,
+    inbox::Inbox,
     leadership::Leadership,
     metrics::Metrics,
     objects::Objects,
+    outbox::{self, Members, Outbox, Transport},
+    peer::{self, PeerError},
     socket::{self, SocketError},
+    store::{OpenError, Store, StoreError},
     watch::Hub,
 };
+
+/// The largest frame between daemons: the largest payload any daemon may be configured to accept,
+/// plus room for the other fields, so daemons with different limits still understand each other.
+const PEER_MAX_MESSAGE_BYTES: usize = MAX_PAYLOAD_LIMIT + 64 * 1024;
 
 /// Why the daemon stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +39,15 @@ pub enum RunError {
     /// The gRPC server failed.
     #[error(transparent)]
     Api(#[from] ApiError),
+    /// The message store could not be opened.
+    #[error(transparent)]
+    Store(#[from] OpenError),
+    /// The stored outbox or inbox could not be read.
+    #[error("load stored messages")]
+    Load(#[source] StoreError),
+    /// The peer transport could not be set up.
+    #[error(transparent)]
+    Peer(#[from] PeerError),
     /// An election from the config could not be started.
     #[error("start configured election")]
     Election(#[source] crate::leadership::LeadershipError),
@@ -59,11 +76,44 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let draining = CancellationToken::new();
     let stopped = CancellationToken::new();
 
+    let identity = config.identity();
+    let namespace = config.namespace();
     let hub = Hub::new(client.clone(), config.watch.clone(), metrics.clone());
     let objects = Objects::new(client.clone(), hub.clone(), config.consistency.timeout);
-    let leadership = Leadership::new(client.clone(), hub.clone(), config.identity(), config.namespace());
+    let leadership = Leadership::new(client.clone(), hub.clone(), identity.clone(), namespace.clone());
     health.attach(hub.clone(), leadership.clone());
-    let services = Services { hub, objects, leadership: leadership.clone() };
+
+    let store = Store::open(&config.store.dir)?;
+    let inbox = Inbox::open(store.clone(), identity.clone(), config.inbox.max_pending, metrics.clone())
+        .map_err(RunError::Load)?;
+    let pems = peer::load_tls(&config.peer)?;
+    let transport = config.peer.transport_configured().then(|| Transport {
+        tls: pems.as_ref().map(peer::Pems::client),
+        identity: identity.clone(),
+        backoff: config.outbox.backoff,
+        max_message_bytes: PEER_MAX_MESSAGE_BYTES,
+    });
+    let outbox = Outbox::open(
+        store,
+        outbox::Parts {
+            config: config.outbox.clone(),
+            transport,
+            members: Members::new(hub.clone()),
+            namespace: namespace.clone(),
+            metrics: metrics.clone(),
+            shutdown: stopped.clone(),
+        },
+    )
+    .map_err(RunError::Load)?;
+    let peer_server = match config.peer.listen {
+        Some(addr) => {
+            let listener = peer::bind(addr).await?;
+            tracing::info!(address = %addr, tls = pems.is_some(), "serving peers");
+            Some(tokio::spawn(peer::serve(listener, pems, inbox.clone(), PEER_MAX_MESSAGE_BYTES, draining.clone())))
+        }
+        None => None,
+    };
+    let services = Services { hub, objects, leadership: leadership.clone(), outbox, inbox, namespace };
     // Elections from the config: campaigned for from boot until shutdown.
     let mut boot_campaigns = Vec::new();
     for e in &config.elections {
@@ -100,6 +150,13 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         None => drain(&mut grpc, config.shutdown.grace_period).await,
     };
     stopped.cancel();
+    if let Some(task) = peer_server {
+        match tokio::time::timeout(config.shutdown.grace_period, task).await {
+            Ok(Ok(Err(error))) => tracing::warn!(error = %error, "peer server failed"),
+            Ok(_) => {}
+            Err(_) => tracing::warn!("peer connections still open after the grace period; closing them"),
+        }
+    }
     let _ = admin_task.await;
     drop(socket_guard);
     drop(admin_guard);

@@ -15,7 +15,9 @@ const PROTOS: &[&str] = &[
     "consistd/v1/inbox.proto",
     "consistd/v1/rollout.proto",
 ];
-const GENERATED: &[&str] = &["consistd.v1.rs", "consistd.v1.bin"];
+/// The daemon-to-daemon protocol, kept out of the app socket's reflection.
+const PEER_PROTOS: &[&str] = &["consistd/peer/v1/peer.proto"];
+const GENERATED: &[&str] = &["consistd.v1.rs", "consistd.v1.bin", "consistd.peer.v1.rs"];
 
 #[test]
 fn generated_code_matches_the_proto_files() {
@@ -46,8 +48,8 @@ fn generate(root: &Path, out: &Path) {
     let wkt = protoc_bin_vendored::include_path().expect("find the vendored well-known protos");
     let mut config = tonic_prost_build::Config::new();
     config.protoc_executable(protoc);
-    let protos: Vec<PathBuf> = PROTOS.iter().map(|p| root.join(p)).collect();
     let includes = [root.to_path_buf(), wkt];
+    let protos: Vec<PathBuf> = PROTOS.iter().map(|p| root.join(p)).collect();
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
@@ -56,4 +58,17 @@ fn generate(root: &Path, out: &Path) {
         .file_descriptor_set_path(out.join("consistd.v1.bin"))
         .compile_with_config(config, &protos, &includes)
         .expect("generate Rust code from proto/consistd/v1");
+    let mut config = tonic_prost_build::Config::new();
+    config.protoc_executable(protoc_bin_vendored::protoc_bin_path().expect("find the vendored protoc"));
+    // Payloads pass from the outbox to the wire and from the wire to the inbox without copies.
+    config.bytes(["."]);
+    let peer: Vec<PathBuf> = PEER_PROTOS.iter().map(|p| root.join(p)).collect();
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .emit_rerun_if_changed(false)
+        .out_dir(out)
+        .file_descriptor_set_path(out.join("consistd.peer.v1.bin"))
+        .compile_with_config(config, &peer, &includes)
+        .expect("generate Rust code from proto/consistd/peer/v1");
 }

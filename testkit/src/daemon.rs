@@ -1,4 +1,4 @@
-//! A consistd process for a test: its own sockets in a temp dir, the test control plane's kubeconfig,
+//! A consistd process for a test: its own sockets and message store in a temp dir, the test control plane's kubeconfig,
 //! logs kept for the failure message, killed when dropped.
 
 use std::{
@@ -104,6 +104,8 @@ impl DaemonBuilder {
             .arg(&socket)
             .arg("--admin-socket")
             .arg(&admin_socket)
+            .arg("--store-dir")
+            .arg(dir.join("store"))
             .args(&self.args)
             .env(
                 "KUBECONFIG",

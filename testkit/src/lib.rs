@@ -6,6 +6,7 @@
 
 mod daemon;
 pub mod proxy;
+pub mod tls;
 pub mod watch;
 
 use std::path::PathBuf;
@@ -166,4 +167,10 @@ pub async fn compact_etcd() {
     let revision =
         status["header"]["revision"].as_str().unwrap_or_else(|| panic!("etcd revision in {status}")).to_owned();
     post("/v3/kv/compaction", &format!(r#"{{"revision":"{revision}","physical":true}}"#));
+}
+
+/// A TCP port on 127.0.0.1 that was free a moment ago (for a daemon's peer listener).
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind a free port: {e}"));
+    listener.local_addr().unwrap_or_else(|e| panic!("free port address: {e}")).port()
 }

@@ -4,8 +4,10 @@
 use tonic::{Code, Status};
 
 use crate::{
+    inbox::InboxError,
     leadership::LeadershipError,
     objects::ObjectsError,
+    outbox::OutboxError,
     watch::{WatchError, resolve::ResolveError},
 };
 
@@ -49,6 +51,49 @@ pub(crate) fn objects_error(error: ObjectsError) -> Status {
         ObjectsError::Resolve(e) => resolve_error(e, error.to_string()),
         ObjectsError::Apiserver { op, source } => kube_error(op, source),
     }
+}
+
+/// A refused `Send`: bounds are RESOURCE_EXHAUSTED, a missing transport FAILED_PRECONDITION, a store
+/// failure UNAVAILABLE (nothing was stored; retrying is safe).
+pub(crate) fn outbox_error(error: OutboxError) -> Status {
+    let code = match &error {
+        OutboxError::Exhausted(_) => Code::ResourceExhausted,
+        OutboxError::NotConfigured | OutboxError::Unsupported(_) => Code::FailedPrecondition,
+        OutboxError::Store(_) => Code::Unavailable,
+    };
+    Status::new(code, error_chain(&error))
+}
+
+/// A refused Ack or Nack.
+pub(crate) fn inbox_error(error: InboxError) -> Status {
+    let code = match &error {
+        InboxError::NotFound(_) => Code::NotFound,
+        InboxError::Store(_) => Code::Unavailable,
+    };
+    Status::new(code, error_chain(&error))
+}
+
+/// A WatchAcks subscriber fell too far behind; outcomes were skipped, so the stream ends.
+pub(crate) fn acks_lagged(skipped: u64) -> Status {
+    Status::new(
+        Code::DataLoss,
+        format!(
+            "OutboxService.WatchAcks: this subscriber fell behind and missed {skipped} outcomes; \
+             call GetOutboxStatus for what is still pending and watch again"
+        ),
+    )
+}
+
+/// An error and its sources, joined with ": ".
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }
 
 fn resolve_error(e: &ResolveError, message: String) -> Status {

@@ -1,10 +1,7 @@
 //! The services whose behaviour is not built yet. Each RPC answers UNIMPLEMENTED naming itself, so the
 //! full protocol is served (and reflected) from the first release and later work only fills it in.
 
-use consistd_proto::v1::{
-    self as pb, inbox_service_server::InboxService, outbox_service_server::OutboxService,
-    rollout_service_server::RolloutService,
-};
+use consistd_proto::v1::{self as pb, rollout_service_server::RolloutService};
 use futures::stream::BoxStream;
 use tonic::{Request, Response, Status};
 
@@ -16,34 +13,6 @@ pub(crate) struct Unimplemented;
 
 type Stream<T> = BoxStream<'static, Result<T, Status>>;
 type Answer<T> = Result<Response<T>, Status>;
-
-#[tonic::async_trait]
-impl OutboxService for Unimplemented {
-    type WatchAcksStream = Stream<pb::WatchAcksResponse>;
-    async fn send(&self, _: Request<pb::SendRequest>) -> Answer<pb::SendResponse> {
-        Err(unimplemented("OutboxService.Send"))
-    }
-    async fn watch_acks(&self, _: Request<pb::WatchAcksRequest>) -> Answer<Self::WatchAcksStream> {
-        Err(unimplemented("OutboxService.WatchAcks"))
-    }
-    async fn get_outbox_status(&self, _: Request<pb::GetOutboxStatusRequest>) -> Answer<pb::GetOutboxStatusResponse> {
-        Err(unimplemented("OutboxService.GetOutboxStatus"))
-    }
-}
-
-#[tonic::async_trait]
-impl InboxService for Unimplemented {
-    type ReceiveStream = Stream<pb::ReceiveResponse>;
-    async fn receive(&self, _: Request<pb::ReceiveRequest>) -> Answer<Self::ReceiveStream> {
-        Err(unimplemented("InboxService.Receive"))
-    }
-    async fn ack(&self, _: Request<pb::AckRequest>) -> Answer<pb::AckResponse> {
-        Err(unimplemented("InboxService.Ack"))
-    }
-    async fn nack(&self, _: Request<pb::NackRequest>) -> Answer<pb::NackResponse> {
-        Err(unimplemented("InboxService.Nack"))
-    }
-}
 
 #[tonic::async_trait]
 impl RolloutService for Unimplemented {

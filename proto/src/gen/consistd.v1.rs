@@ -2184,18 +2184,22 @@ pub struct PendingMessage {
     #[prost(string, tag = "7")]
     pub last_error: ::prost::alloc::string::String,
 }
-/// The pending messages of one destination peer.
+/// The pending messages of one destination at one peer.
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct DestinationStatus {
-    /// The peer address.
+    /// The peer address; empty while a Service or election destination has no member.
     #[prost(string, tag = "1")]
     pub peer: ::prost::alloc::string::String,
     /// Whether a connection to the peer is up.
     #[prost(bool, tag = "2")]
     pub connected: bool,
+    /// Messages the peer has not ACKed, oldest first.
     #[prost(message, repeated, tag = "3")]
     pub pending: ::prost::alloc::vec::Vec<PendingMessage>,
+    /// The destination the messages were sent to.
+    #[prost(message, optional, tag = "4")]
+    pub destination: ::core::option::Option<Destination>,
 }
 /// GetOutboxStatusResponse lists pending messages.
 #[allow(clippy::all)]

@@ -1,0 +1,85 @@
+//! InboxService: Receive streams messages from peers to the app one at a time per receiver, oldest
+//! first; Ack records the app's ACK durably and sends it back to the sender; Nack redelivers later.
+
+use std::time::Duration;
+
+use consistd_proto::v1::{self as pb, inbox_service_server::InboxService};
+use futures::{StreamExt, stream::BoxStream};
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+
+use super::status;
+use crate::inbox::Inbox;
+
+/// The longest NACK delay accepted.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The InboxService implementation.
+#[derive(Debug, Clone)]
+pub(crate) struct InboxApi {
+    inbox: Inbox,
+    shutdown: CancellationToken,
+}
+
+impl InboxApi {
+    pub(crate) fn new(inbox: Inbox, shutdown: CancellationToken) -> Self {
+        Self { inbox, shutdown }
+    }
+}
+
+fn message_id(id: &str) -> Result<u64, Status> {
+    match id.parse::<u64>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(status::invalid_argument("message_id", format!("{id:?} is not a message id from Receive"))),
+    }
+}
+
+type Stream<T> = BoxStream<'static, Result<T, Status>>;
+
+#[tonic::async_trait]
+impl InboxService for InboxApi {
+    type ReceiveStream = Stream<pb::ReceiveResponse>;
+
+    async fn receive(&self, _: Request<pb::ReceiveRequest>) -> Result<Response<Self::ReceiveStream>, Status> {
+        let receiver = self.inbox.receiver();
+        let stream = futures::stream::unfold(receiver, |mut receiver| async move {
+            let (m, attempt) = receiver.next().await;
+            let message = pb::InboxMessage {
+                message_id: m.id.to_string(),
+                sender: m.sender.clone(),
+                resource_id: m.resource_id.clone(),
+                event_id: m.event_id.clone(),
+                payload: m.payload.to_vec(),
+                content_type: m.content_type.clone(),
+                delivery_attempt: attempt,
+                received_at: Some(m.received_at.into()),
+            };
+            Some((Ok(pb::ReceiveResponse { message: Some(message) }), receiver))
+        })
+        .take_until(self.shutdown.clone().cancelled_owned());
+        Ok(Response::new(stream.boxed()))
+    }
+
+    async fn ack(&self, request: Request<pb::AckRequest>) -> Result<Response<pb::AckResponse>, Status> {
+        let id = message_id(&request.into_inner().message_id)?;
+        self.inbox.ack(id).await.map_err(status::inbox_error)?;
+        Ok(Response::new(pb::AckResponse {}))
+    }
+
+    async fn nack(&self, request: Request<pb::NackRequest>) -> Result<Response<pb::NackResponse>, Status> {
+        let r = request.into_inner();
+        let id = message_id(&r.message_id)?;
+        let delay = match r.retry_after {
+            None => Duration::ZERO,
+            Some(d) => Duration::try_from(d)
+                .ok()
+                .filter(|d| *d <= MAX_RETRY_AFTER)
+                .ok_or_else(|| status::invalid_argument("retry_after", "must be between 0s and 24h"))?,
+        };
+        if r.reason.len() > 4096 {
+            return Err(status::invalid_argument("reason", "is longer than 4096 bytes"));
+        }
+        self.inbox.nack(id, delay, &r.reason).map_err(status::inbox_error)?;
+        Ok(Response::new(pb::NackResponse {}))
+    }
+}

@@ -1,0 +1,162 @@
+//! OutboxService: Send stores a message durably and answers with its id; WatchAcks streams outcomes
+//! (ACKED per peer, SUPERSEDED, FAILED); GetOutboxStatus lists what each peer has not ACKed yet.
+
+use consistd_proto::v1::{self as pb, outbox_service_server::OutboxService};
+use futures::{StreamExt, stream::BoxStream};
+use tokio::sync::broadcast::error::RecvError;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+
+use super::status;
+use crate::outbox::{Outbox, OutcomeKind, Outgoing, Target};
+
+/// Longest resource_id or event_id accepted (a Kubernetes UID is 36 bytes, a resourceVersion ~20).
+pub(crate) const MAX_ID_BYTES: usize = 1024;
+/// Longest content_type accepted.
+const MAX_CONTENT_TYPE_BYTES: usize = 256;
+
+/// The OutboxService implementation.
+#[derive(Debug, Clone)]
+pub(crate) struct OutboxApi {
+    outbox: Outbox,
+    namespace: String,
+    shutdown: CancellationToken,
+}
+
+impl OutboxApi {
+    pub(crate) fn new(outbox: Outbox, namespace: String, shutdown: CancellationToken) -> Self {
+        Self { outbox, namespace, shutdown }
+    }
+}
+
+type Stream<T> = BoxStream<'static, Result<T, Status>>;
+
+/// Checks an identifier field: present, bounded, printable.
+pub(crate) fn check_id(field: &str, value: &str) -> Result<(), Status> {
+    if value.is_empty() {
+        return Err(status::invalid_argument(field, "must not be empty"));
+    }
+    if value.len() > MAX_ID_BYTES {
+        return Err(status::invalid_argument(field, format!("is {} bytes; at most {MAX_ID_BYTES}", value.len())));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(status::invalid_argument(field, "must not contain control characters"));
+    }
+    Ok(())
+}
+
+#[tonic::async_trait]
+impl OutboxService for OutboxApi {
+    type WatchAcksStream = Stream<pb::WatchAcksResponse>;
+
+    async fn send(&self, request: Request<pb::SendRequest>) -> Result<Response<pb::SendResponse>, Status> {
+        let r = request.into_inner();
+        let target = Target::from_pb(r.destination.as_ref(), &self.namespace)
+            .map_err(|e| status::invalid_argument(e.field, e.message))?;
+        check_id("resource_id", &r.resource_id)?;
+        check_id("event_id", &r.event_id)?;
+        if r.content_type.len() > MAX_CONTENT_TYPE_BYTES || r.content_type.chars().any(char::is_control) {
+            return Err(status::invalid_argument(
+                "content_type",
+                format!("must be a MIME type of at most {MAX_CONTENT_TYPE_BYTES} bytes"),
+            ));
+        }
+        let sequence = self
+            .outbox
+            .send(Outgoing {
+                target,
+                resource_id: r.resource_id,
+                event_id: r.event_id,
+                payload: r.payload.into(),
+                content_type: r.content_type,
+            })
+            .await
+            .map_err(status::outbox_error)?;
+        Ok(Response::new(pb::SendResponse { message_id: sequence.to_string() }))
+    }
+
+    async fn watch_acks(
+        &self,
+        request: Request<pb::WatchAcksRequest>,
+    ) -> Result<Response<Self::WatchAcksStream>, Status> {
+        let only = request.into_inner().resource_id;
+        let outcomes = self.outbox.outcomes();
+        let stream = futures::stream::unfold(outcomes, move |mut outcomes| {
+            let only = only.clone();
+            async move {
+                loop {
+                    match outcomes.recv().await {
+                        Ok(o) if only.is_empty() || o.message.resource_id == only => {
+                            return Some((Ok(to_pb(&o)), outcomes));
+                        }
+                        Ok(_) => {}
+                        Err(RecvError::Lagged(n)) => {
+                            return Some((Err(status::acks_lagged(n)), outcomes));
+                        }
+                        Err(RecvError::Closed) => return None,
+                    }
+                }
+            }
+        })
+        // A lagging subscriber gets its error and the stream ends there.
+        .scan(false, |ended, item| {
+            if *ended {
+                return futures::future::ready(None);
+            }
+            *ended = item.is_err();
+            futures::future::ready(Some(item))
+        })
+        .take_until(self.shutdown.clone().cancelled_owned());
+        Ok(Response::new(stream.boxed()))
+    }
+
+    async fn get_outbox_status(
+        &self,
+        _: Request<pb::GetOutboxStatusRequest>,
+    ) -> Result<Response<pb::GetOutboxStatusResponse>, Status> {
+        let (destinations, total) = self.outbox.status();
+        let destinations = destinations
+            .into_iter()
+            .map(|d| pb::DestinationStatus {
+                peer: d.peer,
+                connected: d.connected,
+                destination: Some(d.target.to_pb()),
+                pending: d
+                    .pending
+                    .into_iter()
+                    .map(|p| pb::PendingMessage {
+                        message_id: p.message.sequence.to_string(),
+                        resource_id: p.message.resource_id.clone(),
+                        event_id: p.message.event_id.clone(),
+                        attempts: p.attempts,
+                        enqueued_at: Some(p.message.enqueued_at.into()),
+                        next_attempt_at: Some(p.next_attempt_at.into()),
+                        last_error: p.last_error.unwrap_or_default(),
+                    })
+                    .collect(),
+            })
+            .collect();
+        Ok(Response::new(pb::GetOutboxStatusResponse {
+            destinations,
+            total_pending: u64::try_from(total).unwrap_or(u64::MAX),
+        }))
+    }
+}
+
+fn to_pb(o: &crate::outbox::Outcome) -> pb::WatchAcksResponse {
+    let (outcome, reason) = match &o.kind {
+        OutcomeKind::Acked => (pb::AckOutcome::Acked, String::new()),
+        OutcomeKind::Superseded => (pb::AckOutcome::Superseded, String::new()),
+        OutcomeKind::Failed(reason) => (pb::AckOutcome::Failed, reason.clone()),
+    };
+    pb::WatchAcksResponse {
+        message_id: o.message.sequence.to_string(),
+        destination: Some(o.message.target.to_pb()),
+        peer: o.peer.clone(),
+        resource_id: o.message.resource_id.clone(),
+        event_id: o.message.event_id.clone(),
+        outcome: outcome.into(),
+        reason,
+        at: Some(o.at.into()),
+    }
+}

@@ -1,0 +1,551 @@
+//! The inbox: messages peers sent to this pod, stored durably and deduplicated by (sender, resource_id,
+//! event_id), handed to the app's receivers one at a time until the app ACKs (or NACKs with a delay),
+//! and each ACK sent back to the sender's connection.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
+    sync::{
+        Arc, Mutex, MutexGuard,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, SystemTime},
+};
+
+use bytes::Bytes;
+use consistd_proto::peer::v1::{Disposition, ExchangeResponse, PeerMessage};
+use redb::{ReadableTable, TableDefinition};
+use tokio::{
+    sync::{Notify, mpsc},
+    time::Instant,
+};
+
+use crate::{
+    metrics::Metrics,
+    outbox::META,
+    store::{Store, StoreError},
+};
+
+/// Messages waiting for the app, by inbox id.
+const MESSAGES: TableDefinition<u64, &[u8]> = TableDefinition::new("inbox_messages");
+/// (sender, resource_id, event_id) -> (inbox id, ACK time in ms since the epoch; 0 while pending).
+const SEEN: TableDefinition<(&str, &str, &str), (u64, u64)> = TableDefinition::new("inbox_seen");
+const NEXT_ID: &str = "inbox.next_id";
+
+/// ACKed events remembered per (sender, resource_id) for deduplication. A sender resends only the
+/// newest event of a resource, so an event this far back is never sent again.
+pub const REMEMBERED_ACKS: usize = 16;
+
+/// One message for the app.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InboxMessage {
+    /// The inbox's id (the API's message_id).
+    pub id: u64,
+    /// The sending daemon's identity.
+    pub sender: String,
+    /// The sender's id for it, echoed in the ACK.
+    pub sender_sequence: u64,
+    /// The resource it is about.
+    pub resource_id: String,
+    /// Which event of that resource.
+    pub event_id: String,
+    /// The body.
+    pub payload: Bytes,
+    /// The body's MIME type.
+    pub content_type: String,
+    /// When this daemon stored it.
+    pub received_at: SystemTime,
+}
+
+/// Why an Ack or Nack was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum InboxError {
+    /// No such message was ever received.
+    #[error("message_id: {0} was never received by this inbox")]
+    NotFound(u64),
+    /// The store failed; the ACK was not recorded.
+    #[error("record ACK")]
+    Store(#[source] StoreError),
+}
+
+/// The inbox; clones share it.
+#[derive(Debug, Clone)]
+pub struct Inbox {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    store: Store,
+    identity: String,
+    max_pending: usize,
+    next_id: AtomicU64,
+    state: Mutex<State>,
+    ready: Notify,
+    metrics: Metrics,
+}
+
+type Key = (String, String, String);
+
+#[derive(Debug, Default)]
+struct State {
+    messages: BTreeMap<u64, Pending>,
+    by_key: HashMap<Key, u64>,
+    /// Messages being stored right now (a resend of one of them gets no answer; the first will).
+    storing: HashSet<Key>,
+    /// Ready for a receiver, oldest first.
+    queue: BTreeSet<u64>,
+    /// NACKed: ready again at the instant.
+    delayed: BTreeSet<(Instant, u64)>,
+    /// The open connection of each sender, for sending ACKs back.
+    senders: HashMap<String, (u64, mpsc::Sender<ExchangeResponse>)>,
+    next_connection: u64,
+    next_receiver: u64,
+}
+
+#[derive(Debug)]
+struct Pending {
+    message: Arc<InboxMessage>,
+    /// Deliveries to the app so far.
+    attempts: u32,
+    /// The receiver holding it, waiting for its ACK.
+    leased_to: Option<u64>,
+    /// Set while NACKed.
+    ready_at: Option<Instant>,
+}
+
+/// The on-disk form of an inbound message.
+#[derive(Clone, PartialEq, prost::Message)]
+struct Record {
+    #[prost(string, tag = "1")]
+    sender: String,
+    #[prost(uint64, tag = "2")]
+    sender_sequence: u64,
+    #[prost(string, tag = "3")]
+    resource_id: String,
+    #[prost(string, tag = "4")]
+    event_id: String,
+    #[prost(bytes = "bytes", tag = "5")]
+    payload: Bytes,
+    #[prost(string, tag = "6")]
+    content_type: String,
+    #[prost(int64, tag = "7")]
+    received_at_ms: i64,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0))
+}
+
+/// What storing an inbound message came to.
+enum Stored {
+    New,
+    AlreadyAcked,
+}
+
+impl Inbox {
+    /// Loads the messages still waiting for the app.
+    pub fn open(store: Store, identity: String, max_pending: usize, metrics: Metrics) -> Result<Self, StoreError> {
+        use prost::Message as _;
+        let (records, next) = store.read("load the inbox", |txn| {
+            let mut records = Vec::new();
+            if let Ok(table) = txn.open_table(MESSAGES) {
+                for entry in table.iter()? {
+                    let (k, v) = entry?;
+                    records.push((k.value(), v.value().to_vec()));
+                }
+            }
+            let next = match txn.open_table(META) {
+                Ok(t) => t.get(NEXT_ID)?.map_or(1, |v| v.value()),
+                Err(_) => 1,
+            };
+            Ok((records, next))
+        })?;
+        let mut state = State::default();
+        for (id, bytes) in records {
+            let Ok(r) = Record::decode(bytes.as_slice()) else {
+                tracing::error!(message_id = id, "unreadable inbox record kept on disk, not delivered");
+                continue;
+            };
+            let message = Arc::new(InboxMessage {
+                id,
+                sender: r.sender,
+                sender_sequence: r.sender_sequence,
+                resource_id: r.resource_id,
+                event_id: r.event_id,
+                payload: r.payload,
+                content_type: r.content_type,
+                received_at: SystemTime::UNIX_EPOCH
+                    + Duration::from_millis(u64::try_from(r.received_at_ms).unwrap_or(0)),
+            });
+            state.by_key.insert(key_of(&message), id);
+            state.queue.insert(id);
+            state.messages.insert(id, Pending { message, attempts: 0, leased_to: None, ready_at: None });
+        }
+        if !state.messages.is_empty() {
+            tracing::info!(messages = state.messages.len(), "inbox restored from the store");
+        }
+        metrics.inbox_pending.set(i64::try_from(state.messages.len()).unwrap_or(i64::MAX));
+        Ok(Self {
+            inner: Arc::new(Inner {
+                store,
+                identity,
+                max_pending,
+                next_id: AtomicU64::new(next.max(1)),
+                state: Mutex::new(state),
+                ready: Notify::new(),
+                metrics,
+            }),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.inner.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A sender connected; ACKs for it go to `tx` until the returned guard is dropped.
+    pub fn connect(&self, sender: &str, tx: mpsc::Sender<ExchangeResponse>) -> Connection {
+        let mut state = self.lock();
+        state.next_connection += 1;
+        let id = state.next_connection;
+        state.senders.insert(sender.to_owned(), (id, tx));
+        Connection { inbox: self.clone(), sender: sender.to_owned(), id }
+    }
+
+    /// Stores a message from `sender` (unless it is a duplicate) and says what became of it; None for a
+    /// resend of a message that is being stored right now (that one is answered).
+    pub async fn accept(&self, sender: &str, m: PeerMessage) -> Option<ExchangeResponse> {
+        use prost::Message as _;
+        let answer = |disposition: Disposition, reason: String| ExchangeResponse {
+            sequence: m.sequence,
+            resource_id: m.resource_id.clone(),
+            event_id: m.event_id.clone(),
+            disposition: disposition.into(),
+            reason,
+        };
+        let key: Key = (sender.to_owned(), m.resource_id.clone(), m.event_id.clone());
+        let id = {
+            let mut state = self.lock();
+            if state.by_key.contains_key(&key) {
+                self.inner.metrics.inbox_duplicates.inc();
+                return Some(answer(Disposition::Stored, String::new()));
+            }
+            if state.storing.contains(&key) {
+                return None;
+            }
+            let held = state.messages.len() + state.storing.len();
+            if held >= self.inner.max_pending {
+                let reason = format!(
+                    "the inbox of {} is full: {held} messages wait for its app (inbox.maxPending)",
+                    self.inner.identity
+                );
+                return Some(answer(Disposition::Refused, reason));
+            }
+            state.storing.insert(key.clone());
+            self.inner.next_id.fetch_add(1, Ordering::SeqCst)
+        };
+        let message = Arc::new(InboxMessage {
+            id,
+            sender: sender.to_owned(),
+            sender_sequence: m.sequence,
+            resource_id: m.resource_id.clone(),
+            event_id: m.event_id.clone(),
+            payload: m.payload.clone(),
+            content_type: m.content_type.clone(),
+            received_at: SystemTime::now(),
+        });
+        let record = Record {
+            sender: sender.to_owned(),
+            sender_sequence: m.sequence,
+            resource_id: m.resource_id.clone(),
+            event_id: m.event_id.clone(),
+            payload: m.payload.clone(),
+            content_type: m.content_type.clone(),
+            received_at_ms: i64::try_from(now_ms()).unwrap_or(i64::MAX),
+        }
+        .encode_to_vec();
+        let k = key.clone();
+        let stored = self
+            .inner
+            .store
+            .write("store inbound message", move |txn| {
+                let mut seen = txn.open_table(SEEN)?;
+                let acked = seen.get((k.0.as_str(), k.1.as_str(), k.2.as_str()))?.is_some_and(|v| v.value().1 > 0);
+                if acked {
+                    return Ok(Stored::AlreadyAcked);
+                }
+                seen.insert((k.0.as_str(), k.1.as_str(), k.2.as_str()), (id, 0))?;
+                txn.open_table(MESSAGES)?.insert(id, record.as_slice())?;
+                let mut meta = txn.open_table(META)?;
+                if meta.get(NEXT_ID)?.map_or(0, |v| v.value()) <= id {
+                    meta.insert(NEXT_ID, id + 1)?;
+                }
+                Ok(Stored::New)
+            })
+            .await;
+        let mut state = self.lock();
+        state.storing.remove(&key);
+        match stored {
+            Ok(Stored::New) => {
+                state.by_key.insert(key, id);
+                state.queue.insert(id);
+                state.messages.insert(id, Pending { message, attempts: 0, leased_to: None, ready_at: None });
+                self.inner.metrics.inbox_received.inc();
+                self.set_pending_gauge(&state);
+                drop(state);
+                self.inner.ready.notify_waiters();
+                tracing::debug!(
+                    message_id = id,
+                    sender,
+                    resource_id = %m.resource_id,
+                    event_id = %m.event_id,
+                    attempt = m.attempt,
+                    "message received"
+                );
+                Some(answer(Disposition::Stored, String::new()))
+            }
+            Ok(Stored::AlreadyAcked) => {
+                self.inner.metrics.inbox_duplicates.inc();
+                Some(answer(Disposition::Acked, String::new()))
+            }
+            Err(error) => {
+                tracing::warn!(%error, sender, resource_id = %m.resource_id, event_id = %m.event_id, "inbound message not stored");
+                Some(answer(Disposition::Refused, format!("store inbound message: {error}")))
+            }
+        }
+    }
+
+    /// A new receiver for the app.
+    pub fn receiver(&self) -> Receiver {
+        let mut state = self.lock();
+        state.next_receiver += 1;
+        Receiver { inbox: self.clone(), id: state.next_receiver }
+    }
+
+    /// Records the app's ACK durably, then sends it back to the sender. ACKing a message that is no
+    /// longer pending (ACKed before) succeeds.
+    pub async fn ack(&self, id: u64) -> Result<(), InboxError> {
+        let message = {
+            let state = self.lock();
+            match state.messages.get(&id) {
+                Some(p) => p.message.clone(),
+                None if id > 0 && id < self.inner.next_id.load(Ordering::SeqCst) => return Ok(()),
+                None => return Err(InboxError::NotFound(id)),
+            }
+        };
+        let m = message.clone();
+        self.inner
+            .store
+            .write("record ACK", move |txn| {
+                txn.open_table(MESSAGES)?.remove(id)?;
+                let mut seen = txn.open_table(SEEN)?;
+                seen.insert((m.sender.as_str(), m.resource_id.as_str(), m.event_id.as_str()), (id, now_ms().max(1)))?;
+                forget_old_acks(&mut seen, &m.sender, &m.resource_id)
+            })
+            .await
+            .map_err(InboxError::Store)?;
+        let mut state = self.lock();
+        if let Some(p) = state.messages.remove(&id) {
+            state.queue.remove(&id);
+            if let Some(at) = p.ready_at {
+                state.delayed.remove(&(at, id));
+            }
+            state.by_key.remove(&key_of(&message));
+            self.inner.metrics.inbox_acks.inc();
+            self.set_pending_gauge(&state);
+            tracing::debug!(
+                message_id = id,
+                sender = %message.sender,
+                resource_id = %message.resource_id,
+                event_id = %message.event_id,
+                attempt = p.attempts,
+                "message ACKed by the app"
+            );
+        }
+        let ack = ExchangeResponse {
+            sequence: message.sender_sequence,
+            resource_id: message.resource_id.clone(),
+            event_id: message.event_id.clone(),
+            disposition: Disposition::Acked.into(),
+            reason: String::new(),
+        };
+        // Without a connection the ACK waits: the sender's next resend is answered ACKED.
+        if let Some((_, tx)) = state.senders.get(&message.sender)
+            && let Err(mpsc::error::TrySendError::Full(ack)) = tx.try_send(ack)
+        {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let _ = tx.send(ack).await;
+            });
+        }
+        Ok(())
+    }
+
+    /// Hands a message back for another delivery after `delay`.
+    pub fn nack(&self, id: u64, delay: Duration, reason: &str) -> Result<(), InboxError> {
+        let mut state = self.lock();
+        let state = &mut *state;
+        let Some(p) = state.messages.get_mut(&id) else {
+            return if id > 0 && id < self.inner.next_id.load(Ordering::SeqCst) {
+                Ok(())
+            } else {
+                Err(InboxError::NotFound(id))
+            };
+        };
+        if p.ready_at.is_some() {
+            // NACKed before: the later NACK decides.
+            if let Some(at) = p.ready_at.take() {
+                state.delayed.remove(&(at, id));
+            }
+        }
+        p.leased_to = None;
+        self.inner.metrics.inbox_nacks.inc();
+        tracing::debug!(
+            message_id = id,
+            sender = %p.message.sender,
+            resource_id = %p.message.resource_id,
+            event_id = %p.message.event_id,
+            retry_after = ?delay,
+            reason,
+            "message NACKed by the app"
+        );
+        if delay.is_zero() {
+            state.queue.insert(id);
+        } else {
+            let at = Instant::now() + delay;
+            p.ready_at = Some(at);
+            state.delayed.insert((at, id));
+        }
+        self.inner.ready.notify_waiters();
+        Ok(())
+    }
+
+    /// Messages waiting for the app's ACK.
+    pub fn pending(&self) -> usize {
+        self.lock().messages.len()
+    }
+
+    fn set_pending_gauge(&self, state: &State) {
+        self.inner.metrics.inbox_pending.set(i64::try_from(state.messages.len()).unwrap_or(i64::MAX));
+    }
+}
+
+fn key_of(m: &InboxMessage) -> Key {
+    (m.sender.clone(), m.resource_id.clone(), m.event_id.clone())
+}
+
+/// Keeps the newest [`REMEMBERED_ACKS`] ACKed events of (sender, resource_id).
+fn forget_old_acks(
+    seen: &mut redb::Table<'_, (&'static str, &'static str, &'static str), (u64, u64)>,
+    sender: &str,
+    resource_id: &str,
+) -> Result<(), redb::Error> {
+    let mut acked: Vec<(u64, u64, String)> = Vec::new();
+    for entry in seen.range((sender, resource_id, "")..)? {
+        let (k, v) = entry?;
+        let (s, r, e) = k.value();
+        if s != sender || r != resource_id {
+            break;
+        }
+        let (id, acked_at) = v.value();
+        if acked_at > 0 {
+            acked.push((acked_at, id, e.to_owned()));
+        }
+    }
+    if acked.len() > REMEMBERED_ACKS {
+        acked.sort();
+        for (_, _, event) in &acked[..acked.len() - REMEMBERED_ACKS] {
+            seen.remove((sender, resource_id, event.as_str()))?;
+        }
+    }
+    Ok(())
+}
+
+/// A sender's connection; while it is the newest, ACKs for that sender go to it.
+#[derive(Debug)]
+pub struct Connection {
+    inbox: Inbox,
+    sender: String,
+    id: u64,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        let mut state = self.inbox.lock();
+        if state.senders.get(&self.sender).is_some_and(|(id, _)| *id == self.id) {
+            state.senders.remove(&self.sender);
+        }
+    }
+}
+
+/// One app receiver: takes messages one at a time; what it holds un-ACKed when dropped is handed to
+/// the next receiver.
+#[derive(Debug)]
+pub struct Receiver {
+    inbox: Inbox,
+    id: u64,
+}
+
+impl Receiver {
+    /// The next message for the app and its delivery attempt (1 for the first); waits for one.
+    pub async fn next(&mut self) -> (Arc<InboxMessage>, u32) {
+        let inner = &self.inbox.inner;
+        loop {
+            let notified = inner.ready.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let wake_at = {
+                let mut state = self.inbox.lock();
+                let state = &mut *state;
+                let now = Instant::now();
+                while let Some(&(at, id)) = state.delayed.first() {
+                    if at > now {
+                        break;
+                    }
+                    state.delayed.pop_first();
+                    if let Some(p) = state.messages.get_mut(&id) {
+                        p.ready_at = None;
+                        state.queue.insert(id);
+                    }
+                }
+                while let Some(id) = state.queue.pop_first() {
+                    if let Some(p) = state.messages.get_mut(&id) {
+                        p.leased_to = Some(self.id);
+                        p.attempts += 1;
+                        return (p.message.clone(), p.attempts);
+                    }
+                }
+                state.delayed.first().map(|(at, _)| *at)
+            };
+            match wake_at {
+                Some(at) => {
+                    tokio::select! {
+                        () = &mut notified => {}
+                        () = tokio::time::sleep_until(at) => {}
+                    }
+                }
+                None => notified.await,
+            }
+        }
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let mut state = self.inbox.lock();
+        let state = &mut *state;
+        let mut returned = false;
+        for (id, p) in &mut state.messages {
+            if p.leased_to == Some(self.id) {
+                p.leased_to = None;
+                state.queue.insert(*id);
+                returned = true;
+            }
+        }
+        if returned {
+            self.inbox.inner.ready.notify_waiters();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,132 @@
+use std::time::Duration;
+
+use super::*;
+
+fn message(sequence: u64, resource: &str, event: &str) -> PeerMessage {
+    PeerMessage {
+        sequence,
+        resource_id: resource.to_owned(),
+        event_id: event.to_owned(),
+        payload: Bytes::from_static(b"hello"),
+        content_type: "text/plain".to_owned(),
+        sent_at: None,
+        attempt: 1,
+    }
+}
+
+fn disposition(r: Option<ExchangeResponse>) -> Disposition {
+    Disposition::try_from(r.expect("an answer").disposition).expect("known disposition")
+}
+
+async fn open(dir: &std::path::Path, max_pending: usize) -> Inbox {
+    // A previous inbox on the same directory may still be letting go of the file.
+    for _ in 0..200 {
+        if let Ok(store) = Store::open(dir) {
+            return Inbox::open(store, "receiver".to_owned(), max_pending, Metrics::new()).expect("open inbox");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("store did not open");
+}
+
+async fn next(receiver: &mut Receiver) -> (Arc<InboxMessage>, u32) {
+    tokio::time::timeout(Duration::from_secs(5), receiver.next()).await.expect("a message in time")
+}
+
+#[tokio::test]
+async fn a_message_is_stored_once_delivered_and_its_ack_goes_back_to_the_sender() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let inbox = open(dir.path(), 100).await;
+    let (tx, mut acks) = mpsc::channel(16);
+    let _connection = inbox.connect("sender-a", tx);
+    assert_eq!(disposition(inbox.accept("sender-a", message(7, "r", "e1")).await), Disposition::Stored);
+    // A resend is recognised; the app gets the message once.
+    assert_eq!(disposition(inbox.accept("sender-a", message(7, "r", "e1")).await), Disposition::Stored);
+    // The same resource and event from another sender is another message.
+    assert_eq!(disposition(inbox.accept("sender-b", message(7, "r", "e1")).await), Disposition::Stored);
+    assert_eq!(inbox.pending(), 2);
+
+    let mut receiver = inbox.receiver();
+    let (m, attempt) = next(&mut receiver).await;
+    assert_eq!((m.sender.as_str(), m.resource_id.as_str(), m.event_id.as_str(), attempt), ("sender-a", "r", "e1", 1));
+    assert_eq!(&m.payload[..], b"hello");
+    inbox.ack(m.id).await.expect("ack");
+    let ack = acks.recv().await.expect("ACK sent back");
+    assert_eq!((ack.sequence, ack.disposition), (7, Disposition::Acked as i32));
+    // ACKing again is fine; a resend after the ACK is answered ACKED and not delivered again.
+    inbox.ack(m.id).await.expect("ack again");
+    assert_eq!(disposition(inbox.accept("sender-a", message(7, "r", "e1")).await), Disposition::Acked);
+    let (m2, _) = next(&mut receiver).await;
+    assert_eq!(m2.sender, "sender-b");
+    assert!(matches!(inbox.ack(999).await, Err(InboxError::NotFound(999))));
+}
+
+#[tokio::test]
+async fn a_nacked_message_comes_back_after_its_delay_and_a_dropped_receiver_hands_its_messages_on() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let inbox = open(dir.path(), 100).await;
+    inbox.accept("s", message(1, "r", "e")).await;
+    let mut first = inbox.receiver();
+    let (m, attempt) = next(&mut first).await;
+    assert_eq!(attempt, 1);
+    let nacked = Instant::now();
+    inbox.nack(m.id, Duration::from_millis(200), "busy").expect("nack");
+    let (again, attempt) = next(&mut first).await;
+    assert_eq!((again.id, attempt), (m.id, 2));
+    assert!(nacked.elapsed() >= Duration::from_millis(200), "redelivered after {:?}", nacked.elapsed());
+    // The receiver goes away without ACKing: the next one gets the message.
+    drop(first);
+    let mut second = inbox.receiver();
+    let (again, attempt) = next(&mut second).await;
+    assert_eq!((again.id, attempt), (m.id, 3));
+}
+
+#[tokio::test]
+async fn a_full_inbox_refuses_and_pending_messages_survive_a_restart() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let inbox = open(dir.path(), 2).await;
+    inbox.accept("s", message(1, "r1", "e")).await;
+    inbox.accept("s", message(2, "r2", "e")).await;
+    let refused = inbox.accept("s", message(3, "r3", "e")).await.expect("answer");
+    assert_eq!(refused.disposition, Disposition::Refused as i32);
+    assert!(refused.reason.contains("inbox.maxPending"), "{}", refused.reason);
+    let mut receiver = inbox.receiver();
+    let (m, _) = next(&mut receiver).await;
+    inbox.ack(m.id).await.expect("ack");
+    drop(receiver);
+    drop(inbox);
+
+    let inbox = open(dir.path(), 2).await;
+    assert_eq!(inbox.pending(), 1);
+    let mut receiver = inbox.receiver();
+    let (m, attempt) = next(&mut receiver).await;
+    assert_eq!((m.resource_id.as_str(), attempt), ("r2", 1));
+    // The ACK of r1 survived too: its resend is not delivered again.
+    assert_eq!(disposition(inbox.accept("s", message(1, "r1", "e")).await), Disposition::Acked);
+}
+
+#[tokio::test]
+async fn only_the_newest_acks_of_a_resource_are_remembered() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let inbox = open(dir.path(), 100).await;
+    let mut receiver = inbox.receiver();
+    for i in 0..(REMEMBERED_ACKS as u64 + 4) {
+        inbox.accept("s", message(i + 1, "r", &format!("e{i}"))).await;
+        let (m, _) = next(&mut receiver).await;
+        inbox.ack(m.id).await.expect("ack");
+        // Distinct ACK times keep the order unambiguous.
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let remembered = inbox
+        .inner
+        .store
+        .read("count", |txn| {
+            let seen = txn.open_table(SEEN)?;
+            Ok(seen.range(("s", "r", "")..)?.count())
+        })
+        .expect("read");
+    assert_eq!(remembered, REMEMBERED_ACKS);
+    // The newest is still recognised.
+    let last = format!("e{}", REMEMBERED_ACKS + 3);
+    assert_eq!(disposition(inbox.accept("s", message(99, "r", &last)).await), Disposition::Acked);
+}

@@ -1,0 +1,254 @@
+//! One peer's connection: dial it (mutual TLS unless configured plaintext), say who we are, send every
+//! delivery that is due, apply the peer's answers (STORED, ACKED, REFUSED), and when the connection
+//! breaks dial again with backoff; on every new connection everything un-ACKed is due at once.
+
+use std::{sync::Arc, time::Duration};
+
+use consistd_proto::peer::v1::{
+    self as peer_pb, Disposition, ExchangeRequest, ExchangeResponse, exchange_request::Frame,
+    peer_service_client::PeerServiceClient,
+};
+use tokio::{
+    sync::{Notify, mpsc},
+    time::Instant,
+};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{ClientTlsConfig, Endpoint};
+
+use super::{Outbox, backoff};
+use crate::config::BackoffConfig;
+
+/// Frames queued towards one peer before waiting for the connection to take them.
+const SEND_WINDOW: usize = 512;
+/// How long dialling a peer may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How this daemon reaches peers.
+#[derive(Debug, Clone)]
+pub struct Transport {
+    /// Client TLS (our certificate, the peers' CA, the expected server name); None: plaintext.
+    pub tls: Option<ClientTlsConfig>,
+    /// This daemon's identity, sent in the Hello frame.
+    pub identity: String,
+    /// Resend and reconnect pacing.
+    pub backoff: BackoffConfig,
+    /// The largest frame either side accepts.
+    pub max_message_bytes: usize,
+}
+
+/// Runs the link `id` to `peer` until it is removed from the outbox or the daemon stops.
+pub(super) async fn run(outbox: Outbox, transport: Transport, peer: String, id: u64, wake: Arc<Notify>) {
+    let shutdown = outbox.inner.shutdown.clone();
+    let mut failures = 0u32;
+    loop {
+        if shutdown.is_cancelled() || !outbox.link_exists(&peer, id) {
+            return;
+        }
+        let error = match exchange(&outbox, &transport, &peer, id, &wake).await {
+            Ok(()) => return,
+            Err(Broken { error, connected }) => {
+                if connected {
+                    failures = 0;
+                }
+                error
+            }
+        };
+        failures += 1;
+        outbox.link_down(&peer, id, &error);
+        let wait = backoff::delay(&transport.backoff, failures);
+        tracing::debug!(peer, error, retry_in = ?wait, "peer connection down");
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = shutdown.cancelled() => return,
+        }
+    }
+}
+
+/// Why a connection ended; `connected` when it got as far as exchanging frames.
+struct Broken {
+    error: String,
+    connected: bool,
+}
+
+fn broken(error: String, connected: bool) -> Broken {
+    Broken { error, connected }
+}
+
+/// Dials, then exchanges frames until the connection breaks (Err) or the link is gone (Ok).
+async fn exchange(outbox: &Outbox, t: &Transport, peer: &str, id: u64, wake: &Notify) -> Result<(), Broken> {
+    let scheme = if t.tls.is_some() { "https" } else { "http" };
+    let mut endpoint = Endpoint::from_shared(format!("{scheme}://{peer}"))
+        .map_err(|e| broken(format!("peer address {peer}: {e}"), false))?
+        .connect_timeout(CONNECT_TIMEOUT)
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(10))
+        .keep_alive_timeout(Duration::from_secs(5))
+        .keep_alive_while_idle(true);
+    if let Some(tls) = &t.tls {
+        endpoint = endpoint.tls_config(tls.clone()).map_err(|e| broken(format!("peer TLS: {}", chain(&e)), false))?;
+    }
+    let channel = endpoint.connect().await.map_err(|e| broken(format!("connect to {peer}: {}", chain(&e)), false))?;
+    let mut client = PeerServiceClient::new(channel)
+        .max_decoding_message_size(t.max_message_bytes)
+        .max_encoding_message_size(t.max_message_bytes);
+    let (requests, frames) = mpsc::channel(SEND_WINDOW);
+    let hello = ExchangeRequest { frame: Some(Frame::Hello(peer_pb::Hello { sender: t.identity.clone() })) };
+    requests.send(hello).await.map_err(|_| broken("queue hello".to_owned(), false))?;
+    let mut responses = client
+        .exchange(ReceiverStream::new(frames))
+        .await
+        .map_err(|s| broken(format!("open exchange with {peer}: {}", s.message()), false))?
+        .into_inner();
+    outbox.link_up(peer, id);
+    let shutdown = outbox.inner.shutdown.clone();
+    loop {
+        let Some((due, next)) = outbox.take_due(peer, id, requests.capacity()) else { return Ok(()) };
+        let more = due.len() == requests.capacity() && !due.is_empty();
+        for frame in due {
+            // Capacity was checked above; a full queue here means the connection is gone.
+            requests.try_send(frame).map_err(|_| broken(format!("send to {peer}: connection closed"), true))?;
+        }
+        let sleep = next.map(|n| tokio::time::sleep_until(n));
+        tokio::select! {
+            biased;
+            () = shutdown.cancelled() => return Ok(()),
+            answer = responses.message() => match answer {
+                Ok(Some(r)) => outbox.disposition(peer, id, r),
+                Ok(None) => return Err(broken(format!("{peer} closed the connection"), true)),
+                Err(s) => return Err(broken(format!("exchange with {peer}: {}", s.message()), true)),
+            },
+            () = wake.notified() => {}
+            () = async { if let Some(s) = sleep { s.await } else { std::future::pending().await } } => {}
+            _ = requests.reserve(), if more => {}
+        }
+    }
+}
+
+/// An error with its sources, since tonic's transport errors say little at the top.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+impl Outbox {
+    fn link_exists(&self, peer: &str, id: u64) -> bool {
+        self.lock().links.get(peer).is_some_and(|l| l.id == id)
+    }
+
+    /// A connection is up: everything un-ACKed is due now.
+    fn link_up(&self, peer: &str, id: u64) {
+        let mut state = self.lock();
+        let Some(link) = state.links.get_mut(peer).filter(|l| l.id == id) else { return };
+        link.connected = true;
+        let now = Instant::now();
+        let sequences: Vec<u64> = link.deliveries.keys().copied().collect();
+        for s in sequences {
+            link.reschedule(s, now);
+        }
+        self.inner.metrics.peer_connections.inc();
+        tracing::info!(peer, pending = link.deliveries.len(), "connected to peer");
+    }
+
+    fn link_down(&self, peer: &str, id: u64, error: &str) {
+        let mut state = self.lock();
+        let Some(link) = state.links.get_mut(peer).filter(|l| l.id == id) else { return };
+        if link.connected {
+            self.inner.metrics.peer_connections.dec();
+            tracing::info!(peer, error, "peer connection lost");
+        }
+        link.connected = false;
+        for d in link.deliveries.values_mut() {
+            d.last_error = Some(error.to_owned());
+        }
+    }
+
+    /// Up to `max` frames for the deliveries that are due, each counted as an attempt and rescheduled
+    /// with backoff; also when the next one is due. None when the link is gone.
+    fn take_due(&self, peer: &str, id: u64, max: usize) -> Option<(Vec<ExchangeRequest>, Option<Instant>)> {
+        let backoff = self.inner.transport.as_ref().map(|t| t.backoff).unwrap_or_default();
+        let mut state = self.lock();
+        let link = state.links.get_mut(peer).filter(|l| l.id == id)?;
+        let now = Instant::now();
+        let mut frames = Vec::new();
+        while frames.len() < max {
+            let Some(&(due, sequence)) = link.schedule.first() else { break };
+            if due > now {
+                break;
+            }
+            let Some(d) = link.deliveries.get_mut(&sequence) else {
+                link.schedule.pop_first();
+                continue;
+            };
+            d.attempts += 1;
+            let attempt = d.attempts;
+            let m = d.message.clone();
+            if attempt > 1 {
+                self.inner.metrics.outbox_retries.inc();
+                tracing::debug!(
+                    message_id = sequence,
+                    destination = %m.target,
+                    peer,
+                    resource_id = %m.resource_id,
+                    event_id = %m.event_id,
+                    attempt,
+                    "resending"
+                );
+            }
+            link.reschedule(sequence, now + backoff::delay(&backoff, attempt));
+            frames.push(ExchangeRequest {
+                frame: Some(Frame::Message(peer_pb::PeerMessage {
+                    sequence,
+                    resource_id: m.resource_id.clone(),
+                    event_id: m.event_id.clone(),
+                    payload: m.payload.clone(),
+                    content_type: m.content_type.clone(),
+                    sent_at: Some(m.enqueued_at.into()),
+                    attempt,
+                })),
+            });
+        }
+        let next = link.schedule.first().map(|(due, _)| *due);
+        Some((frames, next))
+    }
+
+    /// Applies a peer's answer about one message.
+    fn disposition(&self, peer: &str, id: u64, r: ExchangeResponse) {
+        match Disposition::try_from(r.disposition) {
+            Ok(Disposition::Acked) => self.acked(peer, r.sequence, &r.resource_id, &r.event_id),
+            Ok(Disposition::Stored) => {
+                // The peer holds it durably now and sends ACKED when its app acknowledges it; resend
+                // only if that takes longer than the backoff cap, or at once after a reconnect.
+                let cap = self.inner.transport.as_ref().map(|t| t.backoff.cap).unwrap_or_default();
+                let mut state = self.lock();
+                let Some(link) = state.links.get_mut(peer).filter(|l| l.id == id) else { return };
+                let matches = link
+                    .deliveries
+                    .get(&r.sequence)
+                    .is_some_and(|d| d.message.resource_id == r.resource_id && d.message.event_id == r.event_id);
+                if matches {
+                    link.reschedule(r.sequence, Instant::now() + cap);
+                    if let Some(d) = link.deliveries.get_mut(&r.sequence) {
+                        d.last_error = None;
+                    }
+                }
+            }
+            Ok(Disposition::Refused) => {
+                let mut state = self.lock();
+                let Some(link) = state.links.get_mut(peer).filter(|l| l.id == id) else { return };
+                if let Some(d) = link.deliveries.get_mut(&r.sequence) {
+                    tracing::debug!(peer, message_id = r.sequence, reason = %r.reason, "peer refused message; will retry");
+                    d.last_error = Some(format!("{peer} refused it: {}", r.reason));
+                }
+            }
+            Ok(Disposition::Unspecified) | Err(_) => {
+                tracing::warn!(peer, disposition = r.disposition, "unknown answer from peer ignored");
+            }
+        }
+    }
+}

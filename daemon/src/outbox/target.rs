@@ -1,0 +1,150 @@
+//! Where a message goes: one peer address, every ready endpoint of a Service, or every member of an
+//! election group; parsed from the request, checked, and named the same way in logs and errors.
+
+use std::fmt;
+
+use consistd_proto::v1 as pb;
+
+/// A destination of the outbox; each `(Target, resource_id)` holds at most one message.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Target {
+    /// One consistd's peer address, "host:port".
+    Peer(String),
+    /// Every ready endpoint of a Service.
+    Service {
+        /// The Service's namespace.
+        namespace: String,
+        /// The Service's name.
+        name: String,
+    },
+    /// Every member of an election group.
+    Election {
+        /// The election's namespace.
+        namespace: String,
+        /// The election (Lease) name.
+        name: String,
+    },
+}
+
+/// A destination that cannot be used: the field and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadTarget {
+    /// The request field, e.g. `destination.peer`.
+    pub field: &'static str,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl Target {
+    /// Reads a request's destination; unset namespaces are `namespace`.
+    pub fn from_pb(d: Option<&pb::Destination>, namespace: &str) -> Result<Self, BadTarget> {
+        let bad = |field, message: String| BadTarget { field, message };
+        match d.and_then(|d| d.target.as_ref()) {
+            None => Err(bad("destination", "must name a peer, a service or an election".to_owned())),
+            Some(pb::destination::Target::Peer(p)) => {
+                Self::parse_peer(p).map(Self::Peer).map_err(|m| bad("destination.peer", m))
+            }
+            Some(pb::destination::Target::Service(s)) => {
+                check_name(&s.name).map_err(|m| bad("destination.service.name", m))?;
+                let namespace = if s.namespace.is_empty() { namespace.to_owned() } else { s.namespace.clone() };
+                check_name(&namespace).map_err(|m| bad("destination.service.namespace", m))?;
+                Ok(Self::Service { namespace, name: s.name.clone() })
+            }
+            Some(pb::destination::Target::Election(e)) => {
+                check_name(e).map_err(|m| bad("destination.election", m))?;
+                Ok(Self::Election { namespace: namespace.to_owned(), name: e.clone() })
+            }
+        }
+    }
+
+    /// The destination as the API names it.
+    pub fn to_pb(&self) -> pb::Destination {
+        let target = match self {
+            Self::Peer(p) => pb::destination::Target::Peer(p.clone()),
+            Self::Service { namespace, name } => pb::destination::Target::Service(pb::ServiceDestination {
+                namespace: namespace.clone(),
+                name: name.clone(),
+            }),
+            Self::Election { name, .. } => pb::destination::Target::Election(name.clone()),
+        };
+        pb::Destination { target: Some(target) }
+    }
+
+    /// Checks a "host:port" address (IPv6 hosts in brackets) and returns it unchanged.
+    pub fn parse_peer(address: &str) -> Result<String, String> {
+        let (host, port) = address.rsplit_once(':').ok_or_else(|| format!("{address:?} is not host:port"))?;
+        let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+        let valid_host = !host.is_empty()
+            && (host.parse::<std::net::IpAddr>().is_ok()
+                || host.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.'));
+        if !valid_host {
+            return Err(format!("{address:?} has no valid host"));
+        }
+        match port.parse::<u16>() {
+            Ok(p) if p > 0 => Ok(address.to_owned()),
+            _ => Err(format!("{address:?} has no valid port (1-65535)")),
+        }
+    }
+
+    /// Whether every copy goes to a changing set of peers (Service endpoints, election members).
+    pub fn is_group(&self) -> bool {
+        !matches!(self, Self::Peer(_))
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Peer(p) => write!(f, "peer {p}"),
+            Self::Service { namespace, name } => write!(f, "service {namespace}/{name}"),
+            Self::Election { namespace, name } => write!(f, "election {namespace}/{name}"),
+        }
+    }
+}
+
+/// A Kubernetes object name (DNS-1123 subdomain).
+fn check_name(name: &str) -> Result<(), String> {
+    let valid = !name.is_empty()
+        && name.len() <= 253
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if valid { Ok(()) } else { Err(format!("{name:?} is not a valid Kubernetes name")) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(p: &str) -> pb::Destination {
+        pb::Destination { target: Some(pb::destination::Target::Peer(p.to_owned())) }
+    }
+
+    #[test]
+    fn peers_are_host_port() {
+        for ok in ["10.0.0.1:7070", "[::1]:7070", "consistd-0.consistd.ns.svc:7070"] {
+            assert_eq!(Target::from_pb(Some(&peer(ok)), "ns"), Ok(Target::Peer(ok.to_owned())), "{ok}");
+        }
+        for bad in ["", "10.0.0.1", "10.0.0.1:0", "10.0.0.1:99999", ":7070", "a b:1"] {
+            let e = Target::from_pb(Some(&peer(bad)), "ns").expect_err(bad);
+            assert_eq!(e.field, "destination.peer", "{bad}");
+        }
+    }
+
+    #[test]
+    fn services_and_elections_default_to_the_daemons_namespace() {
+        let svc = pb::Destination {
+            target: Some(pb::destination::Target::Service(pb::ServiceDestination {
+                namespace: String::new(),
+                name: "web".to_owned(),
+            })),
+        };
+        let t = Target::from_pb(Some(&svc), "apps").expect("valid");
+        assert_eq!(t, Target::Service { namespace: "apps".to_owned(), name: "web".to_owned() });
+        assert_eq!(t.to_string(), "service apps/web");
+        assert!(t.is_group());
+        let bad = pb::Destination { target: Some(pb::destination::Target::Election("Bad_Name".to_owned())) };
+        assert_eq!(Target::from_pb(Some(&bad), "apps").expect_err("bad").field, "destination.election");
+        assert_eq!(Target::from_pb(None, "apps").expect_err("unset").field, "destination");
+    }
+}

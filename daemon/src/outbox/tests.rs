@@ -1,0 +1,148 @@
+use std::time::Duration;
+
+use tokio::sync::broadcast::Receiver;
+
+use super::*;
+use crate::config::BackoffConfig;
+
+/// A peer nobody listens on: deliveries stay pending, so ACKs can be played by the test.
+const PEER: &str = "127.0.0.1:1";
+
+fn parts(config: OutboxConfig, shutdown: &CancellationToken) -> Parts {
+    Parts {
+        config,
+        transport: Some(Transport {
+            tls: None,
+            identity: "sender".to_owned(),
+            backoff: BackoffConfig { initial: Duration::from_secs(1), factor: 2.0, cap: Duration::from_secs(5) },
+            max_message_bytes: 1 << 20,
+        }),
+        members: Members::none(),
+        namespace: "ns".to_owned(),
+        metrics: Metrics::new(),
+        shutdown: shutdown.clone(),
+    }
+}
+
+fn out(peer: &str, resource: &str, event: &str) -> Outgoing {
+    Outgoing {
+        target: Target::Peer(peer.to_owned()),
+        resource_id: resource.to_owned(),
+        event_id: event.to_owned(),
+        payload: Bytes::from_static(b"{}"),
+        content_type: "application/json".to_owned(),
+    }
+}
+
+async fn next(outcomes: &mut Receiver<Outcome>) -> Outcome {
+    tokio::time::timeout(Duration::from_secs(5), outcomes.recv()).await.expect("an outcome in time").expect("outcome")
+}
+
+fn pending_sequences(outbox: &Outbox) -> Vec<u64> {
+    let (destinations, _) = outbox.status();
+    destinations.iter().flat_map(|d| d.pending.iter().map(|p| p.message.sequence)).collect()
+}
+
+#[tokio::test]
+async fn a_newer_event_supersedes_and_an_ack_for_the_older_never_clears_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let shutdown = CancellationToken::new();
+    let outbox =
+        Outbox::open(Store::open(dir.path()).expect("store"), parts(OutboxConfig::default(), &shutdown)).expect("open");
+    let mut outcomes = outbox.outcomes();
+    let s1 = outbox.send(out(PEER, "r", "e1")).await.expect("send e1");
+    let s2 = outbox.send(out(PEER, "r", "e2")).await.expect("send e2");
+    assert!(s2 > s1);
+    let o = next(&mut outcomes).await;
+    assert_eq!((o.message.sequence, o.kind), (s1, OutcomeKind::Superseded));
+    assert_eq!(pending_sequences(&outbox), vec![s2]);
+
+    // A late ACK for e1, and an ACK naming the wrong event, change nothing.
+    outbox.acked(PEER, s1, "r", "e1");
+    outbox.acked(PEER, s2, "r", "e1");
+    assert_eq!(pending_sequences(&outbox), vec![s2]);
+
+    outbox.acked(PEER, s2, "r", "e2");
+    let o = next(&mut outcomes).await;
+    assert_eq!((o.message.sequence, o.kind, o.peer.as_str()), (s2, OutcomeKind::Acked, PEER));
+    assert_eq!(outbox.status().1, 0, "nothing held after the ACK");
+    // A second ACK for the same message is ignored.
+    outbox.acked(PEER, s2, "r", "e2");
+    assert!(outcomes.try_recv().is_err());
+    shutdown.cancel();
+}
+
+#[tokio::test]
+async fn bounds_refuse_with_a_message_naming_the_limit_and_superseding_still_works_when_full() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let shutdown = CancellationToken::new();
+    let config =
+        OutboxConfig { max_payload_bytes: 8, max_pending_per_destination: 2, max_pending: 3, ..Default::default() };
+    let outbox = Outbox::open(Store::open(dir.path()).expect("store"), parts(config, &shutdown)).expect("open");
+    outbox.send(out(PEER, "a", "1")).await.expect("first");
+    outbox.send(out(PEER, "b", "1")).await.expect("second");
+    let e = outbox.send(out(PEER, "c", "1")).await.expect_err("destination full");
+    assert!(matches!(&e, OutboxError::Exhausted(m) if m.contains("maxPendingPerDestination")), "{e}");
+    // The same resource replaces its message: no more room needed.
+    outbox.send(out(PEER, "a", "2")).await.expect("supersede while full");
+    outbox.send(out("127.0.0.1:2", "a", "1")).await.expect("other destination");
+    let e = outbox.send(out("127.0.0.1:3", "a", "1")).await.expect_err("outbox full");
+    assert!(matches!(&e, OutboxError::Exhausted(m) if m.contains("outbox.maxPending")), "{e}");
+    let mut big = out(PEER, "a", "3");
+    big.payload = Bytes::from_static(b"123456789");
+    let e = outbox.send(big).await.expect_err("payload too large");
+    assert!(matches!(&e, OutboxError::Exhausted(m) if m.starts_with("payload: 9 bytes")), "{e}");
+    assert_eq!(outbox.status().1, 3);
+    shutdown.cancel();
+}
+
+#[tokio::test]
+async fn sends_are_refused_without_a_transport_and_group_destinations_without_kubernetes() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let shutdown = CancellationToken::new();
+    let mut p = parts(OutboxConfig::default(), &shutdown);
+    p.transport = None;
+    let outbox = Outbox::open(Store::open(dir.path()).expect("store"), p).expect("open");
+    assert!(matches!(outbox.send(out(PEER, "a", "1")).await, Err(OutboxError::NotConfigured)));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let outbox =
+        Outbox::open(Store::open(dir.path()).expect("store"), parts(OutboxConfig::default(), &shutdown)).expect("open");
+    let mut group = out(PEER, "a", "1");
+    group.target = Target::Service { namespace: "ns".into(), name: "web".into() };
+    assert!(matches!(outbox.send(group).await, Err(OutboxError::Unsupported(_))));
+    shutdown.cancel();
+}
+
+#[tokio::test]
+async fn stored_messages_survive_a_restart_and_sequences_never_go_back() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let shutdown = CancellationToken::new();
+    let outbox =
+        Outbox::open(Store::open(dir.path()).expect("store"), parts(OutboxConfig::default(), &shutdown)).expect("open");
+    let s1 = outbox.send(out(PEER, "r1", "e1")).await.expect("send");
+    let s2 = outbox.send(out(PEER, "r2", "e1")).await.expect("send");
+    let s3 = outbox.send(out(PEER, "r3", "e1")).await.expect("send");
+    outbox.acked(PEER, s3, "r3", "e1");
+    shutdown.cancel();
+    drop(outbox);
+
+    // The store is free once the outbox's tasks have seen the shutdown.
+    let shutdown = CancellationToken::new();
+    let mut reopened = None;
+    for _ in 0..200 {
+        if let Ok(store) = Store::open(dir.path()) {
+            reopened = Some(store);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let outbox =
+        Outbox::open(reopened.expect("reopen the store"), parts(OutboxConfig::default(), &shutdown)).expect("reopen");
+    assert_eq!(pending_sequences(&outbox), vec![s1, s2]);
+    let (destinations, total) = outbox.status();
+    assert_eq!(total, 2);
+    assert_eq!(destinations[0].pending[0].message.resource_id, "r1");
+    let s4 = outbox.send(out(PEER, "r4", "e1")).await.expect("send");
+    assert!(s4 > s3, "{s4} must be above every earlier id ({s3})");
+    shutdown.cancel();
+}

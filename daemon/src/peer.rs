@@ -1,0 +1,178 @@
+//! The peer server: other daemons deliver ACK-tracked messages to this one over gRPC on TCP, with
+//! mutual TLS from mounted certificate files (plaintext only when configured for development). Also
+//! builds the client side of the same TLS setup for the outbox.
+
+use std::{net::SocketAddr, path::Path};
+
+use consistd_proto::peer::v1::{
+    ExchangeRequest, ExchangeResponse,
+    exchange_request::Frame,
+    peer_service_server::{PeerService, PeerServiceServer},
+};
+use futures::{StreamExt, stream::FuturesUnordered};
+use tokio::{net::TcpListener, sync::mpsc};
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tokio_util::sync::CancellationToken;
+use tonic::{
+    Request, Response, Status, Streaming,
+    transport::{Certificate, ClientTlsConfig, Identity, Server, ServerTlsConfig},
+};
+
+use crate::{config::PeerConfig, inbox::Inbox};
+
+/// Messages of one connection being stored at once (their commits share fsyncs).
+const IN_FLIGHT_PER_CONNECTION: usize = 256;
+/// Answers queued towards one sender.
+const ANSWER_QUEUE: usize = 4096;
+
+/// Why the peer transport could not be set up or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerError {
+    /// A certificate file could not be read.
+    #[error("read peer.tls.{field} {path}")]
+    ReadPem {
+        /// The config field.
+        field: &'static str,
+        /// The file.
+        path: std::path::PathBuf,
+        /// What went wrong.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The listen address could not be bound.
+    #[error("listen for peers on {addr}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// What went wrong.
+        #[source]
+        source: std::io::Error,
+    },
+    /// tonic refused the TLS setup or failed while serving.
+    #[error("serve peers")]
+    Serve(#[source] tonic::transport::Error),
+}
+
+/// The PEM files of `peer.tls`, read once at startup.
+#[derive(Debug, Clone)]
+pub struct Pems {
+    identity: Identity,
+    ca: Certificate,
+    server_name: String,
+}
+
+/// Reads the TLS files named in the config; None when plaintext (or no transport) is configured.
+pub fn load_tls(config: &PeerConfig) -> Result<Option<Pems>, PeerError> {
+    let Some(tls) = &config.tls else { return Ok(None) };
+    let read = |field: &'static str, path: &Path| {
+        std::fs::read(path).map_err(|source| PeerError::ReadPem { field, path: path.to_owned(), source })
+    };
+    let cert = read("certFile", &tls.cert_file)?;
+    let key = read("keyFile", &tls.key_file)?;
+    let ca = read("caFile", &tls.ca_file)?;
+    Ok(Some(Pems {
+        identity: Identity::from_pem(cert, key),
+        ca: Certificate::from_pem(ca),
+        server_name: tls.server_name.clone(),
+    }))
+}
+
+impl Pems {
+    /// Client side: present our certificate, trust only the peers' CA, expect their server name.
+    pub fn client(&self) -> ClientTlsConfig {
+        ClientTlsConfig::new()
+            .identity(self.identity.clone())
+            .ca_certificate(self.ca.clone())
+            .domain_name(self.server_name.clone())
+    }
+
+    /// Server side: present our certificate, require a client certificate from the peers' CA.
+    fn server(&self) -> ServerTlsConfig {
+        ServerTlsConfig::new().identity(self.identity.clone()).client_ca_root(self.ca.clone())
+    }
+}
+
+/// Binds the peer listen address.
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, PeerError> {
+    TcpListener::bind(addr).await.map_err(|source| PeerError::Bind { addr, source })
+}
+
+/// Serves PeerService on `listener` until `shutdown`; `max_message_bytes` bounds a frame.
+pub async fn serve(
+    listener: TcpListener,
+    tls: Option<Pems>,
+    inbox: Inbox,
+    max_message_bytes: usize,
+    shutdown: CancellationToken,
+) -> Result<(), PeerError> {
+    let mut server = Server::builder();
+    if let Some(pems) = &tls {
+        server = server.tls_config(pems.server()).map_err(PeerError::Serve)?;
+    }
+    let service = PeerServiceServer::new(PeerApi { inbox, shutdown: shutdown.clone() })
+        .max_decoding_message_size(max_message_bytes)
+        .max_encoding_message_size(max_message_bytes);
+    server
+        .add_service(service)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown.cancelled_owned())
+        .await
+        .map_err(PeerError::Serve)
+}
+
+struct PeerApi {
+    inbox: Inbox,
+    shutdown: CancellationToken,
+}
+
+#[tonic::async_trait]
+impl PeerService for PeerApi {
+    type ExchangeStream = futures::stream::BoxStream<'static, Result<ExchangeResponse, Status>>;
+
+    async fn exchange(
+        &self,
+        request: Request<Streaming<ExchangeRequest>>,
+    ) -> Result<Response<Self::ExchangeStream>, Status> {
+        let remote = request.remote_addr();
+        let mut frames = request.into_inner();
+        let sender = match frames.message().await? {
+            Some(ExchangeRequest { frame: Some(Frame::Hello(h)) }) if !h.sender.is_empty() => h.sender,
+            _ => return Err(Status::invalid_argument("hello: the first frame must be a Hello naming the sender")),
+        };
+        tracing::info!(sender, ?remote, "peer connected");
+        let (tx, rx) = mpsc::channel(ANSWER_QUEUE);
+        let connection = self.inbox.connect(&sender, tx.clone());
+        let inbox = self.inbox.clone();
+        let shutdown = self.shutdown.clone();
+        tokio::spawn(async move {
+            let _connection = connection;
+            let mut storing = FuturesUnordered::new();
+            loop {
+                tokio::select! {
+                    frame = frames.message(), if storing.len() < IN_FLIGHT_PER_CONNECTION => match frame {
+                        Ok(Some(ExchangeRequest { frame: Some(Frame::Message(m)) })) => {
+                            let inbox = inbox.clone();
+                            let sender = sender.clone();
+                            storing.push(async move { inbox.accept(&sender, m).await });
+                        }
+                        Ok(Some(_)) => tracing::warn!(sender, "unexpected frame from peer ignored"),
+                        Ok(None) | Err(_) => break,
+                    },
+                    Some(answer) = storing.next(), if !storing.is_empty() => {
+                        if let Some(a) = answer && tx.send(a).await.is_err() {
+                            break;
+                        }
+                    }
+                    () = shutdown.cancelled() => break,
+                }
+            }
+            // Messages already being stored finish; their answers go out if the connection still is.
+            while let Some(answer) = storing.next().await {
+                if let Some(a) = answer {
+                    let _ = tx.try_send(a);
+                }
+            }
+            tracing::info!(sender, "peer disconnected");
+        });
+        Ok(Response::new(ReceiverStream::new(rx).map(Ok).boxed()))
+    }
+}

@@ -1,0 +1,274 @@
+//! The durable message store: one redb file on the pod's emptyDir, written by one thread that commits
+//! every write queued meanwhile in a single fsync'd transaction (group commit), so many concurrent sends
+//! share one disk flush and a write is durable when its future resolves.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+    thread,
+};
+
+use redb::{Database, Durability, ReadTransaction, ReadableDatabase, WriteTransaction};
+use tokio::sync::{mpsc, oneshot};
+
+/// The file inside the store directory.
+pub const FILE_NAME: &str = "consistd.redb";
+
+/// Writes one commit takes at most, so a flood of writes still gets flushed in bounded batches.
+const MAX_BATCH: usize = 4096;
+
+/// Why the store could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The directory could not be created.
+    #[error("create store directory {path}")]
+    CreateDir {
+        /// The directory.
+        path: PathBuf,
+        /// What went wrong.
+        #[source]
+        source: std::io::Error,
+    },
+    /// redb refused the file (corrupt, or another daemon has it open).
+    #[error("open message store {path}")]
+    Open {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        #[source]
+        source: redb::DatabaseError,
+    },
+    /// Creating the tables or reading them back at startup failed.
+    #[error("load message store {path}")]
+    Load {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        #[source]
+        source: StoreError,
+    },
+}
+
+/// Why a read or write failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// The transaction failed; nothing of it was stored.
+    #[error("{op}: {source}")]
+    Failed {
+        /// What was being done.
+        op: &'static str,
+        /// redb's error.
+        source: Arc<redb::Error>,
+    },
+    /// The writer thread is gone (the daemon is stopping).
+    #[error("the message store is closed")]
+    Closed,
+}
+
+impl StoreError {
+    fn failed(op: &'static str, source: impl Into<redb::Error>) -> Self {
+        Self::Failed { op, source: Arc::new(source.into()) }
+    }
+}
+
+/// Applies one write inside the batch's transaction.
+type Apply = Box<dyn FnOnce(&WriteTransaction) -> Result<(), redb::Error> + Send>;
+/// Told the batch's commit result.
+type Complete = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
+
+/// One queued write: applied inside the batch's transaction, then told the batch's commit result.
+struct Job {
+    apply: Apply,
+    complete: Complete,
+}
+
+/// A handle to the store; clones share the same file and writer thread.
+#[derive(Clone)]
+pub struct Store {
+    db: Arc<Database>,
+    writes: mpsc::UnboundedSender<Job>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Opens (creating if needed) `<dir>/consistd.redb` and starts the writer thread. redb locks the
+    /// file, so a second daemon on the same directory is refused.
+    pub fn open(dir: &Path) -> Result<Self, OpenError> {
+        std::fs::create_dir_all(dir).map_err(|source| OpenError::CreateDir { path: dir.to_owned(), source })?;
+        let path = dir.join(FILE_NAME);
+        let db = Arc::new(Database::create(&path).map_err(|source| OpenError::Open { path: path.clone(), source })?);
+        let (writes, queue) = mpsc::unbounded_channel();
+        let writer_db = db.clone();
+        thread::Builder::new()
+            .name("consistd-store".to_owned())
+            .spawn(move || write_loop(&writer_db, queue))
+            .map_err(|e| OpenError::Load { path, source: StoreError::failed("start the store writer", e) })?;
+        Ok(Self { db, writes })
+    }
+
+    /// Runs `f` in the next batch's write transaction; resolves with its value once that transaction
+    /// is durably committed. If any write of the batch fails, the whole batch is rolled back.
+    pub async fn write<T, F>(&self, op: &'static str, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&WriteTransaction) -> Result<T, redb::Error> + Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        self.submit(op, f, move |r| {
+            let _ = reply.send(r);
+        })?;
+        answer.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Queues `f` for the next batch without waiting; a failure is logged. For writes whose loss a
+    /// later retry repairs (deleting what was ACKed).
+    pub fn write_detached<F>(&self, op: &'static str, f: F)
+    where
+        F: FnOnce(&WriteTransaction) -> Result<(), redb::Error> + Send + 'static,
+    {
+        let submitted = self.submit(op, f, move |r: Result<(), StoreError>| {
+            if let Err(error) = r {
+                tracing::warn!(%error, "message store write failed");
+            }
+        });
+        if let Err(error) = submitted {
+            tracing::warn!(%error, op, "message store write not queued");
+        }
+    }
+
+    fn submit<T, F, D>(&self, op: &'static str, f: F, done: D) -> Result<(), StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&WriteTransaction) -> Result<T, redb::Error> + Send + 'static,
+        D: FnOnce(Result<T, StoreError>) + Send + 'static,
+    {
+        // The value travels from the transaction to the answer, which is given only after the commit.
+        let value = Arc::new(std::sync::Mutex::new(None));
+        let slot = value.clone();
+        let job = Job {
+            apply: Box::new(move |txn| {
+                let v = f(txn)?;
+                *slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(v);
+                Ok(())
+            }),
+            complete: Box::new(move |committed| {
+                let v = value.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+                done(match (committed, v) {
+                    (Ok(()), Some(v)) => Ok(v),
+                    (Err(StoreError::Failed { source, .. }), _) => Err(StoreError::Failed { op, source }),
+                    (Err(e), _) => Err(e),
+                    (Ok(()), None) => Err(StoreError::Closed),
+                })
+            }),
+        };
+        self.writes.send(job).map_err(|_| StoreError::Closed)
+    }
+
+    /// Runs `f` on a snapshot of the last committed state.
+    pub fn read<T>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&ReadTransaction) -> Result<T, redb::Error>,
+    ) -> Result<T, StoreError> {
+        let txn = self.db.begin_read().map_err(|e| StoreError::failed(op, e))?;
+        f(&txn).map_err(|e| StoreError::failed(op, e))
+    }
+}
+
+/// Takes every queued write, applies them in one transaction, commits it durably, answers each.
+fn write_loop(db: &Database, mut queue: mpsc::UnboundedReceiver<Job>) {
+    while let Some(first) = queue.blocking_recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        let mut completions = Vec::with_capacity(batch.len());
+        let result = commit_batch(db, batch, &mut completions);
+        for complete in completions {
+            complete(result.clone());
+        }
+    }
+}
+
+/// Applies and commits a batch; every job's completion is moved to `completions` whatever happens.
+fn commit_batch(db: &Database, batch: Vec<Job>, completions: &mut Vec<Complete>) -> Result<(), StoreError> {
+    let mut applies = Vec::with_capacity(batch.len());
+    for job in batch {
+        applies.push(job.apply);
+        completions.push(job.complete);
+    }
+    let mut txn = db.begin_write().map_err(|e| StoreError::failed("begin a store transaction", e))?;
+    txn.set_durability(Durability::Immediate).map_err(|e| StoreError::failed("set store durability", e))?;
+    for apply in applies {
+        // On error the transaction is dropped, which rolls the whole batch back.
+        apply(&txn).map_err(|e| StoreError::failed("write to the message store", e))?;
+    }
+    txn.commit().map_err(|e| StoreError::failed("commit to the message store", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use redb::{ReadableTableMetadata, TableDefinition};
+
+    use super::*;
+
+    const T: TableDefinition<u64, u64> = TableDefinition::new("test");
+
+    #[tokio::test]
+    async fn concurrent_writes_are_durable_and_survive_reopening() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = Store::open(dir.path()).expect("open");
+        let writes = (0..200u64).map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                store
+                    .write("put", move |txn| {
+                        txn.open_table(T)?.insert(i, i * 2)?;
+                        Ok(i)
+                    })
+                    .await
+            })
+        });
+        for (i, w) in writes.enumerate() {
+            assert_eq!(w.await.expect("join").expect("write"), i as u64);
+        }
+        drop(store);
+        // The writer thread lets go of the file once every handle is gone.
+        let mut reopened = None;
+        for _ in 0..100 {
+            match Store::open(dir.path()) {
+                Ok(s) => {
+                    reopened = Some(s);
+                    break;
+                }
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
+            }
+        }
+        let store = reopened.expect("reopen");
+        let n = store.read("count", |txn| Ok(txn.open_table(T)?.len()?)).expect("read");
+        assert_eq!(n, 200);
+        let v = store.read("get", |txn| Ok(txn.open_table(T)?.get(7)?.map(|g| g.value()))).expect("read");
+        assert_eq!(v, Some(14));
+    }
+
+    #[tokio::test]
+    async fn a_failing_write_rolls_back_its_batch_and_names_the_operation() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = Store::open(dir.path()).expect("open");
+        let err = store
+            .write("write a broken thing", |_txn| -> Result<(), redb::Error> {
+                Err(redb::Error::Corrupted("test".into()))
+            })
+            .await
+            .expect_err("fails");
+        assert!(err.to_string().starts_with("write a broken thing:"), "{err}");
+    }
+}
