@@ -1,0 +1,342 @@
+//! ACK-tracked sends between real daemons on loopback: delivery to the peer's app and the ACK back,
+//! mutual TLS, latest-wins per resource, peers that are not up yet, an absent or NACKing app, bounds,
+//! bad input, Service fan-out through EndpointSlices, metrics and structured logs.
+
+use std::time::Duration;
+
+use consistd_client::proto::{
+    AckOutcome, AckRequest, Destination, GetOutboxStatusRequest, InboxMessage, NackRequest, ReceiveRequest,
+    SendRequest, ServiceDestination, WatchAcksRequest, WatchAcksResponse, destination::Target,
+};
+use consistd_testkit::{Daemon, free_port, tls::Ca};
+use tonic::{Code, Streaming};
+
+const BIN: &str = env!("CARGO_BIN_EXE_consistd");
+const WAIT: Duration = Duration::from_secs(20);
+/// Fast retries, so tests about reconnecting take milliseconds.
+const BACKOFF: &str = "outbox:\n  backoff: {initial: 20ms, factor: 2, cap: 500ms}\n";
+
+/// A daemon that receives from peers on a free loopback port (plaintext), and its address.
+async fn receiver(identity: &str, extra: &str) -> (Daemon, String) {
+    let port = free_port();
+    let config = format!("identity: {identity}\npeer:\n  listen: 127.0.0.1:{port}\n  insecure: true\n{extra}");
+    (Daemon::builder(BIN).config(config).start().await, format!("127.0.0.1:{port}"))
+}
+
+/// A daemon that only sends (plaintext).
+async fn sender(identity: &str, extra: &str) -> Daemon {
+    let config = format!("identity: {identity}\npeer:\n  insecure: true\n{BACKOFF}{extra}");
+    Daemon::builder(BIN).config(config).start().await
+}
+
+fn to_peer(peer: &str, resource: &str, event: &str, payload: &[u8]) -> SendRequest {
+    SendRequest {
+        destination: Some(Destination { target: Some(Target::Peer(peer.to_owned())) }),
+        resource_id: resource.to_owned(),
+        event_id: event.to_owned(),
+        payload: payload.to_vec(),
+        content_type: "application/json".to_owned(),
+    }
+}
+
+async fn send(daemon: &Daemon, request: SendRequest) -> String {
+    daemon.client().outbox().send(request).await.expect("Send").into_inner().message_id
+}
+
+async fn inbox(daemon: &Daemon) -> Streaming<consistd_client::proto::ReceiveResponse> {
+    daemon.client().inbox().receive(ReceiveRequest {}).await.expect("Receive").into_inner()
+}
+
+async fn next_message(stream: &mut Streaming<consistd_client::proto::ReceiveResponse>) -> InboxMessage {
+    let item = tokio::time::timeout(WAIT, stream.message()).await.expect("a message in time");
+    item.expect("Receive stream").expect("stream open").message.expect("message set")
+}
+
+async fn acks(daemon: &Daemon) -> Streaming<WatchAcksResponse> {
+    daemon.client().outbox().watch_acks(WatchAcksRequest::default()).await.expect("WatchAcks").into_inner()
+}
+
+async fn next_outcome(stream: &mut Streaming<WatchAcksResponse>) -> WatchAcksResponse {
+    let item = tokio::time::timeout(WAIT, stream.message()).await.expect("an outcome in time");
+    item.expect("WatchAcks stream").expect("stream open")
+}
+
+async fn ack(daemon: &Daemon, message_id: &str) {
+    daemon.client().inbox().ack(AckRequest { message_id: message_id.to_owned() }).await.expect("Ack");
+}
+
+async fn metrics(daemon: &Daemon) -> String {
+    let body = consistd::admin::get(daemon.admin_socket(), "/metrics").await.expect("GET /metrics").1;
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+async fn total_pending(daemon: &Daemon) -> u64 {
+    daemon.client().outbox().get_outbox_status(GetOutboxStatusRequest {}).await.expect("status").into_inner().total_pending
+}
+
+#[tokio::test]
+async fn a_message_reaches_the_peers_app_and_its_ack_comes_back() {
+    let (b, b_addr) = receiver("receiver-b", "").await;
+    let a = Daemon::builder(BIN)
+        .config(format!("identity: sender-a\npeer:\n  insecure: true\n{BACKOFF}"))
+        .env("CONSISTD_LOG_FORMAT", "json")
+        .start()
+        .await;
+    let mut outcomes = acks(&a).await;
+    let mut messages = inbox(&b).await;
+
+    let id = send(&a, to_peer(&b_addr, "uid-1", "rv-7", br#"{"spec":1}"#)).await;
+    let m = next_message(&mut messages).await;
+    assert_eq!(
+        (m.sender.as_str(), m.resource_id.as_str(), m.event_id.as_str(), m.payload.as_slice()),
+        ("sender-a", "uid-1", "rv-7", br#"{"spec":1}"#.as_slice())
+    );
+    assert_eq!((m.content_type.as_str(), m.delivery_attempt), ("application/json", 1));
+    assert_eq!(total_pending(&a).await, 1, "held until the app ACKs");
+    ack(&b, &m.message_id).await;
+
+    let o = next_outcome(&mut outcomes).await;
+    assert_eq!(o.outcome(), AckOutcome::Acked);
+    assert_eq!((o.message_id.as_str(), o.peer.as_str(), o.resource_id.as_str()), (id.as_str(), b_addr.as_str(), "uid-1"));
+    assert_eq!(o.destination.and_then(|d| d.target), Some(Target::Peer(b_addr.clone())));
+    assert_eq!(total_pending(&a).await, 0);
+
+    // Metrics count it on both sides.
+    let sent = metrics(&a).await;
+    for line in ["consistd_outbox_sends_total 1", "consistd_outbox_acks_total 1", "consistd_outbox_retries_total 0"] {
+        assert!(sent.contains(line), "{line} missing from:\n{sent}");
+    }
+    assert!(sent.contains("consistd_outbox_oldest_pending_seconds"), "{sent}");
+    let received = metrics(&b).await;
+    for line in ["consistd_inbox_received_total 1", "consistd_inbox_acks_total 1", "consistd_inbox_pending 0"] {
+        assert!(received.contains(line), "{line} missing from:\n{received}");
+    }
+
+    // Logs carry the message's identity as fields.
+    let logs = a.logs();
+    let acked = logs
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|l| l["message"] == "message ACKed")
+        .unwrap_or_else(|| panic!("no 'message ACKed' line in:\n{logs}"));
+    let f = &acked;
+    assert_eq!((f["resource_id"].as_str(), f["event_id"].as_str()), (Some("uid-1"), Some("rv-7")), "{acked}");
+    assert_eq!(f["destination"].as_str(), Some(format!("peer {b_addr}").as_str()), "{acked}");
+    assert_eq!(f["attempt"].as_u64(), Some(1), "{acked}");
+}
+
+#[tokio::test]
+async fn peers_talk_mutual_tls_and_refuse_strangers() {
+    let pki = tempfile::tempdir().expect("temp dir");
+    let ca = Ca::new("consistd test CA");
+    let a_certs = ca.issue("consistd", &pki.path().join("a"));
+    let b_certs = ca.issue("consistd", &pki.path().join("b"));
+    let port = free_port();
+    let b_addr = format!("127.0.0.1:{port}");
+    let b = Daemon::builder(BIN)
+        .config(format!("identity: b\npeer:\n  listen: 127.0.0.1:{port}\n{}", b_certs.yaml("consistd")))
+        .start()
+        .await;
+    let a = Daemon::builder(BIN).config(format!("identity: a\npeer:\n{}{BACKOFF}", a_certs.yaml("consistd"))).start().await;
+    let mut messages = inbox(&b).await;
+    send(&a, to_peer(&b_addr, "r", "e", b"over TLS")).await;
+    let m = next_message(&mut messages).await;
+    assert_eq!((m.sender.as_str(), m.payload.as_slice()), ("a", b"over TLS".as_slice()));
+    ack(&b, &m.message_id).await;
+
+    // A daemon with a certificate from another CA, and one speaking plaintext, get nothing through;
+    // their messages stay pending with the error.
+    let other = Ca::new("another CA").issue("consistd", &pki.path().join("stranger"));
+    let stranger = Daemon::builder(BIN).config(format!("identity: s\npeer:\n{}{BACKOFF}", other.yaml("consistd"))).start().await;
+    let plain = sender("p", "").await;
+    for d in [&stranger, &plain] {
+        send(d, to_peer(&b_addr, "r", "e2", b"should not arrive")).await;
+    }
+    let arrived = tokio::time::timeout(Duration::from_secs(2), messages.message()).await;
+    assert!(arrived.is_err(), "a stranger's message was delivered: {arrived:?}");
+    for d in [&stranger, &plain] {
+        let status = d.client().outbox().get_outbox_status(GetOutboxStatusRequest {}).await.expect("status").into_inner();
+        let dest = &status.destinations[0];
+        assert!(!dest.connected, "{status:?}");
+        assert!(!dest.pending[0].last_error.is_empty(), "{status:?}");
+        assert!(dest.pending[0].attempts == 0, "never sent: {status:?}");
+    }
+    assert!(b.logs().contains("peer connected"), "the TLS peer connected");
+}
+
+#[tokio::test]
+async fn a_newer_event_supersedes_an_unacked_one_and_an_old_ack_never_clears_the_newer() {
+    let (b, b_addr) = receiver("b", "").await;
+    let a = sender("a", "").await;
+    let mut outcomes = acks(&a).await;
+    let mut messages = inbox(&b).await;
+    let first = send(&a, to_peer(&b_addr, "uid", "rv-1", b"1")).await;
+    let m1 = next_message(&mut messages).await;
+    assert_eq!(m1.event_id, "rv-1");
+
+    let second = send(&a, to_peer(&b_addr, "uid", "rv-2", b"2")).await;
+    let o = next_outcome(&mut outcomes).await;
+    assert_eq!((o.message_id.as_str(), o.outcome()), (first.as_str(), AckOutcome::Superseded));
+    let m2 = next_message(&mut messages).await;
+    assert_eq!(m2.event_id, "rv-2");
+
+    // The app ACKs the older event: the sender still waits for rv-2.
+    ack(&b, &m1.message_id).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let status = a.client().outbox().get_outbox_status(GetOutboxStatusRequest {}).await.expect("status").into_inner();
+    let pending: Vec<&str> = status.destinations.iter().flat_map(|d| d.pending.iter().map(|p| p.event_id.as_str())).collect();
+    assert_eq!(pending, vec!["rv-2"], "{status:?}");
+
+    ack(&b, &m2.message_id).await;
+    let o = next_outcome(&mut outcomes).await;
+    assert_eq!((o.message_id.as_str(), o.event_id.as_str(), o.outcome()), (second.as_str(), "rv-2", AckOutcome::Acked));
+    assert_eq!(total_pending(&a).await, 0);
+}
+
+#[tokio::test]
+async fn messages_for_a_peer_that_is_not_up_yet_are_kept_and_delivered_when_it_comes() {
+    let a = sender("a", "").await;
+    let port = free_port();
+    let b_addr = format!("127.0.0.1:{port}");
+    let mut outcomes = acks(&a).await;
+    for i in 0..5 {
+        send(&a, to_peer(&b_addr, &format!("r{i}"), "e", b"early")).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let status = a.client().outbox().get_outbox_status(GetOutboxStatusRequest {}).await.expect("status").into_inner();
+    assert_eq!(status.total_pending, 5);
+    assert!(!status.destinations[0].connected);
+    assert!(status.destinations[0].pending[0].last_error.contains(&b_addr), "{status:?}");
+
+    let b = Daemon::builder(BIN)
+        .config(format!("identity: b\npeer:\n  listen: 127.0.0.1:{port}\n  insecure: true\n"))
+        .start()
+        .await;
+    let mut messages = inbox(&b).await;
+    let mut got = Vec::new();
+    for _ in 0..5 {
+        let m = next_message(&mut messages).await;
+        ack(&b, &m.message_id).await;
+        got.push(m.resource_id);
+    }
+    got.sort();
+    assert_eq!(got, vec!["r0", "r1", "r2", "r3", "r4"]);
+    for _ in 0..5 {
+        assert_eq!(next_outcome(&mut outcomes).await.outcome(), AckOutcome::Acked);
+    }
+}
+
+#[tokio::test]
+async fn messages_wait_for_an_absent_app_and_come_back_after_a_nack_or_a_dropped_receiver() {
+    let (b, b_addr) = receiver("b", "").await;
+    let a = sender("a", "").await;
+    send(&a, to_peer(&b_addr, "r", "e", b"waits")).await;
+    // Nobody receives on b for a while: the message is kept.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(total_pending(&a).await, 1);
+
+    let mut messages = inbox(&b).await;
+    let m = next_message(&mut messages).await;
+    assert_eq!((m.payload.as_slice(), m.delivery_attempt), (b"waits".as_slice(), 1));
+    let nacked = std::time::Instant::now();
+    b.client()
+        .inbox()
+        .nack(NackRequest {
+            message_id: m.message_id.clone(),
+            retry_after: Some(prost_types::Duration { seconds: 0, nanos: 300_000_000 }),
+            reason: "database busy".to_owned(),
+        })
+        .await
+        .expect("Nack");
+    let again = next_message(&mut messages).await;
+    assert!(nacked.elapsed() >= Duration::from_millis(300), "redelivered after {:?}", nacked.elapsed());
+    assert_eq!((again.message_id.as_str(), again.delivery_attempt), (m.message_id.as_str(), 2));
+
+    // The app goes away without ACKing; the next receiver gets the message.
+    drop(messages);
+    let mut messages = inbox(&b).await;
+    let again = next_message(&mut messages).await;
+    assert_eq!((again.message_id.as_str(), again.delivery_attempt), (m.message_id.as_str(), 3));
+    ack(&b, &again.message_id).await;
+    for _ in 0..100 {
+        if total_pending(&a).await == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the sender never saw the ACK");
+}
+
+#[tokio::test]
+async fn bounds_answer_resource_exhausted_naming_the_limit() {
+    let a = sender("a", "  maxPayloadBytes: 1024\n  maxPendingPerDestination: 2\n  maxPending: 3\n").await;
+    let mut outbox = a.client().outbox();
+    let nobody = "127.0.0.1:1";
+    send(&a, to_peer(nobody, "r1", "e", b"x")).await;
+    send(&a, to_peer(nobody, "r2", "e", b"x")).await;
+    let e = outbox.send(to_peer(nobody, "r3", "e", b"x")).await.expect_err("destination full");
+    assert_eq!(e.code(), Code::ResourceExhausted);
+    assert!(e.message().contains("peer 127.0.0.1:1") && e.message().contains("maxPendingPerDestination"), "{e:?}");
+    // A newer event of a held resource still fits.
+    send(&a, to_peer(nobody, "r1", "e2", b"x")).await;
+    send(&a, to_peer("127.0.0.1:2", "r1", "e", b"x")).await;
+    let e = outbox.send(to_peer("127.0.0.1:3", "r1", "e", b"x")).await.expect_err("outbox full");
+    assert_eq!(e.code(), Code::ResourceExhausted);
+    assert!(e.message().contains("outbox.maxPending"), "{e:?}");
+    let e = outbox.send(to_peer(nobody, "r1", "e3", &[0; 1025])).await.expect_err("payload too large");
+    assert_eq!(e.code(), Code::ResourceExhausted);
+    assert!(e.message().starts_with("payload: 1025 bytes"), "{e:?}");
+    assert_eq!(total_pending(&a).await, 3, "refused sends stored nothing");
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_naming_the_field() {
+    let a = sender("a", "").await;
+    let mut outbox = a.client().outbox();
+    let good = to_peer("127.0.0.1:1", "r", "e", b"");
+    let cases: Vec<(SendRequest, &str)> = vec![
+        (SendRequest { destination: None, ..good.clone() }, "destination"),
+        (to_peer("no-port", "r", "e", b""), "destination.peer"),
+        (to_peer("10.0.0.1:0", "r", "e", b""), "destination.peer"),
+        (SendRequest { resource_id: String::new(), ..good.clone() }, "resource_id"),
+        (SendRequest { event_id: "a\nb".to_owned(), ..good.clone() }, "event_id"),
+        (SendRequest { event_id: "x".repeat(2000), ..good.clone() }, "event_id"),
+        (SendRequest { content_type: "y".repeat(300), ..good.clone() }, "content_type"),
+        (
+            SendRequest {
+                destination: Some(Destination {
+                    target: Some(Target::Service(ServiceDestination { namespace: String::new(), name: "Web!".to_owned() })),
+                }),
+                ..good.clone()
+            },
+            "destination.service.name",
+        ),
+    ];
+    for (request, field) in cases {
+        let e = outbox.send(request).await.expect_err(field);
+        assert_eq!(e.code(), Code::InvalidArgument, "{field}: {e:?}");
+        assert!(e.message().starts_with(&format!("{field}:")), "{field}: {e:?}");
+    }
+    let mut inbox = a.client().inbox();
+    let e = inbox.ack(AckRequest { message_id: "abc".to_owned() }).await.expect_err("bad id");
+    assert_eq!((e.code(), e.message().starts_with("message_id:")), (Code::InvalidArgument, true), "{e:?}");
+    let e = inbox.ack(AckRequest { message_id: "424242".to_owned() }).await.expect_err("unknown id");
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    let e = inbox
+        .nack(NackRequest {
+            message_id: "1".to_owned(),
+            retry_after: Some(prost_types::Duration { seconds: -1, nanos: 0 }),
+            reason: String::new(),
+        })
+        .await
+        .expect_err("negative delay");
+    assert_eq!((e.code(), e.message().starts_with("retry_after:")), (Code::InvalidArgument, true), "{e:?}");
+
+    // Without a peer transport, Send says what to configure.
+    let bare = Daemon::builder(BIN).start().await;
+    let e = bare.client().outbox().send(good).await.expect_err("no transport");
+    assert_eq!(e.code(), Code::FailedPrecondition);
+    assert!(e.message().contains("peer.tls"), "{e:?}");
+    // The daemon is unharmed.
+    assert_eq!(total_pending(&a).await, 0);
+}
