@@ -3,7 +3,7 @@
 //! and each ACK sent back to the sender's connection.
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque},
     sync::{
         Arc, Mutex, MutexGuard,
         atomic::{AtomicU64, Ordering},
@@ -34,6 +34,10 @@ const NEXT_ID: &str = "inbox.next_id";
 /// ACKed events remembered per (sender, resource_id) for deduplication. A sender resends only the
 /// newest event of a resource, so an event this far back is never sent again.
 pub const REMEMBERED_ACKS: usize = 16;
+
+/// ACKs kept per disconnected sender; beyond that the oldest wait for the sender's next resend,
+/// which is answered ACKED from the deduplication record.
+const UNSENT_ACKS: usize = 65_536;
 
 /// One message for the app.
 #[derive(Debug, Clone, PartialEq)]
@@ -98,6 +102,8 @@ struct State {
     delayed: BTreeSet<(Instant, u64)>,
     /// The open connection of each sender, for sending ACKs back.
     senders: HashMap<String, (u64, mpsc::Sender<ExchangeResponse>)>,
+    /// ACKs given while their sender was not connected, sent when it connects again.
+    unsent_acks: HashMap<String, VecDeque<ExchangeResponse>>,
     next_connection: u64,
     next_receiver: u64,
 }
@@ -207,6 +213,9 @@ impl Inbox {
         let mut state = self.lock();
         state.next_connection += 1;
         let id = state.next_connection;
+        for ack in state.unsent_acks.remove(sender).unwrap_or_default() {
+            send_ack(&tx, ack);
+        }
         state.senders.insert(sender.to_owned(), (id, tx));
         Connection { inbox: self.clone(), sender: sender.to_owned(), id }
     }
@@ -368,14 +377,15 @@ impl Inbox {
             disposition: Disposition::Acked.into(),
             reason: String::new(),
         };
-        // Without a connection the ACK waits: the sender's next resend is answered ACKED.
-        if let Some((_, tx)) = state.senders.get(&message.sender)
-            && let Err(mpsc::error::TrySendError::Full(ack)) = tx.try_send(ack)
-        {
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                let _ = tx.send(ack).await;
-            });
+        match state.senders.get(&message.sender) {
+            Some((_, tx)) if !tx.is_closed() => send_ack(tx, ack),
+            _ => {
+                let unsent = state.unsent_acks.entry(message.sender.clone()).or_default();
+                if unsent.len() >= UNSENT_ACKS {
+                    unsent.pop_front();
+                }
+                unsent.push_back(ack);
+            }
         }
         Ok(())
     }
@@ -426,6 +436,16 @@ impl Inbox {
 
     fn set_pending_gauge(&self, state: &State) {
         self.inner.metrics.inbox_pending.set(i64::try_from(state.messages.len()).unwrap_or(i64::MAX));
+    }
+}
+
+/// Queues an ACK on a sender's connection without waiting on it.
+fn send_ack(tx: &mpsc::Sender<ExchangeResponse>, ack: ExchangeResponse) {
+    if let Err(mpsc::error::TrySendError::Full(ack)) = tx.try_send(ack) {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let _ = tx.send(ack).await;
+        });
     }
 }
 

@@ -246,11 +246,13 @@ struct Delivery {
     due: Instant,
     due_wall: SystemTime,
     last_error: Option<String>,
+    /// The peer answered STORED: it holds the message durably and sends ACKED when its app ACKs.
+    stored: bool,
 }
 
 impl Delivery {
     fn new(message: Arc<Message>) -> Self {
-        Self { message, attempts: 0, due: Instant::now(), due_wall: SystemTime::now(), last_error: None }
+        Self { message, attempts: 0, due: Instant::now(), due_wall: SystemTime::now(), last_error: None, stored: false }
     }
 }
 

@@ -71,7 +71,14 @@ async fn metrics(daemon: &Daemon) -> String {
 }
 
 async fn total_pending(daemon: &Daemon) -> u64 {
-    daemon.client().outbox().get_outbox_status(GetOutboxStatusRequest {}).await.expect("status").into_inner().total_pending
+    daemon
+        .client()
+        .outbox()
+        .get_outbox_status(GetOutboxStatusRequest {})
+        .await
+        .expect("status")
+        .into_inner()
+        .total_pending
 }
 
 #[tokio::test]
@@ -97,7 +104,10 @@ async fn a_message_reaches_the_peers_app_and_its_ack_comes_back() {
 
     let o = next_outcome(&mut outcomes).await;
     assert_eq!(o.outcome(), AckOutcome::Acked);
-    assert_eq!((o.message_id.as_str(), o.peer.as_str(), o.resource_id.as_str()), (id.as_str(), b_addr.as_str(), "uid-1"));
+    assert_eq!(
+        (o.message_id.as_str(), o.peer.as_str(), o.resource_id.as_str()),
+        (id.as_str(), b_addr.as_str(), "uid-1")
+    );
     assert_eq!(o.destination.and_then(|d| d.target), Some(Target::Peer(b_addr.clone())));
     assert_eq!(total_pending(&a).await, 0);
 
@@ -137,7 +147,8 @@ async fn peers_talk_mutual_tls_and_refuse_strangers() {
         .config(format!("identity: b\npeer:\n  listen: 127.0.0.1:{port}\n{}", b_certs.yaml("consistd")))
         .start()
         .await;
-    let a = Daemon::builder(BIN).config(format!("identity: a\npeer:\n{}{BACKOFF}", a_certs.yaml("consistd"))).start().await;
+    let a =
+        Daemon::builder(BIN).config(format!("identity: a\npeer:\n{}{BACKOFF}", a_certs.yaml("consistd"))).start().await;
     let mut messages = inbox(&b).await;
     send(&a, to_peer(&b_addr, "r", "e", b"over TLS")).await;
     let m = next_message(&mut messages).await;
@@ -147,7 +158,8 @@ async fn peers_talk_mutual_tls_and_refuse_strangers() {
     // A daemon with a certificate from another CA, and one speaking plaintext, get nothing through;
     // their messages stay pending with the error.
     let other = Ca::new("another CA").issue("consistd", &pki.path().join("stranger"));
-    let stranger = Daemon::builder(BIN).config(format!("identity: s\npeer:\n{}{BACKOFF}", other.yaml("consistd"))).start().await;
+    let stranger =
+        Daemon::builder(BIN).config(format!("identity: s\npeer:\n{}{BACKOFF}", other.yaml("consistd"))).start().await;
     let plain = sender("p", "").await;
     for d in [&stranger, &plain] {
         send(d, to_peer(&b_addr, "r", "e2", b"should not arrive")).await;
@@ -155,7 +167,8 @@ async fn peers_talk_mutual_tls_and_refuse_strangers() {
     let arrived = tokio::time::timeout(Duration::from_secs(2), messages.message()).await;
     assert!(arrived.is_err(), "a stranger's message was delivered: {arrived:?}");
     for d in [&stranger, &plain] {
-        let status = d.client().outbox().get_outbox_status(GetOutboxStatusRequest {}).await.expect("status").into_inner();
+        let status =
+            d.client().outbox().get_outbox_status(GetOutboxStatusRequest {}).await.expect("status").into_inner();
         let dest = &status.destinations[0];
         assert!(!dest.connected, "{status:?}");
         assert!(!dest.pending[0].last_error.is_empty(), "{status:?}");
@@ -184,7 +197,8 @@ async fn a_newer_event_supersedes_an_unacked_one_and_an_old_ack_never_clears_the
     ack(&b, &m1.message_id).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let status = a.client().outbox().get_outbox_status(GetOutboxStatusRequest {}).await.expect("status").into_inner();
-    let pending: Vec<&str> = status.destinations.iter().flat_map(|d| d.pending.iter().map(|p| p.event_id.as_str())).collect();
+    let pending: Vec<&str> =
+        status.destinations.iter().flat_map(|d| d.pending.iter().map(|p| p.event_id.as_str())).collect();
     assert_eq!(pending, vec!["rv-2"], "{status:?}");
 
     ack(&b, &m2.message_id).await;
@@ -305,7 +319,10 @@ async fn bad_input_is_refused_naming_the_field() {
         (
             SendRequest {
                 destination: Some(Destination {
-                    target: Some(Target::Service(ServiceDestination { namespace: String::new(), name: "Web!".to_owned() })),
+                    target: Some(Target::Service(ServiceDestination {
+                        namespace: String::new(),
+                        name: "Web!".to_owned(),
+                    })),
                 }),
                 ..good.clone()
             },

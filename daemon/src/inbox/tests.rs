@@ -130,3 +130,21 @@ async fn only_the_newest_acks_of_a_resource_are_remembered() {
     let last = format!("e{}", REMEMBERED_ACKS + 3);
     assert_eq!(disposition(inbox.accept("s", message(99, "r", &last)).await), Disposition::Acked);
 }
+
+#[tokio::test]
+async fn acks_given_while_the_sender_is_away_are_sent_when_it_reconnects() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let inbox = open(dir.path(), 100).await;
+    let (tx, rx) = mpsc::channel(16);
+    let connection = inbox.connect("s", tx);
+    inbox.accept("s", message(5, "r", "e")).await;
+    drop(connection);
+    drop(rx);
+    let mut receiver = inbox.receiver();
+    let (m, _) = next(&mut receiver).await;
+    inbox.ack(m.id).await.expect("ack while the sender is away");
+    let (tx, mut acks) = mpsc::channel(16);
+    let _connection = inbox.connect("s", tx);
+    let ack = acks.recv().await.expect("the ACK on the new connection");
+    assert_eq!((ack.sequence, ack.disposition), (5, Disposition::Acked as i32));
+}

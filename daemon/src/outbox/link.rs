@@ -1,6 +1,7 @@
 //! One peer's connection: dial it (mutual TLS unless configured plaintext), say who we are, send every
 //! delivery that is due, apply the peer's answers (STORED, ACKED, REFUSED), and when the connection
-//! breaks dial again with backoff; on every new connection everything un-ACKed is due at once.
+//! breaks dial again with backoff; on every new connection everything the peer has not confirmed
+//! storing is due at once.
 
 use std::{sync::Arc, time::Duration};
 
@@ -141,13 +142,15 @@ impl Outbox {
         self.lock().links.get(peer).is_some_and(|l| l.id == id)
     }
 
-    /// A connection is up: everything un-ACKed is due now.
+    /// A connection is up: everything the peer has not confirmed storing is due now. Messages it
+    /// stored keep their schedule: it sends their ACKs on this connection (also those its app gave
+    /// while disconnected), and the resend at the backoff cap covers a peer that lost its store.
     fn link_up(&self, peer: &str, id: u64) {
         let mut state = self.lock();
         let Some(link) = state.links.get_mut(peer).filter(|l| l.id == id) else { return };
         link.connected = true;
         let now = Instant::now();
-        let sequences: Vec<u64> = link.deliveries.keys().copied().collect();
+        let sequences: Vec<u64> = link.deliveries.iter().filter(|(_, d)| !d.stored).map(|(s, _)| *s).collect();
         for s in sequences {
             link.reschedule(s, now);
         }
@@ -235,6 +238,7 @@ impl Outbox {
                     link.reschedule(r.sequence, Instant::now() + cap);
                     if let Some(d) = link.deliveries.get_mut(&r.sequence) {
                         d.last_error = None;
+                        d.stored = true;
                     }
                 }
             }
