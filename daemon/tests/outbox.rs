@@ -18,9 +18,14 @@ const BACKOFF: &str = "outbox:\n  backoff: {initial: 20ms, factor: 2, cap: 500ms
 
 /// A daemon that receives from peers on a free loopback port (plaintext), and its address.
 async fn receiver(identity: &str, extra: &str) -> (Daemon, String) {
-    let port = free_port();
-    let config = format!("identity: {identity}\npeer:\n  listen: 127.0.0.1:{port}\n  insecure: true\n{extra}");
-    (Daemon::builder(BIN).config(config).start().await, format!("127.0.0.1:{port}"))
+    receiver_on("127.0.0.1".parse().expect("ip"), identity, extra).await
+}
+
+/// A receiving daemon listening on `ip`.
+async fn receiver_on(ip: std::net::IpAddr, identity: &str, extra: &str) -> (Daemon, String) {
+    let addr = std::net::SocketAddr::new(ip, free_port());
+    let config = format!("identity: {identity}\npeer:\n  listen: \"{addr}\"\n  insecure: true\n{extra}");
+    (Daemon::builder(BIN).config(config).start().await, addr.to_string())
 }
 
 /// A daemon that only sends (plaintext).
@@ -356,4 +361,98 @@ async fn bad_input_is_refused_naming_the_field() {
     assert!(e.message().contains("peer.tls"), "{e:?}");
     // The daemon is unharmed.
     assert_eq!(total_pending(&a).await, 0);
+}
+
+/// An EndpointSlice of Service `service` with one endpoint at this machine's address and `port`.
+async fn slice(client: &kube::Client, ns: &str, name: &str, service: &str, port: u16, ready: bool) {
+    use kube::api::{Api, Patch, PatchParams};
+    let slice: k8s_openapi::api::discovery::v1::EndpointSlice = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": name, "labels": { "kubernetes.io/service-name": service } },
+        "addressType": "IPv4",
+        "ports": [{ "name": "consistd-peer", "port": port, "protocol": "TCP" }],
+        "endpoints": [{ "addresses": [consistd_testkit::host_ip().to_string()], "conditions": { "ready": ready } }]
+    }))
+    .expect("EndpointSlice");
+    Api::<k8s_openapi::api::discovery::v1::EndpointSlice>::namespaced(client.clone(), ns)
+        .patch(name, &PatchParams::apply("consistd-test").force(), &Patch::Apply(&slice))
+        .await
+        .expect("apply EndpointSlice");
+}
+
+#[tokio::test]
+async fn a_service_destination_reaches_every_ready_endpoint_including_ones_that_appear_later() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    // EndpointSlices may not point at loopback: these daemons listen on the machine's address.
+    let ip = consistd_testkit::host_ip();
+    let (b, b_addr) = receiver_on(ip, "b", "").await;
+    let (c, c_addr) = receiver_on(ip, "c", "").await;
+    let (d, d_addr) = receiver_on(ip, "d", "").await;
+    let port = |addr: &str| addr.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok()).expect("port");
+    slice(&kube, &ns, "web-b", "web", port(&b_addr), true).await;
+    slice(&kube, &ns, "web-c", "web", port(&c_addr), true).await;
+    slice(&kube, &ns, "web-d", "web", port(&d_addr), false).await;
+    let a = sender("a", &format!("namespace: {ns}\n")).await;
+    let mut outcomes = acks(&a).await;
+    let (mut at_b, mut at_c, mut at_d) = (inbox(&b).await, inbox(&c).await, inbox(&d).await);
+
+    let web = Some(Destination {
+        target: Some(Target::Service(ServiceDestination { namespace: String::new(), name: "web".to_owned() })),
+    });
+    let request = SendRequest { destination: web.clone(), ..to_peer("unused:1", "config", "v1", b"v1") };
+    send(&a, request).await;
+    let mut expected = vec![b_addr.clone(), c_addr.clone()];
+    for (daemon, stream) in [(&b, &mut at_b), (&c, &mut at_c)] {
+        let m = next_message(stream).await;
+        assert_eq!((m.resource_id.as_str(), m.event_id.as_str()), ("config", "v1"));
+        ack(daemon, &m.message_id).await;
+    }
+    // One ACKED per endpoint.
+    let mut acked_by = Vec::new();
+    for _ in 0..2 {
+        let o = next_outcome(&mut outcomes).await;
+        assert_eq!(o.outcome(), AckOutcome::Acked);
+        acked_by.push(o.peer);
+    }
+    acked_by.sort();
+    expected.sort();
+    assert_eq!(acked_by, expected);
+    // A not-ready endpoint gets nothing.
+    assert!(tokio::time::timeout(Duration::from_secs(1), at_d.message()).await.is_err(), "not-ready endpoint got it");
+
+    // An endpoint that appears later gets the destination's current message.
+    let (e, e_addr) = receiver_on(ip, "e", "").await;
+    let mut at_e = inbox(&e).await;
+    slice(&kube, &ns, "web-e", "web", port(&e_addr), true).await;
+    let m = next_message(&mut at_e).await;
+    assert_eq!((m.resource_id.as_str(), m.event_id.as_str()), ("config", "v1"));
+    ack(&e, &m.message_id).await;
+    let o = next_outcome(&mut outcomes).await;
+    assert_eq!((o.outcome(), o.peer.as_str()), (AckOutcome::Acked, e_addr.as_str()));
+    // So does one that becomes ready.
+    slice(&kube, &ns, "web-d", "web", port(&d_addr), true).await;
+    let m = next_message(&mut at_d).await;
+    assert_eq!(m.event_id, "v1");
+
+    // The newest message stays held for members that come later; a member that leaves before ACKing
+    // a newer one is reported FAILED, not silently dropped.
+    assert_eq!(total_pending(&a).await, 1);
+    send(&a, SendRequest { destination: web, ..to_peer("unused:1", "config", "v2", b"v2") }).await;
+    let superseded = next_outcome(&mut outcomes).await;
+    assert_eq!((superseded.outcome(), superseded.event_id.as_str()), (AckOutcome::Superseded, "v1"));
+    let m = next_message(&mut at_c).await;
+    assert_eq!(m.event_id, "v2");
+    use kube::api::{Api, DeleteParams};
+    Api::<k8s_openapi::api::discovery::v1::EndpointSlice>::namespaced(kube.clone(), &ns)
+        .delete("web-c", &DeleteParams::default())
+        .await
+        .expect("delete web-c");
+    let failed = loop {
+        let o = next_outcome(&mut outcomes).await;
+        if o.outcome() == AckOutcome::Failed {
+            break o;
+        }
+    };
+    assert_eq!((failed.peer.as_str(), failed.event_id.as_str()), (c_addr.as_str(), "v2"));
+    assert!(failed.reason.contains("no longer part of service"), "{failed:?}");
 }

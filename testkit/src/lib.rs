@@ -174,3 +174,19 @@ pub fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind a free port: {e}"));
     listener.local_addr().unwrap_or_else(|e| panic!("free port address: {e}")).port()
 }
+
+/// This machine's non-loopback address, for EndpointSlices (which may not point at loopback): the
+/// source address the kernel picks for a route out (no packet is sent).
+pub fn host_ip() -> std::net::IpAddr {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").unwrap_or_else(|e| panic!("bind UDP socket: {e}"));
+    for target in ["10.255.255.255:1", "192.0.2.255:1", "172.31.255.255:1"] {
+        if socket.connect(target).is_ok()
+            && let Ok(addr) = socket.local_addr()
+            && !addr.ip().is_loopback()
+            && !addr.ip().is_unspecified()
+        {
+            return addr.ip();
+        }
+    }
+    panic!("this machine has no non-loopback IPv4 address; EndpointSlice tests need one")
+}
