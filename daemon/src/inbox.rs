@@ -94,7 +94,7 @@ type Key = (String, String, String);
 struct State {
     messages: BTreeMap<u64, Pending>,
     by_key: HashMap<Key, u64>,
-    /// Messages being stored right now (a resend of one of them gets no answer; the first will).
+    /// Messages whose write is not committed yet (a resend of one gets no answer; the first will).
     storing: HashSet<Key>,
     /// Ready for a receiver, oldest first.
     queue: BTreeSet<u64>,
@@ -140,12 +140,6 @@ struct Record {
 
 fn now_ms() -> u64 {
     SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0))
-}
-
-/// What storing an inbound message came to.
-enum Stored {
-    New,
-    AlreadyAcked,
 }
 
 impl Inbox {
@@ -222,6 +216,10 @@ impl Inbox {
 
     /// Stores a message from `sender` (unless it is a duplicate) and says what became of it; None for a
     /// resend of a message that is being stored right now (that one is answered).
+    ///
+    /// The app may receive the message while its write is still being committed: its ACK is a later
+    /// write, so it is never committed before the message is, and if the daemon dies first the ACK
+    /// call fails and the message comes again. STORED is answered only once the write is durable.
     pub async fn accept(&self, sender: &str, m: PeerMessage) -> Option<ExchangeResponse> {
         use prost::Message as _;
         let answer = |disposition: Disposition, reason: String| ExchangeResponse {
@@ -232,28 +230,21 @@ impl Inbox {
             reason,
         };
         let key: Key = (sender.to_owned(), m.resource_id.clone(), m.event_id.clone());
-        let id = {
-            let mut state = self.lock();
-            if state.by_key.contains_key(&key) {
+        if let Some(known) = self.known(&key) {
+            self.inner.metrics.inbox_duplicates.inc();
+            return known.map(|d| answer(d, String::new()));
+        }
+        // ACKed before? The record is on disk (an ACK in progress is for a message still in memory).
+        match self.acked_before(&key) {
+            Ok(false) => {}
+            Ok(true) => {
                 self.inner.metrics.inbox_duplicates.inc();
-                return Some(answer(Disposition::Stored, String::new()));
+                return Some(answer(Disposition::Acked, String::new()));
             }
-            if state.storing.contains(&key) {
-                return None;
-            }
-            let held = state.messages.len() + state.storing.len();
-            if held >= self.inner.max_pending {
-                let reason = format!(
-                    "the inbox of {} is full: {held} messages wait for its app (inbox.maxPending)",
-                    self.inner.identity
-                );
-                return Some(answer(Disposition::Refused, reason));
-            }
-            state.storing.insert(key.clone());
-            self.inner.next_id.fetch_add(1, Ordering::SeqCst)
-        };
+            Err(error) => return Some(answer(Disposition::Refused, format!("read deduplication record: {error}"))),
+        }
         let message = Arc::new(InboxMessage {
-            id,
+            id: 0,
             sender: sender.to_owned(),
             sender_sequence: m.sequence,
             resource_id: m.resource_id.clone(),
@@ -262,46 +253,57 @@ impl Inbox {
             content_type: m.content_type.clone(),
             received_at: SystemTime::now(),
         });
-        let record = Record {
-            sender: sender.to_owned(),
-            sender_sequence: m.sequence,
-            resource_id: m.resource_id.clone(),
-            event_id: m.event_id.clone(),
-            payload: m.payload.clone(),
-            content_type: m.content_type.clone(),
-            received_at_ms: i64::try_from(now_ms()).unwrap_or(i64::MAX),
-        }
-        .encode_to_vec();
-        let k = key.clone();
-        let stored = self
-            .inner
-            .store
-            .write("store inbound message", move |txn| {
-                let mut seen = txn.open_table(SEEN)?;
-                let acked = seen.get((k.0.as_str(), k.1.as_str(), k.2.as_str()))?.is_some_and(|v| v.value().1 > 0);
-                if acked {
-                    return Ok(Stored::AlreadyAcked);
-                }
-                seen.insert((k.0.as_str(), k.1.as_str(), k.2.as_str()), (id, 0))?;
+        let written = {
+            let mut state = self.lock();
+            if state.by_key.contains_key(&key) || state.storing.contains(&key) {
+                return None;
+            }
+            let held = state.messages.len();
+            if held >= self.inner.max_pending {
+                let reason = format!(
+                    "the inbox of {} is full: {held} messages wait for its app (inbox.maxPending)",
+                    self.inner.identity
+                );
+                return Some(answer(Disposition::Refused, reason));
+            }
+            let id = self.inner.next_id.fetch_add(1, Ordering::SeqCst);
+            let message = Arc::new(InboxMessage { id, ..(*message).clone() });
+            let record = Record {
+                sender: message.sender.clone(),
+                sender_sequence: m.sequence,
+                resource_id: m.resource_id.clone(),
+                event_id: m.event_id.clone(),
+                payload: m.payload.clone(),
+                content_type: m.content_type.clone(),
+                received_at_ms: i64::try_from(now_ms()).unwrap_or(i64::MAX),
+            }
+            .encode_to_vec();
+            let k = key.clone();
+            // Queued before the app can see the message, so any ACK of it is written after it.
+            let written = self.inner.store.write("store inbound message", move |txn| {
+                txn.open_table(SEEN)?.insert((k.0.as_str(), k.1.as_str(), k.2.as_str()), (id, 0))?;
                 txn.open_table(MESSAGES)?.insert(id, record.as_slice())?;
                 let mut meta = txn.open_table(META)?;
                 if meta.get(NEXT_ID)?.map_or(0, |v| v.value()) <= id {
                     meta.insert(NEXT_ID, id + 1)?;
                 }
-                Ok(Stored::New)
-            })
-            .await;
+                Ok(())
+            });
+            state.storing.insert(key.clone());
+            state.by_key.insert(key.clone(), id);
+            state.queue.insert(id);
+            state.messages.insert(id, Pending { message, attempts: 0, leased_to: None, ready_at: None });
+            self.set_pending_gauge(&state);
+            (id, written)
+        };
+        self.inner.ready.notify_waiters();
+        let (id, written) = written;
+        let result = written.await;
         let mut state = self.lock();
         state.storing.remove(&key);
-        match stored {
-            Ok(Stored::New) => {
-                state.by_key.insert(key, id);
-                state.queue.insert(id);
-                state.messages.insert(id, Pending { message, attempts: 0, leased_to: None, ready_at: None });
+        match result {
+            Ok(()) => {
                 self.inner.metrics.inbox_received.inc();
-                self.set_pending_gauge(&state);
-                drop(state);
-                self.inner.ready.notify_waiters();
                 tracing::debug!(
                     message_id = id,
                     sender,
@@ -312,15 +314,40 @@ impl Inbox {
                 );
                 Some(answer(Disposition::Stored, String::new()))
             }
-            Ok(Stored::AlreadyAcked) => {
-                self.inner.metrics.inbox_duplicates.inc();
-                Some(answer(Disposition::Acked, String::new()))
-            }
             Err(error) => {
+                // Not stored: forget it; the sender still holds it and sends it again.
+                if let Some(p) = state.messages.remove(&id) {
+                    state.queue.remove(&id);
+                    if let Some(at) = p.ready_at {
+                        state.delayed.remove(&(at, id));
+                    }
+                }
+                state.by_key.remove(&key);
+                self.set_pending_gauge(&state);
                 tracing::warn!(%error, sender, resource_id = %m.resource_id, event_id = %m.event_id, "inbound message not stored");
                 Some(answer(Disposition::Refused, format!("store inbound message: {error}")))
             }
         }
+    }
+
+    /// For a message already in memory: STORED once durable, no answer while being stored.
+    fn known(&self, key: &Key) -> Option<Option<Disposition>> {
+        let state = self.lock();
+        if state.storing.contains(key) {
+            return Some(None);
+        }
+        state.by_key.contains_key(key).then_some(Some(Disposition::Stored))
+    }
+
+    fn acked_before(&self, key: &Key) -> Result<bool, StoreError> {
+        self.inner.store.read("read deduplication record", |txn| {
+            let seen = match txn.open_table(SEEN) {
+                Ok(t) => t,
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(false),
+                Err(e) => return Err(e.into()),
+            };
+            Ok(seen.get((key.0.as_str(), key.1.as_str(), key.2.as_str()))?.is_some_and(|v| v.value().1 > 0))
+        })
     }
 
     /// A new receiver for the app.

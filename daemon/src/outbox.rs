@@ -404,7 +404,8 @@ impl Outbox {
         }
         drop(state);
         if !stale.is_empty() {
-            self.delete(stale);
+            // Stale leftovers of any destination: delete their group ACKs too.
+            self.delete(stale, true);
         }
         if restored > 0 {
             tracing::info!(messages = restored, "outbox restored from the store");
@@ -517,7 +518,7 @@ impl Outbox {
         let Some(slot) = state.slots.get_mut(&key) else { return };
         if slot.current.as_ref().is_some_and(|c| c.sequence > message.sequence) {
             self.outcome(&message, "", OutcomeKind::Superseded);
-            self.delete(vec![message.sequence]);
+            self.delete(vec![message.sequence], message.target.is_group());
             return;
         }
         let restored_acks = std::mem::take(&mut slot.acked_by);
@@ -546,7 +547,7 @@ impl Outbox {
             );
             self.inner.metrics.outbox_superseded.inc();
             self.outcome(&old, "", OutcomeKind::Superseded);
-            self.delete(vec![old.sequence]);
+            self.delete(vec![old.sequence], old.target.is_group());
         }
     }
 
@@ -701,18 +702,23 @@ impl Outbox {
         } else {
             slot.current = None;
             self.release_if_empty(state, &key);
-            self.delete(vec![sequence]);
+            self.delete(vec![sequence], false);
         }
     }
 
     /// Deletes messages (and their group ACKs) from the store. Losing this write to a crash only means
     /// a resend, which the receiver answers with ACKED from its deduplication.
-    fn delete(&self, sequences: Vec<u64>) {
+    fn delete(&self, sequences: Vec<u64>, group: bool) {
         self.inner.store.write_detached("delete finished outbox messages", move |txn| {
             let mut messages = txn.open_table(MESSAGES)?;
+            for &s in &sequences {
+                messages.remove(s)?;
+            }
+            if !group {
+                return Ok(());
+            }
             let mut acks = txn.open_table(GROUP_ACKS)?;
             for s in sequences {
-                messages.remove(s)?;
                 let peers: Vec<String> = acks
                     .range((s, "")..(s + 1, ""))?
                     .map(|e| e.map(|(k, _)| k.value().1.to_owned()))

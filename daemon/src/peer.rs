@@ -109,12 +109,22 @@ pub async fn serve(
     if let Some(pems) = &tls {
         server = server.tls_config(pems.server()).map_err(PeerError::Serve)?;
     }
+    // Answers are small frames: without TCP_NODELAY, Nagle's algorithm holds them back until the
+    // sender's delayed ACK (~40 ms). tonic sets it only on listeners it binds itself.
+    let incoming = TcpListenerStream::new(listener).map(|stream| {
+        if let Ok(s) = &stream
+            && let Err(error) = s.set_nodelay(true)
+        {
+            tracing::warn!(%error, "could not set TCP_NODELAY on a peer connection");
+        }
+        stream
+    });
     let service = PeerServiceServer::new(PeerApi { inbox, shutdown: shutdown.clone() })
         .max_decoding_message_size(max_message_bytes)
         .max_encoding_message_size(max_message_bytes);
     server
         .add_service(service)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown.cancelled_owned())
+        .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
         .await
         .map_err(PeerError::Serve)
 }

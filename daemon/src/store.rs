@@ -111,18 +111,22 @@ impl Store {
         Ok(Self { db, writes })
     }
 
-    /// Runs `f` in the next batch's write transaction; resolves with its value once that transaction
-    /// is durably committed. If any write of the batch fails, the whole batch is rolled back.
-    pub async fn write<T, F>(&self, op: &'static str, f: F) -> Result<T, StoreError>
+    /// Queues `f` for the next batch's write transaction at once (writes are applied in the order they
+    /// are queued); the future resolves with its value once that transaction is durably committed. If
+    /// any write of the batch fails, the whole batch is rolled back.
+    pub fn write<T, F>(&self, op: &'static str, f: F) -> impl Future<Output = Result<T, StoreError>> + use<T, F>
     where
         T: Send + 'static,
         F: FnOnce(&WriteTransaction) -> Result<T, redb::Error> + Send + 'static,
     {
         let (reply, answer) = oneshot::channel();
-        self.submit(op, f, move |r| {
+        let submitted = self.submit(op, f, move |r| {
             let _ = reply.send(r);
-        })?;
-        answer.await.map_err(|_| StoreError::Closed)?
+        });
+        async move {
+            submitted?;
+            answer.await.map_err(|_| StoreError::Closed)?
+        }
     }
 
     /// Queues `f` for the next batch without waiting; a failure is logged. For writes whose loss a

@@ -61,7 +61,7 @@ pub(crate) fn outbox_error(error: OutboxError) -> Status {
         OutboxError::NotConfigured | OutboxError::Unsupported(_) => Code::FailedPrecondition,
         OutboxError::Store(_) => Code::Unavailable,
     };
-    Status::new(code, error_chain(&error))
+    Status::new(code, crate::cli::error_chain(&error))
 }
 
 /// A refused Ack or Nack.
@@ -70,7 +70,7 @@ pub(crate) fn inbox_error(error: InboxError) -> Status {
         InboxError::NotFound(_) => Code::NotFound,
         InboxError::Store(_) => Code::Unavailable,
     };
-    Status::new(code, error_chain(&error))
+    Status::new(code, crate::cli::error_chain(&error))
 }
 
 /// A WatchAcks subscriber fell too far behind; outcomes were skipped, so the stream ends.
@@ -82,18 +82,6 @@ pub(crate) fn acks_lagged(skipped: u64) -> Status {
              call GetOutboxStatus for what is still pending and watch again"
         ),
     )
-}
-
-/// An error and its sources, joined with ": ".
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 fn resolve_error(e: &ResolveError, message: String) -> Status {

@@ -17,7 +17,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{ClientTlsConfig, Endpoint};
 
 use super::{Outbox, backoff};
-use crate::config::BackoffConfig;
+use crate::{cli::error_chain, config::BackoffConfig};
 
 /// Frames queued towards one peer before waiting for the connection to take them.
 const SEND_WINDOW: usize = 512;
@@ -86,9 +86,11 @@ async fn exchange(outbox: &Outbox, t: &Transport, peer: &str, id: u64, wake: &No
         .keep_alive_timeout(Duration::from_secs(5))
         .keep_alive_while_idle(true);
     if let Some(tls) = &t.tls {
-        endpoint = endpoint.tls_config(tls.clone()).map_err(|e| broken(format!("peer TLS: {}", chain(&e)), false))?;
+        endpoint =
+            endpoint.tls_config(tls.clone()).map_err(|e| broken(format!("peer TLS: {}", error_chain(&e)), false))?;
     }
-    let channel = endpoint.connect().await.map_err(|e| broken(format!("connect to {peer}: {}", chain(&e)), false))?;
+    let channel =
+        endpoint.connect().await.map_err(|e| broken(format!("connect to {peer}: {}", error_chain(&e)), false))?;
     let mut client = PeerServiceClient::new(channel)
         .max_decoding_message_size(t.max_message_bytes)
         .max_encoding_message_size(t.max_message_bytes);
@@ -123,18 +125,6 @@ async fn exchange(outbox: &Outbox, t: &Transport, peer: &str, id: u64, wake: &No
             _ = requests.reserve(), if more => {}
         }
     }
-}
-
-/// An error with its sources, since tonic's transport errors say little at the top.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 impl Outbox {
