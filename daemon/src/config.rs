@@ -48,6 +48,8 @@ pub struct Config {
     pub store: StoreConfig,
     /// The daemon-to-daemon transport of ACK-tracked sends.
     pub peer: PeerConfig,
+    /// Election groups (the members of an election, for sends and replica barriers).
+    pub membership: MembershipConfig,
     /// ACK-tracked sends from this pod.
     pub outbox: OutboxConfig,
     /// Messages for this pod's app.
@@ -207,6 +209,22 @@ pub struct TlsConfig {
 
 fn default_server_name() -> String {
     "consistd".to_owned()
+}
+
+/// How this daemon appears in election groups.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct MembershipConfig {
+    /// How long a member counts after its last renewal (it renews every third of this): a member that
+    /// was killed is dropped from its groups this long after it was last seen.
+    #[serde(with = "humantime_serde")]
+    pub ttl: Duration,
+}
+
+impl Default for MembershipConfig {
+    fn default() -> Self {
+        Self { ttl: Duration::from_secs(30) }
+    }
 }
 
 /// Bounds and retry policy of the outbox.
@@ -529,6 +547,9 @@ impl Config {
             ));
         }
         self.validate_peer()?;
+        if self.membership.ttl < Duration::from_secs(3) || self.membership.ttl.subsec_nanos() != 0 {
+            return Err(ConfigError::field("membership.ttl", "must be whole seconds, at least 3s"));
+        }
         self.validate_outbox()?;
         if self.shutdown.grace_period.is_zero() {
             return Err(ConfigError::field(

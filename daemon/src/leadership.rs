@@ -4,6 +4,7 @@
 //! coalescing channel that never blocks the runner.
 
 mod elector;
+pub mod membership;
 
 use std::{
     collections::HashMap,
@@ -14,7 +15,11 @@ use std::{
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use self::elector::Election;
+pub use self::membership::Announce;
+use self::{
+    elector::Election,
+    membership::{Member, Membership},
+};
 
 /// An election: the Lease's namespace and name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -157,6 +162,8 @@ pub struct Leadership {
     elections: Mutex<HashMap<Key, Arc<Election>>>,
     stop: CancellationToken,
     runners: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Member Leases of the election groups this daemon campaigns in.
+    membership: Arc<Membership>,
 }
 
 impl std::fmt::Debug for Leadership {
@@ -165,10 +172,12 @@ impl std::fmt::Debug for Leadership {
     }
 }
 
-/// An app's candidacy; dropping it resigns (the runner releases the Lease when the last one goes).
+/// An app's candidacy; dropping it resigns (the runner releases the Lease when the last one goes) and
+/// leaves the election group.
 #[derive(Debug)]
 pub struct Campaign {
     election: Arc<Election>,
+    _member: Option<Member>,
 }
 
 impl Drop for Campaign {
@@ -179,8 +188,16 @@ impl Drop for Campaign {
 
 impl Leadership {
     /// Elections for this daemon's `identity`, with Leases in `namespace` unless a request names one.
-    pub fn new(client: kube::Client, hub: Arc<crate::watch::Hub>, identity: String, namespace: String) -> Arc<Self> {
+    /// With `announce`, campaigning also makes this daemon a member of the election's group.
+    pub fn new(
+        client: kube::Client,
+        hub: Arc<crate::watch::Hub>,
+        identity: String,
+        namespace: String,
+        announce: Option<Announce>,
+    ) -> Arc<Self> {
         Arc::new(Self {
+            membership: Arc::new(Membership::new(client.clone(), identity.clone(), announce)),
             client,
             hub,
             identity,
@@ -274,7 +291,8 @@ impl Leadership {
         }
         let status = election.subscribe();
         election.join_campaign(timing);
-        Ok((Campaign { election }, status))
+        let member = self.membership.join(key);
+        Ok((Campaign { election, _member: member }, status))
     }
 
     /// The current state of `key`, waiting at most `wait` for a first observation when nothing here
@@ -315,9 +333,11 @@ impl Leadership {
         }
     }
 
-    /// Resigns every election (releasing held Leases) and waits for the runners, at most `grace`.
+    /// Resigns every election (releasing held Leases), leaves every group, and waits for the runners,
+    /// at most `grace`.
     pub async fn shutdown(&self, grace: Duration) {
         self.stop.cancel();
+        self.membership.shutdown(grace).await;
         let runners: Vec<_> = std::mem::take(&mut *self.runners.lock().unwrap_or_else(PoisonError::into_inner));
         let _ = tokio::time::timeout(grace, futures::future::join_all(runners)).await;
     }

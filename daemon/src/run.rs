@@ -13,7 +13,7 @@ use crate::{
     config::{Config, MAX_PAYLOAD_LIMIT},
     health::Health,
     inbox::Inbox,
-    leadership::Leadership,
+    leadership::{Announce, Leadership},
     metrics::Metrics,
     objects::Objects,
     outbox::{self, Members, Outbox, Transport},
@@ -80,7 +80,8 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let namespace = config.namespace();
     let hub = Hub::new(client.clone(), config.watch.clone(), metrics.clone());
     let objects = Objects::new(client.clone(), hub.clone(), config.consistency.timeout);
-    let leadership = Leadership::new(client.clone(), hub.clone(), identity.clone(), namespace.clone());
+    let announce = config.advertise().map(|address| Announce { address, ttl: config.membership.ttl });
+    let leadership = Leadership::new(client.clone(), hub.clone(), identity.clone(), namespace.clone(), announce);
     health.attach(hub.clone(), leadership.clone());
 
     let store = Store::open(&config.store.dir)?;

@@ -456,3 +456,95 @@ async fn a_service_destination_reaches_every_ready_endpoint_including_ones_that_
     assert_eq!((failed.peer.as_str(), failed.event_id.as_str()), (c_addr.as_str(), "v2"));
     assert!(failed.reason.contains("no longer part of service"), "{failed:?}");
 }
+
+/// A receiving daemon in namespace `ns` that campaigns in election `group` (announcing its address
+/// with a 3 s membership TTL); the Campaign stream is returned: dropping it leaves the group.
+async fn member(ns: &str, identity: &str) -> (Daemon, String, Streaming<consistd_client::proto::CampaignResponse>) {
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let config = format!(
+        "identity: {identity}\nnamespace: {ns}\npeer:\n  listen: {addr}\n  advertise: {addr}\n  insecure: true\nmembership:\n  ttl: 3s\n"
+    );
+    let daemon = Daemon::builder(BIN).config(config).start().await;
+    let request = consistd_client::proto::CampaignRequest { election: "group".to_owned(), ..Default::default() };
+    let campaign = daemon.client().leadership().campaign(request).await.expect("Campaign").into_inner();
+    (daemon, addr, campaign)
+}
+
+async fn member_leases(kube: &kube::Client, ns: &str) -> usize {
+    use kube::api::{Api, ListParams};
+    Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(kube.clone(), ns)
+        .list(&ListParams::default().labels("consistd.io/member-of=group"))
+        .await
+        .expect("list member Leases")
+        .items
+        .len()
+}
+
+#[tokio::test]
+async fn an_election_destination_reaches_every_member_and_follows_joins_resignations_and_crashes() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let (b, b_addr, _b_campaign) = member(&ns, "b").await;
+    let (c, c_addr, _c_campaign) = member(&ns, "c").await;
+    let (d, _d_addr, d_campaign) = member(&ns, "d").await;
+    for _ in 0..100 {
+        if member_leases(&kube, &ns).await == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(member_leases(&kube, &ns).await, 3, "each campaigning daemon has a member Lease");
+    let a = sender("a", &format!("namespace: {ns}\n")).await;
+    let mut outcomes = acks(&a).await;
+    let (mut at_b, mut at_c, mut at_d) = (inbox(&b).await, inbox(&c).await, inbox(&d).await);
+    let group = Some(Destination { target: Some(Target::Election("group".to_owned())) });
+    let to_group = |event: &str| SendRequest { destination: group.clone(), ..to_peer("unused:1", "cfg", event, b"x") };
+
+    send(&a, to_group("v1")).await;
+    for (daemon, stream) in [(&b, &mut at_b), (&c, &mut at_c), (&d, &mut at_d)] {
+        let m = next_message(stream).await;
+        assert_eq!(m.event_id, "v1");
+        ack(daemon, &m.message_id).await;
+    }
+    for _ in 0..3 {
+        assert_eq!(next_outcome(&mut outcomes).await.outcome(), AckOutcome::Acked);
+    }
+
+    // d resigns: its member Lease is deleted at once and it gets nothing more.
+    drop(d_campaign);
+    for _ in 0..100 {
+        if member_leases(&kube, &ns).await == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(member_leases(&kube, &ns).await, 2, "a resigned member leaves the group");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    send(&a, to_group("v2")).await;
+    assert_eq!(next_outcome(&mut outcomes).await.outcome(), AckOutcome::Superseded);
+    let m = next_message(&mut at_b).await;
+    assert_eq!(m.event_id, "v2");
+    ack(&b, &m.message_id).await;
+    let o = next_outcome(&mut outcomes).await;
+    assert_eq!((o.outcome(), o.peer.as_str()), (AckOutcome::Acked, b_addr.as_str()));
+    assert_eq!(next_message(&mut at_c).await.event_id, "v2");
+    assert!(tokio::time::timeout(Duration::from_secs(1), at_d.message()).await.is_err(), "d left but got v2");
+
+    // c is killed before ACKing v2: once its membership expires (3 s) it is reported FAILED.
+    c.signal(nix::sys::signal::Signal::SIGKILL);
+    let killed = std::time::Instant::now();
+    let failed = next_outcome(&mut outcomes).await;
+    assert_eq!((failed.outcome(), failed.peer.as_str(), failed.event_id.as_str()), (AckOutcome::Failed, c_addr.as_str(), "v2"));
+    assert!(failed.reason.contains("no longer part of election"), "{failed:?}");
+    assert!(killed.elapsed() >= Duration::from_secs(2), "dropped after {:?}, before its TTL", killed.elapsed());
+
+    // A member that joins later gets the current message.
+    let (e, e_addr, _e_campaign) = member(&ns, "e").await;
+    let mut at_e = inbox(&e).await;
+    let m = next_message(&mut at_e).await;
+    assert_eq!(m.event_id, "v2");
+    ack(&e, &m.message_id).await;
+    let o = next_outcome(&mut outcomes).await;
+    assert_eq!((o.outcome(), o.peer.as_str()), (AckOutcome::Acked, e_addr.as_str()));
+}

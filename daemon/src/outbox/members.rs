@@ -1,19 +1,24 @@
 //! Who is in a group destination: the ready endpoints of a Service (its EndpointSlices, watched through
-//! the hub, so endpoints that appear later are found at once), or the members of an election group.
+//! the hub, so endpoints that appear later are found at once), or the members of an election group
+//! (their member Leases, see [`crate::leadership::membership`]).
 
 use std::{
     collections::{BTreeSet, HashMap},
     sync::Arc,
+    time::{Duration, Instant},
 };
 
 use serde::Deserialize;
 use tokio::task::JoinHandle;
 
 use super::{Outbox, Target};
-use crate::watch::{
-    Hub, Query,
-    object::{Obj, ObjKey},
-    shared::{Change, Item},
+use crate::{
+    leadership::membership::{ELECTION_ANNOTATION, MEMBER_OF_LABEL, PEER_ADDRESS_ANNOTATION, group_label},
+    watch::{
+        Hub, Query,
+        object::{Obj, ObjKey},
+        shared::{Change, Item},
+    },
 };
 
 /// The port name an EndpointSlice uses for consistd's peer port; a slice with a single port may leave
@@ -60,7 +65,10 @@ impl Members {
             let Some(hub) = hub else { return };
             match &target {
                 Target::Service { namespace, name } => follow_service(&hub, &target, namespace, name, &outbox).await,
-                Target::Election { .. } | Target::Peer(_) => {}
+                Target::Election { namespace, name } => {
+                    follow_election(&hub, &target, namespace, name, &outbox).await;
+                }
+                Target::Peer(_) => {}
             }
         }))
     }
@@ -113,6 +121,136 @@ async fn follow_service(hub: &Arc<Hub>, target: &Target, namespace: &str, name: 
         // The hub ended the subscription (the daemon is stopping, or the watch was restarted).
         tokio::time::sleep(backoff).await;
     }
+}
+
+/// One member Lease as last seen.
+struct Seen {
+    peer: String,
+    renew_time: String,
+    /// When this daemon saw it renewed (or first saw it, if its renewal looked recent then).
+    renewed: Option<Instant>,
+    ttl: Duration,
+}
+
+async fn follow_election(hub: &Arc<Hub>, target: &Target, namespace: &str, name: &str, outbox: &Outbox) {
+    let query = Query {
+        resource: "coordination.k8s.io/v1/leases".to_owned(),
+        namespace: namespace.to_owned(),
+        label_selector: format!("{MEMBER_OF_LABEL}={}", group_label(name)),
+        ..Query::default()
+    };
+    loop {
+        let mut subscription = match hub.subscribe(query.clone()).await {
+            Ok(s) => s,
+            Err(error) => {
+                tracing::warn!(%error, destination = %target, "cannot watch member Leases; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        let mut members: HashMap<ObjKey, Seen> = HashMap::new();
+        let mut synced = false;
+        loop {
+            // Members expire without any event: look again when the next one would.
+            let next_expiry = members.values().filter_map(|m| m.renewed.map(|r| r + m.ttl)).min();
+            let item = tokio::select! {
+                item = subscription.next() => match item { Some(i) => i, None => break },
+                () = sleep_until(next_expiry) => {
+                    if synced {
+                        outbox.set_peers(target, live(&members));
+                    }
+                    continue;
+                }
+            };
+            match item {
+                Item::ResyncRequired => {
+                    members.clear();
+                    synced = false;
+                }
+                Item::Snapshot(obj, _) => note_member(&mut members, &obj, name),
+                Item::Synced(_) => synced = true,
+                Item::Entry(entry) => match &entry.change {
+                    Change::Added(obj) | Change::Modified(obj) => note_member(&mut members, obj, name),
+                    Change::Deleted(obj) => {
+                        members.remove(&obj.key());
+                    }
+                    Change::Synced => synced = true,
+                },
+            }
+            if synced {
+                outbox.set_peers(target, live(&members));
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn live(members: &HashMap<ObjKey, Seen>) -> BTreeSet<String> {
+    let now = Instant::now();
+    members.values().filter(|m| m.renewed.is_some_and(|r| now < r + m.ttl)).map(|m| m.peer.clone()).collect()
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MemberLease {
+    metadata: MemberMeta,
+    #[serde(default)]
+    spec: MemberSpec,
+}
+
+#[derive(Deserialize)]
+struct MemberMeta {
+    #[serde(default)]
+    annotations: HashMap<String, String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct MemberSpec {
+    renew_time: Option<String>,
+    lease_duration_seconds: Option<u64>,
+}
+
+/// Records a member Lease of election `election` (ignoring one of another election that shares the
+/// hashed label).
+fn note_member(members: &mut HashMap<ObjKey, Seen>, obj: &Obj, election: &str) {
+    let lease: MemberLease = match serde_json::from_slice(&obj.json) {
+        Ok(l) => l,
+        Err(error) => {
+            tracing::warn!(lease = %obj.name, %error, "unreadable member Lease ignored");
+            return;
+        }
+    };
+    let annotations = &lease.metadata.annotations;
+    if annotations.get(ELECTION_ANNOTATION).map(String::as_str) != Some(election) {
+        return;
+    }
+    let Some(peer) = annotations.get(PEER_ADDRESS_ANNOTATION).filter(|p| Target::parse_peer(p).is_ok()) else {
+        tracing::warn!(lease = %obj.name, "member Lease without a valid {PEER_ADDRESS_ANNOTATION} ignored");
+        return;
+    };
+    let ttl = Duration::from_secs(lease.spec.lease_duration_seconds.unwrap_or(30));
+    let renew_time = lease.spec.renew_time.unwrap_or_default();
+    let renewed = match members.get(&obj.key()) {
+        Some(old) if old.renew_time == renew_time => old.renewed,
+        Some(_) => Some(Instant::now()),
+        // First sight: trust a renewal that looks recent by the wall clock; a stale one is dead.
+        None => recently(&renew_time, ttl).then(Instant::now),
+    };
+    members.insert(obj.key(), Seen { peer: peer.clone(), renew_time, renewed, ttl });
+}
+
+fn recently(renew_time: &str, ttl: Duration) -> bool {
+    let Ok(at) = renew_time.parse::<k8s_openapi::jiff::Timestamp>() else { return false };
+    let age = k8s_openapi::jiff::Timestamp::now().duration_since(at);
+    age.is_negative() || age.unsigned_abs() < ttl
 }
 
 #[derive(Deserialize)]
