@@ -41,7 +41,7 @@ async fn every_base_manifest_passes_a_server_side_dry_run() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 5, "every object of the base was checked");
+    assert_eq!(checked, 6, "every object of the base was checked");
 }
 
 #[test]
@@ -50,6 +50,10 @@ fn the_base_configmap_holds_a_valid_consistd_config() {
     let text = std::fs::read_to_string(&path).expect("read configmap.yaml");
     let configmap: serde_yaml::Value = serde_yaml::from_str(&text).expect("parse configmap.yaml");
     let document = configmap["data"]["consistd.yaml"].as_str().expect("data.consistd.yaml is a string");
-    let config = consistd::config::Config::parse(document, &|_| None).expect("the embedded config parses");
+    // The downward API sets POD_IP in the pod.
+    let env = |name: &str| (name == "POD_IP").then(|| "10.1.2.3".to_owned());
+    let config = consistd::config::Config::parse(document, &env).expect("the embedded config parses");
     config.validate().expect("the embedded config is valid");
+    assert_eq!(config.advertise().as_deref(), Some("10.1.2.3:7070"));
+    assert!(config.peer.tls.is_some() && !config.peer.insecure, "peers use mutual TLS by default");
 }
