@@ -6,7 +6,7 @@
 #   hack/dev.sh stop    stop the daemon and the control plane
 #   hack/dev.sh check   start, check every answer, stop: what `make test` runs to keep `make dev` honest
 #
-# The daemon's sockets and log live in $CONSISTD_DEV_DIR (default target/dev).
+# The daemon's sockets, message store and log live in $CONSISTD_DEV_DIR (default target/dev).
 set -euo pipefail
 shopt -s inherit_errexit
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,7 +25,7 @@ start() {
   if [ -f "$dev/consistd.pid" ] && kill -0 "$(cat "$dev/consistd.pid")" 2>/dev/null; then
     log "consistd already running (pid $(cat "$dev/consistd.pid"))"
   else
-    KUBECONFIG=$KUBECONFIG "$bin" run --socket "$socket" --admin-socket "$admin" >"$dev/consistd.log" 2>&1 &
+    KUBECONFIG=$KUBECONFIG "$bin" run --socket "$socket" --admin-socket "$admin" --store-dir "$dev/store" >"$dev/consistd.log" 2>&1 &
     echo $! >"$dev/consistd.pid"
     for _ in $(seq 1 100); do
       "$bin" status --admin-socket "$admin" >/dev/null 2>&1 && break

@@ -152,6 +152,16 @@ pub fn render(r: &Report) -> String {
     for e in &r.elections {
         out += &format!("  election    {} {} (holder {:?}, term {})\n", e.election, e.role, e.holder, e.term);
     }
+    out += &format!("  outbox      {} pending\n", r.outbox_pending);
+    for p in &r.peers {
+        let link = if p.peer.is_empty() {
+            "no member yet".to_owned()
+        } else {
+            format!("{} {}", p.peer, if p.connected { "connected" } else { "NOT CONNECTED" })
+        };
+        out += &format!("  peer        {link}, {} not ACKed ({})\n", p.pending, p.destination);
+    }
+    out += &format!("  inbox       {} waiting for the app\n", r.inbox_pending);
     out += &format!("  uptime      {}s\n", r.uptime_seconds);
     for reason in &r.not_ready_reasons {
         out += &format!("  not ready:  {reason}\n");

@@ -1,4 +1,5 @@
-//! The daemon's view of its own health: is the gRPC socket served, can the apiserver be reached.
+//! The daemon's view of its own health: is the gRPC socket served, can the apiserver be reached, and
+//! what the watches, elections, outbox and inbox hold.
 //! /readyz, /debug/state and `consistd status` all read this one report.
 
 use std::{
@@ -9,7 +10,7 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use crate::{leadership::Leadership, watch::Hub};
+use crate::{inbox::Inbox, leadership::Leadership, outbox::Outbox, watch::Hub};
 
 /// What `/debug/state` answers and `consistd status` prints.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -30,6 +31,15 @@ pub struct Report {
     /// Elections this daemon runs.
     #[serde(default)]
     pub elections: Vec<ElectionReport>,
+    /// Messages the outbox holds.
+    #[serde(default)]
+    pub outbox_pending: usize,
+    /// Per destination and peer: the connection and what that peer has not ACKed.
+    #[serde(default)]
+    pub peers: Vec<PeerReport>,
+    /// Messages waiting for the app's ACK.
+    #[serde(default)]
+    pub inbox_pending: usize,
     /// Ready for traffic: serving, and the apiserver was reached.
     pub ready: bool,
     /// Why not ready; empty when ready.
@@ -47,6 +57,19 @@ pub struct ElectionReport {
     pub holder: String,
     /// The fencing term.
     pub term: u64,
+}
+
+/// One destination's peer as this daemon's outbox sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PeerReport {
+    /// The destination ("peer 10.0.0.1:7070", "service ns/web", "election ns/group").
+    pub destination: String,
+    /// The peer address; empty while a group has no member.
+    pub peer: String,
+    /// Whether a connection is up.
+    pub connected: bool,
+    /// Messages the peer has not ACKed.
+    pub pending: usize,
 }
 
 /// The apiserver as last probed.
@@ -77,6 +100,7 @@ struct Inner {
     serving: bool,
     apiserver: Apiserver,
     parts: Option<(Arc<Hub>, Arc<Leadership>)>,
+    messages: Option<(Outbox, Inbox)>,
 }
 
 impl Health {
@@ -86,7 +110,7 @@ impl Health {
         Self {
             started: Instant::now(),
             socket,
-            inner: Arc::new(Mutex::new(Inner { serving: false, apiserver, parts: None })),
+            inner: Arc::new(Mutex::new(Inner { serving: false, apiserver, parts: None, messages: None })),
         }
     }
 
@@ -98,6 +122,11 @@ impl Health {
     /// The parts whose state the report includes.
     pub fn attach(&self, hub: Arc<Hub>, leadership: Arc<Leadership>) {
         self.lock().parts = Some((hub, leadership));
+    }
+
+    /// The outbox and inbox whose state the report includes.
+    pub fn attach_messages(&self, outbox: Outbox, inbox: Inbox) {
+        self.lock().messages = Some((outbox, inbox));
     }
 
     /// Records whether the gRPC server accepts calls.
@@ -155,7 +184,26 @@ impl Health {
             ),
             None => (0, Vec::new()),
         };
+        let (outbox_pending, peers, inbox_pending) = match &inner.messages {
+            Some((outbox, inbox)) => {
+                let (destinations, held) = outbox.status();
+                let peers = destinations
+                    .into_iter()
+                    .map(|d| PeerReport {
+                        destination: d.target.to_string(),
+                        peer: d.peer,
+                        connected: d.connected,
+                        pending: d.pending.len(),
+                    })
+                    .collect();
+                (held, peers, inbox.pending())
+            }
+            None => (0, Vec::new(), 0),
+        };
         Report {
+            outbox_pending,
+            peers,
+            inbox_pending,
             version: env!("CARGO_PKG_VERSION").to_owned(),
             upstream_watches,
             elections,

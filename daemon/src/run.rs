@@ -114,6 +114,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         }
         None => None,
     };
+    health.attach_messages(outbox.clone(), inbox.clone());
     let services = Services { hub, objects, leadership: leadership.clone(), outbox, inbox, namespace };
     // Elections from the config: campaigned for from boot until shutdown.
     let mut boot_campaigns = Vec::new();

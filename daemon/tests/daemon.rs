@@ -173,11 +173,13 @@ async fn the_socket_path_comes_from_consistd_socket_when_no_flag_is_given() {
         .args(["run", "--admin-socket"])
         .arg(dir.path().join("admin.sock"))
         .env("CONSISTD_SOCKET", &socket)
+        .env("CONSISTD_STORE_DIR", dir.path().join("store"))
         .env("KUBECONFIG", consistd_testkit::kubeconfig())
         .kill_on_drop(true)
         .spawn()
         .expect("spawn consistd");
     consistd_client::Client::new(&socket).wait_ready(Duration::from_secs(30)).await.expect("serves on CONSISTD_SOCKET");
+    assert!(dir.path().join("store/consistd.redb").exists(), "the store is where CONSISTD_STORE_DIR says");
     child.kill().await.expect("kill");
 }
 

@@ -226,6 +226,18 @@ async fn messages_for_a_peer_that_is_not_up_yet_are_kept_and_delivered_when_it_c
     assert_eq!(status.total_pending, 5);
     assert!(!status.destinations[0].connected);
     assert!(status.destinations[0].pending[0].last_error.contains(&b_addr), "{status:?}");
+    // `consistd status` (the admin report) shows the same.
+    let report = consistd::admin::fetch_report(a.admin_socket()).await.expect("report");
+    assert_eq!((report.outbox_pending, report.peers.len()), (5, 1), "{report:?}");
+    assert_eq!(
+        (report.peers[0].peer.as_str(), report.peers[0].connected, report.peers[0].pending),
+        (b_addr.as_str(), false, 5)
+    );
+    assert!(
+        consistd::cli::render(&report).contains("NOT CONNECTED, 5 not ACKed"),
+        "{}",
+        consistd::cli::render(&report)
+    );
 
     let b = Daemon::builder(BIN)
         .config(format!("identity: b\npeer:\n  listen: 127.0.0.1:{port}\n  insecure: true\n"))
@@ -535,7 +547,10 @@ async fn an_election_destination_reaches_every_member_and_follows_joins_resignat
     c.signal(nix::sys::signal::Signal::SIGKILL);
     let killed = std::time::Instant::now();
     let failed = next_outcome(&mut outcomes).await;
-    assert_eq!((failed.outcome(), failed.peer.as_str(), failed.event_id.as_str()), (AckOutcome::Failed, c_addr.as_str(), "v2"));
+    assert_eq!(
+        (failed.outcome(), failed.peer.as_str(), failed.event_id.as_str()),
+        (AckOutcome::Failed, c_addr.as_str(), "v2")
+    );
     assert!(failed.reason.contains("no longer part of election"), "{failed:?}");
     assert!(killed.elapsed() >= Duration::from_secs(2), "dropped after {:?}, before its TTL", killed.elapsed());
 

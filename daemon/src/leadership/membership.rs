@@ -124,11 +124,7 @@ pub fn lease_name(election: &str, identity: &str) -> String {
 
 /// The value of [`MEMBER_OF_LABEL`] for an election: its name when it is a valid label value.
 pub fn group_label(election: &str) -> String {
-    if election.len() <= 63 {
-        election.to_owned()
-    } else {
-        format!("h-{:016x}", fnv1a(election))
-    }
+    if election.len() <= 63 { election.to_owned() } else { format!("h-{:016x}", fnv1a(election)) }
 }
 
 fn fnv1a(s: &str) -> u64 {
