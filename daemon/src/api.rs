@@ -121,6 +121,20 @@ pub async fn serve(listener: UnixListener, services: Services, shutdown: Cancell
         .map_err(ApiError::Serve)
 }
 
+/// Ends a response stream when the daemon starts shutting down (or the stream's source goes away), with
+/// UNAVAILABLE naming `rpc`, so clients know to reconnect rather than think the stream complete.
+pub(crate) fn until_shutdown<T: Send + 'static>(
+    stream: impl futures::Stream<Item = Result<T, tonic::Status>> + Send + 'static,
+    shutdown: &CancellationToken,
+    rpc: &'static str,
+) -> futures::stream::BoxStream<'static, Result<T, tonic::Status>> {
+    use futures::StreamExt;
+    stream
+        .take_until(shutdown.clone().cancelled_owned())
+        .chain(futures::stream::once(async move { Err(status::shutting_down(rpc)) }))
+        .boxed()
+}
+
 /// Sets the overall ("") status and each consistd service's status.
 async fn set_status(health: &HealthReporter, status: ServingStatus) {
     health.set_service_status("", status).await;

@@ -138,6 +138,35 @@ struct Record {
     received_at_ms: i64,
 }
 
+impl Record {
+    fn of(m: &InboxMessage) -> Self {
+        let received_at_ms = m.received_at.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+        Self {
+            sender: m.sender.clone(),
+            sender_sequence: m.sender_sequence,
+            resource_id: m.resource_id.clone(),
+            event_id: m.event_id.clone(),
+            payload: m.payload.clone(),
+            content_type: m.content_type.clone(),
+            received_at_ms: i64::try_from(received_at_ms).unwrap_or(i64::MAX),
+        }
+    }
+
+    fn into_message(self, id: u64) -> InboxMessage {
+        InboxMessage {
+            id,
+            sender: self.sender,
+            sender_sequence: self.sender_sequence,
+            resource_id: self.resource_id,
+            event_id: self.event_id,
+            payload: self.payload,
+            content_type: self.content_type,
+            received_at: SystemTime::UNIX_EPOCH
+                + Duration::from_millis(u64::try_from(self.received_at_ms).unwrap_or(0)),
+        }
+    }
+}
+
 fn now_ms() -> u64 {
     SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0))
 }
@@ -166,17 +195,7 @@ impl Inbox {
                 tracing::error!(message_id = id, "unreadable inbox record kept on disk, not delivered");
                 continue;
             };
-            let message = Arc::new(InboxMessage {
-                id,
-                sender: r.sender,
-                sender_sequence: r.sender_sequence,
-                resource_id: r.resource_id,
-                event_id: r.event_id,
-                payload: r.payload,
-                content_type: r.content_type,
-                received_at: SystemTime::UNIX_EPOCH
-                    + Duration::from_millis(u64::try_from(r.received_at_ms).unwrap_or(0)),
-            });
+            let message = Arc::new(r.into_message(id));
             state.by_key.insert(key_of(&message), id);
             state.queue.insert(id);
             state.messages.insert(id, Pending { message, attempts: 0, leased_to: None, ready_at: None });
@@ -243,16 +262,6 @@ impl Inbox {
             }
             Err(error) => return Some(answer(Disposition::Refused, format!("read deduplication record: {error}"))),
         }
-        let message = Arc::new(InboxMessage {
-            id: 0,
-            sender: sender.to_owned(),
-            sender_sequence: m.sequence,
-            resource_id: m.resource_id.clone(),
-            event_id: m.event_id.clone(),
-            payload: m.payload.clone(),
-            content_type: m.content_type.clone(),
-            received_at: SystemTime::now(),
-        });
         let written = {
             let mut state = self.lock();
             if state.by_key.contains_key(&key) || state.storing.contains(&key) {
@@ -267,17 +276,17 @@ impl Inbox {
                 return Some(answer(Disposition::Refused, reason));
             }
             let id = self.inner.next_id.fetch_add(1, Ordering::SeqCst);
-            let message = Arc::new(InboxMessage { id, ..(*message).clone() });
-            let record = Record {
-                sender: message.sender.clone(),
+            let message = Arc::new(InboxMessage {
+                id,
+                sender: sender.to_owned(),
                 sender_sequence: m.sequence,
                 resource_id: m.resource_id.clone(),
                 event_id: m.event_id.clone(),
                 payload: m.payload.clone(),
                 content_type: m.content_type.clone(),
-                received_at_ms: i64::try_from(now_ms()).unwrap_or(i64::MAX),
-            }
-            .encode_to_vec();
+                received_at: SystemTime::now(),
+            });
+            let record = Record::of(&message).encode_to_vec();
             let k = key.clone();
             // Queued before the app can see the message, so any ACK of it is written after it.
             let written = self.inner.store.write("store inbound message", move |txn| {

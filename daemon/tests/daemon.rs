@@ -4,7 +4,7 @@
 use std::{os::unix::fs::PermissionsExt, time::Duration};
 
 use consistd::api::SERVICE_NAMES;
-use consistd_client::proto::SendRequest;
+use consistd_client::proto::PublishRequest;
 use consistd_testkit::Daemon;
 use nix::sys::signal::Signal;
 use tonic::Code;
@@ -109,9 +109,9 @@ async fn admin_socket_serves_probes_and_metrics() {
 #[tokio::test]
 async fn unimplemented_rpcs_answer_unimplemented_naming_themselves() {
     let daemon = Daemon::builder(BIN).start().await;
-    let status = daemon.client().outbox().send(SendRequest::default()).await.expect_err("not implemented yet");
+    let status = daemon.client().rollout().publish(PublishRequest::default()).await.expect_err("not implemented yet");
     assert_eq!(status.code(), Code::Unimplemented);
-    assert!(status.message().contains("OutboxService.Send"), "{}", status.message());
+    assert!(status.message().contains("RolloutService.Publish"), "{}", status.message());
     // The daemon is unharmed.
     assert_eq!(health_of(&daemon, "").await, ServingStatus::Serving);
 }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use consistd_proto::v1::{self as pb, inbox_service_server::InboxService};
-use futures::{StreamExt, stream::BoxStream};
+use futures::stream::BoxStream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
@@ -55,9 +55,8 @@ impl InboxService for InboxApi {
                 received_at: Some(m.received_at.into()),
             };
             Some((Ok(pb::ReceiveResponse { message: Some(message) }), receiver))
-        })
-        .take_until(self.shutdown.clone().cancelled_owned());
-        Ok(Response::new(stream.boxed()))
+        });
+        Ok(Response::new(super::until_shutdown(stream, &self.shutdown, "InboxService.Receive")))
     }
 
     async fn ack(&self, request: Request<pb::AckRequest>) -> Result<Response<pb::AckResponse>, Status> {

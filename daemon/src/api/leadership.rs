@@ -45,24 +45,20 @@ impl LeadershipService for LeadershipApi {
         let timing = timing(r.timing.as_ref())?;
         let (campaign, states) =
             self.leadership.campaign(&key, &r.identity, timing).map_err(status::leadership_error)?;
-        let stream = WatchStream::new(states)
-            .map(move |s| {
-                // The candidacy lives exactly as long as the stream: dropped with it, it resigns.
-                let _candidacy = &campaign;
-                Ok(pb::CampaignResponse { status: Some(to_pb(&key, &s)) })
-            })
-            .take_until(self.shutdown.clone().cancelled_owned());
-        Ok(Response::new(stream.boxed()))
+        let stream = WatchStream::new(states).map(move |s| {
+            // The candidacy lives exactly as long as the stream: dropped with it, it resigns.
+            let _candidacy = &campaign;
+            Ok(pb::CampaignResponse { status: Some(to_pb(&key, &s)) })
+        });
+        Ok(Response::new(super::until_shutdown(stream, &self.shutdown, "LeadershipService.Campaign")))
     }
 
     async fn observe(&self, request: Request<pb::ObserveRequest>) -> Result<Response<Self::ObserveStream>, Status> {
         let r = request.into_inner();
         let key = self.key(&r.election, &r.namespace)?;
         let states = self.leadership.observe(&key);
-        let stream = WatchStream::new(states)
-            .map(move |s| Ok(pb::ObserveResponse { status: Some(to_pb(&key, &s)) }))
-            .take_until(self.shutdown.clone().cancelled_owned());
-        Ok(Response::new(stream.boxed()))
+        let stream = WatchStream::new(states).map(move |s| Ok(pb::ObserveResponse { status: Some(to_pb(&key, &s)) }));
+        Ok(Response::new(super::until_shutdown(stream, &self.shutdown, "LeadershipService.Observe")))
     }
 
     async fn get_leadership(

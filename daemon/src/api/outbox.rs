@@ -105,9 +105,8 @@ impl OutboxService for OutboxApi {
             }
             *ended = item.is_err();
             futures::future::ready(Some(item))
-        })
-        .take_until(self.shutdown.clone().cancelled_owned());
-        Ok(Response::new(stream.boxed()))
+        });
+        Ok(Response::new(super::until_shutdown(stream, &self.shutdown, "OutboxService.WatchAcks")))
     }
 
     async fn get_outbox_status(
