@@ -444,6 +444,8 @@ impl Inbox {
             }
         }
         p.leased_to = None;
+        // It may sit in the queue already (NACKed while not held): one place only.
+        state.queue.remove(&id);
         self.inner.metrics.inbox_nacks.inc();
         tracing::debug!(
             message_id = id,

@@ -5,11 +5,6 @@ use std::process::ExitCode;
 use clap::Parser;
 use consistd::cli::{self, Cli, Command, ConfigCommand};
 
-/// mimalloc: every message allocates many small buffers (frames, protobuf, store pages); under load
-/// glibc's malloc took about 15% of the daemon's CPU (docs/BENCHMARKS.md).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {

@@ -45,6 +45,9 @@ const GROUP_ACKS: TableDefinition<(u64, &str), ()> = TableDefinition::new("outbo
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const NEXT_SEQUENCE: &str = "outbox.next_sequence";
 
+/// How long a connection to a peer no destination includes any more is kept open.
+const LINK_LINGER: Duration = Duration::from_secs(60);
+
 /// Outcomes a WatchAcks subscriber may fall behind by before it is cut off.
 const OUTCOME_BUFFER: usize = 16_384;
 
@@ -207,6 +210,9 @@ struct Link {
     id: u64,
     /// Destinations that include this peer.
     uses: usize,
+    /// Since when no destination includes this peer: the connection is kept for [`LINK_LINGER`], so
+    /// sparse sends do not pay for a new connection (and TLS handshake) each time.
+    unused_since: Option<Instant>,
     connected: bool,
     deliveries: BTreeMap<u64, Delivery>,
     /// (due, sequence) of every delivery, earliest first.
@@ -591,12 +597,14 @@ impl Outbox {
     fn use_link(&self, state: &mut State, peer: &str) {
         if let Some(link) = state.links.get_mut(peer) {
             link.uses += 1;
+            link.unused_since = None;
             return;
         }
         state.next_link += 1;
         let link = Link {
             id: state.next_link,
             uses: 1,
+            unused_since: None,
             connected: false,
             deliveries: BTreeMap::new(),
             schedule: BTreeSet::new(),
@@ -612,11 +620,9 @@ impl Outbox {
         let Some(link) = state.links.get_mut(peer) else { return };
         link.uses -= 1;
         if link.uses == 0 {
-            let link = state.links.remove(peer);
-            if let Some(link) = link {
-                // Its task sees the link gone and ends.
-                link.wake.notify_one();
-            }
+            // Its task closes the link after the linger, unless a destination uses the peer again.
+            link.unused_since = Some(Instant::now());
+            link.wake.notify_one();
         }
     }
 

@@ -127,6 +127,13 @@ async fn a_message_reaches_the_peers_app_and_its_ack_comes_back() {
         assert!(received.contains(line), "{line} missing from:\n{received}");
     }
 
+    // A later message to the same peer reuses the connection (it lingers after the last ACK).
+    send(&a, to_peer(&b_addr, "uid-2", "rv-1", b"again")).await;
+    let m = next_message(&mut messages).await;
+    ack(&b, &m.message_id).await;
+    assert_eq!(next_outcome(&mut outcomes).await.outcome(), AckOutcome::Acked);
+    assert_eq!(b.logs().matches("peer connected").count(), 1, "one connection:\n{}", b.logs());
+
     // Logs carry the message's identity as fields.
     let logs = a.logs();
     let acked = logs

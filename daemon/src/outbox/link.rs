@@ -16,7 +16,7 @@ use tokio::{
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{ClientTlsConfig, Endpoint};
 
-use super::{Outbox, backoff};
+use super::{LINK_LINGER, Outbox, backoff};
 use crate::{cli::error_chain, config::BackoffConfig};
 
 /// Frames queued towards one peer before waiting for the connection to take them.
@@ -42,7 +42,7 @@ pub(super) async fn run(outbox: Outbox, transport: Transport, peer: String, id: 
     let shutdown = outbox.inner.shutdown.clone();
     let mut failures = 0u32;
     loop {
-        if shutdown.is_cancelled() || !outbox.link_exists(&peer, id) {
+        if shutdown.is_cancelled() || outbox.retire_unused(&peer, id, false) == LinkUse::Gone {
             return;
         }
         let error = match exchange(&outbox, &transport, &peer, id, &wake).await {
@@ -63,6 +63,17 @@ pub(super) async fn run(outbox: Outbox, transport: Transport, peer: String, id: 
             () = shutdown.cancelled() => return,
         }
     }
+}
+
+/// Whether a link is still wanted.
+#[derive(Debug, PartialEq, Eq)]
+enum LinkUse {
+    /// Removed (unused past the linger, or replaced): its task ends.
+    Gone,
+    /// Some destination includes the peer.
+    InUse,
+    /// Unused; closed at this instant unless used again.
+    Lingering(Instant),
 }
 
 /// Why a connection ended; `connected` when it got as far as exchanging frames.
@@ -105,7 +116,16 @@ async fn exchange(outbox: &Outbox, t: &Transport, peer: &str, id: u64, wake: &No
     outbox.link_up(peer, id);
     let shutdown = outbox.inner.shutdown.clone();
     loop {
+        let linger_until = match outbox.retire_unused(peer, id, true) {
+            LinkUse::Gone => return Ok(()),
+            LinkUse::InUse => None,
+            LinkUse::Lingering(until) => Some(until),
+        };
         let Some((due, next)) = outbox.take_due(peer, id, requests.capacity()) else { return Ok(()) };
+        let next = match (next, linger_until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let more = due.len() == requests.capacity() && !due.is_empty();
         for frame in due {
             // Capacity was checked above; a full queue here means the connection is gone.
@@ -128,8 +148,21 @@ async fn exchange(outbox: &Outbox, t: &Transport, peer: &str, id: u64, wake: &No
 }
 
 impl Outbox {
-    fn link_exists(&self, peer: &str, id: u64) -> bool {
-        self.lock().links.get(peer).is_some_and(|l| l.id == id)
+    /// Closes link `id` if no destination has used it for [`LINK_LINGER`] (or at all, while it is not
+    /// connected).
+    fn retire_unused(&self, peer: &str, id: u64, connected: bool) -> LinkUse {
+        let mut state = self.lock();
+        let Some(link) = state.links.get(peer).filter(|l| l.id == id) else { return LinkUse::Gone };
+        let Some(since) = link.unused_since.filter(|_| link.uses == 0 && link.deliveries.is_empty()) else {
+            return LinkUse::InUse;
+        };
+        let until = since + LINK_LINGER;
+        if !connected || Instant::now() >= until {
+            state.links.remove(peer);
+            tracing::debug!(peer, "closing the connection to an unused peer");
+            return LinkUse::Gone;
+        }
+        LinkUse::Lingering(until)
     }
 
     /// A connection is up: everything the peer has not confirmed storing is due now. Messages it
