@@ -158,6 +158,9 @@ impl Outbox {
         };
         let until = since + LINK_LINGER;
         if !connected || Instant::now() >= until {
+            if link.connected {
+                self.inner.metrics.peer_connections.dec();
+            }
             state.links.remove(peer);
             tracing::debug!(peer, "closing the connection to an unused peer");
             return LinkUse::Gone;
