@@ -218,6 +218,19 @@ fn commit_batch(db: &Database, batch: Vec<Job>, completions: &mut Vec<Complete>)
     txn.commit().map_err(|e| StoreError::failed("commit to the message store", e))
 }
 
+/// Opens the store in `dir` once an earlier handle on it (its writer thread, tasks still finishing) has
+/// let go of the file.
+#[cfg(test)]
+pub(crate) async fn open_when_free(dir: &Path) -> Store {
+    for _ in 0..200 {
+        if let Ok(store) = Store::open(dir) {
+            return store;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("the store in {} was not released within 2 s", dir.display())
+}
+
 #[cfg(test)]
 mod tests {
     use redb::{ReadableTableMetadata, TableDefinition};
@@ -246,17 +259,7 @@ mod tests {
         }
         drop(store);
         // The writer thread lets go of the file once every handle is gone.
-        let mut reopened = None;
-        for _ in 0..100 {
-            match Store::open(dir.path()) {
-                Ok(s) => {
-                    reopened = Some(s);
-                    break;
-                }
-                Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
-            }
-        }
-        let store = reopened.expect("reopen");
+        let store = open_when_free(dir.path()).await;
         let n = store.read("count", |txn| Ok(txn.open_table(T)?.len()?)).expect("read");
         assert_eq!(n, 200);
         let v = store.read("get", |txn| Ok(txn.open_table(T)?.get(7)?.map(|g| g.value()))).expect("read");

@@ -44,31 +44,28 @@ fn generated_code_matches_the_proto_files() {
 }
 
 fn generate(root: &Path, out: &Path) {
+    compile(root, out, PROTOS, "consistd.v1.bin", false);
+    // Payloads pass from the outbox to the wire and from the wire to the inbox without copies.
+    compile(root, out, PEER_PROTOS, "consistd.peer.v1.bin", true);
+}
+
+/// Generates Rust for `protos` (and their descriptor set, `bin`) into `out`.
+fn compile(root: &Path, out: &Path, protos: &[&str], bin: &str, payloads_as_bytes: bool) {
     let protoc = protoc_bin_vendored::protoc_bin_path().expect("find the vendored protoc");
     let wkt = protoc_bin_vendored::include_path().expect("find the vendored well-known protos");
     let mut config = tonic_prost_build::Config::new();
     config.protoc_executable(protoc);
+    if payloads_as_bytes {
+        config.bytes(["."]);
+    }
+    let protos: Vec<PathBuf> = protos.iter().map(|p| root.join(p)).collect();
     let includes = [root.to_path_buf(), wkt];
-    let protos: Vec<PathBuf> = PROTOS.iter().map(|p| root.join(p)).collect();
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
         .emit_rerun_if_changed(false)
         .out_dir(out)
-        .file_descriptor_set_path(out.join("consistd.v1.bin"))
+        .file_descriptor_set_path(out.join(bin))
         .compile_with_config(config, &protos, &includes)
-        .expect("generate Rust code from proto/consistd/v1");
-    let mut config = tonic_prost_build::Config::new();
-    config.protoc_executable(protoc_bin_vendored::protoc_bin_path().expect("find the vendored protoc"));
-    // Payloads pass from the outbox to the wire and from the wire to the inbox without copies.
-    config.bytes(["."]);
-    let peer: Vec<PathBuf> = PEER_PROTOS.iter().map(|p| root.join(p)).collect();
-    tonic_prost_build::configure()
-        .build_client(true)
-        .build_server(true)
-        .emit_rerun_if_changed(false)
-        .out_dir(out)
-        .file_descriptor_set_path(out.join("consistd.peer.v1.bin"))
-        .compile_with_config(config, &peer, &includes)
-        .expect("generate Rust code from proto/consistd/peer/v1");
+        .unwrap_or_else(|e| panic!("generate Rust code from {protos:?}: {e}"));
 }

@@ -20,13 +20,8 @@ fn disposition(r: Option<ExchangeResponse>) -> Disposition {
 
 async fn open(dir: &std::path::Path, max_pending: usize) -> Inbox {
     // A previous inbox on the same directory may still be letting go of the file.
-    for _ in 0..200 {
-        if let Ok(store) = Store::open(dir) {
-            return Inbox::open(store, "receiver".to_owned(), max_pending, Metrics::new()).expect("open inbox");
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("store did not open");
+    let store = crate::store::open_when_free(dir).await;
+    Inbox::open(store, "receiver".to_owned(), max_pending, Metrics::new()).expect("open inbox")
 }
 
 async fn next(receiver: &mut Receiver) -> (Arc<InboxMessage>, u32) {

@@ -128,16 +128,8 @@ async fn stored_messages_survive_a_restart_and_sequences_never_go_back() {
 
     // The store is free once the outbox's tasks have seen the shutdown.
     let shutdown = CancellationToken::new();
-    let mut reopened = None;
-    for _ in 0..200 {
-        if let Ok(store) = Store::open(dir.path()) {
-            reopened = Some(store);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let outbox =
-        Outbox::open(reopened.expect("reopen the store"), parts(OutboxConfig::default(), &shutdown)).expect("reopen");
+    let store = crate::store::open_when_free(dir.path()).await;
+    let outbox = Outbox::open(store, parts(OutboxConfig::default(), &shutdown)).expect("reopen");
     assert_eq!(pending_sequences(&outbox), vec![s1, s2]);
     let (destinations, total) = outbox.status();
     assert_eq!(total, 2);
