@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod objects;
 pub mod outbox;
 pub mod peer;
+pub mod rollout;
 pub mod run;
 pub mod socket;
 pub mod store;

@@ -1,0 +1,165 @@
+//! A channel's versions, kept in the cluster: the ConfigMap `consistd-rollout.<channel>` holds the
+//! latest version, its payload and when it was published. The next version is written with the
+//! read's resourceVersion as a precondition, so two writers (a leader and one that lost its Lease
+//! without knowing yet) can never hand out the same version, and a new leader continues from the last.
+
+use std::time::Duration;
+
+use k8s_openapi::{ByteString, api::core::v1::ConfigMap};
+use kube::api::{Api, PostParams};
+
+/// Label on every channel ConfigMap.
+pub const CHANNEL_LABEL: &str = "consistd.io/rollout-channel";
+/// How many times a conflicting write is retried before the allocation gives up.
+const MAX_CONFLICTS: usize = 50;
+
+/// One published version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Version {
+    /// Strictly increasing per channel, from 1.
+    pub version: u64,
+    /// The change itself.
+    pub payload: Vec<u8>,
+    /// Its MIME type.
+    pub content_type: String,
+    /// When it was published (RFC 3339).
+    pub published_at: String,
+}
+
+/// Why a version could not be assigned or read.
+#[derive(Debug, thiserror::Error)]
+pub enum VersionsError {
+    /// The apiserver refused or could not be reached.
+    #[error("{op} {name}")]
+    Apiserver {
+        /// What was being done.
+        op: &'static str,
+        /// The ConfigMap.
+        name: String,
+        /// The apiserver's answer.
+        #[source]
+        source: kube::Error,
+    },
+    /// Other writers kept winning.
+    #[error("assign the next version of channel {channel}: {MAX_CONFLICTS} conflicting writes in a row")]
+    Contended {
+        /// The channel.
+        channel: String,
+    },
+    /// The ConfigMap exists but does not hold a version.
+    #[error("channel ConfigMap {name} is malformed: {why}")]
+    Malformed {
+        /// The ConfigMap.
+        name: String,
+        /// What is wrong.
+        why: String,
+    },
+}
+
+/// The versions of channels in one namespace.
+#[derive(Clone)]
+pub struct Versions {
+    api: Api<ConfigMap>,
+}
+
+impl std::fmt::Debug for Versions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Versions").finish_non_exhaustive()
+    }
+}
+
+/// The ConfigMap that holds `channel`'s latest version.
+pub fn config_map_name(channel: &str) -> String {
+    format!("consistd-rollout.{channel}")
+}
+
+impl Versions {
+    /// Channels whose ConfigMaps live in `namespace`.
+    pub fn new(client: kube::Client, namespace: &str) -> Self {
+        Self { api: Api::namespaced(client, namespace) }
+    }
+
+    /// The latest version of `channel`, None before the first publish. Read from the apiserver.
+    pub async fn latest(&self, channel: &str) -> Result<Option<Version>, VersionsError> {
+        let name = config_map_name(channel);
+        let found = self.api.get_opt(&name).await.map_err(|source| VersionsError::Apiserver {
+            op: "read channel ConfigMap",
+            name: name.clone(),
+            source,
+        })?;
+        found.map(|cm| decode(&name, &cm)).transpose()
+    }
+
+    /// Stores `payload` as the next version of `channel` and returns it.
+    pub async fn publish(&self, channel: &str, payload: Vec<u8>, content_type: &str) -> Result<Version, VersionsError> {
+        let name = config_map_name(channel);
+        for attempt in 0..MAX_CONFLICTS {
+            let current = self.api.get_opt(&name).await.map_err(|source| VersionsError::Apiserver {
+                op: "read channel ConfigMap",
+                name: name.clone(),
+                source,
+            })?;
+            let previous = current.as_ref().map(|cm| decode(&name, cm)).transpose()?.map_or(0, |v| v.version);
+            let next = Version {
+                version: previous + 1,
+                payload: payload.clone(),
+                content_type: content_type.to_owned(),
+                published_at: k8s_openapi::jiff::Timestamp::now().to_string(),
+            };
+            let mut cm = encode(&name, channel, &next);
+            let written = match &current {
+                // The read's resourceVersion is the precondition: a concurrent writer makes this a 409.
+                Some(existing) => {
+                    cm.metadata.resource_version = existing.metadata.resource_version.clone();
+                    self.api.replace(&name, &PostParams::default(), &cm).await
+                }
+                None => self.api.create(&PostParams::default(), &cm).await,
+            };
+            match written {
+                Ok(_) => return Ok(next),
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    tracing::debug!(channel, attempt, "version write conflicted; reading again");
+                    tokio::time::sleep(Duration::from_millis(rand::random_range(0..5))).await;
+                }
+                Err(source) => {
+                    return Err(VersionsError::Apiserver { op: "write channel ConfigMap", name, source });
+                }
+            }
+        }
+        Err(VersionsError::Contended { channel: channel.to_owned() })
+    }
+}
+
+fn encode(name: &str, channel: &str, v: &Version) -> ConfigMap {
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some(name.to_owned());
+    let label = if channel.len() <= 63 { channel.to_owned() } else { String::new() };
+    cm.metadata.labels = Some([(CHANNEL_LABEL.to_owned(), label)].into());
+    cm.data = Some(
+        [
+            ("channel".to_owned(), channel.to_owned()),
+            ("version".to_owned(), v.version.to_string()),
+            ("contentType".to_owned(), v.content_type.clone()),
+            ("publishedAt".to_owned(), v.published_at.clone()),
+        ]
+        .into(),
+    );
+    cm.binary_data = Some([("payload".to_owned(), ByteString(v.payload.clone()))].into());
+    cm
+}
+
+fn decode(name: &str, cm: &ConfigMap) -> Result<Version, VersionsError> {
+    let malformed = |why: &str| VersionsError::Malformed { name: name.to_owned(), why: why.to_owned() };
+    let data = cm.data.as_ref().ok_or_else(|| malformed("no data"))?;
+    let version = data
+        .get("version")
+        .and_then(|v| v.parse::<u64>().ok())
+        .ok_or_else(|| malformed("data.version is not a number"))?;
+    let payload = cm.binary_data.as_ref().and_then(|b| b.get("payload")).map(|b| b.0.clone()).unwrap_or_default();
+    Ok(Version {
+        version,
+        payload,
+        content_type: data.get("contentType").cloned().unwrap_or_default(),
+        published_at: data.get("publishedAt").cloned().unwrap_or_default(),
+    })
+}
