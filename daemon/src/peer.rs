@@ -22,6 +22,8 @@ use crate::{config::PeerConfig, inbox::Inbox};
 
 /// Messages of one connection being stored at once (their commits share fsyncs).
 const IN_FLIGHT_PER_CONNECTION: usize = 256;
+/// How long a new connection may take to say who it is.
+const HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// Answers queued towards one sender.
 const ANSWER_QUEUE: usize = 4096;
 
@@ -105,7 +107,11 @@ pub async fn serve(
     max_message_bytes: usize,
     shutdown: CancellationToken,
 ) -> Result<(), PeerError> {
-    let mut server = Server::builder();
+    // Keepalives find connections that died without a FIN (a peer's node gone, a dropped route), so
+    // their tasks and registrations do not linger.
+    let mut server = Server::builder()
+        .http2_keepalive_interval(Some(std::time::Duration::from_secs(10)))
+        .http2_keepalive_timeout(Some(std::time::Duration::from_secs(5)));
     if let Some(pems) = &tls {
         server = server.tls_config(pems.server()).map_err(PeerError::Serve)?;
     }
@@ -144,7 +150,10 @@ impl PeerService for PeerApi {
     ) -> Result<Response<Self::ExchangeStream>, Status> {
         let remote = request.remote_addr();
         let mut frames = request.into_inner();
-        let sender = match frames.message().await? {
+        let first = tokio::time::timeout(HELLO_TIMEOUT, frames.message())
+            .await
+            .map_err(|_| Status::deadline_exceeded("hello: no Hello within 10 s of connecting"))?;
+        let sender = match first? {
             Some(ExchangeRequest { frame: Some(Frame::Hello(h)) }) if !h.sender.is_empty() => h.sender,
             _ => return Err(Status::invalid_argument("hello: the first frame must be a Hello naming the sender")),
         };

@@ -88,14 +88,15 @@ async fn relay(client: TcpStream, upstream: SocketAddr, delay_ms: Arc<AtomicU64>
     let Ok(server) = TcpStream::connect(upstream).await else { return };
     let (mut client_read, mut client_write) = client.into_split();
     let (mut server_read, mut server_write) = server.into_split();
-    // Client to upstream: at once.
-    let up = tokio::spawn(async move {
+    // Client to upstream: at once. The copying tasks end with this function even when it is cut off
+    // (dropped), so a cut closes both directions of both sockets.
+    let up = AbortOnDrop(tokio::spawn(async move {
         let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
         let _ = server_write.shutdown().await;
-    });
+    }));
     // Upstream to client: each chunk released `delay` after it was read, in order.
     let (tx, mut rx) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
-    let reader = tokio::spawn(async move {
+    let reader = AbortOnDrop(tokio::spawn(async move {
         let mut buf = vec![0u8; 64 * 1024];
         loop {
             match server_read.read(&mut buf).await {
@@ -108,7 +109,7 @@ async fn relay(client: TcpStream, upstream: SocketAddr, delay_ms: Arc<AtomicU64>
                 }
             }
         }
-    });
+    }));
     while let Some((release, chunk)) = rx.recv().await {
         tokio::time::sleep_until(release).await;
         if client_write.write_all(&chunk).await.is_err() {
@@ -116,6 +117,14 @@ async fn relay(client: TcpStream, upstream: SocketAddr, delay_ms: Arc<AtomicU64>
         }
     }
     let _ = client_write.shutdown().await;
-    up.abort();
-    reader.abort();
+    drop((up, reader));
+}
+
+/// Aborts the task when dropped.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }

@@ -121,17 +121,20 @@ async fn exchange(outbox: &Outbox, t: &Transport, peer: &str, id: u64, wake: &No
             LinkUse::InUse => None,
             LinkUse::Lingering(until) => Some(until),
         };
-        let Some((due, next)) = outbox.take_due(peer, id, requests.capacity()) else { return Ok(()) };
-        let next = match (next, linger_until) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        let more = due.len() == requests.capacity() && !due.is_empty();
+        let capacity = requests.capacity();
+        let Some((due, next)) = outbox.take_due(peer, id, capacity) else { return Ok(()) };
+        // The queue towards the connection is full (more may be due): wait for room, not for a due time
+        // that has already passed, which would spin while a stalled connection takes nothing.
+        let blocked = due.len() == capacity;
         for frame in due {
             // Capacity was checked above; a full queue here means the connection is gone.
             requests.try_send(frame).map_err(|_| broken(format!("send to {peer}: connection closed"), true))?;
         }
-        let sleep = next.map(|n| tokio::time::sleep_until(n));
+        let next = match (next, linger_until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let sleep = if blocked { None } else { next.map(tokio::time::sleep_until) };
         tokio::select! {
             biased;
             () = shutdown.cancelled() => return Ok(()),
@@ -142,7 +145,7 @@ async fn exchange(outbox: &Outbox, t: &Transport, peer: &str, id: u64, wake: &No
             },
             () = wake.notified() => {}
             () = async { if let Some(s) = sleep { s.await } else { std::future::pending().await } } => {}
-            _ = requests.reserve(), if more => {}
+            _ = requests.reserve(), if blocked => {}
         }
     }
 }
