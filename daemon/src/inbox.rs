@@ -22,7 +22,7 @@ use tokio::{
 use crate::{
     metrics::Metrics,
     outbox::META,
-    store::{Store, StoreError},
+    store::{Store, StoreError, from_millis, to_millis},
 };
 
 /// Messages waiting for the app, by inbox id.
@@ -134,13 +134,12 @@ struct Record {
     payload: Bytes,
     #[prost(string, tag = "6")]
     content_type: String,
-    #[prost(int64, tag = "7")]
-    received_at_ms: i64,
+    #[prost(uint64, tag = "7")]
+    received_at_ms: u64,
 }
 
 impl Record {
     fn of(m: &InboxMessage) -> Self {
-        let received_at_ms = m.received_at.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis());
         Self {
             sender: m.sender.clone(),
             sender_sequence: m.sender_sequence,
@@ -148,7 +147,7 @@ impl Record {
             event_id: m.event_id.clone(),
             payload: m.payload.clone(),
             content_type: m.content_type.clone(),
-            received_at_ms: i64::try_from(received_at_ms).unwrap_or(i64::MAX),
+            received_at_ms: to_millis(m.received_at),
         }
     }
 
@@ -161,14 +160,9 @@ impl Record {
             event_id: self.event_id,
             payload: self.payload,
             content_type: self.content_type,
-            received_at: SystemTime::UNIX_EPOCH
-                + Duration::from_millis(u64::try_from(self.received_at_ms).unwrap_or(0)),
+            received_at: from_millis(self.received_at_ms),
         }
     }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0))
 }
 
 impl Inbox {
@@ -383,7 +377,10 @@ impl Inbox {
             .write("record ACK", move |txn| {
                 txn.open_table(MESSAGES)?.remove(id)?;
                 let mut seen = txn.open_table(SEEN)?;
-                seen.insert((m.sender.as_str(), m.resource_id.as_str(), m.event_id.as_str()), (id, now_ms().max(1)))?;
+                seen.insert(
+                    (m.sender.as_str(), m.resource_id.as_str(), m.event_id.as_str()),
+                    (id, to_millis(SystemTime::now()).max(1)),
+                )?;
                 forget_old_acks(&mut seen, &m.sender, &m.resource_id)
             })
             .await

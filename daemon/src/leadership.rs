@@ -233,7 +233,7 @@ impl Leadership {
                 ),
             });
         }
-        if !namespace.is_empty() && (namespace.len() > 63 || !is_dns_subdomain(namespace) || namespace.contains('.')) {
+        if !namespace.is_empty() && !is_namespace_name(namespace) {
             return Err(LeadershipError::InvalidArgument {
                 field: "namespace",
                 message: format!("{namespace:?} is not a valid namespace name"),
@@ -343,8 +343,13 @@ impl Leadership {
     }
 }
 
-/// RFC 1123 subdomain: what Kubernetes accepts as a Lease name.
-fn is_dns_subdomain(s: &str) -> bool {
+/// A namespace name: an RFC 1123 label (a subdomain without dots, at most 63 characters).
+pub(crate) fn is_namespace_name(s: &str) -> bool {
+    s.len() <= 63 && !s.contains('.') && is_dns_subdomain(s)
+}
+
+/// RFC 1123 subdomain: what Kubernetes accepts as the name of a Lease, a Service, a ConfigMap.
+pub(crate) fn is_dns_subdomain(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 253
         && s.split('.').all(|label| {

@@ -34,7 +34,7 @@ pub use self::{
 use crate::{
     config::OutboxConfig,
     metrics::Metrics,
-    store::{Store, StoreError},
+    store::{Store, StoreError, from_millis, to_millis},
 };
 
 /// Stored messages by sequence number.
@@ -275,16 +275,8 @@ struct Record {
     payload: Bytes,
     #[prost(string, tag = "5")]
     content_type: String,
-    #[prost(int64, tag = "6")]
-    enqueued_at_ms: i64,
-}
-
-fn millis(t: SystemTime) -> i64 {
-    t.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
-fn from_millis(ms: i64) -> SystemTime {
-    SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+    #[prost(uint64, tag = "6")]
+    enqueued_at_ms: u64,
 }
 
 /// What the outbox needs besides its store.
@@ -844,7 +836,7 @@ fn encode(m: &Message) -> Vec<u8> {
         event_id: m.event_id.clone(),
         payload: m.payload.clone(),
         content_type: m.content_type.clone(),
-        enqueued_at_ms: millis(m.enqueued_at),
+        enqueued_at_ms: to_millis(m.enqueued_at),
     }
     .encode_to_vec()
 }

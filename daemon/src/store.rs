@@ -218,6 +218,16 @@ fn commit_batch(db: &Database, batch: Vec<Job>, completions: &mut Vec<Complete>)
     txn.commit().map_err(|e| StoreError::failed("commit to the message store", e))
 }
 
+/// A wall-clock time as stored: milliseconds since the Unix epoch (0 for times before it).
+pub(crate) fn to_millis(t: std::time::SystemTime) -> u64 {
+    t.duration_since(std::time::SystemTime::UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The inverse of [`to_millis`].
+pub(crate) fn from_millis(ms: u64) -> std::time::SystemTime {
+    std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(ms)
+}
+
 /// Opens the store in `dir` once an earlier handle on it (its writer thread, tasks still finishing) has
 /// let go of the file.
 #[cfg(test)]

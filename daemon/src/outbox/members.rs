@@ -74,6 +74,9 @@ impl Members {
     }
 }
 
+/// The endpoints of one EndpointSlice.
+type Endpoints = BTreeSet<String>;
+
 async fn follow_service(hub: &Arc<Hub>, target: &Target, namespace: &str, name: &str, outbox: &Outbox) {
     let query = Query {
         resource: "discovery.k8s.io/v1/endpointslices".to_owned(),
@@ -81,46 +84,12 @@ async fn follow_service(hub: &Arc<Hub>, target: &Target, namespace: &str, name: 
         label_selector: format!("kubernetes.io/service-name={name}"),
         ..Query::default()
     };
-    let mut backoff = std::time::Duration::from_secs(1);
-    loop {
-        let mut subscription = match hub.subscribe(query.clone()).await {
-            Ok(s) => s,
-            Err(error) => {
-                tracing::warn!(%error, destination = %target, "cannot watch EndpointSlices; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(std::time::Duration::from_secs(30));
-                continue;
-            }
-        };
-        let mut slices: HashMap<ObjKey, BTreeSet<String>> = HashMap::new();
-        let mut synced = false;
-        while let Some(item) = subscription.next().await {
-            match item {
-                Item::ResyncRequired => {
-                    slices.clear();
-                    synced = false;
-                }
-                Item::Snapshot(obj, _) => {
-                    slices.insert(obj.key(), ready_peers(&obj));
-                }
-                Item::Synced(_) => synced = true,
-                Item::Entry(entry) => match &entry.change {
-                    Change::Added(obj) | Change::Modified(obj) => {
-                        slices.insert(obj.key(), ready_peers(obj));
-                    }
-                    Change::Deleted(obj) => {
-                        slices.remove(&obj.key());
-                    }
-                    Change::Synced => synced = true,
-                },
-            }
-            if synced {
-                outbox.set_peers(target, slices.values().flatten().cloned().collect());
-            }
-        }
-        // The hub ended the subscription (the daemon is stopping, or the watch was restarted).
-        tokio::time::sleep(backoff).await;
-    }
+    let group = Group {
+        read: |obj: &Obj, _: Option<&Endpoints>| Some(ready_peers(obj)),
+        peers: |slices: &HashMap<ObjKey, Endpoints>| slices.values().flatten().cloned().collect(),
+        expires: |_: &HashMap<ObjKey, Endpoints>| None,
+    };
+    follow(hub, target, query, outbox, group).await;
 }
 
 /// One member Lease as last seen.
@@ -139,49 +108,85 @@ async fn follow_election(hub: &Arc<Hub>, target: &Target, namespace: &str, name:
         label_selector: format!("{MEMBER_OF_LABEL}={}", group_label(name)),
         ..Query::default()
     };
+    let group = Group {
+        read: |obj: &Obj, old: Option<&Seen>| read_member(obj, name, old),
+        peers: live,
+        // Members expire without any event: look again when the next one would.
+        expires: |members: &HashMap<ObjKey, Seen>| members.values().filter_map(|m| m.renewed.map(|r| r + m.ttl)).min(),
+    };
+    follow(hub, target, query, outbox, group).await;
+}
+
+/// How to turn a group's objects into peers.
+struct Group<R, P, E> {
+    /// What one object says (given what it said before); None to ignore it.
+    read: R,
+    /// The peers of all objects.
+    peers: P,
+    /// When the peers change without an event.
+    expires: E,
+}
+
+/// Watches `query` through the hub and tells the outbox `target`'s peers after every change once the
+/// list is complete (and at each expiry); subscribes again, with backoff, when the watch fails or ends.
+async fn follow<V, R, P, E>(hub: &Arc<Hub>, target: &Target, query: Query, outbox: &Outbox, group: Group<R, P, E>)
+where
+    R: Fn(&Obj, Option<&V>) -> Option<V>,
+    P: Fn(&HashMap<ObjKey, V>) -> BTreeSet<String>,
+    E: Fn(&HashMap<ObjKey, V>) -> Option<Instant>,
+{
+    let mut backoff = Duration::from_secs(1);
     loop {
         let mut subscription = match hub.subscribe(query.clone()).await {
             Ok(s) => s,
             Err(error) => {
-                tracing::warn!(%error, destination = %target, "cannot watch member Leases; retrying");
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                tracing::warn!(%error, destination = %target, resource = %query.resource, "cannot watch the group; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(30));
                 continue;
             }
         };
-        let mut members: HashMap<ObjKey, Seen> = HashMap::new();
+        let mut objects: HashMap<ObjKey, V> = HashMap::new();
         let mut synced = false;
+        let note = |objects: &mut HashMap<ObjKey, V>, obj: &Obj| match (group.read)(obj, objects.get(&obj.key())) {
+            Some(v) => {
+                objects.insert(obj.key(), v);
+            }
+            None => {
+                objects.remove(&obj.key());
+            }
+        };
         loop {
-            // Members expire without any event: look again when the next one would.
-            let next_expiry = members.values().filter_map(|m| m.renewed.map(|r| r + m.ttl)).min();
             let item = tokio::select! {
                 item = subscription.next() => match item { Some(i) => i, None => break },
-                () = sleep_until(next_expiry) => {
+                () = sleep_until((group.expires)(&objects)) => {
                     if synced {
-                        outbox.set_peers(target, live(&members));
+                        outbox.set_peers(target, (group.peers)(&objects));
                     }
                     continue;
                 }
             };
             match item {
                 Item::ResyncRequired => {
-                    members.clear();
+                    objects.clear();
                     synced = false;
                 }
-                Item::Snapshot(obj, _) => note_member(&mut members, &obj, name),
+                Item::Snapshot(obj, _) => note(&mut objects, &obj),
                 Item::Synced(_) => synced = true,
                 Item::Entry(entry) => match &entry.change {
-                    Change::Added(obj) | Change::Modified(obj) => note_member(&mut members, obj, name),
+                    Change::Added(obj) | Change::Modified(obj) => note(&mut objects, obj),
                     Change::Deleted(obj) => {
-                        members.remove(&obj.key());
+                        objects.remove(&obj.key());
                     }
                     Change::Synced => synced = true,
                 },
             }
             if synced {
-                outbox.set_peers(target, live(&members));
+                outbox.set_peers(target, (group.peers)(&objects));
             }
         }
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        // The hub ended the subscription (the daemon is stopping, or the watch was restarted).
+        tokio::time::sleep(backoff).await;
     }
 }
 
@@ -218,33 +223,33 @@ struct MemberSpec {
     lease_duration_seconds: Option<u64>,
 }
 
-/// Records a member Lease of election `election` (ignoring one of another election that shares the
-/// hashed label).
-fn note_member(members: &mut HashMap<ObjKey, Seen>, obj: &Obj, election: &str) {
+/// What a member Lease of election `election` says (None for one of another election that shares the
+/// hashed label, or without a peer address).
+fn read_member(obj: &Obj, election: &str, old: Option<&Seen>) -> Option<Seen> {
     let lease: MemberLease = match serde_json::from_slice(&obj.json) {
         Ok(l) => l,
         Err(error) => {
             tracing::warn!(lease = %obj.name, %error, "unreadable member Lease ignored");
-            return;
+            return None;
         }
     };
     let annotations = &lease.metadata.annotations;
     if annotations.get(ELECTION_ANNOTATION).map(String::as_str) != Some(election) {
-        return;
+        return None;
     }
     let Some(peer) = annotations.get(PEER_ADDRESS_ANNOTATION).filter(|p| Target::parse_peer(p).is_ok()) else {
         tracing::warn!(lease = %obj.name, "member Lease without a valid {PEER_ADDRESS_ANNOTATION} ignored");
-        return;
+        return None;
     };
     let ttl = Duration::from_secs(lease.spec.lease_duration_seconds.unwrap_or(30));
     let renew_time = lease.spec.renew_time.unwrap_or_default();
-    let renewed = match members.get(&obj.key()) {
+    let renewed = match old {
         Some(old) if old.renew_time == renew_time => old.renewed,
         Some(_) => Some(Instant::now()),
         // First sight: trust a renewal that looks recent by the wall clock; a stale one is dead.
         None => recently(&renew_time, ttl).then(Instant::now),
     };
-    members.insert(obj.key(), Seen { peer: peer.clone(), renew_time, renewed, ttl });
+    Some(Seen { peer: peer.clone(), renew_time, renewed, ttl })
 }
 
 fn recently(renew_time: &str, ttl: Duration) -> bool {

@@ -5,6 +5,8 @@ use std::fmt;
 
 use consistd_proto::v1 as pb;
 
+use crate::leadership::{is_dns_subdomain, is_namespace_name};
+
 /// A destination of the outbox; each `(Target, resource_id)` holds at most one message.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Target {
@@ -45,13 +47,22 @@ impl Target {
                 Self::parse_peer(p).map(Self::Peer).map_err(|m| bad("destination.peer", m))
             }
             Some(pb::destination::Target::Service(s)) => {
-                check_name(&s.name).map_err(|m| bad("destination.service.name", m))?;
+                if !is_dns_subdomain(&s.name) {
+                    return Err(bad("destination.service.name", format!("{:?} is not a valid Service name", s.name)));
+                }
                 let namespace = if s.namespace.is_empty() { namespace.to_owned() } else { s.namespace.clone() };
-                check_name(&namespace).map_err(|m| bad("destination.service.namespace", m))?;
+                if !is_namespace_name(&namespace) {
+                    return Err(bad(
+                        "destination.service.namespace",
+                        format!("{namespace:?} is not a valid namespace"),
+                    ));
+                }
                 Ok(Self::Service { namespace, name: s.name.clone() })
             }
             Some(pb::destination::Target::Election(e)) => {
-                check_name(e).map_err(|m| bad("destination.election", m))?;
+                if !is_dns_subdomain(e) {
+                    return Err(bad("destination.election", format!("{e:?} is not a valid election (Lease) name")));
+                }
                 Ok(Self::Election { namespace: namespace.to_owned(), name: e.clone() })
             }
         }
@@ -100,16 +111,6 @@ impl fmt::Display for Target {
             Self::Election { namespace, name } => write!(f, "election {namespace}/{name}"),
         }
     }
-}
-
-/// A Kubernetes object name (DNS-1123 subdomain).
-fn check_name(name: &str) -> Result<(), String> {
-    let valid = !name.is_empty()
-        && name.len() <= 253
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
-        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
-    if valid { Ok(()) } else { Err(format!("{name:?} is not a valid Kubernetes name")) }
 }
 
 #[cfg(test)]
