@@ -5,8 +5,8 @@ mod inbox;
 mod leadership;
 mod objects;
 mod outbox;
+mod rollout;
 mod status;
-mod unimplemented;
 mod watch;
 
 use std::sync::Arc;
@@ -27,7 +27,7 @@ use tonic::transport::Server;
 use tonic_health::{ServingStatus, server::HealthReporter};
 
 use self::{
-    inbox::InboxApi, leadership::LeadershipApi, objects::ObjectsApi, outbox::OutboxApi, unimplemented::Unimplemented,
+    inbox::InboxApi, leadership::LeadershipApi, objects::ObjectsApi, outbox::OutboxApi, rollout::RolloutApi,
     watch::WatchApi,
 };
 use crate::{inbox::Inbox, leadership::Leadership, objects::Objects, outbox::Outbox, watch::Hub};
@@ -61,6 +61,8 @@ pub struct Services {
     pub inbox: Inbox,
     /// The namespace of destinations that name none.
     pub namespace: String,
+    /// Rollout channel versions, in the daemon's namespace.
+    pub versions: crate::rollout::versions::Versions,
 }
 
 /// Why the gRPC server stopped with an error.
@@ -93,10 +95,15 @@ pub async fn serve(listener: UnixListener, services: Services, shutdown: Cancell
         .build_v1alpha()
         .map_err(ApiError::Reflection)?;
 
-    let watch = WatchApi::new(services.hub, shutdown.clone());
+    let watch = WatchApi::new(services.hub.clone(), shutdown.clone());
     let leadership = LeadershipApi::new(services.leadership.clone(), shutdown.clone());
     let outbox = OutboxApi::new(services.outbox, services.namespace, shutdown.clone());
     let inbox = InboxApi::new(services.inbox, shutdown.clone());
+    let rollout = RolloutApi::new(
+        services.leadership.clone(),
+        crate::rollout::barrier::Barrier::new(services.hub.clone()),
+        services.versions,
+    );
     let shutdown = async {
         shutdown.cancelled().await;
         set_status(&health, ServingStatus::NotServing).await;
@@ -115,7 +122,7 @@ pub async fn serve(listener: UnixListener, services: Services, shutdown: Cancell
         .add_service(LeadershipServiceServer::new(leadership))
         .add_service(OutboxServiceServer::new(outbox).max_decoding_message_size(MAX_REQUEST_BYTES))
         .add_service(InboxServiceServer::new(inbox))
-        .add_service(RolloutServiceServer::new(Unimplemented))
+        .add_service(RolloutServiceServer::new(rollout))
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
         .await
         .map_err(ApiError::Serve)

@@ -150,6 +150,24 @@ pub enum LeadershipError {
         /// The identity asked for.
         asked: String,
     },
+    /// This daemon is not in the election's group (it does not campaign there, or has no peer address).
+    #[error(
+        "election {election}: this daemon is not a member of its group; campaign in it first (with peer.listen or peer.advertise set)"
+    )]
+    NotMember {
+        /// The election.
+        election: String,
+    },
+    /// The member Lease could not be written in time.
+    #[error("election {election}: could not record applied version {version} on the member Lease within {waited:?}")]
+    NotRecorded {
+        /// The election.
+        election: String,
+        /// The version.
+        version: u64,
+        /// How long it was tried.
+        waited: Duration,
+    },
 }
 
 /// Every election of this daemon.
@@ -330,6 +348,21 @@ impl Leadership {
                 "this daemon is {role:?} in election {}/{} (term {})",
                 key.namespace, key.name, status.term
             )),
+        }
+    }
+
+    /// Records on this daemon's member Lease of `key` that its app applied `version` of the channel (a
+    /// lower version than one reported before changes nothing); returns once the Lease holds it.
+    pub async fn report_applied(&self, key: &Key, version: u64, wait: Duration) -> Result<(), LeadershipError> {
+        let election = format!("{}/{}", key.namespace, key.name);
+        let mut recorded = self
+            .membership
+            .report_applied(key, version)
+            .ok_or_else(|| LeadershipError::NotMember { election: election.clone() })?;
+        match tokio::time::timeout(wait, recorded.wait_for(|r| *r >= version)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(_)) => Err(LeadershipError::NotMember { election }),
+            Err(_) => Err(LeadershipError::NotRecorded { election, version, waited: wait }),
         }
     }
 

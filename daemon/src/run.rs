@@ -115,7 +115,8 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         None => None,
     };
     health.attach_messages(outbox.clone(), inbox.clone());
-    let services = Services { hub, objects, leadership: leadership.clone(), outbox, inbox, namespace };
+    let versions = crate::rollout::versions::Versions::new(client.clone(), &namespace);
+    let services = Services { hub, objects, leadership: leadership.clone(), outbox, inbox, namespace, versions };
     // Elections from the config: campaigned for from boot until shutdown.
     let mut boot_campaigns = Vec::new();
     for e in &config.elections {

@@ -8,6 +8,7 @@ use crate::{
     leadership::LeadershipError,
     objects::ObjectsError,
     outbox::OutboxError,
+    rollout::versions::VersionsError,
     watch::{WatchError, resolve::ResolveError},
 };
 
@@ -39,7 +40,10 @@ pub(crate) fn watch_error(error: WatchError) -> Status {
 pub(crate) fn leadership_error(error: LeadershipError) -> Status {
     match &error {
         LeadershipError::InvalidArgument { .. } => Status::new(Code::InvalidArgument, error.to_string()),
-        LeadershipError::IdentityConflict { .. } => Status::new(Code::FailedPrecondition, error.to_string()),
+        LeadershipError::IdentityConflict { .. } | LeadershipError::NotMember { .. } => {
+            Status::new(Code::FailedPrecondition, error.to_string())
+        }
+        LeadershipError::NotRecorded { .. } => Status::new(Code::Unavailable, error.to_string()),
     }
 }
 
@@ -62,6 +66,15 @@ pub(crate) fn outbox_error(error: OutboxError) -> Status {
         OutboxError::Store(_) => Code::Unavailable,
     };
     Status::new(code, crate::cli::error_chain(&error))
+}
+
+/// A channel's versions could not be read or written.
+pub(crate) fn versions_error(error: VersionsError) -> Status {
+    match &error {
+        VersionsError::Apiserver { op, name, source } => kube_error(&format!("{op} {name}"), source),
+        VersionsError::Contended { .. } => Status::new(Code::Aborted, error.to_string()),
+        VersionsError::Malformed { .. } => Status::new(Code::FailedPrecondition, error.to_string()),
+    }
 }
 
 /// A refused Ack or Nack.

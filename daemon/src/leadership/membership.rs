@@ -2,8 +2,9 @@
 //! Lease of its own (`<election>.member.<identity>`, labelled `consistd.io/member-of=<election>`,
 //! annotated with its peer address), renewed every third of the membership TTL and deleted when it
 //! stops campaigning. A member that stops renewing (kill -9, lost apiserver) counts until its TTL has
-//! passed since it was last seen renewing, then it is dropped. Outbox election destinations and
-//! replica barriers read the group from these Leases.
+//! passed since it was last seen renewing, then it is dropped. The Lease also carries the newest
+//! rollout version the member's app applied. Outbox election destinations and replica barriers read
+//! the group from these Leases.
 
 use std::{
     collections::HashMap,
@@ -13,10 +14,12 @@ use std::{
 
 use k8s_openapi::{api::coordination::v1::Lease, apimachinery::pkg::apis::meta::v1::MicroTime};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use tokio::task::JoinHandle;
+use serde::Deserialize;
+use tokio::{sync::watch, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 
 use super::Key;
+use crate::watch::object::Obj;
 
 /// Label every member Lease of an election carries: its value is [`group_label`].
 pub const MEMBER_OF_LABEL: &str = "consistd.io/member-of";
@@ -24,6 +27,8 @@ pub const MEMBER_OF_LABEL: &str = "consistd.io/member-of";
 pub const PEER_ADDRESS_ANNOTATION: &str = "consistd.io/peer-address";
 /// Annotation with the election's full name (labels are limited to 63 characters).
 pub const ELECTION_ANNOTATION: &str = "consistd.io/election";
+/// Annotation with the newest version of the election's rollout channel this member's app applied.
+pub const APPLIED_VERSION_ANNOTATION: &str = "consistd.io/applied-version";
 
 /// How this daemon announces itself.
 #[derive(Debug, Clone)]
@@ -47,6 +52,87 @@ struct Held {
     uses: usize,
     stop: CancellationToken,
     task: JoinHandle<()>,
+    /// The applied version to announce.
+    applied: watch::Sender<u64>,
+    /// The applied version the member Lease holds (written and confirmed by the apiserver).
+    recorded: watch::Receiver<u64>,
+}
+
+/// What a member Lease says.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemberRecord {
+    /// The member's identity (its holderIdentity).
+    pub identity: String,
+    /// Where peers reach it.
+    pub peer: String,
+    /// The newest rollout version its app applied; 0 for none.
+    pub applied: u64,
+    /// Its last renewal (RFC 3339, as written).
+    pub renew_time: String,
+    /// How long it counts after a renewal.
+    pub ttl: Duration,
+}
+
+impl MemberRecord {
+    /// Reads a member Lease of `election` (None for one of another election sharing a hashed label, or
+    /// one without a valid peer address).
+    pub fn parse(obj: &Obj, election: &str) -> Option<Self> {
+        #[derive(Deserialize)]
+        struct Lease {
+            metadata: Meta,
+            #[serde(default)]
+            spec: Spec,
+        }
+        #[derive(Deserialize)]
+        struct Meta {
+            #[serde(default)]
+            annotations: HashMap<String, String>,
+        }
+        #[derive(Deserialize, Default)]
+        #[serde(rename_all = "camelCase")]
+        struct Spec {
+            holder_identity: Option<String>,
+            renew_time: Option<String>,
+            lease_duration_seconds: Option<u64>,
+        }
+        let lease: Lease = match serde_json::from_slice(&obj.json) {
+            Ok(l) => l,
+            Err(error) => {
+                tracing::warn!(lease = %obj.name, %error, "unreadable member Lease ignored");
+                return None;
+            }
+        };
+        let annotations = &lease.metadata.annotations;
+        if annotations.get(ELECTION_ANNOTATION).map(String::as_str) != Some(election) {
+            return None;
+        }
+        let Some(peer) =
+            annotations.get(PEER_ADDRESS_ANNOTATION).filter(|p| crate::outbox::Target::parse_peer(p).is_ok())
+        else {
+            tracing::warn!(lease = %obj.name, "member Lease without a valid {PEER_ADDRESS_ANNOTATION} ignored");
+            return None;
+        };
+        Some(Self {
+            identity: lease.spec.holder_identity.unwrap_or_default(),
+            peer: peer.clone(),
+            applied: annotations.get(APPLIED_VERSION_ANNOTATION).and_then(|v| v.parse().ok()).unwrap_or(0),
+            renew_time: lease.spec.renew_time.unwrap_or_default(),
+            ttl: Duration::from_secs(lease.spec.lease_duration_seconds.unwrap_or(30)),
+        })
+    }
+
+    /// Whether its last renewal is less than its TTL ago by this machine's wall clock.
+    pub fn renewed_recently(&self) -> bool {
+        self.renewed_at().is_some_and(|at| {
+            let age = k8s_openapi::jiff::Timestamp::now().duration_since(at);
+            age.is_negative() || age.unsigned_abs() < self.ttl
+        })
+    }
+
+    /// Its last renewal.
+    pub fn renewed_at(&self) -> Option<k8s_openapi::jiff::Timestamp> {
+        self.renew_time.parse().ok()
+    }
 }
 
 /// Keeps this daemon in an election group while held.
@@ -89,12 +175,36 @@ impl Membership {
             Some(h) => h.uses += 1,
             None => {
                 let stop = CancellationToken::new();
-                let api: Api<Lease> = Api::namespaced(self.client.clone(), &key.namespace);
-                let task = tokio::spawn(keep(api, key.name.clone(), self.identity.clone(), announce, stop.clone()));
-                held.insert(key.clone(), Held { uses: 1, stop, task });
+                let (applied, to_announce) = watch::channel(0);
+                let (confirm, recorded) = watch::channel(0);
+                let keeper = Keeper {
+                    api: Api::namespaced(self.client.clone(), &key.namespace),
+                    election: key.name.clone(),
+                    identity: self.identity.clone(),
+                    announce,
+                    applied: to_announce,
+                    recorded: confirm,
+                };
+                let task = tokio::spawn(keeper.run(stop.clone()));
+                held.insert(key.clone(), Held { uses: 1, stop, task, applied, recorded });
             }
         }
         Some(Member { membership: self.clone(), key: key.clone() })
+    }
+
+    /// Announces that this member's app applied `version` of `key`'s channel; the returned receiver
+    /// sees the version the member Lease holds. None when this daemon is not a member of that group.
+    pub(super) fn report_applied(&self, key: &Key, version: u64) -> Option<watch::Receiver<u64>> {
+        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        let h = held.get(key)?;
+        h.applied.send_if_modified(|v| {
+            let newer = version > *v;
+            if newer {
+                *v = version;
+            }
+            newer
+        });
+        Some(h.recorded.clone())
     }
 
     /// Leaves every group (deleting the member Leases), waiting at most `grace`.
@@ -131,36 +241,68 @@ fn fnv1a(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }
 
-/// Creates and renews the member Lease until `stop`, then deletes it.
-async fn keep(api: Api<Lease>, election: String, identity: String, announce: Announce, stop: CancellationToken) {
-    let name = lease_name(&election, &identity);
-    let renew_every = announce.ttl / 3;
-    let ttl_seconds = i32::try_from(announce.ttl.as_secs().max(1)).unwrap_or(i32::MAX);
-    loop {
-        let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
-        let lease = serde_json::json!({
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {
-                "name": name,
-                "labels": { MEMBER_OF_LABEL: group_label(&election) },
-                "annotations": { PEER_ADDRESS_ANNOTATION: announce.address, ELECTION_ANNOTATION: election },
-            },
-            "spec": { "holderIdentity": identity, "leaseDurationSeconds": ttl_seconds, "renewTime": now },
-        });
-        let applied = api.patch(&name, &PatchParams::apply("consistd-membership").force(), &Patch::Apply(&lease)).await;
-        if let Err(error) = applied {
-            tracing::warn!(%error, election, lease = name, "could not renew group membership; retrying");
+/// The task that keeps one member Lease.
+struct Keeper {
+    api: Api<Lease>,
+    election: String,
+    identity: String,
+    announce: Announce,
+    /// The applied version to announce.
+    applied: watch::Receiver<u64>,
+    /// Set to the applied version once the Lease holds it.
+    recorded: watch::Sender<u64>,
+}
+
+impl Keeper {
+    /// Creates and renews the member Lease (at once when the applied version changes) until `stop`,
+    /// then deletes it.
+    async fn run(mut self, stop: CancellationToken) {
+        let (election, identity) = (self.election.clone(), self.identity.clone());
+        let name = lease_name(&election, &identity);
+        let renew_every = self.announce.ttl / 3;
+        let ttl_seconds = i32::try_from(self.announce.ttl.as_secs().max(1)).unwrap_or(i32::MAX);
+        loop {
+            let applied = *self.applied.borrow_and_update();
+            let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+            let mut annotations = serde_json::json!({
+                PEER_ADDRESS_ANNOTATION: self.announce.address,
+                ELECTION_ANNOTATION: election,
+            });
+            if applied > 0 {
+                annotations[APPLIED_VERSION_ANNOTATION] = applied.to_string().into();
+            }
+            let lease = serde_json::json!({
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {
+                    "name": name,
+                    "labels": { MEMBER_OF_LABEL: group_label(&election) },
+                    "annotations": annotations,
+                },
+                "spec": { "holderIdentity": identity, "leaseDurationSeconds": ttl_seconds, "renewTime": now },
+            });
+            let params = PatchParams::apply("consistd-membership").force();
+            match self.api.patch(&name, &params, &Patch::Apply(&lease)).await {
+                Ok(_) => {
+                    self.recorded.send_replace(applied);
+                }
+                Err(error) => {
+                    tracing::warn!(%error, election, lease = name, "could not renew group membership; retrying")
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(renew_every) => {}
+                Ok(()) = self.applied.changed() => {}
+                () = stop.cancelled() => break,
+            }
         }
-        tokio::select! {
-            () = tokio::time::sleep(renew_every) => {}
-            () = stop.cancelled() => break,
+        match tokio::time::timeout(Duration::from_secs(2), self.api.delete(&name, &DeleteParams::default())).await {
+            Ok(Ok(_)) => tracing::info!(election, lease = name, "left the election group"),
+            Ok(Err(error)) => {
+                tracing::warn!(%error, election, lease = name, "could not delete member Lease; it expires")
+            }
+            Err(_) => tracing::warn!(election, lease = name, "deleting member Lease timed out; it expires"),
         }
-    }
-    match tokio::time::timeout(Duration::from_secs(2), api.delete(&name, &DeleteParams::default())).await {
-        Ok(Ok(_)) => tracing::info!(election, lease = name, "left the election group"),
-        Ok(Err(error)) => tracing::warn!(%error, election, lease = name, "could not delete member Lease; it expires"),
-        Err(_) => tracing::warn!(election, lease = name, "deleting member Lease timed out; it expires"),
     }
 }
 

@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 
 use super::{Outbox, Target};
 use crate::{
-    leadership::membership::{ELECTION_ANNOTATION, MEMBER_OF_LABEL, PEER_ADDRESS_ANNOTATION, group_label},
+    leadership::membership::{MEMBER_OF_LABEL, MemberRecord, group_label},
     watch::{
         Hub, Query,
         object::{Obj, ObjKey},
@@ -202,60 +202,16 @@ fn live(members: &HashMap<ObjKey, Seen>) -> BTreeSet<String> {
     members.values().filter(|m| m.renewed.is_some_and(|r| now < r + m.ttl)).map(|m| m.peer.clone()).collect()
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct MemberLease {
-    metadata: MemberMeta,
-    #[serde(default)]
-    spec: MemberSpec,
-}
-
-#[derive(Deserialize)]
-struct MemberMeta {
-    #[serde(default)]
-    annotations: HashMap<String, String>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
-struct MemberSpec {
-    renew_time: Option<String>,
-    lease_duration_seconds: Option<u64>,
-}
-
-/// What a member Lease of election `election` says (None for one of another election that shares the
-/// hashed label, or without a peer address).
+/// What a member Lease of `election` says, with when this daemon saw it renewed.
 fn read_member(obj: &Obj, election: &str, old: Option<&Seen>) -> Option<Seen> {
-    let lease: MemberLease = match serde_json::from_slice(&obj.json) {
-        Ok(l) => l,
-        Err(error) => {
-            tracing::warn!(lease = %obj.name, %error, "unreadable member Lease ignored");
-            return None;
-        }
-    };
-    let annotations = &lease.metadata.annotations;
-    if annotations.get(ELECTION_ANNOTATION).map(String::as_str) != Some(election) {
-        return None;
-    }
-    let Some(peer) = annotations.get(PEER_ADDRESS_ANNOTATION).filter(|p| Target::parse_peer(p).is_ok()) else {
-        tracing::warn!(lease = %obj.name, "member Lease without a valid {PEER_ADDRESS_ANNOTATION} ignored");
-        return None;
-    };
-    let ttl = Duration::from_secs(lease.spec.lease_duration_seconds.unwrap_or(30));
-    let renew_time = lease.spec.renew_time.unwrap_or_default();
+    let member = MemberRecord::parse(obj, election)?;
     let renewed = match old {
-        Some(old) if old.renew_time == renew_time => old.renewed,
+        Some(old) if old.renew_time == member.renew_time => old.renewed,
         Some(_) => Some(Instant::now()),
         // First sight: trust a renewal that looks recent by the wall clock; a stale one is dead.
-        None => recently(&renew_time, ttl).then(Instant::now),
+        None => member.renewed_recently().then(Instant::now),
     };
-    Some(Seen { peer: peer.clone(), renew_time, renewed, ttl })
-}
-
-fn recently(renew_time: &str, ttl: Duration) -> bool {
-    let Ok(at) = renew_time.parse::<k8s_openapi::jiff::Timestamp>() else { return false };
-    let age = k8s_openapi::jiff::Timestamp::now().duration_since(at);
-    age.is_negative() || age.unsigned_abs() < ttl
+    Some(Seen { peer: member.peer, renew_time: member.renew_time, renewed, ttl: member.ttl })
 }
 
 #[derive(Deserialize)]
