@@ -6,7 +6,7 @@ mod leadership;
 mod objects;
 mod outbox;
 mod rollout;
-mod status;
+pub(crate) mod status;
 mod watch;
 
 use std::sync::Arc;
@@ -61,8 +61,8 @@ pub struct Services {
     pub inbox: Inbox,
     /// The namespace of destinations that name none.
     pub namespace: String,
-    /// Rollout channel versions, in the daemon's namespace.
-    pub versions: crate::rollout::versions::Versions,
+    /// Versioned rollouts and their barrier.
+    pub rollout: crate::rollout::Rollout,
 }
 
 /// Why the gRPC server stopped with an error.
@@ -99,11 +99,7 @@ pub async fn serve(listener: UnixListener, services: Services, shutdown: Cancell
     let leadership = LeadershipApi::new(services.leadership.clone(), shutdown.clone());
     let outbox = OutboxApi::new(services.outbox, services.namespace, shutdown.clone());
     let inbox = InboxApi::new(services.inbox, shutdown.clone());
-    let rollout = RolloutApi::new(
-        services.leadership.clone(),
-        crate::rollout::barrier::Barrier::new(services.hub.clone()),
-        services.versions,
-    );
+    let rollout = RolloutApi::new(services.rollout, shutdown.clone());
     let shutdown = async {
         shutdown.cancelled().await;
         set_status(&health, ServingStatus::NotServing).await;

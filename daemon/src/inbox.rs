@@ -15,7 +15,7 @@ use bytes::Bytes;
 use consistd_proto::peer::v1::{Disposition, ExchangeResponse, PeerMessage};
 use redb::{ReadableTable, TableDefinition};
 use tokio::{
-    sync::{Notify, mpsc},
+    sync::{Notify, mpsc, watch},
     time::Instant,
 };
 
@@ -30,6 +30,10 @@ const MESSAGES: TableDefinition<u64, &[u8]> = TableDefinition::new("inbox_messag
 /// (sender, resource_id, event_id) -> (inbox id, ACK time in ms since the epoch; 0 while pending).
 const SEEN: TableDefinition<(&str, &str, &str), (u64, u64)> = TableDefinition::new("inbox_seen");
 const NEXT_ID: &str = "inbox.next_id";
+
+/// Messages whose resource_id starts with this carry rollout versions (`consistd.rollout/<channel>`, the
+/// version as event_id): they go to the channel's SubscribeVersions streams, not to `Inbox.Receive`.
+pub const ROLLOUT_PREFIX: &str = "consistd.rollout/";
 
 /// ACKed events remembered per (sender, resource_id) for deduplication. A sender resends only the
 /// newest event of a resource, so an event this far back is never sent again.
@@ -85,6 +89,8 @@ struct Inner {
     next_id: AtomicU64,
     state: Mutex<State>,
     ready: Notify,
+    /// Bumped on every new message, for rollout subscribers.
+    arrivals: watch::Sender<u64>,
     metrics: Metrics,
 }
 
@@ -98,6 +104,8 @@ struct State {
     storing: HashSet<Key>,
     /// Ready for a receiver, oldest first.
     queue: BTreeSet<u64>,
+    /// Rollout versions per channel, oldest first, until ReportApplied ACKs them.
+    rollout: HashMap<String, BTreeSet<u64>>,
     /// NACKed: ready again at the instant.
     delayed: BTreeSet<(Instant, u64)>,
     /// The open connection of each sender, for sending ACKs back.
@@ -106,6 +114,42 @@ struct State {
     unsent_acks: HashMap<String, VecDeque<ExchangeResponse>>,
     next_connection: u64,
     next_receiver: u64,
+}
+
+impl State {
+    /// Takes in a message: for the app's receivers, or for its rollout channel's subscribers.
+    fn add(&mut self, message: Arc<InboxMessage>) {
+        let id = message.id;
+        self.by_key.insert(key_of(&message), id);
+        match message.resource_id.strip_prefix(ROLLOUT_PREFIX) {
+            Some(channel) => {
+                self.rollout.entry(channel.to_owned()).or_default().insert(id);
+            }
+            None => {
+                self.queue.insert(id);
+            }
+        }
+        self.messages.insert(id, Pending { message, attempts: 0, leased_to: None, ready_at: None });
+    }
+
+    /// Forgets a message wherever it waits.
+    fn remove(&mut self, id: u64) -> Option<Pending> {
+        let p = self.messages.remove(&id)?;
+        self.by_key.remove(&key_of(&p.message));
+        self.queue.remove(&id);
+        if let Some(at) = p.ready_at {
+            self.delayed.remove(&(at, id));
+        }
+        if let Some(channel) = p.message.resource_id.strip_prefix(ROLLOUT_PREFIX)
+            && let Some(ids) = self.rollout.get_mut(channel)
+        {
+            ids.remove(&id);
+            if ids.is_empty() {
+                self.rollout.remove(channel);
+            }
+        }
+        Some(p)
+    }
 }
 
 #[derive(Debug)]
@@ -189,10 +233,7 @@ impl Inbox {
                 tracing::error!(message_id = id, "unreadable inbox record kept on disk, not delivered");
                 continue;
             };
-            let message = Arc::new(r.into_message(id));
-            state.by_key.insert(key_of(&message), id);
-            state.queue.insert(id);
-            state.messages.insert(id, Pending { message, attempts: 0, leased_to: None, ready_at: None });
+            state.add(Arc::new(r.into_message(id)));
         }
         if !state.messages.is_empty() {
             tracing::info!(messages = state.messages.len(), "inbox restored from the store");
@@ -206,6 +247,7 @@ impl Inbox {
                 next_id: AtomicU64::new(next.max(1)),
                 state: Mutex::new(state),
                 ready: Notify::new(),
+                arrivals: watch::channel(0).0,
                 metrics,
             }),
         })
@@ -293,13 +335,12 @@ impl Inbox {
                 Ok(())
             });
             state.storing.insert(key.clone());
-            state.by_key.insert(key.clone(), id);
-            state.queue.insert(id);
-            state.messages.insert(id, Pending { message, attempts: 0, leased_to: None, ready_at: None });
+            state.add(message);
             self.set_pending_gauge(&state);
             (id, written)
         };
         self.inner.ready.notify_waiters();
+        self.inner.arrivals.send_modify(|n| *n += 1);
         let (id, written) = written;
         let result = written.await;
         let mut state = self.lock();
@@ -319,13 +360,7 @@ impl Inbox {
             }
             Err(error) => {
                 // Not stored: forget it; the sender still holds it and sends it again.
-                if let Some(p) = state.messages.remove(&id) {
-                    state.queue.remove(&id);
-                    if let Some(at) = p.ready_at {
-                        state.delayed.remove(&(at, id));
-                    }
-                }
-                state.by_key.remove(&key);
+                state.remove(id);
                 self.set_pending_gauge(&state);
                 tracing::warn!(%error, sender, resource_id = %m.resource_id, event_id = %m.event_id, "inbound message not stored");
                 Some(answer(Disposition::Refused, format!("store inbound message: {error}")))
@@ -386,12 +421,7 @@ impl Inbox {
             .await
             .map_err(InboxError::Store)?;
         let mut state = self.lock();
-        if let Some(p) = state.messages.remove(&id) {
-            state.queue.remove(&id);
-            if let Some(at) = p.ready_at {
-                state.delayed.remove(&(at, id));
-            }
-            state.by_key.remove(&key_of(&message));
+        if let Some(p) = state.remove(id) {
             self.inner.metrics.inbox_acks.inc();
             self.set_pending_gauge(&state);
             tracing::debug!(
@@ -462,6 +492,21 @@ impl Inbox {
         }
         self.inner.ready.notify_waiters();
         Ok(())
+    }
+
+    /// The rollout messages of `channel` not ACKed yet, oldest first.
+    pub fn rollout_messages(&self, channel: &str) -> Vec<Arc<InboxMessage>> {
+        let state = self.lock();
+        state
+            .rollout
+            .get(channel)
+            .map(|ids| ids.iter().filter_map(|id| state.messages.get(id).map(|p| p.message.clone())).collect())
+            .unwrap_or_default()
+    }
+
+    /// Changes whenever a message arrives.
+    pub fn arrivals(&self) -> watch::Receiver<u64> {
+        self.inner.arrivals.subscribe()
     }
 
     /// Messages waiting for the app's ACK.

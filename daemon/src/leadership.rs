@@ -366,6 +366,16 @@ impl Leadership {
         }
     }
 
+    /// Whether campaigning makes this daemon a member of election groups (it has a peer address).
+    pub fn announces(&self) -> bool {
+        self.membership.announces()
+    }
+
+    /// The newest version of `key`'s channel this daemon's app reported applied (0: none, or not a member).
+    pub fn applied(&self, key: &Key) -> u64 {
+        self.membership.applied(key)
+    }
+
     /// Resigns every election (releasing held Leases), leaves every group, and waits for the runners,
     /// at most `grace`.
     pub async fn shutdown(&self, grace: Duration) {

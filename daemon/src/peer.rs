@@ -5,7 +5,7 @@
 use std::{net::SocketAddr, path::Path};
 
 use consistd_proto::peer::v1::{
-    ExchangeRequest, ExchangeResponse,
+    ExchangeRequest, ExchangeResponse, PublishRequest, PublishResponse,
     exchange_request::Frame,
     peer_service_server::{PeerService, PeerServiceServer},
 };
@@ -18,7 +18,7 @@ use tonic::{
     transport::{Certificate, ClientTlsConfig, Identity, Server, ServerTlsConfig},
 };
 
-use crate::{config::PeerConfig, inbox::Inbox};
+use crate::{api::status, config::PeerConfig, inbox::Inbox, rollout::Rollout};
 
 /// Messages of one connection being stored at once (their commits share fsyncs).
 const IN_FLIGHT_PER_CONNECTION: usize = 256;
@@ -104,6 +104,7 @@ pub async fn serve(
     listener: TcpListener,
     tls: Option<Pems>,
     inbox: Inbox,
+    rollout: Rollout,
     max_message_bytes: usize,
     shutdown: CancellationToken,
 ) -> Result<(), PeerError> {
@@ -125,7 +126,7 @@ pub async fn serve(
         }
         stream
     });
-    let service = PeerServiceServer::new(PeerApi { inbox, shutdown: shutdown.clone() })
+    let service = PeerServiceServer::new(PeerApi { inbox, rollout, shutdown: shutdown.clone() })
         .max_decoding_message_size(max_message_bytes)
         .max_encoding_message_size(max_message_bytes);
     server
@@ -137,12 +138,21 @@ pub async fn serve(
 
 struct PeerApi {
     inbox: Inbox,
+    rollout: Rollout,
     shutdown: CancellationToken,
 }
 
 #[tonic::async_trait]
 impl PeerService for PeerApi {
     type ExchangeStream = futures::stream::BoxStream<'static, Result<ExchangeResponse, Status>>;
+
+    async fn publish(&self, request: Request<PublishRequest>) -> Result<Response<PublishResponse>, Status> {
+        let r = request.into_inner();
+        let key = self.rollout.channel(&r.channel).map_err(status::leadership_error)?;
+        let version =
+            self.rollout.publish_as_leader(&key, r.payload, &r.content_type).await.map_err(status::rollout_error)?;
+        Ok(Response::new(PublishResponse { version }))
+    }
 
     async fn exchange(
         &self,

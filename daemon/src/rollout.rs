@@ -1,6 +1,256 @@
-//! The replica barrier (versioned rollout), being built: `versions` gives each change on a channel the
-//! next version, persisted in the cluster; `barrier` answers which members of the channel's group have
-//! applied a version. Publish and SubscribeVersions still answer UNIMPLEMENTED.
+//! The replica barrier (versioned rollout): a channel is an election; the replicas whose apps subscribe
+//! campaign in it and so are its members (member Leases). Publish on any replica goes to the channel's
+//! leader, which takes the next version in the cluster (`versions`) and sends it to every member
+//! through the ACK-tracked outbox; each member's app receives it on SubscribeVersions (the latest
+//! first), applies it and reports so, which ACKs the message and records the version on its member
+//! Lease, where `barrier` reads who has applied what.
 
 pub mod barrier;
 pub mod versions;
+
+use std::{sync::Arc, time::Duration};
+
+use bytes::Bytes;
+use consistd_proto::peer::v1::{self as peer_pb, peer_service_client::PeerServiceClient};
+use tonic::transport::Endpoint;
+
+use self::{
+    barrier::{Barrier, Standing},
+    versions::{Version, Versions, VersionsError},
+};
+use crate::{
+    inbox::{Inbox, InboxError, ROLLOUT_PREFIX},
+    leadership::{Key, Leadership, LeadershipError, Role},
+    outbox::{Outbox, OutboxError, Outgoing, Target, Transport},
+    watch::WatchError,
+};
+
+/// How long a Publish waits to learn who leads a channel nothing here watched yet.
+const FIRST_OBSERVATION: Duration = Duration::from_secs(2);
+/// How long forwarding a Publish to the leader may take.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a rollout request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RolloutError {
+    /// Nobody leads the channel (no replica subscribes to it), or its leader cannot be reached.
+    #[error("channel {channel}: {why}")]
+    NoLeader {
+        /// The channel.
+        channel: String,
+        /// What is missing.
+        why: String,
+    },
+    /// This daemon was asked to publish as leader but does not lead the channel.
+    #[error("channel {channel}: this daemon does not lead it (holder: {holder:?})")]
+    NotLeader {
+        /// The channel.
+        channel: String,
+        /// Who does.
+        holder: String,
+    },
+    /// The leader refused or failed the forwarded Publish.
+    #[error("channel {channel}: the leader at {leader} answered {code:?}: {message}")]
+    Forwarded {
+        /// The channel.
+        channel: String,
+        /// The leader's peer address.
+        leader: String,
+        /// Its answer's code.
+        code: tonic::Code,
+        /// Its answer's message.
+        message: String,
+    },
+    /// The version could not be assigned.
+    #[error(transparent)]
+    Versions(#[from] VersionsError),
+    /// The version could not be stored in the outbox.
+    #[error("send version to the members")]
+    Outbox(#[from] OutboxError),
+    /// The channel's group could not be read.
+    #[error("read the channel's members")]
+    Watch(#[from] WatchError),
+    /// Joining or reporting in the channel's election failed.
+    #[error(transparent)]
+    Leadership(#[from] LeadershipError),
+    /// An ACK of an applied version could not be recorded.
+    #[error("ACK applied versions")]
+    Inbox(#[from] InboxError),
+}
+
+/// Rollouts of this daemon's channels.
+#[derive(Debug, Clone)]
+pub struct Rollout {
+    leadership: Arc<Leadership>,
+    versions: Versions,
+    outbox: Outbox,
+    inbox: Inbox,
+    barrier: Barrier,
+    namespace: String,
+    /// How to reach other daemons (to forward a Publish to the leader); None: not configured.
+    transport: Option<Transport>,
+}
+
+/// What a rollout needs.
+#[derive(Debug)]
+pub struct Parts {
+    /// Elections (a channel is one).
+    pub leadership: Arc<Leadership>,
+    /// Channel versions in the daemon's namespace.
+    pub versions: Versions,
+    /// Delivers versions to members.
+    pub outbox: Outbox,
+    /// Receives versions from the leader.
+    pub inbox: Inbox,
+    /// Reads who applied what.
+    pub barrier: Barrier,
+    /// The daemon's namespace (where channel elections live).
+    pub namespace: String,
+    /// Peer transport, for forwarding.
+    pub transport: Option<Transport>,
+}
+
+impl Rollout {
+    /// Rollouts with these parts.
+    pub fn new(p: Parts) -> Self {
+        Self {
+            leadership: p.leadership,
+            versions: p.versions,
+            outbox: p.outbox,
+            inbox: p.inbox,
+            barrier: p.barrier,
+            namespace: p.namespace,
+            transport: p.transport,
+        }
+    }
+
+    /// The channel's election; validates the name.
+    pub fn channel(&self, channel: &str) -> Result<Key, LeadershipError> {
+        self.leadership.key(channel, &self.namespace)
+    }
+
+    /// The channel's versions.
+    pub fn versions(&self) -> &Versions {
+        &self.versions
+    }
+
+    /// Who applied what.
+    pub fn barrier(&self) -> &Barrier {
+        &self.barrier
+    }
+
+    /// The elections.
+    pub fn leadership(&self) -> &Arc<Leadership> {
+        &self.leadership
+    }
+
+    /// The inbox (where versions arrive).
+    pub fn inbox(&self) -> &Inbox {
+        &self.inbox
+    }
+
+    /// Publishes on the channel's leader: here if this daemon leads it, else forwarded to the leader's
+    /// peer address (from its member Lease). Returns the assigned version.
+    pub async fn publish(&self, key: &Key, payload: Bytes, content_type: &str) -> Result<u64, RolloutError> {
+        let status = self.leadership.get(key, FIRST_OBSERVATION).await;
+        if status.role == Role::Leader {
+            return self.publish_as_leader(key, payload, content_type).await;
+        }
+        let no_leader = |why: String| RolloutError::NoLeader { channel: key.name.clone(), why };
+        if status.holder.is_empty() {
+            return Err(no_leader("no replica leads it; apps join a channel with SubscribeVersions".to_owned()));
+        }
+        let standing: Standing = self.barrier.standing(&key.namespace, &key.name, 0).await?;
+        let leader = standing
+            .members
+            .iter()
+            .find(|m| m.identity == status.holder && m.live)
+            .map(|m| m.peer.clone())
+            .ok_or_else(|| no_leader(format!("its leader {:?} has no live member Lease", status.holder)))?;
+        self.forward(key, &leader, payload, content_type).await
+    }
+
+    /// Takes the next version in the cluster and sends it to every member; refused unless this daemon
+    /// leads the channel.
+    pub async fn publish_as_leader(&self, key: &Key, payload: Bytes, content_type: &str) -> Result<u64, RolloutError> {
+        let status = self.leadership.get(key, FIRST_OBSERVATION).await;
+        if status.role != Role::Leader {
+            return Err(RolloutError::NotLeader { channel: key.name.clone(), holder: status.holder });
+        }
+        let version = self.versions.publish(&key.name, payload.to_vec(), content_type).await?;
+        self.deliver(key, &version, payload).await?;
+        tracing::info!(channel = %key.name, version = version.version, "published");
+        Ok(version.version)
+    }
+
+    /// Sends `version` to every member of the channel (the newest per channel is kept for members that
+    /// join later).
+    async fn deliver(&self, key: &Key, version: &Version, payload: Bytes) -> Result<(), RolloutError> {
+        self.outbox
+            .send(Outgoing {
+                target: Target::Election { namespace: key.namespace.clone(), name: key.name.clone() },
+                resource_id: format!("{ROLLOUT_PREFIX}{}", key.name),
+                event_id: version.version.to_string(),
+                payload,
+                content_type: version.content_type.clone(),
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// A new leader sends the latest version again, in case its predecessor stored it in the cluster but
+    /// died before sending it (members that have it answer from their deduplication).
+    pub async fn resend_latest(&self, key: &Key) -> Result<(), RolloutError> {
+        if let Some(latest) = self.versions.latest(&key.name).await? {
+            let payload = Bytes::from(latest.payload.clone());
+            self.deliver(key, &latest, payload).await?;
+        }
+        Ok(())
+    }
+
+    async fn forward(&self, key: &Key, leader: &str, payload: Bytes, content_type: &str) -> Result<u64, RolloutError> {
+        let unreachable = |why: String| RolloutError::NoLeader { channel: key.name.clone(), why };
+        let transport = self
+            .transport
+            .as_ref()
+            .ok_or_else(|| unreachable("no peer transport is configured to reach its leader".to_owned()))?;
+        let scheme = if transport.tls.is_some() { "https" } else { "http" };
+        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{leader}"))
+            .map_err(|e| unreachable(format!("leader address {leader}: {e}")))?
+            .connect_timeout(Duration::from_secs(3))
+            .timeout(FORWARD_TIMEOUT)
+            .tcp_nodelay(true);
+        if let Some(tls) = &transport.tls {
+            endpoint = endpoint.tls_config(tls.clone()).map_err(|e| unreachable(format!("peer TLS: {e}")))?;
+        }
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|e| unreachable(format!("connect to its leader at {leader}: {}", crate::cli::error_chain(&e))))?;
+        let request =
+            peer_pb::PublishRequest { channel: key.name.clone(), payload, content_type: content_type.to_owned() };
+        let mut client = PeerServiceClient::new(channel)
+            .max_encoding_message_size(transport.max_message_bytes)
+            .max_decoding_message_size(transport.max_message_bytes);
+        match client.publish(request).await {
+            Ok(r) => Ok(r.into_inner().version),
+            Err(s) => Err(RolloutError::Forwarded {
+                channel: key.name.clone(),
+                leader: leader.to_owned(),
+                code: s.code(),
+                message: s.message().to_owned(),
+            }),
+        }
+    }
+
+    /// ACKs the versions of `key`'s channel waiting in the inbox that are at most `applied` (so the
+    /// leader's outbox sees them applied).
+    pub async fn ack_applied(&self, key: &Key, applied: u64) -> Result<(), RolloutError> {
+        for m in self.inbox.rollout_messages(&key.name) {
+            if m.event_id.parse::<u64>().is_ok_and(|v| v <= applied) {
+                self.inbox.ack(m.id).await?;
+            }
+        }
+        Ok(())
+    }
+}

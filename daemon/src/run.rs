@@ -18,6 +18,7 @@ use crate::{
     objects::Objects,
     outbox::{self, Members, Outbox, Transport},
     peer::{self, PeerError},
+    rollout::{self, Rollout, barrier::Barrier, versions::Versions},
     socket::{self, SocketError},
     store::{OpenError, Store, StoreError},
     watch::Hub,
@@ -98,7 +99,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         store,
         outbox::Parts {
             config: config.outbox.clone(),
-            transport,
+            transport: transport.clone(),
             members: Members::new(hub.clone()),
             namespace: namespace.clone(),
             metrics: metrics.clone(),
@@ -106,17 +107,26 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         },
     )
     .map_err(RunError::Load)?;
+    let rollout = Rollout::new(rollout::Parts {
+        leadership: leadership.clone(),
+        versions: Versions::new(client.clone(), &namespace),
+        outbox: outbox.clone(),
+        inbox: inbox.clone(),
+        barrier: Barrier::new(hub.clone()),
+        namespace: namespace.clone(),
+        transport,
+    });
     let peer_server = match config.peer.listen {
         Some(addr) => {
             let listener = peer::bind(addr).await?;
             tracing::info!(address = %addr, tls = pems.is_some(), "serving peers");
-            Some(tokio::spawn(peer::serve(listener, pems, inbox.clone(), PEER_MAX_MESSAGE_BYTES, draining.clone())))
+            let (inbox, rollout) = (inbox.clone(), rollout.clone());
+            Some(tokio::spawn(peer::serve(listener, pems, inbox, rollout, PEER_MAX_MESSAGE_BYTES, draining.clone())))
         }
         None => None,
     };
     health.attach_messages(outbox.clone(), inbox.clone());
-    let versions = crate::rollout::versions::Versions::new(client.clone(), &namespace);
-    let services = Services { hub, objects, leadership: leadership.clone(), outbox, inbox, namespace, versions };
+    let services = Services { hub, objects, leadership: leadership.clone(), outbox, inbox, namespace, rollout };
     // Elections from the config: campaigned for from boot until shutdown.
     let mut boot_campaigns = Vec::new();
     for e in &config.elections {

@@ -4,10 +4,8 @@
 use std::{os::unix::fs::PermissionsExt, time::Duration};
 
 use consistd::api::SERVICE_NAMES;
-use consistd_client::proto::PublishRequest;
 use consistd_testkit::Daemon;
 use nix::sys::signal::Signal;
-use tonic::Code;
 use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus};
 use tonic_reflection::pb::v1::{
     ServerReflectionRequest, server_reflection_client::ServerReflectionClient,
@@ -104,16 +102,6 @@ async fn admin_socket_serves_probes_and_metrics() {
     let stdout = String::from_utf8_lossy(&status.stdout);
     assert!(status.status.success(), "consistd status: {stdout}");
     assert!(stdout.contains("ready") && stdout.contains("v1.35."), "{stdout}");
-}
-
-#[tokio::test]
-async fn unimplemented_rpcs_answer_unimplemented_naming_themselves() {
-    let daemon = Daemon::builder(BIN).start().await;
-    let status = daemon.client().rollout().publish(PublishRequest::default()).await.expect_err("not implemented yet");
-    assert_eq!(status.code(), Code::Unimplemented);
-    assert!(status.message().contains("RolloutService.Publish"), "{}", status.message());
-    // The daemon is unharmed.
-    assert_eq!(health_of(&daemon, "").await, ServingStatus::Serving);
 }
 
 #[tokio::test]

@@ -1,13 +1,15 @@
 //! The replica barrier with three daemons on the real control plane: members join by campaigning in the
 //! channel's election (a member Lease each), report the version their app applied, and any replica
 //! answers "has every live member applied version N?" the same way; a killed member is reported lagging
-//! until its membership TTL passes, then dropped. Publish and SubscribeVersions are not built yet.
+//! until its membership TTL passes, then dropped. Versions published on a follower reach every member's
+//! app through the leader, racing publishes get distinct versions, a late member starts from the latest.
 
 use std::time::{Duration, Instant};
 
 use consistd_client::proto::{
-    CampaignRequest, CampaignResponse, GetRolloutStatusRequest, GetRolloutStatusResponse, PublishRequest,
-    ReportAppliedRequest, WaitAppliedRequest, WaitAppliedResponse,
+    CampaignRequest, CampaignResponse, GetLeadershipRequest, GetRolloutStatusRequest, GetRolloutStatusResponse,
+    PublishRequest, ReportAppliedRequest, SubscribeVersionsRequest, SubscribeVersionsResponse, WaitAppliedRequest,
+    WaitAppliedResponse,
 };
 use consistd_testkit::{Daemon, free_port};
 use nix::sys::signal::Signal;
@@ -145,9 +147,158 @@ async fn bad_requests_name_the_field_and_non_members_cannot_report() {
         .expect("status");
     let s = s.into_inner();
     assert_eq!((s.version, s.latest_version, s.members.len(), s.all_applied), (0, 0, 0, false));
+    // Nobody subscribes to the channel, so nobody leads it.
     let e = rollout
         .publish(PublishRequest { channel: "config".into(), ..Default::default() })
         .await
-        .expect_err("not built");
-    assert_eq!(e.code(), Code::Unimplemented);
+        .expect_err("no leader");
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    assert!(e.message().contains("channel config") && e.message().contains("no replica leads it"), "{e:?}");
+    // Subscribing needs a peer address the leader can send versions to.
+    let request = SubscribeVersionsRequest { channel: "config".into() };
+    let e = rollout.subscribe_versions(request).await.expect_err("no peer address");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+}
+
+/// A replica whose app subscribes to channel "config" (which makes it a member and a candidate).
+async fn subscriber(
+    ns: &str,
+    identity: &str,
+    dir: Option<&std::path::Path>,
+) -> (Daemon, Streaming<SubscribeVersionsResponse>) {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let config = format!(
+        "identity: {identity}\nnamespace: {ns}\npeer:\n  listen: {addr}\n  advertise: {addr}\n  insecure: true\nmembership:\n  ttl: 3s\noutbox:\n  backoff: {{initial: 20ms, factor: 2, cap: 500ms}}\n"
+    );
+    let mut builder = Daemon::builder(BIN).config(config);
+    if let Some(dir) = dir {
+        builder = builder.dir(dir);
+    }
+    let daemon = builder.start().await;
+    let stream = daemon
+        .client()
+        .rollout()
+        .subscribe_versions(SubscribeVersionsRequest { channel: "config".to_owned() })
+        .await
+        .expect("SubscribeVersions")
+        .into_inner();
+    (daemon, stream)
+}
+
+async fn next_version(stream: &mut Streaming<SubscribeVersionsResponse>) -> SubscribeVersionsResponse {
+    let item = tokio::time::timeout(Duration::from_secs(20), stream.message()).await.expect("a version in time");
+    item.expect("SubscribeVersions stream").expect("stream open")
+}
+
+async fn publish(daemon: &Daemon, payload: &str) -> u64 {
+    let request = PublishRequest {
+        channel: "config".to_owned(),
+        payload: payload.as_bytes().to_vec(),
+        content_type: "text/plain".to_owned(),
+    };
+    daemon.client().rollout().publish(request).await.expect("Publish").into_inner().version
+}
+
+#[tokio::test]
+async fn a_version_published_on_a_follower_reaches_every_member_and_late_members_start_from_the_latest() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
+    let mut replicas = Vec::new();
+    for (i, name) in ["r0", "r1", "r2"].iter().enumerate() {
+        replicas.push(subscriber(&ns, name, Some(dirs[i].path())).await);
+    }
+    let joined = Instant::now();
+    loop {
+        let s = status(&replicas[0].0, 0).await;
+        let holder = replicas[0]
+            .0
+            .client()
+            .leadership()
+            .get_leadership(GetLeadershipRequest { election: "config".to_owned(), ..Default::default() })
+            .await
+            .expect("GetLeadership")
+            .into_inner()
+            .status
+            .map(|s| s.holder)
+            .unwrap_or_default();
+        if s.members.len() == 3 && !holder.is_empty() {
+            break;
+        }
+        assert!(joined.elapsed() < Duration::from_secs(20), "the channel never got 3 members and a leader");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let holder = replicas[0]
+        .0
+        .client()
+        .leadership()
+        .get_leadership(GetLeadershipRequest { election: "config".to_owned(), ..Default::default() })
+        .await
+        .expect("GetLeadership")
+        .into_inner()
+        .status
+        .expect("status")
+        .holder;
+    let followers: Vec<usize> = (0..3).filter(|i| format!("r{i}") != holder).collect();
+    let (f1, f2) = (followers[0], followers[1]);
+
+    // Published on a follower, waited for on another: every app gets it, and the barrier opens once all
+    // of them reported it applied.
+    let version = publish(&replicas[f1].0, "v1").await;
+    assert_eq!(version, 1);
+    let waiter = replicas[f2].0.client();
+    let waiting = tokio::spawn(async move {
+        let request = WaitAppliedRequest {
+            channel: "config".to_owned(),
+            version: 1,
+            timeout: Some(prost_types::Duration { seconds: 20, nanos: 0 }),
+        };
+        waiter.rollout().wait_applied(request).await.expect("WaitApplied").into_inner()
+    });
+    for (daemon, stream) in &mut replicas {
+        let v = next_version(stream).await;
+        assert_eq!((v.version, v.payload.as_slice()), (1, b"v1".as_slice()));
+        assert!(!waiting.is_finished(), "the barrier opened before every app applied");
+        report(daemon, 1).await;
+    }
+    let opened = waiting.await.expect("wait task");
+    assert!(opened.all_applied, "{opened:?}");
+
+    // Two replicas publish at once: distinct versions, in order, and every app ends on the newest.
+    let (a, b) = tokio::join!(publish(&replicas[f1].0, "from f1"), publish(&replicas[f2].0, "from f2"));
+    let mut both = vec![a, b];
+    both.sort_unstable();
+    assert_eq!(both, vec![2, 3]);
+    for (daemon, stream) in &mut replicas {
+        let mut seen = next_version(stream).await.version;
+        while seen < 3 {
+            let v = next_version(stream).await.version;
+            assert!(v > seen, "versions go up: {seen} then {v}");
+            seen = v;
+        }
+        report(daemon, 3).await;
+    }
+    assert!(wait(&replicas[f1].0, 3, Duration::from_secs(20)).await.all_applied);
+
+    // A member that joins late starts from the latest version, not every one before it.
+    let (late, mut late_stream) = subscriber(&ns, "r3", None).await;
+    let first = next_version(&mut late_stream).await;
+    assert_eq!(
+        (first.version, first.payload.as_slice()),
+        (3, if a == 3 { b"from f1".as_slice() } else { b"from f2".as_slice() })
+    );
+    report(&late, 3).await;
+
+    // A follower killed mid-rollout is named as lagging; restarted on its store, it catches up.
+    let (killed_daemon, _) = &mut replicas[f2];
+    killed_daemon.signal(Signal::SIGKILL);
+    killed_daemon.wait_exit(Duration::from_secs(10)).await;
+    let v4 = publish(&replicas[f1].0, "v4").await;
+    assert_eq!(v4, 4);
+    let w = wait(&replicas[f1].0, 4, Duration::from_millis(500)).await;
+    assert!(w.lagging.contains(&format!("r{f2}")), "{w:?}");
+    let (restarted, mut restarted_stream) = subscriber(&ns, &format!("r{f2}"), Some(dirs[f2].path())).await;
+    let caught_up = next_version(&mut restarted_stream).await;
+    assert_eq!(caught_up.version, 4);
+    report(&restarted, 4).await;
 }

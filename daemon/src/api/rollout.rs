@@ -1,20 +1,22 @@
-//! RolloutService, being built: ReportApplied records the version this replica's app applied on its
+//! RolloutService: Publish goes to the channel's leader, which assigns the next version and sends it to
+//! every member; SubscribeVersions joins the channel (campaigning in its election) and streams the
+//! latest version, then newer ones; ReportApplied ACKs them and records the applied version on the
 //! member Lease; GetRolloutStatus and WaitApplied (the barrier) read every member's from the cluster, so
-//! any replica answers the same. Publish and SubscribeVersions answer UNIMPLEMENTED for now.
+//! any replica answers the same.
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
 use consistd_proto::v1::{self as pb, rollout_service_server::RolloutService};
 use futures::stream::BoxStream;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use super::status;
 use crate::{
-    leadership::{Key, Leadership},
-    rollout::{
-        barrier::{Barrier, Standing},
-        versions::Versions,
-    },
+    leadership::{Key, Role, Timing},
+    rollout::{Rollout, barrier::Standing},
 };
 
 /// How long ReportApplied waits for the member Lease to hold the version.
@@ -25,20 +27,18 @@ const MAX_WAIT: Duration = Duration::from_secs(3600);
 /// The RolloutService implementation.
 #[derive(Debug, Clone)]
 pub(crate) struct RolloutApi {
-    leadership: Arc<Leadership>,
-    barrier: Barrier,
-    /// Versions of channels in the daemon's namespace (where channel elections live).
-    versions: Versions,
+    rollout: Rollout,
+    shutdown: CancellationToken,
 }
 
 impl RolloutApi {
-    pub(crate) fn new(leadership: Arc<Leadership>, barrier: Barrier, versions: Versions) -> Self {
-        Self { leadership, barrier, versions }
+    pub(crate) fn new(rollout: Rollout, shutdown: CancellationToken) -> Self {
+        Self { rollout, shutdown }
     }
 
     /// The channel's election (same name, this daemon's namespace).
     fn channel(&self, channel: &str) -> Result<Key, Status> {
-        self.leadership.key(channel, "").map_err(|e| match e {
+        self.rollout.channel(channel).map_err(|e| match e {
             crate::leadership::LeadershipError::InvalidArgument { message, .. } => {
                 status::invalid_argument("channel", message)
             }
@@ -66,15 +66,36 @@ type Stream<T> = BoxStream<'static, Result<T, Status>>;
 impl RolloutService for RolloutApi {
     type SubscribeVersionsStream = Stream<pb::SubscribeVersionsResponse>;
 
-    async fn publish(&self, _: Request<pb::PublishRequest>) -> Result<Response<pb::PublishResponse>, Status> {
-        Err(status::unimplemented("RolloutService.Publish"))
+    async fn publish(&self, request: Request<pb::PublishRequest>) -> Result<Response<pb::PublishResponse>, Status> {
+        let r = request.into_inner();
+        let key = self.channel(&r.channel)?;
+        let version =
+            self.rollout.publish(&key, r.payload.into(), &r.content_type).await.map_err(status::rollout_error)?;
+        Ok(Response::new(pb::PublishResponse { version }))
     }
 
     async fn subscribe_versions(
         &self,
-        _: Request<pb::SubscribeVersionsRequest>,
+        request: Request<pb::SubscribeVersionsRequest>,
     ) -> Result<Response<Self::SubscribeVersionsStream>, Status> {
-        Err(status::unimplemented("RolloutService.SubscribeVersions"))
+        let r = request.into_inner();
+        let key = self.channel(&r.channel)?;
+        let leadership = self.rollout.leadership().clone();
+        if !leadership.announces() {
+            return Err(Status::failed_precondition(
+                "RolloutService.SubscribeVersions: this daemon has no peer address (set peer.listen, and peer.advertise \
+                 or POD_IP), so the channel's leader cannot send it versions",
+            ));
+        }
+        // The app takes part in the channel for as long as the stream is open.
+        let (campaign, states) = leadership.campaign(&key, "", Timing::default()).map_err(status::leadership_error)?;
+        let (tx, rx) = mpsc::channel(16);
+        let (rollout, shutdown) = (self.rollout.clone(), self.shutdown.clone());
+        tokio::spawn(async move {
+            let _candidacy = campaign;
+            stream_versions(rollout, key, states, tx, shutdown).await;
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
     async fn report_applied(
@@ -86,7 +107,12 @@ impl RolloutService for RolloutApi {
         if r.version == 0 {
             return Err(status::invalid_argument("version", "must be at least 1"));
         }
-        self.leadership.report_applied(&key, r.version, RECORD_WAIT).await.map_err(status::leadership_error)?;
+        self.rollout
+            .leadership()
+            .report_applied(&key, r.version, RECORD_WAIT)
+            .await
+            .map_err(status::leadership_error)?;
+        self.rollout.ack_applied(&key, r.version).await.map_err(status::rollout_error)?;
         Ok(Response::new(pb::ReportAppliedResponse {}))
     }
 
@@ -96,9 +122,11 @@ impl RolloutService for RolloutApi {
     ) -> Result<Response<pb::GetRolloutStatusResponse>, Status> {
         let r = request.into_inner();
         let key = self.channel(&r.channel)?;
-        let latest = self.versions.latest(&r.channel).await.map_err(status::versions_error)?.map_or(0, |v| v.version);
+        let latest =
+            self.rollout.versions().latest(&r.channel).await.map_err(status::versions_error)?.map_or(0, |v| v.version);
         let version = if r.version == 0 { latest } else { r.version };
-        let standing = self.barrier.standing(&key.namespace, &key.name, version).await.map_err(status::watch_error)?;
+        let standing =
+            self.rollout.barrier().standing(&key.namespace, &key.name, version).await.map_err(status::watch_error)?;
         Ok(Response::new(pb::GetRolloutStatusResponse {
             channel: r.channel,
             version,
@@ -123,12 +151,97 @@ impl RolloutService for RolloutApi {
             .filter(|t| *t <= MAX_WAIT)
             .ok_or_else(|| status::invalid_argument("timeout", "is required, between 0s and 1h"))?;
         let deadline = tokio::time::Instant::now() + timeout;
-        let standing =
-            self.barrier.wait(&key.namespace, &key.name, r.version, deadline).await.map_err(status::watch_error)?;
+        let standing = self
+            .rollout
+            .barrier()
+            .wait(&key.namespace, &key.name, r.version, deadline)
+            .await
+            .map_err(status::watch_error)?;
         Ok(Response::new(pb::WaitAppliedResponse {
             all_applied: standing.all_applied,
             members: members(&standing),
             lagging: standing.lagging,
         }))
+    }
+}
+
+/// Streams `key`'s versions to one subscriber: the latest from the cluster first, then each newer one
+/// that arrives from the leader; ACKs arrivals the app already applied; as the channel's new leader,
+/// sends the latest version again. Ends with UNAVAILABLE when the daemon stops.
+async fn stream_versions(
+    rollout: Rollout,
+    key: Key,
+    mut states: tokio::sync::watch::Receiver<crate::leadership::Status>,
+    tx: mpsc::Sender<Result<pb::SubscribeVersionsResponse, Status>>,
+    shutdown: CancellationToken,
+) {
+    let mut arrivals = rollout.inbox().arrivals();
+    let mut last = 0;
+    match rollout.versions().latest(&key.name).await {
+        Ok(Some(v)) => {
+            last = v.version;
+            let published_at = v
+                .published_at
+                .parse::<k8s_openapi::jiff::Timestamp>()
+                .ok()
+                .map(|t| prost_types::Timestamp { seconds: t.as_second(), nanos: t.subsec_nanosecond() });
+            let first = pb::SubscribeVersionsResponse {
+                channel: key.name.clone(),
+                version: v.version,
+                payload: v.payload,
+                content_type: v.content_type,
+                published_at,
+            };
+            if tx.send(Ok(first)).await.is_err() {
+                return;
+            }
+        }
+        Ok(None) => {}
+        Err(e) => {
+            let _ = tx.send(Err(status::versions_error(e))).await;
+            return;
+        }
+    }
+    let mut leading = false;
+    loop {
+        let applied = rollout.leadership().applied(&key);
+        for m in rollout.inbox().rollout_messages(&key.name) {
+            let Ok(version) = m.event_id.parse::<u64>() else { continue };
+            if version > last {
+                last = version;
+                let next = pb::SubscribeVersionsResponse {
+                    channel: key.name.clone(),
+                    version,
+                    payload: m.payload.to_vec(),
+                    content_type: m.content_type.clone(),
+                    published_at: Some(m.received_at.into()),
+                };
+                if tx.send(Ok(next)).await.is_err() {
+                    return;
+                }
+            } else if version <= applied
+                && let Err(error) = rollout.inbox().ack(m.id).await
+            {
+                tracing::warn!(%error, channel = %key.name, version, "could not ACK an applied version");
+            }
+        }
+        tokio::select! {
+            _ = arrivals.changed() => {}
+            changed = states.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                let now_leading = states.borrow_and_update().role == Role::Leader;
+                if now_leading && !leading && let Err(error) = rollout.resend_latest(&key).await {
+                    tracing::warn!(error = %crate::cli::error_chain(&error), channel = %key.name, "could not resend the latest version as new leader");
+                }
+                leading = now_leading;
+            }
+            () = tx.closed() => return,
+            () = shutdown.cancelled() => {
+                let _ = tx.send(Err(status::shutting_down("RolloutService.SubscribeVersions"))).await;
+                return;
+            }
+        }
     }
 }

@@ -8,14 +8,9 @@ use crate::{
     leadership::LeadershipError,
     objects::ObjectsError,
     outbox::OutboxError,
-    rollout::versions::VersionsError,
+    rollout::{RolloutError, versions::VersionsError},
     watch::{WatchError, resolve::ResolveError},
 };
-
-/// An RPC whose behaviour this daemon version does not provide yet.
-pub(crate) fn unimplemented(rpc: &'static str) -> Status {
-    Status::new(Code::Unimplemented, format!("{rpc} is not implemented in consistd {} yet", env!("CARGO_PKG_VERSION")))
-}
 
 /// A request field is wrong: `field: why`.
 pub(crate) fn invalid_argument(field: &str, why: impl std::fmt::Display) -> Status {
@@ -77,6 +72,21 @@ pub(crate) fn versions_error(error: VersionsError) -> Status {
     }
 }
 
+/// A failed rollout request.
+pub(crate) fn rollout_error(error: RolloutError) -> Status {
+    let message = crate::cli::error_chain(&error);
+    match error {
+        RolloutError::NoLeader { .. } => Status::new(Code::Unavailable, message),
+        RolloutError::NotLeader { .. } => Status::new(Code::FailedPrecondition, message),
+        RolloutError::Forwarded { code, .. } => Status::new(code, message),
+        RolloutError::Versions(e) => versions_error(e),
+        RolloutError::Outbox(e) => outbox_error(e),
+        RolloutError::Watch(e) => watch_error(e),
+        RolloutError::Leadership(e) => leadership_error(e),
+        RolloutError::Inbox(e) => inbox_error(e),
+    }
+}
+
 /// A refused Ack or Nack.
 pub(crate) fn inbox_error(error: InboxError) -> Status {
     let code = match &error {
@@ -129,13 +139,6 @@ pub(crate) fn kube_error(op: &str, error: &kube::Error) -> Status {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn unimplemented_names_the_rpc() {
-        let status = unimplemented("WatchService.Subscribe");
-        assert_eq!(status.code(), Code::Unimplemented);
-        assert!(status.message().starts_with("WatchService.Subscribe is not implemented"));
-    }
 
     fn api_error(code: u16, reason: &str) -> kube::Error {
         kube::Error::Api(Box::new(kube::core::Status {

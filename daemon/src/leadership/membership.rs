@@ -207,6 +207,17 @@ impl Membership {
         Some(h.recorded.clone())
     }
 
+    /// Whether this daemon announces itself (has a peer address).
+    pub(super) fn announces(&self) -> bool {
+        self.announce.is_some()
+    }
+
+    /// The applied version announced for `key` (0 when none, or not a member).
+    pub(super) fn applied(&self, key: &Key) -> u64 {
+        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        held.get(key).map_or(0, |h| *h.applied.borrow())
+    }
+
     /// Leaves every group (deleting the member Leases), waiting at most `grace`.
     pub(super) async fn shutdown(&self, grace: Duration) {
         let tasks: Vec<JoinHandle<()>> = {

@@ -25,6 +25,8 @@ use crate::{
 pub struct Member {
     /// Its identity.
     pub identity: String,
+    /// Where peers reach it.
+    pub peer: String,
     /// The newest version its app applied (0: none).
     pub applied: u64,
     /// Whether it still counts (renewed within its TTL).
@@ -50,6 +52,7 @@ impl Standing {
             .values()
             .map(|r| Member {
                 identity: r.identity.clone(),
+                peer: r.peer.clone(),
                 applied: r.applied,
                 live: r.renewed_recently(),
                 last_seen: r.renewed_at().map(SystemTime::from),
