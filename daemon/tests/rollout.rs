@@ -302,3 +302,70 @@ async fn a_version_published_on_a_follower_reaches_every_member_and_late_members
     assert_eq!(caught_up.version, 4);
     report(&restarted, 4).await;
 }
+
+#[tokio::test]
+async fn leader_failover_in_the_middle_of_a_rollout_loses_no_version_and_reuses_none() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let mut replicas = Vec::new();
+    for name in ["f0", "f1", "f2"] {
+        replicas.push(subscriber(&ns, name, None).await);
+    }
+    let leader_of = |daemon: &Daemon| {
+        let client = daemon.client();
+        async move {
+            client
+                .leadership()
+                .get_leadership(GetLeadershipRequest { election: "config".to_owned(), ..Default::default() })
+                .await
+                .ok()
+                .and_then(|r| r.into_inner().status)
+                .map(|s| s.holder)
+                .unwrap_or_default()
+        }
+    };
+    let started = Instant::now();
+    while status(&replicas[0].0, 0).await.members.len() < 3 || leader_of(&replicas[0].0).await.is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(20), "no leader with 3 members");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let leader = leader_of(&replicas[0].0).await;
+    let l = ["f0", "f1", "f2"].iter().position(|n| *n == leader).expect("the leader is one of the replicas");
+    let f = (l + 1) % 3;
+
+    // v1 is published; the leader dies before every app has applied it.
+    assert_eq!(publish(&replicas[f].0, "v1").await, 1);
+    for (_, stream) in &mut replicas {
+        assert_eq!(next_version(stream).await.version, 1);
+    }
+    report(&replicas[f].0, 1).await;
+    replicas[l].0.signal(Signal::SIGKILL);
+    replicas[l].0.wait_exit(Duration::from_secs(10)).await;
+
+    // A new leader takes over after the Lease expires (15 s); Publish answers once it has.
+    let failed_over = Instant::now();
+    let v2 = loop {
+        let request =
+            PublishRequest { channel: "config".to_owned(), payload: b"v2".to_vec(), content_type: String::new() };
+        match replicas[f].0.client().rollout().publish(request).await {
+            Ok(r) => break r.into_inner().version,
+            Err(e) => {
+                assert!(failed_over.elapsed() < Duration::from_secs(40), "no new leader: {e:?}");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    };
+    assert_eq!(v2, 2, "the new leader continues from the last version and reuses none");
+    for (i, (daemon, stream)) in replicas.iter_mut().enumerate() {
+        if i == l {
+            continue;
+        }
+        let mut v = next_version(stream).await.version;
+        while v < 2 {
+            v = next_version(stream).await.version;
+        }
+        report(daemon, 2).await;
+    }
+    let w = wait(&replicas[f].0, 2, Duration::from_secs(20)).await;
+    assert!(w.all_applied, "the surviving members applied v2 and the dead one was dropped: {w:?}");
+}
