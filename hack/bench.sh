@@ -4,7 +4,7 @@
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
-cargo bench -p consistd --bench watch --bench leadership --bench outbox
+cargo bench -p consistd --bench watch --bench leadership --bench outbox --bench rollout
 echo
 echo "client-go, same control plane, for comparison:"
 (cd hack/bench/client-go-election && GOTOOLCHAIN=local go build -o "$repo/target/bench/client-go-election" .)
