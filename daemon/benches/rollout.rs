@@ -17,9 +17,8 @@ const ROUNDS: usize = 20;
 
 async fn replica(ns: &str, channel: &str, i: usize) -> (Daemon, tokio::task::JoinHandle<()>) {
     let addr = format!("127.0.0.1:{}", free_port());
-    let config = format!(
-        "identity: r{i}\nnamespace: {ns}\npeer:\n  listen: {addr}\n  advertise: {addr}\n  insecure: true\n"
-    );
+    let config =
+        format!("identity: r{i}\nnamespace: {ns}\npeer:\n  listen: {addr}\n  advertise: {addr}\n  insecure: true\n");
     let daemon = Daemon::builder(BIN).config(config).env("CONSISTD_LOG_LEVEL", "warn").start().await;
     let client = daemon.client();
     let channel = channel.to_owned();
