@@ -414,19 +414,24 @@ impl Outbox {
         self.inner.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Refuses a payload larger than `outbox.maxPayloadBytes`.
+    pub fn check_payload(&self, bytes: usize) -> Result<(), OutboxError> {
+        let max = self.inner.config.max_payload_bytes;
+        if bytes > max {
+            return Err(OutboxError::Exhausted(format!(
+                "payload: {bytes} bytes is more than outbox.maxPayloadBytes ({max})"
+            )));
+        }
+        Ok(())
+    }
+
     /// Stores a message durably and returns its sequence number; delivery starts right after.
     pub async fn send(&self, out: Outgoing) -> Result<u64, OutboxError> {
         let inner = &self.inner;
         if inner.transport.is_none() {
             return Err(OutboxError::NotConfigured);
         }
-        if out.payload.len() > inner.config.max_payload_bytes {
-            return Err(OutboxError::Exhausted(format!(
-                "payload: {} bytes is more than outbox.maxPayloadBytes ({})",
-                out.payload.len(),
-                inner.config.max_payload_bytes
-            )));
-        }
+        self.check_payload(out.payload.len())?;
         if out.target.is_group() && !inner.members.available() {
             return Err(OutboxError::Unsupported(format!(
                 "{} needs a Kubernetes connection to find its members",

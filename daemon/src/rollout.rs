@@ -177,6 +177,8 @@ impl Rollout {
         if status.role != Role::Leader {
             return Err(RolloutError::NotLeader { channel: key.name.clone(), holder: status.holder });
         }
+        // Checked before a version is taken, so a refused payload uses up no version.
+        self.outbox.check_payload(payload.len())?;
         let version = self.versions.publish(&key.name, payload.to_vec(), content_type).await?;
         self.deliver(key, &version, payload).await?;
         tracing::info!(channel = %key.name, version = version.version, "published");

@@ -149,7 +149,8 @@ async fn a_message_reaches_the_peers_app_and_its_ack_comes_back() {
     let f = &acked;
     assert_eq!((f["resource_id"].as_str(), f["event_id"].as_str()), (Some("uid-1"), Some("rv-7")), "{acked}");
     assert_eq!(f["destination"].as_str(), Some(format!("peer {b_addr}").as_str()), "{acked}");
-    assert_eq!(f["attempt"].as_u64(), Some(1), "{acked}");
+    // The delivery attempt that was ACKed (a resend if the peer answered after the first backoff).
+    assert!(f["attempt"].as_u64().is_some_and(|a| a >= 1), "{acked}");
 }
 
 #[tokio::test]

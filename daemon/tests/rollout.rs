@@ -280,6 +280,13 @@ async fn a_version_published_on_a_follower_reaches_every_member_and_late_members
     }
     assert!(wait(&replicas[f1].0, 3, Duration::from_secs(20)).await.all_applied);
 
+    // A payload over the outbox's limit is refused before a version is taken (v4 below is the next).
+    let big =
+        PublishRequest { channel: "config".into(), payload: vec![0; 1024 * 1024 + 1], content_type: String::new() };
+    let e = replicas[f1].0.client().rollout().publish(big).await.expect_err("too large");
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("maxPayloadBytes"), "{e:?}");
+
     // A member that joins late starts from the latest version, not every one before it.
     let (late, mut late_stream) = subscriber(&ns, "r3", None).await;
     let first = next_version(&mut late_stream).await;
