@@ -371,6 +371,11 @@ impl Leadership {
         self.membership.announces()
     }
 
+    /// Whether this daemon is in `key`'s election group now.
+    pub fn is_member(&self, key: &Key) -> bool {
+        self.membership.holds(key)
+    }
+
     /// The newest version of `key`'s channel this daemon's app reported applied (0: none, or not a member).
     pub fn applied(&self, key: &Key) -> u64 {
         self.membership.applied(key)

@@ -70,6 +70,12 @@ async fn the_barrier_opens_when_every_live_member_applied_and_names_the_laggards
     assert_eq!((s.version, s.latest_version, s.all_applied), (1, 0, false));
     let names = |v: &[(&str, u64, bool)]| v.iter().map(|(n, a, l)| ((*n).to_owned(), *a, *l)).collect::<Vec<_>>();
     assert_eq!(table(&s), names(&[("a", 0, true), ("b", 0, true), ("c", 0, true)]));
+    // Only published versions can be reported.
+    let never = ReportAppliedRequest { channel: "config".to_owned(), version: 1 };
+    let e = a.client().rollout().report_applied(never).await.expect_err("never published");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(e.message().contains("never published"), "{e:?}");
+    assert_eq!(publish(&a, "v1").await, 1);
 
     // The barrier, waited for on one replica, opens only when the last member reports.
     let c_client = c.client();
@@ -98,7 +104,9 @@ async fn the_barrier_opens_when_every_live_member_applied_and_names_the_laggards
     // A lower report changes nothing.
     report(&a, 1).await;
 
-    // c is killed: while its membership lasts it is named as lagging; after its TTL it is dropped.
+    // v2 is published; c is killed before applying it: while its membership lasts it is named as
+    // lagging; after its TTL it is dropped.
+    assert_eq!(publish(&b, "v2").await, 2);
     c.signal(Signal::SIGKILL);
     c.wait_exit(Duration::from_secs(10)).await;
     let killed = Instant::now();

@@ -107,6 +107,20 @@ impl RolloutService for RolloutApi {
         if r.version == 0 {
             return Err(status::invalid_argument("version", "must be at least 1"));
         }
+        if !self.rollout.leadership().is_member(&key) {
+            let not_member =
+                crate::leadership::LeadershipError::NotMember { election: format!("{}/{}", key.namespace, key.name) };
+            return Err(status::leadership_error(not_member));
+        }
+        // A version that was never published must not count towards any barrier.
+        let latest =
+            self.rollout.versions().latest(&r.channel).await.map_err(status::versions_error)?.map_or(0, |v| v.version);
+        if r.version > latest {
+            return Err(Status::failed_precondition(format!(
+                "version: {} of channel {} was never published (the latest is {latest})",
+                r.version, r.channel
+            )));
+        }
         self.rollout
             .leadership()
             .report_applied(&key, r.version, RECORD_WAIT)

@@ -207,6 +207,11 @@ impl Membership {
         Some(h.recorded.clone())
     }
 
+    /// Whether this daemon is a member of `key`'s group.
+    pub(super) fn holds(&self, key: &Key) -> bool {
+        self.held.lock().unwrap_or_else(PoisonError::into_inner).contains_key(key)
+    }
+
     /// Whether this daemon announces itself (has a peer address).
     pub(super) fn announces(&self) -> bool {
         self.announce.is_some()
