@@ -207,6 +207,27 @@ async fn publish(daemon: &Daemon, payload: &str) -> u64 {
     daemon.client().rollout().publish(request).await.expect("Publish").into_inner().version
 }
 
+/// Waits until channel "config" has `members` members and a leader, as `daemon` sees it; returns the leader.
+async fn channel_formed(daemon: &Daemon, members: usize) -> String {
+    let started = Instant::now();
+    loop {
+        let holder = daemon
+            .client()
+            .leadership()
+            .get_leadership(GetLeadershipRequest { election: "config".to_owned(), ..Default::default() })
+            .await
+            .ok()
+            .and_then(|r| r.into_inner().status)
+            .map(|s| s.holder)
+            .unwrap_or_default();
+        if status(daemon, 0).await.members.len() == members && !holder.is_empty() {
+            return holder;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "channel config never got {members} members and a leader");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test]
 async fn a_version_published_on_a_follower_reaches_every_member_and_late_members_start_from_the_latest() {
     let kube = consistd_testkit::kube_client().await;
@@ -216,37 +237,7 @@ async fn a_version_published_on_a_follower_reaches_every_member_and_late_members
     for (i, name) in ["r0", "r1", "r2"].iter().enumerate() {
         replicas.push(subscriber(&ns, name, Some(dirs[i].path())).await);
     }
-    let joined = Instant::now();
-    loop {
-        let s = status(&replicas[0].0, 0).await;
-        let holder = replicas[0]
-            .0
-            .client()
-            .leadership()
-            .get_leadership(GetLeadershipRequest { election: "config".to_owned(), ..Default::default() })
-            .await
-            .expect("GetLeadership")
-            .into_inner()
-            .status
-            .map(|s| s.holder)
-            .unwrap_or_default();
-        if s.members.len() == 3 && !holder.is_empty() {
-            break;
-        }
-        assert!(joined.elapsed() < Duration::from_secs(20), "the channel never got 3 members and a leader");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let holder = replicas[0]
-        .0
-        .client()
-        .leadership()
-        .get_leadership(GetLeadershipRequest { election: "config".to_owned(), ..Default::default() })
-        .await
-        .expect("GetLeadership")
-        .into_inner()
-        .status
-        .expect("status")
-        .holder;
+    let holder = channel_formed(&replicas[0].0, 3).await;
     let followers: Vec<usize> = (0..3).filter(|i| format!("r{i}") != holder).collect();
     let (f1, f2) = (followers[0], followers[1]);
 
@@ -326,25 +317,7 @@ async fn leader_failover_in_the_middle_of_a_rollout_loses_no_version_and_reuses_
     for name in ["f0", "f1", "f2"] {
         replicas.push(subscriber(&ns, name, None).await);
     }
-    let leader_of = |daemon: &Daemon| {
-        let client = daemon.client();
-        async move {
-            client
-                .leadership()
-                .get_leadership(GetLeadershipRequest { election: "config".to_owned(), ..Default::default() })
-                .await
-                .ok()
-                .and_then(|r| r.into_inner().status)
-                .map(|s| s.holder)
-                .unwrap_or_default()
-        }
-    };
-    let started = Instant::now();
-    while status(&replicas[0].0, 0).await.members.len() < 3 || leader_of(&replicas[0].0).await.is_empty() {
-        assert!(started.elapsed() < Duration::from_secs(20), "no leader with 3 members");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let leader = leader_of(&replicas[0].0).await;
+    let leader = channel_formed(&replicas[0].0, 3).await;
     let l = ["f0", "f1", "f2"].iter().position(|n| *n == leader).expect("the leader is one of the replicas");
     let f = (l + 1) % 3;
 
