@@ -174,6 +174,12 @@ fn consistent_response(delivery: Delivery, incarnation: u64) -> pb::SubscribeRes
             cursor: cursor(Some(seq)),
             consistency: pb::Consistency::Unspecified.into(),
         },
+        Delivery::ResyncRequired => pb::SubscribeResponse {
+            r#type: pb::EventType::ResyncRequired.into(),
+            object: None,
+            cursor: String::new(),
+            consistency: pb::Consistency::Unspecified.into(),
+        },
         Delivery::Object { kind, obj, seq, consistency } => pb::SubscribeResponse {
             r#type: match kind {
                 Kind::Added => pb::EventType::Added,

@@ -59,6 +59,9 @@ pub enum Delivery {
     },
     /// The initial state is complete.
     Synced(u64),
+    /// The subscriber's resume cursor could not be resumed from: a fresh snapshot and SYNCED follow,
+    /// and the subscriber must reconcile its own state against them.
+    ResyncRequired,
 }
 
 /// Classifies the state `obj` of resource `plural` at position `pos` of watch `incarnation` against
@@ -119,6 +122,8 @@ struct Filter {
     resync: Option<Vec<Arc<Obj>>>,
     /// Position of the last item processed.
     last_seq: u64,
+    /// Whether any item was processed: a resync before that answers the subscriber's resume cursor.
+    started: bool,
 }
 
 impl ConsistentSubscription {
@@ -163,6 +168,7 @@ impl Filter {
             out: Default::default(),
             resync: None,
             last_seq: 0,
+            started: false,
         }
     }
 
@@ -171,7 +177,12 @@ impl Filter {
     }
 
     fn process(&mut self, item: Item) {
+        let first = !std::mem::replace(&mut self.started, true);
         match item {
+            // A cursor this watch cannot resume from: this filter never saw what the subscriber holds, so
+            // the subscriber is told and gets a plain snapshot (then SYNCED) to reconcile against.
+            Item::ResyncRequired if first => self.out.push_back(Delivery::ResyncRequired),
+            // Fell behind mid-stream: this filter knows what it delivered, so it sends the difference.
             Item::ResyncRequired => self.resync = Some(Vec::new()),
             Item::Snapshot(obj, at) => match &mut self.resync {
                 Some(objects) => objects.push(obj),
@@ -321,6 +332,7 @@ mod tests {
             .drain(..)
             .map(|d| match d {
                 Delivery::Synced(_) => "SYNCED".to_owned(),
+                Delivery::ResyncRequired => "RESYNC_REQUIRED".to_owned(),
                 Delivery::Object { kind, obj, consistency, .. } => {
                     format!("{kind:?} {} {} {consistency:?}", obj.uid, obj.resource_version)
                 }
@@ -425,5 +437,14 @@ mod tests {
         let mut got = drain(&mut f);
         got.sort();
         assert_eq!(got, ["Added d 1 Consistent", "Deleted c 1 Consistent", "Modified b 7 Consistent"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cursor_that_cannot_be_resumed_is_answered_with_resync_required_then_a_snapshot() {
+        let mut f = Filter::new(INC, "configmaps".into(), Expectations::default());
+        f.process(Item::ResyncRequired);
+        f.process(Item::Snapshot(obj("a", "1"), 9));
+        f.process(Item::Synced(9));
+        assert_eq!(drain(&mut f), ["RESYNC_REQUIRED", "Added a 1 Consistent", "SYNCED"]);
     }
 }
