@@ -7,6 +7,7 @@
 mod daemon;
 pub mod proxy;
 pub mod tls;
+pub mod unix_proxy;
 pub mod watch;
 
 use std::path::PathBuf;
@@ -33,6 +34,15 @@ pub fn kubeconfig() -> PathBuf {
          (make test does this), or point CONSISTD_TEST_KUBECONFIG at a kubeconfig.",
         path.display()
     );
+    path
+}
+
+/// The consistd binary for tests outside the daemon's package: `CONSISTD_BIN`, else the workspace's
+/// debug build (which `cargo test --workspace` builds).
+pub fn consistd_bin() -> PathBuf {
+    let path = std::env::var_os("CONSISTD_BIN")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/consistd"), PathBuf::from);
+    assert!(path.exists(), "no consistd binary at {}: run `cargo build -p consistd` first", path.display());
     path
 }
 

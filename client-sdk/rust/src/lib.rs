@@ -1,16 +1,33 @@
 //! Rust client for the consistd sidecar: connect to its Unix socket (the default path, or
-//! `CONSISTD_SOCKET`), wait until it is ready, and call its services.
+//! `CONSISTD_SOCKET`), wait until it is ready, then watch, lead, send and receive.
 //!
 //! ```no_run
+//! use consistd_client::{Client, Watch, proto::CampaignRequest};
+//! use futures::StreamExt as _;
 //! # async fn demo() -> Result<(), consistd_client::Error> {
-//! let client = consistd_client::Client::from_env();
+//! let client = Client::from_env();
 //! client.wait_ready(std::time::Duration::from_secs(30)).await?;
-//! let mut objects = client.objects();
+//! let mut events = std::pin::pin!(client.subscribe(Watch::new("configmaps").namespace("default")));
+//! while let Some(event) = events.next().await {
+//!     let event = event?; // ADDED/MODIFIED/DELETED, SYNCED or RESYNC_REQUIRED; reconnects on its own
+//!     println!("{:?} {:?}", event.kind, event.object.map(|o| o.name));
+//! }
+//! let mut leadership = std::pin::pin!(client.campaign(CampaignRequest { election: "web".into(), ..Default::default() }));
+//! while let Some(state) = leadership.next().await {
+//!     if state?.is_leader() { /* act, with state.term as the write guard */ }
+//! }
 //! # Ok(()) }
 //! ```
 
+mod inbox;
+mod leadership;
+mod outbox;
+mod retry;
+mod watch;
+
 use std::{
     path::{Path, PathBuf},
+    sync::Arc,
     time::Duration,
 };
 
@@ -21,11 +38,15 @@ use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus,
 
 /// The generated protocol: messages and service clients.
 pub use consistd_proto::v1 as proto;
+pub use inbox::{DEFAULT_RETRY_AFTER, Delivery};
+pub use leadership::Leadership;
+pub use outbox::{Outcome, Sent, to_election, to_peer};
 use proto::{
     inbox_service_client::InboxServiceClient, leadership_service_client::LeadershipServiceClient,
     objects_service_client::ObjectsServiceClient, outbox_service_client::OutboxServiceClient,
     rollout_service_client::RolloutServiceClient, watch_service_client::WatchServiceClient,
 };
+pub use watch::{Event, Watch};
 
 /// Where the sidecar listens unless `CONSISTD_SOCKET` says otherwise.
 pub const DEFAULT_SOCKET: &str = "/var/run/consistd/consistd.sock";
@@ -54,18 +75,19 @@ pub enum Error {
     Status(#[from] tonic::Status),
 }
 
-/// A connection to one consistd sidecar. Cheap to clone; connects lazily and reconnects on demand.
+/// A connection to one consistd sidecar. Cheap to clone (clones share the connection and the stream
+/// of send outcomes); connects lazily and reconnects on demand.
 #[derive(Debug, Clone)]
 pub struct Client {
     path: PathBuf,
     channel: Channel,
+    acks: Arc<outbox::AckTracker>,
 }
 
 impl Client {
     /// A client for the socket named by `CONSISTD_SOCKET`, else [`DEFAULT_SOCKET`].
     pub fn from_env() -> Self {
-        let path = std::env::var_os("CONSISTD_SOCKET").map_or_else(|| PathBuf::from(DEFAULT_SOCKET), PathBuf::from);
-        Self::new(path)
+        Self::new(socket_path(std::env::var_os("CONSISTD_SOCKET")))
     }
 
     /// A client for the socket at `path`. Nothing is connected until the first call.
@@ -79,7 +101,7 @@ impl Client {
                 async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
             },
         ));
-        Self { path, channel }
+        Self { path, channel, acks: Arc::default() }
     }
 
     /// The socket this client talks to.
@@ -143,5 +165,32 @@ impl Client {
     /// Versioned rollouts and the replica barrier.
     pub fn rollout(&self) -> RolloutServiceClient<Channel> {
         RolloutServiceClient::new(self.channel.clone())
+    }
+}
+
+/// The socket `CONSISTD_SOCKET` names (`from_env`), else [`DEFAULT_SOCKET`]; an empty value counts as unset.
+fn socket_path(from_env: Option<std::ffi::OsString>) -> PathBuf {
+    from_env.filter(|p| !p.is_empty()).map_or_else(|| PathBuf::from(DEFAULT_SOCKET), PathBuf::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_socket_comes_from_consistd_socket_else_the_default() {
+        assert_eq!(socket_path(Some("/run/app/c.sock".into())), PathBuf::from("/run/app/c.sock"));
+        assert_eq!(socket_path(Some("".into())), PathBuf::from(DEFAULT_SOCKET));
+        assert_eq!(socket_path(None), PathBuf::from(DEFAULT_SOCKET));
+    }
+
+    #[tokio::test]
+    async fn waiting_for_a_missing_socket_fails_after_the_timeout_naming_it() {
+        let client = Client::new("/nonexistent/consistd.sock");
+        let start = std::time::Instant::now();
+        let error = client.wait_ready(Duration::from_millis(300)).await.expect_err("no daemon there");
+        assert!(start.elapsed() >= Duration::from_millis(250), "gave up early: {:?}", start.elapsed());
+        let text = error.to_string();
+        assert!(text.contains("/nonexistent/consistd.sock") && text.contains("not ready within 300ms"), "{text}");
     }
 }

@@ -1,0 +1,104 @@
+//! Messages from peer pods: a handler that ACKs when it succeeds and NACKs when it fails, or a stream
+//! of deliveries to ACK by hand.
+
+use std::{fmt::Display, future::Future, time::Duration};
+
+use futures::{Stream, StreamExt as _};
+
+use crate::{
+    Client, Error,
+    proto::{AckRequest, InboxMessage, NackRequest, ReceiveRequest, inbox_service_client::InboxServiceClient},
+    retry::{Backoff, is_retryable},
+};
+
+/// How long a NACKed message waits before it is delivered again, unless the caller says otherwise.
+pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// One message handed to this app; the sidecar redelivers it until it is ACKed.
+#[derive(Debug)]
+pub struct Delivery {
+    /// The message.
+    pub message: InboxMessage,
+    inbox: InboxServiceClient<tonic::transport::Channel>,
+}
+
+impl Delivery {
+    /// Confirms the message was processed; answers once the ACK is stored (it then travels back to the
+    /// sender).
+    pub async fn ack(mut self) -> Result<(), Error> {
+        self.inbox.ack(AckRequest { message_id: self.message.message_id }).await?;
+        Ok(())
+    }
+
+    /// Asks for the message again after `retry_after`, logging `reason` at the sidecar.
+    pub async fn nack(mut self, reason: impl Into<String>, retry_after: Duration) -> Result<(), Error> {
+        let retry_after = prost_types::Duration::try_from(retry_after).ok();
+        let request = NackRequest { message_id: self.message.message_id, retry_after, reason: reason.into() };
+        self.inbox.nack(request).await?;
+        Ok(())
+    }
+}
+
+impl Client {
+    /// Streams the messages peers sent to this pod, oldest first, one at a time: the next arrives once
+    /// this one is ACKed or NACKed. Reconnects when the sidecar restarts (a message not yet ACKed then
+    /// comes again); any other error ends the stream.
+    pub fn receive(&self) -> impl Stream<Item = Result<Delivery, Error>> + Send + 'static {
+        let mut inbox = self.inbox();
+        async_stream::stream! {
+            let mut backoff = Backoff::new();
+            loop {
+                let failure = match inbox.receive(ReceiveRequest {}).await {
+                    Err(status) => status,
+                    Ok(response) => {
+                        let mut messages = response.into_inner();
+                        loop {
+                            match messages.next().await {
+                                Some(Ok(r)) => {
+                                    backoff.reset();
+                                    if let Some(message) = r.message {
+                                        yield Ok(Delivery { message, inbox: inbox.clone() });
+                                    }
+                                }
+                                Some(Err(status)) => break status,
+                                None => break tonic::Status::unavailable("the sidecar ended the inbox stream"),
+                            }
+                        }
+                    }
+                };
+                if !is_retryable(&failure) {
+                    yield Err(Error::Status(failure));
+                    return;
+                }
+                backoff.wait().await;
+            }
+        }
+    }
+
+    /// Calls `handler` with each message from peers: when it returns `Ok` the message is ACKed, when it
+    /// returns `Err` it is NACKed with the error as reason and comes again after `retry_after`. Runs
+    /// until a call to the sidecar fails with an error that reconnecting cannot mend.
+    pub async fn serve_inbox<F, Fut, E>(&self, retry_after: Duration, mut handler: F) -> Result<(), Error>
+    where
+        F: FnMut(InboxMessage) -> Fut,
+        Fut: Future<Output = Result<(), E>>,
+        E: Display,
+    {
+        let mut deliveries = std::pin::pin!(self.receive());
+        while let Some(delivery) = deliveries.next().await {
+            let delivery = delivery?;
+            let settled = match handler(delivery.message.clone()).await {
+                Ok(()) => delivery.ack().await,
+                Err(e) => delivery.nack(e.to_string(), retry_after).await,
+            };
+            // An ACK or NACK lost to a restarting sidecar is harmless: the message comes again.
+            if let Err(Error::Status(status)) = &settled
+                && is_retryable(status)
+            {
+                continue;
+            }
+            settled?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,74 @@
+//! When a stream to the sidecar may be opened again, and how long to wait before doing so.
+
+use std::time::Duration;
+
+/// First pause before reconnecting.
+const INITIAL: Duration = Duration::from_millis(100);
+/// Longest pause between reconnects.
+const CAP: Duration = Duration::from_secs(5);
+
+/// Whether a failed call is worth repeating: the sidecar restarted, shut down or was not reachable, or
+/// the connection broke mid-stream (a status made here from the transport's error, which has that error
+/// as its source; the daemon's own answers have none). Every other status is the daemon's answer to
+/// this request and is handed to the caller.
+pub(crate) fn is_retryable(status: &tonic::Status) -> bool {
+    match status.code() {
+        tonic::Code::Unavailable => true,
+        tonic::Code::Unknown | tonic::Code::Internal => std::error::Error::source(status).is_some(),
+        _ => false,
+    }
+}
+
+/// Doubling pauses from 100 ms up to 5 s, back to the start after a success.
+#[derive(Debug)]
+pub(crate) struct Backoff {
+    next: Duration,
+}
+
+impl Backoff {
+    pub(crate) fn new() -> Self {
+        Self { next: INITIAL }
+    }
+
+    /// Waits the current pause and doubles the next one.
+    pub(crate) async fn wait(&mut self) {
+        tokio::time::sleep(self.next).await;
+        self.next = (self.next * 2).min(CAP);
+    }
+
+    /// Starts again from the shortest pause (after the stream delivered something).
+    pub(crate) fn reset(&mut self) {
+        self.next = INITIAL;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_unavailable_is_retried() {
+        assert!(is_retryable(&tonic::Status::unavailable("restarting")));
+        assert!(!is_retryable(&tonic::Status::invalid_argument("resource: empty")));
+        assert!(!is_retryable(&tonic::Status::cancelled("by caller")));
+        assert!(!is_retryable(&tonic::Status::unknown("the daemon's own answer")));
+        let broken = std::io::Error::new(std::io::ErrorKind::BrokenPipe, "stream closed");
+        assert!(is_retryable(&tonic::Status::from_error(Box::new(broken))), "a connection broken mid-stream");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pauses_double_up_to_the_cap_and_reset() {
+        let mut backoff = Backoff::new();
+        let mut seen = Vec::new();
+        for _ in 0..8 {
+            let start = tokio::time::Instant::now();
+            backoff.wait().await;
+            seen.push(start.elapsed().as_millis());
+        }
+        assert_eq!(seen, [100, 200, 400, 800, 1600, 3200, 5000, 5000]);
+        backoff.reset();
+        let start = tokio::time::Instant::now();
+        backoff.wait().await;
+        assert_eq!(start.elapsed().as_millis(), 100);
+    }
+}

@@ -1,0 +1,302 @@
+//! The Rust SDK against real daemons and the real control plane: reconnecting watches, leadership
+//! streams, sends with awaitable ACKs and the inbox handler.
+
+use std::{pin::pin, time::Duration};
+
+use consistd_client::{
+    Client, Error, Event, Leadership, Watch,
+    proto::{
+        CampaignRequest, Consistency, CreateRequest, DeliveryMode, EventType, LeadershipState, PatchRequest, PatchType,
+        SendRequest,
+    },
+    to_peer,
+};
+use consistd_testkit::{Daemon, consistd_bin, free_port, kube_client, namespace, unix_proxy::UnixProxy};
+use futures::{Stream, StreamExt as _};
+use nix::sys::signal::Signal;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// The next item of a stream, failing the test after [`WAIT`].
+async fn next<T>(stream: &mut (impl Stream<Item = Result<T, Error>> + Unpin)) -> T {
+    match tokio::time::timeout(WAIT, stream.next()).await {
+        Ok(Some(Ok(item))) => item,
+        Ok(Some(Err(e))) => panic!("stream failed: {e}"),
+        Ok(None) => panic!("stream ended"),
+        Err(_) => panic!("nothing within {WAIT:?}"),
+    }
+}
+
+/// `TYPE name` of an event.
+fn describe(e: &Event) -> String {
+    let kind = e.kind.as_str_name().trim_start_matches("EVENT_TYPE_");
+    e.object.as_ref().map_or_else(|| kind.to_owned(), |o| format!("{kind} {}", o.name))
+}
+
+async fn create_configmap(client: &Client, ns: &str, name: &str) {
+    let object = serde_json::json!({ "metadata": { "name": name }, "data": { "v": "0" } });
+    let request = CreateRequest {
+        resource: "configmaps".into(),
+        namespace: ns.into(),
+        object: object.to_string().into_bytes(),
+        ..Default::default()
+    };
+    client.objects().create(request).await.unwrap_or_else(|e| panic!("create {ns}/{name}: {e}"));
+}
+
+/// Merge-patches `data.v` of a ConfigMap through the daemon; returns the new resourceVersion.
+async fn set_value(client: &Client, ns: &str, name: &str, value: &str) -> String {
+    let request = PatchRequest {
+        resource: "configmaps".into(),
+        namespace: ns.into(),
+        name: name.into(),
+        patch_type: PatchType::Merge.into(),
+        patch: serde_json::json!({ "data": { "v": value } }).to_string().into_bytes(),
+        ..Default::default()
+    };
+    let response = client.objects().patch(request).await.unwrap_or_else(|e| panic!("patch {ns}/{name}: {e}"));
+    response.into_inner().object.map(|o| o.resource_version).unwrap_or_default()
+}
+
+async fn daemon(identity: &str) -> Daemon {
+    Daemon::builder(consistd_bin()).config(format!("identity: {identity}")).start().await
+}
+
+#[tokio::test]
+async fn a_consistent_watch_delivers_the_snapshot_then_this_pods_own_write() {
+    let d = daemon("sdk-rust-watch").await;
+    let ns = namespace(&kube_client().await).await;
+    let client = d.client();
+    create_configmap(&client, &ns, "cfg").await;
+
+    let mut events = pin!(client.subscribe(Watch::new("configmaps").namespace(&ns)));
+    assert_eq!(describe(&next(&mut events).await), "ADDED cfg");
+    assert_eq!(describe(&next(&mut events).await), "SYNCED");
+
+    let rv = set_value(&client, &ns, "cfg", "1").await;
+    let own = next(&mut events).await;
+    assert_eq!(describe(&own), "MODIFIED cfg");
+    assert_eq!(own.consistency, Consistency::OwnWrite);
+    assert_eq!(own.object.as_ref().map(|o| o.resource_version.clone()), Some(rv));
+    let json = own.json().expect("an object").expect("valid JSON");
+    assert_eq!(json["data"]["v"], "1");
+}
+
+#[tokio::test]
+async fn a_watch_resumes_after_a_lost_connection_without_a_resync_or_a_repeat() {
+    let d = daemon("sdk-rust-resume").await;
+    let ns = namespace(&kube_client().await).await;
+    let direct = d.client();
+    create_configmap(&direct, &ns, "cfg").await;
+    let proxy = UnixProxy::start(d.socket());
+    let through_proxy = Client::new(proxy.path());
+
+    let watch = Watch::new("configmaps").namespace(&ns).mode(DeliveryMode::Raw);
+    let mut events = pin!(through_proxy.subscribe(watch));
+    assert_eq!(describe(&next(&mut events).await), "ADDED cfg");
+    assert_eq!(describe(&next(&mut events).await), "SYNCED");
+    set_value(&direct, &ns, "cfg", "1").await;
+    assert_eq!(describe(&next(&mut events).await), "MODIFIED cfg");
+
+    proxy.cut();
+    // Changes made while the app is cut off arrive after the reconnect, each once, in order.
+    let mut written = Vec::new();
+    for v in 2..=4 {
+        written.push(set_value(&direct, &ns, "cfg", &v.to_string()).await);
+    }
+    let mut seen = Vec::new();
+    while seen.len() < written.len() {
+        let e = next(&mut events).await;
+        assert_eq!(e.kind, EventType::Modified, "after the cut: {}", describe(&e));
+        seen.push(e.object.map(|o| o.resource_version).unwrap_or_default());
+    }
+    assert_eq!(seen, written);
+}
+
+#[tokio::test]
+async fn a_watch_surfaces_resync_required_when_the_daemon_restarts() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let start = || Daemon::builder(consistd_bin()).dir(dir.path()).config("identity: sdk-rust-restart").start();
+    let mut d = start().await;
+    let ns = namespace(&kube_client().await).await;
+    create_configmap(&d.client(), &ns, "cfg").await;
+
+    let client = Client::new(d.socket());
+    let mut events = pin!(client.subscribe(Watch::new("configmaps").namespace(&ns)));
+    assert_eq!(describe(&next(&mut events).await), "ADDED cfg");
+    assert_eq!(describe(&next(&mut events).await), "SYNCED");
+
+    d.signal(Signal::SIGTERM);
+    d.wait_exit(WAIT).await;
+    let d = start().await;
+    create_configmap(&d.client(), &ns, "later").await;
+    // The new daemon cannot resume the old cursor: the app is told, then gets the current state.
+    assert_eq!(describe(&next(&mut events).await), "RESYNC_REQUIRED");
+    let mut snapshot = vec![describe(&next(&mut events).await), describe(&next(&mut events).await)];
+    snapshot.sort();
+    assert_eq!(snapshot, ["ADDED cfg", "ADDED later"]);
+    assert_eq!(describe(&next(&mut events).await), "SYNCED");
+}
+
+#[tokio::test]
+async fn errors_keep_their_grpc_code_and_message() {
+    let d = daemon("sdk-rust-errors").await;
+    let mut events = pin!(d.client().subscribe(Watch::new("")));
+    let failure = tokio::time::timeout(WAIT, events.next()).await.expect("an answer").expect("an item");
+    let Err(Error::Status(status)) = failure else { panic!("expected a status, got {failure:?}") };
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(status.message().starts_with("resource"), "{}", status.message());
+    assert!(events.next().await.is_none(), "the stream ends after a refusal");
+}
+
+fn campaign(election: &str) -> CampaignRequest {
+    CampaignRequest { election: election.into(), ..Default::default() }
+}
+
+/// The next state that is not `skip`.
+async fn next_state(
+    states: &mut (impl Stream<Item = Result<Leadership, Error>> + Unpin),
+    skip: LeadershipState,
+) -> Leadership {
+    loop {
+        let s = next(states).await;
+        if s.state != skip {
+            return s;
+        }
+    }
+}
+
+#[tokio::test]
+async fn leadership_streams_lead_follow_and_hand_over() {
+    let (a, b) = tokio::join!(daemon("sdk-rust-a"), daemon("sdk-rust-b"));
+    let election = format!("sdk-rust-{:08x}", rand_suffix());
+    let (ca, cb) = (a.client(), b.client());
+
+    let mut on_a = Box::pin(ca.campaign(campaign(&election)));
+    let lead = next_state(&mut on_a, LeadershipState::Unknown).await;
+    assert!(lead.is_leader(), "{lead:?}");
+    assert_eq!((lead.holder.as_str(), lead.identity.as_str()), ("sdk-rust-a", "sdk-rust-a"));
+
+    let mut on_b = pin!(cb.campaign(campaign(&election)));
+    let follow = next_state(&mut on_b, LeadershipState::Unknown).await;
+    assert_eq!((follow.state, follow.holder.as_str()), (LeadershipState::Follower, "sdk-rust-a"));
+
+    // Dropping the stream resigns: b takes over with a higher term.
+    drop(on_a);
+    let taken = next_state(&mut on_b, LeadershipState::Follower).await;
+    assert!(taken.is_leader(), "{taken:?}");
+    assert!(taken.term > lead.term, "{taken:?} after {lead:?}");
+}
+
+#[tokio::test]
+async fn leadership_reports_unknown_at_once_when_the_sidecar_connection_is_lost_then_campaigns_again() {
+    let d = daemon("sdk-rust-lost").await;
+    let proxy = UnixProxy::start(d.socket());
+    let client = Client::new(proxy.path());
+    let election = format!("sdk-rust-{:08x}", rand_suffix());
+    let mut states = pin!(client.campaign(campaign(&election)));
+    assert!(next_state(&mut states, LeadershipState::Unknown).await.is_leader());
+
+    proxy.cut();
+    let lost = next(&mut states).await;
+    assert_eq!(lost.state, LeadershipState::Unknown, "{lost:?}");
+    assert!(next_state(&mut states, LeadershipState::Unknown).await.is_leader(), "campaigns again");
+}
+
+/// Two daemons: `a` sends, `b` receives at its peer address.
+async fn sender_and_receiver() -> (Daemon, Daemon, String) {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let a = Daemon::builder(consistd_bin()).config(
+        "identity: sdk-rust-sender\npeer:\n  insecure: true\noutbox:\n  backoff:\n    initial: 50ms\n    cap: 1s",
+    );
+    let b = Daemon::builder(consistd_bin())
+        .config(format!("identity: sdk-rust-receiver\npeer:\n  listen: \"{addr}\"\n  insecure: true"));
+    let (a, b) = tokio::join!(a.start(), b.start());
+    (a, b, addr)
+}
+
+fn message(to: &str, resource: &str, event: &str) -> SendRequest {
+    SendRequest {
+        destination: Some(to_peer(to)),
+        resource_id: resource.into(),
+        event_id: event.into(),
+        payload: br#"{"hello":"peer"}"#.to_vec(),
+        content_type: "application/json".into(),
+    }
+}
+
+#[tokio::test]
+async fn a_send_is_awaited_until_the_receiving_handler_returns_and_a_failing_handler_gets_it_again() {
+    let (a, b, addr) = sender_and_receiver().await;
+    let (sender, receiver) = (a.client(), b.client());
+    let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    let handler = tokio::spawn(async move {
+        receiver
+            .serve_inbox(Duration::from_millis(100), move |m| {
+                let seen_tx = seen_tx.clone();
+                async move {
+                    let _ = seen_tx.send((m.resource_id.clone(), m.delivery_attempt));
+                    // The first delivery of "flaky" fails: it must be NACKed and come again.
+                    if m.resource_id == "flaky" && m.delivery_attempt == 1 {
+                        return Err("not ready yet");
+                    }
+                    Ok(())
+                }
+            })
+            .await
+    });
+
+    let sent = sender.send(message(&addr, "steady", "1")).await.expect("stored");
+    assert!(!sent.message_id.is_empty());
+    let outcome = tokio::time::timeout(WAIT, sent).await.expect("an outcome in time").expect("an outcome");
+    assert!(outcome.is_acked(), "{outcome:?}");
+    assert_eq!(outcome.peer, addr);
+    assert_eq!(seen.recv().await, Some(("steady".into(), 1)));
+
+    let sent = sender.send(message(&addr, "flaky", "1")).await.expect("stored");
+    let outcome = tokio::time::timeout(WAIT, sent).await.expect("an outcome in time").expect("an outcome");
+    assert!(outcome.is_acked(), "{outcome:?}");
+    assert_eq!(seen.recv().await, Some(("flaky".into(), 1)));
+    assert_eq!(seen.recv().await, Some(("flaky".into(), 2)), "redelivered after the NACK");
+    handler.abort();
+}
+
+#[tokio::test]
+async fn a_superseded_send_resolves_as_superseded() {
+    let (a, b, addr) = sender_and_receiver().await;
+    let sender = a.client();
+    // Nobody receives at b yet, so the first event is still un-ACKed when the second replaces it.
+    let first = sender.send(message(&addr, "res", "1")).await.expect("stored");
+    let second = sender.send(message(&addr, "res", "2")).await.expect("stored");
+    let outcome = tokio::time::timeout(WAIT, first).await.expect("an outcome in time").expect("an outcome");
+    assert_eq!(outcome.kind, consistd_client::proto::AckOutcome::Superseded);
+
+    // b may have stored event 1 before it was superseded; the app sees it first then, and its ACK
+    // does not settle event 2.
+    let mut deliveries = pin!(b.client().receive());
+    loop {
+        let delivery = next(&mut deliveries).await;
+        let event = delivery.message.event_id.clone();
+        delivery.ack().await.expect("ACK stored");
+        if event == "2" {
+            break;
+        }
+    }
+    let outcome = tokio::time::timeout(WAIT, second).await.expect("an outcome in time").expect("an outcome");
+    assert!(outcome.is_acked(), "{outcome:?}");
+}
+
+#[tokio::test]
+async fn a_send_the_daemon_refuses_keeps_its_code_and_names_the_field() {
+    let (a, _b, addr) = sender_and_receiver().await;
+    let Err(Error::Status(status)) = a.client().send(message(&addr, "", "1")).await else {
+        panic!("an empty resource_id must be refused")
+    };
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(status.message().starts_with("resource_id"), "{}", status.message());
+}
+
+fn rand_suffix() -> u32 {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    nanos ^ std::process::id()
+}
