@@ -2,9 +2,10 @@
 #
 #   make dev       build, start a real etcd + kube-apiserver and consistd beside them, show it working
 #   make dev-stop  stop what `make dev` started
-#   make test      lint, then unit and integration tests against the real control plane, then `make dev`'s check
-#   make lint      rustfmt, clippy (warnings are errors), buf lint (STANDARD)
-#   make gen       regenerate protocol code from proto/consistd/v1/*.proto
+#   make test      lint, then unit and integration tests against the real control plane, every SDK's tests
+#                  and example (hack/test-sdks.sh), then `make dev`'s check
+#   make lint      rustfmt, clippy (warnings are errors), buf lint (STANDARD), generated SDK code up to date
+#   make gen       regenerate protocol code from proto/consistd/v1/*.proto for every SDK
 #   make bench     benchmarks against the real control plane; figures go in docs/BENCHMARKS.md
 
 SHELL := bash
@@ -25,17 +26,21 @@ dev-stop:
 control-plane:
 	hack/control-plane.sh build
 
+SDKS := python go typescript
+
 test: lint control-plane
-	hack/with-control-plane.sh $(CARGO) test --workspace --no-fail-fast
+	hack/with-control-plane.sh $(SHELL) $(.SHELLFLAGS) '$(CARGO) test --workspace --no-fail-fast && hack/test-sdks.sh'
 	hack/dev.sh check
 
 lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	buf=$$(hack/tools.sh buf) && cd proto && "$$buf" lint
+	for sdk in $(SDKS); do hack/sdk/$$sdk.sh check; done
 
 gen:
 	CONSISTD_REGENERATE=1 $(CARGO) test -p consistd-proto --test codegen
+	for sdk in $(SDKS); do hack/sdk/$$sdk.sh gen; done
 
 bench:
 	hack/with-control-plane.sh hack/bench.sh
