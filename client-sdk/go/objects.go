@@ -1,0 +1,220 @@
+// Reads and writes of Kubernetes objects through the sidecar, JSON in and out, writes optionally guarded.
+
+package consistd
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	pb "github.com/consistd/consistd/client-sdk/go/gen/consistd/v1"
+)
+
+// PatchType is a patch format the apiserver accepts.
+type PatchType int32
+
+const (
+	// JSONPatch is an RFC 6902 JSON patch.
+	JSONPatch = PatchType(pb.PatchType_PATCH_TYPE_JSON)
+	// MergePatch is an RFC 7386 JSON merge patch.
+	MergePatch = PatchType(pb.PatchType_PATCH_TYPE_MERGE)
+	// StrategicMergePatch is a Kubernetes strategic merge patch (built-in types only).
+	StrategicMergePatch = PatchType(pb.PatchType_PATCH_TYPE_STRATEGIC)
+	// ApplyPatch is server-side apply; needs WithFieldManager.
+	ApplyPatch = PatchType(pb.PatchType_PATCH_TYPE_APPLY)
+)
+
+// Propagation is how a Delete handles the object's dependents.
+type Propagation int32
+
+const (
+	// Orphan leaves the dependents.
+	Orphan = Propagation(pb.PropagationPolicy_PROPAGATION_POLICY_ORPHAN)
+	// Background deletes the dependents after the object.
+	Background = Propagation(pb.PropagationPolicy_PROPAGATION_POLICY_BACKGROUND)
+	// Foreground deletes the dependents before the object.
+	Foreground = Propagation(pb.PropagationPolicy_PROPAGATION_POLICY_FOREGROUND)
+)
+
+// Guard fences a write: the daemon refuses it with FAILED_PRECONDITION unless it leads Election in
+// exactly Term when it sends the write.
+type Guard struct {
+	// Election is the election's name.
+	Election string
+	// Namespace is the election Lease's namespace; empty means the daemon's own.
+	Namespace string
+	// Term is the fencing term the caller was told it leads (Leadership.Term).
+	Term uint64
+}
+
+// ObjectOption tunes one object call; each option names the calls it applies to and is ignored by others.
+type ObjectOption func(*objectOptions)
+
+type objectOptions struct {
+	guard          *pb.WriteGuard
+	fieldManager   string
+	subresource    string
+	force          bool
+	readYourWrites bool
+	uid            string
+	version        string
+	propagation    pb.PropagationPolicy
+}
+
+func collect(opts []ObjectOption) objectOptions {
+	var o objectOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// WithGuard makes a write (Create, Update, Patch, Delete) conditional on leading g.Election in g.Term.
+func WithGuard(g Guard) ObjectOption {
+	return func(o *objectOptions) {
+		o.guard = &pb.WriteGuard{Election: g.Election, Namespace: g.Namespace, Term: g.Term}
+	}
+}
+
+// WithFieldManager sets the field manager the apiserver records (Create, Update, Patch); default
+// "consistd", required for ApplyPatch.
+func WithFieldManager(name string) ObjectOption {
+	return func(o *objectOptions) { o.fieldManager = name }
+}
+
+// WithSubresource writes a subresource such as "status" instead of the object (Update, Patch).
+func WithSubresource(name string) ObjectOption {
+	return func(o *objectOptions) { o.subresource = name }
+}
+
+// WithForce takes ownership of conflicting fields (Patch with ApplyPatch).
+func WithForce() ObjectOption {
+	return func(o *objectOptions) { o.force = true }
+}
+
+// WithReadYourWrites makes a read served from the cache first wait until this pod's pending writes are
+// visible (Get, List).
+func WithReadYourWrites() ObjectOption {
+	return func(o *objectOptions) { o.readYourWrites = true }
+}
+
+// WithPreconditions deletes only if the object still has this uid and/or resourceVersion; empty
+// strings are not checked (Delete).
+func WithPreconditions(uid, resourceVersion string) ObjectOption {
+	return func(o *objectOptions) { o.uid, o.version = uid, resourceVersion }
+}
+
+// WithPropagation sets how dependents are handled (Delete); the resource's default otherwise.
+func WithPropagation(p Propagation) ObjectOption {
+	return func(o *objectOptions) { o.propagation = pb.PropagationPolicy(p) }
+}
+
+// List is a List call's answer.
+type List struct {
+	// Objects are the matching objects.
+	Objects []*Object
+	// ResourceVersion is the list's resourceVersion.
+	ResourceVersion string
+}
+
+// Get reads one object; namespace is empty for cluster-scoped resources. Options: WithReadYourWrites.
+func (c *Client) Get(ctx context.Context, resource, namespace, name string, opts ...ObjectOption) (*Object, error) {
+	o := collect(opts)
+	r, err := c.objects.Get(ctx, &pb.GetRequest{Resource: resource, Namespace: namespace, Name: name, ReadYourWrites: o.readYourWrites})
+	if err != nil {
+		return nil, err
+	}
+	return objectFrom(r.GetObject()), nil
+}
+
+// List reads the objects of a resource matching a label selector (empty: all); an empty namespace lists
+// every namespace. Options: WithReadYourWrites.
+func (c *Client) List(ctx context.Context, resource, namespace, labelSelector string, opts ...ObjectOption) (*List, error) {
+	o := collect(opts)
+	r, err := c.objects.List(ctx, &pb.ListRequest{Resource: resource, Namespace: namespace, LabelSelector: labelSelector, ReadYourWrites: o.readYourWrites})
+	if err != nil {
+		return nil, err
+	}
+	list := &List{ResourceVersion: r.GetResourceVersion()}
+	for _, obj := range r.GetObjects() {
+		list.Objects = append(list.Objects, objectFrom(obj))
+	}
+	return list, nil
+}
+
+// Create creates an object from obj: JSON as []byte or json.RawMessage, or any value json.Marshal
+// accepts (a map, a client-go type). Options: WithGuard, WithFieldManager.
+func (c *Client) Create(ctx context.Context, resource, namespace string, obj any, opts ...ObjectOption) (*Object, error) {
+	body, err := toJSON(obj)
+	if err != nil {
+		return nil, err
+	}
+	o := collect(opts)
+	r, err := c.objects.Create(ctx, &pb.CreateRequest{Resource: resource, Namespace: namespace, Object: body, FieldManager: o.fieldManager, Guard: o.guard})
+	if err != nil {
+		return nil, err
+	}
+	return objectFrom(r.GetObject()), nil
+}
+
+// Update replaces an object with obj (as for Create); metadata.resourceVersion in obj makes it
+// conditional. Options: WithGuard, WithFieldManager, WithSubresource.
+func (c *Client) Update(ctx context.Context, resource, namespace, name string, obj any, opts ...ObjectOption) (*Object, error) {
+	body, err := toJSON(obj)
+	if err != nil {
+		return nil, err
+	}
+	o := collect(opts)
+	r, err := c.objects.Update(ctx, &pb.UpdateRequest{Resource: resource, Namespace: namespace, Name: name, Object: body, Subresource: o.subresource, FieldManager: o.fieldManager, Guard: o.guard})
+	if err != nil {
+		return nil, err
+	}
+	return objectFrom(r.GetObject()), nil
+}
+
+// Patch patches an object with patch (JSON, as for Create) in the given format. Options: WithGuard,
+// WithFieldManager, WithSubresource, WithForce.
+func (c *Client) Patch(ctx context.Context, resource, namespace, name string, kind PatchType, patch any, opts ...ObjectOption) (*Object, error) {
+	body, err := toJSON(patch)
+	if err != nil {
+		return nil, err
+	}
+	o := collect(opts)
+	r, err := c.objects.Patch(ctx, &pb.PatchRequest{
+		Resource: resource, Namespace: namespace, Name: name, PatchType: pb.PatchType(kind), Patch: body,
+		Subresource: o.subresource, FieldManager: o.fieldManager, Force: o.force, Guard: o.guard,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return objectFrom(r.GetObject()), nil
+}
+
+// Delete deletes an object and returns its last state when the apiserver gave it (else nil). Options:
+// WithGuard, WithPreconditions, WithPropagation.
+func (c *Client) Delete(ctx context.Context, resource, namespace, name string, opts ...ObjectOption) (*Object, error) {
+	o := collect(opts)
+	r, err := c.objects.Delete(ctx, &pb.DeleteRequest{
+		Resource: resource, Namespace: namespace, Name: name, PreconditionUid: o.uid,
+		PreconditionResourceVersion: o.version, PropagationPolicy: o.propagation, Guard: o.guard,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return objectFrom(r.GetObject()), nil
+}
+
+// toJSON passes JSON bytes through and marshals anything else.
+func toJSON(v any) ([]byte, error) {
+	switch v := v.(type) {
+	case []byte:
+		return v, nil
+	case json.RawMessage:
+		return v, nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("consistd: encoding the object as JSON: %w", err)
+	}
+	return b, nil
+}

@@ -1,0 +1,191 @@
+// Watches that reconnect on their own and resume after the last event they delivered.
+
+package consistd
+
+import (
+	"context"
+	"encoding/json"
+	"iter"
+	"strings"
+
+	pb "github.com/consistd/consistd/client-sdk/go/gen/consistd/v1"
+)
+
+// Mode is how a watch wants its events.
+type Mode int32
+
+const (
+	// ConsistentMode delivers, per object, only states consistent with this pod's own writes; a slow
+	// subscriber gets the latest state per object. The default.
+	ConsistentMode = Mode(pb.DeliveryMode_DELIVERY_MODE_CONSISTENT)
+	// RawMode delivers every watch event in apiserver order, none skipped.
+	RawMode = Mode(pb.DeliveryMode_DELIVERY_MODE_RAW)
+)
+
+func (m Mode) String() string {
+	return strings.TrimPrefix(pb.DeliveryMode(m).String(), "DELIVERY_MODE_")
+}
+
+// EventType says what an Event tells.
+type EventType int32
+
+const (
+	// Added: the object exists (initial state, creation, or reappearance after a relist).
+	Added = EventType(pb.EventType_EVENT_TYPE_ADDED)
+	// Modified: the object changed.
+	Modified = EventType(pb.EventType_EVENT_TYPE_MODIFIED)
+	// Deleted: the object is gone; Event.Object holds its last known state.
+	Deleted = EventType(pb.EventType_EVENT_TYPE_DELETED)
+	// Synced: every object of the initial state (or of a fresh snapshot) has been delivered.
+	Synced = EventType(pb.EventType_EVENT_TYPE_SYNCED)
+	// ResyncRequired: the watch could not continue where it was (the daemon restarted, or the
+	// subscriber fell behind); a fresh snapshot follows (Added events, then Synced) to reconcile against.
+	ResyncRequired = EventType(pb.EventType_EVENT_TYPE_RESYNC_REQUIRED)
+)
+
+// String gives the protocol's name without its prefix: "ADDED", "SYNCED", ...
+func (t EventType) String() string {
+	return strings.TrimPrefix(pb.EventType(t).String(), "EVENT_TYPE_")
+}
+
+// Consistency is how an event's state relates to this pod's own writes.
+type Consistency int32
+
+const (
+	// Consistent: no write of this pod to the object is pending.
+	Consistent = Consistency(pb.Consistency_CONSISTENCY_CONSISTENT)
+	// AwaitingOwnWrite: a write of this pod is pending and this state predates it (RAW mode only).
+	AwaitingOwnWrite = Consistency(pb.Consistency_CONSISTENCY_AWAITING_OWN_WRITE)
+	// OwnWrite: exactly the state this pod's own write produced.
+	OwnWrite = Consistency(pb.Consistency_CONSISTENCY_OWN_WRITE)
+	// TimedOut: this pod's write was not seen in time; this is the latest state known.
+	TimedOut = Consistency(pb.Consistency_CONSISTENCY_TIMED_OUT)
+)
+
+// String gives the protocol's name without its prefix: "OWN_WRITE", ...
+func (c Consistency) String() string {
+	return strings.TrimPrefix(pb.Consistency(c).String(), "CONSISTENCY_")
+}
+
+// Object is a Kubernetes object as the apiserver served it.
+type Object struct {
+	// UID is metadata.uid: stable for the object's life.
+	UID string
+	// Namespace is metadata.namespace; empty for cluster-scoped objects.
+	Namespace string
+	// Name is metadata.name.
+	Name string
+	// ResourceVersion is metadata.resourceVersion: opaque, compare for equality only.
+	ResourceVersion string
+	// JSON is the whole object (apiVersion, kind, metadata, spec, status, ...).
+	JSON json.RawMessage
+}
+
+// String names the object as "namespace/name" ("name" when cluster-scoped, "-" for nil).
+func (o *Object) String() string {
+	switch {
+	case o == nil:
+		return "-"
+	case o.Namespace == "":
+		return o.Name
+	}
+	return o.Namespace + "/" + o.Name
+}
+
+// Decode unmarshals the object's JSON into v (a map, or a struct such as a client-go type).
+func (o *Object) Decode(v any) error { return json.Unmarshal(o.JSON, v) }
+
+func objectFrom(o *pb.KubeObject) *Object {
+	if o == nil {
+		return nil
+	}
+	return &Object{UID: o.GetUid(), Namespace: o.GetNamespace(), Name: o.GetName(), ResourceVersion: o.GetResourceVersion(), JSON: o.GetJson()}
+}
+
+// WatchRequest names what to watch.
+type WatchRequest struct {
+	// Resource is a plural ("configmaps"), plural.group ("deployments.apps"), group/version/plural
+	// ("apps/v1/deployments") or a kind ("Deployment").
+	Resource string
+	// Namespace to watch; empty watches every namespace (or a cluster-scoped resource).
+	Namespace string
+	// LabelSelector is a Kubernetes label selector, e.g. "app=web,tier!=db".
+	LabelSelector string
+	// FieldSelector is a Kubernetes field selector, e.g. "metadata.name=cfg".
+	FieldSelector string
+	// Mode is ConsistentMode (when zero) or RawMode.
+	Mode Mode
+	// ResumeCursor starts after the event with this cursor instead of from a fresh snapshot.
+	ResumeCursor string
+}
+
+// Event is one change of a watched object, or a marker (Synced, ResyncRequired).
+type Event struct {
+	// Type says what happened.
+	Type EventType
+	// Object is the object; nil for Synced and ResyncRequired.
+	Object *Object
+	// Cursor is the resume position after this event (WatchRequest.ResumeCursor).
+	Cursor string
+	// Consistency relates the state to this pod's own writes.
+	Consistency Consistency
+}
+
+// Watch streams the request's events: the initial state (Added events, then Synced), then live changes.
+// Range over it; breaking out of the loop or ending ctx ends the subscription (the loop then simply
+// ends).
+//
+// When the connection to the sidecar is lost (UNAVAILABLE, or the stream ends unasked) Watch subscribes
+// again from the last cursor it delivered, with backoff from 100 ms to 5 s, so each event arrives once;
+// if the daemon cannot resume from there (it restarted) the loop sees ResyncRequired, then a fresh
+// snapshot and Synced. Any other error is yielded once, as the last value, unchanged (a gRPC status).
+func (c *Client) Watch(ctx context.Context, req WatchRequest) iter.Seq2[Event, error] {
+	return func(yield func(Event, error) bool) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		mode := pb.DeliveryMode(req.Mode)
+		if req.Mode == 0 {
+			mode = pb.DeliveryMode_DELIVERY_MODE_CONSISTENT
+		}
+		request := &pb.SubscribeRequest{
+			Resource:      req.Resource,
+			Namespace:     req.Namespace,
+			LabelSelector: req.LabelSelector,
+			FieldSelector: req.FieldSelector,
+			Mode:          mode,
+			ResumeCursor:  req.ResumeCursor,
+		}
+		var pause backoff
+		for {
+			err := func() error {
+				stream, err := c.watch.Subscribe(ctx, request)
+				if err != nil {
+					return err
+				}
+				for {
+					r, err := stream.Recv()
+					if err != nil {
+						return streamEnded(err, "watch")
+					}
+					pause.reset()
+					if r.GetCursor() != "" {
+						request.ResumeCursor = r.GetCursor()
+					}
+					ev := Event{Type: EventType(r.GetType()), Object: objectFrom(r.GetObject()), Cursor: r.GetCursor(), Consistency: Consistency(r.GetConsistency())}
+					if !yield(ev, nil) {
+						return errStopped
+					}
+				}
+			}()
+			switch {
+			case err == errStopped || ctx.Err() != nil:
+				return
+			case !retryable(err):
+				yield(Event{}, err)
+				return
+			case !pause.wait(ctx):
+				return
+			}
+		}
+	}
+}
