@@ -6,7 +6,8 @@
 #   hack/dev.sh stop    stop the daemon and the control plane
 #   hack/dev.sh check   start, check every answer, stop: what `make test` runs to keep `make dev` honest
 #
-# The daemon's sockets, message store and log live in $CONSISTD_DEV_DIR (default target/dev).
+# The daemon's sockets, message store and log live in $CONSISTD_DEV_DIR (default target/dev). It receives
+# peer sends in plaintext on 127.0.0.1:$CONSISTD_DEV_PEER_PORT (default 7070), so the examples can notify it.
 set -euo pipefail
 shopt -s inherit_errexit
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -14,6 +15,7 @@ dev=${CONSISTD_DEV_DIR:-$repo/target/dev}
 bin=${CONSISTD_BIN:-$repo/target/debug/consistd}
 socket=$dev/consistd.sock
 admin=$dev/admin.sock
+peer_port=${CONSISTD_DEV_PEER_PORT:-7070}
 
 log() { printf 'dev: %s\n' "$*" >&2; }
 
@@ -25,7 +27,9 @@ start() {
   if [ -f "$dev/consistd.pid" ] && kill -0 "$(cat "$dev/consistd.pid")" 2>/dev/null; then
     log "consistd already running (pid $(cat "$dev/consistd.pid"))"
   else
-    KUBECONFIG=$KUBECONFIG "$bin" run --socket "$socket" --admin-socket "$admin" --store-dir "$dev/store" >"$dev/consistd.log" 2>&1 &
+    printf 'peer:\n  listen: "127.0.0.1:%s"\n  insecure: true\n' "$peer_port" >"$dev/consistd.yaml"
+    KUBECONFIG=$KUBECONFIG "$bin" run --config "$dev/consistd.yaml" --socket "$socket" --admin-socket "$admin" \
+      --store-dir "$dev/store" >"$dev/consistd.log" 2>&1 &
     echo $! >"$dev/consistd.pid"
     for _ in $(seq 1 100); do
       "$bin" status --admin-socket "$admin" >/dev/null 2>&1 && break
@@ -53,7 +57,8 @@ show() {
   "$grpcurl" -unix -plaintext -d '{"resource":"namespaces"}' "$socket" consistd.v1.ObjectsService/List | grep '"name"'
   echo
   echo "consistd is running (pid $(cat "$dev/consistd.pid"), log $dev/consistd.log)."
-  echo "Point apps at CONSISTD_SOCKET=$socket; stop everything with: make dev-stop"
+  echo "Point apps at CONSISTD_SOCKET=$socket; it receives peer sends at 127.0.0.1:$peer_port."
+  echo "Examples: examples/README.md. Stop everything with: make dev-stop"
 }
 
 stop() {
@@ -76,6 +81,7 @@ check() {
   export CONSISTD_CP_DIR=$repo/target/dev-check/control-plane
   dev=$repo/target/dev-check/daemon socket=$repo/target/dev-check/daemon/consistd.sock
   admin=$repo/target/dev-check/daemon/admin.sock
+  peer_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
   trap stop EXIT
   out=$(start)
   printf '%s\n' "$out"
