@@ -1,0 +1,53 @@
+"""asyncio client for the consistd sidecar: watches that resume on their own, Kubernetes objects as
+JSON, leadership with fencing terms, ACK-tracked sends and an inbox handler.
+
+    import consistd
+
+    async with consistd.Client() as client:          # CONSISTD_SOCKET, else /var/run/consistd/consistd.sock
+        await client.wait_ready(10)
+        async for event in client.watch("configmaps", namespace="default", mode=consistd.Mode.CONSISTENT):
+            print(event.type.name, event.object.name if event.object else "")
+
+The generated protocol is in ``consistd.v1`` (``from consistd.v1 import watch_pb2``).
+"""
+
+from .client import DEFAULT_SOCKET, Client
+from .errors import ConsistdError, NotReadyError
+from .inbox import Handler, Inbox, InboxMessage
+from .leadership import Campaign, LeadershipState, LeadershipStatus, LeaseTiming, Observation
+from .objects import Guard, Object, ObjectList, Objects, PatchType, PropagationPolicy
+from .outbox import Ack, AckOutcome, Destination, ElectionMembers, Peer, SentMessage, ServiceEndpoints
+from .watch import Consistency, Event, EventType, Mode, Watch
+
+__all__ = [
+    "DEFAULT_SOCKET",
+    "Ack",
+    "AckOutcome",
+    "Campaign",
+    "Client",
+    "ConsistdError",
+    "Consistency",
+    "Destination",
+    "ElectionMembers",
+    "Event",
+    "EventType",
+    "Guard",
+    "Handler",
+    "Inbox",
+    "InboxMessage",
+    "LeadershipState",
+    "LeadershipStatus",
+    "LeaseTiming",
+    "Mode",
+    "NotReadyError",
+    "Object",
+    "ObjectList",
+    "Objects",
+    "Observation",
+    "PatchType",
+    "Peer",
+    "PropagationPolicy",
+    "SentMessage",
+    "ServiceEndpoints",
+    "Watch",
+]

@@ -1,0 +1,150 @@
+"""The inbox: messages that peer pods sent to this pod's app, handed to a handler and ACKed or NACKed by its result."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from google.protobuf import duration_pb2
+
+from ._retry import Backoff, is_retryable
+from .errors import ConsistdError, unary
+from .v1 import inbox_pb2
+
+if TYPE_CHECKING:
+    from .v1.inbox_pb2_grpc import InboxServiceStub
+
+log = logging.getLogger("consistd.inbox")
+
+#: The longest NACK reason the sidecar accepts, in bytes.
+MAX_REASON_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class InboxMessage:
+    """One message from a peer."""
+
+    #: The sidecar's id for the message (what ``ack`` and ``nack`` take).
+    message_id: str
+    #: The sending pod's identity.
+    sender: str
+    resource_id: str
+    event_id: str
+    payload: bytes
+    content_type: str
+    #: 1 on first delivery, higher after a NACK or a reconnect.
+    delivery_attempt: int
+    received_at: datetime | None
+
+    @property
+    def text(self) -> str:
+        """The payload decoded as UTF-8 (undecodable bytes replaced)."""
+        return self.payload.decode(errors="replace")
+
+    def json(self) -> Any:
+        """The payload parsed as JSON."""
+        return json.loads(self.payload)
+
+    @classmethod
+    def from_proto(cls, m: inbox_pb2.InboxMessage) -> InboxMessage:
+        """The message carried by a protocol message."""
+        return cls(
+            message_id=m.message_id,
+            sender=m.sender,
+            resource_id=m.resource_id,
+            event_id=m.event_id,
+            payload=m.payload,
+            content_type=m.content_type,
+            delivery_attempt=m.delivery_attempt,
+            received_at=m.received_at.ToDatetime(tzinfo=timezone.utc) if m.HasField("received_at") else None,
+        )
+
+
+#: A message handler: a coroutine function, or a plain function (run in a worker thread).
+Handler = Callable[[InboxMessage], Awaitable[None] | None]
+
+
+class Inbox:
+    """Messages from peers (``client.inbox``)."""
+
+    def __init__(self, stub: InboxServiceStub) -> None:
+        self._stub = stub
+
+    async def serve(self, handler: Handler, *, retry_after: float = 1.0, max_messages: int | None = None) -> None:
+        """Calls ``handler`` with each message, one at a time, oldest first. When it returns, the
+        message is ACKed (the ACK travels back to the sender); when it raises, the message is NACKed
+        with the exception as reason and delivered again after ``retry_after`` seconds. When the
+        connection to the sidecar is lost it receives again with backoff (a message being handled
+        then is delivered again). Runs until cancelled, or returns once ``max_messages`` messages
+        were ACKed; any other error from the sidecar raises ConsistdError."""
+        backoff = Backoff()
+        acked = 0
+        while True:
+            call = self._stub.Receive(inbox_pb2.ReceiveRequest())
+            try:
+                async for response in call:
+                    backoff.reset()
+                    if await self._handle(handler, InboxMessage.from_proto(response.message), retry_after):
+                        acked += 1
+                        if max_messages is not None and acked >= max_messages:
+                            return
+                code, message = grpc.StatusCode.UNAVAILABLE, "the sidecar ended the inbox stream"
+            except grpc.aio.AioRpcError as e:
+                code, message = e.code(), e.details() or ""
+            except ConsistdError as e:
+                code, message = e.code, e.message
+            finally:
+                call.cancel()
+            if not is_retryable(code):
+                raise ConsistdError(code, message)
+            log.info("inbox stream lost (%s: %s); receiving again", code.name, message)
+            await backoff.wait()
+
+    async def _handle(self, handler: Handler, message: InboxMessage, retry_after: float) -> bool:
+        """Runs the handler on one message and ACKs or NACKs it; True when it was ACKed."""
+        try:
+            if inspect.iscoroutinefunction(handler):
+                await handler(message)
+            else:
+                result = await asyncio.to_thread(handler, message)
+                if inspect.isawaitable(result):
+                    await result
+        except Exception as e:  # any failure of the handler means "deliver it again"
+            log.warning(
+                "handler failed on message %s (attempt %d); NACKed: %r",
+                message.message_id,
+                message.delivery_attempt,
+                e,
+            )
+            await self.nack(message.message_id, reason=f"{type(e).__name__}: {e}", retry_after=retry_after)
+            return False
+        try:
+            await self.ack(message.message_id)
+        except ConsistdError as e:
+            if e.code != grpc.StatusCode.NOT_FOUND:
+                raise
+            # Already settled (e.g. ACKed before a reconnect redelivered it): nothing left to do.
+            log.info("message %s was already settled: %s", message.message_id, e.message)
+            return False
+        return True
+
+    async def ack(self, message_id: str) -> None:
+        """Confirms a message was processed; the ACK is stored and travels back to the sender."""
+        await unary(self._stub.Ack, inbox_pb2.AckRequest(message_id=message_id))
+
+    async def nack(self, message_id: str, *, reason: str = "", retry_after: float | None = None) -> None:
+        """Asks for a message to be delivered again after ``retry_after`` seconds (None: at once);
+        ``reason`` is logged by the sidecar (cut to 4096 bytes)."""
+        delay = None
+        if retry_after is not None:
+            delay = duration_pb2.Duration()
+            delay.FromNanoseconds(round(retry_after * 1e9))
+        reason = reason.encode()[:MAX_REASON_BYTES].decode(errors="ignore")
+        await unary(self._stub.Nack, inbox_pb2.NackRequest(message_id=message_id, retry_after=delay, reason=reason))

@@ -1,0 +1,247 @@
+"""Kubernetes objects read and written through the sidecar, as JSON, optionally fenced by a leader's term."""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, cast
+
+from .errors import unary
+from .v1 import object_pb2, objects_pb2
+
+if TYPE_CHECKING:
+    from .v1.objects_pb2_grpc import ObjectsServiceStub
+
+#: A JSON document: a parsed value (dict, list, ...) or its text or bytes.
+Json = dict[str, Any] | list[Any] | str | bytes
+
+
+def encode_json(document: Json) -> bytes:
+    """The bytes of a JSON document; str and bytes are taken as JSON text already."""
+    if isinstance(document, bytes):
+        return document
+    if isinstance(document, str):
+        return document.encode()
+    return json.dumps(document, separators=(",", ":")).encode()
+
+
+class PatchType(enum.IntEnum):
+    """The patch formats the apiserver accepts."""
+
+    JSON = objects_pb2.PATCH_TYPE_JSON
+    """RFC 6902 JSON patch."""
+    MERGE = objects_pb2.PATCH_TYPE_MERGE
+    """RFC 7386 JSON merge patch."""
+    STRATEGIC = objects_pb2.PATCH_TYPE_STRATEGIC
+    """Kubernetes strategic merge patch (built-in types only)."""
+    APPLY = objects_pb2.PATCH_TYPE_APPLY
+    """Server-side apply; needs ``field_manager``."""
+
+
+class PropagationPolicy(enum.IntEnum):
+    """How dependents are handled on delete."""
+
+    DEFAULT = objects_pb2.PROPAGATION_POLICY_UNSPECIFIED
+    ORPHAN = objects_pb2.PROPAGATION_POLICY_ORPHAN
+    BACKGROUND = objects_pb2.PROPAGATION_POLICY_BACKGROUND
+    FOREGROUND = objects_pb2.PROPAGATION_POLICY_FOREGROUND
+
+
+@dataclass(frozen=True)
+class Guard:
+    """Fences a write: the daemon refuses it (FAILED_PRECONDITION) unless it leads ``election`` in
+    exactly ``term``. ``LeadershipStatus.guard()`` builds one from the status that made you leader."""
+
+    election: str
+    term: int
+    #: Namespace of the election's Lease; empty means the daemon's own namespace.
+    namespace: str = ""
+
+    def to_proto(self) -> object_pb2.WriteGuard:
+        """The protocol message."""
+        return object_pb2.WriteGuard(election=self.election, namespace=self.namespace, term=self.term)
+
+
+@dataclass(frozen=True)
+class Object:
+    """A Kubernetes object as the apiserver served it, with the fields apps need most lifted out."""
+
+    #: metadata.uid: stable for the object's life; a re-created object has a new one.
+    uid: str
+    #: metadata.namespace; empty for cluster-scoped objects.
+    namespace: str
+    #: metadata.name.
+    name: str
+    #: metadata.resourceVersion: opaque, compare for equality only.
+    resource_version: str
+    #: The whole object as JSON text.
+    raw: bytes
+
+    @cached_property
+    def json(self) -> dict[str, Any]:
+        """The whole object (apiVersion, kind, metadata, spec, ...), parsed once."""
+        parsed: dict[str, Any] = json.loads(self.raw)
+        return parsed
+
+    @classmethod
+    def from_proto(cls, o: object_pb2.KubeObject) -> Object:
+        """The object carried by a protocol message."""
+        return cls(uid=o.uid, namespace=o.namespace, name=o.name, resource_version=o.resource_version, raw=o.json)
+
+
+@dataclass(frozen=True)
+class ObjectList:
+    """The objects a list matched."""
+
+    objects: list[Object]
+    #: The list's resourceVersion.
+    resource_version: str
+    #: True when the watch hub's cache answered, False when the apiserver did.
+    from_cache: bool
+
+
+class Objects:
+    """Reads and writes of Kubernetes objects through the sidecar (``client.objects``). Every write
+    records an expectation, so CONSISTENT watchers of this pod see its own write. ``resource`` takes
+    any form a watch accepts ("configmaps", "deployments.apps", "apps/v1/deployments", "Deployment")."""
+
+    def __init__(self, stub: ObjectsServiceStub) -> None:
+        self._stub = stub
+
+    async def get(self, resource: str, name: str, *, namespace: str = "", read_your_writes: bool = False) -> Object:
+        """One object; NOT_FOUND if it does not exist. ``read_your_writes`` waits, when the cache
+        answers, until this pod's pending writes to it are visible."""
+        request = objects_pb2.GetRequest(
+            resource=resource, namespace=namespace, name=name, read_your_writes=read_your_writes
+        )
+        response = await unary(self._stub.Get, request)
+        return Object.from_proto(response.object)
+
+    async def list(
+        self,
+        resource: str,
+        *,
+        namespace: str = "",
+        label_selector: str = "",
+        field_selector: str = "",
+        read_your_writes: bool = False,
+    ) -> ObjectList:
+        """The objects matching the selectors; an empty namespace lists every namespace."""
+        request = objects_pb2.ListRequest(
+            resource=resource,
+            namespace=namespace,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            read_your_writes=read_your_writes,
+        )
+        response = await unary(self._stub.List, request)
+        return ObjectList(
+            objects=[Object.from_proto(o) for o in response.objects],
+            resource_version=response.resource_version,
+            from_cache=response.source == objects_pb2.READ_SOURCE_CACHE,
+        )
+
+    async def create(
+        self,
+        resource: str,
+        body: Json,
+        *,
+        namespace: str = "",
+        field_manager: str = "",
+        guard: Guard | None = None,
+    ) -> Object:
+        """Creates the object ``body`` (metadata.name or generateName set); returns it as created."""
+        request = objects_pb2.CreateRequest(
+            resource=resource,
+            namespace=namespace,
+            object=encode_json(body),
+            field_manager=field_manager,
+            guard=_guard(guard),
+        )
+        response = await unary(self._stub.Create, request)
+        return Object.from_proto(response.object)
+
+    async def update(
+        self,
+        resource: str,
+        name: str,
+        body: Json,
+        *,
+        namespace: str = "",
+        subresource: str = "",
+        field_manager: str = "",
+        guard: Guard | None = None,
+    ) -> Object:
+        """Replaces the object (or its ``"status"`` subresource) with ``body``; a
+        metadata.resourceVersion in it makes the update conditional (ABORTED on conflict)."""
+        request = objects_pb2.UpdateRequest(
+            resource=resource,
+            namespace=namespace,
+            name=name,
+            object=encode_json(body),
+            subresource=subresource,
+            field_manager=field_manager,
+            guard=_guard(guard),
+        )
+        response = await unary(self._stub.Update, request)
+        return Object.from_proto(response.object)
+
+    async def patch(
+        self,
+        resource: str,
+        name: str,
+        patch: Json,
+        *,
+        namespace: str = "",
+        patch_type: PatchType = PatchType.MERGE,
+        subresource: str = "",
+        field_manager: str = "",
+        force: bool = False,
+        guard: Guard | None = None,
+    ) -> Object:
+        """Patches the object (a JSON merge patch unless ``patch_type`` says otherwise); returns it as
+        stored."""
+        request = objects_pb2.PatchRequest(
+            resource=resource,
+            namespace=namespace,
+            name=name,
+            patch_type=cast("objects_pb2.PatchType", int(patch_type)),
+            patch=encode_json(patch),
+            subresource=subresource,
+            field_manager=field_manager,
+            force=force,
+            guard=_guard(guard),
+        )
+        response = await unary(self._stub.Patch, request)
+        return Object.from_proto(response.object)
+
+    async def delete(
+        self,
+        resource: str,
+        name: str,
+        *,
+        namespace: str = "",
+        precondition_uid: str = "",
+        precondition_resource_version: str = "",
+        propagation_policy: PropagationPolicy = PropagationPolicy.DEFAULT,
+        guard: Guard | None = None,
+    ) -> Object | None:
+        """Deletes the object, optionally only if it still has the given uid or resourceVersion;
+        returns its last state when the apiserver sent it."""
+        request = objects_pb2.DeleteRequest(
+            resource=resource,
+            namespace=namespace,
+            name=name,
+            precondition_uid=precondition_uid,
+            precondition_resource_version=precondition_resource_version,
+            propagation_policy=cast("objects_pb2.PropagationPolicy", int(propagation_policy)),
+            guard=_guard(guard),
+        )
+        response = await unary(self._stub.Delete, request)
+        return Object.from_proto(response.object) if response.HasField("object") else None
+
+
+def _guard(guard: Guard | None) -> object_pb2.WriteGuard | None:
+    return guard.to_proto() if guard is not None else None

@@ -1,0 +1,64 @@
+import datetime
+
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ReceiveRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class InboxMessage(_message.Message):
+    __slots__ = ("message_id", "sender", "resource_id", "event_id", "payload", "content_type", "delivery_attempt", "received_at")
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    SENDER_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_ID_FIELD_NUMBER: _ClassVar[int]
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    RECEIVED_AT_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    sender: str
+    resource_id: str
+    event_id: str
+    payload: bytes
+    content_type: str
+    delivery_attempt: int
+    received_at: _timestamp_pb2.Timestamp
+    def __init__(self, message_id: _Optional[str] = ..., sender: _Optional[str] = ..., resource_id: _Optional[str] = ..., event_id: _Optional[str] = ..., payload: _Optional[bytes] = ..., content_type: _Optional[str] = ..., delivery_attempt: _Optional[int] = ..., received_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ReceiveResponse(_message.Message):
+    __slots__ = ("message",)
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    message: InboxMessage
+    def __init__(self, message: _Optional[_Union[InboxMessage, _Mapping]] = ...) -> None: ...
+
+class AckRequest(_message.Message):
+    __slots__ = ("message_id",)
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    def __init__(self, message_id: _Optional[str] = ...) -> None: ...
+
+class AckResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class NackRequest(_message.Message):
+    __slots__ = ("message_id", "retry_after", "reason")
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    retry_after: _duration_pb2.Duration
+    reason: str
+    def __init__(self, message_id: _Optional[str] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class NackResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -1,0 +1,29 @@
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from typing import ClassVar as _ClassVar, Optional as _Optional
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class KubeObject(_message.Message):
+    __slots__ = ("uid", "namespace", "name", "resource_version", "json")
+    UID_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    JSON_FIELD_NUMBER: _ClassVar[int]
+    uid: str
+    namespace: str
+    name: str
+    resource_version: str
+    json: bytes
+    def __init__(self, uid: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., resource_version: _Optional[str] = ..., json: _Optional[bytes] = ...) -> None: ...
+
+class WriteGuard(_message.Message):
+    __slots__ = ("election", "namespace", "term")
+    ELECTION_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    election: str
+    namespace: str
+    term: int
+    def __init__(self, election: _Optional[str] = ..., namespace: _Optional[str] = ..., term: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,182 @@
+from consistd.v1 import object_pb2 as _object_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ReadSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    READ_SOURCE_UNSPECIFIED: _ClassVar[ReadSource]
+    READ_SOURCE_CACHE: _ClassVar[ReadSource]
+    READ_SOURCE_APISERVER: _ClassVar[ReadSource]
+
+class PatchType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PATCH_TYPE_UNSPECIFIED: _ClassVar[PatchType]
+    PATCH_TYPE_JSON: _ClassVar[PatchType]
+    PATCH_TYPE_MERGE: _ClassVar[PatchType]
+    PATCH_TYPE_STRATEGIC: _ClassVar[PatchType]
+    PATCH_TYPE_APPLY: _ClassVar[PatchType]
+
+class PropagationPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PROPAGATION_POLICY_UNSPECIFIED: _ClassVar[PropagationPolicy]
+    PROPAGATION_POLICY_ORPHAN: _ClassVar[PropagationPolicy]
+    PROPAGATION_POLICY_BACKGROUND: _ClassVar[PropagationPolicy]
+    PROPAGATION_POLICY_FOREGROUND: _ClassVar[PropagationPolicy]
+READ_SOURCE_UNSPECIFIED: ReadSource
+READ_SOURCE_CACHE: ReadSource
+READ_SOURCE_APISERVER: ReadSource
+PATCH_TYPE_UNSPECIFIED: PatchType
+PATCH_TYPE_JSON: PatchType
+PATCH_TYPE_MERGE: PatchType
+PATCH_TYPE_STRATEGIC: PatchType
+PATCH_TYPE_APPLY: PatchType
+PROPAGATION_POLICY_UNSPECIFIED: PropagationPolicy
+PROPAGATION_POLICY_ORPHAN: PropagationPolicy
+PROPAGATION_POLICY_BACKGROUND: PropagationPolicy
+PROPAGATION_POLICY_FOREGROUND: PropagationPolicy
+
+class GetRequest(_message.Message):
+    __slots__ = ("resource", "namespace", "name", "read_your_writes")
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    READ_YOUR_WRITES_FIELD_NUMBER: _ClassVar[int]
+    resource: str
+    namespace: str
+    name: str
+    read_your_writes: bool
+    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., read_your_writes: _Optional[bool] = ...) -> None: ...
+
+class GetResponse(_message.Message):
+    __slots__ = ("object", "source")
+    OBJECT_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    object: _object_pb2.KubeObject
+    source: ReadSource
+    def __init__(self, object: _Optional[_Union[_object_pb2.KubeObject, _Mapping]] = ..., source: _Optional[_Union[ReadSource, str]] = ...) -> None: ...
+
+class ListRequest(_message.Message):
+    __slots__ = ("resource", "namespace", "label_selector", "field_selector", "read_your_writes")
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    LABEL_SELECTOR_FIELD_NUMBER: _ClassVar[int]
+    FIELD_SELECTOR_FIELD_NUMBER: _ClassVar[int]
+    READ_YOUR_WRITES_FIELD_NUMBER: _ClassVar[int]
+    resource: str
+    namespace: str
+    label_selector: str
+    field_selector: str
+    read_your_writes: bool
+    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., label_selector: _Optional[str] = ..., field_selector: _Optional[str] = ..., read_your_writes: _Optional[bool] = ...) -> None: ...
+
+class ListResponse(_message.Message):
+    __slots__ = ("objects", "resource_version", "source")
+    OBJECTS_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    objects: _containers.RepeatedCompositeFieldContainer[_object_pb2.KubeObject]
+    resource_version: str
+    source: ReadSource
+    def __init__(self, objects: _Optional[_Iterable[_Union[_object_pb2.KubeObject, _Mapping]]] = ..., resource_version: _Optional[str] = ..., source: _Optional[_Union[ReadSource, str]] = ...) -> None: ...
+
+class CreateRequest(_message.Message):
+    __slots__ = ("resource", "namespace", "object", "field_manager", "guard")
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    OBJECT_FIELD_NUMBER: _ClassVar[int]
+    FIELD_MANAGER_FIELD_NUMBER: _ClassVar[int]
+    GUARD_FIELD_NUMBER: _ClassVar[int]
+    resource: str
+    namespace: str
+    object: bytes
+    field_manager: str
+    guard: _object_pb2.WriteGuard
+    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., object: _Optional[bytes] = ..., field_manager: _Optional[str] = ..., guard: _Optional[_Union[_object_pb2.WriteGuard, _Mapping]] = ...) -> None: ...
+
+class CreateResponse(_message.Message):
+    __slots__ = ("object",)
+    OBJECT_FIELD_NUMBER: _ClassVar[int]
+    object: _object_pb2.KubeObject
+    def __init__(self, object: _Optional[_Union[_object_pb2.KubeObject, _Mapping]] = ...) -> None: ...
+
+class UpdateRequest(_message.Message):
+    __slots__ = ("resource", "namespace", "name", "object", "subresource", "field_manager", "guard")
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OBJECT_FIELD_NUMBER: _ClassVar[int]
+    SUBRESOURCE_FIELD_NUMBER: _ClassVar[int]
+    FIELD_MANAGER_FIELD_NUMBER: _ClassVar[int]
+    GUARD_FIELD_NUMBER: _ClassVar[int]
+    resource: str
+    namespace: str
+    name: str
+    object: bytes
+    subresource: str
+    field_manager: str
+    guard: _object_pb2.WriteGuard
+    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., object: _Optional[bytes] = ..., subresource: _Optional[str] = ..., field_manager: _Optional[str] = ..., guard: _Optional[_Union[_object_pb2.WriteGuard, _Mapping]] = ...) -> None: ...
+
+class UpdateResponse(_message.Message):
+    __slots__ = ("object",)
+    OBJECT_FIELD_NUMBER: _ClassVar[int]
+    object: _object_pb2.KubeObject
+    def __init__(self, object: _Optional[_Union[_object_pb2.KubeObject, _Mapping]] = ...) -> None: ...
+
+class PatchRequest(_message.Message):
+    __slots__ = ("resource", "namespace", "name", "patch_type", "patch", "subresource", "field_manager", "force", "guard")
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PATCH_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PATCH_FIELD_NUMBER: _ClassVar[int]
+    SUBRESOURCE_FIELD_NUMBER: _ClassVar[int]
+    FIELD_MANAGER_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    GUARD_FIELD_NUMBER: _ClassVar[int]
+    resource: str
+    namespace: str
+    name: str
+    patch_type: PatchType
+    patch: bytes
+    subresource: str
+    field_manager: str
+    force: bool
+    guard: _object_pb2.WriteGuard
+    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., patch_type: _Optional[_Union[PatchType, str]] = ..., patch: _Optional[bytes] = ..., subresource: _Optional[str] = ..., field_manager: _Optional[str] = ..., force: _Optional[bool] = ..., guard: _Optional[_Union[_object_pb2.WriteGuard, _Mapping]] = ...) -> None: ...
+
+class PatchResponse(_message.Message):
+    __slots__ = ("object",)
+    OBJECT_FIELD_NUMBER: _ClassVar[int]
+    object: _object_pb2.KubeObject
+    def __init__(self, object: _Optional[_Union[_object_pb2.KubeObject, _Mapping]] = ...) -> None: ...
+
+class DeleteRequest(_message.Message):
+    __slots__ = ("resource", "namespace", "name", "precondition_uid", "precondition_resource_version", "propagation_policy", "guard")
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PRECONDITION_UID_FIELD_NUMBER: _ClassVar[int]
+    PRECONDITION_RESOURCE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    PROPAGATION_POLICY_FIELD_NUMBER: _ClassVar[int]
+    GUARD_FIELD_NUMBER: _ClassVar[int]
+    resource: str
+    namespace: str
+    name: str
+    precondition_uid: str
+    precondition_resource_version: str
+    propagation_policy: PropagationPolicy
+    guard: _object_pb2.WriteGuard
+    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., precondition_uid: _Optional[str] = ..., precondition_resource_version: _Optional[str] = ..., propagation_policy: _Optional[_Union[PropagationPolicy, str]] = ..., guard: _Optional[_Union[_object_pb2.WriteGuard, _Mapping]] = ...) -> None: ...
+
+class DeleteResponse(_message.Message):
+    __slots__ = ("object",)
+    OBJECT_FIELD_NUMBER: _ClassVar[int]
+    object: _object_pb2.KubeObject
+    def __init__(self, object: _Optional[_Union[_object_pb2.KubeObject, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,155 @@
+"""Watch streams that reconnect on their own and resume after the last event they delivered."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+import grpc
+
+from ._retry import Backoff, is_retryable, task_cancelled
+from .errors import ConsistdError
+from .objects import Object
+from .v1 import watch_pb2
+
+if TYPE_CHECKING:
+    from .v1.watch_pb2_grpc import WatchServiceStub
+
+log = logging.getLogger("consistd.watch")
+
+
+class Mode(enum.IntEnum):
+    """How a watch wants its events."""
+
+    RAW = watch_pb2.DELIVERY_MODE_RAW
+    """Every watch event, in apiserver order, none skipped."""
+    CONSISTENT = watch_pb2.DELIVERY_MODE_CONSISTENT
+    """Per object, only states consistent with this pod's own writes; a slow watcher gets the latest."""
+
+
+class EventType(enum.IntEnum):
+    """What an event tells."""
+
+    UNSPECIFIED = watch_pb2.EVENT_TYPE_UNSPECIFIED
+    ADDED = watch_pb2.EVENT_TYPE_ADDED
+    """The object exists (initial state, creation, or reappearance after a relist)."""
+    MODIFIED = watch_pb2.EVENT_TYPE_MODIFIED
+    """The object changed."""
+    DELETED = watch_pb2.EVENT_TYPE_DELETED
+    """The object is gone; ``object`` is its last known state."""
+    SYNCED = watch_pb2.EVENT_TYPE_SYNCED
+    """Marker: every object of the initial state (or of a fresh snapshot) has been delivered."""
+    RESYNC_REQUIRED = watch_pb2.EVENT_TYPE_RESYNC_REQUIRED
+    """Marker: the watch could not resume; a fresh snapshot (ADDED..., SYNCED) follows to reconcile against."""
+
+
+class Consistency(enum.IntEnum):
+    """How an event relates to this pod's own writes."""
+
+    UNSPECIFIED = watch_pb2.CONSISTENCY_UNSPECIFIED
+    CONSISTENT = watch_pb2.CONSISTENCY_CONSISTENT
+    """No write of this pod to the object is pending."""
+    AWAITING_OWN_WRITE = watch_pb2.CONSISTENCY_AWAITING_OWN_WRITE
+    """A write of this pod is pending and this state predates it (RAW mode only)."""
+    OWN_WRITE = watch_pb2.CONSISTENCY_OWN_WRITE
+    """Exactly the state this pod's own write produced."""
+    TIMED_OUT = watch_pb2.CONSISTENCY_TIMED_OUT
+    """This pod's write was not seen in time; this is the latest state known."""
+
+
+@dataclass(frozen=True)
+class Event:
+    """One event of a watch, or one of its markers (SYNCED, RESYNC_REQUIRED)."""
+
+    type: EventType
+    #: The object; None for SYNCED and RESYNC_REQUIRED.
+    object: Object | None
+    #: Resume position after this event (pass it as ``resume_cursor`` to continue from here).
+    cursor: str
+    #: How the object's state relates to this pod's own writes.
+    consistency: Consistency
+
+    @classmethod
+    def from_proto(cls, r: watch_pb2.SubscribeResponse) -> Event:
+        """The event carried by a protocol message."""
+        return cls(
+            type=EventType(r.type),
+            object=Object.from_proto(r.object) if r.HasField("object") else None,
+            cursor=r.cursor,
+            consistency=Consistency(r.consistency),
+        )
+
+
+class Watch:
+    """An async iterator of a watch's events (``client.watch(...)``).
+
+    When the connection to the sidecar is lost (UNAVAILABLE, or the stream ends without the caller
+    stopping it), it subscribes again with the cursor of the last event it delivered, with backoff,
+    so each event arrives once; if the daemon cannot resume from there, the next events are
+    RESYNC_REQUIRED and a fresh snapshot ending in SYNCED. Any other error ends the iteration with a
+    ``ConsistdError``. ``aclose()`` (or leaving ``async with``) ends the subscription.
+    """
+
+    def __init__(self, stub: WatchServiceStub, request: watch_pb2.SubscribeRequest) -> None:
+        self._stub = stub
+        self._request = request
+        # The open subscription; None before the first read and between reconnects.
+        self._call: grpc.aio.UnaryStreamCall | None = None
+        self._backoff = Backoff()
+        self._closed = False
+
+    @property
+    def cursor(self) -> str:
+        """The cursor of the last event delivered (where a reconnect resumes); empty before the first."""
+        return self._request.resume_cursor
+
+    def __aiter__(self) -> Watch:
+        return self
+
+    async def __anext__(self) -> Event:
+        while not self._closed:
+            if self._call is None:
+                self._call = self._stub.Subscribe(self._request)
+            try:
+                response = await self._call.read()
+            except asyncio.CancelledError:
+                # grpc.aio cancels the call with the read; a later read subscribes again from the cursor.
+                self._call = None
+                if self._closed and not task_cancelled():
+                    break  # aclose() from another task
+                raise
+            except grpc.aio.AioRpcError as e:
+                code, message = e.code(), e.details() or ""
+            else:
+                if response is not grpc.aio.EOF:
+                    self._backoff.reset()
+                    if response.cursor:
+                        self._request.resume_cursor = response.cursor
+                    return Event.from_proto(response)
+                code, message = grpc.StatusCode.UNAVAILABLE, "the sidecar ended the watch"
+            self._call = None
+            if not is_retryable(code):
+                self._closed = True
+                raise ConsistdError(code, message)
+            log.info("watch of %s lost (%s: %s); resubscribing", self._request.resource, code.name, message)
+            await self._backoff.wait()
+        raise StopAsyncIteration
+
+    async def aclose(self) -> None:
+        """Ends the subscription; the iteration stops."""
+        self._closed = True
+        if self._call is not None:
+            self._call.cancel()
+            self._call = None
+
+    async def __aenter__(self) -> Watch:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()

@@ -1,0 +1,52 @@
+"""Objects as JSON through the sidecar, and writes fenced by a leader's term."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+import consistd
+from support import configmap, next_matching, unique
+
+
+async def test_create_get_list_update_patch_delete(client: consistd.Client, namespace: str) -> None:
+    objects = client.objects
+    created = await objects.create("configmaps", configmap("cfg", {"a": "1"}, {"app": "sdk"}), namespace=namespace)
+    assert (created.namespace, created.name) == (namespace, "cfg") and created.uid and created.resource_version
+
+    got = await objects.get("configmaps", "cfg", namespace=namespace)
+    assert got.json["data"] == {"a": "1"} and got.uid == created.uid
+
+    await objects.create("configmaps", configmap("other", {}), namespace=namespace)
+    listed = await objects.list("configmaps", namespace=namespace, label_selector="app=sdk")
+    assert [o.name for o in listed.objects] == ["cfg"] and listed.resource_version
+
+    body = got.json
+    body["data"]["b"] = "2"
+    updated = await objects.update("configmaps", "cfg", body, namespace=namespace)
+    assert updated.json["data"] == {"a": "1", "b": "2"}
+    with pytest.raises(consistd.ConsistdError) as stale:
+        await objects.update("configmaps", "cfg", body, namespace=namespace)  # the old resourceVersion
+    assert stale.value.code == grpc.StatusCode.ABORTED
+
+    patched = await objects.patch("configmaps", "cfg", {"data": {"a": None}}, namespace=namespace)
+    assert patched.json["data"] == {"b": "2"}
+
+    await objects.delete("configmaps", "cfg", namespace=namespace, precondition_uid=created.uid)
+    with pytest.raises(consistd.ConsistdError) as gone:
+        await objects.get("configmaps", "cfg", namespace=namespace)
+    assert gone.value.code == grpc.StatusCode.NOT_FOUND
+
+
+async def test_a_guarded_write_succeeds_only_in_the_leaders_term(client: consistd.Client, namespace: str) -> None:
+    await client.objects.create("configmaps", configmap("fenced", {}), namespace=namespace)
+    async with client.campaign(unique("sdk-py-guard")) as campaign:
+        leading = await next_matching(campaign, lambda s: s.is_leader)
+        patch = {"data": {"by": "leader"}}
+        stored = await client.objects.patch("configmaps", "fenced", patch, namespace=namespace, guard=leading.guard())
+        assert stored.json["data"] == {"by": "leader"}
+
+        stale = consistd.Guard(election=leading.election, namespace=leading.namespace, term=leading.term + 1)
+        with pytest.raises(consistd.ConsistdError) as refused:
+            await client.objects.patch("configmaps", "fenced", patch, namespace=namespace, guard=stale)
+        assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION
