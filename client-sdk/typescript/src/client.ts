@@ -1,0 +1,163 @@
+// A connection to one consistd sidecar over its Unix socket, and the entry points to every feature.
+import { resolve } from "node:path";
+import { Channel, type ChannelOptions, Client as GrpcClient, credentials } from "@grpc/grpc-js";
+import type { Cancellable } from "./call.js";
+import { NotReadyError } from "./errors.js";
+import { InboxServiceClient } from "./gen/consistd/v1/inbox.js";
+import { LeadershipServiceClient } from "./gen/consistd/v1/leadership.js";
+import { ObjectsServiceClient } from "./gen/consistd/v1/objects.js";
+import { OutboxServiceClient } from "./gen/consistd/v1/outbox.js";
+import { RolloutServiceClient } from "./gen/consistd/v1/rollout.js";
+import { WatchServiceClient } from "./gen/consistd/v1/watch.js";
+import { checkHealth, ServingStatus } from "./health.js";
+import { Inbox } from "./inbox.js";
+import { type CampaignOptions, elect, type Leadership, type ObserveOptions } from "./leadership.js";
+import { Objects } from "./objects.js";
+import { AckTracker, type Message, type Sent } from "./outbox.js";
+import { sleep } from "./retry.js";
+import { watch, type WatchEvent, type WatchQuery } from "./watch.js";
+
+/** Where the sidecar listens unless CONSISTD_SOCKET says otherwise. */
+export const DEFAULT_SOCKET = "/var/run/consistd/consistd.sock";
+
+/** How often `waitReady` asks again, in milliseconds. */
+const READY_POLL_MS = 50;
+
+/**
+ * Reconnect quickly to a restarting sidecar: it is local, so grpc-js's defaults (1 s growing to 120 s)
+ * would only delay recovery. The SDK's own streams back off on top of this.
+ */
+const CHANNEL_OPTIONS: ChannelOptions = {
+  "grpc.initial_reconnect_backoff_ms": 100,
+  "grpc.max_reconnect_backoff_ms": 1_000,
+  "grpc.max_receive_message_length": -1,
+};
+
+/** How to reach the sidecar. */
+export interface ClientOptions {
+  /** The socket path; default CONSISTD_SOCKET, else /var/run/consistd/consistd.sock. */
+  socket?: string;
+  /** Extra grpc-js channel options. */
+  channelOptions?: ChannelOptions;
+}
+
+/**
+ * A connection to one consistd sidecar. Connects lazily and reconnects on its own; call `close()` when done
+ * so Node can exit.
+ */
+export class Client {
+  /** The socket this client talks to (absolute). */
+  readonly socket: string;
+  /** The gRPC channel every service client below shares. */
+  readonly channel: Channel;
+  /** Reads and writes of Kubernetes objects (JSON in, JSON out). */
+  readonly objects: Objects;
+  /** Messages peers sent to this pod's app. */
+  readonly inbox: Inbox;
+  /** The generated service clients, for calls this layer does not wrap. */
+  readonly services: {
+    watch: WatchServiceClient;
+    objects: ObjectsServiceClient;
+    leadership: LeadershipServiceClient;
+    outbox: OutboxServiceClient;
+    inbox: InboxServiceClient;
+    rollout: RolloutServiceClient;
+  };
+  private readonly health: GrpcClient;
+  private readonly acks: AckTracker;
+  /** Aborted by close(): ends every stream of this client. */
+  private readonly closed = new AbortController();
+
+  /** A client for `socket` (a path, or options); with no argument, CONSISTD_SOCKET or the default path. */
+  constructor(socket?: string | ClientOptions) {
+    const options = typeof socket === "string" ? { socket } : (socket ?? {});
+    this.socket = resolve(options.socket ?? process.env.CONSISTD_SOCKET ?? DEFAULT_SOCKET);
+    const target = `unix:${this.socket}`;
+    const insecure = credentials.createInsecure();
+    this.channel = new Channel(target, insecure, { ...CHANNEL_OPTIONS, ...options.channelOptions });
+    const shared = { channelOverride: this.channel };
+    this.services = {
+      watch: new WatchServiceClient(target, insecure, shared),
+      objects: new ObjectsServiceClient(target, insecure, shared),
+      leadership: new LeadershipServiceClient(target, insecure, shared),
+      outbox: new OutboxServiceClient(target, insecure, shared),
+      inbox: new InboxServiceClient(target, insecure, shared),
+      rollout: new RolloutServiceClient(target, insecure, shared),
+    };
+    this.health = new GrpcClient(target, insecure, shared);
+    this.objects = new Objects(this.services.objects);
+    this.inbox = new Inbox(this.services.inbox);
+    this.acks = new AckTracker(this.services.outbox);
+  }
+
+  /**
+   * Waits until the sidecar's health service reports SERVING, asking again while the socket is missing or
+   * the daemon is starting. Rejects with a NotReadyError naming the socket and the last answer seen.
+   */
+  async waitReady(timeoutMs = 30_000, options: Cancellable = {}): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      let last: string;
+      try {
+        const health = await checkHealth(this.health, new Date(Math.max(deadline, Date.now() + READY_POLL_MS)));
+        if (health === ServingStatus.SERVING) return;
+        last = `health is ${ServingStatus[health] ?? health}`;
+      } catch (error) {
+        // grpc-js appends an empty "Resolution note: " to connection errors; it says nothing here.
+        last = (error instanceof Error ? error.message : String(error)).replace(/\s*Resolution note:\s*$/, "");
+      }
+      options.signal?.throwIfAborted();
+      if (Date.now() + READY_POLL_MS > deadline) throw new NotReadyError(this.socket, timeoutMs, last);
+      await sleep(READY_POLL_MS, options.signal);
+    }
+  }
+
+  /**
+   * Streams a watch's events (see WatchQuery; CONSISTENT mode unless `mode` says RAW). Reconnects and
+   * resumes after the last delivered event on its own; SYNCED and RESYNC_REQUIRED arrive as events.
+   *
+   *     for await (const ev of client.watch({ resource: "configmaps", namespace: "default" }, { signal })) { ... }
+   */
+  watch(query: WatchQuery, options: Cancellable = {}): AsyncGenerator<WatchEvent, void> {
+    return watch(this.services.watch, query, { signal: this.signal(options) });
+  }
+
+  /**
+   * Campaigns in `election` while the loop runs and streams this sidecar's view of it; leaving the loop
+   * (or aborting) resigns at once. Yields UNKNOWN at once when the sidecar is lost, then campaigns again.
+   *
+   *     for await (const s of client.campaign("my-app", { signal })) if (s.isLeader) { ... }
+   */
+  campaign(election: string, options: CampaignOptions = {}): AsyncGenerator<Leadership, void> {
+    return elect(this.services.leadership, election, { campaign: { ...options, signal: this.signal(options) } });
+  }
+
+  /** Streams `election`'s state without taking part, like `campaign`. */
+  observe(election: string, options: ObserveOptions = {}): AsyncGenerator<Leadership, void> {
+    return elect(this.services.leadership, election, { observe: { ...options, signal: this.signal(options) } });
+  }
+
+  /**
+   * Stores a message in the sidecar's outbox; resolves once it is durable. `await sent.ack` for its
+   * outcome (ACKED, SUPERSEDED or FAILED with a reason): outcomes are watched before the send, so none is missed.
+   */
+  send(message: Message, options: Cancellable = {}): Promise<Sent> {
+    return this.acks.send(message, options);
+  }
+
+  /** Ends every stream of this client and closes the connection. */
+  close(): void {
+    this.closed.abort();
+    this.acks.close();
+    this.channel.close();
+  }
+
+  private signal(options: Cancellable): AbortSignal {
+    return options.signal ? AbortSignal.any([options.signal, this.closed.signal]) : this.closed.signal;
+  }
+}
+
+/** A client for `socket`, or for CONSISTD_SOCKET (else the default path) with no argument. */
+export function connect(socket?: string | ClientOptions): Client {
+  return new Client(socket);
+}

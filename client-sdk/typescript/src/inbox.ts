@@ -1,0 +1,105 @@
+// Messages from peer pods: a handler that ACKs when it returns and NACKs when it throws, or deliveries to ACK by hand.
+import { type Cancellable, messages, unary } from "./call.js";
+import { ended, isRetryable, toConsistdError } from "./errors.js";
+import type { InboxMessage, InboxServiceClient } from "./gen/consistd/v1/inbox.js";
+import { duration } from "./leadership.js";
+import { Backoff } from "./retry.js";
+
+/** How long a NACKed message waits before it is delivered again, unless the caller says otherwise. */
+export const DEFAULT_RETRY_AFTER_MS = 1_000;
+
+/** How `serve` handles failures. */
+export interface ServeOptions extends Cancellable {
+  /** How long a message whose handler threw waits before it comes again; default 1 s. */
+  retryAfterMs?: number;
+}
+
+/** One message handed to this app; the sidecar redelivers it until it is ACKed. */
+export class Delivery {
+  constructor(
+    /** The message: sender, resourceId, eventId, payload, contentType, deliveryAttempt (1 at first). */
+    readonly message: InboxMessage,
+    private readonly service: InboxServiceClient,
+  ) {}
+
+  /** Confirms the message was processed; resolves once the ACK is stored (it then travels back to the sender). */
+  async ack(): Promise<void> {
+    await unary(this.service.ack.bind(this.service), { messageId: this.message.messageId });
+  }
+
+  /** Asks for the message again after `retryAfterMs`, with `reason` logged at the sidecar. */
+  async nack(reason: string, retryAfterMs = DEFAULT_RETRY_AFTER_MS): Promise<void> {
+    const request = { messageId: this.message.messageId, retryAfter: duration(retryAfterMs), reason };
+    await unary(this.service.nack.bind(this.service), request);
+  }
+}
+
+/** The pod's inbox: messages peers sent to this app. */
+export class Inbox {
+  constructor(private readonly service: InboxServiceClient) {}
+
+  /**
+   * Streams the messages peers sent, oldest first, one at a time: the next comes once this one is ACKed or
+   * NACKed. Reconnects when the sidecar restarts (a message not yet ACKed then comes again); any other
+   * error ends the stream. Ends when `signal` aborts or the loop is left.
+   */
+  async *receive(options: Cancellable = {}): AsyncGenerator<Delivery, void> {
+    const { signal } = options;
+    const backoff = new Backoff();
+    while (!signal?.aborted) {
+      let failure: unknown = ended("inbox stream");
+      try {
+        for await (const response of messages(this.service.receive({}), signal)) {
+          backoff.reset();
+          if (response.message) yield new Delivery(response.message, this.service);
+        }
+      } catch (error) {
+        failure = toConsistdError(error);
+      }
+      if (signal?.aborted) return;
+      if (!isRetryable(failure)) throw failure;
+      await backoff.wait(signal);
+    }
+  }
+
+  /**
+   * Calls `handler` with each message: when it returns (or its promise resolves) the message is ACKed; when
+   * it throws, the message is NACKed with the error's message as reason and comes again after
+   * `retryAfterMs`. Reconnects to a restarting sidecar. Resolves when `signal` aborts: a message whose
+   * handler is running is still settled first, so aborting from inside the handler stops after its ACK.
+   * Rejects when a call fails with an error that reconnecting cannot mend.
+   */
+  async serve(handler: (message: InboxMessage) => unknown, options: ServeOptions = {}): Promise<void> {
+    const { signal, retryAfterMs = DEFAULT_RETRY_AFTER_MS } = options;
+    const stop = new AbortController();
+    let busy = false;
+    const onAbort = () => {
+      if (!busy) stop.abort();
+    };
+    if (signal?.aborted) return;
+    signal?.addEventListener("abort", onAbort, { once: true });
+    try {
+      for await (const delivery of this.receive({ signal: stop.signal })) {
+        busy = true;
+        let settled: Promise<void>;
+        try {
+          await handler(delivery.message);
+          settled = delivery.ack();
+        } catch (error) {
+          settled = delivery.nack(error instanceof Error ? error.message : String(error), retryAfterMs);
+        }
+        try {
+          await settled;
+        } catch (error) {
+          // An ACK or NACK lost to a restarting sidecar is harmless: the message comes again.
+          if (!isRetryable(error)) throw error;
+        } finally {
+          busy = false;
+        }
+        if (signal?.aborted) break;
+      }
+    } finally {
+      signal?.removeEventListener("abort", onAbort);
+    }
+  }
+}

@@ -1,0 +1,240 @@
+// Reads and writes of Kubernetes objects through the sidecar, as JSON, optionally fenced by a leader's term.
+import { type Cancellable, unary } from "./call.js";
+import type { KubeObject as KubeObjectProto, WriteGuard } from "./gen/consistd/v1/object.js";
+import {
+  type ObjectsServiceClient,
+  PatchType,
+  type PropagationPolicy,
+  type ReadSource,
+} from "./gen/consistd/v1/objects.js";
+
+/** A Kubernetes object as the sidecar served it: the fields apps route by, and the whole object. */
+export class KubeObject<T = any> {
+  /** metadata.uid: stable for the object's life; a re-created object has a new one. */
+  readonly uid: string;
+  /** metadata.namespace; empty for cluster-scoped objects. */
+  readonly namespace: string;
+  /** metadata.name. */
+  readonly name: string;
+  /** metadata.resourceVersion: opaque, compare for equality only. */
+  readonly resourceVersion: string;
+  /** The whole object as JSON bytes, as the apiserver served it. */
+  readonly raw: Uint8Array;
+  private parsed?: T;
+
+  constructor(proto: KubeObjectProto) {
+    this.uid = proto.uid;
+    this.namespace = proto.namespace;
+    this.name = proto.name;
+    this.resourceVersion = proto.resourceVersion;
+    this.raw = proto.json;
+  }
+
+  /** The whole object (apiVersion, kind, metadata, spec, data, status, ...), parsed once on first use. */
+  get json(): T {
+    this.parsed ??= JSON.parse(Buffer.from(this.raw.buffer, this.raw.byteOffset, this.raw.byteLength).toString("utf8"));
+    return this.parsed as T;
+  }
+}
+
+/**
+ * Names an election and the term the write is made in: the daemon refuses the write (FAILED_PRECONDITION)
+ * unless it leads that election in exactly that term. A `Leadership` from `campaign` is a valid guard.
+ */
+export interface Guard {
+  /** Election name. */
+  election: string;
+  /** Namespace of the election's Lease; empty or unset means the daemon's own namespace. */
+  namespace?: string;
+  /** The fencing term the app was told it leads in. */
+  term: bigint | number | string;
+}
+
+/** A JSON document: any value is serialised with JSON.stringify; a string or bytes are sent as they are. */
+export type JsonBody = string | Uint8Array | object;
+
+/** What every object request names. */
+interface Target {
+  /** The resource: "configmaps", "deployments.apps", "apps/v1/deployments" or a kind such as "Deployment". */
+  resource: string;
+  /** Namespace; empty or unset for cluster-scoped resources (for list: every namespace). */
+  namespace?: string;
+}
+
+/** One object to read. */
+export interface GetRequest extends Target {
+  name: string;
+  /** When served from cache, first wait until this pod's pending writes to the object are visible. */
+  readYourWrites?: boolean;
+}
+
+/** Objects to list. */
+export interface ListRequest extends Target {
+  labelSelector?: string;
+  fieldSelector?: string;
+  /** When served from cache, first wait until this pod's pending writes are visible. */
+  readYourWrites?: boolean;
+}
+
+/** The objects a list found. */
+export interface ListResult<T> {
+  items: KubeObject<T>[];
+  /** The list's resourceVersion. */
+  resourceVersion: string;
+  /** Whether the watch hub's cache or the apiserver answered. */
+  source: ReadSource;
+}
+
+/** An object to create. */
+export interface CreateRequest extends Target {
+  /** The object; metadata.name (or generateName) must be set. */
+  object: JsonBody;
+  /** Field manager recorded by the apiserver; default "consistd". */
+  fieldManager?: string;
+  guard?: Guard;
+}
+
+/** A replacement for an object; metadata.resourceVersion in it makes the update conditional. */
+export interface UpdateRequest extends Target {
+  /** Defaults to the object's metadata.name. */
+  name?: string;
+  object: JsonBody;
+  /** "status" to replace the status subresource. */
+  subresource?: string;
+  fieldManager?: string;
+  guard?: Guard;
+}
+
+/** A patch of an object. */
+export interface PatchRequest extends Target {
+  name: string;
+  /** The patch document (for APPLY, the applied configuration). */
+  patch: JsonBody;
+  /** Default MERGE (RFC 7386 JSON merge patch). */
+  type?: PatchType;
+  /** "status" to patch the status subresource. */
+  subresource?: string;
+  /** Required for APPLY. */
+  fieldManager?: string;
+  /** APPLY only: take ownership of conflicting fields. */
+  force?: boolean;
+  guard?: Guard;
+}
+
+/** An object to delete, optionally only while it still has a given uid or resourceVersion. */
+export interface DeleteRequest extends Target {
+  name: string;
+  preconditionUid?: string;
+  preconditionResourceVersion?: string;
+  propagationPolicy?: PropagationPolicy;
+  guard?: Guard;
+}
+
+/**
+ * Kubernetes objects through the sidecar. Every write records an expectation, so CONSISTENT watchers
+ * of this pod see its own write; apiserver errors keep their meaning (conflict is ABORTED, 404 NOT_FOUND).
+ */
+export class Objects {
+  constructor(private readonly service: ObjectsServiceClient) {}
+
+  /** Reads one object. */
+  async get<T = any>(request: GetRequest, options?: Cancellable): Promise<KubeObject<T>> {
+    const { resource, namespace = "", name, readYourWrites = false } = request;
+    const response = await unary(this.service.get.bind(this.service), { resource, namespace, name, readYourWrites }, options);
+    return toObject<T>(response.object);
+  }
+
+  /** Lists the objects matching the selectors. */
+  async list<T = any>(request: ListRequest, options?: Cancellable): Promise<ListResult<T>> {
+    const { resource, namespace = "", labelSelector = "", fieldSelector = "", readYourWrites = false } = request;
+    const response = await unary(
+      this.service.list.bind(this.service),
+      { resource, namespace, labelSelector, fieldSelector, readYourWrites },
+      options,
+    );
+    return {
+      items: response.objects.map((o) => new KubeObject<T>(o)),
+      resourceVersion: response.resourceVersion,
+      source: response.source,
+    };
+  }
+
+  /** Creates an object and returns it as stored. */
+  async create<T = any>(request: CreateRequest, options?: Cancellable): Promise<KubeObject<T>> {
+    const { resource, namespace = "", object, fieldManager = "", guard } = request;
+    const response = await unary(
+      this.service.create.bind(this.service),
+      { resource, namespace, object: body(object), fieldManager, guard: toGuard(guard) },
+      options,
+    );
+    return toObject<T>(response.object);
+  }
+
+  /** Replaces an object (or its status) and returns it as stored. */
+  async update<T = any>(request: UpdateRequest, options?: Cancellable): Promise<KubeObject<T>> {
+    const { resource, namespace = "", object, subresource = "", fieldManager = "", guard } = request;
+    const name = request.name ?? (object as { metadata?: { name?: string } }).metadata?.name ?? "";
+    const response = await unary(
+      this.service.update.bind(this.service),
+      { resource, namespace, name, object: body(object), subresource, fieldManager, guard: toGuard(guard) },
+      options,
+    );
+    return toObject<T>(response.object);
+  }
+
+  /** Patches an object (a JSON merge patch unless `type` says otherwise) and returns it as stored. */
+  async patch<T = any>(request: PatchRequest, options?: Cancellable): Promise<KubeObject<T>> {
+    const { resource, namespace = "", name, patch, type = PatchType.MERGE, subresource = "" } = request;
+    const response = await unary(
+      this.service.patch.bind(this.service),
+      {
+        resource,
+        namespace,
+        name,
+        patchType: type,
+        patch: body(patch),
+        subresource,
+        fieldManager: request.fieldManager ?? "",
+        force: request.force ?? false,
+        guard: toGuard(request.guard),
+      },
+      options,
+    );
+    return toObject<T>(response.object);
+  }
+
+  /** Deletes an object; returns its last state when the apiserver sent it back. */
+  async delete<T = any>(request: DeleteRequest, options?: Cancellable): Promise<KubeObject<T> | undefined> {
+    const { resource, namespace = "", name, guard } = request;
+    const response = await unary(
+      this.service.delete.bind(this.service),
+      {
+        resource,
+        namespace,
+        name,
+        preconditionUid: request.preconditionUid ?? "",
+        preconditionResourceVersion: request.preconditionResourceVersion ?? "",
+        propagationPolicy: request.propagationPolicy ?? 0,
+        guard: toGuard(guard),
+      },
+      options,
+    );
+    return response.object && new KubeObject<T>(response.object);
+  }
+}
+
+/** The bytes of a JSON body. */
+export function body(value: JsonBody): Buffer {
+  if (typeof value === "string") return Buffer.from(value, "utf8");
+  if (value instanceof Uint8Array) return Buffer.from(value.buffer, value.byteOffset, value.byteLength);
+  return Buffer.from(JSON.stringify(value), "utf8");
+}
+
+function toGuard(guard: Guard | undefined): WriteGuard | undefined {
+  return guard && { election: guard.election, namespace: guard.namespace ?? "", term: BigInt(guard.term) };
+}
+
+function toObject<T>(proto: KubeObjectProto | undefined): KubeObject<T> {
+  if (!proto) throw new Error("consistd answered without an object");
+  return new KubeObject<T>(proto);
+}

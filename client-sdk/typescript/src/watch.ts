@@ -1,0 +1,92 @@
+// Watch streams that reconnect on their own and resume after the last event they delivered.
+import { type Cancellable, messages } from "./call.js";
+import { ended, isRetryable, toConsistdError } from "./errors.js";
+import {
+  Consistency,
+  DeliveryMode,
+  EventType,
+  type SubscribeResponse,
+  type WatchServiceClient,
+} from "./gen/consistd/v1/watch.js";
+import { KubeObject } from "./objects.js";
+import { Backoff } from "./retry.js";
+
+/** What to watch. */
+export interface WatchQuery {
+  /** "configmaps", "deployments.apps", "apps/v1/deployments", or a kind such as "Deployment". */
+  resource: string;
+  /** Only this namespace; empty or unset watches every namespace (or a cluster-scoped resource). */
+  namespace?: string;
+  /** A Kubernetes label selector, e.g. "app=web,tier!=db". */
+  labelSelector?: string;
+  /** A Kubernetes field selector, e.g. "metadata.name=cfg". */
+  fieldSelector?: string;
+  /** CONSISTENT (the default: states consistent with this pod's own writes) or RAW (every event). */
+  mode?: DeliveryMode;
+  /** Start after the event with this cursor instead of from a fresh snapshot. */
+  resumeCursor?: string;
+}
+
+/** One event of a watch, or one of its markers (SYNCED, RESYNC_REQUIRED). */
+export class WatchEvent {
+  /** ADDED, MODIFIED, DELETED, or the markers SYNCED and RESYNC_REQUIRED. */
+  readonly type: EventType;
+  /** The object; undefined for SYNCED and RESYNC_REQUIRED. */
+  readonly object?: KubeObject;
+  /** Resume position after this event. */
+  readonly cursor: string;
+  /** How the state relates to this pod's own writes. */
+  readonly consistency: Consistency;
+
+  constructor(response: SubscribeResponse) {
+    this.type = response.type;
+    this.object = response.object && new KubeObject(response.object);
+    this.cursor = response.cursor;
+    this.consistency = response.consistency;
+  }
+
+  /** The event type's name, e.g. "ADDED" or "SYNCED". */
+  get typeName(): string {
+    return EventType[this.type] ?? String(this.type);
+  }
+}
+
+/**
+ * Streams a watch's events. When the connection to the sidecar is lost (UNAVAILABLE, or the stream ends
+ * without the caller stopping it) it subscribes again from the last cursor it delivered, with backoff, so
+ * each event arrives once; if the daemon cannot resume from there, the stream yields RESYNC_REQUIRED and a
+ * fresh snapshot. Any other error ends the stream with that error. Aborting the signal, or leaving the
+ * `for await` loop, ends the subscription.
+ */
+export async function* watch(
+  service: WatchServiceClient,
+  query: WatchQuery,
+  options: Cancellable = {},
+): AsyncGenerator<WatchEvent, void> {
+  const { signal } = options;
+  const backoff = new Backoff();
+  let cursor = query.resumeCursor ?? "";
+  while (!signal?.aborted) {
+    const call = service.subscribe({
+      resource: query.resource,
+      namespace: query.namespace ?? "",
+      labelSelector: query.labelSelector ?? "",
+      fieldSelector: query.fieldSelector ?? "",
+      mode: query.mode ?? DeliveryMode.CONSISTENT,
+      resumeCursor: cursor,
+    });
+    let failure: unknown = ended("watch");
+    try {
+      for await (const response of messages(call, signal)) {
+        backoff.reset();
+        if (response.cursor) cursor = response.cursor;
+        yield new WatchEvent(response);
+      }
+    } catch (error) {
+      failure = toConsistdError(error);
+    }
+    if (signal?.aborted) return;
+    if (!isRetryable(failure)) throw failure;
+    await backoff.wait(signal);
+  }
+}

@@ -1,0 +1,75 @@
+// Connecting, waiting for readiness, objects, and errors that keep the daemon's code and message.
+import assert from "node:assert/strict";
+import { resolve } from "node:path";
+import { after, test } from "node:test";
+import { Client, ConsistdError, connect, NotReadyError, status } from "@consistd/client";
+import { configMap, dropNamespace, env, freshNamespace } from "./helpers.js";
+
+const clients: Client[] = [];
+after(() => clients.forEach((c) => c.close()));
+
+test("a client made with no arguments talks to CONSISTD_SOCKET once ready", async () => {
+  const client = new Client();
+  clients.push(client);
+  assert.equal(client.socket, resolve(env("CONSISTD_SOCKET")));
+  await client.waitReady(10_000);
+  const other = connect();
+  clients.push(other);
+  await other.waitReady(10_000);
+});
+
+test("waitReady on a missing socket fails after the timeout, naming the socket and the last error", async () => {
+  const client = new Client("/nonexistent/consistd.sock");
+  clients.push(client);
+  const started = Date.now();
+  const error = await client.waitReady(700).then(
+    () => assert.fail("waitReady resolved"),
+    (e: unknown) => e,
+  );
+  const elapsed = Date.now() - started;
+  assert.ok(error instanceof NotReadyError, `not a NotReadyError: ${error}`);
+  assert.equal(error.code, status.UNAVAILABLE);
+  assert.match(error.message, /^UNAVAILABLE: consistd at \/nonexistent\/consistd\.sock not ready within 700 ms: .+/);
+  assert.ok(elapsed >= 600 && elapsed < 5_000, `gave up after ${elapsed} ms`);
+});
+
+test("a watch with an empty resource fails with INVALID_ARGUMENT naming the field", async () => {
+  const client = new Client();
+  clients.push(client);
+  const error = await (async () => {
+    for await (const _ of client.watch({ resource: "" })) assert.fail("the watch delivered an event");
+  })().then(
+    () => assert.fail("the watch ended without an error"),
+    (e: unknown) => e,
+  );
+  assert.ok(error instanceof ConsistdError, `not a ConsistdError: ${error}`);
+  assert.equal(error.code, status.INVALID_ARGUMENT);
+  assert.equal(error.codeName, "INVALID_ARGUMENT");
+  assert.match(error.details, /^resource/);
+});
+
+test("objects are written and read as JSON, and a missing one is NOT_FOUND", async () => {
+  const client = new Client();
+  clients.push(client);
+  const ns = await freshNamespace(client);
+  try {
+    const created = await client.objects.create({ resource: "configmaps", namespace: ns, object: configMap("cfg", { a: "1" }) });
+    assert.equal(created.name, "cfg");
+    assert.equal(created.json.data.a, "1");
+    const patched = await client.objects.patch({ resource: "configmaps", namespace: ns, name: "cfg", patch: { data: { b: "2" } } });
+    assert.deepEqual(patched.json.data, { a: "1", b: "2" });
+    assert.notEqual(patched.resourceVersion, created.resourceVersion);
+    const got = await client.objects.get({ resource: "configmaps", namespace: ns, name: "cfg", readYourWrites: true });
+    assert.equal(got.resourceVersion, patched.resourceVersion);
+    const listed = await client.objects.list({ resource: "configmaps", namespace: ns, fieldSelector: "metadata.name=cfg" });
+    assert.deepEqual(listed.items.map((o) => o.name), ["cfg"]);
+    await client.objects.delete({ resource: "configmaps", namespace: ns, name: "cfg" });
+    const error = await client.objects.get({ resource: "configmaps", namespace: ns, name: "cfg" }).then(
+      () => assert.fail("got a deleted object"),
+      (e: unknown) => e,
+    );
+    assert.ok(error instanceof ConsistdError && error.code === status.NOT_FOUND, `not NOT_FOUND: ${error}`);
+  } finally {
+    await dropNamespace(client, ns);
+  }
+});
