@@ -57,6 +57,10 @@ pub struct Joined {
     pub live: mpsc::Receiver<Arc<Entry>>,
     /// Set when this subscriber fell behind and was cut off; it must resync.
     pub overflowed: Arc<AtomicBool>,
+    /// Set when the watch's first list completed after this subscriber joined: it was sent nothing yet
+    /// and is cut off so that it joins again and takes the whole list as a snapshot, instead of as a
+    /// burst of entries larger than its queue (which would cut it off mid-list and make it resync).
+    pub first_list_done: Arc<AtomicBool>,
 }
 
 /// One thing delivered to a subscriber.
@@ -114,6 +118,7 @@ struct State {
 struct Slot {
     tx: mpsc::Sender<Arc<Entry>>,
     overflowed: Arc<AtomicBool>,
+    first_list_done: Arc<AtomicBool>,
 }
 
 impl SharedWatch {
@@ -144,6 +149,7 @@ impl SharedWatch {
         let mut state = self.lock();
         let (tx, live) = mpsc::channel(self.limits.queue);
         let overflowed = Arc::new(AtomicBool::new(false));
+        let first_list_done = Arc::new(AtomicBool::new(false));
         let mut initial = Vec::new();
         match cursor {
             Some(cursor) if self.can_resume(&state, cursor) => {
@@ -161,9 +167,13 @@ impl SharedWatch {
             }
         }
         if !state.stopped {
-            state.subscribers.push(Slot { tx, overflowed: overflowed.clone() });
+            state.subscribers.push(Slot {
+                tx,
+                overflowed: overflowed.clone(),
+                first_list_done: first_list_done.clone(),
+            });
         }
-        Joined { initial, live, overflowed }
+        Joined { initial, live, overflowed, first_list_done }
     }
 
     fn can_resume(&self, state: &State, cursor: Cursor) -> bool {
@@ -253,6 +263,13 @@ impl SharedWatch {
                 state.objects = listed;
                 let first = !state.synced;
                 state.synced = true;
+                if first {
+                    // Nothing was published before the first list: whoever joined meanwhile joins again
+                    // and gets the list as its snapshot (dropping the senders ends their live streams).
+                    for slot in state.subscribers.drain(..) {
+                        slot.first_list_done.store(true, Ordering::Release);
+                    }
+                }
                 for change in changes {
                     state.publish(change, self, metrics);
                 }
@@ -391,10 +408,27 @@ mod tests {
         let mut early = w.join(None);
         assert!(early.initial.is_empty());
         list(&w, &m, vec![raw("a", "1", "10")]);
-        assert_eq!(drain(&mut early.live), ["ADDED a 10", "SYNCED"]);
+        // Watch order for the history; a subscriber that joined before the first list takes it as a
+        // snapshot instead (below), so a list longer than its queue does not cut it off.
+        assert_eq!(w.lock().history.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2]);
+        assert!(drain(&mut early.live).is_empty());
+        assert!(early.first_list_done.load(Ordering::Acquire), "told to join again");
+        assert!(!early.overflowed.load(Ordering::Acquire), "not a resync");
 
         let late = w.join(None);
         assert!(matches!(late.initial.as_slice(), [Item::Snapshot(o, 2), Item::Synced(2)] if o.name == "a"));
+    }
+
+    #[test]
+    fn a_first_list_longer_than_the_queue_does_not_cut_off_an_early_subscriber() {
+        let (w, m) = (watch(4, 16), Metrics::new());
+        let early = w.join(None);
+        list(&w, &m, (0..10).map(|i| raw(&format!("o{i}"), &i.to_string(), "1")).collect());
+        assert!(!early.overflowed.load(Ordering::Acquire));
+        assert!(early.first_list_done.load(Ordering::Acquire));
+        let again = w.join(None);
+        assert_eq!(again.initial.iter().filter(|i| matches!(i, Item::Snapshot(..))).count(), 10);
+        assert!(matches!(again.initial.last(), Some(Item::Synced(11))));
     }
 
     #[test]

@@ -47,6 +47,12 @@ impl Subscription {
                     self.pending.extend(std::mem::take(&mut joined.initial));
                     self.joined = joined;
                 }
+                None if self.joined.first_list_done.load(Ordering::Acquire) => {
+                    // Joined before the watch's first list completed: take that list as a snapshot.
+                    let mut joined = self.lease.watch().join(None);
+                    self.pending.extend(std::mem::take(&mut joined.initial));
+                    self.joined = joined;
+                }
                 None => return None,
             }
         }
