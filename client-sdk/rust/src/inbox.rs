@@ -14,6 +14,9 @@ use crate::{
 /// How long a NACKed message waits before it is delivered again, unless the caller says otherwise.
 pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
+/// The longest NACK reason the daemon takes, in bytes; longer ones are cut at a character boundary.
+const MAX_REASON_BYTES: usize = 4096;
+
 /// One message handed to this app; the sidecar redelivers it until it is ACKed.
 #[derive(Debug)]
 pub struct Delivery {
@@ -30,10 +33,12 @@ impl Delivery {
         Ok(())
     }
 
-    /// Asks for the message again after `retry_after`, logging `reason` at the sidecar.
+    /// Asks for the message again after `retry_after`, logging `reason` at the sidecar (cut to 4096
+    /// bytes).
     pub async fn nack(mut self, reason: impl Into<String>, retry_after: Duration) -> Result<(), Error> {
         let retry_after = prost_types::Duration::try_from(retry_after).ok();
-        let request = NackRequest { message_id: self.message.message_id, retry_after, reason: reason.into() };
+        let reason = cut(reason.into());
+        let request = NackRequest { message_id: self.message.message_id, retry_after, reason };
         self.inbox.nack(request).await?;
         Ok(())
     }
@@ -100,5 +105,29 @@ impl Client {
             settled?;
         }
         Ok(())
+    }
+}
+
+/// `reason` cut to [`MAX_REASON_BYTES`] without splitting a character.
+fn cut(mut reason: String) -> String {
+    if reason.len() > MAX_REASON_BYTES {
+        let end = (0..=MAX_REASON_BYTES).rev().find(|&i| reason.is_char_boundary(i)).unwrap_or(0);
+        reason.truncate(end);
+    }
+    reason
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_reason_is_cut_at_a_character_boundary() {
+        assert_eq!(cut("short".into()), "short");
+        let long = "€".repeat(2000); // 6000 bytes, three per character: 4096 falls inside one
+        let cut = cut(long);
+        assert_eq!(cut.len(), MAX_REASON_BYTES - 1);
+        assert!(cut.chars().all(|c| c == '€'));
+        assert_eq!(super::cut("x".repeat(MAX_REASON_BYTES + 1)).len(), MAX_REASON_BYTES);
     }
 }

@@ -236,9 +236,10 @@ async fn a_send_is_awaited_until_the_receiving_handler_returns_and_a_failing_han
                 let seen_tx = seen_tx.clone();
                 async move {
                     let _ = seen_tx.send((m.resource_id.clone(), m.delivery_attempt));
-                    // The first delivery of "flaky" fails: it must be NACKed and come again.
+                    // The first delivery of "flaky" fails: it must be NACKed and come again, even with a
+                    // reason longer than the daemon takes (cut by the SDK, inside a 3-byte character).
                     if m.resource_id == "flaky" && m.delivery_attempt == 1 {
-                        return Err("not ready yet");
+                        return Err(format!("not ready yet: {}", "€".repeat(2000)));
                     }
                     Ok(())
                 }

@@ -27,9 +27,9 @@ export class Delivery {
     await unary(this.service.ack.bind(this.service), { messageId: this.message.messageId });
   }
 
-  /** Asks for the message again after `retryAfterMs`, with `reason` logged at the sidecar. */
+  /** Asks for the message again after `retryAfterMs`, with `reason` logged at the sidecar (cut to 4096 bytes). */
   async nack(reason: string, retryAfterMs = DEFAULT_RETRY_AFTER_MS): Promise<void> {
-    const request = { messageId: this.message.messageId, retryAfter: duration(retryAfterMs), reason };
+    const request = { messageId: this.message.messageId, retryAfter: duration(retryAfterMs), reason: cut(reason) };
     await unary(this.service.nack.bind(this.service), request);
   }
 }
@@ -102,4 +102,15 @@ export class Inbox {
       signal?.removeEventListener("abort", onAbort);
     }
   }
+}
+
+/** The longest NACK reason the daemon takes, in bytes. */
+const MAX_REASON_BYTES = 4096;
+
+/** `reason` cut to MAX_REASON_BYTES of UTF-8 without splitting a character. */
+export function cut(reason: string): string {
+  const bytes = Buffer.from(reason, "utf8");
+  if (bytes.length <= MAX_REASON_BYTES) return reason;
+  // Decoding a cut sequence yields U+FFFD at the end; drop it.
+  return bytes.subarray(0, MAX_REASON_BYTES).toString("utf8").replace(/\uFFFD+$/, "");
 }

@@ -44,7 +44,7 @@ test("a message sent to a peer reaches its inbox handler and the awaited ACK is 
   }
 });
 
-test("a handler that throws once gets the message again (attempt 2), and then it is ACKED", async () => {
+test("a handler that throws once (with a message longer than the daemon takes as a reason) gets the message again (attempt 2), and then it is ACKED", async () => {
   const a = new Client();
   clients.push(a);
   const resourceId = unique("ts-nack");
@@ -52,7 +52,8 @@ test("a handler that throws once gets the message again (attempt 2), and then it
   const attempts: number[] = [];
   const serving = serveB(resourceId, stop.signal, (m) => {
     attempts.push(m.deliveryAttempt);
-    if (attempts.length === 1) throw new Error("not yet");
+    // 3 bytes per character: the 4096-byte cut falls inside one, and the NACK must still be accepted.
+    if (attempts.length === 1) throw new Error("not yet: " + "€".repeat(2000));
   });
   try {
     const sent = await a.send({ to: { peer: env("CONSISTD_TEST_PEER_ADDRESS") }, resourceId, eventId: "1", payload: "text" });
