@@ -58,8 +58,8 @@ pub struct Joined {
     /// Set when this subscriber fell behind and was cut off; it must resync.
     pub overflowed: Arc<AtomicBool>,
     /// Set when the watch's first list completed after this subscriber joined: it was sent nothing yet
-    /// and is cut off so that it joins again and takes the whole list as a snapshot, instead of as a
-    /// burst of entries larger than its queue (which would cut it off mid-list and make it resync).
+    /// and is cut off so that it joins again and takes the list from the history, instead of as a burst
+    /// of entries larger than its queue (which would cut it off mid-list and make it resync).
     pub first_list_done: Arc<AtomicBool>,
 }
 
@@ -176,6 +176,17 @@ impl SharedWatch {
         Joined { initial, live, overflowed, first_list_done }
     }
 
+    /// Joins again a subscriber cut off when the first list completed (it was sent nothing): the list's
+    /// entries from the history, each with its cursor as if it had been live, or, when the history no
+    /// longer holds them all, the current snapshot (no RESYNC_REQUIRED: it had nothing to reconcile).
+    pub fn rejoin_after_first_list(&self) -> Joined {
+        let mut joined = self.join(Some(Cursor { incarnation: self.incarnation, seq: 0 }));
+        if matches!(joined.initial.first(), Some(Item::ResyncRequired)) {
+            joined.initial.remove(0);
+        }
+        joined
+    }
+
     fn can_resume(&self, state: &State, cursor: Cursor) -> bool {
         let oldest_needed = cursor.seq + 1;
         cursor.incarnation == self.incarnation
@@ -265,7 +276,7 @@ impl SharedWatch {
                 state.synced = true;
                 if first {
                     // Nothing was published before the first list: whoever joined meanwhile joins again
-                    // and gets the list as its snapshot (dropping the senders ends their live streams).
+                    // and replays the list from the history (dropping the senders ends their live streams).
                     for slot in state.subscribers.drain(..) {
                         slot.first_list_done.store(true, Ordering::Release);
                     }
@@ -426,8 +437,18 @@ mod tests {
         list(&w, &m, (0..10).map(|i| raw(&format!("o{i}"), &i.to_string(), "1")).collect());
         assert!(!early.overflowed.load(Ordering::Acquire));
         assert!(early.first_list_done.load(Ordering::Acquire));
-        let again = w.join(None);
+        // It gets the list's entries from the history, each with its cursor, as if they had been live.
+        let again = w.rejoin_after_first_list();
+        assert_eq!(again.initial.iter().filter(|i| matches!(i, Item::Entry(e) if e.seq <= 10)).count(), 10);
+        assert!(matches!(again.initial.last(), Some(Item::Entry(e)) if e.change == Change::Synced && e.seq == 11));
+
+        // With a history too short to hold the list, the current snapshot, without RESYNC_REQUIRED.
+        let (w, m) = (watch(4, 3), Metrics::new());
+        let _early = w.join(None);
+        list(&w, &m, (0..10).map(|i| raw(&format!("o{i}"), &i.to_string(), "1")).collect());
+        let again = w.rejoin_after_first_list();
         assert_eq!(again.initial.iter().filter(|i| matches!(i, Item::Snapshot(..))).count(), 10);
+        assert!(matches!(again.initial.first(), Some(Item::Snapshot(..))));
         assert!(matches!(again.initial.last(), Some(Item::Synced(11))));
     }
 

@@ -48,8 +48,8 @@ impl Subscription {
                     self.joined = joined;
                 }
                 None if self.joined.first_list_done.load(Ordering::Acquire) => {
-                    // Joined before the watch's first list completed: take that list as a snapshot.
-                    let mut joined = self.lease.watch().join(None);
+                    // Joined before the watch's first list completed: replay that list from the history.
+                    let mut joined = self.lease.watch().rejoin_after_first_list();
                     self.pending.extend(std::mem::take(&mut joined.initial));
                     self.joined = joined;
                 }
