@@ -24,6 +24,10 @@ use rand::Rng;
 const BIN: &str = env!("CARGO_BIN_EXE_consistd");
 const BACKOFF: &str = "outbox:\n  backoff: {initial: 20ms, factor: 2, cap: 500ms}\n";
 
+/// The two tests run one at a time: each keeps both cores busy, and run together each starved the other
+/// (the lossy network's connections, cut every 50-250 ms, then carried almost nothing before each cut).
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// What the receiving app saw, per resource_id.
 #[derive(Debug, Default)]
 struct AppLog {
@@ -191,6 +195,7 @@ async fn start(config: &str, dir: &std::path::Path) -> Daemon {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_of_sender_and_receiver_during_10000_sends_loses_nothing_and_acks_each_once() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     const SENDS: usize = 10_000;
     let port = free_port();
     let peer = format!("127.0.0.1:{port}");
@@ -240,6 +245,7 @@ async fn kill_9_of_sender_and_receiver_during_10000_sends_loses_nothing_and_acks
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lossy_slow_network_and_an_absent_then_slow_app_lose_and_duplicate_nothing() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     const SENDS: usize = 2_000;
     let port = free_port();
     let b = Daemon::builder(BIN)
