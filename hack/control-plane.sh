@@ -48,10 +48,7 @@ cmd_build() {
   build_tool etcd go.etcd.io/etcd/server/v3 "$etcd_bin" "-s -w"
 }
 
-# A free TCP port on 127.0.0.1, picked by the kernel.
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
-}
+free_port() { "$repo/hack/free-port.sh"; }
 
 pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 

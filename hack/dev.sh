@@ -81,7 +81,7 @@ check() {
   export CONSISTD_CP_DIR=$repo/target/dev-check/control-plane
   dev=$repo/target/dev-check/daemon socket=$repo/target/dev-check/daemon/consistd.sock
   admin=$repo/target/dev-check/daemon/admin.sock
-  peer_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
+  peer_port=$("$repo/hack/free-port.sh")
   trap stop EXIT
   out=$(start)
   printf '%s\n' "$out"

@@ -24,9 +24,7 @@ dir=${CONSISTD_SDK_DIR:-$repo/target/sdk-test/$$}
 rm -rf "$dir"
 mkdir -p "$dir"
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
-}
+free_port() { "$repo/hack/free-port.sh"; }
 
 pids=()
 # start NAME CONFIG: starts a daemon in $dir/NAME and waits until its socket answers health checks.
