@@ -6,6 +6,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::{
     admin,
+    error,
     config::{self, Config, LogFormat, Overrides},
     health::Report,
 };
@@ -113,7 +114,7 @@ pub fn config_check(file: &std::path::Path) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(error) => {
-            eprintln!("{}: {}", file.display(), error_chain(&error));
+            eprintln!("{}: {}", file.display(), error::chain(&error));
             ExitCode::from(EXIT_INVALID_CONFIG)
         }
     }
@@ -124,7 +125,7 @@ pub async fn status(args: &StatusArgs) -> ExitCode {
     let report = match admin::fetch_report(&args.admin_socket).await {
         Ok(report) => report,
         Err(error) => {
-            eprintln!("consistd status: {}", error_chain(&error));
+            eprintln!("consistd status: {}", error::chain(&error));
             return ExitCode::FAILURE;
         }
     };
@@ -167,15 +168,4 @@ pub fn render(r: &Report) -> String {
         out += &format!("  not ready:  {reason}\n");
     }
     out
-}
-
-/// An error with its causes, `outer: inner: root`.
-pub fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text += &format!(": {cause}");
-        source = cause.source();
-    }
-    text
 }

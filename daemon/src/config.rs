@@ -114,12 +114,59 @@ fn default_retry_period() -> Duration {
 
 impl ElectionConfig {
     /// The election's timing.
-    pub fn timing(&self) -> crate::leadership::Timing {
-        crate::leadership::Timing {
+    pub fn timing(&self) -> Timing {
+        Timing {
             lease_duration: self.lease_duration,
             renew_deadline: self.renew_deadline,
             retry_period: self.retry_period,
         }
+    }
+}
+
+/// Election timing, client-go's semantics and defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    /// How long a Lease stays valid after its last renewal (15 s, client-go's default).
+    pub lease_duration: Duration,
+    /// A leader that has not renewed for this long stops reporting LEADER (10 s, client-go's default).
+    pub renew_deadline: Duration,
+    /// How often candidates try to acquire and leaders renew (2 s, client-go's default).
+    pub retry_period: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Self {
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+}
+
+impl Timing {
+    /// Checks the order client-go requires: 0 < retry period < renew deadline < lease duration, and
+    /// whole seconds for the lease duration (the Lease stores seconds).
+    pub fn validate(&self) -> Result<(), String> {
+        if self.retry_period.is_zero() {
+            return Err("retry_period must be greater than 0".to_owned());
+        }
+        if self.renew_deadline <= self.retry_period {
+            return Err(format!(
+                "renew_deadline ({:?}) must be greater than retry_period ({:?})",
+                self.renew_deadline, self.retry_period
+            ));
+        }
+        if self.lease_duration <= self.renew_deadline {
+            return Err(format!(
+                "renew_deadline ({:?}) must be less than lease_duration ({:?}), so a leader stops before others can take over",
+                self.renew_deadline, self.lease_duration
+            ));
+        }
+        if self.lease_duration.subsec_nanos() != 0 || self.lease_duration.as_secs() > i32::MAX as u64 {
+            return Err(format!("lease_duration ({:?}) must be whole seconds", self.lease_duration));
+        }
+        Ok(())
     }
 }
 
@@ -587,7 +634,7 @@ impl Config {
             }
         }
         if let Some(a) = &peer.advertise
-            && crate::outbox::Target::parse_peer(a).is_err()
+            && crate::names::check_peer_address(a).is_err()
         {
             return Err(ConfigError::field("peer.advertise", format!("{a:?} is not a host:port address")));
         }
@@ -864,6 +911,22 @@ log:
         assert_eq!(config.socket.path, Path::new("/from/flag.sock"));
         assert_eq!(config.log.format, LogFormat::Json);
         assert_eq!(config.admin.socket, Path::new(DEFAULT_ADMIN_SOCKET));
+    }
+
+    #[test]
+    fn timing_must_be_ordered_like_client_go() {
+        assert!(Timing::default().validate().is_ok());
+        let t = |l, r, p| Timing {
+            lease_duration: Duration::from_secs(l),
+            renew_deadline: Duration::from_secs(r),
+            retry_period: Duration::from_secs(p),
+        };
+        assert!(t(10, 10, 2).validate().expect_err("renew = lease").contains("renew_deadline"));
+        assert!(t(10, 12, 2).validate().is_err());
+        assert!(t(15, 10, 10).validate().is_err());
+        assert!(t(15, 10, 0).validate().is_err());
+        let fractional = Timing { lease_duration: Duration::from_millis(15_500), ..Timing::default() };
+        assert!(fractional.validate().expect_err("fraction").contains("whole seconds"));
     }
 
     #[test]

@@ -21,8 +21,7 @@ use tokio::{
 
 use crate::{
     metrics::Metrics,
-    outbox::META,
-    store::{Store, StoreError, from_millis, to_millis},
+    store::{META, Store, StoreError, from_millis, to_millis},
 };
 
 /// Messages waiting for the app, by inbox id.

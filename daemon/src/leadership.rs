@@ -4,6 +4,7 @@
 //! coalescing channel that never blocks the runner.
 
 mod elector;
+pub mod group;
 pub mod membership;
 
 use std::{
@@ -20,6 +21,7 @@ use self::{
     elector::Election,
     membership::{Member, Membership},
 };
+use crate::{config::Timing, names};
 
 /// An election: the Lease's namespace and name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -28,53 +30,6 @@ pub struct Key {
     pub namespace: String,
     /// Name of the Lease.
     pub name: String,
-}
-
-/// Election timing, client-go's semantics and defaults.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timing {
-    /// How long a Lease stays valid after its last renewal (15 s, client-go's default).
-    pub lease_duration: Duration,
-    /// A leader that has not renewed for this long stops reporting LEADER (10 s, client-go's default).
-    pub renew_deadline: Duration,
-    /// How often candidates try to acquire and leaders renew (2 s, client-go's default).
-    pub retry_period: Duration,
-}
-
-impl Default for Timing {
-    fn default() -> Self {
-        Self {
-            lease_duration: Duration::from_secs(15),
-            renew_deadline: Duration::from_secs(10),
-            retry_period: Duration::from_secs(2),
-        }
-    }
-}
-
-impl Timing {
-    /// Checks the order client-go requires: 0 < retry period < renew deadline < lease duration, and
-    /// whole seconds for the lease duration (the Lease stores seconds).
-    pub fn validate(&self) -> Result<(), String> {
-        if self.retry_period.is_zero() {
-            return Err("retry_period must be greater than 0".to_owned());
-        }
-        if self.renew_deadline <= self.retry_period {
-            return Err(format!(
-                "renew_deadline ({:?}) must be greater than retry_period ({:?})",
-                self.renew_deadline, self.retry_period
-            ));
-        }
-        if self.lease_duration <= self.renew_deadline {
-            return Err(format!(
-                "renew_deadline ({:?}) must be less than lease_duration ({:?}), so a leader stops before others can take over",
-                self.renew_deadline, self.lease_duration
-            ));
-        }
-        if self.lease_duration.subsec_nanos() != 0 || self.lease_duration.as_secs() > i32::MAX as u64 {
-            return Err(format!("lease_duration ({:?}) must be whole seconds", self.lease_duration));
-        }
-        Ok(())
-    }
 }
 
 /// This daemon's view of an election.
@@ -243,7 +198,7 @@ impl Leadership {
                 message: "must not be empty".to_owned(),
             });
         }
-        if !is_dns_subdomain(name) {
+        if !names::is_dns_subdomain(name) {
             return Err(LeadershipError::InvalidArgument {
                 field: "election",
                 message: format!(
@@ -251,7 +206,7 @@ impl Leadership {
                 ),
             });
         }
-        if !namespace.is_empty() && !is_namespace_name(namespace) {
+        if !namespace.is_empty() && !names::is_namespace_name(namespace) {
             return Err(LeadershipError::InvalidArgument {
                 field: "namespace",
                 message: format!("{namespace:?} is not a valid namespace name"),
@@ -391,52 +346,9 @@ impl Leadership {
     }
 }
 
-/// A namespace name: an RFC 1123 label (a subdomain without dots, at most 63 characters).
-pub(crate) fn is_namespace_name(s: &str) -> bool {
-    s.len() <= 63 && !s.contains('.') && is_dns_subdomain(s)
-}
-
-/// RFC 1123 subdomain: what Kubernetes accepts as the name of a Lease, a Service, a ConfigMap.
-pub(crate) fn is_dns_subdomain(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 253
-        && s.split('.').all(|label| {
-            !label.is_empty()
-                && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn timing_must_be_ordered_like_client_go() {
-        assert!(Timing::default().validate().is_ok());
-        let t = |l, r, p| Timing {
-            lease_duration: Duration::from_secs(l),
-            renew_deadline: Duration::from_secs(r),
-            retry_period: Duration::from_secs(p),
-        };
-        assert!(t(10, 10, 2).validate().expect_err("renew = lease").contains("renew_deadline"));
-        assert!(t(10, 12, 2).validate().is_err());
-        assert!(t(15, 10, 10).validate().is_err());
-        assert!(t(15, 10, 0).validate().is_err());
-        let fractional = Timing { lease_duration: Duration::from_millis(15_500), ..Timing::default() };
-        assert!(fractional.validate().expect_err("fraction").contains("whole seconds"));
-    }
-
-    #[test]
-    fn lease_names_are_dns_subdomains() {
-        for good in ["a", "my-app", "my.app.v1", "x1"] {
-            assert!(is_dns_subdomain(good), "{good}");
-        }
-        for bad in ["", "My-App", "-a", "a-", "a..b", "a_b", &"x".repeat(254)] {
-            assert!(!is_dns_subdomain(bad), "{bad}");
-        }
-    }
 
     #[test]
     fn only_role_holder_and_term_changes_are_news() {

@@ -14,7 +14,7 @@ fn main() -> ExitCode {
             let config = match args.load_config() {
                 Ok(config) => config,
                 Err(error) => {
-                    eprintln!("consistd: invalid configuration: {}", cli::error_chain(&error));
+                    eprintln!("consistd: invalid configuration: {}", consistd::error::chain(&error));
                     return ExitCode::from(cli::EXIT_INVALID_CONFIG);
                 }
             };
@@ -22,7 +22,7 @@ fn main() -> ExitCode {
             match runtime().block_on(consistd::run::run(config)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
-                    tracing::error!(error = %cli::error_chain(&error), "consistd failed");
+                    tracing::error!(error = %consistd::error::chain(&error), "consistd failed");
                     ExitCode::FAILURE
                 }
             }

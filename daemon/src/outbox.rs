@@ -27,22 +27,20 @@ use tokio::{
 use tokio_util::sync::CancellationToken;
 
 pub use self::{
-    link::Transport,
     members::{Members, PEER_PORT_NAME},
     target::{BadTarget, Target},
 };
 use crate::{
     config::OutboxConfig,
+    transport::Transport,
     metrics::Metrics,
-    store::{Store, StoreError, from_millis, to_millis},
+    store::{META, Store, StoreError, from_millis, to_millis},
 };
 
 /// Stored messages by sequence number.
 const MESSAGES: TableDefinition<u64, &[u8]> = TableDefinition::new("outbox_messages");
 /// Which peers ACKed a Service or election message: (sequence, peer address).
 const GROUP_ACKS: TableDefinition<(u64, &str), ()> = TableDefinition::new("outbox_group_acks");
-/// Counters that must never go back: `outbox.next_sequence`.
-pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const NEXT_SEQUENCE: &str = "outbox.next_sequence";
 
 /// How long a connection to a peer no destination includes any more is kept open.

@@ -1,8 +1,7 @@
 //! The peer server: other daemons deliver ACK-tracked messages to this one over gRPC on TCP, with
-//! mutual TLS from mounted certificate files (plaintext only when configured for development). Also
-//! builds the client side of the same TLS setup for the outbox.
+//! mutual TLS (`transport`), or plaintext only when configured for development.
 
-use std::{net::SocketAddr, path::Path};
+use std::net::SocketAddr;
 
 use consistd_proto::peer::v1::{
     ExchangeRequest, ExchangeResponse, PublishRequest, PublishResponse,
@@ -15,10 +14,15 @@ use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tokio_util::sync::CancellationToken;
 use tonic::{
     Request, Response, Status, Streaming,
-    transport::{Certificate, ClientTlsConfig, Identity, Server, ServerTlsConfig},
+    transport::Server,
 };
 
-use crate::{api::status, config::PeerConfig, inbox::Inbox, rollout::Rollout};
+use crate::{
+    api::status,
+    inbox::Inbox,
+    rollout::Rollout,
+    transport::{MAX_FRAME_BYTES, Pems},
+};
 
 /// Messages of one connection being stored at once (their commits share fsyncs).
 const IN_FLIGHT_PER_CONNECTION: usize = 256;
@@ -30,17 +34,6 @@ const ANSWER_QUEUE: usize = 4096;
 /// Why the peer transport could not be set up or stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum PeerError {
-    /// A certificate file could not be read.
-    #[error("read peer.tls.{field} {path}")]
-    ReadPem {
-        /// The config field.
-        field: &'static str,
-        /// The file.
-        path: std::path::PathBuf,
-        /// What went wrong.
-        #[source]
-        source: std::io::Error,
-    },
     /// The listen address could not be bound.
     #[error("listen for peers on {addr}")]
     Bind {
@@ -55,57 +48,17 @@ pub enum PeerError {
     Serve(#[source] tonic::transport::Error),
 }
 
-/// The PEM files of `peer.tls`, read once at startup.
-#[derive(Debug, Clone)]
-pub struct Pems {
-    identity: Identity,
-    ca: Certificate,
-    server_name: String,
-}
-
-/// Reads the TLS files named in the config; None when plaintext (or no transport) is configured.
-pub fn load_tls(config: &PeerConfig) -> Result<Option<Pems>, PeerError> {
-    let Some(tls) = &config.tls else { return Ok(None) };
-    let read = |field: &'static str, path: &Path| {
-        std::fs::read(path).map_err(|source| PeerError::ReadPem { field, path: path.to_owned(), source })
-    };
-    let cert = read("certFile", &tls.cert_file)?;
-    let key = read("keyFile", &tls.key_file)?;
-    let ca = read("caFile", &tls.ca_file)?;
-    Ok(Some(Pems {
-        identity: Identity::from_pem(cert, key),
-        ca: Certificate::from_pem(ca),
-        server_name: tls.server_name.clone(),
-    }))
-}
-
-impl Pems {
-    /// Client side: present our certificate, trust only the peers' CA, expect their server name.
-    pub fn client(&self) -> ClientTlsConfig {
-        ClientTlsConfig::new()
-            .identity(self.identity.clone())
-            .ca_certificate(self.ca.clone())
-            .domain_name(self.server_name.clone())
-    }
-
-    /// Server side: present our certificate, require a client certificate from the peers' CA.
-    fn server(&self) -> ServerTlsConfig {
-        ServerTlsConfig::new().identity(self.identity.clone()).client_ca_root(self.ca.clone())
-    }
-}
-
 /// Binds the peer listen address.
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener, PeerError> {
     TcpListener::bind(addr).await.map_err(|source| PeerError::Bind { addr, source })
 }
 
-/// Serves PeerService on `listener` until `shutdown`; `max_message_bytes` bounds a frame.
+/// Serves PeerService on `listener` until `shutdown`.
 pub async fn serve(
     listener: TcpListener,
     tls: Option<Pems>,
     inbox: Inbox,
     rollout: Rollout,
-    max_message_bytes: usize,
     shutdown: CancellationToken,
 ) -> Result<(), PeerError> {
     // Keepalives find connections that died without a FIN (a peer's node gone, a dropped route), so
@@ -127,8 +80,8 @@ pub async fn serve(
         stream
     });
     let service = PeerServiceServer::new(PeerApi { inbox, rollout, shutdown: shutdown.clone() })
-        .max_decoding_message_size(max_message_bytes)
-        .max_encoding_message_size(max_message_bytes);
+        .max_decoding_message_size(MAX_FRAME_BYTES)
+        .max_encoding_message_size(MAX_FRAME_BYTES);
     server
         .add_service(service)
         .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())

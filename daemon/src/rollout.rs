@@ -11,8 +11,7 @@ pub mod versions;
 use std::{sync::Arc, time::Duration};
 
 use bytes::Bytes;
-use consistd_proto::peer::v1::{self as peer_pb, peer_service_client::PeerServiceClient};
-use tonic::transport::Endpoint;
+use consistd_proto::peer::v1 as peer_pb;
 
 use self::{
     barrier::{Barrier, Standing},
@@ -21,7 +20,8 @@ use self::{
 use crate::{
     inbox::{Inbox, InboxError, ROLLOUT_PREFIX},
     leadership::{Key, Leadership, LeadershipError, Role},
-    outbox::{Outbox, OutboxError, Outgoing, Target, Transport},
+    outbox::{Outbox, OutboxError, Outgoing, Target},
+    transport::Transport,
     watch::WatchError,
 };
 
@@ -216,24 +216,12 @@ impl Rollout {
             .transport
             .as_ref()
             .ok_or_else(|| unreachable("no peer transport is configured to reach its leader".to_owned()))?;
-        let scheme = if transport.tls.is_some() { "https" } else { "http" };
-        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{leader}"))
-            .map_err(|e| unreachable(format!("leader address {leader}: {e}")))?
-            .connect_timeout(Duration::from_secs(3))
-            .timeout(FORWARD_TIMEOUT)
-            .tcp_nodelay(true);
-        if let Some(tls) = &transport.tls {
-            endpoint = endpoint.tls_config(tls.clone()).map_err(|e| unreachable(format!("peer TLS: {e}")))?;
-        }
-        let channel = endpoint
-            .connect()
+        let mut client = transport
+            .connect(leader, Some(FORWARD_TIMEOUT))
             .await
-            .map_err(|e| unreachable(format!("connect to its leader at {leader}: {}", crate::cli::error_chain(&e))))?;
+            .map_err(|e| unreachable(format!("its leader: {}", crate::error::chain(&e))))?;
         let request =
             peer_pb::PublishRequest { channel: key.name.clone(), payload, content_type: content_type.to_owned() };
-        let mut client = PeerServiceClient::new(channel)
-            .max_encoding_message_size(transport.max_message_bytes)
-            .max_decoding_message_size(transport.max_message_bytes);
         match client.publish(request).await {
             Ok(r) => Ok(r.into_inner().version),
             Err(s) => Err(RolloutError::Forwarded {

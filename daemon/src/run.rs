@@ -10,23 +10,20 @@ use crate::{
     admin,
     api::{self, ApiError, Services},
     cluster::{self, ClusterError},
-    config::{Config, MAX_PAYLOAD_LIMIT},
+    config::Config,
     health::Health,
     inbox::Inbox,
     leadership::{Announce, Leadership},
     metrics::Metrics,
     objects::Objects,
-    outbox::{self, Members, Outbox, Transport},
+    outbox::{self, Members, Outbox},
     peer::{self, PeerError},
     rollout::{self, Rollout, barrier::Barrier, versions::Versions},
     socket::{self, SocketError},
     store::{OpenError, Store, StoreError},
+    transport::{self, TlsFileError, Transport},
     watch::Hub,
 };
-
-/// The largest frame between daemons: the largest payload any daemon may be configured to accept,
-/// plus room for the other fields, so daemons with different limits still understand each other.
-const PEER_MAX_MESSAGE_BYTES: usize = MAX_PAYLOAD_LIMIT + 64 * 1024;
 
 /// Why the daemon stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -46,9 +43,12 @@ pub enum RunError {
     /// The stored outbox or inbox could not be read.
     #[error("load stored messages")]
     Load(#[source] StoreError),
-    /// The peer transport could not be set up.
+    /// The peer server could not be set up.
     #[error(transparent)]
     Peer(#[from] PeerError),
+    /// The peer TLS files could not be read.
+    #[error(transparent)]
+    Tls(#[from] TlsFileError),
     /// An election from the config could not be started.
     #[error("start configured election")]
     Election(#[source] crate::leadership::LeadershipError),
@@ -88,12 +88,11 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let store = Store::open(&config.store.dir)?;
     let inbox = Inbox::open(store.clone(), identity.clone(), config.inbox.max_pending, metrics.clone())
         .map_err(RunError::Load)?;
-    let pems = peer::load_tls(&config.peer)?;
+    let pems = transport::load_tls(&config.peer)?;
     let transport = config.peer.transport_configured().then(|| Transport {
-        tls: pems.as_ref().map(peer::Pems::client),
+        tls: pems.as_ref().map(transport::Pems::client),
         identity: identity.clone(),
         backoff: config.outbox.backoff,
-        max_message_bytes: PEER_MAX_MESSAGE_BYTES,
     });
     let outbox = Outbox::open(
         store,
@@ -121,7 +120,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
             let listener = peer::bind(addr).await?;
             tracing::info!(address = %addr, tls = pems.is_some(), "serving peers");
             let (inbox, rollout) = (inbox.clone(), rollout.clone());
-            Some(tokio::spawn(peer::serve(listener, pems, inbox, rollout, PEER_MAX_MESSAGE_BYTES, draining.clone())))
+            Some(tokio::spawn(peer::serve(listener, pems, inbox, rollout, draining.clone())))
         }
         None => None,
     };

@@ -4,6 +4,7 @@
 pub mod consistent;
 pub mod expectations;
 mod hub;
+mod mirror;
 pub mod object;
 pub mod resolve;
 pub mod shared;
@@ -12,6 +13,7 @@ mod subscription;
 use std::{fmt, str::FromStr};
 
 pub use hub::{Hub, Query};
+pub use mirror::Mirror;
 pub use subscription::Subscription;
 
 use self::resolve::{ResolveError, ResourceId};

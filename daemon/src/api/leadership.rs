@@ -10,7 +10,10 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use super::status;
-use crate::leadership::{Key, Leadership, Role, Timing};
+use crate::{
+    config::Timing,
+    leadership::{Key, Leadership, Role},
+};
 
 /// How long GetLeadership waits for a first read of a Lease nothing here watched yet.
 const FIRST_OBSERVATION: Duration = Duration::from_secs(2);

@@ -15,7 +15,8 @@ use tonic::{Request, Response, Status};
 
 use super::status;
 use crate::{
-    leadership::{Key, Role, Timing},
+    config::Timing,
+    leadership::{Key, Role},
     rollout::{Rollout, barrier::Standing},
 };
 
@@ -247,7 +248,7 @@ async fn stream_versions(
                 }
                 let now_leading = states.borrow_and_update().role == Role::Leader;
                 if now_leading && !leading && let Err(error) = rollout.resend_latest(&key).await {
-                    tracing::warn!(error = %crate::cli::error_chain(&error), channel = %key.name, "could not resend the latest version as new leader");
+                    tracing::warn!(error = %crate::error::chain(&error), channel = %key.name, "could not resend the latest version as new leader");
                 }
                 leading = now_leading;
             }

@@ -60,7 +60,7 @@ pub(crate) fn outbox_error(error: OutboxError) -> Status {
         OutboxError::NotConfigured | OutboxError::Unsupported(_) => Code::FailedPrecondition,
         OutboxError::Store(_) => Code::Unavailable,
     };
-    Status::new(code, crate::cli::error_chain(&error))
+    Status::new(code, crate::error::chain(&error))
 }
 
 /// A channel's versions could not be read or written.
@@ -74,7 +74,7 @@ pub(crate) fn versions_error(error: VersionsError) -> Status {
 
 /// A failed rollout request.
 pub(crate) fn rollout_error(error: RolloutError) -> Status {
-    let message = crate::cli::error_chain(&error);
+    let message = crate::error::chain(&error);
     match error {
         RolloutError::NoLeader { .. } => Status::new(Code::Unavailable, message),
         RolloutError::NotLeader { .. } => Status::new(Code::FailedPrecondition, message),
@@ -93,7 +93,7 @@ pub(crate) fn inbox_error(error: InboxError) -> Status {
         InboxError::NotFound(_) => Code::NotFound,
         InboxError::Store(_) => Code::Unavailable,
     };
-    Status::new(code, crate::cli::error_chain(&error))
+    Status::new(code, crate::error::chain(&error))
 }
 
 /// A WatchAcks subscriber fell too far behind; outcomes were skipped, so the stream ends.

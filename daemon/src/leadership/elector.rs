@@ -27,7 +27,8 @@ use tokio::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::{Key, Leadership, Role, Status, Timing};
+use super::{Key, Leadership, Role, Status};
+use crate::config::Timing;
 use crate::watch::{Query, Subscription};
 
 /// An election in this daemon: its published status and its campaigners.

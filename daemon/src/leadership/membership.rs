@@ -19,7 +19,7 @@ use tokio::{sync::watch, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 
 use super::Key;
-use crate::watch::object::Obj;
+use crate::{names, watch::object::Obj};
 
 /// Label every member Lease of an election carries: its value is [`group_label`].
 pub const MEMBER_OF_LABEL: &str = "consistd.io/member-of";
@@ -107,7 +107,7 @@ impl MemberRecord {
             return None;
         }
         let Some(peer) =
-            annotations.get(PEER_ADDRESS_ANNOTATION).filter(|p| crate::outbox::Target::parse_peer(p).is_ok())
+            annotations.get(PEER_ADDRESS_ANNOTATION).filter(|p| names::check_peer_address(p).is_ok())
         else {
             tracing::warn!(lease = %obj.name, "member Lease without a valid {PEER_ADDRESS_ANNOTATION} ignored");
             return None;
@@ -118,14 +118,6 @@ impl MemberRecord {
             applied: annotations.get(APPLIED_VERSION_ANNOTATION).and_then(|v| v.parse().ok()).unwrap_or(0),
             renew_time: lease.spec.renew_time.unwrap_or_default(),
             ttl: Duration::from_secs(lease.spec.lease_duration_seconds.unwrap_or(30)),
-        })
-    }
-
-    /// Whether its last renewal is less than its TTL ago by this machine's wall clock.
-    pub fn renewed_recently(&self) -> bool {
-        self.renewed_at().is_some_and(|at| {
-            let age = k8s_openapi::jiff::Timestamp::now().duration_since(at);
-            age.is_negative() || age.unsigned_abs() < self.ttl
         })
     }
 
@@ -241,7 +233,7 @@ impl Membership {
 /// The member Lease's name: readable when it fits, else a hash.
 pub fn lease_name(election: &str, identity: &str) -> String {
     let readable = format!("{election}.member.{identity}");
-    if super::is_dns_subdomain(&readable) {
+    if crate::names::is_dns_subdomain(&readable) {
         readable
     } else {
         format!("consistd-member-{:016x}", fnv1a(&format!("{election}/{identity}")))
@@ -330,7 +322,7 @@ mod tests {
     fn names_are_readable_when_valid_and_hashed_otherwise() {
         assert_eq!(lease_name("web", "web-0"), "web.member.web-0");
         let hashed = lease_name("web", "Web_0");
-        assert!(hashed.starts_with("consistd-member-") && super::super::is_dns_subdomain(&hashed), "{hashed}");
+        assert!(hashed.starts_with("consistd-member-") && crate::names::is_dns_subdomain(&hashed), "{hashed}");
         assert_ne!(lease_name("web", "Web_0"), lease_name("web", "Web_1"));
         assert_eq!(group_label("web"), "web");
         let long = "a".repeat(100);

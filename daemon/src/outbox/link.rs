@@ -3,40 +3,20 @@
 //! breaks dial again with backoff; on every new connection everything the peer has not confirmed
 //! storing is due at once.
 
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 
-use consistd_proto::peer::v1::{
-    self as peer_pb, Disposition, ExchangeRequest, ExchangeResponse, exchange_request::Frame,
-    peer_service_client::PeerServiceClient,
-};
+use consistd_proto::peer::v1::{self as peer_pb, Disposition, ExchangeRequest, ExchangeResponse, exchange_request::Frame};
 use tokio::{
     sync::{Notify, mpsc},
     time::Instant,
 };
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::{ClientTlsConfig, Endpoint};
 
 use super::{LINK_LINGER, Outbox, backoff};
-use crate::{cli::error_chain, config::BackoffConfig};
+use crate::{error::chain as error_chain, transport::Transport};
 
 /// Frames queued towards one peer before waiting for the connection to take them.
 const SEND_WINDOW: usize = 512;
-/// How long dialling a peer may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-
-/// How this daemon reaches peers.
-#[derive(Debug, Clone)]
-pub struct Transport {
-    /// Client TLS (our certificate, the peers' CA, the expected server name); None: plaintext.
-    pub tls: Option<ClientTlsConfig>,
-    /// This daemon's identity, sent in the Hello frame.
-    pub identity: String,
-    /// Resend and reconnect pacing.
-    pub backoff: BackoffConfig,
-    /// The largest frame either side accepts.
-    pub max_message_bytes: usize,
-}
-
 /// Runs the link `id` to `peer` until it is removed from the outbox or the daemon stops.
 pub(super) async fn run(outbox: Outbox, transport: Transport, peer: String, id: u64, wake: Arc<Notify>) {
     let shutdown = outbox.inner.shutdown.clone();
@@ -88,23 +68,7 @@ fn broken(error: String, connected: bool) -> Broken {
 
 /// Dials, then exchanges frames until the connection breaks (Err) or the link is gone (Ok).
 async fn exchange(outbox: &Outbox, t: &Transport, peer: &str, id: u64, wake: &Notify) -> Result<(), Broken> {
-    let scheme = if t.tls.is_some() { "https" } else { "http" };
-    let mut endpoint = Endpoint::from_shared(format!("{scheme}://{peer}"))
-        .map_err(|e| broken(format!("peer address {peer}: {e}"), false))?
-        .connect_timeout(CONNECT_TIMEOUT)
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(10))
-        .keep_alive_timeout(Duration::from_secs(5))
-        .keep_alive_while_idle(true);
-    if let Some(tls) = &t.tls {
-        endpoint =
-            endpoint.tls_config(tls.clone()).map_err(|e| broken(format!("peer TLS: {}", error_chain(&e)), false))?;
-    }
-    let channel =
-        endpoint.connect().await.map_err(|e| broken(format!("connect to {peer}: {}", error_chain(&e)), false))?;
-    let mut client = PeerServiceClient::new(channel)
-        .max_decoding_message_size(t.max_message_bytes)
-        .max_encoding_message_size(t.max_message_bytes);
+    let mut client = t.connect(peer, None).await.map_err(|e| broken(error_chain(&e), false))?;
     let (requests, frames) = mpsc::channel(SEND_WINDOW);
     let hello = ExchangeRequest { frame: Some(Frame::Hello(peer_pb::Hello { sender: t.identity.clone() })) };
     requests.send(hello).await.map_err(|_| broken("queue hello".to_owned(), false))?;

@@ -1,24 +1,16 @@
 //! Who is in a group destination: the ready endpoints of a Service (its EndpointSlices, watched through
 //! the hub, so endpoints that appear later are found at once), or the members of an election group
-//! (their member Leases, see [`crate::leadership::membership`]).
+//! (their member Leases, read by [`GroupReader`]).
 
-use std::{
-    collections::{BTreeSet, HashMap},
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
 use serde::Deserialize;
 use tokio::task::JoinHandle;
 
 use super::{Outbox, Target};
 use crate::{
-    leadership::membership::{MEMBER_OF_LABEL, MemberRecord, group_label},
-    watch::{
-        Hub, Query,
-        object::{Obj, ObjKey},
-        shared::{Change, Item},
-    },
+    leadership::group::GroupReader,
+    watch::{Hub, Mirror, Query, object::Obj},
 };
 
 /// The port name an EndpointSlice uses for consistd's peer port; a slice with a single port may leave
@@ -74,9 +66,22 @@ impl Members {
     }
 }
 
-/// The endpoints of one EndpointSlice.
-type Endpoints = BTreeSet<String>;
+/// How long to wait before subscribing again after a watch failed or ended; doubles up to a cap.
+#[derive(Debug)]
+struct Resubscribe(Duration);
 
+impl Resubscribe {
+    const FIRST: Duration = Duration::from_secs(1);
+    const CAP: Duration = Duration::from_secs(30);
+
+    async fn wait(&mut self) {
+        tokio::time::sleep(self.0).await;
+        self.0 = (self.0 * 2).min(Self::CAP);
+    }
+}
+
+/// Tells the outbox a Service's ready endpoints after every change of its EndpointSlices once they are
+/// read completely; subscribes again, with backoff, when the watch fails or ends.
 async fn follow_service(hub: &Arc<Hub>, target: &Target, namespace: &str, name: &str, outbox: &Outbox) {
     let query = Query {
         resource: "discovery.k8s.io/v1/endpointslices".to_owned(),
@@ -84,134 +89,40 @@ async fn follow_service(hub: &Arc<Hub>, target: &Target, namespace: &str, name: 
         label_selector: format!("kubernetes.io/service-name={name}"),
         ..Query::default()
     };
-    let group = Group {
-        read: |obj: &Obj, _: Option<&Endpoints>| Some(ready_peers(obj)),
-        peers: |slices: &HashMap<ObjKey, Endpoints>| slices.values().flatten().cloned().collect(),
-        expires: |_: &HashMap<ObjKey, Endpoints>| None,
-    };
-    follow(hub, target, query, outbox, group).await;
-}
-
-/// One member Lease as last seen.
-struct Seen {
-    peer: String,
-    renew_time: String,
-    /// When this daemon saw it renewed (or first saw it, if its renewal looked recent then).
-    renewed: Option<Instant>,
-    ttl: Duration,
-}
-
-async fn follow_election(hub: &Arc<Hub>, target: &Target, namespace: &str, name: &str, outbox: &Outbox) {
-    let query = Query {
-        resource: "coordination.k8s.io/v1/leases".to_owned(),
-        namespace: namespace.to_owned(),
-        label_selector: format!("{MEMBER_OF_LABEL}={}", group_label(name)),
-        ..Query::default()
-    };
-    let group = Group {
-        read: |obj: &Obj, old: Option<&Seen>| read_member(obj, name, old),
-        peers: live,
-        // Members expire without any event: look again when the next one would.
-        expires: |members: &HashMap<ObjKey, Seen>| members.values().filter_map(|m| m.renewed.map(|r| r + m.ttl)).min(),
-    };
-    follow(hub, target, query, outbox, group).await;
-}
-
-/// How to turn a group's objects into peers.
-struct Group<R, P, E> {
-    /// What one object says (given what it said before); None to ignore it.
-    read: R,
-    /// The peers of all objects.
-    peers: P,
-    /// When the peers change without an event.
-    expires: E,
-}
-
-/// Watches `query` through the hub and tells the outbox `target`'s peers after every change once the
-/// list is complete (and at each expiry); subscribes again, with backoff, when the watch fails or ends.
-async fn follow<V, R, P, E>(hub: &Arc<Hub>, target: &Target, query: Query, outbox: &Outbox, group: Group<R, P, E>)
-where
-    R: Fn(&Obj, Option<&V>) -> Option<V>,
-    P: Fn(&HashMap<ObjKey, V>) -> BTreeSet<String>,
-    E: Fn(&HashMap<ObjKey, V>) -> Option<Instant>,
-{
-    let mut backoff = Duration::from_secs(1);
+    let mut backoff = Resubscribe(Resubscribe::FIRST);
     loop {
-        let mut subscription = match hub.subscribe(query.clone()).await {
-            Ok(s) => s,
-            Err(error) => {
-                tracing::warn!(%error, destination = %target, resource = %query.resource, "cannot watch the group; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(30));
-                continue;
-            }
-        };
-        let mut objects: HashMap<ObjKey, V> = HashMap::new();
-        let mut synced = false;
-        let note = |objects: &mut HashMap<ObjKey, V>, obj: &Obj| match (group.read)(obj, objects.get(&obj.key())) {
-            Some(v) => {
-                objects.insert(obj.key(), v);
-            }
-            None => {
-                objects.remove(&obj.key());
-            }
-        };
-        loop {
-            let item = tokio::select! {
-                item = subscription.next() => match item { Some(i) => i, None => break },
-                () = sleep_until((group.expires)(&objects)) => {
-                    if synced {
-                        outbox.set_peers(target, (group.peers)(&objects));
+        match Mirror::open(hub, query.clone()).await {
+            Ok(mut slices) => {
+                while slices.next(|obj, _| Some(ready_peers(obj))).await {
+                    if slices.synced() {
+                        outbox.set_peers(target, slices.values().values().flatten().cloned().collect());
                     }
-                    continue;
                 }
-            };
-            match item {
-                Item::ResyncRequired => {
-                    objects.clear();
-                    synced = false;
-                }
-                Item::Snapshot(obj, _) => note(&mut objects, &obj),
-                Item::Synced(_) => synced = true,
-                Item::Entry(entry) => match &entry.change {
-                    Change::Added(obj) | Change::Modified(obj) => note(&mut objects, obj),
-                    Change::Deleted(obj) => {
-                        objects.remove(&obj.key());
-                    }
-                    Change::Synced => synced = true,
-                },
             }
-            if synced {
-                outbox.set_peers(target, (group.peers)(&objects));
-            }
+            Err(error) => tracing::warn!(%error, destination = %target, "cannot watch the Service's endpoints; retrying"),
         }
-        // The hub ended the subscription (the daemon is stopping, or the watch was restarted).
-        tokio::time::sleep(backoff).await;
+        backoff.wait().await;
     }
 }
 
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at.into()).await,
-        None => std::future::pending().await,
+/// Tells the outbox an election group's live members after every change once the group is read
+/// completely (and whenever a member expires); subscribes again, with backoff, when the watch fails or
+/// ends.
+async fn follow_election(hub: &Arc<Hub>, target: &Target, namespace: &str, name: &str, outbox: &Outbox) {
+    let mut backoff = Resubscribe(Resubscribe::FIRST);
+    loop {
+        match GroupReader::open(hub, namespace, name).await {
+            Ok(mut group) => {
+                while group.changed().await {
+                    if group.synced() {
+                        outbox.set_peers(target, group.live_peers());
+                    }
+                }
+            }
+            Err(error) => tracing::warn!(%error, destination = %target, "cannot watch the election group; retrying"),
+        }
+        backoff.wait().await;
     }
-}
-
-fn live(members: &HashMap<ObjKey, Seen>) -> BTreeSet<String> {
-    let now = Instant::now();
-    members.values().filter(|m| m.renewed.is_some_and(|r| now < r + m.ttl)).map(|m| m.peer.clone()).collect()
-}
-
-/// What a member Lease of `election` says, with when this daemon saw it renewed.
-fn read_member(obj: &Obj, election: &str, old: Option<&Seen>) -> Option<Seen> {
-    let member = MemberRecord::parse(obj, election)?;
-    let renewed = match old {
-        Some(old) if old.renew_time == member.renew_time => old.renewed,
-        Some(_) => Some(Instant::now()),
-        // First sight: trust a renewal that looks recent by the wall clock; a stale one is dead.
-        None => member.renewed_recently().then(Instant::now),
-    };
-    Some(Seen { peer: member.peer, renew_time: member.renew_time, renewed, ttl: member.ttl })
 }
 
 #[derive(Deserialize)]

@@ -5,7 +5,7 @@ use std::fmt;
 
 use consistd_proto::v1 as pb;
 
-use crate::leadership::{is_dns_subdomain, is_namespace_name};
+use crate::names::{check_peer_address, is_dns_subdomain, is_namespace_name};
 
 /// A destination of the outbox; each `(Target, resource_id)` holds at most one message.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -44,7 +44,7 @@ impl Target {
         match d.and_then(|d| d.target.as_ref()) {
             None => Err(bad("destination", "must name a peer, a service or an election".to_owned())),
             Some(pb::destination::Target::Peer(p)) => {
-                Self::parse_peer(p).map(Self::Peer).map_err(|m| bad("destination.peer", m))
+                check_peer_address(p).map(|()| Self::Peer(p.clone())).map_err(|m| bad("destination.peer", m))
             }
             Some(pb::destination::Target::Service(s)) => {
                 if !is_dns_subdomain(&s.name) {
@@ -79,22 +79,6 @@ impl Target {
             Self::Election { name, .. } => pb::destination::Target::Election(name.clone()),
         };
         pb::Destination { target: Some(target) }
-    }
-
-    /// Checks a "host:port" address (IPv6 hosts in brackets) and returns it unchanged.
-    pub fn parse_peer(address: &str) -> Result<String, String> {
-        let (host, port) = address.rsplit_once(':').ok_or_else(|| format!("{address:?} is not host:port"))?;
-        let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
-        let valid_host = !host.is_empty()
-            && (host.parse::<std::net::IpAddr>().is_ok()
-                || host.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.'));
-        if !valid_host {
-            return Err(format!("{address:?} has no valid host"));
-        }
-        match port.parse::<u16>() {
-            Ok(p) if p > 0 => Ok(address.to_owned()),
-            _ => Err(format!("{address:?} has no valid port (1-65535)")),
-        }
     }
 
     /// Whether every copy goes to a changing set of peers (Service endpoints, election members).

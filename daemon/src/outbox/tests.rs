@@ -15,7 +15,6 @@ fn parts(config: OutboxConfig, shutdown: &CancellationToken) -> Parts {
             tls: None,
             identity: "sender".to_owned(),
             backoff: BackoffConfig { initial: Duration::from_secs(1), factor: 2.0, cap: Duration::from_secs(5) },
-            max_message_bytes: 1 << 20,
         }),
         members: Members::none(),
         namespace: "ns".to_owned(),

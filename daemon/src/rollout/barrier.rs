@@ -1,23 +1,15 @@
 //! The barrier: which members of a channel's group have applied which version, read from their member
 //! Leases through the watch hub, so every replica gives the same answer from the same cluster state.
-//! A member counts while its last renewal is less than its TTL ago (by this machine's clock); a member
-//! whose Lease was deleted (it resigned) is gone; one that stopped renewing is listed as not live.
+//! A member counts while [`GroupReader`]'s liveness rule says so; a member whose Lease was deleted (it
+//! resigned) is gone; one that stopped renewing is listed as not live.
 
-use std::{
-    collections::HashMap,
-    sync::Arc,
-    time::{Duration, SystemTime},
-};
+use std::{sync::Arc, time::SystemTime};
 
 use tokio::time::Instant;
 
 use crate::{
-    leadership::membership::{MEMBER_OF_LABEL, MemberRecord, group_label},
-    watch::{
-        Hub, Query, WatchError,
-        object::ObjKey,
-        shared::{Change, Item},
-    },
+    leadership::group::GroupReader,
+    watch::{Hub, WatchError},
 };
 
 /// One member of a channel as the barrier sees it.
@@ -47,15 +39,16 @@ pub struct Standing {
 }
 
 impl Standing {
-    fn of(records: &HashMap<ObjKey, MemberRecord>, version: u64) -> Self {
-        let mut members: Vec<Member> = records
-            .values()
-            .map(|r| Member {
-                identity: r.identity.clone(),
-                peer: r.peer.clone(),
-                applied: r.applied,
-                live: r.renewed_recently(),
-                last_seen: r.renewed_at().map(SystemTime::from),
+    fn of(group: &GroupReader, version: u64) -> Self {
+        let now = Instant::now();
+        let mut members: Vec<Member> = group
+            .members()
+            .map(|m| Member {
+                identity: m.record.identity.clone(),
+                peer: m.record.peer.clone(),
+                applied: m.record.applied,
+                live: m.live_at(now),
+                last_seen: m.record.renewed_at().map(SystemTime::from),
             })
             .collect();
         members.sort_by(|a, b| a.identity.cmp(&b.identity));
@@ -92,63 +85,21 @@ impl Barrier {
         version: u64,
         deadline: Instant,
     ) -> Result<Standing, WatchError> {
-        let query = Query {
-            resource: "coordination.k8s.io/v1/leases".to_owned(),
-            namespace: namespace.to_owned(),
-            label_selector: format!("{MEMBER_OF_LABEL}={}", group_label(channel)),
-            ..Query::default()
-        };
-        let mut subscription = self.hub.subscribe(query).await?;
-        let mut records: HashMap<ObjKey, MemberRecord> = HashMap::new();
-        let mut synced = false;
+        let mut group = GroupReader::open(&self.hub, namespace, channel).await?;
         loop {
-            if synced {
-                let standing = Standing::of(&records, version);
+            if group.synced() {
+                let standing = Standing::of(&group, version);
                 if standing.all_applied || Instant::now() >= deadline {
                     return Ok(standing);
                 }
             }
-            // A live member may expire without any event: look again when the first would.
-            let expiry = records
-                .values()
-                .filter(|r| r.renewed_recently())
-                .filter_map(|r| {
-                    let age = k8s_openapi::jiff::Timestamp::now().duration_since(r.renewed_at()?);
-                    let age = if age.is_negative() { Duration::ZERO } else { age.unsigned_abs() };
-                    Some(Instant::now() + r.ttl.saturating_sub(age))
-                })
-                .min();
-            let wake = expiry.map_or(deadline, |e| (e + Duration::from_millis(1)).min(deadline));
-            let item = tokio::select! {
-                item = subscription.next() => item,
-                () = tokio::time::sleep_until(wake), if synced => continue,
+            let more = tokio::select! {
+                more = group.changed() => more,
+                () = tokio::time::sleep_until(deadline), if group.synced() => true,
             };
-            let Some(item) = item else {
+            if !more {
                 // The hub ended the watch (the daemon is stopping): answer with what is known.
-                return Ok(Standing::of(&records, version));
-            };
-            let mut note = |obj: &crate::watch::object::Obj| match MemberRecord::parse(obj, channel) {
-                Some(r) => {
-                    records.insert(obj.key(), r);
-                }
-                None => {
-                    records.remove(&obj.key());
-                }
-            };
-            match item {
-                Item::ResyncRequired => {
-                    records.clear();
-                    synced = false;
-                }
-                Item::Snapshot(obj, _) => note(&obj),
-                Item::Synced(_) => synced = true,
-                Item::Entry(entry) => match &entry.change {
-                    Change::Added(obj) | Change::Modified(obj) => note(obj),
-                    Change::Deleted(obj) => {
-                        records.remove(&obj.key());
-                    }
-                    Change::Synced => synced = true,
-                },
+                return Ok(Standing::of(&group, version));
             }
         }
     }
