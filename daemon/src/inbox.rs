@@ -20,6 +20,7 @@ use tokio::{
 };
 
 use crate::{
+    error,
     metrics::Metrics,
     store::{META, Store, StoreError, from_millis, to_millis},
 };
@@ -69,9 +70,9 @@ pub enum InboxError {
     /// No such message was ever received.
     #[error("message_id: {0} was never received by this inbox")]
     NotFound(u64),
-    /// The store failed; the ACK was not recorded.
-    #[error("record ACK")]
-    Store(#[source] StoreError),
+    /// The store failed; the ACK was not recorded (the store error names the operation).
+    #[error(transparent)]
+    Store(StoreError),
 }
 
 /// The inbox; clones share it.
@@ -295,7 +296,7 @@ impl Inbox {
                 self.inner.metrics.inbox_duplicates.inc();
                 return Some(answer(Disposition::Acked, String::new()));
             }
-            Err(error) => return Some(answer(Disposition::Refused, format!("read deduplication record: {error}"))),
+            Err(error) => return Some(answer(Disposition::Refused, error::chain(&error))),
         }
         let written = {
             let mut state = self.lock();
@@ -361,8 +362,9 @@ impl Inbox {
                 // Not stored: forget it; the sender still holds it and sends it again.
                 state.remove(id);
                 self.set_pending_gauge(&state);
+                let error = error::chain(&error);
                 tracing::warn!(%error, sender, resource_id = %m.resource_id, event_id = %m.event_id, "inbound message not stored");
-                Some(answer(Disposition::Refused, format!("store inbound message: {error}")))
+                Some(answer(Disposition::Refused, error))
             }
         }
     }

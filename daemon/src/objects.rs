@@ -14,7 +14,8 @@ use crate::watch::{
     Hub,
     expectations::InFlight,
     object::{Obj, ObjKey, RawObject},
-    resolve::{ResolveError, Resolved},
+    ResourceError,
+    resolve::Resolved,
     shared::SharedWatch,
 };
 
@@ -64,26 +65,9 @@ pub enum Source {
 /// Why a read or write failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ObjectsError {
-    /// A request field is wrong.
-    #[error("{field}: {message}")]
-    InvalidArgument {
-        /// The request field.
-        field: &'static str,
-        /// What is wrong.
-        message: String,
-    },
-    /// The resource could not be resolved.
-    #[error("resource: {0}")]
-    Resolve(#[from] ResolveError),
-    /// The apiserver refused or failed.
-    #[error("{op}: {source}")]
-    Apiserver {
-        /// The operation, e.g. "patch configmaps ns/name".
-        op: String,
-        /// Its answer.
-        #[source]
-        source: kube::Error,
-    },
+    /// A request field is wrong, the resource is unknown, or the apiserver refused or failed.
+    #[error(transparent)]
+    Resource(#[from] ResourceError),
     /// Not found in a synced cache.
     #[error("{resource} {namespace}/{name} not found")]
     NotFound {
@@ -117,7 +101,7 @@ impl Objects {
     }
 
     async fn resolve(&self, t: &Target, need_namespace: bool) -> Result<Resolved, ObjectsError> {
-        let resolved = self.hub.resolve(&t.resource).await?;
+        let resolved = self.hub.resolve(&t.resource).await.map_err(ResourceError::from)?;
         if !resolved.namespaced && !t.namespace.is_empty() {
             return Err(invalid(
                 "namespace",
@@ -143,8 +127,8 @@ impl Objects {
         request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
     ) -> Result<T, ObjectsError> {
         let request =
-            request.map_err(|e| ObjectsError::Apiserver { op: op.clone(), source: kube::Error::BuildRequest(e) })?;
-        self.client.request::<T>(request).await.map_err(|source| ObjectsError::Apiserver { op, source })
+            request.map_err(|e| ResourceError::Apiserver { op: op.clone(), source: kube::Error::BuildRequest(e) })?;
+        Ok(self.client.request::<T>(request).await.map_err(|source| ResourceError::Apiserver { op, source })?)
     }
 
     /// One object: from cache when a synced watch covers it, else from the apiserver.
@@ -313,7 +297,7 @@ impl Objects {
 }
 
 fn invalid(field: &'static str, message: String) -> ObjectsError {
-    ObjectsError::InvalidArgument { field, message }
+    ResourceError::InvalidArgument { field, message }.into()
 }
 
 fn manager(field_manager: &str) -> String {

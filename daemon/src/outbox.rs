@@ -122,7 +122,7 @@ pub enum OutboxError {
     #[error("send: {0}")]
     Unsupported(String),
     /// The store failed; nothing was stored.
-    #[error("store message")]
+    #[error("send")]
     Store(#[source] StoreError),
 }
 

@@ -115,10 +115,10 @@ impl PeerService for PeerApi {
         let mut frames = request.into_inner();
         let first = tokio::time::timeout(HELLO_TIMEOUT, frames.message())
             .await
-            .map_err(|_| Status::deadline_exceeded("hello: no Hello within 10 s of connecting"))?;
+            .map_err(|_| status::deadline_exceeded("hello", "no Hello within 10 s of connecting"))?;
         let sender = match first? {
             Some(ExchangeRequest { frame: Some(Frame::Hello(h)) }) if !h.sender.is_empty() => h.sender,
-            _ => return Err(Status::invalid_argument("hello: the first frame must be a Hello naming the sender")),
+            _ => return Err(status::invalid_argument("hello", "the first frame must be a Hello naming the sender")),
         };
         tracing::info!(sender, ?remote, "peer connected");
         let (tx, rx) = mpsc::channel(ANSWER_QUEUE);

@@ -22,7 +22,7 @@ use crate::{
     leadership::{Key, Leadership, LeadershipError, Role},
     outbox::{Outbox, OutboxError, Outgoing, Target},
     transport::Transport,
-    watch::WatchError,
+    watch::ResourceError,
 };
 
 /// How long a Publish waits to learn who leads a channel nothing here watched yet.
@@ -69,7 +69,7 @@ pub enum RolloutError {
     Outbox(#[from] OutboxError),
     /// The channel's group could not be read.
     #[error("read the channel's members")]
-    Watch(#[from] WatchError),
+    Resource(#[from] ResourceError),
     /// Joining or reporting in the channel's election failed.
     #[error(transparent)]
     Leadership(#[from] LeadershipError),

@@ -164,7 +164,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     stopped.cancel();
     if let Some(task) = peer_server {
         match tokio::time::timeout(config.shutdown.grace_period, task).await {
-            Ok(Ok(Err(error))) => tracing::warn!(error = %error, "peer server failed"),
+            Ok(Ok(Err(error))) => tracing::warn!(error = %crate::error::chain(&error), "peer server failed"),
             Ok(_) => {}
             Err(_) => tracing::warn!("peer connections still open after the grace period; closing them"),
         }

@@ -57,11 +57,12 @@ pub enum OpenError {
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// The transaction failed; nothing of it was stored.
-    #[error("{op}: {source}")]
+    #[error("{op}")]
     Failed {
         /// What was being done.
         op: &'static str,
         /// redb's error.
+        #[source]
         source: Arc<redb::Error>,
     },
     /// The writer thread is gone (the daemon is stopping).
@@ -141,11 +142,11 @@ impl Store {
     {
         let submitted = self.submit(op, f, move |r: Result<(), StoreError>| {
             if let Err(error) = r {
-                tracing::warn!(%error, "message store write failed");
+                tracing::warn!(error = %crate::error::chain(&error), "message store write failed");
             }
         });
         if let Err(error) = submitted {
-            tracing::warn!(%error, op, "message store write not queued");
+            tracing::warn!(error = %crate::error::chain(&error), op, "message store write not queued");
         }
     }
 
@@ -290,6 +291,8 @@ mod tests {
             })
             .await
             .expect_err("fails");
-        assert!(err.to_string().starts_with("write a broken thing:"), "{err}");
+        assert_eq!(err.to_string(), "write a broken thing", "the cause is left to source()");
+        let chain = crate::error::chain(&err);
+        assert!(chain.starts_with("write a broken thing: ") && chain.matches("test").count() == 1, "{chain}");
     }
 }

@@ -58,9 +58,9 @@ impl FromStr for Cursor {
     }
 }
 
-/// Why a subscription was refused.
+/// Why a request about a resource failed: a subscription, or a read or write of an object.
 #[derive(Debug, thiserror::Error)]
-pub enum WatchError {
+pub enum ResourceError {
     /// A request field is wrong.
     #[error("{field}: {message}")]
     InvalidArgument {
@@ -70,12 +70,12 @@ pub enum WatchError {
         message: String,
     },
     /// The resource could not be resolved.
-    #[error("resource: {0}")]
+    #[error("resource")]
     Resolve(#[from] ResolveError),
-    /// The apiserver refused the query.
-    #[error("{op}: {source}")]
+    /// The apiserver refused or failed.
+    #[error("{op}")]
     Apiserver {
-        /// What was asked, naming the field when the refusal is about one.
+        /// What was asked, e.g. "patch configmaps ns/name", naming the field when the refusal is about one.
         op: String,
         /// The apiserver's answer.
         #[source]

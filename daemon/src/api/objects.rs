@@ -31,7 +31,7 @@ impl ObjectsApi {
             return Err(status::invalid_argument("guard.election", "must not be empty"));
         }
         let key = self.leadership.key(&g.election, &g.namespace).map_err(status::leadership_error)?;
-        self.leadership.leads(&key, g.term).map_err(|why| Status::failed_precondition(format!("guard: {why}")))
+        self.leadership.leads(&key, g.term).map_err(|why| status::failed_precondition("guard", why))
     }
 }
 

@@ -83,9 +83,10 @@ impl RolloutService for RolloutApi {
         let key = self.channel(&r.channel)?;
         let leadership = self.rollout.leadership().clone();
         if !leadership.announces() {
-            return Err(Status::failed_precondition(
-                "RolloutService.SubscribeVersions: this daemon has no peer address (set peer.listen, and peer.advertise \
-                 or POD_IP), so the channel's leader cannot send it versions",
+            return Err(status::failed_precondition(
+                "RolloutService.SubscribeVersions",
+                "this daemon has no peer address (set peer.listen, and peer.advertise or POD_IP), so the \
+                 channel's leader cannot send it versions",
             ));
         }
         // The app takes part in the channel for as long as the stream is open.
@@ -117,10 +118,10 @@ impl RolloutService for RolloutApi {
         let latest =
             self.rollout.versions().latest(&r.channel).await.map_err(status::versions_error)?.map_or(0, |v| v.version);
         if r.version > latest {
-            return Err(Status::failed_precondition(format!(
-                "version: {} of channel {} was never published (the latest is {latest})",
-                r.version, r.channel
-            )));
+            return Err(status::failed_precondition(
+                "version",
+                format!("{} of channel {} was never published (the latest is {latest})", r.version, r.channel),
+            ));
         }
         self.rollout
             .leadership()
@@ -141,7 +142,7 @@ impl RolloutService for RolloutApi {
             self.rollout.versions().latest(&r.channel).await.map_err(status::versions_error)?.map_or(0, |v| v.version);
         let version = if r.version == 0 { latest } else { r.version };
         let standing =
-            self.rollout.barrier().standing(&key.namespace, &key.name, version).await.map_err(status::watch_error)?;
+            self.rollout.barrier().standing(&key.namespace, &key.name, version).await.map_err(status::resource_error)?;
         Ok(Response::new(pb::GetRolloutStatusResponse {
             channel: r.channel,
             version,
@@ -171,7 +172,7 @@ impl RolloutService for RolloutApi {
             .barrier()
             .wait(&key.namespace, &key.name, r.version, deadline)
             .await
-            .map_err(status::watch_error)?;
+            .map_err(status::resource_error)?;
         Ok(Response::new(pb::WaitAppliedResponse {
             all_applied: standing.all_applied,
             members: members(&standing),
@@ -237,7 +238,7 @@ async fn stream_versions(
             } else if version <= applied
                 && let Err(error) = rollout.inbox().ack(m.id).await
             {
-                tracing::warn!(%error, channel = %key.name, version, "could not ACK an applied version");
+                tracing::warn!(error = %crate::error::chain(&error), channel = %key.name, version, "could not ACK an applied version");
             }
         }
         tokio::select! {

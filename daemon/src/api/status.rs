@@ -1,20 +1,37 @@
 //! The one place where internal errors become gRPC statuses, so every RPC answers with the same codes
-//! and messages that name the operation that failed.
+//! and messages that name the operation that failed. A message is the error and each of its causes,
+//! once each ([`error::chain`]); an apiserver refusal keeps the apiserver's own message.
 
 use tonic::{Code, Status};
 
 use crate::{
+    error,
     inbox::InboxError,
     leadership::LeadershipError,
     objects::ObjectsError,
     outbox::OutboxError,
     rollout::{RolloutError, versions::VersionsError},
-    watch::{WatchError, resolve::ResolveError},
+    watch::{ResourceError, resolve::ResolveError},
 };
+
+/// A status whose message is `error` with its causes.
+fn from_error(code: Code, error: &dyn std::error::Error) -> Status {
+    Status::new(code, error::chain(error))
+}
 
 /// A request field is wrong: `field: why`.
 pub(crate) fn invalid_argument(field: &str, why: impl std::fmt::Display) -> Status {
     Status::new(Code::InvalidArgument, format!("{field}: {why}"))
+}
+
+/// The request is valid but the daemon is not in the state it needs: `what: why`.
+pub(crate) fn failed_precondition(what: &str, why: impl std::fmt::Display) -> Status {
+    Status::new(Code::FailedPrecondition, format!("{what}: {why}"))
+}
+
+/// Something the call waits for did not come in time: `what: why`.
+pub(crate) fn deadline_exceeded(what: &str, why: impl std::fmt::Display) -> Status {
+    Status::new(Code::DeadlineExceeded, format!("{what}: {why}"))
 }
 
 /// A stream ended because the daemon is stopping; clients reconnect (to its successor) and resume.
@@ -22,33 +39,31 @@ pub(crate) fn shutting_down(rpc: &'static str) -> Status {
     Status::new(Code::Unavailable, format!("{rpc}: consistd is shutting down; reconnect and resume from your cursor"))
 }
 
-/// A refused subscription.
-pub(crate) fn watch_error(error: WatchError) -> Status {
+/// A refused subscription, or a failed read or write of an object.
+pub(crate) fn resource_error(error: ResourceError) -> Status {
     match &error {
-        WatchError::InvalidArgument { .. } => Status::new(Code::InvalidArgument, error.to_string()),
-        WatchError::Resolve(e) => resolve_error(e, error.to_string()),
-        WatchError::Apiserver { op, source } => kube_error(op, source),
+        ResourceError::InvalidArgument { .. } => from_error(Code::InvalidArgument, &error),
+        ResourceError::Resolve(ResolveError::Discovery(source)) => kube_error("discover apiserver resources", source),
+        ResourceError::Resolve(e) => from_error(resolve_code(e), &error),
+        ResourceError::Apiserver { op, source } => kube_error(op, source),
     }
 }
 
 /// A refused election request.
 pub(crate) fn leadership_error(error: LeadershipError) -> Status {
-    match &error {
-        LeadershipError::InvalidArgument { .. } => Status::new(Code::InvalidArgument, error.to_string()),
-        LeadershipError::IdentityConflict { .. } | LeadershipError::NotMember { .. } => {
-            Status::new(Code::FailedPrecondition, error.to_string())
-        }
-        LeadershipError::NotRecorded { .. } => Status::new(Code::Unavailable, error.to_string()),
-    }
+    let code = match &error {
+        LeadershipError::InvalidArgument { .. } => Code::InvalidArgument,
+        LeadershipError::IdentityConflict { .. } | LeadershipError::NotMember { .. } => Code::FailedPrecondition,
+        LeadershipError::NotRecorded { .. } => Code::Unavailable,
+    };
+    from_error(code, &error)
 }
 
 /// A failed read or write.
 pub(crate) fn objects_error(error: ObjectsError) -> Status {
-    match &error {
-        ObjectsError::InvalidArgument { .. } => Status::new(Code::InvalidArgument, error.to_string()),
-        ObjectsError::NotFound { .. } => Status::new(Code::NotFound, error.to_string()),
-        ObjectsError::Resolve(e) => resolve_error(e, error.to_string()),
-        ObjectsError::Apiserver { op, source } => kube_error(op, source),
+    match error {
+        ObjectsError::Resource(e) => resource_error(e),
+        ObjectsError::NotFound { .. } => from_error(Code::NotFound, &error),
     }
 }
 
@@ -60,31 +75,37 @@ pub(crate) fn outbox_error(error: OutboxError) -> Status {
         OutboxError::NotConfigured | OutboxError::Unsupported(_) => Code::FailedPrecondition,
         OutboxError::Store(_) => Code::Unavailable,
     };
-    Status::new(code, crate::error::chain(&error))
+    from_error(code, &error)
 }
 
 /// A channel's versions could not be read or written.
 pub(crate) fn versions_error(error: VersionsError) -> Status {
     match &error {
         VersionsError::Apiserver { op, name, source } => kube_error(&format!("{op} {name}"), source),
-        VersionsError::Contended { .. } => Status::new(Code::Aborted, error.to_string()),
-        VersionsError::Malformed { .. } => Status::new(Code::FailedPrecondition, error.to_string()),
+        VersionsError::Contended { .. } => from_error(Code::Aborted, &error),
+        VersionsError::Malformed { .. } => from_error(Code::FailedPrecondition, &error),
     }
 }
 
-/// A failed rollout request.
+/// A failed rollout request. A cause the rollout wraps keeps its own code, and its message is named
+/// after what the rollout was doing.
 pub(crate) fn rollout_error(error: RolloutError) -> Status {
-    let message = crate::error::chain(&error);
+    let doing = error.to_string();
     match error {
-        RolloutError::NoLeader { .. } => Status::new(Code::Unavailable, message),
-        RolloutError::NotLeader { .. } => Status::new(Code::FailedPrecondition, message),
-        RolloutError::Forwarded { code, .. } => Status::new(code, message),
+        RolloutError::NoLeader { .. } => from_error(Code::Unavailable, &error),
+        RolloutError::NotLeader { .. } => from_error(Code::FailedPrecondition, &error),
+        RolloutError::Forwarded { code, .. } => from_error(code, &error),
         RolloutError::Versions(e) => versions_error(e),
-        RolloutError::Outbox(e) => outbox_error(e),
-        RolloutError::Watch(e) => watch_error(e),
+        RolloutError::Outbox(e) => within(&doing, outbox_error(e)),
+        RolloutError::Resource(e) => within(&doing, resource_error(e)),
         RolloutError::Leadership(e) => leadership_error(e),
-        RolloutError::Inbox(e) => inbox_error(e),
+        RolloutError::Inbox(e) => within(&doing, inbox_error(e)),
     }
+}
+
+/// `inner`, its message prefixed with what was being done.
+fn within(doing: &str, inner: Status) -> Status {
+    Status::new(inner.code(), format!("{doing}: {}", inner.message()))
 }
 
 /// A refused Ack or Nack.
@@ -93,7 +114,7 @@ pub(crate) fn inbox_error(error: InboxError) -> Status {
         InboxError::NotFound(_) => Code::NotFound,
         InboxError::Store(_) => Code::Unavailable,
     };
-    Status::new(code, crate::error::chain(&error))
+    from_error(code, &error)
 }
 
 /// A WatchAcks subscriber fell too far behind; outcomes were skipped, so the stream ends.
@@ -107,11 +128,11 @@ pub(crate) fn acks_lagged(skipped: u64) -> Status {
     )
 }
 
-fn resolve_error(e: &ResolveError, message: String) -> Status {
+fn resolve_code(e: &ResolveError) -> Code {
     match e {
-        ResolveError::NotFound(_) => Status::new(Code::NotFound, message),
-        ResolveError::Malformed(_) | ResolveError::NotWatchable(_) => Status::new(Code::InvalidArgument, message),
-        ResolveError::Discovery(source) => kube_error("discover apiserver resources", source),
+        ResolveError::NotFound(_) => Code::NotFound,
+        ResolveError::Malformed(_) | ResolveError::NotWatchable(_) => Code::InvalidArgument,
+        ResolveError::Discovery(_) => Code::Unavailable,
     }
 }
 
@@ -171,10 +192,30 @@ mod tests {
 
     #[test]
     fn resolution_failures_map_to_not_found_and_invalid_argument() {
-        let s = watch_error(WatchError::Resolve(ResolveError::NotFound("widgets".into())));
+        let s = resource_error(ResourceError::Resolve(ResolveError::NotFound("widgets".into())));
         assert_eq!(s.code(), Code::NotFound);
         assert!(s.message().starts_with("resource:"), "{}", s.message());
-        let s = watch_error(WatchError::Resolve(ResolveError::Malformed("a/b/c/d".into())));
+        let s = resource_error(ResourceError::Resolve(ResolveError::Malformed("a/b/c/d".into())));
         assert_eq!(s.code(), Code::InvalidArgument);
+    }
+
+    fn disk_on_fire(op: &'static str) -> crate::store::StoreError {
+        crate::store::StoreError::Failed {
+            op,
+            source: std::sync::Arc::new(redb::Error::Io(std::io::Error::other("disk on fire"))),
+        }
+    }
+
+    #[test]
+    fn a_nested_error_reaches_the_client_naming_each_cause_once() {
+        let s = outbox_error(OutboxError::Store(disk_on_fire("store outbox message")));
+        assert_eq!(s.code(), Code::Unavailable);
+        assert_eq!(s.message(), "send: store outbox message: I/O error: disk on fire");
+        let s = rollout_error(RolloutError::Inbox(InboxError::Store(disk_on_fire("record ACK"))));
+        assert_eq!(s.code(), Code::Unavailable);
+        assert_eq!(s.message(), "ACK applied versions: record ACK: I/O error: disk on fire");
+        let s = objects_error(ObjectsError::Resource(ResourceError::Resolve(ResolveError::NotFound("widgets".into()))));
+        assert_eq!(s.code(), Code::NotFound);
+        assert_eq!(s.message(), r#"resource: the apiserver serves no resource named "widgets""#);
     }
 }

@@ -45,7 +45,7 @@ impl WatchService for WatchApi {
     ) -> Result<Response<Self::SubscribeStream>, Status> {
         let request = request.into_inner();
         let (query, mode) = validate(&request)?;
-        let subscription = self.hub.subscribe(query).await.map_err(status::watch_error)?;
+        let subscription = self.hub.subscribe(query).await.map_err(status::resource_error)?;
         let expectations = self.hub.expectations().clone();
         let mut stream = match mode {
             pb::DeliveryMode::Consistent => {

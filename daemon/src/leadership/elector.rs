@@ -199,7 +199,7 @@ pub(super) async fn run(election: Arc<Election>, client: Client, registry: Arc<L
     let mut lease_changes = match registry.hub.subscribe(query).await {
         Ok(sub) => Some(sub),
         Err(error) => {
-            tracing::warn!(%error, election = %election.key.name, "cannot watch the Lease; noticing changes at the retry period only");
+            tracing::warn!(error = %crate::error::chain(&error), election = %election.key.name, "cannot watch the Lease; noticing changes at the retry period only");
             None
         }
     };

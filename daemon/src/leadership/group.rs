@@ -9,7 +9,7 @@ use std::{collections::BTreeSet, sync::Arc, time::Duration};
 use tokio::time::Instant;
 
 use super::membership::{MEMBER_OF_LABEL, MemberRecord, group_label};
-use crate::watch::{Hub, Mirror, Query, WatchError, object::Obj};
+use crate::watch::{Hub, Mirror, Query, ResourceError, object::Obj};
 
 /// One member Lease as this daemon last saw it.
 #[derive(Debug, Clone)]
@@ -60,7 +60,7 @@ pub struct GroupReader {
 
 impl GroupReader {
     /// Starts reading the group of `election` in `namespace`.
-    pub async fn open(hub: &Arc<Hub>, namespace: &str, election: &str) -> Result<Self, WatchError> {
+    pub async fn open(hub: &Arc<Hub>, namespace: &str, election: &str) -> Result<Self, ResourceError> {
         let query = Query {
             resource: "coordination.k8s.io/v1/leases".to_owned(),
             namespace: namespace.to_owned(),

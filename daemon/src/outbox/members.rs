@@ -99,7 +99,9 @@ async fn follow_service(hub: &Arc<Hub>, target: &Target, namespace: &str, name: 
                     }
                 }
             }
-            Err(error) => tracing::warn!(%error, destination = %target, "cannot watch the Service's endpoints; retrying"),
+            Err(error) => {
+                tracing::warn!(error = %crate::error::chain(&error), destination = %target, "cannot watch the Service's endpoints; retrying");
+            }
         }
         backoff.wait().await;
     }
@@ -119,7 +121,9 @@ async fn follow_election(hub: &Arc<Hub>, target: &Target, namespace: &str, name:
                     }
                 }
             }
-            Err(error) => tracing::warn!(%error, destination = %target, "cannot watch the election group; retrying"),
+            Err(error) => {
+                tracing::warn!(error = %crate::error::chain(&error), destination = %target, "cannot watch the election group; retrying");
+            }
         }
         backoff.wait().await;
     }

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::{
     leadership::group::GroupReader,
-    watch::{Hub, WatchError},
+    watch::{Hub, ResourceError},
 };
 
 /// One member of a channel as the barrier sees it.
@@ -72,7 +72,7 @@ impl Barrier {
     }
 
     /// Where `channel` in `namespace` stands for `version` now.
-    pub async fn standing(&self, namespace: &str, channel: &str, version: u64) -> Result<Standing, WatchError> {
+    pub async fn standing(&self, namespace: &str, channel: &str, version: u64) -> Result<Standing, ResourceError> {
         self.wait(namespace, channel, version, Instant::now()).await
     }
 
@@ -84,7 +84,7 @@ impl Barrier {
         channel: &str,
         version: u64,
         deadline: Instant,
-    ) -> Result<Standing, WatchError> {
+    ) -> Result<Standing, ResourceError> {
         let mut group = GroupReader::open(&self.hub, namespace, channel).await?;
         loop {
             if group.synced() {

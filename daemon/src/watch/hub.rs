@@ -14,7 +14,7 @@ use kube::{
 };
 
 use super::{
-    Cursor, Subscription, WatchError, WatchKey,
+    Cursor, Subscription, ResourceError, WatchKey,
     expectations::Expectations,
     object::Obj,
     object::RawObject,
@@ -144,10 +144,10 @@ impl Hub {
     }
 
     /// Subscribes to `query`, sharing the upstream watch of an identical query.
-    pub async fn subscribe(self: &Arc<Self>, query: Query) -> Result<Subscription, WatchError> {
+    pub async fn subscribe(self: &Arc<Self>, query: Query) -> Result<Subscription, ResourceError> {
         let resolved = self.resolver.resolve(&query.resource).await?;
         if !resolved.namespaced && !query.namespace.is_empty() {
-            return Err(WatchError::InvalidArgument {
+            return Err(ResourceError::InvalidArgument {
                 field: "namespace",
                 message: format!("{} is cluster-scoped; leave namespace empty", resolved.api.plural),
             });
@@ -233,7 +233,7 @@ impl Hub {
 
     /// kube-runtime's watcher configuration for `key`: bookmarks on, selectors, and streaming lists
     /// when the apiserver serves them.
-    async fn watcher_config(&self, api: &Api<RawObject>, key: &WatchKey) -> Result<watcher::Config, WatchError> {
+    async fn watcher_config(&self, api: &Api<RawObject>, key: &WatchKey) -> Result<watcher::Config, ResourceError> {
         let known = self.streaming_lists.lock().unwrap_or_else(PoisonError::into_inner).get(&key.resource).copied();
         let streaming = match known {
             Some(streaming) => streaming,
@@ -262,9 +262,9 @@ impl Hub {
 
 /// Asks the apiserver for one object with each selector, so a bad selector, a forbidden resource or a
 /// missing namespace is refused now, naming the field, instead of failing inside the upstream watch.
-async fn check_query(api: &Api<RawObject>, key: &WatchKey) -> Result<(), WatchError> {
+async fn check_query(api: &Api<RawObject>, key: &WatchKey) -> Result<(), ResourceError> {
     let refused =
-        |field: &str, source| WatchError::Apiserver { op: format!("list {} ({field})", key.resource.plural), source };
+        |field: &str, source| ResourceError::Apiserver { op: format!("list {} ({field})", key.resource.plural), source };
     api.list(&ListParams::default().limit(1).labels(&key.label_selector))
         .await
         .map_err(|e| refused("label_selector", e))?;
@@ -278,7 +278,7 @@ async fn check_query(api: &Api<RawObject>, key: &WatchKey) -> Result<(), WatchEr
 
 /// Whether the apiserver answers a streaming-list watch (sendInitialEvents); older or restricted ones
 /// refuse it with 4xx, and the hub then lists and watches.
-async fn supports_streaming_lists(api: &Api<RawObject>) -> Result<bool, WatchError> {
+async fn supports_streaming_lists(api: &Api<RawObject>) -> Result<bool, ResourceError> {
     let params = WatchParams::streaming_lists().timeout(1);
     let first = match api.watch(&params, "0").await {
         Ok(stream) => std::pin::pin!(stream).next().await.transpose().map(|_| ()),
@@ -290,7 +290,7 @@ async fn supports_streaming_lists(api: &Api<RawObject>) -> Result<bool, WatchErr
             tracing::info!(code = status.code, message = %status.message, resource = %api.resource_url(), "apiserver refuses streaming lists for this resource; using list and watch");
             Ok(false)
         }
-        Err(source) => Err(WatchError::Apiserver { op: "probe streaming-list support".to_owned(), source }),
+        Err(source) => Err(ResourceError::Apiserver { op: "probe streaming-list support".to_owned(), source }),
     }
 }
 

@@ -4,7 +4,7 @@
 use std::{collections::HashMap, sync::Arc};
 
 use super::{
-    Hub, Query, Subscription, WatchError,
+    Hub, Query, Subscription, ResourceError,
     object::{Obj, ObjKey},
     shared::{Change, Item},
 };
@@ -20,7 +20,7 @@ pub struct Mirror<V> {
 
 impl<V> Mirror<V> {
     /// Subscribes to `query`; the values fill as items arrive through [`Mirror::next`].
-    pub async fn open(hub: &Arc<Hub>, query: Query) -> Result<Self, WatchError> {
+    pub async fn open(hub: &Arc<Hub>, query: Query) -> Result<Self, ResourceError> {
         Ok(Self { subscription: hub.subscribe(query).await?, values: HashMap::new(), synced: false })
     }
 
