@@ -6,8 +6,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::{
     admin,
-    error,
     config::{self, Config, LogFormat, Overrides},
+    error,
     health::Report,
 };
 

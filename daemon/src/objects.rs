@@ -11,10 +11,9 @@ use kube::{
 };
 
 use crate::watch::{
-    Hub,
+    Hub, ResourceError,
     expectations::InFlight,
     object::{Obj, ObjKey, RawObject},
-    ResourceError,
     resolve::Resolved,
     shared::SharedWatch,
 };

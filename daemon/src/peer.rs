@@ -12,10 +12,7 @@ use futures::{StreamExt, stream::FuturesUnordered};
 use tokio::{net::TcpListener, sync::mpsc};
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tokio_util::sync::CancellationToken;
-use tonic::{
-    Request, Response, Status, Streaming,
-    transport::Server,
-};
+use tonic::{Request, Response, Status, Streaming, transport::Server};
 
 use crate::{
     api::status,

@@ -141,8 +141,12 @@ impl RolloutService for RolloutApi {
         let latest =
             self.rollout.versions().latest(&r.channel).await.map_err(status::versions_error)?.map_or(0, |v| v.version);
         let version = if r.version == 0 { latest } else { r.version };
-        let standing =
-            self.rollout.barrier().standing(&key.namespace, &key.name, version).await.map_err(status::resource_error)?;
+        let standing = self
+            .rollout
+            .barrier()
+            .standing(&key.namespace, &key.name, version)
+            .await
+            .map_err(status::resource_error)?;
         Ok(Response::new(pb::GetRolloutStatusResponse {
             channel: r.channel,
             version,

@@ -106,8 +106,7 @@ impl MemberRecord {
         if annotations.get(ELECTION_ANNOTATION).map(String::as_str) != Some(election) {
             return None;
         }
-        let Some(peer) =
-            annotations.get(PEER_ADDRESS_ANNOTATION).filter(|p| names::check_peer_address(p).is_ok())
+        let Some(peer) = annotations.get(PEER_ADDRESS_ANNOTATION).filter(|p| names::check_peer_address(p).is_ok())
         else {
             tracing::warn!(lease = %obj.name, "member Lease without a valid {PEER_ADDRESS_ANNOTATION} ignored");
             return None;

@@ -3,20 +3,121 @@
 //! breaks dial again with backoff; on every new connection everything the peer has not confirmed
 //! storing is due at once.
 
-use std::sync::Arc;
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
 
-use consistd_proto::peer::v1::{self as peer_pb, Disposition, ExchangeRequest, ExchangeResponse, exchange_request::Frame};
+use consistd_proto::peer::v1::{
+    self as peer_pb, Disposition, ExchangeRequest, ExchangeResponse, exchange_request::Frame,
+};
 use tokio::{
     sync::{Notify, mpsc},
     time::Instant,
 };
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::{LINK_LINGER, Outbox, backoff};
+use super::{Message, Outbox, backoff, state::State};
 use crate::{error::chain as error_chain, transport::Transport};
 
 /// Frames queued towards one peer before waiting for the connection to take them.
 const SEND_WINDOW: usize = 512;
+/// How long a connection to a peer no destination includes any more is kept open.
+const LINK_LINGER: Duration = Duration::from_secs(60);
+
+/// The delivery state of one peer address.
+#[derive(Debug)]
+pub(super) struct Link {
+    pub(super) id: u64,
+    /// Destinations that include this peer.
+    pub(super) uses: usize,
+    /// Since when no destination includes this peer: the connection is kept for [`LINK_LINGER`], so
+    /// sparse sends do not pay for a new connection (and TLS handshake) each time.
+    pub(super) unused_since: Option<Instant>,
+    pub(super) connected: bool,
+    pub(super) deliveries: BTreeMap<u64, Delivery>,
+    /// (due, sequence) of every delivery, earliest first.
+    pub(super) schedule: BTreeSet<(Instant, u64)>,
+    pub(super) wake: Arc<Notify>,
+}
+
+impl Link {
+    pub(super) fn add(&mut self, delivery: Delivery) {
+        self.schedule.insert((delivery.due, delivery.message.sequence));
+        if let Some(old) = self.deliveries.insert(delivery.message.sequence, delivery) {
+            self.schedule.remove(&(old.due, old.message.sequence));
+        }
+        self.wake.notify_one();
+    }
+
+    pub(super) fn remove(&mut self, sequence: u64) -> Option<Delivery> {
+        let d = self.deliveries.remove(&sequence)?;
+        self.schedule.remove(&(d.due, sequence));
+        Some(d)
+    }
+
+    fn reschedule(&mut self, sequence: u64, due: Instant) {
+        if let Some(d) = self.deliveries.get_mut(&sequence) {
+            self.schedule.remove(&(d.due, sequence));
+            d.due = due;
+            d.due_wall = SystemTime::now() + due.saturating_duration_since(Instant::now());
+            self.schedule.insert((due, sequence));
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Delivery {
+    pub(super) message: Arc<Message>,
+    pub(super) attempts: u32,
+    pub(super) due: Instant,
+    pub(super) due_wall: SystemTime,
+    pub(super) last_error: Option<String>,
+    /// The peer answered STORED: it holds the message durably and sends ACKED when its app ACKs.
+    pub(super) stored: bool,
+}
+
+impl Delivery {
+    pub(super) fn new(message: Arc<Message>) -> Self {
+        Self { message, attempts: 0, due: Instant::now(), due_wall: SystemTime::now(), last_error: None, stored: false }
+    }
+}
+
+impl Outbox {
+    pub(super) fn use_link(&self, state: &mut State, peer: &str) {
+        if let Some(link) = state.links.get_mut(peer) {
+            link.uses += 1;
+            link.unused_since = None;
+            return;
+        }
+        state.next_link += 1;
+        let link = Link {
+            id: state.next_link,
+            uses: 1,
+            unused_since: None,
+            connected: false,
+            deliveries: BTreeMap::new(),
+            schedule: BTreeSet::new(),
+            wake: Arc::new(Notify::new()),
+        };
+        if let Some(transport) = &self.inner.transport {
+            tokio::spawn(run(self.clone(), transport.clone(), peer.to_owned(), link.id, link.wake.clone()));
+        }
+        state.links.insert(peer.to_owned(), link);
+    }
+
+    pub(super) fn unuse_link(&self, state: &mut State, peer: &str) {
+        let Some(link) = state.links.get_mut(peer) else { return };
+        link.uses -= 1;
+        if link.uses == 0 {
+            // Its task closes the link after the linger, unless a destination uses the peer again.
+            link.unused_since = Some(Instant::now());
+            link.wake.notify_one();
+        }
+    }
+}
+
 /// Runs the link `id` to `peer` until it is removed from the outbox or the daemon stops.
 pub(super) async fn run(outbox: Outbox, transport: Transport, peer: String, id: u64, wake: Arc<Notify>) {
     let shutdown = outbox.inner.shutdown.clone();

@@ -14,7 +14,7 @@ use kube::{
 };
 
 use super::{
-    Cursor, Subscription, ResourceError, WatchKey,
+    Cursor, ResourceError, Subscription, WatchKey,
     expectations::Expectations,
     object::Obj,
     object::RawObject,
@@ -263,8 +263,10 @@ impl Hub {
 /// Asks the apiserver for one object with each selector, so a bad selector, a forbidden resource or a
 /// missing namespace is refused now, naming the field, instead of failing inside the upstream watch.
 async fn check_query(api: &Api<RawObject>, key: &WatchKey) -> Result<(), ResourceError> {
-    let refused =
-        |field: &str, source| ResourceError::Apiserver { op: format!("list {} ({field})", key.resource.plural), source };
+    let refused = |field: &str, source| ResourceError::Apiserver {
+        op: format!("list {} ({field})", key.resource.plural),
+        source,
+    };
     api.list(&ListParams::default().limit(1).labels(&key.label_selector))
         .await
         .map_err(|e| refused("label_selector", e))?;

@@ -4,7 +4,7 @@
 use std::{collections::HashMap, sync::Arc};
 
 use super::{
-    Hub, Query, Subscription, ResourceError,
+    Hub, Query, ResourceError, Subscription,
     object::{Obj, ObjKey},
     shared::{Change, Item},
 };

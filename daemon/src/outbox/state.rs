@@ -1,0 +1,235 @@
+//! The outbox's bookkeeping: per (destination, resource_id) the one current message, per destination
+//! its peers and how many slots it holds; the bounds `Send` checks; installing a stored message over an
+//! older one, an ACK settling it, and a group destination whose peers change.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::{Arc, atomic::Ordering},
+};
+
+use super::{
+    Message, Outbox, OutboxError, OutcomeKind, Target,
+    link::{Delivery, Link},
+    members,
+};
+
+#[derive(Debug, Default)]
+pub(super) struct State {
+    pub(super) slots: HashMap<(Target, String), Slot>,
+    pub(super) destinations: HashMap<Target, Destination>,
+    pub(super) links: HashMap<String, Link>,
+    /// Slots held in all destinations.
+    pub(super) held: usize,
+    pub(super) next_link: u64,
+}
+
+/// The message of one (destination, resource_id).
+#[derive(Debug, Default)]
+pub(super) struct Slot {
+    pub(super) current: Option<Arc<Message>>,
+    /// `Send` calls for this slot whose write is still being committed.
+    pub(super) storing: u32,
+    /// Group destinations: peers that ACKed `current`.
+    pub(super) acked_by: BTreeSet<String>,
+}
+
+#[derive(Debug)]
+pub(super) struct Destination {
+    pub(super) peers: BTreeSet<String>,
+    /// Slots of this destination (held messages and reservations).
+    pub(super) held: usize,
+    /// Stops following the group's members when the destination is dropped.
+    pub(super) _members: Option<members::Following>,
+}
+
+impl Outbox {
+    /// Checks the bounds and reserves the slot; returns the new message's sequence number.
+    pub(super) fn reserve(&self, key: &(Target, String)) -> Result<u64, OutboxError> {
+        let config = &self.inner.config;
+        let mut state = self.lock();
+        let state = &mut *state;
+        let occupied = state.slots.get(key).is_some_and(|s| s.current.is_some() || s.storing > 0);
+        if !occupied {
+            let in_destination = state.destinations.get(&key.0).map_or(0, |d| d.held);
+            if in_destination >= config.max_pending_per_destination {
+                return Err(OutboxError::Exhausted(format!(
+                    "send: {} already holds {in_destination} messages (outbox.maxPendingPerDestination); \
+                     wait for ACKs or raise the limit",
+                    key.0
+                )));
+            }
+            if state.held >= config.max_pending {
+                return Err(OutboxError::Exhausted(format!(
+                    "send: the outbox already holds {} messages (outbox.maxPending); wait for ACKs or raise the limit",
+                    state.held
+                )));
+            }
+            self.ensure_destination(state, &key.0);
+            state.held += 1;
+            if let Some(d) = state.destinations.get_mut(&key.0) {
+                d.held += 1;
+            }
+        }
+        state.slots.entry(key.clone()).or_default().storing += 1;
+        Ok(self.inner.next_sequence.fetch_add(1, Ordering::SeqCst))
+    }
+
+    /// Makes a stored message its slot's current one, superseding an older current message; a message
+    /// older than the current one is itself superseded at once.
+    pub(super) fn install(&self, state: &mut State, message: Arc<Message>) {
+        let key = (message.target.clone(), message.resource_id.clone());
+        let Some(slot) = state.slots.get_mut(&key) else { return };
+        if slot.current.as_ref().is_some_and(|c| c.sequence > message.sequence) {
+            self.outcome(&message, "", OutcomeKind::Superseded);
+            self.delete(vec![message.sequence], message.target.is_group());
+            return;
+        }
+        let restored_acks = std::mem::take(&mut slot.acked_by);
+        let old = slot.current.replace(message.clone());
+        // Acks loaded from the store belong to the message being restored, not to a new one.
+        slot.acked_by = if old.is_none() { restored_acks } else { BTreeSet::new() };
+        let acked_by = slot.acked_by.clone();
+        let peers = state.destinations.get(&message.target).map(|d| d.peers.clone()).unwrap_or_default();
+        for peer in peers {
+            let Some(link) = state.links.get_mut(&peer) else { continue };
+            if let Some(old) = &old {
+                link.remove(old.sequence);
+            }
+            if !acked_by.contains(&peer) {
+                link.add(Delivery::new(message.clone()));
+            }
+        }
+        if let Some(old) = old {
+            tracing::debug!(
+                message_id = old.sequence,
+                destination = %old.target,
+                resource_id = %old.resource_id,
+                event_id = %old.event_id,
+                superseded_by = %message.event_id,
+                "message superseded"
+            );
+            self.inner.metrics.outbox_superseded.inc();
+            self.outcome(&old, "", OutcomeKind::Superseded);
+            self.delete(vec![old.sequence], old.target.is_group());
+        }
+    }
+
+    /// Frees a slot that holds nothing and is not being stored into.
+    pub(super) fn release_if_empty(&self, state: &mut State, key: &(Target, String)) {
+        let empty = state.slots.get(key).is_some_and(|s| s.current.is_none() && s.storing == 0);
+        if !empty {
+            return;
+        }
+        state.slots.remove(key);
+        state.held -= 1;
+        let drop_destination = match state.destinations.get_mut(&key.0) {
+            Some(d) => {
+                d.held -= 1;
+                d.held == 0
+            }
+            None => false,
+        };
+        if drop_destination && let Some(d) = state.destinations.remove(&key.0) {
+            for peer in d.peers {
+                self.unuse_link(state, &peer);
+            }
+        }
+    }
+
+    /// Creates the destination (and its peers' links) on first use.
+    pub(super) fn ensure_destination(&self, state: &mut State, target: &Target) {
+        if state.destinations.contains_key(target) {
+            return;
+        }
+        let (peers, following) = match target {
+            Target::Peer(p) => (BTreeSet::from([p.clone()]), None),
+            group => (BTreeSet::new(), Some(self.inner.members.follow(group, self.clone()))),
+        };
+        for peer in &peers {
+            self.use_link(state, peer);
+        }
+        state.destinations.insert(target.clone(), Destination { peers, held: 0, _members: following });
+    }
+
+    /// A group destination's peers changed: new peers get every current message of the destination,
+    /// peers that left are reported FAILED for what they had not ACKed.
+    pub(crate) fn set_peers(&self, target: &Target, peers: BTreeSet<String>) {
+        let mut state = self.lock();
+        let state = &mut *state;
+        let Some(destination) = state.destinations.get_mut(target) else { return };
+        let old = std::mem::replace(&mut destination.peers, peers.clone());
+        let messages: Vec<(Arc<Message>, BTreeSet<String>)> = state
+            .slots
+            .iter()
+            .filter(|((t, _), _)| t == target)
+            .filter_map(|(_, s)| s.current.clone().map(|m| (m, s.acked_by.clone())))
+            .collect();
+        for peer in old.difference(&peers) {
+            if let Some(link) = state.links.get_mut(peer) {
+                for (m, _) in &messages {
+                    if link.remove(m.sequence).is_some() {
+                        let reason = format!("{peer} is no longer part of {target}");
+                        self.inner.metrics.outbox_failed.inc();
+                        self.outcome(m, peer, OutcomeKind::Failed(reason));
+                    }
+                }
+            }
+            self.unuse_link(state, peer);
+        }
+        for peer in peers.difference(&old) {
+            self.use_link(state, peer);
+            let Some(link) = state.links.get_mut(peer) else { continue };
+            for (m, acked_by) in &messages {
+                if !acked_by.contains(peer) {
+                    link.add(Delivery::new(m.clone()));
+                }
+            }
+        }
+        if old != peers {
+            tracing::info!(destination = %target, peers = ?peers, "destination members changed");
+        }
+    }
+
+    /// A peer's app ACKed (sequence, resource_id, event_id). An ACK that does not match the message
+    /// the peer still has to ACK (older, superseded, or from another sender store) changes nothing.
+    pub(super) fn acked(&self, peer: &str, sequence: u64, resource_id: &str, event_id: &str) {
+        let mut state = self.lock();
+        let state = &mut *state;
+        let Some(link) = state.links.get_mut(peer) else { return };
+        let matches = link
+            .deliveries
+            .get(&sequence)
+            .is_some_and(|d| d.message.resource_id == resource_id && d.message.event_id == event_id);
+        if !matches {
+            tracing::debug!(peer, message_id = sequence, resource_id, event_id, "ACK for no pending message ignored");
+            return;
+        }
+        let Some(delivery) = link.remove(sequence) else { return };
+        let message = delivery.message;
+        self.inner.metrics.outbox_acks.inc();
+        tracing::debug!(
+            message_id = sequence,
+            destination = %message.target,
+            peer,
+            resource_id,
+            event_id,
+            attempt = delivery.attempts,
+            "message ACKed"
+        );
+        self.outcome(&message, peer, OutcomeKind::Acked);
+        let key = (message.target.clone(), message.resource_id.clone());
+        let Some(slot) = state.slots.get_mut(&key) else { return };
+        if slot.current.as_ref().map(|c| c.sequence) != Some(sequence) {
+            return;
+        }
+        if message.target.is_group() {
+            // The newest message of a group destination stays for members that join later.
+            slot.acked_by.insert(peer.to_owned());
+            self.record_group_ack(sequence, peer);
+        } else {
+            slot.current = None;
+            self.release_if_empty(state, &key);
+            self.delete(vec![sequence], false);
+        }
+    }
+}
