@@ -6,7 +6,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::{
     admin,
-    config::{self, Config, LogFormat, Overrides},
+    config::{self, Config, Environment, LogFormat, Overrides},
     error,
     health::Report,
 };
@@ -91,7 +91,7 @@ pub struct StatusArgs {
 
 impl RunArgs {
     /// Loads the config file (if any) with these flags applied over it.
-    pub fn load_config(&self) -> Result<Config, config::ConfigError> {
+    pub fn load_config(&self, env: &Environment) -> Result<Config, config::ConfigError> {
         let overrides = Overrides {
             socket: self.socket.clone(),
             admin_socket: self.admin_socket.clone(),
@@ -102,13 +102,13 @@ impl RunArgs {
             }),
             log_level: self.log_level.clone(),
         };
-        Config::load(self.config.as_deref(), &overrides)
+        Config::load(self.config.as_deref(), &overrides, env)
     }
 }
 
 /// `consistd config check FILE`.
-pub fn config_check(file: &std::path::Path) -> ExitCode {
-    match Config::load(Some(file), &Overrides::default()) {
+pub fn config_check(file: &std::path::Path, env: &Environment) -> ExitCode {
+    match Config::load(Some(file), &Overrides::default(), env) {
         Ok(_) => {
             println!("{}: ok", file.display());
             ExitCode::SUCCESS

@@ -3,15 +3,19 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use consistd::cli::{self, Cli, Command, ConfigCommand};
+use consistd::{
+    cli::{self, Cli, Command, ConfigCommand},
+    config::Environment,
+};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let env = Environment::of_process();
     match cli.command {
-        Command::Config(ConfigCommand::Check { file }) => cli::config_check(&file),
+        Command::Config(ConfigCommand::Check { file }) => cli::config_check(&file, &env),
         Command::Status(args) => runtime().block_on(cli::status(&args)),
         Command::Run(args) => {
-            let config = match args.load_config() {
+            let config = match args.load_config(&env) {
                 Ok(config) => config,
                 Err(error) => {
                     eprintln!("consistd: invalid configuration: {}", consistd::error::chain(&error));
@@ -19,7 +23,7 @@ fn main() -> ExitCode {
                 }
             };
             consistd::telemetry::init(config.log.format, &config.log.level);
-            match runtime().block_on(consistd::run::run(config)) {
+            match runtime().block_on(consistd::run::run(config, &env)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
                     tracing::error!(error = %consistd::error::chain(&error), "consistd failed");

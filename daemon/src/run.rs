@@ -10,7 +10,7 @@ use crate::{
     admin,
     api::{self, ApiError, Services},
     cluster::{self, ClusterError},
-    config::Config,
+    config::{Config, Environment},
     health::Health,
     inbox::Inbox,
     leadership::{Announce, Leadership},
@@ -61,7 +61,7 @@ pub enum RunError {
 }
 
 /// Runs the daemon until a termination signal, then shuts it down gracefully.
-pub async fn run(config: Config) -> Result<(), RunError> {
+pub async fn run(config: Config, env: &Environment) -> Result<(), RunError> {
     let mut terminate = signal(SignalKind::terminate()).map_err(RunError::Signal)?;
     let mut interrupt = signal(SignalKind::interrupt()).map_err(RunError::Signal)?;
 
@@ -77,11 +77,11 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let draining = CancellationToken::new();
     let stopped = CancellationToken::new();
 
-    let identity = config.identity();
-    let namespace = config.namespace();
+    let identity = config.identity(env);
+    let namespace = config.namespace(env);
     let hub = Hub::new(client.clone(), config.watch.clone(), metrics.clone());
     let objects = Objects::new(client.clone(), hub.clone(), config.consistency.timeout);
-    let announce = config.advertise().map(|address| Announce { address, ttl: config.membership.ttl });
+    let announce = config.advertise(env).map(|address| Announce { address, ttl: config.membership.ttl });
     let leadership = Leadership::new(client.clone(), hub.clone(), identity.clone(), namespace.clone(), announce);
     health.attach(hub.clone(), leadership.clone());
 

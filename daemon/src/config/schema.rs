@@ -1,0 +1,436 @@
+//! The configuration's schema: every section and field, each default beside its struct and saying
+//! where it comes from. Parsing and overrides are in `config`, checks across fields in `validate`.
+
+use std::{fmt, net::SocketAddr, path::PathBuf, time::Duration};
+
+use serde::{Deserialize, Deserializer};
+use serde_yaml::Value;
+
+/// Default path of the gRPC socket, in the directory shared with the app containers.
+pub const DEFAULT_SOCKET: &str = "/var/run/consistd/consistd.sock";
+/// Default directory of the message store (an emptyDir in the pod).
+pub const DEFAULT_STORE_DIR: &str = "/var/lib/consistd";
+/// The largest payload the outbox can be configured to accept: requests must fit in
+/// [`crate::api::MAX_REQUEST_BYTES`] with room for the other fields.
+pub const MAX_PAYLOAD_LIMIT: usize = 3 * 1024 * 1024;
+/// Default path of the admin HTTP socket (health, readiness, metrics, `consistd status`).
+pub const DEFAULT_ADMIN_SOCKET: &str = "/var/run/consistd/admin.sock";
+
+/// The whole configuration of one daemon.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct Config {
+    /// This daemon's identity in elections; default: `POD_NAME` (the downward API), else the host name.
+    pub identity: Option<String>,
+    /// The namespace for elections that name none; default: `POD_NAMESPACE`, else the service
+    /// account's namespace, else "default".
+    pub namespace: Option<String>,
+    /// The gRPC socket apps connect to.
+    pub socket: SocketConfig,
+    /// The admin HTTP socket.
+    pub admin: AdminConfig,
+    /// Elections this daemon campaigns in from boot to shutdown, for apps that only observe.
+    pub elections: Vec<ElectionConfig>,
+    /// The watch hub.
+    pub watch: WatchConfig,
+    /// Own-write consistency.
+    pub consistency: ConsistencyConfig,
+    /// Where durable state (the outbox and inbox) lives.
+    pub store: StoreConfig,
+    /// The daemon-to-daemon transport of ACK-tracked sends.
+    pub peer: PeerConfig,
+    /// Election groups (the members of an election, for sends and replica barriers).
+    pub membership: MembershipConfig,
+    /// ACK-tracked sends from this pod.
+    pub outbox: OutboxConfig,
+    /// Messages for this pod's app.
+    pub inbox: InboxConfig,
+    /// How the daemon stops.
+    pub shutdown: ShutdownConfig,
+    /// Logging.
+    pub log: LogConfig,
+}
+
+/// Where and how the gRPC socket is created.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct SocketConfig {
+    /// Socket path; its directory is shared with the app containers (an emptyDir).
+    pub path: PathBuf,
+    /// Permission bits of the socket file, written in octal ("0660"): owner and group may connect,
+    /// others may not.
+    pub mode: FileMode,
+    /// Numeric group that owns the socket, so app containers running as another user in that group
+    /// (the pod's fsGroup) can connect. Unset keeps the daemon's group.
+    pub group_id: Option<u32>,
+}
+
+impl Default for SocketConfig {
+    fn default() -> Self {
+        Self { path: PathBuf::from(DEFAULT_SOCKET), mode: FileMode(0o660), group_id: None }
+    }
+}
+
+/// Unix permission bits, parsed from an octal string.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct FileMode(pub u32);
+
+impl fmt::Debug for FileMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:04o}", self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for FileMode {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        // A bare number such as 660 would be read as decimal, so only an octal string is accepted.
+        match Value::deserialize(deserializer)? {
+            Value::String(s) => parse_mode(&s).map_err(D::Error::custom),
+            other => Err(D::Error::custom(format!(
+                "expected a quoted octal string such as \"0660\", got {}",
+                describe(&other)
+            ))),
+        }
+    }
+}
+
+fn parse_mode(s: &str) -> Result<FileMode, String> {
+    let digits = s.strip_prefix("0o").unwrap_or(s);
+    match u32::from_str_radix(digits, 8) {
+        Ok(bits) if bits <= 0o777 => Ok(FileMode(bits)),
+        _ => Err(format!("{s:?} is not an octal permission mode between \"0000\" and \"0777\"")),
+    }
+}
+
+/// A YAML value as an error message names it.
+pub(super) fn describe(value: &Value) -> String {
+    match value {
+        Value::Null => "null".to_owned(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => format!("the number {n}"),
+        Value::String(s) => format!("{s:?}"),
+        Value::Sequence(_) => "a list".to_owned(),
+        Value::Mapping(_) => "a mapping".to_owned(),
+        Value::Tagged(_) => "a tagged value".to_owned(),
+    }
+}
+
+/// Where the admin HTTP endpoint listens.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct AdminConfig {
+    /// Socket path for /healthz, /readyz, /metrics and /debug/state.
+    pub socket: PathBuf,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        Self { socket: PathBuf::from(DEFAULT_ADMIN_SOCKET) }
+    }
+}
+
+/// An election started at boot.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ElectionConfig {
+    /// The Lease name.
+    pub name: String,
+    /// The Lease namespace; default: the daemon's namespace.
+    #[serde(default)]
+    pub namespace: String,
+    /// Lease validity after the last renewal (15 s, client-go's default).
+    #[serde(default = "default_lease_duration", with = "humantime_serde")]
+    pub lease_duration: Duration,
+    /// A leader that has not renewed for this long stops reporting LEADER (10 s, client-go's default).
+    #[serde(default = "default_renew_deadline", with = "humantime_serde")]
+    pub renew_deadline: Duration,
+    /// How often to try to acquire or renew (2 s, client-go's default).
+    #[serde(default = "default_retry_period", with = "humantime_serde")]
+    pub retry_period: Duration,
+}
+
+fn default_lease_duration() -> Duration {
+    Timing::default().lease_duration
+}
+
+fn default_renew_deadline() -> Duration {
+    Timing::default().renew_deadline
+}
+
+fn default_retry_period() -> Duration {
+    Timing::default().retry_period
+}
+
+impl ElectionConfig {
+    /// The election's timing.
+    pub fn timing(&self) -> Timing {
+        Timing {
+            lease_duration: self.lease_duration,
+            renew_deadline: self.renew_deadline,
+            retry_period: self.retry_period,
+        }
+    }
+}
+
+/// Election timing, client-go's semantics and defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    /// How long a Lease stays valid after its last renewal (15 s, client-go's default).
+    pub lease_duration: Duration,
+    /// A leader that has not renewed for this long stops reporting LEADER (10 s, client-go's default).
+    pub renew_deadline: Duration,
+    /// How often candidates try to acquire and leaders renew (2 s, client-go's default).
+    pub retry_period: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Self {
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+}
+
+impl Timing {
+    /// Checks the order client-go requires: 0 < retry period < renew deadline < lease duration, and
+    /// whole seconds for the lease duration (the Lease stores seconds).
+    pub fn validate(&self) -> Result<(), String> {
+        if self.retry_period.is_zero() {
+            return Err("retry_period must be greater than 0".to_owned());
+        }
+        if self.renew_deadline <= self.retry_period {
+            return Err(format!(
+                "renew_deadline ({:?}) must be greater than retry_period ({:?})",
+                self.renew_deadline, self.retry_period
+            ));
+        }
+        if self.lease_duration <= self.renew_deadline {
+            return Err(format!(
+                "renew_deadline ({:?}) must be less than lease_duration ({:?}), so a leader stops before others can take over",
+                self.renew_deadline, self.lease_duration
+            ));
+        }
+        if self.lease_duration.subsec_nanos() != 0 || self.lease_duration.as_secs() > i32::MAX as u64 {
+            return Err(format!("lease_duration ({:?}) must be whole seconds", self.lease_duration));
+        }
+        Ok(())
+    }
+}
+
+/// How shared watches are kept.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct WatchConfig {
+    /// How long an upstream watch outlives its last subscriber, so an app that reconnects can resume
+    /// from its cursor instead of starting over.
+    #[serde(with = "humantime_serde")]
+    pub linger: Duration,
+    /// Events one subscriber may have queued; a subscriber that falls further behind gets
+    /// RESYNC_REQUIRED and a fresh snapshot instead of slowing anyone down.
+    pub subscriber_queue: usize,
+    /// Events each watch keeps for resuming from a cursor.
+    pub history: usize,
+}
+
+impl Default for WatchConfig {
+    fn default() -> Self {
+        Self { linger: Duration::from_secs(5), subscriber_queue: 1024, history: 10_000 }
+    }
+}
+
+/// How long the pod's own writes are waited for.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct ConsistencyConfig {
+    /// How long CONSISTENT subscribers hold older states after a write of this pod before delivering
+    /// the latest one marked timed out, and how long read-your-writes reads wait. 5 s: a watch event
+    /// normally follows its write within milliseconds; seconds mean the watch is lagging.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+}
+
+impl Default for ConsistencyConfig {
+    fn default() -> Self {
+        Self { timeout: Duration::from_secs(5) }
+    }
+}
+
+/// Where durable state lives.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct StoreConfig {
+    /// Directory of the message store (`consistd.redb`): an emptyDir, so messages survive container
+    /// restarts and kill -9.
+    pub dir: PathBuf,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self { dir: PathBuf::from(DEFAULT_STORE_DIR) }
+    }
+}
+
+/// The peer transport: gRPC over TCP between daemons.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct PeerConfig {
+    /// Address the peer server listens on, e.g. "0.0.0.0:7070". Unset: this daemon receives nothing
+    /// from peers (it can still send).
+    pub listen: Option<SocketAddr>,
+    /// The "host:port" other daemons reach this one at (announced to election groups); default: the
+    /// `POD_IP` variable with the listen port.
+    pub advertise: Option<String>,
+    /// Mutual TLS from mounted certificate files (e.g. a cert-manager Secret).
+    pub tls: Option<TlsConfig>,
+    /// Plaintext peer traffic, for local development only. Off by default.
+    pub insecure: bool,
+}
+
+impl PeerConfig {
+    /// Whether peers can be reached: with mutual TLS, or plaintext by explicit choice.
+    pub fn transport_configured(&self) -> bool {
+        self.tls.is_some() || self.insecure
+    }
+}
+
+/// Certificate files for mutual TLS between daemons.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TlsConfig {
+    /// PEM certificate (chain) this daemon presents, as server and as client.
+    pub cert_file: PathBuf,
+    /// PEM private key of that certificate.
+    pub key_file: PathBuf,
+    /// PEM CA bundle that peers' certificates must chain to.
+    pub ca_file: PathBuf,
+    /// The name peers' server certificates are checked against (peers are dialled by IP).
+    #[serde(default = "default_server_name")]
+    pub server_name: String,
+}
+
+fn default_server_name() -> String {
+    "consistd".to_owned()
+}
+
+/// How this daemon appears in election groups.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct MembershipConfig {
+    /// How long a member counts after its last renewal (it renews every third of this): a member that
+    /// was killed is dropped from its groups this long after it was last seen.
+    #[serde(with = "humantime_serde")]
+    pub ttl: Duration,
+}
+
+impl Default for MembershipConfig {
+    fn default() -> Self {
+        Self { ttl: Duration::from_secs(30) }
+    }
+}
+
+/// Bounds and retry policy of the outbox.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct OutboxConfig {
+    /// Largest payload `Send` accepts (1 MiB).
+    pub max_payload_bytes: usize,
+    /// Messages one destination may hold un-ACKed (for Service and election destinations: the latest
+    /// message of each resource_id) before `Send` answers RESOURCE_EXHAUSTED.
+    pub max_pending_per_destination: usize,
+    /// Messages the whole outbox may hold.
+    pub max_pending: usize,
+    /// Resend timing.
+    pub backoff: BackoffConfig,
+}
+
+impl Default for OutboxConfig {
+    fn default() -> Self {
+        Self {
+            max_payload_bytes: 1024 * 1024,
+            max_pending_per_destination: 10_000,
+            max_pending: 100_000,
+            backoff: BackoffConfig::default(),
+        }
+    }
+}
+
+/// Exponential backoff with full jitter: attempt n waits a random time in [0, min(cap, initial *
+/// factor^(n-1))]. Also paces reconnecting to a peer.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct BackoffConfig {
+    /// The first delay's upper bound.
+    #[serde(with = "humantime_serde")]
+    pub initial: Duration,
+    /// How much the bound grows per attempt.
+    pub factor: f64,
+    /// The largest bound.
+    #[serde(with = "humantime_serde")]
+    pub cap: Duration,
+}
+
+impl Default for BackoffConfig {
+    fn default() -> Self {
+        Self { initial: Duration::from_millis(100), factor: 2.0, cap: Duration::from_secs(10) }
+    }
+}
+
+/// Bounds of the inbox.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct InboxConfig {
+    /// Messages waiting for the app's ACK; beyond it peers are told to retry later.
+    pub max_pending: usize,
+}
+
+impl Default for InboxConfig {
+    fn default() -> Self {
+        Self { max_pending: 100_000 }
+    }
+}
+
+/// How the daemon stops on SIGTERM.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct ShutdownConfig {
+    /// How long in-flight calls may take to finish after SIGTERM before they are cut off. 5 s keeps
+    /// well inside Kubernetes' default 30 s terminationGracePeriodSeconds.
+    #[serde(with = "humantime_serde")]
+    pub grace_period: Duration,
+}
+
+impl Default for ShutdownConfig {
+    fn default() -> Self {
+        Self { grace_period: Duration::from_secs(5) }
+    }
+}
+
+/// Log output.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct LogConfig {
+    /// `text` for people, `json` for log pipelines.
+    pub format: LogFormat,
+    /// A tracing filter directive, e.g. `info` or `consistd=debug,kube=info`.
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self { format: LogFormat::Text, level: "info".to_owned() }
+    }
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}

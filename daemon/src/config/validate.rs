@@ -1,0 +1,134 @@
+//! Checks across fields that types alone cannot make: socket paths, election timing, peer and outbox
+//! settings, the log filter. Each error names the field.
+
+use std::{path::Path, time::Duration};
+
+use super::{Config, ConfigError, MAX_PAYLOAD_LIMIT};
+
+/// A Unix socket path is stored in `sockaddr_un.sun_path`: 108 bytes with the terminating NUL.
+const MAX_SOCKET_PATH_BYTES: usize = 107;
+
+impl Config {
+    /// Checks what types alone cannot: socket paths, durations, the log filter.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        check_socket_path("socket.path", &self.socket.path)?;
+        check_socket_path("admin.socket", &self.admin.socket)?;
+        if self.socket.path == self.admin.socket {
+            return Err(ConfigError::field(
+                "admin.socket",
+                "must differ from socket.path: the admin endpoint needs a socket of its own",
+            ));
+        }
+        for (i, e) in self.elections.iter().enumerate() {
+            if e.name.is_empty() {
+                return Err(ConfigError::field(format!("elections[{i}].name"), "must not be empty"));
+            }
+            if let Err(m) = e.timing().validate() {
+                return Err(ConfigError::field(format!("elections[{i}]"), m));
+            }
+        }
+        if self.watch.subscriber_queue == 0 {
+            return Err(ConfigError::field("watch.subscriberQueue", "must be at least 1"));
+        }
+        if self.consistency.timeout.is_zero() {
+            return Err(ConfigError::field("consistency.timeout", "must be greater than 0s"));
+        }
+        if !self.store.dir.is_absolute() {
+            return Err(ConfigError::field(
+                "store.dir",
+                format!("{} must be an absolute path", self.store.dir.display()),
+            ));
+        }
+        self.validate_peer()?;
+        if self.membership.ttl < Duration::from_secs(3) || self.membership.ttl.subsec_nanos() != 0 {
+            return Err(ConfigError::field("membership.ttl", "must be whole seconds, at least 3s"));
+        }
+        self.validate_outbox()?;
+        if self.shutdown.grace_period.is_zero() {
+            return Err(ConfigError::field(
+                "shutdown.gracePeriod",
+                "must be greater than 0s: in-flight calls need time to finish",
+            ));
+        }
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log.level) {
+            return Err(ConfigError::field("log.level", format!("{:?} is not a tracing filter: {e}", self.log.level)));
+        }
+        Ok(())
+    }
+
+    fn validate_peer(&self) -> Result<(), ConfigError> {
+        let peer = &self.peer;
+        if peer.tls.is_some() && peer.insecure {
+            return Err(ConfigError::field("peer.insecure", "must be false when peer.tls is set"));
+        }
+        if peer.listen.is_some() && !peer.transport_configured() {
+            return Err(ConfigError::field(
+                "peer.listen",
+                "needs peer.tls (mutual TLS), or peer.insecure: true for local development",
+            ));
+        }
+        if let Some(tls) = &peer.tls {
+            for (field, path) in [("certFile", &tls.cert_file), ("keyFile", &tls.key_file), ("caFile", &tls.ca_file)] {
+                if path.as_os_str().is_empty() {
+                    return Err(ConfigError::field(format!("peer.tls.{field}"), "must not be empty"));
+                }
+            }
+            if tls.server_name.is_empty() {
+                return Err(ConfigError::field("peer.tls.serverName", "must not be empty"));
+            }
+        }
+        if let Some(a) = &peer.advertise
+            && crate::names::check_peer_address(a).is_err()
+        {
+            return Err(ConfigError::field("peer.advertise", format!("{a:?} is not a host:port address")));
+        }
+        Ok(())
+    }
+
+    fn validate_outbox(&self) -> Result<(), ConfigError> {
+        let o = &self.outbox;
+        if o.max_payload_bytes == 0 || o.max_payload_bytes > MAX_PAYLOAD_LIMIT {
+            return Err(ConfigError::field(
+                "outbox.maxPayloadBytes",
+                format!("must be between 1 and {MAX_PAYLOAD_LIMIT} (requests are limited to 4 MiB)"),
+            ));
+        }
+        if o.max_pending_per_destination == 0 {
+            return Err(ConfigError::field("outbox.maxPendingPerDestination", "must be at least 1"));
+        }
+        if o.max_pending < o.max_pending_per_destination {
+            return Err(ConfigError::field("outbox.maxPending", "must be at least outbox.maxPendingPerDestination"));
+        }
+        let b = &o.backoff;
+        if b.initial.is_zero() {
+            return Err(ConfigError::field("outbox.backoff.initial", "must be greater than 0s"));
+        }
+        if !(b.factor >= 1.0 && b.factor <= 100.0) {
+            return Err(ConfigError::field("outbox.backoff.factor", "must be between 1 and 100"));
+        }
+        if b.cap < b.initial {
+            return Err(ConfigError::field("outbox.backoff.cap", "must be at least outbox.backoff.initial"));
+        }
+        if self.inbox.max_pending == 0 {
+            return Err(ConfigError::field("inbox.maxPending", "must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
+fn check_socket_path(field: &str, path: &Path) -> Result<(), ConfigError> {
+    if path.as_os_str().is_empty() {
+        return Err(ConfigError::field(field, "must not be empty"));
+    }
+    if !path.is_absolute() {
+        return Err(ConfigError::field(field, format!("{} must be an absolute path", path.display())));
+    }
+    let len = path.as_os_str().len();
+    if len > MAX_SOCKET_PATH_BYTES {
+        return Err(ConfigError::field(
+            field,
+            format!("{} is {len} bytes; a Unix socket path has at most {MAX_SOCKET_PATH_BYTES}", path.display()),
+        ));
+    }
+    Ok(())
+}
