@@ -31,10 +31,6 @@ const MESSAGES: TableDefinition<u64, &[u8]> = TableDefinition::new("inbox_messag
 const SEEN: TableDefinition<(&str, &str, &str), (u64, u64)> = TableDefinition::new("inbox_seen");
 const NEXT_ID: &str = "inbox.next_id";
 
-/// Messages whose resource_id starts with this carry rollout versions (`consistd.rollout/<channel>`, the
-/// version as event_id): they go to the channel's SubscribeVersions streams, not to `Inbox.Receive`.
-pub const ROLLOUT_PREFIX: &str = "consistd.rollout/";
-
 /// ACKed events remembered per (sender, resource_id) for deduplication. A sender resends only the
 /// newest event of a resource, so an event this far back is never sent again.
 pub const REMEMBERED_ACKS: usize = 16;
@@ -89,7 +85,7 @@ struct Inner {
     next_id: AtomicU64,
     state: Mutex<State>,
     ready: Notify,
-    /// Bumped on every new message, for rollout subscribers.
+    /// Bumped on every new message, for the parts of the daemon that wait for their own.
     arrivals: watch::Sender<u64>,
     metrics: Metrics,
 }
@@ -104,8 +100,10 @@ struct State {
     storing: HashSet<Key>,
     /// Ready for a receiver, oldest first.
     queue: BTreeSet<u64>,
-    /// Rollout versions per channel, oldest first, until ReportApplied ACKs them.
-    rollout: HashMap<String, BTreeSet<u64>>,
+    /// Resource ids the daemon keeps for itself (see [`Inbox::open`]).
+    held_prefixes: Vec<&'static str>,
+    /// The daemon's own messages per resource_id, oldest first, until the part that reads them ACKs them.
+    held: HashMap<String, BTreeSet<u64>>,
     /// NACKed: ready again at the instant.
     delayed: BTreeSet<(Instant, u64)>,
     /// The open connection of each sender, for sending ACKs back.
@@ -117,17 +115,19 @@ struct State {
 }
 
 impl State {
-    /// Takes in a message: for the app's receivers, or for its rollout channel's subscribers.
+    /// Whether a message about `resource_id` is the daemon's own rather than the app's.
+    fn is_held(&self, resource_id: &str) -> bool {
+        self.held_prefixes.iter().any(|p| resource_id.starts_with(p))
+    }
+
+    /// Takes in a message: for the app's receivers, or held for the part of the daemon that reads it.
     fn add(&mut self, message: Arc<InboxMessage>) {
         let id = message.id;
         self.by_key.insert(key_of(&message), id);
-        match message.resource_id.strip_prefix(ROLLOUT_PREFIX) {
-            Some(channel) => {
-                self.rollout.entry(channel.to_owned()).or_default().insert(id);
-            }
-            None => {
-                self.queue.insert(id);
-            }
+        if self.is_held(&message.resource_id) {
+            self.held.entry(message.resource_id.clone()).or_default().insert(id);
+        } else {
+            self.queue.insert(id);
         }
         self.messages.insert(id, Pending { message, attempts: 0, leased_to: None, ready_at: None });
     }
@@ -140,12 +140,10 @@ impl State {
         if let Some(at) = p.ready_at {
             self.delayed.remove(&(at, id));
         }
-        if let Some(channel) = p.message.resource_id.strip_prefix(ROLLOUT_PREFIX)
-            && let Some(ids) = self.rollout.get_mut(channel)
-        {
+        if let Some(ids) = self.held.get_mut(&p.message.resource_id) {
             ids.remove(&id);
             if ids.is_empty() {
-                self.rollout.remove(channel);
+                self.held.remove(&p.message.resource_id);
             }
         }
         Some(p)
@@ -210,8 +208,17 @@ impl Record {
 }
 
 impl Inbox {
-    /// Loads the messages still waiting for the app.
-    pub fn open(store: Store, identity: String, max_pending: usize, metrics: Metrics) -> Result<Self, StoreError> {
+    /// Loads the messages still waiting. Messages whose resource_id starts with one of `held_prefixes`
+    /// are the daemon's own (rollout versions, for one): they are not handed to the app's receivers but
+    /// wait, per resource_id, for the part of the daemon that reads them with [`Inbox::held`] and ACKs
+    /// them.
+    pub fn open(
+        store: Store,
+        identity: String,
+        max_pending: usize,
+        held_prefixes: &[&'static str],
+        metrics: Metrics,
+    ) -> Result<Self, StoreError> {
         use prost::Message as _;
         let (records, next) = store.read("load the inbox", |txn| {
             let mut records = Vec::new();
@@ -227,7 +234,7 @@ impl Inbox {
             };
             Ok((records, next))
         })?;
-        let mut state = State::default();
+        let mut state = State { held_prefixes: held_prefixes.to_vec(), ..State::default() };
         for (id, bytes) in records {
             let Ok(r) = Record::decode(bytes.as_slice()) else {
                 tracing::error!(message_id = id, "unreadable inbox record kept on disk, not delivered");
@@ -495,12 +502,12 @@ impl Inbox {
         Ok(())
     }
 
-    /// The rollout messages of `channel` not ACKed yet, oldest first.
-    pub fn rollout_messages(&self, channel: &str) -> Vec<Arc<InboxMessage>> {
+    /// The daemon's own messages about `resource_id` not ACKed yet, oldest first.
+    pub fn held(&self, resource_id: &str) -> Vec<Arc<InboxMessage>> {
         let state = self.lock();
         state
-            .rollout
-            .get(channel)
+            .held
+            .get(resource_id)
             .map(|ids| ids.iter().filter_map(|id| state.messages.get(id).map(|p| p.message.clone())).collect())
             .unwrap_or_default()
     }

@@ -6,6 +6,7 @@
 //! Lease, where `barrier` reads who has applied what.
 
 pub mod barrier;
+mod inbound;
 pub mod versions;
 
 use std::{sync::Arc, time::Duration};
@@ -13,12 +14,13 @@ use std::{sync::Arc, time::Duration};
 use bytes::Bytes;
 use consistd_proto::peer::v1 as peer_pb;
 
+pub use self::inbound::{Arrived, RESOURCE_PREFIX};
 use self::{
     barrier::{Barrier, Standing},
     versions::{Version, Versions, VersionsError},
 };
 use crate::{
-    inbox::{Inbox, InboxError, ROLLOUT_PREFIX},
+    inbox::{Inbox, InboxError},
     leadership::{Key, Leadership, LeadershipError, Role},
     outbox::{Outbox, OutboxError, Outgoing, Target},
     transport::Transport,
@@ -191,7 +193,7 @@ impl Rollout {
         self.outbox
             .send(Outgoing {
                 target: Target::Election { namespace: key.namespace.clone(), name: key.name.clone() },
-                resource_id: format!("{ROLLOUT_PREFIX}{}", key.name),
+                resource_id: inbound::resource_id(&key.name),
                 event_id: version.version.to_string(),
                 payload,
                 content_type: version.content_type.clone(),
@@ -231,16 +233,5 @@ impl Rollout {
                 message: s.message().to_owned(),
             }),
         }
-    }
-
-    /// ACKs the versions of `key`'s channel waiting in the inbox that are at most `applied` (so the
-    /// leader's outbox sees them applied).
-    pub async fn ack_applied(&self, key: &Key, applied: u64) -> Result<(), RolloutError> {
-        for m in self.inbox.rollout_messages(&key.name) {
-            if m.event_id.parse::<u64>().is_ok_and(|v| v <= applied) {
-                self.inbox.ack(m.id).await?;
-            }
-        }
-        Ok(())
     }
 }

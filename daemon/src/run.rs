@@ -86,8 +86,14 @@ pub async fn run(config: Config, env: &Environment) -> Result<(), RunError> {
     health.attach(hub.clone(), leadership.clone());
 
     let store = Store::open(&config.store.dir)?;
-    let inbox = Inbox::open(store.clone(), identity.clone(), config.inbox.max_pending, metrics.clone())
-        .map_err(RunError::Load)?;
+    let inbox = Inbox::open(
+        store.clone(),
+        identity.clone(),
+        config.inbox.max_pending,
+        &[rollout::RESOURCE_PREFIX],
+        metrics.clone(),
+    )
+    .map_err(RunError::Load)?;
     let pems = transport::load_tls(&config.peer)?;
     let transport = config.peer.transport_configured().then(|| Transport {
         tls: pems.as_ref().map(transport::Pems::client),

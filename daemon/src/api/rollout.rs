@@ -17,7 +17,7 @@ use super::status;
 use crate::{
     config::Timing,
     leadership::{Key, Role},
-    rollout::{Rollout, barrier::Standing},
+    rollout::{Arrived, Rollout, barrier::Standing},
 };
 
 /// How long ReportApplied waits for the member Lease to hold the version.
@@ -225,8 +225,7 @@ async fn stream_versions(
     let mut leading = false;
     loop {
         let applied = rollout.leadership().applied(&key);
-        for m in rollout.inbox().rollout_messages(&key.name) {
-            let Ok(version) = m.event_id.parse::<u64>() else { continue };
+        for Arrived { version, message: m } in rollout.arrived(&key) {
             if version > last {
                 last = version;
                 let next = pb::SubscribeVersionsResponse {

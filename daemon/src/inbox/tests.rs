@@ -21,7 +21,7 @@ fn disposition(r: Option<ExchangeResponse>) -> Disposition {
 async fn open(dir: &std::path::Path, max_pending: usize) -> Inbox {
     // A previous inbox on the same directory may still be letting go of the file.
     let store = crate::store::open_when_free(dir).await;
-    Inbox::open(store, "receiver".to_owned(), max_pending, Metrics::new()).expect("open inbox")
+    Inbox::open(store, "receiver".to_owned(), max_pending, &["daemon.own/"], Metrics::new()).expect("open inbox")
 }
 
 async fn next(receiver: &mut Receiver) -> (Arc<InboxMessage>, u32) {
@@ -54,6 +54,29 @@ async fn a_message_is_stored_once_delivered_and_its_ack_goes_back_to_the_sender(
     let (m2, _) = next(&mut receiver).await;
     assert_eq!(m2.sender, "sender-b");
     assert!(matches!(inbox.ack(999).await, Err(InboxError::NotFound(999))));
+}
+
+#[tokio::test]
+async fn the_daemons_own_messages_wait_apart_from_the_app_and_survive_a_restart() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let inbox = open(dir.path(), 100).await;
+    let arrivals = inbox.arrivals();
+    inbox.accept("s", message(1, "daemon.own/x", "1")).await;
+    inbox.accept("s", message(2, "daemon.own/x", "2")).await;
+    inbox.accept("s", message(3, "app", "e")).await;
+    assert!(arrivals.has_changed().expect("inbox alive"));
+    let mut receiver = inbox.receiver();
+    let (m, _) = next(&mut receiver).await;
+    assert_eq!(m.resource_id, "app", "the app receives only its own messages");
+    let held: Vec<String> = inbox.held("daemon.own/x").iter().map(|m| m.event_id.clone()).collect();
+    assert_eq!(held, ["1", "2"], "oldest first");
+    assert!(inbox.held("daemon.own/y").is_empty());
+    let first = inbox.held("daemon.own/x")[0].id;
+    inbox.ack(first).await.expect("ack");
+    drop((receiver, inbox));
+    let inbox = open(dir.path(), 100).await;
+    let held: Vec<String> = inbox.held("daemon.own/x").iter().map(|m| m.event_id.clone()).collect();
+    assert_eq!(held, ["2"], "restored apart from the app's, the ACKed one gone");
 }
 
 #[tokio::test]
