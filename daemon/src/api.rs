@@ -32,6 +32,9 @@ use self::{
 };
 use crate::{inbox::Inbox, leadership::Leadership, objects::Objects, outbox::Outbox, watch::Hub};
 
+/// What a server-streaming RPC answers with.
+type ResponseStream<T> = futures::stream::BoxStream<'static, Result<T, tonic::Status>>;
+
 /// Full names of the consistd services, as reflection and health report them.
 pub const SERVICE_NAMES: [&str; 6] = [
     watch_service_server::SERVICE_NAME,

@@ -92,11 +92,11 @@ pub struct Apiserver {
 pub struct Health {
     started: Instant,
     socket: PathBuf,
-    inner: Arc<Mutex<Inner>>,
+    inner: Arc<Mutex<HealthState>>,
 }
 
 #[derive(Debug, Default)]
-struct Inner {
+struct HealthState {
     serving: bool,
     apiserver: Apiserver,
     parts: Option<(Arc<Hub>, Arc<Leadership>)>,
@@ -110,11 +110,11 @@ impl Health {
         Self {
             started: Instant::now(),
             socket,
-            inner: Arc::new(Mutex::new(Inner { serving: false, apiserver, parts: None, messages: None })),
+            inner: Arc::new(Mutex::new(HealthState { serving: false, apiserver, parts: None, messages: None })),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HealthState> {
         // The data is plain values; a panic elsewhere cannot leave it half-written.
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }

@@ -74,30 +74,30 @@ pub enum InboxError {
 /// The inbox; clones share it.
 #[derive(Debug, Clone)]
 pub struct Inbox {
-    inner: Arc<Inner>,
+    inner: Arc<InboxShared>,
 }
 
 #[derive(Debug)]
-struct Inner {
+struct InboxShared {
     store: Store,
     identity: String,
     max_pending: usize,
     next_id: AtomicU64,
-    state: Mutex<State>,
+    state: Mutex<InboxState>,
     ready: Notify,
     /// Bumped on every new message, for the parts of the daemon that wait for their own.
     arrivals: watch::Sender<u64>,
     metrics: Metrics,
 }
 
-type Key = (String, String, String);
+type DedupKey = (String, String, String);
 
 #[derive(Debug, Default)]
-struct State {
+struct InboxState {
     messages: BTreeMap<u64, Pending>,
-    by_key: HashMap<Key, u64>,
+    by_key: HashMap<DedupKey, u64>,
     /// Messages whose write is not committed yet (a resend of one gets no answer; the first will).
-    storing: HashSet<Key>,
+    storing: HashSet<DedupKey>,
     /// Ready for a receiver, oldest first.
     queue: BTreeSet<u64>,
     /// Resource ids the daemon keeps for itself (see [`Inbox::open`]).
@@ -114,7 +114,7 @@ struct State {
     next_receiver: u64,
 }
 
-impl State {
+impl InboxState {
     /// Whether a message about `resource_id` is the daemon's own rather than the app's.
     fn is_held(&self, resource_id: &str) -> bool {
         self.held_prefixes.iter().any(|p| resource_id.starts_with(p))
@@ -163,7 +163,7 @@ struct Pending {
 
 /// The on-disk form of an inbound message.
 #[derive(Clone, PartialEq, prost::Message)]
-struct Record {
+struct InboxRecord {
     #[prost(string, tag = "1")]
     sender: String,
     #[prost(uint64, tag = "2")]
@@ -180,7 +180,7 @@ struct Record {
     received_at_ms: u64,
 }
 
-impl Record {
+impl InboxRecord {
     fn of(m: &InboxMessage) -> Self {
         Self {
             sender: m.sender.clone(),
@@ -234,9 +234,9 @@ impl Inbox {
             };
             Ok((records, next))
         })?;
-        let mut state = State { held_prefixes: held_prefixes.to_vec(), ..State::default() };
+        let mut state = InboxState { held_prefixes: held_prefixes.to_vec(), ..InboxState::default() };
         for (id, bytes) in records {
-            let Ok(r) = Record::decode(bytes.as_slice()) else {
+            let Ok(r) = InboxRecord::decode(bytes.as_slice()) else {
                 tracing::error!(message_id = id, "unreadable inbox record kept on disk, not delivered");
                 continue;
             };
@@ -247,7 +247,7 @@ impl Inbox {
         }
         metrics.inbox_pending.set(i64::try_from(state.messages.len()).unwrap_or(i64::MAX));
         Ok(Self {
-            inner: Arc::new(Inner {
+            inner: Arc::new(InboxShared {
                 store,
                 identity,
                 max_pending,
@@ -260,7 +260,7 @@ impl Inbox {
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, InboxState> {
         self.inner.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
@@ -291,7 +291,7 @@ impl Inbox {
             disposition: disposition.into(),
             reason,
         };
-        let key: Key = (sender.to_owned(), m.resource_id.clone(), m.event_id.clone());
+        let key: DedupKey = (sender.to_owned(), m.resource_id.clone(), m.event_id.clone());
         if let Some(known) = self.known(&key) {
             self.inner.metrics.inbox_duplicates.inc();
             return known.map(|d| answer(d, String::new()));
@@ -329,7 +329,7 @@ impl Inbox {
                 content_type: m.content_type.clone(),
                 received_at: SystemTime::now(),
             });
-            let record = Record::of(&message).encode_to_vec();
+            let record = InboxRecord::of(&message).encode_to_vec();
             let k = key.clone();
             // Queued before the app can see the message, so any ACK of it is written after it.
             let written = self.inner.store.write("store inbound message", move |txn| {
@@ -377,7 +377,7 @@ impl Inbox {
     }
 
     /// For a message already in memory: STORED once durable, no answer while being stored.
-    fn known(&self, key: &Key) -> Option<Option<Disposition>> {
+    fn known(&self, key: &DedupKey) -> Option<Option<Disposition>> {
         let state = self.lock();
         if state.storing.contains(key) {
             return Some(None);
@@ -385,7 +385,7 @@ impl Inbox {
         state.by_key.contains_key(key).then_some(Some(Disposition::Stored))
     }
 
-    fn acked_before(&self, key: &Key) -> Result<bool, StoreError> {
+    fn acked_before(&self, key: &DedupKey) -> Result<bool, StoreError> {
         self.inner.store.read("read deduplication record", |txn| {
             let seen = match txn.open_table(SEEN) {
                 Ok(t) => t,
@@ -522,7 +522,7 @@ impl Inbox {
         self.lock().messages.len()
     }
 
-    fn set_pending_gauge(&self, state: &State) {
+    fn set_pending_gauge(&self, state: &InboxState) {
         self.inner.metrics.inbox_pending.set(i64::try_from(state.messages.len()).unwrap_or(i64::MAX));
     }
 }
@@ -537,7 +537,7 @@ fn send_ack(tx: &mpsc::Sender<ExchangeResponse>, ack: ExchangeResponse) {
     }
 }
 
-fn key_of(m: &InboxMessage) -> Key {
+fn key_of(m: &InboxMessage) -> DedupKey {
     (m.sender.clone(), m.resource_id.clone(), m.event_id.clone())
 }
 

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 pub use self::membership::Announce;
 use self::{
     elector::Election,
-    membership::{Member, Membership},
+    membership::{Membership, SeatGuard},
 };
 use crate::{config::Timing, names};
 
@@ -45,7 +45,7 @@ pub enum Role {
 
 /// One observation of an election.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Status {
+pub struct Observation {
     /// This daemon's view.
     pub role: Role,
     /// The holder's identity; empty when nobody holds the Lease.
@@ -64,7 +64,7 @@ pub struct Status {
     pub identity: String,
 }
 
-impl Status {
+impl Observation {
     fn unknown(identity: &str) -> Self {
         Self {
             role: Role::Unknown,
@@ -79,7 +79,7 @@ impl Status {
     }
 
     /// Whether a subscriber must be told: role, holder or term changed (timestamps alone do not).
-    fn differs(&self, other: &Status) -> bool {
+    fn differs(&self, other: &Observation) -> bool {
         self.role != other.role || self.holder != other.holder || self.term != other.term
     }
 }
@@ -150,7 +150,7 @@ impl std::fmt::Debug for Leadership {
 #[derive(Debug)]
 pub struct Campaign {
     election: Arc<Election>,
-    _member: Option<Member>,
+    _member: Option<SeatGuard>,
 }
 
 impl Drop for Campaign {
@@ -240,7 +240,7 @@ impl Leadership {
     }
 
     /// Streams `key`'s state: the current one first, then every change (coalesced).
-    pub fn observe(self: &Arc<Self>, key: &Key) -> watch::Receiver<Status> {
+    pub fn observe(self: &Arc<Self>, key: &Key) -> watch::Receiver<Observation> {
         let election = self.election(key, &self.identity);
         election.subscribe()
     }
@@ -251,7 +251,7 @@ impl Leadership {
         key: &Key,
         identity: &str,
         timing: Timing,
-    ) -> Result<(Campaign, watch::Receiver<Status>), LeadershipError> {
+    ) -> Result<(Campaign, watch::Receiver<Observation>), LeadershipError> {
         timing.validate().map_err(|message| LeadershipError::InvalidArgument { field: "timing", message })?;
         let identity = if identity.is_empty() { self.identity.clone() } else { identity.to_owned() };
         let election = self.election(key, &identity);
@@ -270,7 +270,7 @@ impl Leadership {
 
     /// The current state of `key`, waiting at most `wait` for a first observation when nothing here
     /// watched that election yet.
-    pub async fn get(self: &Arc<Self>, key: &Key, wait: Duration) -> Status {
+    pub async fn get(self: &Arc<Self>, key: &Key, wait: Duration) -> Observation {
         let election = self.election(key, &self.identity);
         let mut status = election.subscribe();
         if !election.observed() {
@@ -280,8 +280,8 @@ impl Leadership {
     }
 
     /// Every election this daemon runs now, with its current state, sorted by key.
-    pub fn snapshot(&self) -> Vec<(Key, Status)> {
-        let mut out: Vec<(Key, Status)> = self.lock().iter().map(|(k, e)| (k.clone(), e.current())).collect();
+    pub fn snapshot(&self) -> Vec<(Key, Observation)> {
+        let mut out: Vec<(Key, Observation)> = self.lock().iter().map(|(k, e)| (k.clone(), e.current())).collect();
         out.sort_by(|a, b| (&a.0.namespace, &a.0.name).cmp(&(&b.0.namespace, &b.0.name)));
         out
     }
@@ -352,7 +352,7 @@ mod tests {
 
     #[test]
     fn only_role_holder_and_term_changes_are_news() {
-        let a = Status::unknown("me");
+        let a = Observation::unknown("me");
         let mut b = a.clone();
         b.observed_at += Duration::from_secs(5);
         assert!(!a.differs(&b));

@@ -25,7 +25,7 @@ const READ_YOUR_WRITES_POLL: Duration = Duration::from_millis(2);
 
 /// Which object, of which resource.
 #[derive(Debug, Clone, Default)]
-pub struct Target {
+pub struct ObjectRef {
     /// Resource name, in any form discovery resolves.
     pub resource: String,
     /// Namespace; empty for cluster-scoped resources (or all namespaces, for List).
@@ -99,7 +99,7 @@ impl Objects {
         Self { client, hub, timeout }
     }
 
-    async fn resolve(&self, t: &Target, need_namespace: bool) -> Result<Resolved, ObjectsError> {
+    async fn resolve(&self, t: &ObjectRef, need_namespace: bool) -> Result<Resolved, ObjectsError> {
         let resolved = self.hub.resolve(&t.resource).await.map_err(ResourceError::from)?;
         if !resolved.namespaced && !t.namespace.is_empty() {
             return Err(invalid(
@@ -131,7 +131,7 @@ impl Objects {
     }
 
     /// One object: from cache when a synced watch covers it, else from the apiserver.
-    pub async fn get(&self, t: &Target, read_your_writes: bool) -> Result<(Obj, Source), ObjectsError> {
+    pub async fn get(&self, t: &ObjectRef, read_your_writes: bool) -> Result<(Obj, Source), ObjectsError> {
         let r = self.resolve(t, true).await?;
         if let Some(watch) = self.hub.covering(&r.api, &t.namespace) {
             if read_your_writes {
@@ -156,7 +156,7 @@ impl Objects {
     /// none are asked for, else from the apiserver. Returns the list's resourceVersion ("" from cache).
     pub async fn list(
         &self,
-        t: &Target,
+        t: &ObjectRef,
         label_selector: &str,
         field_selector: &str,
         read_your_writes: bool,
@@ -183,7 +183,7 @@ impl Objects {
     }
 
     /// Creates an object from its JSON.
-    pub async fn create(&self, t: &Target, object: Vec<u8>, field_manager: &str) -> Result<Obj, ObjectsError> {
+    pub async fn create(&self, t: &ObjectRef, object: Vec<u8>, field_manager: &str) -> Result<Obj, ObjectsError> {
         let r = self.resolve(t, true).await?;
         let pp = PostParams { field_manager: Some(manager(field_manager)), ..PostParams::default() };
         let op = format!("create {} in {:?}", r.api.plural, t.namespace);
@@ -192,7 +192,7 @@ impl Objects {
     }
 
     /// Replaces an object (or its status).
-    pub async fn update(&self, t: &Target, object: Vec<u8>, field_manager: &str) -> Result<Obj, ObjectsError> {
+    pub async fn update(&self, t: &ObjectRef, object: Vec<u8>, field_manager: &str) -> Result<Obj, ObjectsError> {
         let r = self.resolve(t, true).await?;
         let _in_flight = self.begin(&r, t);
         let pp = PostParams { field_manager: Some(manager(field_manager)), ..PostParams::default() };
@@ -209,7 +209,7 @@ impl Objects {
     /// Patches an object (or its status).
     pub async fn patch(
         &self,
-        t: &Target,
+        t: &ObjectRef,
         kind: PatchKind,
         patch: serde_json::Value,
         field_manager: &str,
@@ -251,7 +251,7 @@ impl Objects {
     /// finalizers), or `None` when it answers with a bare status.
     pub async fn delete(
         &self,
-        t: &Target,
+        t: &ObjectRef,
         preconditions: Preconditions,
         propagation: Option<PropagationPolicy>,
     ) -> Result<Option<Obj>, ObjectsError> {
@@ -275,7 +275,7 @@ impl Objects {
 
     /// Marks a write to `t` as in flight until the returned guard drops (after [`Objects::written`]):
     /// CONSISTENT subscribers hold the object's states meanwhile.
-    fn begin(&self, r: &Resolved, t: &Target) -> InFlight {
+    fn begin(&self, r: &Resolved, t: &ObjectRef) -> InFlight {
         self.hub.expectations().begin(&format!("{}/{}/{}", r.api.plural, t.namespace, t.name), self.timeout)
     }
 
@@ -303,7 +303,7 @@ fn manager(field_manager: &str) -> String {
     if field_manager.is_empty() { DEFAULT_FIELD_MANAGER.to_owned() } else { field_manager.to_owned() }
 }
 
-fn locate(t: &Target) -> String {
+fn locate(t: &ObjectRef) -> String {
     let sub = if t.subresource.is_empty() { String::new() } else { format!(" ({})", t.subresource) };
     if t.namespace.is_empty() { format!("{}{sub}", t.name) } else { format!("{}/{}{sub}", t.namespace, t.name) }
 }

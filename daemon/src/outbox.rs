@@ -4,12 +4,12 @@
 //! that is not ACKed yet, and an ACK for the older one never clears the newer.
 
 mod backoff;
+mod destination;
 mod link;
 mod members;
 mod record;
 mod state;
 mod status;
-mod target;
 
 use std::{
     sync::{Arc, Mutex, MutexGuard, atomic::AtomicU64},
@@ -20,11 +20,11 @@ use bytes::Bytes;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-use self::state::{Slot, State};
+use self::state::{OutboxState, Slot};
 pub use self::{
+    destination::{BadDestination, Destination},
     members::{Members, PEER_PORT_NAME},
     status::{DestinationStatus, PendingDelivery},
-    target::{BadTarget, Target},
 };
 use crate::{
     config::OutboxConfig,
@@ -42,7 +42,7 @@ pub struct Message {
     /// The outbox's id for it, strictly increasing (the API's message_id).
     pub sequence: u64,
     /// Where it goes.
-    pub target: Target,
+    pub target: Destination,
     /// The resource it is about.
     pub resource_id: String,
     /// Which event of that resource.
@@ -59,7 +59,7 @@ pub struct Message {
 #[derive(Debug, Clone)]
 pub struct Outgoing {
     /// Where it goes.
-    pub target: Target,
+    pub target: Destination,
     /// The resource it is about.
     pub resource_id: String,
     /// Which event of that resource.
@@ -116,11 +116,11 @@ pub enum OutboxError {
 /// The outbox; clones share it.
 #[derive(Debug, Clone)]
 pub struct Outbox {
-    inner: Arc<Inner>,
+    inner: Arc<OutboxShared>,
 }
 
 #[derive(Debug)]
-struct Inner {
+struct OutboxShared {
     store: Store,
     config: OutboxConfig,
     /// None when no peer transport is configured: `Send` is refused.
@@ -128,7 +128,7 @@ struct Inner {
     members: Members,
     namespace: String,
     next_sequence: AtomicU64,
-    state: Mutex<State>,
+    state: Mutex<OutboxState>,
     outcomes: broadcast::Sender<Outcome>,
     metrics: Metrics,
     shutdown: CancellationToken,
@@ -136,7 +136,7 @@ struct Inner {
 
 /// What the outbox needs besides its store.
 #[derive(Debug)]
-pub struct Parts {
+pub struct OutboxParts {
     /// Bounds and backoff.
     pub config: OutboxConfig,
     /// Client TLS for peers, or plaintext; None: no transport configured.
@@ -153,18 +153,18 @@ pub struct Parts {
 
 impl Outbox {
     /// Loads the stored messages and starts delivering them.
-    pub fn open(store: Store, parts: Parts) -> Result<Self, StoreError> {
+    pub fn open(store: Store, parts: OutboxParts) -> Result<Self, StoreError> {
         let stored = record::load(&store)?;
         let (outcomes, _) = broadcast::channel(OUTCOME_BUFFER);
         let outbox = Self {
-            inner: Arc::new(Inner {
+            inner: Arc::new(OutboxShared {
                 store,
                 config: parts.config,
                 transport: parts.transport,
                 members: parts.members,
                 namespace: parts.namespace,
                 next_sequence: AtomicU64::new(stored.next_sequence),
-                state: Mutex::new(State::default()),
+                state: Mutex::new(OutboxState::default()),
                 outcomes,
                 metrics: parts.metrics,
                 shutdown: parts.shutdown,
@@ -175,7 +175,7 @@ impl Outbox {
         Ok(outbox)
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, OutboxState> {
         self.inner.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 

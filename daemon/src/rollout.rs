@@ -22,7 +22,7 @@ use self::{
 use crate::{
     inbox::{Inbox, InboxError},
     leadership::{Key, Leadership, LeadershipError, Role},
-    outbox::{Outbox, OutboxError, Outgoing, Target},
+    outbox::{Destination, Outbox, OutboxError, Outgoing},
     transport::Transport,
     watch::ResourceError,
 };
@@ -95,7 +95,7 @@ pub struct Rollout {
 
 /// What a rollout needs.
 #[derive(Debug)]
-pub struct Parts {
+pub struct RolloutParts {
     /// Elections (a channel is one).
     pub leadership: Arc<Leadership>,
     /// Channel versions in the daemon's namespace.
@@ -114,7 +114,7 @@ pub struct Parts {
 
 impl Rollout {
     /// Rollouts with these parts.
-    pub fn new(p: Parts) -> Self {
+    pub fn new(p: RolloutParts) -> Self {
         Self {
             leadership: p.leadership,
             versions: p.versions,
@@ -192,7 +192,7 @@ impl Rollout {
     async fn deliver(&self, key: &Key, version: &Version, payload: Bytes) -> Result<(), RolloutError> {
         self.outbox
             .send(Outgoing {
-                target: Target::Election { namespace: key.namespace.clone(), name: key.name.clone() },
+                target: Destination::Election { namespace: key.namespace.clone(), name: key.name.clone() },
                 resource_id: inbound::resource_id(&key.name),
                 event_id: version.version.to_string(),
                 payload,

@@ -102,7 +102,7 @@ pub async fn run(config: Config, env: &Environment) -> Result<(), RunError> {
     });
     let outbox = Outbox::open(
         store,
-        outbox::Parts {
+        outbox::OutboxParts {
             config: config.outbox.clone(),
             transport: transport.clone(),
             members: Members::new(hub.clone()),
@@ -112,7 +112,7 @@ pub async fn run(config: Config, env: &Environment) -> Result<(), RunError> {
         },
     )
     .map_err(RunError::Load)?;
-    let rollout = Rollout::new(rollout::Parts {
+    let rollout = Rollout::new(rollout::RolloutParts {
         leadership: leadership.clone(),
         versions: Versions::new(client.clone(), &namespace),
         outbox: outbox.clone(),

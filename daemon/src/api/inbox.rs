@@ -4,10 +4,11 @@
 use std::time::Duration;
 
 use consistd_proto::v1::{self as pb, inbox_service_server::InboxService};
-use futures::stream::BoxStream;
+
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
+use super::ResponseStream;
 use super::status;
 use crate::inbox::Inbox;
 
@@ -34,11 +35,9 @@ fn message_id(id: &str) -> Result<u64, Status> {
     }
 }
 
-type Stream<T> = BoxStream<'static, Result<T, Status>>;
-
 #[tonic::async_trait]
 impl InboxService for InboxApi {
-    type ReceiveStream = Stream<pb::ReceiveResponse>;
+    type ReceiveStream = ResponseStream<pb::ReceiveResponse>;
 
     async fn receive(&self, _: Request<pb::ReceiveRequest>) -> Result<Response<Self::ReceiveStream>, Status> {
         let receiver = self.inbox.receiver();

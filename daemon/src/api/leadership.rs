@@ -4,11 +4,12 @@
 use std::{sync::Arc, time::Duration};
 
 use consistd_proto::v1::{self as pb, leadership_service_server::LeadershipService};
-use futures::{StreamExt, stream::BoxStream};
+use futures::StreamExt;
 use tokio_stream::wrappers::WatchStream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
+use super::ResponseStream;
 use super::status;
 use crate::{
     config::Timing,
@@ -35,12 +36,10 @@ impl LeadershipApi {
     }
 }
 
-type Stream<T> = BoxStream<'static, Result<T, Status>>;
-
 #[tonic::async_trait]
 impl LeadershipService for LeadershipApi {
-    type CampaignStream = Stream<pb::CampaignResponse>;
-    type ObserveStream = Stream<pb::ObserveResponse>;
+    type CampaignStream = ResponseStream<pb::CampaignResponse>;
+    type ObserveStream = ResponseStream<pb::ObserveResponse>;
 
     async fn campaign(&self, request: Request<pb::CampaignRequest>) -> Result<Response<Self::CampaignStream>, Status> {
         let r = request.into_inner();
@@ -99,7 +98,7 @@ fn timestamp(t: Option<std::time::SystemTime>) -> Option<prost_types::Timestamp>
     t.map(prost_types::Timestamp::from)
 }
 
-fn to_pb(key: &Key, s: &crate::leadership::Status) -> pb::LeadershipStatus {
+fn to_pb(key: &Key, s: &crate::leadership::Observation) -> pb::LeadershipStatus {
     let state = match s.role {
         Role::Leader => pb::LeadershipState::Leader,
         Role::Follower => pb::LeadershipState::Follower,

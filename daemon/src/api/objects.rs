@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::status;
 use crate::{
     leadership::Leadership,
-    objects::{Objects, PatchKind, Source, Target},
+    objects::{ObjectRef, Objects, PatchKind, Source},
 };
 
 /// The ObjectsService implementation.
@@ -140,7 +140,7 @@ fn non_empty(s: String) -> Option<String> {
 }
 
 /// Checks the fields every request shares.
-fn target(resource: &str, namespace: &str, name: Option<&str>, subresource: &str) -> Result<Target, Status> {
+fn target(resource: &str, namespace: &str, name: Option<&str>, subresource: &str) -> Result<ObjectRef, Status> {
     if resource.is_empty() {
         return Err(status::invalid_argument("resource", "must not be empty"));
     }
@@ -158,7 +158,7 @@ fn target(resource: &str, namespace: &str, name: Option<&str>, subresource: &str
     if !matches!(subresource, "" | "status") {
         return Err(status::invalid_argument("subresource", format!("{subresource:?}: only \"\" or \"status\"")));
     }
-    Ok(Target {
+    Ok(ObjectRef {
         resource: resource.to_owned(),
         namespace: namespace.to_owned(),
         name: name.unwrap_or_default().to_owned(),
@@ -188,7 +188,7 @@ mod tests {
 
     #[test]
     fn shared_fields_are_checked_and_named() {
-        let field = |r: Result<Target, Status>| {
+        let field = |r: Result<ObjectRef, Status>| {
             r.expect_err("refused").message().split(':').next().unwrap_or_default().to_owned()
         };
         assert_eq!(field(target("", "ns", Some("a"), "")), "resource");

@@ -2,13 +2,14 @@
 //! (ACKED per peer, SUPERSEDED, FAILED); GetOutboxStatus lists what each peer has not ACKed yet.
 
 use consistd_proto::v1::{self as pb, outbox_service_server::OutboxService};
-use futures::{StreamExt, stream::BoxStream};
+use futures::StreamExt;
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
+use super::ResponseStream;
 use super::status;
-use crate::outbox::{Outbox, OutcomeKind, Outgoing, Target};
+use crate::outbox::{Destination, Outbox, OutcomeKind, Outgoing};
 
 /// Longest resource_id or event_id accepted (a Kubernetes UID is 36 bytes, a resourceVersion ~20).
 pub(crate) const MAX_ID_BYTES: usize = 1024;
@@ -29,8 +30,6 @@ impl OutboxApi {
     }
 }
 
-type Stream<T> = BoxStream<'static, Result<T, Status>>;
-
 /// Checks an identifier field: present, bounded, printable.
 pub(crate) fn check_id(field: &str, value: &str) -> Result<(), Status> {
     if value.is_empty() {
@@ -47,11 +46,11 @@ pub(crate) fn check_id(field: &str, value: &str) -> Result<(), Status> {
 
 #[tonic::async_trait]
 impl OutboxService for OutboxApi {
-    type WatchAcksStream = Stream<pb::WatchAcksResponse>;
+    type WatchAcksStream = ResponseStream<pb::WatchAcksResponse>;
 
     async fn send(&self, request: Request<pb::SendRequest>) -> Result<Response<pb::SendResponse>, Status> {
         let r = request.into_inner();
-        let target = Target::from_pb(r.destination.as_ref(), &self.namespace)
+        let target = Destination::from_pb(r.destination.as_ref(), &self.namespace)
             .map_err(|e| status::invalid_argument(e.field, e.message))?;
         check_id("resource_id", &r.resource_id)?;
         check_id("event_id", &r.event_id)?;

@@ -7,12 +7,13 @@
 use std::time::Duration;
 
 use consistd_proto::v1::{self as pb, rollout_service_server::RolloutService};
-use futures::stream::BoxStream;
+
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
+use super::ResponseStream;
 use super::status;
 use crate::{
     config::Timing,
@@ -61,11 +62,9 @@ fn members(standing: &Standing) -> Vec<pb::MemberStatus> {
         .collect()
 }
 
-type Stream<T> = BoxStream<'static, Result<T, Status>>;
-
 #[tonic::async_trait]
 impl RolloutService for RolloutApi {
-    type SubscribeVersionsStream = Stream<pb::SubscribeVersionsResponse>;
+    type SubscribeVersionsStream = ResponseStream<pb::SubscribeVersionsResponse>;
 
     async fn publish(&self, request: Request<pb::PublishRequest>) -> Result<Response<pb::PublishResponse>, Status> {
         let r = request.into_inner();
@@ -191,7 +190,7 @@ impl RolloutService for RolloutApi {
 async fn stream_versions(
     rollout: Rollout,
     key: Key,
-    mut states: tokio::sync::watch::Receiver<crate::leadership::Status>,
+    mut states: tokio::sync::watch::Receiver<crate::leadership::Observation>,
     tx: mpsc::Sender<Result<pb::SubscribeVersionsResponse, Status>>,
     shutdown: CancellationToken,
 ) {

@@ -49,9 +49,9 @@ impl WatchService for WatchApi {
         let expectations = self.hub.expectations().clone();
         let mut stream = match mode {
             pb::DeliveryMode::Consistent => {
-                Stream::Consistent(Box::new(ConsistentSubscription::new(subscription, expectations)))
+                Feed::Consistent(Box::new(ConsistentSubscription::new(subscription, expectations)))
             }
-            _ => Stream::Raw(subscription, expectations),
+            _ => Feed::Raw(subscription, expectations),
         };
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         let shutdown = self.shutdown.clone();
@@ -79,19 +79,19 @@ impl WatchService for WatchApi {
 }
 
 /// A subscription in either mode, producing protocol messages.
-enum Stream {
+enum Feed {
     Raw(Subscription, Expectations),
     Consistent(Box<ConsistentSubscription>),
 }
 
-impl Stream {
+impl Feed {
     async fn next(&mut self) -> Option<pb::SubscribeResponse> {
         match self {
-            Stream::Raw(sub, expectations) => {
+            Feed::Raw(sub, expectations) => {
                 let item = sub.next().await?;
                 Some(raw_response(item, sub.incarnation(), sub.resource_plural(), expectations))
             }
-            Stream::Consistent(sub) => {
+            Feed::Consistent(sub) => {
                 let delivery = sub.next().await?;
                 Some(consistent_response(delivery, sub.incarnation()))
             }

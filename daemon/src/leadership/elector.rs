@@ -27,7 +27,7 @@ use tokio::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::{Key, Leadership, Role, Status};
+use super::{Key, Leadership, Observation, Role};
 use crate::config::Timing;
 use crate::watch::{Query, Subscription};
 
@@ -36,7 +36,7 @@ use crate::watch::{Query, Subscription};
 pub(super) struct Election {
     pub(super) key: Key,
     pub(super) identity: String,
-    status: watch::Sender<Status>,
+    status: watch::Sender<Observation>,
     /// Campaign streams open, and the timing of the latest.
     campaign: Mutex<(usize, Timing)>,
     /// Woken when campaigners come or go.
@@ -46,7 +46,7 @@ pub(super) struct Election {
 
 impl Election {
     pub(super) fn new(key: Key, identity: String) -> Arc<Self> {
-        let status = watch::channel(Status::unknown(&identity)).0;
+        let status = watch::channel(Observation::unknown(&identity)).0;
         Arc::new(Self {
             key,
             identity,
@@ -61,11 +61,11 @@ impl Election {
         self.campaign.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub(super) fn subscribe(&self) -> watch::Receiver<Status> {
+    pub(super) fn subscribe(&self) -> watch::Receiver<Observation> {
         self.status.subscribe()
     }
 
-    pub(super) fn current(&self) -> Status {
+    pub(super) fn current(&self) -> Observation {
         self.status.borrow().clone()
     }
 
@@ -102,7 +102,7 @@ impl Election {
 
     /// Publishes a state: subscribers are woken only when role, holder or term changed (and for the
     /// first observation); the value is always current before anyone is woken.
-    fn publish(&self, status: Status) {
+    fn publish(&self, status: Observation) {
         if !self.observed.swap(true, Ordering::AcqRel) {
             self.status.send_replace(status);
             return;
@@ -158,7 +158,7 @@ impl Observed {
         }
     }
 
-    fn status(&self, me: &str, leader: bool) -> Status {
+    fn status(&self, me: &str, leader: bool) -> Observation {
         let role = if leader {
             Role::Leader
         } else if self.expired() {
@@ -166,7 +166,7 @@ impl Observed {
         } else {
             Role::Follower
         };
-        Status {
+        Observation {
             role,
             holder: if self.expired() && !leader { String::new() } else { self.holder.clone() },
             term: self.transitions,
@@ -234,19 +234,19 @@ pub(super) async fn run(election: Arc<Election>, client: Client, registry: Arc<L
                 }
                 let status = observed
                     .as_ref()
-                    .map_or_else(|| Status::unknown(&election.identity), |o| o.status(&election.identity, false));
+                    .map_or_else(|| Observation::unknown(&election.identity), |o| o.status(&election.identity, false));
                 election.publish(status);
             }
             Ok(Err(error)) => {
                 tracing::warn!(%error, election = %election.key.name, "election step failed; retrying");
                 if renewed.is_none() {
-                    election.publish(Status::unknown(&election.identity));
+                    election.publish(Observation::unknown(&election.identity));
                 }
             }
             Err(_) => {
                 tracing::warn!(election = %election.key.name, budget = ?budget, "election step timed out; retrying");
                 if renewed.is_none() {
-                    election.publish(Status::unknown(&election.identity));
+                    election.publish(Observation::unknown(&election.identity));
                 }
             }
         }
@@ -270,13 +270,13 @@ pub(super) async fn run(election: Arc<Election>, client: Client, registry: Arc<L
             // Could not renew in time: stop saying LEADER before the lease can expire for others.
             tracing::warn!(election = %election.key.name, term = observed.as_ref().map_or(0, |o| o.transitions), "renew deadline passed; no longer leader");
             renewed = None;
-            election.publish(Status::unknown(&election.identity));
+            election.publish(Observation::unknown(&election.identity));
         }
     }
     if renewed.is_some() {
         release(&api, &election, &mut observed).await;
     }
-    election.publish(Status::unknown(&election.identity));
+    election.publish(Observation::unknown(&election.identity));
 }
 
 /// A retry period, or less for a leader: what is left until its renew deadline.

@@ -44,11 +44,11 @@ pub(super) struct Membership {
     client: kube::Client,
     identity: String,
     announce: Option<Announce>,
-    held: Mutex<HashMap<Key, Held>>,
+    held: Mutex<HashMap<Key, Seat>>,
 }
 
 #[derive(Debug)]
-struct Held {
+struct Seat {
     uses: usize,
     stop: CancellationToken,
     task: JoinHandle<()>,
@@ -78,7 +78,7 @@ impl MemberRecord {
     /// one without a valid peer address).
     pub fn parse(obj: &Obj, election: &str) -> Option<Self> {
         #[derive(Deserialize)]
-        struct Lease {
+        struct MemberLease {
             metadata: Meta,
             #[serde(default)]
             spec: Spec,
@@ -95,7 +95,7 @@ impl MemberRecord {
             renew_time: Option<String>,
             lease_duration_seconds: Option<u64>,
         }
-        let lease: Lease = match serde_json::from_slice(&obj.json) {
+        let lease: MemberLease = match serde_json::from_slice(&obj.json) {
             Ok(l) => l,
             Err(error) => {
                 tracing::warn!(lease = %obj.name, %error, "unreadable member Lease ignored");
@@ -128,12 +128,12 @@ impl MemberRecord {
 
 /// Keeps this daemon in an election group while held.
 #[derive(Debug)]
-pub(super) struct Member {
+pub(super) struct SeatGuard {
     membership: std::sync::Arc<Membership>,
     key: Key,
 }
 
-impl Drop for Member {
+impl Drop for SeatGuard {
     fn drop(&mut self) {
         let mut held = self.membership.held.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(h) = held.get_mut(&self.key) {
@@ -159,7 +159,7 @@ impl Membership {
     }
 
     /// Joins `key`'s group until the returned guard drops; None when this daemon has no peer address.
-    pub(super) fn join(self: &std::sync::Arc<Self>, key: &Key) -> Option<Member> {
+    pub(super) fn join(self: &std::sync::Arc<Self>, key: &Key) -> Option<SeatGuard> {
         let announce = self.announce.clone()?;
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         match held.get_mut(key) {
@@ -177,10 +177,10 @@ impl Membership {
                     recorded: confirm,
                 };
                 let task = tokio::spawn(keeper.run(stop.clone()));
-                held.insert(key.clone(), Held { uses: 1, stop, task, applied, recorded });
+                held.insert(key.clone(), Seat { uses: 1, stop, task, applied, recorded });
             }
         }
-        Some(Member { membership: self.clone(), key: key.clone() })
+        Some(SeatGuard { membership: self.clone(), key: key.clone() })
     }
 
     /// Announces that this member's app applied `version` of `key`'s channel; the returned receiver

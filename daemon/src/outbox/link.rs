@@ -18,7 +18,7 @@ use tokio::{
 };
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::{Message, Outbox, backoff, state::State};
+use super::{Message, Outbox, backoff, state::OutboxState};
 use crate::{error::chain as error_chain, transport::Transport};
 
 /// Frames queued towards one peer before waiting for the connection to take them.
@@ -36,14 +36,14 @@ pub(super) struct Link {
     /// sparse sends do not pay for a new connection (and TLS handshake) each time.
     pub(super) unused_since: Option<Instant>,
     pub(super) connected: bool,
-    pub(super) deliveries: BTreeMap<u64, Delivery>,
+    pub(super) deliveries: BTreeMap<u64, PeerDelivery>,
     /// (due, sequence) of every delivery, earliest first.
     pub(super) schedule: BTreeSet<(Instant, u64)>,
     pub(super) wake: Arc<Notify>,
 }
 
 impl Link {
-    pub(super) fn add(&mut self, delivery: Delivery) {
+    pub(super) fn add(&mut self, delivery: PeerDelivery) {
         self.schedule.insert((delivery.due, delivery.message.sequence));
         if let Some(old) = self.deliveries.insert(delivery.message.sequence, delivery) {
             self.schedule.remove(&(old.due, old.message.sequence));
@@ -51,7 +51,7 @@ impl Link {
         self.wake.notify_one();
     }
 
-    pub(super) fn remove(&mut self, sequence: u64) -> Option<Delivery> {
+    pub(super) fn remove(&mut self, sequence: u64) -> Option<PeerDelivery> {
         let d = self.deliveries.remove(&sequence)?;
         self.schedule.remove(&(d.due, sequence));
         Some(d)
@@ -68,7 +68,7 @@ impl Link {
 }
 
 #[derive(Debug, Clone)]
-pub(super) struct Delivery {
+pub(super) struct PeerDelivery {
     pub(super) message: Arc<Message>,
     pub(super) attempts: u32,
     pub(super) due: Instant,
@@ -78,14 +78,14 @@ pub(super) struct Delivery {
     pub(super) stored: bool,
 }
 
-impl Delivery {
+impl PeerDelivery {
     pub(super) fn new(message: Arc<Message>) -> Self {
         Self { message, attempts: 0, due: Instant::now(), due_wall: SystemTime::now(), last_error: None, stored: false }
     }
 }
 
 impl Outbox {
-    pub(super) fn use_link(&self, state: &mut State, peer: &str) {
+    pub(super) fn use_link(&self, state: &mut OutboxState, peer: &str) {
         if let Some(link) = state.links.get_mut(peer) {
             link.uses += 1;
             link.unused_since = None;
@@ -107,7 +107,7 @@ impl Outbox {
         state.links.insert(peer.to_owned(), link);
     }
 
-    pub(super) fn unuse_link(&self, state: &mut State, peer: &str) {
+    pub(super) fn unuse_link(&self, state: &mut OutboxState, peer: &str) {
         let Some(link) = state.links.get_mut(peer) else { return };
         link.uses -= 1;
         if link.uses == 0 {

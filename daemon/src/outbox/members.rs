@@ -7,7 +7,7 @@ use std::{collections::BTreeSet, sync::Arc, time::Duration};
 use serde::Deserialize;
 use tokio::task::JoinHandle;
 
-use super::{Outbox, Target};
+use super::{Destination, Outbox};
 use crate::{
     leadership::group::GroupReader,
     watch::{Hub, Mirror, Query, object::Obj},
@@ -50,17 +50,19 @@ impl Members {
     }
 
     /// Starts telling `outbox` the peers of `target` whenever they change.
-    pub(super) fn follow(&self, target: &Target, outbox: Outbox) -> Following {
+    pub(super) fn follow(&self, target: &Destination, outbox: Outbox) -> Following {
         let hub = self.hub.clone();
         let target = target.clone();
         Following(tokio::spawn(async move {
             let Some(hub) = hub else { return };
             match &target {
-                Target::Service { namespace, name } => follow_service(&hub, &target, namespace, name, &outbox).await,
-                Target::Election { namespace, name } => {
+                Destination::Service { namespace, name } => {
+                    follow_service(&hub, &target, namespace, name, &outbox).await
+                }
+                Destination::Election { namespace, name } => {
                     follow_election(&hub, &target, namespace, name, &outbox).await;
                 }
-                Target::Peer(_) => {}
+                Destination::Peer(_) => {}
             }
         }))
     }
@@ -82,7 +84,7 @@ impl Resubscribe {
 
 /// Tells the outbox a Service's ready endpoints after every change of its EndpointSlices once they are
 /// read completely; subscribes again, with backoff, when the watch fails or ends.
-async fn follow_service(hub: &Arc<Hub>, target: &Target, namespace: &str, name: &str, outbox: &Outbox) {
+async fn follow_service(hub: &Arc<Hub>, target: &Destination, namespace: &str, name: &str, outbox: &Outbox) {
     let query = Query {
         resource: "discovery.k8s.io/v1/endpointslices".to_owned(),
         namespace: namespace.to_owned(),
@@ -110,7 +112,7 @@ async fn follow_service(hub: &Arc<Hub>, target: &Target, namespace: &str, name: 
 /// Tells the outbox an election group's live members after every change once the group is read
 /// completely (and whenever a member expires); subscribes again, with backoff, when the watch fails or
 /// ends.
-async fn follow_election(hub: &Arc<Hub>, target: &Target, namespace: &str, name: &str, outbox: &Outbox) {
+async fn follow_election(hub: &Arc<Hub>, target: &Destination, namespace: &str, name: &str, outbox: &Outbox) {
     let mut backoff = Resubscribe(Resubscribe::FIRST);
     loop {
         match GroupReader::open(hub, namespace, name).await {

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use consistd_proto::v1 as pb;
 use redb::{ReadableTable, TableDefinition};
 
-use super::{Message, Outbox, Slot, Target};
+use super::{Destination, Message, Outbox, Slot};
 use crate::store::{META, Store, StoreError, from_millis, to_millis};
 
 /// Stored messages by sequence number.
@@ -23,7 +23,7 @@ const NEXT_SEQUENCE: &str = "outbox.next_sequence";
 
 /// The on-disk form of a message.
 #[derive(Clone, PartialEq, prost::Message)]
-struct Record {
+struct OutboxRecord {
     #[prost(message, optional, tag = "1")]
     destination: Option<pb::Destination>,
     #[prost(string, tag = "2")]
@@ -40,7 +40,7 @@ struct Record {
 
 fn encode(m: &Message) -> Vec<u8> {
     use prost::Message as _;
-    Record {
+    OutboxRecord {
         destination: Some(m.target.to_pb()),
         resource_id: m.resource_id.clone(),
         event_id: m.event_id.clone(),
@@ -126,17 +126,17 @@ impl Outbox {
         for (seq, peer) in acks {
             acked.entry(seq).or_default().insert(peer);
         }
-        let mut newest: BTreeMap<(Target, String), Arc<Message>> = BTreeMap::new();
+        let mut newest: BTreeMap<(Destination, String), Arc<Message>> = BTreeMap::new();
         let mut stale = Vec::new();
         for (sequence, bytes) in records {
-            let record = match Record::decode(bytes.as_slice()) {
+            let record = match OutboxRecord::decode(bytes.as_slice()) {
                 Ok(r) => r,
                 Err(error) => {
                     tracing::error!(sequence, %error, "unreadable outbox record kept on disk, not delivered");
                     continue;
                 }
             };
-            let target = match Target::from_pb(record.destination.as_ref(), &self.inner.namespace) {
+            let target = match Destination::from_pb(record.destination.as_ref(), &self.inner.namespace) {
                 Ok(t) => t,
                 Err(e) => {
                     tracing::error!(sequence, field = e.field, error = %e.message, "outbox record with a bad destination kept on disk, not delivered");

@@ -8,15 +8,15 @@ use std::{
 };
 
 use super::{
-    Message, Outbox, OutboxError, OutcomeKind, Target,
-    link::{Delivery, Link},
+    Destination, Message, Outbox, OutboxError, OutcomeKind,
+    link::{Link, PeerDelivery},
     members,
 };
 
 #[derive(Debug, Default)]
-pub(super) struct State {
-    pub(super) slots: HashMap<(Target, String), Slot>,
-    pub(super) destinations: HashMap<Target, Destination>,
+pub(super) struct OutboxState {
+    pub(super) slots: HashMap<(Destination, String), Slot>,
+    pub(super) destinations: HashMap<Destination, Recipients>,
     pub(super) links: HashMap<String, Link>,
     /// Slots held in all destinations.
     pub(super) held: usize,
@@ -34,7 +34,7 @@ pub(super) struct Slot {
 }
 
 #[derive(Debug)]
-pub(super) struct Destination {
+pub(super) struct Recipients {
     pub(super) peers: BTreeSet<String>,
     /// Slots of this destination (held messages and reservations).
     pub(super) held: usize,
@@ -44,7 +44,7 @@ pub(super) struct Destination {
 
 impl Outbox {
     /// Checks the bounds and reserves the slot; returns the new message's sequence number.
-    pub(super) fn reserve(&self, key: &(Target, String)) -> Result<u64, OutboxError> {
+    pub(super) fn reserve(&self, key: &(Destination, String)) -> Result<u64, OutboxError> {
         let config = &self.inner.config;
         let mut state = self.lock();
         let state = &mut *state;
@@ -76,7 +76,7 @@ impl Outbox {
 
     /// Makes a stored message its slot's current one, superseding an older current message; a message
     /// older than the current one is itself superseded at once.
-    pub(super) fn install(&self, state: &mut State, message: Arc<Message>) {
+    pub(super) fn install(&self, state: &mut OutboxState, message: Arc<Message>) {
         let key = (message.target.clone(), message.resource_id.clone());
         let Some(slot) = state.slots.get_mut(&key) else { return };
         if slot.current.as_ref().is_some_and(|c| c.sequence > message.sequence) {
@@ -96,7 +96,7 @@ impl Outbox {
                 link.remove(old.sequence);
             }
             if !acked_by.contains(&peer) {
-                link.add(Delivery::new(message.clone()));
+                link.add(PeerDelivery::new(message.clone()));
             }
         }
         if let Some(old) = old {
@@ -115,7 +115,7 @@ impl Outbox {
     }
 
     /// Frees a slot that holds nothing and is not being stored into.
-    pub(super) fn release_if_empty(&self, state: &mut State, key: &(Target, String)) {
+    pub(super) fn release_if_empty(&self, state: &mut OutboxState, key: &(Destination, String)) {
         let empty = state.slots.get(key).is_some_and(|s| s.current.is_none() && s.storing == 0);
         if !empty {
             return;
@@ -137,23 +137,23 @@ impl Outbox {
     }
 
     /// Creates the destination (and its peers' links) on first use.
-    pub(super) fn ensure_destination(&self, state: &mut State, target: &Target) {
+    pub(super) fn ensure_destination(&self, state: &mut OutboxState, target: &Destination) {
         if state.destinations.contains_key(target) {
             return;
         }
         let (peers, following) = match target {
-            Target::Peer(p) => (BTreeSet::from([p.clone()]), None),
+            Destination::Peer(p) => (BTreeSet::from([p.clone()]), None),
             group => (BTreeSet::new(), Some(self.inner.members.follow(group, self.clone()))),
         };
         for peer in &peers {
             self.use_link(state, peer);
         }
-        state.destinations.insert(target.clone(), Destination { peers, held: 0, _members: following });
+        state.destinations.insert(target.clone(), Recipients { peers, held: 0, _members: following });
     }
 
     /// A group destination's peers changed: new peers get every current message of the destination,
     /// peers that left are reported FAILED for what they had not ACKed.
-    pub(crate) fn set_peers(&self, target: &Target, peers: BTreeSet<String>) {
+    pub(crate) fn set_peers(&self, target: &Destination, peers: BTreeSet<String>) {
         let mut state = self.lock();
         let state = &mut *state;
         let Some(destination) = state.destinations.get_mut(target) else { return };
@@ -181,7 +181,7 @@ impl Outbox {
             let Some(link) = state.links.get_mut(peer) else { continue };
             for (m, acked_by) in &messages {
                 if !acked_by.contains(peer) {
-                    link.add(Delivery::new(m.clone()));
+                    link.add(PeerDelivery::new(m.clone()));
                 }
             }
         }

@@ -5,7 +5,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use super::{Message, Outbox, Target};
+use super::{Destination, Message, Outbox};
 
 /// One peer's view of a message it still has to ACK.
 #[derive(Debug, Clone)]
@@ -24,7 +24,7 @@ pub struct PendingDelivery {
 #[derive(Debug, Clone)]
 pub struct DestinationStatus {
     /// The destination.
-    pub target: Target,
+    pub target: Destination,
     /// The peer address; empty while the destination has no peer.
     pub peer: String,
     /// Whether a connection to the peer is up.
@@ -38,7 +38,7 @@ impl Outbox {
     pub fn status(&self) -> (Vec<DestinationStatus>, usize) {
         let state = self.lock();
         let mut out = Vec::new();
-        let mut targets: Vec<&Target> = state.destinations.keys().collect();
+        let mut targets: Vec<&Destination> = state.destinations.keys().collect();
         targets.sort();
         for target in targets {
             let destination = &state.destinations[target];

@@ -14,7 +14,7 @@ use crate::{
 
 /// One member of a channel as the barrier sees it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Member {
+pub struct MemberProgress {
     /// Its identity.
     pub identity: String,
     /// Where peers reach it.
@@ -31,7 +31,7 @@ pub struct Member {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Standing {
     /// Every member with a Lease, live or not, sorted by identity.
-    pub members: Vec<Member>,
+    pub members: Vec<MemberProgress>,
     /// Live members that have not applied the version.
     pub lagging: Vec<String>,
     /// At least one live member, and every live member applied the version or newer.
@@ -41,9 +41,9 @@ pub struct Standing {
 impl Standing {
     fn of(group: &GroupReader, version: u64) -> Self {
         let now = Instant::now();
-        let mut members: Vec<Member> = group
+        let mut members: Vec<MemberProgress> = group
             .members()
-            .map(|m| Member {
+            .map(|m| MemberProgress {
                 identity: m.record.identity.clone(),
                 peer: m.record.peer.clone(),
                 applied: m.record.applied,

@@ -91,7 +91,7 @@ pub fn classify(
 }
 
 #[derive(Debug)]
-struct Held {
+struct HeldState {
     obj: Arc<Obj>,
     /// Its position, to classify it again when expectations change.
     pos: u64,
@@ -114,7 +114,7 @@ struct Filter {
     incarnation: u64,
     plural: String,
     expectations: Expectations,
-    held: HashMap<String, Held>,
+    held: HashMap<String, HeldState>,
     /// The last state delivered per uid: deduplication, and the base for coalescing after a resync.
     delivered: HashMap<String, Arc<Obj>>,
     out: std::collections::VecDeque<Delivery>,
@@ -217,7 +217,7 @@ impl Filter {
         let (consistency, deadline) = classify(&self.expectations, self.incarnation, &self.plural, &obj, pos);
         tracing::debug!(uid = %obj.uid, resource_version = %obj.resource_version, pos, ?consistency, held = deadline.is_some(), "consistent: offered");
         if let Some(deadline) = deadline {
-            self.held.insert(obj.uid.clone(), Held { obj, pos, seq, deadline });
+            self.held.insert(obj.uid.clone(), HeldState { obj, pos, seq, deadline });
             return;
         }
         // The state that ends a wait supersedes what was held.
@@ -245,13 +245,13 @@ impl Filter {
     /// Classifies every held state again (a write was answered or seen, or a deadline passed):
     /// released ones are delivered, as the own write, as consistent, or marked timed out.
     fn reevaluate(&mut self) {
-        let held: Vec<(String, Held)> = self.held.drain().collect();
+        let held: Vec<(String, HeldState)> = self.held.drain().collect();
         for (uid, held) in held {
             let (consistency, deadline) =
                 classify(&self.expectations, self.incarnation, &self.plural, &held.obj, held.pos);
             match deadline {
                 Some(deadline) => {
-                    self.held.insert(uid, Held { deadline, ..held });
+                    self.held.insert(uid, HeldState { deadline, ..held });
                 }
                 None => {
                     if consistency == Consistency::TimedOut {

@@ -32,13 +32,13 @@ pub struct Expectation {
 /// write's version is superseded by the newer one's), and the writes still in flight, by locator.
 #[derive(Debug, Clone)]
 pub struct Expectations {
-    inner: Arc<Mutex<Inner>>,
+    inner: Arc<Mutex<ExpectationTable>>,
     /// Bumped on every change, so subscribers holding states look again.
     changed: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 #[derive(Debug, Default)]
-struct Inner {
+struct ExpectationTable {
     by_uid: HashMap<String, Expectation>,
     /// locator -> (writes in flight, deadline of the oldest).
     in_flight: HashMap<String, (usize, Instant)>,
@@ -74,7 +74,7 @@ impl Default for Expectations {
 }
 
 impl Expectations {
-    fn lock(&self) -> MutexGuard<'_, Inner> {
+    fn lock(&self) -> MutexGuard<'_, ExpectationTable> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 

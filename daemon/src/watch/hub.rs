@@ -44,7 +44,7 @@ pub struct Hub {
     resolver: Resolver,
     config: WatchConfig,
     metrics: Metrics,
-    watches: Mutex<HashMap<WatchKey, Held>>,
+    watches: Mutex<HashMap<WatchKey, Running>>,
     expectations: Expectations,
     /// Per resource: whether the apiserver serves it streaming lists (WatchList needs the resource's
     /// watch cache, which can be disabled per resource); asked once each.
@@ -58,25 +58,25 @@ impl std::fmt::Debug for Hub {
 }
 
 #[derive(Debug)]
-struct Held {
+struct Running {
     watch: Arc<SharedWatch>,
     subscribers: usize,
 }
 
 /// One subscriber's claim on a shared watch; released on drop.
 #[derive(Debug)]
-pub(super) struct Lease {
+pub(super) struct WatchClaim {
     hub: Arc<Hub>,
     watch: Arc<SharedWatch>,
 }
 
-impl Lease {
+impl WatchClaim {
     pub(super) fn watch(&self) -> &Arc<SharedWatch> {
         &self.watch
     }
 }
 
-impl Drop for Lease {
+impl Drop for WatchClaim {
     fn drop(&mut self) {
         self.hub.release(&self.watch);
     }
@@ -96,7 +96,7 @@ impl Hub {
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<WatchKey, Held>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<WatchKey, Running>> {
         self.watches.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -168,7 +168,7 @@ impl Hub {
             }
         };
         let joined = watch.join(query.cursor);
-        Ok(Subscription::new(Lease { hub: self.clone(), watch }, joined))
+        Ok(Subscription::new(WatchClaim { hub: self.clone(), watch }, joined))
     }
 
     fn api(&self, key: &WatchKey) -> Api<RawObject> {
@@ -199,7 +199,7 @@ impl Hub {
             tracing::info!(resource = %key.resource.plural, namespace = %key.namespace, label_selector = %key.label_selector, field_selector = %key.field_selector, "starting upstream watch");
             self.metrics.watch_upstreams.inc();
             tokio::spawn(watch.clone().run(api, config, self.metrics.clone()));
-            Held { watch, subscribers: 0 }
+            Running { watch, subscribers: 0 }
         });
         held.subscribers += 1;
         held.watch.clone()

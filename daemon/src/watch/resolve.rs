@@ -88,14 +88,14 @@ impl std::fmt::Debug for Resolver {
 
 /// What an app's name asks for.
 #[derive(Debug, PartialEq)]
-enum Query<'a> {
+enum NameForm<'a> {
     /// "apps/v1/deployments", "v1/configmaps".
     Exact { group: &'a str, version: &'a str, plural: &'a str },
     /// "configmaps", "deployments.apps", "Deployment", "Deployment.apps".
     Name { name: &'a str, group: Option<&'a str> },
 }
 
-fn parse(name: &str) -> Result<Query<'_>, ResolveError> {
+fn parse(name: &str) -> Result<NameForm<'_>, ResolveError> {
     let malformed = || ResolveError::Malformed(name.to_owned());
     if name.is_empty() || name.chars().any(|c| c.is_whitespace()) {
         return Err(malformed());
@@ -103,15 +103,15 @@ fn parse(name: &str) -> Result<Query<'_>, ResolveError> {
     let parts: Vec<&str> = name.split('/').collect();
     match parts.as_slice() {
         [version, plural] if !version.is_empty() && !plural.is_empty() => {
-            Ok(Query::Exact { group: "", version, plural })
+            Ok(NameForm::Exact { group: "", version, plural })
         }
         [group, version, plural] if [group, version, plural].iter().all(|p| !p.is_empty()) => {
-            Ok(Query::Exact { group, version, plural })
+            Ok(NameForm::Exact { group, version, plural })
         }
         [single] => Ok(match single.split_once('.') {
-            Some((name, group)) if !name.is_empty() && !group.is_empty() => Query::Name { name, group: Some(group) },
+            Some((name, group)) if !name.is_empty() && !group.is_empty() => NameForm::Name { name, group: Some(group) },
             Some(_) => return Err(malformed()),
-            None => Query::Name { name: single, group: None },
+            None => NameForm::Name { name: single, group: None },
         }),
         _ => Err(malformed()),
     }
@@ -157,13 +157,13 @@ impl Resolver {
 
 /// Finds the resource a query names. The core group wins over others with the same plural or kind
 /// (as kubectl prefers "events" over "events.events.k8s.io"); otherwise the first group in discovery order.
-fn find(discovery: &Discovery, query: &Query<'_>) -> Option<(ApiResource, ApiCapabilities)> {
+fn find(discovery: &Discovery, query: &NameForm<'_>) -> Option<(ApiResource, ApiCapabilities)> {
     match *query {
-        Query::Exact { group, version, plural } => {
+        NameForm::Exact { group, version, plural } => {
             let group = discovery.get(group)?;
             group.versioned_resources(version).into_iter().find(|(ar, _)| ar.plural == plural)
         }
-        Query::Name { name, group } => {
+        NameForm::Name { name, group } => {
             let lower = name.to_ascii_lowercase();
             let mut groups: Vec<_> = discovery.groups().filter(|g| group.is_none_or(|want| g.name() == want)).collect();
             groups.sort_by_key(|g| !g.name().is_empty());
@@ -182,17 +182,20 @@ mod tests {
 
     #[test]
     fn names_parse_into_queries() {
-        assert_eq!(parse("configmaps").ok(), Some(Query::Name { name: "configmaps", group: None }));
-        assert_eq!(parse("Deployment").ok(), Some(Query::Name { name: "Deployment", group: None }));
-        assert_eq!(parse("deployments.apps").ok(), Some(Query::Name { name: "deployments", group: Some("apps") }));
+        assert_eq!(parse("configmaps").ok(), Some(NameForm::Name { name: "configmaps", group: None }));
+        assert_eq!(parse("Deployment").ok(), Some(NameForm::Name { name: "Deployment", group: None }));
+        assert_eq!(parse("deployments.apps").ok(), Some(NameForm::Name { name: "deployments", group: Some("apps") }));
         assert_eq!(
             parse("widgets.example.com").ok(),
-            Some(Query::Name { name: "widgets", group: Some("example.com") })
+            Some(NameForm::Name { name: "widgets", group: Some("example.com") })
         );
-        assert_eq!(parse("v1/configmaps").ok(), Some(Query::Exact { group: "", version: "v1", plural: "configmaps" }));
+        assert_eq!(
+            parse("v1/configmaps").ok(),
+            Some(NameForm::Exact { group: "", version: "v1", plural: "configmaps" })
+        );
         assert_eq!(
             parse("apps/v1/deployments").ok(),
-            Some(Query::Exact { group: "apps", version: "v1", plural: "deployments" })
+            Some(NameForm::Exact { group: "apps", version: "v1", plural: "deployments" })
         );
     }
 

@@ -98,24 +98,24 @@ pub struct SharedWatch {
     pub key: WatchKey,
     limits: Limits,
     expectations: Expectations,
-    state: Mutex<State>,
+    state: Mutex<WatchState>,
     stop: CancellationToken,
 }
 
 #[derive(Debug, Default)]
-struct State {
+struct WatchState {
     objects: HashMap<ObjKey, Arc<Obj>>,
     /// Objects of a list in progress (initial, or a relist after 410 Gone), and when it started.
     relist: Option<(Instant, HashMap<ObjKey, Arc<Obj>>)>,
     synced: bool,
     seq: u64,
     history: VecDeque<Arc<Entry>>,
-    subscribers: Vec<Slot>,
+    subscribers: Vec<SubscriberQueue>,
     stopped: bool,
 }
 
 #[derive(Debug)]
-struct Slot {
+struct SubscriberQueue {
     tx: mpsc::Sender<Arc<Entry>>,
     overflowed: Arc<AtomicBool>,
     first_list_done: Arc<AtomicBool>,
@@ -129,12 +129,12 @@ impl SharedWatch {
             key,
             limits,
             expectations,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(WatchState::default()),
             stop: CancellationToken::new(),
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, WatchState> {
         // Every update leaves the state whole before it can panic, so a poisoned lock is still usable.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -167,7 +167,7 @@ impl SharedWatch {
             }
         }
         if !state.stopped {
-            state.subscribers.push(Slot {
+            state.subscribers.push(SubscriberQueue {
                 tx,
                 overflowed: overflowed.clone(),
                 first_list_done: first_list_done.clone(),
@@ -187,7 +187,7 @@ impl SharedWatch {
         joined
     }
 
-    fn can_resume(&self, state: &State, cursor: Cursor) -> bool {
+    fn can_resume(&self, state: &WatchState, cursor: Cursor) -> bool {
         let oldest_needed = cursor.seq + 1;
         cursor.incarnation == self.incarnation
             && cursor.seq <= state.seq
@@ -317,7 +317,7 @@ impl SharedWatch {
     }
 }
 
-impl State {
+impl WatchState {
     fn publish(&mut self, change: Change, watch: &SharedWatch, metrics: &Metrics) {
         self.seq += 1;
         if let Change::Added(o) | Change::Modified(o) | Change::Deleted(o) = &change {

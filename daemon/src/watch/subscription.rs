@@ -4,32 +4,32 @@
 use std::{collections::VecDeque, sync::atomic::Ordering};
 
 use super::{
-    hub::Lease,
+    hub::WatchClaim,
     shared::{Item, Joined},
 };
 
 /// A subscription to a shared watch.
 #[derive(Debug)]
 pub struct Subscription {
-    lease: Lease,
+    claim: WatchClaim,
     pending: VecDeque<Item>,
     joined: Joined,
 }
 
 impl Subscription {
-    pub(super) fn new(lease: Lease, mut joined: Joined) -> Self {
+    pub(super) fn new(claim: WatchClaim, mut joined: Joined) -> Self {
         let pending = std::mem::take(&mut joined.initial).into();
-        Self { lease, pending, joined }
+        Self { claim, pending, joined }
     }
 
     /// The watch incarnation, for cursors.
     pub fn incarnation(&self) -> u64 {
-        self.lease.watch().incarnation
+        self.claim.watch().incarnation
     }
 
     /// The plural of the watched resource.
     pub fn resource_plural(&self) -> &str {
-        &self.lease.watch().key.resource.plural
+        &self.claim.watch().key.resource.plural
     }
 
     /// The next item; `None` when the watch stopped (the daemon is shutting down).
@@ -41,15 +41,15 @@ impl Subscription {
             match self.joined.live.recv().await {
                 Some(entry) => return Some(Item::Entry(entry)),
                 None if self.joined.overflowed.load(Ordering::Acquire) => {
-                    tracing::debug!(resource = %self.lease.watch().key.resource.plural, "subscriber fell behind; resyncing");
-                    let mut joined = self.lease.watch().join(None);
+                    tracing::debug!(resource = %self.claim.watch().key.resource.plural, "subscriber fell behind; resyncing");
+                    let mut joined = self.claim.watch().join(None);
                     self.pending.push_back(Item::ResyncRequired);
                     self.pending.extend(std::mem::take(&mut joined.initial));
                     self.joined = joined;
                 }
                 None if self.joined.first_list_done.load(Ordering::Acquire) => {
                     // Joined before the watch's first list completed: replay that list from the history.
-                    let mut joined = self.lease.watch().rejoin_after_first_list();
+                    let mut joined = self.claim.watch().rejoin_after_first_list();
                     self.pending.extend(std::mem::take(&mut joined.initial));
                     self.joined = joined;
                 }

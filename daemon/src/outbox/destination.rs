@@ -7,9 +7,9 @@ use consistd_proto::v1 as pb;
 
 use crate::names::{check_peer_address, is_dns_subdomain, is_namespace_name};
 
-/// A destination of the outbox; each `(Target, resource_id)` holds at most one message.
+/// A destination of the outbox; each `(Destination, resource_id)` holds at most one message.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Target {
+pub enum Destination {
     /// One consistd's peer address, "host:port".
     Peer(String),
     /// Every ready endpoint of a Service.
@@ -30,17 +30,17 @@ pub enum Target {
 
 /// A destination that cannot be used: the field and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BadTarget {
+pub struct BadDestination {
     /// The request field, e.g. `destination.peer`.
     pub field: &'static str,
     /// What is wrong.
     pub message: String,
 }
 
-impl Target {
+impl Destination {
     /// Reads a request's destination; unset namespaces are `namespace`.
-    pub fn from_pb(d: Option<&pb::Destination>, namespace: &str) -> Result<Self, BadTarget> {
-        let bad = |field, message: String| BadTarget { field, message };
+    pub fn from_pb(d: Option<&pb::Destination>, namespace: &str) -> Result<Self, BadDestination> {
+        let bad = |field, message: String| BadDestination { field, message };
         match d.and_then(|d| d.target.as_ref()) {
             None => Err(bad("destination", "must name a peer, a service or an election".to_owned())),
             Some(pb::destination::Target::Peer(p)) => {
@@ -87,7 +87,7 @@ impl Target {
     }
 }
 
-impl fmt::Display for Target {
+impl fmt::Display for Destination {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Peer(p) => write!(f, "peer {p}"),
@@ -108,10 +108,10 @@ mod tests {
     #[test]
     fn peers_are_host_port() {
         for ok in ["10.0.0.1:7070", "[::1]:7070", "consistd-0.consistd.ns.svc:7070"] {
-            assert_eq!(Target::from_pb(Some(&peer(ok)), "ns"), Ok(Target::Peer(ok.to_owned())), "{ok}");
+            assert_eq!(Destination::from_pb(Some(&peer(ok)), "ns"), Ok(Destination::Peer(ok.to_owned())), "{ok}");
         }
         for bad in ["", "10.0.0.1", "10.0.0.1:0", "10.0.0.1:99999", ":7070", "a b:1"] {
-            let e = Target::from_pb(Some(&peer(bad)), "ns").expect_err(bad);
+            let e = Destination::from_pb(Some(&peer(bad)), "ns").expect_err(bad);
             assert_eq!(e.field, "destination.peer", "{bad}");
         }
     }
@@ -124,12 +124,12 @@ mod tests {
                 name: "web".to_owned(),
             })),
         };
-        let t = Target::from_pb(Some(&svc), "apps").expect("valid");
-        assert_eq!(t, Target::Service { namespace: "apps".to_owned(), name: "web".to_owned() });
+        let t = Destination::from_pb(Some(&svc), "apps").expect("valid");
+        assert_eq!(t, Destination::Service { namespace: "apps".to_owned(), name: "web".to_owned() });
         assert_eq!(t.to_string(), "service apps/web");
         assert!(t.is_group());
         let bad = pb::Destination { target: Some(pb::destination::Target::Election("Bad_Name".to_owned())) };
-        assert_eq!(Target::from_pb(Some(&bad), "apps").expect_err("bad").field, "destination.election");
-        assert_eq!(Target::from_pb(None, "apps").expect_err("unset").field, "destination");
+        assert_eq!(Destination::from_pb(Some(&bad), "apps").expect_err("bad").field, "destination.election");
+        assert_eq!(Destination::from_pb(None, "apps").expect_err("unset").field, "destination");
     }
 }
