@@ -47,11 +47,11 @@ pub const SERVICE_NAMES: [&str; 6] = [
 
 /// The largest request the daemon decodes (4 MiB, gRPC's customary default); larger ones are refused
 /// before they reach a service.
-pub const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
+pub(crate) const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
 
 /// What the services work with.
 #[derive(Debug, Clone)]
-pub struct Services {
+pub(crate) struct Services {
     /// The watch hub.
     pub hub: Arc<Hub>,
     /// Reads and writes.
@@ -83,7 +83,11 @@ pub enum ApiError {
 /// NOT_SERVING (so health watchers learn at once), ends open watch streams with UNAVAILABLE (clients
 /// resume elsewhere), stops accepting, and waits for in-flight calls. The caller bounds that wait with
 /// its grace period.
-pub async fn serve(listener: UnixListener, services: Services, shutdown: CancellationToken) -> Result<(), ApiError> {
+pub(crate) async fn serve(
+    listener: UnixListener,
+    services: Services,
+    shutdown: CancellationToken,
+) -> Result<(), ApiError> {
     let (health, health_service) = tonic_health::server::health_reporter();
     set_status(&health, ServingStatus::Serving).await;
 

@@ -25,7 +25,7 @@ pub enum ClusterError {
 }
 
 /// A client for the apiserver, from in-cluster config when running in a pod, else KUBECONFIG.
-pub async fn connect() -> Result<(kube::Client, String), ClusterError> {
+pub(crate) async fn connect() -> Result<(kube::Client, String), ClusterError> {
     let config = kube::Config::infer().await.map_err(ClusterError::Config)?;
     let url = config.cluster_url.to_string();
     let client = kube::Client::try_from(config).map_err(ClusterError::Client)?;
@@ -33,7 +33,7 @@ pub async fn connect() -> Result<(kube::Client, String), ClusterError> {
 }
 
 /// Probes the apiserver's /version until `shutdown`, recording each result in `health` and `metrics`.
-pub async fn probe(client: kube::Client, health: Health, metrics: Metrics, shutdown: CancellationToken) {
+pub(crate) async fn probe(client: kube::Client, health: Health, metrics: Metrics, shutdown: CancellationToken) {
     loop {
         let result = match tokio::time::timeout(PROBE_TIMEOUT, client.apiserver_version()).await {
             Ok(Ok(info)) => Ok(info.git_version),

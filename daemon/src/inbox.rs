@@ -33,7 +33,7 @@ const NEXT_ID: &str = "inbox.next_id";
 
 /// ACKed events remembered per (sender, resource_id) for deduplication. A sender resends only the
 /// newest event of a resource, so an event this far back is never sent again.
-pub const REMEMBERED_ACKS: usize = 16;
+pub(crate) const REMEMBERED_ACKS: usize = 16;
 
 /// ACKs kept per disconnected sender; beyond that the oldest wait for the sender's next resend,
 /// which is answered ACKED from the deduplication record.

@@ -4,8 +4,8 @@
 //! coalescing channel that never blocks the runner.
 
 mod elector;
-pub mod group;
-pub mod membership;
+pub(crate) mod group;
+pub(crate) mod membership;
 
 use std::{
     collections::HashMap,
@@ -16,7 +16,7 @@ use std::{
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-pub use self::membership::Announce;
+pub(crate) use self::membership::Announce;
 use self::{
     elector::Election,
     membership::{Membership, SeatGuard},

@@ -4,23 +4,28 @@
 //! The binary (`main.rs`) only parses flags and calls into these modules:
 
 pub mod admin;
-pub mod api;
+pub(crate) mod api;
 pub mod cli;
-pub mod cluster;
+pub(crate) mod cluster;
 pub mod config;
 pub mod error;
 pub mod health;
-pub mod inbox;
-pub mod leadership;
-pub mod metrics;
-pub mod names;
-pub mod objects;
-pub mod outbox;
-pub mod peer;
-pub mod rollout;
+pub(crate) mod inbox;
+pub(crate) mod leadership;
+pub(crate) mod metrics;
+pub(crate) mod names;
+pub(crate) mod objects;
+pub(crate) mod outbox;
+pub(crate) mod peer;
+pub(crate) mod rollout;
 pub mod run;
-pub mod socket;
-pub mod store;
+pub(crate) mod socket;
+pub(crate) mod store;
 pub mod telemetry;
-pub mod transport;
-pub mod watch;
+pub(crate) mod transport;
+pub(crate) mod watch;
+
+pub use api::SERVICE_NAMES;
+/// A channel's versions in the cluster, public for the test that races publishers against a real
+/// apiserver (`tests/rollout_versions.rs`).
+pub use rollout::versions;

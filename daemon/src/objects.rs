@@ -19,13 +19,13 @@ use crate::watch::{
 };
 
 /// Field manager recorded for writes that name none.
-pub const DEFAULT_FIELD_MANAGER: &str = "consistd";
+pub(crate) const DEFAULT_FIELD_MANAGER: &str = "consistd";
 /// How often a read-your-writes read looks again while the pod's write is not yet in the cache.
 const READ_YOUR_WRITES_POLL: Duration = Duration::from_millis(2);
 
 /// Which object, of which resource.
 #[derive(Debug, Clone, Default)]
-pub struct ObjectRef {
+pub(crate) struct ObjectRef {
     /// Resource name, in any form discovery resolves.
     pub resource: String,
     /// Namespace; empty for cluster-scoped resources (or all namespaces, for List).
@@ -38,7 +38,7 @@ pub struct ObjectRef {
 
 /// The patch formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PatchKind {
+pub(crate) enum PatchKind {
     /// RFC 6902.
     Json,
     /// RFC 7386.
@@ -54,7 +54,7 @@ pub enum PatchKind {
 
 /// Where a read was answered from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
+pub(crate) enum Source {
     /// The watch hub's cache.
     Cache,
     /// The apiserver.
@@ -63,7 +63,7 @@ pub enum Source {
 
 /// Why a read or write failed.
 #[derive(Debug, thiserror::Error)]
-pub enum ObjectsError {
+pub(crate) enum ObjectsError {
     /// A request field is wrong, the resource is unknown, or the apiserver refused or failed.
     #[error(transparent)]
     Resource(#[from] ResourceError),
@@ -81,7 +81,7 @@ pub enum ObjectsError {
 
 /// Reads and writes.
 #[derive(Clone)]
-pub struct Objects {
+pub(crate) struct Objects {
     client: Client,
     hub: Arc<Hub>,
     timeout: Duration,
@@ -95,7 +95,7 @@ impl std::fmt::Debug for Objects {
 
 impl Objects {
     /// Objects backed by `client`, caching through `hub`, with `timeout` for own-write expectations.
-    pub fn new(client: Client, hub: Arc<Hub>, timeout: Duration) -> Self {
+    pub(crate) fn new(client: Client, hub: Arc<Hub>, timeout: Duration) -> Self {
         Self { client, hub, timeout }
     }
 
@@ -131,7 +131,7 @@ impl Objects {
     }
 
     /// One object: from cache when a synced watch covers it, else from the apiserver.
-    pub async fn get(&self, t: &ObjectRef, read_your_writes: bool) -> Result<(Obj, Source), ObjectsError> {
+    pub(crate) async fn get(&self, t: &ObjectRef, read_your_writes: bool) -> Result<(Obj, Source), ObjectsError> {
         let r = self.resolve(t, true).await?;
         if let Some(watch) = self.hub.covering(&r.api, &t.namespace) {
             if read_your_writes {
@@ -154,7 +154,7 @@ impl Objects {
 
     /// Objects matching selectors: from cache when a synced watch without selectors covers them and
     /// none are asked for, else from the apiserver. Returns the list's resourceVersion ("" from cache).
-    pub async fn list(
+    pub(crate) async fn list(
         &self,
         t: &ObjectRef,
         label_selector: &str,
@@ -183,7 +183,12 @@ impl Objects {
     }
 
     /// Creates an object from its JSON.
-    pub async fn create(&self, t: &ObjectRef, object: Vec<u8>, field_manager: &str) -> Result<Obj, ObjectsError> {
+    pub(crate) async fn create(
+        &self,
+        t: &ObjectRef,
+        object: Vec<u8>,
+        field_manager: &str,
+    ) -> Result<Obj, ObjectsError> {
         let r = self.resolve(t, true).await?;
         let pp = PostParams { field_manager: Some(manager(field_manager)), ..PostParams::default() };
         let op = format!("create {} in {:?}", r.api.plural, t.namespace);
@@ -192,7 +197,12 @@ impl Objects {
     }
 
     /// Replaces an object (or its status).
-    pub async fn update(&self, t: &ObjectRef, object: Vec<u8>, field_manager: &str) -> Result<Obj, ObjectsError> {
+    pub(crate) async fn update(
+        &self,
+        t: &ObjectRef,
+        object: Vec<u8>,
+        field_manager: &str,
+    ) -> Result<Obj, ObjectsError> {
         let r = self.resolve(t, true).await?;
         let _in_flight = self.begin(&r, t);
         let pp = PostParams { field_manager: Some(manager(field_manager)), ..PostParams::default() };
@@ -207,7 +217,7 @@ impl Objects {
     }
 
     /// Patches an object (or its status).
-    pub async fn patch(
+    pub(crate) async fn patch(
         &self,
         t: &ObjectRef,
         kind: PatchKind,
@@ -249,7 +259,7 @@ impl Objects {
 
     /// Deletes an object; returns its last state when the apiserver returns one (it may be kept by
     /// finalizers), or `None` when it answers with a bare status.
-    pub async fn delete(
+    pub(crate) async fn delete(
         &self,
         t: &ObjectRef,
         preconditions: Preconditions,

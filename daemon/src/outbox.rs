@@ -21,11 +21,7 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use self::state::{OutboxState, Slot};
-pub use self::{
-    destination::{BadDestination, Destination},
-    members::{Members, PEER_PORT_NAME},
-    status::{DestinationStatus, PendingDelivery},
-};
+pub(crate) use self::{destination::Destination, members::Members};
 use crate::{
     config::OutboxConfig,
     metrics::Metrics,

@@ -46,12 +46,12 @@ pub enum PeerError {
 }
 
 /// Binds the peer listen address.
-pub async fn bind(addr: SocketAddr) -> Result<TcpListener, PeerError> {
+pub(crate) async fn bind(addr: SocketAddr) -> Result<TcpListener, PeerError> {
     TcpListener::bind(addr).await.map_err(|source| PeerError::Bind { addr, source })
 }
 
 /// Serves PeerService on `listener` until `shutdown`.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     tls: Option<Pems>,
     inbox: Inbox,

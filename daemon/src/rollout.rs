@@ -5,7 +5,7 @@
 //! first), applies it and reports so, which ACKs the message and records the version on its member
 //! Lease, where `barrier` reads who has applied what.
 
-pub mod barrier;
+pub(crate) mod barrier;
 mod inbound;
 pub mod versions;
 
@@ -14,7 +14,7 @@ use std::{sync::Arc, time::Duration};
 use bytes::Bytes;
 use consistd_proto::peer::v1 as peer_pb;
 
-pub use self::inbound::{Arrived, RESOURCE_PREFIX};
+pub(crate) use self::inbound::{Arrived, RESOURCE_PREFIX};
 use self::{
     barrier::{Barrier, Standing},
     versions::{Version, Versions, VersionsError},
@@ -34,7 +34,7 @@ const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why a rollout request failed.
 #[derive(Debug, thiserror::Error)]
-pub enum RolloutError {
+pub(crate) enum RolloutError {
     /// Nobody leads the channel (no replica subscribes to it), or its leader cannot be reached.
     #[error("channel {channel}: {why}")]
     NoLeader {
@@ -82,7 +82,7 @@ pub enum RolloutError {
 
 /// Rollouts of this daemon's channels.
 #[derive(Debug, Clone)]
-pub struct Rollout {
+pub(crate) struct Rollout {
     leadership: Arc<Leadership>,
     versions: Versions,
     outbox: Outbox,
@@ -95,7 +95,7 @@ pub struct Rollout {
 
 /// What a rollout needs.
 #[derive(Debug)]
-pub struct RolloutParts {
+pub(crate) struct RolloutParts {
     /// Elections (a channel is one).
     pub leadership: Arc<Leadership>,
     /// Channel versions in the daemon's namespace.
@@ -114,7 +114,7 @@ pub struct RolloutParts {
 
 impl Rollout {
     /// Rollouts with these parts.
-    pub fn new(p: RolloutParts) -> Self {
+    pub(crate) fn new(p: RolloutParts) -> Self {
         Self {
             leadership: p.leadership,
             versions: p.versions,
@@ -127,33 +127,33 @@ impl Rollout {
     }
 
     /// The channel's election; validates the name.
-    pub fn channel(&self, channel: &str) -> Result<Key, LeadershipError> {
+    pub(crate) fn channel(&self, channel: &str) -> Result<Key, LeadershipError> {
         self.leadership.key(channel, &self.namespace)
     }
 
     /// The channel's versions.
-    pub fn versions(&self) -> &Versions {
+    pub(crate) fn versions(&self) -> &Versions {
         &self.versions
     }
 
     /// Who applied what.
-    pub fn barrier(&self) -> &Barrier {
+    pub(crate) fn barrier(&self) -> &Barrier {
         &self.barrier
     }
 
     /// The elections.
-    pub fn leadership(&self) -> &Arc<Leadership> {
+    pub(crate) fn leadership(&self) -> &Arc<Leadership> {
         &self.leadership
     }
 
     /// The inbox (where versions arrive).
-    pub fn inbox(&self) -> &Inbox {
+    pub(crate) fn inbox(&self) -> &Inbox {
         &self.inbox
     }
 
     /// Publishes on the channel's leader: here if this daemon leads it, else forwarded to the leader's
     /// peer address (from its member Lease). Returns the assigned version.
-    pub async fn publish(&self, key: &Key, payload: Bytes, content_type: &str) -> Result<u64, RolloutError> {
+    pub(crate) async fn publish(&self, key: &Key, payload: Bytes, content_type: &str) -> Result<u64, RolloutError> {
         let status = self.leadership.get(key, FIRST_OBSERVATION).await;
         if status.role == Role::Leader {
             return self.publish_as_leader(key, payload, content_type).await;
@@ -174,7 +174,12 @@ impl Rollout {
 
     /// Takes the next version in the cluster and sends it to every member; refused unless this daemon
     /// leads the channel.
-    pub async fn publish_as_leader(&self, key: &Key, payload: Bytes, content_type: &str) -> Result<u64, RolloutError> {
+    pub(crate) async fn publish_as_leader(
+        &self,
+        key: &Key,
+        payload: Bytes,
+        content_type: &str,
+    ) -> Result<u64, RolloutError> {
         let status = self.leadership.get(key, FIRST_OBSERVATION).await;
         if status.role != Role::Leader {
             return Err(RolloutError::NotLeader { channel: key.name.clone(), holder: status.holder });
@@ -204,7 +209,7 @@ impl Rollout {
 
     /// A new leader sends the latest version again, in case its predecessor stored it in the cluster but
     /// died before sending it (members that have it answer from their deduplication).
-    pub async fn resend_latest(&self, key: &Key) -> Result<(), RolloutError> {
+    pub(crate) async fn resend_latest(&self, key: &Key) -> Result<(), RolloutError> {
         if let Some(latest) = self.versions.latest(&key.name).await? {
             let payload = Bytes::from(latest.payload.clone());
             self.deliver(key, &latest, payload).await?;

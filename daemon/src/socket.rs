@@ -46,17 +46,10 @@ pub enum SocketError {
 
 /// A claimed socket: removes the socket file when dropped, then releases the lock.
 #[derive(Debug)]
-pub struct SocketGuard {
+pub(crate) struct SocketGuard {
     path: PathBuf,
     // Declared after `path` only for clarity; the socket is removed in `drop` before this closes.
     _lock: File,
-}
-
-impl SocketGuard {
-    /// The socket path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
 }
 
 impl Drop for SocketGuard {
@@ -70,7 +63,7 @@ impl Drop for SocketGuard {
 }
 
 /// Claims `path`, binds a listener on it, and sets its permission bits and group.
-pub fn bind(path: &Path, mode: u32, group_id: Option<u32>) -> Result<(UnixListener, SocketGuard), SocketError> {
+pub(crate) fn bind(path: &Path, mode: u32, group_id: Option<u32>) -> Result<(UnixListener, SocketGuard), SocketError> {
     let io_err = |op, source| SocketError::Io { op, path: path.to_owned(), source };
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| io_err("create socket directory for", e))?;

@@ -12,11 +12,11 @@ use redb::{Database, Durability, ReadTransaction, ReadableDatabase, TableDefinit
 use tokio::sync::{mpsc, oneshot};
 
 /// The file inside the store directory.
-pub const FILE_NAME: &str = "consistd.redb";
+pub(crate) const FILE_NAME: &str = "consistd.redb";
 
 /// Counters that must never go back, by name (`outbox.next_sequence`, `inbox.next_id`): each part keeps
 /// its own key in this one table.
-pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
 /// Writes one commit takes at most, so a flood of writes still gets flushed in bounded batches.
 const MAX_BATCH: usize = 4096;

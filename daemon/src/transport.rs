@@ -11,7 +11,7 @@ use crate::config::{BackoffConfig, MAX_PAYLOAD_LIMIT, PeerConfig};
 
 /// The largest frame between daemons: the largest payload any daemon may be configured to accept,
 /// plus room for the other fields, so daemons with different limits still understand each other.
-pub const MAX_FRAME_BYTES: usize = MAX_PAYLOAD_LIMIT + 64 * 1024;
+pub(crate) const MAX_FRAME_BYTES: usize = MAX_PAYLOAD_LIMIT + 64 * 1024;
 /// How long dialling a peer may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// HTTP/2 pings find connections that died without a FIN (a peer's node gone, a dropped route).
@@ -60,14 +60,14 @@ pub enum DialError {
 
 /// The PEM files of `peer.tls`, read once at startup.
 #[derive(Debug, Clone)]
-pub struct Pems {
+pub(crate) struct Pems {
     identity: Identity,
     ca: Certificate,
     server_name: String,
 }
 
 /// Reads the TLS files named in the config; None when plaintext (or no transport) is configured.
-pub fn load_tls(config: &PeerConfig) -> Result<Option<Pems>, TlsFileError> {
+pub(crate) fn load_tls(config: &PeerConfig) -> Result<Option<Pems>, TlsFileError> {
     let Some(tls) = &config.tls else { return Ok(None) };
     let read = |field: &'static str, path: &Path| {
         std::fs::read(path).map_err(|source| TlsFileError { field, path: path.to_owned(), source })
@@ -84,7 +84,7 @@ pub fn load_tls(config: &PeerConfig) -> Result<Option<Pems>, TlsFileError> {
 
 impl Pems {
     /// Client side: present our certificate, trust only the peers' CA, expect their server name.
-    pub fn client(&self) -> ClientTlsConfig {
+    pub(crate) fn client(&self) -> ClientTlsConfig {
         ClientTlsConfig::new()
             .identity(self.identity.clone())
             .ca_certificate(self.ca.clone())
@@ -92,7 +92,7 @@ impl Pems {
     }
 
     /// Server side: present our certificate, require a client certificate from the peers' CA.
-    pub fn server(&self) -> ServerTlsConfig {
+    pub(crate) fn server(&self) -> ServerTlsConfig {
         ServerTlsConfig::new().identity(self.identity.clone()).client_ca_root(self.ca.clone())
     }
 }

@@ -1,20 +1,20 @@
 //! The watch hub: one upstream apiserver watch per distinct query, shared by every local subscriber,
 //! with a cache for snapshots, a bounded history for resuming, and queues that never wait on a subscriber.
 
-pub mod consistent;
-pub mod expectations;
+pub(crate) mod consistent;
+pub(crate) mod expectations;
 mod hub;
 mod mirror;
-pub mod object;
-pub mod resolve;
-pub mod shared;
+pub(crate) mod object;
+pub(crate) mod resolve;
+pub(crate) mod shared;
 mod subscription;
 
 use std::{fmt, str::FromStr};
 
-pub use hub::{Hub, Query};
-pub use mirror::Mirror;
-pub use subscription::Subscription;
+pub(crate) use hub::{Hub, Query};
+pub(crate) use mirror::Mirror;
+pub(crate) use subscription::Subscription;
 
 use self::resolve::{ResolveError, ResourceId};
 

@@ -3,7 +3,7 @@
 
 use std::{os::unix::fs::PermissionsExt, time::Duration};
 
-use consistd::api::SERVICE_NAMES;
+use consistd::SERVICE_NAMES;
 use consistd_testkit::Daemon;
 use nix::sys::signal::Signal;
 use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus};

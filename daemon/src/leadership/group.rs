@@ -13,7 +13,7 @@ use crate::watch::{Hub, Mirror, Query, ResourceError, object::Obj};
 
 /// One member Lease as this daemon last saw it.
 #[derive(Debug, Clone)]
-pub struct SeenMember {
+pub(crate) struct SeenMember {
     /// What the Lease says.
     pub record: MemberRecord,
     /// When the member last renewed, on this daemon's clock; None when it was already expired at first
@@ -41,7 +41,7 @@ impl SeenMember {
     }
 
     /// Whether the member counts at `now`.
-    pub fn live_at(&self, now: Instant) -> bool {
+    pub(crate) fn live_at(&self, now: Instant) -> bool {
         self.expires_at().is_some_and(|at| now < at)
     }
 
@@ -53,14 +53,14 @@ impl SeenMember {
 
 /// An election group, read through the hub and kept current.
 #[derive(Debug)]
-pub struct GroupReader {
+pub(crate) struct GroupReader {
     election: String,
     mirror: Mirror<SeenMember>,
 }
 
 impl GroupReader {
     /// Starts reading the group of `election` in `namespace`.
-    pub async fn open(hub: &Arc<Hub>, namespace: &str, election: &str) -> Result<Self, ResourceError> {
+    pub(crate) async fn open(hub: &Arc<Hub>, namespace: &str, election: &str) -> Result<Self, ResourceError> {
         let query = Query {
             resource: "coordination.k8s.io/v1/leases".to_owned(),
             namespace: namespace.to_owned(),
@@ -72,7 +72,7 @@ impl GroupReader {
 
     /// Waits for the next change: a member Lease written or deleted, or (once the group is read
     /// completely) a live member expiring. Returns false once the hub ended the watch.
-    pub async fn changed(&mut self) -> bool {
+    pub(crate) async fn changed(&mut self) -> bool {
         let expiry = if self.mirror.synced() {
             self.mirror.values().values().filter_map(SeenMember::expires_at).filter(|at| *at > Instant::now()).min()
         } else {
@@ -86,17 +86,17 @@ impl GroupReader {
     }
 
     /// Whether every member Lease has been read.
-    pub fn synced(&self) -> bool {
+    pub(crate) fn synced(&self) -> bool {
         self.mirror.synced()
     }
 
     /// Every member with a Lease, live or not.
-    pub fn members(&self) -> impl Iterator<Item = &SeenMember> {
+    pub(crate) fn members(&self) -> impl Iterator<Item = &SeenMember> {
         self.mirror.values().values()
     }
 
     /// The peer addresses of the members live now.
-    pub fn live_peers(&self) -> BTreeSet<String> {
+    pub(crate) fn live_peers(&self) -> BTreeSet<String> {
         let now = Instant::now();
         self.members().filter(|m| m.live_at(now)).map(|m| m.record.peer.clone()).collect()
     }

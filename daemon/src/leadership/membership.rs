@@ -22,13 +22,13 @@ use super::Key;
 use crate::{names, watch::object::Obj};
 
 /// Label every member Lease of an election carries: its value is [`group_label`].
-pub const MEMBER_OF_LABEL: &str = "consistd.io/member-of";
+pub(crate) const MEMBER_OF_LABEL: &str = "consistd.io/member-of";
 /// Annotation with the member's peer address ("host:port").
-pub const PEER_ADDRESS_ANNOTATION: &str = "consistd.io/peer-address";
+pub(crate) const PEER_ADDRESS_ANNOTATION: &str = "consistd.io/peer-address";
 /// Annotation with the election's full name (labels are limited to 63 characters).
-pub const ELECTION_ANNOTATION: &str = "consistd.io/election";
+pub(crate) const ELECTION_ANNOTATION: &str = "consistd.io/election";
 /// Annotation with the newest version of the election's rollout channel this member's app applied.
-pub const APPLIED_VERSION_ANNOTATION: &str = "consistd.io/applied-version";
+pub(crate) const APPLIED_VERSION_ANNOTATION: &str = "consistd.io/applied-version";
 
 /// How this daemon announces itself.
 #[derive(Debug, Clone)]
@@ -60,7 +60,7 @@ struct Seat {
 
 /// What a member Lease says.
 #[derive(Debug, Clone, PartialEq)]
-pub struct MemberRecord {
+pub(crate) struct MemberRecord {
     /// The member's identity (its holderIdentity).
     pub identity: String,
     /// Where peers reach it.
@@ -76,7 +76,7 @@ pub struct MemberRecord {
 impl MemberRecord {
     /// Reads a member Lease of `election` (None for one of another election sharing a hashed label, or
     /// one without a valid peer address).
-    pub fn parse(obj: &Obj, election: &str) -> Option<Self> {
+    pub(crate) fn parse(obj: &Obj, election: &str) -> Option<Self> {
         #[derive(Deserialize)]
         struct MemberLease {
             metadata: Meta,
@@ -121,7 +121,7 @@ impl MemberRecord {
     }
 
     /// Its last renewal.
-    pub fn renewed_at(&self) -> Option<k8s_openapi::jiff::Timestamp> {
+    pub(crate) fn renewed_at(&self) -> Option<k8s_openapi::jiff::Timestamp> {
         self.renew_time.parse().ok()
     }
 }
@@ -230,7 +230,7 @@ impl Membership {
 }
 
 /// The member Lease's name: readable when it fits, else a hash.
-pub fn lease_name(election: &str, identity: &str) -> String {
+pub(crate) fn lease_name(election: &str, identity: &str) -> String {
     let readable = format!("{election}.member.{identity}");
     if crate::names::is_dns_subdomain(&readable) {
         readable
@@ -240,7 +240,7 @@ pub fn lease_name(election: &str, identity: &str) -> String {
 }
 
 /// The value of [`MEMBER_OF_LABEL`] for an election: its name when it is a valid label value.
-pub fn group_label(election: &str) -> String {
+pub(crate) fn group_label(election: &str) -> String {
     if election.len() <= 63 { election.to_owned() } else { format!("h-{:016x}", fnv1a(election)) }
 }
 

@@ -15,7 +15,7 @@ use crate::{
 
 /// The port name an EndpointSlice uses for consistd's peer port; a slice with a single port may leave
 /// it unnamed.
-pub const PEER_PORT_NAME: &str = "consistd-peer";
+pub(crate) const PEER_PORT_NAME: &str = "consistd-peer";
 
 /// Resolves group destinations; without a hub (unit tests) there are none.
 #[derive(Debug, Clone)]

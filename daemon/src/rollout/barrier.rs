@@ -14,7 +14,7 @@ use crate::{
 
 /// One member of a channel as the barrier sees it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct MemberProgress {
+pub(crate) struct MemberProgress {
     /// Its identity.
     pub identity: String,
     /// Where peers reach it.
@@ -29,7 +29,7 @@ pub struct MemberProgress {
 
 /// Where the barrier stands for one version.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Standing {
+pub(crate) struct Standing {
     /// Every member with a Lease, live or not, sorted by identity.
     pub members: Vec<MemberProgress>,
     /// Live members that have not applied the version.
@@ -61,24 +61,29 @@ impl Standing {
 
 /// Reads channel groups through the hub.
 #[derive(Debug, Clone)]
-pub struct Barrier {
+pub(crate) struct Barrier {
     hub: Arc<Hub>,
 }
 
 impl Barrier {
     /// A barrier over `hub`'s watches.
-    pub fn new(hub: Arc<Hub>) -> Self {
+    pub(crate) fn new(hub: Arc<Hub>) -> Self {
         Self { hub }
     }
 
     /// Where `channel` in `namespace` stands for `version` now.
-    pub async fn standing(&self, namespace: &str, channel: &str, version: u64) -> Result<Standing, ResourceError> {
+    pub(crate) async fn standing(
+        &self,
+        namespace: &str,
+        channel: &str,
+        version: u64,
+    ) -> Result<Standing, ResourceError> {
         self.wait(namespace, channel, version, Instant::now()).await
     }
 
     /// Waits until every live member applied `version` or newer, or `deadline` passes; returns where it
     /// stands then. The group is read completely first, so a deadline already passed still answers.
-    pub async fn wait(
+    pub(crate) async fn wait(
         &self,
         namespace: &str,
         channel: &str,

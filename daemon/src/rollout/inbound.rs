@@ -9,7 +9,7 @@ use super::{Rollout, RolloutError};
 use crate::{inbox::InboxMessage, leadership::Key};
 
 /// The resource_id prefix of rollout versions; the inbox holds messages under it for the rollout.
-pub const RESOURCE_PREFIX: &str = "consistd.rollout/";
+pub(crate) const RESOURCE_PREFIX: &str = "consistd.rollout/";
 
 /// The resource_id of `channel`'s versions.
 pub(super) fn resource_id(channel: &str) -> String {
@@ -18,7 +18,7 @@ pub(super) fn resource_id(channel: &str) -> String {
 
 /// A version that arrived from the channel's leader and waits in the inbox.
 #[derive(Debug, Clone)]
-pub struct Arrived {
+pub(crate) struct Arrived {
     /// The version number.
     pub version: u64,
     /// The message that carried it (payload, content type, when it arrived).
@@ -27,7 +27,7 @@ pub struct Arrived {
 
 impl Rollout {
     /// The versions of `key`'s channel waiting in the inbox, oldest first.
-    pub fn arrived(&self, key: &Key) -> Vec<Arrived> {
+    pub(crate) fn arrived(&self, key: &Key) -> Vec<Arrived> {
         self.inbox
             .held(&resource_id(&key.name))
             .into_iter()
@@ -37,7 +37,7 @@ impl Rollout {
 
     /// ACKs the versions of `key`'s channel waiting in the inbox that are at most `applied` (so the
     /// leader's outbox sees them applied).
-    pub async fn ack_applied(&self, key: &Key, applied: u64) -> Result<(), RolloutError> {
+    pub(crate) async fn ack_applied(&self, key: &Key, applied: u64) -> Result<(), RolloutError> {
         for arrived in self.arrived(key) {
             if arrived.version <= applied {
                 self.inbox.ack(arrived.message.id).await?;

@@ -21,7 +21,7 @@ use super::{
 
 /// How an object state relates to this pod's own writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Consistency {
+pub(crate) enum Consistency {
     /// No own write is pending.
     Consistent,
     /// An own write is pending and this state predates it.
@@ -34,7 +34,7 @@ pub enum Consistency {
 
 /// What happened to an object, as told to a CONSISTENT subscriber.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// New to this subscriber.
     Added,
     /// A newer state of an object this subscriber knows.
@@ -45,7 +45,7 @@ pub enum Kind {
 
 /// One delivery to a CONSISTENT subscriber.
 #[derive(Debug)]
-pub enum Delivery {
+pub(crate) enum Delivery {
     /// An object state.
     Object {
         /// What happened.
@@ -66,7 +66,7 @@ pub enum Delivery {
 
 /// Classifies the state `obj` of resource `plural` at position `pos` of watch `incarnation` against
 /// the pod's writes, with the deadline to hold it until when it predates a pending one.
-pub fn classify(
+pub(crate) fn classify(
     expectations: &Expectations,
     incarnation: u64,
     plural: &str,
@@ -102,7 +102,7 @@ struct HeldState {
 
 /// A subscription filtered for CONSISTENT delivery.
 #[derive(Debug)]
-pub struct ConsistentSubscription {
+pub(crate) struct ConsistentSubscription {
     sub: Subscription,
     filter: Filter,
     changes: tokio::sync::watch::Receiver<u64>,
@@ -128,19 +128,19 @@ struct Filter {
 
 impl ConsistentSubscription {
     /// Filters `sub` against the pod's own writes in `expectations`.
-    pub fn new(sub: Subscription, expectations: Expectations) -> Self {
+    pub(crate) fn new(sub: Subscription, expectations: Expectations) -> Self {
         let changes = expectations.subscribe();
         let filter = Filter::new(sub.incarnation(), sub.resource_plural().to_owned(), expectations);
         Self { sub, filter, changes }
     }
 
     /// The watch incarnation, for cursors.
-    pub fn incarnation(&self) -> u64 {
+    pub(crate) fn incarnation(&self) -> u64 {
         self.sub.incarnation()
     }
 
     /// The next delivery; `None` when the watch stopped.
-    pub async fn next(&mut self) -> Option<Delivery> {
+    pub(crate) async fn next(&mut self) -> Option<Delivery> {
         loop {
             if let Some(d) = self.filter.out.pop_front() {
                 return Some(d);

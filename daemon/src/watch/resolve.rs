@@ -75,7 +75,7 @@ type CachedDiscovery = Option<(Instant, Arc<Discovery>)>;
 
 /// Resolves resource names against the apiserver's discovery, cached.
 #[derive(Clone)]
-pub struct Resolver {
+pub(crate) struct Resolver {
     client: Client,
     cache: Arc<Mutex<CachedDiscovery>>,
 }
@@ -119,12 +119,12 @@ fn parse(name: &str) -> Result<NameForm<'_>, ResolveError> {
 
 impl Resolver {
     /// A resolver using `client` for discovery.
-    pub fn new(client: Client) -> Self {
+    pub(crate) fn new(client: Client) -> Self {
         Self { client, cache: Arc::new(Mutex::new(None)) }
     }
 
     /// Resolves `name` to a resource that supports list and watch.
-    pub async fn resolve(&self, name: &str) -> Result<Resolved, ResolveError> {
+    pub(crate) async fn resolve(&self, name: &str) -> Result<Resolved, ResolveError> {
         let query = parse(name)?;
         let discovery = self.discovery(false).await?;
         let found = match find(&discovery, &query) {
