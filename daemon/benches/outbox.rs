@@ -266,6 +266,7 @@ async fn main() {
     let tls_sender = daemon("bench-tls-sender", &s_certs.yaml("consistd")).await;
 
     // BENCH_ONLY=throughput|latency|drops runs one part.
+    #[allow(clippy::disallowed_methods, reason = "a benchmark's own switch, not the daemon's environment")]
     let only = std::env::var("BENCH_ONLY").unwrap_or_default();
     let run = |part: &str| only.is_empty() || only == part;
     if run("throughput") {

@@ -1,6 +1,7 @@
 //! The one place where internal errors become gRPC statuses, so every RPC answers with the same codes
 //! and messages that name the operation that failed. A message is the error and each of its causes,
 //! once each ([`error::chain`]); an apiserver refusal keeps the apiserver's own message.
+#![allow(clippy::disallowed_methods, reason = "the one place gRPC statuses are built")]
 
 use tonic::{Code, Status};
 
