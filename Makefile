@@ -4,7 +4,8 @@
 #   make dev-stop  stop what `make dev` started
 #   make test      lint, then unit and integration tests against the real control plane, every SDK's tests
 #                  and example (hack/test-sdks.sh), then `make dev`'s check
-#   make lint      rustfmt, clippy (warnings are errors), buf lint (STANDARD), generated SDK code up to date
+#   make lint      rustfmt, clippy (warnings are errors), the daemon's module layers (hack/check-structure.py),
+#                  buf lint (STANDARD), generated SDK code up to date
 #   make gen       regenerate protocol code from proto/consistd/v1/*.proto for every SDK
 #   make bench     benchmarks against the real control plane; figures go in docs/BENCHMARKS.md
 
@@ -35,6 +36,8 @@ test: lint control-plane
 lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	python3 -m unittest discover -s hack -p 'test_*.py'
+	python3 hack/check-structure.py
 	buf=$$(hack/tools.sh buf) && cd proto && "$$buf" lint
 	for sdk in $(SDKS); do hack/sdk/$$sdk.sh check; done
 
