@@ -23,18 +23,18 @@ pub enum AdminError {
     /// The admin socket did not answer.
     #[error("query admin socket {path}")]
     Request {
-        /// The admin socket.
+        /// Path of the admin socket asked (`--admin-socket`).
         path: String,
-        /// The cause.
+        /// hyper's error: no such socket, connection refused, or the connection broke.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// It answered something that is not a report.
     #[error("decode /debug/state from {path}")]
     Decode {
-        /// The admin socket.
+        /// Path of the admin socket asked (`--admin-socket`).
         path: String,
-        /// The cause.
+        /// Why the body is not a [`Report`], e.g. another program answers on the socket.
         #[source]
         source: serde_json::Error,
     },

@@ -52,11 +52,11 @@ pub(crate) const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
 /// What the services work with.
 #[derive(Debug, Clone)]
 pub(crate) struct Services {
-    /// The watch hub.
+    /// Shared upstream watches, for WatchService.
     pub hub: Arc<Hub>,
-    /// Reads and writes.
+    /// Object reads and writes, for ObjectsService.
     pub objects: Objects,
-    /// Elections.
+    /// Elections, for LeadershipService and the leader guard on ObjectsService writes.
     pub leadership: Arc<Leadership>,
     /// ACK-tracked sends from this pod.
     pub outbox: Outbox,

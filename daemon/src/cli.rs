@@ -19,17 +19,17 @@ pub const EXIT_INVALID_CONFIG: u8 = 64;
 #[derive(Debug, Parser)]
 #[command(name = "consistd", version)]
 pub struct Cli {
-    /// What to do.
+    /// The subcommand to run: `run`, `config check` or `status`.
     #[command(subcommand)]
     pub command: Command,
 }
 
-/// The subcommands.
+/// What `consistd` can do: run the daemon, check a config file, or show a running daemon's state.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the daemon until SIGTERM.
     Run(RunArgs),
-    /// Work with configuration files.
+    /// Check configuration files without starting the daemon (`config check FILE`).
     #[command(subcommand)]
     Config(ConfigCommand),
     /// Show a running daemon's state, read from its admin socket; exits 1 unless it is ready.
@@ -51,7 +51,7 @@ pub struct RunArgs {
     /// Directory of the durable message store.
     #[arg(long, env = "CONSISTD_STORE_DIR")]
     pub store_dir: Option<PathBuf>,
-    /// Log format.
+    /// How log lines are written: text for people, json for log pipelines; overrides `log.format`.
     #[arg(long, env = "CONSISTD_LOG_FORMAT")]
     pub log_format: Option<LogFormatArg>,
     /// Log filter, e.g. `info` or `consistd=debug`.
@@ -73,7 +73,7 @@ pub enum LogFormatArg {
 pub enum ConfigCommand {
     /// Validate a config file; exits 64 naming the bad field and why.
     Check {
-        /// The file to check.
+        /// Path of the YAML config file to validate, as `consistd run --config` would read it.
         file: PathBuf,
     },
 }

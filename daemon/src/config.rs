@@ -34,16 +34,16 @@ pub enum ConfigError {
     /// The file could not be read.
     #[error("read config file {path}")]
     Read {
-        /// The file.
+        /// The config file that could not be read.
         path: PathBuf,
-        /// What went wrong.
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },
     /// The file is not a YAML document.
     #[error("parse config file {path}: {message}")]
     Syntax {
-        /// The file.
+        /// The config file that is not valid YAML; empty from [`Config::parse`], which has no file.
         path: PathBuf,
         /// The YAML parser's message, with line and column.
         message: String,

@@ -25,13 +25,14 @@ pub struct Report {
     pub serving: bool,
     /// The apiserver as last probed.
     pub apiserver: Apiserver,
-    /// Upstream apiserver watches running.
+    /// Upstream apiserver watches running, one per distinct query however many subscribers share it.
     #[serde(default)]
     pub upstream_watches: usize,
-    /// Elections this daemon runs.
+    /// Every election this daemon runs, campaigning or only observing, sorted by Lease.
     #[serde(default)]
     pub elections: Vec<ElectionReport>,
-    /// Messages the outbox holds.
+    /// Messages the outbox holds, one per (destination, resource_id), including a group's newest kept
+    /// for members that join later.
     #[serde(default)]
     pub outbox_pending: usize,
     /// Per destination and peer: the connection and what that peer has not ACKed.
@@ -53,9 +54,9 @@ pub struct ElectionReport {
     pub election: String,
     /// LEADER, FOLLOWER or UNKNOWN.
     pub role: String,
-    /// The holder's identity.
+    /// The Lease holder's identity; empty when nobody holds it or its Lease expired.
     pub holder: String,
-    /// The fencing term.
+    /// The Lease's leaseTransitions, which grows on every change of holder (the fencing term).
     pub term: u64,
 }
 
@@ -75,7 +76,7 @@ pub struct PeerReport {
 /// The apiserver as last probed.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Apiserver {
-    /// Its URL.
+    /// The apiserver URL the daemon's client uses (in-cluster, or from KUBECONFIG).
     pub url: String,
     /// Whether the last probe succeeded.
     pub reachable: bool,
@@ -157,7 +158,7 @@ impl Health {
         self.lock().apiserver.reachable
     }
 
-    /// The current report.
+    /// Builds the report from the parts' state now; readiness needs serving and the apiserver reached.
     pub fn report(&self) -> Report {
         let inner = self.lock();
         let mut reasons = Vec::new();

@@ -44,19 +44,19 @@ const UNSENT_ACKS: usize = 65_536;
 pub struct InboxMessage {
     /// The inbox's id (the API's message_id).
     pub id: u64,
-    /// The sending daemon's identity.
+    /// The sending daemon's identity, from its Hello: part of the deduplication key, and where the ACK goes.
     pub sender: String,
     /// The sender's id for it, echoed in the ACK.
     pub sender_sequence: u64,
-    /// The resource it is about.
+    /// What it is about, as the sender names it; ids under a held prefix (`consistd.rollout/`) are the daemon's own.
     pub resource_id: String,
-    /// Which event of that resource.
+    /// Which event of that resource; with sender and resource_id, the deduplication key.
     pub event_id: String,
-    /// The body.
+    /// The sender's bytes, unchanged.
     pub payload: Bytes,
-    /// The body's MIME type.
+    /// The payload's MIME type, as the sender gave it (may be empty).
     pub content_type: String,
-    /// When this daemon stored it.
+    /// When this daemon received it (wall clock; the API's received_at).
     pub received_at: SystemTime,
 }
 

@@ -46,7 +46,7 @@ pub enum Role {
 /// One observation of an election.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Observation {
-    /// This daemon's view.
+    /// Whether this daemon leads, follows, or cannot tell (apiserver unreachable, nobody holds the Lease).
     pub role: Role,
     /// The holder's identity; empty when nobody holds the Lease.
     pub holder: String,
@@ -90,19 +90,19 @@ pub enum LeadershipError {
     /// A request field is wrong.
     #[error("{field}: {message}")]
     InvalidArgument {
-        /// The request field.
+        /// The request field: `election`, `namespace` or `timing`.
         field: &'static str,
-        /// What is wrong.
+        /// Why its value is refused.
         message: String,
     },
     /// The election already runs here for another identity.
     #[error("election {election}: this daemon already campaigns as {running:?}, not {asked:?}")]
     IdentityConflict {
-        /// The election.
+        /// The election, "namespace/name".
         election: String,
-        /// The identity campaigning.
+        /// The identity this daemon already runs the election with (campaigning or observing).
         running: String,
-        /// The identity asked for.
+        /// The identity the refused Campaign asked for.
         asked: String,
     },
     /// This daemon is not in the election's group (it does not campaign there, or has no peer address).
@@ -110,15 +110,15 @@ pub enum LeadershipError {
         "election {election}: this daemon is not a member of its group; campaign in it first (with peer.listen or peer.advertise set)"
     )]
     NotMember {
-        /// The election.
+        /// The election, "namespace/name".
         election: String,
     },
     /// The member Lease could not be written in time.
     #[error("election {election}: could not record applied version {version} on the member Lease within {waited:?}")]
     NotRecorded {
-        /// The election.
+        /// The election, "namespace/name".
         election: String,
-        /// The version.
+        /// The applied version that was to be written on the member Lease.
         version: u64,
         /// How long it was tried.
         waited: Duration,
@@ -185,7 +185,8 @@ impl Leadership {
         self.elections.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// This daemon's identity.
+    /// The identity this daemon campaigns with when a request names none (config `identity`, else
+    /// `POD_NAME`, else the host name).
     pub fn identity(&self) -> &str {
         &self.identity
     }

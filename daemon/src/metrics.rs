@@ -34,7 +34,7 @@ pub struct Metrics {
     pub outbox_superseded: Counter,
     /// Deliveries given up (the peer left its group).
     pub outbox_failed: Counter,
-    /// Messages the outbox holds.
+    /// Messages the outbox holds (as `consistd status` counts them), updated every second.
     pub outbox_pending: Gauge,
     /// Age of the oldest message some peer has not ACKed, in seconds.
     pub outbox_oldest_pending_seconds: Gauge<f64, AtomicU64>,

@@ -36,14 +36,14 @@ pub(crate) struct ObjectRef {
     pub subresource: String,
 }
 
-/// The patch formats.
+/// How a patch body is read; each is one of the apiserver's patch content types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PatchKind {
     /// RFC 6902.
     Json,
     /// RFC 7386.
     Merge,
-    /// Kubernetes strategic merge.
+    /// Kubernetes strategic merge patch: lists merge by their patch merge key (built-in types only).
     Strategic,
     /// Server-side apply.
     Apply {
@@ -55,9 +55,9 @@ pub(crate) enum PatchKind {
 /// Where a read was answered from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Source {
-    /// The watch hub's cache.
+    /// The cache of a synced watch without selectors that covers the object; no apiserver request.
     Cache,
-    /// The apiserver.
+    /// A request to the apiserver: no such watch runs, or the list has selectors.
     Apiserver,
 }
 
@@ -70,16 +70,17 @@ pub(crate) enum ObjectsError {
     /// Not found in a synced cache.
     #[error("{resource} {namespace}/{name} not found")]
     NotFound {
-        /// Plural resource.
+        /// The resource's plural name, as discovery resolved it.
         resource: String,
-        /// Namespace.
+        /// The namespace asked for; empty for a cluster-scoped resource.
         namespace: String,
-        /// Name.
+        /// The object name the cache does not hold.
         name: String,
     },
 }
 
-/// Reads and writes.
+/// Object reads and writes for ObjectsService: reads from a covering watch's cache when there is one,
+/// writes that record own-write expectations.
 #[derive(Clone)]
 pub(crate) struct Objects {
     client: Client,

@@ -37,15 +37,15 @@ const OUTCOME_BUFFER: usize = 16_384;
 pub struct Message {
     /// The outbox's id for it, strictly increasing (the API's message_id).
     pub sequence: u64,
-    /// Where it goes.
+    /// The peer, Service or election group it is delivered to.
     pub target: Destination,
-    /// The resource it is about.
+    /// What it is about, as the sender names it; per (destination, resource_id) only the newest message is kept.
     pub resource_id: String,
-    /// Which event of that resource.
+    /// Which event of that resource; receivers deduplicate by (sender, resource_id, event_id).
     pub event_id: String,
-    /// The body.
+    /// The app's bytes, delivered unchanged (at most outbox.maxPayloadBytes).
     pub payload: Bytes,
-    /// The body's MIME type.
+    /// The payload's MIME type, as the app gave it (may be empty).
     pub content_type: String,
     /// When `Send` stored it.
     pub enqueued_at: SystemTime,
@@ -54,28 +54,28 @@ pub struct Message {
 /// What `Send` is asked to store.
 #[derive(Debug, Clone)]
 pub struct Outgoing {
-    /// Where it goes.
+    /// The peer, Service or election group to deliver it to.
     pub target: Destination,
-    /// The resource it is about.
+    /// What it is about, as the sender names it; per (destination, resource_id) only the newest message is kept.
     pub resource_id: String,
-    /// Which event of that resource.
+    /// Which event of that resource; receivers deduplicate by (sender, resource_id, event_id).
     pub event_id: String,
-    /// The body.
+    /// The app's bytes; `send` refuses more than outbox.maxPayloadBytes.
     pub payload: Bytes,
-    /// The body's MIME type.
+    /// The payload's MIME type, as the app gave it (may be empty).
     pub content_type: String,
 }
 
 /// The end of a message's life at one peer (or everywhere, for SUPERSEDED).
 #[derive(Debug, Clone)]
 pub struct Outcome {
-    /// The message.
+    /// The message the outcome is about, as stored.
     pub message: Arc<Message>,
     /// The peer that answered; empty when the outcome is not about one peer.
     pub peer: String,
-    /// What happened.
+    /// ACKED, SUPERSEDED, or FAILED with the reason.
     pub kind: OutcomeKind,
-    /// When.
+    /// When this daemon learned the outcome (wall clock), for WatchAcks.
     pub at: SystemTime,
 }
 
@@ -133,7 +133,7 @@ struct OutboxShared {
 /// What the outbox needs besides its store.
 #[derive(Debug)]
 pub struct OutboxParts {
-    /// Bounds and backoff.
+    /// The `outbox` config section; `Send` checks its payload and pending bounds.
     pub config: OutboxConfig,
     /// Client TLS for peers, or plaintext; None: no transport configured.
     pub transport: Option<Transport>,
@@ -141,7 +141,7 @@ pub struct OutboxParts {
     pub members: Members,
     /// The namespace of destinations that name none.
     pub namespace: String,
-    /// Counters and gauges.
+    /// Where the outbox counts sends, ACKs, resends, failures and peer connections, and sets the pending gauges.
     pub metrics: Metrics,
     /// Cancelled when the daemon stops: links close.
     pub shutdown: CancellationToken,

@@ -34,9 +34,9 @@ pub enum PeerError {
     /// The listen address could not be bound.
     #[error("listen for peers on {addr}")]
     Bind {
-        /// The address.
+        /// The `peer.listen` address.
         addr: SocketAddr,
-        /// What went wrong.
+        /// The operating system's error (e.g. the address is in use).
         #[source]
         source: std::io::Error,
     },

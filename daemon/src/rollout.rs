@@ -38,29 +38,29 @@ pub(crate) enum RolloutError {
     /// Nobody leads the channel (no replica subscribes to it), or its leader cannot be reached.
     #[error("channel {channel}: {why}")]
     NoLeader {
-        /// The channel.
+        /// The channel (its election's name).
         channel: String,
-        /// What is missing.
+        /// Why no leader can be asked, e.g. no replica subscribes, or no peer transport is configured.
         why: String,
     },
     /// This daemon was asked to publish as leader but does not lead the channel.
     #[error("channel {channel}: this daemon does not lead it (holder: {holder:?})")]
     NotLeader {
-        /// The channel.
+        /// The channel (its election's name).
         channel: String,
-        /// Who does.
+        /// The Lease holder this daemon sees; empty when nobody holds it.
         holder: String,
     },
     /// The leader refused or failed the forwarded Publish.
     #[error("channel {channel}: the leader at {leader} answered {code:?}: {message}")]
     Forwarded {
-        /// The channel.
+        /// The channel (its election's name).
         channel: String,
-        /// The leader's peer address.
+        /// The leader's peer address, from its member Lease.
         leader: String,
-        /// Its answer's code.
+        /// The gRPC code the leader answered with; the status this daemon answers keeps it.
         code: tonic::Code,
-        /// Its answer's message.
+        /// The leader's status message, quoted in this error's.
         message: String,
     },
     /// The version could not be assigned.
@@ -93,18 +93,18 @@ pub(crate) struct Rollout {
     transport: Option<Transport>,
 }
 
-/// What a rollout needs.
+/// The parts [`Rollout::new`] is built from, as `run` wires them.
 #[derive(Debug)]
 pub(crate) struct RolloutParts {
     /// Elections (a channel is one).
     pub leadership: Arc<Leadership>,
     /// Channel versions in the daemon's namespace.
     pub versions: Versions,
-    /// Delivers versions to members.
+    /// Delivers each version to the channel's members, keeping the newest for members that join later.
     pub outbox: Outbox,
     /// Receives versions from the leader.
     pub inbox: Inbox,
-    /// Reads who applied what.
+    /// Reads which member applied which version, from the member Leases.
     pub barrier: Barrier,
     /// The daemon's namespace (where channel elections live).
     pub namespace: String,
@@ -113,7 +113,7 @@ pub(crate) struct RolloutParts {
 }
 
 impl Rollout {
-    /// Rollouts with these parts.
+    /// Rollouts of every channel, over the daemon's elections, outbox, inbox and cluster access.
     pub(crate) fn new(p: RolloutParts) -> Self {
         Self {
             leadership: p.leadership,
@@ -131,17 +131,17 @@ impl Rollout {
         self.leadership.key(channel, &self.namespace)
     }
 
-    /// The channel's versions.
+    /// Where channels' versions are kept: one ConfigMap per channel, in the daemon's namespace.
     pub(crate) fn versions(&self) -> &Versions {
         &self.versions
     }
 
-    /// Who applied what.
+    /// Reads which member applied which version, for GetRolloutStatus and WaitApplied.
     pub(crate) fn barrier(&self) -> &Barrier {
         &self.barrier
     }
 
-    /// The elections.
+    /// The daemon's elections; each channel is one.
     pub(crate) fn leadership(&self) -> &Arc<Leadership> {
         &self.leadership
     }

@@ -20,25 +20,26 @@ pub enum SocketError {
     /// Another live process serves this path.
     #[error("socket {path} is in use by a running consistd ({reason}); refusing to take it over")]
     InUse {
-        /// The socket path.
+        /// The socket path another process serves.
         path: PathBuf,
-        /// How that was detected.
+        /// What gave it away: its lock file is held, or the socket accepts connections.
         reason: &'static str,
     },
     /// Something that is not a socket sits at the path.
     #[error("{path} exists and is not a socket; refusing to replace it")]
     NotASocket {
-        /// The path.
+        /// The path, which holds a file, directory or other non-socket.
         path: PathBuf,
     },
-    /// A filesystem step failed.
+    /// A filesystem call failed: creating the directory, locking, binding, setting mode or group, or
+    /// removing a stale socket.
     #[error("{op} {path}")]
     Io {
-        /// What was being done.
+        /// The step, e.g. "bind socket"; the message reads `<op> <path>`.
         op: &'static str,
         /// The path it was done to.
         path: PathBuf,
-        /// The cause.
+        /// The operating system's error.
         #[source]
         source: io::Error,
     },

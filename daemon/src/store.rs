@@ -27,27 +27,28 @@ pub enum OpenError {
     /// The directory could not be created.
     #[error("create store directory {path}")]
     CreateDir {
-        /// The directory.
+        /// The `store.dir` directory.
         path: PathBuf,
-        /// What went wrong.
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },
     /// redb refused the file (corrupt, or another daemon has it open).
     #[error("open message store {path}")]
     Open {
-        /// The file.
+        /// The store file, `<store.dir>/consistd.redb`.
         path: PathBuf,
-        /// What went wrong.
+        /// redb's error.
         #[source]
         source: redb::DatabaseError,
     },
-    /// Creating the tables or reading them back at startup failed.
+    /// The store's writer thread could not be started. (Reading the stored messages back fails later,
+    /// as `RunError::Load`.)
     #[error("load message store {path}")]
     Load {
-        /// The file.
+        /// The store file, `<store.dir>/consistd.redb`.
         path: PathBuf,
-        /// What went wrong.
+        /// Why the thread could not be spawned.
         #[source]
         source: StoreError,
     },
@@ -59,7 +60,7 @@ pub enum StoreError {
     /// The transaction failed; nothing of it was stored.
     #[error("{op}")]
     Failed {
-        /// What was being done.
+        /// The operation, e.g. "store outbox message"; it is the error's whole message.
         op: &'static str,
         /// redb's error.
         #[source]

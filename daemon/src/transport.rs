@@ -25,9 +25,9 @@ const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct TlsFileError {
     /// The config field naming the file.
     field: &'static str,
-    /// The file.
+    /// The PEM file that could not be read.
     path: std::path::PathBuf,
-    /// What went wrong.
+    /// The operating system's error.
     #[source]
     source: std::io::Error,
 }
@@ -38,7 +38,7 @@ pub enum DialError {
     /// The address does not make a URI.
     #[error("peer address {peer}")]
     Address {
-        /// The address.
+        /// The peer address as given ("host:port").
         peer: String,
         /// Why it is not one.
         #[source]
@@ -50,9 +50,9 @@ pub enum DialError {
     /// No connection could be made.
     #[error("connect to {peer}")]
     Connect {
-        /// The address.
+        /// The peer address dialled ("host:port").
         peer: String,
-        /// What went wrong.
+        /// tonic's error: refused, no answer within 3 s, or a failed TLS handshake.
         #[source]
         source: tonic::transport::Error,
     },

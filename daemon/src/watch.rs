@@ -21,7 +21,7 @@ use self::resolve::{ResolveError, ResourceId};
 /// What makes two subscriptions share one upstream watch.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct WatchKey {
-    /// The resource.
+    /// The resource as discovery resolved it, so "configmaps" and "v1/configmaps" share a watch.
     pub resource: ResourceId,
     /// The namespace; empty for all namespaces or a cluster-scoped resource.
     pub namespace: String,
@@ -34,9 +34,9 @@ pub struct WatchKey {
 /// A position in one watch incarnation's history, handed to apps as an opaque string.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cursor {
-    /// The watch incarnation.
+    /// The shared watch's random incarnation; a cursor of another incarnation cannot be resumed.
     pub incarnation: u64,
-    /// The position.
+    /// The position in that incarnation's history: the last entry the subscriber was given.
     pub seq: u64,
 }
 
@@ -64,9 +64,9 @@ pub enum ResourceError {
     /// A request field is wrong.
     #[error("{field}: {message}")]
     InvalidArgument {
-        /// The request field.
+        /// The request field, e.g. `namespace`.
         field: &'static str,
-        /// What is wrong.
+        /// Why its value is refused.
         message: String,
     },
     /// The resource could not be resolved.
@@ -77,7 +77,7 @@ pub enum ResourceError {
     Apiserver {
         /// What was asked, e.g. "patch configmaps ns/name", naming the field when the refusal is about one.
         op: String,
-        /// The apiserver's answer.
+        /// kube's error; an apiserver status keeps its code and message in the gRPC status.
         #[source]
         source: kube::Error,
     },

@@ -50,7 +50,8 @@ pub(crate) fn resource_error(error: ResourceError) -> Status {
     }
 }
 
-/// A refused election request.
+/// A refused election request: a bad field INVALID_ARGUMENT, another identity or not a member
+/// FAILED_PRECONDITION, a member Lease not written in time UNAVAILABLE.
 pub(crate) fn leadership_error(error: LeadershipError) -> Status {
     let code = match &error {
         LeadershipError::InvalidArgument { .. } => Code::InvalidArgument,

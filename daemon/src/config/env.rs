@@ -40,7 +40,7 @@ impl Environment {
         Self { vars: vars.into_iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect(), ..Self::default() }
     }
 
-    /// A variable's value.
+    /// The value of variable `name`, which `${name}` in the config expands to; None when unset.
     pub fn var(&self, name: &str) -> Option<&str> {
         self.vars.get(name).map(String::as_str)
     }

@@ -27,13 +27,13 @@ pub struct Config {
     pub namespace: Option<String>,
     /// The gRPC socket apps connect to.
     pub socket: SocketConfig,
-    /// The admin HTTP socket.
+    /// The admin HTTP socket (health, readiness, metrics, `consistd status`).
     pub admin: AdminConfig,
     /// Elections this daemon campaigns in from boot to shutdown, for apps that only observe.
     pub elections: Vec<ElectionConfig>,
-    /// The watch hub.
+    /// How upstream watches are shared: how long they linger, subscriber queue and history sizes.
     pub watch: WatchConfig,
-    /// Own-write consistency.
+    /// How long CONSISTENT subscribers and read-your-writes reads wait for the pod's own writes.
     pub consistency: ConsistencyConfig,
     /// Where durable state (the outbox and inbox) lives.
     pub store: StoreConfig,
@@ -41,13 +41,13 @@ pub struct Config {
     pub peer: PeerConfig,
     /// Election groups (the members of an election, for sends and replica barriers).
     pub membership: MembershipConfig,
-    /// ACK-tracked sends from this pod.
+    /// Bounds and resend backoff of the ACK-tracked sends from this pod.
     pub outbox: OutboxConfig,
-    /// Messages for this pod's app.
+    /// How many messages from peers may wait for this pod's app.
     pub inbox: InboxConfig,
-    /// How the daemon stops.
+    /// How long in-flight calls get to finish after SIGTERM.
     pub shutdown: ShutdownConfig,
-    /// Logging.
+    /// Log format and filter; `--log-format` and `--log-level` override them.
     pub log: LogConfig,
 }
 
@@ -163,7 +163,7 @@ fn default_retry_period() -> Duration {
 }
 
 impl ElectionConfig {
-    /// The election's timing.
+    /// The three durations as one [`Timing`], as validation and the election runner take them.
     pub fn timing(&self) -> Timing {
         Timing {
             lease_duration: self.lease_duration,
@@ -225,13 +225,13 @@ impl Timing {
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct WatchConfig {
     /// How long an upstream watch outlives its last subscriber, so an app that reconnects can resume
-    /// from its cursor instead of starting over.
+    /// from its cursor instead of starting over (5 s).
     #[serde(with = "humantime_serde")]
     pub linger: Duration,
     /// Events one subscriber may have queued; a subscriber that falls further behind gets
-    /// RESYNC_REQUIRED and a fresh snapshot instead of slowing anyone down.
+    /// RESYNC_REQUIRED and a fresh snapshot instead of slowing anyone down (1024).
     pub subscriber_queue: usize,
-    /// Events each watch keeps for resuming from a cursor.
+    /// Events each watch keeps for resuming from a cursor (10 000); an older one gets RESYNC_REQUIRED.
     pub history: usize,
 }
 
@@ -258,7 +258,7 @@ impl Default for ConsistencyConfig {
     }
 }
 
-/// Where durable state lives.
+/// The message store: where the outbox's and inbox's messages are kept across restarts.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct StoreConfig {
@@ -320,7 +320,7 @@ fn default_server_name() -> String {
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct MembershipConfig {
     /// How long a member counts after its last renewal (it renews every third of this): a member that
-    /// was killed is dropped from its groups this long after it was last seen.
+    /// was killed is dropped from its groups this long after it was last seen (30 s).
     #[serde(with = "humantime_serde")]
     pub ttl: Duration,
 }
@@ -338,11 +338,12 @@ pub struct OutboxConfig {
     /// Largest payload `Send` accepts (1 MiB).
     pub max_payload_bytes: usize,
     /// Messages one destination may hold un-ACKed (for Service and election destinations: the latest
-    /// message of each resource_id) before `Send` answers RESOURCE_EXHAUSTED.
+    /// message of each resource_id) before `Send` answers RESOURCE_EXHAUSTED (10 000).
     pub max_pending_per_destination: usize,
-    /// Messages the whole outbox may hold.
+    /// Messages the whole outbox may hold, across destinations, before `Send` answers
+    /// RESOURCE_EXHAUSTED (100 000).
     pub max_pending: usize,
-    /// Resend timing.
+    /// Waits between resends of a delivery the peer has not answered, and between reconnects to a peer.
     pub backoff: BackoffConfig,
 }
 
@@ -362,12 +363,13 @@ impl Default for OutboxConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct BackoffConfig {
-    /// The first delay's upper bound.
+    /// The first delay's upper bound (100 ms).
     #[serde(with = "humantime_serde")]
     pub initial: Duration,
-    /// How much the bound grows per attempt.
+    /// How much the bound grows per attempt (2).
     pub factor: f64,
-    /// The largest bound.
+    /// Where the bound stops growing (10 s); also how long a message the peer answered STORED waits
+    /// before it is sent again.
     #[serde(with = "humantime_serde")]
     pub cap: Duration,
 }
@@ -378,11 +380,11 @@ impl Default for BackoffConfig {
     }
 }
 
-/// Bounds of the inbox.
+/// How much the inbox holds for the app before it refuses peers' messages.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct InboxConfig {
-    /// Messages waiting for the app's ACK; beyond it peers are told to retry later.
+    /// Messages waiting for the app's ACK; beyond it peers are told to retry later (100 000).
     pub max_pending: usize,
 }
 
@@ -408,7 +410,7 @@ impl Default for ShutdownConfig {
     }
 }
 
-/// Log output.
+/// How the daemon logs to stderr; `--log-format` and `--log-level` override these.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct LogConfig {

@@ -179,11 +179,12 @@ impl Observed {
     }
 }
 
-/// What one step concluded.
+/// Whether this daemon holds the Lease after one [`step`] (a read and, when campaigning, a write).
 enum Step {
     /// This daemon holds the Lease, renewed just now.
     Leader,
-    /// It does not.
+    /// This daemon does not hold it: another holder's Lease is live, a write lost a race (409), or it
+    /// is not campaigning.
     NotLeader,
 }
 

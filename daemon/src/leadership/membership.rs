@@ -35,7 +35,7 @@ pub(crate) const APPLIED_VERSION_ANNOTATION: &str = "consistd.io/applied-version
 pub struct Announce {
     /// The address peers reach this daemon at.
     pub address: String,
-    /// How long a member counts after its last renewal.
+    /// How long a member counts after its last renewal (`membership.ttl`).
     pub ttl: Duration,
 }
 
@@ -63,13 +63,13 @@ struct Seat {
 pub(crate) struct MemberRecord {
     /// The member's identity (its holderIdentity).
     pub identity: String,
-    /// Where peers reach it.
+    /// Its peer address, "host:port" (the `consistd.io/peer-address` annotation).
     pub peer: String,
     /// The newest rollout version its app applied; 0 for none.
     pub applied: u64,
     /// Its last renewal (RFC 3339, as written).
     pub renew_time: String,
-    /// How long it counts after a renewal.
+    /// How long it counts after a renewal: its leaseDurationSeconds, 30 s when unset.
     pub ttl: Duration,
 }
 
@@ -120,7 +120,7 @@ impl MemberRecord {
         })
     }
 
-    /// Its last renewal.
+    /// `renew_time` as a timestamp; None when it is missing or not RFC 3339.
     pub(crate) fn renewed_at(&self) -> Option<k8s_openapi::jiff::Timestamp> {
         self.renew_time.parse().ok()
     }

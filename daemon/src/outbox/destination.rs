@@ -14,14 +14,14 @@ pub enum Destination {
     Peer(String),
     /// Every ready endpoint of a Service.
     Service {
-        /// The Service's namespace.
+        /// The Service's namespace; the daemon's when the request names none.
         namespace: String,
         /// The Service's name.
         name: String,
     },
     /// Every member of an election group.
     Election {
-        /// The election's namespace.
+        /// The Lease's namespace: always the daemon's, since a request names only the election.
         namespace: String,
         /// The election (Lease) name.
         name: String,
@@ -33,7 +33,7 @@ pub enum Destination {
 pub struct BadDestination {
     /// The request field, e.g. `destination.peer`.
     pub field: &'static str,
-    /// What is wrong.
+    /// Why the field's value is refused; after the field it makes the INVALID_ARGUMENT message.
     pub message: String,
 }
 

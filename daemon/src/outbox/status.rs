@@ -10,9 +10,9 @@ use super::{Destination, Message, Outbox};
 /// One peer's view of a message it still has to ACK.
 #[derive(Debug, Clone)]
 pub struct PendingDelivery {
-    /// The message.
+    /// The message waiting for this peer's ACK.
     pub message: Arc<Message>,
-    /// Attempts so far.
+    /// Times it was sent to this peer so far; 0 while the destination has no peer.
     pub attempts: u32,
     /// When the next attempt is due.
     pub next_attempt_at: SystemTime,
@@ -23,7 +23,7 @@ pub struct PendingDelivery {
 /// The pending messages of one destination at one peer.
 #[derive(Debug, Clone)]
 pub struct DestinationStatus {
-    /// The destination.
+    /// The destination as the app named it (peer address, Service or election).
     pub target: Destination,
     /// The peer address; empty while the destination has no peer.
     pub peer: String,

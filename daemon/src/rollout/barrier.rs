@@ -15,15 +15,15 @@ use crate::{
 /// One member of a channel as the barrier sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct MemberProgress {
-    /// Its identity.
+    /// The member's election identity (its Lease's holderIdentity), as listed in `lagging`.
     pub identity: String,
-    /// Where peers reach it.
+    /// Its peer address, where a Publish is forwarded when it leads the channel.
     pub peer: String,
     /// The newest version its app applied (0: none).
     pub applied: u64,
     /// Whether it still counts (renewed within its TTL).
     pub live: bool,
-    /// Its last renewal.
+    /// Its Lease's renewTime (the member's own clock), the API's last_seen; None when unreadable.
     pub last_seen: Option<SystemTime>,
 }
 

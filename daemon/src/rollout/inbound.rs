@@ -19,7 +19,7 @@ pub(super) fn resource_id(channel: &str) -> String {
 /// A version that arrived from the channel's leader and waits in the inbox.
 #[derive(Debug, Clone)]
 pub(crate) struct Arrived {
-    /// The version number.
+    /// The version, parsed from the message's event_id.
     pub version: u64,
     /// The message that carried it (payload, content type, when it arrived).
     pub message: Arc<InboxMessage>,

@@ -13,12 +13,12 @@ pub const CHANNEL_LABEL: &str = "consistd.io/rollout-channel";
 /// How many times a conflicting write is retried before the allocation gives up.
 const MAX_CONFLICTS: usize = 50;
 
-/// One published version.
+/// One published version of a channel, as its ConfigMap holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Version {
     /// Strictly increasing per channel, from 1.
     pub version: u64,
-    /// The change itself.
+    /// The publisher's bytes, unchanged (the ConfigMap's `binaryData.payload`).
     pub payload: Vec<u8>,
     /// Its MIME type.
     pub content_type: String,
@@ -32,26 +32,26 @@ pub enum VersionsError {
     /// The apiserver refused or could not be reached.
     #[error("{op} {name}")]
     Apiserver {
-        /// What was being done.
+        /// The step: "read channel ConfigMap" or "write channel ConfigMap".
         op: &'static str,
-        /// The ConfigMap.
+        /// The ConfigMap's name, `consistd-rollout.<channel>`.
         name: String,
-        /// The apiserver's answer.
+        /// kube's error: the apiserver's refusal, or why it could not be reached.
         #[source]
         source: kube::Error,
     },
-    /// Other writers kept winning.
+    /// Other writers won `MAX_CONFLICTS` (50) writes in a row, each a 409 on the resourceVersion precondition.
     #[error("assign the next version of channel {channel}: {MAX_CONFLICTS} conflicting writes in a row")]
     Contended {
-        /// The channel.
+        /// The channel whose next version could not be written.
         channel: String,
     },
     /// The ConfigMap exists but does not hold a version.
     #[error("channel ConfigMap {name} is malformed: {why}")]
     Malformed {
-        /// The ConfigMap.
+        /// The ConfigMap's name, `consistd-rollout.<channel>`.
         name: String,
-        /// What is wrong.
+        /// What it lacks, e.g. "data.version is not a number".
         why: String,
     },
 }

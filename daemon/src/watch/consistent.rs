@@ -35,22 +35,22 @@ pub(crate) enum Consistency {
 /// What happened to an object, as told to a CONSISTENT subscriber.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
-    /// New to this subscriber.
+    /// An object this subscriber was not told of yet, whatever the upstream event was.
     Added,
     /// A newer state of an object this subscriber knows.
     Modified,
-    /// Gone.
+    /// The object was deleted, or vanished while the subscriber was behind; never held.
     Deleted,
 }
 
 /// One delivery to a CONSISTENT subscriber.
 #[derive(Debug)]
 pub(crate) enum Delivery {
-    /// An object state.
+    /// A state of one object, or its deletion.
     Object {
-        /// What happened.
+        /// Added, modified or deleted, relative to what this subscriber was told before.
         kind: Kind,
-        /// The state.
+        /// The object as the apiserver sent it; for a delete, its last known state.
         obj: Arc<Obj>,
         /// The position it was delivered at (for the cursor); `None` inside a snapshot.
         seq: Option<u64>,
@@ -235,7 +235,7 @@ impl Filter {
         self.out.push_back(Delivery::Object { kind, obj, seq, consistency });
     }
 
-    /// Deletes are never held.
+    /// Delivers a delete at once (deletes are never held), forgetting what was held or delivered for the object.
     fn delete(&mut self, obj: Arc<Obj>, seq: Option<u64>) {
         self.held.remove(&obj.uid);
         self.delivered.remove(&obj.uid);

@@ -30,11 +30,12 @@ pub struct Query {
     pub resource: String,
     /// Namespace; empty for all.
     pub namespace: String,
-    /// Label selector.
+    /// Label selector, passed to the apiserver as given; empty for none.
     pub label_selector: String,
-    /// Field selector.
+    /// Field selector, passed to the apiserver as given; empty for none.
     pub field_selector: String,
-    /// Where to resume.
+    /// Resume after this cursor from the watch's history. None starts with a snapshot; a cursor the
+    /// history no longer covers gets RESYNC_REQUIRED and a snapshot.
     pub cursor: Option<Cursor>,
 }
 
@@ -100,7 +101,7 @@ impl Hub {
         self.watches.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Upstream watches running now.
+    /// Upstream watches running now: one per distinct query, kept `watch.linger` after its last subscriber.
     pub fn upstream_watches(&self) -> usize {
         self.lock().len()
     }

@@ -118,7 +118,7 @@ impl From<RawObject> for Obj {
 pub struct ObjKey {
     /// Namespace; empty for cluster-scoped objects.
     pub namespace: String,
-    /// Name.
+    /// metadata.name, unique within its namespace.
     pub name: String,
 }
 

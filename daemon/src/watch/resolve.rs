@@ -30,11 +30,11 @@ pub struct Resolved {
 pub struct ResourceId {
     /// API group; empty for the core group.
     pub group: String,
-    /// API version.
+    /// API version within the group, e.g. "v1".
     pub version: String,
-    /// Kind.
+    /// The kind its objects carry, e.g. "Deployment"; apps may name the resource by it.
     pub kind: String,
-    /// Plural resource name.
+    /// The lowercase plural used in URLs, e.g. "deployments"; errors and locators name it.
     pub plural: String,
 }
 
@@ -65,7 +65,7 @@ pub enum ResolveError {
     /// The name is not of any accepted form.
     #[error("{0:?} is not a resource name: use plural, plural.group, group/version/plural or Kind")]
     Malformed(String),
-    /// Discovery itself failed.
+    /// Discovery could not be run (the apiserver refused or was unreachable), so no name was looked up.
     #[error("discover apiserver resources")]
     Discovery(#[source] kube::Error),
 }

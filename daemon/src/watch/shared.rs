@@ -29,9 +29,9 @@ use crate::metrics::Metrics;
 /// What happened to the watched set, in apiserver order.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Change {
-    /// An object appeared.
+    /// An object not cached before (also a recreated one: a name reused with a new uid).
     Added(Arc<Obj>),
-    /// An object changed.
+    /// A new resourceVersion of a cached object with the same uid.
     Modified(Arc<Obj>),
     /// An object is gone (its last known state).
     Deleted(Arc<Obj>),
@@ -44,7 +44,7 @@ pub enum Change {
 pub struct Entry {
     /// Position: strictly increasing per watch incarnation.
     pub seq: u64,
-    /// What happened.
+    /// The change at that position: ADDED, MODIFIED, DELETED, or SYNCED after the first list.
     pub change: Change,
 }
 
@@ -81,7 +81,7 @@ pub enum Item {
 pub struct Limits {
     /// Entries one subscriber may have queued before it is cut off and must resync.
     pub queue: usize,
-    /// Entries kept for resuming.
+    /// Entries kept for resuming from a cursor (`watch.history`); 0 keeps none.
     pub history: usize,
 }
 
@@ -94,7 +94,7 @@ const RECENT_SCAN: usize = 1024;
 pub struct SharedWatch {
     /// Random per incarnation, so a cursor from an earlier watch of the same query is recognised.
     pub incarnation: u64,
-    /// The query.
+    /// What is watched: the resolved resource, namespace and selectors; identical queries share it.
     pub key: WatchKey,
     limits: Limits,
     expectations: Expectations,
