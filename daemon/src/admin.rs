@@ -41,7 +41,7 @@ pub enum AdminError {
 }
 
 /// Serves the admin endpoint on `listener` until `shutdown` is cancelled.
-pub async fn serve(listener: UnixListener, health: Health, metrics: Metrics, shutdown: CancellationToken) {
+pub(crate) async fn serve(listener: UnixListener, health: Health, metrics: Metrics, shutdown: CancellationToken) {
     loop {
         let stream = tokio::select! {
             () = shutdown.cancelled() => return,

@@ -90,7 +90,7 @@ pub struct Apiserver {
 
 /// Shared, cheaply cloned handle on the daemon's health.
 #[derive(Debug, Clone)]
-pub struct Health {
+pub(crate) struct Health {
     started: Instant,
     socket: PathBuf,
     inner: Arc<Mutex<HealthState>>,
@@ -106,7 +106,7 @@ struct HealthState {
 
 impl Health {
     /// A daemon that serves `socket` and talks to the apiserver at `apiserver_url`.
-    pub fn new(socket: PathBuf, apiserver_url: String) -> Self {
+    pub(crate) fn new(socket: PathBuf, apiserver_url: String) -> Self {
         let apiserver = Apiserver { url: apiserver_url, ..Apiserver::default() };
         Self {
             started: Instant::now(),
@@ -121,22 +121,22 @@ impl Health {
     }
 
     /// The parts whose state the report includes.
-    pub fn attach(&self, hub: Arc<Hub>, leadership: Arc<Leadership>) {
+    pub(crate) fn attach(&self, hub: Arc<Hub>, leadership: Arc<Leadership>) {
         self.lock().parts = Some((hub, leadership));
     }
 
     /// The outbox and inbox whose state the report includes.
-    pub fn attach_messages(&self, outbox: Outbox, inbox: Inbox) {
+    pub(crate) fn attach_messages(&self, outbox: Outbox, inbox: Inbox) {
         self.lock().messages = Some((outbox, inbox));
     }
 
     /// Records whether the gRPC server accepts calls.
-    pub fn set_serving(&self, serving: bool) {
+    pub(crate) fn set_serving(&self, serving: bool) {
         self.lock().serving = serving;
     }
 
     /// Records a probe's result: the apiserver's version, or why it could not be reached.
-    pub fn record_probe(&self, result: Result<String, String>) {
+    pub(crate) fn record_probe(&self, result: Result<String, String>) {
         let mut inner = self.lock();
         let a = &mut inner.apiserver;
         a.last_checked = Some(humantime::format_rfc3339_seconds(SystemTime::now()).to_string());
@@ -154,12 +154,12 @@ impl Health {
     }
 
     /// Whether the apiserver answered the last probe.
-    pub fn apiserver_reachable(&self) -> bool {
+    pub(crate) fn apiserver_reachable(&self) -> bool {
         self.lock().apiserver.reachable
     }
 
     /// Builds the report from the parts' state now; readiness needs serving and the apiserver reached.
-    pub fn report(&self) -> Report {
+    pub(crate) fn report(&self) -> Report {
         let inner = self.lock();
         let mut reasons = Vec::new();
         if !inner.serving {

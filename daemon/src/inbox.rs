@@ -41,7 +41,7 @@ const UNSENT_ACKS: usize = 65_536;
 
 /// One message for the app.
 #[derive(Debug, Clone, PartialEq)]
-pub struct InboxMessage {
+pub(crate) struct InboxMessage {
     /// The inbox's id (the API's message_id).
     pub id: u64,
     /// The sending daemon's identity, from its Hello: part of the deduplication key, and where the ACK goes.
@@ -62,7 +62,7 @@ pub struct InboxMessage {
 
 /// Why an Ack or Nack was refused.
 #[derive(Debug, thiserror::Error)]
-pub enum InboxError {
+pub(crate) enum InboxError {
     /// No such message was ever received.
     #[error("message_id: {0} was never received by this inbox")]
     NotFound(u64),
@@ -73,7 +73,7 @@ pub enum InboxError {
 
 /// The inbox; clones share it.
 #[derive(Debug, Clone)]
-pub struct Inbox {
+pub(crate) struct Inbox {
     inner: Arc<InboxShared>,
 }
 
@@ -212,7 +212,7 @@ impl Inbox {
     /// are the daemon's own (rollout versions, for one): they are not handed to the app's receivers but
     /// wait, per resource_id, for the part of the daemon that reads them with [`Inbox::held`] and ACKs
     /// them.
-    pub fn open(
+    pub(crate) fn open(
         store: Store,
         identity: String,
         max_pending: usize,
@@ -265,7 +265,7 @@ impl Inbox {
     }
 
     /// A sender connected; ACKs for it go to `tx` until the returned guard is dropped.
-    pub fn connect(&self, sender: &str, tx: mpsc::Sender<ExchangeResponse>) -> Connection {
+    pub(crate) fn connect(&self, sender: &str, tx: mpsc::Sender<ExchangeResponse>) -> Connection {
         let mut state = self.lock();
         state.next_connection += 1;
         let id = state.next_connection;
@@ -282,7 +282,7 @@ impl Inbox {
     /// The app may receive the message while its write is still being committed: its ACK is a later
     /// write, so it is never committed before the message is, and if the daemon dies first the ACK
     /// call fails and the message comes again. STORED is answered only once the write is durable.
-    pub async fn accept(&self, sender: &str, m: PeerMessage) -> Option<ExchangeResponse> {
+    pub(crate) async fn accept(&self, sender: &str, m: PeerMessage) -> Option<ExchangeResponse> {
         use prost::Message as _;
         let answer = |disposition: Disposition, reason: String| ExchangeResponse {
             sequence: m.sequence,
@@ -397,7 +397,7 @@ impl Inbox {
     }
 
     /// A new receiver for the app.
-    pub fn receiver(&self) -> Receiver {
+    pub(crate) fn receiver(&self) -> Receiver {
         let mut state = self.lock();
         state.next_receiver += 1;
         Receiver { inbox: self.clone(), id: state.next_receiver }
@@ -405,7 +405,7 @@ impl Inbox {
 
     /// Records the app's ACK durably, then sends it back to the sender. ACKing a message that is no
     /// longer pending (ACKed before) succeeds.
-    pub async fn ack(&self, id: u64) -> Result<(), InboxError> {
+    pub(crate) async fn ack(&self, id: u64) -> Result<(), InboxError> {
         let message = {
             let state = self.lock();
             match state.messages.get(&id) {
@@ -462,7 +462,7 @@ impl Inbox {
     }
 
     /// Hands a message back for another delivery after `delay`.
-    pub fn nack(&self, id: u64, delay: Duration, reason: &str) -> Result<(), InboxError> {
+    pub(crate) fn nack(&self, id: u64, delay: Duration, reason: &str) -> Result<(), InboxError> {
         let mut state = self.lock();
         let state = &mut *state;
         let Some(p) = state.messages.get_mut(&id) else {
@@ -503,7 +503,7 @@ impl Inbox {
     }
 
     /// The daemon's own messages about `resource_id` not ACKed yet, oldest first.
-    pub fn held(&self, resource_id: &str) -> Vec<Arc<InboxMessage>> {
+    pub(crate) fn held(&self, resource_id: &str) -> Vec<Arc<InboxMessage>> {
         let state = self.lock();
         state
             .held
@@ -513,12 +513,12 @@ impl Inbox {
     }
 
     /// Changes whenever a message arrives.
-    pub fn arrivals(&self) -> watch::Receiver<u64> {
+    pub(crate) fn arrivals(&self) -> watch::Receiver<u64> {
         self.inner.arrivals.subscribe()
     }
 
     /// Messages waiting for the app's ACK.
-    pub fn pending(&self) -> usize {
+    pub(crate) fn pending(&self) -> usize {
         self.lock().messages.len()
     }
 
@@ -570,7 +570,7 @@ fn forget_old_acks(
 
 /// A sender's connection; while it is the newest, ACKs for that sender go to it.
 #[derive(Debug)]
-pub struct Connection {
+pub(crate) struct Connection {
     inbox: Inbox,
     sender: String,
     id: u64,
@@ -588,14 +588,14 @@ impl Drop for Connection {
 /// One app receiver: takes messages one at a time; what it holds un-ACKed when dropped is handed to
 /// the next receiver.
 #[derive(Debug)]
-pub struct Receiver {
+pub(crate) struct Receiver {
     inbox: Inbox,
     id: u64,
 }
 
 impl Receiver {
     /// The next message for the app and its delivery attempt (1 for the first); waits for one.
-    pub async fn next(&mut self) -> (Arc<InboxMessage>, u32) {
+    pub(crate) async fn next(&mut self) -> (Arc<InboxMessage>, u32) {
         let inner = &self.inbox.inner;
         loop {
             let notified = inner.ready.notified();

@@ -25,7 +25,7 @@ use crate::{config::Timing, names};
 
 /// An election: the Lease's namespace and name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Key {
+pub(crate) struct Key {
     /// Namespace of the Lease.
     pub namespace: String,
     /// Name of the Lease.
@@ -34,7 +34,7 @@ pub struct Key {
 
 /// This daemon's view of an election.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
+pub(crate) enum Role {
     /// This daemon holds the Lease and renewed it within the renew deadline.
     Leader,
     /// Another candidate holds a live Lease.
@@ -45,7 +45,7 @@ pub enum Role {
 
 /// One observation of an election.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Observation {
+pub(crate) struct Observation {
     /// Whether this daemon leads, follows, or cannot tell (apiserver unreachable, nobody holds the Lease).
     pub role: Role,
     /// The holder's identity; empty when nobody holds the Lease.
@@ -126,7 +126,7 @@ pub enum LeadershipError {
 }
 
 /// Every election of this daemon.
-pub struct Leadership {
+pub(crate) struct Leadership {
     client: kube::Client,
     /// Followers watch their Lease through the hub, so a release is seen at once, not a retry later.
     hub: Arc<crate::watch::Hub>,
@@ -148,7 +148,7 @@ impl std::fmt::Debug for Leadership {
 /// An app's candidacy; dropping it resigns (the runner releases the Lease when the last one goes) and
 /// leaves the election group.
 #[derive(Debug)]
-pub struct Campaign {
+pub(crate) struct Campaign {
     election: Arc<Election>,
     _member: Option<SeatGuard>,
 }
@@ -162,7 +162,7 @@ impl Drop for Campaign {
 impl Leadership {
     /// Elections for this daemon's `identity`, with Leases in `namespace` unless a request names one.
     /// With `announce`, campaigning also makes this daemon a member of the election's group.
-    pub fn new(
+    pub(crate) fn new(
         client: kube::Client,
         hub: Arc<crate::watch::Hub>,
         identity: String,
@@ -185,14 +185,8 @@ impl Leadership {
         self.elections.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The identity this daemon campaigns with when a request names none (config `identity`, else
-    /// `POD_NAME`, else the host name).
-    pub fn identity(&self) -> &str {
-        &self.identity
-    }
-
     /// The election named by a request: validates the name and defaults the namespace.
-    pub fn key(&self, name: &str, namespace: &str) -> Result<Key, LeadershipError> {
+    pub(crate) fn key(&self, name: &str, namespace: &str) -> Result<Key, LeadershipError> {
         if name.is_empty() {
             return Err(LeadershipError::InvalidArgument {
                 field: "election",
@@ -241,13 +235,13 @@ impl Leadership {
     }
 
     /// Streams `key`'s state: the current one first, then every change (coalesced).
-    pub fn observe(self: &Arc<Self>, key: &Key) -> watch::Receiver<Observation> {
+    pub(crate) fn observe(self: &Arc<Self>, key: &Key) -> watch::Receiver<Observation> {
         let election = self.election(key, &self.identity);
         election.subscribe()
     }
 
     /// Campaigns for `key` as `identity` (empty: this daemon's) until the returned guard drops.
-    pub fn campaign(
+    pub(crate) fn campaign(
         self: &Arc<Self>,
         key: &Key,
         identity: &str,
@@ -271,7 +265,7 @@ impl Leadership {
 
     /// The current state of `key`, waiting at most `wait` for a first observation when nothing here
     /// watched that election yet.
-    pub async fn get(self: &Arc<Self>, key: &Key, wait: Duration) -> Observation {
+    pub(crate) async fn get(self: &Arc<Self>, key: &Key, wait: Duration) -> Observation {
         let election = self.election(key, &self.identity);
         let mut status = election.subscribe();
         if !election.observed() {
@@ -281,14 +275,14 @@ impl Leadership {
     }
 
     /// Every election this daemon runs now, with its current state, sorted by key.
-    pub fn snapshot(&self) -> Vec<(Key, Observation)> {
+    pub(crate) fn snapshot(&self) -> Vec<(Key, Observation)> {
         let mut out: Vec<(Key, Observation)> = self.lock().iter().map(|(k, e)| (k.clone(), e.current())).collect();
         out.sort_by(|a, b| (&a.0.namespace, &a.0.name).cmp(&(&b.0.namespace, &b.0.name)));
         out
     }
 
     /// Whether this daemon leads `key` in exactly `term` now: what a guarded write needs.
-    pub fn leads(&self, key: &Key, term: u64) -> Result<(), String> {
+    pub(crate) fn leads(&self, key: &Key, term: u64) -> Result<(), String> {
         let election = self.lock().get(key).cloned();
         let Some(election) = election else {
             return Err(format!("this daemon takes no part in election {}/{}", key.namespace, key.name));
@@ -309,7 +303,7 @@ impl Leadership {
 
     /// Records on this daemon's member Lease of `key` that its app applied `version` of the channel (a
     /// lower version than one reported before changes nothing); returns once the Lease holds it.
-    pub async fn report_applied(&self, key: &Key, version: u64, wait: Duration) -> Result<(), LeadershipError> {
+    pub(crate) async fn report_applied(&self, key: &Key, version: u64, wait: Duration) -> Result<(), LeadershipError> {
         let election = format!("{}/{}", key.namespace, key.name);
         let mut recorded = self
             .membership
@@ -323,23 +317,23 @@ impl Leadership {
     }
 
     /// Whether campaigning makes this daemon a member of election groups (it has a peer address).
-    pub fn announces(&self) -> bool {
+    pub(crate) fn announces(&self) -> bool {
         self.membership.announces()
     }
 
     /// Whether this daemon is in `key`'s election group now.
-    pub fn is_member(&self, key: &Key) -> bool {
+    pub(crate) fn is_member(&self, key: &Key) -> bool {
         self.membership.holds(key)
     }
 
     /// The newest version of `key`'s channel this daemon's app reported applied (0: none, or not a member).
-    pub fn applied(&self, key: &Key) -> u64 {
+    pub(crate) fn applied(&self, key: &Key) -> u64 {
         self.membership.applied(key)
     }
 
     /// Resigns every election (releasing held Leases), leaves every group, and waits for the runners,
     /// at most `grace`.
-    pub async fn shutdown(&self, grace: Duration) {
+    pub(crate) async fn shutdown(&self, grace: Duration) {
         self.stop.cancel();
         self.membership.shutdown(grace).await;
         let runners: Vec<_> = std::mem::take(&mut *self.runners.lock().unwrap_or_else(PoisonError::into_inner));

@@ -10,7 +10,7 @@ use prometheus_client::{
 
 /// The daemon's metrics; clones share the same registry.
 #[derive(Debug, Clone)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Arc<Registry>,
     /// 1 while the apiserver answers the health probe, else 0.
     pub apiserver_up: Gauge,
@@ -60,7 +60,7 @@ impl Default for Metrics {
 
 impl Metrics {
     /// A registry with every consistd metric registered under the `consistd_` prefix.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let mut registry = Registry::with_prefix("consistd");
         registry.register(
             "build",
@@ -138,7 +138,7 @@ impl Metrics {
     }
 
     /// The metrics in Prometheus' text exposition format.
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         let mut text = String::new();
         // Writing into a String cannot fail.
         let _ = encode(&mut text, &self.registry);

@@ -34,7 +34,7 @@ const OUTCOME_BUFFER: usize = 16_384;
 
 /// One message as the app sent it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Message {
+pub(crate) struct Message {
     /// The outbox's id for it, strictly increasing (the API's message_id).
     pub sequence: u64,
     /// The peer, Service or election group it is delivered to.
@@ -53,7 +53,7 @@ pub struct Message {
 
 /// What `Send` is asked to store.
 #[derive(Debug, Clone)]
-pub struct Outgoing {
+pub(crate) struct Outgoing {
     /// The peer, Service or election group to deliver it to.
     pub target: Destination,
     /// What it is about, as the sender names it; per (destination, resource_id) only the newest message is kept.
@@ -68,7 +68,7 @@ pub struct Outgoing {
 
 /// The end of a message's life at one peer (or everywhere, for SUPERSEDED).
 #[derive(Debug, Clone)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// The message the outcome is about, as stored.
     pub message: Arc<Message>,
     /// The peer that answered; empty when the outcome is not about one peer.
@@ -81,7 +81,7 @@ pub struct Outcome {
 
 /// What happened to a message.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum OutcomeKind {
+pub(crate) enum OutcomeKind {
     /// The peer's app acknowledged it.
     Acked,
     /// A newer event for the same (destination, resource_id) replaced it.
@@ -92,7 +92,7 @@ pub enum OutcomeKind {
 
 /// Why `Send` refused a message.
 #[derive(Debug, thiserror::Error)]
-pub enum OutboxError {
+pub(crate) enum OutboxError {
     /// A bound was reached; nothing was stored.
     #[error("{0}")]
     Exhausted(String),
@@ -111,7 +111,7 @@ pub enum OutboxError {
 
 /// The outbox; clones share it.
 #[derive(Debug, Clone)]
-pub struct Outbox {
+pub(crate) struct Outbox {
     inner: Arc<OutboxShared>,
 }
 
@@ -132,7 +132,7 @@ struct OutboxShared {
 
 /// What the outbox needs besides its store.
 #[derive(Debug)]
-pub struct OutboxParts {
+pub(crate) struct OutboxParts {
     /// The `outbox` config section; `Send` checks its payload and pending bounds.
     pub config: OutboxConfig,
     /// Client TLS for peers, or plaintext; None: no transport configured.
@@ -149,7 +149,7 @@ pub struct OutboxParts {
 
 impl Outbox {
     /// Loads the stored messages and starts delivering them.
-    pub fn open(store: Store, parts: OutboxParts) -> Result<Self, StoreError> {
+    pub(crate) fn open(store: Store, parts: OutboxParts) -> Result<Self, StoreError> {
         let stored = record::load(&store)?;
         let (outcomes, _) = broadcast::channel(OUTCOME_BUFFER);
         let outbox = Self {
@@ -176,7 +176,7 @@ impl Outbox {
     }
 
     /// Refuses a payload larger than `outbox.maxPayloadBytes`.
-    pub fn check_payload(&self, bytes: usize) -> Result<(), OutboxError> {
+    pub(crate) fn check_payload(&self, bytes: usize) -> Result<(), OutboxError> {
         let max = self.inner.config.max_payload_bytes;
         if bytes > max {
             return Err(OutboxError::Exhausted(format!(
@@ -187,7 +187,7 @@ impl Outbox {
     }
 
     /// Stores a message durably and returns its sequence number; delivery starts right after.
-    pub async fn send(&self, out: Outgoing) -> Result<u64, OutboxError> {
+    pub(crate) async fn send(&self, out: Outgoing) -> Result<u64, OutboxError> {
         let inner = &self.inner;
         if inner.transport.is_none() {
             return Err(OutboxError::NotConfigured);
@@ -242,7 +242,7 @@ impl Outbox {
     }
 
     /// Outcomes from now on; a receiver that falls [`OUTCOME_BUFFER`] behind gets `Lagged`.
-    pub fn outcomes(&self) -> broadcast::Receiver<Outcome> {
+    pub(crate) fn outcomes(&self) -> broadcast::Receiver<Outcome> {
         self.inner.outcomes.subscribe()
     }
 }

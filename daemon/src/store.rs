@@ -90,7 +90,7 @@ struct Job {
 
 /// A handle to the store; clones share the same file and writer thread.
 #[derive(Clone)]
-pub struct Store {
+pub(crate) struct Store {
     db: Arc<Database>,
     writes: mpsc::UnboundedSender<Job>,
 }
@@ -104,7 +104,7 @@ impl std::fmt::Debug for Store {
 impl Store {
     /// Opens (creating if needed) `<dir>/consistd.redb` and starts the writer thread. redb locks the
     /// file, so a second daemon on the same directory is refused.
-    pub fn open(dir: &Path) -> Result<Self, OpenError> {
+    pub(crate) fn open(dir: &Path) -> Result<Self, OpenError> {
         std::fs::create_dir_all(dir).map_err(|source| OpenError::CreateDir { path: dir.to_owned(), source })?;
         let path = dir.join(FILE_NAME);
         let db = Arc::new(Database::create(&path).map_err(|source| OpenError::Open { path: path.clone(), source })?);
@@ -120,7 +120,7 @@ impl Store {
     /// Queues `f` for the next batch's write transaction at once (writes are applied in the order they
     /// are queued); the future resolves with its value once that transaction is durably committed. If
     /// any write of the batch fails, the whole batch is rolled back.
-    pub fn write<T, F>(&self, op: &'static str, f: F) -> impl Future<Output = Result<T, StoreError>> + use<T, F>
+    pub(crate) fn write<T, F>(&self, op: &'static str, f: F) -> impl Future<Output = Result<T, StoreError>> + use<T, F>
     where
         T: Send + 'static,
         F: FnOnce(&WriteTransaction) -> Result<T, redb::Error> + Send + 'static,
@@ -137,7 +137,7 @@ impl Store {
 
     /// Queues `f` for the next batch without waiting; a failure is logged. For writes whose loss a
     /// later retry repairs (deleting what was ACKed).
-    pub fn write_detached<F>(&self, op: &'static str, f: F)
+    pub(crate) fn write_detached<F>(&self, op: &'static str, f: F)
     where
         F: FnOnce(&WriteTransaction) -> Result<(), redb::Error> + Send + 'static,
     {
@@ -180,7 +180,7 @@ impl Store {
     }
 
     /// Runs `f` on a snapshot of the last committed state.
-    pub fn read<T>(
+    pub(crate) fn read<T>(
         &self,
         op: &'static str,
         f: impl FnOnce(&ReadTransaction) -> Result<T, redb::Error>,

@@ -34,7 +34,7 @@ pub struct TlsFileError {
 
 /// Why a peer could not be dialled.
 #[derive(Debug, thiserror::Error)]
-pub enum DialError {
+pub(crate) enum DialError {
     /// The address does not make a URI.
     #[error("peer address {peer}")]
     Address {
@@ -99,7 +99,7 @@ impl Pems {
 
 /// How this daemon reaches peers.
 #[derive(Debug, Clone)]
-pub struct Transport {
+pub(crate) struct Transport {
     /// Client TLS (our certificate, the peers' CA, the expected server name); None: plaintext.
     pub tls: Option<ClientTlsConfig>,
     /// This daemon's identity, sent in the Hello frame so the receiver can deduplicate per sender.
@@ -111,7 +111,7 @@ pub struct Transport {
 impl Transport {
     /// Dials `peer` ("host:port"). Each call made on the client gives up after `request_timeout`, if
     /// one is set; streams that live as long as the connection set none.
-    pub async fn connect(
+    pub(crate) async fn connect(
         &self,
         peer: &str,
         request_timeout: Option<Duration>,

@@ -20,7 +20,7 @@ use self::resolve::{ResolveError, ResourceId};
 
 /// What makes two subscriptions share one upstream watch.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct WatchKey {
+pub(crate) struct WatchKey {
     /// The resource as discovery resolved it, so "configmaps" and "v1/configmaps" share a watch.
     pub resource: ResourceId,
     /// The namespace; empty for all namespaces or a cluster-scoped resource.
@@ -33,7 +33,7 @@ pub struct WatchKey {
 
 /// A position in one watch incarnation's history, handed to apps as an opaque string.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cursor {
+pub(crate) struct Cursor {
     /// The shared watch's random incarnation; a cursor of another incarnation cannot be resumed.
     pub incarnation: u64,
     /// The position in that incarnation's history: the last entry the subscriber was given.
@@ -60,7 +60,7 @@ impl FromStr for Cursor {
 
 /// Why a request about a resource failed: a subscription, or a read or write of an object.
 #[derive(Debug, thiserror::Error)]
-pub enum ResourceError {
+pub(crate) enum ResourceError {
     /// A request field is wrong.
     #[error("{field}: {message}")]
     InvalidArgument {
@@ -81,6 +81,15 @@ pub enum ResourceError {
         #[source]
         source: kube::Error,
     },
+}
+
+/// Sleeps until `deadline`, or forever when there is none: a `select!` branch for a timer that may not
+/// be set.
+pub(crate) async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::{collections::BTreeSet, sync::Arc, time::Duration};
 use tokio::time::Instant;
 
 use super::membership::{MEMBER_OF_LABEL, MemberRecord, group_label};
-use crate::watch::{Hub, Mirror, Query, ResourceError, object::Obj};
+use crate::watch::{Hub, Mirror, Query, ResourceError, object::Obj, sleep_until};
 
 /// One member Lease as this daemon last saw it.
 #[derive(Debug, Clone)]
@@ -99,13 +99,6 @@ impl GroupReader {
     pub(crate) fn live_peers(&self) -> BTreeSet<String> {
         let now = Instant::now();
         self.members().filter(|m| m.live_at(now)).map(|m| m.record.peer.clone()).collect()
-    }
-}
-
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 

@@ -32,7 +32,7 @@ pub(crate) const APPLIED_VERSION_ANNOTATION: &str = "consistd.io/applied-version
 
 /// How this daemon announces itself.
 #[derive(Debug, Clone)]
-pub struct Announce {
+pub(crate) struct Announce {
     /// The address peers reach this daemon at.
     pub address: String,
     /// How long a member counts after its last renewal (`membership.ttl`).

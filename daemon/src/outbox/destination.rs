@@ -9,7 +9,7 @@ use crate::names::{check_peer_address, is_dns_subdomain, is_namespace_name};
 
 /// A destination of the outbox; each `(Destination, resource_id)` holds at most one message.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Destination {
+pub(crate) enum Destination {
     /// One consistd's peer address, "host:port".
     Peer(String),
     /// Every ready endpoint of a Service.
@@ -30,7 +30,7 @@ pub enum Destination {
 
 /// A destination that cannot be used: the field and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BadDestination {
+pub(crate) struct BadDestination {
     /// The request field, e.g. `destination.peer`.
     pub field: &'static str,
     /// Why the field's value is refused; after the field it makes the INVALID_ARGUMENT message.
@@ -39,7 +39,7 @@ pub struct BadDestination {
 
 impl Destination {
     /// Reads a request's destination; unset namespaces are `namespace`.
-    pub fn from_pb(d: Option<&pb::Destination>, namespace: &str) -> Result<Self, BadDestination> {
+    pub(crate) fn from_pb(d: Option<&pb::Destination>, namespace: &str) -> Result<Self, BadDestination> {
         let bad = |field, message: String| BadDestination { field, message };
         match d.and_then(|d| d.target.as_ref()) {
             None => Err(bad("destination", "must name a peer, a service or an election".to_owned())),
@@ -69,7 +69,7 @@ impl Destination {
     }
 
     /// The destination as the API names it.
-    pub fn to_pb(&self) -> pb::Destination {
+    pub(crate) fn to_pb(&self) -> pb::Destination {
         let target = match self {
             Self::Peer(p) => pb::destination::Target::Peer(p.clone()),
             Self::Service { namespace, name } => pb::destination::Target::Service(pb::ServiceDestination {
@@ -82,7 +82,7 @@ impl Destination {
     }
 
     /// Whether every copy goes to a changing set of peers (Service endpoints, election members).
-    pub fn is_group(&self) -> bool {
+    pub(crate) fn is_group(&self) -> bool {
         !matches!(self, Self::Peer(_))
     }
 }

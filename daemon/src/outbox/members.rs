@@ -19,7 +19,7 @@ pub(crate) const PEER_PORT_NAME: &str = "consistd-peer";
 
 /// Resolves group destinations; without a hub (unit tests) there are none.
 #[derive(Debug, Clone)]
-pub struct Members {
+pub(crate) struct Members {
     hub: Option<Arc<Hub>>,
 }
 
@@ -35,17 +35,18 @@ impl Drop for Following {
 
 impl Members {
     /// Group destinations resolved through `hub`.
-    pub fn new(hub: Arc<Hub>) -> Self {
+    pub(crate) fn new(hub: Arc<Hub>) -> Self {
         Self { hub: Some(hub) }
     }
 
-    /// No group destinations (peer addresses only).
-    pub fn none() -> Self {
+    /// No group destinations (peer addresses only), for unit tests without a cluster.
+    #[cfg(test)]
+    pub(crate) fn none() -> Self {
         Self { hub: None }
     }
 
     /// Whether group destinations can be resolved.
-    pub fn available(&self) -> bool {
+    pub(crate) fn available(&self) -> bool {
         self.hub.is_some()
     }
 

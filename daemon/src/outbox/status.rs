@@ -9,7 +9,7 @@ use super::{Destination, Message, Outbox};
 
 /// One peer's view of a message it still has to ACK.
 #[derive(Debug, Clone)]
-pub struct PendingDelivery {
+pub(crate) struct PendingDelivery {
     /// The message waiting for this peer's ACK.
     pub message: Arc<Message>,
     /// Times it was sent to this peer so far; 0 while the destination has no peer.
@@ -22,7 +22,7 @@ pub struct PendingDelivery {
 
 /// The pending messages of one destination at one peer.
 #[derive(Debug, Clone)]
-pub struct DestinationStatus {
+pub(crate) struct DestinationStatus {
     /// The destination as the app named it (peer address, Service or election).
     pub target: Destination,
     /// The peer address; empty while the destination has no peer.
@@ -35,7 +35,7 @@ pub struct DestinationStatus {
 
 impl Outbox {
     /// Pending messages per destination and peer.
-    pub fn status(&self) -> (Vec<DestinationStatus>, usize) {
+    pub(crate) fn status(&self) -> (Vec<DestinationStatus>, usize) {
         let state = self.lock();
         let mut out = Vec::new();
         let mut targets: Vec<&Destination> = state.destinations.keys().collect();

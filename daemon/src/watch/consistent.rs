@@ -16,6 +16,7 @@ use super::{
     expectations::Expectations,
     object::Obj,
     shared::{Change, Item},
+    sleep_until,
     subscription::Subscription,
 };
 
@@ -275,13 +276,6 @@ impl Filter {
         for obj in objects {
             self.offer(obj, seq, Some(seq));
         }
-    }
-}
-
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
-        None => std::future::pending().await,
     }
 }
 

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 /// One expected version of one object.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Expectation {
+pub(crate) struct Expectation {
     /// The version the apiserver returned for the write.
     pub resource_version: String,
     /// When subscribers stop waiting and deliver the latest state marked timed out.
@@ -31,7 +31,7 @@ pub struct Expectation {
 /// Every open expectation of this daemon, by object uid (the latest write per object wins: an older
 /// write's version is superseded by the newer one's), and the writes still in flight, by locator.
 #[derive(Debug, Clone)]
-pub struct Expectations {
+pub(crate) struct Expectations {
     inner: Arc<Mutex<ExpectationTable>>,
     /// Bumped on every change, so subscribers holding states look again.
     changed: Arc<tokio::sync::watch::Sender<u64>>,
@@ -47,7 +47,7 @@ struct ExpectationTable {
 /// A write sent to the apiserver and not answered yet: states of its object that arrive meanwhile
 /// predate it (watch order) and are held. Dropping it ends the flight.
 #[derive(Debug)]
-pub struct InFlight {
+pub(crate) struct InFlight {
     expectations: Expectations,
     locator: String,
 }
@@ -83,12 +83,12 @@ impl Expectations {
     }
 
     /// A receiver that sees every change.
-    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+    pub(crate) fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
         self.changed.subscribe()
     }
 
     /// A write to the object at `locator` is about to be sent; it may take up to `timeout`.
-    pub fn begin(&self, locator: &str, timeout: Duration) -> InFlight {
+    pub(crate) fn begin(&self, locator: &str, timeout: Duration) -> InFlight {
         {
             let mut inner = self.lock();
             let entry = inner.in_flight.entry(locator.to_owned()).or_insert((0, Instant::now() + timeout));
@@ -99,13 +99,13 @@ impl Expectations {
     }
 
     /// The deadline of a write to `locator` still in flight, if any.
-    pub fn in_flight(&self, locator: &str) -> Option<Instant> {
+    pub(crate) fn in_flight(&self, locator: &str) -> Option<Instant> {
         self.lock().in_flight.get(locator).map(|(_, deadline)| *deadline)
     }
 
     /// Records that `uid` (at `locator`, "plural/namespace/name") will reach `resource_version`, waited
     /// for at most `timeout`.
-    pub fn expect(&self, uid: &str, resource_version: &str, locator: &str, timeout: Duration) {
+    pub(crate) fn expect(&self, uid: &str, resource_version: &str, locator: &str, timeout: Duration) {
         let now = Instant::now();
         {
             let map = &mut self.lock().by_uid;
@@ -126,13 +126,13 @@ impl Expectations {
     }
 
     /// The open expectation for `uid`, if any.
-    pub fn get(&self, uid: &str) -> Option<Expectation> {
+    pub(crate) fn get(&self, uid: &str) -> Option<Expectation> {
         self.lock().by_uid.get(uid).cloned()
     }
 
     /// Whether an open expectation whose locator starts with `prefix` has not been delivered by watch
     /// `incarnation` yet: what a read-your-writes read waits for.
-    pub fn any_unseen(&self, prefix: &str, incarnation: u64) -> bool {
+    pub(crate) fn any_unseen(&self, prefix: &str, incarnation: u64) -> bool {
         let now = Instant::now();
         self.lock()
             .by_uid
@@ -142,7 +142,7 @@ impl Expectations {
 
     /// Watch `incarnation` delivered `resource_version` of `uid` at `seq`: records it when that is the
     /// expected version and no earlier position was recorded.
-    pub fn seen(&self, incarnation: u64, uid: &str, resource_version: &str, seq: u64) {
+    pub(crate) fn seen(&self, incarnation: u64, uid: &str, resource_version: &str, seq: u64) {
         let recorded = match self.lock().by_uid.get_mut(uid) {
             Some(e) if e.resource_version == resource_version && !e.seen.contains_key(&incarnation) => {
                 e.seen.insert(incarnation, seq);
@@ -157,7 +157,7 @@ impl Expectations {
 
     /// Watch `incarnation` finished a list that started at `list_started` and holds `uid` at `seq`: a
     /// list that started after the write includes it, so the expectation is met there.
-    pub fn listed(&self, incarnation: u64, uid: &str, list_started: Instant, seq: u64) {
+    pub(crate) fn listed(&self, incarnation: u64, uid: &str, list_started: Instant, seq: u64) {
         let recorded = match self.lock().by_uid.get_mut(uid) {
             Some(e) if e.written_at <= list_started && !e.seen.contains_key(&incarnation) => {
                 e.seen.insert(incarnation, seq);

@@ -25,7 +25,7 @@ use crate::{config::WatchConfig, metrics::Metrics};
 
 /// What an app asks to watch.
 #[derive(Debug, Clone, Default)]
-pub struct Query {
+pub(crate) struct Query {
     /// The resource name, in any form [`Resolver`] accepts.
     pub resource: String,
     /// Namespace; empty for all.
@@ -40,7 +40,7 @@ pub struct Query {
 }
 
 /// Every shared watch of this daemon.
-pub struct Hub {
+pub(crate) struct Hub {
     client: Client,
     resolver: Resolver,
     config: WatchConfig,
@@ -85,7 +85,7 @@ impl Drop for WatchClaim {
 
 impl Hub {
     /// A hub that watches through `client`.
-    pub fn new(client: Client, config: WatchConfig, metrics: Metrics) -> Arc<Self> {
+    pub(crate) fn new(client: Client, config: WatchConfig, metrics: Metrics) -> Arc<Self> {
         Arc::new(Self {
             resolver: Resolver::new(client.clone()),
             client,
@@ -102,22 +102,22 @@ impl Hub {
     }
 
     /// Upstream watches running now: one per distinct query, kept `watch.linger` after its last subscriber.
-    pub fn upstream_watches(&self) -> usize {
+    pub(crate) fn upstream_watches(&self) -> usize {
         self.lock().len()
     }
 
     /// Resolves a resource name through discovery.
-    pub async fn resolve(&self, name: &str) -> Result<Resolved, ResolveError> {
+    pub(crate) async fn resolve(&self, name: &str) -> Result<Resolved, ResolveError> {
         self.resolver.resolve(name).await
     }
 
     /// The daemon's own-write expectations.
-    pub fn expectations(&self) -> &Expectations {
+    pub(crate) fn expectations(&self) -> &Expectations {
         &self.expectations
     }
 
     /// Records a write of this pod that produced `obj`, so CONSISTENT subscribers wait for it.
-    pub fn record_write(&self, resource: &super::resolve::ResourceId, obj: &Obj, timeout: std::time::Duration) {
+    pub(crate) fn record_write(&self, resource: &super::resolve::ResourceId, obj: &Obj, timeout: std::time::Duration) {
         if obj.uid.is_empty() || obj.resource_version.is_empty() {
             return;
         }
@@ -132,7 +132,7 @@ impl Hub {
 
     /// A running, synced watch with no selectors that covers `namespace` of `resource`: its cache can
     /// answer reads.
-    pub fn covering(&self, resource: &super::resolve::ResourceId, namespace: &str) -> Option<Arc<SharedWatch>> {
+    pub(crate) fn covering(&self, resource: &super::resolve::ResourceId, namespace: &str) -> Option<Arc<SharedWatch>> {
         self.lock()
             .values()
             .map(|h| &h.watch)
@@ -145,7 +145,7 @@ impl Hub {
     }
 
     /// Subscribes to `query`, sharing the upstream watch of an identical query.
-    pub async fn subscribe(self: &Arc<Self>, query: Query) -> Result<Subscription, ResourceError> {
+    pub(crate) async fn subscribe(self: &Arc<Self>, query: Query) -> Result<Subscription, ResourceError> {
         let resolved = self.resolver.resolve(&query.resource).await?;
         if !resolved.namespaced && !query.namespace.is_empty() {
             return Err(ResourceError::InvalidArgument {

@@ -18,7 +18,7 @@ const REDISCOVER_AFTER: Duration = Duration::from_secs(2);
 
 /// An apiserver resource an app may list and watch.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Resolved {
+pub(crate) struct Resolved {
     /// Group, version, kind and plural.
     pub api: ResourceId,
     /// Whether objects live in namespaces.
@@ -27,7 +27,7 @@ pub struct Resolved {
 
 /// The identity of a resource (a hashable subset of kube's `ApiResource`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ResourceId {
+pub(crate) struct ResourceId {
     /// API group; empty for the core group.
     pub group: String,
     /// API version within the group, e.g. "v1".
@@ -40,7 +40,7 @@ pub struct ResourceId {
 
 impl ResourceId {
     /// kube's form of the same resource.
-    pub fn api_resource(&self) -> ApiResource {
+    pub(crate) fn api_resource(&self) -> ApiResource {
         let api_version =
             if self.group.is_empty() { self.version.clone() } else { format!("{}/{}", self.group, self.version) };
         ApiResource {
@@ -55,7 +55,7 @@ impl ResourceId {
 
 /// Why a resource name could not be resolved.
 #[derive(Debug, thiserror::Error)]
-pub enum ResolveError {
+pub(crate) enum ResolveError {
     /// Nothing the apiserver serves has that name.
     #[error("the apiserver serves no resource named {0:?}")]
     NotFound(String),

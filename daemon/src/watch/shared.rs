@@ -28,7 +28,7 @@ use crate::metrics::Metrics;
 
 /// What happened to the watched set, in apiserver order.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Change {
+pub(crate) enum Change {
     /// An object not cached before (also a recreated one: a name reused with a new uid).
     Added(Arc<Obj>),
     /// A new resourceVersion of a cached object with the same uid.
@@ -41,7 +41,7 @@ pub enum Change {
 
 /// A change with its position in the watch's history.
 #[derive(Debug, PartialEq)]
-pub struct Entry {
+pub(crate) struct Entry {
     /// Position: strictly increasing per watch incarnation.
     pub seq: u64,
     /// The change at that position: ADDED, MODIFIED, DELETED, or SYNCED after the first list.
@@ -50,7 +50,7 @@ pub struct Entry {
 
 /// What a subscriber is handed when it joins.
 #[derive(Debug)]
-pub struct Joined {
+pub(crate) struct Joined {
     /// Delivered first: a snapshot (objects then, if synced, the SYNCED position) or the history to replay.
     pub initial: Vec<Item>,
     /// Live entries after `initial`.
@@ -65,7 +65,7 @@ pub struct Joined {
 
 /// One thing delivered to a subscriber.
 #[derive(Debug)]
-pub enum Item {
+pub(crate) enum Item {
     /// The subscriber's cursor is too old or from another incarnation, or it fell behind: a snapshot follows.
     ResyncRequired,
     /// An object of a snapshot taken at a position (no cursor: resuming mid-snapshot is not possible).
@@ -78,7 +78,7 @@ pub enum Item {
 
 /// Sizes that bound a watch's memory.
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Entries one subscriber may have queued before it is cut off and must resync.
     pub queue: usize,
     /// Entries kept for resuming from a cursor (`watch.history`); 0 keeps none.
@@ -91,7 +91,7 @@ const RECENT_SCAN: usize = 1024;
 
 /// One upstream watch and its subscribers.
 #[derive(Debug)]
-pub struct SharedWatch {
+pub(crate) struct SharedWatch {
     /// Random per incarnation, so a cursor from an earlier watch of the same query is recognised.
     pub incarnation: u64,
     /// What is watched: the resolved resource, namespace and selectors; identical queries share it.
@@ -123,7 +123,7 @@ struct SubscriberQueue {
 
 impl SharedWatch {
     /// A watch for `key` that has not started yet; see [`SharedWatch::run`].
-    pub fn new(key: WatchKey, limits: Limits, expectations: Expectations) -> Arc<Self> {
+    pub(crate) fn new(key: WatchKey, limits: Limits, expectations: Expectations) -> Arc<Self> {
         Arc::new(Self {
             incarnation: rand::random(),
             key,
@@ -140,12 +140,12 @@ impl SharedWatch {
     }
 
     /// Stops the upstream watch; subscribers' streams end.
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.stop.cancel();
     }
 
     /// Joins a subscriber: from `cursor` when the history still covers it, else from a snapshot.
-    pub fn join(&self, cursor: Option<Cursor>) -> Joined {
+    pub(crate) fn join(&self, cursor: Option<Cursor>) -> Joined {
         let mut state = self.lock();
         let (tx, live) = mpsc::channel(self.limits.queue);
         let overflowed = Arc::new(AtomicBool::new(false));
@@ -179,7 +179,7 @@ impl SharedWatch {
     /// Joins again a subscriber cut off when the first list completed (it was sent nothing): the list's
     /// entries from the history, each with its cursor as if it had been live, or, when the history no
     /// longer holds them all, the current snapshot (no RESYNC_REQUIRED: it had nothing to reconcile).
-    pub fn rejoin_after_first_list(&self) -> Joined {
+    pub(crate) fn rejoin_after_first_list(&self) -> Joined {
         let mut joined = self.join(Some(Cursor { incarnation: self.incarnation, seq: 0 }));
         if matches!(joined.initial.first(), Some(Item::ResyncRequired)) {
             joined.initial.remove(0);
@@ -196,7 +196,7 @@ impl SharedWatch {
 
     /// A write of this pod produced `obj`: if this watch already delivered that version (its event
     /// can arrive before the write's response), record where.
-    pub fn note_write(&self, obj: &Obj) {
+    pub(crate) fn note_write(&self, obj: &Obj) {
         let state = self.lock();
         let same = |o: &Obj| o.uid == obj.uid && o.resource_version == obj.resource_version;
         let found = state.history.iter().rev().take(RECENT_SCAN).find_map(|e| match &e.change {
@@ -211,27 +211,27 @@ impl SharedWatch {
     }
 
     /// The cached object at `key`, once the initial list is complete.
-    pub fn get(&self, key: &ObjKey) -> Option<Option<Arc<Obj>>> {
+    pub(crate) fn get(&self, key: &ObjKey) -> Option<Option<Arc<Obj>>> {
         let state = self.lock();
         state.synced.then(|| state.objects.get(key).cloned())
     }
 
     /// Every cached object (in namespace `namespace` unless empty) and the position they reflect,
     /// once the initial list is complete.
-    pub fn list(&self, namespace: &str) -> Option<(Vec<Arc<Obj>>, u64)> {
+    pub(crate) fn list(&self, namespace: &str) -> Option<(Vec<Arc<Obj>>, u64)> {
         let state = self.lock();
         let objects = state.objects.values().filter(|o| namespace.is_empty() || o.namespace == namespace).cloned();
         state.synced.then(|| (objects.collect(), state.seq))
     }
 
     /// Whether the initial list is complete.
-    pub fn is_synced(&self) -> bool {
+    pub(crate) fn is_synced(&self) -> bool {
         self.lock().synced
     }
 
     /// Runs the upstream watch until [`SharedWatch::stop`]: kube-runtime's watcher with bookmarks and
     /// backoff with jitter, applying each event to the cache and fanning it out.
-    pub async fn run(self: Arc<Self>, api: Api<RawObject>, config: watcher::Config, metrics: Metrics) {
+    pub(crate) async fn run(self: Arc<Self>, api: Api<RawObject>, config: watcher::Config, metrics: Metrics) {
         let mut events = std::pin::pin!(watcher(api, config).default_backoff());
         loop {
             let event = tokio::select! {
@@ -257,7 +257,7 @@ impl SharedWatch {
     }
 
     /// Applies one watcher event: cache first, then history and subscribers.
-    pub fn apply(&self, event: watcher::Event<RawObject>, metrics: &Metrics) {
+    pub(crate) fn apply(&self, event: watcher::Event<RawObject>, metrics: &Metrics) {
         let mut state = self.lock();
         let state = &mut *state;
         let mut changes = Vec::new();

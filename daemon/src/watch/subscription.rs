@@ -10,7 +10,7 @@ use super::{
 
 /// A subscription to a shared watch.
 #[derive(Debug)]
-pub struct Subscription {
+pub(crate) struct Subscription {
     claim: WatchClaim,
     pending: VecDeque<Item>,
     joined: Joined,
@@ -23,17 +23,17 @@ impl Subscription {
     }
 
     /// The watch incarnation, for cursors.
-    pub fn incarnation(&self) -> u64 {
+    pub(crate) fn incarnation(&self) -> u64 {
         self.claim.watch().incarnation
     }
 
     /// The plural of the watched resource.
-    pub fn resource_plural(&self) -> &str {
+    pub(crate) fn resource_plural(&self) -> &str {
         &self.claim.watch().key.resource.plural
     }
 
     /// The next item; `None` when the watch stopped (the daemon is shutting down).
-    pub async fn next(&mut self) -> Option<Item> {
+    pub(crate) async fn next(&mut self) -> Option<Item> {
         loop {
             if let Some(item) = self.pending.pop_front() {
                 return Some(item);
