@@ -191,7 +191,7 @@ impl Health {
                 let peers = destinations
                     .into_iter()
                     .map(|d| PeerReport {
-                        destination: d.target.to_string(),
+                        destination: d.destination.to_string(),
                         peer: d.peer,
                         connected: d.connected,
                         pending: d.pending.len(),

@@ -38,7 +38,7 @@ pub(crate) struct Message {
     /// The outbox's id for it, strictly increasing (the API's message_id).
     pub sequence: u64,
     /// The peer, Service or election group it is delivered to.
-    pub target: Destination,
+    pub destination: Destination,
     /// What it is about, as the sender names it; per (destination, resource_id) only the newest message is kept.
     pub resource_id: String,
     /// Which event of that resource; receivers deduplicate by (sender, resource_id, event_id).
@@ -55,7 +55,7 @@ pub(crate) struct Message {
 #[derive(Debug, Clone)]
 pub(crate) struct Outgoing {
     /// The peer, Service or election group to deliver it to.
-    pub target: Destination,
+    pub destination: Destination,
     /// What it is about, as the sender names it; per (destination, resource_id) only the newest message is kept.
     pub resource_id: String,
     /// Which event of that resource; receivers deduplicate by (sender, resource_id, event_id).
@@ -193,17 +193,17 @@ impl Outbox {
             return Err(OutboxError::NotConfigured);
         }
         self.check_payload(out.payload.len())?;
-        if out.target.is_group() && !inner.members.available() {
+        if out.destination.is_group() && !inner.members.available() {
             return Err(OutboxError::Unsupported(format!(
                 "{} needs a Kubernetes connection to find its members",
-                out.target
+                out.destination
             )));
         }
-        let key = (out.target.clone(), out.resource_id.clone());
+        let key = (out.destination.clone(), out.resource_id.clone());
         let sequence = self.reserve(&key)?;
         let message = Arc::new(Message {
             sequence,
-            target: out.target,
+            destination: out.destination,
             resource_id: out.resource_id,
             event_id: out.event_id,
             payload: out.payload,
@@ -222,7 +222,7 @@ impl Outbox {
         inner.metrics.outbox_sends.inc();
         tracing::debug!(
             message_id = sequence,
-            destination = %message.target,
+            destination = %message.destination,
             resource_id = %message.resource_id,
             event_id = %message.event_id,
             bytes = message.payload.len(),

@@ -197,7 +197,7 @@ impl Rollout {
     async fn deliver(&self, key: &Key, version: &Version, payload: Bytes) -> Result<(), RolloutError> {
         self.outbox
             .send(Outgoing {
-                target: Destination::Election { namespace: key.namespace.clone(), name: key.name.clone() },
+                destination: Destination::Election { namespace: key.namespace.clone(), name: key.name.clone() },
                 resource_id: inbound::resource_id(&key.name),
                 event_id: version.version.to_string(),
                 payload,

@@ -50,7 +50,7 @@ impl OutboxService for OutboxApi {
 
     async fn send(&self, request: Request<pb::SendRequest>) -> Result<Response<pb::SendResponse>, Status> {
         let r = request.into_inner();
-        let target = Destination::from_pb(r.destination.as_ref(), &self.namespace)
+        let destination = Destination::from_pb(r.destination.as_ref(), &self.namespace)
             .map_err(|e| status::invalid_argument(e.field, e.message))?;
         check_id("resource_id", &r.resource_id)?;
         check_id("event_id", &r.event_id)?;
@@ -63,7 +63,7 @@ impl OutboxService for OutboxApi {
         let sequence = self
             .outbox
             .send(Outgoing {
-                target,
+                destination,
                 resource_id: r.resource_id,
                 event_id: r.event_id,
                 payload: r.payload.into(),
@@ -118,7 +118,7 @@ impl OutboxService for OutboxApi {
             .map(|d| pb::DestinationStatus {
                 peer: d.peer,
                 connected: d.connected,
-                destination: Some(d.target.to_pb()),
+                destination: Some(d.destination.to_pb()),
                 pending: d
                     .pending
                     .into_iter()
@@ -149,7 +149,7 @@ fn to_pb(o: &crate::outbox::Outcome) -> pb::WatchAcksResponse {
     };
     pb::WatchAcksResponse {
         message_id: o.message.sequence.to_string(),
-        destination: Some(o.message.target.to_pb()),
+        destination: Some(o.message.destination.to_pb()),
         peer: o.peer.clone(),
         resource_id: o.message.resource_id.clone(),
         event_id: o.message.event_id.clone(),

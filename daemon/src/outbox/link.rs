@@ -289,7 +289,7 @@ impl Outbox {
                 self.inner.metrics.outbox_retries.inc();
                 tracing::debug!(
                     message_id = sequence,
-                    destination = %m.target,
+                    destination = %m.destination,
                     peer,
                     resource_id = %m.resource_id,
                     event_id = %m.event_id,

@@ -41,7 +41,7 @@ struct OutboxRecord {
 fn encode(m: &Message) -> Vec<u8> {
     use prost::Message as _;
     OutboxRecord {
-        destination: Some(m.target.to_pb()),
+        destination: Some(m.destination.to_pb()),
         resource_id: m.resource_id.clone(),
         event_id: m.event_id.clone(),
         payload: m.payload.clone(),
@@ -145,7 +145,7 @@ impl Outbox {
             };
             let message = Arc::new(Message {
                 sequence,
-                target: target.clone(),
+                destination: target.clone(),
                 resource_id: record.resource_id,
                 event_id: record.event_id,
                 payload: record.payload,

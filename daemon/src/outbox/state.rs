@@ -77,11 +77,11 @@ impl Outbox {
     /// Makes a stored message its slot's current one, superseding an older current message; a message
     /// older than the current one is itself superseded at once.
     pub(super) fn install(&self, state: &mut OutboxState, message: Arc<Message>) {
-        let key = (message.target.clone(), message.resource_id.clone());
+        let key = (message.destination.clone(), message.resource_id.clone());
         let Some(slot) = state.slots.get_mut(&key) else { return };
         if slot.current.as_ref().is_some_and(|c| c.sequence > message.sequence) {
             self.outcome(&message, "", OutcomeKind::Superseded);
-            self.delete(vec![message.sequence], message.target.is_group());
+            self.delete(vec![message.sequence], message.destination.is_group());
             return;
         }
         let restored_acks = std::mem::take(&mut slot.acked_by);
@@ -89,7 +89,7 @@ impl Outbox {
         // Acks loaded from the store belong to the message being restored, not to a new one.
         slot.acked_by = if old.is_none() { restored_acks } else { BTreeSet::new() };
         let acked_by = slot.acked_by.clone();
-        let peers = state.destinations.get(&message.target).map(|d| d.peers.clone()).unwrap_or_default();
+        let peers = state.destinations.get(&message.destination).map(|d| d.peers.clone()).unwrap_or_default();
         for peer in peers {
             let Some(link) = state.links.get_mut(&peer) else { continue };
             if let Some(old) = &old {
@@ -102,7 +102,7 @@ impl Outbox {
         if let Some(old) = old {
             tracing::debug!(
                 message_id = old.sequence,
-                destination = %old.target,
+                destination = %old.destination,
                 resource_id = %old.resource_id,
                 event_id = %old.event_id,
                 superseded_by = %message.event_id,
@@ -110,7 +110,7 @@ impl Outbox {
             );
             self.inner.metrics.outbox_superseded.inc();
             self.outcome(&old, "", OutcomeKind::Superseded);
-            self.delete(vec![old.sequence], old.target.is_group());
+            self.delete(vec![old.sequence], old.destination.is_group());
         }
     }
 
@@ -209,7 +209,7 @@ impl Outbox {
         self.inner.metrics.outbox_acks.inc();
         tracing::debug!(
             message_id = sequence,
-            destination = %message.target,
+            destination = %message.destination,
             peer,
             resource_id,
             event_id,
@@ -217,12 +217,12 @@ impl Outbox {
             "message ACKed"
         );
         self.outcome(&message, peer, OutcomeKind::Acked);
-        let key = (message.target.clone(), message.resource_id.clone());
+        let key = (message.destination.clone(), message.resource_id.clone());
         let Some(slot) = state.slots.get_mut(&key) else { return };
         if slot.current.as_ref().map(|c| c.sequence) != Some(sequence) {
             return;
         }
-        if message.target.is_group() {
+        if message.destination.is_group() {
             // The newest message of a group destination stays for members that join later.
             slot.acked_by.insert(peer.to_owned());
             self.record_group_ack(sequence, peer);

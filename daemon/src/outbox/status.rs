@@ -24,7 +24,7 @@ pub(crate) struct PendingDelivery {
 #[derive(Debug, Clone)]
 pub(crate) struct DestinationStatus {
     /// The destination as the app named it (peer address, Service or election).
-    pub target: Destination,
+    pub destination: Destination,
     /// The peer address; empty while the destination has no peer.
     pub peer: String,
     /// Whether a connection to the peer is up.
@@ -64,7 +64,7 @@ impl Outbox {
             };
             if destination.peers.is_empty() {
                 out.push(DestinationStatus {
-                    target: target.clone(),
+                    destination: target.clone(),
                     peer: String::new(),
                     connected: false,
                     pending: unsent,
@@ -75,7 +75,7 @@ impl Outbox {
                 let pending = link
                     .deliveries
                     .values()
-                    .filter(|d| &d.message.target == target)
+                    .filter(|d| &d.message.destination == target)
                     .map(|d| PendingDelivery {
                         message: d.message.clone(),
                         attempts: d.attempts,
@@ -84,7 +84,7 @@ impl Outbox {
                     })
                     .collect();
                 out.push(DestinationStatus {
-                    target: target.clone(),
+                    destination: target.clone(),
                     peer: peer.clone(),
                     connected: link.connected,
                     pending,

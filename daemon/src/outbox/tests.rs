@@ -25,7 +25,7 @@ fn parts(config: OutboxConfig, shutdown: &CancellationToken) -> OutboxParts {
 
 fn out(peer: &str, resource: &str, event: &str) -> Outgoing {
     Outgoing {
-        target: Destination::Peer(peer.to_owned()),
+        destination: Destination::Peer(peer.to_owned()),
         resource_id: resource.to_owned(),
         event_id: event.to_owned(),
         payload: Bytes::from_static(b"{}"),
@@ -107,7 +107,7 @@ async fn sends_are_refused_without_a_transport_and_group_destinations_without_ku
     let outbox =
         Outbox::open(Store::open(dir.path()).expect("store"), parts(OutboxConfig::default(), &shutdown)).expect("open");
     let mut group = out(PEER, "a", "1");
-    group.target = Destination::Service { namespace: "ns".into(), name: "web".into() };
+    group.destination = Destination::Service { namespace: "ns".into(), name: "web".into() };
     assert!(matches!(outbox.send(group).await, Err(OutboxError::Unsupported(_))));
     shutdown.cancel();
 }
