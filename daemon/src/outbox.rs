@@ -12,6 +12,7 @@ mod state;
 mod status;
 
 use std::{
+    collections::HashMap,
     sync::{Arc, Mutex, MutexGuard, atomic::AtomicU64},
     time::SystemTime,
 };
@@ -20,8 +21,11 @@ use bytes::Bytes;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-use self::state::{OutboxState, Slot};
 pub(crate) use self::{destination::Destination, members::Members};
+use self::{
+    link::Link,
+    state::{Recipients, Slot},
+};
 use crate::{
     config::OutboxConfig,
     metrics::Metrics,
@@ -128,6 +132,23 @@ struct OutboxShared {
     outcomes: broadcast::Sender<Outcome>,
     metrics: Metrics,
     shutdown: CancellationToken,
+}
+
+/// Everything the outbox holds in memory, under one lock: the truth while the daemon runs (the store is
+/// read back only at startup).
+#[derive(Debug, Default)]
+struct OutboxState {
+    /// The current message of each (destination, resource_id).
+    slots: HashMap<(Destination, String), Slot>,
+    /// Each destination in use: who it reaches and how many slots it holds.
+    destinations: HashMap<Destination, Recipients>,
+    /// The connection and pending deliveries of each peer address, shared by every destination that
+    /// includes it.
+    links: HashMap<String, Link>,
+    /// Slots held in all destinations, against outbox.maxPending.
+    held: usize,
+    /// The id of the newest link: a link task whose id no longer matches was replaced and stops.
+    next_link: u64,
 }
 
 /// What the outbox needs besides its store.

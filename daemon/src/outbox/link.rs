@@ -18,7 +18,7 @@ use tokio::{
 };
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::{Message, Outbox, backoff, state::OutboxState};
+use super::{Message, Outbox, OutboxState, backoff};
 use crate::{error::chain as error_chain, transport::Transport};
 
 /// Frames queued towards one peer before waiting for the connection to take them.

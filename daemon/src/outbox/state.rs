@@ -3,29 +3,16 @@
 //! older one, an ACK settling it, and a group destination whose peers change.
 
 use std::{
-    collections::{BTreeSet, HashMap},
+    collections::BTreeSet,
     sync::{Arc, atomic::Ordering},
 };
 
-use super::{
-    Destination, Message, Outbox, OutboxError, OutcomeKind,
-    link::{Link, PeerDelivery},
-    members,
-};
-
-#[derive(Debug, Default)]
-pub(super) struct OutboxState {
-    pub(super) slots: HashMap<(Destination, String), Slot>,
-    pub(super) destinations: HashMap<Destination, Recipients>,
-    pub(super) links: HashMap<String, Link>,
-    /// Slots held in all destinations.
-    pub(super) held: usize,
-    pub(super) next_link: u64,
-}
+use super::{Destination, Message, Outbox, OutboxError, OutboxState, OutcomeKind, link::PeerDelivery, members};
 
 /// The message of one (destination, resource_id).
 #[derive(Debug, Default)]
 pub(super) struct Slot {
+    /// The newest stored message of the slot; None once a peer destination's message is ACKed.
     pub(super) current: Option<Arc<Message>>,
     /// `Send` calls for this slot whose write is still being committed.
     pub(super) storing: u32,
@@ -33,8 +20,10 @@ pub(super) struct Slot {
     pub(super) acked_by: BTreeSet<String>,
 }
 
+/// Who a destination reaches now, and how many of the outbox's slots it holds.
 #[derive(Debug)]
 pub(super) struct Recipients {
+    /// The peer addresses: the one peer, a Service's ready endpoints, or a group's live members.
     pub(super) peers: BTreeSet<String>,
     /// Slots of this destination (held messages and reservations).
     pub(super) held: usize,
