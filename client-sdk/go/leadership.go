@@ -35,7 +35,8 @@ type Leadership struct {
 	State State
 	// Holder is the current holder's identity; empty when nobody holds the Lease.
 	Holder string
-	// Term is the fencing token: it increases on every change of holder. Pass it in a write's Guard.
+	// Term is the fencing term: 1 for an election's first leader, higher on every change of holder; 0 only
+	// in an Unknown state before any Lease was read. Pass it in a write's Guard.
 	Term uint64
 	// Identity is this sidecar's identity in the election.
 	Identity string

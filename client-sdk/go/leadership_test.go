@@ -22,8 +22,8 @@ func TestCampaignLeadsFollowsAndHandsOverWhenTheLeaderStops(t *testing.T) {
 	defer stopA()
 	statesA := a.Campaign(ctxA, election)
 	led := nextState(t, statesA, "a leading", func(s consistd.Leadership) bool { return s.IsLeader() })
-	// The term of a new election's first leader is 0 (the new Lease's leaseTransitions); what matters is
-	// that every later holder's term is higher, checked below.
+	// The term of a new election's first leader is 1 (the new Lease's leaseTransitions + 1); every later
+	// holder's term is higher, checked below.
 	if led.Holder != "sdk-a" || led.Identity != "sdk-a" || led.Election != election {
 		t.Fatalf("a leads with holder %q identity %q election %q, want sdk-a, sdk-a, %s", led.Holder, led.Identity, led.Election, election)
 	}

@@ -43,7 +43,8 @@ type Guard struct {
 	Election string
 	// Namespace is the election Lease's namespace; empty means the daemon's own.
 	Namespace string
-	// Term is the fencing term the caller was told it leads (Leadership.Term).
+	// Term is the fencing term the caller was told it leads (Leadership.Term). Terms start at 1: a guard
+	// with Term 0 (what an unset term reads as) is refused with InvalidArgument naming guard.term.
 	Term uint64
 }
 

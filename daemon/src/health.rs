@@ -56,7 +56,7 @@ pub struct ElectionReport {
     pub role: String,
     /// The Lease holder's identity; empty when nobody holds it or its Lease expired.
     pub holder: String,
-    /// The Lease's leaseTransitions, which grows on every change of holder (the fencing term).
+    /// The fencing term: the Lease's leaseTransitions + 1, growing on every change of holder.
     pub term: u64,
 }
 

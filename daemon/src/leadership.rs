@@ -50,7 +50,8 @@ pub(crate) struct Observation {
     pub role: Role,
     /// The holder's identity; empty when nobody holds the Lease.
     pub holder: String,
-    /// Fencing term: the Lease's leaseTransitions, which grows on every change of holder.
+    /// Fencing term: the Lease's leaseTransitions + 1, so it starts at 1 and grows on every change of
+    /// holder; 0 only while no Lease has been read (UNKNOWN), never a term a guard may name.
     pub term: u64,
     /// The lease duration the holder advertises.
     pub lease_duration: Option<Duration>,

@@ -108,6 +108,7 @@ async fn three_daemons_elect_one_leader_and_hand_over_on_resign_and_sigterm() {
     let b = candidate("pod-b", &ns, "e", 15, 10, 1).await;
     let c = candidate("pod-c", &ns, "e", 15, 10, 1).await;
     let (first, term) = settled(&[&a, &b, &c]).await;
+    assert_eq!(term, 1, "the first leader of a new election is in term 1; 0 is never a term");
 
     // GetLeadership on every daemon agrees with the streams.
     for cand in [&a, &b, &c] {
@@ -223,6 +224,10 @@ async fn guarded_writes_need_the_current_term() {
     let not_leader = follower.daemon.client().objects().create(write("follower", term)).await.expect_err("follower");
     assert_eq!(not_leader.code(), Code::FailedPrecondition, "{not_leader}");
     assert!(not_leader.message().contains("Follower"), "{not_leader}");
+    // Term 0 is what an unset WriteGuard.term reads as: refused as a bad field, never taken for a term.
+    let unset = leader.daemon.client().objects().create(write("unset", 0)).await.expect_err("term 0");
+    assert_eq!(unset.code(), Code::InvalidArgument, "{unset}");
+    assert!(unset.message().starts_with("guard.term:"), "{unset}");
 }
 
 #[tokio::test]

@@ -13,7 +13,8 @@ async def test_campaign_leads_then_hands_over_when_closed(client: consistd.Clien
     election = unique("sdk-py-election")
     async with client.campaign(election) as a:
         leading = await next_matching(a, lambda s: s.is_leader)
-        # A fresh Lease starts at term 0 (its leaseTransitions); every change of holder increases it.
+        # Terms start at 1 (a fresh Lease's leaseTransitions + 1); every change of holder increases it.
+        assert leading.term == 1, "a new election's first leader is in term 1"
         assert leading.holder == "sdk-a" and leading.identity == "sdk-a" and leading.election == election
         assert a.is_leader and a.term == leading.term == (await client.get_leadership(election)).term
 

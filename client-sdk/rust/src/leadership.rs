@@ -15,7 +15,9 @@ pub struct Leadership {
     pub state: LeadershipState,
     /// The current holder's identity; empty when nobody holds the Lease.
     pub holder: String,
-    /// The fencing term: increases on every change of holder. Pass it in a write's guard.
+    /// The fencing term: 1 for an election's first leader, higher on every change of holder; 0 only in an
+    /// UNKNOWN state before any Lease was read. Pass it in a write's guard: a guard with term 0 (what an
+    /// unset term reads as) is refused with INVALID_ARGUMENT naming `guard.term`.
     pub term: u64,
     /// This sidecar's identity in the election.
     pub identity: String,

@@ -40,7 +40,10 @@ export class Leadership {
   readonly state: LeadershipState;
   /** The current holder's identity; empty when nobody holds the Lease. */
   readonly holder: string;
-  /** The fencing term: increases on every change of holder. Pass it in a write's guard. */
+  /**
+   * The fencing term: 1 for an election's first leader, higher on every change of holder; 0 only in an
+   * UNKNOWN state before any Lease was read. Pass it in a write's guard.
+   */
   readonly term: bigint;
   /** This sidecar's identity in the election. */
   readonly identity: string;

@@ -46,7 +46,10 @@ export interface Guard {
   election: string;
   /** Namespace of the election's Lease; empty or unset means the daemon's own namespace. */
   namespace?: string;
-  /** The fencing term the app was told it leads in. */
+  /**
+   * The fencing term the app was told it leads in. Terms start at 1: a guard with term 0 (what an unset
+   * term reads as) is refused with INVALID_ARGUMENT naming `guard.term`.
+   */
   term: bigint | number | string;
 }
 

@@ -22,8 +22,9 @@ test("a campaigns and leads, b follows a, and b leads once a stops campaigning",
     assert.equal(leading.holder, "sdk-a");
     assert.equal(leading.identity, "sdk-a");
     assert.equal(leading.election, election);
-    // The fencing term is the Lease's leaseTransitions: 0 when a created the Lease, higher if it existed.
+    // The fencing term is the Lease's leaseTransitions + 1: 1 when a created the Lease, higher if it existed.
     assert.equal(typeof leading.term, "bigint");
+    assert.ok(leading.term >= 1n, `terms start at 1, got ${leading.term}`);
 
     const onB = b.campaign(election, { signal: stopB.signal });
     const [following] = (await until(onB, "b to follow", (s) => s.state !== LeadershipState.UNKNOWN)).slice(-1);

@@ -30,6 +30,12 @@ impl ObjectsApi {
         if g.election.is_empty() {
             return Err(status::invalid_argument("guard.election", "must not be empty"));
         }
+        if g.term == 0 {
+            return Err(status::invalid_argument(
+                "guard.term",
+                "must be at least 1: fencing terms start at 1, and 0 is what an unset term reads as",
+            ));
+        }
         let key = self.leadership.key(&g.election, &g.namespace).map_err(status::leadership_error)?;
         self.leadership.leads(&key, g.term).map_err(|why| status::failed_precondition("guard", why))
     }

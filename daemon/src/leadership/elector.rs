@@ -150,6 +150,12 @@ impl Observed {
         }
     }
 
+    /// The fencing term of this holding: the Lease's leaseTransitions + 1, so the first holder of a new
+    /// Lease is in term 1 and 0 never names a term (it is what an unset proto3 field reads as).
+    fn term(&self) -> u64 {
+        self.transitions.saturating_add(1)
+    }
+
     fn expired(&self) -> bool {
         match self.duration {
             _ if self.holder.is_empty() => true,
@@ -169,7 +175,7 @@ impl Observed {
         Observation {
             role,
             holder: if self.expired() && !leader { String::new() } else { self.holder.clone() },
-            term: self.transitions,
+            term: self.term(),
             lease_duration: self.duration,
             acquired_at: self.acquired_at,
             renewed_at: self.renewed_at,
@@ -269,7 +275,7 @@ pub(super) async fn run(election: Arc<Election>, client: Client, registry: Arc<L
             && at.elapsed() >= timing.renew_deadline
         {
             // Could not renew in time: stop saying LEADER before the lease can expire for others.
-            tracing::warn!(election = %election.key.name, term = observed.as_ref().map_or(0, |o| o.transitions), "renew deadline passed; no longer leader");
+            tracing::warn!(election = %election.key.name, term = observed.as_ref().map_or(0, Observed::term), "renew deadline passed; no longer leader");
             renewed = None;
             election.publish(Observation::unknown(&election.identity));
         }
@@ -313,8 +319,9 @@ async fn step(
         };
         return match api.create(&PostParams::default(), &lease).await {
             Ok(created) => {
-                *observed = Some(Observed::from_lease(&created, None));
-                tracing::info!(election = %name, term = 0, "became leader (created the Lease)");
+                let created = Observed::from_lease(&created, None);
+                tracing::info!(election = %name, term = created.term(), "became leader (created the Lease)");
+                *observed = Some(created);
                 Ok(Step::Leader)
             }
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(Step::NotLeader),
@@ -343,7 +350,7 @@ async fn step(
         Ok(written) => {
             let next = Observed::from_lease(&written, None);
             if !ours {
-                tracing::info!(election = %name, term = next.transitions, previous = %current.holder, "became leader");
+                tracing::info!(election = %name, term = next.term(), previous = %current.holder, "became leader");
             }
             *observed = Some(next);
             Ok(Step::Leader)

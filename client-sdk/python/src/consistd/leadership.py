@@ -68,7 +68,8 @@ class LeadershipStatus:
     state: LeadershipState
     #: The current holder's identity; empty when nobody holds the Lease.
     holder: str
-    #: The fencing token: increases on every change of holder. Pass it in a write's guard.
+    #: The fencing term: 1 for an election's first leader, higher on every change of holder; 0 only in an
+    #: UNKNOWN status before any Lease was read. Pass it in a write's guard.
     term: int
     #: This sidecar's identity in the election.
     identity: str

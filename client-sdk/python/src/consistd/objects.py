@@ -52,7 +52,9 @@ class PropagationPolicy(enum.IntEnum):
 @dataclass(frozen=True)
 class Guard:
     """Fences a write: the daemon refuses it (FAILED_PRECONDITION) unless it leads ``election`` in
-    exactly ``term``. ``LeadershipStatus.guard()`` builds one from the status that made you leader."""
+    exactly ``term``. ``LeadershipStatus.guard()`` builds one from the status that made you leader.
+    Terms start at 1: a guard with ``term`` 0 (what an unset term reads as) is refused with
+    INVALID_ARGUMENT naming ``guard.term``."""
 
     election: str
     term: int
