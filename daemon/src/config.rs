@@ -154,6 +154,8 @@ socket:
   groupId: 2000
 admin:
   socket: /run/c/admin.sock
+  mode: "0640"
+  groupId: 3000
 shutdown:
   gracePeriod: 1500ms
 log:
@@ -165,6 +167,9 @@ log:
         assert_eq!(config.socket.path, Path::new("/run/c/c.sock"));
         assert_eq!(config.socket.mode, FileMode(0o600));
         assert_eq!(config.socket.group_id, Some(2000));
+        // The admin socket has a mode and group of its own, not the app socket's.
+        assert_eq!((config.admin.mode, config.admin.group_id), (FileMode(0o640), Some(3000)));
+        assert_eq!(Config::default().admin.mode, FileMode(0o600));
         assert_eq!(config.shutdown.grace_period, Duration::from_millis(1500));
         assert_eq!(config.log.format, LogFormat::Json);
     }
@@ -198,6 +203,8 @@ log:
         assert_eq!(field_error("log:\n  level: \"[[\"\n").0, "log.level");
         assert_eq!(field_error("socket:\n  path: relative.sock\n").0, "socket.path");
         assert_eq!(field_error("socket:\n  groupId: -1\n").0, "socket.groupId");
+        assert_eq!(field_error("admin:\n  mode: 640\n").0, "admin.mode");
+        assert_eq!(field_error("admin:\n  groupId: nobody\n").0, "admin.groupId");
         let long = format!("socket:\n  path: /{}\n", "x".repeat(120));
         assert!(field_error(&long).1.contains("at most 107"));
         let same = "socket:\n  path: /a.sock\nadmin:\n  socket: /a.sock\n";

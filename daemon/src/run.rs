@@ -67,8 +67,7 @@ pub async fn run(config: Config, env: &Environment) -> Result<(), RunError> {
 
     let (client, apiserver_url) = cluster::connect().await?;
     let (listener, socket_guard) = socket::bind(&config.socket.path, config.socket.mode.0, config.socket.group_id)?;
-    let (admin_listener, admin_guard) =
-        socket::bind(&config.admin.socket, config.socket.mode.0, config.socket.group_id)?;
+    let (admin_listener, admin_guard) = socket::bind(&config.admin.socket, config.admin.mode.0, config.admin.group_id)?;
 
     let health = Health::new(config.socket.path.clone(), apiserver_url.clone());
     let metrics = Metrics::new();

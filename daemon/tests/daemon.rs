@@ -64,6 +64,16 @@ async fn serves_health_and_reflection_against_the_real_apiserver() {
 
     let mode = std::fs::metadata(daemon.socket()).expect("socket exists").permissions().mode() & 0o777;
     assert_eq!(mode, 0o660, "socket mode");
+    let admin_mode = std::fs::metadata(daemon.admin_socket()).expect("admin socket").permissions().mode() & 0o777;
+    assert_eq!(admin_mode, 0o600, "the admin socket has its own mode, the daemon's user only by default");
+}
+
+#[tokio::test]
+async fn the_admin_socket_takes_its_own_mode_not_the_app_sockets() {
+    let daemon = Daemon::builder(BIN).config("socket:\n  mode: \"0600\"\nadmin:\n  mode: \"0640\"\n").start().await;
+    let mode_of = |path: &std::path::Path| std::fs::metadata(path).expect("socket exists").permissions().mode() & 0o777;
+    assert_eq!(mode_of(daemon.socket()), 0o600);
+    assert_eq!(mode_of(daemon.admin_socket()), 0o640);
 }
 
 async fn wait_for_report(daemon: &Daemon, ok: impl Fn(&consistd::health::Report) -> bool) -> consistd::health::Report {

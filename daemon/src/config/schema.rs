@@ -116,17 +116,24 @@ pub(super) fn describe(value: &Value) -> String {
     }
 }
 
-/// Where the admin HTTP endpoint listens.
+/// Where the admin HTTP endpoint listens, and who may connect to it: its own mode and group, not the
+/// app socket's, since it serves the daemon's state rather than the app API.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct AdminConfig {
     /// Socket path for /healthz, /readyz, /metrics and /debug/state.
     pub socket: PathBuf,
+    /// Permission bits of the admin socket, in octal. "0600" by default: kubelet's exec probes and
+    /// `consistd status` run in the sidecar's own container, as its user; apps need no access.
+    pub mode: FileMode,
+    /// Numeric group that owns the admin socket, for a group that may read it. Unset keeps the
+    /// daemon's group.
+    pub group_id: Option<u32>,
 }
 
 impl Default for AdminConfig {
     fn default() -> Self {
-        Self { socket: PathBuf::from(DEFAULT_ADMIN_SOCKET) }
+        Self { socket: PathBuf::from(DEFAULT_ADMIN_SOCKET), mode: FileMode(0o600), group_id: None }
     }
 }
 
