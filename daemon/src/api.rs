@@ -20,6 +20,7 @@ use consistd_proto::v1::{
     rollout_service_server::{self, RolloutServiceServer},
     watch_service_server::{self, WatchServiceServer},
 };
+use futures::TryStreamExt;
 use tokio::net::UnixListener;
 use tokio_stream::wrappers::UnixListenerStream;
 use tokio_util::sync::CancellationToken;
@@ -30,7 +31,7 @@ use self::{
     inbox::InboxApi, leadership::LeadershipApi, objects::ObjectsApi, outbox::OutboxApi, rollout::RolloutApi,
     watch::WatchApi,
 };
-use crate::{inbox::Inbox, leadership::Leadership, objects::Objects, outbox::Outbox, watch::Hub};
+use crate::{authority::Relaxed, inbox::Inbox, leadership::Leadership, objects::Objects, outbox::Outbox, watch::Hub};
 
 /// What a server-streaming RPC answers with.
 type ResponseStream<T> = futures::stream::BoxStream<'static, Result<T, tonic::Status>>;
@@ -126,7 +127,7 @@ pub(crate) async fn serve(
         .add_service(OutboxServiceServer::new(outbox).max_decoding_message_size(MAX_REQUEST_BYTES))
         .add_service(InboxServiceServer::new(inbox))
         .add_service(RolloutServiceServer::new(rollout))
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(UnixListenerStream::new(listener).map_ok(Relaxed::new), shutdown)
         .await
         .map_err(ApiError::Serve)
 }

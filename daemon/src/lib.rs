@@ -5,6 +5,7 @@
 
 pub mod admin;
 pub(crate) mod api;
+pub(crate) mod authority;
 pub mod cli;
 pub(crate) mod cluster;
 pub mod config;

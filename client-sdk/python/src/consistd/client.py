@@ -35,9 +35,6 @@ DEFAULT_SOCKET = "/var/run/consistd/consistd.sock"
 READY_POLL = 0.05
 
 _CHANNEL_OPTIONS = [
-    # gRPC's default :authority for a unix: target is the socket path, which the daemon's HTTP/2
-    # server refuses (RST_STREAM PROTOCOL_ERROR); any plain host name will do.
-    ("grpc.default_authority", "localhost"),
     # The channel's own reconnect pauses follow the SDK's backoff (100 ms doubling to 5 s) instead of
     # gRPC's default 1 s to 120 s, so a restarted sidecar is reached again within seconds.
     ("grpc.initial_reconnect_backoff_ms", 100),
