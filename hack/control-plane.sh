@@ -8,7 +8,8 @@
 #   hack/control-plane.sh status  say whether it runs, and where
 #
 # State (certificates, kubeconfig, logs, etcd data, PIDs) lives in $CONSISTD_CP_DIR, default
-# target/control-plane. Binaries are cached in $CONSISTD_CACHE (default ~/.cache/consistd).
+# target/control-plane. The apiserver's audit log (every request's metadata: user, verb, resource,
+# namespace) is audit.log there, so tests can prove a request never reached the apiserver. Binaries are cached in $CONSISTD_CACHE (default ~/.cache/consistd).
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -131,6 +132,14 @@ cmd_start() {
     --unsafe-no-fsync --log-level warn >"$state/etcd.log" 2>&1 &
   echo $! >"$state/etcd.pid"
 
+  cat >"$state/audit-policy.yaml" <<'EOF'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: Metadata
+EOF
+
   # podtemplates#0: no watch cache for PodTemplates, so their watches are served from etcd and a watch
   # resumed from a compacted revision gets 410 Gone (tests of the relist path use them).
   "$apiserver_bin" \
@@ -146,6 +155,8 @@ cmd_start() {
     --disable-admission-plugins ServiceAccount \
     --allow-privileged=true \
     --watch-cache-sizes podtemplates#0 \
+    --audit-policy-file "$state/audit-policy.yaml" --audit-log-path "$state/audit.log" \
+    --audit-log-maxsize 200 --audit-log-maxbackup 1 \
     --v 1 >"$state/apiserver.log" 2>&1 &
   echo $! >"$state/apiserver.pid"
 

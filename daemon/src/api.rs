@@ -1,6 +1,8 @@
 //! The gRPC API on the app-facing Unix socket: the consistd services, grpc.health.v1 and server
 //! reflection, served on whatever listener the caller hands over.
 
+mod access;
+mod caller;
 mod inbox;
 mod leadership;
 mod objects;
@@ -27,11 +29,15 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::Server;
 use tonic_health::{ServingStatus, server::HealthReporter};
 
+pub(crate) use self::caller::Allowlist;
 use self::{
-    inbox::InboxApi, leadership::LeadershipApi, objects::ObjectsApi, outbox::OutboxApi, rollout::RolloutApi,
-    watch::WatchApi,
+    access::Access, caller::CallerLayer, inbox::InboxApi, leadership::LeadershipApi, objects::ObjectsApi,
+    outbox::OutboxApi, rollout::RolloutApi, watch::WatchApi,
 };
-use crate::{authority::Relaxed, inbox::Inbox, leadership::Leadership, objects::Objects, outbox::Outbox, watch::Hub};
+use crate::{
+    authority::Relaxed, config::AccessRule, inbox::Inbox, leadership::Leadership, metrics::Metrics, objects::Objects,
+    outbox::Outbox, watch::Hub,
+};
 
 /// What a server-streaming RPC answers with.
 type ResponseStream<T> = futures::stream::BoxStream<'static, Result<T, tonic::Status>>;
@@ -67,6 +73,12 @@ pub(crate) struct Services {
     pub namespace: String,
     /// Versioned rollouts and their barrier.
     pub rollout: crate::rollout::Rollout,
+    /// Who may call the socket at all (`socket.allowedUids` / `socket.allowedGids`).
+    pub allowlist: Allowlist,
+    /// What callers may do (`access.rules`).
+    pub access: Vec<AccessRule>,
+    /// Where calls are counted per caller.
+    pub metrics: Metrics,
 }
 
 /// Why the gRPC server stopped with an error.
@@ -103,11 +115,13 @@ pub(crate) async fn serve(
         .build_v1alpha()
         .map_err(ApiError::Reflection)?;
 
-    let watch = WatchApi::new(services.hub.clone(), shutdown.clone());
-    let leadership = LeadershipApi::new(services.leadership.clone(), shutdown.clone());
-    let outbox = OutboxApi::new(services.outbox, services.namespace, shutdown.clone());
-    let inbox = InboxApi::new(services.inbox, shutdown.clone());
-    let rollout = RolloutApi::new(services.rollout, shutdown.clone());
+    let access = Access::new(services.access, services.hub.clone(), services.metrics.clone());
+    let watch = WatchApi::new(services.hub.clone(), access.clone(), shutdown.clone());
+    let objects = ObjectsApi::new(services.objects, services.leadership.clone(), access.clone());
+    let leadership = LeadershipApi::new(services.leadership, access.clone(), shutdown.clone());
+    let outbox = OutboxApi::new(services.outbox, services.namespace, access.clone(), shutdown.clone());
+    let inbox = InboxApi::new(services.inbox, access.clone(), shutdown.clone());
+    let rollout = RolloutApi::new(services.rollout, access, shutdown.clone());
     let shutdown = async {
         shutdown.cancelled().await;
         set_status(&health, ServingStatus::NotServing).await;
@@ -115,14 +129,12 @@ pub(crate) async fn serve(
     };
 
     Server::builder()
+        .layer(CallerLayer::new(services.allowlist, services.metrics))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(WatchServiceServer::new(watch).max_decoding_message_size(MAX_REQUEST_BYTES))
-        .add_service(
-            ObjectsServiceServer::new(ObjectsApi::new(services.objects, services.leadership))
-                .max_decoding_message_size(MAX_REQUEST_BYTES),
-        )
+        .add_service(ObjectsServiceServer::new(objects).max_decoding_message_size(MAX_REQUEST_BYTES))
         .add_service(LeadershipServiceServer::new(leadership))
         .add_service(OutboxServiceServer::new(outbox).max_decoding_message_size(MAX_REQUEST_BYTES))
         .add_service(InboxServiceServer::new(inbox))

@@ -146,6 +146,41 @@ mod tests {
     }
 
     #[test]
+    fn who_may_call_parses_and_every_bad_access_field_is_named() {
+        let text = r#"
+socket:
+  allowedUids: [1000, 1001]
+  allowedGids: [2000]
+access:
+  rules:
+    - service: objects
+      verbs: [get, patch]
+      resources: [configmaps, deployments.apps]
+      namespaces: [team-a]
+    - service: outbox
+      resources: [election/workers, service/web, peer/10.0.0.1:7070]
+      uids: [1000]
+"#;
+        let config = Config::parse(text, &no_env()).expect("valid config parses");
+        config.validate().expect("valid config validates");
+        assert_eq!((config.socket.allowed_uids, config.socket.allowed_gids), (vec![1000, 1001], vec![2000]));
+        assert_eq!(config.access.rules[0].service, Service::Objects);
+        assert_eq!(config.access.rules[1].uids, [1000]);
+        assert!(Config::default().access.rules.is_empty(), "no rules: everything allowed");
+
+        let rule = |body: &str| field_error(&format!("access:\n  rules:\n    - {body}\n"));
+        assert_eq!(rule("service: objects\n      verbs: [watch]").0, "access.rules[0].verbs");
+        assert!(rule("service: objects\n      verbs: [watch]").1.contains("get, list, create"));
+        assert_eq!(rule("service: nope").0, "access.rules[0].service");
+        assert_eq!(rule("verbs: [get]").0, "access.rules[0]", "service is required");
+        assert_eq!(rule("service: outbox\n      resources: [workers]").0, "access.rules[0].resources");
+        assert_eq!(rule("service: inbox\n      resources: [x]").0, "access.rules[0].resources");
+        assert_eq!(rule("service: watch\n      namespaces: [Not_A_Namespace]").0, "access.rules[0].namespaces");
+        assert_eq!(rule("service: watch\n      uids: [-1]").0, "access.rules[0].uids[0]");
+        assert_eq!(field_error("socket:\n  allowedUids: [root]\n").0, "socket.allowedUids[0]");
+    }
+
+    #[test]
     fn a_full_document_parses() {
         let text = r#"
 socket:

@@ -3,8 +3,9 @@
 use std::sync::{Arc, atomic::AtomicU64};
 
 use prometheus_client::{
+    encoding::EncodeLabelSet,
     encoding::text::encode,
-    metrics::{counter::Counter, gauge::Gauge, info::Info},
+    metrics::{counter::Counter, family::Family, gauge::Gauge, info::Info},
     registry::Registry,
 };
 
@@ -50,6 +51,17 @@ pub(crate) struct Metrics {
     pub inbox_nacks: Counter,
     /// Messages waiting for the app's ACK.
     pub inbox_pending: Gauge,
+    /// Calls on the app socket, per caller uid.
+    api_calls: Family<UidLabel, Counter>,
+    /// Calls refused because the caller is not in `socket.allowedUids` / `socket.allowedGids` or no
+    /// access rule grants them, per caller uid.
+    api_calls_refused: Family<UidLabel, Counter>,
+}
+
+/// The label of per-caller metrics: the caller's uid, or "unknown" without peer credentials.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct UidLabel {
+    uid: String,
 }
 
 impl Default for Metrics {
@@ -113,6 +125,14 @@ impl Metrics {
         registry.register("inbox_nacks", "Messages the app NACKed", inbox_nacks.clone());
         let inbox_pending = Gauge::default();
         registry.register("inbox_pending", "Messages waiting for the app's ACK", inbox_pending.clone());
+        let api_calls = Family::<UidLabel, Counter>::default();
+        registry.register("api_calls", "Calls on the app socket, per caller uid", api_calls.clone());
+        let api_calls_refused = Family::<UidLabel, Counter>::default();
+        registry.register(
+            "api_calls_refused",
+            "Calls refused by socket.allowedUids/allowedGids or access.rules, per caller uid",
+            api_calls_refused.clone(),
+        );
         Self {
             registry: Arc::new(registry),
             apiserver_up,
@@ -134,7 +154,19 @@ impl Metrics {
             inbox_acks,
             inbox_nacks,
             inbox_pending,
+            api_calls,
+            api_calls_refused,
         }
+    }
+
+    /// Counts a call on the app socket by the caller `uid`.
+    pub(crate) fn count_call(&self, uid: &str) {
+        self.api_calls.get_or_create(&UidLabel { uid: uid.to_owned() }).inc();
+    }
+
+    /// Counts a refused call by the caller `uid`.
+    pub(crate) fn count_refused_call(&self, uid: &str) {
+        self.api_calls_refused.get_or_create(&UidLabel { uid: uid.to_owned() }).inc();
     }
 
     /// The metrics in Prometheus' text exposition format.

@@ -130,7 +130,21 @@ pub async fn run(config: Config, env: &Environment) -> Result<(), RunError> {
         None => None,
     };
     health.attach_messages(outbox.clone(), inbox.clone());
-    let services = Services { hub, objects, leadership: leadership.clone(), outbox, inbox, namespace, rollout };
+    let services = Services {
+        hub,
+        objects,
+        leadership: leadership.clone(),
+        outbox,
+        inbox,
+        namespace,
+        rollout,
+        allowlist: api::Allowlist {
+            uids: config.socket.allowed_uids.clone(),
+            gids: config.socket.allowed_gids.clone(),
+        },
+        access: config.access.rules.clone(),
+        metrics: metrics.clone(),
+    };
     // Elections from the config: campaigned for from boot until shutdown.
     let mut boot_campaigns = Vec::new();
     for e in &config.elections {

@@ -37,6 +37,12 @@ pub fn kubeconfig() -> PathBuf {
     path
 }
 
+/// The running test control plane's audit log (hack/control-plane.sh writes one line of JSON per
+/// request beside the kubeconfig), to prove what did and did not reach the apiserver.
+pub fn audit_log() -> PathBuf {
+    kubeconfig().with_file_name("audit.log")
+}
+
 /// The consistd binary for tests outside the daemon's package: `CONSISTD_BIN`, else the workspace's
 /// debug build (which `cargo test --workspace` builds).
 pub fn consistd_bin() -> PathBuf {

@@ -9,8 +9,12 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use super::ResponseStream;
-use super::status;
-use crate::inbox::Inbox;
+use super::{
+    access::{Access, Ask, Resource},
+    caller::Caller,
+    status,
+};
+use crate::{config::Service, inbox::Inbox};
 
 /// The longest NACK delay accepted.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 60 * 60);
@@ -19,12 +23,19 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 60 * 60);
 #[derive(Debug, Clone)]
 pub(crate) struct InboxApi {
     inbox: Inbox,
+    access: Access,
     shutdown: CancellationToken,
 }
 
 impl InboxApi {
-    pub(crate) fn new(inbox: Inbox, shutdown: CancellationToken) -> Self {
-        Self { inbox, shutdown }
+    pub(crate) fn new(inbox: Inbox, access: Access, shutdown: CancellationToken) -> Self {
+        Self { inbox, access, shutdown }
+    }
+
+    /// Refuses the call unless access.rules grant the inbox to the caller.
+    async fn allowed<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        let ask = Ask { service: Service::Inbox, verb: "receive", resource: Resource::None, namespace: None };
+        self.access.check(&Caller::from_request(request), ask).await
     }
 }
 
@@ -39,7 +50,8 @@ fn message_id(id: &str) -> Result<u64, Status> {
 impl InboxService for InboxApi {
     type ReceiveStream = ResponseStream<pb::ReceiveResponse>;
 
-    async fn receive(&self, _: Request<pb::ReceiveRequest>) -> Result<Response<Self::ReceiveStream>, Status> {
+    async fn receive(&self, request: Request<pb::ReceiveRequest>) -> Result<Response<Self::ReceiveStream>, Status> {
+        self.allowed(&request).await?;
         let receiver = self.inbox.receiver();
         let stream = futures::stream::unfold(receiver, |mut receiver| async move {
             let (m, attempt) = receiver.next().await;
@@ -59,12 +71,14 @@ impl InboxService for InboxApi {
     }
 
     async fn ack(&self, request: Request<pb::AckRequest>) -> Result<Response<pb::AckResponse>, Status> {
+        self.allowed(&request).await?;
         let id = message_id(&request.into_inner().message_id)?;
         self.inbox.ack(id).await.map_err(status::inbox_error)?;
         Ok(Response::new(pb::AckResponse {}))
     }
 
     async fn nack(&self, request: Request<pb::NackRequest>) -> Result<Response<pb::NackResponse>, Status> {
+        self.allowed(&request).await?;
         let r = request.into_inner();
         let id = message_id(&r.message_id)?;
         let delay = match r.retry_after {

@@ -10,9 +10,13 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use super::ResponseStream;
-use super::status;
+use super::{
+    access::{Access, Ask, Resource},
+    caller::Caller,
+    status,
+};
 use crate::{
-    config::Timing,
+    config::{Service, Timing},
     leadership::{Key, Leadership, Role},
 };
 
@@ -23,16 +27,32 @@ const FIRST_OBSERVATION: Duration = Duration::from_secs(2);
 #[derive(Debug, Clone)]
 pub(crate) struct LeadershipApi {
     leadership: Arc<Leadership>,
+    access: Access,
     shutdown: CancellationToken,
 }
 
 impl LeadershipApi {
-    pub(crate) fn new(leadership: Arc<Leadership>, shutdown: CancellationToken) -> Self {
-        Self { leadership, shutdown }
+    pub(crate) fn new(leadership: Arc<Leadership>, access: Access, shutdown: CancellationToken) -> Self {
+        Self { leadership, access, shutdown }
     }
 
-    fn key(&self, election: &str, namespace: &str) -> Result<Key, Status> {
-        self.leadership.key(election, namespace).map_err(status::leadership_error)
+    /// The election a request names, once access.rules grant `verb` on it to the caller.
+    async fn key<T>(
+        &self,
+        request: &Request<T>,
+        verb: &'static str,
+        election: &str,
+        namespace: &str,
+    ) -> Result<Key, Status> {
+        let key = self.leadership.key(election, namespace).map_err(status::leadership_error)?;
+        let ask = Ask {
+            service: Service::Leadership,
+            verb,
+            resource: Resource::Named(&key.name),
+            namespace: Some(&key.namespace),
+        };
+        self.access.check(&Caller::from_request(request), ask).await?;
+        Ok(key)
     }
 }
 
@@ -42,8 +62,8 @@ impl LeadershipService for LeadershipApi {
     type ObserveStream = ResponseStream<pb::ObserveResponse>;
 
     async fn campaign(&self, request: Request<pb::CampaignRequest>) -> Result<Response<Self::CampaignStream>, Status> {
+        let key = self.key(&request, "campaign", &request.get_ref().election, &request.get_ref().namespace).await?;
         let r = request.into_inner();
-        let key = self.key(&r.election, &r.namespace)?;
         let timing = timing(r.timing.as_ref())?;
         let (campaign, states) =
             self.leadership.campaign(&key, &r.identity, timing).map_err(status::leadership_error)?;
@@ -56,8 +76,8 @@ impl LeadershipService for LeadershipApi {
     }
 
     async fn observe(&self, request: Request<pb::ObserveRequest>) -> Result<Response<Self::ObserveStream>, Status> {
-        let r = request.into_inner();
-        let key = self.key(&r.election, &r.namespace)?;
+        let r = request.get_ref();
+        let key = self.key(&request, "observe", &r.election, &r.namespace).await?;
         let states = self.leadership.observe(&key);
         let stream = WatchStream::new(states).map(move |s| Ok(pb::ObserveResponse { status: Some(to_pb(&key, &s)) }));
         Ok(Response::new(super::until_shutdown(stream, &self.shutdown, "LeadershipService.Observe")))
@@ -67,8 +87,8 @@ impl LeadershipService for LeadershipApi {
         &self,
         request: Request<pb::GetLeadershipRequest>,
     ) -> Result<Response<pb::GetLeadershipResponse>, Status> {
-        let r = request.into_inner();
-        let key = self.key(&r.election, &r.namespace)?;
+        let r = request.get_ref();
+        let key = self.key(&request, "observe", &r.election, &r.namespace).await?;
         let s = self.leadership.get(&key, FIRST_OBSERVATION).await;
         Ok(Response::new(pb::GetLeadershipResponse { status: Some(to_pb(&key, &s)) }))
     }

@@ -6,8 +6,13 @@ use tonic::{Request, Response, Status};
 
 use std::sync::Arc;
 
-use super::status;
+use super::{
+    access::{Access, Ask, Resource},
+    caller::Caller,
+    status,
+};
 use crate::{
+    config::Service,
     leadership::Leadership,
     objects::{ObjectRef, Objects, PatchKind, Source},
 };
@@ -17,11 +22,19 @@ use crate::{
 pub(crate) struct ObjectsApi {
     objects: Objects,
     leadership: Arc<Leadership>,
+    access: Access,
 }
 
 impl ObjectsApi {
-    pub(crate) fn new(objects: Objects, leadership: Arc<Leadership>) -> Self {
-        Self { objects, leadership }
+    pub(crate) fn new(objects: Objects, leadership: Arc<Leadership>, access: Access) -> Self {
+        Self { objects, leadership, access }
+    }
+
+    /// Refuses `verb` on `target` unless access.rules grant it to `caller`.
+    async fn allowed(&self, caller: &Caller, verb: &'static str, target: &ObjectRef) -> Result<(), Status> {
+        let namespace = (!target.namespace.is_empty()).then_some(target.namespace.as_str());
+        let ask = Ask { service: Service::Objects, verb, resource: Resource::Kube(&target.resource), namespace };
+        self.access.check(caller, ask).await
     }
 
     /// A guarded write goes ahead only while this daemon leads the named election in the named term.
@@ -46,15 +59,19 @@ type Answer<T> = Result<Response<T>, Status>;
 #[tonic::async_trait]
 impl ObjectsService for ObjectsApi {
     async fn get(&self, request: Request<pb::GetRequest>) -> Answer<pb::GetResponse> {
+        let caller = Caller::from_request(&request);
         let r = request.into_inner();
         let target = target(&r.resource, &r.namespace, Some(&r.name), "")?;
+        self.allowed(&caller, "get", &target).await?;
         let (obj, source) = self.objects.get(&target, r.read_your_writes).await.map_err(status::objects_error)?;
         Ok(Response::new(pb::GetResponse { object: Some(obj.into()), source: read_source(source).into() }))
     }
 
     async fn list(&self, request: Request<pb::ListRequest>) -> Answer<pb::ListResponse> {
+        let caller = Caller::from_request(&request);
         let r = request.into_inner();
         let target = target(&r.resource, &r.namespace, None, "")?;
+        self.allowed(&caller, "list", &target).await?;
         let (objects, resource_version, source) = self
             .objects
             .list(&target, &r.label_selector, &r.field_selector, r.read_your_writes)
@@ -68,8 +85,10 @@ impl ObjectsService for ObjectsApi {
     }
 
     async fn create(&self, request: Request<pb::CreateRequest>) -> Answer<pb::CreateResponse> {
+        let caller = Caller::from_request(&request);
         let r = request.into_inner();
         let target = target(&r.resource, &r.namespace, None, "")?;
+        self.allowed(&caller, "create", &target).await?;
         self.guard(r.guard.as_ref())?;
         json_object("object", &r.object)?;
         let obj = self.objects.create(&target, r.object, &r.field_manager).await.map_err(status::objects_error)?;
@@ -77,8 +96,10 @@ impl ObjectsService for ObjectsApi {
     }
 
     async fn update(&self, request: Request<pb::UpdateRequest>) -> Answer<pb::UpdateResponse> {
+        let caller = Caller::from_request(&request);
         let r = request.into_inner();
         let target = target(&r.resource, &r.namespace, Some(&r.name), &r.subresource)?;
+        self.allowed(&caller, "update", &target).await?;
         self.guard(r.guard.as_ref())?;
         json_object("object", &r.object)?;
         let obj = self.objects.update(&target, r.object, &r.field_manager).await.map_err(status::objects_error)?;
@@ -86,8 +107,10 @@ impl ObjectsService for ObjectsApi {
     }
 
     async fn patch(&self, request: Request<pb::PatchRequest>) -> Answer<pb::PatchResponse> {
+        let caller = Caller::from_request(&request);
         let r = request.into_inner();
         let target = target(&r.resource, &r.namespace, Some(&r.name), &r.subresource)?;
+        self.allowed(&caller, "patch", &target).await?;
         self.guard(r.guard.as_ref())?;
         let kind = match pb::PatchType::try_from(r.patch_type) {
             Ok(pb::PatchType::Json) => PatchKind::Json,
@@ -117,8 +140,10 @@ impl ObjectsService for ObjectsApi {
     }
 
     async fn delete(&self, request: Request<pb::DeleteRequest>) -> Answer<pb::DeleteResponse> {
+        let caller = Caller::from_request(&request);
         let r = request.into_inner();
         let target = target(&r.resource, &r.namespace, Some(&r.name), "")?;
+        self.allowed(&caller, "delete", &target).await?;
         self.guard(r.guard.as_ref())?;
         let propagation = match pb::PropagationPolicy::try_from(r.propagation_policy) {
             Ok(pb::PropagationPolicy::Unspecified) => None,

@@ -8,8 +8,15 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use super::ResponseStream;
-use super::status;
-use crate::outbox::{Destination, Outbox, OutcomeKind, Outgoing};
+use super::{
+    access::{Access, Ask, Resource},
+    caller::Caller,
+    status,
+};
+use crate::{
+    config::Service,
+    outbox::{Destination, Outbox, OutcomeKind, Outgoing},
+};
 
 /// Longest resource_id or event_id accepted (a Kubernetes UID is 36 bytes, a resourceVersion ~20).
 pub(crate) const MAX_ID_BYTES: usize = 1024;
@@ -21,12 +28,35 @@ const MAX_CONTENT_TYPE_BYTES: usize = 256;
 pub(crate) struct OutboxApi {
     outbox: Outbox,
     namespace: String,
+    access: Access,
     shutdown: CancellationToken,
 }
 
 impl OutboxApi {
-    pub(crate) fn new(outbox: Outbox, namespace: String, shutdown: CancellationToken) -> Self {
-        Self { outbox, namespace, shutdown }
+    pub(crate) fn new(outbox: Outbox, namespace: String, access: Access, shutdown: CancellationToken) -> Self {
+        Self { outbox, namespace, access, shutdown }
+    }
+
+    /// Refuses `verb` (on `destination`, for a send) unless access.rules grant it to the caller.
+    async fn allowed<T>(
+        &self,
+        request: &Request<T>,
+        verb: &'static str,
+        destination: Option<&Destination>,
+    ) -> Result<(), Status> {
+        let (resource, namespace) = match destination {
+            None => (None, None),
+            Some(Destination::Peer(address)) => (Some(format!("peer/{address}")), None),
+            Some(Destination::Service { namespace, name }) => {
+                (Some(format!("service/{name}")), Some(namespace.as_str()))
+            }
+            Some(Destination::Election { namespace, name }) => {
+                (Some(format!("election/{name}")), Some(namespace.as_str()))
+            }
+        };
+        let resource = resource.as_deref().map_or(Resource::None, Resource::Named);
+        let ask = Ask { service: Service::Outbox, verb, resource, namespace };
+        self.access.check(&Caller::from_request(request), ask).await
     }
 }
 
@@ -49,9 +79,10 @@ impl OutboxService for OutboxApi {
     type WatchAcksStream = ResponseStream<pb::WatchAcksResponse>;
 
     async fn send(&self, request: Request<pb::SendRequest>) -> Result<Response<pb::SendResponse>, Status> {
-        let r = request.into_inner();
-        let destination = Destination::from_pb(r.destination.as_ref(), &self.namespace)
+        let destination = Destination::from_pb(request.get_ref().destination.as_ref(), &self.namespace)
             .map_err(|e| status::invalid_argument(e.field, e.message))?;
+        self.allowed(&request, "send", Some(&destination)).await?;
+        let r = request.into_inner();
         check_id("resource_id", &r.resource_id)?;
         check_id("event_id", &r.event_id)?;
         if r.content_type.len() > MAX_CONTENT_TYPE_BYTES || r.content_type.chars().any(char::is_control) {
@@ -78,6 +109,7 @@ impl OutboxService for OutboxApi {
         &self,
         request: Request<pb::WatchAcksRequest>,
     ) -> Result<Response<Self::WatchAcksStream>, Status> {
+        self.allowed(&request, "status", None).await?;
         let only = request.into_inner().resource_id;
         let outcomes = self.outbox.outcomes();
         let stream = futures::stream::unfold(outcomes, move |mut outcomes| {
@@ -110,8 +142,9 @@ impl OutboxService for OutboxApi {
 
     async fn get_outbox_status(
         &self,
-        _: Request<pb::GetOutboxStatusRequest>,
+        request: Request<pb::GetOutboxStatusRequest>,
     ) -> Result<Response<pb::GetOutboxStatusResponse>, Status> {
+        self.allowed(&request, "status", None).await?;
         let (destinations, total) = self.outbox.status();
         let destinations = destinations
             .into_iter()

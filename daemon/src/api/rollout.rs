@@ -14,9 +14,13 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use super::ResponseStream;
-use super::status;
+use super::{
+    access::{Access, Ask, Resource},
+    caller::Caller,
+    status,
+};
 use crate::{
-    config::Timing,
+    config::{Service, Timing},
     leadership::{Key, Role},
     rollout::{Arrived, Rollout, barrier::Standing},
 };
@@ -30,22 +34,32 @@ const MAX_WAIT: Duration = Duration::from_secs(3600);
 #[derive(Debug, Clone)]
 pub(crate) struct RolloutApi {
     rollout: Rollout,
+    access: Access,
     shutdown: CancellationToken,
 }
 
 impl RolloutApi {
-    pub(crate) fn new(rollout: Rollout, shutdown: CancellationToken) -> Self {
-        Self { rollout, shutdown }
+    pub(crate) fn new(rollout: Rollout, access: Access, shutdown: CancellationToken) -> Self {
+        Self { rollout, access, shutdown }
     }
 
-    /// The channel's election (same name, this daemon's namespace).
-    fn channel(&self, channel: &str) -> Result<Key, Status> {
-        self.rollout.channel(channel).map_err(|e| match e {
+    /// The channel's election (same name, this daemon's namespace), once access.rules grant `verb` on
+    /// the channel to the caller.
+    async fn channel<T>(&self, request: &Request<T>, verb: &'static str, channel: &str) -> Result<Key, Status> {
+        let key = self.rollout.channel(channel).map_err(|e| match e {
             crate::leadership::LeadershipError::InvalidArgument { message, .. } => {
                 status::invalid_argument("channel", message)
             }
             other => status::leadership_error(other),
-        })
+        })?;
+        let ask = Ask {
+            service: Service::Rollout,
+            verb,
+            resource: Resource::Named(&key.name),
+            namespace: Some(&key.namespace),
+        };
+        self.access.check(&Caller::from_request(request), ask).await?;
+        Ok(key)
     }
 }
 
@@ -67,8 +81,8 @@ impl RolloutService for RolloutApi {
     type SubscribeVersionsStream = ResponseStream<pb::SubscribeVersionsResponse>;
 
     async fn publish(&self, request: Request<pb::PublishRequest>) -> Result<Response<pb::PublishResponse>, Status> {
+        let key = self.channel(&request, "publish", &request.get_ref().channel).await?;
         let r = request.into_inner();
-        let key = self.channel(&r.channel)?;
         let version =
             self.rollout.publish(&key, r.payload.into(), &r.content_type).await.map_err(status::rollout_error)?;
         Ok(Response::new(pb::PublishResponse { version }))
@@ -78,8 +92,7 @@ impl RolloutService for RolloutApi {
         &self,
         request: Request<pb::SubscribeVersionsRequest>,
     ) -> Result<Response<Self::SubscribeVersionsStream>, Status> {
-        let r = request.into_inner();
-        let key = self.channel(&r.channel)?;
+        let key = self.channel(&request, "subscribe", &request.get_ref().channel).await?;
         let leadership = self.rollout.leadership().clone();
         if !leadership.announces() {
             return Err(status::failed_precondition(
@@ -103,8 +116,8 @@ impl RolloutService for RolloutApi {
         &self,
         request: Request<pb::ReportAppliedRequest>,
     ) -> Result<Response<pb::ReportAppliedResponse>, Status> {
+        let key = self.channel(&request, "report", &request.get_ref().channel).await?;
         let r = request.into_inner();
-        let key = self.channel(&r.channel)?;
         if r.version == 0 {
             return Err(status::invalid_argument("version", "must be at least 1"));
         }
@@ -135,8 +148,8 @@ impl RolloutService for RolloutApi {
         &self,
         request: Request<pb::GetRolloutStatusRequest>,
     ) -> Result<Response<pb::GetRolloutStatusResponse>, Status> {
+        let key = self.channel(&request, "status", &request.get_ref().channel).await?;
         let r = request.into_inner();
-        let key = self.channel(&r.channel)?;
         let latest =
             self.rollout.versions().latest(&r.channel).await.map_err(status::versions_error)?.map_or(0, |v| v.version);
         let version = if r.version == 0 { latest } else { r.version };
@@ -159,8 +172,8 @@ impl RolloutService for RolloutApi {
         &self,
         request: Request<pb::WaitAppliedRequest>,
     ) -> Result<Response<pb::WaitAppliedResponse>, Status> {
+        let key = self.channel(&request, "status", &request.get_ref().channel).await?;
         let r = request.into_inner();
-        let key = self.channel(&r.channel)?;
         if r.version == 0 {
             return Err(status::invalid_argument("version", "must be at least 1"));
         }

@@ -35,6 +35,19 @@ pub(crate) fn deadline_exceeded(what: &str, why: impl std::fmt::Display) -> Stat
     Status::new(Code::DeadlineExceeded, format!("{what}: {why}"))
 }
 
+/// The caller is not in `socket.allowedUids` / `socket.allowedGids`.
+pub(crate) fn caller_not_allowed(caller: &super::caller::Caller, method: &str) -> Status {
+    Status::new(
+        Code::PermissionDenied,
+        format!("{method}: {caller} may not call this socket (socket.allowedUids, socket.allowedGids)"),
+    )
+}
+
+/// No access rule grants what was asked; the message names it.
+pub(crate) fn access_denied(asked: impl std::fmt::Display) -> Status {
+    Status::new(Code::PermissionDenied, format!("access.rules grant no {asked}"))
+}
+
 /// A stream ended because the daemon is stopping; clients reconnect (to its successor) and resume.
 pub(crate) fn shutting_down(rpc: &'static str) -> Status {
     Status::new(Code::Unavailable, format!("{rpc}: consistd is shutting down; reconnect and resume from your cursor"))

@@ -9,7 +9,12 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
-use super::status;
+use super::{
+    access::{Access, Ask, Resource},
+    caller::Caller,
+    status,
+};
+use crate::config::Service;
 use crate::watch::{
     Cursor, Hub, Query, Subscription,
     consistent::{self, Consistency, ConsistentSubscription, Delivery, Kind},
@@ -26,12 +31,13 @@ const STREAM_BUFFER: usize = 64;
 #[derive(Debug, Clone)]
 pub(crate) struct WatchApi {
     hub: Arc<Hub>,
+    access: Access,
     shutdown: CancellationToken,
 }
 
 impl WatchApi {
-    pub(crate) fn new(hub: Arc<Hub>, shutdown: CancellationToken) -> Self {
-        Self { hub, shutdown }
+    pub(crate) fn new(hub: Arc<Hub>, access: Access, shutdown: CancellationToken) -> Self {
+        Self { hub, access, shutdown }
     }
 }
 
@@ -43,8 +49,12 @@ impl WatchService for WatchApi {
         &self,
         request: Request<pb::SubscribeRequest>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
+        let caller = Caller::from_request(&request);
         let request = request.into_inner();
         let (query, mode) = validate(&request)?;
+        let namespace = (!query.namespace.is_empty()).then_some(query.namespace.as_str());
+        let ask = Ask { service: Service::Watch, verb: "watch", resource: Resource::Kube(&query.resource), namespace };
+        self.access.check(&caller, ask).await?;
         let subscription = self.hub.subscribe(query).await.map_err(status::resource_error)?;
         let expectations = self.hub.expectations().clone();
         let mut stream = match mode {

@@ -29,6 +29,8 @@ pub struct Config {
     pub socket: SocketConfig,
     /// The admin HTTP socket (health, readiness, metrics, `consistd status`).
     pub admin: AdminConfig,
+    /// Which resources and verbs apps may use, per service; no rules allow everything.
+    pub access: AccessConfig,
     /// Elections this daemon campaigns in from boot to shutdown, for apps that only observe.
     pub elections: Vec<ElectionConfig>,
     /// How upstream watches are shared: how long they linger, subscriber queue and history sizes.
@@ -63,11 +65,24 @@ pub struct SocketConfig {
     /// Numeric group that owns the socket, so app containers running as another user in that group
     /// (the pod's fsGroup) can connect. Unset keeps the daemon's group.
     pub group_id: Option<u32>,
+    /// User ids that may call, read from each connection's peer credentials (SO_PEERCRED); anyone
+    /// else is refused with PERMISSION_DENIED before any handler runs. Empty: whoever can open the
+    /// socket (its mode and group decide).
+    pub allowed_uids: Vec<u32>,
+    /// Group ids that may call (the caller's primary group); with `allowedUids` set too, a caller
+    /// passes if either list names it. Empty: no check by group.
+    pub allowed_gids: Vec<u32>,
 }
 
 impl Default for SocketConfig {
     fn default() -> Self {
-        Self { path: PathBuf::from(DEFAULT_SOCKET), mode: FileMode(0o660), group_id: None }
+        Self {
+            path: PathBuf::from(DEFAULT_SOCKET),
+            mode: FileMode(0o660),
+            group_id: None,
+            allowed_uids: Vec::new(),
+            allowed_gids: Vec::new(),
+        }
     }
 }
 
@@ -134,6 +149,88 @@ pub struct AdminConfig {
 impl Default for AdminConfig {
     fn default() -> Self {
         Self { socket: PathBuf::from(DEFAULT_ADMIN_SOCKET), mode: FileMode(0o600), group_id: None }
+    }
+}
+
+/// What apps may do through the socket. With no rules every call is allowed; with rules, a call is
+/// allowed only if some rule grants it, and refused with PERMISSION_DENIED naming what was asked.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct AccessConfig {
+    /// The grants; a call needs one that matches it in every field the rule sets.
+    pub rules: Vec<AccessRule>,
+}
+
+/// One grant: a service, and optionally the verbs, resources, namespaces and callers it is limited to.
+/// A field left empty matches anything.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AccessRule {
+    /// The service the rule grants.
+    pub service: Service,
+    /// The verbs granted (see [`Service::verbs`]); empty grants all of the service's verbs.
+    #[serde(default)]
+    pub verbs: Vec<String>,
+    /// What the verbs may be used on: Kubernetes resources as "plural" or "plural.group"
+    /// ("configmaps", "deployments.apps") for watch and objects; election names for leadership;
+    /// channel names for rollout; "election/NAME", "service/NAME" or "peer/HOST:PORT" destinations
+    /// for outbox. Empty grants all.
+    #[serde(default)]
+    pub resources: Vec<String>,
+    /// The namespaces granted; empty grants all, including calls across all namespaces.
+    #[serde(default)]
+    pub namespaces: Vec<String>,
+    /// The callers' user ids the rule is for (peer credentials); empty: every caller.
+    #[serde(default)]
+    pub uids: Vec<u32>,
+}
+
+/// A consistd service, as access rules name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Service {
+    /// WatchService.
+    Watch,
+    /// ObjectsService.
+    Objects,
+    /// LeadershipService.
+    Leadership,
+    /// OutboxService.
+    Outbox,
+    /// InboxService.
+    Inbox,
+    /// RolloutService.
+    Rollout,
+}
+
+impl Service {
+    /// The verbs a rule may grant on this service, and the calls each covers.
+    pub fn verbs(self) -> &'static [&'static str] {
+        match self {
+            // Subscribe.
+            Self::Watch => &["watch"],
+            Self::Objects => &["get", "list", "create", "update", "patch", "delete"],
+            // Campaign; Observe and GetLeadership.
+            Self::Leadership => &["campaign", "observe"],
+            // Send; WatchAcks and GetOutboxStatus.
+            Self::Outbox => &["send", "status"],
+            // Receive, Ack and Nack.
+            Self::Inbox => &["receive"],
+            // Publish; SubscribeVersions; ReportApplied; GetRolloutStatus and WaitApplied.
+            Self::Rollout => &["publish", "subscribe", "report", "status"],
+        }
+    }
+
+    /// The name rules and messages use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Watch => "watch",
+            Self::Objects => "objects",
+            Self::Leadership => "leadership",
+            Self::Outbox => "outbox",
+            Self::Inbox => "inbox",
+            Self::Rollout => "rollout",
+        }
     }
 }
 

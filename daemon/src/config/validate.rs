@@ -39,6 +39,7 @@ impl Config {
                 format!("{} must be an absolute path", self.store.dir.display()),
             ));
         }
+        self.validate_access()?;
         self.validate_peer()?;
         if self.membership.ttl < Duration::from_secs(3) || self.membership.ttl.subsec_nanos() != 0 {
             return Err(ConfigError::field("membership.ttl", "must be whole seconds, at least 3s"));
@@ -52,6 +53,38 @@ impl Config {
         }
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log.level) {
             return Err(ConfigError::field("log.level", format!("{:?} is not a tracing filter: {e}", self.log.level)));
+        }
+        Ok(())
+    }
+
+    fn validate_access(&self) -> Result<(), ConfigError> {
+        for (i, rule) in self.access.rules.iter().enumerate() {
+            let field = |name: &str| format!("access.rules[{i}].{name}");
+            let known = rule.service.verbs();
+            if let Some(verb) = rule.verbs.iter().find(|v| !known.contains(&v.as_str())) {
+                return Err(ConfigError::field(
+                    field("verbs"),
+                    format!("{verb:?} is not a verb of {}; it has {}", rule.service.name(), known.join(", ")),
+                ));
+            }
+            if rule.resources.iter().any(String::is_empty) {
+                return Err(ConfigError::field(field("resources"), "must not hold an empty name"));
+            }
+            let destination = |r: &&String| ["election/", "service/", "peer/"].iter().any(|p| r.starts_with(p));
+            if rule.service == super::Service::Outbox
+                && let Some(bad) = rule.resources.iter().find(|r| !destination(r))
+            {
+                return Err(ConfigError::field(
+                    field("resources"),
+                    format!("{bad:?} is not a destination: write election/NAME, service/NAME or peer/HOST:PORT"),
+                ));
+            }
+            if rule.service == super::Service::Inbox && !rule.resources.is_empty() {
+                return Err(ConfigError::field(field("resources"), "inbox has no resources to grant; leave it empty"));
+            }
+            if let Some(ns) = rule.namespaces.iter().find(|ns| !crate::names::is_namespace_name(ns)) {
+                return Err(ConfigError::field(field("namespaces"), format!("{ns:?} is not a namespace name")));
+            }
         }
         Ok(())
     }
