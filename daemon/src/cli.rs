@@ -143,15 +143,35 @@ pub fn render(r: &Report) -> String {
     out += &format!("  socket      {} ({})\n", r.socket.display(), if r.serving { "serving" } else { "not serving" });
     let a = &r.apiserver;
     let version = a.version.as_deref().unwrap_or("version unknown");
+    let heard = match (a.heard_seconds_ago, a.heard_via.as_deref()) {
+        (Some(ago), Some(via)) => format!(", heard {ago:.1}s ago via {via}"),
+        _ => String::new(),
+    };
     let reach = if a.reachable {
-        "reachable".to_owned()
+        format!("reachable{heard}")
     } else {
         format!("UNREACHABLE: {}", a.last_error.as_deref().unwrap_or("not probed yet"))
     };
     out += &format!("  apiserver   {} {version} ({reach})\n", a.url);
     out += &format!("  watches     {} upstream\n", r.upstream_watches);
     for e in &r.elections {
-        out += &format!("  election    {} {} (holder {:?}, term {})\n", e.election, e.role, e.holder, e.term);
+        let part = if e.campaigning { "campaigning" } else { "observing" };
+        let steps = match (&e.error, e.last_success_seconds_ago) {
+            (Some(error), _) => format!(", Lease steps FAILING: {error}"),
+            (None, Some(ago)) => format!(", Lease read {ago:.1}s ago"),
+            (None, None) => String::new(),
+        };
+        out += &format!(
+            "  election    {} {} (holder {:?}, term {}, {part}{steps})\n",
+            e.election, e.role, e.holder, e.term
+        );
+    }
+    if let Some(store) = &r.store {
+        let state = match &store.error {
+            None => "writable".to_owned(),
+            Some(error) => format!("NOT WRITABLE: {error}"),
+        };
+        out += &format!("  store       {state}\n");
     }
     out += &format!("  outbox      {} pending\n", r.outbox_pending);
     for p in &r.peers {

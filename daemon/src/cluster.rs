@@ -1,17 +1,29 @@
-//! The connection to the Kubernetes apiserver: in-cluster config or KUBECONFIG, and a probe that keeps
-//! the daemon's health up to date.
+//! The connection to the Kubernetes apiserver: in-cluster config or KUBECONFIG, a client that notes
+//! every answer for readiness, and a probe for when nothing else talked to the apiserver recently.
 
-use std::time::Duration;
+use std::{
+    pin::Pin,
+    task::{Context, Poll},
+    time::Duration,
+};
 
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use http::{Request, Response};
+use hyper::body::{Body, Frame, SizeHint};
+use kube::client::{ClientBuilder, DynBody};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tower::{BoxError, Layer, Service};
 
-use crate::{health::Health, metrics::Metrics};
+use crate::{
+    health::{ApiContact, Health, Via},
+    metrics::Metrics,
+};
 
-/// Probe every 10 s while the apiserver answers; every 1 s while it does not, so readiness recovers fast.
-const PROBE_INTERVAL: Duration = Duration::from_secs(10);
+/// After a failed probe the next one comes this soon (or after the probe interval, if shorter), so
+/// readiness recovers fast.
 const PROBE_RETRY_INTERVAL: Duration = Duration::from_secs(1);
-/// A probe that takes longer than this counts as failed.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Why no Kubernetes client could be built.
 #[derive(Debug, thiserror::Error)]
@@ -24,35 +36,136 @@ pub enum ClusterError {
     Client(#[source] kube::Error),
 }
 
-/// A client for the apiserver, from in-cluster config when running in a pod, else KUBECONFIG.
-pub(crate) async fn connect() -> Result<(kube::Client, String), ClusterError> {
+/// A client for the apiserver, from in-cluster config when running in a pod, else KUBECONFIG; every
+/// answer it gets, and every frame of a watch stream, is noted in `contact`.
+pub(crate) async fn connect(contact: &ApiContact) -> Result<(kube::Client, String), ClusterError> {
     let config = kube::Config::infer().await.map_err(ClusterError::Config)?;
     let url = config.cluster_url.to_string();
-    let client = kube::Client::try_from(config).map_err(ClusterError::Client)?;
+    let client = ClientBuilder::try_from(config)
+        .map_err(ClusterError::Client)?
+        .with_layer(&NoteAnswers(contact.clone()))
+        .build();
     Ok((client, url))
 }
 
-/// Probes the apiserver's /version until `shutdown`, recording each result in `health` and `metrics`.
+/// Probes the apiserver's /version whenever nothing heard from it for `health.probeInterval` (and once
+/// at start, for its version), each probe bounded by `health.probeTimeout`, until `shutdown`. Keeps the
+/// `apiserver_up` metric and logs when reachability changes.
 pub(crate) async fn probe(client: kube::Client, health: Health, metrics: Metrics, shutdown: CancellationToken) {
+    let (interval, timeout) = (health.config().probe_interval, health.config().probe_timeout);
+    let mut reachable = false;
+    let mut first = true;
+    let mut due = Instant::now();
     loop {
-        let result = match tokio::time::timeout(PROBE_TIMEOUT, client.apiserver_version()).await {
-            Ok(Ok(info)) => Ok(info.git_version),
-            Ok(Err(error)) => Err(error.to_string()),
-            Err(_) => Err(format!("no answer within {PROBE_TIMEOUT:?}")),
-        };
-        let was_reachable = health.apiserver_reachable();
-        match &result {
-            Ok(version) if !was_reachable => tracing::info!(%version, "apiserver reachable"),
-            Err(error) if was_reachable => tracing::warn!(%error, "apiserver unreachable"),
-            Err(error) => tracing::debug!(%error, "apiserver still unreachable"),
-            Ok(_) => {}
-        }
-        metrics.apiserver_up.set(i64::from(result.is_ok()));
-        let interval = if result.is_ok() { PROBE_INTERVAL } else { PROBE_RETRY_INTERVAL };
-        health.record_probe(result);
         tokio::select! {
             () = shutdown.cancelled() => return,
-            () = tokio::time::sleep(interval) => {}
+            () = tokio::time::sleep_until(due) => {}
         }
+        let quiet_until = health.contact().last().map(|(at, _)| at + interval);
+        match quiet_until {
+            // Something else heard from the apiserver recently: no probe needed yet.
+            Some(until) if until > Instant::now() && !first => due = until,
+            _ => {
+                first = false;
+                let sent = Instant::now();
+                match tokio::time::timeout(timeout, client.apiserver_version()).await {
+                    Ok(Ok(info)) => health.probe_answered(info.git_version),
+                    Ok(Err(error)) => health.probe_failed(sent, crate::error::chain(&error)),
+                    Err(_) => health.probe_failed(sent, format!("no answer within {timeout:?} (health.probeTimeout)")),
+                }
+                due = Instant::now() + interval.min(PROBE_RETRY_INTERVAL);
+            }
+        }
+        let verdict = health.apiserver_verdict();
+        match (&verdict, reachable) {
+            (Ok(()), false) => tracing::info!("apiserver reachable"),
+            (Err(error), true) => tracing::warn!(%error, "apiserver unreachable"),
+            _ => {}
+        }
+        reachable = verdict.is_ok();
+        metrics.apiserver_up.set(i64::from(reachable));
+    }
+}
+
+/// The layer that notes the apiserver's answers in an [`ApiContact`].
+struct NoteAnswers(ApiContact);
+
+impl<S> Layer<S> for NoteAnswers {
+    type Service = Noted<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Noted { inner, contact: self.0.clone() }
+    }
+}
+
+/// A Kubernetes client's HTTP service that notes each answer the apiserver gives (any status below 500:
+/// a refusal is an answer too) and each frame of its body, so a watch stream's events and bookmarks
+/// count as the apiserver being heard from.
+#[derive(Clone)]
+struct Noted<S> {
+    inner: S,
+    contact: ApiContact,
+}
+
+impl<S> Service<Request<kube::client::Body>> for Noted<S>
+where
+    S: Service<Request<kube::client::Body>, Response = Response<Box<DynBody>>, Error = BoxError>,
+    S::Future: Send + 'static,
+{
+    type Response = Response<NotedBody>;
+    type Error = BoxError;
+    type Future = BoxFuture<'static, Result<Self::Response, BoxError>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<kube::client::Body>) -> Self::Future {
+        let via = if request.uri().path() == "/version" {
+            Via::Probe
+        } else if request.uri().query().is_some_and(|q| q.split('&').any(|p| p == "watch=true")) {
+            Via::WatchStream
+        } else {
+            Via::Response
+        };
+        let answer = self.inner.call(request);
+        let contact = self.contact.clone();
+        Box::pin(async move {
+            let response = answer.await?;
+            let answered = !response.status().is_server_error();
+            if answered {
+                contact.heard(via);
+            }
+            Ok(response.map(|inner| NotedBody { inner, contact: answered.then_some(contact), via }))
+        })
+    }
+}
+
+/// A response body that notes each frame it yields.
+struct NotedBody {
+    inner: Box<DynBody>,
+    /// None for a server error's body: that is not the apiserver working.
+    contact: Option<ApiContact>,
+    via: Via,
+}
+
+impl Body for NotedBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let (Poll::Ready(Some(Ok(_))), Some(contact)) = (&polled, &self.contact) {
+            contact.heard(self.via);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }

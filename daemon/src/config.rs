@@ -253,6 +253,26 @@ log:
     }
 
     #[test]
+    fn health_probe_settings_default_parse_and_are_checked_naming_the_field() {
+        let defaults = Config::default().health;
+        assert_eq!(
+            (defaults.probe_interval, defaults.probe_timeout),
+            (Duration::from_secs(10), Duration::from_secs(10))
+        );
+        let config = Config::parse("health:\n  probeInterval: 2s\n  probeTimeout: 500ms\n", &no_env()).expect("parses");
+        config.validate().expect("valid");
+        assert_eq!(config.health.probe_interval, Duration::from_secs(2));
+        assert_eq!(config.health.probe_timeout, Duration::from_millis(500));
+        assert_eq!(field_error("health:\n  probeTimeout: 0s\n").0, "health.probeTimeout");
+        assert_eq!(field_error("health:\n  probeTimeout: soon\n").0, "health.probeTimeout");
+        assert_eq!(field_error("health:\n  probeTimeout: 5\n").0, "health.probeTimeout");
+        let (field, message) = field_error("health:\n  probeInterval: 10ms\n");
+        assert_eq!(field, "health.probeInterval");
+        assert!(message.contains("at least 100ms"), "{message}");
+        assert_eq!(field_error("health:\n  probeIntervall: 1s\n").0, "health.probeIntervall");
+    }
+
+    #[test]
     fn peer_and_outbox_settings_are_checked_naming_the_field() {
         assert_eq!(field_error("peer:\n  listen: 127.0.0.1:7070\n").0, "peer.listen");
         assert_eq!(field_error("peer:\n  listen: nowhere\n").0, "peer.listen");

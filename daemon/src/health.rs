@@ -1,16 +1,28 @@
-//! The daemon's view of its own health: is the gRPC socket served, can the apiserver be reached, and
-//! what the watches, elections, outbox and inbox hold.
+//! The daemon's view of its own health and the rule readiness follows: ready while the gRPC socket is
+//! served, the apiserver was heard from recently (by any job or, when all were quiet, the probe), every
+//! campaigning election's Lease steps succeed within its lease duration, and the store commits.
 //! /readyz, /debug/state and `consistd status` all read this one report.
 
 use std::{
     path::PathBuf,
-    sync::{Arc, Mutex, PoisonError},
-    time::{Instant, SystemTime},
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, SystemTime},
 };
 
 use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
 
-use crate::{inbox::Inbox, leadership::Leadership, outbox::Outbox, watch::Hub};
+use crate::{
+    config::HealthConfig,
+    inbox::Inbox,
+    leadership::{Key, Leadership, Progress},
+    outbox::Outbox,
+    store::Store,
+    watch::Hub,
+};
 
 /// What `/debug/state` answers and `consistd status` prints.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -41,7 +53,11 @@ pub struct Report {
     /// Messages waiting for the app's ACK.
     #[serde(default)]
     pub inbox_pending: usize,
-    /// Ready for traffic: serving, and the apiserver was reached.
+    /// The message store; absent from daemons that do not report it.
+    #[serde(default)]
+    pub store: Option<StoreReport>,
+    /// Ready for traffic: serving, the apiserver heard from recently, every campaigning election's
+    /// Lease steps succeeding within its lease duration, the store writable.
     pub ready: bool,
     /// Why not ready; empty when ready.
     pub not_ready_reasons: Vec<String>,
@@ -58,6 +74,25 @@ pub struct ElectionReport {
     pub holder: String,
     /// The fencing term: the Lease's leaseTransitions + 1, growing on every change of holder.
     pub term: u64,
+    /// Whether this daemon campaigns in it (else it only observes).
+    #[serde(default)]
+    pub campaigning: bool,
+    /// Seconds since reading (and, when campaigning, taking or renewing) the Lease last succeeded; none
+    /// while no attempt has succeeded yet.
+    #[serde(default)]
+    pub last_success_seconds_ago: Option<f64>,
+    /// Why the last attempt failed, while attempts fail.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+/// The message store as readiness sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoreReport {
+    /// Whether its newest commit succeeded.
+    pub writable: bool,
+    /// Why its newest commit failed, when it did.
+    pub error: Option<String>,
 }
 
 /// One destination's peer as this daemon's outbox sees it.
@@ -73,19 +108,81 @@ pub struct PeerReport {
     pub pending: usize,
 }
 
-/// The apiserver as last probed.
+/// The apiserver as the daemon last heard from it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Apiserver {
     /// The apiserver URL the daemon's client uses (in-cluster, or from KUBECONFIG).
     pub url: String,
-    /// Whether the last probe succeeded.
+    /// Whether it counts as reachable: heard from recently, and no probe sent since went unanswered.
     pub reachable: bool,
     /// Its gitVersion, from /version.
     pub version: Option<String>,
-    /// The last probe's error, when it failed.
+    /// Why it does not count as reachable; none while it does.
     pub last_error: Option<String>,
-    /// When it was last probed (RFC 3339).
+    /// When it was last probed (RFC 3339); probes run only when nothing else heard from it.
     pub last_checked: Option<String>,
+    /// Seconds since anything in the daemon last heard from it.
+    #[serde(default)]
+    pub heard_seconds_ago: Option<f64>,
+    /// What heard from it last: "watch stream", "response" or "probe".
+    #[serde(default)]
+    pub heard_via: Option<String>,
+}
+
+/// What brought the latest sign of life from the apiserver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Via {
+    /// A frame of a watch stream: an event, or a bookmark.
+    WatchStream,
+    /// The answer to any other request: a read, a write, a Lease renewal.
+    Response,
+    /// The answer to the probe of /version.
+    Probe,
+}
+
+impl Via {
+    const ALL: [Via; 3] = [Via::WatchStream, Via::Response, Via::Probe];
+
+    fn name(self) -> &'static str {
+        match self {
+            Via::WatchStream => "watch stream",
+            Via::Response => "response",
+            Via::Probe => "probe",
+        }
+    }
+}
+
+/// When the apiserver was last heard from, by anything in the daemon: the Kubernetes client notes every
+/// answer and every frame of a watch stream here (`cluster`), so the jobs' own traffic is the evidence
+/// readiness uses, and the probe is needed only when they are all quiet. Cheap to clone and to note
+/// (one atomic per kind of traffic).
+#[derive(Debug, Clone)]
+pub(crate) struct ApiContact {
+    base: Instant,
+    /// Per [`Via`]: nanoseconds after `base` plus one of the latest note; 0 for never.
+    last: Arc<[AtomicU64; 3]>,
+}
+
+impl ApiContact {
+    pub(crate) fn new() -> Self {
+        Self { base: Instant::now(), last: Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]) }
+    }
+
+    /// Notes that the apiserver answered just now.
+    pub(crate) fn heard(&self, via: Via) {
+        let nanos = u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX - 1) + 1;
+        self.last[via as usize].fetch_max(nanos, Ordering::Relaxed);
+    }
+
+    /// When and through what the apiserver was last heard from.
+    pub(crate) fn last(&self) -> Option<(Instant, Via)> {
+        Via::ALL
+            .into_iter()
+            .map(|via| (self.last[via as usize].load(Ordering::Relaxed), via))
+            .filter(|(nanos, _)| *nanos > 0)
+            .max_by_key(|(nanos, _)| *nanos)
+            .map(|(nanos, via)| (self.base + Duration::from_nanos(nanos - 1), via))
+    }
 }
 
 /// Shared, cheaply cloned handle on the daemon's health.
@@ -93,25 +190,36 @@ pub struct Apiserver {
 pub(crate) struct Health {
     started: Instant,
     socket: PathBuf,
+    config: HealthConfig,
+    contact: ApiContact,
     inner: Arc<Mutex<HealthState>>,
 }
 
 #[derive(Debug, Default)]
 struct HealthState {
     serving: bool,
-    apiserver: Apiserver,
+    url: String,
+    /// The apiserver's gitVersion from the last probe that got it.
+    version: Option<String>,
+    /// When the last probe finished (RFC 3339).
+    last_checked: Option<String>,
+    /// The latest probe that failed: when it was sent, and why.
+    failed_probe: Option<(Instant, String)>,
     parts: Option<(Arc<Hub>, Arc<Leadership>)>,
     messages: Option<(Outbox, Inbox)>,
+    store: Option<Store>,
 }
 
 impl Health {
-    /// A daemon that serves `socket` and talks to the apiserver at `apiserver_url`.
-    pub(crate) fn new(socket: PathBuf, apiserver_url: String) -> Self {
-        let apiserver = Apiserver { url: apiserver_url, ..Apiserver::default() };
+    /// A daemon that serves `socket` and talks to the apiserver at `apiserver_url`; `contact` is where its
+    /// Kubernetes client notes the apiserver's answers, judged by the probe settings in `config`.
+    pub(crate) fn new(socket: PathBuf, apiserver_url: String, contact: ApiContact, config: HealthConfig) -> Self {
         Self {
             started: Instant::now(),
             socket,
-            inner: Arc::new(Mutex::new(HealthState { serving: false, apiserver, parts: None, messages: None })),
+            config,
+            contact,
+            inner: Arc::new(Mutex::new(HealthState { url: apiserver_url, ..HealthState::default() })),
         }
     }
 
@@ -130,61 +238,82 @@ impl Health {
         self.lock().messages = Some((outbox, inbox));
     }
 
+    /// The message store whose writability readiness needs.
+    pub(crate) fn attach_store(&self, store: Store) {
+        self.lock().store = Some(store);
+    }
+
     /// Records whether the gRPC server accepts calls.
     pub(crate) fn set_serving(&self, serving: bool) {
         self.lock().serving = serving;
     }
 
-    /// Records a probe's result: the apiserver's version, or why it could not be reached.
-    pub(crate) fn record_probe(&self, result: Result<String, String>) {
+    /// Where the apiserver's answers are noted.
+    pub(crate) fn contact(&self) -> &ApiContact {
+        &self.contact
+    }
+
+    /// The probe settings.
+    pub(crate) fn config(&self) -> &HealthConfig {
+        &self.config
+    }
+
+    /// Records a probe's answer: the apiserver's version.
+    pub(crate) fn probe_answered(&self, version: String) {
+        self.contact.heard(Via::Probe);
         let mut inner = self.lock();
-        let a = &mut inner.apiserver;
-        a.last_checked = Some(humantime::format_rfc3339_seconds(SystemTime::now()).to_string());
-        match result {
-            Ok(version) => {
-                a.reachable = true;
-                a.version = Some(version);
-                a.last_error = None;
-            }
-            Err(error) => {
-                a.reachable = false;
-                a.last_error = Some(error);
-            }
-        }
+        inner.version = Some(version);
+        inner.last_checked = Some(now_rfc3339());
     }
 
-    /// Whether the apiserver answered the last probe.
-    pub(crate) fn apiserver_reachable(&self) -> bool {
-        self.lock().apiserver.reachable
+    /// Records a probe sent at `sent` that failed: refused, or no answer within the probe timeout.
+    pub(crate) fn probe_failed(&self, sent: Instant, why: String) {
+        let mut inner = self.lock();
+        inner.failed_probe = Some((sent, why));
+        inner.last_checked = Some(now_rfc3339());
     }
 
-    /// Builds the report from the parts' state now; readiness needs serving and the apiserver reached.
+    /// Whether the apiserver counts as reachable now, and if not, why.
+    pub(crate) fn apiserver_verdict(&self) -> Result<(), String> {
+        let failed = self.lock().failed_probe.clone();
+        judge_apiserver(Instant::now(), self.contact.last(), failed.as_ref(), &self.config)
+    }
+
+    /// Builds the report from the parts' state now, with readiness and the reasons against it.
     pub(crate) fn report(&self) -> Report {
+        let now = Instant::now();
         let inner = self.lock();
         let mut reasons = Vec::new();
         if !inner.serving {
             reasons.push("the gRPC socket is not served".to_owned());
         }
-        if !inner.apiserver.reachable {
-            let why = inner.apiserver.last_error.as_deref().unwrap_or("not probed yet");
+        let heard = self.contact.last();
+        let verdict = judge_apiserver(now, heard, inner.failed_probe.as_ref(), &self.config);
+        if let Err(why) = &verdict {
             reasons.push(format!("the apiserver is not reachable: {why}"));
         }
         let (upstream_watches, elections) = match &inner.parts {
-            Some((hub, leadership)) => (
-                hub.upstream_watches(),
-                leadership
-                    .snapshot()
-                    .into_iter()
-                    .map(|(k, s)| ElectionReport {
-                        election: format!("{}/{}", k.namespace, k.name),
-                        role: format!("{:?}", s.role).to_uppercase(),
-                        holder: s.holder,
-                        term: s.term,
-                    })
-                    .collect(),
-            ),
+            Some((hub, leadership)) => {
+                let elections = leadership.snapshot();
+                for (key, _, progress) in &elections {
+                    if let Err(why) = judge_election(now, key, progress) {
+                        reasons.push(why);
+                    }
+                }
+                (
+                    hub.upstream_watches(),
+                    elections.into_iter().map(|(k, s, p)| election_report(now, &k, s, p)).collect(),
+                )
+            }
             None => (0, Vec::new()),
         };
+        let store = inner.store.as_ref().map(|store| {
+            let writable = store.writable();
+            if let Err(why) = &writable {
+                reasons.push(format!("the message store is not writable: {why}"));
+            }
+            StoreReport { writable: writable.is_ok(), error: writable.err() }
+        });
         let (outbox_pending, peers, inbox_pending) = match &inner.messages {
             Some((outbox, inbox)) => {
                 let (destinations, held) = outbox.status();
@@ -201,44 +330,235 @@ impl Health {
             }
             None => (0, Vec::new(), 0),
         };
+        let apiserver = Apiserver {
+            url: inner.url.clone(),
+            reachable: verdict.is_ok(),
+            version: inner.version.clone(),
+            last_error: verdict.err(),
+            last_checked: inner.last_checked.clone(),
+            heard_seconds_ago: heard.map(|(at, _)| seconds(now.saturating_duration_since(at))),
+            heard_via: heard.map(|(_, via)| via.name().to_owned()),
+        };
         Report {
             outbox_pending,
             peers,
             inbox_pending,
+            store,
             version: env!("CARGO_PKG_VERSION").to_owned(),
             upstream_watches,
             elections,
-            uptime_seconds: self.started.elapsed().as_secs(),
+            uptime_seconds: now.saturating_duration_since(self.started).as_secs(),
             socket: self.socket.clone(),
             serving: inner.serving,
-            apiserver: inner.apiserver.clone(),
+            apiserver,
             ready: reasons.is_empty(),
             not_ready_reasons: reasons,
         }
     }
 }
 
+/// The apiserver counts as reachable while something heard from it and no probe sent since then failed.
+/// The probe runs only after `probe_interval` of quiet and fails after `probe_timeout`, so a slow link
+/// whose watches still deliver stays reachable whatever its delay; `2 * interval + timeout` of silence
+/// with no failed probe (the probe loop stuck) counts as unreachable too.
+fn judge_apiserver(
+    now: Instant,
+    heard: Option<(Instant, Via)>,
+    failed_probe: Option<&(Instant, String)>,
+    config: &HealthConfig,
+) -> Result<(), String> {
+    let Some((at, via)) = heard else {
+        return Err(match failed_probe {
+            Some((_, why)) => format!("never heard from it; probe: {why}"),
+            None => "not heard from yet".to_owned(),
+        });
+    };
+    let quiet = now.saturating_duration_since(at);
+    let last = format!("last heard {} ago ({})", human(quiet), via.name());
+    if let Some((sent, why)) = failed_probe
+        && *sent > at
+    {
+        return Err(format!("probe: {why}; nothing else heard from it since ({last})"));
+    }
+    let limit = config.probe_interval * 2 + config.probe_timeout;
+    if quiet > limit {
+        return Err(format!("silent for longer than {} ({last})", human(limit)));
+    }
+    Ok(())
+}
+
+/// A campaigning election does its job while reading (and taking or renewing) its Lease succeeds: one
+/// that has not succeeded for longer than its lease duration can neither keep nor take leadership.
+fn judge_election(now: Instant, key: &Key, progress: &Progress) -> Result<(), String> {
+    let quiet = now.saturating_duration_since(progress.since);
+    if !progress.campaigning || quiet <= progress.lease_duration {
+        return Ok(());
+    }
+    let when = if progress.succeeded {
+        format!("in the last {}", human(quiet))
+    } else {
+        format!("since its runner started {} ago", human(quiet))
+    };
+    let why = progress.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default();
+    Err(format!(
+        "election {}/{}: no Lease read or renewal succeeded {when}, longer than its lease duration {}{why}",
+        key.namespace,
+        key.name,
+        human(progress.lease_duration)
+    ))
+}
+
+fn election_report(now: Instant, key: &Key, s: crate::leadership::Observation, p: Progress) -> ElectionReport {
+    ElectionReport {
+        election: format!("{}/{}", key.namespace, key.name),
+        role: format!("{:?}", s.role).to_uppercase(),
+        holder: s.holder,
+        term: s.term,
+        campaigning: p.campaigning,
+        last_success_seconds_ago: p.succeeded.then(|| seconds(now.saturating_duration_since(p.since))),
+        error: p.error,
+    }
+}
+
+/// Seconds with a tenth, as the report carries them.
+fn seconds(d: Duration) -> f64 {
+    (d.as_secs_f64() * 10.0).round() / 10.0
+}
+
+/// A duration as reasons print it: "3.2s".
+fn human(d: Duration) -> String {
+    format!("{:.1}s", d.as_secs_f64())
+}
+
+fn now_rfc3339() -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn ready_only_when_serving_and_the_apiserver_answered() {
-        let health = Health::new("/s.sock".into(), "https://127.0.0.1:6443".into());
+    fn config(interval: u64, timeout: u64) -> HealthConfig {
+        HealthConfig { probe_interval: Duration::from_secs(interval), probe_timeout: Duration::from_secs(timeout) }
+    }
+
+    fn health() -> Health {
+        Health::new("/s.sock".into(), "https://127.0.0.1:6443".into(), ApiContact::new(), config(10, 1))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ready_only_when_serving_and_the_apiserver_answered() {
+        let health = health();
         let report = health.report();
         assert!(!report.ready);
-        assert_eq!(report.not_ready_reasons.len(), 2);
+        assert_eq!(report.not_ready_reasons.len(), 2, "{report:?}");
 
         health.set_serving(true);
-        health.record_probe(Ok("v1.35.4".into()));
+        health.probe_answered("v1.35.4".into());
         let report = health.report();
         assert!(report.ready, "{report:?}");
         assert_eq!(report.apiserver.version.as_deref(), Some("v1.35.4"));
+        assert_eq!(report.apiserver.heard_via.as_deref(), Some("probe"));
 
-        health.record_probe(Err("connection refused".into()));
+        tokio::time::advance(Duration::from_secs(11)).await;
+        health.probe_failed(Instant::now(), "connection refused".into());
         let report = health.report();
         assert!(!report.ready);
-        assert!(report.not_ready_reasons[0].contains("connection refused"));
+        assert!(
+            report.not_ready_reasons[0].contains("apiserver")
+                && report.not_ready_reasons[0].contains("connection refused")
+        );
+        assert_eq!(
+            report.apiserver.last_error.as_deref(),
+            Some(report.not_ready_reasons[0].trim_start_matches("the apiserver is not reachable: "))
+        );
         assert_eq!(report.apiserver.version.as_deref(), Some("v1.35.4"), "last known version kept");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_link_whose_watches_deliver_stays_reachable_though_its_probes_time_out() {
+        let health = health();
+        health.set_serving(true);
+        // A probe sent now gets no answer within its 1 s timeout (the link delays 3 s)...
+        let sent = Instant::now();
+        tokio::time::advance(Duration::from_millis(500)).await;
+        // ...but a watch event arrives meanwhile: the apiserver works.
+        health.contact().heard(Via::WatchStream);
+        tokio::time::advance(Duration::from_millis(500)).await;
+        health.probe_failed(sent, "no answer within 1s".into());
+        assert_eq!(health.apiserver_verdict(), Ok(()));
+        // Events keep arriving, seconds apart, for much longer than the probe timeout.
+        for _ in 0..20 {
+            tokio::time::advance(Duration::from_secs(3)).await;
+            health.contact().heard(Via::WatchStream);
+            let report = health.report();
+            assert!(report.ready, "{report:?}");
+            assert_eq!(report.apiserver.heard_via.as_deref(), Some("watch stream"));
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_probe_unanswered_since_the_last_answer_makes_the_apiserver_unreachable_until_anything_answers() {
+        let health = health();
+        health.contact().heard(Via::Response);
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let sent = Instant::now();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        health.probe_failed(sent, "no answer within 1s (health.probeTimeout)".into());
+        let why = health.apiserver_verdict().expect_err("unreachable");
+        assert!(why.contains("health.probeTimeout") && why.contains("11.0s ago (response)"), "{why}");
+        // A Lease renewal, a read, a watch frame: any answer counts again.
+        health.contact().heard(Via::Response);
+        assert_eq!(health.apiserver_verdict(), Ok(()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn silence_longer_than_the_probe_could_take_is_unreachable_even_without_a_failed_probe() {
+        let health = health();
+        assert_eq!(health.apiserver_verdict(), Err("not heard from yet".to_owned()));
+        health.contact().heard(Via::WatchStream);
+        // 2 * 10 s interval + 1 s timeout.
+        tokio::time::advance(Duration::from_secs(21)).await;
+        assert_eq!(health.apiserver_verdict(), Ok(()));
+        tokio::time::advance(Duration::from_millis(100)).await;
+        let why = health.apiserver_verdict().expect_err("silent too long");
+        assert!(why.starts_with("silent for longer than 21.0s"), "{why}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn contact_remembers_the_latest_answer_and_what_brought_it() {
+        let contact = ApiContact::new();
+        assert_eq!(contact.last(), None);
+        contact.heard(Via::Probe);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        contact.heard(Via::WatchStream);
+        let at = Instant::now();
+        assert_eq!(contact.last(), Some((at, Via::WatchStream)));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        contact.heard(Via::Probe);
+        assert_eq!(contact.last(), Some((Instant::now(), Via::Probe)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_campaigning_election_fails_readiness_only_once_its_lease_steps_failed_for_a_lease_duration() {
+        let key = Key { namespace: "ns".into(), name: "e".into() };
+        let mut progress = Progress {
+            campaigning: true,
+            since: Instant::now(),
+            succeeded: true,
+            lease_duration: Duration::from_secs(15),
+            error: Some("connection refused".into()),
+        };
+        tokio::time::advance(Duration::from_secs(15)).await;
+        assert_eq!(judge_election(Instant::now(), &key, &progress), Ok(()));
+        tokio::time::advance(Duration::from_millis(100)).await;
+        let why = judge_election(Instant::now(), &key, &progress).expect_err("past its lease");
+        assert!(
+            why.starts_with("election ns/e: ") && why.contains("lease duration 15.0s: connection refused"),
+            "{why}"
+        );
+        // Only observing: the apiserver's reachability speaks for it.
+        progress.campaigning = false;
+        assert_eq!(judge_election(Instant::now(), &key, &progress), Ok(()));
     }
 }

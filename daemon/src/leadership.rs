@@ -85,6 +85,23 @@ impl Observation {
     }
 }
 
+/// How an election's runner has fared with the apiserver: what readiness judges an election by.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Progress {
+    /// Whether an app (or the config) campaigns in it, so its Lease must be renewed or watched for a
+    /// takeover; an election only observed is judged by the apiserver's reachability alone.
+    pub campaigning: bool,
+    /// When a step (reading the Lease and, when campaigning, taking or renewing it) last succeeded, or
+    /// when the runner started if none has.
+    pub since: tokio::time::Instant,
+    /// Whether any step succeeded (false: `since` is when the runner started).
+    pub succeeded: bool,
+    /// The Lease duration the steps are held to: the campaign's, else client-go's default.
+    pub lease_duration: Duration,
+    /// Why the last step failed, while steps fail.
+    pub error: Option<String>,
+}
+
 /// Why an election request was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum LeadershipError {
@@ -275,9 +292,10 @@ impl Leadership {
         election.current()
     }
 
-    /// Every election this daemon runs now, with its current state, sorted by key.
-    pub(crate) fn snapshot(&self) -> Vec<(Key, Observation)> {
-        let mut out: Vec<(Key, Observation)> = self.lock().iter().map(|(k, e)| (k.clone(), e.current())).collect();
+    /// Every election this daemon runs now, with its current state and how its runner fares, sorted by key.
+    pub(crate) fn snapshot(&self) -> Vec<(Key, Observation, Progress)> {
+        let mut out: Vec<(Key, Observation, Progress)> =
+            self.lock().iter().map(|(k, e)| (k.clone(), e.current(), e.progress())).collect();
         out.sort_by(|a, b| (&a.0.namespace, &a.0.name).cmp(&(&b.0.namespace, &b.0.name)));
         out
     }

@@ -13,7 +13,7 @@ use prometheus_client::{
 #[derive(Debug, Clone)]
 pub(crate) struct Metrics {
     registry: Arc<Registry>,
-    /// 1 while the apiserver answers the health probe, else 0.
+    /// 1 while the apiserver counts as reachable (see `health`), else 0.
     pub apiserver_up: Gauge,
     /// Upstream apiserver watches running (one per distinct query).
     pub watch_upstreams: Gauge,
@@ -80,7 +80,11 @@ impl Metrics {
             Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
         );
         let apiserver_up = Gauge::default();
-        registry.register("apiserver_up", "1 while the apiserver answers the health probe", apiserver_up.clone());
+        registry.register(
+            "apiserver_up",
+            "1 while the apiserver counts as reachable: heard from recently, no probe unanswered since",
+            apiserver_up.clone(),
+        );
         let watch_upstreams = Gauge::default();
         registry.register("watch_upstreams", "Upstream apiserver watches running", watch_upstreams.clone());
         let watch_subscribers = Gauge::default();

@@ -11,7 +11,7 @@ use crate::{
     api::{self, ApiError, Services},
     cluster::{self, ClusterError},
     config::{Config, Environment},
-    health::Health,
+    health::{ApiContact, Health},
     inbox::Inbox,
     leadership::{Announce, Leadership},
     metrics::Metrics,
@@ -65,11 +65,13 @@ pub async fn run(config: Config, env: &Environment) -> Result<(), RunError> {
     let mut terminate = signal(SignalKind::terminate()).map_err(RunError::Signal)?;
     let mut interrupt = signal(SignalKind::interrupt()).map_err(RunError::Signal)?;
 
-    let (client, apiserver_url) = cluster::connect().await?;
+    // Every answer the client gets is noted here: the jobs' own traffic is readiness's evidence.
+    let contact = ApiContact::new();
+    let (client, apiserver_url) = cluster::connect(&contact).await?;
     let (listener, socket_guard) = socket::bind(&config.socket.path, config.socket.mode.0, config.socket.group_id)?;
     let (admin_listener, admin_guard) = socket::bind(&config.admin.socket, config.admin.mode.0, config.admin.group_id)?;
 
-    let health = Health::new(config.socket.path.clone(), apiserver_url.clone());
+    let health = Health::new(config.socket.path.clone(), apiserver_url.clone(), contact, config.health.clone());
     let metrics = Metrics::new();
     // Cancelled on SIGTERM: stops the gRPC server from accepting. `stopped` ends everything else once
     // in-flight calls are done, so /readyz answers "not ready" while draining.
@@ -85,6 +87,9 @@ pub async fn run(config: Config, env: &Environment) -> Result<(), RunError> {
     health.attach(hub.clone(), leadership.clone());
 
     let store = Store::open(&config.store.dir)?;
+    health.attach_store(store.clone());
+    let (interval, timeout) = (config.health.probe_interval, config.health.probe_timeout);
+    tokio::spawn(store.clone().check(interval, timeout, stopped.clone()));
     let inbox = Inbox::open(
         store.clone(),
         identity.clone(),

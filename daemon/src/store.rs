@@ -4,12 +4,17 @@
 
 use std::{
     path::{Path, PathBuf},
-    sync::Arc,
+    sync::{Arc, Mutex, PoisonError},
     thread,
+    time::Duration,
 };
 
 use redb::{Database, Durability, ReadTransaction, ReadableDatabase, TableDefinition, WriteTransaction};
-use tokio::sync::{mpsc, oneshot};
+use tokio::{
+    sync::{mpsc, oneshot},
+    time::Instant,
+};
+use tokio_util::sync::CancellationToken;
 
 /// The file inside the store directory.
 pub(crate) const FILE_NAME: &str = "consistd.redb";
@@ -17,6 +22,9 @@ pub(crate) const FILE_NAME: &str = "consistd.redb";
 /// Counters that must never go back, by name (`outbox.next_sequence`, `inbox.next_id`): each part keeps
 /// its own key in this one table.
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+
+/// The key in [`META`] the writability check writes when nothing else was committed for a while.
+const CHECK_KEY: &str = "health.checked";
 
 /// Writes one commit takes at most, so a flood of writes still gets flushed in bounded batches.
 const MAX_BATCH: usize = 4096;
@@ -93,6 +101,27 @@ struct Job {
 pub(crate) struct Store {
     db: Arc<Database>,
     writes: mpsc::UnboundedSender<Job>,
+    commits: Arc<Mutex<Commits>>,
+}
+
+/// How the latest commits went, for readiness: the store is writable unless its newest outcome is a
+/// failure.
+#[derive(Debug, Default)]
+struct Commits {
+    /// When a commit last succeeded.
+    succeeded: Option<Instant>,
+    /// When a commit last failed (for a check that got no answer: when it was queued), and why.
+    failed: Option<(Instant, String)>,
+}
+
+impl Commits {
+    fn record(commits: &Mutex<Commits>, at: Instant, result: Result<(), String>) {
+        let mut c = commits.lock().unwrap_or_else(PoisonError::into_inner);
+        match result {
+            Ok(()) => c.succeeded = Some(c.succeeded.map_or(at, |s| s.max(at))),
+            Err(why) => c.failed = Some((at, why)),
+        }
+    }
 }
 
 impl std::fmt::Debug for Store {
@@ -110,11 +139,64 @@ impl Store {
         let db = Arc::new(Database::create(&path).map_err(|source| OpenError::Open { path: path.clone(), source })?);
         let (writes, queue) = mpsc::unbounded_channel();
         let writer_db = db.clone();
+        let commits = Arc::new(Mutex::new(Commits::default()));
+        let writer_commits = commits.clone();
         thread::Builder::new()
             .name("consistd-store".to_owned())
-            .spawn(move || write_loop(&writer_db, queue))
+            .spawn(move || write_loop(&writer_db, queue, &writer_commits))
             .map_err(|e| OpenError::Load { path, source: StoreError::failed("start the store writer", e) })?;
-        Ok(Self { db, writes })
+        Ok(Self { db, writes, commits })
+    }
+
+    /// Whether the store takes writes: yes until a commit fails, and again once one succeeds after
+    /// that; the error says why not.
+    pub(crate) fn writable(&self) -> Result<(), String> {
+        let c = self.commits.lock().unwrap_or_else(PoisonError::into_inner);
+        match (&c.failed, c.succeeded) {
+            (Some((failed, why)), succeeded) if succeeded.is_none_or(|s| s < *failed) => Err(why.clone()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Until `shutdown`: whenever nothing was committed for `interval`, commits a small record to show the
+    /// store still takes writes; one not committed within `timeout` marks the store not writable until a
+    /// commit succeeds.
+    pub(crate) async fn check(self, interval: Duration, timeout: Duration, shutdown: CancellationToken) {
+        loop {
+            let last = self.commits.lock().unwrap_or_else(PoisonError::into_inner).succeeded;
+            let due = last.map_or_else(Instant::now, |at| at + interval);
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep_until(due) => {}
+            }
+            let quiet = self.commits.lock().unwrap_or_else(PoisonError::into_inner).succeeded;
+            if quiet.is_some_and(|at| at + interval > Instant::now()) {
+                continue;
+            }
+            let started = Instant::now();
+            let now = to_millis(std::time::SystemTime::now());
+            let write = self.write("check that the message store is writable", move |txn| {
+                txn.open_table(META)?.insert(CHECK_KEY, now)?;
+                Ok(())
+            });
+            let failure = match tokio::time::timeout(timeout, write).await {
+                // The writer recorded the commit's outcome, success or failure.
+                Ok(Ok(()) | Err(StoreError::Failed { .. })) => None,
+                Ok(Err(error)) => Some(crate::error::chain(&error)),
+                Err(_) => Some(format!("a write queued {timeout:?} ago is not committed yet")),
+            };
+            if let Some(why) = failure {
+                Commits::record(&self.commits, started, Err(why));
+            }
+            if let Err(error) = self.writable() {
+                tracing::warn!(%error, "the message store is not writable");
+                // Check again soon, so the store is known writable again as soon as it is.
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = tokio::time::sleep(interval.min(Duration::from_secs(1))) => {}
+                }
+            }
+        }
     }
 
     /// Queues `f` for the next batch's write transaction at once (writes are applied in the order they
@@ -191,7 +273,7 @@ impl Store {
 }
 
 /// Takes every queued write, applies them in one transaction, commits it durably, answers each.
-fn write_loop(db: &Database, mut queue: mpsc::UnboundedReceiver<Job>) {
+fn write_loop(db: &Database, mut queue: mpsc::UnboundedReceiver<Job>, commits: &Mutex<Commits>) {
     while let Some(first) = queue.blocking_recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -202,6 +284,7 @@ fn write_loop(db: &Database, mut queue: mpsc::UnboundedReceiver<Job>) {
         }
         let mut completions = Vec::with_capacity(batch.len());
         let result = commit_batch(db, batch, &mut completions);
+        Commits::record(commits, Instant::now(), result.clone().map_err(|e| crate::error::chain(&e)));
         for complete in completions {
             complete(result.clone());
         }
@@ -295,5 +378,46 @@ mod tests {
         assert_eq!(err.to_string(), "write a broken thing", "the cause is left to source()");
         let chain = crate::error::chain(&err);
         assert!(chain.starts_with("write a broken thing: ") && chain.matches("test").count() == 1, "{chain}");
+    }
+
+    #[tokio::test]
+    async fn the_store_is_not_writable_after_a_failed_commit_until_one_succeeds() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = Store::open(dir.path()).expect("open");
+        assert_eq!(store.writable(), Ok(()), "nothing failed yet");
+        let broken = store.write("write a broken thing", |_txn| -> Result<(), redb::Error> {
+            Err(redb::Error::Corrupted("disk says no".into()))
+        });
+        broken.await.expect_err("fails");
+        let why = store.writable().expect_err("the newest commit failed");
+        assert!(why.contains("disk says no"), "{why}");
+        store.write("put", |txn| Ok(txn.open_table(T)?.insert(1, 1).map(|_| ())?)).await.expect("write");
+        assert_eq!(store.writable(), Ok(()));
+    }
+
+    #[tokio::test]
+    async fn the_check_commits_a_record_when_nothing_else_did() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = Store::open(dir.path()).expect("open");
+        let stop = CancellationToken::new();
+        let check = tokio::spawn(store.clone().check(Duration::from_millis(100), Duration::from_secs(5), stop.clone()));
+        let mut checked = None;
+        for _ in 0..100 {
+            checked = store
+                .read("read", |txn| match txn.open_table(META) {
+                    Ok(t) => Ok(t.get(CHECK_KEY)?.map(|g| g.value())),
+                    Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
+                    Err(e) => Err(e.into()),
+                })
+                .expect("read");
+            if checked.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(checked.is_some(), "the check wrote its record");
+        assert_eq!(store.writable(), Ok(()));
+        stop.cancel();
+        check.await.expect("check ends with shutdown");
     }
 }

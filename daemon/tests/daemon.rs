@@ -196,6 +196,14 @@ fn config_check_names_the_bad_field_and_exits_64() {
     let out = std::process::Command::new(BIN).args(["config", "check"]).arg(&good).output().expect("run");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
+    // A probe timeout of nothing would make every probe fail: named by its field.
+    let zero = dir.path().join("zero.yaml");
+    std::fs::write(&zero, "health:\n  probeTimeout: 0s\n").expect("write config");
+    let out = std::process::Command::new(BIN).args(["config", "check"]).arg(&zero).output().expect("run");
+    assert_eq!(out.status.code(), Some(64));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("health.probeTimeout") && stderr.contains("greater than 0s"), "{stderr}");
+
     // `run` refuses the same file before touching anything.
     let out = std::process::Command::new(BIN).args(["run", "--config"]).arg(&bad).output().expect("run");
     assert_eq!(out.status.code(), Some(64));

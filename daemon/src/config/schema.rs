@@ -49,6 +49,9 @@ pub struct Config {
     pub inbox: InboxConfig,
     /// How long in-flight calls get to finish after SIGTERM.
     pub shutdown: ShutdownConfig,
+    /// How often the apiserver and the store are probed when nothing else showed they work, and how
+    /// long a probe may take before it counts as failed.
+    pub health: HealthConfig,
     /// Log format and filter; `--log-format` and `--log-level` override them.
     pub log: LogConfig,
 }
@@ -511,6 +514,29 @@ pub struct ShutdownConfig {
 impl Default for ShutdownConfig {
     fn default() -> Self {
         Self { grace_period: Duration::from_secs(5) }
+    }
+}
+
+/// Readiness probes: the daemon's jobs are their own evidence (a watch event or bookmark, a Lease
+/// renewal, any answer from the apiserver; a commit to the store), so a probe runs only when nothing
+/// else showed within `probeInterval` that the apiserver answers or the store commits.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct HealthConfig {
+    /// How long the apiserver or the store may stay quiet before a probe asks them (10 s, the
+    /// interval of the probe this replaces); after a failed probe the next comes within 1 s.
+    #[serde(with = "humantime_serde")]
+    pub probe_interval: Duration,
+    /// How long a probe waits for its answer before it counts as failed (10 s). Readiness turns false
+    /// only when a probe got no answer in this time and nothing else was heard meanwhile, so it must
+    /// exceed the slowest round trip of a link that still works.
+    #[serde(with = "humantime_serde")]
+    pub probe_timeout: Duration,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        Self { probe_interval: Duration::from_secs(10), probe_timeout: Duration::from_secs(10) }
     }
 }
 

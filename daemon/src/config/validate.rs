@@ -1,5 +1,5 @@
 //! Checks across fields that types alone cannot make: socket paths, election timing, peer and outbox
-//! settings, the log filter. Each error names the field.
+//! settings, health probes, the log filter. Each error names the field.
 
 use std::{path::Path, time::Duration};
 
@@ -7,6 +7,8 @@ use super::{Config, ConfigError, MAX_PAYLOAD_LIMIT};
 
 /// A Unix socket path is stored in `sockaddr_un.sun_path`: 108 bytes with the terminating NUL.
 const MAX_SOCKET_PATH_BYTES: usize = 107;
+/// Probing a quiet apiserver or store more often than this would be load for nothing.
+const MIN_PROBE_INTERVAL: Duration = Duration::from_millis(100);
 
 impl Config {
     /// Checks what types alone cannot: socket paths, durations, the log filter.
@@ -51,6 +53,7 @@ impl Config {
                 "must be greater than 0s: in-flight calls need time to finish",
             ));
         }
+        self.validate_health()?;
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log.level) {
             return Err(ConfigError::field("log.level", format!("{:?} is not a tracing filter: {e}", self.log.level)));
         }
@@ -85,6 +88,23 @@ impl Config {
             if let Some(ns) = rule.namespaces.iter().find(|ns| !crate::names::is_namespace_name(ns)) {
                 return Err(ConfigError::field(field("namespaces"), format!("{ns:?} is not a namespace name")));
             }
+        }
+        Ok(())
+    }
+
+    fn validate_health(&self) -> Result<(), ConfigError> {
+        let h = &self.health;
+        if h.probe_interval < MIN_PROBE_INTERVAL {
+            return Err(ConfigError::field(
+                "health.probeInterval",
+                format!("{:?} is too short: at least {MIN_PROBE_INTERVAL:?}", h.probe_interval),
+            ));
+        }
+        if h.probe_timeout.is_zero() {
+            return Err(ConfigError::field(
+                "health.probeTimeout",
+                "must be greater than 0s: a probe needs time for its answer to travel back",
+            ));
         }
         Ok(())
     }

@@ -27,7 +27,7 @@ use tokio::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::{Key, Leadership, Observation, Role};
+use super::{Key, Leadership, Observation, Progress, Role};
 use crate::config::Timing;
 use crate::watch::{Query, Subscription};
 
@@ -42,6 +42,8 @@ pub(super) struct Election {
     /// Woken when campaigners come or go.
     wake: Notify,
     observed: AtomicBool,
+    /// How the runner's steps have gone, for readiness.
+    progress: Mutex<Progress>,
 }
 
 impl Election {
@@ -54,7 +56,35 @@ impl Election {
             campaign: Mutex::new((0, Timing::default())),
             wake: Notify::new(),
             observed: AtomicBool::new(false),
+            progress: Mutex::new(Progress {
+                campaigning: false,
+                since: Instant::now(),
+                succeeded: false,
+                lease_duration: Timing::default().lease_duration,
+                error: None,
+            }),
         })
+    }
+
+    pub(super) fn progress(&self) -> Progress {
+        let mut progress = self.progress.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let campaign = self.campaigning();
+        progress.campaigning = campaign.is_some();
+        progress.lease_duration = campaign.unwrap_or_default().lease_duration;
+        progress
+    }
+
+    /// Records a step's outcome: a success moves `since` on, a failure keeps it and says why.
+    fn record_step(&self, outcome: Result<(), String>) {
+        let mut progress = self.progress.lock().unwrap_or_else(PoisonError::into_inner);
+        match outcome {
+            Ok(()) => {
+                progress.since = Instant::now();
+                progress.succeeded = true;
+                progress.error = None;
+            }
+            Err(why) => progress.error = Some(why),
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, (usize, Timing)> {
@@ -228,6 +258,11 @@ pub(super) async fn run(election: Arc<Election>, client: Client, registry: Arc<L
         // Every call is bounded so the renew deadline is kept even when the apiserver hangs.
         let budget = until_next_attempt(renewed, timing);
         let outcome = tokio::time::timeout(budget, step(&api, &election, campaign, &mut observed)).await;
+        election.record_step(match &outcome {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(error)) => Err(crate::error::chain(error)),
+            Err(_) => Err(format!("no answer within {budget:?}")),
+        });
         match outcome {
             Ok(Ok(Step::Leader)) => {
                 renewed = Some(Instant::now());
