@@ -106,7 +106,7 @@ impl Hub {
         self.lock().len()
     }
 
-    /// Resolves a resource name through discovery.
+    /// Resolves a resource name: built-ins from a static table, the rest through discovery.
     pub(crate) async fn resolve(&self, name: &str) -> Result<Resolved, ResolveError> {
         self.resolver.resolve(name).await
     }
@@ -163,7 +163,13 @@ impl Hub {
             Some(watch) => watch,
             None => {
                 let api = self.api(&key);
-                check_query(&api, &key).await?;
+                if let Err(error) = check_query(&api, &key).await {
+                    if not_served(&error) {
+                        // Resolved from a catalog that is out of date: the next resolve fetches it again.
+                        self.resolver.invalidate().await;
+                    }
+                    return Err(error);
+                }
                 let config = self.watcher_config(&api, &key).await?;
                 self.acquire_or_start(key, api, config)
             }
@@ -277,6 +283,12 @@ async fn check_query(api: &Api<RawObject>, key: &WatchKey) -> Result<(), Resourc
             .map_err(|e| refused("field_selector", e))?;
     }
     Ok(())
+}
+
+/// Whether `error` says the apiserver does not serve the resource at all: a list (a collection, never
+/// one object) answered 404.
+fn not_served(error: &ResourceError) -> bool {
+    matches!(error, ResourceError::Apiserver { source: kube::Error::Api(status), .. } if status.code == 404)
 }
 
 /// Whether the apiserver answers a streaming-list watch (sendInitialEvents); older or restricted ones

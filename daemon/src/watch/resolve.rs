@@ -1,20 +1,27 @@
 //! Turns what an app names ("configmaps", "deployments.apps", "apps/v1/deployments", "Deployment") into
-//! the apiserver resource it means, through discovery. Discovery is cached and run again when a name is
-//! not found, so custom resources created after start are found too.
+//! the apiserver resource it means: built-in resources from a static table, anything else from aggregated
+//! discovery (two requests), cached and fetched again on a miss, when old, or when the apiserver says a
+//! resolved resource is not served.
 
-use std::{
-    sync::Arc,
-    time::{Duration, Instant},
+mod builtin;
+mod catalog;
+
+use std::{sync::Arc, time::Duration};
+
+use kube::{Client, discovery::ApiResource};
+use tokio::{sync::Mutex, time::Instant};
+
+use self::{
+    builtin::BUILTIN,
+    catalog::{Catalog, Served},
 };
 
-use kube::{
-    Client,
-    discovery::{ApiCapabilities, ApiResource, Discovery, Scope, verbs},
-};
-use tokio::sync::Mutex;
-
-/// Discovery is run again on a miss at most this often, so a stream of typos cannot hammer the apiserver.
+/// Discovery is fetched again at most this often, so a stream of typos cannot hammer the apiserver.
 const REDISCOVER_AFTER: Duration = Duration::from_secs(2);
+
+/// A catalog this old is fetched again before it answers, so a custom resource whose preferred version
+/// changed is followed without a miss to say so (no CRD watch: the daemon's RBAC is namespaced).
+const CATALOG_MAX_AGE: Duration = Duration::from_secs(5 * 60);
 
 /// An apiserver resource an app may list and watch.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -65,19 +72,26 @@ pub(crate) enum ResolveError {
     /// The name is not of any accepted form.
     #[error("{0:?} is not a resource name: use plural, plural.group, group/version/plural or Kind")]
     Malformed(String),
-    /// Discovery could not be run (the apiserver refused or was unreachable), so no name was looked up.
+    /// Discovery could not be fetched (the apiserver refused or was unreachable), so no name was looked up.
     #[error("discover apiserver resources")]
     Discovery(#[source] kube::Error),
 }
 
-/// The last discovery and when it ran.
-type CachedDiscovery = Option<(Instant, Arc<Discovery>)>;
+/// The last catalog fetched, and whether it is known to be out of date.
+#[derive(Debug)]
+struct Fetched {
+    at: Instant,
+    catalog: Arc<Catalog>,
+    /// The apiserver refused a resource this catalog resolved as not served: fetch again at the next
+    /// lookup (still at most every `REDISCOVER_AFTER`).
+    stale: bool,
+}
 
-/// Resolves resource names against the apiserver's discovery, cached.
+/// Resolves resource names: built-ins at once, the rest against the apiserver's discovery, cached.
 #[derive(Clone)]
 pub(crate) struct Resolver {
     client: Client,
-    cache: Arc<Mutex<CachedDiscovery>>,
+    cache: Arc<Mutex<Option<Fetched>>>,
 }
 
 impl std::fmt::Debug for Resolver {
@@ -123,62 +137,107 @@ impl Resolver {
         Self { client, cache: Arc::new(Mutex::new(None)) }
     }
 
-    /// Resolves `name` to a resource that supports list and watch.
+    /// Resolves `name` to a resource that supports list and watch. A built-in resource costs no request;
+    /// anything else at most one discovery fetch (two requests, sent together).
     pub(crate) async fn resolve(&self, name: &str) -> Result<Resolved, ResolveError> {
         let query = parse(name)?;
-        let discovery = self.discovery(false).await?;
-        let found = match find(&discovery, &query) {
-            Some(found) => Some(found),
-            None => find(&*self.discovery(true).await?, &query),
-        };
-        let (api, caps) = found.ok_or_else(|| ResolveError::NotFound(name.to_owned()))?;
-        if !(caps.supports_operation(verbs::LIST) && caps.supports_operation(verbs::WATCH)) {
-            return Err(ResolveError::NotWatchable(name.to_owned()));
+        if let Some(served) = BUILTIN.find(&query) {
+            return resolved(name, served);
         }
-        Ok(Resolved {
-            api: ResourceId { group: api.group, version: api.version, kind: api.kind, plural: api.plural },
-            namespaced: caps.scope == Scope::Namespaced,
-        })
+        let catalog = self.catalog(false).await?;
+        let served = match catalog.find(&query) {
+            Some(served) => served.clone(),
+            None => self
+                .catalog(true)
+                .await?
+                .find(&query)
+                .cloned()
+                .ok_or_else(|| ResolveError::NotFound(name.to_owned()))?,
+        };
+        resolved(name, &served)
     }
 
-    /// The cached discovery; with `refresh`, run again unless it ran within `REDISCOVER_AFTER`.
-    async fn discovery(&self, refresh: bool) -> Result<Arc<Discovery>, ResolveError> {
-        let mut cache = self.cache.lock().await;
-        if let Some((at, discovery)) = cache.as_ref()
-            && (!refresh || at.elapsed() < REDISCOVER_AFTER)
-        {
-            return Ok(discovery.clone());
+    /// Marks the cached catalog out of date: the apiserver answered a resource it resolved with "not
+    /// served" (a custom resource deleted, or its version no longer served).
+    pub(crate) async fn invalidate(&self) {
+        if let Some(fetched) = self.cache.lock().await.as_mut() {
+            fetched.stale = true;
         }
-        let discovery = Arc::new(Discovery::new(self.client.clone()).run().await.map_err(ResolveError::Discovery)?);
-        *cache = Some((Instant::now(), discovery.clone()));
-        Ok(discovery)
+    }
+
+    /// The cached catalog, fetched first when there is none, or when it is stale, older than
+    /// `CATALOG_MAX_AGE` or (`after_miss`) lacked a name; but never again within `REDISCOVER_AFTER`.
+    async fn catalog(&self, after_miss: bool) -> Result<Arc<Catalog>, ResolveError> {
+        let mut cache = self.cache.lock().await;
+        if let Some(fetched) = cache.as_ref() {
+            let age = fetched.at.elapsed();
+            let outdated = after_miss || fetched.stale || age >= CATALOG_MAX_AGE;
+            if !outdated || age < REDISCOVER_AFTER {
+                return Ok(fetched.catalog.clone());
+            }
+        }
+        let catalog = Arc::new(catalog::fetch(&self.client).await.map_err(ResolveError::Discovery)?);
+        tracing::debug!("fetched the apiserver's discovery");
+        *cache = Some(Fetched { at: Instant::now(), catalog: catalog.clone(), stale: false });
+        Ok(catalog)
     }
 }
 
-/// Finds the resource a query names. The core group wins over others with the same plural or kind
-/// (as kubectl prefers "events" over "events.events.k8s.io"); otherwise the first group in discovery order.
-fn find(discovery: &Discovery, query: &NameForm<'_>) -> Option<(ApiResource, ApiCapabilities)> {
-    match *query {
-        NameForm::Exact { group, version, plural } => {
-            let group = discovery.get(group)?;
-            group.versioned_resources(version).into_iter().find(|(ar, _)| ar.plural == plural)
-        }
-        NameForm::Name { name, group } => {
-            let lower = name.to_ascii_lowercase();
-            let mut groups: Vec<_> = discovery.groups().filter(|g| group.is_none_or(|want| g.name() == want)).collect();
-            groups.sort_by_key(|g| !g.name().is_empty());
-            groups.into_iter().find_map(|g| {
-                g.recommended_resources()
-                    .into_iter()
-                    .find(|(ar, _)| ar.plural == name || ar.kind.to_ascii_lowercase() == lower)
-            })
-        }
+/// What `name` resolved to, if it can be listed and watched.
+fn resolved(name: &str, served: &Served) -> Result<Resolved, ResolveError> {
+    if !served.watchable {
+        return Err(ResolveError::NotWatchable(name.to_owned()));
     }
+    Ok(Resolved { api: served.id.clone(), namespaced: served.namespaced })
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::Ordering;
+
     use super::*;
+    use crate::watch::resolve::catalog::tests::{APIS, CORE, apiserver};
+
+    #[tokio::test(start_paused = true)]
+    async fn built_ins_cost_no_request_and_the_rest_one_fetch_of_two() {
+        let (client, requests) = apiserver(CORE, APIS);
+        let resolver = Resolver::new(client);
+        for name in ["configmaps", "v1/configmaps", "ConfigMap", "configmap", "leases.coordination.k8s.io"] {
+            let resolved = resolver.resolve(name).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(resolved.namespaced, "{name}");
+        }
+        assert_eq!(requests.load(Ordering::SeqCst), 0, "built-ins are known without asking");
+
+        let widgets = resolver.resolve("widgets.example.com").await.expect("widgets");
+        assert_eq!((widgets.api.version.as_str(), widgets.namespaced), ("v2", false));
+        assert_eq!(requests.load(Ordering::SeqCst), 2, "/api and /apis");
+        resolver.resolve("example.com/v1/gadgets").await.expect("gadgets");
+        assert_eq!(requests.load(Ordering::SeqCst), 2, "cached");
+
+        assert!(matches!(resolver.resolve("sprockets").await, Err(ResolveError::NotFound(_))));
+        assert_eq!(requests.load(Ordering::SeqCst), 2, "a miss right after a fetch waits for the rate limit");
+        tokio::time::advance(REDISCOVER_AFTER).await;
+        assert!(matches!(resolver.resolve("sprockets").await, Err(ResolveError::NotFound(_))));
+        assert_eq!(requests.load(Ordering::SeqCst), 4, "a later miss fetches again, once");
+        assert!(matches!(resolver.resolve("bindings").await, Err(ResolveError::NotWatchable(_))));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_catalog_is_fetched_again_when_stale_or_old() {
+        let (client, requests) = apiserver(CORE, APIS);
+        let resolver = Resolver::new(client);
+        resolver.resolve("widgets").await.expect("widgets");
+        resolver.invalidate().await;
+        resolver.resolve("widgets").await.expect("widgets");
+        assert_eq!(requests.load(Ordering::SeqCst), 2, "not within the rate limit, even when stale");
+        tokio::time::advance(REDISCOVER_AFTER).await;
+        resolver.resolve("widgets").await.expect("widgets");
+        assert_eq!(requests.load(Ordering::SeqCst), 4, "stale: fetched again");
+        resolver.resolve("widgets").await.expect("widgets");
+        tokio::time::advance(CATALOG_MAX_AGE).await;
+        resolver.resolve("widgets").await.expect("widgets");
+        assert_eq!(requests.load(Ordering::SeqCst), 6, "old: fetched again");
+    }
 
     #[test]
     fn names_parse_into_queries() {
