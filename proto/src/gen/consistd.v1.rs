@@ -31,7 +31,8 @@ pub struct WriteGuard {
     /// Namespace of the election's Lease; empty means the daemon's own namespace.
     #[prost(string, tag = "2")]
     pub namespace: ::prost::alloc::string::String,
-    /// The fencing term the caller was told it leads.
+    /// The fencing term the caller was told it leads. Terms start at 1: 0 (what an unset field reads as) is
+    /// refused with INVALID_ARGUMENT naming guard.term.
     #[prost(uint64, tag = "3")]
     pub term: u64,
 }
@@ -1479,7 +1480,8 @@ pub struct LeadershipStatus {
     /// Identity of the current holder; empty when nobody holds the Lease.
     #[prost(string, tag = "4")]
     pub holder: ::prost::alloc::string::String,
-    /// Fencing token: increases on every change of holder (from the Lease's leaseTransitions).
+    /// Fencing token: the Lease's leaseTransitions + 1, so it starts at 1 with the first leader and increases
+    /// on every change of holder; 0 only while the Lease does not exist.
     #[prost(uint64, tag = "5")]
     pub term: u64,
     /// The timing the holder advertises.

@@ -154,7 +154,8 @@ type LeadershipStatus struct {
 	State LeadershipState `protobuf:"varint,3,opt,name=state,proto3,enum=consistd.v1.LeadershipState" json:"state,omitempty"`
 	// Identity of the current holder; empty when nobody holds the Lease.
 	Holder string `protobuf:"bytes,4,opt,name=holder,proto3" json:"holder,omitempty"`
-	// Fencing token: increases on every change of holder (from the Lease's leaseTransitions).
+	// Fencing token: the Lease's leaseTransitions + 1, so it starts at 1 with the first leader and increases
+	// on every change of holder; 0 only while the Lease does not exist.
 	Term uint64 `protobuf:"varint,5,opt,name=term,proto3" json:"term,omitempty"`
 	// The timing the holder advertises.
 	Timing *LeaseTiming `protobuf:"bytes,6,opt,name=timing,proto3" json:"timing,omitempty"`

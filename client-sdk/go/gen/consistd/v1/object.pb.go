@@ -112,7 +112,8 @@ type WriteGuard struct {
 	Election string `protobuf:"bytes,1,opt,name=election,proto3" json:"election,omitempty"`
 	// Namespace of the election's Lease; empty means the daemon's own namespace.
 	Namespace string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	// The fencing term the caller was told it leads.
+	// The fencing term the caller was told it leads. Terms start at 1: 0 (what an unset field reads as) is
+	// refused with INVALID_ARGUMENT naming guard.term.
 	Term          uint64 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

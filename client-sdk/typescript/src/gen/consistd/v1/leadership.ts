@@ -59,7 +59,10 @@ export interface LeadershipStatus {
   state: LeadershipState;
   /** Identity of the current holder; empty when nobody holds the Lease. */
   holder: string;
-  /** Fencing token: increases on every change of holder (from the Lease's leaseTransitions). */
+  /**
+   * Fencing token: the Lease's leaseTransitions + 1, so it starts at 1 with the first leader and increases
+   * on every change of holder; 0 only while the Lease does not exist.
+   */
   term: bigint;
   /** The timing the holder advertises. */
   timing:

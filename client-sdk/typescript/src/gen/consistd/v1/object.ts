@@ -33,7 +33,10 @@ export interface WriteGuard {
   election: string;
   /** Namespace of the election's Lease; empty means the daemon's own namespace. */
   namespace: string;
-  /** The fencing term the caller was told it leads. */
+  /**
+   * The fencing term the caller was told it leads. Terms start at 1: 0 (what an unset field reads as) is
+   * refused with INVALID_ARGUMENT naming guard.term.
+   */
   term: bigint;
 }
 
