@@ -9,6 +9,7 @@ use crate::{
     config::{self, Config, Environment, LogFormat, Overrides},
     error,
     health::Report,
+    inject::{Defaults, offline},
 };
 
 /// Exit code for an invalid configuration (EX_USAGE, as linkerd2-proxy and sysexits use it).
@@ -34,6 +35,50 @@ pub enum Command {
     Config(ConfigCommand),
     /// Show a running daemon's state, read from its admin socket; exits 1 unless it is ready.
     Status(StatusArgs),
+    /// Add consistd as a native sidecar to pods: `inject -f FILE` rewrites manifests.
+    Inject(InjectArgs),
+}
+
+/// Flags of `consistd inject`.
+#[derive(Debug, Args)]
+pub struct InjectArgs {
+    /// The manifests to rewrite ("-" for standard input): Pods, and the pod templates of Deployments,
+    /// StatefulSets, DaemonSets, ReplicaSets, Jobs and CronJobs; the result goes to standard output.
+    #[arg(short = 'f', long = "filename")]
+    pub file: PathBuf,
+    /// What the sidecar gets unless a pod's annotations say otherwise.
+    #[command(flatten)]
+    pub defaults: SidecarArgs,
+}
+
+/// The sidecar's defaults, shared by the offline injector and the webhook.
+#[derive(Debug, Args)]
+pub struct SidecarArgs {
+    /// The consistd image.
+    #[arg(long, default_value_t = Defaults::default().image)]
+    pub image: String,
+    /// The ConfigMap with `consistd.yaml` (annotation consistd.io/config overrides it).
+    #[arg(long, default_value_t = Defaults::default().config_map)]
+    pub config_map: String,
+    /// The daemon-to-daemon port (annotation consistd.io/peer-port).
+    #[arg(long, default_value_t = Defaults::default().peer_port)]
+    pub peer_port: u16,
+    /// The peer mTLS Secret, mounted if it exists (annotation consistd.io/peer-tls-secret).
+    #[arg(long, default_value_t = Defaults::default().peer_tls_secret)]
+    pub peer_tls_secret: String,
+}
+
+impl SidecarArgs {
+    /// The defaults these flags give.
+    pub fn defaults(&self) -> Defaults {
+        Defaults {
+            image: self.image.clone(),
+            config_map: self.config_map.clone(),
+            peer_port: self.peer_port,
+            peer_tls_secret: self.peer_tls_secret.clone(),
+            ..Defaults::default()
+        }
+    }
 }
 
 /// Flags of `consistd run`; each overrides the config file, and each has a `CONSISTD_*` variable.
@@ -116,6 +161,34 @@ pub fn config_check(file: &std::path::Path, env: &Environment) -> ExitCode {
         Err(error) => {
             eprintln!("{}: {}", file.display(), error::chain(&error));
             ExitCode::from(EXIT_INVALID_CONFIG)
+        }
+    }
+}
+
+/// `consistd inject -f FILE`: the rewritten manifests on standard output; exit 1 naming the document and
+/// field that could not be injected.
+pub fn inject_file(args: &InjectArgs) -> ExitCode {
+    let read = if args.file.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin())
+    } else {
+        std::fs::read_to_string(&args.file)
+    };
+    let yaml = match read {
+        Ok(yaml) => yaml,
+        Err(error) => {
+            eprintln!("consistd inject: read {}: {error}", args.file.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    match offline::inject_documents(&yaml, &args.defaults.defaults()) {
+        Ok((out, injected)) => {
+            print!("{out}");
+            eprintln!("consistd inject: {injected} pod template(s) injected");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("consistd inject: {}: {}", args.file.display(), error::chain(&error));
+            ExitCode::FAILURE
         }
     }
 }

@@ -12,6 +12,7 @@ pub mod config;
 pub mod error;
 pub mod health;
 pub(crate) mod inbox;
+pub mod inject;
 pub(crate) mod leadership;
 pub(crate) mod metrics;
 pub(crate) mod names;

@@ -14,6 +14,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Config(ConfigCommand::Check { file }) => cli::config_check(&file, &env),
         Command::Status(args) => runtime().block_on(cli::status(&args)),
+        Command::Inject(args) => cli::inject_file(&args),
         Command::Run(args) => {
             let config = match args.load_config(&env) {
                 Ok(config) => config,
