@@ -9,7 +9,7 @@ use crate::{
     config::{self, Config, Environment, LogFormat, Overrides},
     error,
     health::Report,
-    inject::{Defaults, offline},
+    inject::{Defaults, certs, offline, webhook},
 };
 
 /// Exit code for an invalid configuration (EX_USAGE, as linkerd2-proxy and sysexits use it).
@@ -35,20 +35,93 @@ pub enum Command {
     Config(ConfigCommand),
     /// Show a running daemon's state, read from its admin socket; exits 1 unless it is ready.
     Status(StatusArgs),
-    /// Add consistd as a native sidecar to pods: `inject -f FILE` rewrites manifests.
-    Inject(InjectArgs),
+    /// Add consistd as a native sidecar to pods: `inject -f FILE` rewrites manifests, `inject webhook`
+    /// serves the mutating admission webhook.
+    Inject(Box<InjectArgs>),
 }
 
-/// Flags of `consistd inject`.
+/// `consistd inject -f FILE` or `consistd inject webhook`.
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct InjectArgs {
+    /// `webhook`, or none to rewrite a file.
+    #[command(subcommand)]
+    pub command: Option<InjectCommand>,
     /// The manifests to rewrite ("-" for standard input): Pods, and the pod templates of Deployments,
     /// StatefulSets, DaemonSets, ReplicaSets, Jobs and CronJobs; the result goes to standard output.
-    #[arg(short = 'f', long = "filename")]
-    pub file: PathBuf,
+    #[arg(short = 'f', long = "filename", required = true)]
+    pub file: Option<PathBuf>,
     /// What the sidecar gets unless a pod's annotations say otherwise.
     #[command(flatten)]
     pub defaults: SidecarArgs,
+}
+
+/// `consistd inject` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum InjectCommand {
+    /// Serve the mutating admission webhook until SIGTERM.
+    Webhook(WebhookArgs),
+}
+
+/// Flags of `consistd inject webhook`.
+#[derive(Debug, Args)]
+pub struct WebhookArgs {
+    /// Where to serve HTTPS.
+    #[arg(long, default_value = "0.0.0.0:8443")]
+    pub listen: std::net::SocketAddr,
+    /// The injector's namespace (its Secret's, and its Service's).
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub namespace: String,
+    /// The Service the apiserver calls; its DNS names go in the serving certificate.
+    #[arg(long, default_value = "consistd-injector")]
+    pub service: String,
+    /// Extra names (DNS names or IP addresses) for the serving certificate.
+    #[arg(long = "san")]
+    pub extra_names: Vec<String>,
+    /// The Secret holding the webhook's CA and serving certificate.
+    #[arg(long, default_value = "consistd-injector-tls")]
+    pub secret: String,
+    /// The MutatingWebhookConfiguration whose caBundle is kept current.
+    #[arg(long, default_value = "consistd-injector")]
+    pub webhook_configuration: String,
+    /// How long a serving certificate is valid; it is renewed with a third of that left.
+    #[arg(long, default_value = "90d", value_parser = humantime::parse_duration)]
+    pub cert_validity: std::time::Duration,
+    /// How long the CA is valid; rotated with a third left, the old one kept in the bundle.
+    #[arg(long, default_value = "3650d", value_parser = humantime::parse_duration)]
+    pub ca_validity: std::time::Duration,
+    /// How often the certificates are checked.
+    #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+    pub check_every: std::time::Duration,
+    /// Log filter.
+    #[arg(long, env = "CONSISTD_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+    /// What the sidecar gets unless a pod's annotations say otherwise.
+    #[command(flatten)]
+    pub defaults: SidecarArgs,
+}
+
+impl WebhookArgs {
+    /// The webhook's settings: the Service's DNS names first, then the extra names.
+    pub fn settings(&self) -> webhook::WebhookSettings {
+        let (service, ns) = (&self.service, &self.namespace);
+        let mut names =
+            vec![format!("{service}.{ns}.svc"), format!("{service}.{ns}.svc.cluster.local"), format!("{service}.{ns}")];
+        names.extend(self.extra_names.iter().cloned());
+        webhook::WebhookSettings {
+            listen: self.listen,
+            certs: certs::CertSettings {
+                namespace: ns.clone(),
+                secret: self.secret.clone(),
+                names,
+                cert_validity: self.cert_validity,
+                ca_validity: self.ca_validity,
+            },
+            configuration: self.webhook_configuration.clone(),
+            check_every: self.check_every,
+            defaults: self.defaults.defaults(),
+        }
+    }
 }
 
 /// The sidecar's defaults, shared by the offline injector and the webhook.
@@ -167,16 +240,13 @@ pub fn config_check(file: &std::path::Path, env: &Environment) -> ExitCode {
 
 /// `consistd inject -f FILE`: the rewritten manifests on standard output; exit 1 naming the document and
 /// field that could not be injected.
-pub fn inject_file(args: &InjectArgs) -> ExitCode {
-    let read = if args.file.as_os_str() == "-" {
-        std::io::read_to_string(std::io::stdin())
-    } else {
-        std::fs::read_to_string(&args.file)
-    };
+pub fn inject_file(file: &std::path::Path, args: &InjectArgs) -> ExitCode {
+    let read =
+        if file.as_os_str() == "-" { std::io::read_to_string(std::io::stdin()) } else { std::fs::read_to_string(file) };
     let yaml = match read {
         Ok(yaml) => yaml,
         Err(error) => {
-            eprintln!("consistd inject: read {}: {error}", args.file.display());
+            eprintln!("consistd inject: read {}: {error}", file.display());
             return ExitCode::FAILURE;
         }
     };
@@ -187,7 +257,38 @@ pub fn inject_file(args: &InjectArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(error) => {
-            eprintln!("consistd inject: {}: {}", args.file.display(), error::chain(&error));
+            eprintln!("consistd inject: {}: {}", file.display(), error::chain(&error));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `consistd inject webhook`: serves until SIGTERM or SIGINT.
+pub async fn inject_webhook(args: &WebhookArgs) -> ExitCode {
+    let client = match kube::Client::try_default().await {
+        Ok(client) => client,
+        Err(error) => {
+            tracing::error!(error = %error::chain(&error), "consistd inject webhook: connect to the apiserver");
+            return ExitCode::FAILURE;
+        }
+    };
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(term) => term,
+            Err(error) => return tracing::error!(%error, "listen for SIGTERM"),
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        stop.cancel();
+    });
+    match webhook::run(client, args.settings(), shutdown).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(error = %error::chain(&error), "consistd inject webhook failed");
             ExitCode::FAILURE
         }
     }

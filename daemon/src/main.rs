@@ -14,7 +14,15 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Config(ConfigCommand::Check { file }) => cli::config_check(&file, &env),
         Command::Status(args) => runtime().block_on(cli::status(&args)),
-        Command::Inject(args) => cli::inject_file(&args),
+        Command::Inject(args) => match (&args.command, &args.file) {
+            (Some(cli::InjectCommand::Webhook(webhook)), _) => {
+                consistd::telemetry::init(consistd::config::LogFormat::Json, &webhook.log_level);
+                runtime().block_on(cli::inject_webhook(webhook))
+            }
+            (None, Some(file)) => cli::inject_file(file, &args),
+            // clap requires -f when no subcommand is given.
+            (None, None) => ExitCode::from(2),
+        },
         Command::Run(args) => {
             let config = match args.load_config(&env) {
                 Ok(config) => config,

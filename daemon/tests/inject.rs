@@ -90,3 +90,172 @@ fn manifests_base_runs_the_sidecar_exactly_as_inject_adds_it() {
     template["metadata"].as_object_mut().expect("metadata").remove("annotations");
     assert_eq!(injected, base, "manifests/base/deployment.yaml and `consistd inject` disagree");
 }
+
+mod webhook {
+    //! The webhook in the real apiserver's admission chain: it keeps its certificates in a Secret and the
+    //! CA bundle in its MutatingWebhookConfiguration, renews them, injects labelled pods exactly as the
+    //! offline path does, and both failure policies behave as documented.
+
+    use std::time::Duration;
+
+    use k8s_openapi::api::{admissionregistration::v1::MutatingWebhookConfiguration, core::v1::Pod};
+    use kube::{
+        Api,
+        api::{DeleteParams, Patch, PatchParams, PostParams},
+    };
+    use serde_json::{Value, json};
+    use tokio::process::{Child, Command};
+
+    use super::{BIN, documents, inject};
+
+    /// A pod for `ns` named `name`, labelled for injection with `label` (none: unlabelled).
+    fn pod(name: &str, label: Option<&str>) -> Value {
+        let mut pod = json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name},
+            "spec": {"containers": [{"name": "app", "image": "example/app:1"}]}
+        });
+        if let Some(label) = label {
+            pod["metadata"]["labels"] = json!({"consistd.io/inject": label});
+        }
+        pod
+    }
+
+    async fn create(api: &Api<Pod>, pod: &Value) -> Result<Pod, kube::Error> {
+        let pod: Pod = serde_json::from_value(pod.clone()).expect("a Pod");
+        api.create(&PostParams::default(), &pod).await
+    }
+
+    fn init_names(pod: &Pod) -> Vec<String> {
+        let spec = pod.spec.as_ref().expect("spec");
+        spec.init_containers.iter().flatten().map(|c| c.name.clone()).collect()
+    }
+
+    fn start_injector(port: u16, ns: &str, configuration: &str) -> Child {
+        Command::new(BIN)
+            .args([
+                "inject",
+                "webhook",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--namespace",
+                ns,
+                "--san",
+                "127.0.0.1",
+            ])
+            .args(["--webhook-configuration", configuration, "--check-every", "1s", "--cert-validity", "15s"])
+            .env("KUBECONFIG", consistd_testkit::kubeconfig())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start consistd inject webhook")
+    }
+
+    async fn until<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(value) = check().await {
+                return value;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{what}: not within 60 s");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn labelled_pods_are_injected_in_the_apiserver_as_offline_and_certificates_renew() {
+        let client = consistd_testkit::kube_client().await;
+        let ns = consistd_testkit::namespace(&client).await;
+        let port = consistd_testkit::free_port();
+        let name = format!("consistd-injector-{ns}");
+        let configurations: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+        let configuration: MutatingWebhookConfiguration = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "webhooks": [{
+                "name": "inject.consistd.io",
+                "clientConfig": {"url": format!("https://127.0.0.1:{port}/mutate")},
+                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}],
+                "objectSelector": {"matchLabels": {"consistd.io/inject": "true"}},
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+                "failurePolicy": "Fail",
+                "reinvocationPolicy": "IfNeeded",
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "timeoutSeconds": 10
+            }]
+        }))
+        .expect("a MutatingWebhookConfiguration");
+        configurations.create(&PostParams::default(), &configuration).await.expect("create the configuration");
+        let mut injector = start_injector(port, &ns, &name);
+
+        let bundle = until("caBundle published", async || {
+            let c = configurations.get(&name).await.ok()?;
+            c.webhooks?.first()?.client_config.ca_bundle.clone()
+        })
+        .await;
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), &ns);
+        let secret = secrets.get("consistd-injector-tls").await.expect("the injector's Secret");
+        assert_eq!(secret.data.as_ref().and_then(|d| d.get("ca.crt")), Some(&bundle), "caBundle is the Secret's CA");
+
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let webhook = create(&pods, &pod("webhook", Some("true"))).await.expect("create a labelled pod");
+        assert_eq!(init_names(&webhook), ["consistd"]);
+        // The same pod through the offline path, labelled so the webhook skips it.
+        let mut offline =
+            documents(&inject(&serde_yaml::to_string(&pod("offline", Some("true"))).expect("YAML"))).remove(0);
+        offline["metadata"]["labels"]["consistd.io/inject"] = json!("false");
+        let offline = create(&pods, &offline).await.expect("create the offline-injected pod");
+        assert_eq!(webhook.spec, offline.spec, "the webhook and the offline path agree");
+        assert_eq!(webhook.metadata.annotations, offline.metadata.annotations);
+
+        let plain = create(&pods, &pod("plain", None)).await.expect("create an unlabelled pod");
+        assert!(init_names(&plain).is_empty(), "an unlabelled pod is untouched");
+        let mut already = offline_value(&offline);
+        already["metadata"]["name"] = json!("already");
+        already["metadata"]["labels"]["consistd.io/inject"] = json!("true");
+        let already = create(&pods, &already).await.expect("create an injected, labelled pod");
+        assert_eq!(already.spec, offline.spec, "a pod that has the sidecar is not injected twice");
+        let mut bad = pod("bad", Some("true"));
+        bad["metadata"]["annotations"] = json!({"consistd.io/peer-port": "seventy"});
+        let refused = create(&pods, &bad).await.expect_err("a bad annotation is refused");
+        assert!(refused.to_string().contains("consistd.io/peer-port"), "{refused}");
+
+        // A serving certificate valid 15 s is renewed with 5 s left; the new one serves.
+        let first = secret.data.as_ref().and_then(|d| d.get("tls.crt")).cloned();
+        until("the serving certificate renewed", async || {
+            let s = secrets.get("consistd-injector-tls").await.ok()?;
+            (s.data?.get("tls.crt").cloned() != first).then_some(())
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let renewed = create(&pods, &pod("after-renewal", Some("true"))).await.expect("create after renewal");
+        assert_eq!(init_names(&renewed), ["consistd"]);
+
+        // failurePolicy Fail: with the injector down, a labelled pod is refused; Ignore: created as is.
+        injector.kill().await.expect("stop the injector");
+        let refused = create(&pods, &pod("down", Some("true"))).await.expect_err("Fail refuses while down");
+        assert!(refused.to_string().contains("inject.consistd.io"), "{refused}");
+        let ignore = json!({"webhooks": [{"name": "inject.consistd.io", "failurePolicy": "Ignore"}]});
+        configurations
+            .patch(&name, &PatchParams::default(), &Patch::Strategic(ignore))
+            .await
+            .expect("switch to failurePolicy Ignore");
+        // The apiserver reads webhook configurations through a cache: retry until it has the new policy.
+        let ignored = until("failurePolicy Ignore lets a labelled pod through", async || {
+            create(&pods, &pod("ignored", Some("true"))).await.ok()
+        })
+        .await;
+        assert!(init_names(&ignored).is_empty(), "created without the sidecar");
+        configurations.delete(&name, &DeleteParams::default()).await.expect("delete the configuration");
+    }
+
+    fn offline_value(pod: &Pod) -> Value {
+        let mut value = serde_json::to_value(pod).expect("JSON");
+        let metadata = value["metadata"].as_object_mut().expect("metadata");
+        for key in ["uid", "resourceVersion", "creationTimestamp", "managedFields", "namespace"] {
+            metadata.remove(key);
+        }
+        value.as_object_mut().expect("pod").remove("status");
+        value
+    }
+}
