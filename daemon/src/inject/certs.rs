@@ -37,7 +37,7 @@ pub enum CertError {
     Generate(&'static str, #[source] rcgen::Error),
     /// The stored Secret holds something unusable.
     #[error("Secret {secret}: {message}")]
-    Stored {
+    StoredPki {
         /// namespace/name of the Secret.
         secret: String,
         /// What is wrong.
@@ -81,7 +81,7 @@ pub async fn ensure(client: &Client, settings: &CertSettings) -> Result<Pki, Cer
     let read = |op: &str, e| CertError::Apiserver(format!("{op} Secret {id}"), e);
     let existing = secrets.get_opt(&settings.secret).await.map_err(|e| read("read", e))?;
     let now = OffsetDateTime::now_utc();
-    let stored = existing.as_ref().map(|s| Stored::from_secret(s, &id)).transpose()?;
+    let stored = existing.as_ref().map(|s| StoredPki::from_secret(s, &id)).transpose()?;
     let (next, changed) = renew(stored, settings, now)?;
     if changed {
         let mut secret = next.to_secret(settings);
@@ -125,7 +125,7 @@ pub async fn publish_ca_bundle(client: &Client, configuration: &str, bundle_pem:
 
 /// What the Secret holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Stored {
+struct StoredPki {
     ca_cert_pem: String,
     ca_key_pem: String,
     /// The previous CA, kept in the bundle until it expires.
@@ -139,9 +139,9 @@ struct Stored {
     names: String,
 }
 
-impl Stored {
+impl StoredPki {
     fn from_secret(secret: &Secret, id: &str) -> Result<Self, CertError> {
-        let bad = |message: String| CertError::Stored { secret: id.to_owned(), message };
+        let bad = |message: String| CertError::StoredPki { secret: id.to_owned(), message };
         let data = secret.data.clone().unwrap_or_default();
         let text = |key: &str| {
             data.get(key)
@@ -219,11 +219,15 @@ fn due(not_after: i64, validity: Duration, now: OffsetDateTime) -> bool {
 
 /// The PKI to keep: `stored` where still good, with a new CA, a new serving certificate, or both where
 /// due; true when anything changed.
-fn renew(stored: Option<Stored>, settings: &CertSettings, now: OffsetDateTime) -> Result<(Stored, bool), CertError> {
+fn renew(
+    stored: Option<StoredPki>,
+    settings: &CertSettings,
+    now: OffsetDateTime,
+) -> Result<(StoredPki, bool), CertError> {
     let names = settings.names.join(",");
     let Some(mut pki) = stored else {
         let (ca_cert_pem, ca_key_pem, ca_not_after) = new_ca(settings.ca_validity, now)?;
-        let mut pki = Stored {
+        let mut pki = StoredPki {
             ca_cert_pem,
             ca_key_pem,
             previous_ca_pem: None,
@@ -275,7 +279,7 @@ fn ca_params(validity: Duration, now: OffsetDateTime) -> CertificateParams {
 }
 
 /// Issues a new serving certificate for `settings.names` from the stored CA.
-fn issue(pki: &mut Stored, settings: &CertSettings, now: OffsetDateTime) -> Result<(), CertError> {
+fn issue(pki: &mut StoredPki, settings: &CertSettings, now: OffsetDateTime) -> Result<(), CertError> {
     let ca_key = KeyPair::from_pem(&pki.ca_key_pem).map_err(|e| CertError::Generate("read the CA key", e))?;
     // The same name and key as the stored CA certificate: what a signature chains to.
     let issuer = Issuer::new(ca_params(settings.ca_validity, now), ca_key);
@@ -351,6 +355,6 @@ mod tests {
         let (first, _) = renew(None, &settings, at(0)).expect("create");
         let (rotated, _) = renew(Some(first), &settings, at(250)).expect("rotate");
         let secret = rotated.to_secret(&settings);
-        assert_eq!(Stored::from_secret(&secret, "ns/tls").expect("read back"), rotated);
+        assert_eq!(StoredPki::from_secret(&secret, "ns/tls").expect("read back"), rotated);
     }
 }

@@ -84,17 +84,17 @@ pub async fn run(client: Client, settings: WebhookSettings, shutdown: Cancellati
             () = tokio::time::sleep(RETRY) => {}
         }
     };
-    let resolver = Arc::new(Resolver::new(certified(&pki, &provider).map_err(WebhookError::Tls)?));
+    let serving = Arc::new(ServingCert::new(certified(&pki, &provider).map_err(WebhookError::Tls)?));
     let tls = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(WebhookError::Tls)?
         .with_no_client_auth()
-        .with_cert_resolver(resolver.clone());
+        .with_cert_resolver(serving.clone());
     let acceptor = TlsAcceptor::from(Arc::new(tls));
     let listener = TcpListener::bind(settings.listen).await.map_err(|e| WebhookError::Listen(settings.listen, e))?;
     tracing::info!(listen = %settings.listen, configuration = %settings.configuration, "injector webhook serving");
 
-    tokio::spawn(keep_current(client, settings.clone(), pki, resolver, provider, shutdown.clone()));
+    tokio::spawn(keep_current(client, settings.clone(), pki, serving, provider, shutdown.clone()));
     let defaults = Arc::new(settings.defaults);
     loop {
         let (stream, peer) = tokio::select! {
@@ -130,7 +130,7 @@ async fn keep_current(
     client: Client,
     settings: WebhookSettings,
     mut pki: Pki,
-    resolver: Arc<Resolver>,
+    serving: Arc<ServingCert>,
     provider: Arc<CryptoProvider>,
     shutdown: CancellationToken,
 ) {
@@ -149,7 +149,7 @@ async fn keep_current(
         }
         match renewed(&client, &settings, &pki, &provider).await {
             Ok(Some((next, key))) => {
-                resolver.set(key);
+                serving.set(key);
                 published = next.ca_bundle_pem == pki.ca_bundle_pem && published;
                 pki = next;
                 tracing::info!("webhook serving its renewed certificate");
@@ -187,9 +187,9 @@ fn certified(pki: &Pki, provider: &CryptoProvider) -> Result<Arc<CertifiedKey>, 
 
 /// The serving certificate, swapped in place when renewed; every handshake reads the current one.
 #[derive(Debug)]
-struct Resolver(RwLock<Arc<CertifiedKey>>);
+struct ServingCert(RwLock<Arc<CertifiedKey>>);
 
-impl Resolver {
+impl ServingCert {
     fn new(key: Arc<CertifiedKey>) -> Self {
         Self(RwLock::new(key))
     }
@@ -199,7 +199,7 @@ impl Resolver {
     }
 }
 
-impl ResolvesServerCert for Resolver {
+impl ResolvesServerCert for ServingCert {
     fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         Some(self.0.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone())
     }
