@@ -9,8 +9,11 @@
 #   hack/node.sh status        say whether it runs and whether the node is Ready
 #   hack/node.sh env           print `export KUBECONFIG=...` and the kubectl to use
 #
-# Needs root and a running hack/control-plane.sh. State lives in $CONSISTD_NODE_DIR (default target/node);
-# images come from $CONSISTD_IMAGES (default target/images, every *.tar there; pause.tar is required).
+# Needs root and a running hack/control-plane.sh, started with CONSISTD_CP_NODE=1 for ServiceAccount tokens.
+# State lives in $CONSISTD_NODE_DIR (default target/node); images come from $CONSISTD_IMAGES (default
+# target/images, every *.tar there, e.g. from hack/image.sh; pause.tar is the sandbox image). One node per
+# host: the bridge cn0, pod range 10.244.0.0/24 and the Service IP 10.96.0.1 rule are fixed. Pods reach the
+# apiserver (on loopback) at https://10.96.0.1, whose certificate names that address.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -45,7 +48,6 @@ cmd_build() {
   done
 }
 
-
 cp_state=${CONSISTD_CP_DIR:-$repo/target/control-plane}
 node_name=${CONSISTD_NODE_NAME:-consistd-node}
 bridge=cn0                       # the CNI bridge; pods get 10.244.0.0/24, the host is 10.244.0.1
@@ -54,16 +56,14 @@ service_ip=10.96.0.1             # the `kubernetes` Service (first address of th
 tag="consistd-node:$state"       # comment on every iptables rule and /etc/hosts line this script adds
 kubectl() { KUBECONFIG=$cp_state/kubeconfig KUBECACHEDIR=$state/kubectl-cache "$(bin kubectl)" "$@"; }
 ctr() { command ctr --address "$state/containerd.sock" -n k8s.io "$@"; }
-# Sysctls kubelet sets (pkg/kubelet/cm setupKernelTunables) and the bridge plugin's ip_forward.
-sysctls="vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys
-kernel.keys.root_maxbytes net.ipv4.ip_forward"
-# Host paths containerd (shim sockets in /run/containerd/s), CNI (its result cache) and kubelet (symlinks to
-# container logs) use whatever their config says. Another containerd may share them: stop removes only this
-# node's files there, and the directories themselves only if start made them and they are empty.
-host_dirs="/run/containerd/s /run/containerd /var/lib/cni/results /var/lib/cni /var/log/containers /var/lib/kubelet
-/usr/libexec/kubernetes"
 
-pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# A killed child of a script that has exited stays a zombie until PID 1 reaps it: that is not alive.
+live() { local st; st=$(ps -o stat= -p "$1" 2>/dev/null) && [ "${st#Z}" = "$st" ]; }
+pid_alive() { [ -f "$1" ] && live "$(cat "$1")"; }
+# shellcheck source=node/host.sh
+source "$repo/hack/node/host.sh"
+# shellcheck source=node/config.sh
+source "$repo/hack/node/config.sh"
 running() {
   local p
   for p in containerd kubelet controller-manager scheduler; do pid_alive "$state/$p.pid" || return 1; done
@@ -73,9 +73,9 @@ stop_pid() {
   local f=$1 pid
   [ -f "$f" ] || return 0
   pid=$(cat "$f")
-  if kill -0 "$pid" 2>/dev/null; then
+  if live "$pid"; then
     kill "$pid" 2>/dev/null || true
-    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    for _ in $(seq 1 50); do live "$pid" || break; sleep 0.2; done
     kill -9 "$pid" 2>/dev/null || true
   fi
   rm -f "$f"
@@ -92,129 +92,6 @@ ensure_packages() {
   DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containerd runc containernetworking-plugins iptables conntrack \
     nftables >&2
-}
-
-# Everything start changes on the host is recorded in $state/host first, so stop can put it back even
-# after a crash; stop deletes the record last.
-save_host() {
-  local h=$state/host k d
-  mkdir -p "$h"
-  for k in $sysctls; do echo "$k=$(sysctl -n "$k")"; done >"$h/sysctls"
-  for d in $host_dirs; do if [ -e "$d" ]; then echo "$d"; fi; done >"$h/dirs"
-  if ip link show "$bridge" >/dev/null 2>&1; then die "a link named $bridge exists already; not touching it"; fi
-  touch "$h/bridge"
-  # iptables (nft backend) creates the nat table for the DNAT rules; it stays, empty, once they are gone.
-  if ! nft list table ip nat >/dev/null 2>&1; then touch "$h/no-nat-table"; fi
-}
-
-restore_host() {
-  local h=$state/host line k v d
-  [ -d "$h" ] || return 0
-  if [ -f "$h/bridge" ] && ip link show "$bridge" >/dev/null 2>&1; then ip link delete "$bridge"; fi
-  # iptables rules carry $tag as their comment; kubelet's own chains are off (makeIPTablesUtilChains: false).
-  for t in nat filter mangle; do
-    { iptables-save -t "$t" 2>/dev/null || true; } | { grep -F -- "$tag" || true; } | sed -n 's/^-A /-D /p' |
-      while read -r line; do eval "iptables -t $t $line" || true; done
-  done
-  if [ -f "$h/no-nat-table" ] && ! iptables-save -t nat 2>/dev/null | grep -q '^-A'; then
-    nft delete table ip nat 2>/dev/null || true
-  fi
-  # cgroups kubelet made (cgroupfs driver): leaves first; they are empty once every container is gone.
-  for d in /sys/fs/cgroup/*/kubepods; do
-    if [ -d "$d" ]; then find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true; fi
-  done
-  if [ -f "$h/sysctls" ]; then
-    while IFS='=' read -r k v; do
-      [ "$(sysctl -n "$k")" = "$v" ] || sysctl -qw "$k=$v"
-    done <"$h/sysctls"
-  fi
-  if grep -qF -- "# $tag" /etc/hosts; then
-    # Rewritten in place: /etc/hosts may be a bind mount that a rename would not replace.
-    local hosts
-    hosts=$(grep -vF -- "# $tag" /etc/hosts)
-    printf '%s\n' "$hosts" >/etc/hosts
-  fi
-  rm -f /var/lib/cni/results/consistd-*
-  if [ -d /var/log/containers ]; then find /var/log/containers -maxdepth 1 -type l -lname "$state/*" -delete; fi
-  if [ -f "$h/dirs" ]; then
-    # kubelet's device-plugin socket has a fixed path; removed only if no kubelet dir was there before.
-    grep -qxF /var/lib/kubelet "$h/dirs" || rm -f /var/lib/kubelet/device-plugins/kubelet.sock
-    for d in $host_dirs; do
-      grep -qxF "$d" "$h/dirs" || [ ! -d "$d" ] || find "$d" -depth -type d -empty -delete
-    done
-  fi
-  rm -rf "$h"
-}
-
-unmount_state() {
-  local m
-  # Deepest first; lazily, as a dead shim may still hold one.
-  awk -v s="$state/" 'index($2, s) == 1 {print $2}' /proc/self/mounts | sort -r | while read -r m; do
-    umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
-  done
-}
-
-write_configs() {
-  mkdir -p "$state/cni/net.d" "$state/logs" "$state/pod-logs" "$state/kubelet"
-  cat >"$state/containerd.toml" <<EOF
-version = 2
-root = "$state/containerd/root"
-state = "$state/containerd/state"
-[grpc]
-  address = "$state/containerd.sock"
-[ttrpc]
-  address = "$state/containerd.sock.ttrpc"
-[plugins."io.containerd.internal.v1.opt"]
-  path = "$state/containerd/opt"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "localhost/pause:3.10"
-  disable_apparmor = true
-  # No CAP_SYS_RESOURCE here: runc cannot lower oom_score_adj below the daemon's own.
-  restrict_oom_score_adj = true
-  # Pods' network namespaces are pinned under the state directory, not /run/netns.
-  netns_mounts_under_state_dir = true
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        SystemdCgroup = false
-        Root = "$state/runc"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
-    conf_dir = "$state/cni/net.d"
-EOF
-  cat >"$state/cni/net.d/10-consistd.conflist" <<EOF
-{"cniVersion": "0.4.0", "name": "consistd", "plugins": [{
-  "type": "bridge", "bridge": "$bridge", "isGateway": true, "ipMasq": false, "hairpinMode": true,
-  "ipam": {"type": "host-local", "ranges": [[{"subnet": "$pod_subnet"}]], "routes": [{"dst": "0.0.0.0/0"}],
-           "dataDir": "$state/cni/ipam"}}]}
-EOF
-  cat >"$state/kubelet.yaml" <<EOF
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-address: 127.0.0.1
-port: $(free_port)
-readOnlyPort: 0
-healthzBindAddress: 127.0.0.1
-healthzPort: $(free_port)
-# The apiserver has no kubelet client certificate; the kubelet listens on loopback only.
-authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}
-authorization: {mode: AlwaysAllow}
-cgroupDriver: cgroupfs
-failCgroupV1: false
-failSwapOn: false
-containerRuntimeEndpoint: unix://$state/containerd.sock
-podLogsDir: $state/pod-logs
-registerNode: true
-makeIPTablesUtilChains: false
-# Hand-imported images must never be collected, and a busy shared disk must not evict test pods.
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
-evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
-clusterDomain: cluster.local
-EOF
 }
 
 free_port() { "$repo/hack/free-port.sh"; }
@@ -250,12 +127,16 @@ cmd_start() {
   [ "$(id -u)" = 0 ] || die "must run as root (containerd, kubelet, a bridge and iptables)"
   [ -f "$cp_state/kubeconfig" ] && [ -f "$cp_state/server" ] || die "the control plane is not running: hack/control-plane.sh start"
   if running; then log "already running"; return 0; fi
+  [ -f "$cp_state/node-mode" ] ||
+    log "WARNING: the control plane was started without CONSISTD_CP_NODE=1: pods get no ServiceAccount token"
   local t0=$SECONDS
   ensure_packages
   cmd_build
   cmd_stop >/dev/null 2>&1 || true
   rm -rf "$state"
   mkdir -p "$state"
+  # From here on a failed start undoes itself.
+  trap 'log "start failed; undoing it"; cmd_stop' EXIT
   save_host
   local pki=$cp_state/pki server api_host api_port node_ip
   server=$(cat "$cp_state/server")
@@ -281,13 +162,14 @@ cmd_start() {
   containerd --config "$state/containerd.toml" >"$state/logs/containerd.log" 2>&1 &
   echo $! >"$state/containerd.pid"
   wait_for 30 "containerd" "$state/containerd.pid" -- ctr version
-  local images_dir=$images f
-  if [ -f "$images_dir/pause.tar" ]; then
-    cmd_load "$images_dir"/*.tar
+  if [ -f "$images/pause.tar" ]; then
+    cmd_load "$images"/*.tar
   else
-    log "WARNING: $images_dir/pause.tar is missing (hack/image.sh pause): the node gets Ready but runs no pods"
+    log "WARNING: $images/pause.tar is missing (hack/image.sh pause): the node gets Ready but runs no pods"
   fi
 
+  # A Node object left by a node that was killed still says Ready for a while: start from none.
+  kubectl delete node "$node_name" --ignore-not-found >/dev/null
   "$(bin kubelet)" --config "$state/kubelet.yaml" --kubeconfig "$cp_state/kubeconfig" \
     --hostname-override "$node_name" --node-ip "$node_ip" --root-dir "$state/kubelet" \
     --cert-dir "$state/kubelet/pki" --volume-plugin-dir "$state/kubelet/volume-plugins" \
@@ -310,6 +192,11 @@ cmd_start() {
   local t1=$SECONDS
   wait_for 120 "Ready node $node_name" "$state/kubelet.pid" "$state/controller-manager.pid" \
     "$state/scheduler.pid" "$state/containerd.pid" -- node_ready
+  local p
+  for p in containerd kubelet controller-manager scheduler; do
+    pid_alive "$state/$p.pid" || { tail -n 30 "$state/logs/$p.log" >&2; die "$p exited during start"; }
+  done
+  trap - EXIT
   log "node $node_name Ready $((SECONDS - t1)) s after kubelet start ($((SECONDS - t0)) s in all); logs in $state/logs"
 }
 
@@ -321,7 +208,8 @@ cmd_stop() {
     stop_pid "$state/controller-manager.pid"
     kubectl delete pods -A --field-selector "spec.nodeName=$node_name" --grace-period=1 --wait=false >/dev/null 2>&1 || true
     local deadline=$((SECONDS + 30))
-    while [ $SECONDS -lt $deadline ] && [ -n "$(kubectl get pods -A --field-selector "spec.nodeName=$node_name" -o name 2>/dev/null)" ]; do
+    while [ $SECONDS -lt $deadline ] && pid_alive "$state/kubelet.pid" &&
+      [ -n "$(kubectl get pods -A --field-selector "spec.nodeName=$node_name" -o name 2>/dev/null)" ]; do
       sleep 0.5
     done
     kubectl delete node "$node_name" --wait=false >/dev/null 2>&1 || true
@@ -330,21 +218,25 @@ cmd_stop() {
   stop_pid "$state/controller-manager.pid"
   stop_pid "$state/kubelet.pid"
   # Containers left running (a kubelet that died, a control plane already gone): kill them and their shims.
-  local d p
+  local d
   for d in /sys/fs/cgroup/pids/kubepods /sys/fs/cgroup/memory/kubepods; do
     if [ -d "$d" ]; then find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null | xargs -r kill -9 2>/dev/null || true; fi
   done
-  if [ -d "$state/containerd/state" ]; then
-    for p in $(find "$state/containerd/state" -name shim.pid -exec cat {} + 2>/dev/null); do
-      kill "$p" 2>/dev/null || true
+  # Their shims, one per pod: containerd 1.6 writes no shim.pid, but each bundle names the shim's socket (in
+  # /run/containerd/s whatever containerd's state says), and the socket's listener is the shim. libcni caches
+  # results in /var/lib/cni/results by sandbox ID.
+  local tasks=$state/containerd/state/io.containerd.runtime.v2.task/k8s.io id sock
+  if [ -d "$tasks" ]; then
+    for id in $(ls "$tasks"); do
+      sock=$(sed -n 's|^unix://||p' "$tasks/$id/address" 2>/dev/null || true)
+      if [ -n "$sock" ]; then
+        ss -xlpn 2>/dev/null | grep -F " $sock " | grep -o 'pid=[0-9]*' | cut -d= -f2 | xargs -r kill -9 2>/dev/null || true
+        rm -f "$sock"
+      fi
+      rm -f /var/lib/cni/results/*-"$id"-*
     done
   fi
   stop_pid "$state/containerd.pid"
-  # The shims' sockets live in /run/containerd/s whatever containerd's state says; each bundle names its own.
-  if [ -d "$state/containerd/state" ]; then
-    find "$state/containerd/state" -path '*io.containerd.runtime.v2.task*' -name address -exec cat {} + 2>/dev/null |
-      sed -n 's|^unix://||p' | xargs -r rm -f
-  fi
   sleep 0.2
   unmount_state
   restore_host
@@ -381,7 +273,7 @@ stop) cmd_stop ;;
 status) cmd_status ;;
 env) cmd_env ;;
 *)
-  echo "usage: $0 build|start|load FILE...|stop|status|env" >&2
+  echo "usage: $0 build|prepare|start|load FILE...|stop|status|env" >&2
   exit 2
   ;;
 esac

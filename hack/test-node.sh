@@ -140,7 +140,10 @@ log "ReplicaSet and EndpointSlice present: ready endpoints $ready"
 t=$(ms)
 k delete pod sidecar --wait=true >/dev/null
 log "native-sidecar pod deleted and gone in $(($(ms) - t)) ms"
-"$KUBECTL" delete namespace "$ns" --wait=false >/dev/null
+# While the controller-manager still runs, or the namespace would stay Terminating in the control plane.
+t=$(ms)
+"$KUBECTL" delete namespace "$ns" --timeout=60s >/dev/null || die "namespace $ns was not deleted"
+log "namespace deleted (Deployment's pods gone) in $(($(ms) - t)) ms"
 
 trap - EXIT
 t=$(ms)
