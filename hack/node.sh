@@ -125,7 +125,9 @@ cmd_load() {
 
 cmd_start() {
   [ "$(id -u)" = 0 ] || die "must run as root (containerd, kubelet, a bridge and iptables)"
-  [ -f "$cp_state/kubeconfig" ] && [ -f "$cp_state/server" ] || die "the control plane is not running: hack/control-plane.sh start"
+  if [ ! -f "$cp_state/kubeconfig" ] || [ ! -f "$cp_state/server" ]; then
+    die "the control plane is not running: hack/control-plane.sh start"
+  fi
   if running; then log "already running"; return 0; fi
   [ -f "$cp_state/node-mode" ] ||
     log "WARNING: the control plane was started without CONSISTD_CP_NODE=1: pods get no ServiceAccount token"
@@ -227,8 +229,9 @@ cmd_stop() {
   # results in /var/lib/cni/results by sandbox ID.
   local tasks=$state/containerd/state/io.containerd.runtime.v2.task/k8s.io id sock
   if [ -d "$tasks" ]; then
-    for id in $(ls "$tasks"); do
-      sock=$(sed -n 's|^unix://||p' "$tasks/$id/address" 2>/dev/null || true)
+    for id in "$tasks"/*; do
+      sock=$(sed -n 's|^unix://||p' "$id/address" 2>/dev/null || true)
+      id=${id##*/}
       if [ -n "$sock" ]; then
         ss -xlpn 2>/dev/null | grep -F " $sock " | grep -o 'pid=[0-9]*' | cut -d= -f2 | xargs -r kill -9 2>/dev/null || true
         rm -f "$sock"

@@ -1,5 +1,5 @@
 # Sourced by hack/node.sh: the node's containerd, CNI and kubelet configuration, written under $state.
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2154 # state, bridge, pod_subnet, ... are hack/node.sh's
 
 write_configs() {
   mkdir -p "$state/cni/net.d" "$state/logs" "$state/pod-logs" "$state/kubelet"

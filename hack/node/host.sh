@@ -1,5 +1,5 @@
 # Sourced by hack/node.sh: records what starting a node changes on the host, and puts all of it back.
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2154 # state, bridge, pod_subnet, ... are hack/node.sh's
 
 # Sysctls kubelet sets (pkg/kubelet/cm setupKernelTunables) and the bridge plugin's ip_forward.
 sysctls="vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys
