@@ -9,12 +9,14 @@
 #                  buf lint (STANDARD), generated SDK code up to date
 #   make gen       regenerate protocol code from proto/consistd/v1/*.proto for every SDK
 #   make bench     benchmarks against the real control plane; figures go in docs/BENCHMARKS.md
+#   make e2e       a real node (containerd, kubelet, scheduler, controller-manager; hack/node.sh) runs pods
+#                  against the control plane, then the host is checked restored (hack/test-node.sh; root)
 
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 CARGO ?= cargo
 
-.PHONY: build dev dev-stop test lint gen bench control-plane
+.PHONY: build dev dev-stop test lint gen bench control-plane e2e
 
 build:
 	$(CARGO) build --workspace
@@ -48,3 +50,9 @@ gen:
 
 bench:
 	hack/with-control-plane.sh hack/bench.sh
+
+# hack/image.sh writes target/images/{pause,busybox}.tar, which the node imports.
+e2e: control-plane
+	if [ -x hack/image.sh ]; then hack/image.sh pause busybox; fi
+	hack/node.sh prepare
+	CONSISTD_CP_NODE=1 hack/with-control-plane.sh hack/test-node.sh

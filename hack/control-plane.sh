@@ -10,6 +10,12 @@
 # State (certificates, kubeconfig, logs, etcd data, PIDs) lives in $CONSISTD_CP_DIR, default
 # target/control-plane. The apiserver's audit log (every request's metadata: user, verb, resource,
 # namespace) is audit.log there, so tests can prove a request never reached the apiserver. Binaries are cached in $CONSISTD_CACHE (default ~/.cache/consistd).
+#
+# CONSISTD_CP_NODE=1 at start: for a node (hack/node.sh), admit pods as a cluster does (the ServiceAccount
+# admission plugin: default ServiceAccount, automounted token). Off by default, because without the
+# controller-manager that hack/node.sh runs no namespace has a `default` ServiceAccount and every pod
+# would be refused. The serving certificate always names the `kubernetes` Service (10.96.0.1 and its DNS
+# names) as well as 127.0.0.1, so pods can reach the apiserver through the Service IP.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -55,7 +61,7 @@ pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 running() { pid_alive "$state/etcd.pid" && pid_alive "$state/apiserver.pid" && [ -f "$state/kubeconfig" ]; }
 
-# Throwaway PKI: a CA, a serving certificate for 127.0.0.1/localhost, an admin client certificate in
+# Throwaway PKI: a CA, a serving certificate for 127.0.0.1/localhost and the `kubernetes` Service, an admin client certificate in
 # system:masters, and the service-account signing key.
 make_pki() {
   local pki=$state/pki
@@ -65,7 +71,8 @@ make_pki() {
     openssl req -x509 -newkey rsa:2048 -nodes -days 365 -subj "/CN=consistd-test-ca" \
       -keyout ca.key -out ca.crt 2>/dev/null
     openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" -keyout serving.key -out serving.csr 2>/dev/null
-    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' >serving.ext
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.96.0.1,DNS:kubernetes,DNS:kubernetes.default,%s\nextendedKeyUsage=serverAuth\n' \
+      'DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local' >serving.ext
     openssl x509 -req -in serving.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 365 \
       -extfile serving.ext -out serving.crt 2>/dev/null
     openssl req -newkey rsa:2048 -nodes -subj "/O=system:masters/CN=consistd-admin" \
@@ -140,6 +147,12 @@ rules:
   - level: Metadata
 EOF
 
+  local admission=(--disable-admission-plugins ServiceAccount)
+  if [ "${CONSISTD_CP_NODE:-0}" = 1 ]; then
+    admission=()
+    touch "$state/node-mode"
+  fi
+
   # podtemplates#0: no watch cache for PodTemplates, so their watches are served from etcd and a watch
   # resumed from a compacted revision gets 410 Gone (tests of the relist path use them).
   "$apiserver_bin" \
@@ -152,7 +165,7 @@ EOF
     --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
     --service-cluster-ip-range 10.96.0.0/16 \
     --authorization-mode RBAC \
-    --disable-admission-plugins ServiceAccount \
+    "${admission[@]}" \
     --allow-privileged=true \
     --watch-cache-sizes podtemplates#0 \
     --audit-policy-file "$state/audit-policy.yaml" --audit-log-path "$state/audit.log" \

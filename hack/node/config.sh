@@ -1,0 +1,65 @@
+# Sourced by hack/node.sh: the node's containerd, CNI and kubelet configuration, written under $state.
+# shellcheck shell=bash disable=SC2154 # state, bridge, pod_subnet, ... are hack/node.sh's
+
+write_configs() {
+  mkdir -p "$state/cni/net.d" "$state/logs" "$state/pod-logs" "$state/kubelet"
+  cat >"$state/containerd.toml" <<EOF
+version = 2
+root = "$state/containerd/root"
+state = "$state/containerd/state"
+[grpc]
+  address = "$state/containerd.sock"
+[ttrpc]
+  address = "$state/containerd.sock.ttrpc"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$state/containerd/opt"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "localhost/pause:3.10"
+  disable_apparmor = true
+  # No CAP_SYS_RESOURCE here: runc cannot lower oom_score_adj below the daemon's own.
+  restrict_oom_score_adj = true
+  # Pods' network namespaces are pinned under the state directory, not /run/netns.
+  netns_mounts_under_state_dir = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        Root = "$state/runc"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$state/cni/net.d"
+EOF
+  cat >"$state/cni/net.d/10-consistd.conflist" <<EOF
+{"cniVersion": "0.4.0", "name": "consistd", "plugins": [{
+  "type": "bridge", "bridge": "$bridge", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+  "ipam": {"type": "host-local", "ranges": [[{"subnet": "$pod_subnet"}]], "routes": [{"dst": "0.0.0.0/0"}],
+           "dataDir": "$state/cni/ipam"}}]}
+EOF
+  cat >"$state/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: 127.0.0.1
+port: $(free_port)
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: $(free_port)
+# The apiserver has no kubelet client certificate; the kubelet listens on loopback only.
+authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}
+authorization: {mode: AlwaysAllow}
+cgroupDriver: cgroupfs
+failCgroupV1: false
+failSwapOn: false
+containerRuntimeEndpoint: unix://$state/containerd.sock
+podLogsDir: $state/pod-logs
+registerNode: true
+makeIPTablesUtilChains: false
+# Hand-imported images must never be collected, and a busy shared disk must not evict test pods.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
+clusterDomain: cluster.local
+EOF
+}
