@@ -1,5 +1,6 @@
-//! The kustomize base in manifests/base is valid for the Kubernetes version we pin: every object it lists
-//! is accepted by the real apiserver in a server-side dry run (schema, native sidecar fields, RBAC).
+//! The kustomize bases in manifests/ (base: the app with its sidecar; injector: the webhook) are valid for
+//! the Kubernetes version we pin: every object they list is accepted by the real apiserver in a
+//! server-side dry run (schema, native sidecar fields, RBAC, the webhook configuration).
 
 use std::path::Path;
 
@@ -7,7 +8,7 @@ use kube::{
     Api,
     api::{DynamicObject, PostParams},
     core::GroupVersionKind,
-    discovery::Discovery,
+    discovery::{Discovery, Scope},
 };
 use serde::Deserialize;
 
@@ -16,9 +17,10 @@ struct Kustomization {
     resources: Vec<String>,
 }
 
-#[tokio::test]
-async fn every_base_manifest_passes_a_server_side_dry_run() {
-    let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/base");
+/// Server-side dry runs of every object a kustomization lists (namespaced ones in a fresh test
+/// namespace); returns how many were checked.
+async fn dry_run_kustomization(dir: &str) -> usize {
+    let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests").join(dir);
     let text = std::fs::read_to_string(base.join("kustomization.yaml")).expect("read kustomization.yaml");
     let kustomization: Kustomization = serde_yaml::from_str(&text).expect("parse kustomization.yaml");
 
@@ -34,14 +36,27 @@ async fn every_base_manifest_passes_a_server_side_dry_run() {
             let object = DynamicObject::deserialize(document).unwrap_or_else(|e| panic!("parse {file}: {e}"));
             let types = object.types.clone().unwrap_or_else(|| panic!("{file}: object without apiVersion/kind"));
             let gvk = GroupVersionKind::try_from(&types).unwrap_or_else(|e| panic!("{file}: {e}"));
-            let (resource, _) =
+            let (resource, capabilities) =
                 discovery.resolve_gvk(&gvk).unwrap_or_else(|| panic!("{file}: the apiserver does not serve {gvk:?}"));
-            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &resource);
+            let api: Api<DynamicObject> = match capabilities.scope {
+                Scope::Namespaced => Api::namespaced_with(client.clone(), &namespace, &resource),
+                Scope::Cluster => Api::all_with(client.clone(), &resource),
+            };
             api.create(&dry_run, &object).await.unwrap_or_else(|e| panic!("{file}: apiserver refused {gvk:?}: {e}"));
             checked += 1;
         }
     }
-    assert_eq!(checked, 6, "every object of the base was checked");
+    checked
+}
+
+#[tokio::test]
+async fn every_base_manifest_passes_a_server_side_dry_run() {
+    assert_eq!(dry_run_kustomization("base").await, 6, "every object of the base was checked");
+}
+
+#[tokio::test]
+async fn every_injector_manifest_passes_a_server_side_dry_run() {
+    assert_eq!(dry_run_kustomization("injector").await, 9, "every object of the injector was checked");
 }
 
 #[test]
