@@ -132,7 +132,43 @@ mod webhook {
         spec.init_containers.iter().flatten().map(|c| c.name.clone()).collect()
     }
 
-    fn start_injector(port: u16, ns: &str, configuration: &str) -> Child {
+    /// Grants user `user` exactly the injector's RBAC from manifests/injector/rbac.yaml, in `ns` and for the
+    /// configuration `configuration` (the test's own names), and returns a kubeconfig for that user.
+    async fn injector_rbac(client: &kube::Client, ns: &str, configuration: &str, user: &str) -> std::path::PathBuf {
+        use kube::{
+            api::DynamicObject,
+            discovery::{Discovery, Scope},
+        };
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/injector/rbac.yaml");
+        let discovery = Discovery::new(client.clone()).run().await.expect("discover apiserver resources");
+        for mut object in documents(&std::fs::read_to_string(path).expect("read manifests/injector/rbac.yaml")) {
+            object["metadata"]["name"] = json!(format!("{user}"));
+            if let Some(rules) = object["rules"].as_array_mut() {
+                for names in rules.iter_mut().filter_map(|r| r["resourceNames"].as_array_mut()) {
+                    for name in names.iter_mut().filter(|n| *n == "consistd-injector") {
+                        *name = json!(configuration);
+                    }
+                }
+            }
+            if object.get("roleRef").is_some() {
+                object["roleRef"]["name"] = json!(user);
+                object["subjects"] = json!([{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]);
+            }
+            let object: DynamicObject = serde_json::from_value(object).expect("an RBAC object");
+            let gvk = kube::core::GroupVersionKind::try_from(object.types.as_ref().expect("types")).expect("a kind");
+            let (resource, capabilities) = discovery.resolve_gvk(&gvk).expect("served");
+            let api: Api<DynamicObject> = match capabilities.scope {
+                Scope::Namespaced => Api::namespaced_with(client.clone(), ns, &resource),
+                Scope::Cluster => Api::all_with(client.clone(), &resource),
+            };
+            api.create(&PostParams::default(), &object).await.expect("create the injector's RBAC");
+        }
+        let dir = std::env::temp_dir().join(format!("consistd-injector-{ns}"));
+        std::fs::create_dir_all(&dir).expect("a directory for the kubeconfig");
+        consistd_testkit::kubeconfig_for_user(user, &dir)
+    }
+
+    fn start_injector(port: u16, ns: &str, configuration: &str, kubeconfig: &std::path::Path) -> Child {
         Command::new(BIN)
             .args([
                 "inject",
@@ -145,7 +181,7 @@ mod webhook {
                 "127.0.0.1",
             ])
             .args(["--webhook-configuration", configuration, "--check-every", "1s", "--cert-validity", "15s"])
-            .env("KUBECONFIG", consistd_testkit::kubeconfig())
+            .env("KUBECONFIG", kubeconfig)
             .kill_on_drop(true)
             .spawn()
             .expect("start consistd inject webhook")
@@ -186,7 +222,9 @@ mod webhook {
         }))
         .expect("a MutatingWebhookConfiguration");
         configurations.create(&PostParams::default(), &configuration).await.expect("create the configuration");
-        let mut injector = start_injector(port, &ns, &name);
+        // Exactly the RBAC manifests/injector grants: the webhook works with no more.
+        let kubeconfig = injector_rbac(&client, &ns, &name, &name).await;
+        let mut injector = start_injector(port, &ns, &name, &kubeconfig);
 
         let bundle = until("caBundle published", async || {
             let c = configurations.get(&name).await.ok()?;
