@@ -9,10 +9,12 @@
 #
 # State (certificates, kubeconfig, logs, etcd data, PIDs) lives in $CONSISTD_CP_DIR, default
 # target/control-plane. The apiserver's audit log (every request's metadata: user, verb, resource,
-# namespace) is audit.log there, so tests can prove a request never reached the apiserver. Binaries are cached in $CONSISTD_CACHE (default ~/.cache/consistd).
+# namespace) is audit.log there, so tests can prove a request never reached the apiserver. Binaries are
+# cached in $CONSISTD_CACHE (default ~/.cache/consistd).
 #
 # CONSISTD_CP_NODE=1 at start: for a node (hack/node.sh), admit pods as a cluster does (the ServiceAccount
-# admission plugin: default ServiceAccount, automounted token). Off by default, because without the
+# admission plugin: default ServiceAccount, automounted token), and call webhooks (the injector) at their
+# Service's endpoints rather than its cluster IP, which nothing on the host routes (no kube-proxy). Off by default, because without the
 # controller-manager that hack/node.sh runs no namespace has a `default` ServiceAccount and every pod
 # would be refused. The serving certificate always names the `kubernetes` Service (10.96.0.1 and its DNS
 # names) as well as 127.0.0.1, so pods can reach the apiserver through the Service IP.
@@ -149,7 +151,7 @@ EOF
 
   local admission=(--disable-admission-plugins ServiceAccount)
   if [ "${CONSISTD_CP_NODE:-0}" = 1 ]; then
-    admission=()
+    admission=(--enable-aggregator-routing=true)
     touch "$state/node-mode"
   fi
 
