@@ -9,12 +9,15 @@
 #                  buf lint (STANDARD), generated SDK code up to date
 #   make gen       regenerate protocol code from proto/consistd/v1/*.proto for every SDK
 #   make bench     benchmarks against the real control plane; figures go in docs/BENCHMARKS.md
+#   make image     reproducible OCI image tarballs in target/images, no Docker engine (hack/image.sh): consistd,
+#                  the Go and Python examples, pause and busybox for a local node; `make image-check` builds
+#                  each twice and compares digests
 
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 CARGO ?= cargo
 
-.PHONY: build dev dev-stop test lint gen bench control-plane
+.PHONY: build dev dev-stop test lint gen bench control-plane image image-check
 
 build:
 	$(CARGO) build --workspace
@@ -48,3 +51,9 @@ gen:
 
 bench:
 	hack/with-control-plane.sh hack/bench.sh
+
+image:
+	hack/image.sh
+
+image-check:
+	hack/image.sh --check
