@@ -11,12 +11,15 @@
 #   make bench     benchmarks against the real control plane; figures go in docs/BENCHMARKS.md
 #   make e2e       a real node (containerd, kubelet, scheduler, controller-manager; hack/node.sh) runs pods
 #                  against the control plane, then the host is checked restored (hack/test-node.sh; root)
+#   make image     reproducible OCI image tarballs in target/images, no Docker engine (hack/image.sh): consistd,
+#                  the Go and Python examples, pause and busybox for a local node; `make image-check` builds
+#                  each twice and compares digests
 
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 CARGO ?= cargo
 
-.PHONY: build dev dev-stop test lint gen bench control-plane e2e
+.PHONY: build dev dev-stop test lint gen bench control-plane e2e image image-check
 
 build:
 	$(CARGO) build --workspace
@@ -53,6 +56,12 @@ bench:
 
 # hack/image.sh writes target/images/{pause,busybox}.tar, which the node imports.
 e2e: control-plane
-	if [ -x hack/image.sh ]; then hack/image.sh pause busybox; fi
+	hack/image.sh pause busybox
 	hack/node.sh prepare
 	CONSISTD_CP_NODE=1 hack/with-control-plane.sh hack/test-node.sh
+
+image:
+	hack/image.sh
+
+image-check:
+	hack/image.sh --check
