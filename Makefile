@@ -10,7 +10,8 @@
 #   make gen       regenerate protocol code from proto/consistd/v1/*.proto for every SDK
 #   make bench     benchmarks against the real control plane; figures go in docs/BENCHMARKS.md
 #   make e2e       a real node (containerd, kubelet, scheduler, controller-manager; hack/node.sh) runs pods
-#                  against the control plane, then the host is checked restored (hack/test-node.sh; root)
+#                  against the control plane (hack/test-node.sh), then the injector from its image adds consistd
+#                  to a labelled Deployment (hack/e2e-consistd.sh); the host is checked restored (root)
 #   make image     reproducible OCI image tarballs in target/images, no Docker engine (hack/image.sh): consistd,
 #                  the Go and Python examples, pause and busybox for a local node; `make image-check` builds
 #                  each twice and compares digests
@@ -55,11 +56,11 @@ gen:
 bench:
 	hack/with-control-plane.sh hack/bench.sh
 
-# hack/image.sh writes target/images/{pause,busybox}.tar, which the node imports.
+# hack/image.sh writes target/images/{consistd,pause,busybox}.tar, which the node imports.
 e2e: control-plane
-	hack/image.sh pause busybox
+	hack/image.sh consistd pause busybox
 	hack/node.sh prepare
-	CONSISTD_CP_NODE=1 hack/with-control-plane.sh hack/test-node.sh
+	CONSISTD_CP_NODE=1 hack/with-control-plane.sh $(SHELL) $(.SHELLFLAGS) 'hack/test-node.sh && hack/e2e-consistd.sh'
 
 image:
 	hack/image.sh
