@@ -20,7 +20,9 @@
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 out=${CONSISTD_IMAGE_DIR:-$repo/target/images}
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$repo/target}
+# Its own target directory: the remapped RUSTFLAGS below would otherwise rebuild `cargo build --release`'s
+# artifacts (make bench's) from scratch each time the two alternate, and they would rebuild these.
+export CARGO_TARGET_DIR=${CONSISTD_IMAGE_CARGO_TARGET_DIR:-$repo/target/image-cargo}
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$repo" log -1 --format=%ct)}
 oci=$repo/hack/image/oci.py
 rootfs=$repo/hack/image/rootfs.py
