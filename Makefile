@@ -9,6 +9,8 @@
 #                  buf lint (STANDARD), generated SDK code up to date
 #   make gen       regenerate protocol code from proto/consistd/v1/*.proto for every SDK
 #   make bench     benchmarks against the real control plane; figures go in docs/BENCHMARKS.md
+#   make chart-check  charts/consistd: helm lint, its values schema, server-side dry runs, no drift from
+#                  manifests/injector (hack/chart-check.sh)
 #   make e2e       a real node (containerd, kubelet, scheduler, controller-manager; hack/node.sh) runs pods
 #                  against the control plane, then the host is checked restored (hack/test-node.sh; root)
 
@@ -16,7 +18,7 @@ SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 CARGO ?= cargo
 
-.PHONY: build dev dev-stop test lint gen bench control-plane e2e
+.PHONY: build dev dev-stop test lint gen bench control-plane e2e chart-check
 
 build:
 	$(CARGO) build --workspace
@@ -50,6 +52,9 @@ gen:
 
 bench:
 	hack/with-control-plane.sh hack/bench.sh
+
+chart-check: control-plane
+	hack/with-control-plane.sh hack/chart-check.sh
 
 # hack/image.sh writes target/images/{pause,busybox}.tar, which the node imports.
 e2e: control-plane
