@@ -4,11 +4,14 @@
 #   make dev-stop  stop what `make dev` started
 #   make test      lint, then unit and integration tests against the real control plane, every SDK's tests
 #                  and example (hack/test-sdks.sh), stock gRPC clients in five languages with their default
-#                  options (hack/stock-clients.sh), `make dev`'s check, then `make e2e`
+#                  options (hack/stock-clients.sh), the Helm chart (hack/chart-check.sh), `make dev`'s check,
+#                  then `make e2e`
 #   make lint      rustfmt, clippy (warnings are errors), the daemon's module layers (hack/check-structure.py),
 #                  buf lint (STANDARD), generated SDK code up to date
 #   make gen       regenerate protocol code from proto/consistd/v1/*.proto for every SDK
 #   make bench     benchmarks against the real control plane; figures go in docs/BENCHMARKS.md
+#   make chart-check  charts/consistd: helm lint, its values schema, server-side dry runs, no drift from
+#                  manifests/injector (hack/chart-check.sh)
 #   make e2e       a real node (containerd, kubelet, scheduler, controller-manager; hack/node.sh) runs pods
 #                  against the control plane (hack/test-node.sh), then the injector from its image adds consistd
 #                  to a labelled Deployment (hack/e2e-consistd.sh); the host is checked restored (root)
@@ -20,7 +23,7 @@ SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 CARGO ?= cargo
 
-.PHONY: build dev dev-stop test lint gen bench control-plane e2e image image-check
+.PHONY: build dev dev-stop test lint gen bench control-plane e2e image image-check chart-check
 
 build:
 	$(CARGO) build --workspace
@@ -37,7 +40,7 @@ control-plane:
 SDKS := python go typescript
 
 test: lint control-plane
-	hack/with-control-plane.sh $(SHELL) $(.SHELLFLAGS) '$(CARGO) test --workspace --no-fail-fast && hack/test-sdks.sh && hack/with-daemons.sh hack/stock-clients.sh'
+	hack/with-control-plane.sh $(SHELL) $(.SHELLFLAGS) '$(CARGO) test --workspace --no-fail-fast && hack/test-sdks.sh && hack/with-daemons.sh hack/stock-clients.sh && hack/chart-check.sh'
 	hack/dev.sh check
 	$(MAKE) e2e
 
@@ -55,6 +58,9 @@ gen:
 
 bench:
 	hack/with-control-plane.sh hack/bench.sh
+
+chart-check: control-plane
+	hack/with-control-plane.sh hack/chart-check.sh
 
 # hack/image.sh writes target/images/{consistd,pause,busybox}.tar, which the node imports.
 e2e: control-plane

@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # Installs the command-line tools the Makefile uses, from package registries, into caches:
 #   hack/tools.sh buf       buf (proto lint), from npm, into hack/tools/node/node_modules
-#   hack/tools.sh grpcurl   grpcurl, from the Go module proxy, into $CONSISTD_CACHE/bin
+#   hack/tools.sh grpcurl   grpcurl, from the Go module proxy, into $CONSISTD_CACHE/grpcurl/VERSION
+#   hack/tools.sh helm      helm, from the Go module proxy, into $CONSISTD_CACHE/helm/VERSION
+#   hack/tools.sh kubectl   kubectl $KUBERNETES_VERSION from hack/tools/kube-node, where hack/node.sh builds it
 # Prints the tool's path on stdout.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cache=${CONSISTD_CACHE:-$HOME/.cache/consistd}
+# shellcheck source=versions.env
+source "$repo/hack/versions.env"
 # v1.9.4: v1.9.3 ignores -unix and dials TCP.
 GRPCURL_VERSION=v1.9.4
+# Helm 4, the current major (Helm 3 gets security fixes only). charts/consistd is only tested with this version.
+HELM_VERSION=v4.3.1
 
 case "${1:-}" in
 buf)
@@ -28,8 +34,36 @@ grpcurl)
   fi
   echo "$dir/grpcurl"
   ;;
+helm)
+  dir=$cache/helm/$HELM_VERSION
+  if [ ! -x "$dir/helm" ]; then
+    echo "tools: building helm $HELM_VERSION (once; minutes on 2 cores)" >&2
+    # The version is stamped as helm's own release build does, so `helm version` and chart checks see it.
+    GOTOOLCHAIN=local CGO_ENABLED=0 GOBIN=$dir go install -p 2 -trimpath \
+      -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION" \
+      "helm.sh/helm/v4/cmd/helm@$HELM_VERSION" >&2
+  fi
+  echo "$dir/helm"
+  ;;
+kubectl)
+  # The same binary and path as hack/node.sh build, without its kubelet, scheduler and controller-manager.
+  out=$cache/kubectl/$KUBERNETES_VERSION/kubectl
+  if [ ! -x "$out" ]; then
+    echo "tools: building kubectl $KUBERNETES_VERSION (once; minutes on 2 cores)" >&2
+    v=${KUBERNETES_VERSION#v} vpkg=k8s.io/component-base/version
+    minor=${v#*.}
+    mkdir -p "$(dirname "$out")"
+    tmp=$(mktemp "$out.XXXXXX")
+    (cd "$repo/hack/tools/kube-node" &&
+      GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod go build -p 2 -trimpath -o "$tmp" \
+        -ldflags "-s -w -X $vpkg.gitVersion=$KUBERNETES_VERSION -X $vpkg.gitMajor=1 -X $vpkg.gitMinor=${minor%%.*} -X $vpkg.gitTreeState=clean" \
+        k8s.io/kubernetes/cmd/kubectl >&2) || { rm -f "$tmp"; exit 1; }
+    mv -f "$tmp" "$out"
+  fi
+  echo "$out"
+  ;;
 *)
-  echo "usage: $0 buf|grpcurl" >&2
+  echo "usage: $0 buf|grpcurl|helm|kubectl" >&2
   exit 2
   ;;
 esac
