@@ -72,7 +72,7 @@ impl Access {
         if self.rules.iter().any(|rule| asked.granted_by(rule)) {
             return Ok(());
         }
-        self.metrics.count_refused_call(&caller.uid.map_or_else(|| "unknown".to_owned(), |uid| uid.to_string()));
+        self.metrics.count_refused_call(&caller.uid_label());
         tracing::info!(uid = caller.uid, pid = caller.pid, asked = %asked, "call refused by access.rules");
         Err(status::access_denied(asked))
     }

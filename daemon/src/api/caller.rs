@@ -33,6 +33,11 @@ impl Caller {
         Self { uid: cred.map(|c| c.uid()), gid: cred.map(|c| c.gid()), pid: cred.and_then(|c| c.pid()) }
     }
 
+    /// The uid as per-caller metrics label it: the number, or "unknown" without peer credentials.
+    pub(crate) fn uid_label(&self) -> String {
+        self.uid.map_or_else(|| "unknown".to_owned(), |uid| uid.to_string())
+    }
+
     /// The caller recorded on a request by [`CallerLayer`]; unknown if there is none.
     pub(crate) fn from_request<T>(request: &tonic::Request<T>) -> Self {
         request.extensions().get::<Self>().copied().unwrap_or_default()
@@ -117,7 +122,7 @@ where
         let caller = Caller::of(request.extensions());
         let method = request.uri().path();
         tracing::debug!(uid = caller.uid, gid = caller.gid, pid = caller.pid, method, "call");
-        let uid = caller.uid.map_or_else(|| "unknown".to_owned(), |uid| uid.to_string());
+        let uid = caller.uid_label();
         self.metrics.count_call(&uid);
         if !self.allowlist.admits(&caller) {
             self.metrics.count_refused_call(&uid);
