@@ -6,8 +6,10 @@ notifies a peer and waits for the ACK; `receive` is that peer's side.
 
 Environment: CONSISTD_SOCKET (the sidecar; SDK default), EXAMPLE_NAMESPACE (default "default"),
 EXAMPLE_ELECTION ("configmap-controller"), EXAMPLE_SELECTOR ("example.consistd.io/watch=true"),
-EXAMPLE_PEER (host:port of the peer's sidecar to notify; unset: no notification), EXAMPLE_EXIT_AFTER
-(exit 0 after this many ConfigMaps handled or messages received; unset: run forever).
+EXAMPLE_PEER (whom to notify: "host:port" of a peer's sidecar, or "service/NAME" for every ready endpoint
+of the Service NAME in the sidecar's namespace; unset: no notification), EXAMPLE_EXIT_AFTER (exit 0 after
+this many ConfigMaps handled or messages received; unset: run until SIGTERM or SIGINT, then resign and
+exit 0).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,7 +37,7 @@ class Settings:
     namespace: str
     election: str
     selector: str
-    peer: str | None
+    peer: consistd.Destination | None
     exit_after: int | None
 
     @classmethod
@@ -44,9 +47,22 @@ class Settings:
             namespace=os.environ.get("EXAMPLE_NAMESPACE", "default"),
             election=os.environ.get("EXAMPLE_ELECTION", "configmap-controller"),
             selector=os.environ.get("EXAMPLE_SELECTOR", "example.consistd.io/watch=true"),
-            peer=os.environ.get("EXAMPLE_PEER") or None,
+            peer=destination(os.environ.get("EXAMPLE_PEER", "")),
             exit_after=int(exit_after) if exit_after else None,
         )
+
+
+def destination(peer: str) -> consistd.Destination | None:
+    """EXAMPLE_PEER as a destination: "service/NAME" is every ready endpoint of that Service (the
+    sidecar reads its EndpointSlices), anything else one peer's "host:port"; empty is none."""
+    if peer.startswith("service/"):
+        return consistd.ServiceEndpoints(peer.removeprefix("service/"))
+    return peer or None
+
+
+def described(to: consistd.Destination) -> str:
+    """A destination as EXAMPLE_PEER spells it."""
+    return f"service/{to.name}" if isinstance(to, consistd.ServiceEndpoints) else str(to)
 
 
 async def controller(client: consistd.Client, settings: Settings) -> None:
@@ -124,7 +140,7 @@ async def reconcile(
                     settings.peer, f"configmaps/{cm.namespace}/{cm.name}", patched.resource_version, payload
                 )
                 ack = await sent.ack()
-                print(f"notified {settings.peer} {ack.outcome.name} {sent.message_id}")
+                print(f"notified {described(settings.peer)} {ack.outcome.name} {sent.message_id}")
             counted()
 
 
@@ -138,10 +154,25 @@ async def receive(client: consistd.Client, settings: Settings) -> None:
 
 
 async def main(command: str) -> None:
+    """Runs ``command`` until it is done or SIGTERM/SIGINT arrives; then leaving the campaign resigns
+    (the sidecar releases the Lease, so another replica leads at once) and the process exits 0."""
     settings = Settings.from_env()
-    async with consistd.Client() as client:
-        await client.wait_ready(30)
-        await (controller if command == "controller" else receive)(client, settings)
+    job = asyncio.current_task()
+    assert job is not None
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(signum, stop, job, signal.Signals(signum).name)
+    try:
+        async with consistd.Client() as client:
+            await client.wait_ready(30)
+            await (controller if command == "controller" else receive)(client, settings)
+    except asyncio.CancelledError:
+        print("stopped")
+
+
+def stop(job: asyncio.Task[None], name: str) -> None:
+    """The signal handler: says so, and cancels the job."""
+    print(f"stopping on {name}")
+    job.cancel()
 
 
 if __name__ == "__main__":
