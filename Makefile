@@ -64,7 +64,7 @@ chart-check: control-plane
 
 # hack/image.sh writes target/images/{consistd,pause,busybox}.tar, which the node imports.
 e2e: control-plane
-	hack/image.sh consistd pause busybox
+	hack/image.sh consistd example-python pause busybox
 	hack/node.sh prepare
 	CONSISTD_CP_NODE=1 hack/with-control-plane.sh $(SHELL) $(.SHELLFLAGS) 'hack/test-node.sh && hack/e2e-consistd.sh'
 

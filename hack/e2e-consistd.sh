@@ -1,15 +1,23 @@
 #!/usr/bin/env bash
-# End-to-end test of consistd in a pod on a real node: the injector runs in the cluster from its image and
-# adds the sidecar to a labelled Deployment, whose pods all become Ready with consistd reaching the apiserver.
+# End-to-end test of consistd in pods on a real node, the way a cluster runs it:
 #
 #   CONSISTD_CP_NODE=1 hack/with-control-plane.sh hack/e2e-consistd.sh     (part of `make e2e`; root)
 #
-# Needs target/images/{consistd,pause,busybox}.tar (hack/image.sh consistd pause busybox). Starts the node
-# (hack/node.sh), applies manifests/injector through the overlay hack/e2e/injector (local image, one replica),
-# waits until the injector has published its caBundle, then applies hack/e2e/app.yaml with manifests/base's
-# ServiceAccount and RBAC in a fresh namespace and checks that every replica runs the injected native sidecar,
-# Ready, and that `consistd status` inside it reports the apiserver reachable through the `kubernetes`
-# Service. Stops the node and checks the host is as it was. Prints timings.
+#  1. The injector runs in the cluster from its image (manifests/injector through the overlay
+#     hack/e2e/injector: local image, one replica) and publishes its caBundle.
+#  2. hack/e2e/app.yaml, the Python example controller as a 3-replica Deployment labelled for injection, with
+#     exactly manifests/base's ServiceAccount and RBAC: every pod runs the injected native sidecar, Ready,
+#     and `consistd status` in it reports the apiserver reachable through the `kubernetes` Service.
+#  3. Exactly one replica leads (the Lease names it), makes its guarded write once, and its ACK-tracked
+#     notification to the headless Service reaches every replica's receiver and is ACKed.
+#  4. `kubectl delete pod` of the leader: its app gets SIGTERM before the sidecar, the Lease is released,
+#     another replica leads (handover time printed).
+#  5. A version published on the rollout channel reaches every replica; `kubectl rollout restart`; the new
+#     replicas catch up, and the barrier (Publish, WaitApplied) completes across exactly the 3 new pods.
+#  6. SIGKILL of one sidecar while its pod's app sends: kubelet restarts the sidecar and every message whose
+#     Send returned reaches every replica.
+# Then stops the node and checks the host is as it was. Needs target/images/{consistd,example-python,pause,
+# busybox}.tar (hack/image.sh consistd example-python pause busybox). Prints timings.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cp_state=${CONSISTD_CP_DIR:-$repo/target/control-plane}
@@ -24,6 +32,12 @@ die() {
     "$KUBECTL" get pods -A -o wide >&2 || true
     "$KUBECTL" -n consistd-system logs deployment/consistd-injector --tail=30 >&2 || true
     "$KUBECTL" -n "$ns" get events --sort-by=.lastTimestamp >&2 || true
+    for pod in $("$KUBECTL" -n "$ns" get pods -o name 2>/dev/null); do
+      for c in consistd controller receiver member; do
+        echo "--- $pod $c" >&2
+        "$KUBECTL" -n "$ns" logs "$pod" -c "$c" --tail=15 >&2 2>&1 || true
+      done
+    done
   }
   exit 1
 }
@@ -31,8 +45,8 @@ ms() { date +%s%3N; }
 
 [ -f "$cp_state/node-mode" ] ||
   die "the control plane was started without CONSISTD_CP_NODE=1; run: CONSISTD_CP_NODE=1 hack/with-control-plane.sh $0"
-for i in consistd pause busybox; do
-  [ -f "$repo/target/images/$i.tar" ] || die "target/images/$i.tar is missing: hack/image.sh consistd pause busybox"
+for i in consistd example-python pause busybox; do
+  [ -f "$repo/target/images/$i.tar" ] || die "target/images/$i.tar is missing: hack/image.sh consistd example-python pause busybox"
 done
 
 mkdir -p "$out"
@@ -57,30 +71,166 @@ done
 [ -n "$bundle" ] || die "the injector never published its caBundle"
 log "injector Ready and caBundle published $(($(ms) - t)) ms after kubectl apply"
 
-# 2. A labelled Deployment with manifests/base's ServiceAccount and RBAC.
+# 2. The Python example controller, labelled for injection, with exactly manifests/base's ServiceAccount and RBAC.
 k create namespace "$ns" >/dev/null
 for _ in $(seq 1 100); do k -n "$ns" get serviceaccount default >/dev/null 2>&1 && break; sleep 0.2; done
 k -n "$ns" apply -f "$repo/manifests/base/serviceaccount.yaml" -f "$repo/manifests/base/rbac.yaml" >/dev/null
+k -n "$ns" create configmap e2e-pod --from-file=pod.py="$repo/hack/e2e/pod.py" >/dev/null
 t=$(ms)
 k -n "$ns" apply -f "$repo/hack/e2e/app.yaml" >/dev/null
 k -n "$ns" rollout status deployment/app --timeout=180s >/dev/null || die "the app's pods did not become Ready"
 log "3 replicas with the injected sidecar Ready $(($(ms) - t)) ms after kubectl apply"
 
-pods=$(k -n "$ns" get pods -l app.kubernetes.io/name=e2e-app -o jsonpath='{.items[*].metadata.name}')
+kn() { k -n "$ns" "$@"; }
+# The app's running pods that are not being deleted, space-separated.
+pods() { kn get pods -l app.kubernetes.io/name=e2e-app --field-selector=status.phase=Running \
+  -o go-template='{{range .items}}{{if not .metadata.deletionTimestamp}}{{.metadata.name}} {{end}}{{end}}' | xargs; }
+nanos() { date -d "$1" +%s%N; } # an RFC 3339 timestamp of kubectl logs --timestamps, in ns
+logs() { kn logs "$1" -c "$2" 2>/dev/null || true; }
+# wait_until SECONDS WHAT COMMAND...: polls COMMAND every 0.2 s.
+wait_until() {
+  local secs=$1 what=$2 i
+  shift 2
+  for i in $(seq 1 $((secs * 5))); do "$@" && return 0; sleep 0.2; done
+  die "$what (after ${secs} s)"
+}
+holder() { kn get lease configmap-controller -o jsonpath='{.spec.holderIdentity}' 2>/dev/null || true; }
+
+pods=$(pods)
 [ "$(wc -w <<<"$pods")" = 3 ] || die "expected 3 pods, got: $pods"
 for pod in $pods; do
-  get() { k -n "$ns" get pod "$pod" -o jsonpath="$1"; }
+  get() { kn get pod "$pod" -o jsonpath="$1"; }
   [ "$(get '{.spec.initContainers[0].name}')" = consistd ] || die "$pod has no consistd sidecar"
   [ "$(get '{.spec.initContainers[0].restartPolicy}')" = Always ] || die "$pod: the sidecar is not a native sidecar"
   [ "$(get '{.metadata.annotations.consistd\.io/status}')" = injected ] || die "$pod: no consistd.io/status"
   [ "$(get '{.status.initContainerStatuses[0].ready}')" = true ] || die "$pod: the sidecar is not Ready"
-  status=$(k -n "$ns" exec "$pod" -c consistd -- /consistd status) || die "$pod: consistd status failed: $status"
+  status=$(kn exec "$pod" -c consistd -- /consistd status) || die "$pod: consistd status failed: $status"
   grep -q "reachable" <<<"$status" || die "$pod: the apiserver is not reachable from the sidecar: $status"
 done
 log "every replica runs consistd as an injected native sidecar; consistd status in each: ready, apiserver reachable"
-k -n "$ns" exec "${pods%% *}" -c consistd -- /consistd status >&2
 
-# 3. Clean up, and leave the host as it was.
+# 3. One leader, one guarded write, one notification to every replica, ACKed.
+leader_is_a_pod() { local h; h=$(holder); [ -n "$h" ] && grep -qw -- "$h" <<<"$pods"; }
+wait_until 60 "no replica leads configmap-controller" leader_is_a_pod
+leader=$(holder)
+notified() { logs "$leader" controller | grep -q '^notified service/app-peers ACKED '; }
+wait_until 60 "the leader $leader did not report its notification ACKed" notified
+leaders=0
+for pod in $pods; do
+  leaders=$((leaders + $(logs "$pod" controller | grep -c '^leadership LEADER ' || true)))
+  if [ "$pod" != "$leader" ]; then
+    logs "$pod" controller | grep -q '^leadership FOLLOWER ' || die "$pod does not report FOLLOWER"
+  fi
+done
+[ "$leaders" = 1 ] || die "$leaders replicas reported LEADER, expected exactly 1 ($leader)"
+logs "$leader" controller | grep -q "^patched $ns/settings keys=greeting,target " || die "the leader did not patch settings"
+for pod in $pods; do
+  got() { logs "$pod" receiver | grep -q "^received configmaps/$ns/settings "; }
+  wait_until 30 "$pod's receiver got no notification" got
+done
+sleep 2 # time for a second, wrong write to show
+[ "$(for pod in $pods; do logs "$pod" controller; done | grep -c '^patched ')" = 1 ] ||
+  die "expected exactly one guarded write across the replicas"
+observed=$(kn get configmap settings -o jsonpath='{.metadata.annotations.example\.consistd\.io/observed-keys}')
+[ "$observed" = greeting,target ] || die "settings is not annotated by the leader: observed-keys=$observed"
+log "exactly one leader ($leader): one guarded write, its notification received by all 3 replicas through service/app-peers and ACKed"
+
+# 4. Deleting the leader's pod: SIGTERM reaches the app before the sidecar, the Lease is released, another leads.
+mkdir -p "$out/handover"
+timeout 60 "$KUBECTL" -n "$ns" logs -f --timestamps "$leader" -c controller >"$out/handover/controller.log" 2>&1 &
+follow_app=$!
+timeout 60 "$KUBECTL" -n "$ns" logs -f --timestamps "$leader" -c consistd >"$out/handover/consistd.log" 2>&1 &
+follow_sidecar=$!
+kn get lease configmap-controller --watch \
+  -o jsonpath='{.spec.holderIdentity}{"|"}{.spec.leaseDurationSeconds}{"\n"}' >"$out/handover/lease.log" 2>&1 &
+watch_lease=$!
+sleep 1 # the followers and the watch are attached
+t=$(ms)
+kn delete pod "$leader" --wait=false >/dev/null
+new_leader() { local h; h=$(holder); [ -n "$h" ] && [ "$h" != "$leader" ]; }
+wait_until 60 "no other replica took over from $leader" new_leader
+handover=$(($(ms) - t))
+successor=$(holder)
+wait "$follow_app" "$follow_sidecar" || true
+kill "$watch_lease" 2>/dev/null || true
+sigterm_app=$(grep -m1 ' stopping on SIGTERM' "$out/handover/controller.log" | cut -d' ' -f1)
+sigterm_sidecar=$(grep -m1 '"shutting down"' "$out/handover/consistd.log" | cut -d' ' -f1)
+[ -n "$sigterm_app" ] || die "the leader's app never got SIGTERM: $(tail -3 "$out/handover/controller.log")"
+[ -n "$sigterm_sidecar" ] || die "the leader's sidecar never shut down: $(tail -3 "$out/handover/consistd.log")"
+[ "$(nanos "$sigterm_app")" -lt "$(nanos "$sigterm_sidecar")" ] ||
+  die "the sidecar got SIGTERM ($sigterm_sidecar) before the app ($sigterm_app)"
+grep -q '"released leadership"' "$out/handover/consistd.log" || die "the leader's sidecar did not release the Lease"
+grep -q '^|1$' "$out/handover/lease.log" || die "the Lease was never seen released (no holder): $(cat "$out/handover/lease.log")"
+log "leader pod deleted: app SIGTERM at $sigterm_app, sidecar at $sigterm_sidecar; Lease released; $successor leads $handover ms after kubectl delete"
+
+# 5. The barrier: a version reaches every replica, survives `kubectl rollout restart`, and the next one is
+#    applied by exactly the 3 new pods.
+kn rollout status deployment/app --timeout=120s >/dev/null || die "the replacement of $leader did not become Ready"
+publish() { kn exec "$1" -c member -- /usr/local/bin/python3 /e2e/pod.py publish app-config "$2" 60; }
+sorted() { tr ' ' '\n' <<<"$1" | grep . | sort | xargs; }
+# The channel's members are the replicas whose member Lease (labelled with the channel) is held.
+members_are_pods() {
+  [ "$(sorted "$(kn get leases -l consistd.io/member-of=app-config -o jsonpath='{.items[*].spec.holderIdentity}')")" = \
+    "$(sorted "$pods")" ]
+}
+pods=$(pods)
+wait_until 30 "the rollout channel's member Leases are not the pods $pods" members_are_pods
+first=$(publish "${pods%% *}" one) || die "the barrier of version one did not complete: $first"
+members=$(python3 -c 'import json,sys; print(" ".join(sorted(json.loads(sys.argv[1])["members"])))' "$first")
+[ "$members" = "$(sorted "$pods")" ] || die "version one's members are $members, not the pods $pods"
+v1=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["version"])' "$first")
+t=$(ms)
+kn rollout restart deployment/app >/dev/null
+kn rollout status deployment/app --timeout=180s >/dev/null || die "kubectl rollout restart did not complete"
+log "kubectl rollout restart: 3 new replicas Ready $(($(ms) - t)) ms after it"
+old=$pods
+pods=$(pods)
+for pod in $pods; do
+  ! grep -qw -- "$pod" <<<"$old" || die "$pod survived the rollout restart"
+  caught_up() { logs "$pod" member | grep -q "^applied app-config $v1 one$"; }
+  wait_until 30 "the new replica $pod did not catch up to version $v1" caught_up
+done
+wait_until 30 "the old replicas' member Leases were not removed: the members are not the new pods $pods" members_are_pods
+t=$(ms)
+second=$(publish "${pods##* }" two) || die "the barrier of version two did not complete: $second"
+barrier=$(($(ms) - t))
+members=$(python3 -c 'import json,sys; print(" ".join(sorted(json.loads(sys.argv[1])["members"])))' "$second")
+[ "$members" = "$(sorted "$pods")" ] || die "version two's members are $members, not the new pods $pods"
+log "rollout barrier: the new replicas caught up to version $v1; Publish + WaitApplied of the next across the 3 new pods: $barrier ms ($second)"
+
+# 6. SIGKILL of a sidecar while its app sends: kubelet restarts it, and every stored message reaches every replica.
+sender=${pods%% *}
+kn exec "$sender" -c member -- /usr/local/bin/python3 /e2e/pod.py burst app-peers 2000 k >"$out/burst.log" 2>&1 &
+burst=$!
+some_stored() { [ "$(grep -c '^stored ' "$out/burst.log" || true)" -ge 200 ]; }
+wait_until 60 "the burst stored nothing: $(tail -3 "$out/burst.log")" some_stored
+id=$(kn get pod "$sender" -o jsonpath='{.status.initContainerStatuses[?(@.name=="consistd")].containerID}')
+received_at_kill=$(for pod in $pods; do logs "$pod" receiver; done | grep -c '^received burst/' || true)
+ctr tasks kill -s SIGKILL "${id#containerd://}" >/dev/null || die "could not SIGKILL the sidecar of $sender"
+t=$(ms)
+set +e
+wait "$burst"
+rc=$?
+set -e
+[ "$rc" = 0 ] || [ "$rc" = 3 ] || die "the burst failed (exit $rc): $(tail -3 "$out/burst.log")"
+restarted() {
+  [ "$(kn get pod "$sender" -o jsonpath='{.status.initContainerStatuses[?(@.name=="consistd")].restartCount}')" -ge 1 ] &&
+    [ "$(kn get pod "$sender" -o jsonpath='{.status.initContainerStatuses[?(@.name=="consistd")].ready}')" = true ]
+}
+wait_until 60 "kubelet did not restart the killed sidecar of $sender" restarted
+log "the killed sidecar of $sender restarted and Ready $(($(ms) - t)) ms after SIGKILL"
+sed -n 's/^stored //p' "$out/burst.log" | sort >"$out/burst.stored"
+stored=$(wc -l <"$out/burst.stored")
+for pod in $pods; do
+  everything() {
+    logs "$pod" receiver | sed -n 's/^received \(burst\/[^ ]*\) .*/\1/p' | sort -u >"$out/burst.$pod"
+    [ -z "$(comm -23 "$out/burst.stored" "$out/burst.$pod")" ]
+  }
+  wait_until 90 "$pod's receiver misses $(comm -23 "$out/burst.stored" "$out/burst.$pod" | wc -l) of the $stored stored messages" everything
+done
+log "SIGKILL of a sending sidecar: all $stored messages whose Send returned reached all 3 replicas ($((3 * stored - received_at_kill)) of $((3 * stored)) deliveries after the kill)"
+
+# 7. Clean up, and leave the host as it was.
 k delete namespace "$ns" --wait=true --timeout=120s >/dev/null
 k delete -k "$repo/hack/e2e/injector" --wait=true --timeout=120s >/dev/null
 trap - EXIT

@@ -265,6 +265,7 @@ cmd_env() {
   echo "export KUBECTL=$(bin kubectl)"
   echo "export KUBECACHEDIR=$state/kubectl-cache # not ~/.kube/cache"
   echo "export CONSISTD_NODE_NAME=$node_name"
+  echo "export CONTAINERD_ADDRESS=$state/containerd.sock CONTAINERD_NAMESPACE=k8s.io # for ctr"
 }
 
 case "${1:-}" in
