@@ -5,9 +5,11 @@
 //   node configmap-controller.js receive      print each notification from peers, then ACK it
 //
 // Environment: CONSISTD_SOCKET (the SDK's default), EXAMPLE_NAMESPACE ("default"), EXAMPLE_ELECTION
-// ("configmap-controller"), EXAMPLE_SELECTOR ("example.consistd.io/watch=true"), EXAMPLE_PEER (host:port of the
-// peer's consistd; unset: no notification), EXAMPLE_EXIT_AFTER (exit 0 after that many; unset: run forever).
-import { Client, ConsistdError, EventType, type Leadership, Mode, status } from "@consistd/client";
+// ("configmap-controller"), EXAMPLE_SELECTOR ("example.consistd.io/watch=true"), EXAMPLE_PEER (whom to notify:
+// host:port of a peer's consistd, or service/NAME for every ready endpoint of the Service NAME in the sidecar's
+// namespace; unset: no notification), EXAMPLE_EXIT_AFTER (exit 0 after that many; unset: run until SIGTERM or
+// SIGINT, then resign and exit 0).
+import { Client, ConsistdError, EventType, type Leadership, type Message, Mode, status } from "@consistd/client";
 
 const OBSERVED_KEYS = "example.consistd.io/observed-keys";
 const HANDLED_BY = "example.consistd.io/handled-by";
@@ -15,7 +17,7 @@ const HANDLED_BY = "example.consistd.io/handled-by";
 const namespace = process.env.EXAMPLE_NAMESPACE || "default";
 const election = process.env.EXAMPLE_ELECTION || "configmap-controller";
 const selector = process.env.EXAMPLE_SELECTOR || "example.consistd.io/watch=true";
-const peer = process.env.EXAMPLE_PEER || undefined;
+const peer = process.env.EXAMPLE_PEER || undefined; // as given, for the `notified` line
 const exitAfter = process.env.EXAMPLE_EXIT_AFTER ? Number(process.env.EXAMPLE_EXIT_AFTER) : Infinity;
 
 interface ConfigMap {
@@ -23,8 +25,16 @@ interface ConfigMap {
   data?: Record<string, string>;
 }
 
-/** Campaigns; while LEADER, reconciles ConfigMaps in the namespace until `exitAfter` are handled. */
-async function controller(client: Client): Promise<void> {
+/**
+ * EXAMPLE_PEER as a destination: "service/NAME" is every ready endpoint of the Service NAME in the sidecar's
+ * namespace (the sidecar follows its EndpointSlices), anything else one peer's "host:port".
+ */
+function destination(peer: string): Message["to"] {
+  return peer.startsWith("service/") ? { service: { namespace: "", name: peer.slice("service/".length) } } : { peer };
+}
+
+/** Campaigns; while LEADER, reconciles ConfigMaps in the namespace until `exitAfter` are handled, or until `stopping`. */
+async function controller(client: Client, stopping: AbortSignal): Promise<void> {
   const done = new AbortController();
   let handled = 0;
   let leading: { term: bigint; stop: AbortController; running: Promise<void> } | undefined;
@@ -33,7 +43,9 @@ async function controller(client: Client): Promise<void> {
     await leading?.running;
     leading = undefined;
   };
-  for await (const state of client.campaign(election, { namespace, signal: done.signal })) {
+  // Ending the campaign (done, or stopping) resigns: the sidecar releases the Lease at once.
+  const signal = AbortSignal.any([stopping, done.signal]);
+  for await (const state of client.campaign(election, { namespace, signal })) {
     console.log(`leadership ${state.stateName} holder=${state.holder || "-"} term=${state.term}`);
     if (leading && leading.term !== state.term) await stopLeading();
     if (!state.isLeader || leading) continue;
@@ -75,21 +87,35 @@ async function reconcile(client: Client, lead: Leadership, signal: AbortSignal, 
     console.log(`patched ${namespace}/${name} keys=${keys.join(",")} resourceVersion=${resourceVersion}`);
     if (peer) {
       const sent = await client.send({
-        to: { peer },
+        to: destination(peer),
         resourceId: `configmaps/${namespace}/${name}`,
         eventId: resourceVersion,
         payload: { namespace, name, keys },
         contentType: "application/json",
       });
-      const outcome = await sent.ack;
+      const outcome = await unlessAborted(sent.ack, signal);
+      if (!outcome) return; // this term's work was stopped meanwhile; the sidecar still delivers the message
       console.log(`notified ${peer} ${outcome.kindName} ${sent.messageId}`);
     }
     onHandled();
   }
 }
 
-/** Prints each message from peers; returning ACKs it. Stops once `exitAfter` messages are ACKed. */
-async function receive(client: Client): Promise<void> {
+/** `promise`'s value, or undefined if `signal` is aborted first. */
+async function unlessAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T | undefined> {
+  if (signal.aborted) return undefined;
+  let onAbort = () => {};
+  const aborted = new Promise<undefined>((resolve) => (onAbort = () => resolve(undefined)));
+  signal.addEventListener("abort", onAbort, { once: true });
+  try {
+    return await Promise.race([promise, aborted]);
+  } finally {
+    signal.removeEventListener("abort", onAbort);
+  }
+}
+
+/** Prints each message from peers; returning ACKs it. Stops once `exitAfter` messages are ACKed, or on `stopping`. */
+async function receive(client: Client, stopping: AbortSignal): Promise<void> {
   const done = new AbortController();
   let received = 0;
   await client.inbox.serve(
@@ -97,7 +123,7 @@ async function receive(client: Client): Promise<void> {
       console.log(`received ${message.resourceId} ${message.eventId} ${message.payload.toString("utf8")}`);
       if (++received >= exitAfter) done.abort(); // serve resolves once this message's ACK is stored
     },
-    { signal: done.signal },
+    { signal: AbortSignal.any([stopping, done.signal]) },
   );
 }
 
@@ -106,10 +132,21 @@ if (mode !== "controller" && mode !== "receive") {
   console.error("usage: configmap-controller.js controller|receive");
   process.exit(64);
 }
+// SIGTERM or SIGINT stops the command (leaving the campaign resigns), and the process exits 0.
+const stopping = new AbortController();
+for (const name of ["SIGTERM", "SIGINT"] as const) {
+  process.on(name, () => {
+    console.log(`stopping on ${name}`);
+    stopping.abort();
+  });
+}
 const client = new Client();
 try {
-  await client.waitReady(30_000);
-  await (mode === "controller" ? controller(client) : receive(client));
+  await client.waitReady(30_000, { signal: stopping.signal });
+  await (mode === "controller" ? controller(client, stopping.signal) : receive(client, stopping.signal));
+} catch (error) {
+  if (!stopping.signal.aborted) throw error; // once stopping, what the stop cut short is no failure
 } finally {
   client.close();
 }
+if (stopping.signal.aborted) console.log("stopped");

@@ -6,9 +6,10 @@
 //	configmap-controller receive      print each notification peers send, and ACK it
 //
 // Environment: CONSISTD_SOCKET (the SDK's default), EXAMPLE_NAMESPACE (default "default"),
-// EXAMPLE_ELECTION ("configmap-controller"), EXAMPLE_PEER (host:port to notify; unset: nobody),
-// EXAMPLE_EXIT_AFTER (exit 0 after this many handled; unset: run until SIGTERM) and EXAMPLE_SELECTOR
-// ("example.consistd.io/watch=true").
+// EXAMPLE_ELECTION ("configmap-controller"), EXAMPLE_PEER (whom to notify: a peer sidecar's "host:port", or
+// "service/NAME" for every ready endpoint of the Service NAME in the sidecar's namespace; unset: nobody),
+// EXAMPLE_EXIT_AFTER (exit 0 after this many handled; unset: run until SIGTERM or SIGINT, then resign and
+// exit 0) and EXAMPLE_SELECTOR ("example.consistd.io/watch=true").
 package main
 
 import (
@@ -35,9 +36,14 @@ const (
 	handledBy    = "example.consistd.io/handled-by"
 )
 
+// stopSignals are the signals that stop the example, by name.
+var stopSignals = map[os.Signal]string{syscall.SIGTERM: "SIGTERM", syscall.SIGINT: "SIGINT"}
+
 // config is the example's environment.
 type config struct {
-	namespace, election, peer, selector string
+	namespace, election, selector string
+	// peer is EXAMPLE_PEER as given: a peer's "host:port", or "service/NAME"; empty: notify nobody.
+	peer string
 	// exitAfter is how many ConfigMaps (controller) or messages (receive) to handle; 0 means no limit.
 	exitAfter int
 }
@@ -49,13 +55,39 @@ func main() {
 	}
 	cfg, err := configFromEnv()
 	if err == nil {
-		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+		ctx, stop := stopOnSignal()
 		defer stop()
 		err = run(ctx, os.Args[1], cfg)
+		if ctx.Err() != nil {
+			// Stopped by a signal: the campaign was left (the sidecar resigned); what ended with it is no error.
+			fmt.Println("stopped")
+			err = nil
+		}
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "configmap-controller:", err)
 		os.Exit(1)
+	}
+}
+
+// stopOnSignal returns a context that ends at the first SIGTERM or SIGINT, after printing which one
+// arrived. Everything run under it stops then; ending the campaign's stream resigns at once (the sidecar
+// releases the Lease, so another replica leads without waiting for it to expire).
+func stopOnSignal() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, slices.Collect(maps.Keys(stopSignals))...)
+	go func() {
+		select {
+		case s := <-signals:
+			fmt.Printf("stopping on %s\n", stopSignals[s])
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(signals)
+		cancel()
 	}
 }
 
@@ -236,7 +268,7 @@ func (c *controller) notify(ctx context.Context, cm *consistd.Object, keys []str
 		return err
 	}
 	sent, err := c.client.Send(ctx, consistd.SendRequest{
-		To:          consistd.ToPeer(c.cfg.peer),
+		To:          destination(c.cfg.peer),
 		ResourceID:  "configmaps/" + cm.Namespace + "/" + cm.Name,
 		EventID:     cm.ResourceVersion,
 		Payload:     payload,
@@ -251,6 +283,15 @@ func (c *controller) notify(ctx context.Context, cm *consistd.Object, keys []str
 	}
 	fmt.Printf("notified %s %s %s\n", c.cfg.peer, outcome.Kind, sent.MessageID)
 	return nil
+}
+
+// destination is EXAMPLE_PEER as a destination: "service/NAME" is every ready endpoint of the Service NAME
+// in the sidecar's namespace (the sidecar follows its EndpointSlices), anything else one peer's "host:port".
+func destination(peer string) consistd.Destination {
+	if name, ok := strings.CutPrefix(peer, "service/"); ok {
+		return consistd.ToService("", name)
+	}
+	return consistd.ToPeer(peer)
 }
 
 // receive prints each message peers send; the SDK ACKs it when the handler returns. After

@@ -2,17 +2,23 @@
 //! leadership and, only while it leads, watches labelled ConfigMaps in CONSISTENT mode, records their
 //! data keys in an annotation through consistd (guarded by its fencing term) and notifies a peer with
 //! an ACK-tracked send. `configmap-controller receive` is that peer: it prints each notification and
-//! ACKs it. Settings come from the environment (see examples/README.md).
+//! ACKs it. Settings come from the environment (see examples/README.md): `EXAMPLE_PEER` is a peer's
+//! "host:port" or "service/NAME" (every ready endpoint of that Service). On SIGTERM or SIGINT either
+//! command stops, leaving the campaign (the sidecar resigns: it releases the Lease), and exits 0.
 
 use std::{pin::pin, time::Duration};
 
 use anyhow::{Context as _, bail};
 use consistd_client::{
     Client, Leadership, Watch,
-    proto::{CampaignRequest, EventType, LeadershipState, PatchRequest, PatchType, SendRequest, WriteGuard},
+    proto::{
+        CampaignRequest, Destination, EventType, LeadershipState, PatchRequest, PatchType, SendRequest,
+        ServiceDestination, WriteGuard, destination::Target,
+    },
     to_peer,
 };
 use futures::StreamExt as _;
+use tokio::signal::unix::{SignalKind, signal};
 
 const OBSERVED_KEYS: &str = "example.consistd.io/observed-keys";
 
@@ -21,6 +27,7 @@ struct Settings {
     namespace: String,
     election: String,
     selector: String,
+    /// `EXAMPLE_PEER` as given: a peer's "host:port", or "service/NAME".
     peer: Option<String>,
     exit_after: Option<usize>,
 }
@@ -46,16 +53,53 @@ impl Settings {
     }
 }
 
+/// `EXAMPLE_PEER` as a destination: "service/NAME" is every ready endpoint of the Service NAME in the
+/// sidecar's namespace (the sidecar follows its EndpointSlices), anything else one peer's "host:port".
+fn destination(peer: &str) -> Destination {
+    match peer.strip_prefix("service/") {
+        Some(name) => Destination {
+            target: Some(Target::Service(ServiceDestination { name: name.to_owned(), namespace: String::new() })),
+        },
+        None => to_peer(peer),
+    }
+}
+
+/// Runs the command until it is done or SIGTERM/SIGINT arrives. Stopping drops the command's future,
+/// and with it the campaign stream: the sidecar resigns at once (it releases the Lease, so another
+/// replica leads without waiting for it to expire), and the process exits 0.
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let settings = Settings::from_env()?;
+    let command = std::env::args().nth(1);
     let client = Client::from_env();
-    client.wait_ready(Duration::from_secs(30)).await.context("wait for consistd")?;
-    match std::env::args().nth(1).as_deref() {
-        Some("controller") => controller(&client, &settings).await,
-        Some("receive") => receive(&client, &settings).await,
-        _ => bail!("usage: configmap-controller controller|receive"),
+    let run = async {
+        client.wait_ready(Duration::from_secs(30)).await.context("wait for consistd")?;
+        match command.as_deref() {
+            Some("controller") => controller(&client, &settings).await,
+            Some("receive") => receive(&client, &settings).await,
+            _ => bail!("usage: configmap-controller controller|receive"),
+        }
+    };
+    let stop = stop_signal().context("listen for SIGTERM and SIGINT")?;
+    tokio::select! {
+        done = run => return done,
+        name = stop => println!("stopping on {name}"),
     }
+    // `run` is dropped by now: the campaign is left.
+    println!("stopped");
+    Ok(())
+}
+
+/// Listens for SIGTERM and SIGINT from now on; the future resolves to the name of the first to arrive.
+fn stop_signal() -> std::io::Result<impl Future<Output = &'static str>> {
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        }
+    })
 }
 
 /// Campaigns, and reconciles only while this pod leads; stops reconciling the moment it does not.
@@ -140,7 +184,7 @@ async fn handle(
         let payload = serde_json::json!({ "namespace": settings.namespace, "name": name, "keys": keys });
         let sent = client
             .send(SendRequest {
-                destination: Some(to_peer(peer)),
+                destination: Some(destination(peer)),
                 resource_id: format!("configmaps/{}/{name}", settings.namespace),
                 event_id: version,
                 payload: payload.to_string().into_bytes(),
