@@ -42,6 +42,18 @@ die() {
   exit 1
 }
 ms() { date +%s%3N; }
+# peer_tls DIR: a CA and a leaf for the DNS name "consistd" (server and client) in DIR/{ca.crt,tls.crt,tls.key}.
+peer_tls() {
+  mkdir -p "$1"
+  (
+    cd "$1"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=e2e-peer-ca \
+      -keyout ca.key -out ca.crt
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=consistd -keyout tls.key -out tls.csr
+    printf 'subjectAltName=DNS:consistd\nextendedKeyUsage=serverAuth,clientAuth\n' >leaf.ext
+    openssl x509 -req -in tls.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 -extfile leaf.ext -out tls.crt
+  ) 2>/dev/null || die "openssl could not make the peer certificates"
+}
 
 [ -f "$cp_state/node-mode" ] ||
   die "the control plane was started without CONSISTD_CP_NODE=1; run: CONSISTD_CP_NODE=1 hack/with-control-plane.sh $0"
@@ -71,15 +83,27 @@ done
 [ -n "$bundle" ] || die "the injector never published its caBundle"
 log "injector Ready and caBundle published $(($(ms) - t)) ms after kubectl apply"
 
-# 2. The Python example controller, labelled for injection, with exactly manifests/base's ServiceAccount and RBAC.
+# 2. The Python example controller, labelled for injection by the README's walkthrough ("Run it in a
+#    cluster"), run as written: its namespace is ours and the injector is the local-image overlay. The peers
+#    use mutual TLS from the consistd-peer-tls Secret that manifests/base's config names.
 k create namespace "$ns" >/dev/null
 for _ in $(seq 1 100); do k -n "$ns" get serviceaccount default >/dev/null 2>&1 && break; sleep 0.2; done
-k -n "$ns" apply -f "$repo/manifests/base/serviceaccount.yaml" -f "$repo/manifests/base/rbac.yaml" >/dev/null
+peer_tls "$out/peer-tls"
+k -n "$ns" create secret generic consistd-peer-tls --from-file="$out/peer-tls/tls.crt" \
+  --from-file="$out/peer-tls/tls.key" --from-file="$out/peer-tls/ca.crt" >/dev/null
 k -n "$ns" create configmap e2e-pod --from-file=pod.py="$repo/hack/e2e/pod.py" >/dev/null
+k -n "$ns" apply -f "$repo/manifests/base/serviceaccount.yaml" -f "$repo/hack/e2e/app.yaml" >/dev/null
 t=$(ms)
-k -n "$ns" apply -f "$repo/hack/e2e/app.yaml" >/dev/null
-k -n "$ns" rollout status deployment/app --timeout=180s >/dev/null || die "the app's pods did not become Ready"
-log "3 replicas with the injected sidecar Ready $(($(ms) - t)) ms after kubectl apply"
+{
+  # shellcheck disable=SC2016 # expanded by the walkthrough's shell
+  echo 'kubectl() { "$KUBECTL" "$@"; }'
+  awk '/^## Run it in a cluster/ { section = 1 } section && /^```sh/ { block = 1; next } block && /^```/ { exit } block' \
+    "$repo/README.md" | sed -e "s/-n my-app/-n $ns/g" -e 's|manifests/injector|hack/e2e/injector|'
+} >"$out/walkthrough.sh"
+grep -q '^kubectl patch deployment my-app' "$out/walkthrough.sh" || die "no walkthrough found in README.md"
+(cd "$repo" && timeout 300 bash -ex "$out/walkthrough.sh") >"$out/walkthrough.log" 2>&1 ||
+  die "the README's walkthrough failed: $(tail -5 "$out/walkthrough.log")"
+log "the README's walkthrough injected the sidecar; 3 replicas Ready $(($(ms) - t)) ms after it started"
 
 kn() { k -n "$ns" "$@"; }
 # The app's running pods that are not being deleted, space-separated.
@@ -165,7 +189,7 @@ log "leader pod deleted: app SIGTERM at $sigterm_app, sidecar at $sigterm_sideca
 
 # 5. The barrier: a version reaches every replica, survives `kubectl rollout restart`, and the next one is
 #    applied by exactly the 3 new pods.
-kn rollout status deployment/app --timeout=120s >/dev/null || die "the replacement of $leader did not become Ready"
+kn rollout status deployment/my-app --timeout=120s >/dev/null || die "the replacement of $leader did not become Ready"
 publish() { kn exec "$1" -c member -- /usr/local/bin/python3 /e2e/pod.py publish app-config "$2" 60; }
 sorted() { tr ' ' '\n' <<<"$1" | grep . | sort | xargs; }
 # The channel's members are the replicas whose member Lease (labelled with the channel) is held.
@@ -180,8 +204,8 @@ members=$(python3 -c 'import json,sys; print(" ".join(sorted(json.loads(sys.argv
 [ "$members" = "$(sorted "$pods")" ] || die "version one's members are $members, not the pods $pods"
 v1=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["version"])' "$first")
 t=$(ms)
-kn rollout restart deployment/app >/dev/null
-kn rollout status deployment/app --timeout=180s >/dev/null || die "kubectl rollout restart did not complete"
+kn rollout restart deployment/my-app >/dev/null
+kn rollout status deployment/my-app --timeout=180s >/dev/null || die "kubectl rollout restart did not complete"
 log "kubectl rollout restart: 3 new replicas Ready $(($(ms) - t)) ms after it"
 old=$pods
 pods=$(pods)
