@@ -139,7 +139,7 @@ pub async fn run(config: Config, env: &Environment) -> Result<(), RunError> {
         hub,
         objects,
         leadership: leadership.clone(),
-        outbox,
+        outbox: outbox.clone(),
         inbox,
         namespace,
         rollout,
@@ -185,6 +185,15 @@ pub async fn run(config: Config, env: &Environment) -> Result<(), RunError> {
         Some(joined) => flatten(joined),
         None => drain(&mut grpc, config.shutdown.grace_period).await,
     };
+    // The apps have stopped (a native sidecar gets SIGTERM after them): their last sends may leave now.
+    let held = outbox.settle(config.shutdown.grace_period).await;
+    if held > 0 {
+        tracing::warn!(
+            held,
+            "stopping with messages not yet ACKed: they are resent when consistd starts again on this store, and \
+             lost if the pod is replaced (its store emptyDir goes with it)"
+        );
+    }
     stopped.cancel();
     if let Some(task) = peer_server {
         match tokio::time::timeout(config.shutdown.grace_period, task).await {

@@ -1,10 +1,12 @@
 //! The daemon as a process against the real control plane: it serves health and reflection on its Unix
-//! socket, refuses to take over a live daemon's socket, replaces a stale one, and shuts down cleanly.
+//! socket, refuses to take over a live daemon's socket, replaces a stale one, and shuts down cleanly,
+//! giving messages not yet ACKed the grace period to leave.
 
 use std::{os::unix::fs::PermissionsExt, time::Duration};
 
 use consistd::SERVICE_NAMES;
-use consistd_testkit::Daemon;
+use consistd_client::proto::{AckRequest, Destination, ReceiveRequest, SendRequest, destination::Target};
+use consistd_testkit::{Daemon, free_port};
 use nix::sys::signal::Signal;
 use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus};
 use tonic_reflection::pb::v1::{
@@ -226,4 +228,52 @@ async fn consistd_log_format_json_writes_one_json_object_per_line() {
         lines.iter().any(|l| l.contains("\"message\":\"consistd serving\"") && l.contains("\"socket\":")),
         "structured fields are JSON fields:\n{logs}"
     );
+}
+
+/// A daemon that sends to peers in plaintext, with a 3 s shutdown grace period and JSON logs.
+async fn sender() -> Daemon {
+    let config = "shutdown:\n  gracePeriod: 3s\npeer:\n  insecure: true\nlog:\n  format: json\n";
+    Daemon::builder(BIN).config(config).start().await
+}
+
+async fn send_to(daemon: &Daemon, peer: &str) {
+    let request = SendRequest {
+        destination: Some(Destination { target: Some(Target::Peer(peer.to_owned())) }),
+        resource_id: "last-words".to_owned(),
+        event_id: "e1".to_owned(),
+        payload: b"{}".to_vec(),
+        content_type: "application/json".to_owned(),
+    };
+    daemon.client().outbox().send(request).await.expect("Send");
+}
+
+#[tokio::test]
+async fn sigterm_gives_unacked_messages_the_grace_period_and_warns_of_those_left() {
+    // The receiving app starts only after the sender got SIGTERM: the message still leaves, and is ACKed.
+    let addr = format!("127.0.0.1:{}", free_port());
+    let receiver = Daemon::builder(BIN)
+        .config(format!("peer:\n  listen: {addr}\n  advertise: {addr}\n  insecure: true\n"))
+        .start()
+        .await;
+    let mut daemon = sender().await;
+    send_to(&daemon, &addr).await;
+    daemon.signal(Signal::SIGTERM);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut inbox = receiver.client().inbox().receive(ReceiveRequest {}).await.expect("Receive").into_inner();
+    let message = inbox.message().await.expect("receive").expect("a message").message.expect("message");
+    assert_eq!(message.resource_id, "last-words");
+    receiver.client().inbox().ack(AckRequest { message_id: message.message_id }).await.expect("Ack");
+    let status = daemon.wait_exit(Duration::from_secs(10)).await;
+    assert!(status.success(), "exit 0 after SIGTERM, got {status}; log:\n{}", daemon.logs());
+    assert!(!daemon.logs().contains("not yet ACKed"), "nothing was left:\n{}", daemon.logs());
+
+    // Nobody listens: after the grace period the daemon stops and says how many it still holds.
+    let mut daemon = sender().await;
+    send_to(&daemon, &format!("127.0.0.1:{}", free_port())).await;
+    daemon.signal(Signal::SIGTERM);
+    let status = daemon.wait_exit(Duration::from_secs(20)).await;
+    assert!(status.success(), "exit 0 after SIGTERM, got {status}; log:\n{}", daemon.logs());
+    let logs = daemon.logs();
+    let warning = logs.lines().find(|l| l.contains("not yet ACKed")).unwrap_or_else(|| panic!("no warning:\n{logs}"));
+    assert!(warning.contains(r#""held":1"#), "the warning counts the held message: {warning}");
 }

@@ -94,6 +94,20 @@ impl Outbox {
         (out, state.held)
     }
 
+    /// Waits up to `within` until no message is held (each ACKed, superseded or failed) and returns how
+    /// many still are. On shutdown: the app's last sends get their chance to leave before the pod's store
+    /// goes with the pod.
+    pub(crate) async fn settle(&self, within: Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let held = self.lock().held;
+            if held == 0 || tokio::time::Instant::now() >= deadline {
+                return held;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Updates the pending and oldest-pending gauges every second.
     pub(super) fn spawn_gauges(&self) {
         let outbox = self.clone();

@@ -137,3 +137,23 @@ async fn stored_messages_survive_a_restart_and_sequences_never_go_back() {
     assert!(s4 > s3, "{s4} must be above every earlier id ({s3})");
     shutdown.cancel();
 }
+
+#[tokio::test]
+async fn settle_waits_for_held_messages_and_says_how_many_remain() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let shutdown = CancellationToken::new();
+    let outbox =
+        Outbox::open(Store::open(dir.path()).expect("store"), parts(OutboxConfig::default(), &shutdown)).expect("open");
+    let sequence = outbox.send(out(PEER, "r", "e1")).await.expect("send");
+    assert_eq!(outbox.settle(Duration::from_millis(100)).await, 1, "nobody ACKs: still held after the wait");
+
+    let acking = outbox.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        acking.acked(PEER, sequence, "r", "e1");
+    });
+    let started = std::time::Instant::now();
+    assert_eq!(outbox.settle(Duration::from_secs(10)).await, 0, "the ACK settles it");
+    assert!(started.elapsed() < Duration::from_secs(5), "settle returns once nothing is held");
+    shutdown.cancel();
+}
