@@ -47,7 +47,8 @@ async function controller(client: Client, stopping: AbortSignal): Promise<void> 
   const signal = AbortSignal.any([stopping, done.signal]);
   for await (const state of client.campaign(election, { namespace, signal })) {
     console.log(`leadership ${state.stateName} holder=${state.holder || "-"} term=${state.term}`);
-    if (leading && leading.term !== state.term) await stopLeading();
+    // Not LEADER (UNKNOWN when the sidecar is out of reach), or LEADER in a new term: stop acting under the old one.
+    if (leading && !(state.isLeader && leading.term === state.term)) await stopLeading();
     if (!state.isLeader || leading) continue;
     const stop = new AbortController();
     const running = reconcile(client, state, stop.signal, () => {
