@@ -9,7 +9,8 @@
 # compressed / uncompressed layer sizes. Pods run them with `imagePullPolicy: Never`.
 #
 #   consistd        localhost/consistd:VERSION                 the release daemon, stripped, its ldd libraries,
-#                                                              CA certificates, passwd/group; user 65532
+#                                                              CA certificates, passwd/group; user 65532; the
+#                                                              binary cached in $CONSISTD_CACHE/consistd-release
 #   example-go      localhost/consistd-example-go:VERSION      examples/go, static (CGO_ENABLED=0)
 #   example-python  localhost/consistd-example-python:VERSION  examples/python on CPython + the SDK's packages
 #   pause           localhost/pause:3.10                       hack/image/pause.c, gcc -static
@@ -87,12 +88,32 @@ build_consistd() {
   # would build different binaries; remapped, the binary does not depend on where it was built.
   # SOURCE_DATE_EPOCH is left out: the cc crate's build scripts (ring, psm) rebuild when it changes, which
   # would rebuild most of the tree at every commit, and the binary does not depend on it.
-  start=$(date +%s)
-  env -u SOURCE_DATE_EPOCH \
-    RUSTFLAGS="--remap-path-prefix=$repo=/consistd --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo" \
-    cargo build --release -p consistd --locked --manifest-path "$repo/Cargo.toml" >&2
-  log "cargo build --release -p consistd: $(($(date +%s) - start)) s"
-  strip --strip-all -o "$stage/consistd" "$CARGO_TARGET_DIR/release/consistd"
+  local flags="--remap-path-prefix=$repo=/consistd --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo"
+  # The stripped binary is cached by everything it is built from, as hack/control-plane.sh caches its
+  # binaries by version: a fresh clone of a commit built before on this machine takes it from the cache.
+  local cache key
+  cache=${CONSISTD_CACHE:-$HOME/.cache/consistd}/consistd-release
+  key=$({
+    rustc -vV
+    echo "cargo build --release -p consistd --locked, paths remapped"
+    cd "$repo" && find Cargo.toml Cargo.lock daemon/Cargo.toml daemon/src proto/Cargo.toml proto/src proto/consistd \
+      -type f -print0 | sort -z | xargs -0 sha256sum
+  } | sha256sum | cut -c1-16)
+  if [ -x "$cache/$key/consistd" ]; then
+    log "consistd $key from $cache (built before from the same sources and toolchain)"
+  else
+    start=$(date +%s)
+    env -u SOURCE_DATE_EPOCH RUSTFLAGS="$flags" \
+      cargo build --release -p consistd --locked --manifest-path "$repo/Cargo.toml" >&2
+    log "cargo build --release -p consistd: $(($(date +%s) - start)) s"
+    mkdir -p "$cache/$key.tmp"
+    strip --strip-all -o "$cache/$key.tmp/consistd" "$CARGO_TARGET_DIR/release/consistd"
+    rm -rf "${cache:?}/$key" && mv "$cache/$key.tmp" "$cache/$key"
+    # Keep the three newest.
+    find "$cache" -mindepth 1 -maxdepth 1 -type d -printf '%T@ %p\n' | sort -rn | tail -n +4 | cut -d' ' -f2- |
+      xargs -r rm -rf
+  fi
+  cp "$cache/$key/consistd" "$stage/consistd"
   {
     echo "file /consistd 0755 $stage/consistd"
     python3 "$rootfs" libs "$stage/consistd"
