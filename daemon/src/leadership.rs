@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 pub(crate) use self::membership::Announce;
 use self::{
     elector::Election,
-    membership::{Membership, SeatGuard},
+    membership::{Membership, SeatGuard, Written},
 };
 use crate::{config::Timing, names};
 
@@ -131,7 +131,18 @@ pub enum LeadershipError {
         /// The election, "namespace/name".
         election: String,
     },
-    /// The member Lease could not be written in time.
+    /// The apiserver refused or failed the write of the applied version on the member Lease.
+    #[error("election {election}: record applied version {version} on the member Lease")]
+    NotWritten {
+        /// The election, "namespace/name".
+        election: String,
+        /// The applied version that was to be written on the member Lease.
+        version: u64,
+        /// The apiserver's answer, e.g. 403 naming the verb when RBAC grants no patch on leases.
+        #[source]
+        source: Arc<kube::Error>,
+    },
+    /// The member Lease's write got no answer in time.
     #[error("election {election}: could not record applied version {version} on the member Lease within {waited:?}")]
     NotRecorded {
         /// The election, "namespace/name".
@@ -321,15 +332,23 @@ impl Leadership {
     }
 
     /// Records on this daemon's member Lease of `key` that its app applied `version` of the channel (a
-    /// lower version than one reported before changes nothing); returns once the Lease holds it.
+    /// lower version than one reported before changes nothing); returns once the Lease holds it, or with
+    /// the apiserver's answer to the first write carrying it that fails.
     pub(crate) async fn report_applied(&self, key: &Key, version: u64, wait: Duration) -> Result<(), LeadershipError> {
         let election = format!("{}/{}", key.namespace, key.name);
-        let mut recorded = self
+        let (mut written, before) = self
             .membership
             .report_applied(key, version)
             .ok_or_else(|| LeadershipError::NotMember { election: election.clone() })?;
-        match tokio::time::timeout(wait, recorded.wait_for(|r| *r >= version)).await {
-            Ok(Ok(_)) => Ok(()),
+        let refused =
+            |w: &Written| w.attempts > before && w.failed.as_ref().is_some_and(|(tried, _)| *tried >= version);
+        match tokio::time::timeout(wait, written.wait_for(|w| w.recorded >= version || refused(w))).await {
+            Ok(Ok(w)) => match &w.failed {
+                Some((_, source)) if w.recorded < version => {
+                    Err(LeadershipError::NotWritten { election, version, source: source.clone() })
+                }
+                _ => Ok(()),
+            },
             Ok(Err(_)) => Err(LeadershipError::NotMember { election }),
             Err(_) => Err(LeadershipError::NotRecorded { election, version, waited: wait }),
         }

@@ -138,6 +138,40 @@ pub fn kubeconfig_for_user(user: &str, dir: &std::path::Path) -> PathBuf {
     path
 }
 
+/// A kubeconfig for ServiceAccount `name` in namespace `ns` (which must exist), authenticated as a pod
+/// is: with a token from the TokenRequest API (one hour), so it has no rights beyond what RBAC grants
+/// that ServiceAccount. Written to `dir`; returns its path.
+pub async fn kubeconfig_for_service_account(client: &Client, ns: &str, name: &str, dir: &std::path::Path) -> PathBuf {
+    use k8s_openapi::api::{
+        authentication::v1::{TokenRequest, TokenRequestSpec},
+        core::v1::ServiceAccount,
+    };
+    // No audiences: the apiserver's own, which is what it accepts for API calls.
+    let request = TokenRequest {
+        spec: TokenRequestSpec { expiration_seconds: Some(3600), ..TokenRequestSpec::default() },
+        ..TokenRequest::default()
+    };
+    let answer = Api::<ServiceAccount>::namespaced(client.clone(), ns)
+        .create_token_request(name, &PostParams::default(), &request)
+        .await
+        .unwrap_or_else(|e| panic!("request a token for ServiceAccount {ns}/{name}: {e}"));
+    let token = answer.status.unwrap_or_else(|| panic!("TokenRequest for {ns}/{name} answered no status")).token;
+    let admin = kubeconfig();
+    let text = std::fs::read_to_string(&admin).unwrap_or_else(|e| panic!("read {}: {e}", admin.display()));
+    // The admin's cluster and context, with the token in place of the admin's client certificate.
+    let mut lines = Vec::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("client-certificate-data:") {
+            lines.push(format!("    token: {token}"));
+        } else if !line.trim_start().starts_with("client-key-data:") {
+            lines.push(line.to_owned());
+        }
+    }
+    let path = dir.join(format!("{ns}.{name}.kubeconfig"));
+    std::fs::write(&path, lines.join("\n")).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    path
+}
+
 /// The test apiserver's address, from its kubeconfig's `server:` line.
 pub fn apiserver_addr() -> std::net::SocketAddr {
     let text = std::fs::read_to_string(kubeconfig()).unwrap_or_else(|e| panic!("read kubeconfig: {e}"));

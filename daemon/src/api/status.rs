@@ -64,12 +64,14 @@ pub(crate) fn resource_error(error: ResourceError) -> Status {
 }
 
 /// A refused election request: a bad field INVALID_ARGUMENT, another identity or not a member
-/// FAILED_PRECONDITION, a member Lease not written in time UNAVAILABLE.
+/// FAILED_PRECONDITION, a member Lease not written in time UNAVAILABLE, one whose write the apiserver
+/// refused with the apiserver's code and message.
 pub(crate) fn leadership_error(error: LeadershipError) -> Status {
     let code = match &error {
         LeadershipError::InvalidArgument { .. } => Code::InvalidArgument,
         LeadershipError::IdentityConflict { .. } | LeadershipError::NotMember { .. } => Code::FailedPrecondition,
         LeadershipError::NotRecorded { .. } => Code::Unavailable,
+        LeadershipError::NotWritten { source, .. } => return kube_error(&error.to_string(), source),
     };
     from_error(code, &error)
 }
@@ -212,6 +214,18 @@ mod tests {
         assert!(s.message().starts_with("resource:"), "{}", s.message());
         let s = resource_error(ResourceError::Resolve(ResolveError::Malformed("a/b/c/d".into())));
         assert_eq!(s.code(), Code::InvalidArgument);
+    }
+
+    #[test]
+    fn a_refused_member_lease_write_keeps_the_apiservers_code_and_message() {
+        let refused = LeadershipError::NotWritten {
+            election: "ns/config".into(),
+            version: 3,
+            source: std::sync::Arc::new(api_error(403, "Forbidden")),
+        };
+        let s = leadership_error(refused);
+        assert_eq!(s.code(), Code::PermissionDenied);
+        assert_eq!(s.message(), "election ns/config: record applied version 3 on the member Lease: apiserver says 403");
     }
 
     fn disk_on_fire(op: &'static str) -> crate::store::StoreError {

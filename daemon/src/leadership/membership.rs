@@ -8,7 +8,7 @@
 
 use std::{
     collections::HashMap,
-    sync::{Mutex, PoisonError},
+    sync::{Arc, Mutex, PoisonError},
     time::Duration,
 };
 
@@ -54,8 +54,20 @@ struct Seat {
     task: JoinHandle<()>,
     /// The applied version to announce.
     applied: watch::Sender<u64>,
+    /// What the keeper's writes of the member Lease came to.
+    written: watch::Receiver<Written>,
+}
+
+/// What the writes of a member Lease came to, as ReportApplied waits on them.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Written {
     /// The applied version the member Lease holds (written and confirmed by the apiserver).
-    recorded: watch::Receiver<u64>,
+    pub recorded: u64,
+    /// Writes attempted so far, so that a report is answered only by writes attempted after it.
+    pub attempts: u64,
+    /// While writes fail: the applied version the last one carried, and the apiserver's answer (a 403
+    /// when RBAC grants no patch on leases).
+    pub failed: Option<(u64, Arc<kube::Error>)>,
 }
 
 /// What a member Lease says.
@@ -167,27 +179,30 @@ impl Membership {
             None => {
                 let stop = CancellationToken::new();
                 let (applied, to_announce) = watch::channel(0);
-                let (confirm, recorded) = watch::channel(0);
+                let (confirm, written) = watch::channel(Written::default());
                 let keeper = Keeper {
                     api: Api::namespaced(self.client.clone(), &key.namespace),
                     election: key.name.clone(),
                     identity: self.identity.clone(),
                     announce,
                     applied: to_announce,
-                    recorded: confirm,
+                    written: confirm,
                 };
                 let task = tokio::spawn(keeper.run(stop.clone()));
-                held.insert(key.clone(), Seat { uses: 1, stop, task, applied, recorded });
+                held.insert(key.clone(), Seat { uses: 1, stop, task, applied, written });
             }
         }
         Some(SeatGuard { membership: self.clone(), key: key.clone() })
     }
 
     /// Announces that this member's app applied `version` of `key`'s channel; the returned receiver
-    /// sees the version the member Lease holds. None when this daemon is not a member of that group.
-    pub(super) fn report_applied(&self, key: &Key, version: u64) -> Option<watch::Receiver<u64>> {
+    /// sees what the writes of the member Lease came to, with the number of writes attempted before
+    /// this report. None when this daemon is not a member of that group.
+    pub(super) fn report_applied(&self, key: &Key, version: u64) -> Option<(watch::Receiver<Written>, u64)> {
         let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         let h = held.get(key)?;
+        // Counted before the keeper is woken, so no write carrying this version is missed.
+        let attempts = h.written.borrow().attempts;
         h.applied.send_if_modified(|v| {
             let newer = version > *v;
             if newer {
@@ -195,7 +210,7 @@ impl Membership {
             }
             newer
         });
-        Some(h.recorded.clone())
+        Some((h.written.clone(), attempts))
     }
 
     /// Whether this daemon is a member of `key`'s group.
@@ -256,8 +271,8 @@ struct Keeper {
     announce: Announce,
     /// The applied version to announce.
     applied: watch::Receiver<u64>,
-    /// Set to the applied version once the Lease holds it.
-    recorded: watch::Sender<u64>,
+    /// Every write's outcome: the applied version once the Lease holds it, or why it does not.
+    written: watch::Sender<Written>,
 }
 
 impl Keeper {
@@ -290,11 +305,17 @@ impl Keeper {
             });
             let params = PatchParams::apply("consistd-membership").force();
             match self.api.patch(&name, &params, &Patch::Apply(&lease)).await {
-                Ok(_) => {
-                    self.recorded.send_replace(applied);
-                }
+                Ok(_) => self.written.send_modify(|w| {
+                    w.attempts += 1;
+                    w.recorded = applied;
+                    w.failed = None;
+                }),
                 Err(error) => {
-                    tracing::warn!(%error, election, lease = name, "could not renew group membership; retrying")
+                    tracing::warn!(%error, election, lease = name, "could not renew group membership; retrying");
+                    self.written.send_modify(|w| {
+                        w.attempts += 1;
+                        w.failed = Some((applied, Arc::new(error)));
+                    });
                 }
             }
             tokio::select! {

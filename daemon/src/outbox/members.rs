@@ -103,7 +103,9 @@ async fn follow_service(hub: &Arc<Hub>, target: &Destination, namespace: &str, n
                 }
             }
             Err(error) => {
-                tracing::warn!(error = %crate::error::chain(&error), destination = %target, "cannot watch the Service's endpoints; retrying");
+                let why = crate::error::chain(&error);
+                tracing::warn!(error = %why, destination = %target, "cannot watch the Service's endpoints; retrying");
+                outbox.set_unresolved(target, format!("cannot watch its endpoints: {why}"));
             }
         }
         backoff.wait().await;
@@ -125,7 +127,9 @@ async fn follow_election(hub: &Arc<Hub>, target: &Destination, namespace: &str, 
                 }
             }
             Err(error) => {
-                tracing::warn!(error = %crate::error::chain(&error), destination = %target, "cannot watch the election group; retrying");
+                let why = crate::error::chain(&error);
+                tracing::warn!(error = %why, destination = %target, "cannot watch the election group; retrying");
+                outbox.set_unresolved(target, format!("cannot watch its member Leases: {why}"));
             }
         }
         backoff.wait().await;

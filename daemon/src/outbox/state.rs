@@ -29,6 +29,8 @@ pub(super) struct Recipients {
     pub(super) held: usize,
     /// Stops following the group's members when the destination is dropped.
     pub(super) _members: Option<members::Following>,
+    /// Why the group's members cannot be read (e.g. RBAC grants no list on endpointslices), until they are.
+    pub(super) unresolved: Option<String>,
 }
 
 impl Outbox {
@@ -137,7 +139,7 @@ impl Outbox {
         for peer in &peers {
             self.use_link(state, peer);
         }
-        state.destinations.insert(target.clone(), Recipients { peers, held: 0, _members: following });
+        state.destinations.insert(target.clone(), Recipients { peers, held: 0, _members: following, unresolved: None });
     }
 
     /// A group destination's peers changed: new peers get every current message of the destination,
@@ -146,6 +148,7 @@ impl Outbox {
         let mut state = self.lock();
         let state = &mut *state;
         let Some(destination) = state.destinations.get_mut(target) else { return };
+        destination.unresolved = None;
         let old = std::mem::replace(&mut destination.peers, peers.clone());
         let messages: Vec<(Arc<Message>, BTreeSet<String>)> = state
             .slots
@@ -176,6 +179,13 @@ impl Outbox {
         }
         if old != peers {
             tracing::info!(destination = %target, peers = ?peers, "destination members changed");
+        }
+    }
+
+    /// A group destination's members cannot be read: `why`, for GetOutboxStatus, until they are.
+    pub(super) fn set_unresolved(&self, target: &Destination, why: String) {
+        if let Some(destination) = self.lock().destinations.get_mut(target) {
+            destination.unresolved = Some(why);
         }
     }
 

@@ -56,7 +56,10 @@ impl Outbox {
                         message,
                         attempts: 0,
                         next_attempt_at: SystemTime::now(),
-                        last_error: Some(format!("{target} has no members yet")),
+                        last_error: Some(match &destination.unresolved {
+                            Some(why) => format!("{target}: {why}"),
+                            None => format!("{target} has no members yet"),
+                        }),
                     })
                     .collect()
             } else {

@@ -270,9 +270,15 @@ impl Hub {
 /// Asks the apiserver for one object with each selector, so a bad selector, a forbidden resource or a
 /// missing namespace is refused now, naming the field, instead of failing inside the upstream watch.
 async fn check_query(api: &Api<RawObject>, key: &WatchKey) -> Result<(), ResourceError> {
-    let refused = |field: &str, source| ResourceError::Apiserver {
-        op: format!("list {} ({field})", key.resource.plural),
-        source,
+    // The field is named when the apiserver refused the request as invalid (400, 422): a refusal of the
+    // list itself (403 from RBAC, 404) is not about the selector.
+    let refused = |field: &str, source: kube::Error| {
+        let plural = &key.resource.plural;
+        let op = match &source {
+            kube::Error::Api(status) if matches!(status.code, 400 | 422) => format!("list {plural} ({field})"),
+            _ => format!("list {plural}"),
+        };
+        ResourceError::Apiserver { op, source }
     };
     api.list(&ListParams::default().limit(1).labels(&key.label_selector))
         .await
