@@ -1,5 +1,6 @@
 //! The peer server: other daemons deliver ACK-tracked messages to this one over gRPC on TCP, with
-//! mutual TLS (`transport`), or plaintext only when configured for development.
+//! mutual TLS (`transport::tls`: each handshake uses the certificate and CA bundle in use at that
+//! moment), or plaintext only when configured for development.
 
 use std::net::SocketAddr;
 
@@ -9,7 +10,11 @@ use consistd_proto::peer::v1::{
     peer_service_server::{PeerService, PeerServiceServer},
 };
 use futures::{StreamExt, stream::FuturesUnordered};
-use tokio::{net::TcpListener, sync::mpsc};
+use tokio::{
+    net::{TcpListener, TcpStream},
+    sync::mpsc,
+};
+use tokio_rustls::{TlsAcceptor, server::TlsStream};
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming, transport::Server};
@@ -18,7 +23,7 @@ use crate::{
     api::status,
     inbox::Inbox,
     rollout::Rollout,
-    transport::{MAX_FRAME_BYTES, Pems},
+    transport::{MAX_FRAME_BYTES, PeerTls, TlsError},
 };
 
 /// Messages of one connection being stored at once (their commits share fsyncs).
@@ -27,6 +32,8 @@ const IN_FLIGHT_PER_CONNECTION: usize = 256;
 const HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// Answers queued towards one sender.
 const ANSWER_QUEUE: usize = 4096;
+/// How long a new connection may take to finish its TLS handshake.
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Why the peer transport could not be set up or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -40,9 +47,12 @@ pub enum PeerError {
         #[source]
         source: std::io::Error,
     },
-    /// tonic refused the TLS setup or failed while serving.
+    /// tonic failed while serving.
     #[error("serve peers")]
     Serve(#[source] tonic::transport::Error),
+    /// The TLS files in use make no server configuration.
+    #[error("serve peers with TLS")]
+    Tls(#[source] TlsError),
 }
 
 /// Binds the peer listen address.
@@ -53,7 +63,7 @@ pub(crate) async fn bind(addr: SocketAddr) -> Result<TcpListener, PeerError> {
 /// Serves PeerService on `listener` until `shutdown`.
 pub(crate) async fn serve(
     listener: TcpListener,
-    tls: Option<Pems>,
+    tls: Option<PeerTls>,
     inbox: Inbox,
     rollout: Rollout,
     shutdown: CancellationToken,
@@ -63,27 +73,66 @@ pub(crate) async fn serve(
     let mut server = Server::builder()
         .http2_keepalive_interval(Some(std::time::Duration::from_secs(10)))
         .http2_keepalive_timeout(Some(std::time::Duration::from_secs(5)));
-    if let Some(pems) = &tls {
-        server = server.tls_config(pems.server()).map_err(PeerError::Serve)?;
-    }
-    // Answers are small frames: without TCP_NODELAY, Nagle's algorithm holds them back until the
-    // sender's delayed ACK (~40 ms). tonic sets it only on listeners it binds itself.
-    let incoming = TcpListenerStream::new(listener).map(|stream| {
-        if let Ok(s) = &stream
-            && let Err(error) = s.set_nodelay(true)
-        {
-            tracing::warn!(%error, "could not set TCP_NODELAY on a peer connection");
-        }
-        stream
-    });
     let service = PeerServiceServer::new(PeerApi { inbox, rollout, shutdown: shutdown.clone() })
         .max_decoding_message_size(MAX_FRAME_BYTES)
         .max_encoding_message_size(MAX_FRAME_BYTES);
-    server
-        .add_service(service)
-        .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
-        .await
-        .map_err(PeerError::Serve)
+    let router = server.add_service(service);
+    let stopped = shutdown.clone().cancelled_owned();
+    match tls {
+        None => {
+            let incoming = TcpListenerStream::new(listener).map(|stream| stream.inspect(nodelay));
+            router.serve_with_incoming_shutdown(incoming, stopped).await
+        }
+        Some(tls) => {
+            let acceptor = TlsAcceptor::from(tls.server_config().map_err(PeerError::Tls)?);
+            router.serve_with_incoming_shutdown(handshakes(listener, acceptor, shutdown), stopped).await
+        }
+    }
+    .map_err(PeerError::Serve)
+}
+
+/// Answers are small frames: without TCP_NODELAY, Nagle's algorithm holds them back until the sender's
+/// delayed ACK (~40 ms). tonic sets it only on listeners it binds itself.
+fn nodelay(stream: &TcpStream) {
+    if let Err(error) = stream.set_nodelay(true) {
+        tracing::warn!(%error, "could not set TCP_NODELAY on a peer connection");
+    }
+}
+
+/// The connections of `listener` once their TLS handshakes are done, each handshake on its own task so
+/// a slow or failing one holds up no other.
+fn handshakes(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    shutdown: CancellationToken,
+) -> ReceiverStream<std::io::Result<TlsStream<TcpStream>>> {
+    let (tx, rx) = mpsc::channel(16);
+    tokio::spawn(async move {
+        loop {
+            let (stream, remote) = tokio::select! {
+                () = shutdown.cancelled() => return,
+                accepted = listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(error) => {
+                        tracing::warn!(%error, "peer accept failed");
+                        continue;
+                    }
+                },
+            };
+            nodelay(&stream);
+            let (acceptor, tx) = (acceptor.clone(), tx.clone());
+            tokio::spawn(async move {
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                    Ok(Ok(tls)) => {
+                        let _ = tx.send(Ok(tls)).await;
+                    }
+                    Ok(Err(error)) => tracing::warn!(%error, %remote, "peer TLS handshake failed"),
+                    Err(_) => tracing::warn!(%remote, "peer TLS handshake timed out"),
+                }
+            });
+        }
+    });
+    ReceiverStream::new(rx)
 }
 
 struct PeerApi {

@@ -21,7 +21,7 @@ use crate::{
     rollout::{self, Rollout, barrier::Barrier, versions::Versions},
     socket::{self, SocketError},
     store::{OpenError, Store, StoreError},
-    transport::{self, TlsFileError, Transport},
+    transport::{PeerTls, TlsError, Transport},
     watch::Hub,
 };
 
@@ -48,7 +48,7 @@ pub enum RunError {
     Peer(#[from] PeerError),
     /// The peer TLS files could not be read.
     #[error(transparent)]
-    Tls(#[from] TlsFileError),
+    Tls(#[from] TlsError),
     /// An election from the config could not be started.
     #[error("start configured election")]
     Election(#[source] crate::leadership::LeadershipError),
@@ -98,9 +98,12 @@ pub async fn run(config: Config, env: &Environment) -> Result<(), RunError> {
         metrics.clone(),
     )
     .map_err(RunError::Load)?;
-    let pems = transport::load_tls(&config.peer)?;
+    let tls = config.peer.tls.as_ref().map(PeerTls::load).transpose()?;
+    if let Some(tls) = &tls {
+        tls.spawn_watch(stopped.clone());
+    }
     let transport = config.peer.transport_configured().then(|| Transport {
-        tls: pems.as_ref().map(transport::Pems::client),
+        tls: tls.clone(),
         identity: identity.clone(),
         backoff: config.outbox.backoff,
     });
@@ -128,9 +131,9 @@ pub async fn run(config: Config, env: &Environment) -> Result<(), RunError> {
     let peer_server = match config.peer.listen {
         Some(addr) => {
             let listener = peer::bind(addr).await?;
-            tracing::info!(address = %addr, tls = pems.is_some(), "serving peers");
+            tracing::info!(address = %addr, tls = tls.is_some(), "serving peers");
             let (inbox, rollout) = (inbox.clone(), rollout.clone());
-            Some(tokio::spawn(peer::serve(listener, pems, inbox, rollout, draining.clone())))
+            Some(tokio::spawn(peer::serve(listener, tls, inbox, rollout, draining.clone())))
         }
         None => None,
     };

@@ -1,13 +1,22 @@
-//! How daemons reach each other: mutual TLS from mounted certificate files (plaintext only when
-//! configured for development), and the one way to dial a peer, used by the outbox's links and by a
-//! Publish forwarded to a channel's leader. The peer server (`peer`) serves the other end.
+//! How daemons reach each other: mutual TLS from mounted certificate files that are reloaded when they
+//! change (`tls`; plaintext only when configured for development), and the one way to dial a peer, used
+//! by the outbox's links and by a Publish forwarded to a channel's leader. The peer server (`peer`)
+//! serves the other end.
 
-use std::{path::Path, time::Duration};
+pub(crate) mod tls;
+
+use std::time::Duration;
 
 use consistd_proto::peer::v1::peer_service_client::PeerServiceClient;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity, ServerTlsConfig};
+use http::Uri;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio_rustls::{TlsConnector, client::TlsStream};
+use tonic::transport::{Channel, Endpoint};
 
-use crate::config::{BackoffConfig, MAX_PAYLOAD_LIMIT, PeerConfig};
+pub(crate) use self::tls::PeerTls;
+pub(crate) use self::tls::TlsError;
+use crate::config::{BackoffConfig, MAX_PAYLOAD_LIMIT};
 
 /// The largest frame between daemons: the largest payload any daemon may be configured to accept,
 /// plus room for the other fields, so daemons with different limits still understand each other.
@@ -18,19 +27,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
 /// How long a ping may go unanswered before the connection counts as dead.
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Why the TLS files could not be read.
-#[derive(Debug, thiserror::Error)]
-#[error("read peer.tls.{field} {path}")]
-pub struct TlsFileError {
-    /// The config field naming the file.
-    field: &'static str,
-    /// The PEM file that could not be read.
-    path: std::path::PathBuf,
-    /// The operating system's error.
-    #[source]
-    source: std::io::Error,
-}
 
 /// Why a peer could not be dialled.
 #[derive(Debug, thiserror::Error)]
@@ -44,64 +40,27 @@ pub(crate) enum DialError {
         #[source]
         source: tonic::transport::Error,
     },
-    /// tonic refused the TLS settings.
+    /// The TLS files in use make no client configuration.
     #[error("peer TLS")]
-    Tls(#[source] tonic::transport::Error),
+    Tls(#[source] TlsError),
     /// No connection could be made.
     #[error("connect to {peer}")]
     Connect {
         /// The peer address dialled ("host:port").
         peer: String,
-        /// tonic's error: refused, no answer within 3 s, or a failed TLS handshake.
+        /// tonic's error: refused, no answer within 3 s, or a failed TLS handshake (e.g. an expired or
+        /// untrusted certificate).
         #[source]
         source: tonic::transport::Error,
     },
 }
 
-/// The PEM files of `peer.tls`, read once at startup.
-#[derive(Debug, Clone)]
-pub(crate) struct Pems {
-    identity: Identity,
-    ca: Certificate,
-    server_name: String,
-}
-
-/// Reads the TLS files named in the config; None when plaintext (or no transport) is configured.
-pub(crate) fn load_tls(config: &PeerConfig) -> Result<Option<Pems>, TlsFileError> {
-    let Some(tls) = &config.tls else { return Ok(None) };
-    let read = |field: &'static str, path: &Path| {
-        std::fs::read(path).map_err(|source| TlsFileError { field, path: path.to_owned(), source })
-    };
-    let cert = read("certFile", &tls.cert_file)?;
-    let key = read("keyFile", &tls.key_file)?;
-    let ca = read("caFile", &tls.ca_file)?;
-    Ok(Some(Pems {
-        identity: Identity::from_pem(cert, key),
-        ca: Certificate::from_pem(ca),
-        server_name: tls.server_name.clone(),
-    }))
-}
-
-impl Pems {
-    /// Client side: present our certificate, trust only the peers' CA, expect their server name.
-    pub(crate) fn client(&self) -> ClientTlsConfig {
-        ClientTlsConfig::new()
-            .identity(self.identity.clone())
-            .ca_certificate(self.ca.clone())
-            .domain_name(self.server_name.clone())
-    }
-
-    /// Server side: present our certificate, require a client certificate from the peers' CA.
-    pub(crate) fn server(&self) -> ServerTlsConfig {
-        ServerTlsConfig::new().identity(self.identity.clone()).client_ca_root(self.ca.clone())
-    }
-}
-
 /// How this daemon reaches peers.
 #[derive(Debug, Clone)]
 pub(crate) struct Transport {
-    /// Client TLS (our certificate, the peers' CA, the expected server name); None: plaintext.
-    pub tls: Option<ClientTlsConfig>,
+    /// Mutual TLS (our certificate, the peers' CA bundle, their server name), current at each dial;
+    /// None: plaintext.
+    pub tls: Option<PeerTls>,
     /// This daemon's identity, sent in the Hello frame so the receiver can deduplicate per sender.
     pub identity: String,
     /// How fast resends and reconnects back off.
@@ -116,8 +75,8 @@ impl Transport {
         peer: &str,
         request_timeout: Option<Duration>,
     ) -> Result<PeerServiceClient<Channel>, DialError> {
-        let scheme = if self.tls.is_some() { "https" } else { "http" };
-        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{peer}"))
+        // With TLS, the connector below makes it (tonic's own TLS reads its files once).
+        let mut endpoint = Endpoint::from_shared(format!("http://{peer}"))
             .map_err(|source| DialError::Address { peer: peer.to_owned(), source })?
             .connect_timeout(CONNECT_TIMEOUT)
             // Answers are small frames: without TCP_NODELAY, Nagle's algorithm holds them back.
@@ -128,13 +87,33 @@ impl Transport {
         if let Some(timeout) = request_timeout {
             endpoint = endpoint.timeout(timeout);
         }
-        if let Some(tls) = &self.tls {
-            endpoint = endpoint.tls_config(tls.clone()).map_err(DialError::Tls)?;
+        let channel = match &self.tls {
+            None => endpoint.connect().await,
+            Some(tls) => {
+                let (config, name) = (tls.client_config().map_err(DialError::Tls)?, tls.server_name());
+                let connector =
+                    tower::service_fn(move |uri: Uri| dial_tls(uri, TlsConnector::from(config.clone()), name.clone()));
+                endpoint.connect_with_connector(connector).await
+            }
         }
-        let channel =
-            endpoint.connect().await.map_err(|source| DialError::Connect { peer: peer.to_owned(), source })?;
+        .map_err(|source| DialError::Connect { peer: peer.to_owned(), source })?;
         Ok(PeerServiceClient::new(channel)
             .max_decoding_message_size(MAX_FRAME_BYTES)
             .max_encoding_message_size(MAX_FRAME_BYTES))
     }
+}
+
+/// Opens a TCP connection to `uri`'s host and port and makes it TLS, checking the server's certificate
+/// for `name`.
+async fn dial_tls(
+    uri: Uri,
+    connector: TlsConnector,
+    name: rustls::pki_types::ServerName<'static>,
+) -> std::io::Result<TokioIo<TlsStream<TcpStream>>> {
+    let no_address = || std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("no host and port in {uri}"));
+    let (host, port) = (uri.host().ok_or_else(no_address)?, uri.port_u16().ok_or_else(no_address)?);
+    let tcp = TcpStream::connect((host.trim_start_matches('[').trim_end_matches(']'), port)).await?;
+    // Answers are small frames: without TCP_NODELAY, Nagle's algorithm holds them back.
+    tcp.set_nodelay(true)?;
+    Ok(TokioIo::new(connector.connect(name, tcp).await?))
 }
