@@ -1,5 +1,6 @@
-//! The admin HTTP endpoint on its own Unix socket: /healthz, /readyz, /metrics and /debug/state for
-//! kubelet probes, Prometheus and `consistd status`, plus the client `consistd status` uses.
+//! The admin HTTP endpoint: /healthz, /readyz, /metrics and /debug/state on its own Unix socket, for
+//! kubelet probes, Prometheus and `consistd status` (plus the client `consistd status` uses), and
+//! optionally /healthz, /readyz and /metrics on a TCP port (`admin.listen`) for scrapes and httpGet probes.
 
 use std::{convert::Infallible, path::Path};
 
@@ -9,7 +10,10 @@ use http_body_util::{BodyExt, Full};
 use hyper::{body::Incoming, server::conn::http1, service::service_fn};
 use hyper_util::{client::legacy::Client, rt::TokioIo};
 use hyperlocal::{UnixClientExt, UnixConnector};
-use tokio::net::UnixListener;
+use tokio::{
+    io::{AsyncRead, AsyncWrite},
+    net::{TcpListener, UnixListener},
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -40,33 +44,60 @@ pub enum AdminError {
     },
 }
 
+/// Where the admin endpoint listens.
+#[derive(Debug)]
+pub(crate) enum AdminListener {
+    /// The admin socket: every path.
+    Unix(UnixListener),
+    /// `admin.listen`: the probes and /metrics, not /debug/state (it is reachable from other pods).
+    Tcp(TcpListener),
+}
+
+/// Which paths a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Paths {
+    All,
+    ProbesAndMetrics,
+}
+
 /// Serves the admin endpoint on `listener` until `shutdown` is cancelled.
-pub(crate) async fn serve(listener: UnixListener, health: Health, metrics: Metrics, shutdown: CancellationToken) {
+pub(crate) async fn serve(listener: AdminListener, health: Health, metrics: Metrics, shutdown: CancellationToken) {
     loop {
-        let stream = tokio::select! {
+        let accepted = tokio::select! {
             () = shutdown.cancelled() => return,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(error) => {
-                    tracing::warn!(%error, "admin socket accept failed");
-                    continue;
-                }
-            },
+            accepted = accept(&listener, &health, &metrics) => accepted,
         };
-        let (health, metrics) = (health.clone(), metrics.clone());
-        let service = service_fn(move |req| {
-            let response = route(&req, &health, &metrics);
-            async move { Ok::<_, Infallible>(response) }
-        });
-        tokio::spawn(async move {
-            if let Err(error) = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await {
-                tracing::debug!(%error, "admin connection ended with an error");
-            }
-        });
+        if let Err(error) = accepted {
+            tracing::warn!(%error, "admin endpoint accept failed");
+        }
     }
 }
 
-fn route(req: &Request<Incoming>, health: &Health, metrics: &Metrics) -> Response<Full<Bytes>> {
+async fn accept(listener: &AdminListener, health: &Health, metrics: &Metrics) -> std::io::Result<()> {
+    match listener {
+        AdminListener::Unix(l) => spawn_connection(l.accept().await?.0, Paths::All, health, metrics),
+        AdminListener::Tcp(l) => spawn_connection(l.accept().await?.0, Paths::ProbesAndMetrics, health, metrics),
+    }
+    Ok(())
+}
+
+fn spawn_connection<S>(stream: S, paths: Paths, health: &Health, metrics: &Metrics)
+where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let (health, metrics) = (health.clone(), metrics.clone());
+    let service = service_fn(move |req| {
+        let response = route(&req, paths, &health, &metrics);
+        async move { Ok::<_, Infallible>(response) }
+    });
+    tokio::spawn(async move {
+        if let Err(error) = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await {
+            tracing::debug!(%error, "admin connection ended with an error");
+        }
+    });
+}
+
+fn route(req: &Request<Incoming>, paths: Paths, health: &Health, metrics: &Metrics) -> Response<Full<Bytes>> {
     if req.method() != Method::GET {
         return text(StatusCode::METHOD_NOT_ALLOWED, "only GET is served\n".to_owned());
     }
@@ -84,7 +115,7 @@ fn route(req: &Request<Incoming>, health: &Health, metrics: &Metrics) -> Respons
             .header(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")
             .body(Full::new(Bytes::from(metrics.encode())))
             .unwrap_or_default(),
-        "/debug/state" => {
+        "/debug/state" if paths == Paths::All => {
             let body = serde_json::to_vec_pretty(&health.report()).unwrap_or_default();
             Response::builder()
                 .header(header::CONTENT_TYPE, "application/json")
@@ -92,7 +123,12 @@ fn route(req: &Request<Incoming>, health: &Health, metrics: &Metrics) -> Respons
                 .unwrap_or_default()
         }
         other => {
-            text(StatusCode::NOT_FOUND, format!("no such path {other}; try /healthz /readyz /metrics /debug/state\n"))
+            let known = if paths == Paths::All {
+                "/healthz /readyz /metrics /debug/state"
+            } else {
+                "/healthz /readyz /metrics"
+            };
+            text(StatusCode::NOT_FOUND, format!("no such path {other}; try {known}\n"))
         }
     }
 }

@@ -166,6 +166,9 @@ pub struct RunArgs {
     /// The admin HTTP socket path.
     #[arg(long, env = "CONSISTD_ADMIN_SOCKET")]
     pub admin_socket: Option<PathBuf>,
+    /// TCP address that also serves /metrics, /healthz and /readyz, e.g. 0.0.0.0:9090.
+    #[arg(long, env = "CONSISTD_ADMIN_LISTEN")]
+    pub admin_listen: Option<std::net::SocketAddr>,
     /// Directory of the durable message store.
     #[arg(long, env = "CONSISTD_STORE_DIR")]
     pub store_dir: Option<PathBuf>,
@@ -213,6 +216,7 @@ impl RunArgs {
         let overrides = Overrides {
             socket: self.socket.clone(),
             admin_socket: self.admin_socket.clone(),
+            admin_listen: self.admin_listen,
             store_dir: self.store_dir.clone(),
             log_format: self.log_format.map(|f| match f {
                 LogFormatArg::Text => LogFormat::Text,

@@ -20,6 +20,8 @@ pub struct Overrides {
     pub socket: Option<PathBuf>,
     /// `--admin-socket` / `CONSISTD_ADMIN_SOCKET`.
     pub admin_socket: Option<PathBuf>,
+    /// `--admin-listen` / `CONSISTD_ADMIN_LISTEN`.
+    pub admin_listen: Option<std::net::SocketAddr>,
     /// `--store-dir` / `CONSISTD_STORE_DIR`.
     pub store_dir: Option<PathBuf>,
     /// `--log-format` / `CONSISTD_LOG_FORMAT`.
@@ -106,6 +108,9 @@ impl Config {
         }
         if let Some(p) = &o.admin_socket {
             self.admin.socket = p.clone();
+        }
+        if let Some(a) = o.admin_listen {
+            self.admin.listen = Some(a);
         }
         if let Some(d) = &o.store_dir {
             self.store.dir = d.clone();

@@ -21,7 +21,7 @@ use self::{
     elector::Election,
     membership::{Membership, SeatGuard, Written},
 };
-use crate::{config::Timing, names};
+use crate::{config::Timing, metrics::Metrics, names};
 
 /// An election: the Lease's namespace and name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -166,6 +166,8 @@ pub(crate) struct Leadership {
     runners: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// Member Leases of the election groups this daemon campaigns in.
     membership: Arc<Membership>,
+    /// Where each election's leader gauge lives.
+    metrics: Metrics,
 }
 
 impl std::fmt::Debug for Leadership {
@@ -188,6 +190,11 @@ impl Drop for Campaign {
     }
 }
 
+/// An election as its metrics label it: "namespace/name".
+fn gauge_label(key: &Key) -> String {
+    format!("{}/{}", key.namespace, key.name)
+}
+
 impl Leadership {
     /// Elections for this daemon's `identity`, with Leases in `namespace` unless a request names one.
     /// With `announce`, campaigning also makes this daemon a member of the election's group.
@@ -197,8 +204,10 @@ impl Leadership {
         identity: String,
         namespace: String,
         announce: Option<Announce>,
+        metrics: Metrics,
     ) -> Arc<Self> {
         Arc::new(Self {
+            metrics,
             membership: Arc::new(Membership::new(client.clone(), identity.clone(), announce)),
             client,
             hub,
@@ -246,7 +255,8 @@ impl Leadership {
         if let Some(e) = elections.get(key) {
             return e.clone();
         }
-        let election = Election::new(key.clone(), identity.to_owned());
+        let leader = self.metrics.leader_gauge(&gauge_label(key));
+        let election = Election::new(key.clone(), identity.to_owned(), leader);
         elections.insert(key.clone(), election.clone());
         let handle = tokio::spawn(elector::run(election.clone(), self.client.clone(), self.clone(), self.stop.clone()));
         self.runners.lock().unwrap_or_else(PoisonError::into_inner).push(handle);
@@ -258,6 +268,7 @@ impl Leadership {
         let mut elections = self.lock();
         if election.idle() && elections.get(&election.key).is_some_and(|e| Arc::ptr_eq(e, election)) {
             elections.remove(&election.key);
+            self.metrics.forget_election(&gauge_label(&election.key));
             return true;
         }
         false

@@ -56,6 +56,15 @@ pub(crate) struct Metrics {
     /// Calls refused because the caller is not in `socket.allowedUids` / `socket.allowedGids` or no
     /// access rule grants them, per caller uid.
     api_calls_refused: Family<UidLabel, Counter>,
+    /// 1 while this daemon leads the election, else 0, per election it runs (client-go's
+    /// `leader_election_master_status`, the one people alert on).
+    leader: Family<ElectionLabel, Gauge>,
+}
+
+/// The label of per-election metrics: "namespace/name" of the Lease.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ElectionLabel {
+    election: String,
 }
 
 /// The label of per-caller metrics: the caller's uid, or "unknown" without peer credentials.
@@ -137,6 +146,12 @@ impl Metrics {
             "Calls refused by socket.allowedUids/allowedGids or access.rules, per caller uid",
             api_calls_refused.clone(),
         );
+        let leader = Family::<ElectionLabel, Gauge>::default();
+        registry.register(
+            "leader_election_master_status",
+            "1 while this daemon leads the election (namespace/name), else 0",
+            leader.clone(),
+        );
         Self {
             registry: Arc::new(registry),
             apiserver_up,
@@ -160,7 +175,18 @@ impl Metrics {
             inbox_pending,
             api_calls,
             api_calls_refused,
+            leader,
         }
+    }
+
+    /// The leader gauge of `election` ("namespace/name"), created at 0.
+    pub(crate) fn leader_gauge(&self, election: &str) -> Gauge {
+        self.leader.get_or_create(&ElectionLabel { election: election.to_owned() }).clone()
+    }
+
+    /// Drops `election`'s leader gauge: this daemon no longer runs it.
+    pub(crate) fn forget_election(&self, election: &str) {
+        self.leader.remove(&ElectionLabel { election: election.to_owned() });
     }
 
     /// Counts a call on the app socket by the caller `uid`.

@@ -3,11 +3,14 @@
 
 use std::time::Duration;
 
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::{
+    net::TcpListener,
+    signal::unix::{SignalKind, signal},
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    admin,
+    admin::{self, AdminListener},
     api::{self, ApiError, Services},
     cluster::{self, ClusterError},
     config::{Config, Environment},
@@ -46,6 +49,15 @@ pub enum RunError {
     /// The peer server could not be set up.
     #[error(transparent)]
     Peer(#[from] PeerError),
+    /// `admin.listen` could not be bound.
+    #[error("listen for admin HTTP on {addr}")]
+    AdminListen {
+        /// The `admin.listen` address.
+        addr: std::net::SocketAddr,
+        /// The operating system's error (e.g. the address is in use).
+        #[source]
+        source: std::io::Error,
+    },
     /// The peer TLS files could not be read.
     #[error(transparent)]
     Tls(#[from] TlsError),
@@ -70,6 +82,10 @@ pub async fn run(config: Config, env: &Environment) -> Result<(), RunError> {
     let (client, apiserver_url) = cluster::connect(&contact).await?;
     let (listener, socket_guard) = socket::bind(&config.socket.path, config.socket.mode.0, config.socket.group_id)?;
     let (admin_listener, admin_guard) = socket::bind(&config.admin.socket, config.admin.mode.0, config.admin.group_id)?;
+    let admin_tcp = match config.admin.listen {
+        Some(addr) => Some(TcpListener::bind(addr).await.map_err(|source| RunError::AdminListen { addr, source })?),
+        None => None,
+    };
 
     let health = Health::new(config.socket.path.clone(), apiserver_url.clone(), contact, config.health.clone());
     let metrics = Metrics::new();
@@ -83,7 +99,8 @@ pub async fn run(config: Config, env: &Environment) -> Result<(), RunError> {
     let hub = Hub::new(client.clone(), config.watch.clone(), metrics.clone());
     let objects = Objects::new(client.clone(), hub.clone(), config.consistency.timeout);
     let announce = config.advertise(env).map(|address| Announce { address, ttl: config.membership.ttl });
-    let leadership = Leadership::new(client.clone(), hub.clone(), identity.clone(), namespace.clone(), announce);
+    let leadership =
+        Leadership::new(client.clone(), hub.clone(), identity.clone(), namespace.clone(), announce, metrics.clone());
     health.attach(hub.clone(), leadership.clone());
 
     let store = Store::open(&config.store.dir)?;
@@ -162,7 +179,16 @@ pub async fn run(config: Config, env: &Environment) -> Result<(), RunError> {
         boot_campaigns.push(campaign);
     }
     tokio::spawn(cluster::probe(client, health.clone(), metrics.clone(), stopped.clone()));
-    let admin_task = tokio::spawn(admin::serve(admin_listener, health.clone(), metrics, stopped.clone()));
+    let admin_task = tokio::spawn(admin::serve(
+        AdminListener::Unix(admin_listener),
+        health.clone(),
+        metrics.clone(),
+        stopped.clone(),
+    ));
+    if let Some(listener) = admin_tcp {
+        tracing::info!(address = ?listener.local_addr().ok(), "serving /metrics, /healthz and /readyz over TCP");
+        tokio::spawn(admin::serve(AdminListener::Tcp(listener), health.clone(), metrics, stopped.clone()));
+    }
     let mut grpc = tokio::spawn(api::serve(listener, services, draining.clone()));
     health.set_serving(true);
     tracing::info!(

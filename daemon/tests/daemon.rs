@@ -1,11 +1,14 @@
 //! The daemon as a process against the real control plane: it serves health and reflection on its Unix
 //! socket, refuses to take over a live daemon's socket, replaces a stale one, and shuts down cleanly,
-//! giving messages not yet ACKed the grace period to leave.
+//! giving messages not yet ACKed the grace period to leave; `admin.listen` serves the probes and metrics over
+//! TCP.
 
 use std::{os::unix::fs::PermissionsExt, time::Duration};
 
 use consistd::SERVICE_NAMES;
-use consistd_client::proto::{AckRequest, Destination, ReceiveRequest, SendRequest, destination::Target};
+use consistd_client::proto::{
+    AckRequest, CampaignRequest, Destination, LeadershipState, ReceiveRequest, SendRequest, destination::Target,
+};
 use consistd_testkit::{Daemon, free_port};
 use nix::sys::signal::Signal;
 use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus};
@@ -276,4 +279,50 @@ async fn sigterm_gives_unacked_messages_the_grace_period_and_warns_of_those_left
     let logs = daemon.logs();
     let warning = logs.lines().find(|l| l.contains("not yet ACKed")).unwrap_or_else(|| panic!("no warning:\n{logs}"));
     assert!(warning.contains(r#""held":1"#), "the warning counts the held message: {warning}");
+}
+
+/// GETs `path` from `addr` over plain HTTP/1.0: the status code and the body.
+async fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect to admin.listen");
+    stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes()).await.expect("write request");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.expect("read response");
+    let status = response.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("status code");
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    (status, body)
+}
+
+#[tokio::test]
+async fn admin_listen_serves_probes_and_metrics_over_tcp_with_the_leader_gauge() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let addr = format!("127.0.0.1:{}", free_port());
+    let daemon = Daemon::builder(BIN).config(format!("namespace: {ns}\nadmin:\n  listen: \"{addr}\"\n")).start().await;
+    assert_eq!(http_get(&addr, "/healthz").await.0, 200);
+    assert_eq!(http_get(&addr, "/readyz").await, (200, "ok\n".to_owned()));
+    let (status, body) = http_get(&addr, "/debug/state").await;
+    assert_eq!(status, 404, "the daemon's internals stay on the admin socket: {body}");
+
+    let request = CampaignRequest { election: "gauged".into(), ..Default::default() };
+    let mut campaign = daemon.client().leadership().campaign(request).await.expect("Campaign").into_inner();
+    loop {
+        let status = campaign.message().await.expect("campaign").expect("open").status.expect("status");
+        if status.state() == LeadershipState::Leader {
+            break;
+        }
+    }
+    let line = format!("consistd_leader_election_master_status{{election=\"{ns}/gauged\"}} 1");
+    let (status, metrics) = http_get(&addr, "/metrics").await;
+    assert_eq!(status, 200);
+    assert!(metrics.contains(&line), "{line} in:\n{metrics}");
+
+    // Resigning: the gauge falls to 0, or goes with the election.
+    drop(campaign);
+    let gone = format!("election=\"{ns}/gauged\"}} 1");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while http_get(&addr, "/metrics").await.1.contains(&gone) {
+        assert!(std::time::Instant::now() < deadline, "still 1 after resigning");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -147,11 +147,14 @@ pub struct AdminConfig {
     /// Numeric group that owns the admin socket, for a group that may read it. Unset keeps the
     /// daemon's group.
     pub group_id: Option<u32>,
+    /// TCP address that also serves /metrics, /healthz and /readyz (not /debug/state), for Prometheus
+    /// and kubelet's httpGet probes, e.g. `0.0.0.0:9090`. Unset (the default): the socket only.
+    pub listen: Option<SocketAddr>,
 }
 
 impl Default for AdminConfig {
     fn default() -> Self {
-        Self { socket: PathBuf::from(DEFAULT_ADMIN_SOCKET), mode: FileMode(0o600), group_id: None }
+        Self { socket: PathBuf::from(DEFAULT_ADMIN_SOCKET), mode: FileMode(0o600), group_id: None, listen: None }
     }
 }
 

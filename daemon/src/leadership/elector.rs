@@ -28,6 +28,8 @@ use tokio::{
 use tokio_util::sync::CancellationToken;
 
 use super::{Key, Leadership, Observation, Progress, Role};
+use prometheus_client::metrics::gauge::Gauge;
+
 use crate::config::Timing;
 use crate::watch::{Query, Subscription};
 
@@ -44,15 +46,18 @@ pub(super) struct Election {
     observed: AtomicBool,
     /// How the runner's steps have gone, for readiness.
     progress: Mutex<Progress>,
+    /// `consistd_leader_election_master_status` of this election: 1 while this daemon leads.
+    leader: Gauge,
 }
 
 impl Election {
-    pub(super) fn new(key: Key, identity: String) -> Arc<Self> {
+    pub(super) fn new(key: Key, identity: String, leader: Gauge) -> Arc<Self> {
         let status = watch::channel(Observation::unknown(&identity)).0;
         Arc::new(Self {
             key,
             identity,
             status,
+            leader,
             campaign: Mutex::new((0, Timing::default())),
             wake: Notify::new(),
             observed: AtomicBool::new(false),
@@ -133,6 +138,7 @@ impl Election {
     /// Publishes a state: subscribers are woken only when role, holder or term changed (and for the
     /// first observation); the value is always current before anyone is woken.
     fn publish(&self, status: Observation) {
+        self.leader.set(i64::from(status.role == Role::Leader));
         if !self.observed.swap(true, Ordering::AcqRel) {
             self.status.send_replace(status);
             return;
