@@ -139,6 +139,10 @@ pub struct SidecarArgs {
     /// The peer mTLS Secret, mounted if it exists (annotation consistd.io/peer-tls-secret).
     #[arg(long, default_value_t = Defaults::default().peer_tls_secret)]
     pub peer_tls_secret: String,
+    /// The port of /metrics and the httpGet probes (admin.listen); 0: exec probes, metrics on the
+    /// admin socket only (annotation consistd.io/admin-port).
+    #[arg(long, default_value_t = Defaults::default().admin_port)]
+    pub admin_port: u16,
 }
 
 impl SidecarArgs {
@@ -148,6 +152,7 @@ impl SidecarArgs {
             image: self.image.clone(),
             config_map: self.config_map.clone(),
             peer_port: self.peer_port,
+            admin_port: self.admin_port,
             peer_tls_secret: self.peer_tls_secret.clone(),
             ..Defaults::default()
         }

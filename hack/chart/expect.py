@@ -39,7 +39,8 @@ def main():
         "--listen": "0.0.0.0:8443", "--service": "inj", "--secret": "inj-certs",
         "--webhook-configuration": "inj-webhook", "--cert-validity": "30d", "--ca-validity": "365d",
         "--log-level": "consistd=debug", "--image": "registry.example/consistd-sidecar:0.2.0",
-        "--config-map": "app-consistd", "--peer-port": "7171", "--peer-tls-secret": "app-peer-tls"})
+        "--config-map": "app-consistd", "--peer-port": "7171", "--admin-port": "7272",
+        "--peer-tls-secret": "app-peer-tls"})
     expect("nodeSelector", pod.get("nodeSelector"), {"kubernetes.io/os": "linux"})
     expect("tolerations", [t.get("key") for t in pod.get("tolerations", [])], ["dedicated"])
     expect("affinity", list(pod.get("affinity", {})), ["podAntiAffinity"])

@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 use k8s_openapi::{
     api::core::v1::{
         Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
-        ExecAction, ObjectFieldSelector, PodSpec, Probe, ResourceRequirements, SecretVolumeSource, SecurityContext,
-        Volume, VolumeMount,
+        ExecAction, HTTPGetAction, ObjectFieldSelector, PodSpec, Probe, ResourceRequirements, SecretVolumeSource,
+        SecurityContext, Volume, VolumeMount,
     },
-    apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta},
+    apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta, util::intstr::IntOrString},
 };
 
 use crate::names::is_dns_subdomain;
@@ -40,6 +40,8 @@ pub mod annotations {
     pub const PEER_PORT: &str = "consistd.io/peer-port";
     /// The Secret with the peer mTLS certificate, key and CA.
     pub const PEER_TLS_SECRET: &str = "consistd.io/peer-tls-secret";
+    /// The TCP port of /metrics, /healthz and /readyz (`admin.listen`); "0" keeps them on the socket.
+    pub const ADMIN_PORT: &str = "consistd.io/admin-port";
 }
 
 /// What the sidecar gets unless a pod's annotations say otherwise.
@@ -51,6 +53,9 @@ pub struct Defaults {
     pub config_map: String,
     /// The daemon-to-daemon port.
     pub peer_port: u16,
+    /// The port of /metrics, /healthz and /readyz over TCP, which kubelet's httpGet probes and
+    /// Prometheus use; 0: none, and exec probes (`consistd status`, one process each) instead.
+    pub admin_port: u16,
     /// The peer mTLS Secret (mounted optionally: a pod without it still starts).
     pub peer_tls_secret: String,
     /// CPU request.
@@ -67,6 +72,7 @@ impl Default for Defaults {
             image: format!("ghcr.io/consistd/consistd:{}", env!("CARGO_PKG_VERSION")),
             config_map: "consistd-config".to_owned(),
             peer_port: 7070,
+            admin_port: 7071,
             peer_tls_secret: "consistd-peer-tls".to_owned(),
             cpu_request: "10m".to_owned(),
             memory_request: "32Mi".to_owned(),
@@ -140,6 +146,7 @@ struct Settings {
     memory_request: String,
     memory_limit: String,
     peer_port: u16,
+    admin_port: u16,
     peer_tls_secret: String,
 }
 
@@ -165,6 +172,20 @@ impl Settings {
                 .filter(|p| *p > 0)
                 .ok_or_else(|| bad(annotations::PEER_PORT, format!("{v:?} is not a port between 1 and 65535")))?,
         };
+        let admin_port = match get(annotations::ADMIN_PORT) {
+            None => defaults.admin_port,
+            Some(v) => v
+                .parse::<u16>()
+                .map_err(|_| bad(annotations::ADMIN_PORT, format!("{v:?} is not 0 (none) or a port up to 65535")))?,
+        };
+        if admin_port == peer_port {
+            let (annotation, other) = if get(annotations::ADMIN_PORT).is_some() {
+                (annotations::ADMIN_PORT, "the peer port")
+            } else {
+                (annotations::PEER_PORT, "the admin port (set consistd.io/admin-port to another)")
+            };
+            return Err(bad(annotation, format!("{peer_port} is also {other}")));
+        }
         let log_level = match get(annotations::LOG_LEVEL) {
             None => None,
             Some(v) if tracing_subscriber::EnvFilter::try_new(v).is_ok() => Some(v.to_owned()),
@@ -177,6 +198,7 @@ impl Settings {
             memory_request: quantity(annotations::MEMORY_REQUEST, &defaults.memory_request)?,
             memory_limit: quantity(annotations::MEMORY_LIMIT, &defaults.memory_limit)?,
             peer_port,
+            admin_port,
             peer_tls_secret: name(annotations::PEER_TLS_SECRET, &defaults.peer_tls_secret)?,
         })
     }
@@ -199,25 +221,39 @@ impl Settings {
         if let Some(level) = &self.log_level {
             env.push(EnvVar { name: "CONSISTD_LOG_LEVEL".to_owned(), value: Some(level.clone()), ..EnvVar::default() });
         }
-        // kubelet cannot GET over a Unix socket; `consistd status` reads the admin socket, exit 0 when ready.
-        let status_probe = |period, failures| Probe {
-            exec: Some(ExecAction { command: Some(vec!["/consistd".to_owned(), "status".to_owned()]) }),
-            period_seconds: Some(period),
-            failure_threshold: failures,
-            ..Probe::default()
+        let mut ports = vec![port("consistd-peer", self.peer_port)];
+        // Ready when /readyz says so: kubelet GETs it on the admin port, or, without one (kubelet cannot
+        // GET over a Unix socket), runs `consistd status`, which reads the admin socket and exits 0 when ready.
+        let check = if self.admin_port == 0 {
+            Probe {
+                exec: Some(ExecAction { command: Some(vec!["/consistd".to_owned(), "status".to_owned()]) }),
+                ..Probe::default()
+            }
+        } else {
+            env.push(EnvVar {
+                name: "CONSISTD_ADMIN_LISTEN".to_owned(),
+                value: Some(format!("0.0.0.0:{}", self.admin_port)),
+                ..EnvVar::default()
+            });
+            ports.push(port("consistd-admin", self.admin_port));
+            Probe {
+                http_get: Some(HTTPGetAction {
+                    path: Some("/readyz".to_owned()),
+                    port: IntOrString::String("consistd-admin".to_owned()),
+                    ..HTTPGetAction::default()
+                }),
+                ..Probe::default()
+            }
         };
+        let status_probe =
+            |period, failures| Probe { period_seconds: Some(period), failure_threshold: failures, ..check.clone() };
         Container {
             name: CONTAINER_NAME.to_owned(),
             image: Some(defaults.image.clone()),
             restart_policy: Some("Always".to_owned()),
             args: Some(["run", "--config", "/etc/consistd/consistd.yaml"].map(str::to_owned).to_vec()),
             env: Some(env),
-            ports: Some(vec![ContainerPort {
-                name: Some("consistd-peer".to_owned()),
-                container_port: i32::from(self.peer_port),
-                protocol: Some("TCP".to_owned()),
-                ..ContainerPort::default()
-            }]),
+            ports: Some(ports),
             startup_probe: Some(status_probe(1, Some(60))),
             readiness_probe: Some(status_probe(10, None)),
             resources: Some(ResourceRequirements {
@@ -275,6 +311,15 @@ impl Settings {
                 ..Volume::default()
             },
         ]
+    }
+}
+
+fn port(name: &str, number: u16) -> ContainerPort {
+    ContainerPort {
+        name: Some(name.to_owned()),
+        container_port: i32::from(number),
+        protocol: Some("TCP".to_owned()),
+        ..ContainerPort::default()
     }
 }
 
@@ -340,13 +385,15 @@ mod tests {
         let (mut meta, mut spec) = app_pod();
         meta.annotations = Some(BTreeMap::from([
             (annotations::CONFIG.to_owned(), "my-config".to_owned()),
-            (annotations::PEER_PORT.to_owned(), "9090".to_owned()),
+            (annotations::PEER_PORT.to_owned(), "7171".to_owned()),
+            (annotations::ADMIN_PORT.to_owned(), "9191".to_owned()),
             (annotations::MEMORY_LIMIT.to_owned(), "256Mi".to_owned()),
             (annotations::LOG_LEVEL.to_owned(), "consistd=debug".to_owned()),
         ]));
         inject(&mut meta, &mut spec, &Defaults::default()).expect("inject");
         let sidecar = &spec.init_containers.as_ref().expect("init")[0];
-        assert_eq!(sidecar.ports.as_ref().expect("ports")[0].container_port, 9090);
+        let ports: Vec<i32> = sidecar.ports.as_ref().expect("ports").iter().map(|p| p.container_port).collect();
+        assert_eq!(ports, [7171, 9191]);
         let limits = sidecar.resources.as_ref().and_then(|r| r.limits.as_ref()).expect("limits");
         assert_eq!(limits["memory"], Quantity("256Mi".to_owned()));
         let config = spec.volumes.as_ref().expect("volumes").iter().find(|v| v.name == "consistd-config").cloned();
@@ -355,6 +402,9 @@ mod tests {
         for (key, value) in [
             (annotations::PEER_PORT, "0"),
             (annotations::PEER_PORT, "http"),
+            (annotations::PEER_PORT, "7071"),
+            (annotations::ADMIN_PORT, "7070"),
+            (annotations::ADMIN_PORT, "-1"),
             (annotations::CPU_REQUEST, "lots"),
             (annotations::CONFIG, "Not_A_Name"),
             (annotations::LOG_LEVEL, "=="),
@@ -365,6 +415,29 @@ mod tests {
             assert_eq!(error.annotation, key, "{error}");
             assert!(spec.init_containers.is_none(), "a refused pod is left as it was");
         }
+    }
+
+    #[test]
+    fn probes_get_readyz_on_the_admin_port_or_run_consistd_status_without_one() {
+        let (mut meta, mut spec) = app_pod();
+        inject(&mut meta, &mut spec, &Defaults::default()).expect("inject");
+        let sidecar = &spec.init_containers.as_ref().expect("init")[0];
+        let get = sidecar.readiness_probe.as_ref().and_then(|p| p.http_get.as_ref()).expect("httpGet");
+        assert_eq!(
+            (get.path.as_deref(), &get.port),
+            (Some("/readyz"), &IntOrString::String("consistd-admin".to_owned()))
+        );
+        let env = sidecar.env.as_ref().expect("env");
+        assert!(env.iter().any(|e| e.name == "CONSISTD_ADMIN_LISTEN" && e.value.as_deref() == Some("0.0.0.0:7071")));
+
+        let (mut meta, mut spec) = app_pod();
+        meta.annotations = Some(BTreeMap::from([(annotations::ADMIN_PORT.to_owned(), "0".to_owned())]));
+        inject(&mut meta, &mut spec, &Defaults::default()).expect("inject");
+        let sidecar = &spec.init_containers.as_ref().expect("init")[0];
+        let exec = sidecar.startup_probe.as_ref().and_then(|p| p.exec.as_ref()).expect("exec");
+        assert_eq!(exec.command.as_deref(), Some(&["/consistd".to_owned(), "status".to_owned()][..]));
+        assert!(!sidecar.env.as_ref().expect("env").iter().any(|e| e.name == "CONSISTD_ADMIN_LISTEN"));
+        assert_eq!(sidecar.ports.as_ref().expect("ports").len(), 1, "no admin port");
     }
 
     #[test]
