@@ -143,7 +143,8 @@ leaders=0
 for pod in $pods; do
   leaders=$((leaders + $(logs "$pod" controller | grep -c '^leadership LEADER ' || true)))
   if [ "$pod" != "$leader" ]; then
-    logs "$pod" controller | grep -q '^leadership FOLLOWER ' || die "$pod does not report FOLLOWER"
+    follows() { logs "$pod" controller | grep -q "^leadership FOLLOWER holder=$leader "; }
+    wait_until 30 "$pod does not report FOLLOWER of $leader" follows
   fi
 done
 [ "$leaders" = 1 ] || die "$leaders replicas reported LEADER, expected exactly 1 ($leader)"
@@ -157,7 +158,16 @@ sleep 2 # time for a second, wrong write to show
   die "expected exactly one guarded write across the replicas"
 observed=$(kn get configmap settings -o jsonpath='{.metadata.annotations.example\.consistd\.io/observed-keys}')
 [ "$observed" = greeting,target ] || die "settings is not annotated by the leader: observed-keys=$observed"
-log "exactly one leader ($leader): one guarded write, its notification received by all 3 replicas through service/app-peers and ACKed"
+# kubelet probes GET /readyz on the admin port; Prometheus scrapes /metrics there, with the leader gauge.
+for pod in $pods; do
+  [ "$(kn get pod "$pod" -o jsonpath='{.spec.initContainers[0].readinessProbe.httpGet.port}')" = consistd-admin ] ||
+    die "$pod: the sidecar's readiness probe is not an httpGet of the admin port"
+  ip=$(kn get pod "$pod" -o jsonpath='{.status.podIP}')
+  want=0 && [ "$pod" != "$leader" ] || want=1
+  gauge="consistd_leader_election_master_status{election=\"$ns/configmap-controller\"} $want"
+  curl -sf "http://$ip:7071/metrics" | grep -qF "$gauge" || die "$pod ($ip:7071/metrics) does not say $gauge"
+done
+log "exactly one leader ($leader): one guarded write, its notification received by all 3 replicas through service/app-peers and ACKed; /metrics on each pod's port 7071 says who leads"
 
 # 4. Deleting the leader's pod: SIGTERM reaches the app before the sidecar, the Lease is released, another leads.
 mkdir -p "$out/handover"

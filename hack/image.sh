@@ -8,7 +8,7 @@
 # that `ctr -n k8s.io images import FILE` accepts; the script prints each one's ref, manifest digest and
 # compressed / uncompressed layer sizes. Pods run them with `imagePullPolicy: Never`.
 #
-#   consistd        localhost/consistd:VERSION                 the release daemon, stripped, its ldd libraries,
+#   consistd        localhost/consistd:VERSION                 the daemon (profile image: release, fat LTO), stripped, its ldd libraries,
 #                                                              CA certificates, passwd/group; user 65532; the
 #                                                              binary cached in $CONSISTD_CACHE/consistd-release
 #   example-go      localhost/consistd-example-go:VERSION      examples/go, static (CGO_ENABLED=0)
@@ -95,7 +95,7 @@ build_consistd() {
   cache=${CONSISTD_CACHE:-$HOME/.cache/consistd}/consistd-release
   key=$({
     rustc -vV
-    echo "cargo build --release -p consistd --locked, paths remapped"
+    echo "cargo build --profile image -p consistd --locked, paths remapped"
     cd "$repo" && find Cargo.toml Cargo.lock daemon/Cargo.toml daemon/src proto/Cargo.toml proto/src proto/consistd \
       -type f -print0 | sort -z | xargs -0 sha256sum
   } | sha256sum | cut -c1-16)
@@ -104,10 +104,10 @@ build_consistd() {
   else
     start=$(date +%s)
     env -u SOURCE_DATE_EPOCH RUSTFLAGS="$flags" \
-      cargo build --release -p consistd --locked --manifest-path "$repo/Cargo.toml" >&2
-    log "cargo build --release -p consistd: $(($(date +%s) - start)) s"
+      cargo build --profile image -p consistd --locked --manifest-path "$repo/Cargo.toml" >&2
+    log "cargo build --profile image -p consistd: $(($(date +%s) - start)) s"
     mkdir -p "$cache/$key.tmp"
-    strip --strip-all -o "$cache/$key.tmp/consistd" "$CARGO_TARGET_DIR/release/consistd"
+    strip --strip-all -o "$cache/$key.tmp/consistd" "$CARGO_TARGET_DIR/image/consistd"
     rm -rf "${cache:?}/$key" && mv "$cache/$key.tmp" "$cache/$key"
     # Keep the three newest.
     find "$cache" -mindepth 1 -maxdepth 1 -type d -printf '%T@ %p\n' | sort -rn | tail -n +4 | cut -d' ' -f2- |
