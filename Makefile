@@ -4,8 +4,8 @@
 #   make dev-stop  stop what `make dev` started
 #   make test      lint, then unit and integration tests against the real control plane, every SDK's tests
 #                  and example (hack/test-sdks.sh), stock gRPC clients in five languages with their default
-#                  options (hack/stock-clients.sh), the Helm chart (hack/chart-check.sh), `make dev`'s check,
-#                  then `make e2e`
+#                  options (hack/stock-clients.sh), `promtool check metrics` on two daemons' /metrics
+#                  (hack/check-metrics.sh), the Helm chart (hack/chart-check.sh), `make dev`'s check, then `make e2e`
 #   make lint      rustfmt, clippy (warnings are errors), the daemon's module layers (hack/check-structure.py),
 #                  buf lint (STANDARD), generated SDK code up to date
 #   make gen       regenerate protocol code from proto/consistd/v1/*.proto for every SDK
@@ -40,7 +40,7 @@ control-plane:
 SDKS := python go typescript
 
 test: lint control-plane
-	hack/with-control-plane.sh $(SHELL) $(.SHELLFLAGS) '$(CARGO) test --workspace --no-fail-fast && hack/test-sdks.sh && hack/with-daemons.sh hack/stock-clients.sh && hack/chart-check.sh'
+	hack/with-control-plane.sh $(SHELL) $(.SHELLFLAGS) '$(CARGO) test --workspace --no-fail-fast && hack/test-sdks.sh && hack/with-daemons.sh hack/stock-clients.sh && hack/with-daemons.sh hack/check-metrics.sh && hack/chart-check.sh'
 	hack/dev.sh check
 	$(MAKE) e2e
 

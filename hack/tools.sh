@@ -3,6 +3,8 @@
 #   hack/tools.sh buf       buf (proto lint), from npm, into hack/tools/node/node_modules
 #   hack/tools.sh grpcurl   grpcurl, from the Go module proxy, into $CONSISTD_CACHE/grpcurl/VERSION
 #   hack/tools.sh helm      helm, from the Go module proxy, into $CONSISTD_CACHE/helm/VERSION
+#   hack/tools.sh promtool  promtool (Prometheus' metrics linter), from the Go module proxy, into
+#                           $CONSISTD_CACHE/promtool/VERSION
 #   hack/tools.sh kubectl   kubectl $KUBERNETES_VERSION from hack/tools/kube-node, where hack/node.sh builds it
 # Prints the tool's path on stdout.
 set -euo pipefail
@@ -14,6 +16,8 @@ source "$repo/hack/versions.env"
 GRPCURL_VERSION=v1.9.4
 # Helm 4, the current major (Helm 3 gets security fixes only). charts/consistd is only tested with this version.
 HELM_VERSION=v4.3.1
+# Prometheus 3.16.0, the current release: its Go module is tagged v0.316.0 (3.x is published as v0.3xx.y).
+PROMTOOL_VERSION=v0.316.0
 
 case "${1:-}" in
 buf)
@@ -45,6 +49,21 @@ helm)
   fi
   echo "$dir/helm"
   ;;
+promtool)
+  dir=$cache/promtool/$PROMTOOL_VERSION
+  if [ ! -x "$dir/promtool" ]; then
+    echo "tools: building promtool $PROMTOOL_VERSION (once; minutes on 2 cores)" >&2
+    # The version is stamped as Prometheus' release build (promu) does, so `promtool --version` shows it:
+    # v0.316.0 is Prometheus 3.16.0. remove_all_sd leaves out the service discovery plugins (AWS, Azure, GCE,
+    # Kubernetes, ...), which only `promtool check config` of a config using them needs; `check metrics` is
+    # what make test runs, and the build takes half the CPU time.
+    IFS=. read -r _ mm patch <<<"${PROMTOOL_VERSION#v}"
+    GOTOOLCHAIN=local CGO_ENABLED=0 GOBIN=$dir go install -p 2 -trimpath -tags remove_all_sd \
+      -ldflags "-s -w -X github.com/prometheus/common/version.Version=$((mm / 100)).$((mm % 100)).$patch" \
+      "github.com/prometheus/prometheus/cmd/promtool@$PROMTOOL_VERSION" >&2
+  fi
+  echo "$dir/promtool"
+  ;;
 kubectl)
   # The same binary and path as hack/node.sh build, without its kubelet, scheduler and controller-manager.
   out=$cache/kubectl/$KUBERNETES_VERSION/kubectl
@@ -63,7 +82,7 @@ kubectl)
   echo "$out"
   ;;
 *)
-  echo "usage: $0 buf|grpcurl|helm|kubectl" >&2
+  echo "usage: $0 buf|grpcurl|helm|kubectl|promtool" >&2
   exit 2
   ;;
 esac

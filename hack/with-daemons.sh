@@ -11,6 +11,8 @@
 #   CONSISTD_SOCKET               daemon a's app socket (what the SDKs connect to with no arguments)
 #   CONSISTD_TEST_PEER_SOCKET     daemon b's app socket (its inbox is where sends to b arrive)
 #   CONSISTD_TEST_PEER_ADDRESS    daemon b's peer address, host:port (a Destination.peer)
+#   CONSISTD_TEST_ADMIN_SOCKET    daemon a's admin socket (/metrics, /debug/state, `consistd status`)
+#   CONSISTD_TEST_PEER_ADMIN_SOCKET  daemon b's admin socket
 #   CONSISTD_TEST_KUBECONFIG      the control plane (unchanged)
 #   CONSISTD_BIN                  the consistd binary, for tests that start (and kill) their own daemon
 #
@@ -77,4 +79,6 @@ peer:
 export CONSISTD_SOCKET=$dir/a/consistd.sock
 export CONSISTD_TEST_PEER_SOCKET=$dir/b/consistd.sock
 export CONSISTD_TEST_PEER_ADDRESS=127.0.0.1:$b_port
+export CONSISTD_TEST_ADMIN_SOCKET=$dir/a/admin.sock
+export CONSISTD_TEST_PEER_ADMIN_SOCKET=$dir/b/admin.sock
 "$@"

@@ -111,10 +111,14 @@ fn route(req: &Request<Incoming>, paths: Paths, health: &Health, metrics: &Metri
                 text(StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {}\n", report.not_ready_reasons.join("; ")))
             }
         }
-        "/metrics" => Response::builder()
-            .header(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")
-            .body(Full::new(Bytes::from(metrics.encode())))
-            .unwrap_or_default(),
+        "/metrics" => {
+            let (content_type, body) =
+                metrics.encode_for(req.headers().get(header::ACCEPT).and_then(|accept| accept.to_str().ok()));
+            Response::builder()
+                .header(header::CONTENT_TYPE, content_type)
+                .body(Full::new(Bytes::from(body)))
+                .unwrap_or_default()
+        }
         "/debug/state" if paths == Paths::All => {
             let body = serde_json::to_vec_pretty(&health.report()).unwrap_or_default();
             Response::builder()

@@ -1,5 +1,7 @@
 //! Prometheus metrics: one registry for the daemon, encoded as text on the admin endpoint's /metrics.
 
+mod exposition;
+
 use std::sync::{Arc, atomic::AtomicU64};
 
 use prometheus_client::{
@@ -199,12 +201,26 @@ impl Metrics {
         self.api_calls_refused.get_or_create(&UidLabel { uid: uid.to_owned() }).inc();
     }
 
-    /// The metrics in Prometheus' text exposition format.
+    /// The metrics as OpenMetrics text, as prometheus-client writes them.
     pub(crate) fn encode(&self) -> String {
         let mut text = String::new();
         // Writing into a String cannot fail.
         let _ = encode(&mut text, &self.registry);
         text
+    }
+
+    /// The metrics in the format a scraper's `Accept` header asks for, and its `Content-Type`: OpenMetrics
+    /// when it prefers `application/openmetrics-text` (Prometheus' scrapes do), else the Prometheus text
+    /// format 0.0.4 (curl, promtool), as client_golang's handler negotiates.
+    pub(crate) fn encode_for(&self, accept: Option<&str>) -> (&'static str, String) {
+        use exposition::Exposition;
+        let format = Exposition::negotiate(accept);
+        let openmetrics = self.encode();
+        let body = match format {
+            Exposition::OpenMetrics => openmetrics,
+            Exposition::PrometheusText => exposition::prometheus_text(&openmetrics),
+        };
+        (format.content_type(), body)
     }
 }
 
@@ -220,5 +236,24 @@ mod tests {
         assert!(text.contains("consistd_apiserver_up 1"), "{text}");
         assert!(text.contains("consistd_build_info{version=\""), "{text}");
         assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn serves_openmetrics_to_prometheus_and_the_text_format_to_the_rest() {
+        let metrics = Metrics::new();
+        metrics.count_call("0");
+        let prometheus = "application/openmetrics-text;version=1.0.0;q=0.6,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+        let (content_type, body) = metrics.encode_for(Some(prometheus));
+        assert!(content_type.starts_with("application/openmetrics-text; version=1.0.0"), "{content_type}");
+        assert_eq!(body, metrics.encode());
+
+        let (content_type, text) = metrics.encode_for(None);
+        assert_eq!(content_type, "text/plain; version=0.0.4; charset=utf-8");
+        assert!(
+            text.contains("# TYPE consistd_api_calls_total counter\nconsistd_api_calls_total{uid=\"0\"} 1\n"),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE consistd_build_info gauge\n"), "{text}");
+        assert!(!text.contains("# EOF") && !text.contains(" info\n"), "{text}");
     }
 }
