@@ -209,6 +209,11 @@ impl PeerTls {
         });
     }
 
+    /// The signature checks of handshakes, both sides: the provider's, as the WebPKI verifiers use them.
+    fn algorithms(&self) -> &rustls::crypto::WebPkiSupportedAlgorithms {
+        &self.shared.provider.signature_verification_algorithms
+    }
+
     fn current(&self) -> Arc<Material> {
         self.shared.current.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
@@ -296,7 +301,7 @@ impl ClientCertVerifier for PeerTls {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.current().client_verifier.verify_tls12_signature(message, cert, dss)
+        rustls::crypto::verify_tls12_signature(message, cert, dss, self.algorithms())
     }
 
     fn verify_tls13_signature(
@@ -305,11 +310,11 @@ impl ClientCertVerifier for PeerTls {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.current().client_verifier.verify_tls13_signature(message, cert, dss)
+        rustls::crypto::verify_tls13_signature(message, cert, dss, self.algorithms())
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.current().client_verifier.supported_verify_schemes()
+        self.algorithms().supported_schemes()
     }
 }
 
@@ -331,7 +336,7 @@ impl ServerCertVerifier for PeerTls {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.current().server_verifier.verify_tls12_signature(message, cert, dss)
+        rustls::crypto::verify_tls12_signature(message, cert, dss, self.algorithms())
     }
 
     fn verify_tls13_signature(
@@ -340,11 +345,11 @@ impl ServerCertVerifier for PeerTls {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.current().server_verifier.verify_tls13_signature(message, cert, dss)
+        rustls::crypto::verify_tls13_signature(message, cert, dss, self.algorithms())
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.current().server_verifier.supported_verify_schemes()
+        self.algorithms().supported_schemes()
     }
 }
 
