@@ -300,7 +300,16 @@ async fn admin_listen_serves_probes_and_metrics_over_tcp_with_the_leader_gauge()
     let addr = format!("127.0.0.1:{}", free_port());
     let daemon = Daemon::builder(BIN).config(format!("namespace: {ns}\nadmin:\n  listen: \"{addr}\"\n")).start().await;
     assert_eq!(http_get(&addr, "/healthz").await.0, 200);
-    assert_eq!(http_get(&addr, "/readyz").await, (200, "ok\n".to_owned()));
+    // Ready once the apiserver has been heard from, which may come a moment after the socket serves.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let readyz = http_get(&addr, "/readyz").await;
+        if readyz == (200, "ok\n".to_owned()) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "/readyz over TCP never said ok: {readyz:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let (status, body) = http_get(&addr, "/debug/state").await;
     assert_eq!(status, 404, "the daemon's internals stay on the admin socket: {body}");
 
