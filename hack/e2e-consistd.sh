@@ -10,11 +10,13 @@
 #     and `consistd status` in it reports the apiserver reachable through the `kubernetes` Service.
 #  3. Exactly one replica leads (the Lease names it), makes its guarded write once, and its ACK-tracked
 #     notification to the headless Service reaches every replica's receiver and is ACKed.
-#  4. `kubectl delete pod` of the leader: its app gets SIGTERM before the sidecar, the Lease is released,
+#  4. `kubectl apply` of a changed ConfigMap (an election added) reaches every running sidecar, which
+#     applies it without a restart (time printed: kubelet's sync period).
+#  5. `kubectl delete pod` of the leader: its app gets SIGTERM before the sidecar, the Lease is released,
 #     another replica leads (handover time printed).
-#  5. A version published on the rollout channel reaches every replica; `kubectl rollout restart`; the new
+#  6. A version published on the rollout channel reaches every replica; `kubectl rollout restart`; the new
 #     replicas catch up, and the barrier (Publish, WaitApplied) completes across exactly the 3 new pods.
-#  6. SIGKILL of one sidecar while its pod's app sends: kubelet restarts the sidecar and every message whose
+#  7. SIGKILL of one sidecar while its pod's app sends: kubelet restarts the sidecar and every message whose
 #     Send returned reaches every replica.
 # Then stops the node and checks the host is as it was. Needs target/images/{consistd,example-python,pause,
 # busybox}.tar (hack/image.sh consistd example-python pause busybox). Prints timings.
@@ -169,7 +171,28 @@ for pod in $pods; do
 done
 log "exactly one leader ($leader): one guarded write, its notification received by all 3 replicas through service/app-peers and ACKed; /metrics on each pod's port 7071 says who leads"
 
-# 4. Deleting the leader's pod: SIGTERM reaches the app before the sidecar, the Lease is released, another leads.
+# 4. `kubectl apply` of a changed ConfigMap reaches every running sidecar (kubelet refreshes the mounted file
+#    within its sync period): the election it adds is campaigned in without a restart.
+{ cat "$repo/manifests/base/configmap.yaml"; printf '    elections:\n      - name: e2e-reload\n'; } >"$out/configmap.yaml"
+t=$(ms)
+kn apply -f "$out/configmap.yaml" >/dev/null
+applied() {
+  local pod
+  for pod in $pods; do logs "$pod" consistd | grep '"applied config change"' | grep -q elections || return 1; done
+}
+wait_until 180 "the changed ConfigMap did not reach every sidecar" applied
+reload=$(($(ms) - t))
+reload_holder=$(kn get lease e2e-reload -o jsonpath='{.spec.holderIdentity}')
+grep -qw -- "$reload_holder" <<<"$pods" || die "nobody holds the Lease of the election the reload added: '$reload_holder'"
+for pod in $pods; do
+  [ "$(kn get pod "$pod" -o jsonpath='{.status.initContainerStatuses[0].restartCount}')" = 0 ] ||
+    die "$pod: the sidecar restarted instead of reloading"
+  kn exec "$pod" -c consistd -- /consistd status | grep -q 'consistd.yaml (applied' ||
+    die "$pod: consistd status does not show the config applied"
+done
+log "kubectl apply of a changed ConfigMap: applied by all 3 sidecars without a restart $reload ms later (kubelet's sync period); $reload_holder leads the added election"
+
+# 5. Deleting the leader's pod: SIGTERM reaches the app before the sidecar, the Lease is released, another leads.
 mkdir -p "$out/handover"
 timeout 60 "$KUBECTL" -n "$ns" logs -f --timestamps "$leader" -c controller >"$out/handover/controller.log" 2>&1 &
 follow_app=$!
@@ -197,7 +220,7 @@ grep -q '"released leadership"' "$out/handover/consistd.log" || die "the leader'
 grep -q '^|1$' "$out/handover/lease.log" || die "the Lease was never seen released (no holder): $(cat "$out/handover/lease.log")"
 log "leader pod deleted: app SIGTERM at $sigterm_app, sidecar at $sigterm_sidecar; Lease released; $successor leads $handover ms after kubectl delete"
 
-# 5. The barrier: a version reaches every replica, survives `kubectl rollout restart`, and the next one is
+# 6. The barrier: a version reaches every replica, survives `kubectl rollout restart`, and the next one is
 #    applied by exactly the 3 new pods.
 kn rollout status deployment/my-app --timeout=120s >/dev/null || die "the replacement of $leader did not become Ready"
 publish() { kn exec "$1" -c member -- /usr/local/bin/python3 /e2e/pod.py publish app-config "$2" 60; }
@@ -232,7 +255,7 @@ members=$(python3 -c 'import json,sys; print(" ".join(sorted(json.loads(sys.argv
 [ "$members" = "$(sorted "$pods")" ] || die "version two's members are $members, not the new pods $pods"
 log "rollout barrier: the new replicas caught up to version $v1; Publish + WaitApplied of the next across the 3 new pods: $barrier ms ($second)"
 
-# 6. SIGKILL of a sidecar while its app sends: kubelet restarts it, and every stored message reaches every replica.
+# 7. SIGKILL of a sidecar while its app sends: kubelet restarts it, and every stored message reaches every replica.
 sender=${pods%% *}
 kn exec "$sender" -c member -- /usr/local/bin/python3 /e2e/pod.py burst app-peers 2000 k >"$out/burst.log" 2>&1 &
 burst=$!
@@ -264,7 +287,7 @@ for pod in $pods; do
 done
 log "SIGKILL of a sending sidecar: all $stored messages whose Send returned reached all 3 replicas ($((3 * stored - received_at_kill)) of $((3 * stored)) deliveries after the kill)"
 
-# 7. Clean up, and leave the host as it was.
+# 8. Clean up, and leave the host as it was.
 k delete namespace "$ns" --wait=true --timeout=120s >/dev/null
 k delete -k "$repo/hack/e2e/injector" --wait=true --timeout=120s >/dev/null
 trap - EXIT

@@ -35,8 +35,14 @@ use self::{
     outbox::OutboxApi, rollout::RolloutApi, watch::WatchApi,
 };
 use crate::{
-    authority::Relaxed, config::AccessRule, inbox::Inbox, leadership::Leadership, metrics::Metrics, objects::Objects,
-    outbox::Outbox, watch::Hub,
+    authority::Relaxed,
+    config::{AccessRule, Live},
+    inbox::Inbox,
+    leadership::Leadership,
+    metrics::Metrics,
+    objects::Objects,
+    outbox::Outbox,
+    watch::Hub,
 };
 
 /// What a server-streaming RPC answers with.
@@ -73,10 +79,10 @@ pub(crate) struct Services {
     pub namespace: String,
     /// Versioned rollouts and their barrier.
     pub rollout: crate::rollout::Rollout,
-    /// Who may call the socket at all (`socket.allowedUids` / `socket.allowedGids`).
-    pub allowlist: Allowlist,
-    /// What callers may do (`access.rules`).
-    pub access: Vec<AccessRule>,
+    /// Who may call the socket at all (`socket.allowedUids` / `socket.allowedGids`), as reloads change it.
+    pub allowlist: Live<Arc<Allowlist>>,
+    /// What callers may do (`access.rules`), as reloads change them.
+    pub access: Live<Arc<[AccessRule]>>,
     /// Where calls are counted per caller.
     pub metrics: Metrics,
 }

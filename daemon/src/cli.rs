@@ -218,7 +218,12 @@ pub struct StatusArgs {
 impl RunArgs {
     /// Loads the config file (if any) with these flags applied over it.
     pub fn load_config(&self, env: &Environment) -> Result<Config, config::ConfigError> {
-        let overrides = Overrides {
+        Config::load(self.config.as_deref(), &self.overrides(), env)
+    }
+
+    /// The flags and `CONSISTD_*` variables that override the config file.
+    pub fn overrides(&self) -> Overrides {
+        Overrides {
             socket: self.socket.clone(),
             admin_socket: self.admin_socket.clone(),
             admin_listen: self.admin_listen,
@@ -227,9 +232,9 @@ impl RunArgs {
                 LogFormatArg::Text => LogFormat::Text,
                 LogFormatArg::Json => LogFormat::Json,
             }),
-            log_level: self.log_level.clone(),
-        };
-        Config::load(self.config.as_deref(), &overrides, env)
+            // An empty CONSISTD_LOG_LEVEL counts as unset: the file decides (an empty filter would be silence).
+            log_level: self.log_level.clone().filter(|level| !level.is_empty()),
+        }
     }
 }
 
@@ -355,6 +360,18 @@ pub fn render(r: &Report) -> String {
             Some(error) => format!("NOT WRITABLE: {error}"),
         };
         out += &format!("  store       {state}\n");
+    }
+    if let Some(config) = &r.config {
+        let file = config.file.as_ref().map_or("defaults and overrides".to_owned(), |f| f.display().to_string());
+        let state = match (&config.error, &config.last_applied) {
+            (Some(error), _) => format!("RELOAD REFUSED, running the config before it: {error}"),
+            (None, Some(at)) => format!("applied {at}"),
+            (None, None) => "applied".to_owned(),
+        };
+        out += &format!("  config      {file} ({state})\n");
+        if !config.restart_needed.is_empty() {
+            out += &format!("  config      changed, needs a restart: {}\n", config.restart_needed.join(", "));
+        }
     }
     out += &format!("  outbox      {} pending\n", r.outbox_pending);
     for p in &r.peers {

@@ -1,9 +1,11 @@
 //! The daemon's configuration: one YAML document (the `consistd.yaml` key of a ConfigMap), with
 //! `${VAR}` references to the environment (the downward API), overridden by `CONSISTD_*` variables and
 //! flags. Every error names the field path that is wrong. The fields are in `schema`, what is read
-//! from the environment in `env`, the checks across fields in `validate`.
+//! from the environment in `env`, the checks across fields in `validate`, what a reload changes at
+//! runtime in `live`.
 
 mod env;
+mod live;
 mod schema;
 mod validate;
 
@@ -11,7 +13,11 @@ use std::path::{Path, PathBuf};
 
 use serde_yaml::Value;
 
-pub use self::{env::Environment, schema::*};
+pub use self::{
+    env::Environment,
+    live::{Live, Setter},
+    schema::*,
+};
 
 /// Values from `CONSISTD_*` variables and flags; each set one replaces the file's value.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -56,6 +56,9 @@ pub struct Report {
     /// The message store; absent from daemons that do not report it.
     #[serde(default)]
     pub store: Option<StoreReport>,
+    /// The config file and its newest reload; absent from daemons that do not report it.
+    #[serde(default)]
+    pub config: Option<ConfigReport>,
     /// Ready for traffic: serving, the apiserver heard from recently, every campaigning election's
     /// Lease steps succeeding within its lease duration, the store writable.
     pub ready: bool,
@@ -93,6 +96,23 @@ pub struct StoreReport {
     pub writable: bool,
     /// Why its newest commit failed, when it did.
     pub error: Option<String>,
+}
+
+/// The config as the daemon last read it. A refused reload does not make the daemon unready: it runs on
+/// with the config it had.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ConfigReport {
+    /// The config file (`--config`); none when the daemon runs on defaults and overrides.
+    pub file: Option<PathBuf>,
+    /// Whether the newest contents read were applied.
+    pub last_reload_successful: bool,
+    /// When a config was last applied, at start or by a reload (RFC 3339).
+    pub last_applied: Option<String>,
+    /// Why the newest contents were refused, naming the field; none when they were applied.
+    pub error: Option<String>,
+    /// Fields changed in the file that are read only at start: they keep their running values until a restart.
+    #[serde(default)]
+    pub restart_needed: Vec<String>,
 }
 
 /// One destination's peer as this daemon's outbox sees it.
@@ -208,6 +228,7 @@ struct HealthState {
     parts: Option<(Arc<Hub>, Arc<Leadership>)>,
     messages: Option<(Outbox, Inbox)>,
     store: Option<Store>,
+    config: Option<ConfigReport>,
 }
 
 impl Health {
@@ -241,6 +262,11 @@ impl Health {
     /// The message store whose writability readiness needs.
     pub(crate) fn attach_store(&self, store: Store) {
         self.lock().store = Some(store);
+    }
+
+    /// Records the config's newest reload.
+    pub(crate) fn set_config(&self, report: ConfigReport) {
+        self.lock().config = Some(report);
     }
 
     /// Records whether the gRPC server accepts calls.
@@ -344,6 +370,7 @@ impl Health {
             peers,
             inbox_pending,
             store,
+            config: inner.config.clone(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
             upstream_watches,
             elections,

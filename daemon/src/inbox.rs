@@ -20,6 +20,7 @@ use tokio::{
 };
 
 use crate::{
+    config::Live,
     error,
     metrics::Metrics,
     store::{META, Store, StoreError, from_millis, to_millis},
@@ -81,7 +82,8 @@ pub(crate) struct Inbox {
 struct InboxShared {
     store: Store,
     identity: String,
-    max_pending: usize,
+    /// `inbox.maxPending`, as reloads change it.
+    max_pending: Live<usize>,
     next_id: AtomicU64,
     state: Mutex<InboxState>,
     ready: Notify,
@@ -215,7 +217,7 @@ impl Inbox {
     pub(crate) fn open(
         store: Store,
         identity: String,
-        max_pending: usize,
+        max_pending: Live<usize>,
         held_prefixes: &[&'static str],
         metrics: Metrics,
     ) -> Result<Self, StoreError> {
@@ -311,7 +313,7 @@ impl Inbox {
                 return None;
             }
             let held = state.messages.len();
-            if held >= self.inner.max_pending {
+            if held >= self.inner.max_pending.get() {
                 let reason = format!(
                     "the inbox of {} is full: {held} messages wait for its app (inbox.maxPending)",
                     self.inner.identity

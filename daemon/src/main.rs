@@ -16,7 +16,7 @@ fn main() -> ExitCode {
         Command::Status(args) => runtime().block_on(cli::status(&args)),
         Command::Inject(args) => match (&args.command, &args.file) {
             (Some(cli::InjectCommand::Webhook(webhook)), _) => {
-                consistd::telemetry::init(consistd::config::LogFormat::Json, &webhook.log_level);
+                let _ = consistd::telemetry::init(consistd::config::LogFormat::Json, &webhook.log_level);
                 runtime().block_on(cli::inject_webhook(webhook))
             }
             (None, Some(file)) => cli::inject_file(file, &args),
@@ -31,8 +31,9 @@ fn main() -> ExitCode {
                     return ExitCode::from(cli::EXIT_INVALID_CONFIG);
                 }
             };
-            consistd::telemetry::init(config.log.format, &config.log.level);
-            match runtime().block_on(consistd::run::run(config, &env)) {
+            let log = consistd::telemetry::init(config.log.format, &config.log.level);
+            let source = consistd::reload::ConfigSource { file: args.config.clone(), overrides: args.overrides(), log };
+            match runtime().block_on(consistd::run::run(config, &env, source)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
                     tracing::error!(error = %consistd::error::chain(&error), "consistd failed");

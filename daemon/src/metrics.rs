@@ -53,6 +53,10 @@ pub(crate) struct Metrics {
     pub inbox_nacks: Counter,
     /// Messages waiting for the app's ACK.
     pub inbox_pending: Gauge,
+    /// 1 when the newest config file read was applied, 0 when it was refused (the one before stays).
+    pub config_last_reload_successful: Gauge,
+    /// When a config file was last applied (at start, or by a reload), in seconds since the epoch.
+    pub config_last_reload_success_timestamp_seconds: Gauge<f64, AtomicU64>,
     /// Calls on the app socket, per caller uid.
     api_calls: Family<UidLabel, Counter>,
     /// Calls refused because the caller is not in `socket.allowedUids` / `socket.allowedGids` or no
@@ -140,6 +144,18 @@ impl Metrics {
         registry.register("inbox_nacks", "Messages the app NACKed", inbox_nacks.clone());
         let inbox_pending = Gauge::default();
         registry.register("inbox_pending", "Messages waiting for the app's ACK", inbox_pending.clone());
+        let config_last_reload_successful = Gauge::default();
+        registry.register(
+            "config_last_reload_successful",
+            "1 when the newest config file read was applied, 0 when it was refused and the one before stays",
+            config_last_reload_successful.clone(),
+        );
+        let config_last_reload_success_timestamp_seconds = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "config_last_reload_success_timestamp_seconds",
+            "When a config file was last applied, at start or by a reload",
+            config_last_reload_success_timestamp_seconds.clone(),
+        );
         let api_calls = Family::<UidLabel, Counter>::default();
         registry.register("api_calls", "Calls on the app socket, per caller uid", api_calls.clone());
         let api_calls_refused = Family::<UidLabel, Counter>::default();
@@ -175,6 +191,8 @@ impl Metrics {
             inbox_acks,
             inbox_nacks,
             inbox_pending,
+            config_last_reload_successful,
+            config_last_reload_success_timestamp_seconds,
             api_calls,
             api_calls_refused,
             leader,

@@ -10,6 +10,7 @@ use kube::{
     core::{ObjectList, Request},
 };
 
+use crate::config::Live;
 use crate::watch::{
     Hub, ResourceError,
     expectations::InFlight,
@@ -85,7 +86,8 @@ pub(crate) enum ObjectsError {
 pub(crate) struct Objects {
     client: Client,
     hub: Arc<Hub>,
-    timeout: Duration,
+    /// `consistency.timeout`, as reloads change it.
+    timeout: Live<Duration>,
 }
 
 impl std::fmt::Debug for Objects {
@@ -96,7 +98,7 @@ impl std::fmt::Debug for Objects {
 
 impl Objects {
     /// Objects backed by `client`, caching through `hub`, with `timeout` for own-write expectations.
-    pub(crate) fn new(client: Client, hub: Arc<Hub>, timeout: Duration) -> Self {
+    pub(crate) fn new(client: Client, hub: Arc<Hub>, timeout: Live<Duration>) -> Self {
         Self { client, hub, timeout }
     }
 
@@ -287,13 +289,13 @@ impl Objects {
     /// Marks a write to `t` as in flight until the returned guard drops (after [`Objects::written`]):
     /// CONSISTENT subscribers hold the object's states meanwhile.
     fn begin(&self, r: &Resolved, t: &ObjectRef) -> InFlight {
-        self.hub.expectations().begin(&format!("{}/{}/{}", r.api.plural, t.namespace, t.name), self.timeout)
+        self.hub.expectations().begin(&format!("{}/{}/{}", r.api.plural, t.namespace, t.name), self.timeout.get())
     }
 
     /// Records the write's expectation and returns the object.
     fn written(&self, r: &Resolved, raw: RawObject) -> Obj {
         let obj = Obj::from(raw);
-        self.hub.record_write(&r.api, &obj, self.timeout);
+        self.hub.record_write(&r.api, &obj, self.timeout.get());
         obj
     }
 

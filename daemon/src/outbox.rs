@@ -27,7 +27,7 @@ use self::{
     state::{Recipients, Slot},
 };
 use crate::{
-    config::OutboxConfig,
+    config::{Live, OutboxConfig},
     metrics::Metrics,
     store::{Store, StoreError},
     transport::Transport,
@@ -122,7 +122,7 @@ pub(crate) struct Outbox {
 #[derive(Debug)]
 struct OutboxShared {
     store: Store,
-    config: OutboxConfig,
+    config: Live<OutboxConfig>,
     /// None when no peer transport is configured: `Send` is refused.
     transport: Option<Transport>,
     members: Members,
@@ -154,8 +154,9 @@ struct OutboxState {
 /// What the outbox needs besides its store.
 #[derive(Debug)]
 pub(crate) struct OutboxParts {
-    /// The `outbox` config section; `Send` checks its payload and pending bounds.
-    pub config: OutboxConfig,
+    /// The `outbox` config section, as reloads change it: `Send` checks its payload and pending bounds,
+    /// links back off by it.
+    pub config: Live<OutboxConfig>,
     /// Client TLS for peers, or plaintext; None: no transport configured.
     pub transport: Option<Transport>,
     /// Resolves Service and election destinations to peer addresses.
@@ -198,7 +199,7 @@ impl Outbox {
 
     /// Refuses a payload larger than `outbox.maxPayloadBytes`.
     pub(crate) fn check_payload(&self, bytes: usize) -> Result<(), OutboxError> {
-        let max = self.inner.config.max_payload_bytes;
+        let max = self.inner.config.get().max_payload_bytes;
         if bytes > max {
             return Err(OutboxError::Exhausted(format!(
                 "payload: {bytes} bytes is more than outbox.maxPayloadBytes ({max})"

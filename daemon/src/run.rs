@@ -1,5 +1,5 @@
-//! The daemon's life: connect to Kubernetes, claim the sockets, serve until SIGTERM or SIGINT, drain
-//! in-flight calls within the grace period, then remove the sockets.
+//! The daemon's life: connect to Kubernetes, claim the sockets, serve (applying config file changes)
+//! until SIGTERM or SIGINT, drain in-flight calls within the grace period, then remove the sockets.
 
 use std::time::Duration;
 
@@ -21,6 +21,7 @@ use crate::{
     objects::Objects,
     outbox::{self, Members, Outbox},
     peer::{self, PeerError},
+    reload::{ConfigSource, Elections, Reloader, Tunables},
     rollout::{self, Rollout, barrier::Barrier, versions::Versions},
     socket::{self, SocketError},
     store::{OpenError, Store, StoreError},
@@ -72,8 +73,9 @@ pub enum RunError {
     Join(#[source] tokio::task::JoinError),
 }
 
-/// Runs the daemon until a termination signal, then shuts it down gracefully.
-pub async fn run(config: Config, env: &Environment) -> Result<(), RunError> {
+/// Runs the daemon on `config`, which came from `source`, until a termination signal, then shuts it down
+/// gracefully.
+pub async fn run(config: Config, env: &Environment, source: ConfigSource) -> Result<(), RunError> {
     let mut terminate = signal(SignalKind::terminate()).map_err(RunError::Signal)?;
     let mut interrupt = signal(SignalKind::interrupt()).map_err(RunError::Signal)?;
 
@@ -96,9 +98,11 @@ pub async fn run(config: Config, env: &Environment) -> Result<(), RunError> {
 
     let identity = config.identity(env);
     let namespace = config.namespace(env);
+    // What a reload may change; each part reads its setting live.
+    let tunables = Tunables::new(&config);
     let hub = Hub::new(client.clone(), config.watch.clone(), metrics.clone());
-    let objects = Objects::new(client.clone(), hub.clone(), config.consistency.timeout);
-    let announce = config.advertise(env).map(|address| Announce { address, ttl: config.membership.ttl });
+    let objects = Objects::new(client.clone(), hub.clone(), tunables.consistency_timeout.live());
+    let announce = config.advertise(env).map(|address| Announce { address, ttl: tunables.membership_ttl.live() });
     let leadership =
         Leadership::new(client.clone(), hub.clone(), identity.clone(), namespace.clone(), announce, metrics.clone());
     health.attach(hub.clone(), leadership.clone());
@@ -110,7 +114,7 @@ pub async fn run(config: Config, env: &Environment) -> Result<(), RunError> {
     let inbox = Inbox::open(
         store.clone(),
         identity.clone(),
-        config.inbox.max_pending,
+        tunables.inbox_max_pending.live(),
         &[rollout::RESOURCE_PREFIX],
         metrics.clone(),
     )
@@ -119,15 +123,12 @@ pub async fn run(config: Config, env: &Environment) -> Result<(), RunError> {
     if let Some(tls) = &tls {
         tls.spawn_watch(stopped.clone());
     }
-    let transport = config.peer.transport_configured().then(|| Transport {
-        tls: tls.clone(),
-        identity: identity.clone(),
-        backoff: config.outbox.backoff,
-    });
+    let transport =
+        config.peer.transport_configured().then(|| Transport { tls: tls.clone(), identity: identity.clone() });
     let outbox = Outbox::open(
         store,
         outbox::OutboxParts {
-            config: config.outbox.clone(),
+            config: tunables.outbox.live(),
             transport: transport.clone(),
             members: Members::new(hub.clone()),
             namespace: namespace.clone(),
@@ -163,21 +164,17 @@ pub async fn run(config: Config, env: &Environment) -> Result<(), RunError> {
         inbox,
         namespace,
         rollout,
-        allowlist: api::Allowlist {
-            uids: config.socket.allowed_uids.clone(),
-            gids: config.socket.allowed_gids.clone(),
-        },
-        access: config.access.rules.clone(),
+        allowlist: tunables.allowlist.live(),
+        access: tunables.access.live(),
         metrics: metrics.clone(),
     };
-    // Elections from the config: campaigned for from boot until shutdown.
-    let mut boot_campaigns = Vec::new();
-    for e in &config.elections {
-        let key = leadership.key(&e.name, &e.namespace).map_err(RunError::Election)?;
-        let (campaign, _) = leadership.campaign(&key, "", e.timing()).map_err(RunError::Election)?;
-        tracing::info!(election = %e.name, namespace = %key.namespace, "campaigning from config");
-        boot_campaigns.push(campaign);
-    }
+    // Elections from the config: campaigned for from boot until shutdown, or until a reload removes them.
+    let mut elections = Elections::new(leadership.clone());
+    elections.sync(&config.elections).map_err(RunError::Election)?;
+    let grace = tunables.grace_period.live();
+    let (socket_path, admin_socket) = (config.socket.path.clone(), config.admin.socket.clone());
+    let reloader = Reloader::new(config, (source, env.clone()), tunables, elections, (health.clone(), metrics.clone()));
+    let reloading = tokio::spawn(reloader.run(draining.clone()));
     tokio::spawn(cluster::probe(client, health.clone(), metrics.clone(), stopped.clone()));
     let admin_task = tokio::spawn(admin::serve(
         AdminListener::Unix(admin_listener),
@@ -192,8 +189,8 @@ pub async fn run(config: Config, env: &Environment) -> Result<(), RunError> {
     let mut grpc = tokio::spawn(api::serve(listener, services, draining.clone()));
     health.set_serving(true);
     tracing::info!(
-        socket = %config.socket.path.display(),
-        admin_socket = %config.admin.socket.display(),
+        socket = %socket_path.display(),
+        admin_socket = %admin_socket.display(),
         apiserver = %apiserver_url,
         version = env!("CARGO_PKG_VERSION"),
         "consistd serving"
@@ -205,17 +202,19 @@ pub async fn run(config: Config, env: &Environment) -> Result<(), RunError> {
         joined = &mut grpc => Some(joined),
     };
     health.set_serving(false);
+    // Stops the reloader too, which ends the config's campaigns: held Leases are released first, so
+    // followers take over within a retry period.
     draining.cancel();
-    // Release held Leases first, so followers take over within a retry period.
-    drop(boot_campaigns);
-    leadership.shutdown(config.shutdown.grace_period).await;
+    let _ = reloading.await;
+    let grace = grace.get();
+    leadership.shutdown(grace).await;
 
     let result = match early_exit {
         Some(joined) => flatten(joined),
-        None => drain(&mut grpc, config.shutdown.grace_period).await,
+        None => drain(&mut grpc, grace).await,
     };
     // The apps have stopped (a native sidecar gets SIGTERM after them): their last sends may leave now.
-    let held = outbox.settle(config.shutdown.grace_period).await;
+    let held = outbox.settle(grace).await;
     if held > 0 {
         tracing::warn!(
             held,
@@ -225,7 +224,7 @@ pub async fn run(config: Config, env: &Environment) -> Result<(), RunError> {
     }
     stopped.cancel();
     if let Some(task) = peer_server {
-        match tokio::time::timeout(config.shutdown.grace_period, task).await {
+        match tokio::time::timeout(grace, task).await {
             Ok(Ok(Err(error))) => tracing::warn!(error = %crate::error::chain(&error), "peer server failed"),
             Ok(_) => {}
             Err(_) => tracing::warn!("peer connections still open after the grace period; closing them"),

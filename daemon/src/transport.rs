@@ -16,7 +16,7 @@ use tonic::transport::{Channel, Endpoint};
 
 pub(crate) use self::tls::PeerTls;
 pub(crate) use self::tls::TlsError;
-use crate::config::{BackoffConfig, MAX_PAYLOAD_LIMIT};
+use crate::config::MAX_PAYLOAD_LIMIT;
 
 /// The largest frame between daemons: the largest payload any daemon may be configured to accept,
 /// plus room for the other fields, so daemons with different limits still understand each other.
@@ -63,8 +63,6 @@ pub(crate) struct Transport {
     pub tls: Option<PeerTls>,
     /// This daemon's identity, sent in the Hello frame so the receiver can deduplicate per sender.
     pub identity: String,
-    /// How fast resends and reconnects back off.
-    pub backoff: BackoffConfig,
 }
 
 impl Transport {

@@ -90,7 +90,7 @@ impl Ca {
     }
 }
 
-/// A directory kept like a Secret volume: the files are links into `..data`, itself a link to a
+/// A directory kept like a Secret or ConfigMap volume: the files are links into `..data`, itself a link to a
 /// timestamped directory; an update writes a new directory and swaps `..data` with one rename, so a
 /// reader sees all old files or all new ones (kubelet's atomic writer).
 #[derive(Debug)]

@@ -8,7 +8,7 @@ use tonic::Status;
 
 use super::{caller::Caller, status};
 use crate::{
-    config::{AccessRule, Service},
+    config::{AccessRule, Live, Service},
     metrics::Metrics,
     watch::Hub,
 };
@@ -41,27 +41,29 @@ pub(crate) enum Resource<'a> {
 /// The access rules and what checking them needs.
 #[derive(Debug, Clone)]
 pub(crate) struct Access {
-    rules: Arc<[AccessRule]>,
+    rules: Live<Arc<[AccessRule]>>,
     hub: Arc<Hub>,
     metrics: Metrics,
 }
 
 impl Access {
-    /// Checks calls against `rules`, resolving Kubernetes resource names through `hub`'s discovery.
-    pub(crate) fn new(rules: Vec<AccessRule>, hub: Arc<Hub>, metrics: Metrics) -> Self {
-        Self { rules: rules.into(), hub, metrics }
+    /// Checks calls against `rules` (as reloads change them: each call reads the rules in force when it
+    /// starts), resolving Kubernetes resource names through `hub`'s discovery.
+    pub(crate) fn new(rules: Live<Arc<[AccessRule]>>, hub: Arc<Hub>, metrics: Metrics) -> Self {
+        Self { rules, hub, metrics }
     }
 
     /// Ok if a rule grants `ask` to `caller`; PERMISSION_DENIED naming what was asked if none does.
     pub(crate) async fn check(&self, caller: &Caller, ask: Ask<'_>) -> Result<(), Status> {
-        if self.rules.is_empty() {
+        let rules = self.rules.get();
+        if rules.is_empty() {
             return Ok(());
         }
         let resource = match ask.resource {
             Resource::None => None,
             Resource::Named(name) => Some(name.to_owned()),
             // Resolving may take a discovery round trip: only when a rule of this service names resources.
-            Resource::Kube(name) if self.rules.iter().any(|r| r.service == ask.service && !r.resources.is_empty()) => {
+            Resource::Kube(name) if rules.iter().any(|r| r.service == ask.service && !r.resources.is_empty()) => {
                 let resolved = self.hub.resolve(name).await.map_err(|e| status::resource_error(e.into()))?;
                 let id = resolved.api;
                 Some(if id.group.is_empty() { id.plural } else { format!("{}.{}", id.plural, id.group) })
@@ -69,7 +71,7 @@ impl Access {
             Resource::Kube(name) => Some(name.to_owned()),
         };
         let asked = Asked { caller, ask, resource: resource.as_deref() };
-        if self.rules.iter().any(|rule| asked.granted_by(rule)) {
+        if rules.iter().any(|rule| asked.granted_by(rule)) {
             return Ok(());
         }
         self.metrics.count_refused_call(&caller.uid_label());

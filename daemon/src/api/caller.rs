@@ -13,7 +13,7 @@ use tonic::{body::Body, transport::server::UdsConnectInfo};
 use tower::{Layer, Service};
 
 use super::status;
-use crate::metrics::Metrics;
+use crate::{config::Live, metrics::Metrics};
 
 /// The process at the other end of a connection, as the kernel reports it when the connection was made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -79,14 +79,14 @@ impl Allowlist {
 /// The tower layer that puts [`CallerService`] in front of every service on the socket.
 #[derive(Debug, Clone)]
 pub(crate) struct CallerLayer {
-    allowlist: Arc<Allowlist>,
+    allowlist: Live<Arc<Allowlist>>,
     metrics: Metrics,
 }
 
 impl CallerLayer {
-    /// Checks callers against `allowlist` and counts calls in `metrics`.
-    pub(crate) fn new(allowlist: Allowlist, metrics: Metrics) -> Self {
-        Self { allowlist: Arc::new(allowlist), metrics }
+    /// Checks callers against `allowlist` (as reloads change it) and counts calls in `metrics`.
+    pub(crate) fn new(allowlist: Live<Arc<Allowlist>>, metrics: Metrics) -> Self {
+        Self { allowlist, metrics }
     }
 }
 
@@ -102,7 +102,7 @@ impl<S> Layer<S> for CallerLayer {
 #[derive(Debug, Clone)]
 pub(crate) struct CallerService<S> {
     inner: S,
-    allowlist: Arc<Allowlist>,
+    allowlist: Live<Arc<Allowlist>>,
     metrics: Metrics,
 }
 
@@ -124,7 +124,7 @@ where
         tracing::debug!(uid = caller.uid, gid = caller.gid, pid = caller.pid, method, "call");
         let uid = caller.uid_label();
         self.metrics.count_call(&uid);
-        if !self.allowlist.admits(&caller) {
+        if !self.allowlist.get().admits(&caller) {
             self.metrics.count_refused_call(&uid);
             tracing::info!(uid = caller.uid, gid = caller.gid, pid = caller.pid, method, "call refused: not allowed");
             let refused = status::caller_not_allowed(&caller, method);

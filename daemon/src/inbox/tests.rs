@@ -1,6 +1,7 @@
 use std::time::Duration;
 
 use super::*;
+use crate::config::Live;
 
 fn message(sequence: u64, resource: &str, event: &str) -> PeerMessage {
     PeerMessage {
@@ -21,7 +22,8 @@ fn disposition(r: Option<ExchangeResponse>) -> Disposition {
 async fn open(dir: &std::path::Path, max_pending: usize) -> Inbox {
     // A previous inbox on the same directory may still be letting go of the file.
     let store = crate::store::open_when_free(dir).await;
-    Inbox::open(store, "receiver".to_owned(), max_pending, &["daemon.own/"], Metrics::new()).expect("open inbox")
+    Inbox::open(store, "receiver".to_owned(), Live::fixed(max_pending), &["daemon.own/"], Metrics::new())
+        .expect("open inbox")
 }
 
 async fn next(receiver: &mut Receiver) -> (Arc<InboxMessage>, u32) {

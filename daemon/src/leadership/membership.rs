@@ -19,7 +19,7 @@ use tokio::{sync::watch, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 
 use super::Key;
-use crate::{names, watch::object::Obj};
+use crate::{config::Live, names, watch::object::Obj};
 
 /// Label every member Lease of an election carries: its value is [`group_label`].
 pub(crate) const MEMBER_OF_LABEL: &str = "consistd.io/member-of";
@@ -35,8 +35,9 @@ pub(crate) const APPLIED_VERSION_ANNOTATION: &str = "consistd.io/applied-version
 pub(crate) struct Announce {
     /// The address peers reach this daemon at.
     pub address: String,
-    /// How long a member counts after its last renewal (`membership.ttl`).
-    pub ttl: Duration,
+    /// How long a member counts after its last renewal (`membership.ttl`, as reloads change it: the next
+    /// renewal writes the new one).
+    pub ttl: Live<Duration>,
 }
 
 /// The member Leases this daemon keeps, one per election it campaigns in.
@@ -281,9 +282,10 @@ impl Keeper {
     async fn run(mut self, stop: CancellationToken) {
         let (election, identity) = (self.election.clone(), self.identity.clone());
         let name = lease_name(&election, &identity);
-        let renew_every = self.announce.ttl / 3;
-        let ttl_seconds = i32::try_from(self.announce.ttl.as_secs().max(1)).unwrap_or(i32::MAX);
         loop {
+            let ttl = self.announce.ttl.get();
+            let renew_every = ttl / 3;
+            let ttl_seconds = i32::try_from(ttl.as_secs().max(1)).unwrap_or(i32::MAX);
             let applied = *self.applied.borrow_and_update();
             let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
             let mut annotations = serde_json::json!({

@@ -137,7 +137,7 @@ pub(super) async fn run(outbox: Outbox, transport: Transport, peer: String, id: 
         };
         failures += 1;
         outbox.link_down(&peer, id, &error);
-        let wait = backoff::delay(&transport.backoff, failures);
+        let wait = backoff::delay(&outbox.inner.config.get().backoff, failures);
         tracing::debug!(peer, error, retry_in = ?wait, "peer connection down");
         tokio::select! {
             () = tokio::time::sleep(wait) => {}
@@ -268,7 +268,7 @@ impl Outbox {
     /// Up to `max` frames for the deliveries that are due, each counted as an attempt and rescheduled
     /// with backoff; also when the next one is due. None when the link is gone.
     fn take_due(&self, peer: &str, id: u64, max: usize) -> Option<(Vec<ExchangeRequest>, Option<Instant>)> {
-        let backoff = self.inner.transport.as_ref().map(|t| t.backoff).unwrap_or_default();
+        let backoff = self.inner.config.get().backoff;
         let mut state = self.lock();
         let link = state.links.get_mut(peer).filter(|l| l.id == id)?;
         let now = Instant::now();
@@ -321,7 +321,7 @@ impl Outbox {
             Ok(Disposition::Stored) => {
                 // The peer holds it durably now and sends ACKED when its app acknowledges it; resend
                 // only if that takes longer than the backoff cap, or at once after a reconnect.
-                let cap = self.inner.transport.as_ref().map(|t| t.backoff.cap).unwrap_or_default();
+                let cap = self.inner.config.get().backoff.cap;
                 let mut state = self.lock();
                 let Some(link) = state.links.get_mut(peer).filter(|l| l.id == id) else { return };
                 let matches = link

@@ -36,7 +36,7 @@ pub(super) struct Recipients {
 impl Outbox {
     /// Checks the bounds and reserves the slot; returns the new message's sequence number.
     pub(super) fn reserve(&self, key: &(Destination, String)) -> Result<u64, OutboxError> {
-        let config = &self.inner.config;
+        let config = self.inner.config.get();
         let mut state = self.lock();
         let state = &mut *state;
         let occupied = state.slots.get(key).is_some_and(|s| s.current.is_some() || s.storing > 0);

@@ -3,19 +3,16 @@ use std::time::Duration;
 use tokio::sync::broadcast::Receiver;
 
 use super::*;
-use crate::config::BackoffConfig;
+use crate::config::{BackoffConfig, Live};
 
 /// A peer nobody listens on: deliveries stay pending, so ACKs can be played by the test.
 const PEER: &str = "127.0.0.1:1";
 
 fn parts(config: OutboxConfig, shutdown: &CancellationToken) -> OutboxParts {
+    let backoff = BackoffConfig { initial: Duration::from_secs(1), factor: 2.0, cap: Duration::from_secs(5) };
     OutboxParts {
-        config,
-        transport: Some(Transport {
-            tls: None,
-            identity: "sender".to_owned(),
-            backoff: BackoffConfig { initial: Duration::from_secs(1), factor: 2.0, cap: Duration::from_secs(5) },
-        }),
+        config: Live::fixed(OutboxConfig { backoff, ..config }),
+        transport: Some(Transport { tls: None, identity: "sender".to_owned() }),
         members: Members::none(),
         namespace: "ns".to_owned(),
         metrics: Metrics::new(),

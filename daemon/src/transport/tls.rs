@@ -5,11 +5,9 @@
 //! match keep the previous material, and say why in the log.
 
 use std::{
-    collections::BTreeSet,
     fmt,
     path::{Path, PathBuf},
     sync::{Arc, RwLock},
-    time::Duration,
 };
 
 use rustls::{
@@ -28,12 +26,8 @@ use rustls::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::config::TlsConfig;
+use crate::{config::TlsConfig, mounted::Changes};
 
-/// How long after a change in the files' directory they are read: writers replace several files.
-const SETTLE: Duration = Duration::from_millis(200);
-/// How often the files are read anyway, in case a change was not reported.
-const RECHECK: Duration = Duration::from_secs(60);
 /// The protocol both ends speak inside TLS.
 const ALPN_H2: &[u8] = b"h2";
 
@@ -157,43 +151,14 @@ impl PeerTls {
 
     /// Reloads whenever the files' directories change (and every minute regardless) until `shutdown`.
     pub(crate) fn spawn_watch(&self, shutdown: CancellationToken) {
-        let (tx, mut changed) = tokio::sync::mpsc::unbounded_channel();
-        let dirs: BTreeSet<PathBuf> =
-            [&self.shared.files.cert_file, &self.shared.files.key_file, &self.shared.files.ca_file]
-                .into_iter()
-                .map(|f| f.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_owned())
-                .collect();
-        // inotify on the directories: kubelet's atomic writer replaces a link in the volume's directory,
-        // which a watch on the file itself would not see.
-        let watcher = notify::recommended_watcher(move |_: notify::Result<notify::Event>| {
-            let _ = tx.send(());
-        })
-        .and_then(|mut watcher| {
-            for dir in &dirs {
-                notify::Watcher::watch(&mut watcher, dir, notify::RecursiveMode::NonRecursive)?;
-            }
-            Ok(watcher)
-        });
-        let watcher = match watcher {
-            Ok(watcher) => Some(watcher),
-            Err(error) => {
-                tracing::warn!(%error, "cannot watch the peer TLS files' directories; reading them every minute");
-                None
-            }
-        };
+        let files = &self.shared.files;
+        let mut changes = Changes::watch(&[&files.cert_file, &files.key_file, &files.ca_file], "the peer TLS files");
         let tls = self.clone();
         tokio::spawn(async move {
-            let _watcher = watcher;
-            let mut recheck = tokio::time::interval(RECHECK);
-            recheck.tick().await;
             loop {
                 tokio::select! {
                     () = shutdown.cancelled() => return,
-                    Some(()) = changed.recv() => {
-                        tokio::time::sleep(SETTLE).await;
-                        while changed.try_recv().is_ok() {}
-                    }
-                    _ = recheck.tick() => {}
+                    () = changes.next() => {}
                 }
                 match tls.reload() {
                     Ok(true) => {
