@@ -3,6 +3,7 @@
 
 mod access;
 mod caller;
+mod calls;
 mod inbox;
 mod leadership;
 mod objects;
@@ -122,7 +123,7 @@ pub(crate) async fn serve(
         .map_err(ApiError::Reflection)?;
 
     let access = Access::new(services.access, services.hub.clone(), services.metrics.clone());
-    let watch = WatchApi::new(services.hub.clone(), access.clone(), shutdown.clone());
+    let watch = WatchApi::new(services.hub.clone(), access.clone(), services.metrics.clone(), shutdown.clone());
     let objects = ObjectsApi::new(services.objects, services.leadership.clone(), access.clone());
     let leadership = LeadershipApi::new(services.leadership, access.clone(), shutdown.clone());
     let outbox = OutboxApi::new(services.outbox, services.namespace, access.clone(), shutdown.clone());
@@ -134,7 +135,14 @@ pub(crate) async fn serve(
         tracing::info!("gRPC server draining: no new connections, waiting for in-flight calls");
     };
 
+    let methods = calls::Methods::from_descriptor_sets(&[
+        FILE_DESCRIPTOR_SET,
+        tonic_health::pb::FILE_DESCRIPTOR_SET,
+        tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET,
+        tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET,
+    ]);
     Server::builder()
+        .layer(calls::CallsLayer::new(methods, services.metrics.clone()))
         .layer(CallerLayer::new(services.allowlist, services.metrics))
         .add_service(health_service)
         .add_service(reflection_v1)

@@ -2,12 +2,21 @@
 
 mod exposition;
 
-use std::sync::{Arc, atomic::AtomicU64};
+use std::{
+    sync::{Arc, atomic::AtomicU64},
+    time::Duration,
+};
 
 use prometheus_client::{
     encoding::EncodeLabelSet,
     encoding::text::encode,
-    metrics::{counter::Counter, family::Family, gauge::Gauge, info::Info},
+    metrics::{
+        counter::Counter,
+        family::Family,
+        gauge::Gauge,
+        histogram::{Histogram, exponential_buckets},
+        info::Info,
+    },
     registry::Registry,
 };
 
@@ -65,6 +74,49 @@ pub(crate) struct Metrics {
     /// 1 while this daemon leads the election, else 0, per election it runs (client-go's
     /// `leader_election_master_status`, the one people alert on).
     leader: Family<ElectionLabel, Gauge>,
+    /// Calls started on the app socket, per method (go-grpc-prometheus' `grpc_server_started_total`).
+    grpc_started: Family<GrpcCall, Counter>,
+    /// Calls handled, per method and status code (`grpc_server_handled_total`).
+    grpc_handled: Family<GrpcHandled, Counter>,
+    /// How long calls took from their start to their status, per method (`grpc_server_handling_seconds`).
+    grpc_handling: Family<GrpcCall, Histogram, fn() -> Histogram>,
+    /// How long after the daemon received a change from the apiserver a subscriber's stream was handed it,
+    /// per delivery mode.
+    watch_delivery: Family<ModeLabel, Histogram, fn() -> Histogram>,
+}
+
+/// The labels of a gRPC method, as go-grpc-prometheus names them.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub(crate) struct GrpcCall {
+    /// unary, client_stream, server_stream or bidi_stream.
+    pub grpc_type: String,
+    /// The full service name ("consistd.v1.WatchService").
+    pub grpc_service: String,
+    /// The method name ("Subscribe").
+    pub grpc_method: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct GrpcHandled {
+    #[prometheus(flatten)]
+    call: GrpcCall,
+    grpc_code: String,
+}
+
+/// The label of watch delivery latency: the subscriber's mode, raw or consistent.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ModeLabel {
+    mode: String,
+}
+
+/// Buckets for call times: 0.5 ms to about 16 s, doubling.
+fn call_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+}
+
+/// Buckets for watch deliveries: 50 µs to about 13 s, doubling.
+fn delivery_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.00005, 2.0, 19))
 }
 
 /// The label of per-election metrics: "namespace/name" of the Lease.
@@ -170,6 +222,27 @@ impl Metrics {
             "1 while this daemon leads the election (namespace/name), else 0",
             leader.clone(),
         );
+        let grpc_started = Family::<GrpcCall, Counter>::default();
+        registry.register("grpc_server_started", "Calls started on the app socket", grpc_started.clone());
+        let grpc_handled = Family::<GrpcHandled, Counter>::default();
+        registry.register(
+            "grpc_server_handled",
+            "Calls finished on the app socket, by status code (Canceled: the client went away first)",
+            grpc_handled.clone(),
+        );
+        let grpc_handling = Family::<GrpcCall, Histogram, fn() -> Histogram>::new_with_constructor(call_buckets);
+        registry.register(
+            "grpc_server_handling_seconds",
+            "Time from a call's start to its status (for streams: until the stream ended)",
+            grpc_handling.clone(),
+        );
+        let watch_delivery = Family::<ModeLabel, Histogram, fn() -> Histogram>::new_with_constructor(delivery_buckets);
+        registry.register(
+            "watch_delivery_latency_seconds",
+            "Time from receiving a change from the apiserver to handing it to a subscriber's stream, by mode \
+             (consistent: including holding a state for the pod's own write)",
+            watch_delivery.clone(),
+        );
         Self {
             registry: Arc::new(registry),
             apiserver_up,
@@ -196,7 +269,31 @@ impl Metrics {
             api_calls,
             api_calls_refused,
             leader,
+            grpc_started,
+            grpc_handled,
+            grpc_handling,
+            watch_delivery,
         }
+    }
+
+    /// Counts a started `call` (or, with `count` false, only creates its series at 0).
+    pub(crate) fn grpc_started(&self, call: &GrpcCall, count: bool) {
+        let started = self.grpc_started.get_or_create(call);
+        if count {
+            started.inc();
+        }
+    }
+
+    /// Counts a handled `call` with its status `code` ("OK", "NotFound", ...) and records how long it took.
+    pub(crate) fn grpc_handled(&self, call: &GrpcCall, code: &str, took: Duration) {
+        let handled = GrpcHandled { call: call.clone(), grpc_code: code.to_owned() };
+        self.grpc_handled.get_or_create(&handled).inc();
+        self.grpc_handling.get_or_create(call).observe(took.as_secs_f64());
+    }
+
+    /// Records a watch delivery to a subscriber in `mode` ("raw" or "consistent") `after` its receipt.
+    pub(crate) fn watch_delivered(&self, mode: &str, after: Duration) {
+        self.watch_delivery.get_or_create(&ModeLabel { mode: mode.to_owned() }).observe(after.as_secs_f64());
     }
 
     /// The leader gauge of `election` ("namespace/name"), created at 0.

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use consistd_proto::v1::{self as pb, watch_service_server::WatchService};
-use tokio::sync::mpsc;
+use tokio::{sync::mpsc, time::Instant};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
@@ -14,7 +14,6 @@ use super::{
     caller::Caller,
     status,
 };
-use crate::config::Service;
 use crate::watch::{
     Cursor, Hub, Query, Subscription,
     consistent::{self, Consistency, ConsistentSubscription, Delivery, Kind},
@@ -22,6 +21,7 @@ use crate::watch::{
     object::Obj,
     shared::{Change, Item},
 };
+use crate::{config::Service, metrics::Metrics};
 
 /// Items buffered between the subscription and the gRPC stream; the hub's per-subscriber queue is the
 /// real bound, this only smooths writes.
@@ -32,12 +32,13 @@ const STREAM_BUFFER: usize = 64;
 pub(crate) struct WatchApi {
     hub: Arc<Hub>,
     access: Access,
+    metrics: Metrics,
     shutdown: CancellationToken,
 }
 
 impl WatchApi {
-    pub(crate) fn new(hub: Arc<Hub>, access: Access, shutdown: CancellationToken) -> Self {
-        Self { hub, access, shutdown }
+    pub(crate) fn new(hub: Arc<Hub>, access: Access, metrics: Metrics, shutdown: CancellationToken) -> Self {
+        Self { hub, access, metrics, shutdown }
     }
 }
 
@@ -57,6 +58,8 @@ impl WatchService for WatchApi {
         self.access.check(&caller, ask).await?;
         let subscription = self.hub.subscribe(query).await.map_err(status::resource_error)?;
         let expectations = self.hub.expectations().clone();
+        let (metrics, mode_label) =
+            (self.metrics.clone(), if mode == pb::DeliveryMode::Consistent { "consistent" } else { "raw" });
         let mut stream = match mode {
             pb::DeliveryMode::Consistent => {
                 Feed::Consistent(Box::new(ConsistentSubscription::new(subscription, expectations)))
@@ -75,12 +78,15 @@ impl WatchService for WatchApi {
                     () = tx.closed() => break,
                     item = stream.next() => item,
                 };
-                let Some(item) = item else {
+                let Some((item, received)) = item else {
                     let _ = tx.send(Err(status::shutting_down("WatchService.Subscribe"))).await;
                     break;
                 };
                 if tx.send(Ok(item)).await.is_err() {
                     break;
+                }
+                if let Some(received) = received {
+                    metrics.watch_delivered(mode_label, received.elapsed());
                 }
             }
         });
@@ -95,15 +101,21 @@ enum Feed {
 }
 
 impl Feed {
-    async fn next(&mut self) -> Option<pb::SubscribeResponse> {
+    /// The next message, and when the change it carries was received from the apiserver if it came live.
+    async fn next(&mut self) -> Option<(pb::SubscribeResponse, Option<Instant>)> {
         match self {
             Feed::Raw(sub, expectations) => {
                 let item = sub.next().await?;
-                Some(raw_response(item, sub.incarnation(), sub.resource_plural(), expectations))
+                let received = sub.live_received();
+                Some((raw_response(item, sub.incarnation(), sub.resource_plural(), expectations), received))
             }
             Feed::Consistent(sub) => {
                 let delivery = sub.next().await?;
-                Some(consistent_response(delivery, sub.incarnation()))
+                let received = match &delivery {
+                    Delivery::Object { received, .. } => *received,
+                    Delivery::Synced(_) | Delivery::ResyncRequired => None,
+                };
+                Some((consistent_response(delivery, sub.incarnation()), received))
             }
         }
     }
@@ -190,7 +202,7 @@ fn consistent_response(delivery: Delivery, incarnation: u64) -> pb::SubscribeRes
             cursor: String::new(),
             consistency: pb::Consistency::Unspecified.into(),
         },
-        Delivery::Object { kind, obj, seq, consistency } => pb::SubscribeResponse {
+        Delivery::Object { kind, obj, seq, consistency, .. } => pb::SubscribeResponse {
             r#type: match kind {
                 Kind::Added => pb::EventType::Added,
                 Kind::Modified => pb::EventType::Modified,

@@ -57,6 +57,8 @@ pub(crate) enum Delivery {
         seq: Option<u64>,
         /// Its relation to the pod's own writes.
         consistency: Consistency,
+        /// When the daemon received this state from the apiserver, if it came live (not in a snapshot).
+        received: Option<Instant>,
     },
     /// The initial state is complete.
     Synced(u64),
@@ -99,6 +101,7 @@ struct HeldState {
     /// Its cursor position (`None` inside a snapshot).
     seq: Option<u64>,
     deadline: Instant,
+    received: Option<Instant>,
 }
 
 /// A subscription filtered for CONSISTENT delivery.
@@ -149,7 +152,10 @@ impl ConsistentSubscription {
             let deadline = self.filter.next_deadline();
             let holding = deadline.is_some();
             tokio::select! {
-                item = self.sub.next() => self.filter.process(item?),
+                item = self.sub.next() => {
+                    let received = self.sub.live_received();
+                    self.filter.process(item?, received);
+                }
                 () = sleep_until(deadline) => self.filter.reevaluate(),
                 // A write answered or seen: held states may be released.
                 Ok(()) = self.changes.changed(), if holding => self.filter.reevaluate(),
@@ -177,7 +183,8 @@ impl Filter {
         self.held.values().map(|h| h.deadline).min()
     }
 
-    fn process(&mut self, item: Item) {
+    /// Takes the next item, `received` from the apiserver at that instant if it came live.
+    fn process(&mut self, item: Item, received: Option<Instant>) {
         let first = !std::mem::replace(&mut self.started, true);
         match item {
             // A cursor this watch cannot resume from: this filter never saw what the subscriber holds, so
@@ -189,7 +196,7 @@ impl Filter {
                 Some(objects) => objects.push(obj),
                 None => {
                     self.last_seq = at;
-                    self.offer(obj, at, None);
+                    self.offer(obj, at, None, None);
                 }
             },
             Item::Synced(seq) => {
@@ -202,8 +209,10 @@ impl Filter {
             Item::Entry(entry) => {
                 self.last_seq = entry.seq;
                 match &entry.change {
-                    Change::Added(obj) | Change::Modified(obj) => self.offer(obj.clone(), entry.seq, Some(entry.seq)),
-                    Change::Deleted(obj) => self.delete(obj.clone(), Some(entry.seq)),
+                    Change::Added(obj) | Change::Modified(obj) => {
+                        self.offer(obj.clone(), entry.seq, Some(entry.seq), received)
+                    }
+                    Change::Deleted(obj) => self.delete(obj.clone(), Some(entry.seq), received),
                     Change::Synced => {
                         // Objects that arrived before the initial list completed were offered already.
                         self.out.push_back(Delivery::Synced(entry.seq));
@@ -214,33 +223,34 @@ impl Filter {
     }
 
     /// A state at position `pos`: held while it predates a pending own write, else delivered once.
-    fn offer(&mut self, obj: Arc<Obj>, pos: u64, seq: Option<u64>) {
+    fn offer(&mut self, obj: Arc<Obj>, pos: u64, seq: Option<u64>, received: Option<Instant>) {
         let (consistency, deadline) = classify(&self.expectations, self.incarnation, &self.plural, &obj, pos);
         tracing::debug!(uid = %obj.uid, resource_version = %obj.resource_version, pos, ?consistency, held = deadline.is_some(), "consistent: offered");
         if let Some(deadline) = deadline {
-            self.held.insert(obj.uid.clone(), HeldState { obj, pos, seq, deadline });
+            self.held.insert(obj.uid.clone(), HeldState { obj, pos, seq, deadline, received });
             return;
         }
         // The state that ends a wait supersedes what was held.
         self.held.remove(&obj.uid);
-        self.deliver(obj, seq, consistency);
+        self.deliver(obj, seq, consistency, received);
     }
 
-    fn deliver(&mut self, obj: Arc<Obj>, seq: Option<u64>, consistency: Consistency) {
+    fn deliver(&mut self, obj: Arc<Obj>, seq: Option<u64>, consistency: Consistency, received: Option<Instant>) {
         let kind = match self.delivered.get(&obj.uid) {
             Some(prev) if prev.resource_version == obj.resource_version => return,
             Some(_) => Kind::Modified,
             None => Kind::Added,
         };
         self.delivered.insert(obj.uid.clone(), obj.clone());
-        self.out.push_back(Delivery::Object { kind, obj, seq, consistency });
+        self.out.push_back(Delivery::Object { kind, obj, seq, consistency, received });
     }
 
     /// Delivers a delete at once (deletes are never held), forgetting what was held or delivered for the object.
-    fn delete(&mut self, obj: Arc<Obj>, seq: Option<u64>) {
+    fn delete(&mut self, obj: Arc<Obj>, seq: Option<u64>, received: Option<Instant>) {
         self.held.remove(&obj.uid);
         self.delivered.remove(&obj.uid);
-        self.out.push_back(Delivery::Object { kind: Kind::Deleted, obj, seq, consistency: Consistency::Consistent });
+        let consistency = Consistency::Consistent;
+        self.out.push_back(Delivery::Object { kind: Kind::Deleted, obj, seq, consistency, received });
     }
 
     /// Classifies every held state again (a write was answered or seen, or a deadline passed):
@@ -259,7 +269,7 @@ impl Filter {
                         tracing::warn!(uid = %uid, resource_version = %held.obj.resource_version, "own write not seen before consistency.timeout; delivering the latest state");
                     }
                     let seq = held.seq.or(Some(self.last_seq));
-                    self.deliver(held.obj, seq, consistency);
+                    self.deliver(held.obj, seq, consistency, held.received);
                 }
             }
         }
@@ -270,11 +280,11 @@ impl Filter {
         let present: HashSet<String> = objects.iter().map(|o| o.uid.clone()).collect();
         let vanished: Vec<Arc<Obj>> = self.delivered.values().filter(|o| !present.contains(&o.uid)).cloned().collect();
         for obj in vanished {
-            self.delete(obj, Some(seq));
+            self.delete(obj, Some(seq), None);
         }
         self.held.retain(|uid, _| present.contains(uid));
         for obj in objects {
-            self.offer(obj, seq, Some(seq));
+            self.offer(obj, seq, Some(seq), None);
         }
     }
 }
@@ -318,7 +328,7 @@ mod tests {
     }
 
     fn entry(seq: u64, change: Change) -> Item {
-        Item::Entry(Arc::new(super::super::shared::Entry { seq, change }))
+        Item::Entry(Arc::new(super::super::shared::Entry { seq, change, received: Instant::now() }))
     }
 
     fn drain(f: &mut Filter) -> Vec<String> {
@@ -340,18 +350,18 @@ mod tests {
     async fn a_state_before_the_own_write_is_held_and_dropped_when_the_write_arrives() {
         let e = Expectations::default();
         let mut f = Filter::new(INC, "configmaps".into(), e.clone());
-        f.process(entry(1, Change::Added(obj("u", "1"))));
-        f.process(entry(2, Change::Synced));
+        f.process(entry(1, Change::Added(obj("u", "1"))), None);
+        f.process(entry(2, Change::Synced), None);
         assert_eq!(drain(&mut f), ["Added u 1 Consistent", "SYNCED"]);
 
         e.expect("u", "3", "configmaps/ns/n-u", Duration::from_secs(5));
-        f.process(entry(3, Change::Modified(obj("u", "2"))));
+        f.process(entry(3, Change::Modified(obj("u", "2"))), None);
         assert!(drain(&mut f).is_empty(), "v2 predates our write: held");
         e.seen(INC, "u", "3", 4);
-        f.process(entry(4, Change::Modified(obj("u", "3"))));
+        f.process(entry(4, Change::Modified(obj("u", "3"))), None);
         assert_eq!(drain(&mut f), ["Modified u 3 OwnWrite"]);
         assert!(f.held.is_empty(), "the held state was dropped as superseded");
-        f.process(entry(5, Change::Modified(obj("u", "4"))));
+        f.process(entry(5, Change::Modified(obj("u", "4"))), None);
         assert_eq!(drain(&mut f), ["Modified u 4 Consistent"], "later changes flow again");
     }
 
@@ -360,8 +370,8 @@ mod tests {
         let e = Expectations::default();
         let mut f = Filter::new(INC, "configmaps".into(), e.clone());
         e.expect("u", "9", "configmaps/ns/n-u", Duration::from_secs(5));
-        f.process(entry(1, Change::Added(obj("u", "1"))));
-        f.process(entry(2, Change::Modified(obj("u", "2"))));
+        f.process(entry(1, Change::Added(obj("u", "1"))), None);
+        f.process(entry(2, Change::Modified(obj("u", "2"))), None);
         assert!(drain(&mut f).is_empty());
         tokio::time::advance(Duration::from_secs(4)).await;
         f.reevaluate();
@@ -377,11 +387,11 @@ mod tests {
     async fn states_arriving_while_the_write_is_in_flight_are_held_until_it_is_answered() {
         let e = Expectations::default();
         let mut f = Filter::new(INC, "configmaps".into(), e.clone());
-        f.process(entry(1, Change::Added(obj("u", "1"))));
+        f.process(entry(1, Change::Added(obj("u", "1"))), None);
         drain(&mut f);
         let flight = e.begin("configmaps/ns/n-u", Duration::from_secs(5));
-        f.process(entry(2, Change::Modified(obj("u", "2"))));
-        f.process(entry(3, Change::Modified(obj("u", "3"))));
+        f.process(entry(2, Change::Modified(obj("u", "2"))), None);
+        f.process(entry(3, Change::Modified(obj("u", "3"))), None);
         assert!(drain(&mut f).is_empty(), "nothing is delivered while the write is in flight");
         e.expect("u", "3", "configmaps/ns/n-u", Duration::from_secs(5));
         e.seen(INC, "u", "3", 3);
@@ -394,12 +404,12 @@ mod tests {
     async fn deletes_are_never_held_and_each_version_is_delivered_once() {
         let e = Expectations::default();
         let mut f = Filter::new(INC, "configmaps".into(), e.clone());
-        f.process(entry(1, Change::Added(obj("u", "1"))));
-        f.process(Item::Snapshot(obj("u", "1"), 1));
+        f.process(entry(1, Change::Added(obj("u", "1"))), None);
+        f.process(Item::Snapshot(obj("u", "1"), 1), None);
         assert_eq!(drain(&mut f), ["Added u 1 Consistent"], "the same version twice is delivered once");
         e.expect("u", "5", "configmaps/ns/n-u", Duration::from_secs(5));
-        f.process(entry(2, Change::Modified(obj("u", "2"))));
-        f.process(entry(3, Change::Deleted(obj("u", "3"))));
+        f.process(entry(2, Change::Modified(obj("u", "2"))), None);
+        f.process(entry(3, Change::Deleted(obj("u", "3"))), None);
         assert_eq!(drain(&mut f), ["Deleted u 3 Consistent"]);
         assert!(f.held.is_empty());
     }
@@ -408,11 +418,11 @@ mod tests {
     async fn an_own_write_seen_before_its_response_does_not_hold_later_states() {
         let e = Expectations::default();
         let mut f = Filter::new(INC, "configmaps".into(), e.clone());
-        f.process(entry(1, Change::Added(obj("u", "3"))));
+        f.process(entry(1, Change::Added(obj("u", "3"))), None);
         // The response arrives after the watch already delivered v3 at position 1.
         e.expect("u", "3", "configmaps/ns/n-u", Duration::from_secs(5));
         e.seen(INC, "u", "3", 1);
-        f.process(entry(2, Change::Modified(obj("u", "4"))));
+        f.process(entry(2, Change::Modified(obj("u", "4"))), None);
         assert_eq!(drain(&mut f), ["Added u 3 Consistent", "Modified u 4 Consistent"]);
     }
 
@@ -420,14 +430,14 @@ mod tests {
     async fn after_falling_behind_the_subscriber_gets_the_difference_with_every_delete() {
         let mut f = Filter::new(INC, "configmaps".into(), Expectations::default());
         for (seq, uid) in [(1, "a"), (2, "b"), (3, "c")] {
-            f.process(entry(seq, Change::Added(obj(uid, "1"))));
+            f.process(entry(seq, Change::Added(obj(uid, "1"))), None);
         }
         drain(&mut f);
-        f.process(Item::ResyncRequired);
-        f.process(Item::Snapshot(obj("a", "1"), 9));
-        f.process(Item::Snapshot(obj("b", "7"), 9));
-        f.process(Item::Snapshot(obj("d", "1"), 9));
-        f.process(Item::Synced(9));
+        f.process(Item::ResyncRequired, None);
+        f.process(Item::Snapshot(obj("a", "1"), 9), None);
+        f.process(Item::Snapshot(obj("b", "7"), 9), None);
+        f.process(Item::Snapshot(obj("d", "1"), 9), None);
+        f.process(Item::Synced(9), None);
         let mut got = drain(&mut f);
         got.sort();
         assert_eq!(got, ["Added d 1 Consistent", "Deleted c 1 Consistent", "Modified b 7 Consistent"]);
@@ -436,9 +446,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_cursor_that_cannot_be_resumed_is_answered_with_resync_required_then_a_snapshot() {
         let mut f = Filter::new(INC, "configmaps".into(), Expectations::default());
-        f.process(Item::ResyncRequired);
-        f.process(Item::Snapshot(obj("a", "1"), 9));
-        f.process(Item::Synced(9));
+        f.process(Item::ResyncRequired, None);
+        f.process(Item::Snapshot(obj("a", "1"), 9), None);
+        f.process(Item::Synced(9), None);
         assert_eq!(drain(&mut f), ["RESYNC_REQUIRED", "Added a 1 Consistent", "SYNCED"]);
     }
 }

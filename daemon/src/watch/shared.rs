@@ -46,6 +46,8 @@ pub(crate) struct Entry {
     pub seq: u64,
     /// The change at that position: ADDED, MODIFIED, DELETED, or SYNCED after the first list.
     pub change: Change,
+    /// When the daemon received it from the apiserver.
+    pub received: Instant,
 }
 
 /// What a subscriber is handed when it joins.
@@ -323,7 +325,7 @@ impl WatchState {
         if let Change::Added(o) | Change::Modified(o) | Change::Deleted(o) = &change {
             watch.expectations.seen(watch.incarnation, &o.uid, &o.resource_version, self.seq);
         }
-        let entry = Arc::new(Entry { seq: self.seq, change });
+        let entry = Arc::new(Entry { seq: self.seq, change, received: Instant::now() });
         let history = watch.limits.history;
         if history > 0 {
             if self.history.len() == history {

@@ -3,6 +3,8 @@
 
 use std::{collections::VecDeque, sync::atomic::Ordering};
 
+use tokio::time::Instant;
+
 use super::{
     hub::WatchClaim,
     shared::{Item, Joined},
@@ -14,12 +16,15 @@ pub(crate) struct Subscription {
     claim: WatchClaim,
     pending: VecDeque<Item>,
     joined: Joined,
+    /// When the item `next` returned last was received from the apiserver, if it came live (not from a
+    /// snapshot or a replay of the history).
+    live_received: Option<Instant>,
 }
 
 impl Subscription {
     pub(super) fn new(claim: WatchClaim, mut joined: Joined) -> Self {
         let pending = std::mem::take(&mut joined.initial).into();
-        Self { claim, pending, joined }
+        Self { claim, pending, joined, live_received: None }
     }
 
     /// The watch incarnation, for cursors.
@@ -32,14 +37,23 @@ impl Subscription {
         &self.claim.watch().key.resource.plural
     }
 
+    /// When the item `next` returned last was received from the apiserver; None unless it came live.
+    pub(crate) fn live_received(&self) -> Option<Instant> {
+        self.live_received
+    }
+
     /// The next item; `None` when the watch stopped (the daemon is shutting down).
     pub(crate) async fn next(&mut self) -> Option<Item> {
+        self.live_received = None;
         loop {
             if let Some(item) = self.pending.pop_front() {
                 return Some(item);
             }
             match self.joined.live.recv().await {
-                Some(entry) => return Some(Item::Entry(entry)),
+                Some(entry) => {
+                    self.live_received = Some(entry.received);
+                    return Some(Item::Entry(entry));
+                }
                 None if self.joined.overflowed.load(Ordering::Acquire) => {
                     tracing::debug!(resource = %self.claim.watch().key.resource.plural, "subscriber fell behind; resyncing");
                     let mut joined = self.claim.watch().join(None);
