@@ -5,7 +5,8 @@
 #   make test      lint, then unit and integration tests against the real control plane, every SDK's tests
 #                  and example (hack/test-sdks.sh), stock gRPC clients in five languages with their default
 #                  options (hack/stock-clients.sh), `promtool check metrics` on two daemons' /metrics
-#                  (hack/check-metrics.sh), the Helm chart (hack/chart-check.sh), `make dev`'s check, then `make e2e`
+#                  (hack/check-metrics.sh), manifests/monitoring's PodMonitor and dashboard (hack/monitoring-check.sh),
+#                  the Helm chart (hack/chart-check.sh), `make dev`'s check, then `make e2e`
 #   make lint      rustfmt, clippy (warnings are errors), the daemon's module layers (hack/check-structure.py),
 #                  buf lint (STANDARD), generated SDK code up to date
 #   make gen       regenerate protocol code from proto/consistd/v1/*.proto for every SDK
@@ -44,7 +45,7 @@ SDKS := python go typescript
 test: lint control-plane
 	hack/prebuild.sh start
 	trap 'hack/prebuild.sh stop' EXIT; \
-	  hack/with-control-plane.sh $(SHELL) $(.SHELLFLAGS) '$(CARGO) test --workspace --no-fail-fast && hack/test-sdks.sh && hack/with-daemons.sh hack/stock-clients.sh && hack/with-daemons.sh hack/check-metrics.sh && hack/chart-check.sh'; \
+	  hack/with-control-plane.sh $(SHELL) $(.SHELLFLAGS) '$(CARGO) test --workspace --no-fail-fast && hack/test-sdks.sh && hack/with-daemons.sh hack/stock-clients.sh && hack/with-daemons.sh hack/check-metrics.sh && hack/monitoring-check.sh && hack/chart-check.sh'; \
 	  hack/dev.sh check; \
 	  hack/prebuild.sh wait
 	$(MAKE) e2e

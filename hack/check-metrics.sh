@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks that Prometheus can scrape consistd: `promtool check metrics` (the Prometheus text format parses;
 # names, types and help follow Prometheus' conventions) on both daemons' /metrics, after grpcurl calls that
-# give the metric families samples: a Subscribe read until SYNCED, a Campaign until LEADER, and a Send from
+# give the metric families samples: a Subscribe read until SYNCED, a Campaign until LEADER (its Lease seen live by
+# a watch, a timed delivery), and a Send from
 # daemon a that daemon b's app receives and ACKs. (Nothing is refused here, so consistd_api_calls_refused_total
 # has no samples and prometheus-client leaves it out; it has the shape of consistd_api_calls_total.) A scrape
 # with Prometheus' own Accept header must get OpenMetrics. Runs under hack/with-daemons.sh:
@@ -56,7 +57,24 @@ sample() { scrape "$1" | sed -n "s/^$2 //p"; }
 
 a=$CONSISTD_SOCKET b=$CONSISTD_TEST_PEER_SOCKET
 stream "$a" WatchService/Subscribe '{"resource":"namespaces","mode":"DELIVERY_MODE_RAW"}' EVENT_TYPE_SYNCED
-stream "$a" LeadershipService/Campaign '{"election":"check-metrics","namespace":"default"}' LEADERSHIP_STATE_LEADER
+# A watch of Leases that sees the campaign's Lease change live, after SYNCED: a timed watch delivery.
+"$grpcurl" -plaintext -unix -max-time 30 -d '{"resource":"leases","namespace":"default","mode":"DELIVERY_MODE_RAW"}' \
+  "$a" consistd.v1.WatchService/Subscribe >"$out/leases" 2>"$out/leases.error" &
+leases=$!
+live_lease() { awk '/EVENT_TYPE_SYNCED/ { synced = 1 } synced && /"check-metrics"/ { found = 1 } END { exit !found }' "$out/leases"; }
+for _ in $(seq 1 300); do grep -q EVENT_TYPE_SYNCED "$out/leases" && break; sleep 0.05; done
+# The campaign stays open until the scrapes are done, so the leader gauge has its sample.
+"$grpcurl" -plaintext -unix -max-time 60 -d '{"election":"check-metrics","namespace":"default"}' \
+  "$a" consistd.v1.LeadershipService/Campaign >"$out/campaign" 2>"$out/campaign.error" &
+campaign=$!
+trap 'kill -TERM "$campaign" 2>/dev/null || true' EXIT
+for _ in $(seq 1 300); do grep -q LEADERSHIP_STATE_LEADER "$out/campaign" && break; sleep 0.05; done
+grep -q LEADERSHIP_STATE_LEADER "$out/campaign" ||
+  fail "Campaign never answered LEADERSHIP_STATE_LEADER: $(tr '\n' ' ' <"$out/campaign.error")"
+for _ in $(seq 1 300); do live_lease && break; sleep 0.05; done
+kill -TERM "$leases" 2>/dev/null || true
+wait "$leases" || true
+live_lease || fail "the Lease watch never saw the campaign's Lease after SYNCED: $(tr '\n' ' ' <"$out/leases.error")"
 payload=$(printf 'check-metrics' | base64)
 call "$a" OutboxService/Send "{\"destination\":{\"peer\":\"$CONSISTD_TEST_PEER_ADDRESS\"},\"resourceId\":\"check-metrics\",\"eventId\":\"1\",\"payload\":\"$payload\",\"contentType\":\"text/plain\"}" >/dev/null
 stream "$b" InboxService/Receive '{}' '"messageId"'

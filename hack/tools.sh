@@ -6,6 +6,8 @@
 #   hack/tools.sh promtool  promtool (Prometheus' metrics linter), from the Go module proxy, into
 #                           $CONSISTD_CACHE/promtool/VERSION
 #   hack/tools.sh kubectl   kubectl $KUBERNETES_VERSION from hack/tools/kube-node, where hack/node.sh builds it
+#   hack/tools.sh prometheus-operator-crds   the Prometheus Operator's CRDs (PodMonitor, ...), from its Go
+#                           module on the module proxy (example/prometheus-operator-crd); prints their directory
 # Prints the tool's path on stdout.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -18,6 +20,8 @@ GRPCURL_VERSION=v1.9.4
 HELM_VERSION=v4.3.1
 # Prometheus 3.16.0, the current release: its Go module is tagged v0.316.0 (3.x is published as v0.3xx.y).
 PROMTOOL_VERSION=v0.316.0
+# The Prometheus Operator whose PodMonitor CRD manifests/monitoring is checked against.
+PROMETHEUS_OPERATOR_VERSION=v0.85.0
 
 case "${1:-}" in
 buf)
@@ -81,8 +85,16 @@ kubectl)
   fi
   echo "$out"
   ;;
+prometheus-operator-crds)
+  module=github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION
+  dir=$(cd "$repo" && GOTOOLCHAIN=local go mod download -json "$module" |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])') || { echo "tools: go mod download $module failed" >&2; exit 1; }
+  [ -f "$dir/example/prometheus-operator-crd/monitoring.coreos.com_podmonitors.yaml" ] ||
+    { echo "tools: no PodMonitor CRD in $dir" >&2; exit 1; }
+  echo "$dir/example/prometheus-operator-crd"
+  ;;
 *)
-  echo "usage: $0 buf|grpcurl|helm|kubectl|promtool" >&2
+  echo "usage: $0 buf|grpcurl|helm|kubectl|promtool|prometheus-operator-crds" >&2
   exit 2
   ;;
 esac
