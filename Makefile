@@ -16,6 +16,8 @@
 #   make e2e       a real node (containerd, kubelet, scheduler, controller-manager; hack/node.sh) runs pods
 #                  against the control plane (hack/test-node.sh), then the injector from its image adds consistd
 #                  to a labelled Deployment (hack/e2e-consistd.sh); the host is checked restored (root)
+#   make dashboard manifests/monitoring's Grafana dashboard drawn from a real Prometheus scraping two daemons
+#                  under traffic, into docs/monitoring/dashboard.png (hack/dashboard.sh); fails on a panel with no data
 #   make image     reproducible OCI image tarballs in target/images, no Docker engine (hack/image.sh): consistd,
 #                  the Go and Python examples, pause and busybox for a local node; `make image-check` builds
 #                  each twice and compares digests
@@ -24,7 +26,7 @@ SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 CARGO ?= cargo
 
-.PHONY: build dev dev-stop test lint gen bench control-plane e2e image image-check chart-check
+.PHONY: build dev dev-stop test lint gen bench control-plane e2e image image-check chart-check dashboard
 
 build:
 	$(CARGO) build --workspace
@@ -76,6 +78,9 @@ e2e: control-plane
 
 image:
 	hack/image.sh
+
+dashboard: control-plane
+	hack/with-control-plane.sh hack/dashboard.sh
 
 image-check:
 	hack/image.sh --check

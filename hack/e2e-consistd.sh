@@ -279,6 +279,7 @@ log "the killed sidecar of $sender restarted and Ready $(($(ms) - t)) ms after S
 sed -n 's/^stored //p' "$out/burst.log" | sort >"$out/burst.stored"
 stored=$(wc -l <"$out/burst.stored")
 for pod in $pods; do
+  : >"$out/burst.$pod" # the failure message below reads it before the first check writes it
   everything() {
     logs "$pod" receiver | sed -n 's/^received \(burst\/[^ ]*\) .*/\1/p' | sort -u >"$out/burst.$pod"
     [ -z "$(comm -23 "$out/burst.stored" "$out/burst.$pod")" ]

@@ -5,6 +5,8 @@
 #   hack/tools.sh helm      helm, from the Go module proxy, into $CONSISTD_CACHE/helm/VERSION
 #   hack/tools.sh promtool  promtool (Prometheus' metrics linter), from the Go module proxy, into
 #                           $CONSISTD_CACHE/promtool/VERSION
+#   hack/tools.sh prometheus  the Prometheus server (same module and version as promtool), into
+#                           $CONSISTD_CACHE/prometheus/VERSION, for rendering the dashboard (hack/dashboard.sh)
 #   hack/tools.sh kubectl   kubectl $KUBERNETES_VERSION from hack/tools/kube-node, where hack/node.sh builds it
 #   hack/tools.sh prometheus-operator-crds   the Prometheus Operator's CRDs (PodMonitor, ...), from its Go
 #                           module on the module proxy (example/prometheus-operator-crd); prints their directory
@@ -68,6 +70,18 @@ promtool)
   fi
   echo "$dir/promtool"
   ;;
+prometheus)
+  dir=$cache/prometheus/$PROMTOOL_VERSION
+  if [ ! -x "$dir/prometheus" ]; then
+    echo "tools: building prometheus $PROMTOOL_VERSION (once; minutes on 2 cores)" >&2
+    # As promtool: no service discovery plugins (hack/dashboard.sh scrapes static targets), version stamped.
+    IFS=. read -r _ mm patch <<<"${PROMTOOL_VERSION#v}"
+    GOTOOLCHAIN=local CGO_ENABLED=0 GOBIN=$dir go install -p 2 -trimpath -tags remove_all_sd \
+      -ldflags "-s -w -X github.com/prometheus/common/version.Version=$((mm / 100)).$((mm % 100)).$patch" \
+      "github.com/prometheus/prometheus/cmd/prometheus@$PROMTOOL_VERSION" >&2
+  fi
+  echo "$dir/prometheus"
+  ;;
 kubectl)
   # The same binary and path as hack/node.sh build, without its kubelet, scheduler and controller-manager.
   out=$cache/kubectl/$KUBERNETES_VERSION/kubectl
@@ -94,7 +108,7 @@ prometheus-operator-crds)
   echo "$dir/example/prometheus-operator-crd"
   ;;
 *)
-  echo "usage: $0 buf|grpcurl|helm|kubectl|promtool|prometheus-operator-crds" >&2
+  echo "usage: $0 buf|grpcurl|helm|kubectl|promtool|prometheus|prometheus-operator-crds" >&2
   exit 2
   ;;
 esac

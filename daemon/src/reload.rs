@@ -130,34 +130,24 @@ impl Elections {
 
 /// Fields read only at start: a reload that changes one keeps its running value and reports it.
 fn restart_only(running: &Config, new: &mut Config) -> Vec<&'static str> {
-    let mut fields = Vec::new();
-    let mut keep = |field, same: bool| {
-        if !same {
+    fn keep<T: PartialEq + Clone>(fields: &mut Vec<&'static str>, field: &'static str, running: &T, new: &mut T) {
+        if running != new {
             fields.push(field);
+            new.clone_from(running);
         }
-    };
-    keep("identity", running.identity == new.identity);
-    keep("namespace", running.namespace == new.namespace);
-    keep("socket.path", running.socket.path == new.socket.path);
-    keep("socket.mode", running.socket.mode == new.socket.mode);
-    keep("socket.groupId", running.socket.group_id == new.socket.group_id);
-    keep("admin", running.admin == new.admin);
-    keep("watch", running.watch == new.watch);
-    keep("store.dir", running.store == new.store);
-    keep("peer", running.peer == new.peer);
-    keep("health", running.health == new.health);
-    keep("log.format", running.log.format == new.log.format);
-    new.identity.clone_from(&running.identity);
-    new.namespace.clone_from(&running.namespace);
-    new.socket.path.clone_from(&running.socket.path);
-    new.socket.mode = running.socket.mode;
-    new.socket.group_id = running.socket.group_id;
-    new.admin.clone_from(&running.admin);
-    new.watch.clone_from(&running.watch);
-    new.store.clone_from(&running.store);
-    new.peer.clone_from(&running.peer);
-    new.health.clone_from(&running.health);
-    new.log.format = running.log.format;
+    }
+    let mut fields = Vec::new();
+    keep(&mut fields, "identity", &running.identity, &mut new.identity);
+    keep(&mut fields, "namespace", &running.namespace, &mut new.namespace);
+    keep(&mut fields, "socket.path", &running.socket.path, &mut new.socket.path);
+    keep(&mut fields, "socket.mode", &running.socket.mode, &mut new.socket.mode);
+    keep(&mut fields, "socket.groupId", &running.socket.group_id, &mut new.socket.group_id);
+    keep(&mut fields, "admin", &running.admin, &mut new.admin);
+    keep(&mut fields, "watch", &running.watch, &mut new.watch);
+    keep(&mut fields, "store.dir", &running.store, &mut new.store);
+    keep(&mut fields, "peer", &running.peer, &mut new.peer);
+    keep(&mut fields, "health", &running.health, &mut new.health);
+    keep(&mut fields, "log.format", &running.log.format, &mut new.log.format);
     fields
 }
 
@@ -234,11 +224,11 @@ impl Reloader {
 
     /// Reads the file and applies it if its contents changed since the last read (a file gone missing
     /// counts as a change, and is refused).
-    pub(crate) fn check(&mut self) -> Option<Result<Applied, String>> {
-        let file = self.source.file.clone()?;
+    fn check(&mut self) {
+        let Some(file) = self.source.file.clone() else { return };
         let read = std::fs::read(&file).ok();
         if read == self.read {
-            return None;
+            return;
         }
         self.read = read;
         let outcome = self.reload().map_err(|e| error::chain(&e));
@@ -257,7 +247,6 @@ impl Reloader {
             }
         }
         self.report(outcome.as_ref().map_err(String::as_str));
-        Some(outcome)
     }
 
     fn reload(&mut self) -> Result<Applied, ReloadError> {
