@@ -6,7 +6,7 @@
 #     (hack/tools.sh prometheus, the same release as promtool);
 #  2. traffic for $CONSISTD_DASHBOARD_SECONDS (default 120): the Python example controller on daemon a
 #     (campaigns, watches labelled ConfigMaps CONSISTENT, patches them while it leads, notifies daemon b's
-#     receiver, which ACKs), a RAW watch of the same ConfigMaps, and a ConfigMap changed every second;
+#     receiver, which ACKs), a RAW watch of the same ConfigMaps, and a key added to a ConfigMap every second;
 #  3. hack/dashboard/render.py asks Prometheus for every panel's queries over that window (Grafana's
 #     $__rate_interval as 4 scrape intervals, $namespace as all) and draws the panels as the dashboard lays
 #     them out. It fails when a panel's queries return no data: the dashboard would show nothing there.
@@ -103,7 +103,8 @@ pids+=($!)
   "$run/a/consistd.sock" consistd.v1.WatchService/Subscribe >"$run/raw-watch.log" 2>&1 &
 pids+=($!)
 for i in $(seq 1 "$seconds"); do
-  "$kubectl" -n "$ns" patch configmap settings --type merge -p "{\"data\":{\"n\":\"$i\"}}" >/dev/null
+  # A new key each second: the controller annotates the ConfigMap with its keys and notifies b (a Send, an ACK).
+  "$kubectl" -n "$ns" patch configmap settings --type merge -p "{\"data\":{\"k$i\":\"$i\"}}" >/dev/null
   sleep 1
 done
 end_time=$(date +%s)
