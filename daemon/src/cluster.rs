@@ -16,9 +16,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::{BoxError, Layer, Service};
 
+use tracing::Instrument as _;
+
 use crate::{
     health::{ApiContact, Health, Via},
     metrics::Metrics,
+    telemetry,
 };
 
 /// After a failed probe the next one comes this soon (or after the probe interval, if shorter), so
@@ -128,17 +131,37 @@ where
         } else {
             Via::Response
         };
-        let answer = self.inner.call(request);
+        let span = client_span(&request, via);
+        let answer = span.in_scope(|| self.inner.call(request));
         let contact = self.contact.clone();
-        Box::pin(async move {
+        let answered = async move {
             let response = answer.await?;
+            tracing::Span::current().record("http.response.status_code", response.status().as_u16());
             let answered = !response.status().is_server_error();
             if answered {
                 contact.heard(via);
             }
             Ok(response.map(|inner| NotedBody { inner, contact: answered.then_some(contact), via }))
-        })
+        };
+        Box::pin(answered.instrument(span))
     }
+}
+
+/// The OpenTelemetry client span of an apiserver request, child of the span it is made in (a call's), until
+/// its response headers arrive; none for watch streams, which last as long as the watch, or while traces
+/// are off.
+fn client_span(request: &Request<kube::client::Body>, via: Via) -> tracing::Span {
+    if !telemetry::traces_on() || via == Via::WatchStream {
+        return tracing::Span::none();
+    }
+    tracing::info_span!(
+        "apiserver request",
+        otel.name = format!("{} {}", request.method(), request.uri().path()),
+        otel.kind = "client",
+        http.request.method = %request.method(),
+        url.path = request.uri().path(),
+        http.response.status_code = tracing::field::Empty,
+    )
 }
 
 /// A response body that notes each frame it yields.

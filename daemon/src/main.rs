@@ -16,8 +16,14 @@ fn main() -> ExitCode {
         Command::Status(args) => runtime().block_on(cli::status(&args)),
         Command::Inject(args) => match (&args.command, &args.file) {
             (Some(cli::InjectCommand::Webhook(webhook)), _) => {
-                let _ = consistd::telemetry::init(consistd::config::LogFormat::Json, &webhook.log_level);
-                runtime().block_on(cli::inject_webhook(webhook))
+                let runtime = runtime();
+                let telemetry = {
+                    let _entered = runtime.enter();
+                    consistd::telemetry::init(consistd::config::LogFormat::Json, &webhook.log_level, &env)
+                };
+                let code = runtime.block_on(cli::inject_webhook(webhook));
+                telemetry.shutdown();
+                code
             }
             (None, Some(file)) => cli::inject_file(file, &args),
             // clap requires -f when no subcommand is given.
@@ -31,15 +37,23 @@ fn main() -> ExitCode {
                     return ExitCode::from(cli::EXIT_INVALID_CONFIG);
                 }
             };
-            let log = consistd::telemetry::init(config.log.format, &config.log.level);
+            let runtime = runtime();
+            let telemetry = {
+                let _entered = runtime.enter();
+                consistd::telemetry::init(config.log.format, &config.log.level, &env)
+            };
+            let log = telemetry.log.clone();
             let source = consistd::reload::ConfigSource { file: args.config.clone(), overrides: args.overrides(), log };
-            match runtime().block_on(consistd::run::run(config, &env, source)) {
+            let code = match runtime.block_on(consistd::run::run(config, &env, source)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
                     tracing::error!(error = %consistd::error::chain(&error), "consistd failed");
                     ExitCode::FAILURE
                 }
-            }
+            };
+            // The runtime's workers still run: the exporter sends what is buffered.
+            telemetry.shutdown();
+            code
         }
     }
 }

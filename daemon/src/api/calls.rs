@@ -1,6 +1,7 @@
 //! gRPC server metrics as go-grpc-prometheus names them: every call counted when it starts and when it is
 //! handled (with its status code), and timed from its start until its last message or trailers, per
-//! service, method and type. A call whose client goes away before the end counts as CANCELLED.
+//! service, method and type. A call whose client goes away before the end counts as CANCELLED. With traces
+//! on, each call is also an OpenTelemetry server span, child of the caller's `traceparent`.
 
 use std::{
     collections::HashMap,
@@ -17,7 +18,13 @@ use tokio::time::Instant;
 use tonic::{Code, body::Body};
 use tower::{Layer, Service};
 
-use crate::metrics::{GrpcCall, Metrics};
+use tracing::Instrument as _;
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+
+use crate::{
+    metrics::{GrpcCall, Metrics},
+    telemetry,
+};
 
 /// The methods served, by path ("/consistd.v1.WatchService/Subscribe"), with their go-grpc-prometheus
 /// type: unary, client_stream, server_stream or bidi_stream.
@@ -111,11 +118,12 @@ where
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         let call = self.methods.call(request.uri().path());
-        let response = self.inner.call(request);
-        let Some(call) = call else { return Box::pin(response) };
+        let Some(call) = call else { return Box::pin(self.inner.call(request)) };
+        let span = server_span(&call, request.headers());
+        let response = span.in_scope(|| self.inner.call(request));
         self.metrics.grpc_started(&call, true);
-        let timing = Timing { call, started: Instant::now(), metrics: self.metrics.clone() };
-        Box::pin(async move {
+        let timing = CallTiming { call, started: Instant::now(), metrics: self.metrics.clone(), span: span.clone() };
+        let answer = async move {
             let response = response.await?;
             // A trailers-only answer (an error before any message) carries its status in the headers.
             if let Some(code) = code_of(response.headers()) {
@@ -123,8 +131,29 @@ where
                 return Ok(response);
             }
             Ok(response.map(|inner| Body::new(TimedBody { inner, timing: Some(timing) })))
-        })
+        };
+        Box::pin(answer.instrument(span))
     }
+}
+
+/// The OpenTelemetry server span of a call, child of the caller's W3C trace context; none while traces
+/// are off.
+fn server_span(call: &GrpcCall, headers: &http::HeaderMap) -> tracing::Span {
+    if !telemetry::traces_on() {
+        return tracing::Span::none();
+    }
+    let span = tracing::info_span!(
+        "grpc call",
+        otel.name = format!("{}/{}", call.grpc_service, call.grpc_method),
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        rpc.system = "grpc",
+        rpc.service = call.grpc_service,
+        rpc.method = call.grpc_method,
+        rpc.grpc.status_code = tracing::field::Empty,
+    );
+    let _ = span.set_parent(telemetry::remote_context(headers));
+    span
 }
 
 /// The `grpc-status` of headers or trailers.
@@ -135,14 +164,20 @@ fn code_of(headers: &http::HeaderMap) -> Option<Code> {
 
 /// A call being timed; recorded once, when its status is known.
 #[derive(Debug)]
-struct Timing {
+struct CallTiming {
     call: GrpcCall,
     started: Instant,
     metrics: Metrics,
+    /// The call's server span (none while traces are off): open until the call's status is known.
+    span: tracing::Span,
 }
 
-impl Timing {
+impl CallTiming {
     fn handled(self, code: Code) {
+        self.span.record("rpc.grpc.status_code", code as i32);
+        if code != Code::Ok {
+            self.span.record("otel.status_code", "ERROR");
+        }
         self.metrics.grpc_handled(&self.call, code_name(code), self.started.elapsed());
     }
 }
@@ -150,7 +185,7 @@ impl Timing {
 /// A response body that records its call when the trailers pass, or as CANCELLED if it is dropped first.
 struct TimedBody {
     inner: Body,
-    timing: Option<Timing>,
+    timing: Option<CallTiming>,
 }
 
 impl hyper::body::Body for TimedBody {

@@ -1,0 +1,109 @@
+//! OpenTelemetry traces against the real apiserver, exported to an OTLP/gRPC receiver this test runs: with
+//! `OTEL_EXPORTER_OTLP_ENDPOINT` set, a call is a server span named after its method, child of the caller's
+//! W3C `traceparent`, and the apiserver request it makes is a client span under it.
+
+use std::{
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use consistd_client::proto::CreateRequest;
+use consistd_testkit::Daemon;
+use opentelemetry_proto::tonic::{
+    collector::trace::v1::{
+        ExportTraceServiceRequest, ExportTraceServiceResponse,
+        trace_service_server::{TraceService, TraceServiceServer},
+    },
+    common::v1::any_value::Value,
+    trace::v1::{Span, span::SpanKind},
+};
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::{Request, Response, Status};
+
+const BIN: &str = env!("CARGO_BIN_EXE_consistd");
+const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const PARENT_ID: &str = "00f067aa0ba902b7";
+
+/// The spans received, with their resource's service.name.
+#[derive(Clone, Default)]
+struct Collector(Arc<Mutex<Vec<(String, Span)>>>);
+
+#[tonic::async_trait]
+impl TraceService for Collector {
+    async fn export(
+        &self,
+        request: Request<ExportTraceServiceRequest>,
+    ) -> Result<Response<ExportTraceServiceResponse>, Status> {
+        let mut spans = self.0.lock().expect("spans");
+        for resource in request.into_inner().resource_spans {
+            let attributes = resource.resource.map(|r| r.attributes).unwrap_or_default();
+            let service = attributes.iter().find(|a| a.key == "service.name").and_then(|a| match &a.value {
+                Some(v) => match &v.value {
+                    Some(Value::StringValue(s)) => Some(s.clone()),
+                    _ => None,
+                },
+                None => None,
+            });
+            for scope in resource.scope_spans {
+                spans.extend(scope.spans.into_iter().map(|s| (service.clone().unwrap_or_default(), s)));
+            }
+        }
+        Ok(Response::new(ExportTraceServiceResponse { partial_success: None }))
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_is_a_server_span_under_the_callers_trace_with_its_apiserver_request_under_it() {
+    let collector = Collector::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the OTLP receiver");
+    let endpoint = format!("http://{}", listener.local_addr().expect("address"));
+    let server = TraceServiceServer::new(collector.clone());
+    tokio::spawn(
+        tonic::transport::Server::builder().add_service(server).serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let daemon = Daemon::builder(BIN)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .start()
+        .await;
+    let object = br#"{"metadata":{"name":"traced"}}"#.to_vec();
+    let mut request = Request::new(CreateRequest {
+        resource: "configmaps".to_owned(),
+        namespace: ns.clone(),
+        object,
+        ..Default::default()
+    });
+    let traceparent = format!("00-{TRACE_ID}-{PARENT_ID}-01");
+    request.metadata_mut().insert("traceparent", traceparent.parse().expect("metadata value"));
+    daemon.client().objects().create(request).await.expect("Create");
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let (server, client) = loop {
+        let spans = collector.0.lock().expect("spans").clone();
+        let in_trace: Vec<&(String, Span)> = spans.iter().filter(|(_, s)| hex(&s.trace_id) == TRACE_ID).collect();
+        let server = in_trace.iter().find(|(_, s)| s.kind == SpanKind::Server as i32).cloned();
+        let client = in_trace.iter().find(|(_, s)| s.kind == SpanKind::Client as i32).cloned();
+        if let (Some(server), Some(client)) = (server, client) {
+            break (server.clone(), client.clone());
+        }
+        let names: Vec<&str> = spans.iter().map(|(_, s)| s.name.as_str()).collect();
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no server and client span in trace {TRACE_ID}; received: {names:?}\nlog:\n{}",
+            daemon.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(server.0, "consistd", "service.name");
+    assert_eq!(server.1.name, "consistd.v1.ObjectsService/Create");
+    assert_eq!(hex(&server.1.parent_span_id), PARENT_ID, "the server span is the caller's child");
+    assert_eq!(client.1.name, format!("POST /api/v1/namespaces/{ns}/configmaps"));
+    assert_eq!(client.1.parent_span_id, server.1.span_id, "the apiserver request is the call's child");
+}
