@@ -55,32 +55,20 @@ helm)
   fi
   echo "$dir/helm"
   ;;
-promtool)
-  dir=$cache/promtool/$PROMTOOL_VERSION
-  if [ ! -x "$dir/promtool" ]; then
-    echo "tools: building promtool $PROMTOOL_VERSION (once; minutes on 2 cores)" >&2
-    # The version is stamped as Prometheus' release build (promu) does, so `promtool --version` shows it:
-    # v0.316.0 is Prometheus 3.16.0. remove_all_sd leaves out the service discovery plugins (AWS, Azure, GCE,
-    # Kubernetes, ...), which only `promtool check config` of a config using them needs; `check metrics` is
-    # what make test runs, and the build takes half the CPU time.
+promtool | prometheus)
+  # Both from Prometheus' Go module. The version is stamped as Prometheus' release build (promu) does, so
+  # `--version` shows it: v0.316.0 is Prometheus 3.16.0. remove_all_sd leaves out the service discovery
+  # plugins (AWS, Azure, GCE, Kubernetes, ...): `promtool check metrics` and hack/dashboard.sh's static
+  # targets need none, and the build takes half the CPU time.
+  dir=$cache/$1/$PROMTOOL_VERSION
+  if [ ! -x "$dir/$1" ]; then
+    echo "tools: building $1 $PROMTOOL_VERSION (once; minutes on 2 cores)" >&2
     IFS=. read -r _ mm patch <<<"${PROMTOOL_VERSION#v}"
     GOTOOLCHAIN=local CGO_ENABLED=0 GOBIN=$dir go install -p 2 -trimpath -tags remove_all_sd \
       -ldflags "-s -w -X github.com/prometheus/common/version.Version=$((mm / 100)).$((mm % 100)).$patch" \
-      "github.com/prometheus/prometheus/cmd/promtool@$PROMTOOL_VERSION" >&2
+      "github.com/prometheus/prometheus/cmd/$1@$PROMTOOL_VERSION" >&2
   fi
-  echo "$dir/promtool"
-  ;;
-prometheus)
-  dir=$cache/prometheus/$PROMTOOL_VERSION
-  if [ ! -x "$dir/prometheus" ]; then
-    echo "tools: building prometheus $PROMTOOL_VERSION (once; minutes on 2 cores)" >&2
-    # As promtool: no service discovery plugins (hack/dashboard.sh scrapes static targets), version stamped.
-    IFS=. read -r _ mm patch <<<"${PROMTOOL_VERSION#v}"
-    GOTOOLCHAIN=local CGO_ENABLED=0 GOBIN=$dir go install -p 2 -trimpath -tags remove_all_sd \
-      -ldflags "-s -w -X github.com/prometheus/common/version.Version=$((mm / 100)).$((mm % 100)).$patch" \
-      "github.com/prometheus/prometheus/cmd/prometheus@$PROMTOOL_VERSION" >&2
-  fi
-  echo "$dir/prometheus"
+  echo "$dir/$1"
   ;;
 kubectl)
   # The same binary and path as hack/node.sh build, without its kubelet, scheduler and controller-manager.
