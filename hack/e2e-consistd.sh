@@ -64,6 +64,8 @@ for i in consistd example-python pause busybox; do
 done
 
 mkdir -p "$out"
+(cd "$repo" && cargo build -q -p kubectl-consistd) || die "building kubectl-consistd failed"
+plugin=${CARGO_TARGET_DIR:-$repo/target}/debug/kubectl-consistd
 "$node" prepare
 "$repo/hack/host-snapshot.sh" >"$out/host.before"
 trap '"$node" stop' EXIT
@@ -170,6 +172,21 @@ for pod in $pods; do
   curl -sf "http://$ip:7071/metrics" | grep -qF "$gauge" || die "$pod ($ip:7071/metrics) does not say $gauge"
 done
 log "exactly one leader ($leader): one guarded write, its notification received by all 3 replicas through service/app-peers and ACKed; /metrics on each pod's port 7071 says who leads"
+# kubectl consistd says the same from the cluster: who leads (Leases), and the leader's outbox, read from its
+# sidecar's admin port through the apiserver's pod proxy: every replica reached, nothing left un-ACKed.
+"$plugin" elections -n "$ns" -o json >"$out/elections.json" || die "kubectl consistd elections failed"
+python3 -c 'import json, sys
+rows = {r["election"]: r for r in json.load(open(sys.argv[1]))}
+assert rows["configmap-controller"]["holder"] == sys.argv[2], rows' "$out/elections.json" "$leader" ||
+  die "kubectl consistd elections does not name $leader: $(cat "$out/elections.json")"
+"$plugin" outbox "$leader" -n "$ns" -o json >"$out/outbox.json" 2>&1 ||
+  die "kubectl consistd outbox $leader failed: $(cat "$out/outbox.json")"
+python3 -c 'import json, sys
+report = json.load(open(sys.argv[1]))
+peers = [p for p in report["peers"] if p["destination"] == "service " + sys.argv[2] + "/app-peers"]
+assert len(peers) == 3 and all(p["pending"] == 0 for p in peers), report' "$out/outbox.json" "$ns" ||
+  die "kubectl consistd outbox $leader: not 3 peers with nothing pending: $(cat "$out/outbox.json")"
+log "kubectl consistd: elections names $leader; outbox $leader (through the pod proxy) shows 3 peers of service/app-peers, nothing un-ACKed"
 
 # 4. `kubectl apply` of a changed ConfigMap reaches every running sidecar (kubelet refreshes the mounted file
 #    within its sync period): the election it adds is campaigned in without a restart.
@@ -254,6 +271,10 @@ barrier=$(($(ms) - t))
 members=$(python3 -c 'import json,sys; print(" ".join(sorted(json.loads(sys.argv[1])["members"])))' "$second")
 [ "$members" = "$(sorted "$pods")" ] || die "version two's members are $members, not the new pods $pods"
 log "rollout barrier: the new replicas caught up to version $v1; Publish + WaitApplied of the next across the 3 new pods: $barrier ms ($second)"
+"$plugin" rollout status app-config -n "$ns" >"$out/rollout-status.txt" 2>&1 ||
+  die "kubectl consistd rollout status app-config: exit $? after the barrier: $(cat "$out/rollout-status.txt")"
+for pod in $pods; do grep -q "^$pod " "$out/rollout-status.txt" || die "kubectl consistd rollout status does not list $pod"; done
+log "kubectl consistd rollout status app-config: exit 0, the 3 new pods applied the latest version"
 
 # 7. SIGKILL of a sidecar while its app sends: kubelet restarts it, and every stored message reaches every replica.
 sender=${pods%% *}

@@ -1,6 +1,7 @@
-//! The admin HTTP endpoint: /healthz, /readyz, /metrics and /debug/state on its own Unix socket, for
-//! kubelet probes, Prometheus and `consistd status` (plus the client `consistd status` uses), and
-//! optionally /healthz, /readyz and /metrics on a TCP port (`admin.listen`) for scrapes and httpGet probes.
+//! The admin HTTP endpoint: /healthz, /readyz, /metrics, /outbox and /debug/state on its own Unix socket,
+//! for kubelet probes, Prometheus and `consistd status` (plus the client `consistd status` uses), and
+//! optionally all but /debug/state on a TCP port (`admin.listen`) for scrapes, httpGet probes and
+//! `kubectl consistd outbox` (through the apiserver's pod proxy).
 
 use std::{convert::Infallible, path::Path};
 
@@ -17,7 +18,7 @@ use tokio::{
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    health::{Health, Report},
+    health::{Health, OutboxReport, Report},
     metrics::Metrics,
 };
 
@@ -49,7 +50,7 @@ pub enum AdminError {
 pub(crate) enum AdminListener {
     /// The admin socket: every path.
     Unix(UnixListener),
-    /// `admin.listen`: the probes and /metrics, not /debug/state (it is reachable from other pods).
+    /// `admin.listen`: the probes, /metrics and /outbox, not /debug/state (it is reachable from other pods).
     Tcp(TcpListener),
 }
 
@@ -119,22 +120,25 @@ fn route(req: &Request<Incoming>, paths: Paths, health: &Health, metrics: &Metri
                 .body(Full::new(Bytes::from(body)))
                 .unwrap_or_default()
         }
-        "/debug/state" if paths == Paths::All => {
-            let body = serde_json::to_vec_pretty(&health.report()).unwrap_or_default();
-            Response::builder()
-                .header(header::CONTENT_TYPE, "application/json")
-                .body(Full::new(Bytes::from(body)))
-                .unwrap_or_default()
-        }
+        "/outbox" => json(&OutboxReport::from(health.report())),
+        "/debug/state" if paths == Paths::All => json(&health.report()),
         other => {
             let known = if paths == Paths::All {
-                "/healthz /readyz /metrics /debug/state"
+                "/healthz /readyz /metrics /outbox /debug/state"
             } else {
-                "/healthz /readyz /metrics"
+                "/healthz /readyz /metrics /outbox"
             };
             text(StatusCode::NOT_FOUND, format!("no such path {other}; try {known}\n"))
         }
     }
+}
+
+fn json(value: &impl serde::Serialize) -> Response<Full<Bytes>> {
+    let body = serde_json::to_vec_pretty(value).unwrap_or_default();
+    Response::builder()
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap_or_default()
 }
 
 fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {

@@ -115,6 +115,22 @@ pub struct ConfigReport {
     pub restart_needed: Vec<String>,
 }
 
+/// What `/outbox` answers (also over `admin.listen`, which `kubectl consistd outbox POD` reads through the
+/// apiserver's pod proxy): the part of the report about ACK-tracked sends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutboxReport {
+    /// Messages the outbox holds (as [`Report::outbox_pending`] counts them).
+    pub pending: usize,
+    /// Per destination and peer: the connection and what that peer has not ACKed.
+    pub peers: Vec<PeerReport>,
+}
+
+impl From<Report> for OutboxReport {
+    fn from(r: Report) -> Self {
+        Self { pending: r.outbox_pending, peers: r.peers }
+    }
+}
+
 /// One destination's peer as this daemon's outbox sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PeerReport {

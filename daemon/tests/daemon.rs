@@ -294,11 +294,12 @@ async fn http_get(addr: &str, path: &str) -> (u16, String) {
 }
 
 #[tokio::test]
-async fn admin_listen_serves_probes_and_metrics_over_tcp_with_the_leader_gauge() {
+async fn admin_listen_serves_probes_metrics_and_the_outbox_over_tcp_with_the_leader_gauge() {
     let kube = consistd_testkit::kube_client().await;
     let ns = consistd_testkit::namespace(&kube).await;
     let addr = format!("127.0.0.1:{}", free_port());
-    let daemon = Daemon::builder(BIN).config(format!("namespace: {ns}\nadmin:\n  listen: \"{addr}\"\n")).start().await;
+    let config = format!("namespace: {ns}\nadmin:\n  listen: \"{addr}\"\npeer:\n  insecure: true\n");
+    let daemon = Daemon::builder(BIN).config(config).start().await;
     assert_eq!(http_get(&addr, "/healthz").await.0, 200);
     // Ready once the apiserver has been heard from, which may come a moment after the socket serves.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -312,6 +313,22 @@ async fn admin_listen_serves_probes_and_metrics_over_tcp_with_the_leader_gauge()
     }
     let (status, body) = http_get(&addr, "/debug/state").await;
     assert_eq!(status, 404, "the daemon's internals stay on the admin socket: {body}");
+
+    // /outbox: what `kubectl consistd outbox` reads through the pod proxy. A message to a peer nobody
+    // listens on stays pending there.
+    let send = SendRequest {
+        destination: Some(Destination { target: Some(Target::Peer("127.0.0.1:1".to_owned())) }),
+        resource_id: "r".to_owned(),
+        event_id: "1".to_owned(),
+        payload: b"{}".to_vec(),
+        content_type: "application/json".to_owned(),
+    };
+    daemon.client().outbox().send(send).await.expect("Send");
+    let (status, body) = http_get(&addr, "/outbox").await;
+    assert_eq!(status, 200, "{body}");
+    let outbox: consistd::health::OutboxReport = serde_json::from_str(&body).expect("an outbox report");
+    assert_eq!(outbox.pending, 1, "{body}");
+    assert_eq!((outbox.peers[0].peer.as_str(), outbox.peers[0].pending), ("127.0.0.1:1", 1), "{body}");
 
     let request = CampaignRequest { election: "gauged".into(), ..Default::default() };
     let mut campaign = daemon.client().leadership().campaign(request).await.expect("Campaign").into_inner();

@@ -1,9 +1,11 @@
 //! `kubectl consistd`: a kubectl plugin (the `kubectl-consistd` binary on PATH) that shows consistd's
-//! elections and rollout channels from their Leases and ConfigMaps, and injects the sidecar offline.
+//! elections and rollout channels from their Leases and ConfigMaps, a pod's outbox from its sidecar, and
+//! injects the sidecar offline.
 
 mod cluster;
 mod elections;
 mod leases;
+mod outbox;
 mod output;
 mod rollout;
 
@@ -11,7 +13,7 @@ use std::{path::PathBuf, process::ExitCode};
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 
-use crate::{cluster::ClusterArgs, elections::ElectionsArgs, rollout::RolloutCommand};
+use crate::{cluster::ClusterArgs, elections::ElectionsArgs, outbox::OutboxArgs, rollout::RolloutCommand};
 
 /// kubectl consistd: consistd's elections and rollout channels as the cluster holds them, and the
 /// offline sidecar injector.
@@ -40,11 +42,9 @@ enum Command {
         /// The shell.
         shell: Shell,
     },
-    /// A pod's outbox (not implemented yet: exits 1).
-    Outbox {
-        /// The pod.
-        pod: String,
-    },
+    /// A pod's outbox: per destination and peer, the connection and the messages not ACKed yet (read from
+    /// the sidecar's admin port through the apiserver's pod proxy).
+    Outbox(OutboxArgs),
 }
 
 /// `kubectl consistd inject -f FILE`: the flags of `consistd inject -f`.
@@ -90,10 +90,9 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Outbox { pod } => {
-            eprintln!("kubectl consistd outbox {pod}: not implemented yet (UNIMPLEMENTED)");
-            ExitCode::FAILURE
-        }
+        Command::Outbox(args) => cluster_command("outbox", &cli.cluster, async |cluster| {
+            outbox::run(&cluster, &args).await.map(|()| ExitCode::SUCCESS).map_err(Into::into)
+        }),
         Command::Elections(args) => cluster_command("elections", &cli.cluster, async |cluster| {
             elections::run(&cluster, &args).await.map(|()| ExitCode::SUCCESS).map_err(Into::into)
         }),

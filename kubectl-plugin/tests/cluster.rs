@@ -312,3 +312,32 @@ async fn kube_members(kube: &kube::Client, ns: &str) -> usize {
     let params = kube::api::ListParams::default().labels("consistd.io/member-of");
     Api::<Lease>::namespaced(kube.clone(), ns).list(&params).await.expect("list member Leases").items.len()
 }
+
+#[tokio::test]
+async fn outbox_names_what_it_could_not_do_before_the_pod_answers() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(kube, &ns);
+    let pod = |name: &str, port: &str| {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {"containers": [{"name": "app", "image": "app", "ports": [{"name": port, "containerPort": 7071}]}]},
+        }))
+        .expect("pod object")
+    };
+    pods.create(&PostParams::default(), &pod("plain", "http")).await.expect("create pod");
+    pods.create(&PostParams::default(), &pod("injected", "consistd-admin")).await.expect("create pod");
+
+    let missing = kubectl(&["outbox", "nope", "-n", &ns]).await;
+    assert_eq!(missing.code, 1, "{missing:?}");
+    assert!(missing.stderr.starts_with(&format!("kubectl consistd outbox: get pod {ns}/nope: ")), "{missing:?}");
+    let plain = kubectl(&["outbox", "plain", "-n", &ns]).await;
+    assert_eq!(plain.code, 1, "{plain:?}");
+    assert!(plain.stderr.contains("has no container port named consistd-admin"), "{plain:?}");
+    // The port is there but no kubelet runs the pod (the test control plane has no node): the proxy fails,
+    // and says through which pod and port it tried. The real node's test (make e2e) reads a real sidecar.
+    let unscheduled = kubectl(&["outbox", "injected", "-n", &ns]).await;
+    assert_eq!(unscheduled.code, 1, "{unscheduled:?}");
+    let proxied = format!("GET /outbox from pod {ns}/injected through the apiserver's pod proxy");
+    assert!(unscheduled.stderr.contains(&proxied), "{unscheduled:?}");
+}

@@ -1,5 +1,5 @@
 //! The plugin's commands that need no cluster: `inject -f` prints exactly what `consistd inject -f`
-//! does, completion scripts, usage errors exit 2, and `outbox` says it is not implemented.
+//! does, completion scripts, and usage errors exit 2.
 
 use std::{
     io::Write,
@@ -86,7 +86,7 @@ fn completion_scripts_know_the_subcommands() {
 }
 
 #[test]
-fn usage_errors_exit_2_and_outbox_is_not_implemented() {
+fn usage_errors_exit_2() {
     for args in [
         &["elections", "--bogus"][..],
         &["elections", "-o", "yaml"],
@@ -94,6 +94,7 @@ fn usage_errors_exit_2_and_outbox_is_not_implemented() {
         &["rollout", "status", "config", "--version", "two"],
         &["completion", "powershell"],
         &["inject"],
+        &["outbox"],
         &["nope"],
     ] {
         let out = run(Path::new(BIN), args, None);
@@ -103,14 +104,6 @@ fn usage_errors_exit_2_and_outbox_is_not_implemented() {
     let help = run(Path::new(BIN), &["rollout", "status", "--help"], None);
     let help = String::from_utf8(help.stdout).expect("UTF-8");
     assert!(help.contains("Exit codes:") && help.contains("3  some live member lags"), "{help}");
-
-    let outbox = run(Path::new(BIN), &["outbox", "web-0"], None);
-    assert_eq!(outbox.status.code(), Some(1), "{outbox:?}");
-    assert!(outbox.stdout.is_empty());
-    assert_eq!(
-        String::from_utf8_lossy(&outbox.stderr),
-        "kubectl consistd outbox web-0: not implemented yet (UNIMPLEMENTED)\n"
-    );
 }
 
 #[test]
