@@ -1,13 +1,14 @@
 //! OpenTelemetry traces against the real apiserver, exported to an OTLP/gRPC receiver this test runs: with
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` set, a call is a server span named after its method, child of the caller's
-//! W3C `traceparent`, and the apiserver request it makes is a client span under it.
+//! W3C `traceparent`, and the apiserver request it makes is a client span under it. The span records the
+//! call's status code; the caller's errors (NOT_FOUND) do not mark it failed.
 
 use std::{
     sync::{Arc, Mutex},
     time::Duration,
 };
 
-use consistd_client::proto::CreateRequest;
+use consistd_client::proto::{CreateRequest, GetRequest};
 use consistd_testkit::Daemon;
 use opentelemetry_proto::tonic::{
     collector::trace::v1::{
@@ -15,7 +16,7 @@ use opentelemetry_proto::tonic::{
         trace_service_server::{TraceService, TraceServiceServer},
     },
     common::v1::any_value::Value,
-    trace::v1::{Span, span::SpanKind},
+    trace::v1::{Span, span::SpanKind, status::StatusCode},
 };
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::{Request, Response, Status};
@@ -23,6 +24,8 @@ use tonic::{Request, Response, Status};
 const BIN: &str = env!("CARGO_BIN_EXE_consistd");
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PARENT_ID: &str = "00f067aa0ba902b7";
+/// The trace of a call that fails with the caller's error (NOT_FOUND).
+const MISSING_TRACE_ID: &str = "0af7651916cd43dd8448eb211c80319c";
 
 /// The spans received, with their resource's service.name.
 #[derive(Clone, Default)]
@@ -83,6 +86,16 @@ async fn a_call_is_a_server_span_under_the_callers_trace_with_its_apiserver_requ
     let traceparent = format!("00-{TRACE_ID}-{PARENT_ID}-01");
     request.metadata_mut().insert("traceparent", traceparent.parse().expect("metadata value"));
     daemon.client().objects().create(request).await.expect("Create");
+    let mut missing = Request::new(GetRequest {
+        resource: "configmaps".to_owned(),
+        namespace: ns.clone(),
+        name: "missing".to_owned(),
+        ..Default::default()
+    });
+    let traceparent = format!("00-{MISSING_TRACE_ID}-{PARENT_ID}-01");
+    missing.metadata_mut().insert("traceparent", traceparent.parse().expect("metadata value"));
+    let status = daemon.client().objects().get(missing).await.expect_err("no such ConfigMap");
+    assert_eq!(status.code(), tonic::Code::NotFound);
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     let (server, client) = loop {
@@ -106,4 +119,21 @@ async fn a_call_is_a_server_span_under_the_callers_trace_with_its_apiserver_requ
     assert_eq!(hex(&server.1.parent_span_id), PARENT_ID, "the server span is the caller's child");
     assert_eq!(client.1.name, format!("POST /api/v1/namespaces/{ns}/configmaps"));
     assert_eq!(client.1.parent_span_id, server.1.span_id, "the apiserver request is the call's child");
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let get = loop {
+        let spans = collector.0.lock().expect("spans").clone();
+        let found =
+            spans.into_iter().find(|(_, s)| hex(&s.trace_id) == MISSING_TRACE_ID && s.kind == SpanKind::Server as i32);
+        if let Some((_, span)) = found {
+            break span;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no server span for the Get of a missing object");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(get.name, "consistd.v1.ObjectsService/Get");
+    let code = get.attributes.iter().find(|a| a.key == "rpc.grpc.status_code").and_then(|a| a.value.clone());
+    assert_eq!(code.and_then(|v| v.value), Some(Value::IntValue(5)), "NOT_FOUND is recorded");
+    let status = get.status.map(|s| s.code).unwrap_or_default();
+    assert_ne!(status, StatusCode::Error as i32, "NOT_FOUND is the caller's error, not the server's");
 }

@@ -175,7 +175,18 @@ struct CallTiming {
 impl CallTiming {
     fn handled(self, code: Code) {
         self.span.record("rpc.grpc.status_code", code as i32);
-        if code != Code::Ok {
+        // OpenTelemetry's gRPC conventions: on the server side only these codes are the server's errors
+        // (NOT_FOUND or INVALID_ARGUMENT, say, are the caller's).
+        let server_error = matches!(
+            code,
+            Code::Unknown
+                | Code::DeadlineExceeded
+                | Code::Unimplemented
+                | Code::Internal
+                | Code::Unavailable
+                | Code::DataLoss
+        );
+        if server_error {
             self.span.record("otel.status_code", "ERROR");
         }
         self.metrics.grpc_handled(&self.call, code_name(code), self.started.elapsed());
