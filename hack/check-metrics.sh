@@ -45,6 +45,12 @@ stream() {
   grep -q "$4" "$out/stream" || fail "$2 never answered $4: $(tr '\n' ' ' <"$out/error")"
 }
 
+# poll COMMAND...: runs COMMAND every 50 ms until it succeeds, for at most 15 s; its last status.
+poll() {
+  for _ in $(seq 1 300); do "$@" && return 0; sleep 0.05; done
+  "$@"
+}
+
 # scrape ADMIN_SOCKET [CURL_ARGS...]: GETs /metrics; the body on stdout, the headers in $out/headers.
 scrape() {
   local socket=$1
@@ -62,19 +68,19 @@ stream "$a" WatchService/Subscribe '{"resource":"namespaces","mode":"DELIVERY_MO
   "$a" consistd.v1.WatchService/Subscribe >"$out/leases" 2>"$out/leases.error" &
 leases=$!
 live_lease() { awk '/EVENT_TYPE_SYNCED/ { synced = 1 } synced && /"check-metrics"/ { found = 1 } END { exit !found }' "$out/leases"; }
-for _ in $(seq 1 300); do grep -q EVENT_TYPE_SYNCED "$out/leases" && break; sleep 0.05; done
+poll grep -q EVENT_TYPE_SYNCED "$out/leases" || true
 # The campaign stays open until the scrapes are done, so the leader gauge has its sample.
 "$grpcurl" -plaintext -unix -max-time 60 -d '{"election":"check-metrics","namespace":"default"}' \
   "$a" consistd.v1.LeadershipService/Campaign >"$out/campaign" 2>"$out/campaign.error" &
 campaign=$!
 trap 'kill -TERM "$campaign" 2>/dev/null || true' EXIT
-for _ in $(seq 1 300); do grep -q LEADERSHIP_STATE_LEADER "$out/campaign" && break; sleep 0.05; done
-grep -q LEADERSHIP_STATE_LEADER "$out/campaign" ||
+poll grep -q LEADERSHIP_STATE_LEADER "$out/campaign" ||
   fail "Campaign never answered LEADERSHIP_STATE_LEADER: $(tr '\n' ' ' <"$out/campaign.error")"
-for _ in $(seq 1 300); do live_lease && break; sleep 0.05; done
+seen=0
+poll live_lease && seen=1
 kill -TERM "$leases" 2>/dev/null || true
 wait "$leases" || true
-live_lease || fail "the Lease watch never saw the campaign's Lease after SYNCED: $(tr '\n' ' ' <"$out/leases.error")"
+[ "$seen" = 1 ] || fail "the Lease watch never saw the campaign's Lease after SYNCED: $(tr '\n' ' ' <"$out/leases.error")"
 payload=$(printf 'check-metrics' | base64)
 call "$a" OutboxService/Send "{\"destination\":{\"peer\":\"$CONSISTD_TEST_PEER_ADDRESS\"},\"resourceId\":\"check-metrics\",\"eventId\":\"1\",\"payload\":\"$payload\",\"contentType\":\"text/plain\"}" >/dev/null
 stream "$b" InboxService/Receive '{}' '"messageId"'

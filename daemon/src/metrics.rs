@@ -276,12 +276,14 @@ impl Metrics {
         }
     }
 
-    /// Counts a started `call` (or, with `count` false, only creates its series at 0).
-    pub(crate) fn grpc_started(&self, call: &GrpcCall, count: bool) {
-        let started = self.grpc_started.get_or_create(call);
-        if count {
-            started.inc();
-        }
+    /// Creates the started series of `call` at 0, so a method shows before its first call.
+    pub(crate) fn grpc_method(&self, call: &GrpcCall) {
+        let _created = self.grpc_started.get_or_create(call);
+    }
+
+    /// Counts a started `call`.
+    pub(crate) fn grpc_started(&self, call: &GrpcCall) {
+        self.grpc_started.get_or_create(call).inc();
     }
 
     /// Counts a handled `call` with its status `code` ("OK", "NotFound", ...) and records how long it took.

@@ -84,13 +84,13 @@ pub(crate) async fn run(cluster: &Cluster, args: &OutboxArgs) -> Result<(), Outb
 }
 
 async fn read(cluster: &Cluster, pod: &str) -> Result<OutboxReport, OutboxError> {
-    let namespace = cluster.namespace.clone();
-    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), &namespace);
-    let named = || (namespace.clone(), pod.to_owned());
+    let namespace = &cluster.namespace;
+    let (ns, name) = (|| namespace.clone(), || pod.to_owned());
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), namespace);
     let spec = pods
         .get(pod)
         .await
-        .map_err(|source| OutboxError::Pod { namespace: named().0, pod: named().1, source })?
+        .map_err(|source| OutboxError::Pod { namespace: ns(), pod: name(), source })?
         .spec
         .unwrap_or_default();
     let containers = spec.init_containers.iter().flatten().chain(&spec.containers);
@@ -98,15 +98,15 @@ async fn read(cluster: &Cluster, pod: &str) -> Result<OutboxReport, OutboxError>
         .flat_map(|c| c.ports.iter().flatten())
         .find(|p| p.name.as_deref() == Some(ADMIN_PORT_NAME))
         .map(|p| p.container_port)
-        .ok_or_else(|| OutboxError::NoAdminPort { namespace: named().0, pod: named().1 })?;
+        .ok_or_else(|| OutboxError::NoAdminPort { namespace: ns(), pod: name() })?;
     let path = format!("/api/v1/namespaces/{namespace}/pods/{pod}:{port}/proxy/outbox");
     let request = http::Request::get(path).body(Vec::new()).unwrap_or_default();
     let body = cluster.client.request_text(request).await.map_err(|source| OutboxError::Proxy {
-        namespace: named().0,
-        pod: named().1,
+        namespace: ns(),
+        pod: name(),
         source,
     })?;
-    serde_json::from_str(&body).map_err(|source| OutboxError::Decode { namespace: named().0, pod: named().1, source })
+    serde_json::from_str(&body).map_err(|source| OutboxError::Decode { namespace: ns(), pod: name(), source })
 }
 
 /// The report as a table, then a summary line.

@@ -80,7 +80,7 @@ impl CallsLayer {
     pub(crate) fn new(methods: Methods, metrics: Metrics) -> Self {
         for path in methods.0.keys() {
             if let Some(call) = methods.call(path) {
-                metrics.grpc_started(&call, false);
+                metrics.grpc_method(&call);
             }
         }
         Self { methods: Arc::new(methods), metrics }
@@ -121,7 +121,7 @@ where
         let Some(call) = call else { return Box::pin(self.inner.call(request)) };
         let span = server_span(&call, request.headers());
         let response = span.in_scope(|| self.inner.call(request));
-        self.metrics.grpc_started(&call, true);
+        self.metrics.grpc_started(&call);
         let timing = CallTiming { call, started: Instant::now(), metrics: self.metrics.clone(), span: span.clone() };
         let answer = async move {
             let response = response.await?;
