@@ -24,6 +24,7 @@ use crate::{
     error,
     metrics::Metrics,
     store::{META, Store, StoreError, from_millis, to_millis},
+    telemetry::TraceContext,
 };
 
 /// Messages waiting for the app, by inbox id.
@@ -57,6 +58,8 @@ pub(crate) struct InboxMessage {
     pub payload: Bytes,
     /// The payload's MIME type, as the sender gave it (may be empty).
     pub content_type: String,
+    /// The trace the sending app sent it under (empty for none).
+    pub trace: TraceContext,
     /// When this daemon received it (wall clock; the API's received_at).
     pub received_at: SystemTime,
 }
@@ -180,6 +183,10 @@ struct InboxRecord {
     content_type: String,
     #[prost(uint64, tag = "7")]
     received_at_ms: u64,
+    #[prost(string, tag = "8")]
+    traceparent: String,
+    #[prost(string, tag = "9")]
+    tracestate: String,
 }
 
 impl InboxRecord {
@@ -192,6 +199,8 @@ impl InboxRecord {
             payload: m.payload.clone(),
             content_type: m.content_type.clone(),
             received_at_ms: to_millis(m.received_at),
+            traceparent: m.trace.traceparent.clone(),
+            tracestate: m.trace.tracestate.clone(),
         }
     }
 
@@ -204,6 +213,7 @@ impl InboxRecord {
             event_id: self.event_id,
             payload: self.payload,
             content_type: self.content_type,
+            trace: TraceContext { traceparent: self.traceparent, tracestate: self.tracestate },
             received_at: from_millis(self.received_at_ms),
         }
     }
@@ -329,6 +339,7 @@ impl Inbox {
                 event_id: m.event_id.clone(),
                 payload: m.payload.clone(),
                 content_type: m.content_type.clone(),
+                trace: TraceContext::given(m.traceparent.clone(), m.tracestate.clone()).unwrap_or_default(),
                 received_at: SystemTime::now(),
             });
             let record = InboxRecord::of(&message).encode_to_vec();

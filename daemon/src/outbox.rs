@@ -30,6 +30,7 @@ use crate::{
     config::{Live, OutboxConfig},
     metrics::Metrics,
     store::{Store, StoreError},
+    telemetry::TraceContext,
     transport::Transport,
 };
 
@@ -51,6 +52,8 @@ pub(crate) struct Message {
     pub payload: Bytes,
     /// The payload's MIME type, as the app gave it (may be empty).
     pub content_type: String,
+    /// The trace it was sent under, handed to the receiving app.
+    pub trace: TraceContext,
     /// When `Send` stored it.
     pub enqueued_at: SystemTime,
 }
@@ -68,6 +71,8 @@ pub(crate) struct Outgoing {
     pub payload: Bytes,
     /// The payload's MIME type, as the app gave it (may be empty).
     pub content_type: String,
+    /// The trace it is sent under (empty for none).
+    pub trace: TraceContext,
 }
 
 /// The end of a message's life at one peer (or everywhere, for SUPERSEDED).
@@ -230,6 +235,7 @@ impl Outbox {
             event_id: out.event_id,
             payload: out.payload,
             content_type: out.content_type,
+            trace: out.trace,
             enqueued_at: SystemTime::now(),
         });
         let stored = self.store_message(&message).await;

@@ -23,6 +23,7 @@ use crate::{
     inbox::{Inbox, InboxError},
     leadership::{Key, Leadership, LeadershipError, Role},
     outbox::{Destination, Outbox, OutboxError, Outgoing},
+    telemetry::TraceContext,
     transport::Transport,
     watch::ResourceError,
 };
@@ -202,6 +203,8 @@ impl Rollout {
                 event_id: version.version.to_string(),
                 payload,
                 content_type: version.content_type.clone(),
+                // Read by the members' daemons, never handed to an app's Inbox.Receive.
+                trace: TraceContext::default(),
             })
             .await?;
         Ok(())

@@ -11,6 +11,9 @@ use tracing_subscriber::{EnvFilter, Registry, layer::SubscriberExt, reload, util
 
 use crate::config::{Environment, LogFormat};
 
+mod context;
+pub(crate) use context::TraceContext;
+
 /// Whether spans are exported: only then do calls and apiserver requests get spans of their own (with
 /// traces off they would only add their fields to every log line).
 static TRACES: AtomicBool = AtomicBool::new(false);

@@ -1,6 +1,7 @@
 //! ACK-tracked sends between real daemons on loopback: delivery to the peer's app and the ACK back,
 //! mutual TLS, latest-wins per resource, peers that are not up yet, an absent or NACKing app, bounds,
-//! bad input, Service fan-out through EndpointSlices, metrics and structured logs.
+//! bad input, Service fan-out through EndpointSlices, metrics and structured logs, and the W3C trace
+//! context a message was sent under reaching the receiving app through kill -9 of both daemons.
 
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ use consistd_client::proto::{
     SendRequest, ServiceDestination, WatchAcksRequest, WatchAcksResponse, destination::Target,
 };
 use consistd_testkit::{Daemon, free_port, tls::Ca};
+use nix::sys::signal::Signal;
 use tonic::{Code, Streaming};
 
 const BIN: &str = env!("CARGO_BIN_EXE_consistd");
@@ -41,6 +43,7 @@ fn to_peer(peer: &str, resource: &str, event: &str, payload: &[u8]) -> SendReque
         event_id: event.to_owned(),
         payload: payload.to_vec(),
         content_type: "application/json".to_owned(),
+        ..Default::default()
     }
 }
 
@@ -346,6 +349,11 @@ async fn bad_input_is_refused_naming_the_field() {
         (SendRequest { event_id: "a\nb".to_owned(), ..good.clone() }, "event_id"),
         (SendRequest { event_id: "x".repeat(2000), ..good.clone() }, "event_id"),
         (SendRequest { content_type: "y".repeat(300), ..good.clone() }, "content_type"),
+        (SendRequest { traceparent: "00-nope".to_owned(), ..good.clone() }, "traceparent"),
+        (
+            SendRequest { traceparent: TRACEPARENT.to_owned(), tracestate: "a=1,".repeat(200), ..good.clone() },
+            "tracestate",
+        ),
         (
             SendRequest {
                 destination: Some(Destination {
@@ -386,6 +394,65 @@ async fn bad_input_is_refused_naming_the_field() {
     assert!(e.message().contains("peer.tls"), "{e:?}");
     // The daemon is unharmed.
     assert_eq!(total_pending(&a).await, 0);
+}
+
+const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+/// A Send of `resource` whose call carries `metadata` as its `traceparent` header.
+fn under_trace(mut request: SendRequest, resource: &str, metadata: &str) -> tonic::Request<SendRequest> {
+    request.resource_id = resource.to_owned();
+    let mut request = tonic::Request::new(request);
+    request.metadata_mut().insert("traceparent", metadata.parse().expect("metadata value"));
+    request.metadata_mut().insert("tracestate", "vendor=from-metadata".parse().expect("metadata value"));
+    request
+}
+
+#[tokio::test]
+async fn a_message_carries_the_trace_it_was_sent_under_through_kill_9_of_both_daemons() {
+    let (a_dir, b_dir) = (tempfile::tempdir().expect("dir"), tempfile::tempdir().expect("dir"));
+    let port = free_port();
+    let b_addr = format!("127.0.0.1:{port}");
+    let a_config = format!("identity: a\npeer:\n  insecure: true\n{BACKOFF}");
+    let b_config = format!("identity: b\npeer:\n  listen: {b_addr}\n  insecure: true\n");
+    let mut a = Daemon::builder(BIN).config(&a_config).dir(a_dir.path()).start().await;
+    let other = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let base = to_peer(&b_addr, "", "e", b"traced");
+    let mut outbox = a.client().outbox();
+    // From the call's metadata (what OpenTelemetry's gRPC instrumentation sets).
+    outbox.send(under_trace(base.clone(), "from-metadata", TRACEPARENT)).await.expect("Send");
+    // From the request, which wins over the metadata.
+    let given = SendRequest { traceparent: other.to_owned(), tracestate: "vendor=given".to_owned(), ..base.clone() };
+    outbox.send(under_trace(given, "from-request", TRACEPARENT)).await.expect("Send");
+    // A malformed header is ignored, as W3C says, and the message is sent under no trace.
+    outbox.send(under_trace(base.clone(), "malformed", "00-not-a-trace")).await.expect("Send");
+    outbox.send(to_peer(&b_addr, "untraced", "e", b"")).await.expect("Send");
+
+    // The sender dies with the messages in its outbox only; the receiver dies with them in its inbox only.
+    a.signal(Signal::SIGKILL);
+    a.wait_exit(WAIT).await;
+    let mut b = Daemon::builder(BIN).config(&b_config).dir(b_dir.path()).start().await;
+    let _a = Daemon::builder(BIN).config(&a_config).dir(a_dir.path()).start().await;
+    let deadline = std::time::Instant::now() + WAIT;
+    while !metrics(&b).await.contains("\nconsistd_inbox_pending 4\n") {
+        assert!(std::time::Instant::now() < deadline, "the 4 messages never reached b's inbox:\n{}", b.logs());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    b.signal(Signal::SIGKILL);
+    b.wait_exit(WAIT).await;
+    let b = Daemon::builder(BIN).config(&b_config).dir(b_dir.path()).start().await;
+
+    let mut messages = inbox(&b).await;
+    let mut got = std::collections::BTreeMap::new();
+    for _ in 0..4 {
+        let m = next_message(&mut messages).await;
+        ack(&b, &m.message_id).await;
+        got.insert(m.resource_id, (m.traceparent, m.tracestate));
+    }
+    let want = |p: &str, s: &str| (p.to_owned(), s.to_owned());
+    assert_eq!(got["from-metadata"], want(TRACEPARENT, "vendor=from-metadata"));
+    assert_eq!(got["from-request"], want(other, "vendor=given"));
+    assert_eq!(got["malformed"], want("", ""));
+    assert_eq!(got["untraced"], want("", ""));
 }
 
 /// An EndpointSlice of Service `service` with one endpoint at this machine's address and `port`.

@@ -1,7 +1,9 @@
 //! ACK-tracked sends under faults, between real daemons: kill -9 of the sender and of the receiver at
 //! random points during 10,000 sends, and a lossy, slow network (connections dropped, traffic delayed)
 //! with a receiving app that is absent and then slow. Afterwards every message `Send` acknowledged was
-//! ACKed exactly once by the receiving app, and nothing was lost.
+//! ACKed exactly once by the receiving app, and nothing was lost. Each message is sent under a trace of
+//! its own (half in the call's `traceparent` metadata, half in the request), and the app checks it
+//! receives that trace with the message: trace context survives the kills too.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -38,16 +40,31 @@ struct AppLog {
     uncertain: HashSet<String>,
     /// Deliveries of a resource after the app had ACKed it successfully.
     after_ack: Vec<String>,
+    /// Deliveries whose traceparent was not the one the message was sent under: (resource_id, received).
+    wrong_trace: Vec<(String, String)>,
 }
 
-fn request(peer: &str, i: usize) -> SendRequest {
-    SendRequest {
+/// The W3C traceparent message `r{i}` is sent under: a trace of its own.
+fn traceparent(i: usize) -> String {
+    format!("00-{:032x}-00f067aa0ba902b7-01", i + 1)
+}
+
+/// Message `i`'s Send: odd ones carry their trace in the request, even ones in the call's metadata.
+fn request(peer: &str, i: usize) -> tonic::Request<SendRequest> {
+    let in_request = i % 2 == 1;
+    let mut request = tonic::Request::new(SendRequest {
         destination: Some(Destination { target: Some(Target::Peer(peer.to_owned())) }),
         resource_id: format!("r{i:05}"),
         event_id: "e1".to_owned(),
         payload: vec![b'x'; 1024],
         content_type: "application/octet-stream".to_owned(),
+        traceparent: if in_request { traceparent(i) } else { String::new() },
+        tracestate: String::new(),
+    });
+    if !in_request {
+        request.metadata_mut().insert("traceparent", traceparent(i).parse().expect("metadata value"));
     }
+    request
 }
 
 /// Sends `count` messages from `workers` tasks, each retrying until `Send` acknowledges it, pausing
@@ -110,6 +127,10 @@ fn spawn_app(
                 {
                     let mut log = log.lock().expect("log");
                     *log.delivered.entry(m.resource_id.clone()).or_default() += 1;
+                    let i: usize = m.resource_id[1..].parse().unwrap_or(usize::MAX);
+                    if i == usize::MAX || m.traceparent != traceparent(i) {
+                        log.wrong_trace.push((m.resource_id.clone(), m.traceparent.clone()));
+                    }
                     if log.acked.contains_key(&m.resource_id) {
                         log.after_ack.push(m.resource_id.clone());
                     }
@@ -174,6 +195,11 @@ async fn settle_and_check(sender: &Path2, acknowledged: &[usize], log: &Arc<Mute
         log.after_ack.is_empty(),
         "delivered again after a successful ACK: {:?}",
         &log.after_ack[..log.after_ack.len().min(10)]
+    );
+    assert!(
+        log.wrong_trace.is_empty(),
+        "delivered without the trace it was sent under: {:?}",
+        &log.wrong_trace[..log.wrong_trace.len().min(10)]
     );
     let unknown: Vec<&String> =
         log.delivered.keys().filter(|r| !acknowledged.contains(&r[1..].parse().unwrap_or(usize::MAX))).collect();

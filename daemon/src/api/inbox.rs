@@ -64,6 +64,8 @@ impl InboxService for InboxApi {
                 content_type: m.content_type.clone(),
                 delivery_attempt: attempt,
                 received_at: Some(m.received_at.into()),
+                traceparent: m.trace.traceparent.clone(),
+                tracestate: m.trace.tracestate.clone(),
             };
             Some((Ok(pb::ReceiveResponse { message: Some(message) }), receiver))
         });

@@ -16,6 +16,7 @@ use super::{
 use crate::{
     config::Service,
     outbox::{Destination, Outbox, OutcomeKind, Outgoing},
+    telemetry::TraceContext,
 };
 
 /// Longest resource_id or event_id accepted (a Kubernetes UID is 36 bytes, a resourceVersion ~20).
@@ -82,6 +83,7 @@ impl OutboxService for OutboxApi {
         let destination = Destination::from_pb(request.get_ref().destination.as_ref(), &self.namespace)
             .map_err(|e| status::invalid_argument(e.field, e.message))?;
         self.allowed(&request, "send", Some(&destination)).await?;
+        let headers = TraceContext::of_headers(request.metadata().as_ref());
         let r = request.into_inner();
         check_id("resource_id", &r.resource_id)?;
         check_id("event_id", &r.event_id)?;
@@ -91,6 +93,9 @@ impl OutboxService for OutboxApi {
                 format!("must be a MIME type of at most {MAX_CONTENT_TYPE_BYTES} bytes"),
             ));
         }
+        let given = TraceContext::given(r.traceparent, r.tracestate)
+            .map_err(|e| status::invalid_argument(e.field, e.message))?;
+        let trace = if given.is_empty() { headers } else { given };
         let sequence = self
             .outbox
             .send(Outgoing {
@@ -99,6 +104,7 @@ impl OutboxService for OutboxApi {
                 event_id: r.event_id,
                 payload: r.payload.into(),
                 content_type: r.content_type,
+                trace,
             })
             .await
             .map_err(status::outbox_error)?;

@@ -12,8 +12,12 @@ fn message(sequence: u64, resource: &str, event: &str) -> PeerMessage {
         content_type: "text/plain".to_owned(),
         sent_at: None,
         attempt: 1,
+        traceparent: String::new(),
+        tracestate: String::new(),
     }
 }
+
+const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
 fn disposition(r: Option<ExchangeResponse>) -> Disposition {
     Disposition::try_from(r.expect("an answer").disposition).expect("known disposition")
@@ -106,7 +110,9 @@ async fn a_full_inbox_refuses_and_pending_messages_survive_a_restart() {
     let dir = tempfile::tempdir().expect("temp dir");
     let inbox = open(dir.path(), 2).await;
     inbox.accept("s", message(1, "r1", "e")).await;
-    inbox.accept("s", message(2, "r2", "e")).await;
+    let traced =
+        PeerMessage { traceparent: TRACEPARENT.to_owned(), tracestate: "a=1".to_owned(), ..message(2, "r2", "e") };
+    inbox.accept("s", traced).await;
     let refused = inbox.accept("s", message(3, "r3", "e")).await.expect("answer");
     assert_eq!(refused.disposition, Disposition::Refused as i32);
     assert!(refused.reason.contains("inbox.maxPending"), "{}", refused.reason);
@@ -121,6 +127,7 @@ async fn a_full_inbox_refuses_and_pending_messages_survive_a_restart() {
     let mut receiver = inbox.receiver();
     let (m, attempt) = next(&mut receiver).await;
     assert_eq!((m.resource_id.as_str(), attempt), ("r2", 1));
+    assert_eq!((m.trace.traceparent.as_str(), m.trace.tracestate.as_str()), (TRACEPARENT, "a=1"), "its trace is kept");
     // The ACK of r1 survived too: its resend is not delivered again.
     assert_eq!(disposition(inbox.accept("s", message(1, "r1", "e")).await), Disposition::Acked);
 }

@@ -307,6 +307,8 @@ impl Outbox {
                     content_type: m.content_type.clone(),
                     sent_at: Some(m.enqueued_at.into()),
                     attempt,
+                    traceparent: m.trace.traceparent.clone(),
+                    tracestate: m.trace.tracestate.clone(),
                 })),
             });
         }

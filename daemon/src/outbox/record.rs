@@ -12,7 +12,10 @@ use consistd_proto::v1 as pb;
 use redb::{ReadableTable, TableDefinition};
 
 use super::{Destination, Message, Outbox, Slot};
-use crate::store::{META, Store, StoreError, from_millis, to_millis};
+use crate::{
+    store::{META, Store, StoreError, from_millis, to_millis},
+    telemetry::TraceContext,
+};
 
 /// Stored messages by sequence number.
 const MESSAGES: TableDefinition<u64, &[u8]> = TableDefinition::new("outbox_messages");
@@ -36,6 +39,10 @@ struct OutboxRecord {
     content_type: String,
     #[prost(uint64, tag = "6")]
     enqueued_at_ms: u64,
+    #[prost(string, tag = "7")]
+    traceparent: String,
+    #[prost(string, tag = "8")]
+    tracestate: String,
 }
 
 fn encode(m: &Message) -> Vec<u8> {
@@ -47,6 +54,8 @@ fn encode(m: &Message) -> Vec<u8> {
         payload: m.payload.clone(),
         content_type: m.content_type.clone(),
         enqueued_at_ms: to_millis(m.enqueued_at),
+        traceparent: m.trace.traceparent.clone(),
+        tracestate: m.trace.tracestate.clone(),
     }
     .encode_to_vec()
 }
@@ -150,6 +159,7 @@ impl Outbox {
                 event_id: record.event_id,
                 payload: record.payload,
                 content_type: record.content_type,
+                trace: TraceContext { traceparent: record.traceparent, tracestate: record.tracestate },
                 enqueued_at: from_millis(record.enqueued_at_ms),
             });
             let key = (target, message.resource_id.clone());

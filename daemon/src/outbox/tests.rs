@@ -27,6 +27,7 @@ fn out(peer: &str, resource: &str, event: &str) -> Outgoing {
         event_id: event.to_owned(),
         payload: Bytes::from_static(b"{}"),
         content_type: "application/json".to_owned(),
+        trace: TraceContext::default(),
     }
 }
 
@@ -115,7 +116,11 @@ async fn stored_messages_survive_a_restart_and_sequences_never_go_back() {
     let shutdown = CancellationToken::new();
     let outbox =
         Outbox::open(Store::open(dir.path()).expect("store"), parts(OutboxConfig::default(), &shutdown)).expect("open");
-    let s1 = outbox.send(out(PEER, "r1", "e1")).await.expect("send");
+    let trace = TraceContext {
+        traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".to_owned(),
+        tracestate: "a=1".to_owned(),
+    };
+    let s1 = outbox.send(Outgoing { trace: trace.clone(), ..out(PEER, "r1", "e1") }).await.expect("send");
     let s2 = outbox.send(out(PEER, "r2", "e1")).await.expect("send");
     let s3 = outbox.send(out(PEER, "r3", "e1")).await.expect("send");
     outbox.acked(PEER, s3, "r3", "e1");
@@ -130,6 +135,7 @@ async fn stored_messages_survive_a_restart_and_sequences_never_go_back() {
     let (destinations, total) = outbox.status();
     assert_eq!(total, 2);
     assert_eq!(destinations[0].pending[0].message.resource_id, "r1");
+    assert_eq!(destinations[0].pending[0].message.trace, trace, "its trace is kept");
     let s4 = outbox.send(out(PEER, "r4", "e1")).await.expect("send");
     assert!(s4 > s3, "{s4} must be above every earlier id ({s3})");
     shutdown.cancel();

@@ -46,6 +46,11 @@ pub struct PeerMessage {
     /// Delivery attempt at the sender, 1 for the first.
     #[prost(uint32, tag = "7")]
     pub attempt: u32,
+    /// The W3C trace context the sender's app sent it under (may be empty).
+    #[prost(string, tag = "8")]
+    pub traceparent: ::prost::alloc::string::String,
+    #[prost(string, tag = "9")]
+    pub tracestate: ::prost::alloc::string::String,
 }
 /// ExchangeRequest is one frame from the sender.
 #[allow(clippy::all)]

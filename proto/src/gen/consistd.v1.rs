@@ -2122,6 +2122,14 @@ pub struct SendRequest {
     /// MIME type of the payload, e.g. "application/json".
     #[prost(string, tag = "5")]
     pub content_type: ::prost::alloc::string::String,
+    /// W3C trace context (<https://www.w3.org/TR/trace-context/>) delivered with the message to the receiving
+    /// app's Inbox.Receive and stored with it. Empty means the call's own `traceparent` metadata, which
+    /// OpenTelemetry gRPC instrumentation sets; a malformed metadata header is ignored, as W3C requires.
+    #[prost(string, tag = "6")]
+    pub traceparent: ::prost::alloc::string::String,
+    /// W3C `tracestate` going with traceparent (at most 512 bytes); ignored without traceparent.
+    #[prost(string, tag = "7")]
+    pub tracestate: ::prost::alloc::string::String,
 }
 /// SendResponse identifies the stored message.
 #[allow(clippy::all)]
@@ -2733,6 +2741,13 @@ pub struct InboxMessage {
     pub delivery_attempt: u32,
     #[prost(message, optional, tag = "8")]
     pub received_at: ::core::option::Option<::prost_types::Timestamp>,
+    /// The W3C trace context the message was sent under (empty when it was sent under none): the parent of
+    /// the receiving app's processing span.
+    #[prost(string, tag = "9")]
+    pub traceparent: ::prost::alloc::string::String,
+    /// W3C `tracestate` going with traceparent.
+    #[prost(string, tag = "10")]
+    pub tracestate: ::prost::alloc::string::String,
 }
 /// ReceiveResponse carries one message.
 #[allow(clippy::all)]

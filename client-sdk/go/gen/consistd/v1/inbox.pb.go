@@ -73,8 +73,13 @@ type InboxMessage struct {
 	// 1 on first delivery to the app, higher after a NACK or an app reconnect.
 	DeliveryAttempt uint32                 `protobuf:"varint,7,opt,name=delivery_attempt,json=deliveryAttempt,proto3" json:"delivery_attempt,omitempty"`
 	ReceivedAt      *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=received_at,json=receivedAt,proto3" json:"received_at,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The W3C trace context the message was sent under (empty when it was sent under none): the parent of
+	// the receiving app's processing span.
+	Traceparent string `protobuf:"bytes,9,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	// W3C `tracestate` going with traceparent.
+	Tracestate    string `protobuf:"bytes,10,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InboxMessage) Reset() {
@@ -161,6 +166,20 @@ func (x *InboxMessage) GetReceivedAt() *timestamppb.Timestamp {
 		return x.ReceivedAt
 	}
 	return nil
+}
+
+func (x *InboxMessage) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
+func (x *InboxMessage) GetTracestate() string {
+	if x != nil {
+		return x.Tracestate
+	}
+	return ""
 }
 
 // ReceiveResponse carries one message.
@@ -395,7 +414,7 @@ var File_consistd_v1_inbox_proto protoreflect.FileDescriptor
 const file_consistd_v1_inbox_proto_rawDesc = "" +
 	"\n" +
 	"\x17consistd/v1/inbox.proto\x12\vconsistd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x10\n" +
-	"\x0eReceiveRequest\"\xa6\x02\n" +
+	"\x0eReceiveRequest\"\xe8\x02\n" +
 	"\fInboxMessage\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x01 \x01(\tR\tmessageId\x12\x16\n" +
@@ -407,7 +426,12 @@ const file_consistd_v1_inbox_proto_rawDesc = "" +
 	"\fcontent_type\x18\x06 \x01(\tR\vcontentType\x12)\n" +
 	"\x10delivery_attempt\x18\a \x01(\rR\x0fdeliveryAttempt\x12;\n" +
 	"\vreceived_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"receivedAt\"F\n" +
+	"receivedAt\x12 \n" +
+	"\vtraceparent\x18\t \x01(\tR\vtraceparent\x12\x1e\n" +
+	"\n" +
+	"tracestate\x18\n" +
+	" \x01(\tR\n" +
+	"tracestate\"F\n" +
 	"\x0fReceiveResponse\x123\n" +
 	"\amessage\x18\x01 \x01(\v2\x19.consistd.v1.InboxMessageR\amessage\"+\n" +
 	"\n" +

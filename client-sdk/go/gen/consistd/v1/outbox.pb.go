@@ -247,7 +247,13 @@ type SendRequest struct {
 	// The message body (at most outbox.max_payload_bytes).
 	Payload []byte `protobuf:"bytes,4,opt,name=payload,proto3" json:"payload,omitempty"`
 	// MIME type of the payload, e.g. "application/json".
-	ContentType   string `protobuf:"bytes,5,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	ContentType string `protobuf:"bytes,5,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	// W3C trace context (https://www.w3.org/TR/trace-context/) delivered with the message to the receiving
+	// app's Inbox.Receive and stored with it. Empty means the call's own `traceparent` metadata, which
+	// OpenTelemetry gRPC instrumentation sets; a malformed metadata header is ignored, as W3C requires.
+	Traceparent string `protobuf:"bytes,6,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	// W3C `tracestate` going with traceparent (at most 512 bytes); ignored without traceparent.
+	Tracestate    string `protobuf:"bytes,7,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -313,6 +319,20 @@ func (x *SendRequest) GetPayload() []byte {
 func (x *SendRequest) GetContentType() string {
 	if x != nil {
 		return x.ContentType
+	}
+	return ""
+}
+
+func (x *SendRequest) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
+func (x *SendRequest) GetTracestate() string {
+	if x != nil {
+		return x.Tracestate
 	}
 	return ""
 }
@@ -782,14 +802,18 @@ const file_consistd_v1_outbox_proto_rawDesc = "" +
 	"\x04peer\x18\x01 \x01(\tH\x00R\x04peer\x12;\n" +
 	"\aservice\x18\x02 \x01(\v2\x1f.consistd.v1.ServiceDestinationH\x00R\aservice\x12\x1c\n" +
 	"\belection\x18\x03 \x01(\tH\x00R\belectionB\b\n" +
-	"\x06target\"\xc2\x01\n" +
+	"\x06target\"\x84\x02\n" +
 	"\vSendRequest\x12:\n" +
 	"\vdestination\x18\x01 \x01(\v2\x18.consistd.v1.DestinationR\vdestination\x12\x1f\n" +
 	"\vresource_id\x18\x02 \x01(\tR\n" +
 	"resourceId\x12\x19\n" +
 	"\bevent_id\x18\x03 \x01(\tR\aeventId\x12\x18\n" +
 	"\apayload\x18\x04 \x01(\fR\apayload\x12!\n" +
-	"\fcontent_type\x18\x05 \x01(\tR\vcontentType\"-\n" +
+	"\fcontent_type\x18\x05 \x01(\tR\vcontentType\x12 \n" +
+	"\vtraceparent\x18\x06 \x01(\tR\vtraceparent\x12\x1e\n" +
+	"\n" +
+	"tracestate\x18\a \x01(\tR\n" +
+	"tracestate\"-\n" +
 	"\fSendResponse\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x01 \x01(\tR\tmessageId\"3\n" +

@@ -14,7 +14,7 @@ class ReceiveRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class InboxMessage(_message.Message):
-    __slots__ = ("message_id", "sender", "resource_id", "event_id", "payload", "content_type", "delivery_attempt", "received_at")
+    __slots__ = ("message_id", "sender", "resource_id", "event_id", "payload", "content_type", "delivery_attempt", "received_at", "traceparent", "tracestate")
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     SENDER_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -23,6 +23,8 @@ class InboxMessage(_message.Message):
     CONTENT_TYPE_FIELD_NUMBER: _ClassVar[int]
     DELIVERY_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     RECEIVED_AT_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    TRACESTATE_FIELD_NUMBER: _ClassVar[int]
     message_id: str
     sender: str
     resource_id: str
@@ -31,7 +33,9 @@ class InboxMessage(_message.Message):
     content_type: str
     delivery_attempt: int
     received_at: _timestamp_pb2.Timestamp
-    def __init__(self, message_id: _Optional[str] = ..., sender: _Optional[str] = ..., resource_id: _Optional[str] = ..., event_id: _Optional[str] = ..., payload: _Optional[bytes] = ..., content_type: _Optional[str] = ..., delivery_attempt: _Optional[int] = ..., received_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    traceparent: str
+    tracestate: str
+    def __init__(self, message_id: _Optional[str] = ..., sender: _Optional[str] = ..., resource_id: _Optional[str] = ..., event_id: _Optional[str] = ..., payload: _Optional[bytes] = ..., content_type: _Optional[str] = ..., delivery_attempt: _Optional[int] = ..., received_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ...) -> None: ...
 
 class ReceiveResponse(_message.Message):
     __slots__ = ("message",)

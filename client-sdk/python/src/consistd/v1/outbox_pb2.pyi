@@ -40,18 +40,22 @@ class Destination(_message.Message):
     def __init__(self, peer: _Optional[str] = ..., service: _Optional[_Union[ServiceDestination, _Mapping]] = ..., election: _Optional[str] = ...) -> None: ...
 
 class SendRequest(_message.Message):
-    __slots__ = ("destination", "resource_id", "event_id", "payload", "content_type")
+    __slots__ = ("destination", "resource_id", "event_id", "payload", "content_type", "traceparent", "tracestate")
     DESTINATION_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_ID_FIELD_NUMBER: _ClassVar[int]
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     CONTENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    TRACESTATE_FIELD_NUMBER: _ClassVar[int]
     destination: Destination
     resource_id: str
     event_id: str
     payload: bytes
     content_type: str
-    def __init__(self, destination: _Optional[_Union[Destination, _Mapping]] = ..., resource_id: _Optional[str] = ..., event_id: _Optional[str] = ..., payload: _Optional[bytes] = ..., content_type: _Optional[str] = ...) -> None: ...
+    traceparent: str
+    tracestate: str
+    def __init__(self, destination: _Optional[_Union[Destination, _Mapping]] = ..., resource_id: _Optional[str] = ..., event_id: _Optional[str] = ..., payload: _Optional[bytes] = ..., content_type: _Optional[str] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ...) -> None: ...
 
 class SendResponse(_message.Message):
     __slots__ = ("message_id",)

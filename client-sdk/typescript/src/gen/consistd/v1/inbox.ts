@@ -38,7 +38,16 @@ export interface InboxMessage {
   contentType: string;
   /** 1 on first delivery to the app, higher after a NACK or an app reconnect. */
   deliveryAttempt: number;
-  receivedAt: Date | undefined;
+  receivedAt:
+    | Date
+    | undefined;
+  /**
+   * The W3C trace context the message was sent under (empty when it was sent under none): the parent of
+   * the receiving app's processing span.
+   */
+  traceparent: string;
+  /** W3C `tracestate` going with traceparent. */
+  tracestate: string;
 }
 
 /** ReceiveResponse carries one message. */
@@ -123,6 +132,8 @@ function createBaseInboxMessage(): InboxMessage {
     contentType: "",
     deliveryAttempt: 0,
     receivedAt: undefined,
+    traceparent: "",
+    tracestate: "",
   };
 }
 
@@ -151,6 +162,12 @@ export const InboxMessage: MessageFns<InboxMessage> = {
     }
     if (message.receivedAt !== undefined) {
       Timestamp.encode(toTimestamp(message.receivedAt), writer.uint32(66).fork()).join();
+    }
+    if (message.traceparent !== "") {
+      writer.uint32(74).string(message.traceparent);
+    }
+    if (message.tracestate !== "") {
+      writer.uint32(82).string(message.tracestate);
     }
     return writer;
   },
@@ -232,6 +249,22 @@ export const InboxMessage: MessageFns<InboxMessage> = {
             message.receivedAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
             continue;
           }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.traceparent = reader.string();
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.tracestate = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -257,6 +290,8 @@ export const InboxMessage: MessageFns<InboxMessage> = {
     message.contentType = object.contentType ?? "";
     message.deliveryAttempt = object.deliveryAttempt ?? 0;
     message.receivedAt = object.receivedAt ?? undefined;
+    message.traceparent = object.traceparent ?? "";
+    message.tracestate = object.tracestate ?? "";
     return message;
   },
 };

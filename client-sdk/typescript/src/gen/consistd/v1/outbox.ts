@@ -72,6 +72,14 @@ export interface SendRequest {
   payload: Buffer;
   /** MIME type of the payload, e.g. "application/json". */
   contentType: string;
+  /**
+   * W3C trace context (https://www.w3.org/TR/trace-context/) delivered with the message to the receiving
+   * app's Inbox.Receive and stored with it. Empty means the call's own `traceparent` metadata, which
+   * OpenTelemetry gRPC instrumentation sets; a malformed metadata header is ignored, as W3C requires.
+   */
+  traceparent: string;
+  /** W3C `tracestate` going with traceparent (at most 512 bytes); ignored without traceparent. */
+  tracestate: string;
 }
 
 /** SendResponse identifies the stored message. */
@@ -288,7 +296,15 @@ export const Destination: MessageFns<Destination> = {
 };
 
 function createBaseSendRequest(): SendRequest {
-  return { destination: undefined, resourceId: "", eventId: "", payload: Buffer.alloc(0), contentType: "" };
+  return {
+    destination: undefined,
+    resourceId: "",
+    eventId: "",
+    payload: Buffer.alloc(0),
+    contentType: "",
+    traceparent: "",
+    tracestate: "",
+  };
 }
 
 export const SendRequest: MessageFns<SendRequest> = {
@@ -307,6 +323,12 @@ export const SendRequest: MessageFns<SendRequest> = {
     }
     if (message.contentType !== "") {
       writer.uint32(42).string(message.contentType);
+    }
+    if (message.traceparent !== "") {
+      writer.uint32(50).string(message.traceparent);
+    }
+    if (message.tracestate !== "") {
+      writer.uint32(58).string(message.tracestate);
     }
     return writer;
   },
@@ -364,6 +386,22 @@ export const SendRequest: MessageFns<SendRequest> = {
             message.contentType = reader.string();
             continue;
           }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.traceparent = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.tracestate = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -388,6 +426,8 @@ export const SendRequest: MessageFns<SendRequest> = {
     message.eventId = object.eventId ?? "";
     message.payload = object.payload ?? Buffer.alloc(0);
     message.contentType = object.contentType ?? "";
+    message.traceparent = object.traceparent ?? "";
+    message.tracestate = object.tracestate ?? "";
     return message;
   },
 };
