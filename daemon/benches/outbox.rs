@@ -35,6 +35,7 @@ fn request(peer: &str, i: usize) -> SendRequest {
         event_id: "1".to_owned(),
         payload: vec![b'x'; PAYLOAD],
         content_type: "application/octet-stream".to_owned(),
+        ..Default::default()
     }
 }
 

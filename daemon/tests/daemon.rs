@@ -246,6 +246,7 @@ async fn send_to(daemon: &Daemon, peer: &str) {
         event_id: "e1".to_owned(),
         payload: b"{}".to_vec(),
         content_type: "application/json".to_owned(),
+        ..Default::default()
     };
     daemon.client().outbox().send(request).await.expect("Send");
 }
@@ -322,6 +323,7 @@ async fn admin_listen_serves_probes_metrics_and_the_outbox_over_tcp_with_the_lea
         event_id: "1".to_owned(),
         payload: b"{}".to_vec(),
         content_type: "application/json".to_owned(),
+        ..Default::default()
     };
     daemon.client().outbox().send(send).await.expect("Send");
     let (status, body) = http_get(&addr, "/outbox").await;

@@ -87,6 +87,7 @@ async fn rotated_leaves_and_ca_keep_sends_acked_after_the_old_leaves_expired() {
                 event_id: "1".to_owned(),
                 payload: b"{}".to_vec(),
                 content_type: "application/json".to_owned(),
+                ..Default::default()
             };
             a_client.outbox().send(request).await.expect("Send");
             sent.push((resource_id, started.elapsed()));

@@ -322,6 +322,7 @@ fn to_service(service: &str) -> SendRequest {
         event_id: "1".into(),
         payload: br#"{"keys":["mode"]}"#.to_vec(),
         content_type: "application/json".into(),
+        ..Default::default()
     }
 }
 

@@ -62,6 +62,7 @@ fn send(peer: &str, resource_id: &str) -> SendRequest {
         event_id: "1".to_owned(),
         payload: b"{}".to_vec(),
         content_type: "application/json".to_owned(),
+        ..Default::default()
     }
 }
 

@@ -222,6 +222,7 @@ fn message(to: &str, resource: &str, event: &str) -> SendRequest {
         event_id: event.into(),
         payload: br#"{"hello":"peer"}"#.to_vec(),
         content_type: "application/json".into(),
+        ..Default::default()
     }
 }
 

@@ -189,6 +189,7 @@ async fn handle(
                 event_id: version,
                 payload: payload.to_string().into_bytes(),
                 content_type: "application/json".into(),
+                ..Default::default()
             })
             .await
             .context("send notification")?;
