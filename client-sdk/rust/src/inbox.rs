@@ -4,11 +4,13 @@
 use std::{fmt::Display, future::Future, time::Duration};
 
 use futures::{Stream, StreamExt as _};
+use opentelemetry::{context::FutureExt as _, trace::TraceContextExt as _};
 
 use crate::{
     Client, Error,
     proto::{AckRequest, InboxMessage, NackRequest, ReceiveRequest, inbox_service_client::InboxServiceClient},
     retry::{Backoff, is_retryable},
+    trace,
 };
 
 /// How long a NACKed message waits before it is delivered again, unless the caller says otherwise.
@@ -26,6 +28,12 @@ pub struct Delivery {
 }
 
 impl Delivery {
+    /// The OpenTelemetry context the message was sent under, to parent the span of its processing
+    /// (empty when it was sent under none).
+    pub fn context(&self) -> opentelemetry::Context {
+        trace::context(&self.message)
+    }
+
     /// Confirms the message was processed; answers once the ACK is stored (it then travels back to the
     /// sender).
     pub async fn ack(mut self) -> Result<(), Error> {
@@ -83,6 +91,10 @@ impl Client {
     /// Calls `handler` with each message from peers: when it returns `Ok` the message is ACKed, when it
     /// returns `Err` it is NACKed with the error as reason and comes again after `retry_after`. Runs
     /// until a call to the sidecar fails with an error that reconnecting cannot mend.
+    ///
+    /// Each call runs inside an OpenTelemetry CONSUMER span, child of the trace the message was sent
+    /// under and current while the handler runs ([`opentelemetry::Context::current`]); an `Err` marks
+    /// it failed. The spans come from the global tracer provider, a no-op unless the app installs one.
     pub async fn serve_inbox<F, Fut, E>(&self, retry_after: Duration, mut handler: F) -> Result<(), Error>
     where
         F: FnMut(InboxMessage) -> Fut,
@@ -92,10 +104,15 @@ impl Client {
         let mut deliveries = std::pin::pin!(self.receive());
         while let Some(delivery) = deliveries.next().await {
             let delivery = delivery?;
-            let settled = match handler(delivery.message.clone()).await {
+            let cx = trace::process(&delivery.message);
+            let settled = match handler(delivery.message.clone()).with_context(cx.clone()).await {
                 Ok(()) => delivery.ack().await,
-                Err(e) => delivery.nack(e.to_string(), retry_after).await,
+                Err(e) => {
+                    cx.span().set_status(opentelemetry::trace::Status::error(e.to_string()));
+                    delivery.nack(e.to_string(), retry_after).await
+                }
             };
+            cx.span().end();
             // An ACK or NACK lost to a restarting sidecar is harmless: the message comes again.
             if let Err(Error::Status(status)) = &settled
                 && is_retryable(status)

@@ -23,6 +23,7 @@ mod inbox;
 mod leadership;
 mod outbox;
 mod retry;
+pub mod trace;
 mod watch;
 
 use std::{

@@ -111,7 +111,11 @@ impl Tracked {
 impl Client {
     /// Stores `request` in the sidecar's outbox and returns once it is durable; the sidecar delivers
     /// and resends it until the receiving app ACKs. Await the returned [`Sent`] for the outcome.
-    pub async fn send(&self, request: SendRequest) -> Result<Sent, Error> {
+    ///
+    /// The message carries the W3C trace context of the current OpenTelemetry span to the receiving
+    /// app, unless `request` names one already ([`crate::trace::inject`]).
+    pub async fn send(&self, mut request: SendRequest) -> Result<Sent, Error> {
+        crate::trace::inject(&mut request, &opentelemetry::Context::current());
         self.watch_outcomes().await?;
         let message_id = self.outbox().send(request).await?.into_inner().message_id;
         let (tx, outcome) = oneshot::channel();
