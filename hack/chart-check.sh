@@ -46,6 +46,7 @@ refuse "'/sidecar/peerPort'" --set sidecar.peerPort=70000
 refuse "'/webhook/certValidity'" --set webhook.certValidity=ninety
 refuse "'/image/pullPolicy'" --set image.pullPolicy=Sometimes
 refuse "'/webhook/secretName'" --set webhook.secretName=Not_A_Name
+refuse "'/sidecar/otelEndpoint'" --set sidecar.otelEndpoint=otel-collector:4317
 
 # A fresh namespace for the namespaced objects, labelled as consistd-testkit labels its namespaces.
 ns=consistd-chart-$(od -An -N4 -tx4 /dev/urandom | tr -d ' ')

@@ -143,6 +143,15 @@ pub struct SidecarArgs {
     /// admin socket only (annotation consistd.io/admin-port).
     #[arg(long, default_value_t = Defaults::default().admin_port)]
     pub admin_port: u16,
+    /// The OTLP/gRPC endpoint sidecars export traces to, e.g. http://otel-collector.monitoring:4317;
+    /// empty: traces off (annotation consistd.io/otel-endpoint).
+    #[arg(long, default_value_t = Defaults::default().otel_endpoint, value_parser = otel_endpoint)]
+    pub otel_endpoint: String,
+}
+
+/// Parses `--otel-endpoint` as the annotation is checked.
+fn otel_endpoint(value: &str) -> Result<String, String> {
+    crate::inject::sidecar::check_otel_endpoint(value).map(|()| value.to_owned())
 }
 
 impl SidecarArgs {
@@ -154,6 +163,7 @@ impl SidecarArgs {
             peer_port: self.peer_port,
             admin_port: self.admin_port,
             peer_tls_secret: self.peer_tls_secret.clone(),
+            otel_endpoint: self.otel_endpoint.clone(),
             ..Defaults::default()
         }
     }

@@ -40,7 +40,7 @@ def main():
         "--webhook-configuration": "inj-webhook", "--cert-validity": "30d", "--ca-validity": "365d",
         "--log-level": "consistd=debug", "--image": "registry.example/consistd-sidecar:0.2.0",
         "--config-map": "app-consistd", "--peer-port": "7171", "--admin-port": "7272",
-        "--peer-tls-secret": "app-peer-tls"})
+        "--peer-tls-secret": "app-peer-tls", "--otel-endpoint": "http://otel-collector.monitoring:4317"})
     expect("nodeSelector", pod.get("nodeSelector"), {"kubernetes.io/os": "linux"})
     expect("tolerations", [t.get("key") for t in pod.get("tolerations", [])], ["dedicated"])
     expect("affinity", list(pod.get("affinity", {})), ["podAntiAffinity"])

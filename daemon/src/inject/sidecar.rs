@@ -42,6 +42,9 @@ pub mod annotations {
     pub const PEER_TLS_SECRET: &str = "consistd.io/peer-tls-secret";
     /// The TCP port of /metrics, /healthz and /readyz (`admin.listen`); "0" keeps them on the socket.
     pub const ADMIN_PORT: &str = "consistd.io/admin-port";
+    /// Where the sidecar exports OpenTelemetry traces (`OTEL_EXPORTER_OTLP_ENDPOINT`, OTLP/gRPC); "" turns
+    /// them off for the pod.
+    pub const OTEL_ENDPOINT: &str = "consistd.io/otel-endpoint";
 }
 
 /// What the sidecar gets unless a pod's annotations say otherwise.
@@ -64,6 +67,9 @@ pub struct Defaults {
     pub memory_request: String,
     /// Memory limit.
     pub memory_limit: String,
+    /// The OTLP/gRPC endpoint sidecars export traces to (e.g. `http://otel-collector.monitoring:4317`);
+    /// empty: traces off.
+    pub otel_endpoint: String,
 }
 
 impl Default for Defaults {
@@ -77,6 +83,7 @@ impl Default for Defaults {
             cpu_request: "10m".to_owned(),
             memory_request: "32Mi".to_owned(),
             memory_limit: "128Mi".to_owned(),
+            otel_endpoint: String::new(),
         }
     }
 }
@@ -148,6 +155,7 @@ struct Settings {
     peer_port: u16,
     admin_port: u16,
     peer_tls_secret: String,
+    otel_endpoint: String,
 }
 
 impl Settings {
@@ -191,6 +199,8 @@ impl Settings {
             Some(v) if tracing_subscriber::EnvFilter::try_new(v).is_ok() => Some(v.to_owned()),
             Some(v) => return Err(bad(annotations::LOG_LEVEL, format!("{v:?} is not a log filter such as debug"))),
         };
+        let otel_endpoint = get(annotations::OTEL_ENDPOINT).unwrap_or(&defaults.otel_endpoint);
+        check_otel_endpoint(otel_endpoint).map_err(|message| bad(annotations::OTEL_ENDPOINT, message))?;
         Ok(Self {
             config_map: name(annotations::CONFIG, &defaults.config_map)?,
             log_level,
@@ -200,6 +210,7 @@ impl Settings {
             peer_port,
             admin_port,
             peer_tls_secret: name(annotations::PEER_TLS_SECRET, &defaults.peer_tls_secret)?,
+            otel_endpoint: otel_endpoint.to_owned(),
         })
     }
 
@@ -218,8 +229,16 @@ impl Settings {
             field("POD_NAMESPACE", "metadata.namespace"),
             field("POD_IP", "status.podIP"),
         ];
+        let value =
+            |name: &str, value: String| EnvVar { name: name.to_owned(), value: Some(value), ..EnvVar::default() };
         if let Some(level) = &self.log_level {
-            env.push(EnvVar { name: "CONSISTD_LOG_LEVEL".to_owned(), value: Some(level.clone()), ..EnvVar::default() });
+            env.push(value("CONSISTD_LOG_LEVEL", level.clone()));
+        }
+        if !self.otel_endpoint.is_empty() {
+            env.push(value("OTEL_EXPORTER_OTLP_ENDPOINT", self.otel_endpoint.clone()));
+            // Which pod's sidecar a span came from (kubelet expands the variables defined above).
+            let attributes = "k8s.pod.name=$(POD_NAME),k8s.namespace.name=$(POD_NAMESPACE)";
+            env.push(value("OTEL_RESOURCE_ATTRIBUTES", attributes.to_owned()));
         }
         let mut ports = vec![port("consistd-peer", self.peer_port)];
         // Ready when /readyz says so: kubelet GETs it on the admin port, or, without one (kubelet cannot
@@ -230,11 +249,7 @@ impl Settings {
                 ..Probe::default()
             }
         } else {
-            env.push(EnvVar {
-                name: "CONSISTD_ADMIN_LISTEN".to_owned(),
-                value: Some(format!("0.0.0.0:{}", self.admin_port)),
-                ..EnvVar::default()
-            });
+            env.push(value("CONSISTD_ADMIN_LISTEN", format!("0.0.0.0:{}", self.admin_port)));
             ports.push(port("consistd-admin", self.admin_port));
             Probe {
                 http_get: Some(HTTPGetAction {
@@ -311,6 +326,20 @@ impl Settings {
                 ..Volume::default()
             },
         ]
+    }
+}
+
+/// Checks an OTLP endpoint: empty (off) or an http(s) URL with a host, as `OTEL_EXPORTER_OTLP_ENDPOINT` takes.
+pub(crate) fn check_otel_endpoint(endpoint: &str) -> Result<(), String> {
+    if endpoint.is_empty() {
+        return Ok(());
+    }
+    let uri: http::Uri = endpoint.parse().map_err(|e| format!("{endpoint:?} is not a URL: {e}"))?;
+    match (uri.scheme_str(), uri.host()) {
+        (Some("http" | "https"), Some(host)) if !host.is_empty() => Ok(()),
+        _ => Err(format!(
+            "{endpoint:?} is not an http:// or https:// URL with a host, such as http://otel-collector:4317"
+        )),
     }
 }
 
@@ -408,6 +437,8 @@ mod tests {
             (annotations::CPU_REQUEST, "lots"),
             (annotations::CONFIG, "Not_A_Name"),
             (annotations::LOG_LEVEL, "=="),
+            (annotations::OTEL_ENDPOINT, "otel-collector:4317"),
+            (annotations::OTEL_ENDPOINT, "grpc://otel-collector:4317"),
         ] {
             let (mut meta, mut spec) = app_pod();
             meta.annotations = Some(BTreeMap::from([(key.to_owned(), value.to_owned())]));
@@ -438,6 +469,28 @@ mod tests {
         assert_eq!(exec.command.as_deref(), Some(&["/consistd".to_owned(), "status".to_owned()][..]));
         assert!(!sidecar.env.as_ref().expect("env").iter().any(|e| e.name == "CONSISTD_ADMIN_LISTEN"));
         assert_eq!(sidecar.ports.as_ref().expect("ports").len(), 1, "no admin port");
+    }
+
+    #[test]
+    fn traces_are_exported_where_the_injector_or_the_pod_says_and_off_by_default() {
+        let env_of = |annotation: Option<&str>, default: &str| {
+            let (mut meta, mut spec) = app_pod();
+            if let Some(endpoint) = annotation {
+                meta.annotations = Some(BTreeMap::from([(annotations::OTEL_ENDPOINT.to_owned(), endpoint.to_owned())]));
+            }
+            let defaults = Defaults { otel_endpoint: default.to_owned(), ..Defaults::default() };
+            inject(&mut meta, &mut spec, &defaults).expect("inject");
+            let env = spec.init_containers.expect("init").remove(0).env.expect("env");
+            let get = |name: &str| env.iter().find(|e| e.name == name).and_then(|e| e.value.clone());
+            (get("OTEL_EXPORTER_OTLP_ENDPOINT"), get("OTEL_RESOURCE_ATTRIBUTES"))
+        };
+        assert_eq!(env_of(None, ""), (None, None), "off by default");
+        let collector = "http://otel-collector.monitoring:4317";
+        let (endpoint, attributes) = env_of(None, collector);
+        assert_eq!(endpoint.as_deref(), Some(collector), "the injector's default");
+        assert_eq!(attributes.as_deref(), Some("k8s.pod.name=$(POD_NAME),k8s.namespace.name=$(POD_NAMESPACE)"));
+        assert_eq!(env_of(Some("https://tempo:4317"), collector).0.as_deref(), Some("https://tempo:4317"));
+        assert_eq!(env_of(Some(""), collector), (None, None), "a pod can turn them off");
     }
 
     #[test]
