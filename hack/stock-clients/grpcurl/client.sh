@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Proves stock grpcurl (-plaintext -unix, server reflection, no -authority) can call consistd on its socket.
+# Proves stock grpcurl (-plaintext -unix, server reflection, no -authority) can call consistd on its socket,
+# and that a Send under its -H traceparent reaches the peer daemon's app with that trace (under with-daemons.sh).
 #
 #   hack/stock-clients/grpcurl/client.sh GRPCURL SOCKET_PATH
 #
@@ -75,6 +76,55 @@ else
   echo "$label: WatchService/Subscribe FAILED (exit $rc) after $(grep -c '^  "type": ' "$out/events") events" \
     "without SYNCED: $(tr '\n' ' ' <"$out/error")" >&2
   ok=false
+fi
+
+# An ACK-tracked send made under a W3C trace (grpcurl -H traceparent, as OpenTelemetry instrumentation sends
+# it) reaches the peer's app with that traceparent. Needs hack/with-daemons.sh's peer daemon.
+if [ -n "${CONSISTD_TEST_PEER_ADDRESS:-}" ] && [ -n "${CONSISTD_TEST_PEER_SOCKET:-}" ]; then
+  traceparent="00-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')-00f067aa0ba902b7-01"
+  resource="grpcurl-traced-$$"
+  send=$(printf '{"destination":{"peer":"%s"},"resource_id":"%s","event_id":"1"}' "$CONSISTD_TEST_PEER_ADDRESS" "$resource")
+  if call OutboxService/Send -H "traceparent: $traceparent" -d "$send" "$socket" consistd.v1.OutboxService/Send; then
+    "$grpcurl" -plaintext -unix -max-time 30 "$CONSISTD_TEST_PEER_SOCKET" consistd.v1.InboxService/Receive \
+      >"$out/inbox" 2>"$out/error" &
+    pid=$!
+    # The peer's inbox may hold other tests' messages: wait for this one.
+    found=""
+    while kill -0 "$pid" 2>/dev/null; do
+      found=$(python3 - "$out/inbox" "$resource" <<'PY'
+import json, sys
+text, decoder, at = open(sys.argv[1]).read(), json.JSONDecoder(), 0
+while True:
+    start = text.find("{", at)
+    if start < 0:
+        break
+    try:
+        answer, at = decoder.raw_decode(text, start)
+    except ValueError:
+        break
+    m = answer.get("message", {})
+    if m.get("resourceId") == sys.argv[2]:
+        print(m.get("messageId", ""), m.get("traceparent", ""))
+        break
+PY
+      )
+      [ -n "$found" ] && break
+      sleep 0.05
+    done
+    kill -TERM "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    read -r message_id received <<<"$found"
+    if [ "${received:-}" = "$traceparent" ]; then
+      echo "$label: OutboxService/Send under traceparent $traceparent reached the peer's app with it"
+      call InboxService/Ack -d "{\"message_id\":\"$message_id\"}" "$CONSISTD_TEST_PEER_SOCKET" \
+        consistd.v1.InboxService/Ack || ok=false
+    else
+      echo "$label: OutboxService/Send FAILED: the peer's app got traceparent '${received:-<no message>}', want $traceparent" >&2
+      ok=false
+    fi
+  else
+    ok=false
+  fi
 fi
 
 $ok
