@@ -105,6 +105,8 @@ export class AckTracker {
           eventId: message.eventId,
           payload: body(message.payload),
           contentType: message.contentType ?? (isRaw ? "" : "application/json"),
+          traceparent: "",
+          tracestate: "",
         },
         options,
       );
