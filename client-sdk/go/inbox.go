@@ -40,6 +40,10 @@ type Message struct {
 	DeliveryAttempt uint32
 	// ReceivedAt is when the sidecar received the message.
 	ReceivedAt time.Time
+	// TraceParent and TraceState are the W3C trace context the message was sent under (empty when it
+	// was sent under none); Context gives it as a parent for spans.
+	TraceParent string
+	TraceState  string
 }
 
 // Handler processes one message: returning nil ACKs it, returning an error NACKs it with the error's
@@ -75,6 +79,10 @@ func Retry(err error, after time.Duration) error {
 // ACKed, when it returns an error the message is NACKed and comes again later. The ACK or NACK of the
 // message in hand is sent even if ctx ends meanwhile, so a handler may cancel ctx after its last
 // message and Serve returns once that ACK is stored.
+//
+// Each call runs in an OpenTelemetry CONSUMER span "process consistd.inbox", child of the span the
+// message was sent under (Message.Context) and carried by the ctx h gets; an error marks it failed. The
+// span comes from the global tracer provider (otel.Tracer), a no-op unless the app installs one.
 //
 // Serve reconnects when the sidecar is lost (a message not yet ACKed then comes again). It returns nil
 // when ctx ends, or the error (a gRPC status) of a call that reconnecting cannot mend.
@@ -116,11 +124,15 @@ func (in *Inbox) Serve(ctx context.Context, h Handler) error {
 // handle runs h on one message and ACKs or NACKs it. An ACK or NACK lost to an unreachable sidecar is
 // not an error: the message comes again.
 func (in *Inbox) handle(ctx context.Context, h Handler, m *pb.InboxMessage) error {
-	failure := h(ctx, &Message{
+	msg := &Message{
 		ID: m.GetMessageId(), Sender: m.GetSender(), ResourceID: m.GetResourceId(), EventID: m.GetEventId(),
 		Payload: m.GetPayload(), ContentType: m.GetContentType(), DeliveryAttempt: m.GetDeliveryAttempt(),
-		ReceivedAt: m.GetReceivedAt().AsTime(),
-	})
+		ReceivedAt: m.GetReceivedAt().AsTime(), TraceParent: m.GetTraceparent(), TraceState: m.GetTracestate(),
+	}
+	ctx, span := startProcess(ctx, msg)
+	failure := h(ctx, msg)
+	// The span ends once the ACK or NACK is settled, so it covers them.
+	defer endProcess(span, failure)
 	settleCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
 	var err error

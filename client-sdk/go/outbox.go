@@ -52,6 +52,10 @@ type SendRequest struct {
 	Payload []byte
 	// ContentType is the payload's MIME type, e.g. "application/json".
 	ContentType string
+	// TraceParent and TraceState are the W3C trace context the receiving app gets with the message. Send
+	// fills them from the span of its ctx when TraceParent is empty; set them to send under another.
+	TraceParent string
+	TraceState  string
 }
 
 // OutcomeKind is how a message's life ended.
@@ -115,14 +119,19 @@ func (s *Sent) settle(o Outcome, err error) {
 // Send stores the message in the sidecar's outbox and returns once it is durable; the sidecar delivers
 // it and resends it until the receiving app ACKs. Before the first send the client starts watching the
 // outcomes of its sends, so none is missed.
+//
+// The message carries the W3C trace context of ctx's OpenTelemetry span (trace.SpanContextFromContext)
+// to the receiving app, unless req names a TraceParent already or ctx holds no valid span.
 func (c *Client) Send(ctx context.Context, req SendRequest) (*Sent, error) {
 	stream, err := c.acks.watch(ctx, c)
 	if err != nil {
 		return nil, err
 	}
+	injectTrace(ctx, &req)
 	r, err := c.outbox.Send(ctx, &pb.SendRequest{
 		Destination: req.To.target, ResourceId: req.ResourceID, EventId: req.EventID,
 		Payload: req.Payload, ContentType: req.ContentType,
+		Traceparent: req.TraceParent, Tracestate: req.TraceState,
 	})
 	if err != nil {
 		return nil, err
