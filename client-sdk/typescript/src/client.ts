@@ -13,7 +13,7 @@ import { checkHealth, ServingStatus } from "./health.js";
 import { Inbox } from "./inbox.js";
 import { type CampaignOptions, elect, type Leadership, type ObserveOptions } from "./leadership.js";
 import { Objects } from "./objects.js";
-import { AckTracker, type Message, type Sent } from "./outbox.js";
+import { AckTracker, type Message, type SendOptions, type Sent } from "./outbox.js";
 import { sleep } from "./retry.js";
 import { watch, type WatchEvent, type WatchQuery } from "./watch.js";
 
@@ -140,8 +140,10 @@ export class Client {
   /**
    * Stores a message in the sidecar's outbox; resolves once it is durable. `await sent.ack` for its
    * outcome (ACKED, SUPERSEDED or FAILED with a reason): outcomes are watched before the send, so none is missed.
+   * The message carries the W3C trace context of the active OpenTelemetry span (or of `options.context`) to
+   * the receiving app, unless it names its own `traceparent`.
    */
-  send(message: Message, options: Cancellable = {}): Promise<Sent> {
+  send(message: Message, options: SendOptions = {}): Promise<Sent> {
     return this.acks.send(message, options);
   }
 

@@ -1,9 +1,11 @@
 // Messages from peer pods: a handler that ACKs when it returns and NACKs when it throws, or deliveries to ACK by hand.
+import { type Context, context, SpanStatusCode, trace } from "@opentelemetry/api";
 import { type Cancellable, messages, unary } from "./call.js";
 import { ended, isRetryable, toConsistdError } from "./errors.js";
 import type { InboxMessage, InboxServiceClient } from "./gen/consistd/v1/inbox.js";
 import { duration } from "./leadership.js";
 import { Backoff } from "./retry.js";
+import { context as messageContext, startProcessing } from "./trace.js";
 
 /** How long a NACKed message waits before it is delivered again, unless the caller says otherwise. */
 export const DEFAULT_RETRY_AFTER_MS = 1_000;
@@ -21,6 +23,14 @@ export class Delivery {
     readonly message: InboxMessage,
     private readonly service: InboxServiceClient,
   ) {}
+
+  /**
+   * The OpenTelemetry context the message was sent under, holding the sender's span as a remote parent
+   * for the span of its processing; the root context when it was sent under none.
+   */
+  get context(): Context {
+    return messageContext(this.message);
+  }
 
   /** Confirms the message was processed; resolves once the ACK is stored (it then travels back to the sender). */
   async ack(): Promise<void> {
@@ -68,6 +78,11 @@ export class Inbox {
    * `retryAfterMs`. Reconnects to a restarting sidecar. Resolves when `signal` aborts: a message whose
    * handler is running is still settled first, so aborting from inside the handler stops after its ACK.
    * Rejects when a call fails with an error that reconnecting cannot mend.
+   *
+   * Each call runs in an OpenTelemetry CONSUMER span `process consistd.inbox`, child of the context the
+   * message was sent under and active while the handler runs (`trace.getActiveSpan()`, given a context
+   * manager); a throw records the exception and marks it ERROR. The span ends once the message is ACKed or
+   * NACKed. Spans come from the global tracer provider, a no-op unless the app registered one.
    */
   async serve(handler: (message: InboxMessage) => unknown, options: ServeOptions = {}): Promise<void> {
     const { signal, retryAfterMs = DEFAULT_RETRY_AFTER_MS } = options;
@@ -81,12 +96,16 @@ export class Inbox {
     try {
       for await (const delivery of this.receive({ signal: stop.signal })) {
         busy = true;
+        const span = startProcessing(delivery.message.messageId, delivery.context);
         let settled: Promise<void>;
         try {
-          await handler(delivery.message);
+          await context.with(trace.setSpan(context.active(), span), handler, undefined, delivery.message);
           settled = delivery.ack();
         } catch (error) {
-          settled = delivery.nack(error instanceof Error ? error.message : String(error), retryAfterMs);
+          const reason = error instanceof Error ? error.message : String(error);
+          span.recordException(error instanceof Error ? error : reason);
+          span.setStatus({ code: SpanStatusCode.ERROR, message: reason });
+          settled = delivery.nack(reason, retryAfterMs);
         }
         try {
           await settled;
@@ -94,6 +113,7 @@ export class Inbox {
           // An ACK or NACK lost to a restarting sidecar is harmless: the message comes again.
           if (!isRetryable(error)) throw error;
         } finally {
+          span.end();
           busy = false;
         }
         if (signal?.aborted) break;

@@ -30,7 +30,8 @@ export {
   type PatchRequest,
   type UpdateRequest,
 } from "./objects.js";
-export { type Message, Outcome, Sent } from "./outbox.js";
+export { type Message, Outcome, type SendOptions, Sent } from "./outbox.js";
+export { inject as injectTraceContext, context as messageContext, type TraceFields } from "./trace.js";
 export { WatchEvent, type WatchQuery } from "./watch.js";
 
 // The protocol's enums, by their short names (ts-proto's removeEnumPrefix): EventType.ADDED, Mode.CONSISTENT.

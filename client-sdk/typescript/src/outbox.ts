@@ -2,6 +2,7 @@
 import type { ClientReadableStream } from "@grpc/grpc-js";
 import { type Cancellable, unary } from "./call.js";
 import { status } from "@grpc/grpc-js";
+import { type Context, context } from "@opentelemetry/api";
 import { ConsistdError, ended, toConsistdError } from "./errors.js";
 import {
   AckOutcome,
@@ -10,6 +11,7 @@ import {
   type WatchAcksResponse,
 } from "./gen/consistd/v1/outbox.js";
 import { body, type JsonBody } from "./objects.js";
+import { inject } from "./trace.js";
 
 /** Outcomes that arrive before their Send has answered are kept, up to this many. */
 const EARLY_OUTCOMES = 10_000;
@@ -26,6 +28,19 @@ export interface Message {
   payload: JsonBody;
   /** MIME type of the payload; "application/json" when the payload is neither string nor bytes. */
   contentType?: string;
+  /**
+   * The W3C trace context to deliver with the message. Unset, the send fills it from the span of
+   * `SendOptions.context`, else of the active OpenTelemetry context (none without a valid span).
+   */
+  traceparent?: string;
+  /** W3C `tracestate` going with `traceparent`. */
+  tracestate?: string;
+}
+
+/** How to send. */
+export interface SendOptions extends Cancellable {
+  /** The OpenTelemetry context whose span the message carries to the receiver; default the active one. */
+  context?: Context;
 }
 
 /** How a sent message ended at a receiver. */
@@ -91,25 +106,26 @@ export class AckTracker {
 
   constructor(private readonly service: OutboxServiceClient) {}
 
-  /** Stores the message in the sidecar's outbox and returns once it is durable. */
-  async send(message: Message, options?: Cancellable): Promise<Sent> {
+  /**
+   * Stores the message in the sidecar's outbox and returns once it is durable. The message carries the
+   * trace context of `options.context`, else of the context active at the call, unless it names its own.
+   */
+  async send(message: Message, options: SendOptions = {}): Promise<Sent> {
+    const isRaw = typeof message.payload === "string" || message.payload instanceof Uint8Array;
+    const request = {
+      destination: message.to,
+      resourceId: message.resourceId,
+      eventId: message.eventId,
+      payload: body(message.payload),
+      contentType: message.contentType ?? (isRaw ? "" : "application/json"),
+      traceparent: message.traceparent ?? "",
+      tracestate: message.tracestate ?? "",
+    };
+    inject(request, options.context ?? context.active());
     this.sending++;
     try {
       await this.open();
-      const isRaw = typeof message.payload === "string" || message.payload instanceof Uint8Array;
-      const { messageId } = await unary(
-        this.service.send.bind(this.service),
-        {
-          destination: message.to,
-          resourceId: message.resourceId,
-          eventId: message.eventId,
-          payload: body(message.payload),
-          contentType: message.contentType ?? (isRaw ? "" : "application/json"),
-          traceparent: "",
-          tracestate: "",
-        },
-        options,
-      );
+      const { messageId } = await unary(this.service.send.bind(this.service), request, options);
       return new Sent(messageId, this.outcome(messageId));
     } finally {
       this.sending--;

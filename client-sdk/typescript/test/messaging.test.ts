@@ -1,11 +1,27 @@
-// Sends with awaitable ACKs to a peer (daemon b), and b's inbox handler: ACK on return, NACK and redelivery on throw.
+// Sends with awaitable ACKs to a peer (daemon b), b's inbox handler (ACK on return, NACK and redelivery on throw),
+// and the OpenTelemetry trace context the messages carry. One file: tests of a file run one after another, files
+// side by side, and b's inbox hands each message to any one of its receivers.
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
-import { AckOutcome, Client, type InboxMessage } from "@consistd/client";
+import { AckOutcome, Client, type InboxMessage, type Message, type Sent } from "@consistd/client";
+import { context, ROOT_CONTEXT, type SpanContext, SpanKind, SpanStatusCode, trace } from "@opentelemetry/api";
+import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
+import {
+  BasicTracerProvider,
+  InMemorySpanExporter,
+  type ReadableSpan,
+  SimpleSpanProcessor,
+} from "@opentelemetry/sdk-trace-base";
 import { env, unique, within } from "./helpers.js";
 
 const clients: Client[] = [];
 after(() => clients.forEach((c) => c.close()));
+
+// The spans of this process (the SDK's and the tests' own) end up here: what an app installing the SDK would do.
+const spans = new InMemorySpanExporter();
+context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+trace.setGlobalTracerProvider(new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(spans)] }));
+const tracer = trace.getTracer("test");
 
 /** Serves b's inbox with `handler` for the messages about `resourceId` (others are ACKed) until `stop` aborts. */
 function serveB(resourceId: string, stop: AbortSignal, handler: (m: InboxMessage) => void): Promise<void> {
@@ -64,4 +80,132 @@ test("a handler that throws once (with a message longer than the daemon takes as
     stop.abort();
     await serving;
   }
+});
+
+/** A message to b about `resourceId`. */
+function toB(resourceId: string): Message {
+  return { to: { peer: env("CONSISTD_TEST_PEER_ADDRESS") }, resourceId, eventId: "1", payload: {} };
+}
+
+/** Resolves once `sent` is ACKED. */
+async function acked(sent: Sent): Promise<void> {
+  assert.equal((await within(20_000, "the ACK", sent.ack)).kindName, "ACKED");
+}
+
+/** The CONSUMER spans of message `messageId` once `count` have ended, in the order they ended. */
+async function consumerSpans(messageId: string, count: number): Promise<ReadableSpan[]> {
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    const found = spans
+      .getFinishedSpans()
+      .filter((s) => s.kind === SpanKind.CONSUMER && s.attributes["messaging.message.id"] === messageId);
+    if (found.length >= count) return found;
+    assert.ok(Date.now() < deadline, `${found.length} of ${count} consumer spans of message ${messageId}`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+test("a handler runs in a CONSUMER span under the sender's span, and a throw marks it failed", async () => {
+  const a = new Client();
+  clients.push(a);
+  const resourceId = unique("ts-traced");
+  const stop = new AbortController();
+  const seen: { message: InboxMessage; active?: SpanContext }[] = [];
+  const serving = serveB(resourceId, stop.signal, (message) => {
+    seen.push({ message, active: trace.getActiveSpan()?.spanContext() });
+    if (message.deliveryAttempt === 1) throw new Error("not yet");
+  });
+  try {
+    const producer = tracer.startSpan("producer");
+    const { traceId, spanId } = producer.spanContext();
+    // No explicit context: send reads the active one.
+    const sent = await context.with(trace.setSpan(context.active(), producer), () => a.send(toB(resourceId)));
+    producer.end();
+    await acked(sent);
+
+    assert.deepEqual(
+      seen.map((s) => s.message.deliveryAttempt),
+      [1, 2],
+      "the failed first attempt is redelivered",
+    );
+    for (const { message } of seen) {
+      assert.equal(message.traceparent, `00-${traceId}-${spanId}-01`, "the message carries the sender's span");
+      assert.equal(message.tracestate, "");
+    }
+    const [first, second] = await consumerSpans(sent.messageId, 2);
+    for (const [span, { active }] of [
+      [first, seen[0]],
+      [second, seen[1]],
+    ] as const) {
+      assert.equal(span.name, "process consistd.inbox");
+      assert.equal(span.instrumentationScope.name, "consistd");
+      assert.equal(span.spanContext().traceId, traceId, "in the sender's trace");
+      assert.equal(span.parentSpanContext?.spanId, spanId, "the consumer span is the sending span's child");
+      assert.equal(span.parentSpanContext?.isRemote, true);
+      assert.notEqual(span.spanContext().spanId, spanId);
+      assert.deepEqual(active, span.spanContext(), "the handler runs in its consumer span");
+      assert.equal(span.attributes["messaging.system"], "consistd");
+      assert.equal(span.attributes["messaging.operation.type"], "process");
+      assert.equal(span.attributes["messaging.destination.name"], "consistd.inbox");
+    }
+    assert.deepEqual(first.status, { code: SpanStatusCode.ERROR, message: "not yet" }, "the failed attempt is marked");
+    assert.deepEqual(
+      first.events.map((e) => [e.name, e.attributes?.["exception.message"]]),
+      [["exception", "not yet"]],
+    );
+    assert.equal(second.status.code, SpanStatusCode.UNSET);
+    assert.deepEqual(second.events, []);
+  } finally {
+    stop.abort();
+    await serving;
+  }
+});
+
+test("a send under no span, with its own traceparent, or under an explicit context is delivered as such", async () => {
+  const a = new Client();
+  const b = new Client(env("CONSISTD_TEST_PEER_SOCKET"));
+  clients.push(a, b);
+  const [untraced, own, explicit] = ["ts-untraced", "ts-own-trace", "ts-explicit-trace"].map(unique);
+  const ownTraceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+  const active = tracer.startSpan("active producer");
+  const given = tracer.startSpan("given producer");
+  const sends = [await a.send(toB(untraced))];
+  await context.with(trace.setSpan(context.active(), active), async () => {
+    sends.push(await a.send({ ...toB(own), traceparent: ownTraceparent, tracestate: "v=1" }));
+    sends.push(await a.send(toB(explicit), { context: trace.setSpan(ROOT_CONTEXT, given) }));
+  });
+  active.end();
+  given.end();
+
+  const stop = new AbortController();
+  const timer = setTimeout(() => stop.abort(), 20_000);
+  const pending = new Set([untraced, own, explicit]);
+  try {
+    for await (const delivery of b.inbox.receive({ signal: stop.signal })) {
+      const m = delivery.message;
+      const parent = trace.getSpanContext(delivery.context);
+      if (m.resourceId === untraced) {
+        assert.deepEqual([m.traceparent, m.tracestate], ["", ""]);
+        assert.equal(parent, undefined, "no parent for a message sent under no span");
+      } else if (m.resourceId === own) {
+        assert.deepEqual([m.traceparent, m.tracestate], [ownTraceparent, "v=1"], "the message's own context wins");
+        assert.equal(parent?.traceId, "0af7651916cd43dd8448eb211c80319c");
+        assert.equal(parent?.spanId, "b7ad6b7169203331");
+        assert.equal(parent?.isRemote, true);
+        assert.equal(parent?.traceState?.serialize(), "v=1");
+      } else if (m.resourceId === explicit) {
+        const { traceId, spanId } = given.spanContext();
+        assert.equal(m.traceparent, `00-${traceId}-${spanId}-01`, "the given context wins over the active one");
+        assert.deepEqual([parent?.traceId, parent?.spanId, parent?.isRemote], [traceId, spanId, true]);
+      }
+      await delivery.ack();
+      pending.delete(m.resourceId);
+      if (pending.size === 0) break;
+    }
+  } finally {
+    clearTimeout(timer);
+    stop.abort();
+  }
+  assert.equal(pending.size, 0, `not delivered: ${[...pending].join(", ")}`);
+  await Promise.all(sends.map(acked));
 });
