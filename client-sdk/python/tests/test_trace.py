@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from opentelemetry import propagate, trace
@@ -20,7 +21,7 @@ from opentelemetry.trace import SpanContext, SpanKind, StatusCode, TraceFlags, T
 
 import consistd
 from consistd import AckOutcome, InboxMessage
-from consistd.v1 import inbox_pb2, outbox_pb2
+from consistd.v1 import inbox_pb2, outbox_pb2, outbox_pb2_grpc
 from support import unique
 
 PEER = os.environ.get("CONSISTD_TEST_PEER_ADDRESS", "")
@@ -192,6 +193,22 @@ async def test_a_send_under_no_span_or_with_its_own_traceparent_is_delivered_as_
     assert parent.trace_state.to_header() == "v=1"
     assert trace.get_current_span(consistd.trace.context(message)).get_span_context() == parent, "the helper agrees"
     assert handled_in.trace_id == parent.trace_id
+
+
+async def test_the_ack_stream_runs_outside_the_trace_of_the_send_that_opens_it(tracer: trace.Tracer) -> None:
+    async with consistd.Client() as client:
+        # The WatchAcks call is made from the stream's own task: record the span current there.
+        stub = client._stub(outbox_pb2_grpc.OutboxServiceStub)
+        watch_acks, current = stub.WatchAcks, []
+
+        def recording(*args: Any, **kwargs: Any) -> Any:
+            current.append(trace.get_current_span().get_span_context())
+            return watch_acks(*args, **kwargs)
+
+        stub.WatchAcks = recording
+        with tracer.start_as_current_span("first send"):
+            await client.send(PEER, unique("sdk-py/first"), "1", b"{}")
+    assert current and not current[0].is_valid, "the stream, which lives on, is in no send's trace"
 
 
 def test_inject_writes_the_w3c_fields_of_a_valid_span_whatever_the_global_propagator() -> None:
