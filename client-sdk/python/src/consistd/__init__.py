@@ -8,9 +8,11 @@ JSON, leadership with fencing terms, ACK-tracked sends and an inbox handler.
         async for event in client.watch("configmaps", namespace="default", mode=consistd.Mode.CONSISTENT):
             print(event.type.name, event.object.name if event.object else "")
 
-The generated protocol is in ``consistd.v1`` (``from consistd.v1 import watch_pb2``).
+The generated protocol is in ``consistd.v1`` (``from consistd.v1 import watch_pb2``); ``consistd.trace`` has the
+OpenTelemetry helpers (a send carries the current span's W3C context, a message gives it back).
 """
 
+from . import trace
 from .client import DEFAULT_SOCKET, Client
 from .errors import ConsistdError, NotReadyError
 from .inbox import Handler, Inbox, InboxMessage
@@ -50,4 +52,5 @@ __all__ = [
     "SentMessage",
     "ServiceEndpoints",
     "Watch",
+    "trace",
 ]

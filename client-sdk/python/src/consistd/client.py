@@ -9,7 +9,9 @@ from typing import Any, cast
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from opentelemetry.context import Context
 
+from . import trace
 from .errors import NotReadyError, unary
 from .inbox import Inbox
 from .leadership import Campaign, LeadershipStatus, LeaseTiming, Observation
@@ -178,13 +180,20 @@ class Client:
         payload: Any,
         *,
         content_type: str | None = None,
+        context: Context | None = None,
+        traceparent: str = "",
+        tracestate: str = "",
     ) -> SentMessage:
         """Sends ``payload`` about ``resource_id`` to a peer (``"host:port"`` or Peer), every endpoint
         of a Service (ServiceEndpoints) or every member of an election (ElectionMembers), and returns
         once the sidecar has stored it; ``await (await client.send(...)).ack()`` waits for the outcome.
         bytes go as they are, str as UTF-8 text, anything else as JSON (content type set to match
         unless given). Per (destination, resource_id) one message is in flight: a newer event
-        supersedes an older un-ACKed one; receivers deduplicate by (sender, resource_id, event_id)."""
+        supersedes an older un-ACKed one; receivers deduplicate by (sender, resource_id, event_id).
+
+        The message carries the W3C trace context of the current OpenTelemetry span, or of ``context``'s
+        span, to the receiving app (none when there is no valid span); a ``traceparent`` given (with its
+        ``tracestate``) is carried instead."""
         body, kind = encode_payload(payload, content_type)
         request = outbox_pb2.SendRequest(
             destination=destination_to_proto(to),
@@ -192,7 +201,10 @@ class Client:
             event_id=event_id,
             payload=body,
             content_type=kind,
+            traceparent=traceparent,
+            tracestate=tracestate,
         )
+        trace.inject(request, context)
         if self._acks is None:
             self._acks = AckTracker(self._stub(outbox_pb2_grpc.OutboxServiceStub))
         return await self._acks.send(request)

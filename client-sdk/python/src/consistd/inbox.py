@@ -13,7 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf import duration_pb2
+from opentelemetry.context import Context
+from opentelemetry.trace import StatusCode
 
+from . import trace
 from ._retry import Backoff, is_retryable
 from .errors import ConsistdError, unary
 from .v1 import inbox_pb2
@@ -42,6 +45,15 @@ class InboxMessage:
     #: 1 on first delivery, higher after a NACK or a reconnect.
     delivery_attempt: int
     received_at: datetime | None
+    #: The W3C trace context the message was sent under (empty when none): see ``context``.
+    traceparent: str = ""
+    tracestate: str = ""
+
+    @property
+    def context(self) -> Context:
+        """The OpenTelemetry context the message was sent under, to parent the span of its processing
+        (an empty Context when it was sent under none); ``serve`` already runs the handler in such a span."""
+        return trace.context(self)
 
     @property
     def text(self) -> str:
@@ -64,6 +76,8 @@ class InboxMessage:
             content_type=m.content_type,
             delivery_attempt=m.delivery_attempt,
             received_at=m.received_at.ToDatetime(tzinfo=timezone.utc) if m.HasField("received_at") else None,
+            traceparent=m.traceparent,
+            tracestate=m.tracestate,
         )
 
 
@@ -83,7 +97,11 @@ class Inbox:
         with the exception as reason and delivered again after ``retry_after`` seconds. When the
         connection to the sidecar is lost it receives again with backoff (a message being handled
         then is delivered again). Runs until cancelled, or returns once ``max_messages`` messages
-        were ACKed; any other error from the sidecar raises ConsistdError."""
+        were ACKed; any other error from the sidecar raises ConsistdError.
+
+        Each call runs in an OpenTelemetry CONSUMER span ``process consistd.inbox``, child of the context
+        the message was sent under and current while the handler runs; a raise marks it ERROR. Spans go to
+        the global tracer provider, a no-op unless the app installs one."""
         backoff = Backoff()
         acked = 0
         while True:
@@ -108,32 +126,31 @@ class Inbox:
             await backoff.wait()
 
     async def _handle(self, handler: Handler, message: InboxMessage, retry_after: float) -> bool:
-        """Runs the handler on one message and ACKs or NACKs it; True when it was ACKed."""
-        try:
-            if inspect.iscoroutinefunction(handler):
-                await handler(message)
-            else:
-                result = await asyncio.to_thread(handler, message)
-                if inspect.isawaitable(result):
-                    await result
-        except Exception as e:  # any failure of the handler means "deliver it again"
-            log.warning(
-                "handler failed on message %s (attempt %d); NACKed: %r",
-                message.message_id,
-                message.delivery_attempt,
-                e,
-            )
-            await self.nack(message.message_id, reason=f"{type(e).__name__}: {e}", retry_after=retry_after)
-            return False
-        try:
-            await self.ack(message.message_id)
-        except ConsistdError as e:
-            if e.code != grpc.StatusCode.NOT_FOUND:
-                raise
-            # Already settled (e.g. ACKed before a reconnect redelivered it): nothing left to do.
-            log.info("message %s was already settled: %s", message.message_id, e.message)
-            return False
-        return True
+        """Runs the handler on one message in its CONSUMER span and ACKs or NACKs it; True when it was ACKed."""
+        with trace.process(message) as span:
+            try:
+                await _call(handler, message)
+            except Exception as e:  # any failure of the handler means "deliver it again"
+                reason = f"{type(e).__name__}: {e}"
+                span.record_exception(e)
+                span.set_status(StatusCode.ERROR, reason)
+                log.warning(
+                    "handler failed on message %s (attempt %d); NACKed: %r",
+                    message.message_id,
+                    message.delivery_attempt,
+                    e,
+                )
+                await self.nack(message.message_id, reason=reason, retry_after=retry_after)
+                return False
+            try:
+                await self.ack(message.message_id)
+            except ConsistdError as e:
+                if e.code != grpc.StatusCode.NOT_FOUND:
+                    raise
+                # Already settled (e.g. ACKed before a reconnect redelivered it): nothing left to do.
+                log.info("message %s was already settled: %s", message.message_id, e.message)
+                return False
+            return True
 
     async def ack(self, message_id: str) -> None:
         """Confirms a message was processed; the ACK is stored and travels back to the sender."""
@@ -148,3 +165,14 @@ class Inbox:
             delay.FromNanoseconds(round(retry_after * 1e9))
         reason = reason.encode()[:MAX_REASON_BYTES].decode(errors="ignore")
         await unary(self._stub.Nack, inbox_pb2.NackRequest(message_id=message_id, retry_after=delay, reason=reason))
+
+
+async def _call(handler: Handler, message: InboxMessage) -> None:
+    """Calls ``handler``: a coroutine function on the loop, a plain one in a worker thread (which sees the
+    caller's context, and so the current span)."""
+    if inspect.iscoroutinefunction(handler):
+        await handler(message)
+    else:
+        result = await asyncio.to_thread(handler, message)
+        if inspect.isawaitable(result):
+            await result

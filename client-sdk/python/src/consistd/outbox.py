@@ -4,6 +4,7 @@ watches outcomes before it sends, so the awaitable ACK of every send resolves.""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import enum
 import json
 import logging
@@ -174,7 +175,10 @@ class AckTracker:
         if self._failed is not None:
             raise self._failed
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="consistd-watch-acks")
+            # The stream outlives the send that opens it, so it runs in a context of its own, not in
+            # that send's (and so not in its OpenTelemetry trace).
+            loop = asyncio.get_running_loop()
+            self._task = contextvars.Context().run(loop.create_task, self._run(), name="consistd-watch-acks")
         opened = asyncio.ensure_future(self._open.wait())
         done, _ = await asyncio.wait({opened, self._task}, return_when=asyncio.FIRST_COMPLETED)
         if opened not in done:
