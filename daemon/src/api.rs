@@ -7,6 +7,7 @@ mod calls;
 mod inbox;
 mod leadership;
 mod objects;
+mod ordered;
 mod outbox;
 mod rollout;
 pub(crate) mod status;
@@ -169,6 +170,24 @@ pub(crate) fn until_shutdown<T: Send + 'static>(
     stream
         .take_until(shutdown.clone().cancelled_owned())
         .chain(futures::stream::once(async move { Err(status::shutting_down(rpc)) }))
+        .boxed()
+}
+
+/// Like [`until_shutdown`] for a stream that ends on its own (the answers to a client's stream of
+/// requests): it ends cleanly when its source does, and with UNAVAILABLE only when shutdown cut it short.
+pub(crate) fn answers_until_shutdown<T: Send + 'static>(
+    stream: impl futures::Stream<Item = Result<T, tonic::Status>> + Send + 'static,
+    shutdown: &CancellationToken,
+    rpc: &'static str,
+) -> futures::stream::BoxStream<'static, Result<T, tonic::Status>> {
+    use futures::StreamExt;
+    let stopped = shutdown.clone();
+    stream
+        .take_until(shutdown.clone().cancelled_owned())
+        .chain(
+            futures::stream::once(async move { stopped.is_cancelled().then(|| Err(status::shutting_down(rpc))) })
+                .filter_map(futures::future::ready),
+        )
         .boxed()
 }
 

@@ -215,6 +215,13 @@ impl Outbox {
 
     /// Stores a message durably and returns its sequence number; delivery starts right after.
     pub(crate) async fn send(&self, out: Outgoing) -> Result<u64, OutboxError> {
+        self.admit(out)?.store().await
+    }
+
+    /// Checks a message against the outbox's bounds and reserves its slot and sequence number, so that
+    /// messages admitted one after another supersede one another in that order however their writes
+    /// finish; [`Admitted::store`] then stores it.
+    pub(crate) fn admit(&self, out: Outgoing) -> Result<Admitted, OutboxError> {
         let inner = &self.inner;
         if inner.transport.is_none() {
             return Err(OutboxError::NotConfigured);
@@ -238,6 +245,11 @@ impl Outbox {
             trace: out.trace,
             enqueued_at: SystemTime::now(),
         });
+        Ok(Admitted { outbox: self.clone(), key, message })
+    }
+
+    /// Writes an admitted message and hands it to its links, or gives its slot back if the write failed.
+    async fn commit(&self, key: (Destination, String), message: Arc<Message>) -> Result<u64, OutboxError> {
         let stored = self.store_message(&message).await;
         let mut state = self.lock();
         if let Some(slot) = state.slots.get_mut(&key) {
@@ -247,15 +259,16 @@ impl Outbox {
             self.release_if_empty(&mut state, &key);
             return Err(OutboxError::Store(e));
         }
-        inner.metrics.outbox_sends.inc();
+        self.inner.metrics.outbox_sends.inc();
         tracing::debug!(
-            message_id = sequence,
+            message_id = message.sequence,
             destination = %message.destination,
             resource_id = %message.resource_id,
             event_id = %message.event_id,
             bytes = message.payload.len(),
             "message stored"
         );
+        let sequence = message.sequence;
         self.install(&mut state, message);
         Ok(sequence)
     }
@@ -272,6 +285,25 @@ impl Outbox {
     /// Outcomes from now on; a receiver that falls [`OUTCOME_BUFFER`] behind gets `Lagged`.
     pub(crate) fn outcomes(&self) -> broadcast::Receiver<Outcome> {
         self.inner.outcomes.subscribe()
+    }
+}
+
+/// A message [`Outbox::admit`] accepted, holding its reserved slot until it is stored.
+#[derive(Debug)]
+pub(crate) struct Admitted {
+    outbox: Outbox,
+    key: (Destination, String),
+    message: Arc<Message>,
+}
+
+impl Admitted {
+    /// Stores the message and starts its delivery in a task of its own, so a caller that stops waiting
+    /// (a cancelled call) cannot leave the slot reserved or the stored message undelivered; resolves to
+    /// the message's sequence number once it is durable.
+    pub(crate) fn store(self) -> impl Future<Output = Result<u64, OutboxError>> + Send + 'static {
+        let Self { outbox, key, message } = self;
+        let task = tokio::spawn(async move { outbox.commit(key, message).await });
+        async move { task.await.unwrap_or(Err(OutboxError::Store(StoreError::Closed))) }
     }
 }
 

@@ -1,13 +1,16 @@
 //! ACK-tracked sends between real daemons on loopback: delivery to the peer's app and the ACK back,
 //! mutual TLS, latest-wins per resource, peers that are not up yet, an absent or NACKing app, bounds,
 //! bad input, Service fan-out through EndpointSlices, metrics and structured logs, and the W3C trace
-//! context a message was sent under reaching the receiving app through kill -9 of both daemons.
+//! context a message was sent under reaching the receiving app through kill -9 of both daemons, and the
+//! streaming SendStream and AckStream: answered in order, refusals that leave the stream going, stored
+//! before answered.
 
 use std::time::Duration;
 
 use consistd_client::proto::{
-    AckOutcome, AckRequest, Destination, GetOutboxStatusRequest, InboxMessage, NackRequest, ReceiveRequest,
-    SendRequest, ServiceDestination, WatchAcksRequest, WatchAcksResponse, destination::Target,
+    AckOutcome, AckRequest, AckStreamRequest, AckStreamResponse, Destination, GetOutboxStatusRequest, InboxMessage,
+    NackRequest, ReceiveRequest, SendRequest, SendStreamRequest, SendStreamResponse, ServiceDestination,
+    WatchAcksRequest, WatchAcksResponse, destination::Target,
 };
 use consistd_testkit::{Daemon, free_port, tls::Ca};
 use nix::sys::signal::Signal;
@@ -453,6 +456,161 @@ async fn a_message_carries_the_trace_it_was_sent_under_through_kill_9_of_both_da
     assert_eq!(got["from-request"], want(other, "vendor=given"));
     assert_eq!(got["malformed"], want("", ""));
     assert_eq!(got["untraced"], want("", ""));
+}
+
+/// Sends `requests` on one SendStream and returns its answers, in order.
+async fn send_stream(daemon: &Daemon, requests: Vec<SendRequest>) -> Vec<SendStreamResponse> {
+    send_stream_requests(
+        daemon,
+        requests.into_iter().map(|message| SendStreamRequest { message: Some(message) }).collect(),
+    )
+    .await
+}
+
+/// Sends `requests` as they are on one SendStream and returns its answers, in order.
+async fn send_stream_requests(daemon: &Daemon, requests: Vec<SendStreamRequest>) -> Vec<SendStreamResponse> {
+    let stream = daemon.client().outbox().send_stream(futures::stream::iter(requests)).await.expect("SendStream");
+    collect(stream.into_inner()).await
+}
+
+/// ACKs `ids` on one AckStream and returns its answers, in order.
+async fn ack_stream(daemon: &Daemon, ids: Vec<String>) -> Vec<AckStreamResponse> {
+    let requests = futures::stream::iter(ids.into_iter().map(|message_id| AckStreamRequest { message_id }));
+    let stream = daemon.client().inbox().ack_stream(requests).await.expect("AckStream");
+    collect(stream.into_inner()).await
+}
+
+/// Every answer of a stream, which must end cleanly.
+async fn collect<T>(mut stream: Streaming<T>) -> Vec<T> {
+    let mut answers = Vec::new();
+    while let Some(answer) = tokio::time::timeout(WAIT, stream.message()).await.expect("answers in time").expect("ok") {
+        answers.push(answer);
+    }
+    answers
+}
+
+#[tokio::test]
+async fn a_send_stream_answers_each_message_in_order_and_an_ack_stream_acks_them() {
+    let (b, addr) = receiver("stream-receiver", "").await;
+    let a = sender("stream-sender", "").await;
+    let mut outcomes = acks(&a).await;
+    let requests: Vec<_> = (0..500).map(|i| to_peer(&addr, &format!("r{i}"), "1", b"{}")).collect();
+    let answers = send_stream(&a, requests).await;
+    assert_eq!(answers.len(), 500, "one answer per message");
+    let ids: Vec<u64> = answers
+        .iter()
+        .map(|a| {
+            assert_eq!(a.refusal, None);
+            a.message_id.parse().expect("a message id")
+        })
+        .collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "answered in request order: {ids:?}");
+
+    let mut messages = inbox(&b).await;
+    let mut received = Vec::new();
+    for _ in 0..500 {
+        received.push(next_message(&mut messages).await);
+    }
+    let mut resources: Vec<_> = received.iter().map(|m| m.resource_id.clone()).collect();
+    resources.sort();
+    resources.dedup();
+    assert_eq!(resources.len(), 500, "each message received once");
+    let received_ids: Vec<String> = received.iter().map(|m| m.message_id.clone()).collect();
+    let answers = ack_stream(&b, received_ids.clone()).await;
+    let answered: Vec<_> = answers.iter().map(|a| a.message_id.clone()).collect();
+    assert_eq!(answered, received_ids, "ACKs answered in request order");
+    assert!(answers.iter().all(|a| a.refusal.is_none()), "{answers:?}");
+
+    let mut acked = std::collections::BTreeSet::new();
+    while acked.len() < 500 {
+        let o = next_outcome(&mut outcomes).await;
+        assert_eq!(o.outcome(), AckOutcome::Acked, "{o:?}");
+        acked.insert(o.message_id);
+    }
+    assert_eq!(acked, ids.iter().map(u64::to_string).collect(), "every message ACKed");
+    assert_eq!(total_pending(&a).await, 0);
+}
+
+#[tokio::test]
+async fn a_refused_message_or_ack_is_answered_with_its_refusal_and_the_stream_goes_on() {
+    let (b, addr) = receiver("refusing-receiver", "").await;
+    let a = sender("refusing-sender", "  maxPayloadBytes: 16\n").await;
+    let answers = send_stream_requests(
+        &a,
+        [
+            Some(to_peer(&addr, "first", "1", b"{}")),
+            Some(to_peer(&addr, "", "1", b"{}")),
+            Some(to_peer(&addr, "big", "1", &[b'x'; 17])),
+            Some(SendRequest { traceparent: "00-bad".to_owned(), ..to_peer(&addr, "traced", "1", b"{}") }),
+            None,
+            Some(to_peer(&addr, "last", "1", b"{}")),
+        ]
+        .into_iter()
+        .map(|message| SendStreamRequest { message })
+        .collect(),
+    )
+    .await;
+    let refusals: Vec<_> =
+        answers.iter().map(|a| a.refusal.as_ref().map(|r| (Code::from(r.code), r.message.clone()))).collect();
+    assert_eq!(refusals[0], None);
+    assert_eq!(refusals[1], Some((Code::InvalidArgument, "resource_id: must not be empty".to_owned())));
+    let (code, message) = refusals[2].clone().expect("refused");
+    assert_eq!(code, Code::ResourceExhausted);
+    assert!(message.contains("outbox.maxPayloadBytes"), "{message}");
+    let (code, message) = refusals[3].clone().expect("refused");
+    assert_eq!(code, Code::InvalidArgument);
+    assert!(message.starts_with("traceparent: "), "{message}");
+    assert_eq!(refusals[4], Some((Code::InvalidArgument, "message: must be set".to_owned())));
+    assert_eq!(refusals[5], None, "the stream goes on after refusals");
+    assert!(answers.iter().all(|a| a.refusal.is_some() == a.message_id.is_empty()), "{answers:?}");
+
+    let mut messages = inbox(&b).await;
+    let first = next_message(&mut messages).await;
+    let last = next_message(&mut messages).await;
+    assert_eq!((first.resource_id.as_str(), last.resource_id.as_str()), ("first", "last"), "only the stored two came");
+    let answers =
+        ack_stream(&b, vec![first.message_id.clone(), "nope".to_owned(), "999999".to_owned(), last.message_id.clone()])
+            .await;
+    let refusals: Vec<_> = answers.iter().map(|a| a.refusal.as_ref().map(|r| Code::from(r.code))).collect();
+    assert_eq!(refusals, vec![None, Some(Code::InvalidArgument), Some(Code::NotFound), None]);
+    assert!(answers[1].refusal.as_ref().expect("refused").message.starts_with("message_id: "), "{answers:?}");
+    let deadline = std::time::Instant::now() + WAIT;
+    while total_pending(&a).await != 0 {
+        assert!(std::time::Instant::now() < deadline, "the two ACKs never reached the sender");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_send_stream_stores_before_it_answers_and_later_events_supersede_earlier_ones_in_stream_order() {
+    let dir = tempfile::tempdir().expect("dir");
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let config = format!("identity: durable-streamer\npeer:\n  insecure: true\n{BACKOFF}");
+    let mut a = Daemon::builder(BIN).config(&config).dir(dir.path()).start().await;
+    // Ten events of each of twenty resources, interleaved, to a peer that is not up.
+    let requests: Vec<_> = (0..10)
+        .flat_map(|e| (0..20).map(move |r| (r, e)))
+        .map(|(r, e)| to_peer(&addr, &format!("r{r}"), &e.to_string(), b"{}"))
+        .collect();
+    let answers = send_stream(&a, requests).await;
+    assert!(answers.iter().all(|a| a.refusal.is_none()), "{answers:?}");
+    assert_eq!(total_pending(&a).await, 20, "per resource only the newest event is kept");
+
+    // Everything answered survives kill -9, and the newest event of each resource is what arrives.
+    a.signal(Signal::SIGKILL);
+    a.wait_exit(WAIT).await;
+    let _a = Daemon::builder(BIN).config(&config).dir(dir.path()).start().await;
+    let b_config = format!("identity: durable-receiver\npeer:\n  listen: \"{addr}\"\n  insecure: true\n");
+    let b = Daemon::builder(BIN).config(b_config).start().await;
+    let mut messages = inbox(&b).await;
+    let mut got = std::collections::BTreeMap::new();
+    for _ in 0..20 {
+        let m = next_message(&mut messages).await;
+        ack(&b, &m.message_id).await;
+        assert!(got.insert(m.resource_id.clone(), m.event_id.clone()).is_none(), "{} came twice", m.resource_id);
+    }
+    assert!(got.values().all(|e| e == "9"), "only the last event of each resource: {got:?}");
 }
 
 /// An EndpointSlice of Service `service` with one endpoint at this machine's address and `port`.

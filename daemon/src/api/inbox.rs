@@ -1,18 +1,20 @@
 //! InboxService: Receive streams messages from peers to the app one at a time per receiver, oldest
-//! first; Ack records the app's ACK durably and sends it back to the sender; Nack redelivers later.
+//! first; Ack records the app's ACK durably and sends it back to the sender (AckStream: many, answered
+//! in order); Nack redelivers later.
 
 use std::time::Duration;
 
 use consistd_proto::v1::{self as pb, inbox_service_server::InboxService};
 
+use futures::FutureExt as _;
 use tokio_util::sync::CancellationToken;
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, Streaming};
 
 use super::ResponseStream;
 use super::{
     access::{Access, Ask, Resource},
     caller::Caller,
-    status,
+    ordered, status,
 };
 use crate::{config::Service, inbox::Inbox};
 
@@ -49,6 +51,7 @@ fn message_id(id: &str) -> Result<u64, Status> {
 #[tonic::async_trait]
 impl InboxService for InboxApi {
     type ReceiveStream = ResponseStream<pb::ReceiveResponse>;
+    type AckStreamStream = ResponseStream<pb::AckStreamResponse>;
 
     async fn receive(&self, request: Request<pb::ReceiveRequest>) -> Result<Response<Self::ReceiveStream>, Status> {
         self.allowed(&request).await?;
@@ -77,6 +80,39 @@ impl InboxService for InboxApi {
         let id = message_id(&request.into_inner().message_id)?;
         self.inbox.ack(id).await.map_err(status::inbox_error)?;
         Ok(Response::new(pb::AckResponse {}))
+    }
+
+    async fn ack_stream(
+        &self,
+        request: Request<Streaming<pb::AckStreamRequest>>,
+    ) -> Result<Response<Self::AckStreamStream>, Status> {
+        self.allowed(&request).await?;
+        let inbox = self.inbox.clone();
+        let answers = ordered::answer_in_order(request.into_inner(), move |r: pb::AckStreamRequest| {
+            // The ACK is recorded in a task of its own: a caller that goes away cannot cut it short.
+            let acked = message_id(&r.message_id).map(|id| {
+                let inbox = inbox.clone();
+                tokio::spawn(async move { inbox.ack(id).await })
+            });
+            async move {
+                async move {
+                    let refused = match acked {
+                        Err(refused) => Some(refused),
+                        Ok(task) => match task.await {
+                            Ok(Ok(())) => None,
+                            Ok(Err(e)) => Some(status::inbox_error(e)),
+                            Err(_) => Some(status::shutting_down("InboxService.AckStream")),
+                        },
+                    };
+                    Ok(pb::AckStreamResponse {
+                        message_id: r.message_id,
+                        refusal: refused.as_ref().map(status::refusal),
+                    })
+                }
+                .boxed()
+            }
+        });
+        Ok(Response::new(super::answers_until_shutdown(answers, &self.shutdown, "InboxService.AckStream")))
     }
 
     async fn nack(&self, request: Request<pb::NackRequest>) -> Result<Response<pb::NackResponse>, Status> {

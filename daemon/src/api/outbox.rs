@@ -1,21 +1,22 @@
-//! OutboxService: Send stores a message durably and answers with its id; WatchAcks streams outcomes
-//! (ACKED per peer, SUPERSEDED, FAILED); GetOutboxStatus lists what each peer has not ACKed yet.
+//! OutboxService: Send stores a message durably and answers with its id (SendStream: many, in order);
+//! WatchAcks streams outcomes (ACKED per peer, SUPERSEDED, FAILED); GetOutboxStatus lists what each
+//! peer has not ACKed yet.
 
 use consistd_proto::v1::{self as pb, outbox_service_server::OutboxService};
-use futures::StreamExt;
+use futures::{FutureExt as _, StreamExt};
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, Streaming};
 
 use super::ResponseStream;
 use super::{
     access::{Access, Ask, Resource},
     caller::Caller,
-    status,
+    ordered, status,
 };
 use crate::{
     config::Service,
-    outbox::{Destination, Outbox, OutcomeKind, Outgoing},
+    outbox::{Admitted, Destination, Outbox, OutcomeKind, Outgoing},
     telemetry::TraceContext,
 };
 
@@ -38,10 +39,10 @@ impl OutboxApi {
         Self { outbox, namespace, access, shutdown }
     }
 
-    /// Refuses `verb` (on `destination`, for a send) unless access.rules grant it to the caller.
-    async fn allowed<T>(
+    /// Refuses `verb` (on `destination`, for a send) unless access.rules grant it to `caller`.
+    async fn allowed(
         &self,
-        request: &Request<T>,
+        caller: &Caller,
         verb: &'static str,
         destination: Option<&Destination>,
     ) -> Result<(), Status> {
@@ -57,7 +58,37 @@ impl OutboxApi {
         };
         let resource = resource.as_deref().map_or(Resource::None, Resource::Named);
         let ask = Ask { service: Service::Outbox, verb, resource, namespace };
-        self.access.check(&Caller::from_request(request), ask).await
+        self.access.check(caller, ask).await
+    }
+
+    /// Checks one Send request from `caller` and admits it to the outbox: its slot and sequence number
+    /// are taken now, in call order. `headers` is the trace context of the call's metadata, used when the
+    /// request carries none.
+    async fn admit(&self, caller: &Caller, r: pb::SendRequest, headers: &TraceContext) -> Result<Admitted, Status> {
+        let destination = Destination::from_pb(r.destination.as_ref(), &self.namespace)
+            .map_err(|e| status::invalid_argument(e.field, e.message))?;
+        self.allowed(caller, "send", Some(&destination)).await?;
+        check_id("resource_id", &r.resource_id)?;
+        check_id("event_id", &r.event_id)?;
+        if r.content_type.len() > MAX_CONTENT_TYPE_BYTES || r.content_type.chars().any(char::is_control) {
+            return Err(status::invalid_argument(
+                "content_type",
+                format!("must be a MIME type of at most {MAX_CONTENT_TYPE_BYTES} bytes"),
+            ));
+        }
+        let given = TraceContext::given(r.traceparent, r.tracestate)
+            .map_err(|e| status::invalid_argument(e.field, e.message))?;
+        let trace = if given.is_empty() { headers.clone() } else { given };
+        self.outbox
+            .admit(Outgoing {
+                destination,
+                resource_id: r.resource_id,
+                event_id: r.event_id,
+                payload: r.payload.into(),
+                content_type: r.content_type,
+                trace,
+            })
+            .map_err(status::outbox_error)
     }
 }
 
@@ -77,45 +108,56 @@ pub(crate) fn check_id(field: &str, value: &str) -> Result<(), Status> {
 
 #[tonic::async_trait]
 impl OutboxService for OutboxApi {
+    type SendStreamStream = ResponseStream<pb::SendStreamResponse>;
     type WatchAcksStream = ResponseStream<pb::WatchAcksResponse>;
 
     async fn send(&self, request: Request<pb::SendRequest>) -> Result<Response<pb::SendResponse>, Status> {
-        let destination = Destination::from_pb(request.get_ref().destination.as_ref(), &self.namespace)
-            .map_err(|e| status::invalid_argument(e.field, e.message))?;
-        self.allowed(&request, "send", Some(&destination)).await?;
+        let caller = Caller::from_request(&request);
         let headers = TraceContext::of_headers(request.metadata().as_ref());
-        let r = request.into_inner();
-        check_id("resource_id", &r.resource_id)?;
-        check_id("event_id", &r.event_id)?;
-        if r.content_type.len() > MAX_CONTENT_TYPE_BYTES || r.content_type.chars().any(char::is_control) {
-            return Err(status::invalid_argument(
-                "content_type",
-                format!("must be a MIME type of at most {MAX_CONTENT_TYPE_BYTES} bytes"),
-            ));
-        }
-        let given = TraceContext::given(r.traceparent, r.tracestate)
-            .map_err(|e| status::invalid_argument(e.field, e.message))?;
-        let trace = if given.is_empty() { headers } else { given };
-        let sequence = self
-            .outbox
-            .send(Outgoing {
-                destination,
-                resource_id: r.resource_id,
-                event_id: r.event_id,
-                payload: r.payload.into(),
-                content_type: r.content_type,
-                trace,
-            })
-            .await
-            .map_err(status::outbox_error)?;
+        let admitted = self.admit(&caller, request.into_inner(), &headers).await?;
+        let sequence = admitted.store().await.map_err(status::outbox_error)?;
         Ok(Response::new(pb::SendResponse { message_id: sequence.to_string() }))
+    }
+
+    async fn send_stream(
+        &self,
+        request: Request<Streaming<pb::SendStreamRequest>>,
+    ) -> Result<Response<Self::SendStreamStream>, Status> {
+        let caller = Caller::from_request(&request);
+        let headers = TraceContext::of_headers(request.metadata().as_ref());
+        let api = self.clone();
+        let answers = ordered::answer_in_order(request.into_inner(), move |r: pb::SendStreamRequest| {
+            let (api, headers) = (api.clone(), headers.clone());
+            async move {
+                let admitted = match r.message {
+                    Some(message) => api.admit(&caller, message, &headers).await,
+                    None => Err(status::invalid_argument("message", "must be set")),
+                };
+                let stored = match admitted {
+                    Ok(admitted) => admitted.store().map(|s| s.map_err(status::outbox_error)).boxed(),
+                    Err(refused) => futures::future::ready(Err(refused)).boxed(),
+                };
+                stored
+                    .map(|stored| {
+                        Ok(match stored {
+                            Ok(sequence) => pb::SendStreamResponse { message_id: sequence.to_string(), refusal: None },
+                            Err(refused) => pb::SendStreamResponse {
+                                message_id: String::new(),
+                                refusal: Some(status::refusal(&refused)),
+                            },
+                        })
+                    })
+                    .boxed()
+            }
+        });
+        Ok(Response::new(super::answers_until_shutdown(answers, &self.shutdown, "OutboxService.SendStream")))
     }
 
     async fn watch_acks(
         &self,
         request: Request<pb::WatchAcksRequest>,
     ) -> Result<Response<Self::WatchAcksStream>, Status> {
-        self.allowed(&request, "status", None).await?;
+        self.allowed(&Caller::from_request(&request), "status", None).await?;
         let only = request.into_inner().resource_id;
         let outcomes = self.outbox.outcomes();
         let stream = futures::stream::unfold(outcomes, move |mut outcomes| {
@@ -150,7 +192,7 @@ impl OutboxService for OutboxApi {
         &self,
         request: Request<pb::GetOutboxStatusRequest>,
     ) -> Result<Response<pb::GetOutboxStatusResponse>, Status> {
-        self.allowed(&request, "status", None).await?;
+        self.allowed(&Caller::from_request(&request), "status", None).await?;
         let (destinations, total) = self.outbox.status();
         let destinations = destinations
             .into_iter()

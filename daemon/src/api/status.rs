@@ -20,6 +20,12 @@ fn from_error(code: Code, error: &dyn std::error::Error) -> Status {
     Status::new(code, error::chain(error))
 }
 
+/// The answer to one refused request of a streaming call (SendStream, AckStream): the status the unary
+/// call would have answered, while the stream goes on.
+pub(crate) fn refusal(status: &Status) -> consistd_proto::v1::Refusal {
+    consistd_proto::v1::Refusal { code: status.code() as i32, message: status.message().to_owned() }
+}
+
 /// A request field is wrong: `field: why`.
 pub(crate) fn invalid_argument(field: &str, why: impl std::fmt::Display) -> Status {
     Status::new(Code::InvalidArgument, format!("{field}: {why}"))

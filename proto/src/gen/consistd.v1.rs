@@ -2069,6 +2069,18 @@ pub mod leadership_service_server {
         const NAME: &'static str = SERVICE_NAME;
     }
 }
+/// Refusal is why one request of a streaming call was refused: the status the unary call would have
+/// answered, while the stream goes on.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct Refusal {
+    /// The gRPC status code (google.rpc.Code), e.g. 3 for INVALID_ARGUMENT.
+    #[prost(int32, tag = "1")]
+    pub code: i32,
+    /// What was wrong, naming the field, as the unary call's status message.
+    #[prost(string, tag = "2")]
+    pub message: ::prost::alloc::string::String,
+}
 /// A Kubernetes Service whose ready endpoints each get a copy of the message.
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
@@ -2137,6 +2149,25 @@ pub struct SendRequest {
 pub struct SendResponse {
     #[prost(string, tag = "1")]
     pub message_id: ::prost::alloc::string::String,
+}
+/// SendStreamRequest is one message of a SendStream.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct SendStreamRequest {
+    /// The message, as Send takes it.
+    #[prost(message, optional, tag = "1")]
+    pub message: ::core::option::Option<SendRequest>,
+}
+/// SendStreamResponse answers one SendStream request, in request order.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct SendStreamResponse {
+    /// The stored message's id, as Send answers it; empty when the message was refused.
+    #[prost(string, tag = "1")]
+    pub message_id: ::prost::alloc::string::String,
+    /// Why the message was refused (the status Send would have answered); unset when it was stored.
+    #[prost(message, optional, tag = "2")]
+    pub refusal: ::core::option::Option<Refusal>,
 }
 /// WatchAcksRequest optionally narrows the stream to one resource.
 #[allow(clippy::all)]
@@ -2372,6 +2403,34 @@ pub mod outbox_service_client {
                 .insert(GrpcMethod::new("consistd.v1.OutboxService", "Send"));
             self.inner.unary(req, path, codec).await
         }
+        /// SendStream is Send for many messages on one call: each request is stored as Send stores it (durably
+        /// before it is answered) and answered in request order by one SendStreamResponse. Messages in flight
+        /// together share a disk flush. A refused message is answered with its refusal and the stream goes on;
+        /// a message the stream ended before answering may or may not have been stored.
+        pub async fn send_stream(
+            &mut self,
+            request: impl tonic::IntoStreamingRequest<Message = super::SendStreamRequest>,
+        ) -> std::result::Result<
+            tonic::Response<tonic::codec::Streaming<super::SendStreamResponse>>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/consistd.v1.OutboxService/SendStream",
+            );
+            let mut req = request.into_streaming_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("consistd.v1.OutboxService", "SendStream"));
+            self.inner.streaming(req, path, codec).await
+        }
         /// WatchAcks streams ACKs, supersessions and final failures of this pod's sends.
         pub async fn watch_acks(
             &mut self,
@@ -2442,6 +2501,20 @@ pub mod outbox_service_server {
             &self,
             request: tonic::Request<super::SendRequest>,
         ) -> std::result::Result<tonic::Response<super::SendResponse>, tonic::Status>;
+        /// Server streaming response type for the SendStream method.
+        type SendStreamStream: tonic::codegen::tokio_stream::Stream<
+                Item = std::result::Result<super::SendStreamResponse, tonic::Status>,
+            >
+            + std::marker::Send
+            + 'static;
+        /// SendStream is Send for many messages on one call: each request is stored as Send stores it (durably
+        /// before it is answered) and answered in request order by one SendStreamResponse. Messages in flight
+        /// together share a disk flush. A refused message is answered with its refusal and the stream goes on;
+        /// a message the stream ended before answering may or may not have been stored.
+        async fn send_stream(
+            &self,
+            request: tonic::Request<tonic::Streaming<super::SendStreamRequest>>,
+        ) -> std::result::Result<tonic::Response<Self::SendStreamStream>, tonic::Status>;
         /// Server streaming response type for the WatchAcks method.
         type WatchAcksStream: tonic::codegen::tokio_stream::Stream<
                 Item = std::result::Result<super::WatchAcksResponse, tonic::Status>,
@@ -2579,6 +2652,54 @@ pub mod outbox_service_server {
                                 max_encoding_message_size,
                             );
                         let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/consistd.v1.OutboxService/SendStream" => {
+                    #[allow(non_camel_case_types)]
+                    struct SendStreamSvc<T: OutboxService>(pub Arc<T>);
+                    impl<
+                        T: OutboxService,
+                    > tonic::server::StreamingService<super::SendStreamRequest>
+                    for SendStreamSvc<T> {
+                        type Response = super::SendStreamResponse;
+                        type ResponseStream = T::SendStreamStream;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::ResponseStream>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<
+                                tonic::Streaming<super::SendStreamRequest>,
+                            >,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as OutboxService>::send_stream(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = SendStreamSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.streaming(method, req).await;
                         Ok(res)
                     };
                     Box::pin(fut)
@@ -2767,6 +2888,24 @@ pub struct AckRequest {
 #[allow(clippy::all)]
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct AckResponse {}
+/// AckStreamRequest names one processed message of an AckStream.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct AckStreamRequest {
+    #[prost(string, tag = "1")]
+    pub message_id: ::prost::alloc::string::String,
+}
+/// AckStreamResponse answers one AckStream request, in request order.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct AckStreamResponse {
+    /// The ACKed message's id, as the request named it.
+    #[prost(string, tag = "1")]
+    pub message_id: ::prost::alloc::string::String,
+    /// Why the ACK was refused (the status Ack would have answered); unset when it was stored.
+    #[prost(message, optional, tag = "2")]
+    pub refusal: ::core::option::Option<Refusal>,
+}
 /// NackRequest names a message to redeliver later.
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
@@ -2923,6 +3062,33 @@ pub mod inbox_service_client {
                 .insert(GrpcMethod::new("consistd.v1.InboxService", "Ack"));
             self.inner.unary(req, path, codec).await
         }
+        /// AckStream is Ack for many messages on one call: each ACK is stored as Ack stores it and answered in
+        /// request order by one AckStreamResponse; ACKs in flight together share a disk flush. A refused ACK is
+        /// answered with its refusal and the stream goes on.
+        pub async fn ack_stream(
+            &mut self,
+            request: impl tonic::IntoStreamingRequest<Message = super::AckStreamRequest>,
+        ) -> std::result::Result<
+            tonic::Response<tonic::codec::Streaming<super::AckStreamResponse>>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/consistd.v1.InboxService/AckStream",
+            );
+            let mut req = request.into_streaming_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("consistd.v1.InboxService", "AckStream"));
+            self.inner.streaming(req, path, codec).await
+        }
         /// Nack asks for the message to be delivered again after a delay.
         pub async fn nack(
             &mut self,
@@ -2976,6 +3142,19 @@ pub mod inbox_service_server {
             &self,
             request: tonic::Request<super::AckRequest>,
         ) -> std::result::Result<tonic::Response<super::AckResponse>, tonic::Status>;
+        /// Server streaming response type for the AckStream method.
+        type AckStreamStream: tonic::codegen::tokio_stream::Stream<
+                Item = std::result::Result<super::AckStreamResponse, tonic::Status>,
+            >
+            + std::marker::Send
+            + 'static;
+        /// AckStream is Ack for many messages on one call: each ACK is stored as Ack stores it and answered in
+        /// request order by one AckStreamResponse; ACKs in flight together share a disk flush. A refused ACK is
+        /// answered with its refusal and the stream goes on.
+        async fn ack_stream(
+            &self,
+            request: tonic::Request<tonic::Streaming<super::AckStreamRequest>>,
+        ) -> std::result::Result<tonic::Response<Self::AckStreamStream>, tonic::Status>;
         /// Nack asks for the message to be delivered again after a delay.
         async fn nack(
             &self,
@@ -3144,6 +3323,54 @@ pub mod inbox_service_server {
                                 max_encoding_message_size,
                             );
                         let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/consistd.v1.InboxService/AckStream" => {
+                    #[allow(non_camel_case_types)]
+                    struct AckStreamSvc<T: InboxService>(pub Arc<T>);
+                    impl<
+                        T: InboxService,
+                    > tonic::server::StreamingService<super::AckStreamRequest>
+                    for AckStreamSvc<T> {
+                        type Response = super::AckStreamResponse;
+                        type ResponseStream = T::AckStreamStream;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::ResponseStream>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<
+                                tonic::Streaming<super::AckStreamRequest>,
+                            >,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as InboxService>::ack_stream(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = AckStreamSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.streaming(method, req).await;
                         Ok(res)
                     };
                     Box::pin(fut)

@@ -309,6 +309,106 @@ func (*AckResponse) Descriptor() ([]byte, []int) {
 	return file_consistd_v1_inbox_proto_rawDescGZIP(), []int{4}
 }
 
+// AckStreamRequest names one processed message of an AckStream.
+type AckStreamRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MessageId     string                 `protobuf:"bytes,1,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AckStreamRequest) Reset() {
+	*x = AckStreamRequest{}
+	mi := &file_consistd_v1_inbox_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AckStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AckStreamRequest) ProtoMessage() {}
+
+func (x *AckStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_consistd_v1_inbox_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AckStreamRequest.ProtoReflect.Descriptor instead.
+func (*AckStreamRequest) Descriptor() ([]byte, []int) {
+	return file_consistd_v1_inbox_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *AckStreamRequest) GetMessageId() string {
+	if x != nil {
+		return x.MessageId
+	}
+	return ""
+}
+
+// AckStreamResponse answers one AckStream request, in request order.
+type AckStreamResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The ACKed message's id, as the request named it.
+	MessageId string `protobuf:"bytes,1,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	// Why the ACK was refused (the status Ack would have answered); unset when it was stored.
+	Refusal       *Refusal `protobuf:"bytes,2,opt,name=refusal,proto3" json:"refusal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AckStreamResponse) Reset() {
+	*x = AckStreamResponse{}
+	mi := &file_consistd_v1_inbox_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AckStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AckStreamResponse) ProtoMessage() {}
+
+func (x *AckStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_consistd_v1_inbox_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AckStreamResponse.ProtoReflect.Descriptor instead.
+func (*AckStreamResponse) Descriptor() ([]byte, []int) {
+	return file_consistd_v1_inbox_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *AckStreamResponse) GetMessageId() string {
+	if x != nil {
+		return x.MessageId
+	}
+	return ""
+}
+
+func (x *AckStreamResponse) GetRefusal() *Refusal {
+	if x != nil {
+		return x.Refusal
+	}
+	return nil
+}
+
 // NackRequest names a message to redeliver later.
 type NackRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -323,7 +423,7 @@ type NackRequest struct {
 
 func (x *NackRequest) Reset() {
 	*x = NackRequest{}
-	mi := &file_consistd_v1_inbox_proto_msgTypes[5]
+	mi := &file_consistd_v1_inbox_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -335,7 +435,7 @@ func (x *NackRequest) String() string {
 func (*NackRequest) ProtoMessage() {}
 
 func (x *NackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_consistd_v1_inbox_proto_msgTypes[5]
+	mi := &file_consistd_v1_inbox_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -348,7 +448,7 @@ func (x *NackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackRequest.ProtoReflect.Descriptor instead.
 func (*NackRequest) Descriptor() ([]byte, []int) {
-	return file_consistd_v1_inbox_proto_rawDescGZIP(), []int{5}
+	return file_consistd_v1_inbox_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *NackRequest) GetMessageId() string {
@@ -381,7 +481,7 @@ type NackResponse struct {
 
 func (x *NackResponse) Reset() {
 	*x = NackResponse{}
-	mi := &file_consistd_v1_inbox_proto_msgTypes[6]
+	mi := &file_consistd_v1_inbox_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -393,7 +493,7 @@ func (x *NackResponse) String() string {
 func (*NackResponse) ProtoMessage() {}
 
 func (x *NackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_consistd_v1_inbox_proto_msgTypes[6]
+	mi := &file_consistd_v1_inbox_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -406,14 +506,14 @@ func (x *NackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackResponse.ProtoReflect.Descriptor instead.
 func (*NackResponse) Descriptor() ([]byte, []int) {
-	return file_consistd_v1_inbox_proto_rawDescGZIP(), []int{6}
+	return file_consistd_v1_inbox_proto_rawDescGZIP(), []int{8}
 }
 
 var File_consistd_v1_inbox_proto protoreflect.FileDescriptor
 
 const file_consistd_v1_inbox_proto_rawDesc = "" +
 	"\n" +
-	"\x17consistd/v1/inbox.proto\x12\vconsistd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x10\n" +
+	"\x17consistd/v1/inbox.proto\x12\vconsistd.v1\x1a\x19consistd/v1/refusal.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x10\n" +
 	"\x0eReceiveRequest\"\xe8\x02\n" +
 	"\fInboxMessage\x12\x1d\n" +
 	"\n" +
@@ -438,17 +538,25 @@ const file_consistd_v1_inbox_proto_rawDesc = "" +
 	"AckRequest\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x01 \x01(\tR\tmessageId\"\r\n" +
-	"\vAckResponse\"\x80\x01\n" +
+	"\vAckResponse\"1\n" +
+	"\x10AckStreamRequest\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\x01 \x01(\tR\tmessageId\"b\n" +
+	"\x11AckStreamResponse\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\x01 \x01(\tR\tmessageId\x12.\n" +
+	"\arefusal\x18\x02 \x01(\v2\x14.consistd.v1.RefusalR\arefusal\"\x80\x01\n" +
 	"\vNackRequest\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x01 \x01(\tR\tmessageId\x12:\n" +
 	"\vretry_after\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\"\x0e\n" +
-	"\fNackResponse2\xcd\x01\n" +
+	"\fNackResponse2\x9d\x02\n" +
 	"\fInboxService\x12F\n" +
 	"\aReceive\x12\x1b.consistd.v1.ReceiveRequest\x1a\x1c.consistd.v1.ReceiveResponse0\x01\x128\n" +
-	"\x03Ack\x12\x17.consistd.v1.AckRequest\x1a\x18.consistd.v1.AckResponse\x12;\n" +
+	"\x03Ack\x12\x17.consistd.v1.AckRequest\x1a\x18.consistd.v1.AckResponse\x12N\n" +
+	"\tAckStream\x12\x1d.consistd.v1.AckStreamRequest\x1a\x1e.consistd.v1.AckStreamResponse(\x010\x01\x12;\n" +
 	"\x04Nack\x12\x18.consistd.v1.NackRequest\x1a\x19.consistd.v1.NackResponseB\xb1\x01\n" +
 	"\x0fcom.consistd.v1B\n" +
 	"InboxProtoP\x01ZEgithub.com/consistd/consistd/client-sdk/go/gen/consistd/v1;consistdv1\xa2\x02\x03CXX\xaa\x02\vConsistd.V1\xca\x02\vConsistd\\V1\xe2\x02\x17Consistd\\V1\\GPBMetadata\xea\x02\fConsistd::V1b\x06proto3"
@@ -465,33 +573,39 @@ func file_consistd_v1_inbox_proto_rawDescGZIP() []byte {
 	return file_consistd_v1_inbox_proto_rawDescData
 }
 
-var file_consistd_v1_inbox_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_consistd_v1_inbox_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_consistd_v1_inbox_proto_goTypes = []any{
 	(*ReceiveRequest)(nil),        // 0: consistd.v1.ReceiveRequest
 	(*InboxMessage)(nil),          // 1: consistd.v1.InboxMessage
 	(*ReceiveResponse)(nil),       // 2: consistd.v1.ReceiveResponse
 	(*AckRequest)(nil),            // 3: consistd.v1.AckRequest
 	(*AckResponse)(nil),           // 4: consistd.v1.AckResponse
-	(*NackRequest)(nil),           // 5: consistd.v1.NackRequest
-	(*NackResponse)(nil),          // 6: consistd.v1.NackResponse
-	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 8: google.protobuf.Duration
+	(*AckStreamRequest)(nil),      // 5: consistd.v1.AckStreamRequest
+	(*AckStreamResponse)(nil),     // 6: consistd.v1.AckStreamResponse
+	(*NackRequest)(nil),           // 7: consistd.v1.NackRequest
+	(*NackResponse)(nil),          // 8: consistd.v1.NackResponse
+	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
+	(*Refusal)(nil),               // 10: consistd.v1.Refusal
+	(*durationpb.Duration)(nil),   // 11: google.protobuf.Duration
 }
 var file_consistd_v1_inbox_proto_depIdxs = []int32{
-	7, // 0: consistd.v1.InboxMessage.received_at:type_name -> google.protobuf.Timestamp
-	1, // 1: consistd.v1.ReceiveResponse.message:type_name -> consistd.v1.InboxMessage
-	8, // 2: consistd.v1.NackRequest.retry_after:type_name -> google.protobuf.Duration
-	0, // 3: consistd.v1.InboxService.Receive:input_type -> consistd.v1.ReceiveRequest
-	3, // 4: consistd.v1.InboxService.Ack:input_type -> consistd.v1.AckRequest
-	5, // 5: consistd.v1.InboxService.Nack:input_type -> consistd.v1.NackRequest
-	2, // 6: consistd.v1.InboxService.Receive:output_type -> consistd.v1.ReceiveResponse
-	4, // 7: consistd.v1.InboxService.Ack:output_type -> consistd.v1.AckResponse
-	6, // 8: consistd.v1.InboxService.Nack:output_type -> consistd.v1.NackResponse
-	6, // [6:9] is the sub-list for method output_type
-	3, // [3:6] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	9,  // 0: consistd.v1.InboxMessage.received_at:type_name -> google.protobuf.Timestamp
+	1,  // 1: consistd.v1.ReceiveResponse.message:type_name -> consistd.v1.InboxMessage
+	10, // 2: consistd.v1.AckStreamResponse.refusal:type_name -> consistd.v1.Refusal
+	11, // 3: consistd.v1.NackRequest.retry_after:type_name -> google.protobuf.Duration
+	0,  // 4: consistd.v1.InboxService.Receive:input_type -> consistd.v1.ReceiveRequest
+	3,  // 5: consistd.v1.InboxService.Ack:input_type -> consistd.v1.AckRequest
+	5,  // 6: consistd.v1.InboxService.AckStream:input_type -> consistd.v1.AckStreamRequest
+	7,  // 7: consistd.v1.InboxService.Nack:input_type -> consistd.v1.NackRequest
+	2,  // 8: consistd.v1.InboxService.Receive:output_type -> consistd.v1.ReceiveResponse
+	4,  // 9: consistd.v1.InboxService.Ack:output_type -> consistd.v1.AckResponse
+	6,  // 10: consistd.v1.InboxService.AckStream:output_type -> consistd.v1.AckStreamResponse
+	8,  // 11: consistd.v1.InboxService.Nack:output_type -> consistd.v1.NackResponse
+	8,  // [8:12] is the sub-list for method output_type
+	4,  // [4:8] is the sub-list for method input_type
+	4,  // [4:4] is the sub-list for extension type_name
+	4,  // [4:4] is the sub-list for extension extendee
+	0,  // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_consistd_v1_inbox_proto_init() }
@@ -499,13 +613,14 @@ func file_consistd_v1_inbox_proto_init() {
 	if File_consistd_v1_inbox_proto != nil {
 		return
 	}
+	file_consistd_v1_refusal_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_consistd_v1_inbox_proto_rawDesc), len(file_consistd_v1_inbox_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,9 +19,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	InboxService_Receive_FullMethodName = "/consistd.v1.InboxService/Receive"
-	InboxService_Ack_FullMethodName     = "/consistd.v1.InboxService/Ack"
-	InboxService_Nack_FullMethodName    = "/consistd.v1.InboxService/Nack"
+	InboxService_Receive_FullMethodName   = "/consistd.v1.InboxService/Receive"
+	InboxService_Ack_FullMethodName       = "/consistd.v1.InboxService/Ack"
+	InboxService_AckStream_FullMethodName = "/consistd.v1.InboxService/AckStream"
+	InboxService_Nack_FullMethodName      = "/consistd.v1.InboxService/Nack"
 )
 
 // InboxServiceClient is the client API for InboxService service.
@@ -34,6 +35,10 @@ type InboxServiceClient interface {
 	Receive(ctx context.Context, in *ReceiveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReceiveResponse], error)
 	// Ack confirms a message was processed; the ACK travels back to the sender.
 	Ack(ctx context.Context, in *AckRequest, opts ...grpc.CallOption) (*AckResponse, error)
+	// AckStream is Ack for many messages on one call: each ACK is stored as Ack stores it and answered in
+	// request order by one AckStreamResponse; ACKs in flight together share a disk flush. A refused ACK is
+	// answered with its refusal and the stream goes on.
+	AckStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AckStreamRequest, AckStreamResponse], error)
 	// Nack asks for the message to be delivered again after a delay.
 	Nack(ctx context.Context, in *NackRequest, opts ...grpc.CallOption) (*NackResponse, error)
 }
@@ -75,6 +80,19 @@ func (c *inboxServiceClient) Ack(ctx context.Context, in *AckRequest, opts ...gr
 	return out, nil
 }
 
+func (c *inboxServiceClient) AckStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AckStreamRequest, AckStreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &InboxService_ServiceDesc.Streams[1], InboxService_AckStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[AckStreamRequest, AckStreamResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type InboxService_AckStreamClient = grpc.BidiStreamingClient[AckStreamRequest, AckStreamResponse]
+
 func (c *inboxServiceClient) Nack(ctx context.Context, in *NackRequest, opts ...grpc.CallOption) (*NackResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(NackResponse)
@@ -95,6 +113,10 @@ type InboxServiceServer interface {
 	Receive(*ReceiveRequest, grpc.ServerStreamingServer[ReceiveResponse]) error
 	// Ack confirms a message was processed; the ACK travels back to the sender.
 	Ack(context.Context, *AckRequest) (*AckResponse, error)
+	// AckStream is Ack for many messages on one call: each ACK is stored as Ack stores it and answered in
+	// request order by one AckStreamResponse; ACKs in flight together share a disk flush. A refused ACK is
+	// answered with its refusal and the stream goes on.
+	AckStream(grpc.BidiStreamingServer[AckStreamRequest, AckStreamResponse]) error
 	// Nack asks for the message to be delivered again after a delay.
 	Nack(context.Context, *NackRequest) (*NackResponse, error)
 	mustEmbedUnimplementedInboxServiceServer()
@@ -112,6 +134,9 @@ func (UnimplementedInboxServiceServer) Receive(*ReceiveRequest, grpc.ServerStrea
 }
 func (UnimplementedInboxServiceServer) Ack(context.Context, *AckRequest) (*AckResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Ack not implemented")
+}
+func (UnimplementedInboxServiceServer) AckStream(grpc.BidiStreamingServer[AckStreamRequest, AckStreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method AckStream not implemented")
 }
 func (UnimplementedInboxServiceServer) Nack(context.Context, *NackRequest) (*NackResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Nack not implemented")
@@ -166,6 +191,13 @@ func _InboxService_Ack_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _InboxService_AckStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(InboxServiceServer).AckStream(&grpc.GenericServerStream[AckStreamRequest, AckStreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type InboxService_AckStreamServer = grpc.BidiStreamingServer[AckStreamRequest, AckStreamResponse]
+
 func _InboxService_Nack_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(NackRequest)
 	if err := dec(in); err != nil {
@@ -205,6 +237,12 @@ var InboxService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Receive",
 			Handler:       _InboxService_Receive_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "AckStream",
+			Handler:       _InboxService_AckStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "consistd/v1/inbox.proto",

@@ -382,6 +382,107 @@ func (x *SendResponse) GetMessageId() string {
 	return ""
 }
 
+// SendStreamRequest is one message of a SendStream.
+type SendStreamRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The message, as Send takes it.
+	Message       *SendRequest `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SendStreamRequest) Reset() {
+	*x = SendStreamRequest{}
+	mi := &file_consistd_v1_outbox_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SendStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SendStreamRequest) ProtoMessage() {}
+
+func (x *SendStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_consistd_v1_outbox_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SendStreamRequest.ProtoReflect.Descriptor instead.
+func (*SendStreamRequest) Descriptor() ([]byte, []int) {
+	return file_consistd_v1_outbox_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *SendStreamRequest) GetMessage() *SendRequest {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
+// SendStreamResponse answers one SendStream request, in request order.
+type SendStreamResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The stored message's id, as Send answers it; empty when the message was refused.
+	MessageId string `protobuf:"bytes,1,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	// Why the message was refused (the status Send would have answered); unset when it was stored.
+	Refusal       *Refusal `protobuf:"bytes,2,opt,name=refusal,proto3" json:"refusal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SendStreamResponse) Reset() {
+	*x = SendStreamResponse{}
+	mi := &file_consistd_v1_outbox_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SendStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SendStreamResponse) ProtoMessage() {}
+
+func (x *SendStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_consistd_v1_outbox_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SendStreamResponse.ProtoReflect.Descriptor instead.
+func (*SendStreamResponse) Descriptor() ([]byte, []int) {
+	return file_consistd_v1_outbox_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *SendStreamResponse) GetMessageId() string {
+	if x != nil {
+		return x.MessageId
+	}
+	return ""
+}
+
+func (x *SendStreamResponse) GetRefusal() *Refusal {
+	if x != nil {
+		return x.Refusal
+	}
+	return nil
+}
+
 // WatchAcksRequest optionally narrows the stream to one resource.
 type WatchAcksRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -393,7 +494,7 @@ type WatchAcksRequest struct {
 
 func (x *WatchAcksRequest) Reset() {
 	*x = WatchAcksRequest{}
-	mi := &file_consistd_v1_outbox_proto_msgTypes[4]
+	mi := &file_consistd_v1_outbox_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -405,7 +506,7 @@ func (x *WatchAcksRequest) String() string {
 func (*WatchAcksRequest) ProtoMessage() {}
 
 func (x *WatchAcksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_consistd_v1_outbox_proto_msgTypes[4]
+	mi := &file_consistd_v1_outbox_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -418,7 +519,7 @@ func (x *WatchAcksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAcksRequest.ProtoReflect.Descriptor instead.
 func (*WatchAcksRequest) Descriptor() ([]byte, []int) {
-	return file_consistd_v1_outbox_proto_rawDescGZIP(), []int{4}
+	return file_consistd_v1_outbox_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *WatchAcksRequest) GetResourceId() string {
@@ -447,7 +548,7 @@ type WatchAcksResponse struct {
 
 func (x *WatchAcksResponse) Reset() {
 	*x = WatchAcksResponse{}
-	mi := &file_consistd_v1_outbox_proto_msgTypes[5]
+	mi := &file_consistd_v1_outbox_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -459,7 +560,7 @@ func (x *WatchAcksResponse) String() string {
 func (*WatchAcksResponse) ProtoMessage() {}
 
 func (x *WatchAcksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_consistd_v1_outbox_proto_msgTypes[5]
+	mi := &file_consistd_v1_outbox_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -472,7 +573,7 @@ func (x *WatchAcksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAcksResponse.ProtoReflect.Descriptor instead.
 func (*WatchAcksResponse) Descriptor() ([]byte, []int) {
-	return file_consistd_v1_outbox_proto_rawDescGZIP(), []int{5}
+	return file_consistd_v1_outbox_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *WatchAcksResponse) GetMessageId() string {
@@ -540,7 +641,7 @@ type GetOutboxStatusRequest struct {
 
 func (x *GetOutboxStatusRequest) Reset() {
 	*x = GetOutboxStatusRequest{}
-	mi := &file_consistd_v1_outbox_proto_msgTypes[6]
+	mi := &file_consistd_v1_outbox_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -552,7 +653,7 @@ func (x *GetOutboxStatusRequest) String() string {
 func (*GetOutboxStatusRequest) ProtoMessage() {}
 
 func (x *GetOutboxStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_consistd_v1_outbox_proto_msgTypes[6]
+	mi := &file_consistd_v1_outbox_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -565,7 +666,7 @@ func (x *GetOutboxStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOutboxStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetOutboxStatusRequest) Descriptor() ([]byte, []int) {
-	return file_consistd_v1_outbox_proto_rawDescGZIP(), []int{6}
+	return file_consistd_v1_outbox_proto_rawDescGZIP(), []int{8}
 }
 
 // One message waiting for its ACK.
@@ -586,7 +687,7 @@ type PendingMessage struct {
 
 func (x *PendingMessage) Reset() {
 	*x = PendingMessage{}
-	mi := &file_consistd_v1_outbox_proto_msgTypes[7]
+	mi := &file_consistd_v1_outbox_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -598,7 +699,7 @@ func (x *PendingMessage) String() string {
 func (*PendingMessage) ProtoMessage() {}
 
 func (x *PendingMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_consistd_v1_outbox_proto_msgTypes[7]
+	mi := &file_consistd_v1_outbox_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -611,7 +712,7 @@ func (x *PendingMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingMessage.ProtoReflect.Descriptor instead.
 func (*PendingMessage) Descriptor() ([]byte, []int) {
-	return file_consistd_v1_outbox_proto_rawDescGZIP(), []int{7}
+	return file_consistd_v1_outbox_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PendingMessage) GetMessageId() string {
@@ -680,7 +781,7 @@ type DestinationStatus struct {
 
 func (x *DestinationStatus) Reset() {
 	*x = DestinationStatus{}
-	mi := &file_consistd_v1_outbox_proto_msgTypes[8]
+	mi := &file_consistd_v1_outbox_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -692,7 +793,7 @@ func (x *DestinationStatus) String() string {
 func (*DestinationStatus) ProtoMessage() {}
 
 func (x *DestinationStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_consistd_v1_outbox_proto_msgTypes[8]
+	mi := &file_consistd_v1_outbox_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -705,7 +806,7 @@ func (x *DestinationStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestinationStatus.ProtoReflect.Descriptor instead.
 func (*DestinationStatus) Descriptor() ([]byte, []int) {
-	return file_consistd_v1_outbox_proto_rawDescGZIP(), []int{8}
+	return file_consistd_v1_outbox_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DestinationStatus) GetPeer() string {
@@ -748,7 +849,7 @@ type GetOutboxStatusResponse struct {
 
 func (x *GetOutboxStatusResponse) Reset() {
 	*x = GetOutboxStatusResponse{}
-	mi := &file_consistd_v1_outbox_proto_msgTypes[9]
+	mi := &file_consistd_v1_outbox_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -760,7 +861,7 @@ func (x *GetOutboxStatusResponse) String() string {
 func (*GetOutboxStatusResponse) ProtoMessage() {}
 
 func (x *GetOutboxStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_consistd_v1_outbox_proto_msgTypes[9]
+	mi := &file_consistd_v1_outbox_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -773,7 +874,7 @@ func (x *GetOutboxStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOutboxStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetOutboxStatusResponse) Descriptor() ([]byte, []int) {
-	return file_consistd_v1_outbox_proto_rawDescGZIP(), []int{9}
+	return file_consistd_v1_outbox_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetOutboxStatusResponse) GetDestinations() []*DestinationStatus {
@@ -794,7 +895,7 @@ var File_consistd_v1_outbox_proto protoreflect.FileDescriptor
 
 const file_consistd_v1_outbox_proto_rawDesc = "" +
 	"\n" +
-	"\x18consistd/v1/outbox.proto\x12\vconsistd.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"F\n" +
+	"\x18consistd/v1/outbox.proto\x12\vconsistd.v1\x1a\x19consistd/v1/refusal.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"F\n" +
 	"\x12ServiceDestination\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"\x88\x01\n" +
@@ -816,7 +917,13 @@ const file_consistd_v1_outbox_proto_rawDesc = "" +
 	"tracestate\"-\n" +
 	"\fSendResponse\x12\x1d\n" +
 	"\n" +
-	"message_id\x18\x01 \x01(\tR\tmessageId\"3\n" +
+	"message_id\x18\x01 \x01(\tR\tmessageId\"G\n" +
+	"\x11SendStreamRequest\x122\n" +
+	"\amessage\x18\x01 \x01(\v2\x18.consistd.v1.SendRequestR\amessage\"c\n" +
+	"\x12SendStreamResponse\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\x01 \x01(\tR\tmessageId\x12.\n" +
+	"\arefusal\x18\x02 \x01(\v2\x14.consistd.v1.RefusalR\arefusal\"3\n" +
 	"\x10WatchAcksRequest\x12\x1f\n" +
 	"\vresource_id\x18\x01 \x01(\tR\n" +
 	"resourceId\"\xb5\x02\n" +
@@ -857,9 +964,11 @@ const file_consistd_v1_outbox_proto_rawDesc = "" +
 	"\x17ACK_OUTCOME_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11ACK_OUTCOME_ACKED\x10\x01\x12\x1a\n" +
 	"\x16ACK_OUTCOME_SUPERSEDED\x10\x02\x12\x16\n" +
-	"\x12ACK_OUTCOME_FAILED\x10\x032\xf8\x01\n" +
+	"\x12ACK_OUTCOME_FAILED\x10\x032\xcb\x02\n" +
 	"\rOutboxService\x12;\n" +
-	"\x04Send\x12\x18.consistd.v1.SendRequest\x1a\x19.consistd.v1.SendResponse\x12L\n" +
+	"\x04Send\x12\x18.consistd.v1.SendRequest\x1a\x19.consistd.v1.SendResponse\x12Q\n" +
+	"\n" +
+	"SendStream\x12\x1e.consistd.v1.SendStreamRequest\x1a\x1f.consistd.v1.SendStreamResponse(\x010\x01\x12L\n" +
 	"\tWatchAcks\x12\x1d.consistd.v1.WatchAcksRequest\x1a\x1e.consistd.v1.WatchAcksResponse0\x01\x12\\\n" +
 	"\x0fGetOutboxStatus\x12#.consistd.v1.GetOutboxStatusRequest\x1a$.consistd.v1.GetOutboxStatusResponseB\xb2\x01\n" +
 	"\x0fcom.consistd.v1B\vOutboxProtoP\x01ZEgithub.com/consistd/consistd/client-sdk/go/gen/consistd/v1;consistdv1\xa2\x02\x03CXX\xaa\x02\vConsistd.V1\xca\x02\vConsistd\\V1\xe2\x02\x17Consistd\\V1\\GPBMetadata\xea\x02\fConsistd::V1b\x06proto3"
@@ -877,43 +986,50 @@ func file_consistd_v1_outbox_proto_rawDescGZIP() []byte {
 }
 
 var file_consistd_v1_outbox_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_consistd_v1_outbox_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_consistd_v1_outbox_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_consistd_v1_outbox_proto_goTypes = []any{
 	(AckOutcome)(0),                 // 0: consistd.v1.AckOutcome
 	(*ServiceDestination)(nil),      // 1: consistd.v1.ServiceDestination
 	(*Destination)(nil),             // 2: consistd.v1.Destination
 	(*SendRequest)(nil),             // 3: consistd.v1.SendRequest
 	(*SendResponse)(nil),            // 4: consistd.v1.SendResponse
-	(*WatchAcksRequest)(nil),        // 5: consistd.v1.WatchAcksRequest
-	(*WatchAcksResponse)(nil),       // 6: consistd.v1.WatchAcksResponse
-	(*GetOutboxStatusRequest)(nil),  // 7: consistd.v1.GetOutboxStatusRequest
-	(*PendingMessage)(nil),          // 8: consistd.v1.PendingMessage
-	(*DestinationStatus)(nil),       // 9: consistd.v1.DestinationStatus
-	(*GetOutboxStatusResponse)(nil), // 10: consistd.v1.GetOutboxStatusResponse
-	(*timestamppb.Timestamp)(nil),   // 11: google.protobuf.Timestamp
+	(*SendStreamRequest)(nil),       // 5: consistd.v1.SendStreamRequest
+	(*SendStreamResponse)(nil),      // 6: consistd.v1.SendStreamResponse
+	(*WatchAcksRequest)(nil),        // 7: consistd.v1.WatchAcksRequest
+	(*WatchAcksResponse)(nil),       // 8: consistd.v1.WatchAcksResponse
+	(*GetOutboxStatusRequest)(nil),  // 9: consistd.v1.GetOutboxStatusRequest
+	(*PendingMessage)(nil),          // 10: consistd.v1.PendingMessage
+	(*DestinationStatus)(nil),       // 11: consistd.v1.DestinationStatus
+	(*GetOutboxStatusResponse)(nil), // 12: consistd.v1.GetOutboxStatusResponse
+	(*Refusal)(nil),                 // 13: consistd.v1.Refusal
+	(*timestamppb.Timestamp)(nil),   // 14: google.protobuf.Timestamp
 }
 var file_consistd_v1_outbox_proto_depIdxs = []int32{
 	1,  // 0: consistd.v1.Destination.service:type_name -> consistd.v1.ServiceDestination
 	2,  // 1: consistd.v1.SendRequest.destination:type_name -> consistd.v1.Destination
-	2,  // 2: consistd.v1.WatchAcksResponse.destination:type_name -> consistd.v1.Destination
-	0,  // 3: consistd.v1.WatchAcksResponse.outcome:type_name -> consistd.v1.AckOutcome
-	11, // 4: consistd.v1.WatchAcksResponse.at:type_name -> google.protobuf.Timestamp
-	11, // 5: consistd.v1.PendingMessage.enqueued_at:type_name -> google.protobuf.Timestamp
-	11, // 6: consistd.v1.PendingMessage.next_attempt_at:type_name -> google.protobuf.Timestamp
-	8,  // 7: consistd.v1.DestinationStatus.pending:type_name -> consistd.v1.PendingMessage
-	2,  // 8: consistd.v1.DestinationStatus.destination:type_name -> consistd.v1.Destination
-	9,  // 9: consistd.v1.GetOutboxStatusResponse.destinations:type_name -> consistd.v1.DestinationStatus
-	3,  // 10: consistd.v1.OutboxService.Send:input_type -> consistd.v1.SendRequest
-	5,  // 11: consistd.v1.OutboxService.WatchAcks:input_type -> consistd.v1.WatchAcksRequest
-	7,  // 12: consistd.v1.OutboxService.GetOutboxStatus:input_type -> consistd.v1.GetOutboxStatusRequest
-	4,  // 13: consistd.v1.OutboxService.Send:output_type -> consistd.v1.SendResponse
-	6,  // 14: consistd.v1.OutboxService.WatchAcks:output_type -> consistd.v1.WatchAcksResponse
-	10, // 15: consistd.v1.OutboxService.GetOutboxStatus:output_type -> consistd.v1.GetOutboxStatusResponse
-	13, // [13:16] is the sub-list for method output_type
-	10, // [10:13] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	3,  // 2: consistd.v1.SendStreamRequest.message:type_name -> consistd.v1.SendRequest
+	13, // 3: consistd.v1.SendStreamResponse.refusal:type_name -> consistd.v1.Refusal
+	2,  // 4: consistd.v1.WatchAcksResponse.destination:type_name -> consistd.v1.Destination
+	0,  // 5: consistd.v1.WatchAcksResponse.outcome:type_name -> consistd.v1.AckOutcome
+	14, // 6: consistd.v1.WatchAcksResponse.at:type_name -> google.protobuf.Timestamp
+	14, // 7: consistd.v1.PendingMessage.enqueued_at:type_name -> google.protobuf.Timestamp
+	14, // 8: consistd.v1.PendingMessage.next_attempt_at:type_name -> google.protobuf.Timestamp
+	10, // 9: consistd.v1.DestinationStatus.pending:type_name -> consistd.v1.PendingMessage
+	2,  // 10: consistd.v1.DestinationStatus.destination:type_name -> consistd.v1.Destination
+	11, // 11: consistd.v1.GetOutboxStatusResponse.destinations:type_name -> consistd.v1.DestinationStatus
+	3,  // 12: consistd.v1.OutboxService.Send:input_type -> consistd.v1.SendRequest
+	5,  // 13: consistd.v1.OutboxService.SendStream:input_type -> consistd.v1.SendStreamRequest
+	7,  // 14: consistd.v1.OutboxService.WatchAcks:input_type -> consistd.v1.WatchAcksRequest
+	9,  // 15: consistd.v1.OutboxService.GetOutboxStatus:input_type -> consistd.v1.GetOutboxStatusRequest
+	4,  // 16: consistd.v1.OutboxService.Send:output_type -> consistd.v1.SendResponse
+	6,  // 17: consistd.v1.OutboxService.SendStream:output_type -> consistd.v1.SendStreamResponse
+	8,  // 18: consistd.v1.OutboxService.WatchAcks:output_type -> consistd.v1.WatchAcksResponse
+	12, // 19: consistd.v1.OutboxService.GetOutboxStatus:output_type -> consistd.v1.GetOutboxStatusResponse
+	16, // [16:20] is the sub-list for method output_type
+	12, // [12:16] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_consistd_v1_outbox_proto_init() }
@@ -921,6 +1037,7 @@ func file_consistd_v1_outbox_proto_init() {
 	if File_consistd_v1_outbox_proto != nil {
 		return
 	}
+	file_consistd_v1_refusal_proto_init()
 	file_consistd_v1_outbox_proto_msgTypes[1].OneofWrappers = []any{
 		(*Destination_Peer)(nil),
 		(*Destination_Service)(nil),
@@ -932,7 +1049,7 @@ func file_consistd_v1_outbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_consistd_v1_outbox_proto_rawDesc), len(file_consistd_v1_outbox_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

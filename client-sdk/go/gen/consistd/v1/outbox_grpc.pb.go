@@ -20,6 +20,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	OutboxService_Send_FullMethodName            = "/consistd.v1.OutboxService/Send"
+	OutboxService_SendStream_FullMethodName      = "/consistd.v1.OutboxService/SendStream"
 	OutboxService_WatchAcks_FullMethodName       = "/consistd.v1.OutboxService/WatchAcks"
 	OutboxService_GetOutboxStatus_FullMethodName = "/consistd.v1.OutboxService/GetOutboxStatus"
 )
@@ -32,6 +33,11 @@ const (
 type OutboxServiceClient interface {
 	// Send returns only after the message is durably stored; delivery happens afterwards.
 	Send(ctx context.Context, in *SendRequest, opts ...grpc.CallOption) (*SendResponse, error)
+	// SendStream is Send for many messages on one call: each request is stored as Send stores it (durably
+	// before it is answered) and answered in request order by one SendStreamResponse. Messages in flight
+	// together share a disk flush. A refused message is answered with its refusal and the stream goes on;
+	// a message the stream ended before answering may or may not have been stored.
+	SendStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SendStreamRequest, SendStreamResponse], error)
 	// WatchAcks streams ACKs, supersessions and final failures of this pod's sends.
 	WatchAcks(ctx context.Context, in *WatchAcksRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchAcksResponse], error)
 	// GetOutboxStatus reports pending messages per destination.
@@ -56,9 +62,22 @@ func (c *outboxServiceClient) Send(ctx context.Context, in *SendRequest, opts ..
 	return out, nil
 }
 
+func (c *outboxServiceClient) SendStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SendStreamRequest, SendStreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &OutboxService_ServiceDesc.Streams[0], OutboxService_SendStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SendStreamRequest, SendStreamResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type OutboxService_SendStreamClient = grpc.BidiStreamingClient[SendStreamRequest, SendStreamResponse]
+
 func (c *outboxServiceClient) WatchAcks(ctx context.Context, in *WatchAcksRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchAcksResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &OutboxService_ServiceDesc.Streams[0], OutboxService_WatchAcks_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &OutboxService_ServiceDesc.Streams[1], OutboxService_WatchAcks_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -93,6 +112,11 @@ func (c *outboxServiceClient) GetOutboxStatus(ctx context.Context, in *GetOutbox
 type OutboxServiceServer interface {
 	// Send returns only after the message is durably stored; delivery happens afterwards.
 	Send(context.Context, *SendRequest) (*SendResponse, error)
+	// SendStream is Send for many messages on one call: each request is stored as Send stores it (durably
+	// before it is answered) and answered in request order by one SendStreamResponse. Messages in flight
+	// together share a disk flush. A refused message is answered with its refusal and the stream goes on;
+	// a message the stream ended before answering may or may not have been stored.
+	SendStream(grpc.BidiStreamingServer[SendStreamRequest, SendStreamResponse]) error
 	// WatchAcks streams ACKs, supersessions and final failures of this pod's sends.
 	WatchAcks(*WatchAcksRequest, grpc.ServerStreamingServer[WatchAcksResponse]) error
 	// GetOutboxStatus reports pending messages per destination.
@@ -109,6 +133,9 @@ type UnimplementedOutboxServiceServer struct{}
 
 func (UnimplementedOutboxServiceServer) Send(context.Context, *SendRequest) (*SendResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Send not implemented")
+}
+func (UnimplementedOutboxServiceServer) SendStream(grpc.BidiStreamingServer[SendStreamRequest, SendStreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method SendStream not implemented")
 }
 func (UnimplementedOutboxServiceServer) WatchAcks(*WatchAcksRequest, grpc.ServerStreamingServer[WatchAcksResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchAcks not implemented")
@@ -154,6 +181,13 @@ func _OutboxService_Send_Handler(srv interface{}, ctx context.Context, dec func(
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _OutboxService_SendStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(OutboxServiceServer).SendStream(&grpc.GenericServerStream[SendStreamRequest, SendStreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type OutboxService_SendStreamServer = grpc.BidiStreamingServer[SendStreamRequest, SendStreamResponse]
 
 func _OutboxService_WatchAcks_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchAcksRequest)
@@ -201,6 +235,12 @@ var OutboxService_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "SendStream",
+			Handler:       _OutboxService_SendStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
 		{
 			StreamName:    "WatchAcks",
 			Handler:       _OutboxService_WatchAcks_Handler,

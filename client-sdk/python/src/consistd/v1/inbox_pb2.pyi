@@ -1,5 +1,6 @@
 import datetime
 
+from consistd.v1 import refusal_pb2 as _refusal_pb2
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf import descriptor as _descriptor
@@ -52,6 +53,20 @@ class AckRequest(_message.Message):
 class AckResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class AckStreamRequest(_message.Message):
+    __slots__ = ("message_id",)
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    def __init__(self, message_id: _Optional[str] = ...) -> None: ...
+
+class AckStreamResponse(_message.Message):
+    __slots__ = ("message_id", "refusal")
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    REFUSAL_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    refusal: _refusal_pb2.Refusal
+    def __init__(self, message_id: _Optional[str] = ..., refusal: _Optional[_Union[_refusal_pb2.Refusal, _Mapping]] = ...) -> None: ...
 
 class NackRequest(_message.Message):
     __slots__ = ("message_id", "retry_after", "reason")

@@ -45,6 +45,11 @@ class InboxServiceStub:
                 request_serializer=consistd_dot_v1_dot_inbox__pb2.AckRequest.SerializeToString,
                 response_deserializer=consistd_dot_v1_dot_inbox__pb2.AckResponse.FromString,
                 _registered_method=True)
+        self.AckStream = channel.stream_stream(
+                '/consistd.v1.InboxService/AckStream',
+                request_serializer=consistd_dot_v1_dot_inbox__pb2.AckStreamRequest.SerializeToString,
+                response_deserializer=consistd_dot_v1_dot_inbox__pb2.AckStreamResponse.FromString,
+                _registered_method=True)
         self.Nack = channel.unary_unary(
                 '/consistd.v1.InboxService/Nack',
                 request_serializer=consistd_dot_v1_dot_inbox__pb2.NackRequest.SerializeToString,
@@ -70,6 +75,15 @@ class InboxServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AckStream(self, request_iterator, context):
+        """AckStream is Ack for many messages on one call: each ACK is stored as Ack stores it and answered in
+        request order by one AckStreamResponse; ACKs in flight together share a disk flush. A refused ACK is
+        answered with its refusal and the stream goes on.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Nack(self, request, context):
         """Nack asks for the message to be delivered again after a delay.
         """
@@ -89,6 +103,11 @@ def add_InboxServiceServicer_to_server(servicer, server):
                     servicer.Ack,
                     request_deserializer=consistd_dot_v1_dot_inbox__pb2.AckRequest.FromString,
                     response_serializer=consistd_dot_v1_dot_inbox__pb2.AckResponse.SerializeToString,
+            ),
+            'AckStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.AckStream,
+                    request_deserializer=consistd_dot_v1_dot_inbox__pb2.AckStreamRequest.FromString,
+                    response_serializer=consistd_dot_v1_dot_inbox__pb2.AckStreamResponse.SerializeToString,
             ),
             'Nack': grpc.unary_unary_rpc_method_handler(
                     servicer.Nack,
@@ -151,6 +170,33 @@ class InboxService:
             '/consistd.v1.InboxService/Ack',
             consistd_dot_v1_dot_inbox__pb2.AckRequest.SerializeToString,
             consistd_dot_v1_dot_inbox__pb2.AckResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AckStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/consistd.v1.InboxService/AckStream',
+            consistd_dot_v1_dot_inbox__pb2.AckStreamRequest.SerializeToString,
+            consistd_dot_v1_dot_inbox__pb2.AckStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

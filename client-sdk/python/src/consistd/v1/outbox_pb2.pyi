@@ -1,5 +1,6 @@
 import datetime
 
+from consistd.v1 import refusal_pb2 as _refusal_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
@@ -62,6 +63,20 @@ class SendResponse(_message.Message):
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     message_id: str
     def __init__(self, message_id: _Optional[str] = ...) -> None: ...
+
+class SendStreamRequest(_message.Message):
+    __slots__ = ("message",)
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    message: SendRequest
+    def __init__(self, message: _Optional[_Union[SendRequest, _Mapping]] = ...) -> None: ...
+
+class SendStreamResponse(_message.Message):
+    __slots__ = ("message_id", "refusal")
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    REFUSAL_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    refusal: _refusal_pb2.Refusal
+    def __init__(self, message_id: _Optional[str] = ..., refusal: _Optional[_Union[_refusal_pb2.Refusal, _Mapping]] = ...) -> None: ...
 
 class WatchAcksRequest(_message.Message):
     __slots__ = ("resource_id",)

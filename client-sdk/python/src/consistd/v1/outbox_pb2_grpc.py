@@ -40,6 +40,11 @@ class OutboxServiceStub:
                 request_serializer=consistd_dot_v1_dot_outbox__pb2.SendRequest.SerializeToString,
                 response_deserializer=consistd_dot_v1_dot_outbox__pb2.SendResponse.FromString,
                 _registered_method=True)
+        self.SendStream = channel.stream_stream(
+                '/consistd.v1.OutboxService/SendStream',
+                request_serializer=consistd_dot_v1_dot_outbox__pb2.SendStreamRequest.SerializeToString,
+                response_deserializer=consistd_dot_v1_dot_outbox__pb2.SendStreamResponse.FromString,
+                _registered_method=True)
         self.WatchAcks = channel.unary_stream(
                 '/consistd.v1.OutboxService/WatchAcks',
                 request_serializer=consistd_dot_v1_dot_outbox__pb2.WatchAcksRequest.SerializeToString,
@@ -58,6 +63,16 @@ class OutboxServiceServicer:
 
     def Send(self, request, context):
         """Send returns only after the message is durably stored; delivery happens afterwards.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SendStream(self, request_iterator, context):
+        """SendStream is Send for many messages on one call: each request is stored as Send stores it (durably
+        before it is answered) and answered in request order by one SendStreamResponse. Messages in flight
+        together share a disk flush. A refused message is answered with its refusal and the stream goes on;
+        a message the stream ended before answering may or may not have been stored.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -84,6 +99,11 @@ def add_OutboxServiceServicer_to_server(servicer, server):
                     servicer.Send,
                     request_deserializer=consistd_dot_v1_dot_outbox__pb2.SendRequest.FromString,
                     response_serializer=consistd_dot_v1_dot_outbox__pb2.SendResponse.SerializeToString,
+            ),
+            'SendStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.SendStream,
+                    request_deserializer=consistd_dot_v1_dot_outbox__pb2.SendStreamRequest.FromString,
+                    response_serializer=consistd_dot_v1_dot_outbox__pb2.SendStreamResponse.SerializeToString,
             ),
             'WatchAcks': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchAcks,
@@ -124,6 +144,33 @@ class OutboxService:
             '/consistd.v1.OutboxService/Send',
             consistd_dot_v1_dot_outbox__pb2.SendRequest.SerializeToString,
             consistd_dot_v1_dot_outbox__pb2.SendResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SendStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/consistd.v1.OutboxService/SendStream',
+            consistd_dot_v1_dot_outbox__pb2.SendStreamRequest.SerializeToString,
+            consistd_dot_v1_dot_outbox__pb2.SendStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -10,9 +10,11 @@ import {
   type CallOptions,
   type ChannelCredentials,
   Client,
+  type ClientDuplexStream,
   type ClientOptions,
   type ClientReadableStream,
   type ClientUnaryCall,
+  type handleBidiStreamingCall,
   type handleServerStreamingCall,
   type handleUnaryCall,
   makeGenericClientConstructor,
@@ -22,6 +24,7 @@ import {
 } from "@grpc/grpc-js";
 import { Duration } from "../../google/protobuf/duration.js";
 import { Timestamp } from "../../google/protobuf/timestamp.js";
+import { Refusal } from "./refusal.js";
 
 /** ReceiveRequest starts receiving. */
 export interface ReceiveRequest {
@@ -62,6 +65,19 @@ export interface AckRequest {
 
 /** AckResponse confirms the ACK is stored. */
 export interface AckResponse {
+}
+
+/** AckStreamRequest names one processed message of an AckStream. */
+export interface AckStreamRequest {
+  messageId: string;
+}
+
+/** AckStreamResponse answers one AckStream request, in request order. */
+export interface AckStreamResponse {
+  /** The ACKed message's id, as the request named it. */
+  messageId: string;
+  /** Why the ACK was refused (the status Ack would have answered); unset when it was stored. */
+  refusal: Refusal | undefined;
 }
 
 /** NackRequest names a message to redeliver later. */
@@ -451,6 +467,130 @@ export const AckResponse: MessageFns<AckResponse> = {
   },
 };
 
+function createBaseAckStreamRequest(): AckStreamRequest {
+  return { messageId: "" };
+}
+
+export const AckStreamRequest: MessageFns<AckStreamRequest> = {
+  encode(message: AckStreamRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.messageId !== "") {
+      writer.uint32(10).string(message.messageId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AckStreamRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAckStreamRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.messageId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create(base?: DeepPartial<AckStreamRequest>): AckStreamRequest {
+    return AckStreamRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<AckStreamRequest>): AckStreamRequest {
+    const message = createBaseAckStreamRequest();
+    message.messageId = object.messageId ?? "";
+    return message;
+  },
+};
+
+function createBaseAckStreamResponse(): AckStreamResponse {
+  return { messageId: "", refusal: undefined };
+}
+
+export const AckStreamResponse: MessageFns<AckStreamResponse> = {
+  encode(message: AckStreamResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.messageId !== "") {
+      writer.uint32(10).string(message.messageId);
+    }
+    if (message.refusal !== undefined) {
+      Refusal.encode(message.refusal, writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AckStreamResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAckStreamResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.messageId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.refusal = Refusal.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create(base?: DeepPartial<AckStreamResponse>): AckStreamResponse {
+    return AckStreamResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<AckStreamResponse>): AckStreamResponse {
+    const message = createBaseAckStreamResponse();
+    message.messageId = object.messageId ?? "";
+    message.refusal = (object.refusal !== undefined && object.refusal !== null)
+      ? Refusal.fromPartial(object.refusal)
+      : undefined;
+    return message;
+  },
+};
+
 function createBaseNackRequest(): NackRequest {
   return { messageId: "", retryAfter: undefined, reason: "" };
 }
@@ -598,6 +738,20 @@ export const InboxServiceService = {
     responseSerialize: (value: AckResponse): Buffer => Buffer.from(AckResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): AckResponse => AckResponse.decode(value),
   },
+  /**
+   * AckStream is Ack for many messages on one call: each ACK is stored as Ack stores it and answered in
+   * request order by one AckStreamResponse; ACKs in flight together share a disk flush. A refused ACK is
+   * answered with its refusal and the stream goes on.
+   */
+  ackStream: {
+    path: "/consistd.v1.InboxService/AckStream" as const,
+    requestStream: true as const,
+    responseStream: true as const,
+    requestSerialize: (value: AckStreamRequest): Buffer => Buffer.from(AckStreamRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): AckStreamRequest => AckStreamRequest.decode(value),
+    responseSerialize: (value: AckStreamResponse): Buffer => Buffer.from(AckStreamResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): AckStreamResponse => AckStreamResponse.decode(value),
+  },
   /** Nack asks for the message to be delivered again after a delay. */
   nack: {
     path: "/consistd.v1.InboxService/Nack" as const,
@@ -615,6 +769,12 @@ export interface InboxServiceServer extends UntypedServiceImplementation {
   receive: handleServerStreamingCall<ReceiveRequest, ReceiveResponse>;
   /** Ack confirms a message was processed; the ACK travels back to the sender. */
   ack: handleUnaryCall<AckRequest, AckResponse>;
+  /**
+   * AckStream is Ack for many messages on one call: each ACK is stored as Ack stores it and answered in
+   * request order by one AckStreamResponse; ACKs in flight together share a disk flush. A refused ACK is
+   * answered with its refusal and the stream goes on.
+   */
+  ackStream: handleBidiStreamingCall<AckStreamRequest, AckStreamResponse>;
   /** Nack asks for the message to be delivered again after a delay. */
   nack: handleUnaryCall<NackRequest, NackResponse>;
 }
@@ -640,6 +800,17 @@ export interface InboxServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: AckResponse) => void,
   ): ClientUnaryCall;
+  /**
+   * AckStream is Ack for many messages on one call: each ACK is stored as Ack stores it and answered in
+   * request order by one AckStreamResponse; ACKs in flight together share a disk flush. A refused ACK is
+   * answered with its refusal and the stream goes on.
+   */
+  ackStream(): ClientDuplexStream<AckStreamRequest, AckStreamResponse>;
+  ackStream(options: Partial<CallOptions>): ClientDuplexStream<AckStreamRequest, AckStreamResponse>;
+  ackStream(
+    metadata: Metadata,
+    options?: Partial<CallOptions>,
+  ): ClientDuplexStream<AckStreamRequest, AckStreamResponse>;
   /** Nack asks for the message to be delivered again after a delay. */
   nack(request: NackRequest, callback: (error: ServiceError | null, response: NackResponse) => void): ClientUnaryCall;
   nack(

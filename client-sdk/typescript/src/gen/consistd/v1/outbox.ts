@@ -10,9 +10,11 @@ import {
   type CallOptions,
   type ChannelCredentials,
   Client,
+  type ClientDuplexStream,
   type ClientOptions,
   type ClientReadableStream,
   type ClientUnaryCall,
+  type handleBidiStreamingCall,
   type handleServerStreamingCall,
   type handleUnaryCall,
   makeGenericClientConstructor,
@@ -21,6 +23,7 @@ import {
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
 import { Timestamp } from "../../google/protobuf/timestamp.js";
+import { Refusal } from "./refusal.js";
 
 /** The end of a message's life. */
 export enum AckOutcome {
@@ -85,6 +88,20 @@ export interface SendRequest {
 /** SendResponse identifies the stored message. */
 export interface SendResponse {
   messageId: string;
+}
+
+/** SendStreamRequest is one message of a SendStream. */
+export interface SendStreamRequest {
+  /** The message, as Send takes it. */
+  message: SendRequest | undefined;
+}
+
+/** SendStreamResponse answers one SendStream request, in request order. */
+export interface SendStreamResponse {
+  /** The stored message's id, as Send answers it; empty when the message was refused. */
+  messageId: string;
+  /** Why the message was refused (the status Send would have answered); unset when it was stored. */
+  refusal: Refusal | undefined;
 }
 
 /** WatchAcksRequest optionally narrows the stream to one resource. */
@@ -483,6 +500,132 @@ export const SendResponse: MessageFns<SendResponse> = {
   fromPartial(object: DeepPartial<SendResponse>): SendResponse {
     const message = createBaseSendResponse();
     message.messageId = object.messageId ?? "";
+    return message;
+  },
+};
+
+function createBaseSendStreamRequest(): SendStreamRequest {
+  return { message: undefined };
+}
+
+export const SendStreamRequest: MessageFns<SendStreamRequest> = {
+  encode(message: SendStreamRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.message !== undefined) {
+      SendRequest.encode(message.message, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SendStreamRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSendStreamRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.message = SendRequest.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create(base?: DeepPartial<SendStreamRequest>): SendStreamRequest {
+    return SendStreamRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<SendStreamRequest>): SendStreamRequest {
+    const message = createBaseSendStreamRequest();
+    message.message = (object.message !== undefined && object.message !== null)
+      ? SendRequest.fromPartial(object.message)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseSendStreamResponse(): SendStreamResponse {
+  return { messageId: "", refusal: undefined };
+}
+
+export const SendStreamResponse: MessageFns<SendStreamResponse> = {
+  encode(message: SendStreamResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.messageId !== "") {
+      writer.uint32(10).string(message.messageId);
+    }
+    if (message.refusal !== undefined) {
+      Refusal.encode(message.refusal, writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SendStreamResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSendStreamResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.messageId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.refusal = Refusal.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create(base?: DeepPartial<SendStreamResponse>): SendStreamResponse {
+    return SendStreamResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<SendStreamResponse>): SendStreamResponse {
+    const message = createBaseSendStreamResponse();
+    message.messageId = object.messageId ?? "";
+    message.refusal = (object.refusal !== undefined && object.refusal !== null)
+      ? Refusal.fromPartial(object.refusal)
+      : undefined;
     return message;
   },
 };
@@ -1048,6 +1191,21 @@ export const OutboxServiceService = {
     responseSerialize: (value: SendResponse): Buffer => Buffer.from(SendResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): SendResponse => SendResponse.decode(value),
   },
+  /**
+   * SendStream is Send for many messages on one call: each request is stored as Send stores it (durably
+   * before it is answered) and answered in request order by one SendStreamResponse. Messages in flight
+   * together share a disk flush. A refused message is answered with its refusal and the stream goes on;
+   * a message the stream ended before answering may or may not have been stored.
+   */
+  sendStream: {
+    path: "/consistd.v1.OutboxService/SendStream" as const,
+    requestStream: true as const,
+    responseStream: true as const,
+    requestSerialize: (value: SendStreamRequest): Buffer => Buffer.from(SendStreamRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): SendStreamRequest => SendStreamRequest.decode(value),
+    responseSerialize: (value: SendStreamResponse): Buffer => Buffer.from(SendStreamResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): SendStreamResponse => SendStreamResponse.decode(value),
+  },
   /** WatchAcks streams ACKs, supersessions and final failures of this pod's sends. */
   watchAcks: {
     path: "/consistd.v1.OutboxService/WatchAcks" as const,
@@ -1075,6 +1233,13 @@ export const OutboxServiceService = {
 export interface OutboxServiceServer extends UntypedServiceImplementation {
   /** Send returns only after the message is durably stored; delivery happens afterwards. */
   send: handleUnaryCall<SendRequest, SendResponse>;
+  /**
+   * SendStream is Send for many messages on one call: each request is stored as Send stores it (durably
+   * before it is answered) and answered in request order by one SendStreamResponse. Messages in flight
+   * together share a disk flush. A refused message is answered with its refusal and the stream goes on;
+   * a message the stream ended before answering may or may not have been stored.
+   */
+  sendStream: handleBidiStreamingCall<SendStreamRequest, SendStreamResponse>;
   /** WatchAcks streams ACKs, supersessions and final failures of this pod's sends. */
   watchAcks: handleServerStreamingCall<WatchAcksRequest, WatchAcksResponse>;
   /** GetOutboxStatus reports pending messages per destination. */
@@ -1095,6 +1260,18 @@ export interface OutboxServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: SendResponse) => void,
   ): ClientUnaryCall;
+  /**
+   * SendStream is Send for many messages on one call: each request is stored as Send stores it (durably
+   * before it is answered) and answered in request order by one SendStreamResponse. Messages in flight
+   * together share a disk flush. A refused message is answered with its refusal and the stream goes on;
+   * a message the stream ended before answering may or may not have been stored.
+   */
+  sendStream(): ClientDuplexStream<SendStreamRequest, SendStreamResponse>;
+  sendStream(options: Partial<CallOptions>): ClientDuplexStream<SendStreamRequest, SendStreamResponse>;
+  sendStream(
+    metadata: Metadata,
+    options?: Partial<CallOptions>,
+  ): ClientDuplexStream<SendStreamRequest, SendStreamResponse>;
   /** WatchAcks streams ACKs, supersessions and final failures of this pod's sends. */
   watchAcks(request: WatchAcksRequest, options?: Partial<CallOptions>): ClientReadableStream<WatchAcksResponse>;
   watchAcks(
