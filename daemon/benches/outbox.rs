@@ -1,8 +1,9 @@
 //! ACK-tracked sends between two daemons on loopback (`make bench`), with 1 KiB payloads, printing:
 //!
 //! 1. throughput: ACKed messages/s, the sending app keeping many Sends in flight and the receiving app
-//!    ACKing as it receives — plaintext and mutual TLS;
-//! 2. latency: Send called -> ACKED seen on WatchAcks, at a steady 1,000 messages/s;
+//!    ACKing as it receives — plaintext and mutual TLS, each with unary Send and Ack calls and with the
+//!    Rust SDK's `send` and `Delivery::ack` (one SendStream and one AckStream), side by side;
+//! 2. latency: Send called -> ACKED seen on WatchAcks, at a steady 1,000 messages/s, the same four ways;
 //! 3. resends per message when the link is down 10% of the time (a proxy drops every connection at
 //!    random, on average once a second, and refuses new ones for 100 ms).
 //!
@@ -46,8 +47,47 @@ async fn daemon(identity: &str, peer_yaml: &str) -> Daemon {
     Daemon::builder(BIN).config(config).env("CONSISTD_LOG_LEVEL", "warn").start().await
 }
 
+/// How the apps call the daemons.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Api {
+    /// One unary Send per message and one unary Ack per delivery.
+    Unary,
+    /// The Rust SDK: `Client::send` and `Delivery::ack`, which share one SendStream and one AckStream.
+    Streams,
+}
+
+impl std::fmt::Display for Api {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Api::Unary => "unary",
+            Api::Streams => "streams",
+        })
+    }
+}
+
+/// Stores one message through `api` and returns its message id.
+async fn send_one(client: &Client, api: Api, request: SendRequest) -> String {
+    match api {
+        Api::Unary => client.outbox().send(request).await.expect("Send").into_inner().message_id,
+        Api::Streams => client.send(request).await.expect("send").message_id,
+    }
+}
+
 /// The receiving app: ACKs every message as it arrives, up to 256 ACKs in flight.
-fn spawn_acking_app(client: Client, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<()> {
+fn spawn_acking_app(client: Client, stop: Arc<AtomicBool>, api: Api) -> tokio::task::JoinHandle<()> {
+    if api == Api::Streams {
+        return tokio::spawn(async move {
+            client
+                .receive()
+                .filter_map(|d| async move { d.ok() })
+                .map(|d| async move {
+                    let _ = d.ack().await;
+                })
+                .buffer_unordered(256)
+                .for_each(|()| async {})
+                .await;
+        });
+    }
     tokio::spawn(async move {
         while !stop.load(Ordering::SeqCst) {
             let Ok(stream) = client.inbox().receive(ReceiveRequest {}).await else {
@@ -97,20 +137,19 @@ fn cpu(pid: &str) -> Duration {
     Duration::from_millis((field(11) + field(12)) * 10)
 }
 
-async fn throughput(label: &str, sender: &Daemon, receiver: &Daemon, peer: &str, n: usize) {
+async fn throughput(label: &str, api: Api, sender: &Daemon, receiver: &Daemon, peer: &str, n: usize) {
     let pids = [sender.pid().to_string(), receiver.pid().to_string(), "self".to_owned()];
     let cpu_before: Vec<Duration> = pids.iter().map(|p| cpu(p)).collect();
     let stop = Arc::new(AtomicBool::new(false));
-    let app = spawn_acking_app(receiver.client(), stop.clone());
+    let app = spawn_acking_app(receiver.client(), stop.clone(), api);
     let (acked, watch) = spawn_ack_watch(sender.client());
     tokio::time::sleep(Duration::from_millis(200)).await;
     let start = Instant::now();
     let client = sender.client();
     futures::stream::iter(0..n)
         .map(|i| {
-            let mut outbox = client.outbox();
-            let request = request(peer, i);
-            async move { outbox.send(request).await.expect("Send") }
+            let (client, request) = (client.clone(), request(peer, i));
+            async move { send_one(&client, api, request).await }
         })
         .buffer_unordered(128)
         .for_each(|_| async {})
@@ -121,8 +160,9 @@ async fn throughput(label: &str, sender: &Daemon, receiver: &Daemon, peer: &str,
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let elapsed = start.elapsed();
+    let label = format!("{label} {api}");
     println!(
-        "  {label:<10} {n} messages: {:>8.0} ACKed/s (all Sends stored after {:.2} s, all ACKed after {:.2} s)",
+        "  {label:<18} {n} messages: {:>8.0} ACKed/s (all Sends stored after {:.2} s, all ACKed after {:.2} s)",
         n as f64 / elapsed.as_secs_f64(),
         sent.as_secs_f64(),
         elapsed.as_secs_f64()
@@ -133,7 +173,7 @@ async fn throughput(label: &str, sender: &Daemon, receiver: &Daemon, peer: &str,
         .map(|(p, before)| format!("{:.0}", (cpu(p) - *before).as_secs_f64() * 1e6 / n as f64))
         .collect();
     println!(
-        "  {:<10} CPU per message (us): sending daemon {}, receiving daemon {}, the two apps (this process) {}",
+        "  {:<18} CPU per message (us): sending daemon {}, receiving daemon {}, the two apps (this process) {}",
         "", per_message[0], per_message[1], per_message[2]
     );
     stop.store(true, Ordering::SeqCst);
@@ -147,9 +187,9 @@ fn summary(mut v: Vec<f64>) -> String {
     format!("p50 {:.3} | p90 {:.3} | p99 {:.3} | max {:.3} ms (n={})", p(0.5), p(0.9), p(0.99), v[v.len() - 1], v.len())
 }
 
-async fn latency(label: &str, sender: &Daemon, receiver: &Daemon, peer: &str, rate: u32, seconds: u64) {
+async fn latency(label: &str, api: Api, sender: &Daemon, receiver: &Daemon, peer: &str, rate: u32, seconds: u64) {
     let stop = Arc::new(AtomicBool::new(false));
-    let app = spawn_acking_app(receiver.client(), stop.clone());
+    let app = spawn_acking_app(receiver.client(), stop.clone(), api);
     let (acked, watch) = spawn_ack_watch(sender.client());
     tokio::time::sleep(Duration::from_millis(200)).await;
     let client = sender.client();
@@ -160,11 +200,11 @@ async fn latency(label: &str, sender: &Daemon, receiver: &Daemon, peer: &str, ra
     let mut calls = Vec::with_capacity(n);
     for i in 0..n {
         tick.tick().await;
-        let (mut outbox, started) = (client.outbox(), started.clone());
+        let (client, started) = (client.clone(), started.clone());
         let request = request(peer, 1_000_000 + i);
         calls.push(tokio::spawn(async move {
             let t0 = Instant::now();
-            let id = outbox.send(request).await.expect("Send").into_inner().message_id;
+            let id = send_one(&client, api, request).await;
             started.lock().expect("lock").push((id, t0));
         }));
     }
@@ -182,7 +222,8 @@ async fn latency(label: &str, sender: &Daemon, receiver: &Daemon, peer: &str, ra
         .iter()
         .filter_map(|(id, t0)| acked.get(id).map(|t1| t1.duration_since(*t0).as_secs_f64() * 1e3))
         .collect();
-    println!("  {label:<10} Send -> ACKED at {rate}/s for {seconds} s: {}", summary(latencies));
+    let label = format!("{label} {api}");
+    println!("  {label:<18} Send -> ACKED at {rate}/s for {seconds} s: {}", summary(latencies));
     stop.store(true, Ordering::SeqCst);
     app.abort();
     watch.abort();
@@ -216,7 +257,7 @@ async fn resends_under_drops(receiver: &Daemon, receiver_addr: &str) {
             drops
         })
     };
-    let app = spawn_acking_app(receiver.client(), stop.clone());
+    let app = spawn_acking_app(receiver.client(), stop.clone(), Api::Unary);
     let (acked, watch) = spawn_ack_watch(sender.client());
     let peer = proxy.addr().to_string();
     let client = sender.client();
@@ -272,14 +313,18 @@ async fn main() {
     let run = |part: &str| only.is_empty() || only == part;
     if run("throughput") {
         println!("throughput (128 Sends in flight, ACKs pipelined):");
-        throughput("warm-up", &sender, &receiver, &plain_peer, 5_000).await;
-        throughput("plaintext", &sender, &receiver, &plain_peer, 50_000).await;
-        throughput("mTLS", &tls_sender, &tls_receiver, &tls_peer, 50_000).await;
+        throughput("warm-up", Api::Unary, &sender, &receiver, &plain_peer, 5_000).await;
+        for api in [Api::Unary, Api::Streams] {
+            throughput("plaintext", api, &sender, &receiver, &plain_peer, 50_000).await;
+            throughput("mTLS", api, &tls_sender, &tls_receiver, &tls_peer, 50_000).await;
+        }
     }
     if run("latency") {
         println!("latency:");
-        latency("plaintext", &sender, &receiver, &plain_peer, 1_000, 10).await;
-        latency("mTLS", &tls_sender, &tls_receiver, &tls_peer, 1_000, 10).await;
+        for api in [Api::Unary, Api::Streams] {
+            latency("plaintext", api, &sender, &receiver, &plain_peer, 1_000, 10).await;
+            latency("mTLS", api, &tls_sender, &tls_receiver, &tls_peer, 1_000, 10).await;
+        }
     }
     if run("drops") {
         println!("resends under connection drops:");

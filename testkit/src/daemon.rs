@@ -162,6 +162,28 @@ impl Daemon {
         Client::new(&self.socket)
     }
 
+    /// The daemon's Prometheus exposition, from `GET /metrics` on its admin socket (HTTP/1.0: the
+    /// response ends with the connection).
+    pub async fn metrics(&self) -> String {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let path = &self.admin_socket;
+        let mut stream = tokio::net::UnixStream::connect(path)
+            .await
+            .unwrap_or_else(|e| panic!("connect to admin socket {}: {e}", path.display()));
+        stream
+            .write_all(b"GET /metrics HTTP/1.0\r\nHost: consistd\r\n\r\n")
+            .await
+            .unwrap_or_else(|e| panic!("ask {} for /metrics: {e}", path.display()));
+        let mut response = String::new();
+        stream
+            .read_to_string(&mut response)
+            .await
+            .unwrap_or_else(|e| panic!("read /metrics from {}: {e}", path.display()));
+        let (head, body) = response.split_once("\r\n\r\n").unwrap_or_else(|| panic!("/metrics answered {response:?}"));
+        assert!(head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"), "/metrics answered {head}");
+        body.to_owned()
+    }
+
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.id().unwrap_or_else(|| panic!("daemon already reaped"))

@@ -1,14 +1,18 @@
 //! Messages from peer pods: a handler that ACKs when it succeeds and NACKs when it fails, or a stream
 //! of deliveries to ACK by hand.
 
-use std::{fmt::Display, future::Future, time::Duration};
+use std::{fmt::Display, future::Future, sync::Arc, time::Duration};
 
 use futures::{Stream, StreamExt as _};
 use opentelemetry::{context::FutureExt as _, trace::TraceContextExt as _};
 
 use crate::{
     Client, Error,
-    proto::{AckRequest, InboxMessage, NackRequest, ReceiveRequest, inbox_service_client::InboxServiceClient},
+    ordered::Ordered,
+    proto::{
+        AckStreamRequest, AckStreamResponse, InboxMessage, NackRequest, ReceiveRequest,
+        inbox_service_client::InboxServiceClient,
+    },
     retry::{Backoff, is_retryable},
     trace,
 };
@@ -25,6 +29,7 @@ pub struct Delivery {
     /// The message.
     pub message: InboxMessage,
     inbox: InboxServiceClient<tonic::transport::Channel>,
+    acks: Arc<Ordered<AckStreamRequest, AckStreamResponse>>,
 }
 
 impl Delivery {
@@ -35,10 +40,20 @@ impl Delivery {
     }
 
     /// Confirms the message was processed; answers once the ACK is stored (it then travels back to the
-    /// sender).
-    pub async fn ack(mut self) -> Result<(), Error> {
-        self.inbox.ack(AckRequest { message_id: self.message.message_id }).await?;
-        Ok(())
+    /// sender). ACKs from one client share one `AckStream` call, so concurrent ACKs share a disk flush.
+    pub async fn ack(self) -> Result<(), Error> {
+        let inbox = self.inbox;
+        let answer = self
+            .acks
+            .call(AckStreamRequest { message_id: self.message.message_id }, |requests| {
+                let mut inbox = inbox.clone();
+                async move { Ok(inbox.ack_stream(requests).await?.into_inner()) }
+            })
+            .await?;
+        match answer.refusal {
+            Some(refusal) => Err(crate::outbox::refused(refusal)),
+            None => Ok(()),
+        }
     }
 
     /// Asks for the message again after `retry_after`, logging `reason` at the sidecar (cut to 4096
@@ -58,6 +73,7 @@ impl Client {
     /// comes again); any other error ends the stream.
     pub fn receive(&self) -> impl Stream<Item = Result<Delivery, Error>> + Send + 'static {
         let mut inbox = self.inbox();
+        let acks = self.inbox_acks.clone();
         async_stream::stream! {
             let mut backoff = Backoff::new();
             loop {
@@ -70,7 +86,7 @@ impl Client {
                                 Some(Ok(r)) => {
                                     backoff.reset();
                                     if let Some(message) = r.message {
-                                        yield Ok(Delivery { message, inbox: inbox.clone() });
+                                        yield Ok(Delivery { message, inbox: inbox.clone(), acks: acks.clone() });
                                     }
                                 }
                                 Some(Err(status)) => break status,

@@ -21,6 +21,7 @@
 
 mod inbox;
 mod leadership;
+mod ordered;
 mod outbox;
 mod retry;
 pub mod trace;
@@ -41,6 +42,7 @@ use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus,
 pub use consistd_proto::v1 as proto;
 pub use inbox::{DEFAULT_RETRY_AFTER, Delivery};
 pub use leadership::Leadership;
+use ordered::Ordered;
 pub use outbox::{Outcome, Sent, to_election, to_peer};
 use proto::{
     inbox_service_client::InboxServiceClient, leadership_service_client::LeadershipServiceClient,
@@ -76,13 +78,15 @@ pub enum Error {
     Status(#[from] tonic::Status),
 }
 
-/// A connection to one consistd sidecar. Cheap to clone (clones share the connection and the stream
-/// of send outcomes); connects lazily and reconnects on demand.
+/// A connection to one consistd sidecar. Cheap to clone (clones share the connection, the stream of
+/// send outcomes and the streams sends and ACKs go out on); connects lazily and reconnects on demand.
 #[derive(Debug, Clone)]
 pub struct Client {
     path: PathBuf,
     channel: Channel,
     acks: Arc<outbox::AckTracker>,
+    sends: Arc<Ordered<proto::SendStreamRequest, proto::SendStreamResponse>>,
+    inbox_acks: Arc<Ordered<proto::AckStreamRequest, proto::AckStreamResponse>>,
 }
 
 impl Client {
@@ -102,7 +106,7 @@ impl Client {
                 async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
             },
         ));
-        Self { path, channel, acks: Arc::default() }
+        Self { path, channel, acks: Arc::default(), sends: Arc::default(), inbox_acks: Arc::default() }
     }
 
     /// The socket this client talks to.

@@ -13,7 +13,10 @@ use tokio::sync::{Mutex, oneshot};
 
 use crate::{
     Client, Error,
-    proto::{AckOutcome, Destination, SendRequest, WatchAcksRequest, WatchAcksResponse, destination::Target},
+    proto::{
+        AckOutcome, Destination, Refusal, SendRequest, SendStreamRequest, WatchAcksRequest, WatchAcksResponse,
+        destination::Target,
+    },
 };
 
 /// Outcomes that arrive before their `Send` has answered are kept, up to this many.
@@ -112,12 +115,26 @@ impl Client {
     /// Stores `request` in the sidecar's outbox and returns once it is durable; the sidecar delivers
     /// and resends it until the receiving app ACKs. Await the returned [`Sent`] for the outcome.
     ///
+    /// Sends from one client share one `SendStream` call, so sends made concurrently share the
+    /// sidecar's disk flush; a refused message fails only its own send.
+    ///
     /// The message carries the W3C trace context of the current OpenTelemetry span to the receiving
     /// app, unless `request` names one already ([`crate::trace::inject`]).
     pub async fn send(&self, mut request: SendRequest) -> Result<Sent, Error> {
         crate::trace::inject(&mut request, &opentelemetry::Context::current());
         self.watch_outcomes().await?;
-        let message_id = self.outbox().send(request).await?.into_inner().message_id;
+        let outbox = self.outbox();
+        let answer = self
+            .sends
+            .call(SendStreamRequest { message: Some(request) }, |requests| {
+                let mut outbox = outbox.clone();
+                async move { Ok(outbox.send_stream(requests).await?.into_inner()) }
+            })
+            .await?;
+        if let Some(refusal) = answer.refusal {
+            return Err(refused(refusal));
+        }
+        let message_id = answer.message_id;
         let (tx, outcome) = oneshot::channel();
         let mut state = self.acks.state.lock().await;
         match state.early.remove(&message_id) {
@@ -148,6 +165,11 @@ impl Client {
         tokio::spawn(pump(Arc::downgrade(&self.acks), outcomes));
         Ok(())
     }
+}
+
+/// The error of a request a streaming call refused: the status the unary call would have answered.
+pub(crate) fn refused(refusal: Refusal) -> Error {
+    Error::Status(tonic::Status::new(tonic::Code::from(refusal.code), refusal.message))
 }
 
 /// Hands each outcome to its waiter until the stream ends or every client is gone; then fails the

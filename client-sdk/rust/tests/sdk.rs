@@ -298,6 +298,80 @@ async fn a_send_the_daemon_refuses_keeps_its_code_and_names_the_field() {
     assert!(status.message().starts_with("resource_id"), "{}", status.message());
 }
 
+/// How many calls of `method` the daemon started, from its `consistd_grpc_server_started_total`.
+async fn calls_started(daemon: &Daemon, method: &str) -> f64 {
+    let metrics = daemon.metrics().await;
+    let label = format!("grpc_method=\"{method}\"");
+    metrics
+        .lines()
+        .find(|l| l.starts_with("consistd_grpc_server_started_total{") && l.contains(&label))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no started calls of {method} in:\n{metrics}"))
+}
+
+#[tokio::test]
+async fn concurrent_sends_and_acks_go_out_on_one_stream_each_and_a_refused_send_fails_alone() {
+    let (a, b, addr) = sender_and_receiver().await;
+    let sender = a.client();
+    let sends = (0..200).map(|i| {
+        let sender = sender.clone();
+        let resource = if i == 100 { String::new() } else { format!("r{i}") };
+        let request = message(&addr, &resource, "1");
+        async move { sender.send(request).await }
+    });
+    let results = futures::future::join_all(sends).await;
+    let mut sent = Vec::new();
+    for (i, result) in results.into_iter().enumerate() {
+        match result {
+            Ok(s) => sent.push(s),
+            Err(Error::Status(status)) if i == 100 => {
+                assert_eq!(status.code(), tonic::Code::InvalidArgument);
+                assert!(status.message().starts_with("resource_id"), "{}", status.message());
+            }
+            Err(e) => panic!("send {i}: {e}"),
+        }
+    }
+    assert_eq!(sent.len(), 199, "only the refused send failed");
+
+    let receiver = b.client();
+    let deliveries: Vec<_> = receiver.receive().take(199).map(|d| d.expect("a delivery")).collect().await;
+    let acks = deliveries.into_iter().map(|d| d.ack());
+    for acked in futures::future::join_all(acks).await {
+        acked.expect("ACK stored");
+    }
+    for s in sent {
+        let outcome = tokio::time::timeout(WAIT, s).await.expect("an outcome in time").expect("an outcome");
+        assert!(outcome.is_acked(), "{outcome:?}");
+    }
+    assert_eq!(calls_started(&a, "SendStream").await, 1.0, "every send went out on one SendStream");
+    assert_eq!(calls_started(&a, "Send").await, 0.0, "no unary Send");
+    assert_eq!(calls_started(&b, "AckStream").await, 1.0, "every ACK went out on one AckStream");
+    assert_eq!(calls_started(&b, "Ack").await, 0.0, "no unary Ack");
+}
+
+#[tokio::test]
+async fn sends_and_acks_open_their_stream_again_after_the_sidecar_connection_is_lost() {
+    let (a, b, addr) = sender_and_receiver().await;
+    let (to_a, to_b) = (UnixProxy::start(a.socket()), UnixProxy::start(b.socket()));
+    let (sender, receiver) = (Client::new(to_a.path()), Client::new(to_b.path()));
+    let mut deliveries = pin!(receiver.receive());
+    for round in 0..3 {
+        let sent = sender.send(message(&addr, "again", &round.to_string())).await.expect("stored");
+        let delivery = next(&mut deliveries).await;
+        assert_eq!(delivery.message.event_id, round.to_string());
+        delivery.ack().await.expect("ACK stored");
+        let outcome = tokio::time::timeout(WAIT, sent).await.expect("an outcome in time").expect("an outcome");
+        assert!(outcome.is_acked(), "round {round}: {outcome:?}");
+        // Every connection of both apps is cut: the next send and ACK open their streams again.
+        to_a.cut();
+        to_b.cut();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(calls_started(&a, "SendStream").await, 3.0, "one SendStream per connection");
+    assert_eq!(calls_started(&b, "AckStream").await, 3.0, "one AckStream per connection");
+}
+
 fn rand_suffix() -> u32 {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
     nanos ^ std::process::id()
