@@ -2,6 +2,8 @@
 //! WatchAcks streams outcomes (ACKED per peer, SUPERSEDED, FAILED); GetOutboxStatus lists what each
 //! peer has not ACKed yet.
 
+use std::sync::Arc;
+
 use consistd_proto::v1::{self as pb, outbox_service_server::OutboxService};
 use futures::{FutureExt as _, StreamExt};
 use tokio::sync::broadcast::error::RecvError;
@@ -125,7 +127,7 @@ impl OutboxService for OutboxApi {
     ) -> Result<Response<Self::SendStreamStream>, Status> {
         let caller = Caller::from_request(&request);
         let headers = TraceContext::of_headers(request.metadata().as_ref());
-        let api = self.clone();
+        let api = Arc::new(self.clone());
         let answers = ordered::answer_in_order(request.into_inner(), move |r: pb::SendStreamRequest| {
             let (api, headers) = (api.clone(), headers.clone());
             async move {
