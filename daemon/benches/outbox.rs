@@ -307,21 +307,25 @@ async fn main() {
         daemon("bench-tls-receiver", &format!("  listen: {tls_peer}\n{}", r_certs.yaml("consistd"))).await;
     let tls_sender = daemon("bench-tls-sender", &s_certs.yaml("consistd")).await;
 
-    // BENCH_ONLY=throughput|latency|drops runs one part.
-    #[allow(clippy::disallowed_methods, reason = "a benchmark's own switch, not the daemon's environment")]
-    let only = std::env::var("BENCH_ONLY").unwrap_or_default();
+    // BENCH_ONLY=throughput|latency|drops runs one part; BENCH_API=unary|streams one API (to profile it).
+    #[allow(clippy::disallowed_methods, reason = "a benchmark's own switches, not the daemon's environment")]
+    let (only, api) = (std::env::var("BENCH_ONLY").unwrap_or_default(), std::env::var("BENCH_API").unwrap_or_default());
     let run = |part: &str| only.is_empty() || only == part;
+    let apis: Vec<Api> = [Api::Unary, Api::Streams]
+        .into_iter()
+        .filter(|a| api.is_empty() || api == if *a == Api::Unary { "unary" } else { "streams" })
+        .collect();
     if run("throughput") {
         println!("throughput (128 Sends in flight, ACKs pipelined):");
         throughput("warm-up", Api::Unary, &sender, &receiver, &plain_peer, 5_000).await;
-        for api in [Api::Unary, Api::Streams] {
+        for &api in &apis {
             throughput("plaintext", api, &sender, &receiver, &plain_peer, 50_000).await;
             throughput("mTLS", api, &tls_sender, &tls_receiver, &tls_peer, 50_000).await;
         }
     }
     if run("latency") {
         println!("latency:");
-        for api in [Api::Unary, Api::Streams] {
+        for &api in &apis {
             latency("plaintext", api, &sender, &receiver, &plain_peer, 1_000, 10).await;
             latency("mTLS", api, &tls_sender, &tls_receiver, &tls_peer, 1_000, 10).await;
         }

@@ -1,17 +1,23 @@
 // Measures client-go's own leader election on the same control plane, for comparison with consistd's
-// (daemon/benches/leadership.rs): graceful handover with ReleaseOnCancel and client-go's default timing
-// (lease 15 s, renew deadline 10 s, retry 2 s). Run by `make bench`; prints one table row.
+// (daemon/benches/leadership.rs, daemon/benches/scale.rs), with client-go's default timing (lease 15 s,
+// renew deadline 10 s, retry 2 s). Run by `make bench`; prints table rows:
+//
+//	client-go-election           graceful handover with ReleaseOnCancel
+//	client-go-election idle N    apiserver requests per second of N idle candidates in one election
 package main
 
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"sort"
+	"strconv"
+	"sync/atomic"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
@@ -19,12 +25,27 @@ import (
 	"k8s.io/klog/v2"
 )
 
-const handovers = 10
+const (
+	handovers = 10
+	idleFor   = 30 * time.Second
+)
+
+// requests counts every HTTP request the clients send to the apiserver.
+var requests atomic.Int64
+
+type counting struct{ next http.RoundTripper }
+
+func (c counting) RoundTrip(r *http.Request) (*http.Response, error) {
+	requests.Add(1)
+	return c.next.RoundTrip(r)
+}
 
 func main() {
 	klog.SetOutput(os.Stderr)
 	config, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
 	must(err)
+	config.QPS, config.Burst = 1000, 1000 // the default 5 QPS would throttle N candidates sharing a client
+	config.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return counting{rt} }
 	client := kubernetes.NewForConfigOrDie(config)
 	ns := fmt.Sprintf("clientgo-bench-%d", time.Now().UnixNano())
 	_, err = client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
@@ -45,11 +66,30 @@ func main() {
 			RetryPeriod:     2 * time.Second,
 			ReleaseOnCancel: true,
 			Callbacks: leaderelection.LeaderCallbacks{
-				OnStartedLeading: func(context.Context) { leading <- id },
+				OnStartedLeading: func(context.Context) {
+					select {
+					case leading <- id:
+					default:
+					}
+				},
 				OnStoppedLeading: func() {},
 			},
 		})
 		return cancel
+	}
+	if len(os.Args) == 3 && os.Args[1] == "idle" {
+		n, err := strconv.Atoi(os.Args[2])
+		must(err)
+		for i := 0; i < n; i++ {
+			start(fmt.Sprintf("c%d", i))
+		}
+		<-leading
+		time.Sleep(5 * time.Second)
+		before := requests.Load()
+		time.Sleep(idleFor)
+		rate := float64(requests.Load()-before) / idleFor.Seconds()
+		fmt.Printf("| %d | client-go leader election, idle: %.2f req/s (%.3f per candidate) |\n", n, rate, rate/float64(n))
+		return
 	}
 	cancels := map[string]context.CancelFunc{"a": start("a"), "b": start("b")}
 	leader := <-leading
