@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # `make bench`, inside hack/with-control-plane.sh: consistd's benchmarks, the SDKs' subscribers, then client-go's leader
-# election on the same control plane, so the figures compare side by side in one run.
+# election on the same control plane, so the figures compare side by side in one run. Every benchmark also
+# records its figures in target/bench/figures.jsonl; hack/bench/charts.py draws them into docs/bench/*.png
+# (matplotlib from PyPI, in the venv target/bench/venv).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
+mkdir -p target/bench
+export CONSISTD_BENCH_FIGURES=$repo/target/bench/figures.jsonl
+: >"$CONSISTD_BENCH_FIGURES"
+
 cargo bench -p consistd --bench watch --bench leadership --bench outbox --bench rollout --bench scale
 echo
 cargo build -q --release -p consistd
@@ -13,3 +19,10 @@ echo "client-go, same control plane, for comparison:"
 (cd hack/bench/client-go-election && GOTOOLCHAIN=local go build -o "$repo/target/bench/client-go-election" .)
 KUBECONFIG=$CONSISTD_TEST_KUBECONFIG "$repo/target/bench/client-go-election" 2>/dev/null
 KUBECONFIG=$CONSISTD_TEST_KUBECONFIG "$repo/target/bench/client-go-election" idle 100 2>/dev/null
+
+venv=$repo/target/bench/venv
+if ! "$venv/bin/python" -c 'import matplotlib' 2>/dev/null; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q matplotlib >&2
+fi
+"$venv/bin/python" hack/bench/charts.py "$CONSISTD_BENCH_FIGURES" docs/bench

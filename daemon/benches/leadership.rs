@@ -13,7 +13,7 @@ use std::{
 };
 
 use consistd_client::proto::{CampaignRequest, LeadershipState};
-use consistd_testkit::Daemon;
+use consistd_testkit::{Daemon, figures};
 use nix::sys::signal::Signal;
 
 const BIN: &str = env!("CARGO_BIN_EXE_consistd");
@@ -103,6 +103,9 @@ async fn main() {
     println!();
     println!("| measure | ms |");
     println!("| --- | --- |");
+    if let Some(p50) = figures::median(&handovers) {
+        figures::record("handover", "graceful handover p50, ms", "consistd", "2 candidates", p50);
+    }
     println!("| graceful handover (stream closed -> other app told LEADER) | {} |", summary(handovers));
     println!("| crash failover (kill -9 -> other app told LEADER) | {:.0} |", failover.as_secs_f64() * 1e3);
     println!("| notification latency (daemon observed -> app received) | {} |", summary(latencies));

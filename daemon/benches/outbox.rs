@@ -22,7 +22,7 @@ use consistd_client::{
     Client,
     proto::{AckOutcome, AckRequest, Destination, ReceiveRequest, SendRequest, WatchAcksRequest, destination::Target},
 };
-use consistd_testkit::{Daemon, free_port, proxy::DelayProxy, tls::Ca};
+use consistd_testkit::{Daemon, figures, free_port, proxy::DelayProxy, tls::Ca};
 use futures::StreamExt;
 use rand::Rng;
 
@@ -160,6 +160,10 @@ async fn throughput(label: &str, api: Api, sender: &Daemon, receiver: &Daemon, p
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let elapsed = start.elapsed();
+    if label != "warm-up" {
+        let series = if api == Api::Unary { "unary Send + Ack" } else { "SendStream + AckStream" };
+        figures::record("sends-throughput", "ACKed messages/s", series, label, n as f64 / elapsed.as_secs_f64());
+    }
     let label = format!("{label} {api}");
     println!(
         "  {label:<18} {n} messages: {:>8.0} ACKed/s (all Sends stored after {:.2} s, all ACKed after {:.2} s)",
@@ -223,6 +227,7 @@ async fn latency(label: &str, api: Api, sender: &Daemon, receiver: &Daemon, peer
         .filter_map(|(id, t0)| acked.get(id).map(|t1| t1.duration_since(*t0).as_secs_f64() * 1e3))
         .collect();
     let label = format!("{label} {api}");
+    figures::record_distribution("sends-latency", "Send -> ACKED at 1,000/s, ms", &label, &latencies);
     println!("  {label:<18} Send -> ACKED at {rate}/s for {seconds} s: {}", summary(latencies));
     stop.store(true, Ordering::SeqCst);
     app.abort();

@@ -10,7 +10,7 @@ use consistd_client::proto::{
     GetLeadershipRequest, GetRolloutStatusRequest, PublishRequest, ReportAppliedRequest, SubscribeVersionsRequest,
     WaitAppliedRequest,
 };
-use consistd_testkit::{Daemon, free_port};
+use consistd_testkit::{Daemon, figures, free_port};
 
 const BIN: &str = env!("CARGO_BIN_EXE_consistd");
 const ROUNDS: usize = 20;
@@ -94,6 +94,7 @@ async fn run(n: usize) {
         assert!(opened.all_applied, "the barrier did not open: {opened:?}");
         times.push(t0.elapsed().as_secs_f64() * 1e3);
     }
+    figures::record_barrier(n, &times);
     println!("| {n} replicas | {} |", summary(times));
     for (daemon, app) in replicas {
         app.abort();

@@ -21,7 +21,7 @@ use consistd_client::proto::{
     GetRolloutStatusRequest, ObserveRequest, PublishRequest, ReportAppliedRequest, SubscribeVersionsRequest,
     WaitAppliedRequest,
 };
-use consistd_testkit::{Daemon, free_port};
+use consistd_testkit::{Daemon, figures, free_port};
 use nix::sys::signal::Signal;
 
 const BIN: &str = env!("CARGO_BIN_EXE_consistd");
@@ -185,6 +185,14 @@ async fn run(n: usize) {
     let cpu: f64 = before.iter().zip(&after).map(|(b, a)| a.0 - b.0).sum::<f64>() / n as f64 / secs;
     let rss = after.iter().map(|a| a.1).sum::<u64>() as f64 / n as f64 / 1024.0;
     let breakdown: Vec<String> = requests.iter().map(|(what, c)| format!("{what} {:.2}/s", *c as f64 / secs)).collect();
+    let per_daemon = total as f64 / secs / n as f64;
+    figures::record(
+        "idle-requests",
+        "apiserver requests/s per idle daemon",
+        "consistd: election + group",
+        n,
+        per_daemon,
+    );
     println!(
         "| {n} | formed in {:.1} s | {:.2} req/s ({:.3} per daemon: {}) | {:.0} Lease watch events/s | \
          {:.1} MiB RSS, {:.2}% CPU per daemon |",
@@ -218,6 +226,7 @@ async fn run(n: usize) {
         assert!(opened.all_applied, "the barrier did not open: {opened:?}");
         times.push(t0.elapsed().as_secs_f64() * 1e3);
     }
+    figures::record_barrier(n, &times);
     println!("| {n} | barrier: Publish -> all applied, {ROUNDS} rounds: {} |", summary(times));
 
     // 3. Graceful handover, then crash failover, of the leader's daemon.
@@ -231,6 +240,7 @@ async fn run(n: usize) {
         let since = Instant::now();
         replicas[index].daemon.signal(signal);
         let (first, last, holder) = new_holder(&holders, &live, &old, since).await;
+        figures::record("handover-at-scale", "ms until the last app is told", how, n, last);
         println!("| {n} | {how}: first app told the new holder {first:.0} ms, last {last:.0} ms |");
         old = holder;
     }

@@ -15,7 +15,7 @@ use std::{
 };
 
 use consistd_client::proto::{DeliveryMode, EventType, SubscribeRequest};
-use consistd_testkit::{Daemon, watch::Events};
+use consistd_testkit::{Daemon, figures, watch::Events};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
@@ -126,6 +126,7 @@ async fn main() {
         .filter_map(|(rv, sent)| direct.get(rv).map(|t| t.duration_since(*sent).as_secs_f64() * 1e3))
         .collect();
     direct_lat.sort_by(f64::total_cmp);
+    figures::record_distribution("watch-latency", "write -> arrival, ms", "direct kube-runtime watcher", &direct_lat);
     println!(
         "| direct kube-runtime watcher | {:.2} ms | {:.2} ms | - | - | 1.00 |",
         percentile(&direct_lat, 0.5),
@@ -146,6 +147,7 @@ async fn main() {
         for v in [&mut total, &mut added, &mut ratio] {
             v.sort_by(f64::total_cmp);
         }
+        figures::record_distribution("watch-latency", "write -> arrival, ms", name, &total);
         println!(
             "| {name} ({} of {CHANGES} seen) | {:.2} ms | {:.2} ms | {:.3} ms | {:.3} ms | {:.2} |",
             total.len(),
@@ -217,6 +219,8 @@ async fn main() {
             delivered += task.await.expect("subscriber");
         }
         let elapsed = start.elapsed();
+        let rate = delivered as f64 / elapsed.as_secs_f64();
+        figures::record("watch-fanout", "events/s, all subscribers", "one shared watch", subscribers, rate);
         println!(
             "| {subscribers} | {delivered} | {:.2} s | {:.0} |",
             elapsed.as_secs_f64(),

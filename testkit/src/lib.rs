@@ -5,6 +5,7 @@
 //! start it.
 
 mod daemon;
+pub mod figures;
 pub mod proxy;
 pub mod tls;
 pub mod unix_proxy;

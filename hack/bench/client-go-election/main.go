@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -89,6 +90,7 @@ func main() {
 		time.Sleep(idleFor)
 		rate := float64(requests.Load()-before) / idleFor.Seconds()
 		fmt.Printf("| %d | client-go leader election, idle: %.2f req/s (%.3f per candidate) |\n", n, rate, rate/float64(n))
+		record("idle-requests", "apiserver requests/s per idle daemon", "client-go: election only", float64(n), rate/float64(n))
 		return
 	}
 	cancels := map[string]context.CancelFunc{"a": start("a"), "b": start("b")}
@@ -105,6 +107,23 @@ func main() {
 	sort.Float64s(took)
 	p := func(q float64) float64 { return took[int(float64(len(took)-1)*q+0.5)] }
 	fmt.Printf("| client-go graceful handover (ReleaseOnCancel, same timing) | p50 %.3f | p99 %.3f | max %.3f (n=%d) |\n", p(0.5), p(0.99), took[len(took)-1], len(took))
+	record("handover", "graceful handover p50, ms", "client-go", "2 candidates", p(0.5))
+}
+
+// record appends one chart point for hack/bench/charts.py to $CONSISTD_BENCH_FIGURES, as the Rust
+// benchmarks do (testkit/src/figures.rs); x is a number or a label.
+func record(chart, unit, series string, x any, y float64) {
+	path := os.Getenv("CONSISTD_BENCH_FIGURES")
+	if path == "" {
+		return
+	}
+	line, err := json.Marshal(map[string]any{"chart": chart, "unit": unit, "series": series, "x": x, "y": y})
+	must(err)
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	must(err)
+	defer f.Close()
+	_, err = f.Write(append(line, '\n'))
+	must(err)
 }
 
 func must(err error) {
