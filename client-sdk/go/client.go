@@ -47,6 +47,9 @@ type Client struct {
 	conn   *grpc.ClientConn
 	// acks matches the outcomes of this client's sends to the Sent handles waiting for them.
 	acks *ackTracker
+	// sends and acked are the SendStream and AckStream calls every Send and ACK of this client share.
+	sends *ordered[pb.SendStreamRequest, pb.SendStreamResponse]
+	acked *ordered[pb.AckStreamRequest, pb.AckStreamResponse]
 
 	watch      pb.WatchServiceClient
 	objects    pb.ObjectsServiceClient
@@ -102,15 +105,22 @@ func New(opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("consistd: client for %s: %w", socket, err)
 	}
+	outbox, inbox := pb.NewOutboxServiceClient(conn), pb.NewInboxServiceClient(conn)
 	return &Client{
-		socket:     socket,
-		conn:       conn,
-		acks:       newAckTracker(),
+		socket: socket,
+		conn:   conn,
+		acks:   newAckTracker(),
+		sends: newOrdered("send", func(ctx context.Context) (grpc.BidiStreamingClient[pb.SendStreamRequest, pb.SendStreamResponse], error) {
+			return outbox.SendStream(ctx)
+		}),
+		acked: newOrdered("ack", func(ctx context.Context) (grpc.BidiStreamingClient[pb.AckStreamRequest, pb.AckStreamResponse], error) {
+			return inbox.AckStream(ctx)
+		}),
 		watch:      pb.NewWatchServiceClient(conn),
 		objects:    pb.NewObjectsServiceClient(conn),
 		leadership: pb.NewLeadershipServiceClient(conn),
-		outbox:     pb.NewOutboxServiceClient(conn),
-		inbox:      pb.NewInboxServiceClient(conn),
+		outbox:     outbox,
+		inbox:      inbox,
 	}, nil
 }
 
@@ -120,8 +130,13 @@ func (c *Client) Socket() string { return c.socket }
 // Conn is the underlying gRPC connection, for the generated service clients this package does not wrap.
 func (c *Client) Conn() *grpc.ClientConn { return c.conn }
 
-// Close closes the connection; streams and pending Sent.Wait calls end with an error.
-func (c *Client) Close() error { return c.conn.Close() }
+// Close closes the connection; streams, pending Send and ACK calls and pending Sent.Wait calls end with
+// an error.
+func (c *Client) Close() error {
+	c.sends.close()
+	c.acked.close()
+	return c.conn.Close()
+}
 
 // NotReadyError is WaitReady's answer when the sidecar did not report SERVING in time.
 type NotReadyError struct {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -116,18 +117,20 @@ type daemon struct {
 	t      *testing.T
 	dir    string
 	Socket string
-	cmd    *exec.Cmd
+	// Admin is its admin socket (/metrics).
+	Admin string
+	cmd   *exec.Cmd
 	// exited receives the running process's exit (Wait's result).
 	exited <-chan error
 	log    *os.File
 }
 
-// startDaemon starts a daemon with the given identity and waits until it is ready; it is stopped when
-// the test ends, and its log printed if the test failed.
-func startDaemon(t *testing.T, identity string) *daemon {
+// startDaemon starts a daemon with the given identity (and further lines of YAML configuration) and
+// waits until it is ready; it is stopped when the test ends, and its log printed if the test failed.
+func startDaemon(t *testing.T, identity string, config ...string) *daemon {
 	dir := t.TempDir()
-	d := &daemon{t: t, dir: dir, Socket: filepath.Join(dir, "consistd.sock")}
-	if err := os.WriteFile(filepath.Join(dir, "consistd.yaml"), []byte("identity: "+identity+"\n"), 0o644); err != nil {
+	d := &daemon{t: t, dir: dir, Socket: filepath.Join(dir, "consistd.sock"), Admin: filepath.Join(dir, "admin.sock")}
+	if err := os.WriteFile(filepath.Join(dir, "consistd.yaml"), []byte("identity: "+identity+"\n"+strings.Join(config, "\n")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	log, err := os.Create(filepath.Join(dir, "consistd.log"))
@@ -152,7 +155,7 @@ func startDaemon(t *testing.T, identity string) *daemon {
 func (d *daemon) start() {
 	d.t.Helper()
 	bin, kubeconfig := env(d.t, "CONSISTD_BIN"), env(d.t, "CONSISTD_TEST_KUBECONFIG")
-	admin := filepath.Join(d.dir, "admin.sock")
+	admin := d.Admin
 	cmd := exec.Command(bin, "run", "--config", filepath.Join(d.dir, "consistd.yaml"), "--socket", d.Socket,
 		"--admin-socket", admin, "--store-dir", filepath.Join(d.dir, "store"))
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
@@ -194,4 +197,23 @@ func (d *daemon) stop() {
 		cmd.Process.Kill()
 		<-d.exited
 	}
+}
+
+// pause stops the daemon's process (SIGSTOP): its sockets stay open but nothing is answered.
+func (d *daemon) pause() {
+	d.t.Helper()
+	if err := d.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		d.t.Fatalf("pausing the test's daemon: %v", err)
+	}
+}
+
+// kill ends the daemon at once (SIGKILL), as a crash would, and waits for it to exit.
+func (d *daemon) kill() {
+	d.t.Helper()
+	cmd := d.cmd
+	d.cmd = nil
+	if err := cmd.Process.Kill(); err != nil {
+		d.t.Fatalf("killing the test's daemon: %v", err)
+	}
+	<-d.exited
 }

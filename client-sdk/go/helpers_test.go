@@ -1,12 +1,19 @@
-// Test helpers: clients of the harness's daemons, fresh namespaces, and watches read with a timeout.
+// Test helpers: clients of the harness's daemons, fresh namespaces, watches read with a timeout, and a
+// daemon's metrics.
 
 package consistd_test
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -203,4 +210,54 @@ func nextState(t *testing.T, states <-chan consistd.Leadership, what string, ok 
 			t.Fatalf("no %s within %s", what, waitFor)
 		}
 	}
+}
+
+// metrics is a daemon's Prometheus exposition, from GET /metrics on its admin socket (HTTP/1.0: the
+// response ends with the connection).
+func metrics(t *testing.T, admin string) string {
+	t.Helper()
+	conn, err := net.DialTimeout("unix", admin, 5*time.Second)
+	if err != nil {
+		t.Fatalf("connecting to admin socket %s: %v", admin, err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(conn, "GET /metrics HTTP/1.0\r\nHost: consistd\r\n\r\n"); err != nil {
+		t.Fatalf("asking %s for /metrics: %v", admin, err)
+	}
+	response, err := io.ReadAll(bufio.NewReader(conn))
+	if err != nil {
+		t.Fatalf("reading /metrics from %s: %v", admin, err)
+	}
+	head, body, ok := strings.Cut(string(response), "\r\n\r\n")
+	if !ok || !(strings.HasPrefix(head, "HTTP/1.0 200") || strings.HasPrefix(head, "HTTP/1.1 200")) {
+		t.Fatalf("/metrics on %s answered %q", admin, head)
+	}
+	return body
+}
+
+// callsStarted is how many calls of service's method the daemon behind admin started, from its
+// consistd_grpc_server_started_total (summed over the series of that method; the daemon creates every
+// method's series at 0, so a missing one fails the test).
+func callsStarted(t *testing.T, admin, service, method string) float64 {
+	t.Helper()
+	exposition := metrics(t, admin)
+	labels := []string{fmt.Sprintf("grpc_service=%q", service), fmt.Sprintf("grpc_method=%q", method)}
+	total, found := 0.0, false
+	for line := range strings.Lines(exposition) {
+		series, value, ok := strings.Cut(strings.TrimSpace(line), "} ")
+		if !ok || !strings.HasPrefix(series, "consistd_grpc_server_started_total{") ||
+			!strings.Contains(series, labels[0]) || !strings.Contains(series, labels[1]) {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.Fields(value)[0], 64)
+		if err != nil {
+			t.Fatalf("started calls of %s/%s: %q: %v", service, method, line, err)
+		}
+		total, found = total+v, true
+	}
+	if !found {
+		t.Fatalf("no consistd_grpc_server_started_total of %s/%s in the metrics of %s:\n%s", service, method, admin, exposition)
+	}
+	return total
 }

@@ -78,7 +78,8 @@ func Retry(err error, after time.Duration) error {
 // Serve calls h with each message, oldest first, one at a time: when h returns nil the message is
 // ACKed, when it returns an error the message is NACKed and comes again later. The ACK or NACK of the
 // message in hand is sent even if ctx ends meanwhile, so a handler may cancel ctx after its last
-// message and Serve returns once that ACK is stored.
+// message and Serve returns once that ACK is stored. The ACKs of one client (of all its Serve calls)
+// share one AckStream call to the sidecar.
 //
 // Each call runs in an OpenTelemetry CONSUMER span "process consistd.inbox", child of the span the
 // message was sent under (Message.Context) and carried by the ctx h gets; an error marks it failed. The
@@ -137,7 +138,7 @@ func (in *Inbox) handle(ctx context.Context, h Handler, m *pb.InboxMessage) erro
 	defer cancel()
 	var err error
 	if failure == nil {
-		_, err = in.client.inbox.Ack(settleCtx, &pb.AckRequest{MessageId: m.GetMessageId()})
+		err = in.client.ack(settleCtx, m.GetMessageId())
 	} else {
 		after := in.RetryAfter
 		if after == 0 {
@@ -151,6 +152,19 @@ func (in *Inbox) handle(ctx context.Context, h Handler, m *pb.InboxMessage) erro
 	}
 	if err != nil && !retryable(err) {
 		return err
+	}
+	return nil
+}
+
+// ack stores the ACK of a message on the AckStream call every ACK of the client shares; a refused ACK
+// fails with the status a unary Ack would have had.
+func (c *Client) ack(ctx context.Context, id string) error {
+	r, err := c.acked.call(ctx, &pb.AckStreamRequest{MessageId: id})
+	if err != nil {
+		return err
+	}
+	if r.GetRefusal() != nil {
+		return refused(r.GetRefusal())
 	}
 	return nil
 }

@@ -120,6 +120,12 @@ func (s *Sent) settle(o Outcome, err error) {
 // it and resends it until the receiving app ACKs. Before the first send the client starts watching the
 // outcomes of its sends, so none is missed.
 //
+// Sends from one client share one SendStream call to the sidecar, so sends made concurrently share its
+// disk flush; a refused message fails only its own Send, with the status a unary Send would have had.
+// When ctx ends before the sidecar answers, Send returns ctx's status but the message may still be
+// stored. When the connection to the sidecar is lost, the sends waiting on it fail with UNAVAILABLE
+// (the next Send opens the stream again).
+//
 // The message carries the W3C trace context of ctx's OpenTelemetry span (trace.SpanContextFromContext)
 // to the receiving app, unless req names a TraceParent already or ctx holds no valid span.
 func (c *Client) Send(ctx context.Context, req SendRequest) (*Sent, error) {
@@ -128,17 +134,25 @@ func (c *Client) Send(ctx context.Context, req SendRequest) (*Sent, error) {
 		return nil, err
 	}
 	injectTrace(ctx, &req)
-	r, err := c.outbox.Send(ctx, &pb.SendRequest{
+	r, err := c.sends.call(ctx, &pb.SendStreamRequest{Message: &pb.SendRequest{
 		Destination: req.To.target, ResourceId: req.ResourceID, EventId: req.EventID,
 		Payload: req.Payload, ContentType: req.ContentType,
 		Traceparent: req.TraceParent, Tracestate: req.TraceState,
-	})
+	}})
 	if err != nil {
 		return nil, err
+	}
+	if r.GetRefusal() != nil {
+		return nil, refused(r.GetRefusal())
 	}
 	sent := &Sent{MessageID: r.GetMessageId(), done: make(chan struct{})}
 	c.acks.await(sent, stream)
 	return sent, nil
+}
+
+// refused is the error of a request a streaming call refused: the status a unary call would have had.
+func refused(r *pb.Refusal) error {
+	return status.Error(codes.Code(r.GetCode()), r.GetMessage())
 }
 
 // ackTracker matches the outcomes of one WatchAcks stream at a time to the sends waiting for them.
