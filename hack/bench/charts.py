@@ -31,6 +31,12 @@ TITLES = {
 }
 DISTRIBUTIONS = {"sends-latency", "watch-latency"}
 LOG_X = {"idle-requests", "watch-fanout", "barrier", "handover-at-scale"}
+LOG_Y = {"handover-at-scale"}
+
+
+def number(y):
+    """A figure as a reader writes it: 36,555 or 93.5 or 0.645."""
+    return f"{y:,.0f}" if abs(y) >= 100 else f"{y:.3g}"
 
 
 def load(path):
@@ -53,24 +59,30 @@ def distribution(ax, chart):
         points.sort()
         ax.plot([y for _, y in points], [x for x, _ in points], label=name)
     ax.set_xscale("log")
+    ax.xaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel(chart["unit"] + " (log scale)")
     ax.set_ylabel("percentile")
-    ax.set_yticks([0, 25, 50, 75, 90, 99, 100])
+    ax.set_yticks([0, 25, 50, 75, 90, 99])
 
 
-def lines(ax, chart, log_x):
+def lines(ax, chart, log_x, log_y):
     for name, points in chart["series"].items():
         points.sort()
         ax.plot([x for x, _ in points], [y for _, y in points], marker="o", label=name)
         for x, y in points:
-            ax.annotate(f"{y:,.3g}", (x, y), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
+            ax.annotate(number(y), (x, y), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
     if log_x:
         ax.set_xscale("log")
         xs = sorted({x for points in chart["series"].values() for x, _ in points})
         ax.set_xticks(xs, [f"{x:g}" for x in xs])
         ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
-    ax.set_ylabel(chart["unit"])
-    ax.set_ylim(bottom=0)
+    ax.set_ylabel(chart["unit"] + (" (log scale)" if log_y else ""))
+    if log_y:
+        ax.set_yscale("log")
+    else:
+        ax.set_ylim(bottom=0)
 
 
 def bars(ax, chart):
@@ -82,7 +94,7 @@ def bars(ax, chart):
         xs = [g + (i - (len(names) - 1) / 2) * width for g in range(len(groups))]
         ys = [values.get(group, 0.0) for group in groups]
         drawn = ax.bar(xs, ys, width, label=name)
-        ax.bar_label(drawn, labels=[f"{y:,.3g}" if group in values else "" for group, y in zip(groups, ys)], fontsize=8)
+        ax.bar_label(drawn, labels=[number(y) if group in values else "" for group, y in zip(groups, ys)], fontsize=8)
     ax.set_xticks(range(len(groups)), [str(g) for g in groups])
     ax.set_ylabel(chart["unit"])
 
@@ -101,7 +113,7 @@ def main():
         if name in DISTRIBUTIONS:
             distribution(ax, chart)
         elif numeric:
-            lines(ax, chart, name in LOG_X)
+            lines(ax, chart, name in LOG_X, name in LOG_Y)
         else:
             bars(ax, chart)
         ax.set_title(TITLES.get(name, name))
