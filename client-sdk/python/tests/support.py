@@ -136,3 +136,21 @@ class Daemon:
                 self._process.kill()
                 await self._process.wait()
         self._process = None
+
+
+async def calls_started(admin_socket: str, method: str) -> float:
+    """How many calls of gRPC ``method`` (e.g. ``"SendStream"``) the daemon has started, from
+    ``consistd_grpc_server_started_total`` on its admin socket's /metrics (HTTP/1.0)."""
+    reader, writer = await asyncio.open_unix_connection(admin_socket)
+    writer.write(b"GET /metrics HTTP/1.0\r\nHost: consistd\r\n\r\n")
+    await writer.drain()
+    response = (await reader.read()).decode()
+    writer.close()
+    head, _, body = response.partition("\r\n\r\n")
+    assert head.startswith("HTTP/1.0 200") or head.startswith("HTTP/1.1 200"), head
+    label = f'grpc_method="{method}"'
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in body.splitlines()
+        if line.startswith("consistd_grpc_server_started_total{") and label in line
+    )

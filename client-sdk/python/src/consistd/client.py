@@ -13,11 +13,13 @@ from opentelemetry.context import Context
 
 from . import trace
 from .errors import NotReadyError, unary
-from .inbox import Inbox
+from .inbox import Inbox, acked
 from .leadership import Campaign, LeadershipStatus, LeaseTiming, Observation
 from .objects import Objects
+from .ordered import Ordered
 from .outbox import AckTracker, Destination, SentMessage, destination_to_proto, encode_payload
 from .v1 import (
+    inbox_pb2,
     inbox_pb2_grpc,
     leadership_pb2,
     leadership_pb2_grpc,
@@ -65,6 +67,7 @@ class Client:
         self._channel: grpc.aio.Channel | None = None
         self._stubs: dict[str, Any] = {}
         self._acks: AckTracker | None = None
+        self._inbox_acks: Ordered[inbox_pb2.AckStreamRequest, inbox_pb2.AckStreamResponse] | None = None
 
     @property
     def channel(self) -> grpc.aio.Channel:
@@ -84,6 +87,9 @@ class Client:
         if self._acks is not None:
             await self._acks.close()
             self._acks = None
+        if self._inbox_acks is not None:
+            await self._inbox_acks.close()
+            self._inbox_acks = None
         if self._channel is not None:
             await self._channel.close()
             self._channel = None
@@ -212,7 +218,11 @@ class Client:
     @property
     def inbox(self) -> Inbox:
         """Messages from peers: ``await client.inbox.serve(handler)``."""
-        return Inbox(self._stub(inbox_pb2_grpc.InboxServiceStub))
+        stub = self._stub(inbox_pb2_grpc.InboxServiceStub)
+        if self._inbox_acks is None:
+            # Every ACK of this client goes out on one AckStream.
+            self._inbox_acks = Ordered(stub.AckStream, acked, "ack")
+        return Inbox(stub, self._inbox_acks)
 
     @property
     def rollout(self) -> rollout_pb2_grpc.RolloutServiceStub:

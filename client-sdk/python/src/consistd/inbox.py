@@ -19,6 +19,7 @@ from opentelemetry.trace import StatusCode
 from . import trace
 from ._retry import Backoff, is_retryable
 from .errors import ConsistdError, unary
+from .ordered import Ordered, refused
 from .v1 import inbox_pb2
 
 if TYPE_CHECKING:
@@ -88,8 +89,11 @@ Handler = Callable[[InboxMessage], Awaitable[None] | None]
 class Inbox:
     """Messages from peers (``client.inbox``)."""
 
-    def __init__(self, stub: InboxServiceStub) -> None:
+    def __init__(
+        self, stub: InboxServiceStub, acks: Ordered[inbox_pb2.AckStreamRequest, inbox_pb2.AckStreamResponse]
+    ) -> None:
         self._stub = stub
+        self._acks = acks
 
     async def serve(self, handler: Handler, *, retry_after: float = 1.0, max_messages: int | None = None) -> None:
         """Calls ``handler`` with each message, one at a time, oldest first. When it returns, the
@@ -154,7 +158,7 @@ class Inbox:
 
     async def ack(self, message_id: str) -> None:
         """Confirms a message was processed; the ACK is stored and travels back to the sender."""
-        await unary(self._stub.Ack, inbox_pb2.AckRequest(message_id=message_id))
+        await self._acks.call(inbox_pb2.AckStreamRequest(message_id=message_id))
 
     async def nack(self, message_id: str, *, reason: str = "", retry_after: float | None = None) -> None:
         """Asks for a message to be delivered again after ``retry_after`` seconds (None: at once);
@@ -165,6 +169,12 @@ class Inbox:
             delay.FromNanoseconds(round(retry_after * 1e9))
         reason = reason.encode()[:MAX_REASON_BYTES].decode(errors="ignore")
         await unary(self._stub.Nack, inbox_pb2.NackRequest(message_id=message_id, retry_after=delay, reason=reason))
+
+
+def acked(response: inbox_pb2.AckStreamResponse) -> None:
+    """An AckStream answer: nothing, or the refusal raised."""
+    if response.HasField("refusal"):
+        raise refused(response.refusal)
 
 
 async def _call(handler: Handler, message: InboxMessage) -> None:

@@ -17,6 +17,7 @@ import grpc
 
 from ._retry import Backoff, is_retryable
 from .errors import ConsistdError, unary
+from .ordered import Ordered, refused
 from .v1 import outbox_pb2
 import contextlib
 
@@ -129,6 +130,13 @@ class SentMessage:
         return f"SentMessage(message_id={self.message_id!r})"
 
 
+def _stored(response: outbox_pb2.SendStreamResponse) -> str:
+    """A SendStream answer: the stored message's id, or the refusal raised."""
+    if response.HasField("refusal"):
+        raise refused(response.refusal)
+    return response.message_id
+
+
 class AckTracker:
     """One WatchAcks stream per client, opened before the first send and kept open: it resolves the
     outcome of every message this client sent and keeps recent outcomes nobody claimed yet. After a
@@ -137,6 +145,10 @@ class AckTracker:
 
     def __init__(self, stub: OutboxServiceStub) -> None:
         self._stub = stub
+        # Every send of this client goes out on one SendStream.
+        self._sends: Ordered[outbox_pb2.SendStreamRequest, outbox_pb2.SendStreamResponse] = Ordered(
+            stub.SendStream, _stored, "send"
+        )
         self._waiting: dict[str, asyncio.Future[Ack]] = {}
         self._unclaimed: OrderedDict[str, Ack] = OrderedDict()
         self._task: asyncio.Task[None] | None = None
@@ -148,8 +160,7 @@ class AckTracker:
     async def send(self, request: outbox_pb2.SendRequest) -> SentMessage:
         """Sends once outcomes are watched, and returns the stored message with its pending outcome."""
         await self._ensure_open()
-        response = await unary(self._stub.Send, request)
-        message_id: str = response.message_id
+        message_id: str = await self._sends.call(outbox_pb2.SendStreamRequest(message=request))
         future: asyncio.Future[Ack] = asyncio.get_running_loop().create_future()
         # An outcome nobody awaits must not be logged as "exception never retrieved".
         future.add_done_callback(_retrieve)
@@ -164,6 +175,7 @@ class AckTracker:
 
     async def close(self) -> None:
         """Stops watching; pending ACKs fail with CANCELLED."""
+        await self._sends.close()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
