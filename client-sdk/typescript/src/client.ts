@@ -151,6 +151,7 @@ export class Client {
   close(): void {
     this.closed.abort();
     this.acks.close();
+    this.inbox.close();
     this.channel.close();
   }
 

@@ -2,8 +2,14 @@
 import { type Context, context, SpanStatusCode, trace } from "@opentelemetry/api";
 import { type Cancellable, messages, unary } from "./call.js";
 import { ended, isRetryable, toConsistdError } from "./errors.js";
-import type { InboxMessage, InboxServiceClient } from "./gen/consistd/v1/inbox.js";
+import type {
+  AckStreamRequest,
+  AckStreamResponse,
+  InboxMessage,
+  InboxServiceClient,
+} from "./gen/consistd/v1/inbox.js";
 import { duration } from "./leadership.js";
+import { Ordered, refused } from "./ordered.js";
 import { Backoff } from "./retry.js";
 import { context as messageContext, startProcessing } from "./trace.js";
 
@@ -22,6 +28,7 @@ export class Delivery {
     /** The message: sender, resourceId, eventId, payload, contentType, deliveryAttempt (1 at first). */
     readonly message: InboxMessage,
     private readonly service: InboxServiceClient,
+    private readonly acks: Ordered<AckStreamRequest, AckStreamResponse>,
   ) {}
 
   /**
@@ -34,7 +41,8 @@ export class Delivery {
 
   /** Confirms the message was processed; resolves once the ACK is stored (it then travels back to the sender). */
   async ack(): Promise<void> {
-    await unary(this.service.ack.bind(this.service), { messageId: this.message.messageId });
+    const answer = await this.acks.call({ messageId: this.message.messageId });
+    if (answer.refusal) throw refused(answer.refusal);
   }
 
   /** Asks for the message again after `retryAfterMs`, with `reason` logged at the sidecar (cut to 4096 bytes). */
@@ -46,7 +54,17 @@ export class Delivery {
 
 /** The pod's inbox: messages peers sent to this app. */
 export class Inbox {
-  constructor(private readonly service: InboxServiceClient) {}
+  /** Every ACK of this client goes out on one AckStream. */
+  private readonly acks: Ordered<AckStreamRequest, AckStreamResponse>;
+
+  constructor(private readonly service: InboxServiceClient) {
+    this.acks = new Ordered(() => service.ackStream(), "ack");
+  }
+
+  /** Ends the ACK stream; ACKs still waiting fail with CANCELLED. */
+  close(): void {
+    this.acks.close();
+  }
 
   /**
    * Streams the messages peers sent, oldest first, one at a time: the next comes once this one is ACKed or
@@ -61,7 +79,7 @@ export class Inbox {
       try {
         for await (const response of messages(this.service.receive({}), signal)) {
           backoff.reset();
-          if (response.message) yield new Delivery(response.message, this.service);
+          if (response.message) yield new Delivery(response.message, this.service, this.acks);
         }
       } catch (error) {
         failure = toConsistdError(error);

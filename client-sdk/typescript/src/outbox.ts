@@ -8,9 +8,12 @@ import {
   AckOutcome,
   type Destination,
   type OutboxServiceClient,
+  type SendStreamRequest,
+  type SendStreamResponse,
   type WatchAcksResponse,
 } from "./gen/consistd/v1/outbox.js";
 import { body, type JsonBody } from "./objects.js";
+import { Ordered, refused } from "./ordered.js";
 import { inject } from "./trace.js";
 
 /** Outcomes that arrive before their Send has answered are kept, up to this many. */
@@ -104,7 +107,12 @@ export class AckTracker {
   private readonly early = new Map<string, Outcome>();
   private sending = 0;
 
-  constructor(private readonly service: OutboxServiceClient) {}
+  /** Every send of this client goes out on one SendStream. */
+  private readonly sends: Ordered<SendStreamRequest, SendStreamResponse>;
+
+  constructor(private readonly service: OutboxServiceClient) {
+    this.sends = new Ordered(() => service.sendStream(), "send");
+  }
 
   /**
    * Stores the message in the sidecar's outbox and returns once it is durable. The message carries the
@@ -125,7 +133,9 @@ export class AckTracker {
     this.sending++;
     try {
       await this.open();
-      const { messageId } = await unary(this.service.send.bind(this.service), request, options);
+      const answer = await this.sends.call({ message: request }, options.signal);
+      if (answer.refusal) throw refused(answer.refusal);
+      const { messageId } = answer;
       return new Sent(messageId, this.outcome(messageId));
     } finally {
       this.sending--;
@@ -135,6 +145,7 @@ export class AckTracker {
 
   /** Cancels the outcome stream; sends still waiting fail. */
   close(): void {
+    this.sends.close();
     this.fail(new ConsistdError(status.CANCELLED, "the client was closed"));
   }
 

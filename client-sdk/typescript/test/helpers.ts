@@ -1,4 +1,5 @@
 // Shared test fixtures: the harness's daemons, fresh namespaces, timeouts, a cuttable proxy and an own daemon.
+import assert from "node:assert/strict";
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -163,4 +164,24 @@ export class OwnDaemon {
     await this.stop();
     rmSync(this.dir, { recursive: true, force: true });
   }
+}
+
+/**
+ * How many calls of gRPC `method` (e.g. "SendStream") the daemon has started, from
+ * `consistd_grpc_server_started_total` on its admin socket's /metrics (HTTP/1.0: the answer ends with the connection).
+ */
+export async function callsStarted(adminSocket: string, method: string): Promise<number> {
+  const response = await new Promise<string>((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    const socket = createConnection(adminSocket, () => socket.write("GET /metrics HTTP/1.0\r\nHost: consistd\r\n\r\n"));
+    socket.on("data", (chunk: Buffer) => chunks.push(chunk));
+    socket.on("end", () => resolve(Buffer.concat(chunks).toString()));
+    socket.on("error", reject);
+  });
+  const [head, body = ""] = response.split("\r\n\r\n", 2);
+  assert.match(head, /^HTTP\/1\.[01] 200/, `/metrics answered ${head}`);
+  return body
+    .split("\n")
+    .filter((line) => line.startsWith("consistd_grpc_server_started_total{") && line.includes(`grpc_method="${method}"`))
+    .reduce((sum, line) => sum + Number(line.slice(line.lastIndexOf(" ") + 1)), 0);
 }

@@ -3,7 +3,8 @@
 // side by side, and b's inbox hands each message to any one of its receivers.
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
-import { AckOutcome, Client, type InboxMessage, type Message, type Sent } from "@consistd/client";
+import { status } from "@grpc/grpc-js";
+import { AckOutcome, Client, ConsistdError, type InboxMessage, type Message, type Sent } from "@consistd/client";
 import { context, ROOT_CONTEXT, type SpanContext, SpanKind, SpanStatusCode, trace } from "@opentelemetry/api";
 import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
 import {
@@ -12,7 +13,7 @@ import {
   type ReadableSpan,
   SimpleSpanProcessor,
 } from "@opentelemetry/sdk-trace-base";
-import { env, unique, within } from "./helpers.js";
+import { callsStarted, env, Proxy, unique, within } from "./helpers.js";
 
 const clients: Client[] = [];
 after(() => clients.forEach((c) => c.close()));
@@ -208,4 +209,79 @@ test("a send under no span, with its own traceparent, or under an explicit conte
   }
   assert.equal(pending.size, 0, `not delivered: ${[...pending].join(", ")}`);
   await Promise.all(sends.map(acked));
+});
+
+test("concurrent sends and ACKs go out on one stream each, and a refused send fails alone", async () => {
+  const [adminA, adminB] = [env("CONSISTD_TEST_ADMIN_SOCKET"), env("CONSISTD_TEST_PEER_ADMIN_SOCKET")];
+  const started = async (admin: string, ...methods: string[]) =>
+    Promise.all(methods.map((method) => callsStarted(admin, method)));
+  const sendsBefore = await started(adminA, "SendStream", "Send");
+  const acksBefore = await started(adminB, "AckStream", "Ack");
+  const a = new Client();
+  clients.push(a);
+  const prefix = unique("ts-stream");
+  const resources = Array.from({ length: 200 }, (_, i) => `${prefix}/${i}`);
+  resources[57] = ""; // refused: resource_id must not be empty
+  const stop = new AbortController();
+  const received = new Set<string>();
+  const b = new Client(env("CONSISTD_TEST_PEER_SOCKET"));
+  clients.push(b);
+  const serving = b.inbox.serve((m) => void (m.resourceId.startsWith(prefix) && received.add(m.resourceId)), {
+    signal: stop.signal,
+  });
+  const to = { peer: env("CONSISTD_TEST_PEER_ADDRESS") };
+  try {
+    const outcomes = await Promise.allSettled(resources.map((resourceId) => a.send({ to, resourceId, eventId: "1", payload: "x" })));
+    const refused = outcomes[57];
+    assert.equal(refused.status, "rejected");
+    const error = (refused as PromiseRejectedResult).reason;
+    assert.ok(error instanceof ConsistdError, String(error));
+    assert.equal(error.code, status.INVALID_ARGUMENT);
+    assert.match(error.details, /resource_id/);
+    const sent = outcomes.filter((_, i) => i !== 57).map((o) => {
+      assert.equal(o.status, "fulfilled", o.status === "rejected" ? String(o.reason) : "");
+      return (o as PromiseFulfilledResult<Sent>).value;
+    });
+    await Promise.all(sent.map(acked));
+  } finally {
+    stop.abort();
+    await serving;
+  }
+  assert.equal(received.size, 199, "every stored message reached b's handler");
+  const sendsAfter = await started(adminA, "SendStream", "Send");
+  const acksAfter = await started(adminB, "AckStream", "Ack");
+  assert.deepEqual(sendsAfter.map((n, i) => n - sendsBefore[i]), [1, 0], "SendStream, Send calls started on a");
+  assert.deepEqual(acksAfter.map((n, i) => n - acksBefore[i]), [1, 0], "AckStream, Ack calls started on b");
+});
+
+test("a send after the connection was lost opens the stream again", async () => {
+  const admin = env("CONSISTD_TEST_ADMIN_SOCKET");
+  const before = await callsStarted(admin, "SendStream");
+  const proxy = await Proxy.start(env("CONSISTD_SOCKET"));
+  const a = new Client(proxy.path);
+  const to = { peer: env("CONSISTD_TEST_PEER_ADDRESS") };
+  try {
+    await a.send({ to, resourceId: unique("ts-reopen"), eventId: "1", payload: "before" });
+    proxy.cut();
+    let lost = 0;
+    let sent: Sent | undefined;
+    for (let i = 0; i < 50 && !sent; i++) {
+      try {
+        sent = await a.send({ to, resourceId: unique("ts-reopen"), eventId: "2", payload: "after" });
+      } catch (error) {
+        // Only a send racing the cut may fail, and then as a lost connection.
+        assert.ok(error instanceof ConsistdError && error.code === status.UNAVAILABLE, String(error));
+        assert.match(error.details, /lost the connection/);
+        lost++;
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+    }
+    assert.ok(sent?.messageId, "a send succeeded after the cut");
+    assert.ok(lost <= 1, `${lost} sends failed after the cut`);
+  } finally {
+    a.close();
+    await proxy.close();
+  }
+  assert.ok(proxy.connections >= 2, "the client connected again");
+  assert.equal((await callsStarted(admin, "SendStream")) - before, 2, "one SendStream before the cut, one after");
 });
