@@ -27,7 +27,9 @@ TITLES = {
     "idle-requests": "apiserver requests of an idle daemon",
     "handover-at-scale": "Leadership change among N daemons",
     "handover": "Graceful leader handover",
-    "informers": "N apps: an informer each, or one consistd",
+    "informers-watches": "apiserver watches: an informer in each app, or one consistd",
+    "informers-rss": "Memory of the apps (and the sidecar)",
+    "informers-apiserver-cpu": "apiserver CPU while the ConfigMaps change",
 }
 DISTRIBUTIONS = {"sends-latency", "watch-latency"}
 LOG_X = {"idle-requests", "watch-fanout", "barrier", "handover-at-scale"}
