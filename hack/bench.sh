@@ -19,6 +19,11 @@ echo "client-go, same control plane, for comparison:"
 (cd hack/bench/client-go-election && GOTOOLCHAIN=local go build -o "$repo/target/bench/client-go-election" .)
 KUBECONFIG=$CONSISTD_TEST_KUBECONFIG "$repo/target/bench/client-go-election" 2>/dev/null
 KUBECONFIG=$CONSISTD_TEST_KUBECONFIG "$repo/target/bench/client-go-election" idle 100 2>/dev/null
+echo
+echo "64 apps: a client-go informer in each, against one consistd shared by them:"
+(cd hack/bench/informers && GOTOOLCHAIN=local go build -o "$repo/target/bench/informers" . &&
+  GOTOOLCHAIN=local go build -o "$repo/target/bench/informers-app" ./app)
+KUBECONFIG=$CONSISTD_TEST_KUBECONFIG CONSISTD_BIN=$repo/target/release/consistd "$repo/target/bench/informers" run 64
 
 venv=$repo/target/bench/venv
 if ! "$venv/bin/python" -c 'import matplotlib' 2>/dev/null; then
