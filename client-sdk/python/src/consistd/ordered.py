@@ -51,7 +51,7 @@ class Ordered(Generic[Req, Resp]):
         if self._stream is None or self._stream.broken is not None:
             # The stream outlives the call that opens it, so it runs in a context of its own, not in that
             # call's (and so not in its OpenTelemetry trace).
-            self._stream = contextvars.Context().run(_Stream, self._open_stream(), self._what)
+            self._stream = contextvars.Context().run(lambda: _Stream(self._open_stream(), self._what))
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         await self._stream.requests.put((request, future))
         return self._answer(await future)
