@@ -77,8 +77,11 @@ async def test_a_send_after_the_connection_was_lost_opens_the_stream_again(short
                     await asyncio.sleep(0.1)
             else:
                 pytest.fail("no send succeeded after the connection was cut")
-            assert sent.message_id and lost <= 1
+            assert sent.message_id and lost <= 3, f"{lost} sends failed after the cut"
     finally:
         await proxy.close()
     assert proxy.forwarded >= 2, "the client connected again"
-    assert await calls_started(ADMIN, "SendStream") - before == 2, "one SendStream before the cut, one after"
+    # One stream before the cut and one that carried the successful send; a send that failed may have
+    # opened one more while the channel was still reconnecting.
+    opened = await calls_started(ADMIN, "SendStream") - before
+    assert 2 <= opened <= 2 + lost, f"{opened} SendStreams for {lost} failed sends"
