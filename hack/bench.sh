@@ -2,7 +2,8 @@
 # `make bench`, inside hack/with-control-plane.sh: consistd's benchmarks, the SDKs' subscribers, then client-go's leader
 # election on the same control plane, so the figures compare side by side in one run. Every benchmark also
 # records its figures in target/bench/figures.jsonl; hack/bench/charts.py draws them into docs/bench/*.png
-# (matplotlib from PyPI, in the venv target/bench/venv).
+# (matplotlib from PyPI). The venv target/bench/venv holds matplotlib, the Kopf comparison's Kopf
+# (hack/bench/kopf/requirements.txt) and the consistd Python SDK; it is made again when either list changes.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -10,7 +11,17 @@ mkdir -p target/bench
 export CONSISTD_BENCH_FIGURES=$repo/target/bench/figures.jsonl
 : >"$CONSISTD_BENCH_FIGURES"
 
-cargo bench -p consistd --bench watch --bench leadership --bench outbox --bench rollout --bench scale
+venv=$repo/target/bench/venv
+want=$(cat hack/bench/kopf/requirements.txt client-sdk/python/pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$venv/.consistd-bench" 2>/dev/null)" != "$want" ] || ! "$venv/bin/python" -c 'import matplotlib' 2>/dev/null; then
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check matplotlib -r hack/bench/kopf/requirements.txt -e client-sdk/python >&2
+  echo "$want" >"$venv/.consistd-bench"
+fi
+export CONSISTD_BENCH_PYTHON=$venv/bin/python
+
+cargo bench -p consistd --bench watch --bench leadership --bench outbox --bench rollout --bench scale --bench kopf
 echo
 cargo build -q --release -p consistd
 CONSISTD_BIN=$repo/target/release/consistd cargo bench -p consistd-client --bench subscriber
@@ -25,9 +36,4 @@ echo "64 apps: a client-go informer in each, against one consistd shared by them
   GOTOOLCHAIN=local go build -o "$repo/target/bench/informers-app" ./app)
 KUBECONFIG=$CONSISTD_TEST_KUBECONFIG CONSISTD_BIN=$repo/target/release/consistd "$repo/target/bench/informers" run 64
 
-venv=$repo/target/bench/venv
-if ! "$venv/bin/python" -c 'import matplotlib' 2>/dev/null; then
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q matplotlib >&2
-fi
 "$venv/bin/python" hack/bench/charts.py "$CONSISTD_BENCH_FIGURES" docs/bench

@@ -30,6 +30,9 @@ TITLES = {
     "informers-watches": "apiserver watches: an informer in each app, or one consistd",
     "informers-rss": "Memory of the apps (and the sidecar)",
     "informers-apiserver-cpu": "apiserver CPU while the ConfigMaps change",
+    "kopf-executions": "Kopf or consistd: handler executions per ConfigMap change",
+    "kopf-latency": "Kopf or consistd: ConfigMap change -> handler",
+    "kopf-watches": "Kopf or consistd: apiserver watches one app opened",
 }
 DISTRIBUTIONS = {"sends-latency", "watch-latency"}
 LOG_X = {"idle-requests", "watch-fanout", "barrier", "handover-at-scale"}
