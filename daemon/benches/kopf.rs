@@ -80,7 +80,10 @@ fn now() -> f64 {
 fn python() -> PathBuf {
     #[allow(clippy::disallowed_methods, reason = "a benchmark's own switch, not the daemon's environment")]
     let python = std::env::var_os("CONSISTD_BENCH_PYTHON").unwrap_or_else(|| {
-        panic!("CONSISTD_BENCH_PYTHON: set it to a Python with hack/bench/kopf/requirements.txt and client-sdk/python (hack/bench.sh makes one)")
+        panic!(
+            "CONSISTD_BENCH_PYTHON: set it to a Python with hack/bench/kopf/requirements.txt and \
+             client-sdk/python installed (hack/bench.sh makes one)"
+        )
     });
     PathBuf::from(python)
 }
@@ -191,11 +194,8 @@ async fn change(api: &Api<ConfigMap>, rng: &mut StdRng) -> Vec<Change> {
 
 /// The watches the apiserver started serving since audit-log offset `from` to anyone but itself, by resource.
 fn watches_opened(from: u64) -> BTreeMap<String, u64> {
-    let log = std::fs::read(consistd_testkit::audit_log()).expect("read the audit log");
-    let from = usize::try_from(from).expect("offset").min(log.len());
     let mut counts = BTreeMap::new();
-    for line in log[from..].split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-        let Ok(event) = serde_json::from_slice::<serde_json::Value>(line) else { continue };
+    for event in consistd_testkit::audit_events(from) {
         if event["verb"] == "watch"
             && event["stage"] == "ResponseStarted"
             && event["user"]["username"] != "system:apiserver"
@@ -205,15 +205,6 @@ fn watches_opened(from: u64) -> BTreeMap<String, u64> {
         }
     }
     counts
-}
-
-fn audit_len() -> u64 {
-    std::fs::metadata(consistd_testkit::audit_log()).map(|m| m.len()).expect("audit log")
-}
-
-fn percentile(sorted: &[f64], q: f64) -> f64 {
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss, reason = "an index")]
-    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
 }
 
 async fn run(side: Side, delay_ms: u64) {
@@ -232,7 +223,7 @@ async fn run(side: Side, delay_ms: u64) {
     let executions = dir.path().join("executions.jsonl");
     let proxy = DelayProxy::start(consistd_testkit::apiserver_addr()).await;
     proxy.set_delay(Duration::from_millis(delay_ms));
-    let offset = audit_len();
+    let offset = consistd_testkit::audit_offset();
     let running = start(side, &ns, &proxy, dir.path(), &executions).await;
     let log = dir.path().join("side.log");
     handled(&api, "0", &log).await; // started, and every ConfigMap handled once
@@ -246,26 +237,32 @@ async fn run(side: Side, delay_ms: u64) {
     // Executions of the values the third party wrote (value "0", handled before it started, is left out).
     let text = std::fs::read_to_string(&executions).expect("read the executions");
     let mut runs: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
+    // Executions on a state the sidecar delivered after giving up waiting for the app's own write (consistd
+    // only: the consistency timeout, the safety valve Kopf's consistency_timeout also is).
+    let mut timed_out = 0;
     for line in text.lines() {
         let e: serde_json::Value = serde_json::from_str(line).expect("an execution line");
         let (name, value) = (e["name"].as_str().expect("name"), e["value"].as_str().expect("value"));
         if value != "0" {
             runs.entry((name.to_owned(), value.to_owned())).or_default().push(e["at"].as_f64().expect("at"));
+            timed_out += usize::from(e["consistency"] == "TIMED_OUT");
         }
     }
     let executions: usize = runs.values().map(Vec::len).sum();
     let repeated: usize = runs.values().map(|r| r.len() - 1).sum();
-    let mut latencies: Vec<f64> = changes
+    let timed_out =
+        if timed_out > 0 { format!(" ({timed_out} executions on a timed-out state)") } else { String::new() };
+    let latencies: Vec<f64> = changes
         .iter()
         .filter_map(|c| runs.get(&(c.name.clone(), c.value.clone())).map(|r| (r[0] - c.at) * 1e3))
         .collect();
-    latencies.sort_by(f64::total_cmp);
     let skipped = changes.len() - latencies.len();
     #[allow(clippy::cast_precision_loss, reason = "counts")]
     let per_change = executions as f64 / changes.len() as f64;
     let watches_total: u64 = watches.values().sum();
     let label = format!("+{delay_ms} ms");
-    let (p50, p99) = (percentile(&latencies, 0.5), percentile(&latencies, 0.99));
+    let quantile = |q| figures::quantile(&latencies, q).expect("a handled change");
+    let (p50, p99) = (quantile(0.5), quantile(0.99));
     figures::record("kopf-executions", "handler executions per change", side.name(), label.as_str(), per_change);
     figures::record("kopf-latency", "ms, change -> handler", side.name(), format!("p50, {label}").as_str(), p50);
     figures::record("kopf-latency", "ms, change -> handler", side.name(), format!("p99, {label}").as_str(), p99);
@@ -273,7 +270,7 @@ async fn run(side: Side, delay_ms: u64) {
     figures::record("kopf-watches", "apiserver watches opened", side.name(), label.as_str(), watches_total as f64);
     let by_resource: Vec<String> = watches.iter().map(|(r, n)| format!("{r} {n}")).collect();
     println!(
-        "| {label} | {} | {} | {executions} ({per_change:.2}) | {repeated} | {skipped} | {p50:.1} / {p99:.1} ms | \
+        "| {label} | {} | {} | {executions} ({per_change:.2}) | {repeated}{timed_out} | {skipped} | {p50:.1} / {p99:.1} ms | \
          {watches_total} ({}) |",
         side.name(),
         changes.len(),

@@ -106,11 +106,8 @@ async fn lease_watch_events(kube: &kube::Client) -> f64 {
 
 /// Requests the apiserver completed in `ns` since audit-log offset `from`, by what they were for.
 fn audited(ns: &str, from: u64) -> BTreeMap<String, u64> {
-    let log = std::fs::read(consistd_testkit::audit_log()).expect("read the audit log");
-    let from = usize::try_from(from).expect("offset").min(log.len());
     let mut counts = BTreeMap::new();
-    for line in log[from..].split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-        let Ok(event) = serde_json::from_slice::<serde_json::Value>(line) else { continue };
+    for event in consistd_testkit::audit_events(from) {
         let object = &event["objectRef"];
         if event["stage"] != "ResponseComplete" || object["namespace"] != ns || event["verb"] == "watch" {
             continue;
@@ -124,10 +121,6 @@ fn audited(ns: &str, from: u64) -> BTreeMap<String, u64> {
         *counts.entry(format!("{} {what}", event["verb"].as_str().unwrap_or_default())).or_insert(0) += 1;
     }
     counts
-}
-
-fn audit_len() -> u64 {
-    std::fs::metadata(consistd_testkit::audit_log()).map(|m| m.len()).expect("audit log")
 }
 
 /// Waits until every live replica's app has been told a holder other than `old`; the times until the
@@ -174,7 +167,7 @@ async fn run(n: usize) {
 
     // 1. Idle: nothing published, nobody campaigning anew.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let (offset, events_before) = (audit_len(), lease_watch_events(&kube).await);
+    let (offset, events_before) = (consistd_testkit::audit_offset(), lease_watch_events(&kube).await);
     let before: Vec<(f64, u64)> = replicas.iter().map(|r| usage(r.daemon.pid())).collect();
     tokio::time::sleep(IDLE).await;
     let after: Vec<(f64, u64)> = replicas.iter().map(|r| usage(r.daemon.pid())).collect();

@@ -72,7 +72,12 @@ pub fn record_barrier(replicas: usize, times_ms: &[f64]) {
 
 /// The median of `samples`, or None when there are none.
 pub fn median(samples: &[f64]) -> Option<f64> {
-    percentile(&sorted(samples), 0.5)
+    quantile(samples, 0.5)
+}
+
+/// The sample at quantile `q` (0..=1) of `samples`, nearest rank, or None when there are none.
+pub fn quantile(samples: &[f64], q: f64) -> Option<f64> {
+    percentile(&sorted(samples), q)
 }
 
 fn sorted(samples: &[f64]) -> Vec<f64> {

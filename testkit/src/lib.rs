@@ -44,6 +44,20 @@ pub fn audit_log() -> PathBuf {
     kubeconfig().with_file_name("audit.log")
 }
 
+/// Where the audit log ends now: `audit_events` of it reads only what the apiserver logs afterwards.
+pub fn audit_offset() -> u64 {
+    let path = audit_log();
+    std::fs::metadata(&path).map(|m| m.len()).unwrap_or_else(|e| panic!("audit log {}: {e}", path.display()))
+}
+
+/// The audit log's events (one JSON object each) logged after `offset` (from `audit_offset`).
+pub fn audit_events(offset: u64) -> Vec<serde_json::Value> {
+    let path = audit_log();
+    let log = std::fs::read(&path).unwrap_or_else(|e| panic!("read the audit log {}: {e}", path.display()));
+    let from = usize::try_from(offset).map_or(log.len(), |from| from.min(log.len()));
+    log[from..].split(|&b| b == b'\n').filter_map(|line| serde_json::from_slice(line).ok()).collect()
+}
+
 /// The consistd binary for tests outside the daemon's package: `CONSISTD_BIN`, else the workspace's
 /// debug build (which `cargo test --workspace` builds).
 pub fn consistd_bin() -> PathBuf {

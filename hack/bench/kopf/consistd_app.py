@@ -7,14 +7,14 @@ sidecar. Like Kopf, it handles each ConfigMap in a worker of its own, on the new
     python consistd_app.py
 
 Environment: CONSISTD_SOCKET (the sidecar), BENCH_NAMESPACE, BENCH_EXECUTIONS (the file each execution is
-appended to as one JSON line {name, value, at}; at: wall-clock seconds).
+appended to as one JSON line {name, value, at, consistency}; at: wall-clock seconds; consistency: how the
+state handled relates to the app's own writes, TIMED_OUT when the sidecar gave up waiting for one).
 """
 
 import asyncio
 import json
 import os
 import time
-from typing import Any
 
 import consistd
 
@@ -24,15 +24,17 @@ HANDLED = "bench.consistd.io/handled"
 async def main() -> None:
     namespace = os.environ["BENCH_NAMESPACE"]
     executions = open(os.environ["BENCH_EXECUTIONS"], "a", buffering=1)  # noqa: SIM115 (open for the whole run)
-    newest: dict[str, dict[str, Any]] = {}  # the newest unhandled state of each ConfigMap
+    newest: dict[str, consistd.Event] = {}  # the newest unhandled state of each ConfigMap
     workers: dict[str, asyncio.Task[None]] = {}
     failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     async def work(client: consistd.Client, name: str) -> None:
         while name in newest:
-            cm = newest.pop(name)
-            value = cm["data"]["value"]
-            executions.write(json.dumps({"name": name, "value": value, "at": time.time()}) + "\n")
+            event = newest.pop(name)
+            assert event.object is not None
+            value = event.object.json["data"]["value"]
+            execution = {"name": name, "value": value, "at": time.time(), "consistency": event.consistency.name}
+            executions.write(json.dumps(execution) + "\n")
             patch = {"metadata": {"annotations": {HANDLED: value}}}
             await client.objects.patch("configmaps", name, patch, namespace=namespace)
         del workers[name]
@@ -55,7 +57,7 @@ async def main() -> None:
                 if event.type == consistd.EventType.DELETED or value is None or handled == value:
                     newest.pop(name, None)  # nothing to do: a queued older state is stale
                     continue
-                newest[name] = cm
+                newest[name] = event
                 if name not in workers:
                     workers[name] = asyncio.create_task(work(client, name))
                     workers[name].add_done_callback(finished)
