@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # `make bench`, inside hack/with-control-plane.sh: consistd's benchmarks (the Kopf comparison among them), the SDKs'
 # subscribers, then client-go's leader election and 64 informers on the same control plane, so the figures compare
-# side by side in one run. Every benchmark also
-# records its figures in target/bench/figures.jsonl; hack/bench/charts.py draws them into docs/bench/*.png
-# (matplotlib from PyPI). The venv target/bench/venv holds matplotlib, the Kopf comparison's Kopf
+# side by side in one run. Every benchmark also records its figures in target/bench/figures.jsonl;
+# hack/bench/charts.py draws them into docs/bench/*.png (matplotlib from PyPI). The venv target/bench/venv holds matplotlib, the Kopf comparison's Kopf
 # (hack/bench/kopf/requirements.txt) and the consistd Python SDK; it is made again when either list changes.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)

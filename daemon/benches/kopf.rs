@@ -220,11 +220,11 @@ async fn run(side: Side, delay_ms: u64) {
         api.create(&PostParams::default(), &cm).await.expect("create ConfigMap");
     }
     let dir = tempfile::Builder::new().prefix("consistd-kopf-bench-").tempdir().expect("temp dir");
-    let executions = dir.path().join("executions.jsonl");
+    let executions_file = dir.path().join("executions.jsonl");
     let proxy = DelayProxy::start(consistd_testkit::apiserver_addr()).await;
     proxy.set_delay(Duration::from_millis(delay_ms));
     let offset = consistd_testkit::audit_offset();
-    let running = start(side, &ns, &proxy, dir.path(), &executions).await;
+    let running = start(side, &ns, &proxy, dir.path(), &executions_file).await;
     let log = dir.path().join("side.log");
     handled(&api, "0", &log).await; // started, and every ConfigMap handled once
 
@@ -235,7 +235,7 @@ async fn run(side: Side, delay_ms: u64) {
     let watches = watches_opened(offset);
 
     // Executions of the values the third party wrote (value "0", handled before it started, is left out).
-    let text = std::fs::read_to_string(&executions).expect("read the executions");
+    let text = std::fs::read_to_string(&executions_file).expect("read the executions");
     let mut runs: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
     // Executions on a state the sidecar delivered after giving up waiting for the app's own write (consistd
     // only: the consistency timeout, the safety valve Kopf's consistency_timeout also is).
