@@ -418,7 +418,17 @@ impl Inbox {
 
     /// Records the app's ACK durably, then sends it back to the sender. ACKing a message that is no
     /// longer pending (ACKed before) succeeds.
-    pub(crate) async fn ack(&self, id: u64) -> Result<(), InboxError> {
+    ///
+    /// The work starts at once in a task of its own: a caller that stops waiting (a cancelled Ack
+    /// call) cannot leave the ACK written but not applied, the message still held as pending and its
+    /// sender resending it, answered STORED, for as long as the daemon runs.
+    pub(crate) fn ack(&self, id: u64) -> impl Future<Output = Result<(), InboxError>> + Send + use<> {
+        let inbox = self.clone();
+        let task = tokio::spawn(async move { inbox.record_ack(id).await });
+        async move { task.await.unwrap_or(Err(InboxError::Store(StoreError::Closed))) }
+    }
+
+    async fn record_ack(&self, id: u64) -> Result<(), InboxError> {
         let message = {
             let state = self.lock();
             match state.messages.get(&id) {

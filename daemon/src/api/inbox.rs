@@ -89,20 +89,13 @@ impl InboxService for InboxApi {
         self.allowed(&request).await?;
         let inbox = self.inbox.clone();
         let answers = ordered::answer_in_order(request.into_inner(), move |r: pb::AckStreamRequest| {
-            // The ACK is recorded in a task of its own: a caller that goes away cannot cut it short.
-            let acked = message_id(&r.message_id).map(|id| {
-                let inbox = inbox.clone();
-                tokio::spawn(async move { inbox.ack(id).await })
-            });
+            // Each ACK starts being recorded on arrival (Inbox::ack runs in a task of its own).
+            let acked = message_id(&r.message_id).map(|id| inbox.ack(id));
             async move {
                 async move {
                     let refused = match acked {
                         Err(refused) => Some(refused),
-                        Ok(task) => match task.await {
-                            Ok(Ok(())) => None,
-                            Ok(Err(e)) => Some(status::inbox_error(e)),
-                            Err(_) => Some(status::shutting_down("InboxService.AckStream")),
-                        },
+                        Ok(acked) => acked.await.err().map(status::inbox_error),
                     };
                     Ok(pb::AckStreamResponse {
                         message_id: r.message_id,

@@ -63,6 +63,25 @@ async fn a_message_is_stored_once_delivered_and_its_ack_goes_back_to_the_sender(
 }
 
 #[tokio::test]
+async fn an_ack_whose_caller_stops_waiting_is_still_applied_and_sent_back() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let inbox = open(dir.path(), 100).await;
+    let (tx, mut acks) = mpsc::channel(16);
+    let _connection = inbox.connect("sender-a", tx);
+    assert_eq!(disposition(inbox.accept("sender-a", message(7, "r", "e1")).await), Disposition::Stored);
+    let mut receiver = inbox.receiver();
+    let (m, _) = next(&mut receiver).await;
+    // A cancelled Ack call: its future is polled once (its write queued) and dropped before the commit.
+    let mut ack = Box::pin(inbox.ack(m.id));
+    let _ = futures::poll!(ack.as_mut());
+    drop(ack);
+    let sent = tokio::time::timeout(Duration::from_secs(5), acks.recv()).await.expect("ACK sent back in time");
+    assert_eq!(sent.map(|a| (a.sequence, a.disposition)), Some((7, Disposition::Acked as i32)));
+    assert_eq!(inbox.pending(), 0, "the message is no longer held as pending");
+    assert_eq!(disposition(inbox.accept("sender-a", message(7, "r", "e1")).await), Disposition::Acked);
+}
+
+#[tokio::test]
 async fn the_daemons_own_messages_wait_apart_from_the_app_and_survive_a_restart() {
     let dir = tempfile::tempdir().expect("temp dir");
     let inbox = open(dir.path(), 100).await;
