@@ -4,14 +4,7 @@
 
 use k8s_openapi::{api::coordination::v1::Lease, jiff::Timestamp};
 
-/// Label every member Lease carries (consistd's `leadership::membership::MEMBER_OF_LABEL`).
-pub(crate) const MEMBER_OF_LABEL: &str = "consistd.io/member-of";
-/// Annotation with the election's full name on a member Lease.
-pub(crate) const ELECTION_ANNOTATION: &str = "consistd.io/election";
-/// Annotation with the newest rollout version the member's app applied.
-pub(crate) const APPLIED_VERSION_ANNOTATION: &str = "consistd.io/applied-version";
-/// How long a member counts after a renewal when its Lease has no leaseDurationSeconds (the daemon's rule).
-const DEFAULT_MEMBER_TTL_SECONDS: i64 = 30;
+pub(crate) use consistd::{APPLIED_VERSION_ANNOTATION, ELECTION_ANNOTATION, MEMBER_OF_LABEL};
 
 /// Whether `lease` is a member Lease rather than an election's own.
 pub(crate) fn is_member(lease: &Lease) -> bool {
@@ -89,7 +82,7 @@ impl MemberLease {
         let election = annotations.get(ELECTION_ANNOTATION)?.clone();
         let spec = lease.spec.clone().unwrap_or_default();
         let renewed = spec.renew_time.map(|t| t.0);
-        let ttl = spec.lease_duration_seconds.map_or(DEFAULT_MEMBER_TTL_SECONDS, i64::from);
+        let ttl = spec.lease_duration_seconds.map_or(i64::from(consistd::DEFAULT_MEMBER_TTL_SECONDS), i64::from);
         let live = renewed.is_some_and(|at| at.as_millisecond().saturating_add(ttl * 1000) > now.as_millisecond());
         Some(Self {
             namespace: lease.metadata.namespace.clone().unwrap_or_default(),

@@ -22,13 +22,15 @@ use super::Key;
 use crate::{config::Live, names, watch::object::Obj};
 
 /// Label every member Lease of an election carries: its value is [`group_label`].
-pub(crate) const MEMBER_OF_LABEL: &str = "consistd.io/member-of";
+pub const MEMBER_OF_LABEL: &str = "consistd.io/member-of";
 /// Annotation with the member's peer address ("host:port").
 pub(crate) const PEER_ADDRESS_ANNOTATION: &str = "consistd.io/peer-address";
 /// Annotation with the election's full name (labels are limited to 63 characters).
-pub(crate) const ELECTION_ANNOTATION: &str = "consistd.io/election";
+pub const ELECTION_ANNOTATION: &str = "consistd.io/election";
 /// Annotation with the newest version of the election's rollout channel this member's app applied.
-pub(crate) const APPLIED_VERSION_ANNOTATION: &str = "consistd.io/applied-version";
+pub const APPLIED_VERSION_ANNOTATION: &str = "consistd.io/applied-version";
+/// How long a member counts after a renewal when its Lease has no leaseDurationSeconds.
+pub const DEFAULT_TTL_SECONDS: u32 = 30;
 
 /// How this daemon announces itself.
 #[derive(Debug, Clone)]
@@ -129,7 +131,7 @@ impl MemberRecord {
             peer: peer.clone(),
             applied: annotations.get(APPLIED_VERSION_ANNOTATION).and_then(|v| v.parse().ok()).unwrap_or(0),
             renew_time: lease.spec.renew_time.unwrap_or_default(),
-            ttl: Duration::from_secs(lease.spec.lease_duration_seconds.unwrap_or(30)),
+            ttl: Duration::from_secs(lease.spec.lease_duration_seconds.unwrap_or(u64::from(DEFAULT_TTL_SECONDS))),
         })
     }
 
