@@ -60,10 +60,9 @@ fn leader(seen: &Shared) -> Option<usize> {
     (0..2).find(|&i| s.leader[i])
 }
 
-fn summary(mut v: Vec<f64>) -> String {
-    v.sort_by(f64::total_cmp);
-    let p = |q: f64| v[((v.len() as f64 - 1.0) * q).round() as usize];
-    format!("p50 {:.3} | p99 {:.3} | max {:.3} (n={})", p(0.5), p(0.99), v[v.len() - 1], v.len())
+fn summary(v: &[f64]) -> String {
+    let p = |q: f64| figures::quantile(v, q).unwrap_or(f64::NAN);
+    format!("p50 {:.3} | p99 {:.3} | max {:.3} (n={})", p(0.5), p(0.99), p(1.0), v.len())
 }
 
 #[tokio::main]
@@ -106,7 +105,7 @@ async fn main() {
     if let Some(p50) = figures::median(&handovers) {
         figures::record("handover", "graceful handover p50, ms", "consistd", "2 candidates", p50);
     }
-    println!("| graceful handover (stream closed -> other app told LEADER) | {} |", summary(handovers));
+    println!("| graceful handover (stream closed -> other app told LEADER) | {} |", summary(&handovers));
     println!("| crash failover (kill -9 -> other app told LEADER) | {:.0} |", failover.as_secs_f64() * 1e3);
-    println!("| notification latency (daemon observed -> app received) | {} |", summary(latencies));
+    println!("| notification latency (daemon observed -> app received) | {} |", summary(&latencies));
 }

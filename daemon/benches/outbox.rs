@@ -185,10 +185,9 @@ async fn throughput(label: &str, api: Api, sender: &Daemon, receiver: &Daemon, p
     watch.abort();
 }
 
-fn summary(mut v: Vec<f64>) -> String {
-    v.sort_by(f64::total_cmp);
-    let p = |q: f64| v[((v.len() as f64 - 1.0) * q).round() as usize];
-    format!("p50 {:.3} | p90 {:.3} | p99 {:.3} | max {:.3} ms (n={})", p(0.5), p(0.9), p(0.99), v[v.len() - 1], v.len())
+fn summary(v: &[f64]) -> String {
+    let p = |q: f64| figures::quantile(v, q).unwrap_or(f64::NAN);
+    format!("p50 {:.3} | p90 {:.3} | p99 {:.3} | max {:.3} ms (n={})", p(0.5), p(0.9), p(0.99), p(1.0), v.len())
 }
 
 async fn latency(label: &str, api: Api, sender: &Daemon, receiver: &Daemon, peer: &str, rate: u32, seconds: u64) {
@@ -228,7 +227,7 @@ async fn latency(label: &str, api: Api, sender: &Daemon, receiver: &Daemon, peer
         .collect();
     let label = format!("{label} {api}");
     figures::record_distribution("sends-latency", "Send -> ACKED at 1,000/s, ms", &label, &latencies);
-    println!("  {label:<18} Send -> ACKED at {rate}/s for {seconds} s: {}", summary(latencies));
+    println!("  {label:<18} Send -> ACKED at {rate}/s for {seconds} s: {}", summary(&latencies));
     stop.store(true, Ordering::SeqCst);
     app.abort();
     watch.abort();

@@ -34,10 +34,9 @@ async fn replica(ns: &str, channel: &str, i: usize) -> (Daemon, tokio::task::Joi
     (daemon, app)
 }
 
-fn summary(mut v: Vec<f64>) -> String {
-    v.sort_by(f64::total_cmp);
-    let p = |q: f64| v[((v.len() as f64 - 1.0) * q).round() as usize];
-    format!("p50 {:.1} | p90 {:.1} | max {:.1} ms (n={})", p(0.5), p(0.9), v[v.len() - 1], v.len())
+fn summary(v: &[f64]) -> String {
+    let p = |q: f64| figures::quantile(v, q).unwrap_or(f64::NAN);
+    format!("p50 {:.1} | p90 {:.1} | max {:.1} ms (n={})", p(0.5), p(0.9), p(1.0), v.len())
 }
 
 async fn run(n: usize) {
@@ -95,7 +94,7 @@ async fn run(n: usize) {
         times.push(t0.elapsed().as_secs_f64() * 1e3);
     }
     figures::record_barrier(n, &times);
-    println!("| {n} replicas | {} |", summary(times));
+    println!("| {n} replicas | {} |", summary(&times));
     for (daemon, app) in replicas {
         app.abort();
         drop(daemon);

@@ -73,9 +73,8 @@ async fn replica(ns: &str, i: usize, holders: Holders) -> Replica {
     Replica { daemon, apps: vec![apply, observe] }
 }
 
-fn summary(mut v: Vec<f64>) -> String {
-    v.sort_by(f64::total_cmp);
-    let p = |q: f64| v[((v.len() as f64 - 1.0) * q).round() as usize];
+fn summary(v: &[f64]) -> String {
+    let p = |q: f64| figures::quantile(v, q).unwrap_or(f64::NAN);
     format!("p50 {:.1} / p99 {:.1} ms", p(0.5), p(0.99))
 }
 
@@ -220,7 +219,7 @@ async fn run(n: usize) {
         times.push(t0.elapsed().as_secs_f64() * 1e3);
     }
     figures::record_barrier(n, &times);
-    println!("| {n} | barrier: Publish -> all applied, {ROUNDS} rounds: {} |", summary(times));
+    println!("| {n} | barrier: Publish -> all applied, {ROUNDS} rounds: {} |", summary(&times));
 
     // 3. Graceful handover, then crash failover, of the leader's daemon.
     let mut live: Vec<usize> = (0..n).collect();

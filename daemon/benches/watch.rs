@@ -42,11 +42,6 @@ fn rss_kib(pid: u32) -> u64 {
         .expect("VmRSS")
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i]
-}
-
 /// Records when each resourceVersion of object `obj` arrives on a consistd stream.
 fn record(mut events: Events, arrivals: Arrivals) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
@@ -121,16 +116,16 @@ async fn main() {
     println!("| path | write-to-arrival p50 | p99 | added vs direct p50 | p99 | median ratio |");
     println!("| --- | --- | --- | --- | --- | --- |");
     let direct = direct.lock().expect("lock").clone();
-    let mut direct_lat: Vec<f64> = written
+    let at = |samples: &[f64], q| figures::quantile(samples, q).unwrap_or(f64::NAN);
+    let direct_lat: Vec<f64> = written
         .iter()
         .filter_map(|(rv, sent)| direct.get(rv).map(|t| t.duration_since(*sent).as_secs_f64() * 1e3))
         .collect();
-    direct_lat.sort_by(f64::total_cmp);
     figures::record_distribution("watch-latency", "write -> arrival, ms", "direct kube-runtime watcher", &direct_lat);
     println!(
         "| direct kube-runtime watcher | {:.2} ms | {:.2} ms | - | - | 1.00 |",
-        percentile(&direct_lat, 0.5),
-        percentile(&direct_lat, 0.99)
+        at(&direct_lat, 0.5),
+        at(&direct_lat, 0.99)
     );
     for (name, arrivals) in [("consistd RAW", &raw_arrivals), ("consistd CONSISTENT", &consistent_arrivals)] {
         let arrivals = arrivals.lock().expect("lock").clone();
@@ -144,18 +139,15 @@ async fn main() {
                 ratio.push(c_ms / d_ms);
             }
         }
-        for v in [&mut total, &mut added, &mut ratio] {
-            v.sort_by(f64::total_cmp);
-        }
         figures::record_distribution("watch-latency", "write -> arrival, ms", name, &total);
         println!(
             "| {name} ({} of {CHANGES} seen) | {:.2} ms | {:.2} ms | {:.3} ms | {:.3} ms | {:.2} |",
             total.len(),
-            percentile(&total, 0.5),
-            percentile(&total, 0.99),
-            percentile(&added, 0.5),
-            percentile(&added, 0.99),
-            percentile(&ratio, 0.5),
+            at(&total, 0.5),
+            at(&total, 0.99),
+            at(&added, 0.5),
+            at(&added, 0.99),
+            at(&ratio, 0.5),
         );
     }
 
