@@ -23,6 +23,13 @@ use self::{
 };
 use crate::{config::Timing, metrics::Metrics, names};
 
+/// The label on every Lease consistd writes, election and member Leases alike, and its value: what
+/// `kubectl consistd` lists them by (the Kubernetes recommended label; a Lease already labelled as
+/// managed by something else keeps that label).
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// The value of [`MANAGED_BY_LABEL`] on consistd's Leases.
+pub const MANAGED_BY: &str = "consistd";
+
 /// An election: the Lease's namespace and name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct Key {

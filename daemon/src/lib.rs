@@ -30,9 +30,13 @@ pub(crate) mod transport;
 pub(crate) mod watch;
 
 pub use api::SERVICE_NAMES;
-/// What member Leases carry, public for `kubectl consistd`, which reads them.
-pub use leadership::membership::{
-    APPLIED_VERSION_ANNOTATION, DEFAULT_TTL_SECONDS as DEFAULT_MEMBER_TTL_SECONDS, ELECTION_ANNOTATION, MEMBER_OF_LABEL,
+/// What consistd's Leases carry, public for `kubectl consistd`, which reads them.
+pub use leadership::{
+    MANAGED_BY, MANAGED_BY_LABEL,
+    membership::{
+        APPLIED_VERSION_ANNOTATION, DEFAULT_TTL_SECONDS as DEFAULT_MEMBER_TTL_SECONDS, ELECTION_ANNOTATION,
+        MEMBER_OF_LABEL,
+    },
 };
 /// A channel's versions in the cluster, public for the test that races publishers against a real
 /// apiserver (`tests/rollout_versions.rs`).

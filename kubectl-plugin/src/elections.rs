@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use clap::Args;
+use consistd::{MANAGED_BY, MANAGED_BY_LABEL};
 use k8s_openapi::{api::coordination::v1::Lease, jiff::Timestamp};
 use kube::api::{Api, ListParams};
 use serde::Serialize;
@@ -63,7 +64,8 @@ pub(crate) struct Row {
     pub(crate) members: usize,
 }
 
-/// The rows for these Leases at `now`: every Lease that is not a member Lease, sorted by namespace and name.
+/// The rows for these Leases (consistd's) at `now`: every Lease that is not a member Lease, sorted by
+/// namespace and name.
 pub(crate) fn rows(leases: &[Lease], now: Timestamp) -> Vec<Row> {
     let mut members: BTreeMap<(String, String), usize> = BTreeMap::new();
     for member in leases.iter().filter_map(|l| MemberLease::read(l, now)).filter(|m| m.live) {
@@ -99,7 +101,9 @@ pub(crate) async fn run(cluster: &Cluster, args: &ElectionsArgs) -> Result<(), E
             format!("namespace {}", cluster.namespace),
         )
     };
-    let list = api.list(&ListParams::default()).await.map_err(|source| ElectionsError::List { scope, source })?;
+    // consistd's Leases only: not the nodes', the control plane's or other apps' elections.
+    let consistd = ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
+    let list = api.list(&consistd).await.map_err(|source| ElectionsError::List { scope, source })?;
     let rows = rows(&list.items, Timestamp::now());
     match args.output {
         Format::Json => {

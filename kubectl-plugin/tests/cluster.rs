@@ -155,20 +155,75 @@ async fn elections_show_the_holder_term_and_members_and_none_once_released() {
     assert!(cells.starts_with("web <none> 2 ") && cells.ends_with(" 0"), "{cells}");
 }
 
+/// The label consistd puts on the Leases it writes, and `elections` lists by.
+const CONSISTD: (&str, &str) = ("app.kubernetes.io/managed-by", "consistd");
+
+/// Creates Lease `name` in `ns` held by `holder`, renewed `renewed_ago` seconds ago for 10 s, labelled
+/// `label` if any.
+async fn create_lease(
+    kube: &kube::Client,
+    ns: &str,
+    name: &str,
+    label: Option<(&str, &str)>,
+    holder: &str,
+    renewed_ago: i64,
+    transitions: i32,
+) {
+    let renewed = k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(renewed_ago);
+    let labels: serde_json::Map<String, Value> = label.into_iter().map(|(k, v)| (k.to_owned(), v.into())).collect();
+    let lease: Lease = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"holderIdentity": holder, "leaseDurationSeconds": 10, "leaseTransitions": transitions,
+                 "renewTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(renewed)}
+    }))
+    .expect("Lease");
+    Api::<Lease>::namespaced(kube.clone(), ns).create(&PostParams::default(), &lease).await.expect("create Lease");
+}
+
+#[tokio::test]
+async fn only_consistds_leases_are_elections_and_one_written_before_the_label_gets_it_from_its_next_leader() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    // Another app's live election (client-go's, say), and one a consistd wrote before it labelled its
+    // Leases, its holder gone.
+    create_lease(&kube, &ns, "other-app", None, "someone", 0, 0).await;
+    create_lease(&kube, &ns, "legacy", None, "old-daemon", 60, 0).await;
+    let none = kubectl(&["elections", "-n", &ns]).await;
+    assert_eq!((none.code, none.stdout.as_str()), (0, ""), "{none:?}");
+    assert!(none.stderr.contains("No elections found"), "{none:?}");
+    let all: Vec<Value> =
+        serde_json::from_str(&kubectl(&["elections", "-A", "-o", "json"]).await.stdout).expect("JSON");
+    assert!(!all.iter().any(|r| r["namespace"] == ns.as_str()), "{all:?}");
+    assert!(!all.iter().any(|r| r["namespace"] == "kube-system"), "the control plane's Leases: {all:?}");
+
+    // A daemon takes the old election over: its renewal labels the Lease, which is listed from then on;
+    // its member Lease carries the label too.
+    let a = daemon(&ns, "a").await;
+    let _campaign = campaign(&a, "legacy").await;
+    let json = election_json(&ns, "legacy", |r| r["holder"] == "a" && r["members"] == 1).await;
+    assert_eq!(json["term"], 2, "{json}");
+    let leases = Api::<Lease>::namespaced(kube.clone(), &ns);
+    let labelled = |l: Lease| l.metadata.labels.and_then(|mut m| m.remove(CONSISTD.0));
+    let legacy = leases.get("legacy").await.expect("get Lease legacy");
+    assert_eq!(labelled(legacy).as_deref(), Some(CONSISTD.1));
+    let member = leases.get("legacy.member.a").await.expect("get member Lease");
+    assert_eq!(labelled(member).as_deref(), Some(CONSISTD.1));
+    // A new election's Lease is created with it.
+    let _new = campaign(&a, "new").await;
+    election_json(&ns, "new", |r| r["holder"] == "a").await;
+    assert_eq!(labelled(leases.get("new").await.expect("get Lease new")).as_deref(), Some(CONSISTD.1));
+    let listed = kubectl(&["elections", "-n", &ns]).await;
+    assert!(!listed.stdout.contains("other-app"), "{listed:?}");
+}
+
 #[tokio::test]
 async fn an_expired_lease_has_no_holder_contexts_pick_the_namespace_and_a_refusal_names_the_operation() {
     let kube = consistd_testkit::kube_client().await;
     let ns = consistd_testkit::namespace(&kube).await;
-    // A holder that stopped renewing a minute ago, its 10 s long gone; and one renewed just now.
-    let ago = |s: i64| k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(s);
-    for (name, renewed, transitions) in [("stale", ago(60), 4), ("fresh", ago(0), 0)] {
-        let lease: Lease = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": name},
-            "spec": {"holderIdentity": "ghost", "leaseDurationSeconds": 10, "leaseTransitions": transitions,
-                     "renewTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(renewed)}
-        }))
-        .expect("Lease");
-        Api::<Lease>::namespaced(kube.clone(), &ns).create(&PostParams::default(), &lease).await.expect("create Lease");
+    // consistd's Leases: a holder that stopped renewing a minute ago, its 10 s long gone; and one renewed
+    // just now.
+    for (name, renewed, transitions) in [("stale", 60, 4), ("fresh", 0, 0)] {
+        create_lease(&kube, &ns, name, Some(CONSISTD), "ghost", renewed, transitions).await;
     }
     let run = kubectl(&["elections", "-n", &ns]).await;
     assert_eq!(run.code, 0, "{run:?}");

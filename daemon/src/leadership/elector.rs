@@ -27,7 +27,7 @@ use tokio::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::{Key, Leadership, Observation, Progress, Role};
+use super::{Key, Leadership, MANAGED_BY, MANAGED_BY_LABEL, Observation, Progress, Role};
 use prometheus_client::metrics::gauge::Gauge;
 
 use crate::config::Timing;
@@ -348,7 +348,11 @@ async fn step(
         let Some(timing) = campaign else { return Ok(Step::NotLeader) };
         let now = MicroTime(jiff::Timestamp::now());
         let lease = Lease {
-            metadata: ObjectMeta { name: Some(name.clone()), ..ObjectMeta::default() },
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                labels: Some([(MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned())].into()),
+                ..ObjectMeta::default()
+            },
             spec: Some(LeaseSpec {
                 holder_identity: Some(election.identity.clone()),
                 lease_duration_seconds: Some(seconds(timing.lease_duration)),
@@ -386,7 +390,10 @@ async fn step(
     spec.lease_duration_seconds = Some(seconds(timing.lease_duration));
     spec.renew_time = Some(now);
     // The read's resourceVersion stays in metadata: the apiserver refuses the write if anyone wrote since.
-    let updated = Lease { spec: Some(spec), ..lease };
+    // A Lease written before consistd labelled its Leases gets the label here.
+    let mut metadata = lease.metadata;
+    metadata.labels.get_or_insert_default().entry(MANAGED_BY_LABEL.to_owned()).or_insert_with(|| MANAGED_BY.to_owned());
+    let updated = Lease { metadata, spec: Some(spec) };
     match api.replace(name, &PostParams::default(), &updated).await {
         Ok(written) => {
             let next = Observed::from_lease(&written, None);

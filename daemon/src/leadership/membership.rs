@@ -18,7 +18,7 @@ use serde::Deserialize;
 use tokio::{sync::watch, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 
-use super::Key;
+use super::{Key, MANAGED_BY, MANAGED_BY_LABEL};
 use crate::{config::Live, names, watch::object::Obj};
 
 /// Label every member Lease of an election carries: its value is [`group_label`].
@@ -302,7 +302,7 @@ impl Keeper {
                 "kind": "Lease",
                 "metadata": {
                     "name": name,
-                    "labels": { MEMBER_OF_LABEL: group_label(&election) },
+                    "labels": { MEMBER_OF_LABEL: group_label(&election), MANAGED_BY_LABEL: MANAGED_BY },
                     "annotations": annotations,
                 },
                 "spec": { "holderIdentity": identity, "leaseDurationSeconds": ttl_seconds, "renewTime": now },
