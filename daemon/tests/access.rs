@@ -100,11 +100,10 @@ fn refused<T>(result: Result<T, tonic::Status>, asked: &str) {
     assert!(status.message().contains(asked), "the refusal names what was asked: {}", status.message());
 }
 
-/// Audit log lines (JSON) of requests in namespace `ns`: (verb, resource).
+/// Audit log events of requests in namespace `ns`: (verb, resource).
 fn audited_in(ns: &str) -> Vec<(String, String)> {
-    let log = std::fs::read_to_string(consistd_testkit::audit_log()).unwrap_or_default();
-    log.lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+    consistd_testkit::audit_events(0)
+        .into_iter()
         .filter(|e| e["objectRef"]["namespace"] == ns)
         .map(|e| {
             let field = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
