@@ -101,7 +101,8 @@ type DedupKey = (String, String, String);
 struct InboxState {
     messages: BTreeMap<u64, Pending>,
     by_key: HashMap<DedupKey, u64>,
-    /// Messages whose write is not committed yet (a resend of one gets no answer; the first will).
+    /// Messages whose write is not committed yet, not shown to anyone (a resend of one gets no answer;
+    /// the first will).
     storing: HashSet<DedupKey>,
     /// Ready for a receiver, oldest first.
     queue: BTreeSet<u64>,
@@ -291,9 +292,10 @@ impl Inbox {
     /// Stores a message from `sender` (unless it is a duplicate) and says what became of it; None for a
     /// resend of a message that is being stored right now (that one is answered).
     ///
-    /// The app may receive the message while its write is still being committed: its ACK is a later
-    /// write, so it is never committed before the message is, and if the daemon dies first the ACK
-    /// call fails and the message comes again. STORED is answered only once the write is durable.
+    /// The message is shown to the app, and STORED answered, only once its write is durable: every id
+    /// the app is given names a stored message, which no later run gives to another (the stored next
+    /// id only grows), so an Ack retried against a restarted daemon either finds its message or was
+    /// recorded before.
     pub(crate) async fn accept(&self, sender: &str, m: PeerMessage) -> Option<ExchangeResponse> {
         use prost::Message as _;
         let answer = |disposition: Disposition, reason: String| ExchangeResponse {
@@ -317,12 +319,12 @@ impl Inbox {
             }
             Err(error) => return Some(answer(Disposition::Refused, error::chain(&error))),
         }
-        let written = {
+        let (message, written) = {
             let mut state = self.lock();
             if state.by_key.contains_key(&key) || state.storing.contains(&key) {
                 return None;
             }
-            let held = state.messages.len();
+            let held = state.messages.len() + state.storing.len();
             if held >= self.inner.max_pending.get() {
                 let reason = format!(
                     "the inbox of {} is full: {held} messages wait for its app (inbox.maxPending)",
@@ -344,7 +346,6 @@ impl Inbox {
             });
             let record = InboxRecord::of(&message).encode_to_vec();
             let k = key.clone();
-            // Queued before the app can see the message, so any ACK of it is written after it.
             let written = self.inner.store.write("store inbound message", move |txn| {
                 txn.open_table(SEEN)?.insert((k.0.as_str(), k.1.as_str(), k.2.as_str()), (id, 0))?;
                 txn.open_table(MESSAGES)?.insert(id, record.as_slice())?;
@@ -355,38 +356,49 @@ impl Inbox {
                 Ok(())
             });
             state.storing.insert(key.clone());
-            state.add(message);
-            self.set_pending_gauge(&state);
-            (id, written)
+            (message, written)
         };
-        self.inner.ready.notify_waiters();
-        self.inner.arrivals.send_modify(|n| *n += 1);
-        let (id, written) = written;
-        let result = written.await;
+        // The rest runs in a task of its own, so a caller that stops waiting cannot leave a stored
+        // message unseen and its key marked as being stored (its resends unanswered) for good.
+        let inbox = self.clone();
+        let attempt = m.attempt;
+        let stored = tokio::spawn(async move {
+            let result = written.await;
+            inbox.stored(key, message, attempt, result)
+        });
+        let (disposition, reason) =
+            stored.await.unwrap_or_else(|e| (Disposition::Refused, format!("store inbound message: {e}")));
+        Some(answer(disposition, reason))
+    }
+
+    /// Ends the storing of `message`: once its write is durable, shows it to the app (or holds it for
+    /// the daemon) and answers STORED; if the write failed, forgets it (never shown; the sender still
+    /// holds it and sends it again) and answers REFUSED with why.
+    fn stored(
+        &self,
+        key: DedupKey,
+        message: Arc<InboxMessage>,
+        attempt: u32,
+        result: Result<(), StoreError>,
+    ) -> (Disposition, String) {
         let mut state = self.lock();
         state.storing.remove(&key);
-        match result {
-            Ok(()) => {
-                self.inner.metrics.inbox_received.inc();
-                tracing::debug!(
-                    message_id = id,
-                    sender,
-                    resource_id = %m.resource_id,
-                    event_id = %m.event_id,
-                    attempt = m.attempt,
-                    "message received"
-                );
-                Some(answer(Disposition::Stored, String::new()))
-            }
-            Err(error) => {
-                // Not stored: forget it; the sender still holds it and sends it again.
-                state.remove(id);
-                self.set_pending_gauge(&state);
-                let error = error::chain(&error);
-                tracing::warn!(%error, sender, resource_id = %m.resource_id, event_id = %m.event_id, "inbound message not stored");
-                Some(answer(Disposition::Refused, error))
-            }
+        let m = message.clone();
+        let (id, sender, resource_id, event_id) = (m.id, &m.sender, &m.resource_id, &m.event_id);
+        if let Err(error) = result {
+            drop(state);
+            let error = error::chain(&error);
+            tracing::warn!(%error, sender, resource_id, event_id, "inbound message not stored");
+            return (Disposition::Refused, error);
         }
+        state.add(message);
+        self.set_pending_gauge(&state);
+        drop(state);
+        self.inner.ready.notify_waiters();
+        self.inner.arrivals.send_modify(|n| *n += 1);
+        self.inner.metrics.inbox_received.inc();
+        tracing::debug!(message_id = id, sender, resource_id, event_id, attempt, "message received");
+        (Disposition::Stored, String::new())
     }
 
     /// For a message already in memory: STORED once durable, no answer while being stored.

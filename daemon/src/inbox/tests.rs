@@ -82,6 +82,51 @@ async fn an_ack_whose_caller_stops_waiting_is_still_applied_and_sent_back() {
 }
 
 #[tokio::test]
+async fn the_app_is_shown_a_message_only_once_it_is_stored_and_never_one_whose_write_failed() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let inbox = open(dir.path(), 100).await;
+    let store = inbox.inner.store.clone();
+    // The writer is held inside a write, so the message's write and a failing one share the next batch,
+    // as when the daemon dies before the commit (an id shown then would be given to another message by
+    // the next run, and the app's retried Ack would ACK that one).
+    let (entered, writer_held) = std::sync::mpsc::channel();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let hold = store.write("hold the writer", move |_txn| {
+        let _ = entered.send(());
+        let _ = released.recv();
+        Ok(())
+    });
+    writer_held.recv_timeout(Duration::from_secs(5)).expect("the writer is held");
+    let accepting = tokio::spawn({
+        let inbox = inbox.clone();
+        async move { inbox.accept("s", message(1, "r", "e")).await }
+    });
+    while inbox.lock().storing.is_empty() {
+        tokio::task::yield_now().await;
+    }
+    let mut receiver = inbox.receiver();
+    let shown = tokio::time::timeout(Duration::from_millis(200), receiver.next()).await;
+    assert!(shown.is_err(), "shown to the app before it was stored: {shown:?}");
+    let dies = store.write("fail the batch", |_txn| -> Result<(), redb::Error> {
+        Err(redb::Error::Corrupted("the disk said no".into()))
+    });
+    release.send(()).expect("release the writer");
+    hold.await.expect("the held write");
+    dies.await.expect_err("the batch fails");
+    let refused = accepting.await.expect("accept").expect("an answer");
+    assert_eq!(refused.disposition, Disposition::Refused as i32, "never stored");
+    assert!(refused.reason.contains("the disk said no"), "{}", refused.reason);
+    let shown = tokio::time::timeout(Duration::from_millis(200), receiver.next()).await;
+    assert!(shown.is_err(), "shown although never stored: {shown:?}");
+    assert_eq!(inbox.pending(), 0);
+
+    // The sender's resend is stored and shown.
+    assert_eq!(disposition(inbox.accept("s", message(1, "r", "e")).await), Disposition::Stored);
+    let (m, attempt) = next(&mut receiver).await;
+    assert_eq!((m.resource_id.as_str(), attempt), ("r", 1));
+}
+
+#[tokio::test]
 async fn the_daemons_own_messages_wait_apart_from_the_app_and_survive_a_restart() {
     let dir = tempfile::tempdir().expect("temp dir");
     let inbox = open(dir.path(), 100).await;
