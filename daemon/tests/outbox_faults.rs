@@ -6,7 +6,7 @@
 //! receives that trace with the message: trace context survives the kills too.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::HashMap,
     path::PathBuf,
     sync::{
         Arc, Mutex,
@@ -22,6 +22,7 @@ use consistd_client::{
 use consistd_testkit::{Daemon, free_port, proxy::DelayProxy};
 use nix::sys::signal::Signal;
 use rand::Rng;
+use tonic::Code;
 
 const BIN: &str = env!("CARGO_BIN_EXE_consistd");
 const BACKOFF: &str = "outbox:\n  backoff: {initial: 20ms, factor: 2, cap: 500ms}\n";
@@ -36,8 +37,9 @@ struct AppLog {
     delivered: HashMap<String, usize>,
     /// Ack calls that returned OK.
     acked: HashMap<String, usize>,
-    /// Ack calls that failed (the daemon died under them): the ACK may or may not have been recorded.
-    uncertain: HashSet<String>,
+    /// Ack calls the daemon refused, with its answer (a daemon dying under a call is not a refusal: the
+    /// app calls again): every id Receive gives names a message an Ack can record, restarts or not.
+    refused: Vec<(String, String)>,
     /// Deliveries of a resource after the app had ACKed it successfully.
     after_ack: Vec<String>,
     /// Deliveries whose traceparent was not the one the message was sent under: (resource_id, received).
@@ -138,18 +140,33 @@ fn spawn_app(
                 if started.elapsed() < slow_for {
                     tokio::time::sleep(Duration::from_millis(2)).await;
                 }
-                let outcome = client.inbox().ack(AckRequest { message_id: m.message_id.clone() }).await;
+                let outcome = ack(&client, &m.message_id, &stop).await;
                 let mut log = log.lock().expect("log");
                 match outcome {
                     Ok(_) => *log.acked.entry(m.resource_id).or_default() += 1,
-                    Err(_) => {
-                        log.uncertain.insert(m.resource_id);
-                    }
+                    Err(e) => log.refused.push((m.resource_id, format!("{:?}: {}", e.code(), e.message()))),
                 }
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
+}
+
+/// Acks `message_id` as an app would: a call that failed because the daemon went away (killed under it)
+/// is made again until a daemon answers, which is then the restarted one, so a message id must still
+/// name the same message after a restart.
+async fn ack(client: &Client, message_id: &str, stop: &AtomicBool) -> Result<(), tonic::Status> {
+    loop {
+        match client.inbox().ack(AckRequest { message_id: message_id.to_owned() }).await {
+            Err(e) if matches!(e.code(), Code::Unavailable | Code::Unknown | Code::Cancelled) => {
+                if stop.load(Ordering::SeqCst) {
+                    return Err(e);
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            answered => return answered.map(|_| ()),
+        }
+    }
 }
 
 /// How long settling may go without progress (the sender holding fewer messages, or the app ACKing
@@ -173,11 +190,7 @@ async fn settle_and_check(sender: &Path2, acknowledged: &[usize], log: &Arc<Mute
             .unwrap_or(u64::MAX);
         let missing: Vec<String> = {
             let log = log.lock().expect("log");
-            acknowledged
-                .iter()
-                .map(|i| format!("r{i:05}"))
-                .filter(|r| !log.acked.contains_key(r) && !log.uncertain.contains(r))
-                .collect()
+            acknowledged.iter().map(|i| format!("r{i:05}")).filter(|r| !log.acked.contains_key(r)).collect()
         };
         if pending == 0 && missing.is_empty() {
             break;
@@ -204,8 +217,9 @@ async fn settle_and_check(sender: &Path2, acknowledged: &[usize], log: &Arc<Mute
         assert!(log.delivered.get(&r).copied().unwrap_or(0) >= 1, "{r} acknowledged by Send but never delivered");
         let acks = log.acked.get(&r).copied().unwrap_or(0);
         assert!(acks <= 1, "{r} ACKed {acks} times by the app");
-        assert!(acks == 1 || log.uncertain.contains(&r), "{r} never ACKed");
+        assert!(acks == 1, "{r} never ACKed");
     }
+    assert!(log.refused.is_empty(), "Acks refused: {:?}", &log.refused[..log.refused.len().min(10)]);
     assert!(
         log.after_ack.is_empty(),
         "delivered again after a successful ACK: {:?}",
