@@ -1,7 +1,8 @@
 //! ACK-tracked sends under faults, between real daemons: kill -9 of the sender and of the receiver at
 //! random points during 10,000 sends, and a lossy, slow network (connections dropped, traffic delayed)
 //! with a receiving app that is absent and then slow. Afterwards every message `Send` acknowledged was
-//! ACKed exactly once by the receiving app, and nothing was lost. Each message is sent under a trace of
+//! ACKed exactly once by the receiving app, and nothing was lost. The app calls Ack again when the daemon
+//! died under the call, as apps do, so the id it was given must name the same message after a restart. Each message is sent under a trace of
 //! its own (half in the call's `traceparent` metadata, half in the request), and the app checks it
 //! receives that trace with the message: trace context survives the kills too.
 
