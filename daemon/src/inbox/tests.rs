@@ -127,6 +127,23 @@ async fn the_app_is_shown_a_message_only_once_it_is_stored_and_never_one_whose_w
 }
 
 #[tokio::test]
+async fn a_message_whose_caller_stops_waiting_is_still_shown_and_its_resend_answered() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let inbox = open(dir.path(), 100).await;
+    // A connection's accept polled once (its write queued) and dropped before the commit.
+    let mut accepting = Box::pin(inbox.accept("s", message(1, "r", "e")));
+    let _ = futures::poll!(accepting.as_mut());
+    drop(accepting);
+    let (m, _) = next(&mut inbox.receiver()).await;
+    assert_eq!(m.resource_id, "r", "the stored message is shown");
+    assert_eq!(
+        disposition(inbox.accept("s", message(1, "r", "e")).await),
+        Disposition::Stored,
+        "its resend is answered"
+    );
+}
+
+#[tokio::test]
 async fn the_daemons_own_messages_wait_apart_from_the_app_and_survive_a_restart() {
     let dir = tempfile::tempdir().expect("temp dir");
     let inbox = open(dir.path(), 100).await;
