@@ -34,13 +34,18 @@ die() {
     "$KUBECTL" get pods -A -o wide >&2 || true
     "$KUBECTL" -n consistd-system logs deployment/consistd-injector --tail=30 >&2 || true
     "$KUBECTL" -n "$ns" get events --sort-by=.lastTimestamp >&2 || true
+    rm -rf "$out/logs" && mkdir -p "$out/logs"
     for pod in $("$KUBECTL" -n "$ns" get pods -o name 2>/dev/null); do
       for c in consistd controller receiver member; do
-        echo "--- $pod $c" >&2
-        "$KUBECTL" -n "$ns" logs "$pod" -c "$c" --tail=15 >&2 2>&1 || true
+        echo "--- $pod $c (whole log: $out/logs/${pod#pod/}.$c.log)" >&2
+        "$KUBECTL" -n "$ns" logs "$pod" -c "$c" >"$out/logs/${pod#pod/}.$c.log" 2>&1 || true
+        tail -n 15 "$out/logs/${pod#pod/}.$c.log" >&2
+        "$KUBECTL" -n "$ns" logs "$pod" -c "$c" --previous >"$out/logs/${pod#pod/}.$c.previous.log" 2>/dev/null ||
+          rm -f "$out/logs/${pod#pod/}.$c.previous.log"
       done
     done
   }
+  log "FAIL: $*" # again, last: CI shows the end of the output
   exit 1
 }
 ms() { date +%s%3N; }
