@@ -92,14 +92,14 @@ class SocketProxy:
 
 class Daemon:
     """A consistd of the test's own (``$CONSISTD_BIN run``) in ``directory``, restartable on the
-    same socket and store."""
+    same socket and store; ``config`` is more of its YAML, after the identity."""
 
-    def __init__(self, directory: Path, identity: str) -> None:
+    def __init__(self, directory: Path, identity: str, config: str = "") -> None:
         self.directory = directory
         self.socket = str(directory / "consistd.sock")
         self.admin_socket = str(directory / "admin.sock")
         self.config = directory / "consistd.yaml"
-        self.config.write_text(f"identity: {identity}\n")
+        self.config.write_text(f"identity: {identity}\n{config}")
         self.log = directory / "consistd.log"
         self._process: asyncio.subprocess.Process | None = None
 
@@ -125,6 +125,12 @@ class Daemon:
                 break
             await asyncio.sleep(0.2)
         raise AssertionError(f"consistd did not become ready:\n{self.log.read_text()[-4000:]}")
+
+    async def kill(self) -> None:
+        """SIGKILL: the daemon dies at once, as under the OOM killer; ``start`` runs it again."""
+        if self._process is not None and self._process.returncode is None:
+            self._process.kill()
+            await self._process.wait()
 
     async def stop(self) -> None:
         """SIGTERM, and wait for the daemon to exit."""

@@ -6,6 +6,11 @@ from typing import Any
 
 import grpc
 
+#: The status grpcio's aio client sets on a stream when a write fails in its core, which happens when the
+#: connection breaks under the write (grpc/aio/_call.py, ``set_internal_error``): grpcio's, never the
+#: sidecar's answer.
+_GRPCIO_WRITE_FAILED = (grpc.StatusCode.INTERNAL, "Internal error from Core")
+
 
 class ConsistdError(Exception):
     """A call to the sidecar failed. ``code`` and ``message`` are the gRPC status the daemon sent
@@ -20,8 +25,13 @@ class ConsistdError(Exception):
 
     @classmethod
     def from_rpc(cls, error: grpc.aio.AioRpcError) -> ConsistdError:
-        """The error for a failed gRPC call."""
-        return cls(error.code(), error.details() or "")
+        """The error for a failed gRPC call. grpcio's own status for a stream write its core could not
+        make (the connection to the sidecar went away under the write) is UNAVAILABLE, like every other
+        lost connection, not the INTERNAL grpcio gives it."""
+        code, details = error.code(), error.details() or ""
+        if (code, details) == _GRPCIO_WRITE_FAILED:
+            return cls(grpc.StatusCode.UNAVAILABLE, f"a write failed: {error.debug_error_string() or details}")
+        return cls(code, details)
 
 
 class NotReadyError(ConsistdError):

@@ -119,7 +119,8 @@ class Inbox:
                             return
                 code, message = grpc.StatusCode.UNAVAILABLE, "the sidecar ended the inbox stream"
             except grpc.aio.AioRpcError as e:
-                code, message = e.code(), e.details() or ""
+                error = ConsistdError.from_rpc(e)
+                code, message = error.code, error.message
             except ConsistdError as e:
                 code, message = e.code, e.message
             finally:

@@ -156,7 +156,8 @@ class _Election:
                     break  # aclose() from another task
                 raise
             except grpc.aio.AioRpcError as e:
-                code, message = e.code(), e.details() or ""
+                error = ConsistdError.from_rpc(e)
+                code, message = error.code, error.message
             else:
                 if response is not grpc.aio.EOF:
                     if not response.HasField("status"):

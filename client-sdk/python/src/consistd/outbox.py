@@ -212,7 +212,8 @@ class AckTracker:
                     self._resolve(Ack.from_proto(response))
                 code, message = grpc.StatusCode.UNAVAILABLE, "the sidecar ended the ACK stream"
             except grpc.aio.AioRpcError as e:
-                code, message = e.code(), e.details() or ""
+                error = ConsistdError.from_rpc(e)
+                code, message = error.code, error.message
             except ConsistdError as e:
                 code, message = e.code, e.message
             finally:
