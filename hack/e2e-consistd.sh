@@ -120,12 +120,28 @@ pods() { kn get pods -l app.kubernetes.io/name=e2e-app --field-selector=status.p
   -o go-template='{{range .items}}{{if not .metadata.deletionTimestamp}}{{.metadata.name}} {{end}}{{end}}' | xargs; }
 nanos() { date -d "$1" +%s%N; } # an RFC 3339 timestamp of kubectl logs --timestamps, in ns
 logs() { kn logs "$1" -c "$2" 2>/dev/null || true; }
-# wait_until SECONDS WHAT COMMAND...: polls COMMAND every 0.2 s.
-wait_until() {
-  local secs=$1 what=$2 i
-  shift 2
+# poll SECONDS COMMAND...: runs COMMAND every 0.2 s until it succeeds (status 0) or SECONDS pass (1).
+poll() {
+  local secs=$1 i
+  shift
   for i in $(seq 1 $((secs * 5))); do "$@" && return 0; sleep 0.2; done
-  die "$what (after ${secs} s)"
+  return 1
+}
+# wait_until SECONDS WHAT COMMAND...: polls COMMAND; dies saying WHAT if it never succeeds.
+wait_until() {
+  local secs=$1 what=$2
+  shift 2
+  poll "$secs" "$@" || die "$what (after ${secs} s)"
+}
+# app_never_restarted POD: dies if an app container of POD restarted (the app's loops must outlive a
+# sidecar restart), with the end of its previous run's log.
+app_never_restarted() {
+  local status name count
+  for status in $(kn get pod "$1" -o jsonpath='{range .status.containerStatuses[*]}{.name}={.restartCount} {end}'); do
+    name=${status%=*} count=${status#*=}
+    [ "$count" = 0 ] ||
+      die "$1's $name container restarted $count times; its previous run ended: $(kn logs "$1" -c "$name" --previous --tail=8 2>&1)"
+  done
 }
 holder() { kn get lease configmap-controller -o jsonpath='{.spec.holderIdentity}' 2>/dev/null || true; }
 
@@ -305,12 +321,13 @@ log "the killed sidecar of $sender restarted and Ready $(($(ms) - t)) ms after S
 sed -n 's/^stored //p' "$out/burst.log" | sort >"$out/burst.stored"
 stored=$(wc -l <"$out/burst.stored")
 for pod in $pods; do
-  : >"$out/burst.$pod" # the failure message below reads it before the first check writes it
   everything() {
+    app_never_restarted "$pod"
     logs "$pod" receiver | sed -n 's/^received \(burst\/[^ ]*\) .*/\1/p' | sort -u >"$out/burst.$pod"
     [ -z "$(comm -23 "$out/burst.stored" "$out/burst.$pod")" ]
   }
-  wait_until 90 "$pod's receiver misses $(comm -23 "$out/burst.stored" "$out/burst.$pod" | wc -l) of the $stored stored messages" everything
+  poll 90 everything || die "$pod's receiver misses $(comm -23 "$out/burst.stored" "$out/burst.$pod" | wc -l) of the" \
+    "$stored stored messages after 90 s (first: $(comm -23 "$out/burst.stored" "$out/burst.$pod" | head -1))"
 done
 log "SIGKILL of a sending sidecar: all $stored messages whose Send returned reached all 3 replicas ($((3 * stored - received_at_kill)) of $((3 * stored)) deliveries after the kill)"
 
