@@ -189,6 +189,10 @@ for pod in $pods; do
     die "$pod: the sidecar's readiness probe is not an httpGet of the admin port"
   ip=$(kn get pod "$pod" -o jsonpath='{.status.podIP}')
   want=0 && [ "$pod" != "$leader" ] || want=1
+  # The sidecar runs the election (and has its gauge) once its app campaigns: a follower's app may
+  # still be starting when the leader has written.
+  campaigning() { logs "$pod" controller | grep -qE '^leadership (LEADER|FOLLOWER) '; }
+  wait_until 60 "$pod's controller never saw who leads" campaigning
   gauge="consistd_leader_election_master_status{election=\"$ns/configmap-controller\"} $want"
   curl -sf "http://$ip:7071/metrics" | grep -qF "$gauge" || die "$pod ($ip:7071/metrics) does not say $gauge"
 done
