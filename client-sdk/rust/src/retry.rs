@@ -9,12 +9,24 @@ const CAP: Duration = Duration::from_secs(5);
 
 /// Whether a failed call is worth repeating: the sidecar restarted, shut down or was not reachable, or
 /// the connection broke mid-stream (a status made here from the transport's error, which has that error
-/// as its source; the daemon's own answers have none). Every other status is the daemon's answer to
+/// as its source; the daemon's own answers have none). Such a status is UNKNOWN or INTERNAL for an h2
+/// error, and CANCELLED for a request hyper cancelled because its connection closed; a CANCELLED made
+/// from tonic's own timeout is not a broken connection. Every other status is the daemon's answer to
 /// this request and is handed to the caller.
 pub(crate) fn is_retryable(status: &tonic::Status) -> bool {
     match status.code() {
         tonic::Code::Unavailable => true,
-        tonic::Code::Unknown | tonic::Code::Internal => std::error::Error::source(status).is_some(),
+        tonic::Code::Unknown | tonic::Code::Internal | tonic::Code::Cancelled => {
+            let mut source = std::error::Error::source(status);
+            let made_here = source.is_some();
+            while let Some(e) = source {
+                if e.is::<tonic::TimeoutExpired>() {
+                    return false;
+                }
+                source = e.source();
+            }
+            made_here
+        }
         _ => false,
     }
 }
@@ -54,6 +66,30 @@ mod tests {
         assert!(!is_retryable(&tonic::Status::unknown("the daemon's own answer")));
         let broken = std::io::Error::new(std::io::ErrorKind::BrokenPipe, "stream closed");
         assert!(is_retryable(&tonic::Status::from_error(Box::new(broken))), "a connection broken mid-stream");
+    }
+
+    /// A request hyper cancels because its connection is gone: "Cancelled: operation was canceled", with
+    /// hyper's Canceled error as source. An ACK made as the sidecar was SIGKILLed failed this way
+    /// ("connection closed"), and `serve_inbox` used to return it.
+    #[tokio::test]
+    async fn a_request_cancelled_because_its_connection_closed_is_retried_but_a_timeout_is_not() {
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let (mut sender, connection) = hyper::client::conn::http2::handshake::<_, _, String>(
+            hyper_util::rt::TokioExecutor::new(),
+            hyper_util::rt::TokioIo::new(client),
+        )
+        .await
+        .expect("an HTTP/2 handshake");
+        drop(server);
+        connection.await.expect_err("the connection closed without a SETTINGS frame");
+        let cancelled =
+            sender.send_request(hyper::Request::new(String::new())).await.expect_err("the connection is closed");
+        let status = tonic::Status::from_error(Box::new(cancelled));
+        assert_eq!(status.code(), tonic::Code::Cancelled, "{status:?}");
+        assert!(is_retryable(&status), "{status:?}");
+        let timeout = tonic::Status::from_error(Box::new(tonic::TimeoutExpired(())));
+        assert_eq!(timeout.code(), tonic::Code::Cancelled, "{timeout:?}");
+        assert!(!is_retryable(&timeout), "a deadline that passed");
     }
 
     #[tokio::test(start_paused = true)]
