@@ -11,7 +11,7 @@ use std::{
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::Error;
+use crate::{Error, retry::cut_off};
 
 /// Requests queued for the stream beyond those the sidecar is working on; a caller beyond it waits.
 const QUEUED: usize = 1024;
@@ -43,8 +43,9 @@ struct Waiting<Resp> {
 
 impl<Req: Send + 'static, Resp: Send + 'static> Ordered<Req, Resp> {
     /// Sends `request` on the stream, opening it with `start` (which makes the call from a stream of
-    /// requests) if none is open or the open one broke, and waits for its answer. A broken stream fails the calls waiting on
-    /// it with its status; the next call opens a new one.
+    /// requests) if none is open or the open one broke, and waits for its answer. A broken stream fails
+    /// the calls waiting on it with its status (UNAVAILABLE for a lost connection); the next call opens
+    /// a new one.
     pub(crate) async fn call<Start, Fut>(&self, request: Req, start: Start) -> Result<Resp, Error>
     where
         Start: Fn(ReceiverStream<Req>) -> Fut,
@@ -93,7 +94,7 @@ impl<Req: Send + 'static, Resp: Send + 'static> Ordered<Req, Resp> {
                         }
                     }
                     Ok(None) => break tonic::Status::unavailable("the sidecar ended the stream"),
-                    Err(status) => break status,
+                    Err(status) => break cut_off(status),
                 }
             };
             let mut waiting = lock(&reader);

@@ -17,6 +17,7 @@ use crate::{
         AckOutcome, Destination, Refusal, SendRequest, SendStreamRequest, WatchAcksRequest, WatchAcksResponse,
         destination::Target,
     },
+    retry::cut_off,
 };
 
 /// Outcomes that arrive before their `Send` has answered are kept, up to this many.
@@ -180,7 +181,7 @@ async fn pump(tracker: Weak<AckTracker>, mut outcomes: tonic::Streaming<WatchAck
         let Some(tracker) = tracker.upgrade() else { return };
         match next {
             Some(Ok(r)) => tracker.state.lock().await.settle(&r.message_id, Outcome::from_proto(&r)),
-            Some(Err(status)) => break status,
+            Some(Err(status)) => break cut_off(status),
             None => break tonic::Status::unavailable("the sidecar ended the outcome stream"),
         }
     };

@@ -31,6 +31,16 @@ pub(crate) fn is_retryable(status: &tonic::Status) -> bool {
     }
 }
 
+/// The status of the calls a broken stream cuts off: UNAVAILABLE when the connection was lost, whatever
+/// status the transport made of that (UNKNOWN or CANCELLED from an h2 or hyper error), as the other SDKs
+/// report it, so an app retries on one code; the daemon's own answers unchanged.
+pub(crate) fn cut_off(status: tonic::Status) -> tonic::Status {
+    if status.code() != tonic::Code::Unavailable && is_retryable(&status) {
+        return tonic::Status::unavailable(format!("lost the connection to the sidecar: {}", status.message()));
+    }
+    status
+}
+
 /// Doubling pauses from 100 ms up to 5 s, back to the start after a success.
 #[derive(Debug)]
 pub(crate) struct Backoff {
@@ -90,6 +100,18 @@ mod tests {
         let timeout = tonic::Status::from_error(Box::new(tonic::TimeoutExpired(())));
         assert_eq!(timeout.code(), tonic::Code::Cancelled, "{timeout:?}");
         assert!(!is_retryable(&timeout), "a deadline that passed");
+    }
+
+    #[test]
+    fn calls_cut_off_by_a_lost_connection_fail_as_unavailable_and_the_daemons_answers_are_kept() {
+        let broken = std::io::Error::new(std::io::ErrorKind::BrokenPipe, "stream closed");
+        let lost = cut_off(tonic::Status::from_error(Box::new(broken)));
+        assert_eq!(lost.code(), tonic::Code::Unavailable, "{lost:?}");
+        assert_eq!(lost.message(), "lost the connection to the sidecar: stream closed");
+        let answer = cut_off(tonic::Status::unknown("the daemon's own answer"));
+        assert_eq!((answer.code(), answer.message()), (tonic::Code::Unknown, "the daemon's own answer"));
+        let restarting = cut_off(tonic::Status::unavailable("restarting"));
+        assert_eq!((restarting.code(), restarting.message()), (tonic::Code::Unavailable, "restarting"));
     }
 
     #[tokio::test(start_paused = true)]
