@@ -16,8 +16,8 @@
 #     another replica leads (handover time printed).
 #  6. A version published on the rollout channel reaches every replica; `kubectl rollout restart`; the new
 #     replicas catch up, and the barrier (Publish, WaitApplied) completes across exactly the 3 new pods.
-#  7. SIGKILL of one sidecar while its pod's app sends: kubelet restarts the sidecar and every message whose
-#     Send returned reaches every replica.
+#  7. SIGKILL of one sidecar while its pod's app sends: kubelet restarts the sidecar, every message whose
+#     Send returned reaches every replica, and no app container restarted (the SDK's loops outlive it).
 # Then stops the node and checks the host is as it was. Needs target/images/{consistd,example-python,pause,
 # busybox}.tar (hack/image.sh consistd example-python pause busybox). Prints timings.
 set -euo pipefail

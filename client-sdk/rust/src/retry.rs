@@ -1,4 +1,5 @@
-//! When a stream to the sidecar may be opened again, and how long to wait before doing so.
+//! Which failures are a lost connection to the sidecar (worth repeating, and reported as UNAVAILABLE),
+//! and how long to wait before opening a stream again.
 
 use std::time::Duration;
 
