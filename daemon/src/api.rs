@@ -9,6 +9,7 @@ mod leadership;
 mod objects;
 mod ordered;
 mod outbox;
+mod reconcile;
 mod rollout;
 pub(crate) mod status;
 mod watch;
@@ -21,6 +22,7 @@ use consistd_proto::v1::{
     leadership_service_server::{self, LeadershipServiceServer},
     objects_service_server::{self, ObjectsServiceServer},
     outbox_service_server::{self, OutboxServiceServer},
+    reconcile_service_server::{self, ReconcileServiceServer},
     rollout_service_server::{self, RolloutServiceServer},
     watch_service_server::{self, WatchServiceServer},
 };
@@ -34,7 +36,7 @@ use tonic_health::{ServingStatus, server::HealthReporter};
 pub(crate) use self::caller::Allowlist;
 use self::{
     access::Access, caller::CallerLayer, inbox::InboxApi, leadership::LeadershipApi, objects::ObjectsApi,
-    outbox::OutboxApi, rollout::RolloutApi, watch::WatchApi,
+    outbox::OutboxApi, reconcile::ReconcileApi, rollout::RolloutApi, watch::WatchApi,
 };
 use crate::{
     authority::Relaxed,
@@ -44,6 +46,7 @@ use crate::{
     metrics::Metrics,
     objects::Objects,
     outbox::Outbox,
+    reconcile::Reconciler,
     watch::Hub,
 };
 
@@ -51,13 +54,14 @@ use crate::{
 type ResponseStream<T> = futures::stream::BoxStream<'static, Result<T, tonic::Status>>;
 
 /// Full names of the consistd services, as reflection and health report them.
-pub const SERVICE_NAMES: [&str; 6] = [
+pub const SERVICE_NAMES: [&str; 7] = [
     watch_service_server::SERVICE_NAME,
     objects_service_server::SERVICE_NAME,
     leadership_service_server::SERVICE_NAME,
     outbox_service_server::SERVICE_NAME,
     inbox_service_server::SERVICE_NAME,
     rollout_service_server::SERVICE_NAME,
+    reconcile_service_server::SERVICE_NAME,
 ];
 
 /// The largest request the daemon decodes (4 MiB, gRPC's customary default); larger ones are refused
@@ -81,6 +85,8 @@ pub(crate) struct Services {
     pub namespace: String,
     /// Versioned rollouts and their barrier.
     pub rollout: crate::rollout::Rollout,
+    /// Reconcile queues, for ReconcileService, and the writes made for their leases.
+    pub reconciler: Arc<Reconciler>,
     /// Who may call the socket at all (`socket.allowedUids` / `socket.allowedGids`), as reloads change it.
     pub allowlist: Live<Arc<Allowlist>>,
     /// What callers may do (`access.rules`), as reloads change them.
@@ -125,7 +131,10 @@ pub(crate) async fn serve(
 
     let access = Access::new(services.access, services.hub.clone(), services.metrics.clone());
     let watch = WatchApi::new(services.hub.clone(), access.clone(), services.metrics.clone(), shutdown.clone());
-    let objects = ObjectsApi::new(services.objects, services.leadership.clone(), access.clone());
+    let objects =
+        ObjectsApi::new(services.objects, services.leadership.clone(), services.reconciler.clone(), access.clone());
+    let reconcile =
+        ReconcileApi::new(services.reconciler, services.leadership.clone(), access.clone(), shutdown.clone());
     let leadership = LeadershipApi::new(services.leadership, access.clone(), shutdown.clone());
     let outbox = OutboxApi::new(services.outbox, services.namespace, access.clone(), shutdown.clone());
     let inbox = InboxApi::new(services.inbox, access.clone(), shutdown.clone());
@@ -154,6 +163,7 @@ pub(crate) async fn serve(
         .add_service(OutboxServiceServer::new(outbox).max_decoding_message_size(MAX_REQUEST_BYTES))
         .add_service(InboxServiceServer::new(inbox))
         .add_service(RolloutServiceServer::new(rollout))
+        .add_service(ReconcileServiceServer::new(reconcile))
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener).map_ok(Relaxed::new), shutdown)
         .await
         .map_err(ApiError::Serve)

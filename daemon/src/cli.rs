@@ -364,6 +364,14 @@ pub fn render(r: &Report) -> String {
             e.election, e.role, e.holder, e.term
         );
     }
+    for q in &r.queues {
+        let active = if q.active { "" } else { ", paused: this pod does not lead its election" };
+        let error = q.last_error.as_deref().map_or(String::new(), |e| format!(", last error {e}"));
+        out += &format!(
+            "  queue       {} {} ready ({} held for consistency), {} waiting, {} leased, {} keys, {} streams{active}{error}\n",
+            q.name, q.depth, q.held, q.waiting, q.leased, q.keys, q.streams
+        );
+    }
     if let Some(store) = &r.store {
         let state = match &store.error {
             None => "writable".to_owned(),

@@ -20,6 +20,7 @@ use crate::{
     inbox::Inbox,
     leadership::{Key, Leadership, Progress},
     outbox::Outbox,
+    reconcile::Reconciler,
     store::Store,
     watch::Hub,
 };
@@ -43,6 +44,9 @@ pub struct Report {
     /// Every election this daemon runs, campaigning or only observing, sorted by Lease.
     #[serde(default)]
     pub elections: Vec<ElectionReport>,
+    /// Every reconcile queue running, sorted by name.
+    #[serde(default)]
+    pub queues: Vec<QueueReport>,
     /// Messages the outbox holds, one per (destination, resource_id), including a group's newest kept
     /// for members that join later.
     #[serde(default)]
@@ -87,6 +91,30 @@ pub struct ElectionReport {
     /// Why the last attempt failed, while attempts fail.
     #[serde(default)]
     pub error: Option<String>,
+}
+
+/// One reconcile queue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueueReport {
+    /// The queue's name.
+    pub name: String,
+    /// Streams (apps) attached.
+    pub streams: usize,
+    /// Keys ready, including those held back for consistency (client-go's depth).
+    pub depth: usize,
+    /// Keys held back until the watch shows the pod's writes.
+    pub held: usize,
+    /// Keys waiting for a requeue's or a retry's time.
+    pub waiting: usize,
+    /// Keys leased to the app.
+    pub leased: usize,
+    /// Keys the queue knows.
+    pub keys: usize,
+    /// Whether it hands out work (false while its election is led by another pod).
+    pub active: bool,
+    /// The newest error an app completed a lease with ("namespace/name: error").
+    #[serde(default)]
+    pub last_error: Option<String>,
 }
 
 /// The message store as readiness sees it.
@@ -243,6 +271,7 @@ struct HealthState {
     failed_probe: Option<(Instant, String)>,
     parts: Option<(Arc<Hub>, Arc<Leadership>)>,
     messages: Option<(Outbox, Inbox)>,
+    reconciler: Option<Arc<Reconciler>>,
     store: Option<Store>,
     config: Option<ConfigReport>,
 }
@@ -273,6 +302,11 @@ impl Health {
     /// The outbox and inbox whose state the report includes.
     pub(crate) fn attach_messages(&self, outbox: Outbox, inbox: Inbox) {
         self.lock().messages = Some((outbox, inbox));
+    }
+
+    /// The reconcile queues whose state the report includes.
+    pub(crate) fn attach_reconciler(&self, reconciler: Arc<Reconciler>) {
+        self.lock().reconciler = Some(reconciler);
     }
 
     /// The message store whose writability readiness needs.
@@ -381,7 +415,22 @@ impl Health {
             heard_seconds_ago: heard.map(|(at, _)| seconds(now.saturating_duration_since(at))),
             heard_via: heard.map(|(_, via)| via.name().to_owned()),
         };
+        let queues = inner.reconciler.as_ref().map(|r| r.snapshot()).unwrap_or_default();
         Report {
+            queues: queues
+                .into_iter()
+                .map(|q| QueueReport {
+                    name: q.name,
+                    streams: q.streams,
+                    depth: q.depth,
+                    held: q.held,
+                    waiting: q.waiting,
+                    leased: q.leased,
+                    keys: q.keys,
+                    active: q.active,
+                    last_error: q.last_error,
+                })
+                .collect(),
             outbox_pending,
             peers,
             inbox_pending,

@@ -20,6 +20,7 @@ pub(crate) mod names;
 pub(crate) mod objects;
 pub(crate) mod outbox;
 pub(crate) mod peer;
+pub(crate) mod reconcile;
 pub mod reload;
 pub(crate) mod rollout;
 pub mod run;

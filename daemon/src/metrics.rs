@@ -83,6 +83,57 @@ pub(crate) struct Metrics {
     /// How long after the daemon received a change from the apiserver a subscriber's stream was handed it,
     /// per delivery mode.
     watch_delivery: Family<ModeLabel, Histogram, fn() -> Histogram>,
+    /// The reconcile queues' metrics, named as client-go's workqueue names them.
+    workqueue: WorkqueueFamilies,
+}
+
+/// client-go's workqueue metrics (`workqueue_depth`, ...) under the daemon's prefix, per queue `name`,
+/// plus the grants held back until the watch showed the pod's writes.
+#[derive(Debug, Clone)]
+struct WorkqueueFamilies {
+    depth: Family<QueueLabel, Gauge>,
+    adds: Family<QueueLabel, Counter>,
+    queue_duration: Family<QueueLabel, Histogram, fn() -> Histogram>,
+    work_duration: Family<QueueLabel, Histogram, fn() -> Histogram>,
+    unfinished_work: Family<QueueLabel, Gauge<f64, AtomicU64>>,
+    longest_running: Family<QueueLabel, Gauge<f64, AtomicU64>>,
+    retries: Family<QueueLabel, Counter>,
+    consistency_holds: Family<QueueLabel, Counter>,
+    consistency_timeouts: Family<QueueLabel, Counter>,
+}
+
+/// One reconcile queue's metrics.
+#[derive(Debug, Clone)]
+pub(crate) struct QueueMetrics {
+    /// Keys ready (or held for consistency): client-go's `workqueue_depth`.
+    pub depth: Gauge,
+    /// Keys added to the ready line: `workqueue_adds_total`.
+    pub adds: Counter,
+    /// Seconds from ready to leased: `workqueue_queue_duration_seconds`.
+    pub queue_duration: Histogram,
+    /// Seconds from leased to completed: `workqueue_work_duration_seconds`.
+    pub work_duration: Histogram,
+    /// Seconds of work in progress, summed over leases: `workqueue_unfinished_work_seconds`.
+    pub unfinished_work: Gauge<f64, AtomicU64>,
+    /// The oldest lease's age: `workqueue_longest_running_processor_seconds`.
+    pub longest_running: Gauge<f64, AtomicU64>,
+    /// RETRY completions: `workqueue_retries_total`.
+    pub retries: Counter,
+    /// Grants held back until the watch showed the pod's writes.
+    pub consistency_holds: Counter,
+    /// Grants made after `consistency.timeout` without the watch showing a write (TIMED_OUT).
+    pub consistency_timeouts: Counter,
+}
+
+/// The label of per-queue metrics, as client-go's workqueue names it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct QueueLabel {
+    name: String,
+}
+
+/// client-go's workqueue latency buckets: 10 ns to 1000 s, by tens.
+fn workqueue_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(10e-9, 10.0, 12))
 }
 
 /// The labels of a gRPC method, as go-grpc-prometheus names them.
@@ -243,6 +294,50 @@ impl Metrics {
              (consistent: including holding a state for the pod's own write)",
             watch_delivery.clone(),
         );
+        let workqueue = WorkqueueFamilies {
+            depth: Family::default(),
+            adds: Family::default(),
+            queue_duration: Family::new_with_constructor(workqueue_buckets),
+            work_duration: Family::new_with_constructor(workqueue_buckets),
+            unfinished_work: Family::default(),
+            longest_running: Family::default(),
+            retries: Family::default(),
+            consistency_holds: Family::default(),
+            consistency_timeouts: Family::default(),
+        };
+        registry.register("workqueue_depth", "Keys a reconcile queue holds ready", workqueue.depth.clone());
+        registry.register("workqueue_adds", "Keys added to a reconcile queue's ready line", workqueue.adds.clone());
+        registry.register(
+            "workqueue_queue_duration_seconds",
+            "How long a key waited in a reconcile queue before it was leased",
+            workqueue.queue_duration.clone(),
+        );
+        registry.register(
+            "workqueue_work_duration_seconds",
+            "How long an app held a lease before completing it",
+            workqueue.work_duration.clone(),
+        );
+        registry.register(
+            "workqueue_unfinished_work_seconds",
+            "Seconds of work in progress: the ages of a reconcile queue's leases, summed",
+            workqueue.unfinished_work.clone(),
+        );
+        registry.register(
+            "workqueue_longest_running_processor_seconds",
+            "The age of a reconcile queue's oldest lease",
+            workqueue.longest_running.clone(),
+        );
+        registry.register("workqueue_retries", "Leases completed with RETRY", workqueue.retries.clone());
+        registry.register(
+            "workqueue_consistency_holds",
+            "Grants held back until the watch showed the pod's writes made under the key's earlier leases",
+            workqueue.consistency_holds.clone(),
+        );
+        registry.register(
+            "workqueue_consistency_timeouts",
+            "Grants made TIMED_OUT: a write was not seen within consistency.timeout",
+            workqueue.consistency_timeouts.clone(),
+        );
         Self {
             registry: Arc::new(registry),
             apiserver_up,
@@ -273,7 +368,40 @@ impl Metrics {
             grpc_handled,
             grpc_handling,
             watch_delivery,
+            workqueue,
         }
+    }
+
+    /// The metrics of the reconcile queue `name`, created at 0.
+    pub(crate) fn queue(&self, name: &str) -> QueueMetrics {
+        let label = QueueLabel { name: name.to_owned() };
+        let w = &self.workqueue;
+        QueueMetrics {
+            depth: w.depth.get_or_create(&label).clone(),
+            adds: w.adds.get_or_create(&label).clone(),
+            queue_duration: w.queue_duration.get_or_create(&label).clone(),
+            work_duration: w.work_duration.get_or_create(&label).clone(),
+            unfinished_work: w.unfinished_work.get_or_create(&label).clone(),
+            longest_running: w.longest_running.get_or_create(&label).clone(),
+            retries: w.retries.get_or_create(&label).clone(),
+            consistency_holds: w.consistency_holds.get_or_create(&label).clone(),
+            consistency_timeouts: w.consistency_timeouts.get_or_create(&label).clone(),
+        }
+    }
+
+    /// Drops the metrics of the reconcile queue `name`: it stopped.
+    pub(crate) fn forget_queue(&self, name: &str) {
+        let label = QueueLabel { name: name.to_owned() };
+        let w = &self.workqueue;
+        w.depth.remove(&label);
+        w.adds.remove(&label);
+        w.queue_duration.remove(&label);
+        w.work_duration.remove(&label);
+        w.unfinished_work.remove(&label);
+        w.longest_running.remove(&label);
+        w.retries.remove(&label);
+        w.consistency_holds.remove(&label);
+        w.consistency_timeouts.remove(&label);
     }
 
     /// Creates the started series of `call` at 0, so a method shows before its first call.

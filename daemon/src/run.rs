@@ -22,6 +22,7 @@ use crate::{
     outbox::{self, Members, Outbox},
     peer::{self, PeerError},
     reload::{ConfigSource, Elections, Reloader, Tunables},
+    reconcile::Reconciler,
     rollout::{self, Rollout, barrier::Barrier, versions::Versions},
     socket::{self, SocketError},
     store::{OpenError, Store, StoreError},
@@ -156,6 +157,14 @@ pub async fn run(config: Config, env: &Environment, source: ConfigSource) -> Res
         None => None,
     };
     health.attach_messages(outbox.clone(), inbox.clone());
+    let reconciler = Reconciler::new(
+        hub.clone(),
+        leadership.clone(),
+        metrics.clone(),
+        tunables.consistency_timeout.live(),
+        config.watch.linger,
+    );
+    health.attach_reconciler(reconciler.clone());
     let services = Services {
         hub,
         objects,
@@ -164,6 +173,7 @@ pub async fn run(config: Config, env: &Environment, source: ConfigSource) -> Res
         inbox,
         namespace,
         rollout,
+        reconciler,
         allowlist: tunables.allowlist.live(),
         access: tunables.access.live(),
         metrics: metrics.clone(),

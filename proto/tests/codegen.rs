@@ -14,6 +14,7 @@ const PROTOS: &[&str] = &[
     "consistd/v1/outbox.proto",
     "consistd/v1/inbox.proto",
     "consistd/v1/rollout.proto",
+    "consistd/v1/reconcile.proto",
 ];
 /// The daemon-to-daemon protocol, kept out of the app socket's reflection.
 const PEER_PROTOS: &[&str] = &["consistd/peer/v1/peer.proto"];

@@ -15,6 +15,8 @@ use crate::{
     config::Service,
     leadership::Leadership,
     objects::{ObjectRef, Objects, PatchKind, Source},
+    reconcile::{self, Reconciler},
+    watch::object::Obj,
 };
 
 /// The ObjectsService implementation.
@@ -22,12 +24,26 @@ use crate::{
 pub(crate) struct ObjectsApi {
     objects: Objects,
     leadership: Arc<Leadership>,
+    reconciler: Arc<Reconciler>,
     access: Access,
 }
 
 impl ObjectsApi {
-    pub(crate) fn new(objects: Objects, leadership: Arc<Leadership>, access: Access) -> Self {
-        Self { objects, leadership, access }
+    pub(crate) fn new(
+        objects: Objects,
+        leadership: Arc<Leadership>,
+        reconciler: Arc<Reconciler>,
+        access: Access,
+    ) -> Self {
+        Self { objects, leadership, reconciler, access }
+    }
+
+    /// Tells the reconcile queue of `lease` (a write request's `reconcile_lease`) that a write for it
+    /// produced `obj`, so the key's next lease waits for the watch to show it.
+    async fn made_for(&self, lease: &str, target: &ObjectRef, obj: &Obj) {
+        if !lease.is_empty() {
+            self.reconciler.wrote(lease, &target.resource, obj).await;
+        }
     }
 
     /// Refuses `verb` on `target` unless access.rules grant it to `caller`.
@@ -90,8 +106,10 @@ impl ObjectsService for ObjectsApi {
         let target = target(&r.resource, &r.namespace, None, "")?;
         self.allowed(&caller, "create", &target).await?;
         self.guard(r.guard.as_ref())?;
+        lease_id(&r.reconcile_lease)?;
         json_object("object", &r.object)?;
         let obj = self.objects.create(&target, r.object, &r.field_manager).await.map_err(status::objects_error)?;
+        self.made_for(&r.reconcile_lease, &target, &obj).await;
         Ok(Response::new(pb::CreateResponse { object: Some(obj.into()) }))
     }
 
@@ -101,8 +119,10 @@ impl ObjectsService for ObjectsApi {
         let target = target(&r.resource, &r.namespace, Some(&r.name), &r.subresource)?;
         self.allowed(&caller, "update", &target).await?;
         self.guard(r.guard.as_ref())?;
+        lease_id(&r.reconcile_lease)?;
         json_object("object", &r.object)?;
         let obj = self.objects.update(&target, r.object, &r.field_manager).await.map_err(status::objects_error)?;
+        self.made_for(&r.reconcile_lease, &target, &obj).await;
         Ok(Response::new(pb::UpdateResponse { object: Some(obj.into()) }))
     }
 
@@ -112,6 +132,7 @@ impl ObjectsService for ObjectsApi {
         let target = target(&r.resource, &r.namespace, Some(&r.name), &r.subresource)?;
         self.allowed(&caller, "patch", &target).await?;
         self.guard(r.guard.as_ref())?;
+        lease_id(&r.reconcile_lease)?;
         let kind = match pb::PatchType::try_from(r.patch_type) {
             Ok(pb::PatchType::Json) => PatchKind::Json,
             Ok(pb::PatchType::Merge) => PatchKind::Merge,
@@ -136,6 +157,7 @@ impl ObjectsService for ObjectsApi {
             return Err(status::invalid_argument("patch", format!("must be {want}")));
         }
         let obj = self.objects.patch(&target, kind, patch, &r.field_manager).await.map_err(status::objects_error)?;
+        self.made_for(&r.reconcile_lease, &target, &obj).await;
         Ok(Response::new(pb::PatchResponse { object: Some(obj.into()) }))
     }
 
@@ -145,6 +167,7 @@ impl ObjectsService for ObjectsApi {
         let target = target(&r.resource, &r.namespace, Some(&r.name), "")?;
         self.allowed(&caller, "delete", &target).await?;
         self.guard(r.guard.as_ref())?;
+        lease_id(&r.reconcile_lease)?;
         let propagation = match pb::PropagationPolicy::try_from(r.propagation_policy) {
             Ok(pb::PropagationPolicy::Unspecified) => None,
             Ok(pb::PropagationPolicy::Orphan) => Some(PropagationPolicy::Orphan),
@@ -162,6 +185,9 @@ impl ObjectsService for ObjectsApi {
             resource_version: non_empty(r.precondition_resource_version),
         };
         let obj = self.objects.delete(&target, preconditions, propagation).await.map_err(status::objects_error)?;
+        if let Some(obj) = &obj {
+            self.made_for(&r.reconcile_lease, &target, obj).await;
+        }
         Ok(Response::new(pb::DeleteResponse { object: obj.map(Into::into) }))
     }
 }
@@ -195,6 +221,16 @@ fn target(resource: &str, namespace: &str, name: Option<&str>, subresource: &str
         name: name.unwrap_or_default().to_owned(),
         subresource: subresource.to_owned(),
     })
+}
+
+/// A write's `reconcile_lease`, when set, must be a lease id a WorkItem gave (whether the lease is still
+/// held is not checked: the write is the app's to make).
+fn lease_id(lease: &str) -> Result<(), Status> {
+    if lease.is_empty() || reconcile::is_lease_id(lease) {
+        Ok(())
+    } else {
+        Err(status::invalid_argument("reconcile_lease", format!("{lease:?} is not a lease id a WorkItem gave")))
+    }
 }
 
 /// A write's object must be a JSON object.

@@ -11,6 +11,7 @@ use crate::{
     leadership::LeadershipError,
     objects::ObjectsError,
     outbox::OutboxError,
+    reconcile::ReconcileError,
     rollout::{RolloutError, versions::VersionsError},
     watch::{ResourceError, resolve::ResolveError},
 };
@@ -129,6 +130,18 @@ pub(crate) fn rollout_error(error: RolloutError) -> Status {
 /// `inner`, its message prefixed with what was being done.
 fn within(doing: &str, inner: Status) -> Status {
     Status::new(inner.code(), format!("{doing}: {}", inner.message()))
+}
+
+/// A refused reconcile queue or completion: a bad field INVALID_ARGUMENT, a lease not this stream's or a
+/// spec unlike the running queue's FAILED_PRECONDITION, a refused watch its own code with the query's
+/// field first, a stopping daemon UNAVAILABLE.
+pub(crate) fn reconcile_error(error: ReconcileError) -> Status {
+    match error {
+        ReconcileError::InvalidArgument { .. } => from_error(Code::InvalidArgument, &error),
+        ReconcileError::FailedPrecondition { .. } => from_error(Code::FailedPrecondition, &error),
+        ReconcileError::Stopped(_) => from_error(Code::Unavailable, &error),
+        ReconcileError::Query { field, source } => within(&field, resource_error(source)),
+    }
 }
 
 /// A refused Ack or Nack.

@@ -50,6 +50,8 @@ pub(crate) struct Hub {
     /// Per resource: whether the apiserver serves it streaming lists (WatchList needs the resource's
     /// watch cache, which can be disabled per resource); asked once each.
     streaming_lists: Mutex<HashMap<ResourceId, bool>>,
+    /// Whether the apiserver guarantees comparable resourceVersions; asked once (its /version).
+    comparable: tokio::sync::OnceCell<bool>,
 }
 
 impl std::fmt::Debug for Hub {
@@ -94,6 +96,7 @@ impl Hub {
             watches: Mutex::new(HashMap::new()),
             expectations: Expectations::default(),
             streaming_lists: Mutex::new(HashMap::new()),
+            comparable: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -109,6 +112,27 @@ impl Hub {
     /// Resolves a resource name: built-ins from a static table, the rest through discovery.
     pub(crate) async fn resolve(&self, name: &str) -> Result<Resolved, ResolveError> {
         self.resolver.resolve(name).await
+    }
+
+    /// Whether the apiserver guarantees that resourceVersions are integers that grow with every change
+    /// (Kubernetes 1.35+, KEP-5504), so a watch that delivered version N has delivered every change up to
+    /// N. Asked once; an apiserver that cannot be asked now counts as not guaranteeing it, and is asked
+    /// again next time.
+    pub(crate) async fn comparable_resource_versions(&self) -> bool {
+        let asked = self
+            .comparable
+            .get_or_try_init(|| async {
+                let info = self.client.apiserver_version().await?;
+                Ok::<_, kube::Error>(guarantees_comparable_versions(&info.major, &info.minor))
+            })
+            .await;
+        match asked {
+            Ok(comparable) => *comparable,
+            Err(error) => {
+                tracing::warn!(%error, "could not read the apiserver's version; comparing resourceVersions for equality only");
+                false
+            }
+        }
     }
 
     /// The daemon's own-write expectations.
@@ -267,6 +291,16 @@ impl Hub {
     }
 }
 
+/// Whether Kubernetes `major`.`minor` guarantees comparable resourceVersions: 1.35 and later (a minor
+/// may carry a provider's "+").
+fn guarantees_comparable_versions(major: &str, minor: &str) -> bool {
+    let number = |s: &str| s.trim_end_matches('+').parse::<u32>().ok();
+    match (number(major), number(minor)) {
+        (Some(major), Some(minor)) => major > 1 || (major == 1 && minor >= 35),
+        _ => false,
+    }
+}
+
 /// Asks the apiserver for one object with each selector, so a bad selector, a forbidden resource or a
 /// missing namespace is refused now, naming the field, instead of failing inside the upstream watch.
 async fn check_query(api: &Api<RawObject>, key: &WatchKey) -> Result<(), ResourceError> {
@@ -343,6 +377,15 @@ mod tests {
             plural: "leases".into(),
         };
         Api::namespaced_with(client, "default", &ar)
+    }
+
+    #[test]
+    fn resource_versions_are_comparable_from_kubernetes_1_35() {
+        assert!(guarantees_comparable_versions("1", "35"));
+        assert!(guarantees_comparable_versions("1", "36+"));
+        assert!(guarantees_comparable_versions("2", "0"));
+        assert!(!guarantees_comparable_versions("1", "34"));
+        assert!(!guarantees_comparable_versions("", ""));
     }
 
     #[tokio::test]

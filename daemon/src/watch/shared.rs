@@ -5,7 +5,7 @@ use std::{
     collections::{HashMap, VecDeque},
     sync::{
         Arc, Mutex, MutexGuard, PoisonError,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
 };
 
@@ -102,6 +102,10 @@ pub(crate) struct SharedWatch {
     expectations: Expectations,
     state: Mutex<WatchState>,
     stop: CancellationToken,
+    /// The largest resourceVersion (as an integer) the cache reflects: where the apiserver guarantees
+    /// comparable versions, every change up to it has been applied. Raised while the state's lock is held,
+    /// so a reader that sees it and then reads the cache sees the cache at least that new.
+    high_water: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -133,6 +137,7 @@ impl SharedWatch {
             expectations,
             state: Mutex::new(WatchState::default()),
             stop: CancellationToken::new(),
+            high_water: AtomicU64::new(0),
         })
     }
 
@@ -226,6 +231,17 @@ impl SharedWatch {
         state.synced.then(|| (objects.collect(), state.seq))
     }
 
+    /// The largest resourceVersion the cache reflects (0 before any, or when versions are not integers).
+    pub(crate) fn high_water(&self) -> u64 {
+        self.high_water.load(Ordering::Acquire)
+    }
+
+    fn raise_high_water(&self, obj: &Obj) {
+        if let Ok(version) = obj.resource_version.parse::<u64>() {
+            self.high_water.fetch_max(version, Ordering::AcqRel);
+        }
+    }
+
     /// Whether the initial list is complete.
     pub(crate) fn is_synced(&self) -> bool {
         self.lock().synced
@@ -273,6 +289,9 @@ impl SharedWatch {
                 let (started, listed) = state.relist.take().unwrap_or_else(|| (Instant::now(), HashMap::new()));
                 diff(&state.objects, &listed, &mut changes);
                 let listed_uids: Vec<String> = listed.values().map(|o| o.uid.clone()).collect();
+                for obj in listed.values() {
+                    self.raise_high_water(obj);
+                }
                 state.objects = listed;
                 let first = !state.synced;
                 state.synced = true;
@@ -297,6 +316,7 @@ impl SharedWatch {
             }
             watcher::Event::Apply(raw) => {
                 let obj = Arc::new(Obj::from(raw));
+                self.raise_high_water(&obj);
                 match state.objects.insert(obj.key(), obj.clone()) {
                     None => changes.push(Change::Added(obj)),
                     Some(old) if old.resource_version == obj.resource_version => {}
@@ -310,6 +330,7 @@ impl SharedWatch {
             watcher::Event::Delete(raw) => {
                 let obj = Arc::new(Obj::from(raw));
                 state.objects.remove(&obj.key());
+                self.raise_high_water(&obj);
                 changes.push(Change::Deleted(obj));
             }
         }

@@ -32,6 +32,11 @@ impl Subscription {
         self.claim.watch().incarnation
     }
 
+    /// The shared watch: its cache and high-water mark.
+    pub(crate) fn watch(&self) -> &std::sync::Arc<super::shared::SharedWatch> {
+        self.claim.watch()
+    }
+
     /// The plural of the watched resource.
     pub(crate) fn resource_plural(&self) -> &str {
         &self.claim.watch().key.resource.plural

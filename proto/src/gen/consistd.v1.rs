@@ -13,7 +13,9 @@ pub struct KubeObject {
     /// metadata.name.
     #[prost(string, tag = "3")]
     pub name: ::prost::alloc::string::String,
-    /// metadata.resourceVersion: opaque, compare for equality only.
+    /// metadata.resourceVersion. Kubernetes 1.35+ guarantees it is a decimal integer that grows with every
+    /// change (KEP-5504), so two versions of one object compare as numbers; before 1.35, compare for
+    /// equality only.
     #[prost(string, tag = "4")]
     pub resource_version: ::prost::alloc::string::String,
     /// The whole object (apiVersion, kind, metadata, spec, status, ...) as JSON.
@@ -87,6 +89,14 @@ pub enum DeliveryMode {
     Raw = 1,
     /// Per object, only states consistent with this pod's own writes; each (uid, resourceVersion) at most
     /// once; a slow subscriber gets the latest state per object (a DELETE is never coalesced away).
+    ///
+    /// The daemon judges a state when it sends it. A state sent before the app's write reached the daemon
+    /// can still be on its way, or queued in the app, when that write returns. So that the guarantee holds
+    /// where the app handles a state, a client applies the own-write rule when the app takes each event
+    /// (not when it arrives): remember, per object uid, the largest resourceVersion that an ObjectsService
+    /// write the app made returned; drop an ADDED or MODIFIED event whose object has that uid and a smaller
+    /// resourceVersion (compared as integers, see KubeObject.resource_version). DELETED events are never
+    /// dropped. The consistd SDKs do this; in RAW mode they mark such events instead of dropping them.
     Consistent = 2,
 }
 impl DeliveryMode {
@@ -582,6 +592,11 @@ pub struct CreateRequest {
     /// Refuse unless this daemon leads the named election in the named term.
     #[prost(message, optional, tag = "5")]
     pub guard: ::core::option::Option<WriteGuard>,
+    /// A ReconcileService lease (WorkItem.lease_id) this write is made for: the key's next lease waits until
+    /// the watch of the written object (the primary's, or a related query's) has caught up with this write.
+    /// Writes to the primary object itself are waited for without it.
+    #[prost(string, tag = "6")]
+    pub reconcile_lease: ::prost::alloc::string::String,
 }
 /// CreateResponse carries the object as created.
 #[allow(clippy::all)]
@@ -610,6 +625,11 @@ pub struct UpdateRequest {
     pub field_manager: ::prost::alloc::string::String,
     #[prost(message, optional, tag = "7")]
     pub guard: ::core::option::Option<WriteGuard>,
+    /// A ReconcileService lease (WorkItem.lease_id) this write is made for: the key's next lease waits until
+    /// the watch of the written object (the primary's, or a related query's) has caught up with this write.
+    /// Writes to the primary object itself are waited for without it.
+    #[prost(string, tag = "8")]
+    pub reconcile_lease: ::prost::alloc::string::String,
 }
 /// UpdateResponse carries the object as stored.
 #[allow(clippy::all)]
@@ -644,6 +664,11 @@ pub struct PatchRequest {
     pub force: bool,
     #[prost(message, optional, tag = "9")]
     pub guard: ::core::option::Option<WriteGuard>,
+    /// A ReconcileService lease (WorkItem.lease_id) this write is made for: the key's next lease waits until
+    /// the watch of the written object (the primary's, or a related query's) has caught up with this write.
+    /// Writes to the primary object itself are waited for without it.
+    #[prost(string, tag = "10")]
+    pub reconcile_lease: ::prost::alloc::string::String,
 }
 /// PatchResponse carries the object as stored.
 #[allow(clippy::all)]
@@ -672,6 +697,11 @@ pub struct DeleteRequest {
     pub propagation_policy: i32,
     #[prost(message, optional, tag = "7")]
     pub guard: ::core::option::Option<WriteGuard>,
+    /// A ReconcileService lease (WorkItem.lease_id) this write is made for: the key's next lease waits until
+    /// the watch of the written object (the primary's, or a related query's) has caught up with this write.
+    /// Writes to the primary object itself are waited for without it.
+    #[prost(string, tag = "8")]
+    pub reconcile_lease: ::prost::alloc::string::String,
 }
 /// DeleteResponse carries the object's last state when the apiserver returned it (finalizers may keep it
 /// around; then it is the object marked for deletion).
@@ -4207,6 +4237,602 @@ pub mod rollout_service_server {
     /// Generated gRPC service name
     pub const SERVICE_NAME: &str = "consistd.v1.RolloutService";
     impl<T> tonic::server::NamedService for RolloutServiceServer<T> {
+        const NAME: &'static str = SERVICE_NAME;
+    }
+}
+/// What the app sends: the spec first, then completions.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct ReconcileRequest {
+    #[prost(oneof = "reconcile_request::Request", tags = "1, 2")]
+    pub request: ::core::option::Option<reconcile_request::Request>,
+}
+/// Nested message and enum types in `ReconcileRequest`.
+pub mod reconcile_request {
+    #[allow(clippy::all)]
+    #[derive(Clone, PartialEq, ::prost::Oneof)]
+    pub enum Request {
+        /// The queue to work on; the first message, and only the first.
+        #[prost(message, tag = "1")]
+        Spec(super::QueueSpec),
+        /// The outcome of one lease.
+        #[prost(message, tag = "2")]
+        Complete(super::Completion),
+    }
+}
+/// QueueSpec says which objects are the work and how it is handed out.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct QueueSpec {
+    /// The queue's name: a DNS label (lowercase letters, digits, '-'), the `name` label of its metrics and
+    /// the name `consistd status` shows. Streams with the same name share the queue.
+    #[prost(string, tag = "1")]
+    pub name: ::prost::alloc::string::String,
+    /// The primary objects: each is one key, namespace/name.
+    #[prost(message, optional, tag = "2")]
+    pub primary: ::core::option::Option<ObjectQuery>,
+    /// Other objects whose changes queue the primary they name.
+    #[prost(message, repeated, tag = "3")]
+    pub related: ::prost::alloc::vec::Vec<RelatedQuery>,
+    /// How many leases this stream may hold at once; at least 1, at most 10000.
+    #[prost(uint32, tag = "4")]
+    pub max_leases: u32,
+    /// Retry delays; unset fields take client-go's defaults.
+    #[prost(message, optional, tag = "5")]
+    pub retry: ::core::option::Option<RetryPolicy>,
+    /// A lease not completed in this time goes back to the queue (its completion is then refused); default
+    /// 10 minutes, at least 1 second.
+    #[prost(message, optional, tag = "6")]
+    pub lease_timeout: ::core::option::Option<::prost_types::Duration>,
+    /// When set, work is handed out only while this daemon leads the election, and every item carries the
+    /// term to guard writes with. Leases granted in a term the daemon no longer leads go back to the queue.
+    #[prost(message, optional, tag = "7")]
+    pub election: ::core::option::Option<ElectionRef>,
+}
+/// ObjectQuery names objects of one resource.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ObjectQuery {
+    /// The resource, in any form WatchService.Subscribe accepts ("configmaps", "apps/v1/deployments", ...).
+    #[prost(string, tag = "1")]
+    pub resource: ::prost::alloc::string::String,
+    /// Namespace; empty for all namespaces (or a cluster-scoped resource).
+    #[prost(string, tag = "2")]
+    pub namespace: ::prost::alloc::string::String,
+    /// Kubernetes label selector; empty for none.
+    #[prost(string, tag = "3")]
+    pub label_selector: ::prost::alloc::string::String,
+    /// Kubernetes field selector; empty for none.
+    #[prost(string, tag = "4")]
+    pub field_selector: ::prost::alloc::string::String,
+}
+/// RelatedQuery is a watch whose objects name a primary key: a change to such an object queues that key.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct RelatedQuery {
+    /// The related objects.
+    #[prost(message, optional, tag = "1")]
+    pub query: ::core::option::Option<ObjectQuery>,
+    /// How a related object names its primary. A value "name" names the primary in the related object's own
+    /// namespace; "namespace/name" names it anywhere (and a cluster-scoped primary by "name").
+    #[prost(oneof = "related_query::MapsBy", tags = "2, 3, 4, 5")]
+    pub maps_by: ::core::option::Option<related_query::MapsBy>,
+}
+/// Nested message and enum types in `RelatedQuery`.
+pub mod related_query {
+    /// How a related object names its primary. A value "name" names the primary in the related object's own
+    /// namespace; "namespace/name" names it anywhere (and a cluster-scoped primary by "name").
+    #[allow(clippy::all)]
+    #[derive(Clone, PartialEq, Eq, Hash, ::prost::Oneof)]
+    pub enum MapsBy {
+        /// The object's controller ownerReference (controller: true) whose kind is the primary's.
+        #[prost(bool, tag = "2")]
+        ControllerOwner(bool),
+        /// The value of this label.
+        #[prost(string, tag = "3")]
+        Label(::prost::alloc::string::String),
+        /// The value of this annotation.
+        #[prost(string, tag = "4")]
+        Annotation(::prost::alloc::string::String),
+        /// The string at this dot-separated path of the object, e.g. "spec.configMapName".
+        #[prost(string, tag = "5")]
+        Field(::prost::alloc::string::String),
+    }
+}
+/// RetryPolicy: per key, a retry waits base_delay * 2^(failures-1), at most max_delay; every retry also
+/// waits for a token of a bucket shared by the queue (rate per second, burst), whichever is later.
+#[allow(clippy::all)]
+#[derive(Clone, Copy, PartialEq, ::prost::Message)]
+pub struct RetryPolicy {
+    /// Default 5 ms (client-go's).
+    #[prost(message, optional, tag = "1")]
+    pub base_delay: ::core::option::Option<::prost_types::Duration>,
+    /// Default 1000 s (client-go's).
+    #[prost(message, optional, tag = "2")]
+    pub max_delay: ::core::option::Option<::prost_types::Duration>,
+    /// Retries per second across the queue; default 10 (client-go's).
+    #[prost(double, tag = "3")]
+    pub rate: f64,
+    /// Default 100 (client-go's).
+    #[prost(uint32, tag = "4")]
+    pub burst: u32,
+}
+/// ElectionRef names an election, as in LeadershipService.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ElectionRef {
+    /// Election name.
+    #[prost(string, tag = "1")]
+    pub election: ::prost::alloc::string::String,
+    /// Namespace of its Lease; empty means the daemon's own namespace.
+    #[prost(string, tag = "2")]
+    pub namespace: ::prost::alloc::string::String,
+}
+/// Completion ends one lease.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct Completion {
+    /// The lease, as WorkItem.lease_id gave it.
+    #[prost(string, tag = "1")]
+    pub lease_id: ::prost::alloc::string::String,
+    /// How it ended; UNSPECIFIED is refused.
+    #[prost(enumeration = "Outcome", tag = "2")]
+    pub outcome: i32,
+    /// REQUEUE only: when to hand the key out again; more than 0.
+    #[prost(message, optional, tag = "3")]
+    pub requeue_after: ::core::option::Option<::prost_types::Duration>,
+    /// RETRY and TERMINAL: what went wrong, logged and shown by `consistd status`; at most 4096 bytes.
+    #[prost(string, tag = "4")]
+    pub error: ::prost::alloc::string::String,
+}
+/// What the daemon sends.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ReconcileResponse {
+    #[prost(oneof = "reconcile_response::Response", tags = "1, 2, 3")]
+    pub response: ::core::option::Option<reconcile_response::Response>,
+}
+/// Nested message and enum types in `ReconcileResponse`.
+pub mod reconcile_response {
+    #[allow(clippy::all)]
+    #[derive(Clone, PartialEq, Eq, Hash, ::prost::Oneof)]
+    pub enum Response {
+        /// The spec was accepted: the first answer.
+        #[prost(message, tag = "1")]
+        Started(super::QueueStarted),
+        /// A lease on one key.
+        #[prost(message, tag = "2")]
+        Item(super::WorkItem),
+        /// A completion was refused (the stream goes on; the lease, if it is this stream's, is still held).
+        #[prost(message, tag = "3")]
+        Refused(super::CompletionRefused),
+    }
+}
+/// QueueStarted answers the spec.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct QueueStarted {
+    /// The queue's name.
+    #[prost(string, tag = "1")]
+    pub name: ::prost::alloc::string::String,
+    /// Whether this apiserver guarantees comparable resourceVersions (Kubernetes 1.35+, KEP-5504), so a key
+    /// waits for its watch's high-water mark to reach the pod's writes; when false it waits for exactly the
+    /// written versions.
+    #[prost(bool, tag = "2")]
+    pub comparable_resource_versions: bool,
+}
+/// WorkItem is a lease on one key: until it is completed (or times out) no other lease on the key is
+/// handed out, by this daemon, to any stream.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct WorkItem {
+    /// Names the lease in its Completion; and, in an ObjectsService write's reconcile_lease, marks the write as
+    /// made for this key, so the key's next lease waits until the watch of the written object has caught up.
+    #[prost(string, tag = "1")]
+    pub lease_id: ::prost::alloc::string::String,
+    /// The key: the primary's namespace (empty when cluster-scoped) ...
+    #[prost(string, tag = "2")]
+    pub namespace: ::prost::alloc::string::String,
+    /// ... and name.
+    #[prost(string, tag = "3")]
+    pub name: ::prost::alloc::string::String,
+    /// The primary as the daemon's cache held it when the lease was granted; unset when the key was queued
+    /// by a related object but no such primary exists (and never existed while watched).
+    #[prost(message, optional, tag = "4")]
+    pub object: ::core::option::Option<KubeObject>,
+    /// The primary was deleted: object is its last known state. Handed out once; after it the key is
+    /// forgotten unless the object is created again.
+    #[prost(bool, tag = "5")]
+    pub deleted: bool,
+    /// CONSISTENT: the state is at least as new as every write this pod made to it and, naming a lease of
+    /// this key, to its related objects. TIMED_OUT: a write was not seen within consistency.timeout and the
+    /// latest known state is handed out.
+    #[prost(enumeration = "Consistency", tag = "6")]
+    pub consistency: i32,
+    /// 1 for the first pass after a change; n for the nth pass in a row that follows a RETRY.
+    #[prost(uint32, tag = "7")]
+    pub attempt: u32,
+    /// The election's term this lease was granted in (guard writes with it); 0 without an election.
+    #[prost(uint64, tag = "8")]
+    pub term: u64,
+    /// When the lease times out and goes back to the queue.
+    #[prost(message, optional, tag = "9")]
+    pub expires_at: ::core::option::Option<::prost_types::Timestamp>,
+    /// The error of the previous attempt, when this pass follows a RETRY.
+    #[prost(string, tag = "10")]
+    pub last_error: ::prost::alloc::string::String,
+}
+/// CompletionRefused says why a completion was not taken.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct CompletionRefused {
+    /// The lease_id it named.
+    #[prost(string, tag = "1")]
+    pub lease_id: ::prost::alloc::string::String,
+    /// INVALID_ARGUMENT (a field is wrong) or FAILED_PRECONDITION (no such lease on this stream), naming the
+    /// field.
+    #[prost(message, optional, tag = "2")]
+    pub refusal: ::core::option::Option<Refusal>,
+}
+/// How a lease ended.
+#[allow(clippy::all)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum Outcome {
+    Unspecified = 0,
+    /// The key is reconciled; its failure count is reset. A change that arrived during the lease queues it
+    /// once more.
+    Done = 1,
+    /// Hand the key out again after requeue_after (sooner if the object changes meanwhile).
+    Requeue = 2,
+    /// It failed: hand the key out again after its backoff. Changes that arrive during the backoff neither
+    /// shorten it nor count as failures.
+    Retry = 3,
+    /// It failed and retrying cannot help: the key waits until its object (or a related one) changes.
+    Terminal = 4,
+}
+impl Outcome {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::Unspecified => "OUTCOME_UNSPECIFIED",
+            Self::Done => "OUTCOME_DONE",
+            Self::Requeue => "OUTCOME_REQUEUE",
+            Self::Retry => "OUTCOME_RETRY",
+            Self::Terminal => "OUTCOME_TERMINAL",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "OUTCOME_UNSPECIFIED" => Some(Self::Unspecified),
+            "OUTCOME_DONE" => Some(Self::Done),
+            "OUTCOME_REQUEUE" => Some(Self::Requeue),
+            "OUTCOME_RETRY" => Some(Self::Retry),
+            "OUTCOME_TERMINAL" => Some(Self::Terminal),
+            _ => None,
+        }
+    }
+}
+/// Generated client implementations.
+pub mod reconcile_service_client {
+    #![allow(
+        unused_variables,
+        dead_code,
+        missing_docs,
+        clippy::wildcard_imports,
+        clippy::let_unit_value,
+    )]
+    use tonic::codegen::*;
+    use tonic::codegen::http::Uri;
+    /// ReconcileService is a work queue on the socket: the daemon watches the queue's objects and hands out
+    /// leases on keys (namespace/name of a primary object) that need work, client-go workqueue style, and
+    /// grants a key only once its watch has caught up with the pod's own writes made under earlier leases.
+    #[derive(Debug, Clone)]
+    pub struct ReconcileServiceClient<T> {
+        inner: tonic::client::Grpc<T>,
+    }
+    impl ReconcileServiceClient<tonic::transport::Channel> {
+        /// Attempt to create a new client by connecting to a given endpoint.
+        pub async fn connect<D>(dst: D) -> Result<Self, tonic::transport::Error>
+        where
+            D: TryInto<tonic::transport::Endpoint>,
+            D::Error: Into<StdError>,
+        {
+            let conn = tonic::transport::Endpoint::new(dst)?.connect().await?;
+            Ok(Self::new(conn))
+        }
+    }
+    impl<T> ReconcileServiceClient<T>
+    where
+        T: tonic::client::GrpcService<tonic::body::Body>,
+        T::Error: Into<StdError>,
+        T::ResponseBody: Body<Data = Bytes> + std::marker::Send + 'static,
+        <T::ResponseBody as Body>::Error: Into<StdError> + std::marker::Send,
+    {
+        pub fn new(inner: T) -> Self {
+            let inner = tonic::client::Grpc::new(inner);
+            Self { inner }
+        }
+        pub fn with_origin(inner: T, origin: Uri) -> Self {
+            let inner = tonic::client::Grpc::with_origin(inner, origin);
+            Self { inner }
+        }
+        pub fn with_interceptor<F>(
+            inner: T,
+            interceptor: F,
+        ) -> ReconcileServiceClient<InterceptedService<T, F>>
+        where
+            F: tonic::service::Interceptor,
+            T::ResponseBody: Default,
+            T: tonic::codegen::Service<
+                http::Request<tonic::body::Body>,
+                Response = http::Response<
+                    <T as tonic::client::GrpcService<tonic::body::Body>>::ResponseBody,
+                >,
+            >,
+            <T as tonic::codegen::Service<
+                http::Request<tonic::body::Body>,
+            >>::Error: Into<StdError> + std::marker::Send + std::marker::Sync,
+        {
+            ReconcileServiceClient::new(InterceptedService::new(inner, interceptor))
+        }
+        /// Compress requests with the given encoding.
+        ///
+        /// This requires the server to support it otherwise it might respond with an
+        /// error.
+        #[must_use]
+        pub fn send_compressed(mut self, encoding: CompressionEncoding) -> Self {
+            self.inner = self.inner.send_compressed(encoding);
+            self
+        }
+        /// Enable decompressing responses.
+        #[must_use]
+        pub fn accept_compressed(mut self, encoding: CompressionEncoding) -> Self {
+            self.inner = self.inner.accept_compressed(encoding);
+            self
+        }
+        /// Limits the maximum size of a decoded message.
+        ///
+        /// Default: `4MB`
+        #[must_use]
+        pub fn max_decoding_message_size(mut self, limit: usize) -> Self {
+            self.inner = self.inner.max_decoding_message_size(limit);
+            self
+        }
+        /// Limits the maximum size of an encoded message.
+        ///
+        /// Default: `usize::MAX`
+        #[must_use]
+        pub fn max_encoding_message_size(mut self, limit: usize) -> Self {
+            self.inner = self.inner.max_encoding_message_size(limit);
+            self
+        }
+        /// Reconcile: the first request is the queue's spec; the daemon answers STARTED, then hands out work
+        /// items while the stream has free leases; the app completes each lease. Streams that open the same
+        /// queue name share one queue (the spec must be the same): a key is leased to at most one of them.
+        /// When the stream ends, its leases go back to the queue.
+        pub async fn reconcile(
+            &mut self,
+            request: impl tonic::IntoStreamingRequest<Message = super::ReconcileRequest>,
+        ) -> std::result::Result<
+            tonic::Response<tonic::codec::Streaming<super::ReconcileResponse>>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/consistd.v1.ReconcileService/Reconcile",
+            );
+            let mut req = request.into_streaming_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("consistd.v1.ReconcileService", "Reconcile"));
+            self.inner.streaming(req, path, codec).await
+        }
+    }
+}
+/// Generated server implementations.
+pub mod reconcile_service_server {
+    #![allow(
+        unused_variables,
+        dead_code,
+        missing_docs,
+        clippy::wildcard_imports,
+        clippy::let_unit_value,
+    )]
+    use tonic::codegen::*;
+    /// Generated trait containing gRPC methods that should be implemented for use with ReconcileServiceServer.
+    #[async_trait]
+    pub trait ReconcileService: std::marker::Send + std::marker::Sync + 'static {
+        /// Server streaming response type for the Reconcile method.
+        type ReconcileStream: tonic::codegen::tokio_stream::Stream<
+                Item = std::result::Result<super::ReconcileResponse, tonic::Status>,
+            >
+            + std::marker::Send
+            + 'static;
+        /// Reconcile: the first request is the queue's spec; the daemon answers STARTED, then hands out work
+        /// items while the stream has free leases; the app completes each lease. Streams that open the same
+        /// queue name share one queue (the spec must be the same): a key is leased to at most one of them.
+        /// When the stream ends, its leases go back to the queue.
+        async fn reconcile(
+            &self,
+            request: tonic::Request<tonic::Streaming<super::ReconcileRequest>>,
+        ) -> std::result::Result<tonic::Response<Self::ReconcileStream>, tonic::Status>;
+    }
+    /// ReconcileService is a work queue on the socket: the daemon watches the queue's objects and hands out
+    /// leases on keys (namespace/name of a primary object) that need work, client-go workqueue style, and
+    /// grants a key only once its watch has caught up with the pod's own writes made under earlier leases.
+    #[derive(Debug)]
+    pub struct ReconcileServiceServer<T> {
+        inner: Arc<T>,
+        accept_compression_encodings: EnabledCompressionEncodings,
+        send_compression_encodings: EnabledCompressionEncodings,
+        max_decoding_message_size: Option<usize>,
+        max_encoding_message_size: Option<usize>,
+    }
+    impl<T> ReconcileServiceServer<T> {
+        pub fn new(inner: T) -> Self {
+            Self::from_arc(Arc::new(inner))
+        }
+        pub fn from_arc(inner: Arc<T>) -> Self {
+            Self {
+                inner,
+                accept_compression_encodings: Default::default(),
+                send_compression_encodings: Default::default(),
+                max_decoding_message_size: None,
+                max_encoding_message_size: None,
+            }
+        }
+        pub fn with_interceptor<F>(
+            inner: T,
+            interceptor: F,
+        ) -> InterceptedService<Self, F>
+        where
+            F: tonic::service::Interceptor,
+        {
+            InterceptedService::new(Self::new(inner), interceptor)
+        }
+        /// Enable decompressing requests with the given encoding.
+        #[must_use]
+        pub fn accept_compressed(mut self, encoding: CompressionEncoding) -> Self {
+            self.accept_compression_encodings.enable(encoding);
+            self
+        }
+        /// Compress responses with the given encoding, if the client supports it.
+        #[must_use]
+        pub fn send_compressed(mut self, encoding: CompressionEncoding) -> Self {
+            self.send_compression_encodings.enable(encoding);
+            self
+        }
+        /// Limits the maximum size of a decoded message.
+        ///
+        /// Default: `4MB`
+        #[must_use]
+        pub fn max_decoding_message_size(mut self, limit: usize) -> Self {
+            self.max_decoding_message_size = Some(limit);
+            self
+        }
+        /// Limits the maximum size of an encoded message.
+        ///
+        /// Default: `usize::MAX`
+        #[must_use]
+        pub fn max_encoding_message_size(mut self, limit: usize) -> Self {
+            self.max_encoding_message_size = Some(limit);
+            self
+        }
+    }
+    impl<T, B> tonic::codegen::Service<http::Request<B>> for ReconcileServiceServer<T>
+    where
+        T: ReconcileService,
+        B: Body + std::marker::Send + 'static,
+        B::Error: Into<StdError> + std::marker::Send + 'static,
+    {
+        type Response = http::Response<tonic::body::Body>;
+        type Error = std::convert::Infallible;
+        type Future = BoxFuture<Self::Response, Self::Error>;
+        fn poll_ready(
+            &mut self,
+            _cx: &mut Context<'_>,
+        ) -> Poll<std::result::Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+        fn call(&mut self, req: http::Request<B>) -> Self::Future {
+            match req.uri().path() {
+                "/consistd.v1.ReconcileService/Reconcile" => {
+                    #[allow(non_camel_case_types)]
+                    struct ReconcileSvc<T: ReconcileService>(pub Arc<T>);
+                    impl<
+                        T: ReconcileService,
+                    > tonic::server::StreamingService<super::ReconcileRequest>
+                    for ReconcileSvc<T> {
+                        type Response = super::ReconcileResponse;
+                        type ResponseStream = T::ReconcileStream;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::ResponseStream>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<
+                                tonic::Streaming<super::ReconcileRequest>,
+                            >,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as ReconcileService>::reconcile(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = ReconcileSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.streaming(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                _ => {
+                    Box::pin(async move {
+                        let mut response = http::Response::new(
+                            tonic::body::Body::default(),
+                        );
+                        let headers = response.headers_mut();
+                        headers
+                            .insert(
+                                tonic::Status::GRPC_STATUS,
+                                (tonic::Code::Unimplemented as i32).into(),
+                            );
+                        headers
+                            .insert(
+                                http::header::CONTENT_TYPE,
+                                tonic::metadata::GRPC_CONTENT_TYPE,
+                            );
+                        Ok(response)
+                    })
+                }
+            }
+        }
+    }
+    impl<T> Clone for ReconcileServiceServer<T> {
+        fn clone(&self) -> Self {
+            let inner = self.inner.clone();
+            Self {
+                inner,
+                accept_compression_encodings: self.accept_compression_encodings,
+                send_compression_encodings: self.send_compression_encodings,
+                max_decoding_message_size: self.max_decoding_message_size,
+                max_encoding_message_size: self.max_encoding_message_size,
+            }
+        }
+    }
+    /// Generated gRPC service name
+    pub const SERVICE_NAME: &str = "consistd.v1.ReconcileService";
+    impl<T> tonic::server::NamedService for ReconcileServiceServer<T> {
         const NAME: &'static str = SERVICE_NAME;
     }
 }

@@ -1,0 +1,358 @@
+//! The reconcile queue: work, not events. Apps name a queue (primary objects, related objects mapped to
+//! primary keys) and are handed leases on keys, one at a time per key, each read from the cache when it
+//! is granted and only once the watch has caught up with the pod's writes made under the key's earlier
+//! leases. Streams that name the same queue share it; a queue lingers after its last stream like a watch.
+
+mod driver;
+pub(crate) mod keys;
+pub(crate) mod limiter;
+pub(crate) mod queue;
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc, Mutex, MutexGuard, PoisonError,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use tokio::sync::{mpsc, oneshot};
+
+use self::{driver::Driver, keys::MapsBy, limiter::RetryPolicy, queue::Completion};
+use crate::{
+    config::Live,
+    leadership::{self, Leadership},
+    metrics::Metrics,
+    watch::{Hub, Query, ResourceError, object::Obj, resolve::ResourceId},
+};
+
+/// A lease not completed in this long goes back to the queue, unless the spec says otherwise.
+pub(crate) const DEFAULT_LEASE_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// One watch of a queue: what it selects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ObjectQuery {
+    /// The resource, in any form the hub resolves.
+    pub resource: String,
+    /// Namespace; empty for all (or a cluster-scoped resource).
+    pub namespace: String,
+    /// Label selector, as given.
+    pub label_selector: String,
+    /// Field selector, as given.
+    pub field_selector: String,
+}
+
+impl ObjectQuery {
+    fn to_query(&self) -> Query {
+        Query {
+            resource: self.resource.clone(),
+            namespace: self.namespace.clone(),
+            label_selector: self.label_selector.clone(),
+            field_selector: self.field_selector.clone(),
+            cursor: None,
+        }
+    }
+}
+
+/// A queue as an app asks for it; streams that share a queue must ask for the same.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct QueueSpec {
+    /// The queue's name (a DNS label): metrics, status, and what streams share.
+    pub name: String,
+    /// The primary objects: one key each.
+    pub primary: ObjectQuery,
+    /// Watches whose objects name a primary key.
+    pub related: Vec<(ObjectQuery, MapsBy)>,
+    /// Retry delays.
+    pub retry: RetryPolicy,
+    /// How long a lease may be held before it goes back to the queue.
+    pub lease_timeout: Duration,
+    /// Hand out work only while this daemon leads this election.
+    pub election: Option<leadership::Key>,
+}
+
+/// One lease handed to a stream.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Work {
+    /// "queue.stream.n": names the lease in its completion and in writes made for it.
+    pub lease_id: String,
+    /// The key's namespace and name.
+    pub key: crate::watch::object::ObjKey,
+    /// The primary as cached when the lease was granted (its last state when `deleted`).
+    pub object: Option<Arc<Obj>>,
+    /// Whether the primary was deleted.
+    pub deleted: bool,
+    /// Whether a write of the pod was not seen within `consistency.timeout`.
+    pub timed_out: bool,
+    /// 1, or n for the nth pass in a row after a RETRY.
+    pub attempt: u32,
+    /// The election term the lease was granted in; 0 without an election.
+    pub term: u64,
+    /// When the lease times out.
+    pub expires_at: std::time::SystemTime,
+    /// The previous pass's error, after a RETRY.
+    pub last_error: Option<String>,
+}
+
+/// Why a queue could not be opened or a completion was refused.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ReconcileError {
+    /// A spec or completion field is wrong.
+    #[error("{field}: {message}")]
+    InvalidArgument {
+        /// The request field, e.g. `spec.max_leases`.
+        field: String,
+        /// Why.
+        message: String,
+    },
+    /// One of the queue's watches was refused (an unknown resource, a bad selector, RBAC).
+    #[error("{field}")]
+    Query {
+        /// The query's field, e.g. `spec.related[0].query`.
+        field: String,
+        /// The hub's refusal.
+        #[source]
+        source: ResourceError,
+    },
+    /// The request is valid but does not fit the queue's state: `field: why`.
+    #[error("{field}: {message}")]
+    FailedPrecondition {
+        /// The field it is about.
+        field: String,
+        /// Why.
+        message: String,
+    },
+    /// The daemon is shutting down.
+    #[error("the reconcile queue {0} stopped: consistd is shutting down")]
+    Stopped(String),
+}
+
+/// A running queue, as the registry holds it.
+#[derive(Debug)]
+struct RunningQueue {
+    spec: QueueSpec,
+    commands: mpsc::UnboundedSender<DriverCall>,
+    report: Arc<Mutex<QueueState>>,
+}
+
+/// What a stream asks of its queue's driver.
+#[derive(Debug)]
+enum DriverCall {
+    /// A stream joins, holding at most `capacity` leases, its items sent to `items`.
+    Attach { stream: u64, capacity: usize, items: mpsc::UnboundedSender<Work> },
+    /// A stream left: its leases go back to the queue.
+    Detach { stream: u64 },
+    /// A stream completes a lease.
+    Complete { stream: u64, lease_id: String, outcome: Completion, reply: oneshot::Sender<Result<(), ReconcileError>> },
+    /// A write made for a lease of this queue: the key's next lease waits for its watch.
+    Wrote { lease_id: String, resource: ResourceId, obj: Obj },
+}
+
+/// A queue's state as `consistd status` shows it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct QueueState {
+    /// The queue's name.
+    pub name: String,
+    /// Streams attached.
+    pub streams: usize,
+    /// Keys ready or held for consistency.
+    pub depth: usize,
+    /// Keys held back until the watch catches up with the pod's writes.
+    pub held: usize,
+    /// Keys waiting for a requeue's or retry's time.
+    pub waiting: usize,
+    /// Keys leased.
+    pub leased: usize,
+    /// Keys the queue knows.
+    pub keys: usize,
+    /// Whether the queue may hand out work (no election, or this daemon leads it).
+    pub active: bool,
+    /// The newest error an app completed a lease with, and its key.
+    pub last_error: Option<String>,
+}
+
+/// Every reconcile queue of this daemon.
+#[derive(Debug)]
+pub(crate) struct Reconciler {
+    hub: Arc<Hub>,
+    leadership: Arc<Leadership>,
+    metrics: Metrics,
+    /// `consistency.timeout`: how long a grant waits for the watch to show the pod's writes.
+    consistency_timeout: Live<Duration>,
+    /// How long a queue outlives its last stream, so a reconnecting app keeps its backoffs and passes.
+    linger: Duration,
+    queues: Mutex<HashMap<String, RunningQueue>>,
+    next_stream: AtomicU64,
+}
+
+/// One stream's membership of a queue; dropping it returns its leases to the queue.
+#[derive(Debug)]
+pub(crate) struct Worker {
+    stream: u64,
+    name: String,
+    commands: mpsc::UnboundedSender<DriverCall>,
+    /// Whether this apiserver guarantees comparable resourceVersions.
+    pub comparable: bool,
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.commands.send(DriverCall::Detach { stream: self.stream });
+    }
+}
+
+impl Worker {
+    /// The queue's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Ends a lease of this stream with `outcome`.
+    pub(crate) async fn complete(&self, lease_id: String, outcome: Completion) -> Result<(), ReconcileError> {
+        let (reply, answer) = oneshot::channel();
+        let command = DriverCall::Complete { stream: self.stream, lease_id, outcome, reply };
+        self.commands.send(command).map_err(|_| ReconcileError::Stopped(self.name.clone()))?;
+        answer.await.map_err(|_| ReconcileError::Stopped(self.name.clone()))?
+    }
+}
+
+impl Reconciler {
+    /// No queues yet.
+    pub(crate) fn new(
+        hub: Arc<Hub>,
+        leadership: Arc<Leadership>,
+        metrics: Metrics,
+        consistency_timeout: Live<Duration>,
+        linger: Duration,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            hub,
+            leadership,
+            metrics,
+            consistency_timeout,
+            linger,
+            queues: Mutex::new(HashMap::new()),
+            next_stream: AtomicU64::new(1),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, RunningQueue>> {
+        self.queues.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Joins the queue `spec` names, starting it unless it runs: the stream is handed items on the
+    /// returned receiver, at most `capacity` leases at once.
+    pub(crate) async fn open(
+        self: &Arc<Self>,
+        spec: QueueSpec,
+        capacity: usize,
+    ) -> Result<(Worker, mpsc::UnboundedReceiver<Work>), ReconcileError> {
+        let stream = self.next_stream.fetch_add(1, Ordering::Relaxed);
+        let (items_tx, items) = mpsc::unbounded_channel();
+        let comparable = self.hub.comparable_resource_versions().await;
+        if let Some(commands) = self.attach(&spec, stream, capacity, &items_tx)? {
+            return Ok((Worker { stream, name: spec.name, commands, comparable }, items));
+        }
+        // Not running: start its watches (each refusal names its query), then register it unless another
+        // stream started it meanwhile.
+        let driver = Driver::start(self.clone(), spec.clone(), comparable).await?;
+        let mut queues = self.lock();
+        if let Some(running) = queues.get(&spec.name).filter(|r| !r.commands.is_closed()) {
+            same_spec(&running.spec, &spec)?;
+            let commands = running.commands.clone();
+            drop(queues);
+            commands
+                .send(DriverCall::Attach { stream, capacity, items: items_tx })
+                .map_err(|_| ReconcileError::Stopped(spec.name.clone()))?;
+            return Ok((Worker { stream, name: spec.name, commands, comparable }, items));
+        }
+        let (commands, receiver) = mpsc::unbounded_channel();
+        let _ = commands.send(DriverCall::Attach { stream, capacity, items: items_tx });
+        let report = Arc::new(Mutex::new(QueueState { name: spec.name.clone(), ..QueueState::default() }));
+        queues.insert(spec.name.clone(), RunningQueue { spec: spec.clone(), commands: commands.clone(), report: report.clone() });
+        drop(queues);
+        tracing::info!(queue = %spec.name, resource = %spec.primary.resource, namespace = %spec.primary.namespace, related = spec.related.len(), "reconcile queue started");
+        tokio::spawn(driver.run(receiver, report));
+        Ok((Worker { stream, name: spec.name, commands, comparable }, items))
+    }
+
+    /// Attaches to a running queue of the same name, if one runs.
+    fn attach(
+        &self,
+        spec: &QueueSpec,
+        stream: u64,
+        capacity: usize,
+        items: &mpsc::UnboundedSender<Work>,
+    ) -> Result<Option<mpsc::UnboundedSender<DriverCall>>, ReconcileError> {
+        let queues = self.lock();
+        let Some(running) = queues.get(&spec.name).filter(|r| !r.commands.is_closed()) else { return Ok(None) };
+        same_spec(&running.spec, spec)?;
+        let attach = DriverCall::Attach { stream, capacity, items: items.clone() };
+        Ok(running.commands.send(attach).is_ok().then(|| running.commands.clone()))
+    }
+
+    /// A write made for `lease_id` produced `obj` of `resource` (as the app named it): the key's next
+    /// lease waits until the queue's watch of that resource has caught up with it. A lease of no running
+    /// queue, or one no longer held, is ignored: the write itself went through.
+    pub(crate) async fn wrote(&self, lease_id: &str, resource: &str, obj: &Obj) {
+        let Some((name, _)) = driver::parse_lease_id(lease_id) else { return };
+        let Ok(resolved) = self.hub.resolve(resource).await else { return };
+        if let Some(running) = self.lock().get(name) {
+            let _ = running.commands.send(DriverCall::Wrote {
+                lease_id: lease_id.to_owned(),
+                resource: resolved.api,
+                obj: obj.clone(),
+            });
+        }
+    }
+
+    /// Every running queue's state, sorted by name.
+    pub(crate) fn snapshot(&self) -> Vec<QueueState> {
+        let mut out: Vec<QueueState> = self
+            .lock()
+            .values()
+            .map(|r| r.report.lock().unwrap_or_else(PoisonError::into_inner).clone())
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+
+    /// Removes the queue `name`, called by its driver after it lingered with no stream attached. Under
+    /// the registry's lock, so no stream attaches meanwhile: calls that arrived since are handed back
+    /// (and the queue stays) when one of them attaches a stream; otherwise the channel is closed.
+    fn retire(&self, name: &str, calls: &mut mpsc::UnboundedReceiver<DriverCall>) -> Result<(), Vec<DriverCall>> {
+        let mut queues = self.lock();
+        let mut pending = Vec::new();
+        while let Ok(call) = calls.try_recv() {
+            pending.push(call);
+        }
+        if pending.iter().any(|c| matches!(c, DriverCall::Attach { .. })) {
+            return Err(pending);
+        }
+        queues.remove(name);
+        calls.close();
+        tracing::info!(queue = %name, "reconcile queue stopped: no stream attached");
+        Ok(())
+    }
+}
+
+/// Whether `id` has the form of a lease id ("queue.stream.n").
+pub(crate) fn is_lease_id(id: &str) -> bool {
+    driver::parse_lease_id(id).is_some()
+}
+
+/// Refuses a second stream whose spec differs from the running queue's.
+fn same_spec(running: &QueueSpec, asked: &QueueSpec) -> Result<(), ReconcileError> {
+    if running == asked {
+        return Ok(());
+    }
+    Err(ReconcileError::FailedPrecondition {
+        field: "spec".into(),
+        message: format!(
+            "the reconcile queue {:?} already runs with another spec; streams that share a queue must send the same spec (or use another name)",
+            running.name
+        ),
+    })
+}
+

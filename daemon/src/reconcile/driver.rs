@@ -1,0 +1,1056 @@
+//! One queue's task: feeds the queue from its watches (the primary's keys, related objects mapped to
+//! theirs), grants ready keys to the attached streams once the watch has caught up with the pod's writes,
+//! takes completions, times leases out, follows the election, and lingers after its last stream.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
+    sync::{Arc, Mutex, PoisonError},
+    time::{Duration, SystemTime},
+};
+
+use futures::{StreamExt, stream::SelectAll};
+use tokio::{
+    sync::{mpsc, watch},
+    time::Instant,
+};
+
+use super::{
+    DriverCall, QueueState, QueueSpec, ReconcileError, Reconciler, Work,
+    keys::{MapsBy, PrimaryKind, primary_of},
+    queue::{Completion, Origin, Queue},
+};
+use crate::{
+    leadership::{Observation, Role},
+    metrics::QueueMetrics,
+    watch::{
+        expectations::Expectations,
+        object::{Obj, ObjKey},
+        resolve::ResourceId,
+        shared::{Change, Item, SharedWatch},
+        sleep_until,
+    },
+};
+
+/// How often the depth gauges, lease ages and the status report are brought up to date.
+const REPORT_EVERY: Duration = Duration::from_millis(250);
+
+/// Items from all of a queue's watches, tagged with the watch's index (0: the primary).
+type Events = SelectAll<futures::stream::BoxStream<'static, (usize, Item)>>;
+
+/// One of the queue's watches.
+#[derive(Debug)]
+struct Watched {
+    /// Its shared watch: the cache read at grant time, and its high-water mark.
+    watch: Arc<SharedWatch>,
+    /// How its objects name primaries; None for the primary watch itself.
+    maps_by: Option<MapsBy>,
+    /// Whether its initial list is through: later changes are live.
+    synced: bool,
+    /// Keys of a snapshot being received after RESYNC_REQUIRED.
+    resync: Option<HashSet<ObjKey>>,
+    /// Every object it showed, and the primary each names: a change of the mapping queues the old
+    /// primary too, and an object gone during a resync is known.
+    known: HashMap<ObjKey, (Arc<Obj>, Option<ObjKey>)>,
+}
+
+/// A lease out.
+#[derive(Debug)]
+struct Lease {
+    key: ObjKey,
+    stream: u64,
+    /// Whether it handed out a deleted primary's last state.
+    deleted: bool,
+    /// Whether it handed out a key with no primary at all.
+    absent: bool,
+    term: u64,
+    expires: Instant,
+    granted: Instant,
+}
+
+/// A write made for a lease: the key's next grant waits until watch `watch` shows it.
+#[derive(Debug, Clone)]
+struct Written {
+    watch: usize,
+    uid: String,
+    resource_version: String,
+    deadline: Instant,
+}
+
+/// Whether a key may be granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gate {
+    /// Its watches show every write of the pod it waits for.
+    Open,
+    /// A write was not seen by its deadline: granted, marked TIMED_OUT.
+    TimedOut,
+    /// Not yet; look again when something changes, or at the deadline.
+    Wait(Option<Instant>),
+}
+
+/// The primary resource: what owner references name, and its plural for own-write locators.
+#[derive(Debug, Clone)]
+struct Primary {
+    kind: PrimaryKind,
+    plural: String,
+}
+
+/// A stream attached to the queue.
+#[derive(Debug)]
+struct Slot {
+    capacity: usize,
+    held: usize,
+    items: mpsc::UnboundedSender<Work>,
+}
+
+/// The queue's task.
+pub(super) struct Driver {
+    reconciler: Arc<Reconciler>,
+    spec: QueueSpec,
+    /// Whether resourceVersions compare as integers (else: exactly the written version must be seen).
+    comparable: bool,
+    expectations: Expectations,
+    plural: String,
+    primary_kind: PrimaryKind,
+    watched: Vec<Watched>,
+    events: Events,
+    queue: Queue,
+    streams: BTreeMap<u64, Slot>,
+    /// Where the last grant went, so streams take turns.
+    last_stream: u64,
+    leases: HashMap<String, Lease>,
+    expiries: BTreeSet<(Instant, String)>,
+    next_lease: u64,
+    /// Keys taken from the ready line whose grant waits for the watch, in the order taken.
+    held: Vec<ObjKey>,
+    /// Deleted primaries' last states, until handed out.
+    tombstones: HashMap<ObjKey, Arc<Obj>>,
+    /// Writes made for a key's leases that its next grant waits for.
+    written: HashMap<ObjKey, Vec<Written>>,
+    election: Option<watch::Receiver<Observation>>,
+    metrics: QueueMetrics,
+    last_error: Option<String>,
+    adds_reported: u64,
+}
+
+impl std::fmt::Debug for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver").field("queue", &self.spec.name).finish_non_exhaustive()
+    }
+}
+
+impl Driver {
+    /// Subscribes to the queue's watches (a refusal names its query) and follows its election.
+    pub(super) async fn start(
+        reconciler: Arc<Reconciler>,
+        spec: QueueSpec,
+        comparable: bool,
+    ) -> Result<Self, ReconcileError> {
+        let resolved = reconciler
+            .hub
+            .resolve(&spec.primary.resource)
+            .await
+            .map_err(|e| query_error("spec.primary", e.into()))?;
+        let primary = Primary {
+            kind: PrimaryKind {
+                group: resolved.api.group.clone(),
+                kind: resolved.api.kind.clone(),
+                namespaced: resolved.namespaced,
+            },
+            plural: resolved.api.plural.clone(),
+        };
+        let mut watches = Vec::new();
+        let mut events = Events::new();
+        let queries = std::iter::once((&spec.primary, None, "spec.primary".to_owned())).chain(
+            spec.related.iter().enumerate().map(|(i, (q, m))| (q, Some(m.clone()), format!("spec.related[{i}].query"))),
+        );
+        for (index, (query, maps_by, field)) in queries.enumerate() {
+            let subscription = reconciler.hub.subscribe(query.to_query()).await.map_err(|e| query_error(&field, e))?;
+            watches.push((subscription.watch().clone(), maps_by));
+            events.push(
+                futures::stream::unfold(subscription, move |mut sub| async move {
+                    let item = sub.next().await?;
+                    Some(((index, item), sub))
+                })
+                .boxed(),
+            );
+        }
+        Ok(Self::new(reconciler, spec, comparable, primary, watches, events))
+    }
+
+    /// A driver over `watches` (the primary's first, then the related ones with how they name primaries)
+    /// whose items arrive on `events`.
+    fn new(
+        reconciler: Arc<Reconciler>,
+        spec: QueueSpec,
+        comparable: bool,
+        primary: Primary,
+        watches: Vec<(Arc<SharedWatch>, Option<MapsBy>)>,
+        events: Events,
+    ) -> Self {
+        let watched = watches
+            .into_iter()
+            .map(|(watch, maps_by)| Watched { watch, maps_by, synced: false, resync: None, known: HashMap::new() })
+            .collect();
+        let election = spec.election.as_ref().map(|key| reconciler.leadership.observe(key));
+        let now = Instant::now();
+        Self {
+            expectations: reconciler.hub.expectations().clone(),
+            plural: primary.plural,
+            primary_kind: primary.kind,
+            watched,
+            events,
+            queue: Queue::new(spec.retry, now),
+            streams: BTreeMap::new(),
+            last_stream: 0,
+            leases: HashMap::new(),
+            expiries: BTreeSet::new(),
+            next_lease: 1,
+            held: Vec::new(),
+            tombstones: HashMap::new(),
+            written: HashMap::new(),
+            election,
+            metrics: reconciler.metrics.queue(&spec.name),
+            last_error: None,
+            adds_reported: 0,
+            comparable,
+            spec,
+            reconciler,
+        }
+    }
+
+    /// Runs until the daemon stops, or the queue lingered `linger` with no stream attached.
+    pub(super) async fn run(mut self, mut calls: mpsc::UnboundedReceiver<DriverCall>, report: Arc<Mutex<QueueState>>) {
+        let mut idle_since: Option<Instant> = None;
+        let mut next_report = Instant::now();
+        let mut changes = self.expectations.subscribe();
+        loop {
+            let now = Instant::now();
+            self.expire(now);
+            self.queue.tick(now);
+            self.pump(now);
+            if now >= next_report {
+                self.report(&report, now);
+                next_report = now + REPORT_EVERY;
+            }
+            if self.streams.is_empty() {
+                let since = *idle_since.get_or_insert(now);
+                if now >= since + self.reconciler.linger {
+                    match self.reconciler.retire(&self.spec.name, &mut calls) {
+                        Ok(()) => break,
+                        Err(pending) => {
+                            for call in pending {
+                                self.call(call, now);
+                            }
+                            continue;
+                        }
+                    }
+                }
+            } else {
+                idle_since = None;
+            }
+            let wake = [
+                self.queue.tick(now),
+                self.expiries.first().map(|(at, _)| *at),
+                self.held_deadline(now),
+                Some(next_report),
+                idle_since.map(|since| since + self.reconciler.linger),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            let holding = !self.held.is_empty() || !self.written.is_empty();
+            tokio::select! {
+                call = calls.recv() => match call {
+                    Some(call) => self.call(call, Instant::now()),
+                    None => break,
+                },
+                event = self.events.next() => match event {
+                    Some((index, item)) => self.event(index, item, Instant::now()),
+                    // Every watch stopped: the daemon is shutting down.
+                    None => break,
+                },
+                () = election_changed(&mut self.election) => self.election_changed(Instant::now()),
+                changed = changes.changed(), if holding => if changed.is_err() { break },
+                () = sleep_until(wake) => {}
+            }
+        }
+        self.reconciler.metrics.forget_queue(&self.spec.name);
+    }
+
+    /// A stream's call.
+    fn call(&mut self, call: DriverCall, now: Instant) {
+        match call {
+            DriverCall::Attach { stream, capacity, items } => {
+                self.streams.insert(stream, Slot { capacity, held: 0, items });
+            }
+            DriverCall::Detach { stream } => {
+                self.streams.remove(&stream);
+                let gone: Vec<String> =
+                    self.leases.iter().filter(|(_, l)| l.stream == stream).map(|(id, _)| id.clone()).collect();
+                for id in gone {
+                    self.release(&id, now, "its stream ended");
+                }
+            }
+            DriverCall::Complete { stream, lease_id, outcome, reply } => {
+                let _ = reply.send(self.complete(stream, &lease_id, outcome, now));
+            }
+            DriverCall::Wrote { lease_id, resource, obj } => self.wrote(&lease_id, &resource, &obj, now),
+        }
+    }
+
+    /// One item of watch `index`.
+    fn event(&mut self, index: usize, item: Item, now: Instant) {
+        let Some(w) = self.watched.get_mut(index) else { return };
+        let origin = if w.synced { Origin::Live } else { Origin::Initial };
+        match item {
+            Item::ResyncRequired => w.resync = Some(HashSet::new()),
+            Item::Snapshot(obj, _) => {
+                if let Some(seen) = &mut w.resync {
+                    seen.insert(obj.key());
+                }
+                self.touch(index, &obj, false, Origin::Initial, now);
+            }
+            Item::Synced(_) => self.synced(index, now),
+            Item::Entry(entry) => match &entry.change {
+                Change::Synced => self.synced(index, now),
+                Change::Added(obj) | Change::Modified(obj) => self.touch(index, obj, false, origin, now),
+                Change::Deleted(obj) => self.touch(index, obj, true, origin, now),
+            },
+        }
+    }
+
+    /// Watch `index` finished a list: after a resync, what it no longer holds was deleted meanwhile.
+    fn synced(&mut self, index: usize, now: Instant) {
+        let Some(w) = self.watched.get_mut(index) else { return };
+        w.synced = true;
+        let Some(seen) = w.resync.take() else { return };
+        let gone: Vec<Arc<Obj>> =
+            w.known.iter().filter(|(key, _)| !seen.contains(*key)).map(|(_, (obj, _))| obj.clone()).collect();
+        for obj in gone {
+            self.touch(index, &obj, true, Origin::Live, now);
+        }
+    }
+
+    /// `obj` of watch `index` changed (or was deleted): queue the primary key(s) it concerns.
+    fn touch(&mut self, index: usize, obj: &Arc<Obj>, deleted: bool, origin: Origin, now: Instant) {
+        let key = obj.key();
+        let Some(w) = self.watched.get_mut(index) else { return };
+        let Some(maps_by) = &w.maps_by else {
+            // The primary itself.
+            if deleted {
+                w.known.remove(&key);
+                self.tombstones.insert(key.clone(), obj.clone());
+            } else {
+                w.known.insert(key.clone(), (obj.clone(), Some(key.clone())));
+                self.tombstones.remove(&key);
+            }
+            self.queue.changed(&key, origin, now);
+            return;
+        };
+        let named = if deleted { None } else { primary_of(obj, maps_by, &self.primary_kind) };
+        let before = if deleted {
+            w.known.remove(&key).and_then(|(_, p)| p)
+        } else {
+            w.known.insert(key, (obj.clone(), named.clone())).and_then(|(_, p)| p)
+        };
+        let before = before.filter(|b| Some(b) != named.as_ref());
+        for primary in named.iter().chain(before.iter()) {
+            self.queue.changed(primary, origin, now);
+        }
+    }
+
+    /// The term work is handed out in: Some(0) without an election, the term while this daemon leads
+    /// it, None while it does not.
+    fn active_term(&self) -> Option<u64> {
+        match &self.election {
+            None => Some(0),
+            Some(rx) => {
+                let observation = rx.borrow();
+                (observation.role == Role::Leader).then_some(observation.term)
+            }
+        }
+    }
+
+    /// The election changed: leases of a term this daemon no longer leads go back to the queue.
+    fn election_changed(&mut self, now: Instant) {
+        let term = self.active_term();
+        let stale: Vec<String> =
+            self.leases.iter().filter(|(_, l)| Some(l.term) != term).map(|(id, _)| id.clone()).collect();
+        for id in stale {
+            self.release(&id, now, "the election's term it was granted in ended");
+        }
+    }
+
+    /// Grants as many keys as the streams have room for: held keys whose watch caught up first, then
+    /// the ready line.
+    fn pump(&mut self, now: Instant) {
+        let Some(term) = self.active_term() else { return };
+        let mut i = 0;
+        while i < self.held.len() && self.free_stream().is_some() {
+            let key = self.held[i].clone();
+            match self.gate(&key, now) {
+                Gate::Wait(_) => i += 1,
+                gate => {
+                    self.held.remove(i);
+                    self.grant(&key, gate == Gate::TimedOut, term, now);
+                }
+            }
+        }
+        while self.free_stream().is_some() {
+            let Some(key) = self.queue.pop() else { break };
+            match self.gate(&key, now) {
+                Gate::Wait(_) => {
+                    self.metrics.consistency_holds.inc();
+                    tracing::debug!(queue = %self.spec.name, namespace = %key.namespace, name = %key.name, "grant held until the watch shows the pod's writes");
+                    self.held.push(key);
+                }
+                gate => self.grant(&key, gate == Gate::TimedOut, term, now),
+            }
+        }
+    }
+
+    /// The stream to grant to next: the first after the last one that has room.
+    fn free_stream(&self) -> Option<u64> {
+        let has_room = |(id, slot): (&u64, &Slot)| (slot.held < slot.capacity).then_some(*id);
+        self.streams
+            .range(self.last_stream + 1..)
+            .find_map(has_room)
+            .or_else(|| self.streams.range(..=self.last_stream).find_map(has_room))
+    }
+
+    /// Whether `key` may be granted now: its watch shows every write of the pod to the primary and every
+    /// write made for its leases to related objects.
+    fn gate(&mut self, key: &ObjKey, now: Instant) -> Gate {
+        let Some(primary) = self.watched.first() else { return Gate::Open };
+        let Some(current) = primary.watch.get(key) else {
+            // The primary's list is not through yet: nothing to read.
+            return Gate::Wait(None);
+        };
+        let mut timed_out = false;
+        let mut wait: Option<Instant> = None;
+        let mut pending = |deadline: Instant, timed_out: &mut bool| {
+            if now < deadline {
+                wait = Some(wait.map_or(deadline, |w: Instant| w.min(deadline)));
+            } else {
+                *timed_out = true;
+            }
+        };
+        // A write to the primary still in flight: whatever the cache holds predates it.
+        let locator = format!("{}/{}/{}", self.plural, key.namespace, key.name);
+        if let Some(deadline) = self.expectations.in_flight(&locator) {
+            pending(deadline, &mut timed_out);
+        }
+        // The pod's newest write to the primary (deletes are never waited for: a tombstone is final).
+        if let Some(obj) = &current
+            && let Some(e) = self.expectations.get(&obj.uid)
+            && !caught_up(self.comparable, &self.expectations, primary, &obj.uid, &e.resource_version)
+        {
+            pending(e.deadline, &mut timed_out);
+        }
+        if let Some(writes) = self.written.get_mut(key) {
+            writes.retain(|w| {
+                self.watched.get(w.watch).is_some_and(|watched| {
+                    !caught_up(self.comparable, &self.expectations, watched, &w.uid, &w.resource_version)
+                })
+            });
+            for w in writes.iter() {
+                pending(w.deadline, &mut timed_out);
+            }
+            writes.retain(|w| now < w.deadline);
+            if writes.is_empty() {
+                self.written.remove(key);
+            }
+        }
+        if let Some(deadline) = wait {
+            return Gate::Wait(Some(deadline));
+        }
+        if timed_out { Gate::TimedOut } else { Gate::Open }
+    }
+
+    /// The earliest deadline a held key waits for.
+    fn held_deadline(&self, now: Instant) -> Option<Instant> {
+        if self.held.is_empty() {
+            return None;
+        }
+        let mut earliest: Option<Instant> = None;
+        let mut consider = |d: Instant| earliest = Some(earliest.map_or(d, |e| e.min(d)));
+        for key in &self.held {
+            let locator = format!("{}/{}/{}", self.plural, key.namespace, key.name);
+            if let Some(d) = self.expectations.in_flight(&locator) {
+                consider(d);
+            }
+            if let Some(primary) = self.watched.first()
+                && let Some(Some(obj)) = primary.watch.get(key)
+                && let Some(e) = self.expectations.get(&obj.uid)
+            {
+                consider(e.deadline);
+            }
+            for w in self.written.get(key).into_iter().flatten() {
+                consider(w.deadline);
+            }
+        }
+        // Look again soon when nothing has a deadline (a list not through yet).
+        Some(earliest.unwrap_or(now + Duration::from_secs(1)).max(now + Duration::from_millis(1)))
+    }
+
+    /// Leases `key` to the next stream with room.
+    fn grant(&mut self, key: &ObjKey, timed_out: bool, term: u64, now: Instant) {
+        let Some(stream) = self.free_stream() else {
+            self.queue.unpop(key);
+            return;
+        };
+        let Some(granted) = self.queue.grant(key, now) else { return };
+        let current = self.watched.first().and_then(|w| w.watch.get(key)).flatten();
+        let (object, deleted) = match current {
+            Some(obj) => (Some(obj), false),
+            None => match self.tombstones.get(key) {
+                Some(last) => (Some(last.clone()), true),
+                None => (None, false),
+            },
+        };
+        let lease_id = format!("{}.{stream}.{}", self.spec.name, self.next_lease);
+        self.next_lease += 1;
+        let expires = now + self.spec.lease_timeout;
+        let absent = object.is_none();
+        let work = Work {
+            lease_id: lease_id.clone(),
+            key: key.clone(),
+            object,
+            deleted,
+            timed_out,
+            attempt: granted.attempt,
+            term,
+            expires_at: SystemTime::now() + self.spec.lease_timeout,
+            last_error: granted.last_error,
+        };
+        let Some(slot) = self.streams.get_mut(&stream) else { return };
+        if slot.items.send(work).is_err() {
+            // The stream is going; its Detach follows. The key goes back at once.
+            self.queue.release(key, now);
+            return;
+        }
+        slot.held += 1;
+        self.last_stream = stream;
+        if timed_out {
+            self.metrics.consistency_timeouts.inc();
+        }
+        self.metrics.queue_duration.observe(granted.queued_for.as_secs_f64());
+        self.expiries.insert((expires, lease_id.clone()));
+        self.leases
+            .insert(lease_id, Lease { key: key.clone(), stream, deleted, absent, term, expires, granted: now });
+    }
+
+    /// A stream completes a lease.
+    fn complete(
+        &mut self,
+        stream: u64,
+        lease_id: &str,
+        outcome: Completion,
+        now: Instant,
+    ) -> Result<(), ReconcileError> {
+        let refused = |message: String| ReconcileError::FailedPrecondition { field: "complete.lease_id".into(), message };
+        let (queue, granted_to) = parse_lease_id(lease_id).ok_or_else(|| ReconcileError::InvalidArgument {
+            field: "complete.lease_id".into(),
+            message: format!("{lease_id:?} is not a lease id a WorkItem gave"),
+        })?;
+        if queue != self.spec.name {
+            return Err(refused(format!(
+                "lease {lease_id:?} is of queue {queue:?}, not of this stream's queue {:?}",
+                self.spec.name
+            )));
+        }
+        if granted_to != stream {
+            return Err(refused(format!("lease {lease_id:?} was granted to another stream")));
+        }
+        let Some(lease) = self.leases.remove(lease_id) else {
+            return Err(refused(format!(
+                "lease {lease_id:?} is not held: it was completed already, timed out, or went back to the queue when the election's term ended"
+            )));
+        };
+        self.expiries.remove(&(lease.expires, lease_id.to_owned()));
+        if let Some(slot) = self.streams.get_mut(&stream) {
+            slot.held = slot.held.saturating_sub(1);
+        }
+        if let Completion::Retry(error) | Completion::Terminal(error) = &outcome {
+            self.last_error = Some(format!("{}/{}: {error}", lease.key.namespace, lease.key.name));
+        }
+        let finishes = matches!(outcome, Completion::Done | Completion::Terminal(_));
+        if let Some(finished) = self.queue.complete(&lease.key, outcome, now) {
+            self.metrics.work_duration.observe(finished.worked_for.as_secs_f64());
+            if finished.retried {
+                self.metrics.retries.inc();
+            }
+        }
+        // A deletion handed out and done (or a key with no primary): nothing is left to reconcile.
+        let still_absent = self.watched.first().and_then(|w| w.watch.get(&lease.key)).flatten().is_none();
+        if finishes && (lease.deleted || lease.absent) && still_absent {
+            self.tombstones.remove(&lease.key);
+            self.queue.forget(&lease.key);
+        }
+        Ok(())
+    }
+
+    /// A lease ends without an outcome: the key is queued again.
+    fn release(&mut self, lease_id: &str, now: Instant, why: &str) {
+        let Some(lease) = self.leases.remove(lease_id) else { return };
+        tracing::info!(queue = %self.spec.name, lease = %lease_id, namespace = %lease.key.namespace, name = %lease.key.name, why, "lease returned to the queue");
+        self.expiries.remove(&(lease.expires, lease_id.to_owned()));
+        if let Some(slot) = self.streams.get_mut(&lease.stream) {
+            slot.held = slot.held.saturating_sub(1);
+        }
+        self.queue.release(&lease.key, now);
+    }
+
+    /// Returns leases past their timeout to the queue.
+    fn expire(&mut self, now: Instant) {
+        while let Some((at, id)) = self.expiries.first().cloned() {
+            if at > now {
+                break;
+            }
+            self.release(&id, now, "it timed out");
+        }
+    }
+
+    /// A write made for `lease_id`: the key's next grant waits until the queue's watch of `resource`
+    /// that holds the object shows it.
+    fn wrote(&mut self, lease_id: &str, resource: &ResourceId, obj: &Obj, now: Instant) {
+        let Some(lease) = self.leases.get(lease_id) else { return };
+        let key = lease.key.clone();
+        let deadline = now + self.reconciler.consistency_timeout.get();
+        for (index, w) in self.watched.iter().enumerate() {
+            let k = &w.watch.key;
+            if &k.resource == resource && (k.namespace.is_empty() || k.namespace == obj.namespace) {
+                self.written.entry(key.clone()).or_default().push(Written {
+                    watch: index,
+                    uid: obj.uid.clone(),
+                    resource_version: obj.resource_version.clone(),
+                    deadline,
+                });
+            }
+        }
+    }
+
+    /// Brings the gauges and the status report up to date.
+    fn report(&mut self, report: &Mutex<QueueState>, now: Instant) {
+        let counts = self.queue.counts();
+        self.metrics.depth.set(i64::try_from(counts.depth).unwrap_or(i64::MAX));
+        let adds = self.queue.adds();
+        self.metrics.adds.inc_by(adds - self.adds_reported);
+        self.adds_reported = adds;
+        let ages = self.leases.values().map(|l| now.saturating_duration_since(l.granted).as_secs_f64());
+        let (sum, longest) = ages.fold((0.0, 0.0), |(sum, longest): (f64, f64), age| (sum + age, longest.max(age)));
+        self.metrics.unfinished_work.set(sum);
+        self.metrics.longest_running.set(longest);
+        let mut r = report.lock().unwrap_or_else(PoisonError::into_inner);
+        *r = QueueState {
+            name: self.spec.name.clone(),
+            streams: self.streams.len(),
+            depth: counts.depth,
+            held: self.held.len(),
+            waiting: counts.waiting,
+            leased: counts.leased,
+            keys: self.queue.len(),
+            active: self.active_term().is_some(),
+            last_error: self.last_error.clone(),
+        };
+    }
+}
+
+fn query_error(field: &str, source: crate::watch::ResourceError) -> ReconcileError {
+    ReconcileError::Query { field: field.to_owned(), source }
+}
+
+/// Whether `watched` shows the write that gave `uid` version `version`: its high-water mark reached
+/// it where versions compare, else it delivered exactly that version (or the write is forgotten).
+fn caught_up(comparable: bool, expectations: &Expectations, watched: &Watched, uid: &str, version: &str) -> bool {
+    if comparable && let Ok(version) = version.parse::<u64>() {
+        return watched.watch.high_water() >= version;
+    }
+    match expectations.get(uid) {
+        Some(e) if e.resource_version == version => e.seen.contains_key(&watched.watch.incarnation),
+        // A newer write replaced it (waited for on its own) or it was forgotten past its deadline.
+        _ => true,
+    }
+}
+
+/// "queue.stream.n" -> (queue, stream).
+pub(super) fn parse_lease_id(id: &str) -> Option<(&str, u64)> {
+    let mut parts = id.split('.');
+    let (queue, stream, n) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() || queue.is_empty() {
+        return None;
+    }
+    n.parse::<u64>().ok()?;
+    Some((queue, stream.parse().ok()?))
+}
+
+/// Resolves when the election's observation changes; never without an election (or once it is gone).
+async fn election_changed(election: &mut Option<watch::Receiver<Observation>>) {
+    match election {
+        Some(rx) => {
+            if rx.changed().await.is_err() {
+                *election = None;
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::runtime::watcher;
+
+    use super::*;
+    use crate::{
+        config::Live,
+        leadership::Leadership,
+        metrics::Metrics,
+        reconcile::limiter::RetryPolicy,
+        watch::{
+            Hub, WatchKey,
+            object::RawObject,
+            shared::{Entry, Limits},
+        },
+    };
+
+    const TIMEOUT: Duration = Duration::from_secs(5);
+
+    #[test]
+    fn lease_ids_name_their_queue_and_stream() {
+        assert_eq!(parse_lease_id("q.7.42"), Some(("q", 7)));
+        for bad in ["", "q", "q.7", "q.x.1", "q.7.x", ".7.1", "q.7.1.2"] {
+            assert_eq!(parse_lease_id(bad), None, "{bad:?}");
+        }
+    }
+
+    /// A kube client that is never called: the driver under test is fed by hand.
+    fn unused_client() -> kube::Client {
+        let service = tower::service_fn(|_: http::Request<kube::client::Body>| async {
+            Err::<http::Response<http_body_util::Full<bytes::Bytes>>, std::io::Error>(std::io::Error::other(
+                "no apiserver in unit tests",
+            ))
+        });
+        kube::Client::new(service, "default")
+    }
+
+    fn configmaps() -> ResourceId {
+        ResourceId { group: String::new(), version: "v1".into(), kind: "ConfigMap".into(), plural: "configmaps".into() }
+    }
+
+    fn raw(name: &str, rv: u64, labels: &str) -> RawObject {
+        let json = format!(
+            r#"{{"metadata":{{"name":"{name}","namespace":"ns","uid":"uid-{name}","resourceVersion":"{rv}","labels":{{{labels}}}}}}}"#
+        );
+        serde_json::from_str(&json).expect("test object decodes")
+    }
+
+    /// A driver of queue "q" over a primary watch of ConfigMaps and one related watch whose objects name
+    /// their primary by the label "owner", fed by hand; and its hub's expectations.
+    struct Rig {
+        driver: Driver,
+        primary: Arc<SharedWatch>,
+        related: Arc<SharedWatch>,
+        expectations: Expectations,
+        metrics: Metrics,
+        now: Instant,
+    }
+
+    impl Rig {
+        fn new(comparable: bool) -> Self {
+            let metrics = Metrics::new();
+            let client = unused_client();
+            let hub = Hub::new(client.clone(), crate::config::WatchConfig::default(), metrics.clone());
+            let leadership = Leadership::new(client, hub.clone(), "me".into(), "ns".into(), None, metrics.clone());
+            let reconciler =
+                Reconciler::new(hub.clone(), leadership, metrics.clone(), Live::fixed(TIMEOUT), Duration::from_secs(5));
+            let expectations = hub.expectations().clone();
+            let watch = |label_selector: &str| {
+                let key = WatchKey {
+                    resource: configmaps(),
+                    namespace: "ns".into(),
+                    label_selector: label_selector.into(),
+                    field_selector: String::new(),
+                };
+                SharedWatch::new(key, Limits { queue: 64, history: 64 }, expectations.clone())
+            };
+            let (primary, related) = (watch(""), watch("owner"));
+            let spec = QueueSpec {
+                name: "q".into(),
+                primary: super::super::ObjectQuery {
+                    resource: "configmaps".into(),
+                    namespace: "ns".into(),
+                    label_selector: String::new(),
+                    field_selector: String::new(),
+                },
+                related: Vec::new(),
+                retry: RetryPolicy::default(),
+                lease_timeout: Duration::from_secs(60),
+                election: None,
+            };
+            let kind = Primary {
+                kind: PrimaryKind { group: String::new(), kind: "ConfigMap".into(), namespaced: true },
+                plural: "configmaps".into(),
+            };
+            let watches =
+                vec![(primary.clone(), None), (related.clone(), Some(MapsBy::Label("owner".into())))];
+            let driver = Driver::new(reconciler, spec, comparable, kind, watches, Events::new());
+            let mut rig = Self { driver, primary, related, expectations, metrics, now: Instant::now() };
+            rig.list(0, vec![]);
+            rig.list(1, vec![]);
+            rig
+        }
+
+        fn watch(&self, index: usize) -> Arc<SharedWatch> {
+            if index == 0 { self.primary.clone() } else { self.related.clone() }
+        }
+
+        /// Watch `index` lists `objects`; the driver is told, as its subscription would tell it.
+        fn list(&mut self, index: usize, objects: Vec<RawObject>) {
+            let watch = self.watch(index);
+            watch.apply(watcher::Event::Init, &self.metrics);
+            for o in objects {
+                watch.apply(watcher::Event::InitApply(o), &self.metrics);
+            }
+            watch.apply(watcher::Event::InitDone, &self.metrics);
+            let (objects, at) = watch.list("").expect("synced");
+            for o in objects {
+                self.driver.event(index, Item::Snapshot(o, at), self.now);
+            }
+            self.driver.event(index, Item::Synced(at), self.now);
+        }
+
+        /// A live event on watch `index`: applied to its cache, then the driver is told.
+        fn apply(&mut self, index: usize, event: watcher::Event<RawObject>) {
+            let watch = self.watch(index);
+            let mut joined = watch.join(None);
+            watch.apply(event, &self.metrics);
+            while let Ok(entry) = joined.live.try_recv() {
+                self.driver.event(index, Item::Entry(entry), self.now);
+            }
+        }
+
+        fn attach(&mut self, stream: u64, capacity: usize) -> mpsc::UnboundedReceiver<Work> {
+            let (items, rx) = mpsc::unbounded_channel();
+            self.driver.call(DriverCall::Attach { stream, capacity, items }, self.now);
+            rx
+        }
+
+        fn complete(&mut self, stream: u64, lease: &str, outcome: Completion) -> Result<(), ReconcileError> {
+            self.driver.complete(stream, lease, outcome, self.now)
+        }
+
+        fn pump(&mut self) {
+            self.driver.expire(self.now);
+            self.driver.queue.tick(self.now);
+            self.driver.pump(self.now);
+        }
+
+        /// The pod's own write of `name` returned `rv`, as ObjectsService records it.
+        fn own_write(&self, name: &str, rv: u64) {
+            self.expectations.expect(&format!("uid-{name}"), &rv.to_string(), &format!("configmaps/ns/{name}"), TIMEOUT);
+        }
+    }
+
+    fn version(work: &Work) -> String {
+        work.object.as_ref().map(|o| o.resource_version.clone()).unwrap_or_default()
+    }
+
+    fn next(rx: &mut mpsc::UnboundedReceiver<Work>) -> Option<Work> {
+        rx.try_recv().ok()
+    }
+
+    /// The Kopf worker's invariant across the process boundary: after the app's own write, the key's
+    /// next pass is granted only with a state at least that new, though a third party's change made
+    /// during the lease queued it at once.
+    fn a_key_is_granted_only_once_its_watch_shows_the_write_its_previous_lease_made(comparable: bool) {
+        let mut rig = Rig::new(comparable);
+        rig.list(0, vec![raw("a", 10, "")]);
+        let mut rx = rig.attach(1, 1);
+        rig.pump();
+        let first = next(&mut rx).expect("a is granted");
+        assert_eq!(version(&first), "10");
+        // During the lease: a third party's change (queues one more pass), then the app's own write.
+        rig.apply(0, watcher::Event::Apply(raw("a", 11, "")));
+        rig.own_write("a", 12);
+        rig.complete(1, &first.lease_id, Completion::Done).expect("completed");
+        rig.pump();
+        assert!(next(&mut rx).is_none(), "granted with state 11, older than the app's own write 12");
+        assert_eq!(rig.driver.held.len(), 1);
+        rig.apply(0, watcher::Event::Apply(raw("a", 12, "")));
+        rig.pump();
+        let second = next(&mut rx).expect("granted once the watch shows 12");
+        assert_eq!(version(&second), "12");
+        assert!(!second.timed_out);
+        assert_eq!(second.attempt, 1);
+    }
+
+    #[tokio::test]
+    async fn with_comparable_versions_a_grant_waits_for_the_watch_high_water_mark() {
+        a_key_is_granted_only_once_its_watch_shows_the_write_its_previous_lease_made(true);
+    }
+
+    #[tokio::test]
+    async fn without_comparable_versions_a_grant_waits_for_exactly_the_written_version() {
+        a_key_is_granted_only_once_its_watch_shows_the_write_its_previous_lease_made(false);
+    }
+
+    #[tokio::test]
+    async fn a_no_op_write_or_a_later_version_never_stalls_a_key_where_versions_compare() {
+        let mut rig = Rig::new(true);
+        rig.list(0, vec![raw("a", 10, "")]);
+        let mut rx = rig.attach(1, 1);
+        rig.pump();
+        let first = next(&mut rx).expect("granted");
+        // A no-op write answers the version the watch already has; another object's change moves the
+        // high-water mark past a write whose own event was coalesced away.
+        rig.own_write("a", 10);
+        rig.apply(0, watcher::Event::Apply(raw("a", 11, "")));
+        rig.complete(1, &first.lease_id, Completion::Done).expect("completed");
+        rig.pump();
+        assert_eq!(version(&next(&mut rx).expect("not held")), "11");
+    }
+
+    #[tokio::test]
+    async fn a_write_never_shown_is_granted_timed_out_after_the_consistency_timeout() {
+        let mut rig = Rig::new(true);
+        rig.list(0, vec![raw("a", 10, "")]);
+        let mut rx = rig.attach(1, 1);
+        rig.pump();
+        let first = next(&mut rx).expect("granted");
+        rig.apply(0, watcher::Event::Apply(raw("a", 11, "")));
+        rig.own_write("a", 12);
+        rig.complete(1, &first.lease_id, Completion::Done).expect("completed");
+        rig.pump();
+        assert!(next(&mut rx).is_none());
+        // The rig's clock started before the write: its deadline is a little after now + TIMEOUT.
+        let deadline = rig.driver.held_deadline(rig.now).expect("a held key wakes the driver at its deadline");
+        assert!(deadline > rig.now + TIMEOUT && deadline < rig.now + TIMEOUT + Duration::from_secs(1), "{deadline:?}");
+        rig.now = deadline;
+        rig.pump();
+        let late = next(&mut rx).expect("granted at the deadline");
+        assert!(late.timed_out, "marked TIMED_OUT");
+        assert_eq!(version(&late), "11", "the latest state known");
+    }
+
+    #[tokio::test]
+    async fn a_grant_waits_for_the_related_watch_to_show_a_write_made_for_the_lease() {
+        let mut rig = Rig::new(true);
+        rig.list(0, vec![raw("a", 10, "")]);
+        let mut rx = rig.attach(1, 1);
+        rig.pump();
+        let first = next(&mut rx).expect("granted");
+        // The app creates a child named for the lease; its watch has not shown it yet.
+        let child = Obj::from(raw("child", 20, r#""owner":"a""#));
+        rig.driver.wrote(&first.lease_id, &configmaps(), &child, rig.now);
+        rig.apply(0, watcher::Event::Apply(raw("a", 21, "")));
+        rig.complete(1, &first.lease_id, Completion::Done).expect("completed");
+        rig.pump();
+        assert!(next(&mut rx).is_none(), "the related watch has not shown the child yet");
+        rig.apply(1, watcher::Event::Apply(raw("child", 20, r#""owner":"a""#)));
+        rig.pump();
+        assert_eq!(version(&next(&mut rx).expect("granted")), "21");
+    }
+
+    #[tokio::test]
+    async fn a_related_object_queues_the_primary_it_names_and_the_one_it_named_before() {
+        let mut rig = Rig::new(true);
+        rig.list(0, vec![raw("a", 10, ""), raw("b", 11, "")]);
+        let mut rx = rig.attach(1, 10);
+        rig.pump();
+        for work in [next(&mut rx).expect("one"), next(&mut rx).expect("two")] {
+            rig.complete(1, &work.lease_id, Completion::Done).expect("completed");
+        }
+        rig.apply(1, watcher::Event::Apply(raw("child", 20, r#""owner":"a""#)));
+        rig.pump();
+        assert_eq!(next(&mut rx).expect("a").key.name, "a");
+        rig.apply(1, watcher::Event::Apply(raw("child", 21, r#""owner":"b""#)));
+        rig.pump();
+        let mut names: Vec<String> = std::iter::from_fn(|| next(&mut rx).map(|w| w.key.name)).collect();
+        names.sort();
+        assert_eq!(names, ["b"], "a is still leased: its second pass waits for the lease");
+    }
+
+    #[tokio::test]
+    async fn two_streams_never_hold_one_key_and_a_leaving_stream_returns_its_leases() {
+        let mut rig = Rig::new(true);
+        rig.list(0, vec![raw("a", 10, "")]);
+        let mut one = rig.attach(1, 5);
+        let mut two = rig.attach(2, 5);
+        rig.pump();
+        let (first, other) = match (next(&mut one), next(&mut two)) {
+            (Some(w), None) => (w, 2),
+            (None, Some(w)) => (w, 1),
+            got => panic!("one lease, once: {got:?}"),
+        };
+        for rv in 11..15 {
+            rig.apply(0, watcher::Event::Apply(raw("a", rv, "")));
+            rig.pump();
+        }
+        assert!(next(&mut one).is_none() && next(&mut two).is_none(), "never two leases out for one key");
+        let holder = 3 - other;
+        rig.driver.call(DriverCall::Detach { stream: holder }, rig.now);
+        rig.pump();
+        let rx = if other == 1 { &mut one } else { &mut two };
+        let again = next(rx).expect("handed to the other stream");
+        assert_eq!(version(&again), "14");
+        let refused = rig.complete(holder, &first.lease_id, Completion::Done).expect_err("gone with its stream");
+        assert!(matches!(refused, ReconcileError::FailedPrecondition { .. }), "{refused}");
+    }
+
+    #[tokio::test]
+    async fn completions_of_unknown_foreign_or_malformed_leases_are_refused_naming_the_field() {
+        let mut rig = Rig::new(true);
+        rig.list(0, vec![raw("a", 10, "")]);
+        let mut rx = rig.attach(1, 1);
+        let _other = rig.attach(2, 1);
+        rig.pump();
+        let work = next(&mut rx).expect("granted");
+        let cases = [
+            (2, work.lease_id.clone(), "another stream"),
+            (1, "q.1.999".to_owned(), "is not held"),
+            (1, "other.1.1".to_owned(), "of queue \"other\""),
+            (1, "garbage".to_owned(), "is not a lease id"),
+        ];
+        for (stream, lease, why) in cases {
+            let refused = rig.complete(stream, &lease, Completion::Done).expect_err("refused");
+            assert!(refused.to_string().starts_with("complete.lease_id: "), "{refused}");
+            assert!(refused.to_string().contains(why), "{refused}");
+        }
+        rig.complete(1, &work.lease_id, Completion::Done).expect("the holder completes it");
+    }
+
+    #[tokio::test]
+    async fn a_lease_past_its_timeout_goes_back_to_the_queue() {
+        let mut rig = Rig::new(true);
+        rig.list(0, vec![raw("a", 10, "")]);
+        let mut rx = rig.attach(1, 1);
+        rig.pump();
+        let work = next(&mut rx).expect("granted");
+        rig.now += Duration::from_secs(61);
+        rig.pump();
+        let again = next(&mut rx).expect("handed out again");
+        assert_ne!(again.lease_id, work.lease_id);
+        assert!(rig.complete(1, &work.lease_id, Completion::Done).is_err(), "the timed-out lease is not held");
+    }
+
+    #[tokio::test]
+    async fn a_deleted_primary_is_handed_out_once_with_its_last_state_then_forgotten() {
+        let mut rig = Rig::new(true);
+        rig.list(0, vec![raw("a", 10, "")]);
+        let mut rx = rig.attach(1, 1);
+        rig.pump();
+        let work = next(&mut rx).expect("granted");
+        rig.complete(1, &work.lease_id, Completion::Done).expect("completed");
+        rig.apply(0, watcher::Event::Delete(raw("a", 11, "")));
+        rig.pump();
+        let gone = next(&mut rx).expect("the deletion is handed out");
+        assert!(gone.deleted);
+        assert_eq!(version(&gone), "11", "its last known state");
+        rig.complete(1, &gone.lease_id, Completion::Done).expect("completed");
+        rig.pump();
+        assert!(next(&mut rx).is_none(), "once");
+        assert_eq!(rig.driver.queue.len(), 0, "forgotten");
+        assert!(rig.driver.tombstones.is_empty());
+    }
+}

@@ -1,0 +1,478 @@
+//! The work queue as state without I/O, client-go's workqueue semantics per key: one pending entry
+//! however many changes arrive, never two leases out for one key, a change during a lease queues one more
+//! pass after it, retries spaced by the limiter (changes during a backoff neither shorten it nor count as
+//! failures), and keys of initial lists behind live changes. Time is handed in, so tests drive it.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+
+use tokio::time::Instant;
+
+use super::limiter::{Limiter, RetryPolicy};
+use crate::watch::object::ObjKey;
+
+/// Where a change comes from, which decides its place in line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// A live watch event: handed out first.
+    Live,
+    /// An initial list (or a resync's snapshot): waits behind live changes.
+    Initial,
+}
+
+/// How the app ended a lease.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Completion {
+    /// Reconciled: failures forgotten; a change during the lease queues one more pass.
+    Done,
+    /// Hand it out again after this long, or sooner on a change.
+    Requeue(std::time::Duration),
+    /// Failed: again after the backoff, which changes do not shorten.
+    Retry(String),
+    /// Failed for good: not again until a change.
+    Terminal(String),
+}
+
+/// Why a key is queued but not ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// A REQUEUE: a change makes it ready at once.
+    Requeue,
+    /// A RETRY's backoff: changes leave it waiting.
+    Retry,
+}
+
+/// Where a key is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// Nothing to do: not queued, not leased.
+    Idle,
+    /// In a ready line.
+    Ready(Origin),
+    /// Taken from a ready line but not granted yet: the grant waits until the watch has caught up with
+    /// the pod's writes (see `gate`). Still queued: changes do not add it again.
+    Held,
+    /// Waiting for its time.
+    Waiting(Instant, Wait),
+    /// Leased to the app.
+    Leased,
+}
+
+/// Per-key state.
+#[derive(Debug)]
+struct KeyState {
+    place: Place,
+    /// A change arrived while leased: one more pass after the lease.
+    dirty: bool,
+    /// RETRYs in a row; reset by DONE and REQUEUE.
+    failures: u32,
+    /// The last RETRY's or TERMINAL's error, shown with the next pass and by `consistd status`.
+    last_error: Option<String>,
+    /// When it became ready (for the queue-latency histogram).
+    ready_since: Option<Instant>,
+    /// When the current lease was granted.
+    leased_at: Option<Instant>,
+}
+
+impl KeyState {
+    fn new() -> Self {
+        Self { place: Place::Idle, dirty: false, failures: 0, last_error: None, ready_since: None, leased_at: None }
+    }
+}
+
+/// What the queue counts, read by metrics and `consistd status`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Counts {
+    /// Keys ready or held for consistency: client-go's depth.
+    pub depth: usize,
+    /// Keys waiting for a REQUEUE's or RETRY's time.
+    pub waiting: usize,
+    /// Keys leased.
+    pub leased: usize,
+}
+
+/// A pass handed out.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Granted {
+    /// How long the key was ready before it was granted.
+    pub queued_for: std::time::Duration,
+    /// 1, or n for the nth pass in a row after a RETRY.
+    pub attempt: u32,
+    /// The error the previous pass ended with, after a RETRY.
+    pub last_error: Option<String>,
+}
+
+/// A lease ended.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Finished {
+    /// How long the lease was held.
+    pub worked_for: std::time::Duration,
+    /// Whether the key was queued for a retry.
+    pub retried: bool,
+}
+
+/// The queue.
+#[derive(Debug)]
+pub(crate) struct Queue {
+    keys: HashMap<ObjKey, KeyState>,
+    live: VecDeque<ObjKey>,
+    initial: VecDeque<ObjKey>,
+    /// Waiting keys by their time (a key's entry is removed when it leaves the wait).
+    timers: BTreeSet<(Instant, ObjKey)>,
+    limiter: Limiter,
+    /// Keys added to a ready line (client-go's adds).
+    adds: u64,
+}
+
+impl Queue {
+    /// An empty queue retrying with `policy`.
+    pub(crate) fn new(policy: RetryPolicy, now: Instant) -> Self {
+        Self {
+            keys: HashMap::new(),
+            live: VecDeque::new(),
+            initial: VecDeque::new(),
+            timers: BTreeSet::new(),
+            limiter: Limiter::new(policy, now),
+            adds: 0,
+        }
+    }
+
+    /// Keys added to a ready line so far.
+    pub(crate) fn adds(&self) -> u64 {
+        self.adds
+    }
+
+    /// How many keys are where.
+    pub(crate) fn counts(&self) -> Counts {
+        let mut counts = Counts::default();
+        for state in self.keys.values() {
+            match state.place {
+                Place::Ready(_) | Place::Held => counts.depth += 1,
+                Place::Waiting(..) => counts.waiting += 1,
+                Place::Leased => counts.leased += 1,
+                Place::Idle => {}
+            }
+        }
+        counts
+    }
+
+    /// Keys the queue knows (each costs its entry until forgotten).
+    pub(crate) fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// The key's object changed: queue it unless it is queued already; during a lease, one more pass
+    /// after it; during a RETRY's backoff, nothing (the backoff stands).
+    pub(crate) fn changed(&mut self, key: &ObjKey, origin: Origin, now: Instant) {
+        let state = self.keys.entry(key.clone()).or_insert_with(KeyState::new);
+        match state.place {
+            Place::Leased => state.dirty = true,
+            Place::Ready(Origin::Initial) if origin == Origin::Live => {
+                // A live change overtakes the initial list.
+                self.initial.retain(|k| k != key);
+                state.place = Place::Ready(Origin::Live);
+                self.live.push_back(key.clone());
+            }
+            Place::Ready(_) | Place::Held | Place::Waiting(_, Wait::Retry) => {}
+            Place::Waiting(at, Wait::Requeue) => {
+                self.timers.remove(&(at, key.clone()));
+                self.make_ready(key, origin, now);
+            }
+            Place::Idle => self.make_ready(key, origin, now),
+        }
+    }
+
+    fn make_ready(&mut self, key: &ObjKey, origin: Origin, now: Instant) {
+        let Some(state) = self.keys.get_mut(key) else { return };
+        state.place = Place::Ready(origin);
+        state.ready_since = Some(now);
+        self.adds += 1;
+        match origin {
+            Origin::Live => self.live.push_back(key.clone()),
+            Origin::Initial => self.initial.push_back(key.clone()),
+        }
+    }
+
+    /// Moves keys whose wait is over to the live line; returns when the next wait ends.
+    pub(crate) fn tick(&mut self, now: Instant) -> Option<Instant> {
+        while let Some((at, key)) = self.timers.first().cloned() {
+            if at > now {
+                return Some(at);
+            }
+            self.timers.pop_first();
+            if matches!(self.keys.get(&key).map(|s| s.place), Some(Place::Waiting(t, _)) if t == at) {
+                self.make_ready(&key, Origin::Live, now);
+            }
+        }
+        None
+    }
+
+    /// The next ready key, live ones first, now held until [`Queue::grant`] or [`Queue::hold`]'s caller
+    /// grants it.
+    pub(crate) fn pop(&mut self) -> Option<ObjKey> {
+        let key = self.live.pop_front().or_else(|| self.initial.pop_front())?;
+        if let Some(state) = self.keys.get_mut(&key) {
+            state.place = Place::Held;
+        }
+        Some(key)
+    }
+
+    /// Leases a held key.
+    pub(crate) fn grant(&mut self, key: &ObjKey, now: Instant) -> Option<Granted> {
+        let state = self.keys.get_mut(key)?;
+        if state.place != Place::Held {
+            return None;
+        }
+        state.place = Place::Leased;
+        state.dirty = false;
+        state.leased_at = Some(now);
+        let queued_for = state.ready_since.take().map(|t| now.saturating_duration_since(t)).unwrap_or_default();
+        Some(Granted { queued_for, attempt: state.failures + 1, last_error: state.last_error.clone() })
+    }
+
+    /// A held key goes back to the front of the live line (no free lease, or the election was lost).
+    pub(crate) fn unpop(&mut self, key: &ObjKey) {
+        if let Some(state) = self.keys.get_mut(key)
+            && state.place == Place::Held
+        {
+            state.place = Place::Ready(Origin::Live);
+            self.live.push_front(key.clone());
+        }
+    }
+
+    /// Ends a lease with the app's outcome.
+    pub(crate) fn complete(&mut self, key: &ObjKey, outcome: Completion, now: Instant) -> Option<Finished> {
+        let state = self.keys.get_mut(key)?;
+        if state.place != Place::Leased {
+            return None;
+        }
+        let worked_for = state.leased_at.take().map(|t| now.saturating_duration_since(t)).unwrap_or_default();
+        let dirty = std::mem::take(&mut state.dirty);
+        let mut retried = false;
+        match outcome {
+            Completion::Done => {
+                state.failures = 0;
+                state.last_error = None;
+                state.place = Place::Idle;
+                if dirty {
+                    self.make_ready(key, Origin::Live, now);
+                }
+            }
+            Completion::Requeue(after) => {
+                state.failures = 0;
+                state.last_error = None;
+                if dirty {
+                    state.place = Place::Idle;
+                    self.make_ready(key, Origin::Live, now);
+                } else {
+                    self.wait(key, now + after, Wait::Requeue);
+                }
+            }
+            Completion::Retry(error) => {
+                state.failures = state.failures.saturating_add(1);
+                state.last_error = Some(error);
+                let failures = state.failures;
+                let at = self.limiter.retry_at(failures, now);
+                self.wait(key, at, Wait::Retry);
+                retried = true;
+            }
+            Completion::Terminal(error) => {
+                state.failures = 0;
+                state.last_error = Some(error);
+                state.place = Place::Idle;
+                if dirty {
+                    self.make_ready(key, Origin::Live, now);
+                }
+            }
+        }
+        Some(Finished { worked_for, retried })
+    }
+
+    /// A lease ends without an outcome (its stream went away, it timed out, the election was lost): the
+    /// key is queued again at once, as a change would.
+    pub(crate) fn release(&mut self, key: &ObjKey, now: Instant) {
+        let Some(state) = self.keys.get_mut(key) else { return };
+        if state.place != Place::Leased {
+            return;
+        }
+        state.dirty = false;
+        state.leased_at = None;
+        state.place = Place::Idle;
+        self.make_ready(key, Origin::Live, now);
+    }
+
+    fn wait(&mut self, key: &ObjKey, at: Instant, why: Wait) {
+        if let Some(state) = self.keys.get_mut(key) {
+            state.place = Place::Waiting(at, why);
+            self.timers.insert((at, key.clone()));
+        }
+    }
+
+    /// Forgets an idle key (a deleted object handed out and done); a key still queued or leased stays.
+    pub(crate) fn forget(&mut self, key: &ObjKey) {
+        if self.keys.get(key).is_some_and(|s| s.place == Place::Idle) {
+            self.keys.remove(key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn key(name: &str) -> ObjKey {
+        ObjKey { namespace: "ns".into(), name: name.into() }
+    }
+
+    fn queue(now: Instant) -> Queue {
+        Queue::new(RetryPolicy::default(), now)
+    }
+
+    /// Pops and grants the next key.
+    fn take(q: &mut Queue, now: Instant) -> Option<(ObjKey, Granted)> {
+        let k = q.pop()?;
+        let g = q.grant(&k, now).expect("a popped key is granted");
+        Some((k, g))
+    }
+
+    #[test]
+    fn many_changes_make_one_pending_entry() {
+        let now = Instant::now();
+        let mut q = queue(now);
+        for _ in 0..5 {
+            q.changed(&key("a"), Origin::Live, now);
+        }
+        assert_eq!(q.counts().depth, 1);
+        assert_eq!(q.adds(), 1);
+        assert!(take(&mut q, now).is_some());
+        assert!(q.pop().is_none(), "one entry, one pass");
+    }
+
+    #[test]
+    fn a_leased_key_is_never_handed_out_again_until_completed_and_a_change_during_it_gives_one_more_pass() {
+        let now = Instant::now();
+        let mut q = queue(now);
+        q.changed(&key("a"), Origin::Live, now);
+        let (a, _) = take(&mut q, now).expect("granted");
+        for _ in 0..3 {
+            q.changed(&a, Origin::Live, now);
+        }
+        assert!(q.pop().is_none(), "never two leases out for one key");
+        assert_eq!(q.counts(), Counts { depth: 0, waiting: 0, leased: 1 });
+        q.complete(&a, Completion::Done, now).expect("leased");
+        assert_eq!(take(&mut q, now).map(|(k, _)| k), Some(a.clone()), "one more pass after the lease");
+        q.complete(&a, Completion::Done, now).expect("leased");
+        assert!(q.pop().is_none(), "and only one");
+    }
+
+    #[test]
+    fn the_initial_list_waits_behind_live_changes() {
+        let now = Instant::now();
+        let mut q = queue(now);
+        q.changed(&key("i1"), Origin::Initial, now);
+        q.changed(&key("i2"), Origin::Initial, now);
+        q.changed(&key("live"), Origin::Live, now);
+        q.changed(&key("i2"), Origin::Live, now); // a live change overtakes the list
+        let order: Vec<String> = std::iter::from_fn(|| take(&mut q, now).map(|(k, _)| k.name)).collect();
+        assert_eq!(order, ["live", "i2", "i1"]);
+    }
+
+    #[test]
+    fn a_retry_waits_its_backoff_and_changes_neither_shorten_it_nor_count_as_failures() {
+        let now = Instant::now();
+        let mut q = queue(now);
+        q.changed(&key("a"), Origin::Live, now);
+        let (a, g) = take(&mut q, now).expect("granted");
+        assert_eq!(g.attempt, 1);
+        q.complete(&a, Completion::Retry("boom".into()), now).expect("leased");
+        // Changes during the backoff.
+        q.changed(&a, Origin::Live, now);
+        q.changed(&a, Origin::Live, now + Duration::from_millis(1));
+        assert!(q.pop().is_none(), "an event must not shorten the backoff");
+        assert_eq!(q.tick(now + Duration::from_millis(4)), Some(now + Duration::from_millis(5)));
+        assert!(q.pop().is_none());
+        q.tick(now + Duration::from_millis(5));
+        let (_, g) = take(&mut q, now + Duration::from_millis(5)).expect("ready after 5 ms");
+        assert_eq!(g.attempt, 2, "the changes did not count as failures");
+        assert_eq!(g.last_error.as_deref(), Some("boom"));
+        // The second failure doubles the delay.
+        let t = now + Duration::from_millis(5);
+        q.complete(&a, Completion::Retry("again".into()), t).expect("leased");
+        q.tick(t + Duration::from_millis(9));
+        assert!(q.pop().is_none(), "10 ms the second time");
+        q.tick(t + Duration::from_millis(10));
+        let (_, g) = take(&mut q, t + Duration::from_millis(10)).expect("ready");
+        assert_eq!(g.attempt, 3);
+        q.complete(&a, Completion::Done, t).expect("leased");
+        q.changed(&a, Origin::Live, t);
+        assert_eq!(take(&mut q, t).expect("granted").1.attempt, 1, "done forgets the failures");
+    }
+
+    #[test]
+    fn a_requeue_comes_back_after_its_delay_or_at_once_on_a_change() {
+        let now = Instant::now();
+        let mut q = queue(now);
+        q.changed(&key("a"), Origin::Live, now);
+        let (a, _) = take(&mut q, now).expect("granted");
+        q.complete(&a, Completion::Requeue(Duration::from_secs(30)), now).expect("leased");
+        assert_eq!(q.counts().waiting, 1);
+        assert_eq!(q.tick(now), Some(now + Duration::from_secs(30)));
+        q.tick(now + Duration::from_secs(30));
+        let (a, _) = take(&mut q, now + Duration::from_secs(30)).expect("after 30 s");
+        q.complete(&a, Completion::Requeue(Duration::from_secs(30)), now).expect("leased");
+        q.changed(&a, Origin::Live, now);
+        assert!(take(&mut q, now).is_some(), "a change does not wait for a requeue");
+    }
+
+    #[test]
+    fn a_terminal_failure_waits_for_a_change() {
+        let now = Instant::now();
+        let mut q = queue(now);
+        q.changed(&key("a"), Origin::Live, now);
+        let (a, _) = take(&mut q, now).expect("granted");
+        q.complete(&a, Completion::Terminal("bad spec".into()), now).expect("leased");
+        assert_eq!(q.tick(now + Duration::from_secs(3600)), None);
+        assert!(q.pop().is_none());
+        q.changed(&a, Origin::Live, now);
+        let (_, g) = take(&mut q, now).expect("a change brings it back");
+        assert_eq!((g.attempt, g.last_error.as_deref()), (1, Some("bad spec")));
+    }
+
+    #[test]
+    fn a_released_lease_is_queued_again_and_its_late_completion_is_refused() {
+        let now = Instant::now();
+        let mut q = queue(now);
+        q.changed(&key("a"), Origin::Live, now);
+        let (a, _) = take(&mut q, now).expect("granted");
+        q.release(&a, now);
+        assert!(q.complete(&a, Completion::Done, now).is_none(), "not leased any more");
+        assert!(take(&mut q, now).is_some(), "handed out again");
+    }
+
+    #[test]
+    fn a_held_key_takes_no_second_entry_and_unpop_puts_it_first() {
+        let now = Instant::now();
+        let mut q = queue(now);
+        q.changed(&key("a"), Origin::Live, now);
+        q.changed(&key("b"), Origin::Live, now);
+        let a = q.pop().expect("a");
+        q.changed(&a, Origin::Live, now);
+        assert_eq!(q.counts().depth, 2, "held counts as queued, once");
+        q.unpop(&a);
+        assert_eq!(q.pop(), Some(a));
+    }
+
+    #[test]
+    fn only_idle_keys_are_forgotten() {
+        let now = Instant::now();
+        let mut q = queue(now);
+        q.changed(&key("a"), Origin::Live, now);
+        q.forget(&key("a"));
+        assert_eq!(q.len(), 1, "still queued");
+        let (a, _) = take(&mut q, now).expect("granted");
+        q.complete(&a, Completion::Done, now).expect("leased");
+        q.forget(&a);
+        assert_eq!(q.len(), 0);
+    }
+}

@@ -1,0 +1,369 @@
+//! ReconcileService against the real apiserver: keys handed out once each and never twice at a time,
+//! one more pass for a change during a lease, the app's own write seen by the key's next pass (through a
+//! delaying network), retries, leases returned by a vanished app, work only while the pod leads its
+//! election, a deletion handed out once, bad input refused naming the field, metrics and status.
+
+use std::time::Duration;
+
+use consistd_client::proto::{
+    CampaignRequest, Completion, ElectionRef, LeadershipState, ObjectQuery, Outcome, PatchRequest, PatchType,
+    QueueSpec, ReconcileRequest, ReconcileResponse, RelatedQuery, RetryPolicy, WorkItem, reconcile_request,
+    reconcile_response, reconcile_service_client::ReconcileServiceClient, related_query,
+};
+use consistd_testkit::{Daemon, proxy::DelayProxy};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::{
+    Api,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
+};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Code, Streaming};
+
+const BIN: &str = env!("CARGO_BIN_EXE_consistd");
+/// How long a test waits for one message before failing.
+const WAIT: Duration = Duration::from_secs(20);
+
+/// One open Reconcile stream: completions go out on `tx`, answers come in on `rx`.
+struct Queue {
+    tx: mpsc::Sender<ReconcileRequest>,
+    rx: Streaming<ReconcileResponse>,
+}
+
+fn spec(name: &str, ns: &str, max_leases: u32) -> QueueSpec {
+    QueueSpec {
+        name: name.into(),
+        primary: Some(ObjectQuery { resource: "configmaps".into(), namespace: ns.into(), ..Default::default() }),
+        max_leases,
+        ..Default::default()
+    }
+}
+
+/// Opens a stream with `spec`; the daemon's answer to it is the first message (or the call's status).
+async fn open(daemon: &Daemon, spec: QueueSpec) -> Result<Queue, tonic::Status> {
+    let (tx, requests) = mpsc::channel(64);
+    tx.send(ReconcileRequest { request: Some(reconcile_request::Request::Spec(spec)) }).await.expect("queue the spec");
+    let mut client = ReconcileServiceClient::new(daemon.client().channel());
+    let mut rx = client.reconcile(ReceiverStream::new(requests)).await?.into_inner();
+    match tokio::time::timeout(WAIT, rx.message()).await.expect("an answer to the spec")? {
+        Some(ReconcileResponse { response: Some(reconcile_response::Response::Started(_)) }) => Ok(Queue { tx, rx }),
+        other => panic!("expected STARTED, got {other:?}"),
+    }
+}
+
+impl Queue {
+    async fn message(&mut self, wait: Duration) -> Option<reconcile_response::Response> {
+        match tokio::time::timeout(wait, self.rx.message()).await {
+            Err(_) => None,
+            Ok(Ok(Some(m))) => m.response,
+            Ok(Ok(None)) => panic!("the reconcile stream ended"),
+            Ok(Err(status)) => panic!("the reconcile stream failed: {status}"),
+        }
+    }
+
+    /// The next work item, failing the test after [`WAIT`].
+    async fn item(&mut self) -> WorkItem {
+        match self.message(WAIT).await {
+            Some(reconcile_response::Response::Item(item)) => item,
+            other => panic!("expected a work item, got {other:?}"),
+        }
+    }
+
+    /// A work item within `wait`, if any.
+    async fn item_within(&mut self, wait: Duration) -> Option<WorkItem> {
+        match self.message(wait).await {
+            Some(reconcile_response::Response::Item(item)) => Some(item),
+            None => None,
+            other => panic!("expected a work item, got {other:?}"),
+        }
+    }
+
+    async fn send(&self, request: reconcile_request::Request) {
+        self.tx.send(ReconcileRequest { request: Some(request) }).await.expect("send on the reconcile stream");
+    }
+
+    async fn complete(&self, item: &WorkItem, outcome: Outcome) {
+        let c = Completion { lease_id: item.lease_id.clone(), outcome: outcome.into(), ..Default::default() };
+        self.send(reconcile_request::Request::Complete(c)).await;
+    }
+
+    /// The refusal of the last bad request.
+    async fn refusal(&mut self) -> (Code, String) {
+        match self.message(WAIT).await {
+            Some(reconcile_response::Response::Refused(r)) => {
+                let refusal = r.refusal.expect("refusal");
+                (Code::from(refusal.code), refusal.message)
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+}
+
+fn configmap(name: &str, data: Value) -> ConfigMap {
+    serde_json::from_value(json!({ "metadata": { "name": name }, "data": data })).expect("configmap")
+}
+
+fn data(item: &WorkItem) -> Value {
+    let object = item.object.as_ref().expect("an object");
+    serde_json::from_slice::<Value>(&object.json).expect("json")["data"].clone()
+}
+
+fn rv(item: &WorkItem) -> u64 {
+    item.object.as_ref().expect("an object").resource_version.parse().expect("an integer resourceVersion")
+}
+
+#[tokio::test]
+async fn each_key_is_leased_once_at_a_time_and_a_change_during_a_lease_gives_one_more_pass() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let api: Api<ConfigMap> = Api::namespaced(kube, &ns);
+    for name in ["a", "b", "c"] {
+        api.create(&PostParams::default(), &configmap(name, json!({ "v": "0" }))).await.expect("create");
+    }
+    let daemon = Daemon::builder(BIN).start().await;
+    let mut queue = open(&daemon, spec("work", &ns, 10)).await.expect("open");
+    let mut keys = Vec::new();
+    for _ in 0..3 {
+        let item = queue.item().await;
+        assert_eq!(item.namespace, ns);
+        assert_eq!(item.attempt, 1);
+        keys.push(item);
+    }
+    let mut names: Vec<&str> = keys.iter().map(|i| i.name.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["a", "b", "c"], "each key once");
+    // Changes to a leased key: no second lease while the first is out, however many arrive.
+    let a = keys.iter().find(|i| i.name == "a").expect("a");
+    for v in 1..=3 {
+        let patch = json!({ "data": { "v": v.to_string() } });
+        api.patch("a", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch");
+    }
+    assert!(queue.item_within(Duration::from_secs(2)).await.is_none(), "never two leases out for one key");
+    queue.complete(a, Outcome::Done).await;
+    let again = queue.item().await;
+    assert_eq!(again.name, "a");
+    assert_eq!(data(&again)["v"], "3", "read from the cache when granted, not when the event came");
+    queue.complete(&again, Outcome::Done).await;
+    assert!(queue.item_within(Duration::from_secs(2)).await.is_none(), "one more pass, not one per change");
+}
+
+/// The seed's promise where the app handles the key: a third party changes the object during the lease,
+/// the app writes it and completes; the key's next pass is never older than that write. The daemon's
+/// apiserver traffic is delayed, so the write's answer and its watch event race each other.
+#[tokio::test]
+async fn the_next_pass_of_a_key_never_carries_a_state_older_than_the_write_its_lease_made() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let api: Api<ConfigMap> = Api::namespaced(kube, &ns);
+    api.create(&PostParams::default(), &configmap("obj", json!({ "v": "0" }))).await.expect("create");
+    let proxy = DelayProxy::start(consistd_testkit::apiserver_addr()).await;
+    let daemon = Daemon::builder(BIN).config("consistency:\n  timeout: 10s\n").through(&proxy).start().await;
+    let client = daemon.client();
+    let mut queue = open(&daemon, spec("own", &ns, 1)).await.expect("open");
+    let mut item = queue.item().await;
+    proxy.set_delay(Duration::from_millis(200));
+    for round in 0..8 {
+        // During the lease: a third party's change, then the app's own write, then DONE at once.
+        let third = json!({ "data": { "third": round.to_string() } });
+        api.patch("obj", &PatchParams::default(), &Patch::Merge(&third)).await.expect("third-party patch");
+        tokio::time::sleep(Duration::from_millis(400)).await; // its event reached the daemon: one more pass
+        let own = PatchRequest {
+            resource: "configmaps".into(),
+            namespace: ns.clone(),
+            name: "obj".into(),
+            patch_type: PatchType::Merge.into(),
+            patch: json!({ "data": { "handled": round.to_string() } }).to_string().into_bytes(),
+            reconcile_lease: item.lease_id.clone(),
+            ..Default::default()
+        };
+        let written = client.objects().patch(own).await.expect("the app's patch").into_inner().object.expect("object");
+        queue.complete(&item, Outcome::Done).await;
+        item = queue.item().await;
+        let written: u64 = written.resource_version.parse().expect("integer");
+        assert!(rv(&item) >= written, "round {round}: granted {} before the app's own write {written}", rv(&item));
+        assert_eq!(data(&item)["handled"], round.to_string(), "round {round}");
+    }
+    let metrics = daemon.metrics().await;
+    assert!(metrics.contains("consistd_workqueue_consistency_holds_total{name=\"own\"}"), "{metrics}");
+}
+
+#[tokio::test]
+async fn a_retry_comes_back_with_its_attempt_and_error_and_the_queue_shows_in_metrics_and_status() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let api: Api<ConfigMap> = Api::namespaced(kube, &ns);
+    api.create(&PostParams::default(), &configmap("a", json!({}))).await.expect("create");
+    let daemon = Daemon::builder(BIN).start().await;
+    let mut s = spec("retries", &ns, 1);
+    s.retry = Some(RetryPolicy {
+        base_delay: Some(prost_types::Duration { seconds: 0, nanos: 200_000_000 }),
+        ..Default::default()
+    });
+    let mut queue = open(&daemon, s).await.expect("open");
+    let first = queue.item().await;
+    let failed = Completion {
+        lease_id: first.lease_id.clone(),
+        outcome: Outcome::Retry.into(),
+        error: "the backend said no".into(),
+        ..Default::default()
+    };
+    let sent = tokio::time::Instant::now();
+    queue.send(reconcile_request::Request::Complete(failed)).await;
+    let second = queue.item().await;
+    assert!(sent.elapsed() >= Duration::from_millis(200), "after its backoff: {:?}", sent.elapsed());
+    assert_eq!((second.attempt, second.last_error.as_str()), (2, "the backend said no"));
+    let metrics = daemon.metrics().await;
+    for line in [
+        "consistd_workqueue_retries_total{name=\"retries\"} 1",
+        "consistd_workqueue_adds_total{name=\"retries\"}",
+        "consistd_workqueue_work_duration_seconds_count{name=\"retries\"} 1",
+        "consistd_workqueue_longest_running_processor_seconds{name=\"retries\"}",
+    ] {
+        assert!(metrics.contains(line), "{line} in\n{metrics}");
+    }
+    let report = consistd::admin::fetch_report(daemon.admin_socket()).await.expect("report");
+    let q = report.queues.iter().find(|q| q.name == "retries").expect("the queue in the report");
+    assert_eq!((q.leased, q.streams, q.active), (1, 1, true));
+    assert_eq!(q.last_error, Some(format!("{ns}/a: the backend said no")));
+    assert!(consistd::cli::render(&report).contains("queue       retries"), "{}", consistd::cli::render(&report));
+}
+
+#[tokio::test]
+async fn a_vanished_app_returns_its_leases_to_the_other_stream_of_the_queue() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let api: Api<ConfigMap> = Api::namespaced(kube, &ns);
+    api.create(&PostParams::default(), &configmap("a", json!({}))).await.expect("create");
+    let daemon = Daemon::builder(BIN).start().await;
+    let mut first = open(&daemon, spec("shared", &ns, 5)).await.expect("open");
+    let item = first.item().await;
+    let mut second = open(&daemon, spec("shared", &ns, 5)).await.expect("join the same queue");
+    assert!(second.item_within(Duration::from_secs(1)).await.is_none(), "a is leased to the first stream");
+    drop(first);
+    let again = second.item().await;
+    assert_eq!(again.name, "a");
+    assert_ne!(again.lease_id, item.lease_id);
+    // A third stream asking for the same name with another spec is refused.
+    let status = open(&daemon, spec("shared", "default", 5)).await.err().expect("refused");
+    assert_eq!(status.code(), Code::FailedPrecondition, "{status}");
+    assert!(status.message().starts_with("spec: "), "{status}");
+}
+
+#[tokio::test]
+async fn work_is_handed_out_only_while_this_pod_leads_and_carries_the_term() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let api: Api<ConfigMap> = Api::namespaced(kube, &ns);
+    api.create(&PostParams::default(), &configmap("a", json!({}))).await.expect("create");
+    let daemon = Daemon::builder(BIN).config(format!("identity: me\nnamespace: {ns}\n")).start().await;
+    let mut s = spec("led", &ns, 1);
+    s.election = Some(ElectionRef { election: "led".into(), namespace: String::new() });
+    let mut queue = open(&daemon, s).await.expect("open");
+    assert!(queue.item_within(Duration::from_secs(2)).await.is_none(), "nobody campaigns: no work");
+    let campaign = CampaignRequest { election: "led".into(), ..Default::default() };
+    let mut leading = daemon.client().leadership().campaign(campaign).await.expect("campaign").into_inner();
+    let term = loop {
+        let status = leading.message().await.expect("campaign stream").expect("status").status.expect("status");
+        if status.state() == LeadershipState::Leader {
+            break status.term;
+        }
+    };
+    let item = queue.item().await;
+    assert_eq!(item.term, term);
+    assert!(term >= 1);
+}
+
+#[tokio::test]
+async fn owned_objects_queue_their_controller_and_a_deletion_is_handed_out_once() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let api: Api<ConfigMap> = Api::namespaced(kube, &ns);
+    let owner = api.create(&PostParams::default(), &configmap("owner", json!({}))).await.expect("create");
+    let daemon = Daemon::builder(BIN).start().await;
+    let mut s = spec("owners", &ns, 5);
+    s.primary = Some(ObjectQuery {
+        resource: "configmaps".into(),
+        namespace: ns.clone(),
+        field_selector: "metadata.name=owner".into(),
+        ..Default::default()
+    });
+    s.related = vec![RelatedQuery {
+        query: Some(ObjectQuery {
+            resource: "configmaps".into(),
+            namespace: ns.clone(),
+            label_selector: "role=child".into(),
+            ..Default::default()
+        }),
+        maps_by: Some(related_query::MapsBy::ControllerOwner(true)),
+    }];
+    let mut queue = open(&daemon, s).await.expect("open");
+    let first = queue.item().await;
+    assert_eq!(first.name, "owner");
+    queue.complete(&first, Outcome::Done).await;
+    let uid = owner.metadata.uid.clone().expect("uid");
+    let child: ConfigMap = serde_json::from_value(json!({
+        "metadata": {
+            "name": "child", "labels": { "role": "child" },
+            "ownerReferences": [{ "apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": uid, "controller": true }]
+        }
+    }))
+    .expect("child");
+    api.create(&PostParams::default(), &child).await.expect("create the child");
+    let by_child = queue.item().await;
+    assert_eq!(by_child.name, "owner", "the child's change queues its controller");
+    queue.complete(&by_child, Outcome::Done).await;
+    api.delete("owner", &DeleteParams::default()).await.expect("delete");
+    let gone = queue.item().await;
+    assert!(gone.deleted, "{gone:?}");
+    assert_eq!(gone.object.as_ref().expect("last state").uid, uid);
+    queue.complete(&gone, Outcome::Done).await;
+    assert!(queue.item_within(Duration::from_secs(2)).await.is_none(), "a deletion once");
+}
+
+#[tokio::test]
+async fn bad_specs_and_completions_are_refused_naming_the_field() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let daemon = Daemon::builder(BIN).start().await;
+    let refused = |s: QueueSpec| {
+        let daemon = &daemon;
+        async move { open(daemon, s).await.err().expect("refused") }
+    };
+    let status = refused(spec("bad", &ns, 0)).await;
+    assert_eq!((status.code(), status.message().split(':').next()), (Code::InvalidArgument, Some("spec.max_leases")));
+    let status = refused(spec("Not_A_Label", &ns, 1)).await;
+    assert_eq!((status.code(), status.message().split(':').next()), (Code::InvalidArgument, Some("spec.name")));
+    let mut unknown = spec("bad", &ns, 1);
+    unknown.primary.as_mut().expect("primary").resource = "nosuchthings".into();
+    let status = refused(unknown).await;
+    assert!(status.message().starts_with("spec.primary: "), "{status}");
+    assert_eq!(status.code(), Code::NotFound, "{status}");
+    let mut selector = spec("bad", &ns, 1);
+    selector.primary.as_mut().expect("primary").label_selector = "a in (".into();
+    let status = refused(selector).await;
+    assert_eq!(status.code(), Code::InvalidArgument, "{status}");
+    assert!(status.message().starts_with("spec.primary: list configmaps (label_selector)"), "{status}");
+    let mut unmapped = spec("bad", &ns, 1);
+    unmapped.related = vec![RelatedQuery { query: unmapped.primary.clone(), maps_by: None }];
+    let status = refused(unmapped).await;
+    assert!(status.message().starts_with("spec.related[0].maps_by: "), "{status}");
+
+    // In a running stream: a second spec, an unknown lease and an unset outcome are refused, and the
+    // stream goes on.
+    let mut queue = open(&daemon, spec("good", &ns, 1)).await.expect("open");
+    queue.send(reconcile_request::Request::Spec(spec("good", &ns, 1))).await;
+    let (code, message) = queue.refusal().await;
+    assert_eq!((code, message.split(':').next()), (Code::FailedPrecondition, Some("spec")));
+    let unknown = Completion { lease_id: "good.999.1".into(), outcome: Outcome::Done.into(), ..Default::default() };
+    queue.send(reconcile_request::Request::Complete(unknown)).await;
+    let (code, message) = queue.refusal().await;
+    assert_eq!((code, message.split(':').next()), (Code::FailedPrecondition, Some("complete.lease_id")));
+    let unset = Completion { lease_id: "good.1.1".into(), ..Default::default() };
+    queue.send(reconcile_request::Request::Complete(unset)).await;
+    let (code, message) = queue.refusal().await;
+    assert_eq!((code, message.split(':').next()), (Code::InvalidArgument, Some("complete.outcome")));
+    let api: Api<ConfigMap> = Api::namespaced(kube, &ns);
+    api.create(&PostParams::default(), &configmap("late", json!({}))).await.expect("create");
+    assert_eq!(queue.item().await.name, "late", "the stream still works");
+}
