@@ -31,7 +31,9 @@ type KubeObject struct {
 	Namespace string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	// metadata.name.
 	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
-	// metadata.resourceVersion: opaque, compare for equality only.
+	// metadata.resourceVersion. Kubernetes 1.35+ guarantees it is a decimal integer that grows with every
+	// change (KEP-5504), so two versions of one object compare as numbers; before 1.35, compare for
+	// equality only.
 	ResourceVersion string `protobuf:"bytes,4,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
 	// The whole object (apiVersion, kind, metadata, spec, status, ...) as JSON.
 	Json          []byte `protobuf:"bytes,5,opt,name=json,proto3" json:"json,omitempty"`

@@ -464,9 +464,13 @@ type CreateRequest struct {
 	// Field manager recorded by the apiserver; default "consistd".
 	FieldManager string `protobuf:"bytes,4,opt,name=field_manager,json=fieldManager,proto3" json:"field_manager,omitempty"`
 	// Refuse unless this daemon leads the named election in the named term.
-	Guard         *WriteGuard `protobuf:"bytes,5,opt,name=guard,proto3" json:"guard,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Guard *WriteGuard `protobuf:"bytes,5,opt,name=guard,proto3" json:"guard,omitempty"`
+	// A ReconcileService lease (WorkItem.lease_id) this write is made for: the key's next lease waits until
+	// the watch of the written object (the primary's, or a related query's) has caught up with this write.
+	// Writes to the primary object itself are waited for without it.
+	ReconcileLease string `protobuf:"bytes,6,opt,name=reconcile_lease,json=reconcileLease,proto3" json:"reconcile_lease,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CreateRequest) Reset() {
@@ -534,6 +538,13 @@ func (x *CreateRequest) GetGuard() *WriteGuard {
 	return nil
 }
 
+func (x *CreateRequest) GetReconcileLease() string {
+	if x != nil {
+		return x.ReconcileLease
+	}
+	return ""
+}
+
 // CreateResponse carries the object as created.
 type CreateResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -588,11 +599,15 @@ type UpdateRequest struct {
 	// The whole new object as JSON.
 	Object []byte `protobuf:"bytes,4,opt,name=object,proto3" json:"object,omitempty"`
 	// "" for the object itself, or "status".
-	Subresource   string      `protobuf:"bytes,5,opt,name=subresource,proto3" json:"subresource,omitempty"`
-	FieldManager  string      `protobuf:"bytes,6,opt,name=field_manager,json=fieldManager,proto3" json:"field_manager,omitempty"`
-	Guard         *WriteGuard `protobuf:"bytes,7,opt,name=guard,proto3" json:"guard,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Subresource  string      `protobuf:"bytes,5,opt,name=subresource,proto3" json:"subresource,omitempty"`
+	FieldManager string      `protobuf:"bytes,6,opt,name=field_manager,json=fieldManager,proto3" json:"field_manager,omitempty"`
+	Guard        *WriteGuard `protobuf:"bytes,7,opt,name=guard,proto3" json:"guard,omitempty"`
+	// A ReconcileService lease (WorkItem.lease_id) this write is made for: the key's next lease waits until
+	// the watch of the written object (the primary's, or a related query's) has caught up with this write.
+	// Writes to the primary object itself are waited for without it.
+	ReconcileLease string `protobuf:"bytes,8,opt,name=reconcile_lease,json=reconcileLease,proto3" json:"reconcile_lease,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *UpdateRequest) Reset() {
@@ -674,6 +689,13 @@ func (x *UpdateRequest) GetGuard() *WriteGuard {
 	return nil
 }
 
+func (x *UpdateRequest) GetReconcileLease() string {
+	if x != nil {
+		return x.ReconcileLease
+	}
+	return ""
+}
+
 // UpdateResponse carries the object as stored.
 type UpdateResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -733,10 +755,14 @@ type PatchRequest struct {
 	// Required for APPLY; default "consistd" otherwise.
 	FieldManager string `protobuf:"bytes,7,opt,name=field_manager,json=fieldManager,proto3" json:"field_manager,omitempty"`
 	// APPLY only: take ownership of conflicting fields.
-	Force         bool        `protobuf:"varint,8,opt,name=force,proto3" json:"force,omitempty"`
-	Guard         *WriteGuard `protobuf:"bytes,9,opt,name=guard,proto3" json:"guard,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Force bool        `protobuf:"varint,8,opt,name=force,proto3" json:"force,omitempty"`
+	Guard *WriteGuard `protobuf:"bytes,9,opt,name=guard,proto3" json:"guard,omitempty"`
+	// A ReconcileService lease (WorkItem.lease_id) this write is made for: the key's next lease waits until
+	// the watch of the written object (the primary's, or a related query's) has caught up with this write.
+	// Writes to the primary object itself are waited for without it.
+	ReconcileLease string `protobuf:"bytes,10,opt,name=reconcile_lease,json=reconcileLease,proto3" json:"reconcile_lease,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PatchRequest) Reset() {
@@ -832,6 +858,13 @@ func (x *PatchRequest) GetGuard() *WriteGuard {
 	return nil
 }
 
+func (x *PatchRequest) GetReconcileLease() string {
+	if x != nil {
+		return x.ReconcileLease
+	}
+	return ""
+}
+
 // PatchResponse carries the object as stored.
 type PatchResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -889,8 +922,12 @@ type DeleteRequest struct {
 	PreconditionResourceVersion string            `protobuf:"bytes,5,opt,name=precondition_resource_version,json=preconditionResourceVersion,proto3" json:"precondition_resource_version,omitempty"`
 	PropagationPolicy           PropagationPolicy `protobuf:"varint,6,opt,name=propagation_policy,json=propagationPolicy,proto3,enum=consistd.v1.PropagationPolicy" json:"propagation_policy,omitempty"`
 	Guard                       *WriteGuard       `protobuf:"bytes,7,opt,name=guard,proto3" json:"guard,omitempty"`
-	unknownFields               protoimpl.UnknownFields
-	sizeCache                   protoimpl.SizeCache
+	// A ReconcileService lease (WorkItem.lease_id) this write is made for: the key's next lease waits until
+	// the watch of the written object (the primary's, or a related query's) has caught up with this write.
+	// Writes to the primary object itself are waited for without it.
+	ReconcileLease string `protobuf:"bytes,8,opt,name=reconcile_lease,json=reconcileLease,proto3" json:"reconcile_lease,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *DeleteRequest) Reset() {
@@ -972,6 +1009,13 @@ func (x *DeleteRequest) GetGuard() *WriteGuard {
 	return nil
 }
 
+func (x *DeleteRequest) GetReconcileLease() string {
+	if x != nil {
+		return x.ReconcileLease
+	}
+	return ""
+}
+
 // DeleteResponse carries the object's last state when the apiserver returned it (finalizers may keep it
 // around; then it is the object marked for deletion).
 type DeleteResponse struct {
@@ -1041,15 +1085,16 @@ const file_consistd_v1_objects_proto_rawDesc = "" +
 	"\fListResponse\x121\n" +
 	"\aobjects\x18\x01 \x03(\v2\x17.consistd.v1.KubeObjectR\aobjects\x12)\n" +
 	"\x10resource_version\x18\x02 \x01(\tR\x0fresourceVersion\x12/\n" +
-	"\x06source\x18\x03 \x01(\x0e2\x17.consistd.v1.ReadSourceR\x06source\"\xb5\x01\n" +
+	"\x06source\x18\x03 \x01(\x0e2\x17.consistd.v1.ReadSourceR\x06source\"\xde\x01\n" +
 	"\rCreateRequest\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x16\n" +
 	"\x06object\x18\x03 \x01(\fR\x06object\x12#\n" +
 	"\rfield_manager\x18\x04 \x01(\tR\ffieldManager\x12-\n" +
-	"\x05guard\x18\x05 \x01(\v2\x17.consistd.v1.WriteGuardR\x05guard\"A\n" +
+	"\x05guard\x18\x05 \x01(\v2\x17.consistd.v1.WriteGuardR\x05guard\x12'\n" +
+	"\x0freconcile_lease\x18\x06 \x01(\tR\x0ereconcileLease\"A\n" +
 	"\x0eCreateResponse\x12/\n" +
-	"\x06object\x18\x01 \x01(\v2\x17.consistd.v1.KubeObjectR\x06object\"\xeb\x01\n" +
+	"\x06object\x18\x01 \x01(\v2\x17.consistd.v1.KubeObjectR\x06object\"\x94\x02\n" +
 	"\rUpdateRequest\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
@@ -1057,9 +1102,10 @@ const file_consistd_v1_objects_proto_rawDesc = "" +
 	"\x06object\x18\x04 \x01(\fR\x06object\x12 \n" +
 	"\vsubresource\x18\x05 \x01(\tR\vsubresource\x12#\n" +
 	"\rfield_manager\x18\x06 \x01(\tR\ffieldManager\x12-\n" +
-	"\x05guard\x18\a \x01(\v2\x17.consistd.v1.WriteGuardR\x05guard\"A\n" +
+	"\x05guard\x18\a \x01(\v2\x17.consistd.v1.WriteGuardR\x05guard\x12'\n" +
+	"\x0freconcile_lease\x18\b \x01(\tR\x0ereconcileLease\"A\n" +
 	"\x0eUpdateResponse\x12/\n" +
-	"\x06object\x18\x01 \x01(\v2\x17.consistd.v1.KubeObjectR\x06object\"\xb5\x02\n" +
+	"\x06object\x18\x01 \x01(\v2\x17.consistd.v1.KubeObjectR\x06object\"\xde\x02\n" +
 	"\fPatchRequest\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
@@ -1070,9 +1116,11 @@ const file_consistd_v1_objects_proto_rawDesc = "" +
 	"\vsubresource\x18\x06 \x01(\tR\vsubresource\x12#\n" +
 	"\rfield_manager\x18\a \x01(\tR\ffieldManager\x12\x14\n" +
 	"\x05force\x18\b \x01(\bR\x05force\x12-\n" +
-	"\x05guard\x18\t \x01(\v2\x17.consistd.v1.WriteGuardR\x05guard\"@\n" +
+	"\x05guard\x18\t \x01(\v2\x17.consistd.v1.WriteGuardR\x05guard\x12'\n" +
+	"\x0freconcile_lease\x18\n" +
+	" \x01(\tR\x0ereconcileLease\"@\n" +
 	"\rPatchResponse\x12/\n" +
-	"\x06object\x18\x01 \x01(\v2\x17.consistd.v1.KubeObjectR\x06object\"\xca\x02\n" +
+	"\x06object\x18\x01 \x01(\v2\x17.consistd.v1.KubeObjectR\x06object\"\xf3\x02\n" +
 	"\rDeleteRequest\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
@@ -1080,7 +1128,8 @@ const file_consistd_v1_objects_proto_rawDesc = "" +
 	"\x10precondition_uid\x18\x04 \x01(\tR\x0fpreconditionUid\x12B\n" +
 	"\x1dprecondition_resource_version\x18\x05 \x01(\tR\x1bpreconditionResourceVersion\x12M\n" +
 	"\x12propagation_policy\x18\x06 \x01(\x0e2\x1e.consistd.v1.PropagationPolicyR\x11propagationPolicy\x12-\n" +
-	"\x05guard\x18\a \x01(\v2\x17.consistd.v1.WriteGuardR\x05guard\"A\n" +
+	"\x05guard\x18\a \x01(\v2\x17.consistd.v1.WriteGuardR\x05guard\x12'\n" +
+	"\x0freconcile_lease\x18\b \x01(\tR\x0ereconcileLease\"A\n" +
 	"\x0eDeleteResponse\x12/\n" +
 	"\x06object\x18\x01 \x01(\v2\x17.consistd.v1.KubeObjectR\x06object*[\n" +
 	"\n" +

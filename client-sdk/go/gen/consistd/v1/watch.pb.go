@@ -30,6 +30,14 @@ const (
 	DeliveryMode_DELIVERY_MODE_RAW DeliveryMode = 1
 	// Per object, only states consistent with this pod's own writes; each (uid, resourceVersion) at most
 	// once; a slow subscriber gets the latest state per object (a DELETE is never coalesced away).
+	//
+	// The daemon judges a state when it sends it. A state sent before the app's write reached the daemon
+	// can still be on its way, or queued in the app, when that write returns. So that the guarantee holds
+	// where the app handles a state, a client applies the own-write rule when the app takes each event
+	// (not when it arrives): remember, per object uid, the largest resourceVersion that an ObjectsService
+	// write the app made returned; drop an ADDED or MODIFIED event whose object has that uid and a smaller
+	// resourceVersion (compared as integers, see KubeObject.resource_version). DELETED events are never
+	// dropped. The consistd SDKs do this; in RAW mode they mark such events instead of dropping them.
 	DeliveryMode_DELIVERY_MODE_CONSISTENT DeliveryMode = 2
 )
 

@@ -86,18 +86,20 @@ class ListResponse(_message.Message):
     def __init__(self, objects: _Optional[_Iterable[_Union[_object_pb2.KubeObject, _Mapping]]] = ..., resource_version: _Optional[str] = ..., source: _Optional[_Union[ReadSource, str]] = ...) -> None: ...
 
 class CreateRequest(_message.Message):
-    __slots__ = ("resource", "namespace", "object", "field_manager", "guard")
+    __slots__ = ("resource", "namespace", "object", "field_manager", "guard", "reconcile_lease")
     RESOURCE_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     OBJECT_FIELD_NUMBER: _ClassVar[int]
     FIELD_MANAGER_FIELD_NUMBER: _ClassVar[int]
     GUARD_FIELD_NUMBER: _ClassVar[int]
+    RECONCILE_LEASE_FIELD_NUMBER: _ClassVar[int]
     resource: str
     namespace: str
     object: bytes
     field_manager: str
     guard: _object_pb2.WriteGuard
-    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., object: _Optional[bytes] = ..., field_manager: _Optional[str] = ..., guard: _Optional[_Union[_object_pb2.WriteGuard, _Mapping]] = ...) -> None: ...
+    reconcile_lease: str
+    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., object: _Optional[bytes] = ..., field_manager: _Optional[str] = ..., guard: _Optional[_Union[_object_pb2.WriteGuard, _Mapping]] = ..., reconcile_lease: _Optional[str] = ...) -> None: ...
 
 class CreateResponse(_message.Message):
     __slots__ = ("object",)
@@ -106,7 +108,7 @@ class CreateResponse(_message.Message):
     def __init__(self, object: _Optional[_Union[_object_pb2.KubeObject, _Mapping]] = ...) -> None: ...
 
 class UpdateRequest(_message.Message):
-    __slots__ = ("resource", "namespace", "name", "object", "subresource", "field_manager", "guard")
+    __slots__ = ("resource", "namespace", "name", "object", "subresource", "field_manager", "guard", "reconcile_lease")
     RESOURCE_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -114,6 +116,7 @@ class UpdateRequest(_message.Message):
     SUBRESOURCE_FIELD_NUMBER: _ClassVar[int]
     FIELD_MANAGER_FIELD_NUMBER: _ClassVar[int]
     GUARD_FIELD_NUMBER: _ClassVar[int]
+    RECONCILE_LEASE_FIELD_NUMBER: _ClassVar[int]
     resource: str
     namespace: str
     name: str
@@ -121,7 +124,8 @@ class UpdateRequest(_message.Message):
     subresource: str
     field_manager: str
     guard: _object_pb2.WriteGuard
-    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., object: _Optional[bytes] = ..., subresource: _Optional[str] = ..., field_manager: _Optional[str] = ..., guard: _Optional[_Union[_object_pb2.WriteGuard, _Mapping]] = ...) -> None: ...
+    reconcile_lease: str
+    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., object: _Optional[bytes] = ..., subresource: _Optional[str] = ..., field_manager: _Optional[str] = ..., guard: _Optional[_Union[_object_pb2.WriteGuard, _Mapping]] = ..., reconcile_lease: _Optional[str] = ...) -> None: ...
 
 class UpdateResponse(_message.Message):
     __slots__ = ("object",)
@@ -130,7 +134,7 @@ class UpdateResponse(_message.Message):
     def __init__(self, object: _Optional[_Union[_object_pb2.KubeObject, _Mapping]] = ...) -> None: ...
 
 class PatchRequest(_message.Message):
-    __slots__ = ("resource", "namespace", "name", "patch_type", "patch", "subresource", "field_manager", "force", "guard")
+    __slots__ = ("resource", "namespace", "name", "patch_type", "patch", "subresource", "field_manager", "force", "guard", "reconcile_lease")
     RESOURCE_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -140,6 +144,7 @@ class PatchRequest(_message.Message):
     FIELD_MANAGER_FIELD_NUMBER: _ClassVar[int]
     FORCE_FIELD_NUMBER: _ClassVar[int]
     GUARD_FIELD_NUMBER: _ClassVar[int]
+    RECONCILE_LEASE_FIELD_NUMBER: _ClassVar[int]
     resource: str
     namespace: str
     name: str
@@ -149,7 +154,8 @@ class PatchRequest(_message.Message):
     field_manager: str
     force: bool
     guard: _object_pb2.WriteGuard
-    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., patch_type: _Optional[_Union[PatchType, str]] = ..., patch: _Optional[bytes] = ..., subresource: _Optional[str] = ..., field_manager: _Optional[str] = ..., force: _Optional[bool] = ..., guard: _Optional[_Union[_object_pb2.WriteGuard, _Mapping]] = ...) -> None: ...
+    reconcile_lease: str
+    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., patch_type: _Optional[_Union[PatchType, str]] = ..., patch: _Optional[bytes] = ..., subresource: _Optional[str] = ..., field_manager: _Optional[str] = ..., force: _Optional[bool] = ..., guard: _Optional[_Union[_object_pb2.WriteGuard, _Mapping]] = ..., reconcile_lease: _Optional[str] = ...) -> None: ...
 
 class PatchResponse(_message.Message):
     __slots__ = ("object",)
@@ -158,7 +164,7 @@ class PatchResponse(_message.Message):
     def __init__(self, object: _Optional[_Union[_object_pb2.KubeObject, _Mapping]] = ...) -> None: ...
 
 class DeleteRequest(_message.Message):
-    __slots__ = ("resource", "namespace", "name", "precondition_uid", "precondition_resource_version", "propagation_policy", "guard")
+    __slots__ = ("resource", "namespace", "name", "precondition_uid", "precondition_resource_version", "propagation_policy", "guard", "reconcile_lease")
     RESOURCE_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -166,6 +172,7 @@ class DeleteRequest(_message.Message):
     PRECONDITION_RESOURCE_VERSION_FIELD_NUMBER: _ClassVar[int]
     PROPAGATION_POLICY_FIELD_NUMBER: _ClassVar[int]
     GUARD_FIELD_NUMBER: _ClassVar[int]
+    RECONCILE_LEASE_FIELD_NUMBER: _ClassVar[int]
     resource: str
     namespace: str
     name: str
@@ -173,7 +180,8 @@ class DeleteRequest(_message.Message):
     precondition_resource_version: str
     propagation_policy: PropagationPolicy
     guard: _object_pb2.WriteGuard
-    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., precondition_uid: _Optional[str] = ..., precondition_resource_version: _Optional[str] = ..., propagation_policy: _Optional[_Union[PropagationPolicy, str]] = ..., guard: _Optional[_Union[_object_pb2.WriteGuard, _Mapping]] = ...) -> None: ...
+    reconcile_lease: str
+    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., precondition_uid: _Optional[str] = ..., precondition_resource_version: _Optional[str] = ..., propagation_policy: _Optional[_Union[PropagationPolicy, str]] = ..., guard: _Optional[_Union[_object_pb2.WriteGuard, _Mapping]] = ..., reconcile_lease: _Optional[str] = ...) -> None: ...
 
 class DeleteResponse(_message.Message):
     __slots__ = ("object",)

@@ -18,7 +18,11 @@ export interface KubeObject {
   namespace: string;
   /** metadata.name. */
   name: string;
-  /** metadata.resourceVersion: opaque, compare for equality only. */
+  /**
+   * metadata.resourceVersion. Kubernetes 1.35+ guarantees it is a decimal integer that grows with every
+   * change (KEP-5504), so two versions of one object compare as numbers; before 1.35, compare for
+   * equality only.
+   */
   resourceVersion: string;
   /** The whole object (apiVersion, kind, metadata, spec, status, ...) as JSON. */
   json: Buffer;

@@ -100,7 +100,15 @@ export interface CreateRequest {
   /** Field manager recorded by the apiserver; default "consistd". */
   fieldManager: string;
   /** Refuse unless this daemon leads the named election in the named term. */
-  guard: WriteGuard | undefined;
+  guard:
+    | WriteGuard
+    | undefined;
+  /**
+   * A ReconcileService lease (WorkItem.lease_id) this write is made for: the key's next lease waits until
+   * the watch of the written object (the primary's, or a related query's) has caught up with this write.
+   * Writes to the primary object itself are waited for without it.
+   */
+  reconcileLease: string;
 }
 
 /** CreateResponse carries the object as created. */
@@ -118,7 +126,15 @@ export interface UpdateRequest {
   /** "" for the object itself, or "status". */
   subresource: string;
   fieldManager: string;
-  guard: WriteGuard | undefined;
+  guard:
+    | WriteGuard
+    | undefined;
+  /**
+   * A ReconcileService lease (WorkItem.lease_id) this write is made for: the key's next lease waits until
+   * the watch of the written object (the primary's, or a related query's) has caught up with this write.
+   * Writes to the primary object itself are waited for without it.
+   */
+  reconcileLease: string;
 }
 
 /** UpdateResponse carries the object as stored. */
@@ -140,7 +156,15 @@ export interface PatchRequest {
   fieldManager: string;
   /** APPLY only: take ownership of conflicting fields. */
   force: boolean;
-  guard: WriteGuard | undefined;
+  guard:
+    | WriteGuard
+    | undefined;
+  /**
+   * A ReconcileService lease (WorkItem.lease_id) this write is made for: the key's next lease waits until
+   * the watch of the written object (the primary's, or a related query's) has caught up with this write.
+   * Writes to the primary object itself are waited for without it.
+   */
+  reconcileLease: string;
 }
 
 /** PatchResponse carries the object as stored. */
@@ -158,7 +182,15 @@ export interface DeleteRequest {
   /** Delete only if the object still has this resourceVersion. */
   preconditionResourceVersion: string;
   propagationPolicy: PropagationPolicy;
-  guard: WriteGuard | undefined;
+  guard:
+    | WriteGuard
+    | undefined;
+  /**
+   * A ReconcileService lease (WorkItem.lease_id) this write is made for: the key's next lease waits until
+   * the watch of the written object (the primary's, or a related query's) has caught up with this write.
+   * Writes to the primary object itself are waited for without it.
+   */
+  reconcileLease: string;
 }
 
 /**
@@ -512,7 +544,14 @@ export const ListResponse: MessageFns<ListResponse> = {
 };
 
 function createBaseCreateRequest(): CreateRequest {
-  return { resource: "", namespace: "", object: Buffer.alloc(0), fieldManager: "", guard: undefined };
+  return {
+    resource: "",
+    namespace: "",
+    object: Buffer.alloc(0),
+    fieldManager: "",
+    guard: undefined,
+    reconcileLease: "",
+  };
 }
 
 export const CreateRequest: MessageFns<CreateRequest> = {
@@ -531,6 +570,9 @@ export const CreateRequest: MessageFns<CreateRequest> = {
     }
     if (message.guard !== undefined) {
       WriteGuard.encode(message.guard, writer.uint32(42).fork()).join();
+    }
+    if (message.reconcileLease !== "") {
+      writer.uint32(50).string(message.reconcileLease);
     }
     return writer;
   },
@@ -588,6 +630,14 @@ export const CreateRequest: MessageFns<CreateRequest> = {
             message.guard = WriteGuard.decode(reader, reader.uint32());
             continue;
           }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.reconcileLease = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -612,6 +662,7 @@ export const CreateRequest: MessageFns<CreateRequest> = {
     message.guard = (object.guard !== undefined && object.guard !== null)
       ? WriteGuard.fromPartial(object.guard)
       : undefined;
+    message.reconcileLease = object.reconcileLease ?? "";
     return message;
   },
 };
@@ -682,6 +733,7 @@ function createBaseUpdateRequest(): UpdateRequest {
     subresource: "",
     fieldManager: "",
     guard: undefined,
+    reconcileLease: "",
   };
 }
 
@@ -707,6 +759,9 @@ export const UpdateRequest: MessageFns<UpdateRequest> = {
     }
     if (message.guard !== undefined) {
       WriteGuard.encode(message.guard, writer.uint32(58).fork()).join();
+    }
+    if (message.reconcileLease !== "") {
+      writer.uint32(66).string(message.reconcileLease);
     }
     return writer;
   },
@@ -780,6 +835,14 @@ export const UpdateRequest: MessageFns<UpdateRequest> = {
             message.guard = WriteGuard.decode(reader, reader.uint32());
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.reconcileLease = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -806,6 +869,7 @@ export const UpdateRequest: MessageFns<UpdateRequest> = {
     message.guard = (object.guard !== undefined && object.guard !== null)
       ? WriteGuard.fromPartial(object.guard)
       : undefined;
+    message.reconcileLease = object.reconcileLease ?? "";
     return message;
   },
 };
@@ -878,6 +942,7 @@ function createBasePatchRequest(): PatchRequest {
     fieldManager: "",
     force: false,
     guard: undefined,
+    reconcileLease: "",
   };
 }
 
@@ -909,6 +974,9 @@ export const PatchRequest: MessageFns<PatchRequest> = {
     }
     if (message.guard !== undefined) {
       WriteGuard.encode(message.guard, writer.uint32(74).fork()).join();
+    }
+    if (message.reconcileLease !== "") {
+      writer.uint32(82).string(message.reconcileLease);
     }
     return writer;
   },
@@ -998,6 +1066,14 @@ export const PatchRequest: MessageFns<PatchRequest> = {
             message.guard = WriteGuard.decode(reader, reader.uint32());
             continue;
           }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.reconcileLease = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1026,6 +1102,7 @@ export const PatchRequest: MessageFns<PatchRequest> = {
     message.guard = (object.guard !== undefined && object.guard !== null)
       ? WriteGuard.fromPartial(object.guard)
       : undefined;
+    message.reconcileLease = object.reconcileLease ?? "";
     return message;
   },
 };
@@ -1096,6 +1173,7 @@ function createBaseDeleteRequest(): DeleteRequest {
     preconditionResourceVersion: "",
     propagationPolicy: 0,
     guard: undefined,
+    reconcileLease: "",
   };
 }
 
@@ -1121,6 +1199,9 @@ export const DeleteRequest: MessageFns<DeleteRequest> = {
     }
     if (message.guard !== undefined) {
       WriteGuard.encode(message.guard, writer.uint32(58).fork()).join();
+    }
+    if (message.reconcileLease !== "") {
+      writer.uint32(66).string(message.reconcileLease);
     }
     return writer;
   },
@@ -1194,6 +1275,14 @@ export const DeleteRequest: MessageFns<DeleteRequest> = {
             message.guard = WriteGuard.decode(reader, reader.uint32());
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.reconcileLease = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1220,6 +1309,7 @@ export const DeleteRequest: MessageFns<DeleteRequest> = {
     message.guard = (object.guard !== undefined && object.guard !== null)
       ? WriteGuard.fromPartial(object.guard)
       : undefined;
+    message.reconcileLease = object.reconcileLease ?? "";
     return message;
   },
 };
