@@ -270,7 +270,10 @@ impl Reconciler {
         let (commands, receiver) = mpsc::unbounded_channel();
         let _ = commands.send(DriverCall::Attach { stream, capacity, items: items_tx });
         let report = Arc::new(Mutex::new(QueueState { name: spec.name.clone(), ..QueueState::default() }));
-        queues.insert(spec.name.clone(), RunningQueue { spec: spec.clone(), commands: commands.clone(), report: report.clone() });
+        queues.insert(
+            spec.name.clone(),
+            RunningQueue { spec: spec.clone(), commands: commands.clone(), report: report.clone() },
+        );
         drop(queues);
         tracing::info!(queue = %spec.name, resource = %spec.primary.resource, namespace = %spec.primary.namespace, related = spec.related.len(), "reconcile queue started");
         tokio::spawn(driver.run(receiver, report));
@@ -309,11 +312,8 @@ impl Reconciler {
 
     /// Every running queue's state, sorted by name.
     pub(crate) fn snapshot(&self) -> Vec<QueueState> {
-        let mut out: Vec<QueueState> = self
-            .lock()
-            .values()
-            .map(|r| r.report.lock().unwrap_or_else(PoisonError::into_inner).clone())
-            .collect();
+        let mut out: Vec<QueueState> =
+            self.lock().values().map(|r| r.report.lock().unwrap_or_else(PoisonError::into_inner).clone()).collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
         out
     }
@@ -355,4 +355,3 @@ fn same_spec(running: &QueueSpec, asked: &QueueSpec) -> Result<(), ReconcileErro
         ),
     })
 }
-

@@ -21,9 +21,7 @@ use crate::{
     leadership::Leadership,
     names,
     reconcile::{
-        DEFAULT_LEASE_TIMEOUT, ObjectQuery, QueueSpec, Reconciler, Work,
-        keys::MapsBy,
-        limiter::RetryPolicy,
+        DEFAULT_LEASE_TIMEOUT, ObjectQuery, QueueSpec, Reconciler, Work, keys::MapsBy, limiter::RetryPolicy,
         queue::Completion,
     },
 };
@@ -102,16 +100,23 @@ impl ReconcileService for ReconcileApi {
                     Some(pb::reconcile_request::Request::Complete(c)) => {
                         let lease_id = c.lease_id.clone();
                         let done = match completion(c) {
-                            Ok(outcome) => worker.complete(lease_id.clone(), outcome).await.map_err(status::reconcile_error),
+                            Ok(outcome) => {
+                                worker.complete(lease_id.clone(), outcome).await.map_err(status::reconcile_error)
+                            }
                             Err(refused) => Err(refused),
                         };
                         done.err().map(|refused| (lease_id, refused))
                     }
                     Some(pb::reconcile_request::Request::Spec(_)) => Some((
                         String::new(),
-                        status::failed_precondition("spec", "this stream already has its queue; send the spec once, first"),
+                        status::failed_precondition(
+                            "spec",
+                            "this stream already has its queue; send the spec once, first",
+                        ),
                     )),
-                    None => Some((String::new(), status::invalid_argument("request", "must be a spec or a completion"))),
+                    None => {
+                        Some((String::new(), status::invalid_argument("request", "must be a spec or a completion")))
+                    }
                 };
                 if let Some((lease_id, refusal)) = answer {
                     let refused = pb::CompletionRefused { lease_id, refusal: Some(status::refusal(&refusal)) };
@@ -267,9 +272,9 @@ fn completion(c: pb::Completion) -> Result<Completion, Status> {
     match pb::Outcome::try_from(c.outcome) {
         Ok(pb::Outcome::Done) => Ok(Completion::Done),
         Ok(pb::Outcome::Requeue) => {
-            let after = c.requeue_after.ok_or_else(|| {
-                status::invalid_argument("complete.requeue_after", "must be set for OUTCOME_REQUEUE")
-            })?;
+            let after = c
+                .requeue_after
+                .ok_or_else(|| status::invalid_argument("complete.requeue_after", "must be set for OUTCOME_REQUEUE"))?;
             Ok(Completion::Requeue(duration("complete.requeue_after", after, Duration::from_millis(1))?))
         }
         Ok(pb::Outcome::Retry) => Ok(Completion::Retry(c.error)),
@@ -309,7 +314,11 @@ mod tests {
 
     #[test]
     fn completions_are_checked_and_their_fields_named() {
-        let c = |outcome: pb::Outcome| pb::Completion { lease_id: "q.1.1".into(), outcome: outcome.into(), ..Default::default() };
+        let c = |outcome: pb::Outcome| pb::Completion {
+            lease_id: "q.1.1".into(),
+            outcome: outcome.into(),
+            ..Default::default()
+        };
         assert_eq!(completion(c(pb::Outcome::Done)).expect("valid"), Completion::Done);
         assert_eq!(field(completion(c(pb::Outcome::Unspecified)).expect_err("refused")), "complete.outcome");
         assert_eq!(field(completion(c(pb::Outcome::Requeue)).expect_err("refused")), "complete.requeue_after");

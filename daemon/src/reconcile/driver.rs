@@ -15,7 +15,7 @@ use tokio::{
 };
 
 use super::{
-    DriverCall, QueueState, QueueSpec, ReconcileError, Reconciler, Work,
+    DriverCall, QueueSpec, QueueState, ReconcileError, Reconciler, Work,
     keys::{MapsBy, PrimaryKind, primary_of},
     queue::{Completion, Origin, Queue},
 };
@@ -69,7 +69,7 @@ struct Lease {
 
 /// A write made for a lease: the key's next grant waits until watch `watch` shows it.
 #[derive(Debug, Clone)]
-struct Written {
+struct LeaseWrite {
     watch: usize,
     uid: String,
     resource_version: String,
@@ -96,7 +96,7 @@ struct Primary {
 
 /// A stream attached to the queue.
 #[derive(Debug)]
-struct Slot {
+struct StreamSlot {
     capacity: usize,
     held: usize,
     items: mpsc::UnboundedSender<Work>,
@@ -114,7 +114,7 @@ pub(super) struct Driver {
     watched: Vec<Watched>,
     events: Events,
     queue: Queue,
-    streams: BTreeMap<u64, Slot>,
+    streams: BTreeMap<u64, StreamSlot>,
     /// Where the last grant went, so streams take turns.
     last_stream: u64,
     leases: HashMap<String, Lease>,
@@ -125,7 +125,7 @@ pub(super) struct Driver {
     /// Deleted primaries' last states, until handed out.
     tombstones: HashMap<ObjKey, Arc<Obj>>,
     /// Writes made for a key's leases that its next grant waits for.
-    written: HashMap<ObjKey, Vec<Written>>,
+    written: HashMap<ObjKey, Vec<LeaseWrite>>,
     election: Option<watch::Receiver<Observation>>,
     metrics: QueueMetrics,
     last_error: Option<String>,
@@ -145,11 +145,8 @@ impl Driver {
         spec: QueueSpec,
         comparable: bool,
     ) -> Result<Self, ReconcileError> {
-        let resolved = reconciler
-            .hub
-            .resolve(&spec.primary.resource)
-            .await
-            .map_err(|e| query_error("spec.primary", e.into()))?;
+        let resolved =
+            reconciler.hub.resolve(&spec.primary.resource).await.map_err(|e| query_error("spec.primary", e.into()))?;
         let primary = Primary {
             kind: PrimaryKind {
                 group: resolved.api.group.clone(),
@@ -281,7 +278,7 @@ impl Driver {
     fn call(&mut self, call: DriverCall, now: Instant) {
         match call {
             DriverCall::Attach { stream, capacity, items } => {
-                self.streams.insert(stream, Slot { capacity, held: 0, items });
+                self.streams.insert(stream, StreamSlot { capacity, held: 0, items });
             }
             DriverCall::Detach { stream } => {
                 self.streams.remove(&stream);
@@ -411,7 +408,7 @@ impl Driver {
 
     /// The stream to grant to next: the first after the last one that has room.
     fn free_stream(&self) -> Option<u64> {
-        let has_room = |(id, slot): (&u64, &Slot)| (slot.held < slot.capacity).then_some(*id);
+        let has_room = |(id, slot): (&u64, &StreamSlot)| (slot.held < slot.capacity).then_some(*id);
         self.streams
             .range(self.last_stream + 1..)
             .find_map(has_room)
@@ -536,8 +533,7 @@ impl Driver {
         }
         self.metrics.queue_duration.observe(granted.queued_for.as_secs_f64());
         self.expiries.insert((expires, lease_id.clone()));
-        self.leases
-            .insert(lease_id, Lease { key: key.clone(), stream, deleted, absent, term, expires, granted: now });
+        self.leases.insert(lease_id, Lease { key: key.clone(), stream, deleted, absent, term, expires, granted: now });
     }
 
     /// A stream completes a lease.
@@ -548,7 +544,8 @@ impl Driver {
         outcome: Completion,
         now: Instant,
     ) -> Result<(), ReconcileError> {
-        let refused = |message: String| ReconcileError::FailedPrecondition { field: "complete.lease_id".into(), message };
+        let refused =
+            |message: String| ReconcileError::FailedPrecondition { field: "complete.lease_id".into(), message };
         let (queue, granted_to) = parse_lease_id(lease_id).ok_or_else(|| ReconcileError::InvalidArgument {
             field: "complete.lease_id".into(),
             message: format!("{lease_id:?} is not a lease id a WorkItem gave"),
@@ -620,7 +617,7 @@ impl Driver {
         for (index, w) in self.watched.iter().enumerate() {
             let k = &w.watch.key;
             if &k.resource == resource && (k.namespace.is_empty() || k.namespace == obj.namespace) {
-                self.written.entry(key.clone()).or_default().push(Written {
+                self.written.entry(key.clone()).or_default().push(LeaseWrite {
                     watch: index,
                     uid: obj.uid.clone(),
                     resource_version: obj.resource_version.clone(),
@@ -792,8 +789,7 @@ mod tests {
                 kind: PrimaryKind { group: String::new(), kind: "ConfigMap".into(), namespaced: true },
                 plural: "configmaps".into(),
             };
-            let watches =
-                vec![(primary.clone(), None), (related.clone(), Some(MapsBy::Label("owner".into())))];
+            let watches = vec![(primary.clone(), None), (related.clone(), Some(MapsBy::Label("owner".into())))];
             let driver = Driver::new(reconciler, spec, comparable, kind, watches, Events::new());
             let mut rig = Self { driver, primary, related, expectations, metrics, now: Instant::now() };
             rig.list(0, vec![]);
@@ -848,7 +844,12 @@ mod tests {
 
         /// The pod's own write of `name` returned `rv`, as ObjectsService records it.
         fn own_write(&self, name: &str, rv: u64) {
-            self.expectations.expect(&format!("uid-{name}"), &rv.to_string(), &format!("configmaps/ns/{name}"), TIMEOUT);
+            self.expectations.expect(
+                &format!("uid-{name}"),
+                &rv.to_string(),
+                &format!("configmaps/ns/{name}"),
+                TIMEOUT,
+            );
         }
     }
 
