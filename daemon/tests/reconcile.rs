@@ -222,7 +222,15 @@ async fn a_retry_comes_back_with_its_attempt_and_error_and_the_queue_shows_in_me
     ] {
         assert!(metrics.contains(line), "{line} in\n{metrics}");
     }
-    let report = consistd::admin::fetch_report(daemon.admin_socket()).await.expect("report");
+    // The report is brought up to date within a quarter of a second.
+    let report = loop {
+        let report = consistd::admin::fetch_report(daemon.admin_socket()).await.expect("report");
+        let leased = report.queues.iter().any(|q| q.name == "retries" && q.leased == 1);
+        if leased || sent.elapsed() > WAIT {
+            break report;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     let q = report.queues.iter().find(|q| q.name == "retries").expect("the queue in the report");
     assert_eq!((q.leased, q.streams, q.active), (1, 1, true));
     assert_eq!(q.last_error, Some(format!("{ns}/a: the backend said no")));

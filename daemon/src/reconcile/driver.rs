@@ -219,15 +219,20 @@ impl Driver {
     pub(super) async fn run(mut self, mut calls: mpsc::UnboundedReceiver<DriverCall>, report: Arc<Mutex<QueueState>>) {
         let mut idle_since: Option<Instant> = None;
         let mut next_report = Instant::now();
+        // Whether something happened since the last report; while leases are out their ages grow, so the
+        // gauges are brought up to date every REPORT_EVERY anyway (client-go: every 500 ms).
+        let mut unreported = true;
         let mut changes = self.expectations.subscribe();
         loop {
             let now = Instant::now();
             self.expire(now);
             self.queue.tick(now);
             self.pump(now);
-            if now >= next_report {
+            let report_due = unreported || !self.leases.is_empty();
+            if report_due && now >= next_report {
                 self.report(&report, now);
                 next_report = now + REPORT_EVERY;
+                unreported = false;
             }
             if self.streams.is_empty() {
                 let since = *idle_since.get_or_insert(now);
@@ -249,7 +254,7 @@ impl Driver {
                 self.queue.tick(now),
                 self.expiries.first().map(|(at, _)| *at),
                 self.held_deadline(now),
-                Some(next_report),
+                (unreported || !self.leases.is_empty()).then_some(next_report),
                 idle_since.map(|since| since + self.reconciler.linger),
             ]
             .into_iter()
@@ -270,6 +275,7 @@ impl Driver {
                 changed = changes.changed(), if holding => if changed.is_err() { break },
                 () = sleep_until(wake) => {}
             }
+            unreported = true;
         }
         self.reconciler.metrics.forget_queue(&self.spec.name);
     }
@@ -704,11 +710,7 @@ mod tests {
         leadership::Leadership,
         metrics::Metrics,
         reconcile::limiter::RetryPolicy,
-        watch::{
-            Hub, WatchKey,
-            object::RawObject,
-            shared::{Entry, Limits},
-        },
+        watch::{Hub, WatchKey, object::RawObject, shared::Limits},
     };
 
     const TIMEOUT: Duration = Duration::from_secs(5);
