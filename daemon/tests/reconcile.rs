@@ -188,6 +188,43 @@ async fn the_next_pass_of_a_key_never_carries_a_state_older_than_the_write_its_l
     assert!(metrics.contains("consistd_workqueue_consistency_holds_total{name=\"own\"}"), "{metrics}");
 }
 
+/// The same promise when the app ends its lease while its write is still on its way (a write from another
+/// task of the app, or a DONE sent too early): the next pass waits for the write's answer and its watch.
+#[tokio::test]
+async fn a_write_still_in_flight_when_its_lease_ends_holds_the_next_pass_until_the_watch_shows_it() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let api: Api<ConfigMap> = Api::namespaced(kube, &ns);
+    api.create(&PostParams::default(), &configmap("obj", json!({ "v": "0" }))).await.expect("create");
+    let proxy = DelayProxy::start(consistd_testkit::apiserver_addr()).await;
+    let daemon = Daemon::builder(BIN).config("consistency:\n  timeout: 10s\n").through(&proxy).start().await;
+    let client = daemon.client();
+    let mut queue = open(&daemon, spec("inflight", &ns, 1)).await.expect("open");
+    let item = queue.item().await;
+    proxy.set_delay(Duration::from_secs(1));
+    let third = json!({ "data": { "third": "yes" } });
+    api.patch("obj", &PatchParams::default(), &Patch::Merge(&third)).await.expect("third-party patch");
+    tokio::time::sleep(Duration::from_millis(1500)).await; // its event reached the daemon: one more pass
+    let own = PatchRequest {
+        resource: "configmaps".into(),
+        namespace: ns.clone(),
+        name: "obj".into(),
+        patch_type: PatchType::Merge.into(),
+        patch: json!({ "data": { "handled": "yes" } }).to_string().into_bytes(),
+        ..Default::default()
+    };
+    let mut objects = client.objects();
+    let write = tokio::spawn(async move { objects.patch(own).await });
+    tokio::time::sleep(Duration::from_millis(300)).await; // the write is in flight: its answer is delayed 1 s
+    queue.complete(&item, Outcome::Done).await;
+    let next = queue.item().await;
+    let written = write.await.expect("join").expect("the app's patch").into_inner().object.expect("object");
+    let written: u64 = written.resource_version.parse().expect("integer");
+    assert!(rv(&next) >= written, "granted {} while the app's write {written} was in flight", rv(&next));
+    assert_eq!(data(&next)["handled"], "yes");
+    assert_eq!(next.consistency(), consistd_client::proto::Consistency::Consistent);
+}
+
 #[tokio::test]
 async fn a_retry_comes_back_with_its_attempt_and_error_and_the_queue_shows_in_metrics_and_status() {
     let kube = consistd_testkit::kube_client().await;
