@@ -50,6 +50,8 @@ type Client struct {
 	// sends and acked are the SendStream and AckStream calls every Send and ACK of this client share.
 	sends *ordered[pb.SendStreamRequest, pb.SendStreamResponse]
 	acked *ordered[pb.AckStreamRequest, pb.AckStreamResponse]
+	// writes is what this client's object writes returned, for the own-write rule of its watches.
+	writes *ownWrites
 
 	watch      pb.WatchServiceClient
 	objects    pb.ObjectsServiceClient
@@ -110,6 +112,7 @@ func New(opts ...Option) (*Client, error) {
 		socket: socket,
 		conn:   conn,
 		acks:   newAckTracker(),
+		writes: newOwnWrites(),
 		sends: newOrdered("send", func(ctx context.Context) (grpc.BidiStreamingClient[pb.SendStreamRequest, pb.SendStreamResponse], error) {
 			return outbox.SendStream(ctx)
 		}),

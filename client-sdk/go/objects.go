@@ -155,7 +155,7 @@ func (c *Client) Create(ctx context.Context, resource, namespace string, obj any
 	if err != nil {
 		return nil, err
 	}
-	return objectFrom(r.GetObject()), nil
+	return c.written(r.GetObject()), nil
 }
 
 // Update replaces an object with obj (as for Create); metadata.resourceVersion in obj makes it
@@ -170,7 +170,7 @@ func (c *Client) Update(ctx context.Context, resource, namespace, name string, o
 	if err != nil {
 		return nil, err
 	}
-	return objectFrom(r.GetObject()), nil
+	return c.written(r.GetObject()), nil
 }
 
 // Patch patches an object with patch (JSON, as for Create) in the given format. Options: WithGuard,
@@ -188,7 +188,7 @@ func (c *Client) Patch(ctx context.Context, resource, namespace, name string, ki
 	if err != nil {
 		return nil, err
 	}
-	return objectFrom(r.GetObject()), nil
+	return c.written(r.GetObject()), nil
 }
 
 // Delete deletes an object and returns its last state when the apiserver gave it (else nil). Options:
@@ -202,7 +202,15 @@ func (c *Client) Delete(ctx context.Context, resource, namespace, name string, o
 	if err != nil {
 		return nil, err
 	}
-	return objectFrom(r.GetObject()), nil
+	return c.written(r.GetObject()), nil
+}
+
+// written converts the object a write returned and records its resourceVersion for the own-write rule
+// of this client's watches (Watch).
+func (c *Client) written(o *pb.KubeObject) *Object {
+	obj := objectFrom(o)
+	c.writes.record(obj)
+	return obj
 }
 
 // toJSON passes JSON bytes through and marshals anything else.

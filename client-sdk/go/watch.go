@@ -75,7 +75,9 @@ type Object struct {
 	Namespace string
 	// Name is metadata.name.
 	Name string
-	// ResourceVersion is metadata.resourceVersion: opaque, compare for equality only.
+	// ResourceVersion is metadata.resourceVersion. Kubernetes 1.35+ makes it a decimal integer that grows
+	// with every change (KEP-5504), so two versions of one object compare as numbers; before 1.35,
+	// compare for equality only.
 	ResourceVersion string
 	// JSON is the whole object (apiVersion, kind, metadata, spec, status, ...).
 	JSON json.RawMessage
@@ -127,8 +129,13 @@ type Event struct {
 	Object *Object
 	// Cursor is the resume position after this event (WatchRequest.ResumeCursor).
 	Cursor string
-	// Consistency relates the state to this pod's own writes.
+	// Consistency relates the state to this pod's own writes, as the daemon judged it when it sent the
+	// event.
 	Consistency Consistency
+	// PredatesOwnWrite (RawMode only) says that when the app took this Added or Modified event, a write
+	// through this Client had already returned a larger resourceVersion of the object: the state is older
+	// than what the app itself wrote. ConsistentMode drops such events instead (see Watch).
+	PredatesOwnWrite bool
 }
 
 // Watch streams the request's events: the initial state (Added events, then Synced), then live changes.
@@ -136,9 +143,26 @@ type Event struct {
 // ends).
 //
 // When the connection to the sidecar is lost (UNAVAILABLE, or the stream ends unasked) Watch subscribes
-// again from the last cursor it delivered, with backoff from 100 ms to 5 s, so each event arrives once;
-// if the daemon cannot resume from there (it restarted) the loop sees ResyncRequired, then a fresh
-// snapshot and Synced. Any other error is yielded once, as the last value, unchanged (a gRPC status).
+// again from the last cursor it received (delivered or dropped), with backoff from 100 ms to 5 s, so
+// each event arrives once; if the daemon cannot resume from there (it restarted) the loop sees
+// ResyncRequired, then a fresh snapshot and Synced. Any other error is yielded once, as the last value,
+// unchanged (a gRPC status).
+//
+// The own-write rule. The daemon judges a ConsistentMode state when it sends it, so a state sent just
+// before the app's own write reached the daemon can still be on its way (in gRPC and socket buffers)
+// when that write returns. So Watch checks each Added or Modified event against the resourceVersions
+// this Client's writes (Create, Update, Patch, Delete) returned, when the app takes the event: if a write
+// returned a larger resourceVersion of the object, the event is dropped in ConsistentMode and delivered
+// with PredatesOwnWrite in RawMode. Deleted, Synced and ResyncRequired are never dropped; a version that
+// is not a decimal integer is never compared. A dropped event still moves the resume cursor, so it is not
+// delivered again after a reconnect.
+//
+// The check runs after the event is received and right before it is handed to the loop body, on the
+// loop's goroutine: an iterator (not a channel filled by a goroutine of the SDK's) receives the next
+// event only when the loop asks for it, so no event waits inside the SDK where a check made on arrival
+// would go stale while the loop body writes. With iter.Pull2, each call of next is the take. An app
+// that forwards events to a queue of its own takes them when it dequeues them: check them again then
+// with PredatesOwnWrite.
 func (c *Client) Watch(ctx context.Context, req WatchRequest) iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
 		ctx, cancel := context.WithCancel(ctx)
@@ -172,6 +196,14 @@ func (c *Client) Watch(ctx context.Context, req WatchRequest) iter.Seq2[Event, e
 						request.ResumeCursor = r.GetCursor()
 					}
 					ev := Event{Type: EventType(r.GetType()), Object: objectFrom(r.GetObject()), Cursor: r.GetCursor(), Consistency: Consistency(r.GetConsistency())}
+					// The take: nothing runs between this check and the loop body but this goroutine.
+					if (ev.Type == Added || ev.Type == Modified) && c.writes.predates(ev.Object) {
+						if mode == pb.DeliveryMode_DELIVERY_MODE_CONSISTENT {
+							// Dropped; the cursor above already moved past it.
+							continue
+						}
+						ev.PredatesOwnWrite = true
+					}
 					if !yield(ev, nil) {
 						return errStopped
 					}

@@ -14,6 +14,7 @@ import { Inbox } from "./inbox.js";
 import { type CampaignOptions, elect, type Leadership, type ObserveOptions } from "./leadership.js";
 import { Objects } from "./objects.js";
 import { AckTracker, type Message, type SendOptions, type Sent } from "./outbox.js";
+import { OwnWrites } from "./ownwrites.js";
 import { sleep } from "./retry.js";
 import { watch, type WatchEvent, type WatchQuery } from "./watch.js";
 
@@ -65,6 +66,8 @@ export class Client {
   };
   private readonly health: GrpcClient;
   private readonly acks: AckTracker;
+  /** The states this client's writes returned, per uid: what its watches apply the own-write rule with. */
+  private readonly ownWrites = new OwnWrites();
   /** Aborted by close(): ends every stream of this client. */
   private readonly closed = new AbortController();
 
@@ -85,7 +88,7 @@ export class Client {
       rollout: new RolloutServiceClient(target, insecure, shared),
     };
     this.health = new GrpcClient(target, insecure, shared);
-    this.objects = new Objects(this.services.objects);
+    this.objects = new Objects(this.services.objects, this.ownWrites);
     this.inbox = new Inbox(this.services.inbox);
     this.acks = new AckTracker(this.services.outbox);
   }
@@ -115,11 +118,13 @@ export class Client {
   /**
    * Streams a watch's events (see WatchQuery; CONSISTENT mode unless `mode` says RAW). Reconnects and
    * resumes after the last delivered event on its own; SYNCED and RESYNC_REQUIRED arrive as events.
+   * When the app takes an ADDED or MODIFIED state older than one a write through `this.objects` returned,
+   * a CONSISTENT watch drops it and a RAW watch delivers it with `predatesOwnWrite` set.
    *
    *     for await (const ev of client.watch({ resource: "configmaps", namespace: "default" }, { signal })) { ... }
    */
   watch(query: WatchQuery, options: Cancellable = {}): AsyncGenerator<WatchEvent, void> {
-    return watch(this.services.watch, query, { signal: this.signal(options) });
+    return watch(this.services.watch, query, this.ownWrites, { signal: this.signal(options) });
   }
 
   /**

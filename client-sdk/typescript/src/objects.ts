@@ -7,6 +7,7 @@ import {
   type PropagationPolicy,
   type ReadSource,
 } from "./gen/consistd/v1/objects.js";
+import { OwnWrites } from "./ownwrites.js";
 
 /** A Kubernetes object as the sidecar served it: the fields apps route by, and the whole object. */
 export class KubeObject<T = any> {
@@ -16,7 +17,10 @@ export class KubeObject<T = any> {
   readonly namespace: string;
   /** metadata.name. */
   readonly name: string;
-  /** metadata.resourceVersion: opaque, compare for equality only. */
+  /**
+   * metadata.resourceVersion. Kubernetes 1.35+ makes it a decimal integer that grows with every change
+   * (KEP-5504), so two versions of one object compare as numbers; before 1.35, compare for equality only.
+   */
   readonly resourceVersion: string;
   /** The whole object as JSON bytes, as the apiserver served it. */
   readonly raw: Uint8Array;
@@ -136,9 +140,14 @@ export interface DeleteRequest extends Target {
 /**
  * Kubernetes objects through the sidecar. Every write records an expectation, so CONSISTENT watchers
  * of this pod see its own write; apiserver errors keep their meaning (conflict is ABORTED, 404 NOT_FOUND).
+ * Every write also records the state it returned in `ownWrites` (the client's), so that the client's
+ * watches hold back a state older than it that was already on its way (the own-write rule).
  */
 export class Objects {
-  constructor(private readonly service: ObjectsServiceClient) {}
+  constructor(
+    private readonly service: ObjectsServiceClient,
+    private readonly ownWrites: OwnWrites = new OwnWrites(),
+  ) {}
 
   /** Reads one object. */
   async get<T = any>(request: GetRequest, options?: Cancellable): Promise<KubeObject<T>> {
@@ -167,10 +176,10 @@ export class Objects {
     const { resource, namespace = "", object, fieldManager = "", guard } = request;
     const response = await unary(
       this.service.create.bind(this.service),
-      { resource, namespace, object: body(object), fieldManager, guard: toGuard(guard) },
+      { resource, namespace, object: body(object), fieldManager, guard: toGuard(guard), reconcileLease: "" },
       options,
     );
-    return toObject<T>(response.object);
+    return this.written(toObject<T>(response.object));
   }
 
   /** Replaces an object (or its status) and returns it as stored. */
@@ -179,10 +188,19 @@ export class Objects {
     const name = request.name ?? (object as { metadata?: { name?: string } }).metadata?.name ?? "";
     const response = await unary(
       this.service.update.bind(this.service),
-      { resource, namespace, name, object: body(object), subresource, fieldManager, guard: toGuard(guard) },
+      {
+        resource,
+        namespace,
+        name,
+        object: body(object),
+        subresource,
+        fieldManager,
+        guard: toGuard(guard),
+        reconcileLease: "",
+      },
       options,
     );
-    return toObject<T>(response.object);
+    return this.written(toObject<T>(response.object));
   }
 
   /** Patches an object (a JSON merge patch unless `type` says otherwise) and returns it as stored. */
@@ -200,10 +218,11 @@ export class Objects {
         fieldManager: request.fieldManager ?? "",
         force: request.force ?? false,
         guard: toGuard(request.guard),
+        reconcileLease: "",
       },
       options,
     );
-    return toObject<T>(response.object);
+    return this.written(toObject<T>(response.object));
   }
 
   /** Deletes an object; returns its last state when the apiserver sent it back. */
@@ -219,10 +238,17 @@ export class Objects {
         preconditionResourceVersion: request.preconditionResourceVersion ?? "",
         propagationPolicy: request.propagationPolicy ?? 0,
         guard: toGuard(guard),
+        reconcileLease: "",
       },
       options,
     );
-    return response.object && new KubeObject<T>(response.object);
+    return response.object && this.written(new KubeObject<T>(response.object));
+  }
+
+  /** Records the state a write returned, for the own-write rule of the client's watches. */
+  private written<T>(object: KubeObject<T>): KubeObject<T> {
+    this.ownWrites.record(object);
+    return object;
   }
 }
 

@@ -9,6 +9,7 @@ import {
   type WatchServiceClient,
 } from "./gen/consistd/v1/watch.js";
 import { KubeObject } from "./objects.js";
+import type { OwnWrites } from "./ownwrites.js";
 import { Backoff } from "./retry.js";
 
 /** What to watch. */
@@ -37,12 +38,18 @@ export class WatchEvent {
   readonly cursor: string;
   /** How the state relates to this pod's own writes. */
   readonly consistency: Consistency;
+  /**
+   * RAW mode only: a write this client made returned a newer state of the object (larger resourceVersion)
+   * before the app took this event. A CONSISTENT watch never delivers such a state (the own-write rule).
+   */
+  readonly predatesOwnWrite: boolean;
 
-  constructor(response: SubscribeResponse) {
+  constructor(response: SubscribeResponse, predatesOwnWrite = false) {
     this.type = response.type;
     this.object = response.object && new KubeObject(response.object);
     this.cursor = response.cursor;
     this.consistency = response.consistency;
+    this.predatesOwnWrite = predatesOwnWrite;
   }
 
   /** The event type's name, e.g. "ADDED" or "SYNCED". */
@@ -57,14 +64,21 @@ export class WatchEvent {
  * each event arrives once; if the daemon cannot resume from there, the stream yields RESYNC_REQUIRED and a
  * fresh snapshot. Any other error ends the stream with that error. Aborting the signal, or leaving the
  * `for await` loop, ends the subscription.
+ *
+ * The own-write rule: when the app takes an event (this generator runs only inside the app's `next()`, so
+ * the check below happens then, not when the event arrived and waited in a buffer), an ADDED or MODIFIED
+ * state older than one `ownWrites` recorded for its uid is dropped in CONSISTENT mode and marked
+ * `predatesOwnWrite` in RAW mode. The daemon judged it before the app's write reached the daemon.
  */
 export async function* watch(
   service: WatchServiceClient,
   query: WatchQuery,
+  ownWrites: OwnWrites,
   options: Cancellable = {},
 ): AsyncGenerator<WatchEvent, void> {
   const { signal } = options;
   const backoff = new Backoff();
+  const mode = query.mode ?? DeliveryMode.CONSISTENT;
   let cursor = query.resumeCursor ?? "";
   while (!signal?.aborted) {
     const call = service.subscribe({
@@ -72,15 +86,18 @@ export async function* watch(
       namespace: query.namespace ?? "",
       labelSelector: query.labelSelector ?? "",
       fieldSelector: query.fieldSelector ?? "",
-      mode: query.mode ?? DeliveryMode.CONSISTENT,
+      mode,
       resumeCursor: cursor,
     });
     let failure: unknown = ended("watch");
     try {
       for await (const response of messages(call, signal)) {
         backoff.reset();
+        // A dropped event moves the resume position too, so a reconnect does not bring it back.
         if (response.cursor) cursor = response.cursor;
-        yield new WatchEvent(response);
+        const predates = isState(response.type) && ownWrites.predates(response.object);
+        if (predates && mode === DeliveryMode.CONSISTENT) continue;
+        yield new WatchEvent(response, predates);
       }
     } catch (error) {
       failure = toConsistdError(error);
@@ -89,4 +106,9 @@ export async function* watch(
     if (!isRetryable(failure)) throw failure;
     await backoff.wait(signal);
   }
+}
+
+/** ADDED and MODIFIED: the events the own-write rule may hold back (never DELETED or a marker). */
+function isState(type: EventType): boolean {
+  return type === EventType.ADDED || type === EventType.MODIFIED;
 }

@@ -12,6 +12,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from opentelemetry.context import Context
 
 from . import trace
+from ._own_writes import OwnWrites
 from .errors import NotReadyError, unary
 from .inbox import Inbox, acked
 from .leadership import Campaign, LeadershipStatus, LeaseTiming, Observation
@@ -68,6 +69,8 @@ class Client:
         self._stubs: dict[str, Any] = {}
         self._acks: AckTracker | None = None
         self._inbox_acks: Ordered[inbox_pb2.AckStreamRequest, inbox_pb2.AckStreamResponse] | None = None
+        # The own-write rule's record (see Watch): what this client's writes returned, shared by its watches.
+        self._own_writes = OwnWrites()
 
     @property
     def channel(self) -> grpc.aio.Channel:
@@ -137,7 +140,8 @@ class Client:
         """Watches ``resource`` ("configmaps", "apps/v1/deployments", a kind, ...): the current objects
         as ADDED events, then SYNCED, then live changes, reconnecting and resuming on its own (see
         Watch). An empty namespace watches every namespace; ``resume_cursor`` starts after the event
-        with that cursor instead of from a fresh snapshot."""
+        with that cursor instead of from a fresh snapshot. An event older than a write this client made
+        to its object is dropped (CONSISTENT) or marked ``predates_own_write`` (RAW) as the app takes it."""
         request = watch_pb2.SubscribeRequest(
             resource=resource,
             namespace=namespace,
@@ -146,12 +150,12 @@ class Client:
             mode=cast("watch_pb2.DeliveryMode", int(mode)),
             resume_cursor=resume_cursor,
         )
-        return Watch(self._stub(watch_pb2_grpc.WatchServiceStub), request)
+        return Watch(self._stub(watch_pb2_grpc.WatchServiceStub), request, self._own_writes)
 
     @property
     def objects(self) -> Objects:
         """Reads and writes of Kubernetes objects."""
-        return Objects(self._stub(objects_pb2_grpc.ObjectsServiceStub))
+        return Objects(self._stub(objects_pb2_grpc.ObjectsServiceStub), self._own_writes)
 
     def campaign(
         self, election: str, *, namespace: str = "", identity: str = "", timing: LeaseTiming | None = None

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, cast
 
+from ._own_writes import OwnWrites
 from .errors import unary
 from .v1 import object_pb2, objects_pb2
 
@@ -76,7 +77,8 @@ class Object:
     namespace: str
     #: metadata.name.
     name: str
-    #: metadata.resourceVersion: opaque, compare for equality only.
+    #: metadata.resourceVersion: a decimal integer growing with every change on Kubernetes 1.35+
+    #: (KEP-5504), so two versions of one object compare as numbers; before 1.35, compare for equality only.
     resource_version: str
     #: The whole object as JSON text.
     raw: bytes
@@ -107,10 +109,15 @@ class ObjectList:
 class Objects:
     """Reads and writes of Kubernetes objects through the sidecar (``client.objects``). Every write
     records an expectation, so CONSISTENT watchers of this pod see its own write. ``resource`` takes
-    any form a watch accepts ("configmaps", "deployments.apps", "apps/v1/deployments", "Deployment")."""
+    any form a watch accepts ("configmaps", "deployments.apps", "apps/v1/deployments", "Deployment").
 
-    def __init__(self, stub: ObjectsServiceStub) -> None:
+    Every write also records, per uid, the largest resourceVersion it returned, in the client's record
+    that its watches share: a watch of this client never hands the app a state older than the app's own
+    write (the own-write rule, see Watch)."""
+
+    def __init__(self, stub: ObjectsServiceStub, own_writes: OwnWrites | None = None) -> None:
         self._stub = stub
+        self._own_writes = own_writes if own_writes is not None else OwnWrites()
 
     async def get(self, resource: str, name: str, *, namespace: str = "", read_your_writes: bool = False) -> Object:
         """One object; NOT_FOUND if it does not exist. ``read_your_writes`` waits, when the cache
@@ -163,7 +170,7 @@ class Objects:
             guard=_guard(guard),
         )
         response = await unary(self._stub.Create, request)
-        return Object.from_proto(response.object)
+        return self._written(response.object)
 
     async def update(
         self,
@@ -188,7 +195,7 @@ class Objects:
             guard=_guard(guard),
         )
         response = await unary(self._stub.Update, request)
-        return Object.from_proto(response.object)
+        return self._written(response.object)
 
     async def patch(
         self,
@@ -217,7 +224,7 @@ class Objects:
             guard=_guard(guard),
         )
         response = await unary(self._stub.Patch, request)
-        return Object.from_proto(response.object)
+        return self._written(response.object)
 
     async def delete(
         self,
@@ -242,7 +249,13 @@ class Objects:
             guard=_guard(guard),
         )
         response = await unary(self._stub.Delete, request)
-        return Object.from_proto(response.object) if response.HasField("object") else None
+        return self._written(response.object) if response.HasField("object") else None
+
+    def _written(self, o: object_pb2.KubeObject) -> Object:
+        """The object a write returned, recorded first, so that an event the app takes after the write
+        returns is judged against it."""
+        self._own_writes.record(o.uid, o.resource_version)
+        return Object.from_proto(o)
 
 
 def _guard(guard: Guard | None) -> object_pb2.WriteGuard | None:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
+from ._own_writes import OwnWrites
 from ._retry import Backoff, is_retryable, task_cancelled
 from .errors import ConsistdError
 from .objects import Object
@@ -70,18 +71,27 @@ class Event:
     object: Object | None
     #: Resume position after this event (pass it as ``resume_cursor`` to continue from here).
     cursor: str
-    #: How the object's state relates to this pod's own writes.
+    #: How the object's state relates to this pod's own writes, as the daemon judged it when it sent it.
     consistency: Consistency
+    #: RAW mode only: True when, as the app took this ADDED or MODIFIED event, a write of this client to
+    #: the object had already returned a larger resourceVersion (the state is older than the app's own
+    #: write). A CONSISTENT watch drops such events instead.
+    predates_own_write: bool = False
 
     @classmethod
-    def from_proto(cls, r: watch_pb2.SubscribeResponse) -> Event:
+    def from_proto(cls, r: watch_pb2.SubscribeResponse, predates_own_write: bool = False) -> Event:
         """The event carried by a protocol message."""
         return cls(
             type=EventType(r.type),
             object=Object.from_proto(r.object) if r.HasField("object") else None,
             cursor=r.cursor,
             consistency=Consistency(r.consistency),
+            predates_own_write=predates_own_write,
         )
+
+
+#: The events the own-write rule judges; DELETED, SYNCED and RESYNC_REQUIRED always pass.
+_JUDGED = frozenset({watch_pb2.EVENT_TYPE_ADDED, watch_pb2.EVENT_TYPE_MODIFIED})
 
 
 class Watch:
@@ -92,11 +102,20 @@ class Watch:
     so each event arrives once; if the daemon cannot resume from there, the next events are
     RESYNC_REQUIRED and a fresh snapshot ending in SYNCED. Any other error ends the iteration with a
     ``ConsistdError``. ``aclose()`` (or leaving ``async with``) ends the subscription.
+
+    The own-write rule: when the app takes an ADDED or MODIFIED event whose object a write of the same
+    client (``client.objects``) already returned with a larger resourceVersion, a CONSISTENT watch drops
+    it and hands over the next event, and a RAW watch delivers it with ``predates_own_write`` True. The
+    daemon judged the state when it sent it, before the write reached it; the state then waited here.
     """
 
-    def __init__(self, stub: WatchServiceStub, request: watch_pb2.SubscribeRequest) -> None:
+    def __init__(
+        self, stub: WatchServiceStub, request: watch_pb2.SubscribeRequest, own_writes: OwnWrites | None = None
+    ) -> None:
         self._stub = stub
         self._request = request
+        # The client's record of its writes, shared with its objects client and its other watches.
+        self._own_writes = own_writes if own_writes is not None else OwnWrites()
         # The open subscription; None before the first read and between reconnects.
         self._call: grpc.aio.UnaryStreamCall | None = None
         self._backoff = Backoff()
@@ -104,7 +123,8 @@ class Watch:
 
     @property
     def cursor(self) -> str:
-        """The cursor of the last event delivered (where a reconnect resumes); empty before the first."""
+        """The cursor of the last event delivered, or dropped by the own-write rule (where a reconnect
+        resumes); empty before the first."""
         return self._request.resume_cursor
 
     def __aiter__(self) -> Watch:
@@ -128,9 +148,13 @@ class Watch:
             else:
                 if response is not grpc.aio.EOF:
                     self._backoff.reset()
+                    # A dropped event was processed too: a reconnect resumes after it, not before.
                     if response.cursor:
                         self._request.resume_cursor = response.cursor
-                    return Event.from_proto(response)
+                    event = self._take(response)
+                    if event is None:
+                        continue
+                    return event
                 code, message = grpc.StatusCode.UNAVAILABLE, "the sidecar ended the watch"
             self._call = None
             if not is_retryable(code):
@@ -139,6 +163,24 @@ class Watch:
             log.info("watch of %s lost (%s: %s); resubscribing", self._request.resource, code.name, message)
             await self._backoff.wait()
         raise StopAsyncIteration
+
+    def _take(self, response: watch_pb2.SubscribeResponse) -> Event | None:
+        """The event the app takes now, or None when the own-write rule drops it (CONSISTENT). The rule
+        is applied here, as the app takes the event, and not when it arrived: a write the app made while
+        the event waited unread must count."""
+        predates = response.type in _JUDGED and self._own_writes.predates(
+            response.object.uid, response.object.resource_version
+        )
+        if predates and self._request.mode == watch_pb2.DELIVERY_MODE_CONSISTENT:
+            log.debug(
+                "dropped %s %s/%s@%s: older than this client's own write",
+                EventType(response.type).name,
+                response.object.namespace,
+                response.object.name,
+                response.object.resource_version,
+            )
+            return None
+        return Event.from_proto(response, predates_own_write=predates)
 
     async def aclose(self) -> None:
         """Ends the subscription; the iteration stops."""
