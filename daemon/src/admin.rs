@@ -1,7 +1,7 @@
-//! The admin HTTP endpoint: /healthz, /readyz, /metrics, /outbox and /debug/state on its own Unix socket,
-//! for kubelet probes, Prometheus and `consistd status` (plus the client `consistd status` uses), and
-//! optionally all but /debug/state on a TCP port (`admin.listen`) for scrapes, httpGet probes and
-//! `kubectl consistd outbox` (through the apiserver's pod proxy).
+//! The admin HTTP endpoint: /healthz, /readyz, /metrics, /outbox, /queues and /debug/state on its own Unix
+//! socket, for kubelet probes, Prometheus and `consistd status` (plus the client `consistd status` uses),
+//! and optionally all but /debug/state on a TCP port (`admin.listen`) for scrapes, httpGet probes and
+//! `kubectl consistd outbox` / `queues` (through the apiserver's pod proxy).
 
 use std::{convert::Infallible, path::Path};
 
@@ -18,7 +18,7 @@ use tokio::{
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    health::{Health, OutboxReport, Report},
+    health::{Health, OutboxReport, QueuesReport, Report},
     metrics::Metrics,
 };
 
@@ -50,7 +50,8 @@ pub enum AdminError {
 pub(crate) enum AdminListener {
     /// The admin socket: every path.
     Unix(UnixListener),
-    /// `admin.listen`: the probes, /metrics and /outbox, not /debug/state (it is reachable from other pods).
+    /// `admin.listen`: the probes, /metrics, /outbox and /queues, not /debug/state (it is reachable from
+    /// other pods).
     Tcp(TcpListener),
 }
 
@@ -121,12 +122,13 @@ fn route(req: &Request<Incoming>, paths: Paths, health: &Health, metrics: &Metri
                 .unwrap_or_default()
         }
         "/outbox" => json(&OutboxReport::from(health.report())),
+        "/queues" => json(&QueuesReport::from(health.report())),
         "/debug/state" if paths == Paths::All => json(&health.report()),
         other => {
             let known = if paths == Paths::All {
-                "/healthz /readyz /metrics /outbox /debug/state"
+                "/healthz /readyz /metrics /outbox /queues /debug/state"
             } else {
-                "/healthz /readyz /metrics /outbox"
+                "/healthz /readyz /metrics /outbox /queues"
             };
             text(StatusCode::NOT_FOUND, format!("no such path {other}; try {known}\n"))
         }

@@ -93,6 +93,20 @@ pub struct ElectionReport {
     pub error: Option<String>,
 }
 
+/// What `/queues` answers (also over `admin.listen`, which `kubectl consistd queues POD` reads through the
+/// apiserver's pod proxy): the reconcile queues.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueuesReport {
+    /// Every reconcile queue running, sorted by name.
+    pub queues: Vec<QueueReport>,
+}
+
+impl From<Report> for QueuesReport {
+    fn from(r: Report) -> Self {
+        Self { queues: r.queues }
+    }
+}
+
 /// One reconcile queue.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct QueueReport {

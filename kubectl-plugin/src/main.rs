@@ -1,19 +1,23 @@
 //! `kubectl consistd`: a kubectl plugin (the `kubectl-consistd` binary on PATH) that shows consistd's
-//! elections and rollout channels from their Leases and ConfigMaps, a pod's outbox from its sidecar, and
-//! injects the sidecar offline.
+//! elections and rollout channels from their Leases and ConfigMaps, a pod's outbox and reconcile queues
+//! from its sidecar, and injects the sidecar offline.
 
 mod cluster;
 mod elections;
 mod leases;
 mod outbox;
 mod output;
+mod queues;
 mod rollout;
+mod sidecar;
 
 use std::{path::PathBuf, process::ExitCode};
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 
-use crate::{cluster::ClusterArgs, elections::ElectionsArgs, outbox::OutboxArgs, rollout::RolloutCommand};
+use crate::{
+    cluster::ClusterArgs, elections::ElectionsArgs, outbox::OutboxArgs, queues::QueuesArgs, rollout::RolloutCommand,
+};
 
 /// kubectl consistd: consistd's elections and rollout channels as the cluster holds them, and the
 /// offline sidecar injector.
@@ -45,6 +49,10 @@ enum Command {
     /// A pod's outbox: per destination and peer, the connection and the messages not ACKed yet (read from
     /// the sidecar's admin port through the apiserver's pod proxy).
     Outbox(OutboxArgs),
+    /// A pod's reconcile queues: keys ready, held back until the watch shows the pod's writes, waiting
+    /// for a retry or requeue, leased; the last error (read from the sidecar's admin port through the
+    /// apiserver's pod proxy).
+    Queues(QueuesArgs),
 }
 
 /// `kubectl consistd inject -f FILE`: the flags of `consistd inject -f`.
@@ -92,6 +100,9 @@ fn main() -> ExitCode {
         }
         Command::Outbox(args) => cluster_command("outbox", &cli.cluster, async |cluster| {
             outbox::run(&cluster, &args).await.map(|()| ExitCode::SUCCESS).map_err(Into::into)
+        }),
+        Command::Queues(args) => cluster_command("queues", &cli.cluster, async |cluster| {
+            queues::run(&cluster, &args).await.map(|()| ExitCode::SUCCESS).map_err(Into::into)
         }),
         Command::Elections(args) => cluster_command("elections", &cli.cluster, async |cluster| {
             elections::run(&cluster, &args).await.map(|()| ExitCode::SUCCESS).map_err(Into::into)

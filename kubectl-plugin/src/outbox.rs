@@ -1,18 +1,13 @@
 //! `kubectl consistd outbox POD`: what a pod's sidecar has not had ACKed yet, per destination and peer,
-//! read from its admin port (`consistd-admin`, `admin.listen`) through the apiserver's pod proxy, so it
-//! needs only the `pods/proxy` permission and no route to the pod.
+//! read from its admin port through the apiserver's pod proxy (`sidecar`).
 
 use consistd::health::OutboxReport;
-use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
 
 use crate::{
     cluster::Cluster,
     output::{Format, table},
+    sidecar::{self, SidecarError},
 };
-
-/// The container port the injector gives the sidecar's admin endpoint.
-const ADMIN_PORT_NAME: &str = "consistd-admin";
 
 /// `kubectl consistd outbox POD`.
 #[derive(Debug, clap::Args)]
@@ -24,89 +19,14 @@ pub(crate) struct OutboxArgs {
     pub(crate) output: Format,
 }
 
-/// Why a pod's outbox could not be read.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum OutboxError {
-    /// The pod could not be read.
-    #[error("get pod {namespace}/{pod}")]
-    Pod {
-        /// Its namespace.
-        namespace: String,
-        /// Its name.
-        pod: String,
-        /// The apiserver's refusal (not found, forbidden).
-        #[source]
-        source: kube::Error,
-    },
-    /// No container of the pod has the admin port.
-    #[error(
-        "pod {namespace}/{pod} has no container port named {ADMIN_PORT_NAME}: is consistd injected with an admin \
-         port (annotation consistd.io/admin-port other than 0)?"
-    )]
-    NoAdminPort {
-        /// Its namespace.
-        namespace: String,
-        /// Its name.
-        pod: String,
-    },
-    /// The proxied request failed.
-    #[error("GET /outbox from pod {namespace}/{pod} through the apiserver's pod proxy")]
-    Proxy {
-        /// Its namespace.
-        namespace: String,
-        /// Its name.
-        pod: String,
-        /// The apiserver's or the sidecar's answer.
-        #[source]
-        source: kube::Error,
-    },
-    /// The answer is not an outbox report.
-    #[error("decode the /outbox answer of pod {namespace}/{pod}")]
-    Decode {
-        /// Its namespace.
-        namespace: String,
-        /// Its name.
-        pod: String,
-        /// Why it does not parse (an older consistd without /outbox answers 404 text).
-        #[source]
-        source: serde_json::Error,
-    },
-}
-
 /// Reads and prints the outbox of `args.pod`.
-pub(crate) async fn run(cluster: &Cluster, args: &OutboxArgs) -> Result<(), OutboxError> {
-    let report = read(cluster, &args.pod).await?;
+pub(crate) async fn run(cluster: &Cluster, args: &OutboxArgs) -> Result<(), SidecarError> {
+    let report: OutboxReport = sidecar::read(cluster, &args.pod, "/outbox").await?;
     match args.output {
         Format::Json => println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default()),
         Format::Table => print!("{}", render(&report)),
     }
     Ok(())
-}
-
-async fn read(cluster: &Cluster, pod: &str) -> Result<OutboxReport, OutboxError> {
-    let namespace = &cluster.namespace;
-    let (ns, name) = (|| namespace.clone(), || pod.to_owned());
-    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), namespace);
-    let spec = pods
-        .get(pod)
-        .await
-        .map_err(|source| OutboxError::Pod { namespace: ns(), pod: name(), source })?
-        .spec
-        .unwrap_or_default();
-    let containers = spec.init_containers.iter().flatten().chain(&spec.containers);
-    let port = containers
-        .flat_map(|c| c.ports.iter().flatten())
-        .find(|p| p.name.as_deref() == Some(ADMIN_PORT_NAME))
-        .map(|p| p.container_port)
-        .ok_or_else(|| OutboxError::NoAdminPort { namespace: ns(), pod: name() })?;
-    let path = format!("/api/v1/namespaces/{namespace}/pods/{pod}:{port}/proxy/outbox");
-    let request = http::Request::get(path).body(Vec::new()).unwrap_or_default();
-    let body = cluster.client.request_text(request).await.map_err(|source| OutboxError::Proxy {
-        namespace: ns(),
-        pod: name(),
-        source,
-    })?;
-    serde_json::from_str(&body).map_err(|source| OutboxError::Decode { namespace: ns(), pod: name(), source })
 }
 
 /// The report as a table, then a summary line.

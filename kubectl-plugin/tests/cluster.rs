@@ -369,7 +369,7 @@ async fn kube_members(kube: &kube::Client, ns: &str) -> usize {
 }
 
 #[tokio::test]
-async fn outbox_names_what_it_could_not_do_before_the_pod_answers() {
+async fn outbox_and_queues_name_what_they_could_not_do_before_the_pod_answers() {
     let kube = consistd_testkit::kube_client().await;
     let ns = consistd_testkit::namespace(&kube).await;
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(kube, &ns);
@@ -395,4 +395,12 @@ async fn outbox_names_what_it_could_not_do_before_the_pod_answers() {
     assert_eq!(unscheduled.code, 1, "{unscheduled:?}");
     let proxied = format!("GET /outbox from pod {ns}/injected through the apiserver's pod proxy");
     assert!(unscheduled.stderr.contains(&proxied), "{unscheduled:?}");
+    // `queues` reads the same way, from /queues.
+    let queues = kubectl(&["queues", "injected", "-n", &ns]).await;
+    assert_eq!(queues.code, 1, "{queues:?}");
+    let proxied =
+        format!("kubectl consistd queues: GET /queues from pod {ns}/injected through the apiserver's pod proxy");
+    assert!(queues.stderr.starts_with(&proxied), "{queues:?}");
+    let plain = kubectl(&["queues", "plain", "-n", &ns]).await;
+    assert!(plain.stderr.contains("has no container port named consistd-admin"), "{plain:?}");
 }

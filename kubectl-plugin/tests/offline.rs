@@ -67,7 +67,7 @@ fn completion_scripts_know_the_subcommands() {
     assert!(bash.status.success(), "{bash:?}");
     let script = String::from_utf8(bash.stdout).expect("UTF-8");
     assert!(script.contains("complete -F _kubectl__consistd") && script.contains("kubectl-consistd"), "{script}");
-    for sub in ["elections", "rollout", "status", "inject", "completion", "outbox"] {
+    for sub in ["elections", "rollout", "status", "inject", "completion", "outbox", "queues"] {
         assert!(script.contains(sub), "bash completion does not mention {sub}");
     }
     // bash itself parses it.
@@ -95,6 +95,7 @@ fn usage_errors_exit_2() {
         &["completion", "powershell"],
         &["inject"],
         &["outbox"],
+        &["queues"],
         &["nope"],
     ] {
         let out = run(Path::new(BIN), args, None);
