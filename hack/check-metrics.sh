@@ -2,8 +2,8 @@
 # Checks that Prometheus can scrape consistd: `promtool check metrics` (the Prometheus text format parses;
 # names, types and help follow Prometheus' conventions) on both daemons' /metrics, after grpcurl calls that
 # give the metric families samples: a Subscribe read until SYNCED, a Campaign until LEADER (its Lease seen live by
-# a watch, a timed delivery), and a Send from
-# daemon a that daemon b's app receives and ACKs. (Nothing is refused here, so consistd_api_calls_refused_total
+# a watch, a timed delivery), a Send from
+# daemon a that daemon b's app receives and ACKs, and a reconcile queue opened and left. (Nothing is refused here, so consistd_api_calls_refused_total
 # has no samples and prometheus-client leaves it out; it has the shape of consistd_api_calls_total.) A scrape
 # with Prometheus' own Accept header must get OpenMetrics. Runs under hack/with-daemons.sh:
 #
@@ -92,6 +92,10 @@ for _ in $(seq 1 100); do
 done
 [ "$(sample "$CONSISTD_TEST_ADMIN_SOCKET" consistd_outbox_acks_total)" = 1 ] ||
   fail "daemon a never counted b's ACK (consistd_outbox_acks_total)"
+# A reconcile queue, so the workqueue families have samples (it lingers after the stream ends).
+stream "$a" ReconcileService/Reconcile '{"spec":{"name":"check-metrics","primary":{"resource":"namespaces"},"maxLeases":1}}' '"started"'
+scrape "$CONSISTD_TEST_ADMIN_SOCKET" | grep -q '^consistd_workqueue_depth{name="check-metrics"}' ||
+  fail "daemon a shows no consistd_workqueue_depth for the queue check-metrics"
 
 failed=0
 for daemon in a b; do
