@@ -33,6 +33,8 @@ TITLES = {
     "kopf-executions": "Kopf or consistd: handler executions per ConfigMap change",
     "kopf-latency": "Kopf or consistd: ConfigMap change -> handler",
     "kopf-watches": "Kopf or consistd: apiserver watches one app opened",
+    "reconcile-grants": "Reconcile queue: leases granted to one app, 10,000 keys",
+    "reconcile-memory": "Reconcile queue: memory per key",
 }
 DISTRIBUTIONS = {"sends-latency", "watch-latency"}
 LOG_X = {"idle-requests", "watch-fanout", "barrier", "handover-at-scale"}
