@@ -6,7 +6,8 @@
 #
 #   hack/with-control-plane.sh hack/with-daemons.sh hack/stock-clients.sh [CLIENT...]
 #
-#   CLIENT: python  grpcio, targets unix:PATH and unix:///ABSOLUTE_PATH (the Python SDK's venv, target/sdk/python)
+#   CLIENT: python  grpcio, targets unix:PATH and unix:///ABSOLUTE_PATH (the Python SDK's venv, target/sdk/python);
+#                   also ReconcileService/Reconcile: a queue of namespaces, STARTED, a lease, DONE, the next lease
 #           java    grpc-java from Maven Central: NettyChannelBuilder over epoll with a DomainSocketAddress,
 #                   and Grpc.newChannelBuilder("unix:PATH")
 #           go      grpc-go, grpc.NewClient("unix:PATH")

@@ -7,6 +7,7 @@ calls for grpcio's, to lose the connection right after a dropped event and to ch
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -254,22 +255,35 @@ async def test_every_write_records_the_largest_version_it_returned() -> None:
     assert largest == [3, 5, 5, 7, 9, 9]
 
 
-def test_the_record_forgets_after_the_ttl_and_keeps_at_most_its_capacity() -> None:
-    now = [0.0]
-    own_writes = OwnWrites(ttl=60, capacity=3, clock=lambda: now[0])
-    own_writes.record("a", "10")
-    now[0] = 30
-    for uid in ("b", "c"):
+def test_the_record_keeps_the_objects_written_most_recently_and_forgets_the_least_recently_written() -> None:
+    own_writes = OwnWrites(capacity=3)
+    for uid in "abc":
         own_writes.record(uid, "10")
     assert [own_writes.predates(uid, "9") for uid in "abc"] == [True, True, True]
-    now[0] = 40
-    own_writes.record("a", "8")  # written again: still 10, and kept from now on
-    own_writes.record("d", "10")  # one too many: the oldest, "b", goes
+    own_writes.record("a", "8")  # written again: still 10, and now the most recently written
+    own_writes.record("d", "10")  # one too many: the least recently written, "b", goes
     assert [own_writes.predates(uid, "9") for uid in "abcd"] == [True, False, True, True] and len(own_writes) == 3
-    now[0] = 91  # "c" was written 61 s ago, "a" and "d" 51 s ago
-    assert [own_writes.predates(uid, "9") for uid in "abcd"] == [True, False, False, True] and len(own_writes) == 2
-    now[0] = 101
-    assert not own_writes.predates("a", "9") and len(own_writes) == 0
+    own_writes.predates("c", "9")  # asking is not writing: "c" stays the least recently written
+    own_writes.record("e", "10")
+    assert [own_writes.predates(uid, "9") for uid in "abcde"] == [True, False, False, True, True]
+    assert len(own_writes) == 3
+
+
+def test_by_default_the_record_keeps_the_10000_objects_written_most_recently_however_long_ago(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    own_writes = OwnWrites()
+    for i in range(10_000):
+        own_writes.record(f"uid-{i}", "10")
+    # No entry ages out, a day later either: only writes to other objects push one out.
+    day_later = time.monotonic() + 86_400, time.time() + 86_400
+    monkeypatch.setattr(time, "monotonic", lambda: day_later[0])
+    monkeypatch.setattr(time, "time", lambda: day_later[1])
+    assert len(own_writes) == 10_000 and own_writes.predates("uid-0", "9")
+    own_writes.record("uid-10000", "10")
+    assert len(own_writes) == 10_000
+    assert not own_writes.predates("uid-0", "9") and own_writes.predates("uid-1", "9")
+    assert own_writes.predates("uid-10000", "9")
 
 
 def test_only_ascii_decimal_integers_are_versions() -> None:

@@ -1,5 +1,5 @@
 """asyncio client for the consistd sidecar: watches that resume on their own, Kubernetes objects as
-JSON, leadership with fencing terms, ACK-tracked sends and an inbox handler.
+JSON, leadership with fencing terms, ACK-tracked sends, an inbox handler and a reconciler on a work queue.
 
     import consistd
 
@@ -19,6 +19,7 @@ from .inbox import Handler, Inbox, InboxMessage
 from .leadership import Campaign, LeadershipState, LeadershipStatus, LeaseTiming, Observation
 from .objects import Guard, Object, ObjectList, Objects, PatchType, PropagationPolicy
 from .outbox import Ack, AckOutcome, Destination, ElectionMembers, Peer, SentMessage, ServiceEndpoints
+from .reconcile import ReconcileHandler, Reconciler, ReconcileSpec, Related, Requeue, Terminal, WorkItem, requeue_after
 from .watch import Consistency, Event, EventType, Mode, Watch
 
 __all__ = [
@@ -49,8 +50,16 @@ __all__ = [
     "PatchType",
     "Peer",
     "PropagationPolicy",
+    "ReconcileHandler",
+    "ReconcileSpec",
+    "Reconciler",
+    "Related",
+    "Requeue",
     "SentMessage",
     "ServiceEndpoints",
+    "Terminal",
     "Watch",
+    "WorkItem",
+    "requeue_after",
     "trace",
 ]

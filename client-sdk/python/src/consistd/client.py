@@ -19,6 +19,7 @@ from .leadership import Campaign, LeadershipStatus, LeaseTiming, Observation
 from .objects import Objects
 from .ordered import Ordered
 from .outbox import AckTracker, Destination, SentMessage, destination_to_proto, encode_payload
+from .reconcile import ReconcileHandler, Reconciler, ReconcileSpec
 from .v1 import (
     inbox_pb2,
     inbox_pb2_grpc,
@@ -27,6 +28,7 @@ from .v1 import (
     objects_pb2_grpc,
     outbox_pb2,
     outbox_pb2_grpc,
+    reconcile_pb2_grpc,
     rollout_pb2_grpc,
     watch_pb2,
     watch_pb2_grpc,
@@ -227,6 +229,20 @@ class Client:
             # Every ACK of this client goes out on one AckStream.
             self._inbox_acks = Ordered(stub.AckStream, acked, "ack")
         return Inbox(stub, self._inbox_acks)
+
+    async def reconcile(self, spec: ReconcileSpec, handler: ReconcileHandler) -> None:
+        """Works on the queue ``spec`` describes until cancelled: calls ``handler`` with each WorkItem (a lease
+        on one key), at most ``spec.max_leases`` at once and never two for one key, and completes the lease
+        by how it ended: returning None is DONE, returning ``consistd.requeue_after(d)`` is REQUEUE, raising
+        is RETRY with the exception's text (the key comes back after its backoff, ``attempt`` one higher),
+        raising ``consistd.Terminal`` is TERMINAL (the key waits for a change). Writes through
+        ``item.objects`` name the lease, so the key's next pass waits until they show.
+
+        A lost connection opens the queue again with backoff (see Reconciler); a spec the sidecar refuses
+        raises ConsistdError (INVALID_ARGUMENT naming the field, FAILED_PRECONDITION, NOT_FOUND,
+        PERMISSION_DENIED). Cancelling it cancels the running handlers and closes the stream."""
+        stub = self._stub(reconcile_pb2_grpc.ReconcileServiceStub)
+        await Reconciler(stub, self.objects, spec, handler).run()
 
     @property
     def rollout(self) -> rollout_pb2_grpc.RolloutServiceStub:

@@ -9,7 +9,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 from google.protobuf import duration_pb2
@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from .v1.inbox_pb2_grpc import InboxServiceStub
 
 log = logging.getLogger("consistd.inbox")
+
+T = TypeVar("T")
 
 #: The longest NACK reason the sidecar accepts, in bytes.
 MAX_REASON_BYTES = 4096
@@ -134,7 +136,7 @@ class Inbox:
         """Runs the handler on one message in its CONSUMER span and ACKs or NACKs it; True when it was ACKed."""
         with trace.process(message) as span:
             try:
-                await _call(handler, message)
+                await call_handler(handler, message)
             except Exception as e:  # any failure of the handler means "deliver it again"
                 reason = f"{type(e).__name__}: {e}"
                 span.record_exception(e)
@@ -178,12 +180,13 @@ def acked(response: inbox_pb2.AckStreamResponse) -> None:
         raise refused(response.refusal)
 
 
-async def _call(handler: Handler, message: InboxMessage) -> None:
-    """Calls ``handler``: a coroutine function on the loop, a plain one in a worker thread (which sees the
-    caller's context, and so the current span)."""
-    if inspect.iscoroutinefunction(handler):
-        await handler(message)
-    else:
-        result = await asyncio.to_thread(handler, message)
-        if inspect.isawaitable(result):
-            await result
+async def call_handler(handler: Callable[[T], Any], argument: T) -> Any:
+    """Calls ``handler`` and returns its result: a coroutine function (or an object whose ``__call__`` is one)
+    on the loop, a plain one in a worker thread (which sees the caller's context, and so the current span).
+    Shared with the reconciler."""
+    if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__):
+        return await handler(argument)
+    result = await asyncio.to_thread(handler, argument)
+    if inspect.isawaitable(result):
+        return await result
+    return result

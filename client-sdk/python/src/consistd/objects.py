@@ -113,11 +113,24 @@ class Objects:
 
     Every write also records, per uid, the largest resourceVersion it returned, in the client's record
     that its watches share: a watch of this client never hands the app a state older than the app's own
-    write (the own-write rule, see Watch)."""
+    write (the own-write rule, see Watch).
 
-    def __init__(self, stub: ObjectsServiceStub, own_writes: OwnWrites | None = None) -> None:
+    A write made for a reconcile work item names its lease (``reconcile_lease=item.lease_id``, or every write
+    of ``item.objects``): the key's next pass is then handed out only once the queue's watches show it."""
+
+    def __init__(
+        self, stub: ObjectsServiceStub, own_writes: OwnWrites | None = None, reconcile_lease: str = ""
+    ) -> None:
         self._stub = stub
         self._own_writes = own_writes if own_writes is not None else OwnWrites()
+        # The lease every write names unless it names one itself (``for_lease``).
+        self._reconcile_lease = reconcile_lease
+
+    def for_lease(self, lease_id: str) -> Objects:
+        """This objects client with every write naming the reconcile lease ``lease_id`` (a ``WorkItem``'s;
+        ``item.objects`` is this): the key's next pass then waits until the queue's watches show the write.
+        It shares this client's record of its own writes."""
+        return Objects(self._stub, self._own_writes, lease_id)
 
     async def get(self, resource: str, name: str, *, namespace: str = "", read_your_writes: bool = False) -> Object:
         """One object; NOT_FOUND if it does not exist. ``read_your_writes`` waits, when the cache
@@ -160,14 +173,17 @@ class Objects:
         namespace: str = "",
         field_manager: str = "",
         guard: Guard | None = None,
+        reconcile_lease: str = "",
     ) -> Object:
-        """Creates the object ``body`` (metadata.name or generateName set); returns it as created."""
+        """Creates the object ``body`` (metadata.name or generateName set); returns it as created.
+        ``reconcile_lease`` names the work item's lease the write is made for (see ``for_lease``)."""
         request = objects_pb2.CreateRequest(
             resource=resource,
             namespace=namespace,
             object=encode_json(body),
             field_manager=field_manager,
             guard=_guard(guard),
+            reconcile_lease=reconcile_lease or self._reconcile_lease,
         )
         response = await unary(self._stub.Create, request)
         return self._written(response.object)
@@ -182,6 +198,7 @@ class Objects:
         subresource: str = "",
         field_manager: str = "",
         guard: Guard | None = None,
+        reconcile_lease: str = "",
     ) -> Object:
         """Replaces the object (or its ``"status"`` subresource) with ``body``; a
         metadata.resourceVersion in it makes the update conditional (ABORTED on conflict)."""
@@ -193,6 +210,7 @@ class Objects:
             subresource=subresource,
             field_manager=field_manager,
             guard=_guard(guard),
+            reconcile_lease=reconcile_lease or self._reconcile_lease,
         )
         response = await unary(self._stub.Update, request)
         return self._written(response.object)
@@ -209,6 +227,7 @@ class Objects:
         field_manager: str = "",
         force: bool = False,
         guard: Guard | None = None,
+        reconcile_lease: str = "",
     ) -> Object:
         """Patches the object (a JSON merge patch unless ``patch_type`` says otherwise); returns it as
         stored."""
@@ -222,6 +241,7 @@ class Objects:
             field_manager=field_manager,
             force=force,
             guard=_guard(guard),
+            reconcile_lease=reconcile_lease or self._reconcile_lease,
         )
         response = await unary(self._stub.Patch, request)
         return self._written(response.object)
@@ -236,6 +256,7 @@ class Objects:
         precondition_resource_version: str = "",
         propagation_policy: PropagationPolicy = PropagationPolicy.DEFAULT,
         guard: Guard | None = None,
+        reconcile_lease: str = "",
     ) -> Object | None:
         """Deletes the object, optionally only if it still has the given uid or resourceVersion;
         returns its last state when the apiserver sent it."""
@@ -247,6 +268,7 @@ class Objects:
             precondition_resource_version=precondition_resource_version,
             propagation_policy=cast("objects_pb2.PropagationPolicy", int(propagation_policy)),
             guard=_guard(guard),
+            reconcile_lease=reconcile_lease or self._reconcile_lease,
         )
         response = await unary(self._stub.Delete, request)
         return self._written(response.object) if response.HasField("object") else None

@@ -1,0 +1,569 @@
+"""The reconciler (``client.reconcile``) on the daemon's work queue: every key handled once; a change during
+a pass gives exactly one more, never two handlers for one key at once; how the handler ends is the lease's
+outcome (raise: RETRY with its text, ``requeue_after``: REQUEUE, ``Terminal``: TERMINAL); the handler's own
+write is seen by the key's next pass; a bad spec raises; and a SIGKILLed sidecar is reconnected to. The
+tests at the end stand in a fake gRPC call for grpcio's, to lose a stream while a handler runs, to see a
+refused completion, and to check each completion the SDK builds."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+import consistd
+from consistd import ConsistdError, ReconcileSpec, Related, Terminal, WorkItem, requeue_after
+from consistd.objects import Objects
+from consistd.reconcile import Reconciler
+from consistd.v1 import object_pb2, objects_pb2, reconcile_pb2
+from support import Daemon, configmap, unique
+
+#: How long a test waits for a pass it expects.
+WAIT = 30.0
+#: How long a test watches for a pass it does not expect: the daemon hands out a ready key within
+#: milliseconds; this is far more.
+QUIET = 2.0
+
+
+@dataclass
+class Pass:
+    """One handler call, as the handler saw it."""
+
+    key: str
+    attempt: int
+    last_error: str
+    data: dict[str, str]
+    resource_version: int
+    consistency: consistd.Consistency
+    lease_id: str
+    started: float
+    ended: float | None = None
+
+
+class Recorder:
+    """Wraps a handler: records every pass and counts, per key, the handlers running at once."""
+
+    def __init__(self, behave: Callable[[WorkItem, Pass], Awaitable[Any]] | None = None) -> None:
+        self.passes: list[Pass] = []
+        self.overlaps: list[str] = []
+        self._running: Counter[str] = Counter()
+        self._behave = behave
+
+    async def __call__(self, item: WorkItem) -> Any:
+        loop = asyncio.get_running_loop()
+        if self._running[item.key]:
+            self.overlaps.append(item.key)
+        self._running[item.key] += 1
+        json = item.object.json if item.object is not None else {}
+        this = Pass(
+            key=item.key,
+            attempt=item.attempt,
+            last_error=item.last_error,
+            data=json.get("data") or {},
+            resource_version=int(item.object.resource_version) if item.object is not None else 0,
+            consistency=item.consistency,
+            lease_id=item.lease_id,
+            started=loop.time(),
+        )
+        self.passes.append(this)
+        try:
+            return await self._behave(item, this) if self._behave is not None else None
+        finally:
+            self._running[item.key] -= 1
+            this.ended = loop.time()
+
+    def of(self, name: str) -> list[Pass]:
+        """The passes of one key (by name), in order."""
+        return [p for p in self.passes if p.key.rsplit("/", 1)[-1] == name]
+
+    def ended(self, name: str) -> list[Pass]:
+        """The passes of one key whose handler has returned."""
+        return [p for p in self.of(name) if p.ended is not None]
+
+
+def queue(namespace: str, **fields: Any) -> ReconcileSpec:
+    """A queue of the ConfigMaps in ``namespace``, with a name of its own."""
+    return ReconcileSpec(name=unique("q"), resource="configmaps", namespace=namespace, **fields)
+
+
+@contextlib.asynccontextmanager
+async def reconciling(
+    client: consistd.Client, spec: ReconcileSpec, handler: consistd.ReconcileHandler
+) -> AsyncIterator[asyncio.Task[None]]:
+    """Runs ``client.reconcile`` in a task for the block; cancels it after (its error, if any, is raised)."""
+    task = asyncio.create_task(client.reconcile(spec, handler))
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def until(what: str, condition: Callable[[], bool], task: asyncio.Task[None], timeout: float = WAIT) -> None:
+    """Waits until ``condition()`` holds, failing if it takes longer than ``timeout`` or the reconciler ended."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        if task.done():
+            raise AssertionError(f"the reconciler ended waiting for {what}: {task.exception()!r}")
+        if loop.time() > deadline:
+            raise AssertionError(f"waited {timeout:g} s in vain for {what}")
+        await asyncio.sleep(0.02)
+
+
+async def test_every_key_is_handled_once(client: consistd.Client, namespace: str) -> None:
+    names = [f"cm-{i}" for i in range(6)]
+    for name in names:
+        await client.objects.create("configmaps", configmap(name, {"v": "0"}), namespace=namespace)
+    recorder = Recorder()
+    async with reconciling(client, queue(namespace, max_leases=3), recorder) as task:
+        await until("a pass of every key", lambda: len(recorder.passes) >= len(names), task)
+        await asyncio.sleep(QUIET)
+    assert sorted(p.key for p in recorder.passes) == sorted(f"{namespace}/{n}" for n in names), "each key once"
+    assert all(p.attempt == 1 and p.consistency == consistd.Consistency.CONSISTENT for p in recorder.passes)
+    assert all(p.data == {"v": "0"} for p in recorder.passes)
+    assert not recorder.overlaps
+
+
+async def test_a_change_while_the_handler_runs_gives_exactly_one_more_pass_never_two_at_once(
+    client: consistd.Client, peer: consistd.Client, namespace: str
+) -> None:
+    await client.objects.create("configmaps", configmap("busy", {"v": "0"}), namespace=namespace)
+
+    async def behave(item: WorkItem, this: Pass) -> None:
+        if this.attempt == 1 and len(recorder.passes) == 1:
+            # Three changes by someone else while the handler runs; their events reach the daemon meanwhile.
+            for v in range(1, 4):
+                await peer.objects.patch("configmaps", "busy", {"data": {"v": str(v)}}, namespace=namespace)
+            await asyncio.sleep(1.0)
+
+    recorder = Recorder(behave)
+    async with reconciling(client, queue(namespace, max_leases=4), recorder) as task:
+        await until("the second pass to end", lambda: len(recorder.ended("busy")) >= 2, task)
+        await asyncio.sleep(QUIET)
+    assert not recorder.overlaps, "two handlers ran for one key at once"
+    passes = recorder.of("busy")
+    assert len(passes) == 2, f"one more pass for the changes, not one per change: {passes}"
+    assert passes[1].data == {"v": "3"} and passes[1].attempt == 1
+    first_end = passes[0].ended
+    assert first_end is not None and passes[1].started >= first_end
+
+
+async def test_a_raise_is_retried_with_the_next_attempt_and_the_error_cut_to_4096_bytes(
+    client: consistd.Client, namespace: str
+) -> None:
+    await client.objects.create("configmaps", configmap("flaky", {}), namespace=namespace)
+    long = "é" * 3000  # 6000 bytes of UTF-8
+
+    async def behave(item: WorkItem, this: Pass) -> None:
+        if this.attempt == 1:
+            raise RuntimeError("the backend said no")
+        if this.attempt == 2:
+            raise RuntimeError(long)
+
+    recorder = Recorder(behave)
+    spec = queue(namespace, retry_base_delay=0.2)
+    async with reconciling(client, spec, recorder) as task:
+        await until("the third pass to end", lambda: len(recorder.ended("flaky")) >= 3, task)
+        await asyncio.sleep(QUIET)
+    passes = recorder.of("flaky")
+    assert [(p.attempt, p.last_error) for p in passes] == [
+        (1, ""),
+        (2, "the backend said no"),
+        (3, "é" * 2048),
+    ]
+    first_end = passes[0].ended
+    assert first_end is not None and passes[1].started - first_end >= 0.2 - 0.05, "after its backoff"
+
+
+@pytest.mark.parametrize("delay", [0.3, timedelta(milliseconds=300)], ids=["seconds", "timedelta"])
+async def test_requeue_after_hands_the_key_out_again_after_the_delay(
+    client: consistd.Client, namespace: str, delay: float | timedelta
+) -> None:
+    await client.objects.create("configmaps", configmap("later", {}), namespace=namespace)
+
+    async def behave(item: WorkItem, this: Pass) -> consistd.Requeue | None:
+        return requeue_after(delay) if len(recorder.of("later")) == 1 else None
+
+    recorder = Recorder(behave)
+    async with reconciling(client, queue(namespace), recorder) as task:
+        await until("the second pass to end", lambda: len(recorder.ended("later")) >= 2, task)
+        await asyncio.sleep(QUIET)
+    passes = recorder.of("later")
+    assert len(passes) == 2, passes
+    first_end = passes[0].ended
+    assert first_end is not None
+    waited = passes[1].started - first_end
+    assert waited >= 0.3 - 0.02, f"handed out again after {waited:.3f} s"
+    assert (passes[1].attempt, passes[1].last_error) == (1, ""), "a REQUEUE is not a failure"
+
+
+async def test_terminal_waits_until_the_object_changes(
+    client: consistd.Client, peer: consistd.Client, namespace: str
+) -> None:
+    await client.objects.create("configmaps", configmap("broken", {"v": "0"}), namespace=namespace)
+
+    async def behave(item: WorkItem, this: Pass) -> None:
+        if this.data.get("v") == "0":
+            raise Terminal("v 0 cannot be fixed by retrying")
+
+    recorder = Recorder(behave)
+    async with reconciling(client, queue(namespace, retry_base_delay=0.01), recorder) as task:
+        await until("the first pass to end", lambda: len(recorder.ended("broken")) >= 1, task)
+        await asyncio.sleep(QUIET)
+        assert len(recorder.of("broken")) == 1, "handed out again without a change"
+        await peer.objects.patch("configmaps", "broken", {"data": {"v": "1"}}, namespace=namespace)
+        await until("a pass after the change", lambda: len(recorder.ended("broken")) >= 2, task)
+        await asyncio.sleep(QUIET)
+    passes = recorder.of("broken")
+    assert [p.data for p in passes] == [{"v": "0"}, {"v": "1"}]
+    assert passes[1].attempt == 1
+
+
+async def test_the_next_pass_is_at_least_as_new_as_the_handlers_own_patch_through_item_objects(
+    client: consistd.Client, peer: consistd.Client, namespace: str
+) -> None:
+    """During each pass someone else changes the object (so there is a next pass) and then the handler
+    patches it through ``item.objects``: the next pass's object is never older than that patch."""
+    await client.objects.create("configmaps", configmap("own", {"round": "0"}), namespace=namespace)
+    rounds = 5
+    written: list[int] = []
+
+    async def behave(item: WorkItem, this: Pass) -> None:
+        n = len(written)
+        if n >= rounds:
+            return
+        await peer.objects.patch("configmaps", "own", {"data": {"third": str(n)}}, namespace=namespace)
+        await asyncio.sleep(0.3)  # its event reaches the daemon: the key is dirty, one more pass follows
+        own = await item.objects.patch("configmaps", "own", {"data": {"round": str(n + 1)}}, namespace=namespace)
+        written.append(int(own.resource_version))
+
+    recorder = Recorder(behave)
+    async with reconciling(client, queue(namespace), recorder) as task:
+        await until(f"{rounds + 1} passes", lambda: len(recorder.ended("own")) > rounds, task)
+    passes = recorder.of("own")
+    for n, own_rv in enumerate(written):
+        after = passes[n + 1]
+        assert after.resource_version >= own_rv, f"round {n}: handed {after.resource_version} after writing {own_rv}"
+        assert after.data["round"] == str(n + 1), f"round {n}: {after.data}"
+    assert not recorder.overlaps
+
+
+async def test_a_spec_the_daemon_refuses_raises_naming_the_field(client: consistd.Client, namespace: str) -> None:
+    async def never(item: WorkItem) -> None:
+        raise AssertionError("no work for a refused spec")
+
+    for spec, code, field in [
+        (queue(namespace, max_leases=0), grpc.StatusCode.INVALID_ARGUMENT, "spec.max_leases"),
+        (ReconcileSpec(name="Not_A_Label", resource="configmaps"), grpc.StatusCode.INVALID_ARGUMENT, "spec.name"),
+        (
+            queue(namespace, related=[Related("configmaps")]),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "spec.related[0].maps_by",
+        ),
+        (ReconcileSpec(name=unique("q"), resource="nosuchthings"), grpc.StatusCode.NOT_FOUND, "spec.primary"),
+    ]:
+        with pytest.raises(ConsistdError) as raised:
+            await asyncio.wait_for(client.reconcile(spec, never), 15)
+        assert (raised.value.code, raised.value.message.split(":")[0]) == (code, field), raised.value
+    with pytest.raises(ValueError, match="set one of"):
+        Related("configmaps", label="owner", controller_owner=True)
+
+
+async def test_the_reconciler_keeps_going_across_a_sigkill_of_its_sidecar(
+    short_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The sidecar is SIGKILLed while a handler runs and started again on the same socket: the reconciler
+    opens the queue again (the running handler's completion is dropped; the key's next pass waits for it to
+    end) and handles a change made after."""
+    caplog.set_level(logging.INFO, logger="consistd.reconcile")
+    daemon = Daemon(short_dir, unique("sdk-py-reconcile"))
+    await daemon.start()
+    try:
+        async with consistd.Client(daemon.socket) as client:
+            await client.wait_ready(10)
+            namespace = unique("sdk-py")
+            await client.objects.create("namespaces", {"metadata": {"name": namespace}})
+            try:
+                await client.objects.create("configmaps", configmap("slow", {"v": "0"}), namespace=namespace)
+                killed = asyncio.Event()
+
+                async def behave(item: WorkItem, this: Pass) -> None:
+                    if this.data == {"v": "0"} and not killed.is_set():
+                        await asyncio.sleep(4.0)  # still running when the sidecar dies and comes back
+
+                recorder = Recorder(behave)
+                async with reconciling(client, queue(namespace, max_leases=2), recorder) as task:
+                    await until("the first pass", lambda: len(recorder.of("slow")) >= 1, task)
+                    await daemon.kill()
+                    killed.set()
+                    await daemon.start()
+                    # The new stream hands the key out again (the old lease went back); that pass waits for
+                    # the handler still running for the old stream.
+                    await until("a pass on the new stream", lambda: len(recorder.ended("slow")) >= 2, task)
+                    await client.objects.patch("configmaps", "slow", {"data": {"v": "1"}}, namespace=namespace)
+                    await client.objects.create("configmaps", configmap("late", {}), namespace=namespace)
+                    await until(
+                        "a pass after the change", lambda: {"v": "1"} in [p.data for p in recorder.of("slow")], task
+                    )
+                    await until("the new key", lambda: len(recorder.ended("late")) >= 1, task)
+                assert not recorder.overlaps, "two handlers ran for one key at once across the reconnect"
+                old, again = recorder.of("slow")[:2]
+                assert old.ended is not None and again.started >= old.ended and again.data == {"v": "0"}
+                # Lease ids start again with the restarted daemon (the new stream's first lease has the old
+                # one's id): the old handler's completion must go nowhere, not complete the new lease.
+                refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+                assert not refused, refused
+                dropped = [r.getMessage() for r in caplog.records if "dropped the completion" in r.getMessage()]
+                assert len(dropped) == 1 and old.lease_id in dropped[0], dropped
+            finally:
+                await client.objects.delete("namespaces", namespace)
+    finally:
+        await daemon.stop()
+
+
+# Without a daemon.
+
+
+def item(lease_id: str, name: str = "a", attempt: int = 1) -> reconcile_pb2.ReconcileResponse:
+    w = reconcile_pb2.WorkItem(lease_id=lease_id, namespace="ns", name=name, attempt=attempt)
+    return reconcile_pb2.ReconcileResponse(item=w)
+
+
+STARTED = reconcile_pb2.ReconcileResponse(started=reconcile_pb2.QueueStarted(name="q"))
+LOST = object()
+
+
+class FakeCall:
+    """A Reconcile call: answers ``responses`` in turn (``LOST``: the connection breaks, UNAVAILABLE), then
+    waits; keeps what the SDK wrote."""
+
+    def __init__(self, *responses: Any) -> None:
+        self.responses: asyncio.Queue[Any] = asyncio.Queue()
+        for r in responses:
+            self.responses.put_nowait(r)
+        self.written: list[reconcile_pb2.ReconcileRequest] = []
+        self.cancelled = False
+
+    async def read(self) -> Any:
+        response = await self.responses.get()
+        if response is LOST:
+            raise grpc.aio.AioRpcError(
+                grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), details="Socket closed"
+            )
+        return response
+
+    async def write(self, request: reconcile_pb2.ReconcileRequest) -> None:
+        if self.cancelled:
+            raise asyncio.InvalidStateError("RPC already finished.")
+        self.written.append(request)
+
+    def cancel(self) -> bool:
+        self.cancelled = True
+        return True
+
+    def completions(self) -> list[tuple[str, int]]:
+        return [(r.complete.lease_id, r.complete.outcome) for r in self.written if r.HasField("complete")]
+
+
+class ReconcileStub:
+    def __init__(self, *calls: FakeCall) -> None:
+        self.calls = list(calls)
+        self.opened = 0
+
+    def Reconcile(self) -> FakeCall:  # noqa: N802 (the generated name)
+        self.opened += 1
+        return self.calls.pop(0)
+
+
+class ObjectsStub:
+    """Keeps every write request; answers with an object."""
+
+    def __init__(self) -> None:
+        self.requests: list[Any] = []
+
+    async def _answer(self, request: Any, response: Any) -> Any:
+        self.requests.append(request)
+        return response(object=object_pb2.KubeObject(uid="u", name="a", resource_version="7", json=b"{}"))
+
+    async def Create(self, request: Any) -> Any:  # noqa: N802
+        return await self._answer(request, objects_pb2.CreateResponse)
+
+    async def Update(self, request: Any) -> Any:  # noqa: N802
+        return await self._answer(request, objects_pb2.UpdateResponse)
+
+    async def Patch(self, request: Any) -> Any:  # noqa: N802
+        return await self._answer(request, objects_pb2.PatchResponse)
+
+    async def Delete(self, request: Any) -> Any:  # noqa: N802
+        return await self._answer(request, objects_pb2.DeleteResponse)
+
+
+def reconciler(stub: ReconcileStub, handler: consistd.ReconcileHandler, objects: Objects | None = None) -> Reconciler:
+    objects = objects if objects is not None else Objects(ObjectsStub())  # type: ignore[arg-type]
+    return Reconciler(stub, objects, ReconcileSpec(name="q", resource="configmaps", max_leases=2), handler)  # type: ignore[arg-type]
+
+
+async def test_a_lost_stream_drops_the_running_handlers_completion_and_its_key_waits_for_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Stream 1 leases "a" (lease 1) and breaks while its handler runs; stream 2 leases "a" again (lease 2)
+    and refuses a completion. Lease 1's handler ends after the break: its completion goes nowhere; lease 2's
+    handler starts only then; its completion goes out on stream 2; the refusal is logged, not fatal."""
+    refusal = reconcile_pb2.CompletionRefused(lease_id="q.9.9")
+    refusal.refusal.code, refusal.refusal.message = 9, "complete.lease_id: no such lease on this stream"
+    first, second = FakeCall(STARTED, item("q.1.1")), FakeCall(STARTED, item("q.2.1"))
+    stub = ReconcileStub(first, second)
+    release = asyncio.Event()
+    started: list[str] = []
+
+    async def handler(item: WorkItem) -> None:
+        started.append(item.lease_id)
+        if item.lease_id == "q.1.1":
+            await release.wait()
+
+    with caplog.at_level(logging.INFO, logger="consistd.reconcile"):
+        task = asyncio.create_task(reconciler(stub, handler).run())
+        try:
+            await until("the first handler", lambda: started == ["q.1.1"], task, 5)
+            first.responses.put_nowait(LOST)
+            await until("the second stream", lambda: stub.opened == 2, task, 5)
+            second.responses.put_nowait(reconcile_pb2.ReconcileResponse(refused=refusal))
+            await asyncio.sleep(0.3)
+            assert started == ["q.1.1"], "lease 2's handler ran while lease 1's still did"
+            release.set()
+            await until("lease 2's completion", lambda: bool(second.completions()), task, 5)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    assert started == ["q.1.1", "q.2.1"]
+    assert first.completions() == [] and second.completions() == [("q.2.1", reconcile_pb2.OUTCOME_DONE)]
+    assert [r.WhichOneof("request") for r in second.written] == ["spec", "complete"]
+    refused = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "refused" in r.getMessage()]
+    assert refused and "q.9.9" in refused[0] and "FAILED_PRECONDITION" in refused[0], caplog.records
+    assert first.cancelled and second.cancelled
+
+
+async def test_cancelling_the_reconciler_cancels_its_running_handlers_and_closes_the_stream() -> None:
+    call = FakeCall(STARTED, item("q.1.1", "a"), item("q.1.2", "b"))
+    cancelled: list[str] = []
+    running: list[str] = []
+
+    async def handler(item: WorkItem) -> None:
+        running.append(item.name)
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.append(item.name)
+            raise
+
+    task = asyncio.create_task(reconciler(ReconcileStub(call), handler).run())
+    await until("both handlers", lambda: len(running) == 2, task, 5)
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=5)
+    assert done and task.cancelled(), "cancelling the reconciler did not end it"
+    assert sorted(cancelled) == ["a", "b"] and call.cancelled and call.completions() == []
+
+
+async def test_item_objects_writes_name_the_lease() -> None:
+    objects_stub = ObjectsStub()
+    objects = Objects(objects_stub)  # type: ignore[arg-type]
+    call = FakeCall(STARTED, item("q.1.7"))
+
+    async def handler(item: WorkItem) -> None:
+        await item.objects.create("configmaps", {}, namespace="ns")
+        await item.objects.update("configmaps", "a", {}, namespace="ns")
+        await item.objects.patch("configmaps", "a", {}, namespace="ns")
+        await item.objects.delete("configmaps", "a", namespace="ns")
+        await objects.patch("configmaps", "a", {}, namespace="ns")  # the client's own objects: no lease
+        await objects.patch("configmaps", "a", {}, namespace="ns", reconcile_lease=item.lease_id)
+
+    task = asyncio.create_task(reconciler(ReconcileStub(call), handler, objects).run())
+    try:
+        await until("the completion", lambda: bool(call.completions()), task, 5)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert [r.reconcile_lease for r in objects_stub.requests] == ["q.1.7"] * 4 + ["", "q.1.7"]
+
+
+class Boom(Exception):
+    pass
+
+
+DONE, REQUEUE = reconcile_pb2.OUTCOME_DONE, reconcile_pb2.OUTCOME_REQUEUE
+RETRY, TERMINAL = reconcile_pb2.OUTCOME_RETRY, reconcile_pb2.OUTCOME_TERMINAL
+
+
+@pytest.mark.parametrize(
+    ("result", "outcome", "error", "requeue_after_ns"),
+    [
+        pytest.param(None, DONE, "", None, id="none"),
+        pytest.param(requeue_after(2.5), REQUEUE, "", 2_500_000_000, id="requeue"),
+        pytest.param(requeue_after(timedelta(minutes=1)), REQUEUE, "", 60_000_000_000, id="requeue-timedelta"),
+        pytest.param(requeue_after(0), REQUEUE, "", 1_000_000, id="requeue-0-is-the-shortest-the-daemon-takes"),
+        pytest.param(requeue_after(timedelta(days=3)), REQUEUE, "", 86_400_000_000_000, id="requeue-3d-is-a-day"),
+        pytest.param(RuntimeError("no"), RETRY, "no", None, id="raise"),
+        pytest.param(Boom(), RETRY, "Boom", None, id="raise-without-text-is-its-type"),
+        pytest.param(RuntimeError("x" * 5000), RETRY, "x" * 4096, None, id="raise-long-is-cut"),
+        pytest.param(Terminal("never"), TERMINAL, "never", None, id="terminal"),
+        pytest.param(
+            42, RETRY, "the handler returned 42; return None, or consistd.requeue_after(...)", None, id="junk"
+        ),
+    ],
+)
+async def test_how_the_handler_ends_is_the_completion(
+    result: Any, outcome: int, error: str, requeue_after_ns: int | None
+) -> None:
+    call = FakeCall(STARTED, item("q.1.1"))
+
+    async def handler(item: WorkItem) -> Any:
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    task = asyncio.create_task(reconciler(ReconcileStub(call), handler).run())
+    try:
+        await until("the completion", lambda: bool(call.completions()), task, 5)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    (completion,) = [r.complete for r in call.written if r.HasField("complete")]
+    assert (completion.lease_id, completion.outcome, completion.error) == ("q.1.1", outcome, error)
+    if requeue_after_ns is None:
+        assert not completion.HasField("requeue_after")
+    else:
+        assert completion.requeue_after.ToNanoseconds() == requeue_after_ns
+
+
+async def test_a_plain_function_handler_runs_in_a_worker_thread() -> None:
+    call = FakeCall(STARTED, item("q.1.1"))
+    threads: list[threading.Thread] = []
+
+    def handler(item: WorkItem) -> consistd.Requeue:
+        threads.append(threading.current_thread())
+        return requeue_after(1)
+
+    task = asyncio.create_task(reconciler(ReconcileStub(call), handler).run())
+    try:
+        await until("the completion", lambda: bool(call.completions()), task, 5)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert threads and threads[0] is not threading.main_thread()
+    assert call.completions() == [("q.1.1", reconcile_pb2.OUTCOME_REQUEUE)]
