@@ -183,6 +183,7 @@ pub(crate) struct Reconciler {
     /// How long a queue outlives its last stream, so a reconnecting app keeps its backoffs and passes.
     linger: Duration,
     queues: Mutex<HashMap<String, RunningQueue>>,
+    /// The next stream's id, part of its lease ids.
     next_stream: AtomicU64,
 }
 
@@ -233,7 +234,9 @@ impl Reconciler {
             consistency_timeout,
             linger,
             queues: Mutex::new(HashMap::new()),
-            next_stream: AtomicU64::new(1),
+            // Random per daemon run, so a lease id of an earlier run (a completion or a write an app sends
+            // after its sidecar restarted) never names a lease of this one.
+            next_stream: AtomicU64::new(u64::from(rand::random::<u32>()) << 16),
         })
     }
 

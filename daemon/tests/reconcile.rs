@@ -300,6 +300,29 @@ async fn a_vanished_app_returns_its_leases_to_the_other_stream_of_the_queue() {
     assert!(status.message().starts_with("spec: "), "{status}");
 }
 
+/// A lease id of an earlier run of the sidecar (an app's completion or write sent after its sidecar
+/// restarted) never names a lease of the new run.
+#[tokio::test]
+async fn lease_ids_of_a_restarted_sidecar_never_repeat_those_of_its_earlier_run() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let api: Api<ConfigMap> = Api::namespaced(kube, &ns);
+    api.create(&PostParams::default(), &configmap("a", json!({}))).await.expect("create");
+    let first = Daemon::builder(BIN).start().await;
+    let mut queue = open(&first, spec("restarts", &ns, 1)).await.expect("open");
+    let old = queue.item().await;
+    drop((queue, first));
+    let second = Daemon::builder(BIN).start().await;
+    let mut queue = open(&second, spec("restarts", &ns, 1)).await.expect("open");
+    let new = queue.item().await;
+    assert_ne!(new.lease_id, old.lease_id, "the same key's first lease of each run");
+    queue.complete(&old, Outcome::Done).await;
+    let (code, message) = queue.refusal().await;
+    assert_eq!(code, Code::FailedPrecondition, "{message}");
+    queue.complete(&new, Outcome::Done).await;
+    assert!(queue.item_within(Duration::from_secs(1)).await.is_none(), "the new lease was the one completed");
+}
+
 #[tokio::test]
 async fn work_is_handed_out_only_while_this_pod_leads_and_carries_the_term() {
     let kube = consistd_testkit::kube_client().await;
