@@ -7,6 +7,7 @@ import { InboxServiceClient } from "./gen/consistd/v1/inbox.js";
 import { LeadershipServiceClient } from "./gen/consistd/v1/leadership.js";
 import { ObjectsServiceClient } from "./gen/consistd/v1/objects.js";
 import { OutboxServiceClient } from "./gen/consistd/v1/outbox.js";
+import { ReconcileServiceClient } from "./gen/consistd/v1/reconcile.js";
 import { RolloutServiceClient } from "./gen/consistd/v1/rollout.js";
 import { WatchServiceClient } from "./gen/consistd/v1/watch.js";
 import { checkHealth, ServingStatus } from "./health.js";
@@ -15,6 +16,7 @@ import { type CampaignOptions, elect, type Leadership, type ObserveOptions } fro
 import { Objects } from "./objects.js";
 import { AckTracker, type Message, type SendOptions, type Sent } from "./outbox.js";
 import { OwnWrites } from "./ownwrites.js";
+import { reconcile, type ReconcileHandler, type ReconcileOptions, type ReconcileSpec } from "./reconcile.js";
 import { sleep } from "./retry.js";
 import { watch, type WatchEvent, type WatchQuery } from "./watch.js";
 
@@ -63,6 +65,7 @@ export class Client {
     outbox: OutboxServiceClient;
     inbox: InboxServiceClient;
     rollout: RolloutServiceClient;
+    reconcile: ReconcileServiceClient;
   };
   private readonly health: GrpcClient;
   private readonly acks: AckTracker;
@@ -86,6 +89,7 @@ export class Client {
       outbox: new OutboxServiceClient(target, insecure, shared),
       inbox: new InboxServiceClient(target, insecure, shared),
       rollout: new RolloutServiceClient(target, insecure, shared),
+      reconcile: new ReconcileServiceClient(target, insecure, shared),
     };
     this.health = new GrpcClient(target, insecure, shared);
     this.objects = new Objects(this.services.objects, this.ownWrites);
@@ -150,6 +154,25 @@ export class Client {
    */
   send(message: Message, options: SendOptions = {}): Promise<Sent> {
     return this.acks.send(message, options);
+  }
+
+  /**
+   * Works on the reconcile queue `spec` names until `signal` aborts: `handler` gets each work item, at most
+   * `spec.maxLeases` (default 1) at once and never two for one key, and how it settles completes the lease:
+   * resolving is DONE, resolving with `requeueAfter(ms)` REQUEUE, throwing a `TerminalError` TERMINAL, throwing
+   * anything else RETRY with its message (the key comes again after its backoff, with `attempt` and
+   * `lastError`). Writes through `item.objects` name the lease, so the key's next pass waits until the queue's
+   * watches show them. Reopens the stream after a lost connection; a refused completion is a warning. Resolves
+   * once `signal` aborted and running handlers settled; rejects with the ConsistdError of a refused spec.
+   *
+   *     await client.reconcile({ name: "cm", resource: "configmaps", namespace: "default" }, async (item) => {
+   *       if (item.deleted) return;
+   *       await item.objects.patch({ resource: "configmaps", namespace: item.namespace, name: item.name, patch });
+   *     }, { signal });
+   */
+  reconcile<T = any>(spec: ReconcileSpec, handler: ReconcileHandler<T>, options: ReconcileOptions = {}): Promise<void> {
+    const signal = this.signal(options);
+    return reconcile(this.services.reconcile, this.objects, spec, handler, { ...options, signal });
   }
 
   /** Ends every stream of this client and closes the connection. */

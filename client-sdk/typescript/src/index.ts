@@ -1,4 +1,4 @@
-// @consistd/client: the TypeScript client for the consistd sidecar (watch, lead, send, receive).
+// @consistd/client: the TypeScript client for the consistd sidecar (watch, lead, send, receive, reconcile).
 /**
  * Connect to the sidecar's Unix socket (CONSISTD_SOCKET, else /var/run/consistd/consistd.sock), wait until
  * it is ready, then watch, lead, write, send and receive:
@@ -31,6 +31,19 @@ export {
   type UpdateRequest,
 } from "./objects.js";
 export { type Message, Outcome, type SendOptions, Sent } from "./outbox.js";
+export {
+  type MapsBy,
+  type ReconcileHandler,
+  type ReconcileOptions,
+  type ReconcileQuery,
+  type ReconcileSpec,
+  type RelatedSpec,
+  Requeue,
+  requeueAfter,
+  type RetryOptions,
+  TerminalError,
+  WorkItem,
+} from "./reconcile.js";
 export { inject as injectTraceContext, context as messageContext, type TraceFields } from "./trace.js";
 export { WatchEvent, type WatchQuery } from "./watch.js";
 

@@ -99,6 +99,8 @@ export interface CreateRequest extends Target {
   /** Field manager recorded by the apiserver; default "consistd". */
   fieldManager?: string;
   guard?: Guard;
+  /** The reconcile lease (`WorkItem.leaseId`) this write is made for; see `WorkItem.objects`. */
+  reconcileLease?: string;
 }
 
 /** A replacement for an object; metadata.resourceVersion in it makes the update conditional. */
@@ -110,6 +112,8 @@ export interface UpdateRequest extends Target {
   subresource?: string;
   fieldManager?: string;
   guard?: Guard;
+  /** The reconcile lease (`WorkItem.leaseId`) this write is made for; see `WorkItem.objects`. */
+  reconcileLease?: string;
 }
 
 /** A patch of an object. */
@@ -126,6 +130,8 @@ export interface PatchRequest extends Target {
   /** APPLY only: take ownership of conflicting fields. */
   force?: boolean;
   guard?: Guard;
+  /** The reconcile lease (`WorkItem.leaseId`) this write is made for; see `WorkItem.objects`. */
+  reconcileLease?: string;
 }
 
 /** An object to delete, optionally only while it still has a given uid or resourceVersion. */
@@ -135,6 +141,8 @@ export interface DeleteRequest extends Target {
   preconditionResourceVersion?: string;
   propagationPolicy?: PropagationPolicy;
   guard?: Guard;
+  /** The reconcile lease (`WorkItem.leaseId`) this write is made for; see `WorkItem.objects`. */
+  reconcileLease?: string;
 }
 
 /**
@@ -144,10 +152,25 @@ export interface DeleteRequest extends Target {
  * watches hold back a state older than it that was already on its way (the own-write rule).
  */
 export class Objects {
+  /**
+   * `lease`: the reconcile lease every write names unless its request says otherwise (`forLease`); empty for
+   * none.
+   */
   constructor(
     private readonly service: ObjectsServiceClient,
     private readonly ownWrites: OwnWrites = new OwnWrites(),
+    private readonly lease = "",
   ) {}
+
+  /**
+   * The same objects, with every write naming the reconcile lease `leaseId` (a `WorkItem.leaseId`): the key's
+   * next pass then waits until the queue's watch of the written object shows the write (a child created for
+   * the key, say). `WorkItem.objects` is this view for its lease. A write made after its lease ended is not
+   * waited for.
+   */
+  forLease(leaseId: string): Objects {
+    return new Objects(this.service, this.ownWrites, leaseId);
+  }
 
   /** Reads one object. */
   async get<T = any>(request: GetRequest, options?: Cancellable): Promise<KubeObject<T>> {
@@ -176,7 +199,14 @@ export class Objects {
     const { resource, namespace = "", object, fieldManager = "", guard } = request;
     const response = await unary(
       this.service.create.bind(this.service),
-      { resource, namespace, object: body(object), fieldManager, guard: toGuard(guard), reconcileLease: "" },
+      {
+        resource,
+        namespace,
+        object: body(object),
+        fieldManager,
+        guard: toGuard(guard),
+        reconcileLease: this.leaseOf(request),
+      },
       options,
     );
     return this.written(toObject<T>(response.object));
@@ -196,7 +226,7 @@ export class Objects {
         subresource,
         fieldManager,
         guard: toGuard(guard),
-        reconcileLease: "",
+        reconcileLease: this.leaseOf(request),
       },
       options,
     );
@@ -218,7 +248,7 @@ export class Objects {
         fieldManager: request.fieldManager ?? "",
         force: request.force ?? false,
         guard: toGuard(request.guard),
-        reconcileLease: "",
+        reconcileLease: this.leaseOf(request),
       },
       options,
     );
@@ -238,11 +268,16 @@ export class Objects {
         preconditionResourceVersion: request.preconditionResourceVersion ?? "",
         propagationPolicy: request.propagationPolicy ?? 0,
         guard: toGuard(guard),
-        reconcileLease: "",
+        reconcileLease: this.leaseOf(request),
       },
       options,
     );
     return response.object && this.written(new KubeObject<T>(response.object));
+  }
+
+  /** The lease a write names: its request's, else this view's. */
+  private leaseOf(request: { reconcileLease?: string }): string {
+    return request.reconcileLease ?? this.lease;
   }
 
   /** Records the state a write returned, for the own-write rule of the client's watches. */

@@ -4,6 +4,8 @@ export * from "./gen/consistd/v1/leadership.js";
 export * from "./gen/consistd/v1/object.js";
 export * from "./gen/consistd/v1/objects.js";
 export * from "./gen/consistd/v1/outbox.js";
+export * from "./gen/consistd/v1/reconcile.js";
+export * from "./gen/consistd/v1/refusal.js";
 export * from "./gen/consistd/v1/rollout.js";
 export * from "./gen/consistd/v1/watch.js";
 export { Duration } from "./gen/google/protobuf/duration.js";
