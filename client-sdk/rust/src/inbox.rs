@@ -60,7 +60,7 @@ impl Delivery {
     /// bytes).
     pub async fn nack(mut self, reason: impl Into<String>, retry_after: Duration) -> Result<(), Error> {
         let retry_after = prost_types::Duration::try_from(retry_after).ok();
-        let reason = cut(reason.into());
+        let reason = cut(reason.into(), MAX_REASON_BYTES);
         let request = NackRequest { message_id: self.message.message_id, retry_after, reason };
         self.inbox.nack(request).await?;
         Ok(())
@@ -141,13 +141,13 @@ impl Client {
     }
 }
 
-/// `reason` cut to [`MAX_REASON_BYTES`] without splitting a character.
-fn cut(mut reason: String) -> String {
-    if reason.len() > MAX_REASON_BYTES {
-        let end = (0..=MAX_REASON_BYTES).rev().find(|&i| reason.is_char_boundary(i)).unwrap_or(0);
-        reason.truncate(end);
+/// `text` cut to `max` bytes without splitting a character.
+pub(crate) fn cut(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let end = (0..=max).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+        text.truncate(end);
     }
-    reason
+    text
 }
 
 #[cfg(test)]
@@ -156,11 +156,11 @@ mod tests {
 
     #[test]
     fn a_long_reason_is_cut_at_a_character_boundary() {
-        assert_eq!(cut("short".into()), "short");
+        assert_eq!(cut("short".into(), MAX_REASON_BYTES), "short");
         let long = "€".repeat(2000); // 6000 bytes, three per character: 4096 falls inside one
-        let cut = cut(long);
+        let cut = cut(long, MAX_REASON_BYTES);
         assert_eq!(cut.len(), MAX_REASON_BYTES - 1);
         assert!(cut.chars().all(|c| c == '€'));
-        assert_eq!(super::cut("x".repeat(MAX_REASON_BYTES + 1)).len(), MAX_REASON_BYTES);
+        assert_eq!(super::cut("x".repeat(MAX_REASON_BYTES + 1), MAX_REASON_BYTES).len(), MAX_REASON_BYTES);
     }
 }

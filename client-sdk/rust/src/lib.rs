@@ -1,5 +1,6 @@
 //! Rust client for the consistd sidecar: connect to its Unix socket (the default path, or
-//! `CONSISTD_SOCKET`), wait until it is ready, then watch, lead, send and receive.
+//! `CONSISTD_SOCKET`), wait until it is ready, then watch, read and write objects, lead, send and receive,
+//! and reconcile the items of a work queue ([`Client::reconcile`]).
 //!
 //! ```no_run
 //! use consistd_client::{Client, Watch, proto::CampaignRequest};
@@ -16,13 +17,18 @@
 //! while let Some(state) = leadership.next().await {
 //!     if state?.is_leader() { /* act, with state.term as the write guard */ }
 //! }
+//! let spec = consistd_client::ReconcileSpec::new("web", "configmaps").namespace("default");
+//! client.reconcile(spec, |item| async move { Ok(consistd_client::Action::done()) }).await?;
 //! # Ok(()) }
 //! ```
 
 mod inbox;
 mod leadership;
+mod objects;
 mod ordered;
 mod outbox;
+mod own_writes;
+mod reconcile;
 mod retry;
 pub mod trace;
 mod watch;
@@ -42,13 +48,15 @@ use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus,
 pub use consistd_proto::v1 as proto;
 pub use inbox::{DEFAULT_RETRY_AFTER, Delivery};
 pub use leadership::Leadership;
+pub use objects::Objects;
 use ordered::Ordered;
 pub use outbox::{Outcome, Sent, to_election, to_peer};
 use proto::{
     inbox_service_client::InboxServiceClient, leadership_service_client::LeadershipServiceClient,
-    objects_service_client::ObjectsServiceClient, outbox_service_client::OutboxServiceClient,
-    rollout_service_client::RolloutServiceClient, watch_service_client::WatchServiceClient,
+    outbox_service_client::OutboxServiceClient, rollout_service_client::RolloutServiceClient,
+    watch_service_client::WatchServiceClient,
 };
+pub use reconcile::{Action, ReconcileError, ReconcileSpec, Reconciler, Related, WorkItem};
 pub use watch::{Event, Watch};
 
 /// Where the sidecar listens unless `CONSISTD_SOCKET` says otherwise.
@@ -79,11 +87,14 @@ pub enum Error {
 }
 
 /// A connection to one consistd sidecar. Cheap to clone (clones share the connection, the stream of
-/// send outcomes and the streams sends and ACKs go out on); connects lazily and reconnects on demand.
+/// send outcomes, the streams sends and ACKs go out on, and the record of this client's own writes);
+/// connects lazily and reconnects on demand.
 #[derive(Debug, Clone)]
 pub struct Client {
     path: PathBuf,
     channel: Channel,
+    /// What this client's object writes returned, for the own-write rule of its watches.
+    writes: Arc<own_writes::OwnWrites>,
     acks: Arc<outbox::AckTracker>,
     sends: Arc<Ordered<proto::SendStreamRequest, proto::SendStreamResponse>>,
     inbox_acks: Arc<Ordered<proto::AckStreamRequest, proto::AckStreamResponse>>,
@@ -106,7 +117,14 @@ impl Client {
                 async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
             },
         ));
-        Self { path, channel, acks: Arc::default(), sends: Arc::default(), inbox_acks: Arc::default() }
+        Self {
+            path,
+            channel,
+            writes: Arc::default(),
+            acks: Arc::default(),
+            sends: Arc::default(),
+            inbox_acks: Arc::default(),
+        }
     }
 
     /// The socket this client talks to.
@@ -147,9 +165,21 @@ impl Client {
         WatchServiceClient::new(self.channel.clone())
     }
 
-    /// Reads and writes of Kubernetes objects.
-    pub fn objects(&self) -> ObjectsServiceClient<Channel> {
-        ObjectsServiceClient::new(self.channel.clone())
+    /// Reads and writes of Kubernetes objects: the generated `ObjectsService` calls, each write recorded
+    /// for the own-write rule of this client's watches (see [`Objects`]).
+    pub fn objects(&self) -> Objects {
+        Objects::new(self.channel.clone(), self.writes.clone())
+    }
+
+    /// Whether a write through this client (or a clone) returned a larger resourceVersion of `object`'s
+    /// object than `object` has: the state is older than what the app itself already wrote. A watch
+    /// applies this check when the app takes each event ([`Client::subscribe`]); an app that moves events
+    /// into a queue of its own before handling them takes them later, and can ask again with this when
+    /// it takes one from its queue. False for a resourceVersion that is not a decimal integer (never
+    /// compared) and for objects this client did not write (or wrote longer ago than the 10,000 objects
+    /// it wrote since).
+    pub fn predates_own_write(&self, object: &proto::KubeObject) -> bool {
+        self.writes.predates(object)
     }
 
     /// Leader elections.

@@ -4,6 +4,7 @@ use futures::{Stream, StreamExt as _};
 
 use crate::{
     Client, Error,
+    own_writes::OwnWrites,
     proto::{Consistency, DeliveryMode, EventType, KubeObject, SubscribeRequest, SubscribeResponse},
     retry::{Backoff, is_retryable},
 };
@@ -17,13 +18,23 @@ pub struct Event {
     pub object: Option<KubeObject>,
     /// Resume position after this event.
     pub cursor: String,
-    /// How the state relates to this pod's own writes.
+    /// How the state relates to this pod's own writes, as the daemon judged it when it sent the event.
     pub consistency: Consistency,
+    /// RAW mode only: when the app took this ADDED or MODIFIED event, a write through this client had
+    /// already returned a larger resourceVersion of the object, so the state is older than what the app
+    /// itself wrote. CONSISTENT mode drops such events instead (see [`Client::subscribe`]).
+    pub predates_own_write: bool,
 }
 
 impl Event {
     fn from_proto(r: SubscribeResponse) -> Self {
-        Self { kind: r.r#type(), consistency: r.consistency(), object: r.object, cursor: r.cursor }
+        Self {
+            kind: r.r#type(),
+            consistency: r.consistency(),
+            object: r.object,
+            cursor: r.cursor,
+            predates_own_write: false,
+        }
     }
 
     /// The object's JSON, parsed; `None` for markers.
@@ -87,9 +98,25 @@ impl Client {
     /// again from the last cursor it delivered (with backoff), so each event arrives once; if the
     /// daemon cannot resume from there, the stream yields RESYNC_REQUIRED and a fresh snapshot. Any
     /// other error ends the stream with that error. Dropping the stream ends the subscription.
+    ///
+    /// The own-write rule. The daemon judges a CONSISTENT state when it sends it, so a state sent just
+    /// before the app's own write reached the daemon can still be on its way (in the socket, hyper's and
+    /// tonic's buffers) when that write returns. So each ADDED or MODIFIED event is checked against the
+    /// resourceVersions this client's writes ([`Client::objects`]: create, update, patch, delete) returned
+    /// when the app takes it, that is when a poll of this stream hands it over, not when it arrives: if a
+    /// write returned a larger resourceVersion of the object, the event is dropped in CONSISTENT mode
+    /// and handed over with [`Event::predates_own_write`] set in RAW mode. DELETED, SYNCED and
+    /// RESYNC_REQUIRED are never dropped; a version that is not a decimal integer is never compared. A
+    /// dropped event still moves the resume cursor, so it does not come again after a reconnect. The
+    /// stream reads the next event from the connection only when it is polled, so nothing waits inside
+    /// the SDK where a check made earlier would go stale; an app that reads ahead into a queue of its own
+    /// (a channel, `ready_chunks`) takes an event when it dequeues it, and can check it again then with
+    /// [`Client::predates_own_write`].
     pub fn subscribe(&self, watch: Watch) -> impl Stream<Item = Result<Event, Error>> + Send + 'static {
         let mut service = self.watch();
         let mut request = watch.request;
+        let writes = self.writes.clone();
+        let consistent = request.mode() == DeliveryMode::Consistent;
         async_stream::stream! {
             let mut backoff = Backoff::new();
             loop {
@@ -104,7 +131,15 @@ impl Client {
                                     if !r.cursor.is_empty() {
                                         request.resume_cursor.clone_from(&r.cursor);
                                     }
-                                    yield Ok(Event::from_proto(r));
+                                    // The take: the app's poll runs this, and nothing awaits before the yield.
+                                    let mut event = Event::from_proto(r);
+                                    if predates_own_write(&event, &writes) {
+                                        if consistent {
+                                            continue; // dropped; the cursor above already moved past it
+                                        }
+                                        event.predates_own_write = true;
+                                    }
+                                    yield Ok(event);
                                 }
                                 Some(Err(status)) => break status,
                                 None => break tonic::Status::unavailable("the sidecar ended the watch"),
@@ -118,6 +153,43 @@ impl Client {
                 }
                 backoff.wait().await;
             }
+        }
+    }
+}
+
+/// Whether `event` is an ADDED or MODIFIED state older than a write this client made (the own-write
+/// rule); DELETED and the markers never are.
+fn predates_own_write(event: &Event, writes: &OwnWrites) -> bool {
+    matches!(event.kind, EventType::Added | EventType::Modified)
+        && event.object.as_ref().is_some_and(|o| writes.predates(o))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(kind: EventType, rv: &str) -> Event {
+        let object = KubeObject { uid: "u".into(), resource_version: rv.into(), ..Default::default() };
+        Event {
+            kind,
+            object: Some(object),
+            cursor: String::new(),
+            consistency: Consistency::Consistent,
+            predates_own_write: false,
+        }
+    }
+
+    #[test]
+    fn only_added_and_modified_states_older_than_an_own_write_predate_it() {
+        let writes = OwnWrites::default();
+        writes.record(&KubeObject { uid: "u".into(), resource_version: "10".into(), ..Default::default() });
+        assert!(predates_own_write(&event(EventType::Added, "9"), &writes));
+        assert!(predates_own_write(&event(EventType::Modified, "9"), &writes));
+        assert!(!predates_own_write(&event(EventType::Modified, "10"), &writes), "the write's own state");
+        assert!(!predates_own_write(&event(EventType::Deleted, "9"), &writes), "a deletion is never dropped");
+        for marker in [EventType::Synced, EventType::ResyncRequired] {
+            let marker = Event { object: None, ..event(marker, "") };
+            assert!(!predates_own_write(&marker, &writes), "{marker:?}");
         }
     }
 }

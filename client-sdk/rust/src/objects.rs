@@ -1,0 +1,127 @@
+//! Reads and writes of Kubernetes objects: the generated `ObjectsService` calls, with the same requests
+//! and responses, recording what each write returned for the own-write rule of the client's watches.
+
+use std::sync::Arc;
+
+use tonic::{IntoRequest, Response, Status, transport::Channel};
+
+use crate::{
+    own_writes::OwnWrites,
+    proto::{
+        CreateRequest, CreateResponse, DeleteRequest, DeleteResponse, GetRequest, GetResponse, KubeObject, ListRequest,
+        ListResponse, PatchRequest, PatchResponse, UpdateRequest, UpdateResponse,
+        objects_service_client::ObjectsServiceClient,
+    },
+};
+
+/// Reads and writes of Kubernetes objects through the sidecar ([`crate::Client::objects`]).
+///
+/// The same calls as the generated [`ObjectsServiceClient`], taking the same requests (or a
+/// `tonic::Request` of one, with metadata) and answering the same responses, so code written against
+/// the generated client keeps working. What it adds: every create, update, patch and delete that returns
+/// an object records, per uid, the largest resourceVersion returned, and the watches of the same
+/// [`crate::Client`] (and its clones) check each event against that record when the app takes it (the
+/// own-write rule, see [`crate::Client::subscribe`]). Writes made through the generated client itself
+/// ([`Objects::into_inner`], or one built on [`crate::Client::channel`]) are not recorded.
+///
+/// The objects client of a [`crate::WorkItem`] ([`crate::WorkItem::objects`]) also names the item's lease
+/// in every write (`reconcile_lease`) that does not name one itself.
+///
+/// Errors are the daemon's gRPC statuses, as the generated client returns them (an apiserver conflict
+/// is ABORTED, 403 PERMISSION_DENIED, 404 NOT_FOUND; a bad field INVALID_ARGUMENT naming it).
+#[derive(Debug, Clone)]
+pub struct Objects {
+    service: ObjectsServiceClient<Channel>,
+    writes: Arc<OwnWrites>,
+    lease: String,
+}
+
+impl Objects {
+    pub(crate) fn new(channel: Channel, writes: Arc<OwnWrites>) -> Self {
+        Self { service: ObjectsServiceClient::new(channel), writes, lease: String::new() }
+    }
+
+    /// The same client, naming `lease` in every write that names none.
+    pub(crate) fn for_lease(mut self, lease: &str) -> Self {
+        lease.clone_into(&mut self.lease);
+        self
+    }
+
+    /// The lease this client's writes name (a [`crate::WorkItem`]'s), if any.
+    pub fn lease(&self) -> Option<&str> {
+        (!self.lease.is_empty()).then_some(self.lease.as_str())
+    }
+
+    /// The generated client underneath; writes made through it are not recorded for the own-write rule.
+    pub fn into_inner(self) -> ObjectsServiceClient<Channel> {
+        self.service
+    }
+
+    /// One object, from the watch hub's cache when a watch covers it, else from the apiserver.
+    pub async fn get(&mut self, request: impl IntoRequest<GetRequest>) -> Result<Response<GetResponse>, Status> {
+        self.service.get(request).await
+    }
+
+    /// The objects matching a query.
+    pub async fn list(&mut self, request: impl IntoRequest<ListRequest>) -> Result<Response<ListResponse>, Status> {
+        self.service.list(request).await
+    }
+
+    /// Creates an object and records the version created.
+    pub async fn create(
+        &mut self,
+        request: impl IntoRequest<CreateRequest>,
+    ) -> Result<Response<CreateResponse>, Status> {
+        let mut request = request.into_request();
+        name_lease(&mut request.get_mut().reconcile_lease, &self.lease);
+        let response = self.service.create(request).await?;
+        self.record(response.get_ref().object.as_ref());
+        Ok(response)
+    }
+
+    /// Replaces an object (or its status) and records the version stored.
+    pub async fn update(
+        &mut self,
+        request: impl IntoRequest<UpdateRequest>,
+    ) -> Result<Response<UpdateResponse>, Status> {
+        let mut request = request.into_request();
+        name_lease(&mut request.get_mut().reconcile_lease, &self.lease);
+        let response = self.service.update(request).await?;
+        self.record(response.get_ref().object.as_ref());
+        Ok(response)
+    }
+
+    /// Patches an object (or its status) and records the version stored.
+    pub async fn patch(&mut self, request: impl IntoRequest<PatchRequest>) -> Result<Response<PatchResponse>, Status> {
+        let mut request = request.into_request();
+        name_lease(&mut request.get_mut().reconcile_lease, &self.lease);
+        let response = self.service.patch(request).await?;
+        self.record(response.get_ref().object.as_ref());
+        Ok(response)
+    }
+
+    /// Deletes an object and records the last state when the apiserver returned it.
+    pub async fn delete(
+        &mut self,
+        request: impl IntoRequest<DeleteRequest>,
+    ) -> Result<Response<DeleteResponse>, Status> {
+        let mut request = request.into_request();
+        name_lease(&mut request.get_mut().reconcile_lease, &self.lease);
+        let response = self.service.delete(request).await?;
+        self.record(response.get_ref().object.as_ref());
+        Ok(response)
+    }
+
+    fn record(&self, object: Option<&KubeObject>) {
+        if let Some(object) = object {
+            self.writes.record(object);
+        }
+    }
+}
+
+/// Names `lease` in a write that names none.
+fn name_lease(field: &mut String, lease: &str) {
+    if field.is_empty() {
+        lease.clone_into(field);
+    }
+}
