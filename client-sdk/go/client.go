@@ -1,6 +1,7 @@
 // Package consistd is the Go client for the consistd sidecar: connect to its Unix socket, wait until it
 // is ready, then watch objects, write them (optionally fenced by a leadership term), lead elections, send
-// ACK-tracked messages to peers and handle the messages peers send.
+// ACK-tracked messages to peers, handle the messages peers send, and run a reconciler on the sidecar's
+// work queue (Reconcile).
 //
 //	client, err := consistd.New() // $CONSISTD_SOCKET, else /var/run/consistd/consistd.sock
 //	if err != nil { ... }
@@ -22,6 +23,7 @@ package consistd
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"time"
@@ -52,12 +54,15 @@ type Client struct {
 	acked *ordered[pb.AckStreamRequest, pb.AckStreamResponse]
 	// writes is what this client's object writes returned, for the own-write rule of its watches.
 	writes *ownWrites
+	// log receives what the SDK cannot return to a caller (WithLogger); nil means slog.Default().
+	log *slog.Logger
 
 	watch      pb.WatchServiceClient
 	objects    pb.ObjectsServiceClient
 	leadership pb.LeadershipServiceClient
 	outbox     pb.OutboxServiceClient
 	inbox      pb.InboxServiceClient
+	reconcile  pb.ReconcileServiceClient
 }
 
 // Option configures New.
@@ -66,6 +71,7 @@ type Option func(*options)
 type options struct {
 	socket      string
 	dialOptions []grpc.DialOption
+	logger      *slog.Logger
 }
 
 // WithSocket connects to the sidecar's socket at path instead of CONSISTD_SOCKET or DefaultSocket.
@@ -76,6 +82,12 @@ func WithSocket(path string) Option {
 // WithDialOptions adds gRPC dial options (interceptors, message sizes, ...) to the connection.
 func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(o *options) { o.dialOptions = append(o.dialOptions, opts...) }
+}
+
+// WithLogger sets where the client logs what it cannot return to a caller: a Reconcile's lost connections,
+// refused completions, leases that ran out and recovered panics. slog.Default() otherwise.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) { o.logger = l }
 }
 
 // New returns a client for the socket named by CONSISTD_SOCKET, else DefaultSocket, unless WithSocket
@@ -113,6 +125,7 @@ func New(opts ...Option) (*Client, error) {
 		conn:   conn,
 		acks:   newAckTracker(),
 		writes: newOwnWrites(),
+		log:    o.logger,
 		sends: newOrdered("send", func(ctx context.Context) (grpc.BidiStreamingClient[pb.SendStreamRequest, pb.SendStreamResponse], error) {
 			return outbox.SendStream(ctx)
 		}),
@@ -124,7 +137,16 @@ func New(opts ...Option) (*Client, error) {
 		leadership: pb.NewLeadershipServiceClient(conn),
 		outbox:     outbox,
 		inbox:      inbox,
+		reconcile:  pb.NewReconcileServiceClient(conn),
 	}, nil
+}
+
+// logger is where the client logs (WithLogger), slog.Default() unless set.
+func (c *Client) logger() *slog.Logger {
+	if c.log != nil {
+		return c.log
+	}
+	return slog.Default()
 }
 
 // Socket is the path of the sidecar's socket this client talks to.

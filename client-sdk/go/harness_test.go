@@ -123,13 +123,21 @@ type daemon struct {
 	// exited receives the running process's exit (Wait's result).
 	exited <-chan error
 	log    *os.File
+	// kubeconfig is the apiserver it talks to; CONSISTD_TEST_KUBECONFIG's when empty.
+	kubeconfig string
 }
 
 // startDaemon starts a daemon with the given identity (and further lines of YAML configuration) and
 // waits until it is ready; it is stopped when the test ends, and its log printed if the test failed.
 func startDaemon(t *testing.T, identity string, config ...string) *daemon {
+	return startDaemonWith(t, "", identity, config...)
+}
+
+// startDaemonWith is startDaemon reaching the apiserver through kubeconfig (CONSISTD_TEST_KUBECONFIG's
+// when empty), e.g. a proxy's.
+func startDaemonWith(t *testing.T, kubeconfig, identity string, config ...string) *daemon {
 	dir := t.TempDir()
-	d := &daemon{t: t, dir: dir, Socket: filepath.Join(dir, "consistd.sock"), Admin: filepath.Join(dir, "admin.sock")}
+	d := &daemon{t: t, dir: dir, Socket: filepath.Join(dir, "consistd.sock"), Admin: filepath.Join(dir, "admin.sock"), kubeconfig: kubeconfig}
 	if err := os.WriteFile(filepath.Join(dir, "consistd.yaml"), []byte("identity: "+identity+"\n"+strings.Join(config, "\n")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +162,10 @@ func startDaemon(t *testing.T, identity string, config ...string) *daemon {
 // start runs the daemon and waits until `consistd status` answers.
 func (d *daemon) start() {
 	d.t.Helper()
-	bin, kubeconfig := env(d.t, "CONSISTD_BIN"), env(d.t, "CONSISTD_TEST_KUBECONFIG")
+	bin, kubeconfig := env(d.t, "CONSISTD_BIN"), d.kubeconfig
+	if kubeconfig == "" {
+		kubeconfig = env(d.t, "CONSISTD_TEST_KUBECONFIG")
+	}
 	admin := d.Admin
 	cmd := exec.Command(bin, "run", "--config", filepath.Join(d.dir, "consistd.yaml"), "--socket", d.Socket,
 		"--admin-socket", admin, "--store-dir", filepath.Join(d.dir, "store"))

@@ -60,6 +60,7 @@ type objectOptions struct {
 	uid            string
 	version        string
 	propagation    pb.PropagationPolicy
+	reconcileLease string
 }
 
 func collect(opts []ObjectOption) objectOptions {
@@ -75,6 +76,14 @@ func WithGuard(g Guard) ObjectOption {
 	return func(o *objectOptions) {
 		o.guard = &pb.WriteGuard{Election: g.Election, Namespace: g.Namespace, Term: g.Term}
 	}
+}
+
+// WithReconcileLease marks a write (Create, Update, Patch, Delete) as made for the work item holding this
+// lease (Item.LeaseID): the key's next pass waits until the queue's watch of the written object (the
+// primary's, or a related query's) shows this write. Writes to the primary itself are waited for without
+// it. Inside a Reconciler, ForItem(item) gives this option and, when the queue has an election, the guard.
+func WithReconcileLease(leaseID string) ObjectOption {
+	return func(o *objectOptions) { o.reconcileLease = leaseID }
 }
 
 // WithFieldManager sets the field manager the apiserver records (Create, Update, Patch); default
@@ -144,14 +153,14 @@ func (c *Client) List(ctx context.Context, resource, namespace, labelSelector st
 }
 
 // Create creates an object from obj: JSON as []byte or json.RawMessage, or any value json.Marshal
-// accepts (a map, a client-go type). Options: WithGuard, WithFieldManager.
+// accepts (a map, a client-go type). Options: WithGuard, WithFieldManager, WithReconcileLease (ForItem).
 func (c *Client) Create(ctx context.Context, resource, namespace string, obj any, opts ...ObjectOption) (*Object, error) {
 	body, err := toJSON(obj)
 	if err != nil {
 		return nil, err
 	}
 	o := collect(opts)
-	r, err := c.objects.Create(ctx, &pb.CreateRequest{Resource: resource, Namespace: namespace, Object: body, FieldManager: o.fieldManager, Guard: o.guard})
+	r, err := c.objects.Create(ctx, &pb.CreateRequest{Resource: resource, Namespace: namespace, Object: body, FieldManager: o.fieldManager, Guard: o.guard, ReconcileLease: o.reconcileLease})
 	if err != nil {
 		return nil, err
 	}
@@ -159,14 +168,14 @@ func (c *Client) Create(ctx context.Context, resource, namespace string, obj any
 }
 
 // Update replaces an object with obj (as for Create); metadata.resourceVersion in obj makes it
-// conditional. Options: WithGuard, WithFieldManager, WithSubresource.
+// conditional. Options: WithGuard, WithFieldManager, WithSubresource, WithReconcileLease (ForItem).
 func (c *Client) Update(ctx context.Context, resource, namespace, name string, obj any, opts ...ObjectOption) (*Object, error) {
 	body, err := toJSON(obj)
 	if err != nil {
 		return nil, err
 	}
 	o := collect(opts)
-	r, err := c.objects.Update(ctx, &pb.UpdateRequest{Resource: resource, Namespace: namespace, Name: name, Object: body, Subresource: o.subresource, FieldManager: o.fieldManager, Guard: o.guard})
+	r, err := c.objects.Update(ctx, &pb.UpdateRequest{Resource: resource, Namespace: namespace, Name: name, Object: body, Subresource: o.subresource, FieldManager: o.fieldManager, Guard: o.guard, ReconcileLease: o.reconcileLease})
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +183,7 @@ func (c *Client) Update(ctx context.Context, resource, namespace, name string, o
 }
 
 // Patch patches an object with patch (JSON, as for Create) in the given format. Options: WithGuard,
-// WithFieldManager, WithSubresource, WithForce.
+// WithFieldManager, WithSubresource, WithForce, WithReconcileLease (ForItem).
 func (c *Client) Patch(ctx context.Context, resource, namespace, name string, kind PatchType, patch any, opts ...ObjectOption) (*Object, error) {
 	body, err := toJSON(patch)
 	if err != nil {
@@ -184,6 +193,7 @@ func (c *Client) Patch(ctx context.Context, resource, namespace, name string, ki
 	r, err := c.objects.Patch(ctx, &pb.PatchRequest{
 		Resource: resource, Namespace: namespace, Name: name, PatchType: pb.PatchType(kind), Patch: body,
 		Subresource: o.subresource, FieldManager: o.fieldManager, Force: o.force, Guard: o.guard,
+		ReconcileLease: o.reconcileLease,
 	})
 	if err != nil {
 		return nil, err
@@ -192,12 +202,13 @@ func (c *Client) Patch(ctx context.Context, resource, namespace, name string, ki
 }
 
 // Delete deletes an object and returns its last state when the apiserver gave it (else nil). Options:
-// WithGuard, WithPreconditions, WithPropagation.
+// WithGuard, WithPreconditions, WithPropagation, WithReconcileLease (ForItem).
 func (c *Client) Delete(ctx context.Context, resource, namespace, name string, opts ...ObjectOption) (*Object, error) {
 	o := collect(opts)
 	r, err := c.objects.Delete(ctx, &pb.DeleteRequest{
 		Resource: resource, Namespace: namespace, Name: name, PreconditionUid: o.uid,
 		PreconditionResourceVersion: o.version, PropagationPolicy: o.propagation, Guard: o.guard,
+		ReconcileLease: o.reconcileLease,
 	})
 	if err != nil {
 		return nil, err
