@@ -153,10 +153,16 @@ async fn live(
     let mut latencies = Vec::with_capacity(LIVE);
     for i in 0..LIVE {
         let name = format!("k{:05}", i * (KEYS / LIVE));
-        let patch = json!({ "data": { "v": i.to_string() } });
-        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch");
+        // A new value (the objects were created with "0"): a patch that changes nothing makes no event.
+        let patch = json!({ "data": { "v": (i + 1).to_string() } });
+        tokio::time::timeout(Duration::from_secs(30), api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)))
+            .await
+            .unwrap_or_else(|_| panic!("patch {name}: no answer in 30 s"))
+            .expect("patch");
         let written = Instant::now();
-        let got = drain(tx, answers, 1).await;
+        let got = tokio::time::timeout(Duration::from_secs(30), drain(tx, answers, 1))
+            .await
+            .unwrap_or_else(|_| panic!("no lease for {name} within 30 s of its change"));
         assert_eq!(got[0].0, name, "the changed key is the one granted");
         latencies.push(got[0].1.duration_since(written).as_secs_f64() * 1000.0);
     }

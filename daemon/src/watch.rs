@@ -7,6 +7,7 @@ mod hub;
 mod mirror;
 pub(crate) mod object;
 pub(crate) mod resolve;
+pub(crate) mod selector;
 pub(crate) mod shared;
 mod subscription;
 

@@ -26,6 +26,7 @@ use crate::{
         expectations::Expectations,
         object::{Obj, ObjKey},
         resolve::ResourceId,
+        selector,
         shared::{Change, Item, SharedWatch},
         sleep_until,
     },
@@ -622,7 +623,10 @@ impl Driver {
         let deadline = now + self.reconciler.consistency_timeout.get();
         for (index, w) in self.watched.iter().enumerate() {
             let k = &w.watch.key;
-            if &k.resource == resource && (k.namespace.is_empty() || k.namespace == obj.namespace) {
+            // Only the watches that select the object will show it; one whose selector cannot be judged
+            // here is waited for (at worst until the timeout).
+            let selected = selector::selects(&k.label_selector, &k.field_selector, obj) != Some(false);
+            if &k.resource == resource && (k.namespace.is_empty() || k.namespace == obj.namespace) && selected {
                 self.written.entry(key.clone()).or_default().push(LeaseWrite {
                     watch: index,
                     uid: obj.uid.clone(),
@@ -953,6 +957,21 @@ mod tests {
         rig.apply(1, watcher::Event::Apply(raw("child", 20, r#""owner":"a""#)));
         rig.pump();
         assert_eq!(version(&next(&mut rx).expect("granted")), "21");
+    }
+
+    #[tokio::test]
+    async fn a_write_is_waited_for_only_on_the_watches_that_select_it() {
+        let mut rig = Rig::new(true);
+        rig.list(0, vec![raw("a", 10, "")]);
+        let mut rx = rig.attach(1, 1);
+        rig.pump();
+        let first = next(&mut rx).expect("granted");
+        // The related watch selects `owner` labels; the primary watch (no selector) selects everything,
+        // so a child without the label is waited for on the primary watch only.
+        let unlabelled = Obj::from(raw("plain", 20, ""));
+        rig.driver.wrote(&first.lease_id, &configmaps(), &unlabelled, rig.now);
+        let waits: Vec<usize> = rig.driver.written.values().flatten().map(|w| w.watch).collect();
+        assert_eq!(waits, [0]);
     }
 
     #[tokio::test]
