@@ -326,22 +326,24 @@ test("the pass after a handler's own patch through item.objects carries that pat
 });
 
 test("writes through item.objects name the lease: the next pass waits for a write the queue's watches never show", async () => {
-  // The handler creates a ConfigMap in the primaries' namespace that the queue's (label-selected) watch never
-  // delivers. Named by the lease, the key's next pass is held until consistency.timeout (5 s in
-  // hack/with-daemons.sh) and comes TIMED_OUT; not named, it would come at once, CONSISTENT.
+  // The queue has a related watch of TLS Secrets: the daemon cannot judge a `type` field selector itself, so
+  // a Secret written for a lease is waited for on that watch, which never delivers it (it is Opaque). Named by
+  // the lease, the key's next pass is held until consistency.timeout (5 s in hack/with-daemons.sh) and comes
+  // TIMED_OUT; not named, it would come at once, CONSISTENT.
   const c = client();
   const ns = await freshNamespace(c, "ts-rec");
   const calls = new Recorder();
   let running: Running | undefined;
   try {
     await c.objects.create({ resource: "configmaps", namespace: ns, object: primary("obj") });
+    const related = [{ resource: "secrets", namespace: ns, fieldSelector: "type=kubernetes.io/tls", label: "owner" }];
     running = new Running(
       c,
-      queue(ns),
+      queue(ns, { related }),
       calls.wrap(async (item) => {
         if (calls.passes.length > 1) return;
-        const unwatched = { metadata: { name: "unwatched" } };
-        await item.objects.create({ resource: "configmaps", namespace: ns, object: unwatched });
+        const unwatched = { metadata: { name: "unwatched", labels: { owner: item.name } }, type: "Opaque" };
+        await item.objects.create({ resource: "secrets", namespace: ns, object: unwatched });
         return requeueAfter(1);
       }),
     );
