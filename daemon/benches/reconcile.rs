@@ -29,16 +29,6 @@ const BIN: &str = env!("CARGO_BIN_EXE_consistd");
 const KEYS: usize = 10_000;
 const LIVE: usize = 500;
 
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .expect("VmRSS")
-}
-
 /// A Reconcile stream of queue `name` over the ConfigMaps of `ns`, holding up to `max_leases`.
 async fn open(
     daemon: &Daemon,
@@ -111,7 +101,7 @@ async fn main() {
     let mut watch = Events::open(&daemon.client(), subscribe).await;
     watch.until_synced().await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let watch_rss = rss_kib(daemon.pid());
+    let watch_rss = consistd_testkit::rss_kib(daemon.pid());
 
     println!("\nreconcile: leases granted to one app completing each at once, {KEYS} keys from the initial list");
     println!("{:>14} {:>12} {:>14}", "leases at once", "seconds", "grants/s");
@@ -128,7 +118,7 @@ async fn main() {
         figures::record("reconcile-grants", "leases granted per second", "consistd", f64::from(max_leases), rate);
         if i == 0 {
             tokio::time::sleep(Duration::from_secs(1)).await;
-            queue_rss = rss_kib(daemon.pid());
+            queue_rss = consistd_testkit::rss_kib(daemon.pid());
         }
         // Keep the last queue open for the live changes.
         if max_leases == 256 {

@@ -32,16 +32,6 @@ const CACHED: usize = 10_000;
 
 type Arrivals = Arc<Mutex<HashMap<String, Instant>>>;
 
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .expect("VmRSS")
-}
-
 /// Records when each resourceVersion of object `obj` arrives on a consistd stream.
 fn record(mut events: Events, arrivals: Arrivals) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
@@ -61,7 +51,7 @@ async fn main() {
     let api: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
     let daemon = Daemon::builder(BIN).env("CONSISTD_LOG_LEVEL", "warn").start().await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let idle_rss = rss_kib(daemon.pid());
+    let idle_rss = consistd_testkit::rss_kib(daemon.pid());
 
     // 1. Latency: the same changes, seen directly and through consistd.
     let obj: ConfigMap =
@@ -182,7 +172,7 @@ async fn main() {
         first.until_synced().await.iter().filter_map(|e| e.object.as_ref()).map(|o| o.json.len()).sum();
     // Measured before the fan-out, whose buffers would otherwise count as cache.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let cached_rss = rss_kib(daemon.pid());
+    let cached_rss = consistd_testkit::rss_kib(daemon.pid());
     println!();
     println!("| subscribers | events delivered | time | events/s (aggregate) |");
     println!("| --- | --- | --- | --- |");

@@ -234,6 +234,18 @@ pub async fn compact_etcd() {
     post("/v3/kv/compaction", &format!(r#"{{"revision":"{revision}","physical":true}}"#));
 }
 
+/// The resident memory of process `pid` in KiB (VmRSS), for benchmarks that compare a daemon's memory.
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("read /proc/{pid}/status: {e}"));
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no VmRSS in /proc/{pid}/status"))
+}
+
 /// A TCP port on 127.0.0.1 that was free a moment ago (for a daemon's peer listener).
 pub fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind a free port: {e}"));
