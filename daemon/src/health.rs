@@ -13,6 +13,9 @@ use std::{
 };
 
 use serde::{Deserialize, Serialize};
+
+/// One reconcile queue, as the reconcile registry reports it.
+pub use crate::reconcile::QueueReport;
 use tokio::time::Instant;
 
 use crate::{
@@ -105,30 +108,6 @@ impl From<Report> for QueuesReport {
     fn from(r: Report) -> Self {
         Self { queues: r.queues }
     }
-}
-
-/// One reconcile queue.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct QueueReport {
-    /// The queue's name.
-    pub name: String,
-    /// Streams (apps) attached.
-    pub streams: usize,
-    /// Keys ready, including those held back for consistency (client-go's depth).
-    pub depth: usize,
-    /// Keys held back until the watch shows the pod's writes.
-    pub held: usize,
-    /// Keys waiting for a requeue's or a retry's time.
-    pub waiting: usize,
-    /// Keys leased to the app.
-    pub leased: usize,
-    /// Keys the queue knows.
-    pub keys: usize,
-    /// Whether it hands out work (false while its election is led by another pod).
-    pub active: bool,
-    /// The newest error an app completed a lease with ("namespace/name: error").
-    #[serde(default)]
-    pub last_error: Option<String>,
 }
 
 /// The message store as readiness sees it.
@@ -431,20 +410,7 @@ impl Health {
         };
         let queues = inner.reconciler.as_ref().map(|r| r.snapshot()).unwrap_or_default();
         Report {
-            queues: queues
-                .into_iter()
-                .map(|q| QueueReport {
-                    name: q.name,
-                    streams: q.streams,
-                    depth: q.depth,
-                    held: q.held,
-                    waiting: q.waiting,
-                    leased: q.leased,
-                    keys: q.keys,
-                    active: q.active,
-                    last_error: q.last_error,
-                })
-                .collect(),
+            queues,
             outbox_pending,
             peers,
             inbox_pending,

@@ -133,7 +133,7 @@ pub(crate) enum ReconcileError {
 struct RunningQueue {
     spec: QueueSpec,
     commands: mpsc::UnboundedSender<DriverCall>,
-    report: Arc<Mutex<QueueState>>,
+    report: Arc<Mutex<QueueReport>>,
 }
 
 /// What a stream asks of its queue's driver.
@@ -149,26 +149,28 @@ enum DriverCall {
     Wrote { lease_id: String, resource: ResourceId, obj: Obj },
 }
 
-/// A queue's state as `consistd status` shows it.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct QueueState {
+/// A queue's state as `consistd status`, `/queues` and `kubectl consistd queues` show it (re-exported as
+/// `health::QueueReport`, part of the admin report).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct QueueReport {
     /// The queue's name.
     pub name: String,
-    /// Streams attached.
+    /// Streams (apps) attached.
     pub streams: usize,
-    /// Keys ready or held for consistency.
+    /// Keys ready, including those held back for consistency (client-go's depth).
     pub depth: usize,
-    /// Keys held back until the watch catches up with the pod's writes.
+    /// Keys held back until the watch shows the pod's writes.
     pub held: usize,
-    /// Keys waiting for a requeue's or retry's time.
+    /// Keys waiting for a requeue's or a retry's time.
     pub waiting: usize,
-    /// Keys leased.
+    /// Keys leased to the app.
     pub leased: usize,
     /// Keys the queue knows.
     pub keys: usize,
-    /// Whether the queue may hand out work (no election, or this daemon leads it).
+    /// Whether it hands out work (false while its election is led by another pod).
     pub active: bool,
-    /// The newest error an app completed a lease with, and its key.
+    /// The newest error an app completed a lease with ("namespace/name: error").
+    #[serde(default)]
     pub last_error: Option<String>,
 }
 
@@ -272,7 +274,7 @@ impl Reconciler {
         }
         let (commands, receiver) = mpsc::unbounded_channel();
         let _ = commands.send(DriverCall::Attach { stream, capacity, items: items_tx });
-        let report = Arc::new(Mutex::new(QueueState { name: spec.name.clone(), ..QueueState::default() }));
+        let report = Arc::new(Mutex::new(QueueReport { name: spec.name.clone(), ..QueueReport::default() }));
         queues.insert(
             spec.name.clone(),
             RunningQueue { spec: spec.clone(), commands: commands.clone(), report: report.clone() },
@@ -314,8 +316,8 @@ impl Reconciler {
     }
 
     /// Every running queue's state, sorted by name.
-    pub(crate) fn snapshot(&self) -> Vec<QueueState> {
-        let mut out: Vec<QueueState> =
+    pub(crate) fn snapshot(&self) -> Vec<QueueReport> {
+        let mut out: Vec<QueueReport> =
             self.lock().values().map(|r| r.report.lock().unwrap_or_else(PoisonError::into_inner).clone()).collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
         out

@@ -15,7 +15,7 @@ use tokio::{
 };
 
 use super::{
-    DriverCall, QueueSpec, QueueState, ReconcileError, Reconciler, Work,
+    DriverCall, QueueReport, QueueSpec, ReconcileError, Reconciler, Work,
     keys::{MapsBy, PrimaryKind, primary_of},
     queue::{Completion, Origin, Queue},
 };
@@ -217,7 +217,7 @@ impl Driver {
     }
 
     /// Runs until the daemon stops, or the queue lingered `linger` with no stream attached.
-    pub(super) async fn run(mut self, mut calls: mpsc::UnboundedReceiver<DriverCall>, report: Arc<Mutex<QueueState>>) {
+    pub(super) async fn run(mut self, mut calls: mpsc::UnboundedReceiver<DriverCall>, report: Arc<Mutex<QueueReport>>) {
         let mut idle_since: Option<Instant> = None;
         let mut next_report = Instant::now();
         // Whether something happened since the last report; while leases are out their ages grow, so the
@@ -638,7 +638,7 @@ impl Driver {
     }
 
     /// Brings the gauges and the status report up to date.
-    fn report(&mut self, report: &Mutex<QueueState>, now: Instant) {
+    fn report(&mut self, report: &Mutex<QueueReport>, now: Instant) {
         let counts = self.queue.counts();
         self.metrics.depth.set(i64::try_from(counts.depth).unwrap_or(i64::MAX));
         let adds = self.queue.adds();
@@ -649,7 +649,7 @@ impl Driver {
         self.metrics.unfinished_work.set(sum);
         self.metrics.longest_running.set(longest);
         let mut r = report.lock().unwrap_or_else(PoisonError::into_inner);
-        *r = QueueState {
+        *r = QueueReport {
             name: self.spec.name.clone(),
             streams: self.streams.len(),
             depth: counts.depth,
