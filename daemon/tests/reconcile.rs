@@ -149,10 +149,15 @@ async fn each_key_is_leased_once_at_a_time_and_a_change_during_a_lease_gives_one
 }
 
 /// The seed's promise where the app handles the key: a third party changes the object during the lease,
-/// the app writes it and completes; the key's next pass is never older than that write. The daemon's
-/// apiserver traffic is delayed, so the write's answer and its watch event race each other.
+/// the app writes it and completes; the key's next pass is never older than that write. Each round makes
+/// the race certain: the third party's first change reaches the daemon (the key is ready again the moment
+/// the lease ends); its second is held 2 s by the delaying proxy on the daemon's watch connection, and
+/// everything after it there with it, while the app's own write is answered at once on another
+/// connection. A queue that granted from its cache as soon as the lease ended would hand out the state of
+/// the first change, older than the app's write.
 #[tokio::test]
 async fn the_next_pass_of_a_key_never_carries_a_state_older_than_the_write_its_lease_made() {
+    const ROUNDS: usize = 3;
     let kube = consistd_testkit::kube_client().await;
     let ns = consistd_testkit::namespace(&kube).await;
     let api: Api<ConfigMap> = Api::namespaced(kube, &ns);
@@ -162,12 +167,14 @@ async fn the_next_pass_of_a_key_never_carries_a_state_older_than_the_write_its_l
     let client = daemon.client();
     let mut queue = open(&daemon, spec("own", &ns, 1)).await.expect("open");
     let mut item = queue.item().await;
-    proxy.set_delay(Duration::from_millis(200));
-    for round in 0..8 {
-        // During the lease: a third party's change, then the app's own write, then DONE at once.
-        let third = json!({ "data": { "third": round.to_string() } });
-        api.patch("obj", &PatchParams::default(), &Patch::Merge(&third)).await.expect("third-party patch");
-        tokio::time::sleep(Duration::from_millis(400)).await; // its event reached the daemon: one more pass
+    for round in 0..ROUNDS {
+        let third = |n: usize| json!({ "data": { "third": format!("{round}.{n}") } });
+        api.patch("obj", &PatchParams::default(), &Patch::Merge(&third(1))).await.expect("third-party patch");
+        tokio::time::sleep(Duration::from_millis(300)).await; // its event reached the daemon: one more pass
+        proxy.set_delay(Duration::from_secs(2)); // the clog: the next event the watch reads is held 2 s
+        api.patch("obj", &PatchParams::default(), &Patch::Merge(&third(2))).await.expect("third-party patch");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        proxy.set_delay(Duration::ZERO);
         let own = PatchRequest {
             resource: "configmaps".into(),
             namespace: ns.clone(),
@@ -183,6 +190,7 @@ async fn the_next_pass_of_a_key_never_carries_a_state_older_than_the_write_its_l
         let written: u64 = written.resource_version.parse().expect("integer");
         assert!(rv(&item) >= written, "round {round}: granted {} before the app's own write {written}", rv(&item));
         assert_eq!(data(&item)["handled"], round.to_string(), "round {round}");
+        assert_eq!(item.consistency(), consistd_client::proto::Consistency::Consistent, "round {round}");
     }
     let metrics = daemon.metrics().await;
     assert!(metrics.contains("consistd_workqueue_consistency_holds_total{name=\"own\"}"), "{metrics}");
@@ -298,6 +306,42 @@ async fn a_vanished_app_returns_its_leases_to_the_other_stream_of_the_queue() {
     let status = open(&daemon, spec("shared", "default", 5)).await.err().expect("refused");
     assert_eq!(status.code(), Code::FailedPrecondition, "{status}");
     assert!(status.message().starts_with("spec: "), "{status}");
+}
+
+/// An app that (re)starts on a queue its last app left is handed every key once, behind live changes, as
+/// an app starting on an informer sees every object; an app joining a queue another app is attached to is
+/// not handed again what that app already did.
+#[tokio::test]
+async fn an_app_attaching_to_a_deserted_queue_is_handed_every_key_once_more() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let api: Api<ConfigMap> = Api::namespaced(kube, &ns);
+    for name in ["a", "b"] {
+        api.create(&PostParams::default(), &configmap(name, json!({}))).await.expect("create");
+    }
+    let daemon = Daemon::builder(BIN).start().await;
+    let mut first = open(&daemon, spec("restarted", &ns, 5)).await.expect("open");
+    for _ in 0..2 {
+        let item = first.item().await;
+        first.complete(&item, Outcome::Done).await;
+    }
+    let mut joined = open(&daemon, spec("restarted", &ns, 5)).await.expect("join the same queue");
+    assert!(joined.item_within(Duration::from_secs(1)).await.is_none(), "a and b were done by the first app");
+    drop((first, joined));
+    // The daemon has seen both streams go (the queue lingers, with no stream attached).
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let report = consistd::admin::fetch_report(daemon.admin_socket()).await.expect("report");
+        if report.queues.iter().any(|q| q.name == "restarted" && q.streams == 0) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the streams never left the queue: {report:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut restarted = open(&daemon, spec("restarted", &ns, 5)).await.expect("open again");
+    let mut names = vec![restarted.item().await.name, restarted.item().await.name];
+    names.sort();
+    assert_eq!(names, ["a", "b"]);
 }
 
 /// A lease id of an earlier run of the sidecar (an app's completion or write sent after its sidecar

@@ -116,6 +116,9 @@ pub(super) struct Driver {
     events: Events,
     queue: Queue,
     streams: BTreeMap<u64, StreamSlot>,
+    /// Its last stream left: the next stream to attach is handed every key once more, behind live
+    /// changes, as an app (re)starting on an informer would see every object once.
+    deserted: bool,
     /// Where the last grant went, so streams take turns.
     last_stream: u64,
     leases: HashMap<String, Lease>,
@@ -199,6 +202,7 @@ impl Driver {
             events,
             queue: Queue::new(spec.retry, now),
             streams: BTreeMap::new(),
+            deserted: false,
             last_stream: 0,
             leases: HashMap::new(),
             expiries: BTreeSet::new(),
@@ -285,10 +289,14 @@ impl Driver {
     fn call(&mut self, call: DriverCall, now: Instant) {
         match call {
             DriverCall::Attach { stream, capacity, items } => {
+                if std::mem::take(&mut self.deserted) {
+                    self.queue.relist(now);
+                }
                 self.streams.insert(stream, StreamSlot { capacity, held: 0, items });
             }
             DriverCall::Detach { stream } => {
                 self.streams.remove(&stream);
+                self.deserted = self.streams.is_empty();
                 let gone: Vec<String> =
                     self.leases.iter().filter(|(_, l)| l.stream == stream).map(|(id, _)| id.clone()).collect();
                 for id in gone {

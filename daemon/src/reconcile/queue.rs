@@ -307,6 +307,17 @@ impl Queue {
         }
     }
 
+    /// Queues every idle key behind live changes, as an initial list does (for an app attaching to a
+    /// queue its last app left: a restarted app sees every object once). Keys waiting for a retry's or a
+    /// requeue's time keep it; queued keys keep their place.
+    pub(crate) fn relist(&mut self, now: Instant) {
+        let idle: Vec<ObjKey> =
+            self.keys.iter().filter(|(_, s)| s.place == Place::Idle).map(|(k, _)| k.clone()).collect();
+        for key in idle {
+            self.make_ready(&key, Origin::Initial, now);
+        }
+    }
+
     /// Forgets an idle key (a deleted object handed out and done); a key still queued or leased stays.
     pub(crate) fn forget(&mut self, key: &ObjKey) {
         if self.keys.get(key).is_some_and(|s| s.place == Place::Idle) {
@@ -376,6 +387,23 @@ mod tests {
         q.changed(&key("i2"), Origin::Live, now); // a live change overtakes the list
         let order: Vec<String> = std::iter::from_fn(|| take(&mut q, now).map(|(k, _)| k.name)).collect();
         assert_eq!(order, ["live", "i2", "i1"]);
+    }
+
+    #[test]
+    fn a_relist_queues_idle_keys_behind_live_changes_and_leaves_waiting_ones_waiting() {
+        let now = Instant::now();
+        let mut q = queue(now);
+        for name in ["done", "failing", "live"] {
+            q.changed(&key(name), Origin::Initial, now);
+        }
+        while let Some((k, _)) = take(&mut q, now) {
+            let outcome = if k.name == "failing" { Completion::Retry("no".into()) } else { Completion::Done };
+            q.complete(&k, outcome, now).expect("leased");
+        }
+        q.changed(&key("live"), Origin::Live, now);
+        q.relist(now);
+        let order: Vec<String> = std::iter::from_fn(|| take(&mut q, now).map(|(k, _)| k.name)).collect();
+        assert_eq!(order, ["live", "done"], "the retrying key keeps its backoff; the idle one comes after live");
     }
 
     #[test]

@@ -4265,7 +4265,10 @@ pub mod reconcile_request {
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct QueueSpec {
     /// The queue's name: a DNS label (lowercase letters, digits, '-'), the `name` label of its metrics and
-    /// the name `consistd status` shows. Streams with the same name share the queue.
+    /// the name `consistd status` shows. Streams with the same name share the queue. A stream that opens a
+    /// queue no stream is attached to is handed every key once, behind live changes: a new queue's initial
+    /// list, or every key of a queue whose last stream left within `watch.linger` that is not waiting for a
+    /// retry or requeue (those keep their time).
     #[prost(string, tag = "1")]
     pub name: ::prost::alloc::string::String,
     /// The primary objects: each is one key, namespace/name.

@@ -174,7 +174,10 @@ func (*ReconcileRequest_Complete) isReconcileRequest_Request() {}
 type QueueSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The queue's name: a DNS label (lowercase letters, digits, '-'), the `name` label of its metrics and
-	// the name `consistd status` shows. Streams with the same name share the queue.
+	// the name `consistd status` shows. Streams with the same name share the queue. A stream that opens a
+	// queue no stream is attached to is handed every key once, behind live changes: a new queue's initial
+	// list, or every key of a queue whose last stream left within `watch.linger` that is not waiting for a
+	// retry or requeue (those keep their time).
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// The primary objects: each is one key, namespace/name.
 	Primary *ObjectQuery `protobuf:"bytes,2,opt,name=primary,proto3" json:"primary,omitempty"`
