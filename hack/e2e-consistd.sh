@@ -211,7 +211,20 @@ report = json.load(open(sys.argv[1]))
 peers = [p for p in report["peers"] if p["destination"] == "service " + sys.argv[2] + "/app-peers"]
 assert len(peers) == 3 and all(p["pending"] == 0 for p in peers), report' "$out/outbox.json" "$ns" ||
   die "kubectl consistd outbox $leader: not 3 peers with nothing pending: $(cat "$out/outbox.json")"
-log "kubectl consistd: elections names $leader; outbox $leader (through the pod proxy) shows 3 peers of service/app-peers, nothing un-ACKed"
+# Each controller works on the queue configmap-controller, which hands out work only on the leader's sidecar.
+queue_shown() { # POD ACTIVE: kubectl consistd queues POD shows the controller's queue, attached, ACTIVE
+  "$plugin" queues "$1" -n "$ns" -o json >"$out/queues.json" 2>&1 && python3 -c 'import json, sys
+queues = {q["name"]: q for q in json.load(open(sys.argv[1]))["queues"]}
+queue = queues.get("configmap-controller", {})
+sys.exit(not (queue.get("streams") == 1 and queue.get("keys", 0) >= 1 and str(queue.get("active")) == sys.argv[2]))' \
+    "$out/queues.json" "$2"
+}
+for pod in $pods; do
+  want=False && [ "$pod" != "$leader" ] || want=True
+  poll 30 queue_shown "$pod" "$want" ||
+    die "kubectl consistd queues $pod: not the controller's queue with active=$want: $(cat "$out/queues.json")"
+done
+log "kubectl consistd: elections names $leader; outbox $leader (through the pod proxy) shows 3 peers of service/app-peers, nothing un-ACKed; queues shows each controller's queue, handing out work only on $leader"
 
 # 4. `kubectl apply` of a changed ConfigMap reaches every running sidecar (kubelet refreshes the mounted file
 #    within its sync period): the election it adds is campaigned in without a restart.

@@ -4,8 +4,8 @@
 #   hack/run-example.sh LANG 'CONTROLLER COMMAND' 'RECEIVER COMMAND'
 #
 # Runs under hack/with-daemons.sh. Creates a namespace and a labelled ConfigMap through daemon a, starts
-# the receiver on daemon b (the peer), runs the controller on daemon a, and checks that the controller
-# patched the ConfigMap through consistd while leading, and that its notification reached the receiver
+# the receiver on daemon b (the peer), runs the controller on daemon a, and checks that the controller's
+# work queue handed it the ConfigMap while it led, that it patched the ConfigMap through consistd, and that its notification reached the receiver
 # and was ACKed. Then it starts the controller again without EXAMPLE_EXIT_AFTER, waits until it leads,
 # sends it SIGTERM and checks that it said `stopping on SIGTERM` and `stopped`, exited 0 and resigned (the
 # election's Lease has no holder). Both commands are run by bash from the repository root with
@@ -47,6 +47,8 @@ EXAMPLE_PEER=$CONSISTD_TEST_PEER_ADDRESS timeout 120 bash -c "$controller" >"$ou
   fail "controller exited with $?"
 wait "$receiver_pid" || fail "receiver exited with $?"
 
+grep -Eq "^reconciling $ns/settings attempt=1 term=[1-9][0-9]* CONSISTENT$" "$out/controller.log" ||
+  fail "controller was not handed $ns/settings by its queue while leading"
 grep -q "^patched $ns/settings keys=a,b" "$out/controller.log" || fail "controller did not patch $ns/settings"
 grep -q "ACKED" "$out/controller.log" || fail "controller saw no ACK"
 grep -q "^received configmaps/$ns/settings " "$out/receiver.log" || fail "receiver got no notification"

@@ -1,5 +1,6 @@
-"""A ConfigMap controller on the consistd Python SDK: acts only while it leads, writes fenced by its term,
-notifies a peer and waits for the ACK; `receive` is that peer's side.
+"""A ConfigMap controller on the consistd Python SDK: a work queue hands it each ConfigMap only while it leads,
+consistent with its own writes; it writes fenced by its term, notifies a peer and waits for the ACK;
+`receive` is that peer's side.
 
     python examples/python/configmap_controller.py controller   # campaign; while LEADER, annotate ConfigMaps
     python examples/python/configmap_controller.py receive      # print and ACK the notifications
@@ -26,8 +27,6 @@ import consistd
 
 OBSERVED_KEYS = "example.consistd.io/observed-keys"
 HANDLED_BY = "example.consistd.io/handled-by"
-
-log = logging.getLogger("configmap-controller")
 
 
 @dataclass(frozen=True)
@@ -66,11 +65,11 @@ def described(to: consistd.Destination) -> str:
 
 
 async def controller(client: consistd.Client, settings: Settings) -> None:
-    """Campaigns; while LEADER, reconciles the namespace's selected ConfigMaps; stops acting at once
-    when it no longer leads. Returns after EXAMPLE_EXIT_AFTER ConfigMaps were handled."""
+    """Campaigns, and meanwhile works on the queue of the namespace's selected ConfigMaps, which hands a
+    ConfigMap out only while this sidecar leads (and takes its leases back the moment it stops leading).
+    Returns after EXAMPLE_EXIT_AFTER ConfigMaps were handled."""
     finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     handled = 0
-    worker: asyncio.Task[None] | None = None
 
     def counted() -> None:
         nonlocal handled
@@ -78,70 +77,61 @@ async def controller(client: consistd.Client, settings: Settings) -> None:
         if settings.exit_after is not None and handled >= settings.exit_after and not finished.done():
             finished.set_result(None)
 
-    def worker_done(task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None and not finished.done():
-            finished.set_exception(task.exception())  # type: ignore[arg-type]
-
     async def follow(campaign: consistd.Campaign) -> None:
-        nonlocal worker
-        worker_term = -1
         async for status in campaign:
             print(f"leadership {status.state.name} holder={status.holder or '-'} term={status.term}")
-            if worker is not None and not (status.is_leader and status.term == worker_term):
-                worker.cancel()  # no longer leader (or leader in a new term): stop acting under the old one
-                worker = None
-            if status.is_leader and worker is None:
-                worker, worker_term = (
-                    asyncio.create_task(reconcile(client, settings, status.guard(), counted)),
-                    status.term,
-                )
-                worker.add_done_callback(worker_done)
 
+    spec = consistd.ReconcileSpec(
+        name=settings.election,  # one queue per election, so apps with other elections never share it
+        resource="configmaps",
+        namespace=settings.namespace,
+        label_selector=settings.selector,
+        max_leases=4,
+        election=settings.election,
+        election_namespace=settings.namespace,
+    )
     async with client.campaign(settings.election, namespace=settings.namespace) as campaign:
-        following = asyncio.create_task(follow(campaign))
+        jobs = {
+            asyncio.create_task(follow(campaign)),
+            asyncio.create_task(client.reconcile(spec, handler(client, settings, counted))),
+        }
         try:
-            await asyncio.wait({following, finished}, return_when=asyncio.FIRST_COMPLETED)
-            if following.done():
-                following.result()  # the campaign failed: raise its error
+            await asyncio.wait({*jobs, finished}, return_when=asyncio.FIRST_COMPLETED)
+            for job in jobs:
+                if job.done():
+                    job.result()  # the campaign or the queue failed: raise its error
             finished.result()
         finally:
-            following.cancel()
-            if worker is not None:
-                worker.cancel()
+            for job in jobs:
+                job.cancel()
 
 
-async def reconcile(
-    client: consistd.Client, settings: Settings, guard: consistd.Guard, counted: Callable[[], None]
-) -> None:
-    """Annotates each selected ConfigMap with its sorted data keys (fenced by ``guard``), then notifies
-    the peer and waits for its ACK."""
-    watch = client.watch(
-        "configmaps", namespace=settings.namespace, label_selector=settings.selector, mode=consistd.Mode.CONSISTENT
-    )
-    async with watch:
-        async for event in watch:
-            if event.type not in (consistd.EventType.ADDED, consistd.EventType.MODIFIED) or event.object is None:
-                continue
-            cm = event.object
-            keys = sorted((cm.json.get("data") or {}).keys())
-            joined = ",".join(keys)
-            if (cm.json["metadata"].get("annotations") or {}).get(OBSERVED_KEYS) == joined:
-                continue  # already handled (this includes our own patch coming back)
-            patch = {"metadata": {"annotations": {OBSERVED_KEYS: joined, HANDLED_BY: "python-example"}}}
-            try:
-                patched = await client.objects.patch("configmaps", cm.name, patch, namespace=cm.namespace, guard=guard)
-            except consistd.ConsistdError as e:
-                log.warning("patch of %s/%s refused: %s", cm.namespace, cm.name, e)
-                continue
-            print(f"patched {cm.namespace}/{cm.name} keys={joined} resourceVersion={patched.resource_version}")
-            if settings.peer:
-                payload = {"namespace": cm.namespace, "name": cm.name, "keys": keys}
-                sent = await client.send(
-                    settings.peer, f"configmaps/{cm.namespace}/{cm.name}", patched.resource_version, payload
-                )
-                ack = await sent.ack()
-                print(f"notified {described(settings.peer)} {ack.outcome.name} {sent.message_id}")
-            counted()
+def handler(
+    client: consistd.Client, settings: Settings, counted: Callable[[], None]
+) -> consistd.ReconcileHandler:
+    """The queue's handler: annotates a ConfigMap with its sorted data keys (fenced by the term the lease
+    was granted in), then notifies the peer and waits for its ACK. Raising hands the key back for a retry."""
+
+    async def handle(item: consistd.WorkItem) -> None:
+        if item.deleted or item.object is None:
+            return
+        print(f"reconciling {item.key} attempt={item.attempt} term={item.term} {item.consistency.name}")
+        cm = item.object
+        keys = sorted((cm.json.get("data") or {}).keys())
+        joined = ",".join(keys)
+        if (cm.json["metadata"].get("annotations") or {}).get(OBSERVED_KEYS) == joined:
+            return  # already handled (our own patch included: the queue hands out a state that shows it)
+        patch = {"metadata": {"annotations": {OBSERVED_KEYS: joined, HANDLED_BY: "python-example"}}}
+        patched = await item.objects.patch("configmaps", cm.name, patch, namespace=cm.namespace, guard=item.guard)
+        print(f"patched {item.key} keys={joined} resourceVersion={patched.resource_version}")
+        if settings.peer:
+            payload = {"namespace": cm.namespace, "name": cm.name, "keys": keys}
+            sent = await client.send(settings.peer, f"configmaps/{item.key}", patched.resource_version, payload)
+            ack = await sent.ack()
+            print(f"notified {described(settings.peer)} {ack.outcome.name} {sent.message_id}")
+        counted()
+
+    return handle
 
 
 async def receive(client: consistd.Client, settings: Settings) -> None:

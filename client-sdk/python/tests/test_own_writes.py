@@ -65,6 +65,25 @@ async def test_a_raw_watch_marks_the_state_older_than_the_apps_own_write(
     assert (newer.type, newer.object.resource_version, newer.predates_own_write) == (EventType.MODIFIED, own, False)
 
 
+async def test_a_state_the_app_buffered_is_judged_again_when_its_worker_takes_it(
+    client: consistd.Client, peer: consistd.Client, namespace: str
+) -> None:
+    """An app that takes events into a buffer of its own (a worker per object) took the third party's state
+    before its write returned: the watch could not drop it, so the worker asks predates_own_write."""
+    await client.objects.create("configmaps", configmap("raced", {"by": "creator"}), namespace=namespace)
+    async with client.watch("configmaps", namespace=namespace, mode=Mode.CONSISTENT) as watch:
+        assert [(await next_item(watch)).type for _ in range(2)] == [EventType.ADDED, EventType.SYNCED]
+        await peer.objects.patch("configmaps", "raced", {"data": {"by": "third party"}}, namespace=namespace)
+        buffered = (await next_item(watch)).object  # taken before the app's own write: delivered
+        assert buffered is not None and buffered.json["data"] == {"by": "third party"}
+        assert not client.predates_own_write(buffered)
+        own = await client.objects.patch("configmaps", "raced", {"data": {"by": "app"}}, namespace=namespace)
+        assert client.predates_own_write(buffered), "a state older than the app's own write was judged current"
+        assert own.json["data"] == {"by": "app"} and not client.predates_own_write(own)
+    async with consistd.Client(client.socket) as other:
+        assert not other.predates_own_write(buffered), "another client's write counted as this one's"
+
+
 async def test_a_write_through_another_client_is_not_an_own_write(client: consistd.Client, namespace: str) -> None:
     """The record belongs to one client: its watches do not judge against another client's writes."""
     await client.objects.create("configmaps", configmap("other", {}), namespace=namespace)

@@ -1,20 +1,23 @@
-// Command configmap-controller is the Go SDK's example: a ConfigMap controller that acts only while it
-// leads, writes through consistd fenced by its leadership term, and tells a peer with ACK-tracked sends.
+// Command configmap-controller is the Go SDK's example: a ConfigMap controller on the sidecar's work queue
+// (the SDK's reconciler), which hands it work only while it leads; it writes through consistd fenced by
+// the term each item was granted in, and tells a peer with ACK-tracked sends.
 //
-//	configmap-controller controller   campaign; while LEADER, annotate each watched ConfigMap with its
-//	                                  data keys and notify EXAMPLE_PEER
+//	configmap-controller controller   campaign, and reconcile the watched ConfigMaps the queue hands out
+//	                                  (only while LEADER): annotate each with its data keys, notify
+//	                                  EXAMPLE_PEER
 //	configmap-controller receive      print each notification peers send, and ACK it
 //
 // Environment: CONSISTD_SOCKET (the SDK's default), EXAMPLE_NAMESPACE (default "default"),
-// EXAMPLE_ELECTION ("configmap-controller"), EXAMPLE_PEER (whom to notify: a peer sidecar's "host:port", or
-// "service/NAME" for every ready endpoint of the Service NAME in the sidecar's namespace; unset: nobody),
-// EXAMPLE_EXIT_AFTER (exit 0 after this many handled; unset: run until SIGTERM or SIGINT, then resign and
-// exit 0) and EXAMPLE_SELECTOR ("example.consistd.io/watch=true").
+// EXAMPLE_ELECTION ("configmap-controller"; it also names the queue), EXAMPLE_PEER (whom to notify: a peer
+// sidecar's "host:port", or "service/NAME" for every ready endpoint of the Service NAME in the sidecar's
+// namespace; unset: nobody), EXAMPLE_EXIT_AFTER (exit 0 after this many handled; unset: run until SIGTERM
+// or SIGINT, then resign and exit 0) and EXAMPLE_SELECTOR ("example.consistd.io/watch=true").
 package main
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -22,11 +25,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	consistd "github.com/consistd/consistd/client-sdk/go"
 )
@@ -129,102 +130,107 @@ func run(ctx context.Context, mode string, cfg config) error {
 	return control(ctx, client, cfg)
 }
 
-// control campaigns and, while this pod leads, reconciles the watched ConfigMaps; it returns once
-// cfg.exitAfter ConfigMaps were handled.
+// control campaigns in cfg.election and meanwhile works on the queue, which hands out work only while this
+// sidecar leads. It returns nil once cfg.exitAfter ConfigMaps were handled; otherwise when ctx ends or the
+// campaign or the queue fails, with what ended it. Either way it leaves the campaign (the sidecar resigns)
+// and waits for the queue's passes before it returns.
 func control(ctx context.Context, client *consistd.Client, cfg config) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	states := client.Campaign(ctx, cfg.election, consistd.InNamespace(cfg.namespace))
-	c := &controller{client: client, cfg: cfg}
-	finished := make(chan error, 1)
-	var leading *term // the work of the term this pod leads in, if it leads
-	for {
-		select {
-		case s, ok := <-states:
-			if !ok {
-				return ctx.Err()
-			}
-			if s.Err != nil {
-				return s.Err
-			}
-			fmt.Printf("leadership %s holder=%s term=%d\n", s.State, s.Holder, s.Term)
-			if leading != nil && (!s.IsLeader() || s.Term != leading.term) {
-				leading.stop()
-				leading = nil
-				fmt.Println("stopped watching: no longer leader")
-			}
-			if leading == nil && s.IsLeader() {
-				leading = c.lead(ctx, s.Term, finished)
-			}
-		case err := <-finished:
-			return err
-		}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	c := &controller{client: client, cfg: cfg, stop: stop}
+	var reconcileErr error
+	var reconciling sync.WaitGroup
+	reconciling.Go(func() {
+		reconcileErr = c.reconcile(ctx)
+		stop() // without its queue the controller has nothing to lead for
+	})
+	campaignErr := campaign(ctx, client, cfg)
+	stop()
+	reconciling.Wait()
+	switch {
+	case c.finished():
+		return nil
+	case !errors.Is(reconcileErr, context.Canceled):
+		return reconcileErr
 	}
+	return campaignErr
 }
 
-// term is the reconciliation running while this pod leads in one term.
-type term struct {
-	term    uint64
-	cancel  context.CancelFunc
-	stopped chan struct{}
+// campaign makes this sidecar a candidate in cfg.election until ctx ends, printing each leadership state.
+func campaign(ctx context.Context, client *consistd.Client, cfg config) error {
+	for s := range client.Campaign(ctx, cfg.election, consistd.InNamespace(cfg.namespace)) {
+		if s.Err != nil {
+			return fmt.Errorf("campaigning in %s/%s: %w", cfg.namespace, cfg.election, s.Err)
+		}
+		fmt.Printf("leadership %s holder=%s term=%d\n", s.State, s.Holder, s.Term)
+	}
+	return ctx.Err()
 }
 
-// stop ends the term's work and waits until it has ended.
-func (t *term) stop() {
-	t.cancel()
-	<-t.stopped
-}
-
-// controller reconciles ConfigMaps; handled counts across terms.
+// controller reconciles the watched ConfigMaps; up to maxLeases at once, so handled is under mu.
 type controller struct {
-	client  *consistd.Client
-	cfg     config
+	client *consistd.Client
+	cfg    config
+	// stop ends control once cfg.exitAfter ConfigMaps were handled.
+	stop    context.CancelFunc
+	mu      sync.Mutex
 	handled int
 }
 
-// lead starts reconciling as leader of term n; finished gets nil once cfg.exitAfter ConfigMaps were
-// handled, or the error that ended the work (not when the term's work is stopped).
-func (c *controller) lead(ctx context.Context, n uint64, finished chan<- error) *term {
-	ctx, cancel := context.WithCancel(ctx)
-	t := &term{term: n, cancel: cancel, stopped: make(chan struct{})}
-	go func() {
-		defer close(t.stopped)
-		err := c.reconcile(ctx, n)
-		if ctx.Err() == nil {
-			finished <- err
-		}
-	}()
-	return t
-}
+// maxLeases is how many ConfigMaps are reconciled at once.
+const maxLeases = 4
 
-// reconcile watches the ConfigMaps in CONSISTENT mode and handles each added or changed one.
-func (c *controller) reconcile(ctx context.Context, leaderTerm uint64) error {
-	watch := consistd.WatchRequest{Resource: "configmaps", Namespace: c.cfg.namespace, LabelSelector: c.cfg.selector, Mode: consistd.ConsistentMode}
-	fmt.Printf("watching configmaps in %s with %s\n", c.cfg.namespace, c.cfg.selector)
-	for ev, err := range c.client.Watch(ctx, watch) {
-		if err != nil {
-			return err
-		}
-		if ev.Type != consistd.Added && ev.Type != consistd.Modified {
-			continue
-		}
-		done, err := c.handle(ctx, ev.Object, leaderTerm)
-		if err != nil {
-			return err
-		}
-		if done {
-			c.handled++
-			if c.cfg.exitAfter > 0 && c.handled >= c.cfg.exitAfter {
-				return nil
-			}
-		}
+// reconcile works on the queue of the ConfigMaps in cfg.namespace that match cfg.selector until ctx ends.
+// The queue is named after the election (so controllers of other elections on one sidecar keep apart) and
+// hands out work only while this sidecar leads it, each item with the term it was granted in.
+func (c *controller) reconcile(ctx context.Context) error {
+	spec := consistd.ReconcileSpec{
+		Name:              c.cfg.election,
+		Resource:          "configmaps",
+		Namespace:         c.cfg.namespace,
+		LabelSelector:     c.cfg.selector,
+		MaxLeases:         maxLeases,
+		Election:          c.cfg.election,
+		ElectionNamespace: c.cfg.namespace,
+	}
+	if err := c.client.Reconcile(ctx, spec, consistd.ReconcilerFunc(c.handle)); err != nil {
+		return fmt.Errorf("reconciling queue %s: %w", spec.Name, err)
 	}
 	return nil
 }
 
-// handle records a ConfigMap's data keys in its annotation (guarded by the leadership term) and
-// notifies the peer; it reports whether it patched.
-func (c *controller) handle(ctx context.Context, obj *consistd.Object, leaderTerm uint64) (bool, error) {
+// handle is the reconciler: it records a ConfigMap's data keys in its annotations (a write for the item:
+// it names the lease and is guarded by the item's term) and notifies the peer. An error goes back to the
+// queue, which hands the ConfigMap out again after a backoff.
+func (c *controller) handle(ctx context.Context, item consistd.Item) (consistd.Result, error) {
+	if item.Deleted || item.Object == nil {
+		return consistd.Result{}, nil
+	}
+	fmt.Printf("reconciling %s/%s attempt=%d term=%d %s\n", item.Namespace, item.Name, item.Attempt, item.Term, item.Consistency)
+	keys, observed, err := dataKeys(item.Object)
+	if err != nil {
+		return consistd.Result{}, consistd.TerminalError(err) // the same object will not decode better
+	}
+	joined := strings.Join(keys, ",")
+	if seen, ok := observed[observedKeys]; ok && seen == joined {
+		return consistd.Result{}, nil
+	}
+	patched, err := c.annotate(ctx, item, joined)
+	if err != nil {
+		return consistd.Result{}, err
+	}
+	fmt.Printf("patched %s/%s keys=%s resourceVersion=%s\n", patched.Namespace, patched.Name, joined, patched.ResourceVersion)
+	if c.cfg.peer != "" {
+		if err := c.notify(ctx, patched, keys); err != nil {
+			return consistd.Result{}, err
+		}
+	}
+	c.count()
+	return consistd.Result{}, nil
+}
+
+// dataKeys decodes a ConfigMap: its data keys, sorted, and its annotations.
+func dataKeys(obj *consistd.Object) ([]string, map[string]string, error) {
 	var cm struct {
 		Metadata struct {
 			Annotations map[string]string `json:"annotations"`
@@ -232,29 +238,37 @@ func (c *controller) handle(ctx context.Context, obj *consistd.Object, leaderTer
 		Data map[string]string `json:"data"`
 	}
 	if err := obj.Decode(&cm); err != nil {
-		return false, fmt.Errorf("decoding configmap %s/%s: %w", obj.Namespace, obj.Name, err)
+		return nil, nil, fmt.Errorf("decoding configmap %s/%s: %w", obj.Namespace, obj.Name, err)
 	}
-	keys := slices.Sorted(maps.Keys(cm.Data))
-	joined := strings.Join(keys, ",")
-	if seen, ok := cm.Metadata.Annotations[observedKeys]; ok && seen == joined {
-		return false, nil
-	}
+	return slices.Sorted(maps.Keys(cm.Data)), cm.Metadata.Annotations, nil
+}
+
+// annotate merge-patches the item's ConfigMap with its observed keys, as a write for the item: it names
+// the item's lease and is refused once this sidecar no longer leads in the item's term.
+func (c *controller) annotate(ctx context.Context, item consistd.Item, joined string) (*consistd.Object, error) {
 	patch := map[string]any{"metadata": map[string]any{"annotations": map[string]string{observedKeys: joined, handledBy: "go-example"}}}
-	guard := consistd.WithGuard(consistd.Guard{Election: c.cfg.election, Namespace: c.cfg.namespace, Term: leaderTerm})
-	patched, err := c.client.Patch(ctx, "configmaps", obj.Namespace, obj.Name, consistd.MergePatch, patch, guard)
-	if status.Code(err) == codes.FailedPrecondition {
-		// No longer leader in this term: the campaign will say so and stop this work.
-		fmt.Fprintf(os.Stderr, "not patching %s/%s: %v\n", obj.Namespace, obj.Name, err)
-		return false, nil
-	}
+	patched, err := c.client.Patch(ctx, "configmaps", item.Namespace, item.Name, consistd.MergePatch, patch, consistd.ForItem(item))
 	if err != nil {
-		return false, fmt.Errorf("patching configmap %s/%s: %w", obj.Namespace, obj.Name, err)
+		return nil, fmt.Errorf("patching configmap %s/%s: %w", item.Namespace, item.Name, err)
 	}
-	fmt.Printf("patched %s/%s keys=%s resourceVersion=%s\n", patched.Namespace, patched.Name, joined, patched.ResourceVersion)
-	if c.cfg.peer == "" {
-		return true, nil
+	return patched, nil
+}
+
+// count counts a handled ConfigMap and stops the controller at cfg.exitAfter.
+func (c *controller) count() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.handled++
+	if c.cfg.exitAfter > 0 && c.handled == c.cfg.exitAfter {
+		c.stop()
 	}
-	return true, c.notify(ctx, patched, keys)
+}
+
+// finished reports whether cfg.exitAfter ConfigMaps were handled.
+func (c *controller) finished() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cfg.exitAfter > 0 && c.handled >= c.cfg.exitAfter
 }
 
 // notify tells the peer about a patched ConfigMap and waits for its receiver's ACK.

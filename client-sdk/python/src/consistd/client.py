@@ -16,7 +16,7 @@ from ._own_writes import OwnWrites
 from .errors import NotReadyError, unary
 from .inbox import Inbox, acked
 from .leadership import Campaign, LeadershipStatus, LeaseTiming, Observation
-from .objects import Objects
+from .objects import Object, Objects
 from .ordered import Ordered
 from .outbox import AckTracker, Destination, SentMessage, destination_to_proto, encode_payload
 from .reconcile import ReconcileHandler, Reconciler, ReconcileSpec
@@ -153,6 +153,13 @@ class Client:
             resume_cursor=resume_cursor,
         )
         return Watch(self._stub(watch_pb2_grpc.WatchServiceStub), request, self._own_writes)
+
+    def predates_own_write(self, obj: Object) -> bool:
+        """Whether ``obj`` is older than a write this client made to it and saw return: the own-write rule a
+        watch applies as the app takes an event, for an app that keeps the events it took in a buffer of its
+        own (a worker per object on the newest state, say). Such an app asks again when its worker takes a
+        state from that buffer, since its own write may have returned while the state waited there."""
+        return self._own_writes.predates(obj.uid, obj.resource_version)
 
     @property
     def objects(self) -> Objects:
