@@ -24,7 +24,7 @@ use crate::{
     Client, Error, Objects,
     proto::{
         Completion, CompletionRefused, Consistency, ElectionRef, KubeObject, ObjectQuery, Outcome, QueueSpec,
-        ReconcileRequest, RelatedQuery, RetryPolicy, reconcile_request, reconcile_response,
+        ReconcileRequest, RelatedQuery, RetryPolicy, WriteGuard, reconcile_request, reconcile_response,
         reconcile_service_client::ReconcileServiceClient, related_query::MapsBy,
     },
     retry::{Backoff, is_retryable},
@@ -133,7 +133,8 @@ impl ReconcileSpec {
     }
 
     /// Work is handed out only while this pod leads `election` (a Lease in `namespace`, empty for the
-    /// daemon's own), and each item carries the term to guard writes with.
+    /// daemon's own), and each item carries the term it was granted in and the guard of that term for
+    /// its writes ([`WorkItem::guard`]). The app campaigns in the election itself ([`Client::campaign`]).
     pub fn election(mut self, election: impl Into<String>, namespace: impl Into<String>) -> Self {
         self.spec.election = Some(ElectionRef { election: election.into(), namespace: namespace.into() });
         self
@@ -224,6 +225,11 @@ impl Related {
 
 /// A lease on one key (the namespace and name of a primary object), handed to the handler. Until the
 /// handler ends, no other lease on the key is handed out to anyone.
+///
+/// Writes for the item go through [`WorkItem::objects`] (they name the lease); in a queue with an
+/// election, a write only the leader may make passes [`WorkItem::guard`] in its request, so the daemon
+/// refuses it (FAILED_PRECONDITION) once this pod no longer leads in the term the lease was granted in
+/// (see the example of [`Client::reconcile`]).
 #[derive(Debug, Clone)]
 pub struct WorkItem {
     /// The key: the primary's namespace (empty when cluster-scoped) ...
@@ -241,8 +247,13 @@ pub struct WorkItem {
     pub consistency: Consistency,
     /// 1 for the first pass after a change; n for the nth pass in a row after a failure.
     pub attempt: u32,
-    /// The election's term the lease was granted in (guard writes with it); 0 without an election.
+    /// The election's term the lease was granted in; 0 without an election.
     pub term: u64,
+    /// In a queue with an election ([`ReconcileSpec::election`]), the guard of the term the lease was
+    /// granted in: the spec's election and namespace (empty, as in the spec, for the daemon's own) and
+    /// [`WorkItem::term`]. A write passing it succeeds only while this pod still leads in that term.
+    /// `None` without an election.
+    pub guard: Option<WriteGuard>,
     /// The lease: what writes made for this item name ([`WorkItem::objects`] does that).
     pub lease_id: String,
     /// The error of the previous attempt, when this pass follows a failure.
@@ -253,9 +264,14 @@ pub struct WorkItem {
 }
 
 impl WorkItem {
-    fn from_proto(item: crate::proto::WorkItem, objects: &Objects) -> Self {
+    fn from_proto(item: crate::proto::WorkItem, election: Option<&ElectionRef>, objects: &Objects) -> Self {
         let consistency = item.consistency();
         let objects = objects.clone().for_lease(&item.lease_id);
+        let guard = election.filter(|e| !e.election.is_empty()).map(|e| WriteGuard {
+            election: e.election.clone(),
+            namespace: e.namespace.clone(),
+            term: item.term,
+        });
         Self {
             namespace: item.namespace,
             name: item.name,
@@ -264,6 +280,7 @@ impl WorkItem {
             consistency,
             attempt: item.attempt,
             term: item.term,
+            guard,
             last_error: (!item.last_error.is_empty()).then_some(item.last_error),
             expires_at: item.expires_at.and_then(|t| SystemTime::try_from(t).ok()),
             lease_id: item.lease_id,
@@ -274,7 +291,8 @@ impl WorkItem {
     /// The objects client for writes made for this item: each write names the item's lease
     /// (`reconcile_lease`, unless the request names one), so the key's next pass waits until the watch of
     /// the written object has caught up with it; and, as every write of the client, it is recorded for
-    /// the own-write rule of the client's watches.
+    /// the own-write rule of the client's watches. It adds no guard: a guarded write passes
+    /// [`WorkItem::guard`] in its request.
     pub fn objects(&self) -> Objects {
         self.objects.clone()
     }
@@ -290,6 +308,11 @@ impl WorkItem {
     }
 }
 
+/// The shortest REQUEUE delay the daemon takes; a shorter one is sent as this.
+pub const MIN_REQUEUE: Duration = Duration::from_millis(1);
+/// The longest REQUEUE delay the daemon takes (a day); a longer one is sent as this.
+pub const MAX_REQUEUE: Duration = Duration::from_secs(86_400);
+
 /// How a handler's pass over an item ended well: the key is reconciled ([`Action::done`]), or should
 /// be handed out again after a while ([`Action::requeue`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -304,8 +327,9 @@ impl Action {
         Self { requeue_after: None }
     }
 
-    /// Hand the key out again after `after` (REQUEUE), sooner if it changes meanwhile. The daemon needs
-    /// a delay above zero: a zero one is sent as 1 ns.
+    /// Hand the key out again after `after` (REQUEUE), sooner if it changes meanwhile. The daemon takes
+    /// [`MIN_REQUEUE`] to [`MAX_REQUEUE`]: a shorter delay (zero included) is sent as the first, a longer
+    /// one as the second.
     pub fn requeue(after: Duration) -> Self {
         Self { requeue_after: Some(after) }
     }
@@ -318,13 +342,15 @@ impl Action {
 
 /// How a handler's pass over an item failed: retry the key after its backoff (RETRY), the default for
 /// any error `?` converts; or, made by [`ReconcileError::terminal`], give up until the object or a
-/// related one changes (TERMINAL). The text (`to_string()`, cut to 4096 bytes) goes to the daemon, which
-/// logs it, shows it in `consistd status` and hands it to the next attempt as
-/// [`WorkItem::last_error`].
+/// related one changes (TERMINAL). The text goes to the daemon, which logs it, shows it in
+/// `consistd status` and hands it to the next attempt as [`WorkItem::last_error`]: the error and each of
+/// its sources joined by ": " ("outer: cause: root cause", as `anyhow` prints `{:#}`, and as `{:#}`
+/// prints this error; `{}` is the outermost message only), cut to 4096 bytes.
 ///
-/// Like `anyhow::Error`, it converts from every `std::error::Error` (so `?` works in a handler) and is
-/// not one itself; [`ReconcileError::retry`] takes a string or a boxed error, such as `anyhow::Error`
-/// converts into.
+/// Like `anyhow::Error`, it is not a `std::error::Error` itself, and converts (so `?` works in a handler)
+/// from whatever converts into a `Box<dyn Error + Send + Sync>`: every `std::error::Error + Send + Sync`,
+/// a `String` or `&str`, and an `anyhow::Error` (whose causes become the sources).
+/// [`ReconcileError::retry`] and [`ReconcileError::terminal`] take the same.
 pub struct ReconcileError {
     terminal: bool,
     error: Box<dyn StdError + Send + Sync>,
@@ -352,15 +378,27 @@ impl ReconcileError {
     }
 }
 
-impl<E: StdError + Send + Sync + 'static> From<E> for ReconcileError {
+impl<E: Into<Box<dyn StdError + Send + Sync>>> From<E> for ReconcileError {
+    /// A RETRY failure: a `std::error::Error`, a string, or an `anyhow::Error` through `?`.
     fn from(error: E) -> Self {
         Self::retry(error)
     }
 }
 
 impl fmt::Display for ReconcileError {
+    /// The error's message; with `{:#}`, followed by each of its sources after ": ", the text a
+    /// completion carries.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.error, f)
+        if !f.alternate() {
+            return fmt::Display::fmt(&self.error, f);
+        }
+        write!(f, "{}", self.error)?;
+        let mut source = self.error.source();
+        while let Some(cause) = source {
+            write!(f, ": {cause}")?;
+            source = cause.source();
+        }
+        Ok(())
     }
 }
 
@@ -463,7 +501,7 @@ impl Reconciler {
                                     backoff.reset();
                                     match message.response {
                                         Some(reconcile_response::Response::Item(item)) if !stopping => {
-                                            let item = WorkItem::from_proto(item, &objects);
+                                            let item = WorkItem::from_proto(item, spec.election.as_ref(), &objects);
                                             running.start(generation, item, &mut handler);
                                         }
                                         Some(reconcile_response::Response::Refused(refused)) => {
@@ -523,7 +561,7 @@ impl Client {
     /// Works on the queue `spec` names: runs `handler` on each item the daemon hands out, at most
     /// `max_leases` at once and never two for one key, and completes each item's lease when its
     /// handler ends: `Ok(Action::done())` is DONE, `Ok(Action::requeue(d))` REQUEUE after `d`, an `Err`
-    /// RETRY after the key's backoff with the error's text, and an `Err` made by
+    /// RETRY after the key's backoff with the error's text and its sources', and an `Err` made by
     /// [`ReconcileError::terminal`] TERMINAL (the key waits until its object or a related one changes).
     /// A handler that panics is taken as RETRY with the panic's message.
     ///
@@ -541,14 +579,16 @@ impl Client {
     /// `handler` is called with each item as it arrives; the future it returns runs in a task of its
     /// own (so handlers run in parallel on a multi-threaded runtime), started once its key is free.
     /// Writes made for the item through [`WorkItem::objects`] name its lease, so the key's next pass
-    /// waits until they are seen.
+    /// waits until they are seen. In a queue with an election, a write passes [`WorkItem::guard`] to be
+    /// made only while this pod still leads in the term the lease was granted in.
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// use consistd_client::{Action, Client, ReconcileError, ReconcileSpec};
+    /// use consistd_client::{Action, Client, ReconcileError, ReconcileSpec, proto::{PatchRequest, PatchType}};
     /// # async fn demo() -> Result<(), consistd_client::Error> {
     /// let client = Client::from_env();
-    /// let spec = ReconcileSpec::new("greeter", "configmaps").namespace("default").max_leases(4);
+    /// // Items are handed out only while this pod leads "greeter" (it campaigns with `client.campaign`).
+    /// let spec = ReconcileSpec::new("greeter", "configmaps").namespace("default").max_leases(4).election("greeter", "");
     /// client
     ///     .reconcile(spec, |item| async move {
     ///         if item.deleted {
@@ -558,6 +598,17 @@ impl Client {
     ///         if object["data"]["greeting"].is_null() {
     ///             return Err(ReconcileError::terminal("data.greeting is missing"));
     ///         }
+    ///         let patch = PatchRequest {
+    ///             resource: "configmaps".into(),
+    ///             namespace: item.namespace.clone(),
+    ///             name: item.name.clone(),
+    ///             patch_type: PatchType::Merge.into(),
+    ///             patch: br#"{"metadata":{"annotations":{"greeted":"yes"}}}"#.to_vec(),
+    ///             // Refused (FAILED_PRECONDITION) once this pod no longer leads in the item's term.
+    ///             guard: item.guard.clone(),
+    ///             ..Default::default()
+    ///         };
+    ///         item.objects().patch(patch).await?;
     ///         Ok(Action::requeue(Duration::from_secs(300)))
     ///     })
     ///     .await
@@ -642,10 +693,10 @@ impl Finished {
         let (outcome, requeue_after, error) = match self.ended {
             Ok(Ok(action)) => match action.requeue_after {
                 None => (Outcome::Done, None, String::new()),
-                Some(after) => (Outcome::Requeue, Some(duration(after.max(Duration::from_nanos(1)))), String::new()),
+                Some(after) => (Outcome::Requeue, Some(duration(after.clamp(MIN_REQUEUE, MAX_REQUEUE))), String::new()),
             },
-            Ok(Err(e)) if e.is_terminal() => (Outcome::Terminal, None, cut(e.to_string())),
-            Ok(Err(e)) => (Outcome::Retry, None, cut(e.to_string())),
+            Ok(Err(e)) if e.is_terminal() => (Outcome::Terminal, None, cut(format!("{e:#}"))),
+            Ok(Err(e)) => (Outcome::Retry, None, cut(format!("{e:#}"))),
             Err(panic) => (Outcome::Retry, None, cut(format!("the handler panicked: {}", panic_message(&*panic)))),
         };
         let completion = Completion { lease_id: self.lease_id, outcome: outcome.into(), requeue_after, error };
@@ -703,7 +754,9 @@ mod tests {
         assert_eq!(requeue.outcome(), Outcome::Requeue);
         assert_eq!(requeue.requeue_after, Some(prost_types::Duration { seconds: 0, nanos: 300_000_000 }));
         let now = ended(Ok(Ok(Action::requeue(Duration::ZERO))));
-        assert_eq!(now.requeue_after, Some(prost_types::Duration { seconds: 0, nanos: 1 }), "above zero");
+        assert_eq!(now.requeue_after, Some(prost_types::Duration { seconds: 0, nanos: 1_000_000 }), "at least 1 ms");
+        let long = ended(Ok(Ok(Action::requeue(Duration::from_secs(3 * 86_400)))));
+        assert_eq!(long.requeue_after, Some(prost_types::Duration { seconds: 86_400, nanos: 0 }), "at most a day");
         let io = std::io::Error::other("the backend said no");
         let retry = ended(Ok(Err(io.into())));
         assert_eq!((retry.outcome(), retry.error.as_str()), (Outcome::Retry, "the backend said no"));
@@ -716,6 +769,79 @@ mod tests {
             (panicked.outcome(), panicked.error.as_str()),
             (Outcome::Retry, "the handler panicked: index out of bounds")
         );
+    }
+
+    /// An error with a message and what caused it.
+    #[derive(Debug)]
+    struct Caused(String, Option<Box<dyn StdError + Send + Sync>>);
+
+    impl fmt::Display for Caused {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(&self.0)
+        }
+    }
+
+    impl StdError for Caused {
+        fn source(&self) -> Option<&(dyn StdError + 'static)> {
+            self.1.as_deref().map(|e| e as &(dyn StdError + 'static))
+        }
+    }
+
+    fn caused(message: &str, cause: impl StdError + Send + Sync + 'static) -> Caused {
+        Caused(message.into(), Some(Box::new(cause)))
+    }
+
+    /// Like `anyhow::Error`: not a `std::error::Error`, but converts into a boxed one.
+    struct Report(Caused);
+
+    impl From<Report> for Box<dyn StdError + Send + Sync> {
+        fn from(report: Report) -> Self {
+            Box::new(report.0)
+        }
+    }
+
+    #[test]
+    fn a_completion_carries_the_error_with_its_sources() {
+        let chain = || {
+            let root = std::io::Error::other("connection reset by peer");
+            caused("patch configmap ns/a", caused("the sidecar is unavailable", root))
+        };
+        let text = "patch configmap ns/a: the sidecar is unavailable: connection reset by peer";
+        let failed = |error: Caused| -> Result<Action, ReconcileError> { Err(error)? };
+        let retry = ended(Ok(failed(chain())));
+        assert_eq!((retry.outcome(), retry.error.as_str()), (Outcome::Retry, text));
+        let terminal = ended(Ok(Err(ReconcileError::terminal(chain()))));
+        assert_eq!((terminal.outcome(), terminal.error.as_str()), (Outcome::Terminal, text));
+        let error = failed(chain()).expect_err("failed");
+        assert_eq!(error.to_string(), "patch configmap ns/a", "{{}} is the outermost message");
+        assert_eq!(format!("{error:#}"), text);
+        // A type that only converts into a boxed error, as anyhow::Error does, works with `?` too and
+        // keeps its sources.
+        let reported = || -> Result<Action, ReconcileError> { Err(Report(chain()))? };
+        assert_eq!(ended(Ok(reported())).error, text);
+        // The whole chain is cut to the limit, at a character boundary.
+        let long = caused(&"€".repeat(1000), Caused("€".repeat(1000), None));
+        let cut = ended(Ok(Err(long.into()))).error;
+        assert_eq!(cut.len(), MAX_ERROR_BYTES - 2, "cut at a character boundary");
+        assert!(cut.starts_with(&format!("{}: €", "€".repeat(1000))), "the source is in the cut text");
+    }
+
+    #[tokio::test]
+    async fn an_item_of_a_queue_with_an_election_carries_the_guard_of_its_term() {
+        let objects = crate::Client::new("/nonexistent/consistd.sock").objects();
+        let granted =
+            crate::proto::WorkItem { namespace: "ns".into(), name: "a".into(), term: 7, ..Default::default() };
+        let own = ElectionRef { election: "leader".into(), namespace: String::new() };
+        let item = WorkItem::from_proto(granted.clone(), Some(&own), &objects);
+        assert_eq!(
+            item.guard,
+            Some(WriteGuard { election: "leader".into(), namespace: String::new(), term: 7 }),
+            "the spec's election, its empty namespace (the daemon's own) and the item's term"
+        );
+        let elsewhere = ElectionRef { election: "leader".into(), namespace: "leases".into() };
+        let item = WorkItem::from_proto(granted.clone(), Some(&elsewhere), &objects);
+        assert_eq!(item.guard.map(|g| (g.namespace, g.term)), Some(("leases".into(), 7)));
+        assert_eq!(WorkItem::from_proto(granted, None, &objects).guard, None, "no election, no guard");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The reconciler against a real daemon and the real control plane: each key once, one more pass for a
 //! change during a handler and never two at once for a key, RETRY / REQUEUE / TERMINAL from how the
-//! handler ends, writes naming the lease, a refused spec, a lost connection and a graceful shutdown.
+//! handler ends, writes naming the lease, a queue with an election and its guarded writes, a refused
+//! spec, a lost connection and a graceful shutdown.
 
 use std::{
     collections::HashMap,
@@ -9,12 +10,15 @@ use std::{
 };
 
 use consistd_client::{
-    Action, Client, ReconcileError, ReconcileSpec, Reconciler, Related, WorkItem,
-    proto::{Consistency, GetRequest, PatchRequest, PatchType, ReadSource},
+    Action, Client, Leadership, ReconcileError, ReconcileSpec, Reconciler, Related, WorkItem,
+    proto::{
+        CampaignRequest, Consistency, GetRequest, LeadershipState, PatchRequest, PatchType, ReadSource, WriteGuard,
+    },
 };
 use consistd_testkit::{
     Daemon, apiserver_addr, consistd_bin, kube_client, namespace, proxy::DelayProxy, unix_proxy::UnixProxy,
 };
+use futures::{Stream, StreamExt as _};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{
     Api,
@@ -39,6 +43,8 @@ struct Pass {
     attempt: u32,
     last_error: Option<String>,
     lease: String,
+    term: u64,
+    guard: Option<WriteGuard>,
     data: Value,
     at: Instant,
 }
@@ -51,6 +57,8 @@ impl Pass {
             attempt: item.attempt,
             last_error: item.last_error.clone(),
             lease: item.lease_id.clone(),
+            term: item.term,
+            guard: item.guard.clone(),
             data,
             at: Instant::now(),
         }
@@ -378,6 +386,99 @@ async fn writes_naming_the_lease_are_seen_by_the_keys_next_pass() {
         assert_eq!(consistency, Consistency::Consistent, "round {round}");
         written = wrote;
     }
+}
+
+/// The first state of a leadership stream that is `want`.
+async fn until(
+    states: &mut (impl Stream<Item = Result<Leadership, consistd_client::Error>> + Unpin),
+    want: LeadershipState,
+) -> Leadership {
+    let wanted = async {
+        while let Some(state) = states.next().await {
+            let state = state.expect("a leadership state");
+            if state.state == want {
+                return state;
+            }
+        }
+        panic!("the leadership stream ended");
+    };
+    tokio::time::timeout(WAIT, wanted).await.unwrap_or_else(|_| panic!("not {want:?} within {WAIT:?}"))
+}
+
+/// A merge patch of `data.v` of the ConfigMap `ns/name`, with `guard`.
+fn guarded(ns: &str, name: &str, value: &str, guard: Option<WriteGuard>) -> PatchRequest {
+    PatchRequest {
+        resource: "configmaps".into(),
+        namespace: ns.into(),
+        name: name.into(),
+        patch_type: PatchType::Merge.into(),
+        patch: json!({ "data": { "v": value } }).to_string().into_bytes(),
+        guard,
+        ..Default::default()
+    }
+}
+
+/// A queue with an election hands out work only while this daemon leads it (its app campaigns through
+/// the SDK; another daemon leads before and after), each item with the term it was granted in and that
+/// term's guard, which the handler's write passes. Once the other daemon has taken the Lease over, a write
+/// with that guard is refused. The election's namespace is empty (the daemons' own), as in the guard.
+#[tokio::test]
+async fn a_queue_with_an_election_works_only_while_this_pod_leads_and_guards_writes_with_the_items_term() {
+    let ours = Daemon::builder(consistd_bin()).config("identity: sdk-rust-elected-a");
+    let other = Daemon::builder(consistd_bin()).config("identity: sdk-rust-elected-b").start();
+    let (s, other) = tokio::join!(setup_with(ours, &["a"]), other);
+    // Named after the test's namespace, so no other test campaigns in it.
+    let election = s.ns.clone();
+    let campaign = CampaignRequest { election: election.clone(), ..Default::default() };
+    let client = s.daemon.client();
+    let mut on_other = Box::pin(other.client().campaign(campaign.clone()));
+    let first_term = until(&mut on_other, LeadershipState::Leader).await.term;
+
+    let (tx, mut passes) = Passes::new();
+    let (wrote, mut writes) = mpsc::unbounded_channel::<Result<(), tonic::Status>>();
+    let spec = ReconcileSpec::new("elected", "configmaps").namespace(&s.ns).election(&election, "");
+    let ns = s.ns.clone();
+    let _r = spawn(client.reconcile(spec, move |item| {
+        let (tx, wrote, ns) = (tx.clone(), wrote.clone(), ns.clone());
+        async move {
+            let pass = Pass::of(&item);
+            let _ = tx.send(pass.clone());
+            if pass.data["v"] == "0" {
+                let written = item.objects().patch(guarded(&ns, &item.name, "led", item.guard.clone())).await;
+                let _ = wrote.send(written.map(drop));
+            }
+            Ok(Action::done())
+        }
+    }));
+    let mut on_ours = Box::pin(client.campaign(campaign.clone()));
+    until(&mut on_ours, LeadershipState::Follower).await;
+    passes.none_within(QUIET, "work while another pod leads the election").await;
+
+    // The other daemon resigns: this one leads, in a later term, and the key is handed out.
+    drop(on_other);
+    let led = until(&mut on_ours, LeadershipState::Leader).await;
+    assert!(led.term > first_term, "{led:?} after term {first_term}");
+    let first = passes.next().await;
+    let guard = WriteGuard { election: election.clone(), namespace: String::new(), term: led.term };
+    assert_eq!((first.name.as_str(), first.term), ("a", led.term), "granted in the term this pod leads");
+    assert_eq!(first.guard.as_ref(), Some(&guard));
+    let written = tokio::time::timeout(WAIT, writes.recv()).await.expect("a write in time").expect("a write");
+    written.expect("the write with the item's guard");
+    // The write changed the key: one more pass, in the same term, which sees it.
+    let again = passes.next().await;
+    assert_eq!((&again.data["v"], again.term, again.guard.as_ref()), (&json!("led"), led.term, Some(&guard)));
+
+    // The other daemon takes the Lease over: no more work here, and the old term's guard is refused.
+    let mut on_other = Box::pin(other.client().campaign(campaign));
+    until(&mut on_other, LeadershipState::Follower).await;
+    drop(on_ours);
+    let taken = until(&mut on_other, LeadershipState::Leader).await;
+    assert!(taken.term > led.term, "{taken:?} after {led:?}");
+    set(&s.api, "a", "changed").await;
+    passes.none_within(QUIET, "work after another pod took the election over").await;
+    let refused = client.objects().patch(guarded(&s.ns, "a", "late", Some(guard))).await.expect_err("refused");
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition, "{refused:?}");
+    assert!(writes.try_recv().is_err(), "the handler wrote again");
 }
 
 #[tokio::test]
