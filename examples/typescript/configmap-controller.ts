@@ -1,15 +1,21 @@
-// A ConfigMap controller on the consistd TypeScript SDK: leads an election, and only while leading records
-// each ConfigMap's data keys in an annotation (a write fenced by its term) and notifies a peer, ACK-tracked.
+// A ConfigMap controller on the consistd TypeScript SDK: campaigns in an election and, meanwhile, runs the SDK's
+// reconciler on a work queue that hands out ConfigMaps only while this sidecar leads that election. For each one
+// it records the data keys in an annotation (a write fenced by the item's guard that names the item's lease) and
+// notifies a peer, ACK-tracked.
 //
-//   node configmap-controller.js controller   campaign; while LEADER, watch and patch ConfigMaps, notify EXAMPLE_PEER
+//   node configmap-controller.js controller   campaign; reconcile the queue's ConfigMaps (patch, notify EXAMPLE_PEER)
 //   node configmap-controller.js receive      print each notification from peers, then ACK it
+//
+// The queue is named after the election (EXAMPLE_ELECTION, a DNS label), so the examples of several languages
+// sharing one daemon keep apart. Each item with an object is printed first (`reconciling <ns>/<name>
+// attempt=<n> term=<t> CONSISTENT`); a write that fails is thrown, and the queue retries the key with backoff.
 //
 // Environment: CONSISTD_SOCKET (the SDK's default), EXAMPLE_NAMESPACE ("default"), EXAMPLE_ELECTION
 // ("configmap-controller"), EXAMPLE_SELECTOR ("example.consistd.io/watch=true"), EXAMPLE_PEER (whom to notify:
 // host:port of a peer's consistd, or service/NAME for every ready endpoint of the Service NAME in the sidecar's
 // namespace; unset: no notification), EXAMPLE_EXIT_AFTER (exit 0 after that many; unset: run until SIGTERM or
 // SIGINT, then resign and exit 0).
-import { Client, ConsistdError, EventType, type Leadership, type Message, Mode, status } from "@consistd/client";
+import { Client, type Message, type ReconcileSpec, type WorkItem } from "@consistd/client";
 
 const OBSERVED_KEYS = "example.consistd.io/observed-keys";
 const HANDLED_BY = "example.consistd.io/handled-by";
@@ -19,6 +25,16 @@ const election = process.env.EXAMPLE_ELECTION || "configmap-controller";
 const selector = process.env.EXAMPLE_SELECTOR || "example.consistd.io/watch=true";
 const peer = process.env.EXAMPLE_PEER || undefined; // as given, for the `notified` line
 const exitAfter = process.env.EXAMPLE_EXIT_AFTER ? Number(process.env.EXAMPLE_EXIT_AFTER) : Infinity;
+
+/** The work queue: the selected ConfigMaps, handed out only while this sidecar leads the election. */
+const queue: ReconcileSpec = {
+  name: election,
+  resource: "configmaps",
+  namespace,
+  labelSelector: selector,
+  maxLeases: 4,
+  election: { name: election, namespace },
+};
 
 interface ConfigMap {
   metadata: { name: string; annotations?: Record<string, string> };
@@ -33,73 +49,89 @@ function destination(peer: string): Message["to"] {
   return peer.startsWith("service/") ? { service: { namespace: "", name: peer.slice("service/".length) } } : { peer };
 }
 
-/** Campaigns; while LEADER, reconciles ConfigMaps in the namespace until `exitAfter` are handled, or until `stopping`. */
+/**
+ * Campaigns and, meanwhile, reconciles the queue until `exitAfter` ConfigMaps are handled or until `stopping`.
+ * The campaign is left (the sidecar resigns) once the reconciler has stopped and completed its leases.
+ */
 async function controller(client: Client, stopping: AbortSignal): Promise<void> {
-  const done = new AbortController();
+  const enough = new AbortController();
+  const leave = new AbortController();
   let handled = 0;
-  let leading: { term: bigint; stop: AbortController; running: Promise<void> } | undefined;
-  const stopLeading = async () => {
-    leading?.stop.abort();
-    await leading?.running;
-    leading = undefined;
-  };
-  // Ending the campaign (done, or stopping) resigns: the sidecar releases the Lease at once.
-  const signal = AbortSignal.any([stopping, done.signal]);
-  for await (const state of client.campaign(election, { namespace, signal })) {
-    console.log(`leadership ${state.stateName} holder=${state.holder || "-"} term=${state.term}`);
-    // Not LEADER (UNKNOWN when the sidecar is out of reach), or LEADER in a new term: stop acting under the old one.
-    if (leading && !(state.isLeader && leading.term === state.term)) await stopLeading();
-    if (!state.isLeader || leading) continue;
-    const stop = new AbortController();
-    const running = reconcile(client, state, stop.signal, () => {
-      if (++handled >= exitAfter) done.abort();
-    }).catch((error) => {
-      console.error(`controller: ${error}`);
+  const working = client
+    .reconcile<ConfigMap>(
+      queue,
+      async (item) => {
+        if ((await handle(client, item)) && ++handled >= exitAfter) enough.abort();
+      },
+      { signal: AbortSignal.any([stopping, enough.signal]) },
+    )
+    .catch((error) => {
+      console.error(`controller: ${error}`); // a spec the daemon refused
       process.exitCode = 1;
-      done.abort();
-    });
-    leading = { term: state.term, stop, running };
-  }
-  await stopLeading();
+    })
+    .finally(() => leave.abort());
+  await campaign(client, AbortSignal.any([stopping, leave.signal]));
+  await working;
 }
 
-/** Watches the selected ConfigMaps (CONSISTENT: our own patches are seen) and records their keys while `lead` holds. */
-async function reconcile(client: Client, lead: Leadership, signal: AbortSignal, onHandled: () => void): Promise<void> {
-  const query = { resource: "configmaps", namespace, labelSelector: selector, mode: Mode.CONSISTENT };
-  for await (const event of client.watch(query, { signal })) {
-    if (event.type !== EventType.ADDED && event.type !== EventType.MODIFIED) continue;
-    const cm = event.object!.json as ConfigMap;
-    const keys = Object.keys(cm.data ?? {}).sort();
-    if (cm.metadata.annotations?.[OBSERVED_KEYS] === keys.join(",")) continue;
-    const name = cm.metadata.name;
-    let resourceVersion: string;
-    try {
-      const patch = { metadata: { annotations: { [OBSERVED_KEYS]: keys.join(","), [HANDLED_BY]: "typescript-example" } } };
-      const patched = await client.objects.patch({ resource: "configmaps", namespace, name, patch, guard: lead });
-      resourceVersion = patched.resourceVersion;
-    } catch (error) {
-      // The guard refused the write: this replica no longer leads in that term; the campaign will say so.
-      if (error instanceof ConsistdError && error.code === status.FAILED_PRECONDITION) {
-        console.error(`controller: not patching ${namespace}/${name}: ${error.details}`);
-        continue;
-      }
-      throw error;
-    }
-    console.log(`patched ${namespace}/${name} keys=${keys.join(",")} resourceVersion=${resourceVersion}`);
-    if (peer) {
-      const sent = await client.send({
-        to: destination(peer),
-        resourceId: `configmaps/${namespace}/${name}`,
-        eventId: resourceVersion,
-        payload: { namespace, name, keys },
-        contentType: "application/json",
-      });
-      const outcome = await unlessAborted(sent.ack, signal);
-      if (!outcome) return; // this term's work was stopped meanwhile; the sidecar still delivers the message
-      console.log(`notified ${peer} ${outcome.kindName} ${sent.messageId}`);
-    }
-    onHandled();
+/** Prints each leadership state until `signal` aborts; ending the campaign resigns. */
+async function campaign(client: Client, signal: AbortSignal): Promise<void> {
+  for await (const state of client.campaign(election, { namespace, signal })) {
+    console.log(`leadership ${state.stateName} holder=${state.holder || "-"} term=${state.term}`);
   }
+}
+
+/**
+ * One work item: records the ConfigMap's data keys unless they are recorded already, then notifies the peer.
+ * Resolves true when it handled the ConfigMap; a failed write throws, and the queue retries the key.
+ */
+async function handle(client: Client, item: WorkItem<ConfigMap>): Promise<boolean> {
+  if (item.deleted || !item.object) return false;
+  const { key } = item;
+  console.log(`reconciling ${key} attempt=${item.attempt} term=${item.term} ${item.consistencyName}`);
+  const cm = item.object.json;
+  const keys = Object.keys(cm.data ?? {}).sort();
+  const observed = keys.join(",");
+  if (cm.metadata.annotations?.[OBSERVED_KEYS] === observed) return false;
+  const resourceVersion = await recordKeys(item, observed);
+  console.log(`patched ${key} keys=${observed} resourceVersion=${resourceVersion}`);
+  if (peer) {
+    const notified = await notify(client, peer, item, keys, resourceVersion);
+    if (!notified) return false; // the lease was lost meanwhile; the sidecar still delivers the message
+    console.log(`notified ${peer} ${notified.outcome} ${notified.messageId}`);
+  }
+  return true;
+}
+
+/**
+ * Merge-patches the keys annotation through the item's objects (the write names the lease, so the key's next
+ * pass sees it), with the item's guard (the queue's election, the lease's term): refused unless this sidecar
+ * still leads in that term. Resolves with the patched resourceVersion.
+ */
+async function recordKeys(item: WorkItem<ConfigMap>, observed: string): Promise<string> {
+  const patch = { metadata: { annotations: { [OBSERVED_KEYS]: observed, [HANDLED_BY]: "typescript-example" } } };
+  const target = { resource: "configmaps", namespace: item.namespace, name: item.name };
+  const patched = await item.objects.patch({ ...target, patch, guard: item.guard });
+  return patched.resourceVersion;
+}
+
+/** Sends `peer` a notification and waits for its outcome; undefined if the lease is lost first. */
+async function notify(
+  client: Client,
+  peer: string,
+  item: WorkItem<ConfigMap>,
+  keys: string[],
+  resourceVersion: string,
+): Promise<{ outcome: string; messageId: string } | undefined> {
+  const sent = await client.send({
+    to: destination(peer),
+    resourceId: `configmaps/${item.namespace}/${item.name}`,
+    eventId: resourceVersion,
+    payload: { namespace: item.namespace, name: item.name, keys },
+    contentType: "application/json",
+  });
+  const outcome = await unlessAborted(sent.ack, item.signal);
+  return outcome && { outcome: outcome.kindName, messageId: sent.messageId };
 }
 
 /** `promise`'s value, or undefined if `signal` is aborted first. */

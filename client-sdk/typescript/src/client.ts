@@ -132,6 +132,17 @@ export class Client {
   }
 
   /**
+   * Whether `object` is older than a state a write through `this.objects` returned: the own-write rule a
+   * watch applies as the app takes each event, for an app that keeps the events it took in a queue of its
+   * own (a worker per object on the newest state, say). Such an app asks again when its worker takes a
+   * state from that queue, since its own write may have returned while the state waited there. False for a
+   * resourceVersion that is not a decimal integer (those are never compared).
+   */
+  predatesOwnWrite(object: { uid: string; resourceVersion: string }): boolean {
+    return this.ownWrites.predates(object);
+  }
+
+  /**
    * Campaigns in `election` while the loop runs and streams this sidecar's view of it; leaving the loop
    * (or aborting) resigns at once. Yields UNKNOWN at once when the sidecar is lost, then campaigns again.
    *

@@ -15,7 +15,7 @@ import {
 import { Consistency } from "./gen/consistd/v1/watch.js";
 import { cut } from "./inbox.js";
 import { duration } from "./leadership.js";
-import { KubeObject, type Objects } from "./objects.js";
+import { type Guard, KubeObject, type Objects } from "./objects.js";
 import { refused } from "./ordered.js";
 import { Backoff } from "./retry.js";
 
@@ -79,7 +79,10 @@ export interface ReconcileSpec extends ReconcileQuery {
   retry?: RetryOptions;
   /** A lease not completed in this time goes back to the queue; default 10 minutes, at least 1 s. */
   leaseTimeoutMs?: number;
-  /** Work only while this pod leads this election; every item then carries the term to guard writes with. */
+  /**
+   * Work only while this pod leads this election (`namespace`: its Lease's; empty or unset means the daemon's
+   * own); every item then carries its term and the `guard` to pass to its writes.
+   */
   election?: { name: string; namespace?: string };
 }
 
@@ -98,9 +101,10 @@ const END_GRACE_MS = 5_000;
 
 /** What a handler resolves with to have its key handed out again after a delay: see `requeueAfter`. */
 export class Requeue {
-  /** The delay in milliseconds: at least 1, at most a day. */
+  /** The delay in whole milliseconds: at least 1, at most a day. */
   readonly afterMs: number;
 
+  /** `afterMs` as `requeueAfter` takes it: throws RangeError unless it is finite and not negative. */
   constructor(afterMs: number) {
     if (!Number.isFinite(afterMs) || afterMs < 0) throw new RangeError(`requeueAfter: ${afterMs} is not a delay in ms`);
     this.afterMs = Math.min(Math.max(Math.ceil(afterMs), 1), MAX_REQUEUE_MS);
@@ -109,7 +113,9 @@ export class Requeue {
 
 /**
  * The handler's result that hands the key out again after `ms` milliseconds (OUTCOME_REQUEUE), sooner if the
- * object changes meanwhile: `return requeueAfter(30_000)`. Below 1 ms counts as 1 ms, above a day as a day.
+ * object changes meanwhile: `return requeueAfter(30_000)`. A fraction of a millisecond rounds up, 0 counts as
+ * 1 ms and more than a day as a day. A negative `ms`, NaN or ±Infinity throws RangeError (thrown in a handler,
+ * it makes the pass a RETRY with that message).
  */
 export function requeueAfter(ms: number): Requeue {
   return new Requeue(ms);
@@ -150,6 +156,13 @@ export class WorkItem<T = any> {
   readonly attempt: number;
   /** The election term the lease was granted in (a write guard's term); 0n without an election. */
   readonly term: bigint;
+  /**
+   * With an election (`ReconcileSpec.election`), the write guard of the term the lease was granted in: its
+   * election and namespace (empty: the daemon's own) are the spec's, its term is `term`. A write that passes
+   * `guard: item.guard` succeeds only while this daemon still leads in that term (else FAILED_PRECONDITION).
+   * Undefined without an election.
+   */
+  readonly guard?: Guard;
   /** When the daemon takes the lease back unless it is completed. */
   readonly expiresAt?: Date;
   /** The previous attempt's error message, when this pass follows one that threw. */
@@ -157,7 +170,8 @@ export class WorkItem<T = any> {
   /**
    * The client's objects with every write naming this lease (`Objects.forLease`): the key's next pass waits
    * until the queue's watches show these writes (say a child this pass created), not only writes to the
-   * primary itself, which are always waited for.
+   * primary itself, which are always waited for. They are not guarded: a write to be fenced by the lease's term
+   * passes `guard: item.guard`.
    */
   readonly objects: Objects;
   /**
@@ -166,7 +180,8 @@ export class WorkItem<T = any> {
    */
   readonly signal: AbortSignal;
 
-  constructor(item: WorkItemProto, objects: Objects, signal: AbortSignal) {
+  /** `election`: the queue's (`ReconcileSpec.election`), for `guard`. */
+  constructor(item: WorkItemProto, objects: Objects, signal: AbortSignal, election?: ReconcileSpec["election"]) {
     this.leaseId = item.leaseId;
     this.namespace = item.namespace;
     this.name = item.name;
@@ -175,6 +190,7 @@ export class WorkItem<T = any> {
     this.consistency = item.consistency;
     this.attempt = item.attempt;
     this.term = item.term;
+    this.guard = election && { election: election.name, namespace: election.namespace ?? "", term: item.term };
     this.expiresAt = item.expiresAt;
     this.lastError = item.lastError;
     this.objects = objects.forLease(item.leaseId);
@@ -189,6 +205,11 @@ export class WorkItem<T = any> {
   /** Whether a write of this pod was not seen in time and the latest known state was handed out. */
   get timedOut(): boolean {
     return this.consistency === Consistency.TIMED_OUT;
+  }
+
+  /** The consistency's name: "CONSISTENT" or "TIMED_OUT". */
+  get consistencyName(): string {
+    return Consistency[this.consistency] ?? String(this.consistency);
   }
 }
 
@@ -391,7 +412,7 @@ class Reconciler {
     );
     let completion: Completion;
     try {
-      const result = await this.handler(new WorkItem(item, this.objects, lost.signal));
+      const result = await this.handler(new WorkItem(item, this.objects, lost.signal, this.spec.election));
       completion =
         result instanceof Requeue
           ? { leaseId: item.leaseId, outcome: Outcome.REQUEUE, requeueAfter: duration(result.afterMs), error: "" }

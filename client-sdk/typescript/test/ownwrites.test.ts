@@ -281,3 +281,24 @@ test("the record is bounded: the least recently written object is forgotten firs
     stop.abort();
   }
 });
+
+test("predatesOwnWrite judges a state the app took into a queue of its own again, once its write returned", async () => {
+  const fake = new Fake();
+  const other = new Fake();
+  const stop = new AbortController();
+  try {
+    const events = fake.client.watch({ resource: "configmaps", namespace: "ns" }, { signal: stop.signal });
+    const first = next(events, "ADDED u1");
+    (await fake.stream(0)).push(event(ADDED, "c1", "u1", "5"));
+    const queued = (await first).object; // taken before the write: the watch could not drop it
+    assert.ok(queued);
+    assert.equal(fake.client.predatesOwnWrite(queued), false);
+    await fake.write("u1", "8");
+    assert.equal(fake.client.predatesOwnWrite(queued), true, "a state older than the app's own write was judged current");
+    assert.equal(fake.client.predatesOwnWrite(object("u1", "8")), false, "the write's own state");
+    assert.equal(fake.client.predatesOwnWrite(object("u1", "x")), false, "a version that is not an integer");
+    assert.equal(other.client.predatesOwnWrite(queued), false, "another client's write");
+  } finally {
+    stop.abort();
+  }
+});

@@ -1,6 +1,7 @@
 // The reconciler against real daemons: each key once and never two passes of one key at a time, one more pass
 // for a change during a pass, RETRY / REQUEUE / TERMINAL from how the handler ends, writes through item.objects
-// naming the lease, a refused spec, a lease that times out, stopping, and a daemon restart.
+// naming the lease, a refused spec, a lease that times out, stopping, a daemon restart, and a queue with an election
+// (work only while this daemon leads; each item's term and guard).
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -8,6 +9,8 @@ import {
   Client,
   ConsistdError,
   Consistency,
+  type Guard,
+  type Leadership,
   type ReconcileHandler,
   type ReconcileOptions,
   type ReconcileSpec,
@@ -17,7 +20,7 @@ import {
   TerminalError,
   type WorkItem,
 } from "@consistd/client";
-import { dropNamespace, freshNamespace, OwnDaemon, unique, within } from "./helpers.js";
+import { dropNamespace, env, freshNamespace, OwnDaemon, unique, until, within } from "./helpers.js";
 
 const clients: Client[] = [];
 after(() => clients.forEach((c) => c.close()));
@@ -46,6 +49,9 @@ interface Pass {
   attempt: number;
   lastError: string;
   consistency: Consistency;
+  consistencyName: string;
+  term: bigint;
+  guard?: Guard;
   resourceVersion?: string;
   data?: Record<string, string>;
   started: number;
@@ -72,6 +78,9 @@ class Recorder {
         attempt: item.attempt,
         lastError: item.lastError,
         consistency: item.consistency,
+        consistencyName: item.consistencyName,
+        term: item.term,
+        guard: item.guard,
         resourceVersion: item.object?.resourceVersion,
         data: item.object?.json.data,
         started: Date.now(),
@@ -169,6 +178,10 @@ test("each key is handled once, a change during a pass gives exactly one more, a
     await calls.until("a, b and c", () => calls.passes.length >= 3);
     assert.deepEqual(calls.passes.map((p) => p.name).sort(), ["a", "b", "c"], "each key once");
     assert.ok(calls.passes.every((p) => p.attempt === 1 && p.lastError === ""), calls.show());
+    for (const p of calls.passes) {
+      assert.deepEqual([p.term, p.guard], [0n, undefined], "no election: term 0 and no guard");
+      assert.deepEqual([p.consistency, p.consistencyName], [Consistency.CONSISTENT, "CONSISTENT"]);
+    }
     await within(10_000, "a's first pass", aHeld.promise);
     // Three changes while a's pass runs: not a second pass now, one after it.
     for (const v of ["1", "2", "3"]) await c.objects.patch({ ...target, name: "a", patch: { data: { v } } });
@@ -225,6 +238,17 @@ test("a handler that throws is called again after the backoff with attempt 2 and
   } finally {
     await running?.stop();
     await dropNamespace(c, ns);
+  }
+});
+
+test("requeueAfter rounds up to whole milliseconds, takes 0 as 1 ms and caps at a day; a negative delay throws", () => {
+  assert.equal(requeueAfter(0).afterMs, 1);
+  assert.equal(requeueAfter(0.2).afterMs, 1);
+  assert.equal(requeueAfter(1.5).afterMs, 2);
+  assert.equal(requeueAfter(30_000).afterMs, 30_000);
+  assert.equal(requeueAfter(2 * 86_400_000).afterMs, 86_400_000);
+  for (const bad of [-1, -0.5, Number.NaN, Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY]) {
+    assert.throws(() => requeueAfter(bad), RangeError, `requeueAfter(${bad})`);
   }
 });
 
@@ -352,6 +376,7 @@ test("writes through item.objects name the lease: the next pass waits for a writ
     assert.equal(first.consistency, Consistency.CONSISTENT);
     const held = second.started - first.ended!;
     assert.equal(second.consistency, Consistency.TIMED_OUT, `held ${held} ms`);
+    assert.equal(second.consistencyName, "TIMED_OUT");
     assert.ok(held >= 3_000, `held for consistency.timeout, not ${held} ms`);
     running.assertRunning();
   } finally {
@@ -552,5 +577,170 @@ test("a daemon restart: the reconciler opens the queue again and goes on", async
     await running?.stop();
     await daemon.remove();
     await dropNamespace(direct, ns);
+  }
+});
+
+/** Campaigns in `election` through `c` until it leads; `stop()` leaves the campaign (the daemon resigns). */
+class Campaign {
+  private readonly abort = new AbortController();
+  private readonly states: AsyncGenerator<Leadership, void>;
+
+  private constructor(c: Client, election: string, namespace: string | undefined) {
+    this.states = c.campaign(election, { namespace, signal: this.abort.signal });
+  }
+
+  /** Campaigns and resolves once it leads, with that state. */
+  static async lead(c: Client, election: string, namespace?: string): Promise<[Campaign, Leadership]> {
+    const campaign = new Campaign(c, election, namespace);
+    try {
+      const [leading] = (await until(campaign.states, `to lead ${election}`, (s) => s.isLeader, 30_000)).slice(-1);
+      return [campaign, leading];
+    } catch (error) {
+      await campaign.stop();
+      throw error;
+    }
+  }
+
+  async stop(): Promise<void> {
+    this.abort.abort();
+    await within(10_000, "the campaign to end", this.states.return());
+  }
+}
+
+test("with an election, work is handed out only while this daemon leads, each item with its term and a guard whose write succeeds", async () => {
+  const c = client(); // daemon a: the reconciler's
+  const peer = client(env("CONSISTD_TEST_PEER_SOCKET")); // daemon b: another pod of the controller
+  const ns = await freshNamespace(c, "ts-rec");
+  const target = { resource: "configmaps", namespace: ns };
+  const election = unique("ts-rec-election");
+  const calls = new Recorder();
+  /** Per pass that wrote: the guarded patch's resourceVersion, or its error. */
+  const writes: unknown[] = [];
+  const campaigns: Campaign[] = [];
+  let running: Running | undefined;
+  const passes = () => calls.passes.length;
+  try {
+    await c.objects.create({ ...target, object: primary("obj", { v: "0" }) });
+    running = new Running(
+      c,
+      queue(ns, { election: { name: election, namespace: ns } }),
+      calls.wrap(async (item) => {
+        if (item.object?.json.data?.by === String(item.term)) return; // this term's write is done
+        try {
+          const patch = { data: { by: String(item.term) } };
+          const patched = await item.objects.patch({ ...target, name: item.name, patch, guard: item.guard });
+          writes.push(patched.resourceVersion);
+        } catch (error) {
+          writes.push(error);
+          throw error;
+        }
+      }),
+    );
+
+    // Nobody campaigns: no work.
+    await sleep(2_000);
+    assert.equal(passes(), 0, `work handed out while nobody led: ${calls.show()}`);
+    // Daemon b leads: still none, also after a change.
+    let [other, otherLeads] = await Campaign.lead(peer, election, ns);
+    campaigns.push(other);
+    assert.equal(otherLeads.holder, "sdk-b");
+    await c.objects.patch({ ...target, name: "obj", patch: { data: { v: "1" } } });
+    await sleep(2_000);
+    assert.equal(passes(), 0, `work handed out while daemon b led: ${calls.show()}`);
+    await other.stop();
+
+    // This daemon leads (the app campaigning through the SDK): the key comes, in its term, with its guard.
+    let [mine, leading] = await Campaign.lead(c, election, ns);
+    campaigns.push(mine);
+    assert.equal(leading.holder, "sdk-a");
+    await calls.until("the pass while leading", () => passes() >= 1, 30_000);
+    const first = calls.passes[0];
+    assert.equal(first.term, leading.term, "the item's term is the leader's");
+    assert.deepEqual(first.guard, { election, namespace: ns, term: leading.term });
+    assert.equal(first.data?.v, "1", "the change made while daemon b led");
+    await calls.until("the first pass's write", () => writes.length >= 1);
+    assert.equal(typeof writes[0], "string", `the guarded write failed: ${writes[0]}`);
+    // Its own write gives one more pass, in the same term, which has nothing to write.
+    await calls.until("the pass after the write", () => passes() >= 2);
+    assert.equal(calls.passes[1].term, leading.term);
+    assert.equal(calls.passes[1].data?.by, String(leading.term));
+    let stored = await c.objects.get<{ data: Record<string, string> }>({ ...target, name: "obj" });
+    assert.equal(stored.json.data.by, String(leading.term), "the guarded write is stored");
+
+    // This daemon resigns and b leads: no more work here, and the old term's guard is refused.
+    await mine.stop();
+    [other, otherLeads] = await Campaign.lead(peer, election, ns);
+    campaigns.push(other);
+    assert.ok(otherLeads.term > leading.term, `term ${otherLeads.term} after ${leading.term}`);
+    const handed = passes();
+    await c.objects.patch({ ...target, name: "obj", patch: { data: { v: "2" } } });
+    await sleep(2_000);
+    assert.equal(passes(), handed, `work handed out after this daemon resigned: ${calls.show()}`);
+    const stale = c.objects.patch({ ...target, name: "obj", patch: { data: { by: "stale" } }, guard: first.guard });
+    const refused = await stale.then(
+      () => assert.fail("a write guarded by an ended term succeeded"),
+      (error: unknown) => error,
+    );
+    assert.ok(refused instanceof ConsistdError && refused.code === status.FAILED_PRECONDITION, `${refused}`);
+    await other.stop();
+
+    // This daemon leads again: the change made meanwhile comes, in the new term, with the new term's guard.
+    [mine, leading] = await Campaign.lead(c, election, ns);
+    campaigns.push(mine);
+    assert.ok(leading.term > otherLeads.term, `term ${leading.term} after ${otherLeads.term}`);
+    await calls.until("the pass after leading again", () => passes() > handed, 30_000);
+    const again = calls.passes[handed];
+    assert.equal(again.data?.v, "2");
+    assert.equal(again.term, leading.term);
+    assert.deepEqual(again.guard, { election, namespace: ns, term: leading.term });
+    await calls.until("its write", () => writes.length >= 2);
+    assert.equal(typeof writes[1], "string", `the guarded write failed: ${writes[1]}`);
+    stored = await c.objects.get<{ data: Record<string, string> }>({ ...target, name: "obj" });
+    assert.equal(stored.json.data.by, String(leading.term));
+    assert.deepEqual(calls.overlaps, []);
+    running.assertRunning();
+  } finally {
+    await running?.stop();
+    for (const campaign of campaigns) await campaign.stop();
+    await dropNamespace(c, ns);
+  }
+});
+
+test("an election without a namespace: the guard's namespace is empty (the daemon's own) and its write succeeds", async () => {
+  const c = client();
+  const ns = await freshNamespace(c, "ts-rec");
+  const target = { resource: "configmaps", namespace: ns };
+  const election = unique("ts-rec-election"); // its Lease is in the daemon's own namespace
+  const calls = new Recorder();
+  const writes: unknown[] = [];
+  let campaign: Campaign | undefined;
+  let running: Running | undefined;
+  try {
+    await c.objects.create({ ...target, object: primary("obj") });
+    let leading: Leadership;
+    [campaign, leading] = await Campaign.lead(c, election);
+    running = new Running(
+      c,
+      queue(ns, { election: { name: election } }),
+      calls.wrap(async (item) => {
+        if (calls.passes.length > 1) return;
+        const patch = { data: { by: String(item.term) } };
+        await item.objects.patch({ ...target, name: item.name, patch, guard: item.guard }).then(
+          (patched) => writes.push(patched.resourceVersion),
+          (error: unknown) => writes.push(error),
+        );
+      }),
+    );
+    await calls.until("the pass while leading", () => calls.passes.length >= 1);
+    const [first] = calls.passes;
+    assert.equal(first.term, leading.term);
+    assert.deepEqual(first.guard, { election, namespace: "", term: leading.term });
+    await calls.until("its write", () => writes.length >= 1);
+    assert.equal(typeof writes[0], "string", `the guarded write failed: ${writes[0]}`);
+    running.assertRunning();
+  } finally {
+    await running?.stop();
+    await campaign?.stop();
+    await dropNamespace(c, ns);
   }
 });
