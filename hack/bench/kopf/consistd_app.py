@@ -1,73 +1,128 @@
-"""The consistd side of the Kopf comparison (daemon/benches/kopf.rs): the same job as kopf_operator.py on the
-consistd Python SDK. It watches the ConfigMaps labelled bench.consistd.io/kopf=true in CONSISTENT mode (only
-states consistent with its own patches), and for each ConfigMap whose `data.value` differs from its annotation
-bench.consistd.io/handled records an execution and patches the value into that annotation through the
-sidecar. Like Kopf, it handles each ConfigMap in a worker of its own, on the newest state seen.
+"""The consistd sides of the Kopf comparison (daemon/benches/kopf.rs): the same job as kopf_operator.py on the
+consistd Python SDK, through a sidecar. For each ConfigMap labelled bench.consistd.io/kopf=true whose
+`data.value` differs from its annotation bench.consistd.io/handled, the handler records an execution, works
+BENCH_HANDLER_MS (an asyncio sleep), then patches the value into that annotation. Two ways:
 
-    python consistd_app.py
+    python consistd_app.py queue    # the SDK's reconciler: the sidecar's work queue hands out each key
+    python consistd_app.py stream   # a CONSISTENT watch, a worker per ConfigMap on the newest state (as Kopf)
+    python consistd_app.py stream-unchecked   # the same, its worker not asking predates_own_write (a control)
 
-Environment: CONSISTD_SOCKET (the sidecar), BENCH_NAMESPACE, BENCH_EXECUTIONS (the file each execution is
-appended to as one JSON line {name, value, at, consistency}; at: wall-clock seconds; consistency: how the
-state handled relates to the app's own writes, TIMED_OUT when the sidecar gave up waiting for one).
+The stream app keeps the states it took in a buffer of its own (the newest per ConfigMap) while a worker
+works, so its worker asks `client.predates_own_write` when it takes one: the watch judged the state when the
+app took it, before the worker's own patch returned. `stream-unchecked` leaves that out, to show what the
+figures look like when a state older than the handler's own patch is handled.
+
+Environment: CONSISTD_SOCKET (the sidecar), BENCH_NAMESPACE, BENCH_HANDLER_MS, BENCH_EXECUTIONS (the file each
+execution is appended to as one JSON line {name, value, at, consistency}; at: wall-clock seconds;
+consistency: how the state handled relates to the app's own writes, TIMED_OUT when the sidecar gave up
+waiting for one).
 """
 
 import asyncio
 import json
 import os
+import sys
 import time
+from typing import Any, TextIO
 
 import consistd
 
+LABEL = "bench.consistd.io/kopf"
 HANDLED = "bench.consistd.io/handled"
 
 
-async def main() -> None:
-    namespace = os.environ["BENCH_NAMESPACE"]
-    executions = open(os.environ["BENCH_EXECUTIONS"], "a", buffering=1)  # noqa: SIM115 (open for the whole run)
+def unhandled(cm: dict[str, Any]) -> str | None:
+    """The ConfigMap's value when the handler has not handled it yet; None when there is nothing to do."""
+    value = (cm.get("data") or {}).get("value")
+    handled = (cm["metadata"].get("annotations") or {}).get(HANDLED)
+    return None if value is None or value == handled else value
+
+
+class Handler:
+    """The job: record the execution, work, patch the handled value back."""
+
+    def __init__(self, executions: TextIO, work: float) -> None:
+        self._executions = executions
+        self._work = work
+
+    async def __call__(
+        self, objects: consistd.Objects, namespace: str, name: str, value: str, consistency: consistd.Consistency
+    ) -> None:
+        execution = {"name": name, "value": value, "at": time.time(), "consistency": consistency.name}
+        self._executions.write(json.dumps(execution) + "\n")
+        await asyncio.sleep(self._work)
+        await objects.patch("configmaps", name, {"metadata": {"annotations": {HANDLED: value}}}, namespace=namespace)
+
+
+async def queue(client: consistd.Client, namespace: str, handler: Handler) -> None:
+    """The reconciler: a key at a time per ConfigMap, each handed out consistent with the app's writes."""
+
+    async def handle(item: consistd.WorkItem) -> None:
+        if item.deleted or item.object is None:
+            return
+        value = unhandled(item.object.json)
+        if value is not None:
+            await handler(item.objects, item.namespace, item.name, value, item.consistency)
+
+    spec = consistd.ReconcileSpec(
+        name="kopf-bench", resource="configmaps", namespace=namespace, label_selector=f"{LABEL}=true", max_leases=64
+    )
+    await client.reconcile(spec, handle)
+
+
+async def stream(client: consistd.Client, namespace: str, handler: Handler, recheck: bool = True) -> None:
+    """A CONSISTENT watch feeding a worker per ConfigMap, each on the newest state it took (judged again
+    against the app's own writes when the worker takes it, unless ``recheck`` is False)."""
     newest: dict[str, consistd.Event] = {}  # the newest unhandled state of each ConfigMap
     workers: dict[str, asyncio.Task[None]] = {}
     failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-    async def work(client: consistd.Client, name: str) -> None:
+    async def work(name: str) -> None:
         while name in newest:
             event = newest.pop(name)
             assert event.object is not None
-            value = event.object.json["data"]["value"]
-            execution = {"name": name, "value": value, "at": time.time(), "consistency": event.consistency.name}
-            executions.write(json.dumps(execution) + "\n")
-            patch = {"metadata": {"annotations": {HANDLED: value}}}
-            await client.objects.patch("configmaps", name, patch, namespace=namespace)
+            if recheck and client.predates_own_write(event.object):
+                continue  # taken before this worker's own patch returned: older than it
+            value = unhandled(event.object.json)
+            if value is not None:
+                await handler(client.objects, namespace, name, value, event.consistency)
         del workers[name]
 
     def finished(task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None and not failed.done():
             failed.set_exception(task.exception())  # type: ignore[arg-type]
 
-    async def follow(client: consistd.Client) -> None:
-        watch = client.watch(
-            "configmaps", namespace=namespace, label_selector="bench.consistd.io/kopf=true", mode=consistd.Mode.CONSISTENT
-        )
-        async with watch:
-            async for event in watch:
-                if event.object is None:
-                    continue  # the SYNCED and RESYNC_REQUIRED markers
-                name, cm = event.object.name, event.object.json
-                value = (cm.get("data") or {}).get("value")
-                handled = (cm["metadata"].get("annotations") or {}).get(HANDLED)
-                if event.type == consistd.EventType.DELETED or value is None or handled == value:
-                    newest.pop(name, None)  # nothing to do: a queued older state is stale
-                    continue
-                newest[name] = event
-                if name not in workers:
-                    workers[name] = asyncio.create_task(work(client, name))
-                    workers[name].add_done_callback(finished)
+    watch = client.watch("configmaps", namespace=namespace, label_selector=f"{LABEL}=true", mode=consistd.Mode.CONSISTENT)
+    async with watch:
+        async for event in watch:
+            if event.object is None:
+                continue  # the SYNCED and RESYNC_REQUIRED markers
+            name = event.object.name
+            if event.type == consistd.EventType.DELETED or unhandled(event.object.json) is None:
+                newest.pop(name, None)  # nothing to do: a queued older state is stale
+                continue
+            newest[name] = event
+            if name not in workers:
+                workers[name] = asyncio.create_task(work(name))
+                workers[name].add_done_callback(finished)
+            if failed.done():
+                failed.result()  # a worker failed: its error ends the process
 
+
+async def main(how: str) -> None:
+    namespace = os.environ["BENCH_NAMESPACE"]
+    executions = open(os.environ["BENCH_EXECUTIONS"], "a", buffering=1)  # noqa: SIM115 (open for the whole run)
+    handler = Handler(executions, int(os.environ.get("BENCH_HANDLER_MS", "0")) / 1000)
     async with consistd.Client() as client:
         await client.wait_ready(30)
-        following = asyncio.create_task(follow(client))
-        following.add_done_callback(finished)
-        await failed  # runs until a worker or the watch fails (its error ends the process), or SIGTERM
+        # Until SIGTERM or an error.
+        if how == "queue":
+            await queue(client, namespace, handler)
+        else:
+            await stream(client, namespace, handler, recheck=how == "stream")
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    if len(sys.argv) != 2 or sys.argv[1] not in ("queue", "stream", "stream-unchecked"):
+        sys.exit(f"usage: {sys.argv[0]} queue|stream|stream-unchecked")
+    asyncio.run(main(sys.argv[1]))
