@@ -49,19 +49,6 @@ die() {
   exit 1
 }
 ms() { date +%s%3N; }
-# peer_tls DIR: a CA and a leaf for the DNS name "consistd" (server and client) in DIR/{ca.crt,tls.crt,tls.key}.
-peer_tls() {
-  mkdir -p "$1"
-  (
-    cd "$1"
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=e2e-peer-ca \
-      -keyout ca.key -out ca.crt
-    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=consistd -keyout tls.key -out tls.csr
-    printf 'subjectAltName=DNS:consistd\nextendedKeyUsage=serverAuth,clientAuth\n' >leaf.ext
-    openssl x509 -req -in tls.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 -extfile leaf.ext -out tls.crt
-  ) 2>/dev/null || die "openssl could not make the peer certificates"
-}
-
 [ -f "$cp_state/node-mode" ] ||
   die "the control plane was started without CONSISTD_CP_NODE=1; run: CONSISTD_CP_NODE=1 hack/with-control-plane.sh $0"
 for i in consistd example-python pause busybox; do
@@ -93,15 +80,13 @@ done
 log "injector Ready and caBundle published $(($(ms) - t)) ms after kubectl apply"
 
 # 2. The Python example controller, labelled for injection by the README's walkthrough ("Run it in a
-#    cluster"), run as written: its namespace is ours and the injector is the local-image overlay. The peers
-#    use mutual TLS from the consistd-peer-tls Secret that manifests/base's config names.
+#    cluster"), run as written: its namespace is ours and the injector is the local-image overlay. The
+#    walkthrough applies manifests/base's config, ServiceAccount and RBAC, and makes the peers' mutual-TLS
+#    Secret that the config names.
 k create namespace "$ns" >/dev/null
 for _ in $(seq 1 100); do k -n "$ns" get serviceaccount default >/dev/null 2>&1 && break; sleep 0.2; done
-peer_tls "$out/peer-tls"
-k -n "$ns" create secret generic consistd-peer-tls --from-file="$out/peer-tls/tls.crt" \
-  --from-file="$out/peer-tls/tls.key" --from-file="$out/peer-tls/ca.crt" >/dev/null
 k -n "$ns" create configmap e2e-pod --from-file=pod.py="$repo/hack/e2e/pod.py" >/dev/null
-k -n "$ns" apply -f "$repo/manifests/base/serviceaccount.yaml" -f "$repo/hack/e2e/app.yaml" >/dev/null
+k -n "$ns" apply -f "$repo/hack/e2e/app.yaml" >/dev/null
 t=$(ms)
 {
   # shellcheck disable=SC2016 # expanded by the walkthrough's shell
@@ -110,7 +95,8 @@ t=$(ms)
     "$repo/README.md" | sed -e "s/-n my-app/-n $ns/g" -e 's|manifests/injector|hack/e2e/injector|'
 } >"$out/walkthrough.sh"
 grep -q '^kubectl patch deployment my-app' "$out/walkthrough.sh" || die "no walkthrough found in README.md"
-(cd "$repo" && timeout 300 bash -ex "$out/walkthrough.sh") >"$out/walkthrough.log" 2>&1 ||
+mkdir -p "$out/tmp" # the walkthrough's mktemp -d (the peer certificates) lands here, not in /tmp
+(cd "$repo" && TMPDIR=$out/tmp timeout 300 bash -ex "$out/walkthrough.sh") >"$out/walkthrough.log" 2>&1 ||
   die "the README's walkthrough failed: $(tail -5 "$out/walkthrough.log")"
 log "the README's walkthrough injected the sidecar; 3 replicas Ready $(($(ms) - t)) ms after it started"
 
@@ -153,7 +139,7 @@ for pod in $pods; do
   [ "$(get '{.spec.initContainers[0].restartPolicy}')" = Always ] || die "$pod: the sidecar is not a native sidecar"
   [ "$(get '{.metadata.annotations.consistd\.io/status}')" = injected ] || die "$pod: no consistd.io/status"
   [ "$(get '{.status.initContainerStatuses[0].ready}')" = true ] || die "$pod: the sidecar is not Ready"
-  status=$(kn exec "$pod" -c consistd -- /consistd status) || die "$pod: consistd status failed: $status"
+  status=$(kn exec "$pod" -c consistd -- consistd status) || die "$pod: consistd status failed: $status"
   grep -q "reachable" <<<"$status" || die "$pod: the apiserver is not reachable from the sidecar: $status"
 done
 log "every replica runs consistd as an injected native sidecar; consistd status in each: ready, apiserver reachable"
@@ -242,7 +228,7 @@ grep -qw -- "$reload_holder" <<<"$pods" || die "nobody holds the Lease of the el
 for pod in $pods; do
   [ "$(kn get pod "$pod" -o jsonpath='{.status.initContainerStatuses[0].restartCount}')" = 0 ] ||
     die "$pod: the sidecar restarted instead of reloading"
-  kn exec "$pod" -c consistd -- /consistd status | grep -q 'consistd.yaml (applied' ||
+  kn exec "$pod" -c consistd -- consistd status | grep -q 'consistd.yaml (applied' ||
     die "$pod: consistd status does not show the config applied"
 done
 log "kubectl apply of a changed ConfigMap: applied by all 3 sidecars without a restart $reload ms later (kubelet's sync period); $reload_holder leads the added election"

@@ -8,7 +8,8 @@
 # that `ctr -n k8s.io images import FILE` accepts; the script prints each one's ref, manifest digest and
 # compressed / uncompressed layer sizes. Pods run them with `imagePullPolicy: Never`.
 #
-#   consistd        localhost/consistd:VERSION                 the daemon (profile image: release, fat LTO), stripped, its ldd libraries,
+#   consistd        localhost/consistd:VERSION                 the daemon (profile image: release, fat LTO), stripped, at /consistd
+#                                                              and on PATH (/usr/local/bin/consistd), its ldd libraries,
 #                                                              CA certificates, passwd/group; user 65532; the
 #                                                              binary cached in $CONSISTD_CACHE/consistd-release
 #   example-go      localhost/consistd-example-go:VERSION      examples/go, static (CGO_ENABLED=0)
@@ -116,6 +117,8 @@ build_consistd() {
   cp "$cache/$key/consistd" "$stage/consistd"
   {
     echo "file /consistd 0755 $stage/consistd"
+    # On PATH too, so `kubectl exec POD -c consistd -- consistd status` finds it.
+    echo "symlink /usr/local/bin/consistd /consistd"
     python3 "$rootfs" libs "$stage/consistd"
     base_layer "$stage"
   } >"$stage/layer.txt"

@@ -6,7 +6,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::{
     admin,
-    config::{self, Config, Environment, LogFormat, Overrides},
+    config::{self, Config, Environment, LogFormat, Overrides, POD_VARIABLES},
     error,
     health::Report,
     inject::{Defaults, certs, offline, webhook},
@@ -127,7 +127,7 @@ impl WebhookArgs {
 /// The sidecar's defaults, shared by the offline injector and the webhook.
 #[derive(Debug, Args)]
 pub struct SidecarArgs {
-    /// The consistd image.
+    /// The consistd image (the default is not published yet: build it with `make image` and push it).
     #[arg(long, default_value_t = Defaults::default().image)]
     pub image: String,
     /// The ConfigMap with `consistd.yaml` (annotation consistd.io/config overrides it).
@@ -209,8 +209,13 @@ pub enum LogFormatArg {
 pub enum ConfigCommand {
     /// Validate a config file; exits 64 naming the bad field and why.
     Check {
-        /// Path of the YAML config file to validate, as `consistd run --config` would read it.
+        /// Path of the YAML config file to validate, as `consistd run --config` would read it, or of a
+        /// ConfigMap manifest holding it under `data.consistd.yaml`.
         file: PathBuf,
+        /// Check it as the injected sidecar would read it: POD_NAME, POD_NAMESPACE and POD_IP (which the
+        /// pod gives it from the downward API) take example values where the environment does not set them.
+        #[arg(long)]
+        pod: bool,
     },
 }
 
@@ -249,16 +254,52 @@ impl RunArgs {
 }
 
 /// `consistd config check FILE`.
-pub fn config_check(file: &std::path::Path, env: &Environment) -> ExitCode {
-    match Config::load(Some(file), &Overrides::default(), env) {
+pub fn config_check(file: &std::path::Path, pod: bool, env: Environment) -> ExitCode {
+    let env = if pod { env.as_in_pod() } else { env };
+    let (text, within) = match config_text(file) {
+        Ok(found) => found,
+        Err(message) => {
+            eprintln!("{}: {message}", file.display());
+            return ExitCode::from(EXIT_INVALID_CONFIG);
+        }
+    };
+    match Config::check(&text, file, &env) {
         Ok(_) => {
-            println!("{}: ok", file.display());
+            println!("{}{within}: ok", file.display());
             ExitCode::SUCCESS
         }
         Err(error) => {
-            eprintln!("{}: {}", file.display(), error::chain(&error));
+            let message = error::chain(&error);
+            eprintln!("{}{within}: {message}", file.display());
+            let unset_pod_variable =
+                POD_VARIABLES.iter().any(|(name, _, _)| message.contains(&format!("${{{name}}} is not set")));
+            if unset_pod_variable && !pod {
+                eprintln!(
+                    "hint: the pod gives the sidecar POD_NAME, POD_NAMESPACE and POD_IP; to check a pod's config \
+                     outside the pod: consistd config check --pod {}",
+                    file.display()
+                );
+            }
             ExitCode::from(EXIT_INVALID_CONFIG)
         }
+    }
+}
+
+/// The config `consistd config check` checks in `file`: the file itself, or the `data.consistd.yaml` of a
+/// ConfigMap manifest (returned with " (data.consistd.yaml)" to name where in the file it was); an error
+/// names what could not be read.
+fn config_text(file: &std::path::Path) -> Result<(String, &'static str), String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("read: {e}"))?;
+    let Ok(doc) = serde_yaml::from_str::<serde_yaml::Value>(&text) else {
+        return Ok((text, "")); // Config::check names the syntax error
+    };
+    if doc.get("kind").and_then(serde_yaml::Value::as_str) != Some("ConfigMap") {
+        return Ok((text, ""));
+    }
+    match doc.get("data").and_then(|d| d.get(config::CONFIGMAP_KEY)) {
+        Some(serde_yaml::Value::String(config)) => Ok((config.clone(), " (data.consistd.yaml)")),
+        Some(_) => Err("data.consistd.yaml: must be a string".to_owned()),
+        None => Err("data.consistd.yaml: missing: a ConfigMap holds consistd's config under this key".to_owned()),
     }
 }
 
@@ -277,7 +318,13 @@ pub fn inject_file(file: &std::path::Path, args: &InjectArgs) -> ExitCode {
     match offline::inject_documents(&yaml, &args.defaults.defaults()) {
         Ok((out, injected)) => {
             print!("{out}");
-            eprintln!("consistd inject: {injected} pod template(s) injected");
+            eprintln!("consistd inject: {injected} pod template(s) injected, sidecar image {}", args.defaults.image);
+            if args.defaults.image == Defaults::default().image {
+                eprintln!(
+                    "consistd inject: {} is not published yet; build it (make image), push it and pass --image",
+                    args.defaults.image
+                );
+            }
             ExitCode::SUCCESS
         }
         Err(error) => {

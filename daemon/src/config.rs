@@ -14,10 +14,13 @@ use std::path::{Path, PathBuf};
 use serde_yaml::Value;
 
 pub use self::{
-    env::Environment,
+    env::{Environment, POD_VARIABLES},
     live::{Live, Setter},
     schema::*,
 };
+
+/// The key of a ConfigMap that holds consistd's config (mounted as /etc/consistd/consistd.yaml in a pod).
+pub const CONFIGMAP_KEY: &str = "consistd.yaml";
 
 /// Values from `CONSISTD_*` variables and flags; each set one replaces the file's value.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -79,16 +82,29 @@ impl Config {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
-                Self::parse(&text, env).map_err(|e| match e {
-                    ConfigError::Syntax { message, .. } => ConfigError::Syntax { path: path.to_owned(), message },
-                    other => other,
-                })?
+                Self::parse_file(&text, path, env)?
             }
             None => Self::default(),
         };
         config.apply(overrides);
         config.validate()?;
         Ok(config)
+    }
+
+    /// Expands, parses and validates `text`, the contents of config file `path` (`consistd config check`,
+    /// which may have taken it out of a ConfigMap manifest).
+    pub fn check(text: &str, path: &Path, env: &Environment) -> Result<Self, ConfigError> {
+        let config = Self::parse_file(text, path, env)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// [`Config::parse`], a syntax error naming `path`.
+    fn parse_file(text: &str, path: &Path, env: &Environment) -> Result<Self, ConfigError> {
+        Self::parse(text, env).map_err(|e| match e {
+            ConfigError::Syntax { message, .. } => ConfigError::Syntax { path: path.to_owned(), message },
+            other => other,
+        })
     }
 
     /// Parses a YAML document, replacing `${NAME}` in string values with the variable's value. Does

@@ -12,7 +12,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let env = Environment::of_process();
     match cli.command {
-        Command::Config(ConfigCommand::Check { file }) => cli::config_check(&file, &env),
+        Command::Config(ConfigCommand::Check { file, pod }) => cli::config_check(&file, pod, env),
         Command::Status(args) => runtime().block_on(cli::status(&args)),
         Command::Inject(args) => match (&args.command, &args.file) {
             (Some(cli::InjectCommand::Webhook(webhook)), _) => {

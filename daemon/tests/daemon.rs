@@ -3,7 +3,7 @@
 //! giving messages not yet ACKed the grace period to leave; `admin.listen` serves the probes and metrics over
 //! TCP.
 
-use std::{os::unix::fs::PermissionsExt, time::Duration};
+use std::{os::unix::fs::PermissionsExt, path::Path, time::Duration};
 
 use consistd::SERVICE_NAMES;
 use consistd_client::proto::{
@@ -208,6 +208,29 @@ fn config_check_names_the_bad_field_and_exits_64() {
     assert_eq!(out.status.code(), Some(64));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("health.probeTimeout") && stderr.contains("greater than 0s"), "{stderr}");
+
+    // A pod's config (the base ConfigMap) outside the pod: POD_IP is unset, and the error says how to check
+    // it as the pod would read it.
+    let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/base/configmap.yaml");
+    let check = |pod: bool| {
+        let mut command = std::process::Command::new(BIN);
+        command.args(["config", "check"]).args(pod.then_some("--pod")).arg(&base);
+        command.env_remove("POD_IP").env_remove("POD_NAME").env_remove("POD_NAMESPACE").output().expect("run")
+    };
+    let out = check(false);
+    assert_eq!(out.status.code(), Some(64));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("${POD_IP} is not set") && stderr.contains("config check --pod"), "{stderr}");
+    let out = check(true);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{} (data.consistd.yaml): ok\n", base.display()));
+    // A ConfigMap without the key is named as such.
+    let other = dir.path().join("other.yaml");
+    std::fs::write(&other, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {other: \"1\"}\n")
+        .expect("write ConfigMap");
+    let out = std::process::Command::new(BIN).args(["config", "check"]).arg(&other).output().expect("run");
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("data.consistd.yaml: missing"), "{out:?}");
 
     // `run` refuses the same file before touching anything.
     let out = std::process::Command::new(BIN).args(["run", "--config"]).arg(&bad).output().expect("run");

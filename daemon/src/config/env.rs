@@ -22,7 +22,25 @@ pub struct Environment {
     service_account_namespace: Option<String>,
 }
 
+/// The variables an injected sidecar gets from the downward API: each with the pod field it comes from and
+/// the example value `consistd config check --pod` stands in for it outside a pod.
+pub const POD_VARIABLES: [(&str, &str, &str); 3] = [
+    ("POD_NAME", "metadata.name", "my-app-0"),
+    ("POD_NAMESPACE", "metadata.namespace", "default"),
+    ("POD_IP", "status.podIP", "10.0.0.1"),
+];
+
 impl Environment {
+    /// This environment as a pod's would be: each of [`POD_VARIABLES`] it does not set takes its example
+    /// value, so a pod's config can be checked outside the pod.
+    #[must_use]
+    pub fn as_in_pod(mut self) -> Self {
+        for (name, _, example) in POD_VARIABLES {
+            self.vars.entry(name.to_owned()).or_insert_with(|| example.to_owned());
+        }
+        self
+    }
+
     /// The process's environment, /etc/hostname and the mounted service account's namespace, read
     /// once at startup.
     #[allow(clippy::disallowed_methods, reason = "the one place the process environment is read")]

@@ -13,7 +13,7 @@ use k8s_openapi::{
     apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta, util::intstr::IntOrString},
 };
 
-use crate::names::is_dns_subdomain;
+use crate::{config::POD_VARIABLES, names::is_dns_subdomain};
 
 /// The label that asks for injection (the webhook's objectSelector matches it).
 pub const INJECT_LABEL: &str = "consistd.io/inject";
@@ -224,11 +224,7 @@ impl Settings {
             }),
             ..EnvVar::default()
         };
-        let mut env = vec![
-            field("POD_NAME", "metadata.name"),
-            field("POD_NAMESPACE", "metadata.namespace"),
-            field("POD_IP", "status.podIP"),
-        ];
+        let mut env: Vec<EnvVar> = POD_VARIABLES.iter().map(|(name, path, _)| field(name, path)).collect();
         let value =
             |name: &str, value: String| EnvVar { name: name.to_owned(), value: Some(value), ..EnvVar::default() };
         if let Some(level) = &self.log_level {
