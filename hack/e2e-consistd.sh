@@ -5,9 +5,11 @@
 #
 #  1. The injector runs in the cluster from its image (manifests/injector through the overlay
 #     hack/e2e/injector: local image, one replica) and publishes its caBundle.
-#  2. hack/e2e/app.yaml, the Python example controller as a 3-replica Deployment labelled for injection, with
-#     exactly manifests/base's ServiceAccount and RBAC: every pod runs the injected native sidecar, Ready,
-#     and `consistd status` in it reports the apiserver reachable through the `kubernetes` Service.
+#  2. hack/e2e/app.yaml, the Python example controller as a 3-replica Deployment, taken through the README's
+#     walkthrough (its "Run it in a cluster" blocks, run as printed): every pod runs the injected native
+#     sidecar, Ready, and `consistd status` in it reports the apiserver reachable through the `kubernetes`
+#     Service. hack/e2e/plain-app.yaml, a busybox container that only needs the socket, takes the same app
+#     block in a namespace of its own.
 #  3. Exactly one replica leads (the Lease names it), makes its guarded write once, and its ACK-tracked
 #     notification to the headless Service reaches every replica's receiver and is ACKed.
 #  4. `kubectl apply` of a changed ConfigMap (an election added) reaches every running sidecar, which
@@ -18,8 +20,11 @@
 #     replicas catch up, and the barrier (Publish, WaitApplied) completes across exactly the 3 new pods.
 #  7. SIGKILL of one sidecar while its pod's app sends: kubelet restarts the sidecar, every message whose
 #     Send returned reaches every replica, and no app container restarted (the SDK's loops outlive it).
+#  8. The Helm path: the README's `helm install --wait` with the local image, a plain busybox app through the
+#     README's app block (as after step 1 with the kustomize injector), and `helm uninstall`, which leaves
+#     only what the README says it leaves.
 # Then stops the node and checks the host is as it was. Needs target/images/{consistd,example-python,pause,
-# busybox}.tar (hack/image.sh consistd example-python pause busybox). Prints timings.
+# busybox}.tar (hack/image.sh consistd example-python pause busybox) and helm (hack/tools.sh helm). Prints timings.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cp_state=${CONSISTD_CP_DIR:-$repo/target/control-plane}
@@ -49,6 +54,46 @@ die() {
   exit 1
 }
 ms() { date +%s%3N; }
+# The README's "Run it in a cluster" blocks the walkthroughs run, by their place in the section.
+KUSTOMIZE_BLOCK=1 HELM_BLOCK=2 APP_BLOCK=3
+# readme_block N: the Nth ```sh block of the README's "Run it in a cluster" section, as printed.
+readme_block() {
+  awk -v want="$1" '/^## / { section = /^## Run it in a cluster/ } section && /^```sh/ { if (++n == want) { block = 1; next } }
+    block && /^```/ { exit } block' "$repo/README.md"
+}
+# walkthrough NAME NS BLOCK...: runs those README blocks as a user would, literally but for three things: the
+# app's namespace is NS, the image is the locally built one (REGISTRY/consistd -> localhost/consistd), and
+# kustomize takes the overlay that uses it (manifests/injector -> hack/e2e/injector). Script and log in
+# $out/NAME.{sh,log}; dies with the log's end if a command fails.
+walkthrough() {
+  local name=$1 namespace=$2 block
+  shift 2
+  {
+    # shellcheck disable=SC2016 # expanded by the walkthrough's shell
+    printf '%s\n' 'kubectl() { "$KUBECTL" "$@"; }' 'helm() { "$HELM" "$@"; }'
+    for block in "$@"; do
+      readme_block "$block" | grep -q . || die "README.md has no block $block in \"Run it in a cluster\""
+      readme_block "$block"
+    done
+  } | sed -e "s/-n my-app/-n $namespace/g" -e 's|manifests/injector|hack/e2e/injector|' \
+    -e 's|REGISTRY/consistd|localhost/consistd|g' >"$out/$name.sh"
+  mkdir -p "$out/tmp" # the walkthrough's mktemp -d (the peer certificates) lands here, not in /tmp
+  (cd "$repo" && TMPDIR=$out/tmp timeout 300 bash -ex "$out/$name.sh") >"$out/$name.log" 2>&1 ||
+    die "the README's walkthrough ($name) failed: $(tail -8 "$out/$name.log")"
+}
+# plain_app NAME: a namespace with the plain app (hack/e2e/plain-app.yaml) taken through the README's app
+# block; checks its container found the injected sidecar's socket and that consistd status in it is ready.
+plain_app() {
+  local namespace=$ns-$1
+  k create namespace "$namespace" >/dev/null
+  k -n "$namespace" apply -f "$repo/hack/e2e/plain-app.yaml" >/dev/null
+  walkthrough "plain-$1" "$namespace" "$APP_BLOCK"
+  socket() { k -n "$namespace" logs deployment/my-app -c app 2>/dev/null | grep -qx 'socket /var/run/consistd/consistd.sock'; }
+  wait_until 60 "the plain app ($1) never saw the sidecar's socket" socket
+  grep -q '^consistd .*: ready$' "$out/plain-$1.log" || die "consistd status in the plain app's sidecar ($1) did not say ready"
+  k delete namespace "$namespace" --wait=true --timeout=120s >/dev/null
+}
+
 [ -f "$cp_state/node-mode" ] ||
   die "the control plane was started without CONSISTD_CP_NODE=1; run: CONSISTD_CP_NODE=1 hack/with-control-plane.sh $0"
 for i in consistd example-python pause busybox; do
@@ -82,22 +127,13 @@ log "injector Ready and caBundle published $(($(ms) - t)) ms after kubectl apply
 # 2. The Python example controller, labelled for injection by the README's walkthrough ("Run it in a
 #    cluster"), run as written: its namespace is ours and the injector is the local-image overlay. The
 #    walkthrough applies manifests/base's config, ServiceAccount and RBAC, and makes the peers' mutual-TLS
-#    Secret that the config names.
+#    Secret that the config names. A plain app in a namespace of its own takes the same walkthrough.
 k create namespace "$ns" >/dev/null
 for _ in $(seq 1 100); do k -n "$ns" get serviceaccount default >/dev/null 2>&1 && break; sleep 0.2; done
 k -n "$ns" create configmap e2e-pod --from-file=pod.py="$repo/hack/e2e/pod.py" >/dev/null
 k -n "$ns" apply -f "$repo/hack/e2e/app.yaml" >/dev/null
 t=$(ms)
-{
-  # shellcheck disable=SC2016 # expanded by the walkthrough's shell
-  echo 'kubectl() { "$KUBECTL" "$@"; }'
-  awk '/^## Run it in a cluster/ { section = 1 } section && /^```sh/ { block = 1; next } block && /^```/ { exit } block' \
-    "$repo/README.md" | sed -e "s/-n my-app/-n $ns/g" -e 's|manifests/injector|hack/e2e/injector|'
-} >"$out/walkthrough.sh"
-grep -q '^kubectl patch deployment my-app' "$out/walkthrough.sh" || die "no walkthrough found in README.md"
-mkdir -p "$out/tmp" # the walkthrough's mktemp -d (the peer certificates) lands here, not in /tmp
-(cd "$repo" && TMPDIR=$out/tmp timeout 300 bash -ex "$out/walkthrough.sh") >"$out/walkthrough.log" 2>&1 ||
-  die "the README's walkthrough failed: $(tail -5 "$out/walkthrough.log")"
+walkthrough kustomize "$ns" "$KUSTOMIZE_BLOCK" "$APP_BLOCK"
 log "the README's walkthrough injected the sidecar; 3 replicas Ready $(($(ms) - t)) ms after it started"
 
 kn() { k -n "$ns" "$@"; }
@@ -143,6 +179,9 @@ for pod in $pods; do
   grep -q "reachable" <<<"$status" || die "$pod: the apiserver is not reachable from the sidecar: $status"
 done
 log "every replica runs consistd as an injected native sidecar; consistd status in each: ready, apiserver reachable"
+
+plain_app kustomize
+log "the README's app block on a plain container (busybox, the socket only): injected, the socket there, consistd status ready"
 
 # 3. One leader, one guarded write, one notification to every replica, ACKed.
 leader_is_a_pod() { local h; h=$(holder); [ -n "$h" ] && grep -qw -- "$h" <<<"$pods"; }
@@ -334,9 +373,27 @@ for pod in $pods; do
 done
 log "SIGKILL of a sending sidecar: all $stored messages whose Send returned reached all 3 replicas ($((3 * stored - received_at_kill)) of $((3 * stored)) deliveries after the kill)"
 
-# 8. Clean up, and leave the host as it was.
+# 8. The Helm path: the kustomize injector removed as the README says (its namespace goes, with the Secret the
+#    injector made), the README's `helm install --wait`, the plain app through the app block, then `helm
+#    uninstall`, which leaves what the README says it leaves.
 k delete namespace "$ns" --wait=true --timeout=120s >/dev/null
 k delete -k "$repo/hack/e2e/injector" --wait=true --timeout=120s >/dev/null
+HELM=$("$repo/hack/tools.sh" helm)
+export HELM HELM_CACHE_HOME=$out/helm/cache HELM_CONFIG_HOME=$out/helm/config HELM_DATA_HOME=$out/helm/data
+t=$(ms)
+walkthrough helm unused "$HELM_BLOCK"
+log "the README's helm install --wait: deployed, the injector running, $(($(ms) - t)) ms"
+plain_app helm
+log "the README's app block on the plain container, injected by the Helm-installed injector: the socket there, consistd status ready"
+"$HELM" uninstall consistd -n consistd-system --wait >/dev/null
+k get mutatingwebhookconfiguration consistd-injector >/dev/null 2>&1 && die "helm uninstall left the webhook configuration"
+left=$(k -n consistd-system get deployments,services,secrets,roles,rolebindings -o name | xargs)
+[ "$left" = secret/consistd-injector-tls ] ||
+  die "helm uninstall left '$left' in consistd-system; the README says only secret/consistd-injector-tls stays"
+k delete namespace consistd-system --wait=true --timeout=120s >/dev/null
+log "helm uninstall left only the Secret the injector made (as the README says); kubectl delete namespace removed it"
+
+# 9. Leave the host as it was.
 trap - EXIT
 "$node" stop
 "$repo/hack/host-snapshot.sh" >"$out/host.after"
