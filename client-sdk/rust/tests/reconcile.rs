@@ -568,16 +568,19 @@ async fn a_graceful_shutdown_lets_the_running_handler_complete_its_lease() {
         }
     }));
     passes.next().await;
-    stop.send(()).expect("signal");
-    assert!(tokio::time::timeout(QUIET, &mut run).await.is_err(), "returned while its handler was running");
-    gate.add_permits(1);
-    let ended = tokio::time::timeout(WAIT, run).await.expect("returned in time").expect("joined");
-    assert!(ended.is_ok(), "{ended:?}");
-    // The lease was completed DONE, not returned to the queue: another stream of the queue gets nothing.
+    // Another stream of the queue, attached while the key is leased: it is handed the key only if the
+    // lease goes back to the queue instead of being completed.
     let (tx, mut after) = Passes::new();
     let _r = spawn(client.reconcile(spec, move |item| {
         let _ = tx.send(Pass::of(&item));
         async { Ok(Action::done()) }
     }));
+    after.none_within(QUIET, "the other stream was handed the leased key").await;
+    stop.send(()).expect("signal");
+    assert!(tokio::time::timeout(QUIET, &mut run).await.is_err(), "returned while its handler was running");
+    gate.add_permits(1);
+    let ended = tokio::time::timeout(WAIT, run).await.expect("returned in time").expect("joined");
+    assert!(ended.is_ok(), "{ended:?}");
+    // The lease was completed DONE, not returned to the queue: the other stream gets nothing.
     after.none_within(QUIET, "the key came again after its handler completed").await;
 }
