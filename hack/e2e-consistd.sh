@@ -392,6 +392,18 @@ left=$(k -n consistd-system get deployments,services,secrets,roles,rolebindings 
   die "helm uninstall left '$left' in consistd-system; the README says only secret/consistd-injector-tls stays"
 k delete namespace consistd-system --wait=true --timeout=120s >/dev/null
 log "helm uninstall left only the Secret the injector made (as the README says); kubectl delete namespace removed it"
+# The README's promise for --wait: an image the node cannot pull fails the install instead of a release
+# "deployed" with no injector running.
+t=$(ms)
+if "$HELM" install consistd "$repo/charts/consistd" --namespace consistd-system --create-namespace --wait \
+  --timeout 20s --set image.repository=localhost/never-built >"$out/helm-unpullable.log" 2>&1; then
+  die "helm install --wait of an image the node cannot pull said deployed: $(cat "$out/helm-unpullable.log")"
+fi
+release=$("$HELM" status consistd -n consistd-system 2>&1 || true)
+grep -q '^STATUS: failed' <<<"$release" || die "the release of an unpullable image is not failed: $release"
+"$HELM" uninstall consistd -n consistd-system --wait >/dev/null
+k delete namespace consistd-system --wait=true --timeout=120s >/dev/null
+log "helm install --wait of an image the node cannot pull: failed after its timeout ($(($(ms) - t)) ms), not deployed"
 
 # 9. Leave the host as it was.
 trap - EXIT
