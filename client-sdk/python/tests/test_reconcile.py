@@ -163,12 +163,13 @@ async def test_a_change_while_the_handler_runs_gives_exactly_one_more_pass_never
 async def test_a_raise_is_retried_with_the_next_attempt_and_the_error_cut_to_4096_bytes(
     client: consistd.Client, namespace: str
 ) -> None:
+    """The error's text carries what it was raised from, as the Rust SDK's carries an error's sources."""
     await client.objects.create("configmaps", configmap("flaky", {}), namespace=namespace)
     long = "é" * 3000  # 6000 bytes of UTF-8
 
     async def behave(item: WorkItem, this: Pass) -> None:
         if this.attempt == 1:
-            raise RuntimeError("the backend said no")
+            raise RuntimeError("the backend said no") from ConnectionError("connection refused")
         if this.attempt == 2:
             raise RuntimeError(long)
 
@@ -180,7 +181,7 @@ async def test_a_raise_is_retried_with_the_next_attempt_and_the_error_cut_to_409
     passes = recorder.of("flaky")
     assert [(p.attempt, p.last_error) for p in passes] == [
         (1, ""),
-        (2, "the backend said no"),
+        (2, "the backend said no: connection refused"),
         (3, "é" * 2048),
     ]
     first_end = passes[0].ended

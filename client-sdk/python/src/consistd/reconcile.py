@@ -413,9 +413,20 @@ class _Stream:
 
 
 def _text(error: BaseException | str) -> str:
-    """An error's text for a completion: ``str(error)`` (its type's name when that is empty), cut to
-    MAX_ERROR_BYTES of UTF-8."""
-    text = error if isinstance(error, str) else (str(error) or type(error).__name__)
+    """An error's text for a completion: the error and each error it was raised from (``raise ... from``),
+    joined by ": " ("outer: cause: root cause", as the Rust SDK sends an error's sources), each its ``str``
+    or, when that is empty, its type's name; cut to MAX_ERROR_BYTES of UTF-8."""
+    if isinstance(error, str):
+        text = error
+    else:
+        parts: list[str] = []
+        seen: set[int] = set()
+        cause: BaseException | None = error
+        while cause is not None and id(cause) not in seen:
+            seen.add(id(cause))
+            parts.append(str(cause) or type(cause).__name__)
+            cause = cause.__cause__
+        text = ": ".join(parts)
     return text.encode(errors="replace")[:MAX_ERROR_BYTES].decode(errors="ignore")
 
 
