@@ -274,9 +274,11 @@ pub fn config_check(file: &std::path::Path, pod: bool, env: Environment) -> Exit
             let unset_pod_variable =
                 POD_VARIABLES.iter().any(|(name, _, _)| message.contains(&format!("${{{name}}} is not set")));
             if unset_pod_variable && !pod {
+                let names: Vec<&str> = POD_VARIABLES.iter().map(|(name, _, _)| *name).collect();
                 eprintln!(
-                    "hint: the pod gives the sidecar POD_NAME, POD_NAMESPACE and POD_IP; to check a pod's config \
-                     outside the pod: consistd config check --pod {}",
+                    "hint: the pod gives the sidecar {}; to check a pod's config outside the pod: consistd config \
+                     check --pod {}",
+                    names.join(", "),
                     file.display()
                 );
             }

@@ -16,10 +16,12 @@ fn golden_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/inject")
 }
 
-/// `consistd inject -f -` with `input` on standard input; its standard output.
-fn inject(input: &str) -> String {
+/// `consistd inject -f - ARGS` with `input` on standard input; its standard output and error, once it
+/// succeeded.
+fn run_inject(input: &str, args: &[String]) -> std::process::Output {
     let mut child = Command::new(BIN)
         .args(["inject", "-f", "-"])
+        .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -28,30 +30,22 @@ fn inject(input: &str) -> String {
     child.stdin.take().expect("stdin").write_all(input.as_bytes()).expect("write stdin");
     let out = child.wait_with_output().expect("wait for consistd inject");
     assert!(out.status.success(), "consistd inject failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).expect("utf-8 output")
+    out
+}
+
+/// `consistd inject -f -` with `input` on standard input; its standard output.
+fn inject(input: &str) -> String {
+    String::from_utf8(run_inject(input, &[]).stdout).expect("utf-8 output")
 }
 
 /// The default image is not published: `inject -f` says so, and names the image each run used.
 #[test]
 fn offline_injection_names_its_image_and_warns_about_the_unpublished_default() {
     let input = std::fs::read_to_string(golden_dir().join("workloads.yaml")).expect("read workloads.yaml");
-    let run = |image: Option<&str>| {
-        let mut child = Command::new(BIN)
-            .args(["inject", "-f", "-"])
-            .args(image.map(|i| format!("--image={i}")))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start consistd inject");
-        child.stdin.take().expect("stdin").write_all(input.as_bytes()).expect("write stdin");
-        let out = child.wait_with_output().expect("wait for consistd inject");
-        assert!(out.status.success(), "{out:?}");
-        String::from_utf8(out.stderr).expect("utf-8")
-    };
-    let default = run(None);
+    let run = |args: &[String]| String::from_utf8(run_inject(&input, args).stderr).expect("utf-8");
+    let default = run(&[]);
     assert!(default.contains("is not published yet") && default.contains("--image"), "{default}");
-    let own = run(Some("registry.example/consistd:0.1.0"));
+    let own = run(&["--image=registry.example/consistd:0.1.0".to_owned()]);
     assert!(own.contains("sidecar image registry.example/consistd:0.1.0"), "{own}");
     assert!(!own.contains("not published"), "{own}");
 }
