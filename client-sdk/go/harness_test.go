@@ -218,6 +218,17 @@ func (d *daemon) pause() {
 	}
 }
 
+// resume lets a paused daemon run again (SIGCONT); it does nothing once the daemon was stopped or killed.
+func (d *daemon) resume() {
+	d.t.Helper()
+	if d.cmd == nil {
+		return
+	}
+	if err := d.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		d.t.Errorf("resuming the test's daemon: %v", err)
+	}
+}
+
 // kill ends the daemon at once (SIGKILL), as a crash would, and waits for it to exit.
 func (d *daemon) kill() {
 	d.t.Helper()

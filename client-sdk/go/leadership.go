@@ -5,6 +5,7 @@ package consistd
 import (
 	"context"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -30,6 +31,12 @@ func (s State) String() string {
 }
 
 // Leadership is one observation of an election.
+//
+// Copying a Leadership is cheap and safe from any goroutine. While it is a Leader state from a Campaign or
+// Observe channel, every copy shares one deadline (LeaderUntil) with the channel, which moves it on each
+// renewal of the Lease. Compare states by their fields (State, Holder, Term, ...), not with ==: == also
+// compares which deadline a state shares, so two Leader states read from different statuses differ even
+// when their fields agree.
 type Leadership struct {
 	// State is Leader, Follower or Unknown.
 	State State
@@ -47,16 +54,92 @@ type Leadership struct {
 	// Err is set only on the last value of a Campaign or Observe channel, when the daemon refused the
 	// election with an error reconnecting cannot mend (a gRPC status, e.g. INVALID_ARGUMENT).
 	Err error
+
+	// until is a Leader state's deadline (nil in other states), shared by every copy of the state and by
+	// the channel that sent it.
+	until *deadline
 }
 
-// IsLeader reports whether this sidecar leads: the only state in which the app may act as leader.
-func (l Leadership) IsLeader() bool { return l.State == Leader && l.Err == nil }
+// deadline is a Leader state's LeaderUntil, which the follow loop moves on each renewal while the app
+// reads it from its copies of the state.
+type deadline struct {
+	mu sync.Mutex
+	t  time.Time
+}
 
-func leadershipFrom(s *pb.LeadershipStatus) Leadership {
-	return Leadership{
+func newDeadline(t time.Time) *deadline { return &deadline{t: t} }
+
+// get is the deadline; zero for a nil deadline or one never set.
+func (d *deadline) get() time.Time {
+	if d == nil {
+		return time.Time{}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.t
+}
+
+func (d *deadline) set(t time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.t = t
+}
+
+// LeaderUntil is, in a Leader state, the moment (on this node's clock, which the sidecar shares) until
+// which the sidecar says Leader without renewing the Lease again: its last renewal plus the renew
+// deadline. It is zero in other states, and from daemons that do not send it.
+//
+// Renewals are not sent on a Campaign or Observe channel as new values: each one moves this deadline on,
+// in the value the app holds (and every copy of it) too. If it passes with no renewal (the sidecar is
+// stopped or cut off) the channel sends Unknown at that moment. Once the channel has sent a different
+// state (another holder or term, Unknown, or the channel ended), a value kept from before keeps the last
+// deadline it had and stops leading when that passes. A value from GetLeadership keeps the deadline it
+// was read with.
+func (l Leadership) LeaderUntil() time.Time {
+	if l.State != Leader {
+		return time.Time{}
+	}
+	return l.until.get()
+}
+
+// IsLeader reports whether this sidecar leads now: the only state in which the app may act as leader. It
+// is false once LeaderUntil has passed, even before the channel has sent the Unknown that follows; since
+// renewals move LeaderUntil in the value the app holds, a Leader value kept from a Campaign channel stays
+// leader for as long as the sidecar renews and nothing else was sent. Stop acting as leader on the first
+// value from the channel that is not leader.
+func (l Leadership) IsLeader() bool {
+	if l.State != Leader || l.Err != nil {
+		return false
+	}
+	until := l.LeaderUntil()
+	return until.IsZero() || time.Now().Before(until)
+}
+
+// leadershipAt is the state a status from the daemon gives at now: a Leader state (with a deadline of its
+// own) unless its LeaderUntil has already passed, in which case it is not leading and becomes Unknown
+// (nobody as holder, same term).
+func leadershipAt(s *pb.LeadershipStatus, now time.Time) Leadership {
+	l := Leadership{
 		State: State(s.GetState()), Holder: s.GetHolder(), Term: s.GetTerm(),
 		Identity: s.GetIdentity(), Election: s.GetElection(), Namespace: s.GetNamespace(),
 	}
+	if l.State != Leader {
+		return l
+	}
+	var until time.Time
+	if u := s.GetLeaderUntil(); u != nil {
+		until = u.AsTime()
+	}
+	if !until.IsZero() && !now.Before(until) {
+		return unknownAfter(l)
+	}
+	l.until = newDeadline(until)
+	return l
+}
+
+// unknownAfter is the Unknown state that tells an app following l that it may no longer lead.
+func unknownAfter(l Leadership) Leadership {
+	return Leadership{State: Unknown, Term: l.Term, Identity: l.Identity, Election: l.Election, Namespace: l.Namespace}
 }
 
 // Timing is an election's timing; zero fields take the daemon's defaults (client-go's: 15 s, 10 s, 2 s).
@@ -111,12 +194,16 @@ func electionOpts(opts []ElectionOption) electionOptions {
 
 // Campaign makes this sidecar a candidate in election until ctx ends, and sends its view on the
 // returned channel: the current state first, then every change, in order (keep reading it: the next
-// state waits for the reader). When ctx ends the stream closes, the daemon resigns at once and the
+// state waits for the reader; if it falls far behind, the oldest states it has not taken are dropped, the
+// last one is always current). When ctx ends the stream closes, the daemon resigns at once and the
 // channel is closed.
 //
-// If the connection to the sidecar is lost the channel gets Unknown at once (stop acting as leader) and
-// the campaign starts again with backoff. If the daemon refuses the campaign, the last value carries the
-// error in Err and the channel is closed.
+// While this sidecar leads, each renewal of the Lease moves the deadline (Leadership.LeaderUntil) on
+// without a new value, in the Leader value the app was sent too. If the deadline passes with no newer
+// word from the sidecar (it is stopped or cut off from the apiserver), the channel gets Unknown at that
+// moment: stop acting as leader. If the connection to the sidecar is lost the channel gets Unknown at
+// once and the campaign starts again with backoff. If the daemon refuses the campaign, the last value
+// carries the error in Err and the channel is closed.
 func (c *Client) Campaign(ctx context.Context, election string, opts ...ElectionOption) <-chan Leadership {
 	o := electionOpts(opts)
 	req := &pb.CampaignRequest{Election: election, Namespace: o.namespace, Identity: o.identity, Timing: o.timing}
@@ -149,73 +236,183 @@ func (c *Client) Observe(ctx context.Context, election string, opts ...ElectionO
 	})
 }
 
-// GetLeadership answers an election's current state at once.
+// GetLeadership answers an election's current state at once (Unknown if it says Leader with a LeaderUntil
+// already past). Nothing moves the LeaderUntil of the value it returns: it stops leading at the deadline
+// it was read with.
 func (c *Client) GetLeadership(ctx context.Context, election string, opts ...ElectionOption) (Leadership, error) {
 	o := electionOpts(opts)
 	r, err := c.leadership.GetLeadership(ctx, &pb.GetLeadershipRequest{Election: election, Namespace: o.namespace})
 	if err != nil {
 		return Leadership{}, err
 	}
-	return leadershipFrom(r.GetStatus()), nil
+	return leadershipAt(r.GetStatus(), time.Now()), nil
+}
+
+// maxQueued is how many states follow keeps for a reader that has not taken them; past it the oldest go.
+const maxQueued = 16
+
+// states is what follow has to tell the app: the states it has not taken yet, in order, and the newest
+// state it has been or will be given, whose deadline (shared with the app's copies) renewals move.
+type states struct {
+	queue []Leadership
+	// latest is the newest state queued (taken or not; the last in queue if any); told is false until one
+	// was.
+	latest Leadership
+	told   bool
+}
+
+func newStates(election, namespace string) *states {
+	return &states{latest: Leadership{State: Unknown, Election: election, Namespace: namespace}}
+}
+
+func (s *states) push(l Leadership) {
+	if len(s.queue) == maxQueued {
+		s.queue = append(s.queue[:0], s.queue[1:]...)
+	}
+	s.queue = append(s.queue, l)
+	s.latest, s.told = l, true
+}
+
+// pop removes the state the reader took (the first).
+func (s *states) pop() {
+	s.queue[0] = Leadership{}
+	s.queue = s.queue[1:]
+}
+
+// status takes a state the daemon sent (leadershipAt's). One with the state, holder and term of the
+// latest is a renewal (or a reconnected stream's first message): nothing is queued, it only moves the
+// latest state's deadline, which the app's copies of it share (and the queued one if not taken yet).
+func (s *states) status(l Leadership) {
+	if s.told && l.State == s.latest.State && l.Holder == s.latest.Holder && l.Term == s.latest.Term {
+		if s.latest.until != nil {
+			s.latest.until.set(l.until.get())
+		}
+		return
+	}
+	s.push(l)
+}
+
+// deadline is when the latest state stops leading: its LeaderUntil while it is Leader, else zero.
+func (s *states) deadline() time.Time { return s.latest.LeaderUntil() }
+
+// expire queues Unknown if the deadline has passed at now, with no newer status; it reports whether it did.
+func (s *states) expire(now time.Time) bool {
+	if d := s.deadline(); d.IsZero() || now.Before(d) {
+		return false
+	}
+	s.push(unknownAfter(s.latest))
+	return true
+}
+
+// lost queues Unknown after the connection to the sidecar was lost, unless the latest state says so.
+func (s *states) lost() {
+	if !s.told || s.latest.State != Unknown {
+		s.push(unknownAfter(s.latest))
+	}
+}
+
+// refused queues the last state, Unknown with the daemon's error.
+func (s *states) refused(err error) {
+	l := unknownAfter(s.latest)
+	l.Err = err
+	s.push(l)
+}
+
+// receive opens one election stream and passes its statuses on until it ends, then its error on ended.
+func receive(ctx context.Context, open func(context.Context) (func() (*pb.LeadershipStatus, error), error), statuses chan<- *pb.LeadershipStatus, ended chan<- error) {
+	recv, err := open(ctx)
+	if err != nil {
+		ended <- err
+		return
+	}
+	for {
+		s, err := recv()
+		if err != nil {
+			ended <- streamEnded(err, "election")
+			return
+		}
+		if s == nil {
+			continue
+		}
+		select {
+		case statuses <- s:
+		case <-ctx.Done():
+			ended <- ctx.Err()
+			return
+		}
+	}
 }
 
 // follow runs one election stream opened by open, reopening it with backoff when the sidecar is lost,
-// and sends each state on the returned channel until ctx ends.
+// and sends each state on the returned channel until ctx ends. It never waits for the reader to take
+// statuses from the stream, so a Leader state's deadline is kept even while the sidecar says nothing.
 func (c *Client) follow(ctx context.Context, election, namespace string, open func(context.Context) (func() (*pb.LeadershipStatus, error), error)) <-chan Leadership {
 	out := make(chan Leadership)
 	go func() {
 		defer close(out)
-		send := func(l Leadership) bool {
-			select {
-			case out <- l:
-				return true
-			case <-ctx.Done():
-				return false
+		st := newStates(election, namespace)
+		var pause backoff
+		deadline := time.NewTimer(time.Hour)
+		deadline.Stop()
+		defer deadline.Stop()
+		// run gives the reader its states, takes statuses and keeps the deadline until the stream ends
+		// (its error), the pause ends (nil) or ctx ends (ctx.Err()); a nil channel is never ready.
+		run := func(statuses <-chan *pb.LeadershipStatus, ended <-chan error, paused <-chan time.Time) error {
+			for {
+				if d := st.deadline(); d.IsZero() {
+					deadline.Stop()
+				} else {
+					deadline.Reset(time.Until(d))
+				}
+				var send chan<- Leadership
+				var next Leadership
+				if len(st.queue) > 0 {
+					send, next = out, st.queue[0]
+				}
+				select {
+				case send <- next:
+					st.pop()
+				case s := <-statuses:
+					pause.reset()
+					st.status(leadershipAt(s, time.Now()))
+				case <-deadline.C:
+					st.expire(time.Now())
+				case err := <-ended:
+					return err
+				case <-paused:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
 			}
 		}
-		last := Leadership{State: Unknown, Election: election, Namespace: namespace}
-		sent := false // whether last has been sent
-		var pause backoff
 		for {
-			err := func() error {
-				ctx, cancel := context.WithCancel(ctx)
-				defer cancel()
-				recv, err := open(ctx)
-				if err != nil {
-					return err
-				}
-				for {
-					s, err := recv()
-					if err != nil {
-						return streamEnded(err, "election")
-					}
-					if s == nil {
-						continue
-					}
-					pause.reset()
-					last, sent = leadershipFrom(s), true
-					if !send(last) {
-						return ctx.Err()
-					}
-				}
-			}()
+			streamCtx, cancel := context.WithCancel(ctx)
+			statuses, ended := make(chan *pb.LeadershipStatus), make(chan error, 1)
+			go receive(streamCtx, open, statuses, ended)
+			err := run(statuses, ended, nil)
+			cancel()
 			if ctx.Err() != nil {
 				return
 			}
-			unknown := Leadership{State: Unknown, Term: last.Term, Identity: last.Identity, Election: election, Namespace: last.Namespace}
 			if !retryable(err) {
-				unknown.Err = err
-				send(unknown)
+				st.refused(err)
+				for len(st.queue) > 0 {
+					select {
+					case out <- st.queue[0]:
+						st.pop()
+					case <-ctx.Done():
+						return
+					}
+				}
 				return
 			}
 			// Tell the app at once that it may no longer lead, then try again.
-			if !sent || last.State != Unknown {
-				last, sent = unknown, true
-				if !send(last) {
-					return
-				}
-			}
-			if !pause.wait(ctx) {
+			st.lost()
+			wait := time.NewTimer(pause.step())
+			run(nil, nil, wait.C)
+			wait.Stop()
+			if ctx.Err() != nil {
 				return
 			}
 		}

@@ -1,4 +1,5 @@
-// Tests of campaigning: leading, following, handover on resignation, UNKNOWN when the daemon is lost.
+// Tests of campaigning: leading, following, handover on resignation, UNKNOWN when the daemon is lost, and
+// UNKNOWN at leader_until when the daemon is stopped.
 
 package consistd_test
 
@@ -73,5 +74,95 @@ func TestCampaignForAnInvalidElectionEndsWithTheDaemonsError(t *testing.T) {
 	}
 	if status.Code(last.Err) != codes.InvalidArgument || last.IsLeader() {
 		t.Fatalf("last state %s with error %v, want the daemon's INVALID_ARGUMENT", last.State, last.Err)
+	}
+}
+
+func TestCampaignDemotesTheAppAtLeaderUntilWhenTheDaemonIsStopped(t *testing.T) {
+	d := startDaemon(t, "sdk-go-until")
+	c := ready(t, d.Socket)
+	election := unique("go-until")
+	timing := consistd.Timing{LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: time.Second}
+	ctx, stop := context.WithCancel(testContext(t))
+	defer stop()
+	states := c.Campaign(ctx, election, consistd.WithTiming(timing))
+
+	led := nextState(t, states, "leading", func(s consistd.Leadership) bool { return s.IsLeader() })
+	first := led.LeaderUntil()
+	if first.IsZero() || first.After(time.Now().Add(timing.RenewDeadline)) {
+		t.Fatalf("LEADER with LeaderUntil %s, want one within the renew deadline (%s) from now", first, timing.RenewDeadline)
+	}
+
+	// The daemon renews every second, sending a status with a later leader_until each time; the app is
+	// given no new state, and the LEADER value it holds follows the renewals: still leading past the
+	// LeaderUntil it was sent with.
+	quiet := time.Until(first) + 500*time.Millisecond
+	select {
+	case s := <-states:
+		t.Fatalf("a state while the daemon renewed: %s holder=%q term=%d until=%s", s.State, s.Holder, s.Term, s.LeaderUntil())
+	case <-time.After(quiet):
+	}
+	if !led.IsLeader() {
+		t.Fatalf("the LEADER value is not IsLeader %s after it was sent (LeaderUntil %s, first %s) although the daemon renewed", quiet, led.LeaderUntil(), first)
+	}
+	if held := led.LeaderUntil(); !held.After(first.Add(timing.RetryPeriod)) {
+		t.Fatalf("the LEADER value's LeaderUntil %s after %s of renewals, want later than the first %s by over a retry period", held, quiet, first)
+	}
+	// It is the daemon's own leader_until, give or take the renewal in flight.
+	now, err := c.GetLeadership(ctx, election)
+	if err != nil {
+		t.Fatalf("GetLeadership: %v", err)
+	}
+	if !now.IsLeader() || now.Term != led.Term || now.LeaderUntil().Sub(led.LeaderUntil()).Abs() > timing.RetryPeriod+500*time.Millisecond {
+		t.Fatalf("GetLeadership: %s term %d until %s, want LEADER in term %d until about %s", now.State, now.Term, now.LeaderUntil(), led.Term, led.LeaderUntil())
+	}
+
+	// Stop the daemon just after a renewal reached the SDK (leader_until moves by about a retry period),
+	// so no other renewal is on its way.
+	before := led.LeaderUntil()
+	for led.LeaderUntil().Sub(before) < timing.RetryPeriod/2 {
+		if time.Now().After(before) {
+			t.Fatalf("no renewal moved LeaderUntil %s before it passed", before)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Cleanup(d.resume) // before the daemon's own cleanup stops it
+	d.pause()
+	stopped := time.Now()
+	time.Sleep(200 * time.Millisecond) // anything already sent arrives
+	until := led.LeaderUntil()
+	t.Logf("stopped the daemon %s before leader_until %s", until.Sub(stopped).Round(time.Millisecond), until.Format(time.RFC3339Nano))
+	if !led.IsLeader() {
+		t.Fatalf("the LEADER value is not IsLeader right after the daemon was stopped (LeaderUntil %s)", until)
+	}
+
+	// Nothing can come from the stopped daemon: the SDK demotes the app by itself at leader_until, and the
+	// LEADER value it holds stops leading.
+	const early, late = 100 * time.Millisecond, 1500 * time.Millisecond
+	select {
+	case s := <-states:
+		at := time.Now()
+		t.Logf("after stopping the daemon: %s holder=%q term=%d, %s after leader_until", s.State, s.Holder, s.Term, at.Sub(until).Round(time.Millisecond))
+		if s.IsLeader() || s.State != consistd.Unknown || s.Holder != "" || s.Term != led.Term || s.Err != nil {
+			t.Fatalf("state after leader_until: %s holder=%q term=%d error %v, want UNKNOWN without holder in term %d", s.State, s.Holder, s.Term, s.Err, led.Term)
+		}
+		if at.Before(until.Add(-early)) || at.After(until.Add(late)) {
+			t.Fatalf("UNKNOWN came %s after leader_until, want from -%s to %s", at.Sub(until), early, late)
+		}
+	case <-time.After(time.Until(until) + 5*time.Second):
+		t.Fatalf("no state within 5s after leader_until %s with the daemon stopped", until.Format(time.RFC3339Nano))
+	}
+	if led.IsLeader() || !led.LeaderUntil().Equal(until) {
+		t.Fatalf("the held LEADER value after UNKNOWN: IsLeader %v until %s, want false until %s", led.IsLeader(), led.LeaderUntil(), until)
+	}
+
+	// Running again, the daemon renews (or takes the Lease again) and the app leads again, with a new
+	// value; the one held from before keeps its last deadline.
+	d.resume()
+	again := nextState(t, states, "leading again", func(s consistd.Leadership) bool { return s.IsLeader() })
+	if !again.LeaderUntil().After(until) {
+		t.Fatalf("leading again until %s, want later than %s", again.LeaderUntil(), until)
+	}
+	if led.IsLeader() || !led.LeaderUntil().Equal(until) {
+		t.Fatalf("the LEADER value from before the stop leads again (until %s, was %s)", led.LeaderUntil(), until)
 	}
 }

@@ -41,18 +41,24 @@ type backoff struct {
 
 // wait sleeps the current pause and doubles the next one; it reports false if ctx ended first.
 func (b *backoff) wait(ctx context.Context) bool {
-	if b.next == 0 {
-		b.next = backoffInitial
-	}
-	t := time.NewTimer(b.next)
+	t := time.NewTimer(b.step())
 	defer t.Stop()
-	b.next = min(2*b.next, backoffCap)
 	select {
 	case <-ctx.Done():
 		return false
 	case <-t.C:
 		return true
 	}
+}
+
+// step returns the current pause and doubles the next one, for a caller that waits on its own.
+func (b *backoff) step() time.Duration {
+	if b.next == 0 {
+		b.next = backoffInitial
+	}
+	pause := b.next
+	b.next = min(2*b.next, backoffCap)
+	return pause
 }
 
 // reset starts again from the shortest pause (after the stream delivered something).

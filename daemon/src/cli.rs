@@ -440,6 +440,9 @@ pub fn render(r: &Report) -> String {
             out += &format!("  config      changed, needs a restart: {}\n", config.restart_needed.join(", "));
         }
     }
+    if let Some(fencing) = &r.fencing {
+        out += &format!("  fencing     guarded writes are fenced {}\n", fencing.detail);
+    }
     out += &format!("  outbox      {} pending\n", r.outbox_pending);
     for p in &r.peers {
         let link = if p.peer.is_empty() {

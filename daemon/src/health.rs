@@ -20,6 +20,7 @@ use tokio::time::Instant;
 
 use crate::{
     config::HealthConfig,
+    fencing::{Fencing, Where},
     inbox::Inbox,
     leadership::{Key, Leadership, Progress},
     outbox::Outbox,
@@ -66,11 +67,24 @@ pub struct Report {
     /// The config file and its newest reload; absent from daemons that do not report it.
     #[serde(default)]
     pub config: Option<ConfigReport>,
+    /// Where guarded writes are fenced; absent from daemons that do not report it.
+    #[serde(default)]
+    pub fencing: Option<FencingReport>,
     /// Ready for traffic: serving, the apiserver heard from recently, every campaigning election's
     /// Lease steps succeeding within its lease duration, the store writable.
     pub ready: bool,
     /// Why not ready; empty when ready.
     pub not_ready_reasons: Vec<String>,
+}
+
+/// Where guarded writes are fenced: by the apiserver (the policy installed, this daemon allowed to claim a
+/// term), or in this daemon only, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FencingReport {
+    /// Whether the apiserver refuses a guarded write whose term is stale.
+    pub at_apiserver: bool,
+    /// One line: where, or why only here.
+    pub detail: String,
 }
 
 /// One election as this daemon sees it.
@@ -267,6 +281,7 @@ struct HealthState {
     reconciler: Option<Arc<Reconciler>>,
     store: Option<Store>,
     config: Option<ConfigReport>,
+    fencing: Option<Arc<Fencing>>,
 }
 
 impl Health {
@@ -305,6 +320,11 @@ impl Health {
     /// The message store whose writability readiness needs.
     pub(crate) fn attach_store(&self, store: Store) {
         self.lock().store = Some(store);
+    }
+
+    /// Where guarded writes are fenced, for the report.
+    pub(crate) fn attach_fencing(&self, fencing: Arc<Fencing>) {
+        self.lock().fencing = Some(fencing);
     }
 
     /// Records the config's newest reload.
@@ -409,7 +429,12 @@ impl Health {
             heard_via: heard.map(|(_, via)| via.name().to_owned()),
         };
         let queues = inner.reconciler.as_ref().map(|r| r.snapshot()).unwrap_or_default();
+        let fencing = inner.fencing.as_ref().map(|f| {
+            let place = f.place();
+            FencingReport { at_apiserver: matches!(place, Where::Apiserver { .. }), detail: place.describe() }
+        });
         Report {
+            fencing,
             queues,
             outbox_pending,
             peers,

@@ -13,7 +13,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use tokio::sync::watch;
+use tokio::{sync::watch, time::Instant};
 use tokio_util::sync::CancellationToken;
 
 pub(crate) use self::membership::Announce;
@@ -70,6 +70,9 @@ pub(crate) struct Observation {
     pub observed_at: SystemTime,
     /// This daemon's identity in the election.
     pub identity: String,
+    /// While this daemon leads: when it stops saying LEADER unless it renews first (the start of its last
+    /// renewal plus the renew deadline, before the Lease can expire for others). None in other roles.
+    pub until: Option<Instant>,
 }
 
 impl Observation {
@@ -83,12 +86,14 @@ impl Observation {
             renewed_at: None,
             observed_at: SystemTime::now(),
             identity: identity.to_owned(),
+            until: None,
         }
     }
 
-    /// Whether a subscriber must be told: role, holder or term changed (timestamps alone do not).
+    /// Whether a subscriber must be told: role, holder or term changed, or a leader renewed (its `until`
+    /// moved on, which an app that demotes itself at `until` must hear); other timestamps alone do not.
     fn differs(&self, other: &Observation) -> bool {
-        self.role != other.role || self.holder != other.holder || self.term != other.term
+        self.role != other.role || self.holder != other.holder || self.term != other.term || self.until != other.until
     }
 }
 
@@ -100,7 +105,7 @@ pub(crate) struct Progress {
     pub campaigning: bool,
     /// When a step (reading the Lease and, when campaigning, taking or renewing it) last succeeded, or
     /// when the runner started if none has.
-    pub since: tokio::time::Instant,
+    pub since: Instant,
     /// Whether any step succeeded (false: `since` is when the runner started).
     pub succeeded: bool,
     /// The Lease duration the steps are held to: the campaign's, else client-go's default.
@@ -329,24 +334,30 @@ impl Leadership {
         out
     }
 
-    /// Whether this daemon leads `key` in exactly `term` now: what a guarded write needs.
+    /// Whether this daemon leads `key` in exactly `term` now: what a guarded write needs. A refusal names
+    /// the election, this daemon's view of it, and the guard's term.
     pub(crate) fn leads(&self, key: &Key, term: u64) -> Result<(), String> {
         let election = self.lock().get(key).cloned();
+        let (namespace, name) = (&key.namespace, &key.name);
         let Some(election) = election else {
-            return Err(format!("this daemon takes no part in election {}/{}", key.namespace, key.name));
+            return Err(format!(
+                "this daemon takes no part in election {namespace}/{name}; the guard names term {term}"
+            ));
         };
         let status = election.current();
-        match status.role {
-            Role::Leader if status.term == term => Ok(()),
-            Role::Leader => Err(format!(
-                "this daemon leads election {}/{} in term {}, not {term}",
-                key.namespace, key.name, status.term
-            )),
-            role => Err(format!(
-                "this daemon is {role:?} in election {}/{} (term {})",
-                key.namespace, key.name, status.term
-            )),
-        }
+        // A daemon that was stopped past its renew deadline may run this before its runner has noticed.
+        let lapsed = status.until.is_none_or(|until| until <= Instant::now());
+        let now = status.term;
+        let why = match status.role {
+            Role::Leader if lapsed => format!(
+                "this daemon's leadership of election {namespace}/{name} in term {now} lapsed: not renewed within \
+                 the renew deadline"
+            ),
+            Role::Leader if now == term => return Ok(()),
+            Role::Leader => format!("this daemon leads election {namespace}/{name} in term {now}"),
+            role => format!("this daemon is {role:?} in election {namespace}/{name} (term {now})"),
+        };
+        Err(format!("{why}; the guard names term {term}"))
     }
 
     /// Records on this daemon's member Lease of `key` that its app applied `version` of the channel (a
@@ -409,5 +420,8 @@ mod tests {
         assert!(!a.differs(&b));
         b.term = 1;
         assert!(a.differs(&b));
+        let mut renewed = b.clone();
+        renewed.until = Some(Instant::now());
+        assert!(b.differs(&renewed), "a leader's renewal is news");
     }
 }

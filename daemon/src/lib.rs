@@ -10,6 +10,7 @@ pub mod cli;
 pub(crate) mod cluster;
 pub mod config;
 pub mod error;
+pub(crate) mod fencing;
 pub mod health;
 pub(crate) mod inbox;
 pub mod inject;

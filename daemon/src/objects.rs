@@ -11,6 +11,7 @@ use kube::{
 };
 
 use crate::config::Live;
+use crate::fencing::{self, Claim, Fencing};
 use crate::watch::{
     Hub, ResourceError,
     expectations::InFlight,
@@ -78,6 +79,12 @@ pub(crate) enum ObjectsError {
         /// The object name the cache does not hold.
         name: String,
     },
+    /// The apiserver refused a guarded write: its election is in a later term than the guard's.
+    #[error("the apiserver refused the write (ValidatingAdmissionPolicy {policy}): {why}", policy = fencing::POLICY)]
+    Fenced {
+        /// The policy's message: the election, its term, and the guard's.
+        why: String,
+    },
 }
 
 /// Object reads and writes for ObjectsService: reads from a covering watch's cache when there is one,
@@ -88,6 +95,8 @@ pub(crate) struct Objects {
     hub: Arc<Hub>,
     /// `consistency.timeout`, as reloads change it.
     timeout: Live<Duration>,
+    /// Whether a guarded write carries its claim to the apiserver.
+    fencing: Arc<Fencing>,
 }
 
 impl std::fmt::Debug for Objects {
@@ -97,9 +106,10 @@ impl std::fmt::Debug for Objects {
 }
 
 impl Objects {
-    /// Objects backed by `client`, caching through `hub`, with `timeout` for own-write expectations.
-    pub(crate) fn new(client: Client, hub: Arc<Hub>, timeout: Live<Duration>) -> Self {
-        Self { client, hub, timeout }
+    /// Objects backed by `client`, caching through `hub`, with `timeout` for own-write expectations, and
+    /// guarded writes fenced as `fencing` says.
+    pub(crate) fn new(client: Client, hub: Arc<Hub>, timeout: Live<Duration>, fencing: Arc<Fencing>) -> Self {
+        Self { client, hub, timeout, fencing }
     }
 
     async fn resolve(&self, t: &ObjectRef, need_namespace: bool) -> Result<Resolved, ObjectsError> {
@@ -122,15 +132,30 @@ impl Objects {
         Request::new(RawObject::url_path(&ar, ns))
     }
 
-    /// Sends a built request; `op` names it in errors.
+    /// Sends a built request; `op` names it in errors. A write guarded by `fence` carries its claim when
+    /// fencing at the apiserver is on, and the policy's refusal comes back as [`ObjectsError::Fenced`].
     async fn send<T: serde::de::DeserializeOwned>(
         &self,
         op: String,
         request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+        fence: Option<&Claim>,
     ) -> Result<T, ObjectsError> {
-        let request =
+        let mut request =
             request.map_err(|e| ResourceError::Apiserver { op: op.clone(), source: kube::Error::BuildRequest(e) })?;
-        Ok(self.client.request::<T>(request).await.map_err(|source| ResourceError::Apiserver { op, source })?)
+        if let Some(claim) = fence {
+            request.headers_mut().extend(self.fencing.headers(claim));
+        }
+        self.client.request::<T>(request).await.map_err(|source| {
+            if fence.is_some() {
+                if let Some(why) = fencing::refusal(&source) {
+                    return ObjectsError::Fenced { why };
+                }
+                if fencing::impersonation_refused(&source) {
+                    self.fencing.recheck();
+                }
+            }
+            ResourceError::Apiserver { op, source }.into()
+        })
     }
 
     /// One object: from cache when a synced watch covers it, else from the apiserver.
@@ -151,7 +176,8 @@ impl Objects {
             }
         }
         let op = format!("get {} {}", r.api.plural, locate(t));
-        let raw: RawObject = self.send(op, Self::request(&r, &t.namespace).get(&t.name, &GetParams::default())).await?;
+        let raw: RawObject =
+            self.send(op, Self::request(&r, &t.namespace).get(&t.name, &GetParams::default()), None).await?;
         Ok((Obj::from(raw), Source::Apiserver))
     }
 
@@ -180,7 +206,7 @@ impl Objects {
         }
         let lp = ListParams::default().labels(label_selector).fields(field_selector);
         let list: ObjectList<RawObject> =
-            self.send(format!("list {}", r.api.plural), Self::request(&r, &t.namespace).list(&lp)).await?;
+            self.send(format!("list {}", r.api.plural), Self::request(&r, &t.namespace).list(&lp), None).await?;
         let version = list.metadata.resource_version.clone().unwrap_or_default();
         Ok((list.items.into_iter().map(Obj::from).collect(), version, Source::Apiserver))
     }
@@ -191,11 +217,12 @@ impl Objects {
         t: &ObjectRef,
         object: Vec<u8>,
         field_manager: &str,
+        fence: Option<&Claim>,
     ) -> Result<Obj, ObjectsError> {
         let r = self.resolve(t, true).await?;
         let pp = PostParams { field_manager: Some(manager(field_manager)), ..PostParams::default() };
         let op = format!("create {} in {:?}", r.api.plural, t.namespace);
-        let raw: RawObject = self.send(op, Self::request(&r, &t.namespace).create(&pp, object)).await?;
+        let raw: RawObject = self.send(op, Self::request(&r, &t.namespace).create(&pp, object), fence).await?;
         Ok(self.written(&r, raw))
     }
 
@@ -205,6 +232,7 @@ impl Objects {
         t: &ObjectRef,
         object: Vec<u8>,
         field_manager: &str,
+        fence: Option<&Claim>,
     ) -> Result<Obj, ObjectsError> {
         let r = self.resolve(t, true).await?;
         let _in_flight = self.begin(&r, t);
@@ -215,7 +243,7 @@ impl Objects {
         } else {
             request.replace_subresource(&t.subresource, &t.name, &pp, object)
         };
-        let raw: RawObject = self.send(format!("update {} {}", r.api.plural, locate(t)), request).await?;
+        let raw: RawObject = self.send(format!("update {} {}", r.api.plural, locate(t)), request, fence).await?;
         Ok(self.written(&r, raw))
     }
 
@@ -226,6 +254,7 @@ impl Objects {
         kind: PatchKind,
         patch: serde_json::Value,
         field_manager: &str,
+        fence: Option<&Claim>,
     ) -> Result<Obj, ObjectsError> {
         let r = self.resolve(t, true).await?;
         let _in_flight = self.begin(&r, t);
@@ -256,7 +285,7 @@ impl Objects {
             }
             req
         });
-        let raw: RawObject = self.send(format!("patch {} {}", r.api.plural, locate(t)), request).await?;
+        let raw: RawObject = self.send(format!("patch {} {}", r.api.plural, locate(t)), request, fence).await?;
         Ok(self.written(&r, raw))
     }
 
@@ -267,6 +296,7 @@ impl Objects {
         t: &ObjectRef,
         preconditions: Preconditions,
         propagation: Option<PropagationPolicy>,
+        fence: Option<&Claim>,
     ) -> Result<Option<Obj>, ObjectsError> {
         let r = self.resolve(t, true).await?;
         let _in_flight = self.begin(&r, t);
@@ -280,6 +310,7 @@ impl Objects {
             .send(
                 format!("delete {} {}", r.api.plural, locate(t)),
                 Self::request(&r, &t.namespace).delete(&t.name, &dp),
+                fence,
             )
             .await?;
         let obj = Obj::from(raw);

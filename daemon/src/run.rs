@@ -14,6 +14,7 @@ use crate::{
     api::{self, ApiError, Services},
     cluster::{self, ClusterError},
     config::{Config, Environment},
+    fencing::Fencing,
     health::{ApiContact, Health},
     inbox::Inbox,
     leadership::{Announce, Leadership},
@@ -102,7 +103,10 @@ pub async fn run(config: Config, env: &Environment, source: ConfigSource) -> Res
     // What a reload may change; each part reads its setting live.
     let tunables = Tunables::new(&config);
     let hub = Hub::new(client.clone(), config.watch.clone(), metrics.clone());
-    let objects = Objects::new(client.clone(), hub.clone(), tunables.consistency_timeout.live());
+    let fencing = Fencing::new(client.clone());
+    health.attach_fencing(fencing.clone());
+    tokio::spawn(fencing.clone().run(stopped.clone()));
+    let objects = Objects::new(client.clone(), hub.clone(), tunables.consistency_timeout.live(), fencing);
     let announce = config.advertise(env).map(|address| Announce { address, ttl: tunables.membership_ttl.live() });
     let leadership =
         Leadership::new(client.clone(), hub.clone(), identity.clone(), namespace.clone(), announce, metrics.clone());

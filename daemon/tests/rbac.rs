@@ -432,6 +432,11 @@ async fn with_the_base_role_every_job_of_the_example_app_works() {
     // Ready, and nothing was refused along the way, not even in the background.
     let report = consistd::admin::fetch_report(app.admin_socket()).await.expect("consistd status");
     assert!(report.ready, "{:?}", report.not_ready_reasons);
+    let fencing = report.fencing.expect("consistd status says where guarded writes are fenced");
+    assert!(
+        fencing.at_apiserver,
+        "the base Role and manifests/fencing let the guarded patch be fenced there: {fencing:?}"
+    );
     for (name, daemon) in [("app", &app), ("peer", &peer)] {
         let logs = daemon.logs();
         assert!(!logs.contains("is forbidden: User"), "the {name} daemon was refused something:\n{logs}");
@@ -461,6 +466,8 @@ enum Job {
     Leave,
     /// Send to the Service: stored, but its endpoints cannot be read; GetOutboxStatus and the log say why.
     Send,
+    /// Lead and patch with the term: the patch is checked in this daemon only, and `consistd status` says why.
+    Fence,
 }
 
 /// Runs `job` as the ServiceAccount granted the base Role `removal`, and returns the error it gave,
@@ -478,6 +485,22 @@ async fn broken(kube: kube::Client, removal: Removal, job: Job, verb: &'static s
         e.message().to_owned()
     };
     match job {
+        Job::Fence => {
+            let configmap: ConfigMap =
+                serde_json::from_value(json!({ "metadata": { "name": CONFIGMAP } })).expect("cm");
+            Api::namespaced(kube.clone(), &g.ns).create(&PostParams::default(), &configmap).await.expect("create");
+            let fencing = until(&format!("{removal}: consistd status saying where writes are fenced"), || async {
+                let report = consistd::admin::fetch_report(app.admin_socket()).await.expect("consistd status");
+                report.fencing.filter(|f| f.detail.contains(&expected))
+            })
+            .await;
+            assert!(!fencing.at_apiserver, "{removal}: {fencing:?}");
+            let mut states = campaign(&client, false);
+            let lead = until_state(&mut states, Leadership::is_leader).await;
+            guarded_patch(&client, &g.ns, &lead).await.expect("a guarded patch checked in this daemon");
+            logged(&app, "guarded writes are fenced in this daemon only", &expected).await;
+            fencing.detail
+        }
         Job::Watch => {
             let message = denied(watch_configmaps(&client, &g.ns).await.map(drop));
             assert!(!message.contains("label_selector"), "{removal}: no selector was given: {message}");
@@ -561,6 +584,7 @@ async fn without_any_one_permission_of_the_base_role_the_job_that_needs_it_fails
         (Verb("delete", "leases"), Job::Leave, "delete", "leases"),
         (Resource("endpointslices"), Job::Send, "list", "endpointslices"),
         (Verb("watch", "endpointslices"), Job::Send, "watch", "endpointslices"),
+        (Resource("serviceaccounts"), Job::Fence, "impersonate", "serviceaccounts"),
     ];
     let kube = consistd_testkit::kube_client().await;
     // Every case at once, each in its own namespace with its own daemon; a failing case fails alone.

@@ -28,6 +28,8 @@ pub struct DelayProxy {
     blocked: Arc<AtomicBool>,
     /// Bumped to cut every open connection.
     cuts: Arc<tokio::sync::watch::Sender<u64>>,
+    /// While true, nothing read from a client goes on to the upstream (it waits, in order).
+    holding: Arc<tokio::sync::watch::Sender<bool>>,
     task: JoinHandle<()>,
 }
 
@@ -45,7 +47,8 @@ impl DelayProxy {
         let delay_ms = Arc::new(AtomicU64::new(0));
         let blocked = Arc::new(AtomicBool::new(false));
         let cuts = Arc::new(tokio::sync::watch::channel(0).0);
-        let (delay, block, cut) = (delay_ms.clone(), blocked.clone(), cuts.clone());
+        let holding = Arc::new(tokio::sync::watch::channel(false).0);
+        let (delay, block, cut, hold) = (delay_ms.clone(), blocked.clone(), cuts.clone(), holding.clone());
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 if block.load(Ordering::SeqCst) {
@@ -53,7 +56,7 @@ impl DelayProxy {
                     continue;
                 }
                 let mut cut = cut.subscribe();
-                let relay = relay(client, upstream, delay.clone());
+                let relay = relay(client, upstream, delay.clone(), hold.subscribe());
                 tokio::spawn(async move {
                     tokio::select! {
                         () = relay => {}
@@ -62,7 +65,13 @@ impl DelayProxy {
                 });
             }
         });
-        Self { addr, delay_ms, blocked, cuts, task }
+        Self { addr, delay_ms, blocked, cuts, holding, task }
+    }
+
+    /// While `held`, every connection stays open but nothing the client sends reaches the upstream: a
+    /// congested or paused link. Released, what was held goes on in order.
+    pub fn hold(&self, held: bool) {
+        self.holding.send_replace(held);
     }
 
     /// Closes every open connection and, while `blocked`, every new one: the daemon loses the apiserver.
@@ -84,14 +93,28 @@ impl DelayProxy {
     }
 }
 
-async fn relay(client: TcpStream, upstream: SocketAddr, delay_ms: Arc<AtomicU64>) {
+async fn relay(
+    client: TcpStream,
+    upstream: SocketAddr,
+    delay_ms: Arc<AtomicU64>,
+    mut holding: tokio::sync::watch::Receiver<bool>,
+) {
     let Ok(server) = TcpStream::connect(upstream).await else { return };
     let (mut client_read, mut client_write) = client.into_split();
     let (mut server_read, mut server_write) = server.into_split();
-    // Client to upstream: at once. The copying tasks end with this function even when it is cut off
-    // (dropped), so a cut closes both directions of both sockets.
+    // Client to upstream: at once unless held. The copying tasks end with this function even when it is
+    // cut off (dropped), so a cut closes both directions of both sockets.
     let up = AbortOnDrop(tokio::spawn(async move {
-        let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = match client_read.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            if holding.wait_for(|held| !*held).await.is_err() || server_write.write_all(&buf[..n]).await.is_err() {
+                break;
+            }
+        }
         let _ = server_write.shutdown().await;
     }));
     // Upstream to client: each chunk released `delay` after it was read, in order.

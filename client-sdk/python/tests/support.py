@@ -126,6 +126,12 @@ class Daemon:
             await asyncio.sleep(0.2)
         raise AssertionError(f"consistd did not become ready:\n{self.log.read_text()[-4000:]}")
 
+    def signal(self, signum: int) -> None:
+        """Sends ``signum`` to the running daemon (SIGSTOP freezes it as a stuck or cut-off sidecar;
+        SIGCONT before ``stop``, which a stopped process cannot act on)."""
+        assert self._process is not None and self._process.returncode is None, "the daemon is not running"
+        self._process.send_signal(signum)
+
     async def kill(self) -> None:
         """SIGKILL: the daemon dies at once, as under the OOM killer; ``start`` runs it again."""
         if self._process is not None and self._process.returncode is None:

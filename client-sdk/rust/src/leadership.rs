@@ -1,5 +1,10 @@
 //! Leadership as a `Stream` of states: campaign while the stream lives, or observe without taking part.
 
+use std::{
+    sync::{Arc, Mutex, PoisonError},
+    time::{Duration, SystemTime},
+};
+
 use futures::{Stream, StreamExt as _};
 
 use crate::{
@@ -25,7 +30,37 @@ pub struct Leadership {
     pub election: String,
     /// The Lease's namespace.
     pub namespace: String,
+    /// While LEADER, the deadline the sidecar's renewals keep moving (see [`Leadership::leader_until`]).
+    until: Deadline,
 }
+
+/// A LEADER state's deadline, shared by the state the stream yielded and the stream, which moves it on
+/// each renewal without yielding anything. Not part of what a state is: two states compare equal
+/// whatever their deadlines.
+#[derive(Debug, Clone, Default)]
+struct Deadline(Arc<Mutex<Option<SystemTime>>>);
+
+impl Deadline {
+    fn new(until: Option<SystemTime>) -> Self {
+        Self(Arc::new(Mutex::new(until)))
+    }
+
+    fn get(&self) -> Option<SystemTime> {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn set(&self, until: Option<SystemTime>) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = until;
+    }
+}
+
+impl PartialEq for Deadline {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Deadline {}
 
 impl Leadership {
     fn from_proto(s: LeadershipStatus) -> Self {
@@ -36,12 +71,34 @@ impl Leadership {
             identity: s.identity,
             election: s.election,
             namespace: s.namespace,
+            until: Deadline::new(s.leader_until.and_then(|t| SystemTime::try_from(t).ok())),
         }
     }
 
-    /// Whether this sidecar leads: the only state in which the app may act as leader.
+    /// While LEADER: the moment (this node's clock, which the sidecar shares) until which the sidecar says
+    /// LEADER without renewing again; each renewal moves it on, in this state too (renewals are not
+    /// yielded). When it passes with no renewal the stream demotes the app by itself, yielding UNKNOWN: a
+    /// stopped or cut-off sidecar cannot say that it no longer leads. None in other states.
+    pub fn leader_until(&self) -> Option<SystemTime> {
+        self.until.get().filter(|_| self.state == LeadershipState::Leader)
+    }
+
+    /// Whether this sidecar leads now: the only state in which the app may act as leader. False once
+    /// [`Leadership::leader_until`] has passed, even before the stream has yielded the UNKNOWN that follows.
     pub fn is_leader(&self) -> bool {
-        self.state == LeadershipState::Leader
+        self.state == LeadershipState::Leader && self.leader_until().is_none_or(|until| SystemTime::now() < until)
+    }
+
+    /// Whether `next` only renews this state (same state, holder and term; a later `leader_until`): the
+    /// app is not told, only the deadline moves.
+    fn renewed_by(&self, next: &Self) -> bool {
+        self.state == next.state && self.holder == next.holder && self.term == next.term
+    }
+
+    /// How long until this LEADER state lapses; None when it does not (not LEADER, or no deadline).
+    fn lapses_in(&self) -> Option<Duration> {
+        let until = self.leader_until()?;
+        Some(until.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO))
     }
 
     /// The state reported when the sidecar cannot be reached: nobody is known to lead.
@@ -53,6 +110,7 @@ impl Leadership {
             identity: last.map(|l| l.identity.clone()).unwrap_or_default(),
             election: last.map(|l| l.election.clone()).unwrap_or_default(),
             namespace: last.map(|l| l.namespace.clone()).unwrap_or_default(),
+            until: Deadline::default(),
         }
     }
 }
@@ -66,10 +124,11 @@ enum Role {
 
 impl Client {
     /// Campaigns in `request.election` while the stream lives and streams this sidecar's view: the
-    /// current state first, then every change (rapid changes coalesced, the last one always current).
-    /// Dropping the stream resigns at once. If the connection to the sidecar is lost the stream yields
-    /// UNKNOWN straight away (stop acting as leader) and campaigns again with backoff; any other error
-    /// ends the stream with that error.
+    /// current state first, then every change (rapid changes coalesced, the last one always current;
+    /// renewals are not changes). Dropping the stream resigns at once. If the connection to the sidecar is
+    /// lost, or a LEADER state reaches its `leader_until` with no renewal (the sidecar stopped or cut off),
+    /// the stream yields UNKNOWN straight away (stop acting as leader); after a lost connection it
+    /// campaigns again with backoff. Any other error ends the stream with that error.
     pub fn campaign(&self, request: CampaignRequest) -> impl Stream<Item = Result<Leadership, Error>> + Send + 'static {
         self.election_states(Role::Candidate(request))
     }
@@ -98,12 +157,33 @@ impl Client {
                 let failure = match opened {
                     Err(status) => status,
                     Ok(mut states) => loop {
-                        match states.next().await {
+                        // A LEADER state lapses at its leader_until unless a renewal comes first.
+                        let lapse = last.as_ref().and_then(Leadership::lapses_in);
+                        let next = tokio::select! {
+                            next = states.next() => next,
+                            () = tokio::time::sleep(lapse.unwrap_or_default()), if lapse.is_some() => {
+                                let unknown = Leadership::unknown(last.as_ref());
+                                last = Some(unknown.clone());
+                                yield Ok(unknown);
+                                continue;
+                            }
+                        };
+                        match next {
                             Some(Ok(Some(status))) => {
                                 backoff.reset();
-                                let state = Leadership::from_proto(status);
-                                last = Some(state.clone());
-                                yield Ok(state);
+                                let mut state = Leadership::from_proto(status);
+                                if state.state == LeadershipState::Leader && !state.is_leader() {
+                                    // Lapsed on arrival: as good as no renewal.
+                                    state = Leadership::unknown(Some(&state));
+                                }
+                                match &last {
+                                    // A renewal: the state the app holds gets the later deadline.
+                                    Some(l) if l.renewed_by(&state) => l.until.set(state.until.get()),
+                                    _ => {
+                                        last = Some(state.clone());
+                                        yield Ok(state);
+                                    }
+                                }
                             }
                             Some(Ok(None)) => {}
                             Some(Err(status)) => break status,

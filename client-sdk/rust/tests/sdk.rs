@@ -203,6 +203,59 @@ async fn leadership_reports_unknown_at_once_when_the_sidecar_connection_is_lost_
     assert!(next_state(&mut states, LeadershipState::Unknown).await.is_leader(), "campaigns again");
 }
 
+#[tokio::test]
+async fn a_leader_whose_sidecar_stops_is_demoted_by_the_sdk_before_another_app_leads() {
+    let (a, b) = tokio::join!(daemon("sdk-rust-paused"), daemon("sdk-rust-successor"));
+    let election = format!("sdk-rust-{:08x}", rand_suffix());
+    let secs = |s| Some(prost_types::Duration { seconds: s, nanos: 0 });
+    let request = CampaignRequest {
+        election,
+        timing: Some(consistd_client::proto::LeaseTiming {
+            lease_duration: secs(4),
+            renew_deadline: secs(3),
+            retry_period: secs(1),
+        }),
+        ..Default::default()
+    };
+    let mut on_a = pin!(a.client().campaign(request.clone()));
+    let lead = next_state(&mut on_a, LeadershipState::Unknown).await;
+    let first_until = lead.leader_until().expect("a LEADER state says until when");
+    assert!(lead.is_leader(), "{lead:?}");
+    let mut on_b = pin!(b.client().campaign(request));
+    assert_eq!(next_state(&mut on_b, LeadershipState::Unknown).await.state, LeadershipState::Follower);
+    // Renewals (every second) move leader_until on without telling the app anything new.
+    let quiet = tokio::time::timeout(Duration::from_secs(3), on_a.next()).await;
+    assert!(quiet.is_err(), "a renewal is not news: {quiet:?}");
+    let renewed_until = lead.leader_until().expect("still LEADER");
+    assert!(renewed_until > first_until && lead.is_leader(), "the state the app holds was renewed: {lead:?}");
+
+    // a's sidecar stops: nothing more comes from it, and the SDK demotes a's app by itself at
+    // leader_until, before b's app is told LEADER (once a's Lease has expired for b).
+    a.signal(Signal::SIGSTOP);
+    let stopped_at = std::time::SystemTime::now();
+    let (demoted, successor) = tokio::join!(
+        async {
+            let demoted = tokio::time::timeout(Duration::from_secs(6), on_a.next()).await;
+            (demoted, std::time::SystemTime::now())
+        },
+        async {
+            let lead = next_state(&mut on_b, LeadershipState::Follower).await;
+            (lead, std::time::SystemTime::now())
+        },
+    );
+    a.signal(Signal::SIGCONT);
+    let (demoted, demoted_at) = demoted;
+    let demoted = demoted.expect("demoted within the renew deadline").expect("an item").expect("a state");
+    assert_eq!((demoted.state, demoted.term), (LeadershipState::Unknown, lead.term), "{demoted:?}");
+    let lapsed = demoted_at.duration_since(stopped_at).unwrap_or_default();
+    assert!(lapsed <= Duration::from_millis(3_500), "demoted {lapsed:?} after the stop: at most the renew deadline");
+    assert!(demoted_at >= renewed_until, "not before the deadline the last renewal gave");
+    assert!(!lead.is_leader(), "the state the app holds says so too");
+    let (successor, led_at) = successor;
+    assert!(successor.is_leader() && successor.term > lead.term, "{successor:?}");
+    assert!(demoted_at < led_at, "a's app was demoted before b's app was told LEADER");
+}
+
 /// Two daemons: `a` sends, `b` receives at its peer address.
 async fn sender_and_receiver() -> (Daemon, Daemon, String) {
     let addr = format!("127.0.0.1:{}", free_port());

@@ -139,6 +139,11 @@ fn to_pb(key: &Key, s: &crate::leadership::Observation) -> pb::LeadershipStatus 
         renewed_at: timestamp(s.renewed_at),
         observed_at: timestamp(Some(s.observed_at)),
         identity: s.identity.clone(),
+        // The monotonic deadline told as wall-clock time, which the app shares with this daemon.
+        leader_until: timestamp(s.until.map(|until| {
+            let now = tokio::time::Instant::now();
+            std::time::SystemTime::now() + until.saturating_duration_since(now)
+        })),
     }
 }
 

@@ -13,6 +13,7 @@ use super::{
 };
 use crate::{
     config::Service,
+    fencing::Claim,
     leadership::Leadership,
     objects::{ObjectRef, Objects, PatchKind, Source},
     reconcile::{self, Reconciler},
@@ -53,9 +54,10 @@ impl ObjectsApi {
         self.access.check(caller, ask).await
     }
 
-    /// A guarded write goes ahead only while this daemon leads the named election in the named term.
-    fn guard(&self, guard: Option<&pb::WriteGuard>) -> Result<(), Status> {
-        let Some(g) = guard else { return Ok(()) };
+    /// A guarded write goes ahead only while this daemon leads the named election in the named term; it
+    /// then carries that claim, for the apiserver to refuse once the election has moved on.
+    fn guard(&self, guard: Option<&pb::WriteGuard>) -> Result<Option<Claim>, Status> {
+        let Some(g) = guard else { return Ok(None) };
         if g.election.is_empty() {
             return Err(status::invalid_argument("guard.election", "must not be empty"));
         }
@@ -66,7 +68,8 @@ impl ObjectsApi {
             ));
         }
         let key = self.leadership.key(&g.election, &g.namespace).map_err(status::leadership_error)?;
-        self.leadership.leads(&key, g.term).map_err(|why| status::failed_precondition("guard", why))
+        self.leadership.leads(&key, g.term).map_err(|why| status::failed_precondition("guard", why))?;
+        Ok(Some(Claim { namespace: key.namespace, lease: key.name, term: g.term }))
     }
 }
 
@@ -105,10 +108,14 @@ impl ObjectsService for ObjectsApi {
         let r = request.into_inner();
         let target = target(&r.resource, &r.namespace, None, "")?;
         self.allowed(&caller, "create", &target).await?;
-        self.guard(r.guard.as_ref())?;
+        let fence = self.guard(r.guard.as_ref())?;
         lease_id(&r.reconcile_lease)?;
         json_object("object", &r.object)?;
-        let obj = self.objects.create(&target, r.object, &r.field_manager).await.map_err(status::objects_error)?;
+        let obj = self
+            .objects
+            .create(&target, r.object, &r.field_manager, fence.as_ref())
+            .await
+            .map_err(status::objects_error)?;
         self.made_for(&r.reconcile_lease, &target, &obj).await;
         Ok(Response::new(pb::CreateResponse { object: Some(obj.into()) }))
     }
@@ -118,10 +125,14 @@ impl ObjectsService for ObjectsApi {
         let r = request.into_inner();
         let target = target(&r.resource, &r.namespace, Some(&r.name), &r.subresource)?;
         self.allowed(&caller, "update", &target).await?;
-        self.guard(r.guard.as_ref())?;
+        let fence = self.guard(r.guard.as_ref())?;
         lease_id(&r.reconcile_lease)?;
         json_object("object", &r.object)?;
-        let obj = self.objects.update(&target, r.object, &r.field_manager).await.map_err(status::objects_error)?;
+        let obj = self
+            .objects
+            .update(&target, r.object, &r.field_manager, fence.as_ref())
+            .await
+            .map_err(status::objects_error)?;
         self.made_for(&r.reconcile_lease, &target, &obj).await;
         Ok(Response::new(pb::UpdateResponse { object: Some(obj.into()) }))
     }
@@ -131,7 +142,7 @@ impl ObjectsService for ObjectsApi {
         let r = request.into_inner();
         let target = target(&r.resource, &r.namespace, Some(&r.name), &r.subresource)?;
         self.allowed(&caller, "patch", &target).await?;
-        self.guard(r.guard.as_ref())?;
+        let fence = self.guard(r.guard.as_ref())?;
         lease_id(&r.reconcile_lease)?;
         let kind = match pb::PatchType::try_from(r.patch_type) {
             Ok(pb::PatchType::Json) => PatchKind::Json,
@@ -156,7 +167,11 @@ impl ObjectsService for ObjectsApi {
             let want = if kind == PatchKind::Json { "a JSON array of operations" } else { "a JSON object" };
             return Err(status::invalid_argument("patch", format!("must be {want}")));
         }
-        let obj = self.objects.patch(&target, kind, patch, &r.field_manager).await.map_err(status::objects_error)?;
+        let obj = self
+            .objects
+            .patch(&target, kind, patch, &r.field_manager, fence.as_ref())
+            .await
+            .map_err(status::objects_error)?;
         self.made_for(&r.reconcile_lease, &target, &obj).await;
         Ok(Response::new(pb::PatchResponse { object: Some(obj.into()) }))
     }
@@ -166,7 +181,7 @@ impl ObjectsService for ObjectsApi {
         let r = request.into_inner();
         let target = target(&r.resource, &r.namespace, Some(&r.name), "")?;
         self.allowed(&caller, "delete", &target).await?;
-        self.guard(r.guard.as_ref())?;
+        let fence = self.guard(r.guard.as_ref())?;
         lease_id(&r.reconcile_lease)?;
         let propagation = match pb::PropagationPolicy::try_from(r.propagation_policy) {
             Ok(pb::PropagationPolicy::Unspecified) => None,
@@ -184,7 +199,11 @@ impl ObjectsService for ObjectsApi {
             uid: non_empty(r.precondition_uid),
             resource_version: non_empty(r.precondition_resource_version),
         };
-        let obj = self.objects.delete(&target, preconditions, propagation).await.map_err(status::objects_error)?;
+        let obj = self
+            .objects
+            .delete(&target, preconditions, propagation, fence.as_ref())
+            .await
+            .map_err(status::objects_error)?;
         if let Some(obj) = &obj {
             self.made_for(&r.reconcile_lease, &target, obj).await;
         }

@@ -88,6 +88,7 @@ pub(crate) fn objects_error(error: ObjectsError) -> Status {
     match error {
         ObjectsError::Resource(e) => resource_error(e),
         ObjectsError::NotFound { .. } => from_error(Code::NotFound, &error),
+        ObjectsError::Fenced { .. } => failed_precondition("guard", crate::error::chain(&error)),
     }
 }
 

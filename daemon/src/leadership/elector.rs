@@ -217,6 +217,7 @@ impl Observed {
             renewed_at: self.renewed_at,
             observed_at: SystemTime::now(),
             identity: me.to_owned(),
+            until: None,
         }
     }
 }
@@ -263,6 +264,8 @@ pub(super) async fn run(election: Arc<Election>, client: Client, registry: Arc<L
 
         // Every call is bounded so the renew deadline is kept even when the apiserver hangs.
         let budget = until_next_attempt(renewed, timing);
+        // A renewal counts from when it was sent: the Lease cannot have been renewed earlier than that.
+        let began = Instant::now();
         let outcome = tokio::time::timeout(budget, step(&api, &election, campaign, &mut observed)).await;
         election.record_step(match &outcome {
             Ok(Ok(_)) => Ok(()),
@@ -271,9 +274,11 @@ pub(super) async fn run(election: Arc<Election>, client: Client, registry: Arc<L
         });
         match outcome {
             Ok(Ok(Step::Leader)) => {
-                renewed = Some(Instant::now());
+                renewed = Some(began);
                 if let Some(o) = &observed {
-                    election.publish(o.status(&election.identity, true));
+                    let mut status = o.status(&election.identity, true);
+                    status.until = Some(began + timing.renew_deadline);
+                    election.publish(status);
                 }
             }
             Ok(Ok(Step::NotLeader)) => {

@@ -1529,6 +1529,13 @@ pub struct LeadershipStatus {
     /// This daemon's identity in the election (the candidate's name when campaigning).
     #[prost(string, tag = "10")]
     pub identity: ::prost::alloc::string::String,
+    /// Set only while state is LEADER: the moment, on this node's clock (the app's too), until which this
+    /// daemon says LEADER without renewing again: when its last renewal was sent plus the renew deadline,
+    /// before the Lease can expire for anyone else. Each renewal sends a new status with a later leader_until.
+    /// A sidecar that is stopped or cut off cannot tell its app that it no longer leads, so an app (every SDK
+    /// does it for you) treats itself as no longer leader once leader_until has passed with no newer status.
+    #[prost(message, optional, tag = "11")]
+    pub leader_until: ::core::option::Option<::prost_types::Timestamp>,
 }
 /// CampaignRequest names the election to stand in.
 #[allow(clippy::all)]

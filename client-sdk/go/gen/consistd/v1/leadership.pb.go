@@ -166,7 +166,13 @@ type LeadershipStatus struct {
 	// When this daemon observed this state.
 	ObservedAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=observed_at,json=observedAt,proto3" json:"observed_at,omitempty"`
 	// This daemon's identity in the election (the candidate's name when campaigning).
-	Identity      string `protobuf:"bytes,10,opt,name=identity,proto3" json:"identity,omitempty"`
+	Identity string `protobuf:"bytes,10,opt,name=identity,proto3" json:"identity,omitempty"`
+	// Set only while state is LEADER: the moment, on this node's clock (the app's too), until which this
+	// daemon says LEADER without renewing again: when its last renewal was sent plus the renew deadline,
+	// before the Lease can expire for anyone else. Each renewal sends a new status with a later leader_until.
+	// A sidecar that is stopped or cut off cannot tell its app that it no longer leads, so an app (every SDK
+	// does it for you) treats itself as no longer leader once leader_until has passed with no newer status.
+	LeaderUntil   *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=leader_until,json=leaderUntil,proto3" json:"leader_until,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -269,6 +275,13 @@ func (x *LeadershipStatus) GetIdentity() string {
 		return x.Identity
 	}
 	return ""
+}
+
+func (x *LeadershipStatus) GetLeaderUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LeaderUntil
+	}
+	return nil
 }
 
 // CampaignRequest names the election to stand in.
@@ -593,7 +606,7 @@ const file_consistd_v1_leadership_proto_rawDesc = "" +
 	"\vLeaseTiming\x12@\n" +
 	"\x0elease_duration\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\rleaseDuration\x12@\n" +
 	"\x0erenew_deadline\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\rrenewDeadline\x12<\n" +
-	"\fretry_period\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\vretryPeriod\"\xaf\x03\n" +
+	"\fretry_period\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\vretryPeriod\"\xee\x03\n" +
 	"\x10LeadershipStatus\x12\x1a\n" +
 	"\belection\x18\x01 \x01(\tR\belection\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x122\n" +
@@ -608,7 +621,8 @@ const file_consistd_v1_leadership_proto_rawDesc = "" +
 	"\vobserved_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"observedAt\x12\x1a\n" +
 	"\bidentity\x18\n" +
-	" \x01(\tR\bidentity\"\x99\x01\n" +
+	" \x01(\tR\bidentity\x12=\n" +
+	"\fleader_until\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\vleaderUntil\"\x99\x01\n" +
 	"\x0fCampaignRequest\x12\x1a\n" +
 	"\belection\x18\x01 \x01(\tR\belection\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1a\n" +
@@ -673,21 +687,22 @@ var file_consistd_v1_leadership_proto_depIdxs = []int32{
 	10, // 5: consistd.v1.LeadershipStatus.acquired_at:type_name -> google.protobuf.Timestamp
 	10, // 6: consistd.v1.LeadershipStatus.renewed_at:type_name -> google.protobuf.Timestamp
 	10, // 7: consistd.v1.LeadershipStatus.observed_at:type_name -> google.protobuf.Timestamp
-	1,  // 8: consistd.v1.CampaignRequest.timing:type_name -> consistd.v1.LeaseTiming
-	2,  // 9: consistd.v1.CampaignResponse.status:type_name -> consistd.v1.LeadershipStatus
-	2,  // 10: consistd.v1.ObserveResponse.status:type_name -> consistd.v1.LeadershipStatus
-	2,  // 11: consistd.v1.GetLeadershipResponse.status:type_name -> consistd.v1.LeadershipStatus
-	3,  // 12: consistd.v1.LeadershipService.Campaign:input_type -> consistd.v1.CampaignRequest
-	5,  // 13: consistd.v1.LeadershipService.Observe:input_type -> consistd.v1.ObserveRequest
-	7,  // 14: consistd.v1.LeadershipService.GetLeadership:input_type -> consistd.v1.GetLeadershipRequest
-	4,  // 15: consistd.v1.LeadershipService.Campaign:output_type -> consistd.v1.CampaignResponse
-	6,  // 16: consistd.v1.LeadershipService.Observe:output_type -> consistd.v1.ObserveResponse
-	8,  // 17: consistd.v1.LeadershipService.GetLeadership:output_type -> consistd.v1.GetLeadershipResponse
-	15, // [15:18] is the sub-list for method output_type
-	12, // [12:15] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	10, // 8: consistd.v1.LeadershipStatus.leader_until:type_name -> google.protobuf.Timestamp
+	1,  // 9: consistd.v1.CampaignRequest.timing:type_name -> consistd.v1.LeaseTiming
+	2,  // 10: consistd.v1.CampaignResponse.status:type_name -> consistd.v1.LeadershipStatus
+	2,  // 11: consistd.v1.ObserveResponse.status:type_name -> consistd.v1.LeadershipStatus
+	2,  // 12: consistd.v1.GetLeadershipResponse.status:type_name -> consistd.v1.LeadershipStatus
+	3,  // 13: consistd.v1.LeadershipService.Campaign:input_type -> consistd.v1.CampaignRequest
+	5,  // 14: consistd.v1.LeadershipService.Observe:input_type -> consistd.v1.ObserveRequest
+	7,  // 15: consistd.v1.LeadershipService.GetLeadership:input_type -> consistd.v1.GetLeadershipRequest
+	4,  // 16: consistd.v1.LeadershipService.Campaign:output_type -> consistd.v1.CampaignResponse
+	6,  // 17: consistd.v1.LeadershipService.Observe:output_type -> consistd.v1.ObserveResponse
+	8,  // 18: consistd.v1.LeadershipService.GetLeadership:output_type -> consistd.v1.GetLeadershipResponse
+	16, // [16:19] is the sub-list for method output_type
+	13, // [13:16] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_consistd_v1_leadership_proto_init() }

@@ -26,31 +26,31 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x63onsistd/v1/leadership.proto\x12\x0b\x63onsistd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa4\x01\n\x0bLeaseTiming\x12\x31\n\x0elease_duration\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x31\n\x0erenew_deadline\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12/\n\x0cretry_period\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"\xd0\x02\n\x10LeadershipStatus\x12\x10\n\x08\x65lection\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12+\n\x05state\x18\x03 \x01(\x0e\x32\x1c.consistd.v1.LeadershipState\x12\x0e\n\x06holder\x18\x04 \x01(\t\x12\x0c\n\x04term\x18\x05 \x01(\x04\x12(\n\x06timing\x18\x06 \x01(\x0b\x32\x18.consistd.v1.LeaseTiming\x12/\n\x0b\x61\x63quired_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nrenewed_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bobserved_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08identity\x18\n \x01(\t\"r\n\x0f\x43\x61mpaignRequest\x12\x10\n\x08\x65lection\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x10\n\x08identity\x18\x03 \x01(\t\x12(\n\x06timing\x18\x04 \x01(\x0b\x32\x18.consistd.v1.LeaseTiming\"A\n\x10\x43\x61mpaignResponse\x12-\n\x06status\x18\x01 \x01(\x0b\x32\x1d.consistd.v1.LeadershipStatus\"5\n\x0eObserveRequest\x12\x10\n\x08\x65lection\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\"@\n\x0fObserveResponse\x12-\n\x06status\x18\x01 \x01(\x0b\x32\x1d.consistd.v1.LeadershipStatus\";\n\x14GetLeadershipRequest\x12\x10\n\x08\x65lection\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\"F\n\x15GetLeadershipResponse\x12-\n\x06status\x18\x01 \x01(\x0b\x32\x1d.consistd.v1.LeadershipStatus*\x8d\x01\n\x0fLeadershipState\x12 \n\x1cLEADERSHIP_STATE_UNSPECIFIED\x10\x00\x12\x1b\n\x17LEADERSHIP_STATE_LEADER\x10\x01\x12\x1d\n\x19LEADERSHIP_STATE_FOLLOWER\x10\x02\x12\x1c\n\x18LEADERSHIP_STATE_UNKNOWN\x10\x03\x32\xfe\x01\n\x11LeadershipService\x12I\n\x08\x43\x61mpaign\x12\x1c.consistd.v1.CampaignRequest\x1a\x1d.consistd.v1.CampaignResponse0\x01\x12\x46\n\x07Observe\x12\x1b.consistd.v1.ObserveRequest\x1a\x1c.consistd.v1.ObserveResponse0\x01\x12V\n\rGetLeadership\x12!.consistd.v1.GetLeadershipRequest\x1a\".consistd.v1.GetLeadershipResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x63onsistd/v1/leadership.proto\x12\x0b\x63onsistd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa4\x01\n\x0bLeaseTiming\x12\x31\n\x0elease_duration\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x31\n\x0erenew_deadline\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12/\n\x0cretry_period\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"\x82\x03\n\x10LeadershipStatus\x12\x10\n\x08\x65lection\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12+\n\x05state\x18\x03 \x01(\x0e\x32\x1c.consistd.v1.LeadershipState\x12\x0e\n\x06holder\x18\x04 \x01(\t\x12\x0c\n\x04term\x18\x05 \x01(\x04\x12(\n\x06timing\x18\x06 \x01(\x0b\x32\x18.consistd.v1.LeaseTiming\x12/\n\x0b\x61\x63quired_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nrenewed_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bobserved_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08identity\x18\n \x01(\t\x12\x30\n\x0cleader_until\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"r\n\x0f\x43\x61mpaignRequest\x12\x10\n\x08\x65lection\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x10\n\x08identity\x18\x03 \x01(\t\x12(\n\x06timing\x18\x04 \x01(\x0b\x32\x18.consistd.v1.LeaseTiming\"A\n\x10\x43\x61mpaignResponse\x12-\n\x06status\x18\x01 \x01(\x0b\x32\x1d.consistd.v1.LeadershipStatus\"5\n\x0eObserveRequest\x12\x10\n\x08\x65lection\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\"@\n\x0fObserveResponse\x12-\n\x06status\x18\x01 \x01(\x0b\x32\x1d.consistd.v1.LeadershipStatus\";\n\x14GetLeadershipRequest\x12\x10\n\x08\x65lection\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\"F\n\x15GetLeadershipResponse\x12-\n\x06status\x18\x01 \x01(\x0b\x32\x1d.consistd.v1.LeadershipStatus*\x8d\x01\n\x0fLeadershipState\x12 \n\x1cLEADERSHIP_STATE_UNSPECIFIED\x10\x00\x12\x1b\n\x17LEADERSHIP_STATE_LEADER\x10\x01\x12\x1d\n\x19LEADERSHIP_STATE_FOLLOWER\x10\x02\x12\x1c\n\x18LEADERSHIP_STATE_UNKNOWN\x10\x03\x32\xfe\x01\n\x11LeadershipService\x12I\n\x08\x43\x61mpaign\x12\x1c.consistd.v1.CampaignRequest\x1a\x1d.consistd.v1.CampaignResponse0\x01\x12\x46\n\x07Observe\x12\x1b.consistd.v1.ObserveRequest\x1a\x1c.consistd.v1.ObserveResponse0\x01\x12V\n\rGetLeadership\x12!.consistd.v1.GetLeadershipRequest\x1a\".consistd.v1.GetLeadershipResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'consistd.v1.leadership_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_LEADERSHIPSTATE']._serialized_start=1054
-  _globals['_LEADERSHIPSTATE']._serialized_end=1195
+  _globals['_LEADERSHIPSTATE']._serialized_start=1104
+  _globals['_LEADERSHIPSTATE']._serialized_end=1245
   _globals['_LEASETIMING']._serialized_start=111
   _globals['_LEASETIMING']._serialized_end=275
   _globals['_LEADERSHIPSTATUS']._serialized_start=278
-  _globals['_LEADERSHIPSTATUS']._serialized_end=614
-  _globals['_CAMPAIGNREQUEST']._serialized_start=616
-  _globals['_CAMPAIGNREQUEST']._serialized_end=730
-  _globals['_CAMPAIGNRESPONSE']._serialized_start=732
-  _globals['_CAMPAIGNRESPONSE']._serialized_end=797
-  _globals['_OBSERVEREQUEST']._serialized_start=799
-  _globals['_OBSERVEREQUEST']._serialized_end=852
-  _globals['_OBSERVERESPONSE']._serialized_start=854
-  _globals['_OBSERVERESPONSE']._serialized_end=918
-  _globals['_GETLEADERSHIPREQUEST']._serialized_start=920
-  _globals['_GETLEADERSHIPREQUEST']._serialized_end=979
-  _globals['_GETLEADERSHIPRESPONSE']._serialized_start=981
-  _globals['_GETLEADERSHIPRESPONSE']._serialized_end=1051
-  _globals['_LEADERSHIPSERVICE']._serialized_start=1198
-  _globals['_LEADERSHIPSERVICE']._serialized_end=1452
+  _globals['_LEADERSHIPSTATUS']._serialized_end=664
+  _globals['_CAMPAIGNREQUEST']._serialized_start=666
+  _globals['_CAMPAIGNREQUEST']._serialized_end=780
+  _globals['_CAMPAIGNRESPONSE']._serialized_start=782
+  _globals['_CAMPAIGNRESPONSE']._serialized_end=847
+  _globals['_OBSERVEREQUEST']._serialized_start=849
+  _globals['_OBSERVEREQUEST']._serialized_end=902
+  _globals['_OBSERVERESPONSE']._serialized_start=904
+  _globals['_OBSERVERESPONSE']._serialized_end=968
+  _globals['_GETLEADERSHIPREQUEST']._serialized_start=970
+  _globals['_GETLEADERSHIPREQUEST']._serialized_end=1029
+  _globals['_GETLEADERSHIPRESPONSE']._serialized_start=1031
+  _globals['_GETLEADERSHIPRESPONSE']._serialized_end=1101
+  _globals['_LEADERSHIPSERVICE']._serialized_start=1248
+  _globals['_LEADERSHIPSERVICE']._serialized_end=1502
 # @@protoc_insertion_point(module_scope)

@@ -32,7 +32,7 @@ class LeaseTiming(_message.Message):
     def __init__(self, lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., renew_deadline: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_period: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class LeadershipStatus(_message.Message):
-    __slots__ = ("election", "namespace", "state", "holder", "term", "timing", "acquired_at", "renewed_at", "observed_at", "identity")
+    __slots__ = ("election", "namespace", "state", "holder", "term", "timing", "acquired_at", "renewed_at", "observed_at", "identity", "leader_until")
     ELECTION_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -43,6 +43,7 @@ class LeadershipStatus(_message.Message):
     RENEWED_AT_FIELD_NUMBER: _ClassVar[int]
     OBSERVED_AT_FIELD_NUMBER: _ClassVar[int]
     IDENTITY_FIELD_NUMBER: _ClassVar[int]
+    LEADER_UNTIL_FIELD_NUMBER: _ClassVar[int]
     election: str
     namespace: str
     state: LeadershipState
@@ -53,7 +54,8 @@ class LeadershipStatus(_message.Message):
     renewed_at: _timestamp_pb2.Timestamp
     observed_at: _timestamp_pb2.Timestamp
     identity: str
-    def __init__(self, election: _Optional[str] = ..., namespace: _Optional[str] = ..., state: _Optional[_Union[LeadershipState, str]] = ..., holder: _Optional[str] = ..., term: _Optional[int] = ..., timing: _Optional[_Union[LeaseTiming, _Mapping]] = ..., acquired_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., renewed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., observed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., identity: _Optional[str] = ...) -> None: ...
+    leader_until: _timestamp_pb2.Timestamp
+    def __init__(self, election: _Optional[str] = ..., namespace: _Optional[str] = ..., state: _Optional[_Union[LeadershipState, str]] = ..., holder: _Optional[str] = ..., term: _Optional[int] = ..., timing: _Optional[_Union[LeaseTiming, _Mapping]] = ..., acquired_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., renewed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., observed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., identity: _Optional[str] = ..., leader_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class CampaignRequest(_message.Message):
     __slots__ = ("election", "namespace", "identity", "timing")

@@ -82,6 +82,14 @@ export interface LeadershipStatus {
     | undefined;
   /** This daemon's identity in the election (the candidate's name when campaigning). */
   identity: string;
+  /**
+   * Set only while state is LEADER: the moment, on this node's clock (the app's too), until which this
+   * daemon says LEADER without renewing again: when its last renewal was sent plus the renew deadline,
+   * before the Lease can expire for anyone else. Each renewal sends a new status with a later leader_until.
+   * A sidecar that is stopped or cut off cannot tell its app that it no longer leads, so an app (every SDK
+   * does it for you) treats itself as no longer leader once leader_until has passed with no newer status.
+   */
+  leaderUntil: Date | undefined;
 }
 
 /** CampaignRequest names the election to stand in. */
@@ -220,6 +228,7 @@ function createBaseLeadershipStatus(): LeadershipStatus {
     renewedAt: undefined,
     observedAt: undefined,
     identity: "",
+    leaderUntil: undefined,
   };
 }
 
@@ -257,6 +266,9 @@ export const LeadershipStatus: MessageFns<LeadershipStatus> = {
     }
     if (message.identity !== "") {
       writer.uint32(82).string(message.identity);
+    }
+    if (message.leaderUntil !== undefined) {
+      Timestamp.encode(toTimestamp(message.leaderUntil), writer.uint32(90).fork()).join();
     }
     return writer;
   },
@@ -354,6 +366,14 @@ export const LeadershipStatus: MessageFns<LeadershipStatus> = {
             message.identity = reader.string();
             continue;
           }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.leaderUntil = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -383,6 +403,7 @@ export const LeadershipStatus: MessageFns<LeadershipStatus> = {
     message.renewedAt = object.renewedAt ?? undefined;
     message.observedAt = object.observedAt ?? undefined;
     message.identity = object.identity ?? "";
+    message.leaderUntil = object.leaderUntil ?? undefined;
     return message;
   },
 };

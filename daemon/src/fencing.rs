@@ -1,0 +1,308 @@
+//! Fencing at the apiserver: whether the cluster runs the `consistd-fence` admission policy and this
+//! daemon may claim a term on a write, and the headers that carry a guarded write's claim (this daemon's
+//! own identity impersonated, with the extra `consistd.io/fence`), so a stale term is refused where the
+//! write lands.
+
+use std::{
+    sync::{Arc, PoisonError, RwLock},
+    time::Duration,
+};
+
+use http::{HeaderName, HeaderValue};
+use k8s_openapi::api::{
+    admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding},
+    authentication::v1::{SelfSubjectReview, UserInfo},
+};
+use kube::{
+    Api, Client,
+    api::{ObjectMeta, PostParams},
+    core::Request,
+};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// Name of the ValidatingAdmissionPolicy and of its binding (manifests/fencing).
+pub(crate) const POLICY: &str = "consistd-fence";
+/// The user extra a guarded write carries: `<lease namespace>/<lease name>/<term>`.
+pub(crate) const EXTRA: &str = "consistd.io/fence";
+/// How often the cluster is asked again whether fencing at the apiserver is on, so installing or removing
+/// the policy takes effect without a restart.
+const RECHECK: Duration = Duration::from_secs(60);
+/// How soon a check that could not get an answer (the apiserver unreachable or failing) is tried again.
+const RETRY: Duration = Duration::from_secs(5);
+/// `Impersonate-Extra-` + the extra's key, percent-encoded as the apiserver reads it ('/' is not allowed in
+/// a header name).
+const EXTRA_HEADER: &str = "impersonate-extra-consistd.io%2ffence";
+/// Groups the apiserver adds to every impersonated user itself; naming them would need a grant to
+/// impersonate them.
+const IMPLIED_GROUPS: [&str; 1] = ["system:authenticated"];
+
+/// What a guarded write claims: it was made while this daemon led the election of this Lease in `term`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Claim {
+    /// Namespace of the election's Lease.
+    pub namespace: String,
+    /// Name of the election's Lease.
+    pub lease: String,
+    /// The fencing term the write was guarded by.
+    pub term: u64,
+}
+
+impl Claim {
+    /// The extra's value, as the policy reads it.
+    fn value(&self) -> String {
+        format!("{}/{}/{}", self.namespace, self.lease, self.term)
+    }
+}
+
+/// Where guarded writes are fenced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Where {
+    /// Not asked yet: guarded writes are checked in this daemon only until the first check ends.
+    Unknown,
+    /// The apiserver refuses a stale term: guarded writes go as `user` in `groups` with the claim.
+    Apiserver {
+        /// This daemon's user name, as the apiserver knows it.
+        user: String,
+        /// Its groups, less the ones the apiserver adds to every impersonated user.
+        groups: Vec<String>,
+    },
+    /// Guarded writes are checked in this daemon only, for this reason.
+    Local(String),
+}
+
+impl Where {
+    /// One line for logs and `consistd status`.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Self::Unknown => "in this daemon only, until the cluster has been asked".to_owned(),
+            Self::Apiserver { .. } => format!("at the apiserver (ValidatingAdmissionPolicy {POLICY})"),
+            Self::Local(why) => format!("in this daemon only: {why}"),
+        }
+    }
+}
+
+/// Why fencing at the apiserver is off, from one check.
+#[derive(Debug, thiserror::Error)]
+enum CheckError {
+    #[error("the ValidatingAdmissionPolicy{0} {POLICY} is not installed (kubectl apply -k manifests/fencing)")]
+    NotInstalled(&'static str),
+    #[error("binding {POLICY} does not deny (its validationActions are {0:?})")]
+    NotDenying(Vec<String>),
+    #[error("read ValidatingAdmissionPolicy{0} {POLICY} (the ClusterRole consistd-fence grants it)")]
+    Read(&'static str, #[source] kube::Error),
+    #[error("ask the apiserver who this daemon is (SelfSubjectReview)")]
+    WhoAmI(#[source] kube::Error),
+    #[error(
+        "impersonate this daemon's own identity with the extra {EXTRA} (manifests/base/rbac.yaml and the \
+         ClusterRole consistd-fence grant it)"
+    )]
+    Impersonate(#[source] kube::Error),
+    #[error("the apiserver did not pass the extra {EXTRA} on to an impersonated request")]
+    ExtraDropped,
+}
+
+impl CheckError {
+    /// Whether the cluster answered (the policy is missing, a grant is): not worth asking again soon.
+    fn answered(&self) -> bool {
+        let source = match self {
+            Self::Read(_, e) | Self::WhoAmI(e) | Self::Impersonate(e) => e,
+            Self::NotInstalled(_) | Self::NotDenying(_) | Self::ExtraDropped => return true,
+        };
+        matches!(source, kube::Error::Api(status) if status.code < 500 && status.code != 429)
+    }
+}
+
+/// Whether guarded writes are fenced at the apiserver, kept current by [`Fencing::run`].
+pub(crate) struct Fencing {
+    client: Client,
+    place: RwLock<Where>,
+    /// Wakes [`Fencing::run`] for a check before its period is up.
+    recheck: Notify,
+}
+
+impl std::fmt::Debug for Fencing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fencing").field("place", &self.place()).finish_non_exhaustive()
+    }
+}
+
+impl Fencing {
+    pub(crate) fn new(client: Client) -> Arc<Self> {
+        Arc::new(Self { client, place: RwLock::new(Where::Unknown), recheck: Notify::new() })
+    }
+
+    /// Where guarded writes are fenced now.
+    pub(crate) fn place(&self) -> Where {
+        self.place.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// The headers a write guarded by `claim` carries, or none while fencing at the apiserver is off.
+    pub(crate) fn headers(&self, claim: &Claim) -> Vec<(HeaderName, HeaderValue)> {
+        match &*self.place.read().unwrap_or_else(PoisonError::into_inner) {
+            Where::Apiserver { user, groups } => impersonation(user, groups, claim),
+            Where::Unknown | Where::Local(_) => Vec::new(),
+        }
+    }
+
+    /// Asks for a check now: a guarded write was refused permission to impersonate, so the grants
+    /// may have changed.
+    pub(crate) fn recheck(&self) {
+        self.recheck.notify_one();
+    }
+
+    /// Checks now and every [`RECHECK`] (or when [`Fencing::recheck`] asks) until `shutdown`, logging
+    /// each change.
+    pub(crate) async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        loop {
+            let (place, next) = match self.check().await {
+                Ok((user, groups)) => (Where::Apiserver { user, groups }, RECHECK),
+                Err(error) => {
+                    let next = if error.answered() { RECHECK } else { RETRY };
+                    (Where::Local(crate::error::chain(&error)), next)
+                }
+            };
+            let before = std::mem::replace(&mut *self.place.write().unwrap_or_else(PoisonError::into_inner), place);
+            let now = self.place();
+            if now != before {
+                match &now {
+                    Where::Apiserver { user, .. } => {
+                        tracing::info!(%user, "guarded writes are fenced {}", now.describe());
+                    }
+                    _ => tracing::warn!("guarded writes are fenced {}", now.describe()),
+                }
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(next) => {}
+                () = self.recheck.notified() => {}
+            }
+        }
+    }
+
+    /// Whether the policy denies, and this daemon may impersonate itself with a claim: its user and groups.
+    async fn check(&self) -> Result<(String, Vec<String>), CheckError> {
+        let binding = Api::<ValidatingAdmissionPolicyBinding>::all(self.client.clone())
+            .get_opt(POLICY)
+            .await
+            .map_err(|e| CheckError::Read("Binding", e))?
+            .ok_or(CheckError::NotInstalled("Binding"))?;
+        let actions = binding.spec.and_then(|s| s.validation_actions).unwrap_or_default();
+        if !actions.iter().any(|a| a == "Deny") {
+            return Err(CheckError::NotDenying(actions));
+        }
+        Api::<ValidatingAdmissionPolicy>::all(self.client.clone())
+            .get_opt(POLICY)
+            .await
+            .map_err(|e| CheckError::Read("", e))?
+            .ok_or(CheckError::NotInstalled(""))?;
+        let me = self.review(Vec::new()).await.map_err(CheckError::WhoAmI)?;
+        let user = me.username.unwrap_or_default();
+        let groups: Vec<String> =
+            me.groups.unwrap_or_default().into_iter().filter(|g| !IMPLIED_GROUPS.contains(&g.as_str())).collect();
+        // The same review, as the writes will go: proves the grants, and that the extra arrives.
+        let probe = Claim { namespace: "probe".into(), lease: "probe".into(), term: 1 };
+        let seen = self.review(impersonation(&user, &groups, &probe)).await.map_err(CheckError::Impersonate)?;
+        let carried = seen.extra.as_ref().and_then(|extra| extra.get(EXTRA)).is_some_and(|v| v == &[probe.value()]);
+        if !carried {
+            return Err(CheckError::ExtraDropped);
+        }
+        Ok((user, groups))
+    }
+
+    /// A SelfSubjectReview sent with `headers`: who the apiserver takes the request's sender to be.
+    async fn review(&self, headers: Vec<(HeaderName, HeaderValue)>) -> Result<UserInfo, kube::Error> {
+        let review = SelfSubjectReview { metadata: ObjectMeta::default(), status: None };
+        let body = serde_json::to_vec(&review).map_err(kube::Error::SerdeError)?;
+        let mut request = Request::new("/apis/authentication.k8s.io/v1/selfsubjectreviews")
+            .create(&PostParams::default(), body)
+            .map_err(kube::Error::BuildRequest)?;
+        request.headers_mut().extend(headers);
+        let answer: SelfSubjectReview = self.client.request(request).await?;
+        Ok(answer.status.and_then(|s| s.user_info).unwrap_or_default())
+    }
+}
+
+/// Whether an apiserver refusal is this policy's (a guarded write whose term is stale): its message.
+pub(crate) fn refusal(error: &kube::Error) -> Option<String> {
+    let kube::Error::Api(status) = error else { return None };
+    let marker = format!("ValidatingAdmissionPolicy '{POLICY}'");
+    if !status.message.contains(&marker) {
+        return None;
+    }
+    let why = status.message.split_once("denied request: ").map_or(status.message.as_str(), |(_, why)| why);
+    Some(why.to_owned())
+}
+
+/// Whether an apiserver refusal says this daemon may not impersonate (its grants changed since the check).
+pub(crate) fn impersonation_refused(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 403 && status.message.contains("cannot impersonate"))
+}
+
+/// The impersonation headers: `user` in `groups`, with `claim` as the extra.
+fn impersonation(user: &str, groups: &[String], claim: &Claim) -> Vec<(HeaderName, HeaderValue)> {
+    let header = |v: &str| HeaderValue::from_str(v).ok();
+    let mut headers = Vec::new();
+    if let Some(user) = header(user) {
+        headers.push((HeaderName::from_static("impersonate-user"), user));
+    }
+    // A ServiceAccount's groups are implied by its name; naming them would need grants to impersonate them.
+    if !user.starts_with("system:serviceaccount:") {
+        for group in groups.iter().filter_map(|g| header(g)) {
+            headers.push((HeaderName::from_static("impersonate-group"), group));
+        }
+    }
+    if let Some(value) = header(&claim.value()) {
+        headers.push((HeaderName::from_static(EXTRA_HEADER), value));
+    }
+    headers
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(headers: &[(HeaderName, HeaderValue)]) -> Vec<(String, String)> {
+        headers.iter().map(|(n, v)| (n.to_string(), v.to_str().unwrap_or_default().to_owned())).collect()
+    }
+
+    #[test]
+    fn a_claim_goes_as_this_daemon_with_the_extra() {
+        let claim = Claim { namespace: "ns".into(), lease: "e".into(), term: 7 };
+        let sa = impersonation("system:serviceaccount:ns:app", &["system:serviceaccounts".into()], &claim);
+        assert_eq!(
+            names(&sa),
+            [
+                ("impersonate-user".into(), "system:serviceaccount:ns:app".into()),
+                ("impersonate-extra-consistd.io%2ffence".into(), "ns/e/7".into()),
+            ],
+            "a ServiceAccount's groups are implied"
+        );
+        let admin = impersonation("admin", &["system:masters".into()], &claim);
+        assert!(names(&admin).contains(&("impersonate-group".into(), "system:masters".into())));
+    }
+
+    #[test]
+    fn only_this_policys_refusal_counts_as_fenced() {
+        let api = |code: u16, message: &str| {
+            kube::Error::Api(Box::new(kube::core::Status { code, message: message.to_owned(), ..Default::default() }))
+        };
+        let fenced = api(
+            403,
+            "configmaps \"x\" is forbidden: ValidatingAdmissionPolicy 'consistd-fence' with binding \
+             'consistd-fence' denied request: election ns/e is in term 2, and this write was guarded by term 1",
+        );
+        assert_eq!(
+            refusal(&fenced).as_deref(),
+            Some("election ns/e is in term 2, and this write was guarded by term 1")
+        );
+        assert_eq!(refusal(&api(403, "configmaps \"x\" is forbidden: User \"u\" cannot patch")), None);
+        assert!(impersonation_refused(&api(403, "users \"u\" is forbidden: User \"v\" cannot impersonate resource")));
+    }
+
+    #[test]
+    fn each_place_says_where_writes_are_fenced() {
+        assert!(Where::Apiserver { user: "u".into(), groups: vec![] }.describe().contains(POLICY));
+        assert!(Where::Local("why".into()).describe().ends_with(": why"));
+    }
+}

@@ -1,0 +1,191 @@
+//! Fencing at the apiserver, with manifests/fencing installed as a cluster admin would (hack/control-plane.sh
+//! applies it): a guarded write that reaches the apiserver after its election has moved on is refused
+//! there, whatever held it up on the way — a link that holds traffic, or a stopped daemon — and the app is
+//! told FAILED_PRECONDITION naming the term, never OK; the successor's write stays.
+
+use std::{
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use consistd_client::proto::{CampaignRequest, LeadershipState, LeaseTiming, PatchRequest, PatchType, WriteGuard};
+use consistd_testkit::{Daemon, proxy::DelayProxy};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::{Api, api::PostParams};
+use nix::sys::signal::Signal;
+use serde_json::json;
+use tonic::Code;
+
+const BIN: &str = env!("CARGO_BIN_EXE_consistd");
+/// The election's name, and the ConfigMap both leaders write.
+const ELECTION: &str = "fenced";
+/// Lease timing in seconds: lease, renew deadline, retry period.
+const TIMING: (i64, i64, i64) = (4, 3, 1);
+/// Long enough for a handover on a busy machine.
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A daemon campaigning in [`ELECTION`], and the latest (state, holder, term) its stream said.
+struct Candidate {
+    daemon: Daemon,
+    latest: Arc<Mutex<Option<(LeadershipState, String, u64)>>>,
+    _stream: tokio::task::JoinHandle<()>,
+}
+
+async fn candidate(identity: &str, ns: &str, proxy: Option<&DelayProxy>) -> Candidate {
+    let mut builder = Daemon::builder(BIN).config(format!("identity: {identity}\nnamespace: {ns}\n"));
+    if let Some(proxy) = proxy {
+        builder = builder.through(proxy);
+    }
+    let daemon = builder.start().await;
+    let secs = |s| Some(prost_types::Duration { seconds: s, nanos: 0 });
+    let request = CampaignRequest {
+        election: ELECTION.into(),
+        timing: Some(LeaseTiming {
+            lease_duration: secs(TIMING.0),
+            renew_deadline: secs(TIMING.1),
+            retry_period: secs(TIMING.2),
+        }),
+        ..Default::default()
+    };
+    let mut stream = daemon.client().leadership().campaign(request).await.expect("campaign").into_inner();
+    let latest = Arc::new(Mutex::new(None));
+    let seen = latest.clone();
+    let stream = tokio::spawn(async move {
+        while let Ok(Some(message)) = stream.message().await {
+            let s = message.status.expect("status");
+            *seen.lock().expect("lock") = Some((s.state(), s.holder.clone(), s.term));
+        }
+    });
+    Candidate { daemon, latest, _stream: stream }
+}
+
+/// Waits until `c` says LEADER in a term of at least `min_term`; returns the term.
+async fn leads(c: &Candidate, min_term: u64) -> u64 {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Some((LeadershipState::Leader, _, term)) = c.latest.lock().expect("lock").clone()
+            && term >= min_term
+        {
+            return term;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "not LEADER in term {min_term}+ within {WAIT:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until `daemon` has found the policy and may claim terms (`consistd status` says so).
+async fn fenced_at_apiserver(daemon: &Daemon) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let report = consistd::admin::fetch_report(daemon.admin_socket()).await.expect("consistd status");
+        if report.fencing.as_ref().is_some_and(|f| f.at_apiserver) {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "fencing not at the apiserver: {:?}", report.fencing);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A merge patch of the ConfigMap's data.by, guarded by `term`.
+fn guarded(ns: &str, by: &str, term: u64) -> PatchRequest {
+    PatchRequest {
+        resource: "configmaps".into(),
+        namespace: ns.into(),
+        name: ELECTION.into(),
+        patch_type: PatchType::Merge.into(),
+        patch: json!({ "data": { "by": by } }).to_string().into_bytes(),
+        guard: Some(WriteGuard { election: ELECTION.into(), namespace: String::new(), term }),
+        ..Default::default()
+    }
+}
+
+/// The namespace with the ConfigMap both leaders write, written first by nobody.
+async fn setup() -> (Api<ConfigMap>, String) {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let configmaps: Api<ConfigMap> = Api::namespaced(kube, &ns);
+    let cm: ConfigMap = serde_json::from_value(json!({ "metadata": { "name": ELECTION }, "data": { "by": "nobody" } }))
+        .expect("ConfigMap");
+    configmaps.create(&PostParams::default(), &cm).await.expect("create the ConfigMap");
+    (configmaps, ns)
+}
+
+async fn written_by(configmaps: &Api<ConfigMap>) -> String {
+    let cm = configmaps.get(ELECTION).await.expect("read the ConfigMap");
+    cm.data.unwrap_or_default().get("by").cloned().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_write_held_by_the_network_past_a_handover_is_refused_by_the_apiserver() {
+    let (configmaps, ns) = setup().await;
+    let proxy = DelayProxy::start(consistd_testkit::apiserver_addr()).await;
+    let a = candidate("pod-a", &ns, Some(&proxy)).await;
+    let term = leads(&a, 1).await;
+    let b = candidate("pod-b", &ns, None).await;
+    fenced_at_apiserver(&a.daemon).await;
+    fenced_at_apiserver(&b.daemon).await;
+    assert!(a.daemon.logs().contains("guarded writes are fenced at the apiserver"), "{}", a.daemon.logs());
+
+    // A's link holds traffic: its app's write, checked in A while A still leads, waits on the way.
+    proxy.hold(true);
+    let client = a.daemon.client();
+    let ns_a = ns.clone();
+    let held = tokio::spawn(async move { client.objects().patch(guarded(&ns_a, "a", term)).await });
+    // A cannot renew; once its Lease expires B takes over with the next term and writes.
+    let next = leads(&b, term + 1).await;
+    assert_eq!(next, term + 1);
+    b.daemon.client().objects().patch(guarded(&ns, "b", next)).await.expect("B writes");
+    // The link heals: A's write lands after B's, in a term that is over.
+    proxy.hold(false);
+    let refused = tokio::time::timeout(WAIT, held)
+        .await
+        .expect("A's write answered")
+        .expect("join")
+        .expect_err("A's write must not be answered OK: the apiserver refuses a term that is over");
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused}");
+    let says = format!("election {ns}/{ELECTION} is in term {next}, and this write was guarded by term {term}");
+    assert!(refused.message().starts_with("guard: ") && refused.message().contains(&says), "{refused}");
+    assert_eq!(written_by(&configmaps).await, "b", "the successor's write stays");
+}
+
+#[tokio::test]
+async fn a_daemon_stopped_past_its_lease_gets_no_write_in_with_its_old_term() {
+    let (configmaps, ns) = setup().await;
+    let proxy = DelayProxy::start(consistd_testkit::apiserver_addr()).await;
+    let a = candidate("pod-a", &ns, Some(&proxy)).await;
+    let term = leads(&a, 1).await;
+    let b = candidate("pod-b", &ns, None).await;
+    fenced_at_apiserver(&a.daemon).await;
+
+    // One write has passed A's check and is on its way (A's link holds it) when A's daemon is stopped.
+    proxy.hold(true);
+    let client = a.daemon.client();
+    let ns_a = ns.clone();
+    let on_the_way = tokio::spawn(async move { client.objects().patch(guarded(&ns_a, "a-sent", term)).await });
+    // Well inside A's renew deadline (3 s from its last renewal, at most 1 s ago): the write is out.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    a.daemon.signal(Signal::SIGSTOP);
+    // The app, still believing it leads, sends another to the stopped daemon.
+    let client = a.daemon.client();
+    let ns_a = ns.clone();
+    let to_stopped = tokio::spawn(async move { client.objects().patch(guarded(&ns_a, "a-stopped", term)).await });
+    let next = leads(&b, term + 1).await;
+    b.daemon.client().objects().patch(guarded(&ns, "b", next)).await.expect("B writes");
+    // The held write reaches the apiserver while A still sleeps; then A continues.
+    proxy.hold(false);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    a.daemon.signal(Signal::SIGCONT);
+
+    let answer = |r: Result<Result<_, tonic::Status>, _>, what: &str| {
+        r.expect("join").expect_err(&format!("{what}: must not be answered OK in a term that is over"))
+    };
+    let sent = answer(tokio::time::timeout(WAIT, on_the_way).await.expect("answered"), "the write on its way");
+    assert_eq!(sent.code(), Code::FailedPrecondition, "{sent}");
+    let says = format!("election {ns}/{ELECTION} is in term {next}, and this write was guarded by term {term}");
+    assert!(sent.message().contains(&says), "refused by the apiserver, naming both terms: {sent}");
+    let stopped =
+        answer(tokio::time::timeout(WAIT, to_stopped).await.expect("answered"), "the write to the stopped daemon");
+    assert_eq!(stopped.code(), Code::FailedPrecondition, "{stopped}");
+    assert!(stopped.message().contains(&format!("the guard names term {term}")), "names the term: {stopped}");
+    assert_eq!(written_by(&configmaps).await, "b", "the successor's write stays");
+}
