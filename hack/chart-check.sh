@@ -47,6 +47,7 @@ refuse "'/webhook/certValidity'" --set webhook.certValidity=ninety
 refuse "'/image/pullPolicy'" --set image.pullPolicy=Sometimes
 refuse "'/webhook/secretName'" --set webhook.secretName=Not_A_Name
 refuse "'/sidecar/otelEndpoint'" --set sidecar.otelEndpoint=otel-collector:4317
+refuse "'/fencing/enabled'" --set fencing.enabled=maybe
 
 # A fresh namespace for the namespaced objects, labelled as consistd-testkit labels its namespaces.
 ns=consistd-chart-$(od -An -N4 -tx4 /dev/urandom | tr -d ' ')
@@ -60,7 +61,9 @@ for case in default test-values; do
   "$kubectl" apply --dry-run=server -n "$ns" -f "$work/$case.yaml" -o json >"$work/$case.json" ||
     die "the apiserver refused the $case rendering"
   count=$(python3 -c 'import json,sys; print(len(json.load(sys.stdin).get("items", [])))' <"$work/$case.json")
-  [ "$count" = 8 ] || die "the $case rendering has $count objects, want 8"
+  want=12 # the injector's 8 and fencing's 4; the test values turn fencing off
+  [ "$case" = test-values ] && want=8
+  [ "$count" = "$want" ] || die "the $case rendering has $count objects, want $want"
   # The injector's arguments parse: the binary gets as far as connecting (to no apiserver), not a usage error.
   mapfile -t args < <(python3 -c 'import json,sys
 for o in json.load(sys.stdin)["items"]:
@@ -73,12 +76,12 @@ for o in json.load(sys.stdin)["items"]:
 done
 python3 "$repo/hack/chart/expect.py" "$work/test-values.json" "$ns" || die "the test values did not all take effect"
 
-log "default values render what manifests/injector holds"
+log "default values render what manifests/injector and manifests/fencing hold"
 "$bin" inject webhook --help >"$work/help.txt"
-"$kubectl" kustomize "$repo/manifests/injector" >"$work/kustomize.yaml"
+{ "$kubectl" kustomize "$repo/manifests/injector" && echo --- && "$kubectl" kustomize "$repo/manifests/fencing"; } >"$work/kustomize.yaml"
 "$kubectl" create --dry-run=client -o json -f "$work/kustomize.yaml" >"$work/kustomize.json"
 "$helm" template consistd "$chart" --namespace consistd-system >"$work/chart.yaml"
 "$kubectl" create --dry-run=client -o json -f "$work/chart.yaml" >"$work/chart.json"
 python3 "$repo/hack/chart/compare.py" "$work/kustomize.json" "$work/chart.json" "$work/help.txt" ||
-  die "charts/consistd and manifests/injector differ"
+  die "charts/consistd and manifests/injector + manifests/fencing differ"
 log "ok"

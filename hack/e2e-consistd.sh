@@ -155,6 +155,13 @@ wait_until() {
   shift 2
   poll "$secs" "$@" || die "$what (after ${secs} s)"
 }
+# Every replica's sidecar fences guarded writes at the apiserver: the walkthrough installed the policy, and
+# the base Role lets the sidecar impersonate its own ServiceAccount.
+fenced() { kn exec "$1" -c consistd -- consistd status 2>/dev/null | grep -q 'guarded writes are fenced at the apiserver'; }
+for pod in $(pods); do
+  wait_until 90 "$pod's sidecar does not fence guarded writes at the apiserver" fenced "$pod"
+done
+log "every replica's sidecar fences guarded writes at the apiserver (consistd status)"
 # app_never_restarted POD: dies if an app container of POD restarted (the app's loops must outlive a
 # sidecar restart), with the end of its previous run's log.
 app_never_restarted() {
@@ -378,6 +385,7 @@ log "SIGKILL of a sending sidecar: all $stored messages whose Send returned reac
 #    uninstall`, which leaves what the README says it leaves.
 k delete namespace "$ns" --wait=true --timeout=120s >/dev/null
 k delete -k "$repo/hack/e2e/injector" --wait=true --timeout=120s >/dev/null
+k delete -k "$repo/manifests/fencing" --wait=true --timeout=120s >/dev/null
 HELM=$("$repo/hack/tools.sh" helm)
 export HELM HELM_CACHE_HOME=$out/helm/cache HELM_CONFIG_HOME=$out/helm/config HELM_DATA_HOME=$out/helm/data
 t=$(ms)
@@ -387,6 +395,7 @@ plain_app helm
 log "the README's app block on the plain container, injected by the Helm-installed injector: the socket there, consistd status ready"
 "$HELM" uninstall consistd -n consistd-system --wait >/dev/null
 k get mutatingwebhookconfiguration consistd-injector >/dev/null 2>&1 && die "helm uninstall left the webhook configuration"
+k get validatingadmissionpolicy consistd-fence >/dev/null 2>&1 && die "helm uninstall left the fencing policy"
 left=$(k -n consistd-system get deployments,services,secrets,roles,rolebindings -o name | xargs)
 [ "$left" = secret/consistd-injector-tls ] ||
   die "helm uninstall left '$left' in consistd-system; the README says only secret/consistd-injector-tls stays"
