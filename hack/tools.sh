@@ -8,6 +8,7 @@
 #   hack/tools.sh prometheus  the Prometheus server (same module and version as promtool), into
 #                           $CONSISTD_CACHE/prometheus/VERSION, for rendering the dashboard (hack/dashboard.sh)
 #   hack/tools.sh kubectl   kubectl $KUBERNETES_VERSION from hack/tools/kube-node, where hack/node.sh builds it
+#   hack/tools.sh strace    Debian's strace (its fault injection fails the store's fsync in tests)
 #   hack/tools.sh prometheus-operator-crds   the Prometheus Operator's CRDs (PodMonitor, ...), from its Go
 #                           module on the module proxy (example/prometheus-operator-crd); prints their directory
 # Prints the tool's path on stdout.
@@ -87,6 +88,16 @@ kubectl)
   fi
   echo "$out"
   ;;
+strace)
+  # Debian's strace, for the store tests' fsync fault injection (daemon/tests/disk.rs).
+  if ! command -v strace >/dev/null; then
+    echo "tools: installing strace (Debian package)" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 strace >&2 ||
+      { DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 &&
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 strace >&2; }
+  fi
+  command -v strace
+  ;;
 prometheus-operator-crds)
   module=github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION
   dir=$(cd "$repo" && GOTOOLCHAIN=local go mod download -json "$module" |
@@ -96,7 +107,7 @@ prometheus-operator-crds)
   echo "$dir/example/prometheus-operator-crd"
   ;;
 *)
-  echo "usage: $0 buf|grpcurl|helm|kubectl|promtool|prometheus|prometheus-operator-crds" >&2
+  echo "usage: $0 buf|grpcurl|helm|kubectl|promtool|prometheus|prometheus-operator-crds|strace" >&2
   exit 2
   ;;
 esac

@@ -1,10 +1,11 @@
 //! The durable message store: one redb file on the pod's emptyDir, written by one thread that commits
 //! every write queued meanwhile in a single fsync'd transaction (group commit), so many concurrent sends
-//! share one disk flush and a write is durable when its future resolves.
+//! share one disk flush and a write is durable when its future resolves. After an I/O error (a full disk,
+//! a failed fsync) the file is opened again, so the store recovers once the disk does, without a restart.
 
 use std::{
     path::{Path, PathBuf},
-    sync::{Arc, Mutex, PoisonError},
+    sync::{Arc, Mutex, PoisonError, RwLock},
     thread,
     time::Duration,
 };
@@ -66,9 +67,9 @@ pub enum OpenError {
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// The transaction failed; nothing of it was stored.
-    #[error("{op}")]
+    #[error("message store: {op}")]
     Failed {
-        /// The operation, e.g. "store outbox message"; it is the error's whole message.
+        /// The operation, e.g. "store outbox message"; the message is "message store: <op>".
         op: &'static str,
         /// redb's error.
         #[source]
@@ -77,6 +78,12 @@ pub enum StoreError {
     /// The writer thread is gone (the daemon is stopping).
     #[error("the message store is closed")]
     Closed,
+    /// An I/O error closed the file; the writer opens it again with its next write.
+    #[error("{op}: the message store is closed after an I/O error until it can be opened again")]
+    Reopening {
+        /// The operation that found it closed.
+        op: &'static str,
+    },
 }
 
 impl StoreError {
@@ -99,7 +106,7 @@ struct Job {
 /// A handle to the store; clones share the same file and writer thread.
 #[derive(Clone)]
 pub(crate) struct Store {
-    db: Arc<Database>,
+    db: Arc<File>,
     writes: mpsc::UnboundedSender<Job>,
     commits: Arc<Mutex<Commits>>,
 }
@@ -124,6 +131,47 @@ impl Commits {
     }
 }
 
+/// The open database, dropped after an I/O error and opened again: redb refuses every later operation on a
+/// handle that saw one ("Previous I/O error occurred. Please close and re-open the database").
+struct File {
+    path: PathBuf,
+    /// None from an I/O error until the file is opened again.
+    open: RwLock<Option<Arc<Database>>>,
+}
+
+impl File {
+    fn get(&self, op: &'static str) -> Result<Arc<Database>, StoreError> {
+        let open = self.open.read().unwrap_or_else(PoisonError::into_inner);
+        open.clone().ok_or(StoreError::Reopening { op })
+    }
+
+    /// Lets go of the file after an I/O error (the writer's handle; readers let go of theirs as they end).
+    fn close(&self) {
+        self.open.write().unwrap_or_else(PoisonError::into_inner).take();
+    }
+
+    /// The open database, opening the file again if it was closed. Fails while the disk still fails, or while a reader still
+    /// holds the old handle (redb allows one open handle on a file); the next write tries again.
+    fn reopen(&self) -> Result<Arc<Database>, StoreError> {
+        let mut open = self.open.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some(db) = &*open {
+            return Ok(db.clone());
+        }
+        let db = Arc::new(
+            Database::create(&self.path)
+                .map_err(|e| StoreError::failed("open the message store again after an I/O error", e))?,
+        );
+        *open = Some(db.clone());
+        tracing::info!(path = %self.path.display(), "the message store is open again after an I/O error");
+        Ok(db)
+    }
+}
+
+/// Whether a failure came from the disk: the file must be closed and opened again.
+fn io_failure(error: &StoreError) -> bool {
+    matches!(error, StoreError::Failed { source, .. } if matches!(**source, redb::Error::Io(_) | redb::Error::PreviousIo))
+}
+
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store").finish_non_exhaustive()
@@ -137,6 +185,7 @@ impl Store {
         std::fs::create_dir_all(dir).map_err(|source| OpenError::CreateDir { path: dir.to_owned(), source })?;
         let path = dir.join(FILE_NAME);
         let db = Arc::new(Database::create(&path).map_err(|source| OpenError::Open { path: path.clone(), source })?);
+        let db = Arc::new(File { path: path.clone(), open: RwLock::new(Some(db)) });
         let (writes, queue) = mpsc::unbounded_channel();
         let writer_db = db.clone();
         let commits = Arc::new(Mutex::new(Commits::default()));
@@ -267,13 +316,14 @@ impl Store {
         op: &'static str,
         f: impl FnOnce(&ReadTransaction) -> Result<T, redb::Error>,
     ) -> Result<T, StoreError> {
-        let txn = self.db.begin_read().map_err(|e| StoreError::failed(op, e))?;
+        let txn = self.db.get(op)?.begin_read().map_err(|e| StoreError::failed(op, e))?;
         f(&txn).map_err(|e| StoreError::failed(op, e))
     }
 }
 
-/// Takes every queued write, applies them in one transaction, commits it durably, answers each.
-fn write_loop(db: &Database, mut queue: mpsc::UnboundedReceiver<Job>, commits: &Mutex<Commits>) {
+/// Takes every queued write, applies them in one transaction, commits it durably, answers each. After a
+/// failure from the disk the file is closed, and opened again before the next batch.
+fn write_loop(file: &File, mut queue: mpsc::UnboundedReceiver<Job>, commits: &Mutex<Commits>) {
     while let Some(first) = queue.blocking_recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -283,7 +333,19 @@ fn write_loop(db: &Database, mut queue: mpsc::UnboundedReceiver<Job>, commits: &
             }
         }
         let mut completions = Vec::with_capacity(batch.len());
-        let result = commit_batch(db, batch, &mut completions);
+        let result = match file.reopen() {
+            Ok(db) => commit_batch(&db, batch, &mut completions),
+            Err(error) => {
+                completions.extend(batch.into_iter().map(|job| job.complete));
+                Err(error)
+            }
+        };
+        if let Err(error) = &result
+            && io_failure(error)
+        {
+            tracing::warn!(error = %crate::error::chain(error), "the message store failed on the disk; closing it to open it again");
+            file.close();
+        }
         Commits::record(commits, Instant::now(), result.clone().map_err(|e| crate::error::chain(&e)));
         for complete in completions {
             complete(result.clone());
@@ -375,9 +437,12 @@ mod tests {
             })
             .await
             .expect_err("fails");
-        assert_eq!(err.to_string(), "write a broken thing", "the cause is left to source()");
+        assert_eq!(err.to_string(), "message store: write a broken thing", "the cause is left to source()");
         let chain = crate::error::chain(&err);
-        assert!(chain.starts_with("write a broken thing: ") && chain.matches("test").count() == 1, "{chain}");
+        assert!(
+            chain.starts_with("message store: write a broken thing: ") && chain.matches("test").count() == 1,
+            "{chain}"
+        );
     }
 
     #[tokio::test]

@@ -20,6 +20,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct DaemonBuilder {
     bin: PathBuf,
     dir: Option<PathBuf>,
+    store_dir: Option<PathBuf>,
     args: Vec<String>,
     env: Vec<(String, String)>,
     config: Option<String>,
@@ -42,6 +43,12 @@ impl DaemonBuilder {
     /// Puts the sockets and log in `dir` instead of a fresh temp dir (to share a socket path).
     pub fn dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.dir = Some(dir.into());
+        self
+    }
+
+    /// Keeps the message store in `dir` instead of `<dir>/store` (a disk of its own, to fill or fail).
+    pub fn store_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.store_dir = Some(dir.into());
         self
     }
 
@@ -105,7 +112,7 @@ impl DaemonBuilder {
             .arg("--admin-socket")
             .arg(&admin_socket)
             .arg("--store-dir")
-            .arg(dir.join("store"))
+            .arg(self.store_dir.clone().unwrap_or_else(|| dir.join("store")))
             .args(&self.args)
             .env(
                 "KUBECONFIG",
@@ -139,6 +146,7 @@ impl Daemon {
         DaemonBuilder {
             bin: bin.into(),
             dir: None,
+            store_dir: None,
             args: Vec::new(),
             env: Vec::new(),
             config: None,

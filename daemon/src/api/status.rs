@@ -259,10 +259,10 @@ mod tests {
     fn a_nested_error_reaches_the_client_naming_each_cause_once() {
         let s = outbox_error(OutboxError::Store(disk_on_fire("store outbox message")));
         assert_eq!(s.code(), Code::Unavailable);
-        assert_eq!(s.message(), "send: store outbox message: I/O error: disk on fire");
+        assert_eq!(s.message(), "send: message store: store outbox message: I/O error: disk on fire");
         let s = rollout_error(RolloutError::Inbox(InboxError::Store(disk_on_fire("record ACK"))));
         assert_eq!(s.code(), Code::Unavailable);
-        assert_eq!(s.message(), "ACK applied versions: record ACK: I/O error: disk on fire");
+        assert_eq!(s.message(), "ACK applied versions: message store: record ACK: I/O error: disk on fire");
         let s = objects_error(ObjectsError::Resource(ResourceError::Resolve(ResolveError::NotFound("widgets".into()))));
         assert_eq!(s.code(), Code::NotFound);
         assert_eq!(s.message(), r#"resource: the apiserver serves no resource named "widgets""#);
