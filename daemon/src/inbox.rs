@@ -20,7 +20,7 @@ use tokio::{
 };
 
 use crate::{
-    config::Live,
+    config::{InboxConfig, Live},
     error,
     metrics::Metrics,
     store::{META, Store, StoreError, from_millis, to_millis},
@@ -85,8 +85,8 @@ pub(crate) struct Inbox {
 struct InboxShared {
     store: Store,
     identity: String,
-    /// `inbox.maxPending`, as reloads change it.
-    max_pending: Live<usize>,
+    /// The `inbox` config section (its bounds), as reloads change it.
+    config: Live<InboxConfig>,
     next_id: AtomicU64,
     state: Mutex<InboxState>,
     ready: Notify,
@@ -106,6 +106,10 @@ struct InboxState {
     storing: HashSet<DedupKey>,
     /// Ready for a receiver, oldest first.
     queue: BTreeSet<u64>,
+    /// Payload bytes of `messages`, against inbox.maxPendingBytes.
+    bytes: usize,
+    /// Payload bytes of the messages being stored.
+    storing_bytes: usize,
     /// Resource ids the daemon keeps for itself (see [`Inbox::open`]).
     held_prefixes: Vec<&'static str>,
     /// The daemon's own messages per resource_id, oldest first, until the part that reads them ACKs them.
@@ -135,12 +139,14 @@ impl InboxState {
         } else {
             self.queue.insert(id);
         }
+        self.bytes += message.payload.len();
         self.messages.insert(id, Pending { message, attempts: 0, leased_to: None, ready_at: None });
     }
 
     /// Forgets a message wherever it waits.
     fn remove(&mut self, id: u64) -> Option<Pending> {
         let p = self.messages.remove(&id)?;
+        self.bytes -= p.message.payload.len();
         self.by_key.remove(&key_of(&p.message));
         self.queue.remove(&id);
         if let Some(at) = p.ready_at {
@@ -228,7 +234,7 @@ impl Inbox {
     pub(crate) fn open(
         store: Store,
         identity: String,
-        max_pending: Live<usize>,
+        config: Live<InboxConfig>,
         held_prefixes: &[&'static str],
         metrics: Metrics,
     ) -> Result<Self, StoreError> {
@@ -263,7 +269,7 @@ impl Inbox {
             inner: Arc::new(InboxShared {
                 store,
                 identity,
-                max_pending,
+                config,
                 next_id: AtomicU64::new(next.max(1)),
                 state: Mutex::new(state),
                 ready: Notify::new(),
@@ -324,11 +330,23 @@ impl Inbox {
             if state.by_key.contains_key(&key) || state.storing.contains(&key) {
                 return None;
             }
+            let config = self.inner.config.get();
             let held = state.messages.len() + state.storing.len();
-            if held >= self.inner.max_pending.get() {
+            if held >= config.max_pending {
                 let reason = format!(
                     "the inbox of {} is full: {held} messages wait for its app (inbox.maxPending)",
                     self.inner.identity
+                );
+                return Some(answer(Disposition::Refused, reason));
+            }
+            let bytes = state.bytes + state.storing_bytes;
+            if bytes + m.payload.len() > config.max_pending_bytes {
+                let reason = format!(
+                    "the inbox of {} is full: {bytes} payload bytes wait for its app, and {} more would pass \
+                     inbox.maxPendingBytes ({})",
+                    self.inner.identity,
+                    m.payload.len(),
+                    config.max_pending_bytes
                 );
                 return Some(answer(Disposition::Refused, reason));
             }
@@ -356,6 +374,7 @@ impl Inbox {
                 Ok(())
             });
             state.storing.insert(key.clone());
+            state.storing_bytes += message.payload.len();
             (message, written)
         };
         // The rest runs in a task of its own, so a caller that stops waiting cannot leave a stored
@@ -383,6 +402,7 @@ impl Inbox {
     ) -> (Disposition, String) {
         let mut state = self.lock();
         state.storing.remove(&key);
+        state.storing_bytes -= message.payload.len();
         let m = message.clone();
         let (id, sender, resource_id, event_id) = (m.id, &m.sender, &m.resource_id, &m.event_id);
         if let Err(error) = result {

@@ -152,6 +152,8 @@ struct OutboxState {
     links: HashMap<String, Link>,
     /// Slots held in all destinations, against outbox.maxPending.
     held: usize,
+    /// Payload bytes of every current message and of those being stored, against outbox.maxPendingBytes.
+    bytes: usize,
     /// The id of the newest link: a link task whose id no longer matches was replaced and stops.
     next_link: u64,
 }
@@ -234,7 +236,7 @@ impl Outbox {
             )));
         }
         let key = (out.destination.clone(), out.resource_id.clone());
-        let sequence = self.reserve(&key)?;
+        let sequence = self.reserve(&key, out.payload.len())?;
         let message = Arc::new(Message {
             sequence,
             destination: out.destination,
@@ -256,6 +258,7 @@ impl Outbox {
             slot.storing -= 1;
         }
         if let Err(e) = stored {
+            state.bytes -= message.payload.len();
             self.release_if_empty(&mut state, &key);
             return Err(OutboxError::Store(e));
         }

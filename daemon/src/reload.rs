@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     api::Allowlist,
-    config::{AccessRule, Config, ElectionConfig, Environment, OutboxConfig, Overrides, Setter},
+    config::{AccessRule, Config, ElectionConfig, Environment, InboxConfig, OutboxConfig, Overrides, Setter},
     error,
     health::{ConfigReport, Health},
     leadership::{Campaign, Key, Leadership, LeadershipError},
@@ -39,8 +39,8 @@ pub struct ConfigSource {
 pub(crate) struct Tunables {
     /// `outbox`: payload and pending bounds, backoff.
     pub outbox: Setter<OutboxConfig>,
-    /// `inbox.maxPending`.
-    pub inbox_max_pending: Setter<usize>,
+    /// `inbox`: its bounds.
+    pub inbox: Setter<InboxConfig>,
     /// `consistency.timeout`.
     pub consistency_timeout: Setter<Duration>,
     /// `membership.ttl`.
@@ -58,7 +58,7 @@ impl Tunables {
     pub(crate) fn new(config: &Config) -> Self {
         Self {
             outbox: Setter::new(config.outbox.clone()).0,
-            inbox_max_pending: Setter::new(config.inbox.max_pending).0,
+            inbox: Setter::new(config.inbox.clone()).0,
             consistency_timeout: Setter::new(config.consistency.timeout).0,
             membership_ttl: Setter::new(config.membership.ttl).0,
             access: Setter::new(config.access.rules.clone().into()).0,
@@ -71,7 +71,7 @@ impl Tunables {
     fn apply(&self, config: &Config) -> Vec<&'static str> {
         let changed = [
             ("outbox", self.outbox.set(config.outbox.clone())),
-            ("inbox.maxPending", self.inbox_max_pending.set(config.inbox.max_pending)),
+            ("inbox", self.inbox.set(config.inbox.clone())),
             ("consistency.timeout", self.consistency_timeout.set(config.consistency.timeout)),
             ("membership.ttl", self.membership_ttl.set(config.membership.ttl)),
             ("access.rules", self.access.set(config.access.rules.clone().into())),
@@ -319,19 +319,18 @@ mod tests {
     fn tunables_name_what_changed_and_every_reader_sees_it() {
         let config = Config::default();
         let tunables = Tunables::new(&config);
-        let (outbox, inbox, ttl) =
-            (tunables.outbox.live(), tunables.inbox_max_pending.live(), tunables.membership_ttl.live());
+        let (outbox, inbox, ttl) = (tunables.outbox.live(), tunables.inbox.live(), tunables.membership_ttl.live());
         assert!(tunables.apply(&config).is_empty());
         let mut new = config.clone();
         new.outbox.backoff.cap = Duration::from_secs(3);
         new.inbox.max_pending = 5;
         new.membership.ttl = Duration::from_secs(12);
         new.socket.allowed_gids = vec![2000];
+        assert_eq!(tunables.apply(&new), ["outbox", "inbox", "membership.ttl", "socket.allowedUids/allowedGids"]);
         assert_eq!(
-            tunables.apply(&new),
-            ["outbox", "inbox.maxPending", "membership.ttl", "socket.allowedUids/allowedGids"]
+            (outbox.get().backoff.cap, inbox.get().max_pending, ttl.get()),
+            (Duration::from_secs(3), 5, new.membership.ttl)
         );
-        assert_eq!((outbox.get().backoff.cap, inbox.get(), ttl.get()), (Duration::from_secs(3), 5, new.membership.ttl));
         assert_eq!(tunables.allowlist.live().get().gids, [2000]);
     }
 }

@@ -119,7 +119,7 @@ pub async fn run(config: Config, env: &Environment, source: ConfigSource) -> Res
     let inbox = Inbox::open(
         store.clone(),
         identity.clone(),
-        tunables.inbox_max_pending.live(),
+        tunables.inbox.live(),
         &[rollout::RESOURCE_PREFIX],
         metrics.clone(),
     )

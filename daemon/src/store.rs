@@ -29,6 +29,14 @@ const CHECK_KEY: &str = "health.checked";
 
 /// Writes one commit takes at most, so a flood of writes still gets flushed in bounded batches.
 const MAX_BATCH: usize = 4096;
+/// redb's page cache. Its default, 1 GiB, would let the cache alone outgrow the sidecar's memory limit
+/// (128 MiB by default) as messages are written; the store is read back in full only at start.
+const CACHE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Opens (creating if needed) the store file with its cache bounded.
+fn open_database(path: &Path) -> Result<Database, redb::DatabaseError> {
+    Database::builder().set_cache_size(CACHE_BYTES).create(path)
+}
 
 /// Why the store could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -158,7 +166,7 @@ impl File {
             return Ok(db.clone());
         }
         let db = Arc::new(
-            Database::create(&self.path)
+            open_database(&self.path)
                 .map_err(|e| StoreError::failed("open the message store again after an I/O error", e))?,
         );
         *open = Some(db.clone());
@@ -184,7 +192,7 @@ impl Store {
     pub(crate) fn open(dir: &Path) -> Result<Self, OpenError> {
         std::fs::create_dir_all(dir).map_err(|source| OpenError::CreateDir { path: dir.to_owned(), source })?;
         let path = dir.join(FILE_NAME);
-        let db = Arc::new(Database::create(&path).map_err(|source| OpenError::Open { path: path.clone(), source })?);
+        let db = Arc::new(open_database(&path).map_err(|source| OpenError::Open { path: path.clone(), source })?);
         let db = Arc::new(File { path: path.clone(), open: RwLock::new(Some(db)) });
         let (writes, queue) = mpsc::unbounded_channel();
         let writer_db = db.clone();

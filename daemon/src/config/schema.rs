@@ -453,6 +453,9 @@ pub struct OutboxConfig {
     /// Messages the whole outbox may hold, across destinations, before `Send` answers
     /// RESOURCE_EXHAUSTED (100 000).
     pub max_pending: usize,
+    /// Payload bytes the whole outbox may hold, across destinations, before `Send` answers
+    /// RESOURCE_EXHAUSTED (32 MiB): what bounds its memory, which holds every message until it is ACKed.
+    pub max_pending_bytes: usize,
     /// Waits between resends of a delivery the peer has not answered, and between reconnects to a peer.
     pub backoff: BackoffConfig,
 }
@@ -463,6 +466,7 @@ impl Default for OutboxConfig {
             max_payload_bytes: 1024 * 1024,
             max_pending_per_destination: 10_000,
             max_pending: 100_000,
+            max_pending_bytes: 32 * 1024 * 1024,
             backoff: BackoffConfig::default(),
         }
     }
@@ -496,11 +500,14 @@ impl Default for BackoffConfig {
 pub struct InboxConfig {
     /// Messages waiting for the app's ACK; beyond it peers are told to retry later (100 000).
     pub max_pending: usize,
+    /// Payload bytes waiting for the app's ACK (32 MiB): what bounds the inbox's memory; beyond it peers
+    /// are told to retry later.
+    pub max_pending_bytes: usize,
 }
 
 impl Default for InboxConfig {
     fn default() -> Self {
-        Self { max_pending: 100_000 }
+        Self { max_pending: 100_000, max_pending_bytes: 32 * 1024 * 1024 }
     }
 }
 

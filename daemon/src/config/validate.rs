@@ -158,6 +158,9 @@ impl Config {
         if o.max_pending < o.max_pending_per_destination {
             return Err(ConfigError::field("outbox.maxPending", "must be at least outbox.maxPendingPerDestination"));
         }
+        if o.max_pending_bytes < o.max_payload_bytes {
+            return Err(ConfigError::field("outbox.maxPendingBytes", "must be at least outbox.maxPayloadBytes"));
+        }
         let b = &o.backoff;
         if b.initial.is_zero() {
             return Err(ConfigError::field("outbox.backoff.initial", "must be greater than 0s"));
@@ -170,6 +173,9 @@ impl Config {
         }
         if self.inbox.max_pending == 0 {
             return Err(ConfigError::field("inbox.maxPending", "must be at least 1"));
+        }
+        if self.inbox.max_pending_bytes < self.outbox.max_payload_bytes {
+            return Err(ConfigError::field("inbox.maxPendingBytes", "must be at least outbox.maxPayloadBytes"));
         }
         Ok(())
     }

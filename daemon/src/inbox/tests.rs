@@ -24,9 +24,13 @@ fn disposition(r: Option<ExchangeResponse>) -> Disposition {
 }
 
 async fn open(dir: &std::path::Path, max_pending: usize) -> Inbox {
+    open_with(dir, crate::config::InboxConfig { max_pending, ..Default::default() }).await
+}
+
+async fn open_with(dir: &std::path::Path, config: crate::config::InboxConfig) -> Inbox {
     // A previous inbox on the same directory may still be letting go of the file.
     let store = crate::store::open_when_free(dir).await;
-    Inbox::open(store, "receiver".to_owned(), Live::fixed(max_pending), &["daemon.own/"], Metrics::new())
+    Inbox::open(store, "receiver".to_owned(), Live::fixed(config), &["daemon.own/"], Metrics::new())
         .expect("open inbox")
 }
 
@@ -211,6 +215,31 @@ async fn a_full_inbox_refuses_and_pending_messages_survive_a_restart() {
     assert_eq!((m.trace.traceparent.as_str(), m.trace.tracestate.as_str()), (TRACEPARENT, "a=1"), "its trace is kept");
     // The ACK of r1 survived too: its resend is not delivered again.
     assert_eq!(disposition(inbox.accept("s", message(1, "r1", "e")).await), Disposition::Acked);
+}
+
+#[tokio::test]
+async fn the_inbox_refuses_past_its_byte_bound_until_the_app_acks_also_after_a_restart() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // "hello" is 5 bytes: two fit in 12, a third does not.
+    let config = crate::config::InboxConfig { max_pending: 100, max_pending_bytes: 12 };
+    let inbox = open_with(dir.path(), config.clone()).await;
+    assert_eq!(disposition(inbox.accept("s", message(1, "r1", "e")).await), Disposition::Stored);
+    assert_eq!(disposition(inbox.accept("s", message(2, "r2", "e")).await), Disposition::Stored);
+    let refused = inbox.accept("s", message(3, "r3", "e")).await.expect("answer");
+    assert_eq!(refused.disposition, Disposition::Refused as i32);
+    assert!(
+        refused.reason.contains("10 payload bytes") && refused.reason.contains("inbox.maxPendingBytes (12)"),
+        "{}",
+        refused.reason
+    );
+    drop(inbox);
+    // Reloaded messages count; an ACK frees its bytes.
+    let inbox = open_with(dir.path(), config).await;
+    assert_eq!(disposition(inbox.accept("s", message(3, "r3", "e")).await), Disposition::Refused);
+    let mut receiver = inbox.receiver();
+    let (m, _) = next(&mut receiver).await;
+    inbox.ack(m.id).await.expect("ack");
+    assert_eq!(disposition(inbox.accept("s", message(3, "r3", "e")).await), Disposition::Stored);
 }
 
 #[tokio::test]

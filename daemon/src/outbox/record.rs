@@ -182,6 +182,7 @@ impl Outbox {
             let slot = Slot { current: None, storing: 0, acked_by };
             state.slots.insert((target.clone(), resource_id), slot);
             state.held += 1;
+            state.bytes += message.payload.len();
             if let Some(d) = state.destinations.get_mut(&target) {
                 d.held += 1;
             }

@@ -34,11 +34,22 @@ pub(super) struct Recipients {
 }
 
 impl Outbox {
-    /// Checks the bounds and reserves the slot; returns the new message's sequence number.
-    pub(super) fn reserve(&self, key: &(Destination, String)) -> Result<u64, OutboxError> {
+    /// Checks the bounds and reserves the slot and the message's `bytes`; returns the new message's
+    /// sequence number.
+    pub(super) fn reserve(&self, key: &(Destination, String), bytes: usize) -> Result<u64, OutboxError> {
         let config = self.inner.config.get();
         let mut state = self.lock();
         let state = &mut *state;
+        // A message that supersedes one frees that one's bytes once it is stored (both are held meanwhile:
+        // at most one payload more per Send in flight), so a full outbox can still replace its messages.
+        let replaced = state.slots.get(key).and_then(|s| s.current.as_ref()).map_or(0, |m| m.payload.len());
+        if (state.bytes + bytes).saturating_sub(replaced) > config.max_pending_bytes {
+            return Err(OutboxError::Exhausted(format!(
+                "send: the outbox already holds {} payload bytes, and {bytes} more would pass \
+                 outbox.maxPendingBytes ({}); wait for ACKs or raise the limit",
+                state.bytes, config.max_pending_bytes
+            )));
+        }
         let occupied = state.slots.get(key).is_some_and(|s| s.current.is_some() || s.storing > 0);
         if !occupied {
             let in_destination = state.destinations.get(&key.0).map_or(0, |d| d.held);
@@ -62,15 +73,21 @@ impl Outbox {
             }
         }
         state.slots.entry(key.clone()).or_default().storing += 1;
+        state.bytes += bytes;
         Ok(self.inner.next_sequence.fetch_add(1, Ordering::SeqCst))
     }
 
     /// Makes a stored message its slot's current one, superseding an older current message; a message
-    /// older than the current one is itself superseded at once.
+    /// older than the current one is itself superseded at once. The message's bytes were counted in
+    /// `state.bytes` before; a superseded message's are taken out.
     pub(super) fn install(&self, state: &mut OutboxState, message: Arc<Message>) {
         let key = (message.destination.clone(), message.resource_id.clone());
-        let Some(slot) = state.slots.get_mut(&key) else { return };
+        let Some(slot) = state.slots.get_mut(&key) else {
+            state.bytes -= message.payload.len();
+            return;
+        };
         if slot.current.as_ref().is_some_and(|c| c.sequence > message.sequence) {
+            state.bytes -= message.payload.len();
             self.outcome(&message, "", OutcomeKind::Superseded);
             self.delete(vec![message.sequence], message.destination.is_group());
             return;
@@ -91,6 +108,7 @@ impl Outbox {
             }
         }
         if let Some(old) = old {
+            state.bytes -= old.payload.len();
             tracing::debug!(
                 message_id = old.sequence,
                 destination = %old.destination,
@@ -227,6 +245,7 @@ impl Outbox {
             self.record_group_ack(sequence, peer);
         } else {
             slot.current = None;
+            state.bytes -= message.payload.len();
             self.release_if_empty(state, &key);
             self.delete(vec![sequence], false);
         }

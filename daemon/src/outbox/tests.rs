@@ -94,6 +94,45 @@ async fn bounds_refuse_with_a_message_naming_the_limit_and_superseding_still_wor
 }
 
 #[tokio::test]
+async fn the_byte_bound_counts_held_payloads_frees_them_on_ack_and_still_lets_a_message_be_replaced() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let shutdown = CancellationToken::new();
+    let outbox = Outbox::open(Store::open(dir.path()).expect("store"), parts(config_of(16), &shutdown)).expect("open");
+    let sized = |resource: &str, event: &str, bytes: &'static [u8]| {
+        let mut o = out(PEER, resource, event);
+        o.payload = Bytes::from_static(bytes);
+        o
+    };
+    let a = outbox.send(sized("a", "1", b"12345678")).await.expect("8 bytes");
+    outbox.send(sized("b", "1", b"12345678")).await.expect("16 bytes");
+    let e = outbox.send(sized("c", "1", b"1")).await.expect_err("17 bytes");
+    assert!(
+        matches!(&e, OutboxError::Exhausted(m) if m.contains("16 payload bytes") && m.contains("outbox.maxPendingBytes (16)")),
+        "{e}"
+    );
+    // Replacing a's message needs no more room; it frees a's bytes once stored.
+    let a2 = outbox.send(sized("a", "2", b"1234")).await.expect("supersede while full");
+    outbox.send(sized("c", "1", b"1234")).await.expect("the superseded message's bytes were freed");
+    // An ACK frees its message's bytes.
+    outbox.acked(PEER, a2, "a", "2");
+    outbox.send(sized("d", "1", b"1234")).await.expect("the ACKed message's bytes were freed");
+    assert!(a < a2);
+    // A restart counts what it loads.
+    drop(outbox);
+    shutdown.cancel();
+    let shutdown = CancellationToken::new();
+    let store = crate::store::open_when_free(dir.path()).await;
+    let outbox = Outbox::open(store, parts(config_of(16), &shutdown)).expect("reopen");
+    let e = outbox.send(sized("e", "1", b"12345")).await.expect_err("16 + 5 bytes after the restart");
+    assert!(matches!(&e, OutboxError::Exhausted(m) if m.contains("16 payload bytes")), "{e}");
+    shutdown.cancel();
+}
+
+fn config_of(max_pending_bytes: usize) -> OutboxConfig {
+    OutboxConfig { max_payload_bytes: 8, max_pending_bytes, ..Default::default() }
+}
+
+#[tokio::test]
 async fn sends_are_refused_without_a_transport_and_group_destinations_without_kubernetes() {
     let dir = tempfile::tempdir().expect("temp dir");
     let shutdown = CancellationToken::new();
