@@ -162,7 +162,7 @@ impl Client {
 
     /// Shared watches.
     pub fn watch(&self) -> WatchServiceClient<Channel> {
-        WatchServiceClient::new(self.channel.clone())
+        WatchServiceClient::new(self.channel.clone()).max_decoding_message_size(MAX_ANSWER)
     }
 
     /// Reads and writes of Kubernetes objects: the generated `ObjectsService` calls, each write recorded
@@ -184,24 +184,28 @@ impl Client {
 
     /// Leader elections.
     pub fn leadership(&self) -> LeadershipServiceClient<Channel> {
-        LeadershipServiceClient::new(self.channel.clone())
+        LeadershipServiceClient::new(self.channel.clone()).max_decoding_message_size(MAX_ANSWER)
     }
 
     /// ACK-tracked sends.
     pub fn outbox(&self) -> OutboxServiceClient<Channel> {
-        OutboxServiceClient::new(self.channel.clone())
+        OutboxServiceClient::new(self.channel.clone()).max_decoding_message_size(MAX_ANSWER)
     }
 
     /// Messages from peers.
     pub fn inbox(&self) -> InboxServiceClient<Channel> {
-        InboxServiceClient::new(self.channel.clone())
+        InboxServiceClient::new(self.channel.clone()).max_decoding_message_size(MAX_ANSWER)
     }
 
     /// Versioned rollouts and the replica barrier.
     pub fn rollout(&self) -> RolloutServiceClient<Channel> {
-        RolloutServiceClient::new(self.channel.clone())
+        RolloutServiceClient::new(self.channel.clone()).max_decoding_message_size(MAX_ANSWER)
     }
 }
+
+/// The largest answer a client takes from the sidecar: any. gRPC's default of 4 MiB would refuse a List of a
+/// few large objects, and the sidecar is the pod's own.
+pub(crate) const MAX_ANSWER: usize = usize::MAX;
 
 /// The socket `CONSISTD_SOCKET` names (`from_env`), else [`DEFAULT_SOCKET`]; an empty value counts as unset.
 fn socket_path(from_env: Option<std::ffi::OsString>) -> PathBuf {

@@ -38,7 +38,8 @@ pub struct Objects {
 
 impl Objects {
     pub(crate) fn new(channel: Channel, writes: Arc<OwnWrites>) -> Self {
-        Self { service: ObjectsServiceClient::new(channel), writes, lease: String::new() }
+        let service = ObjectsServiceClient::new(channel).max_decoding_message_size(crate::MAX_ANSWER);
+        Self { service, writes, lease: String::new() }
     }
 
     /// The same client, naming `lease` in every write that names none.

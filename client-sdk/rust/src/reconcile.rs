@@ -464,7 +464,7 @@ impl Reconciler {
     {
         let Self { client, spec, mut shutdown, on_refused } = self;
         let objects = client.objects();
-        let mut service = ReconcileServiceClient::new(client.channel());
+        let mut service = ReconcileServiceClient::new(client.channel()).max_decoding_message_size(crate::MAX_ANSWER);
         let mut running = Running::new(spec.max_leases);
         let mut backoff = Backoff::new();
         let mut stopping = false;

@@ -139,6 +139,36 @@ async fn a_watch_surfaces_resync_required_when_the_daemon_restarts() {
 }
 
 #[tokio::test]
+async fn a_list_answer_larger_than_4_mib_arrives_whole() {
+    let d = daemon("sdk-rust-big-list").await;
+    let ns = namespace(&kube_client().await).await;
+    let client = d.client();
+    let big = "x".repeat(900 * 1024);
+    for i in 0..6 {
+        let object = serde_json::json!({ "metadata": { "name": format!("big-{i}") }, "data": { "v": big } });
+        let request = CreateRequest {
+            resource: "configmaps".into(),
+            namespace: ns.clone(),
+            object: object.to_string().into_bytes(),
+            ..Default::default()
+        };
+        client.objects().create(request).await.unwrap_or_else(|e| panic!("create big-{i}: {e}"));
+    }
+    let request = consistd_client::proto::ListRequest {
+        resource: "configmaps".into(),
+        namespace: ns.clone(),
+        ..Default::default()
+    };
+    let listed = client.objects().list(request).await.expect("a List over 4 MiB").into_inner();
+    let bytes: usize = listed.objects.iter().map(|o| o.json.len()).sum();
+    assert!(bytes > 4 * 1024 * 1024, "the answer is over gRPC's default limit: {bytes} bytes");
+    let mut names: Vec<&str> =
+        listed.objects.iter().map(|o| o.name.as_str()).filter(|n| n.starts_with("big-")).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["big-0", "big-1", "big-2", "big-3", "big-4", "big-5"]);
+}
+
+#[tokio::test]
 async fn errors_keep_their_grpc_code_and_message() {
     let d = daemon("sdk-rust-errors").await;
     let mut events = pin!(d.client().subscribe(Watch::new("")));
