@@ -24,6 +24,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"time"
@@ -114,6 +115,9 @@ func New(opts ...Option) (*Client, error) {
 			Backoff:           grpcbackoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 			MinConnectTimeout: 5 * time.Second,
 		}),
+		// Answers of any size: a List (or a Get, or a watch event) of big objects passes gRPC's default
+		// 4 MiB receive limit, and the sidecar is the app's own, trusted, over a local socket.
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32)),
 	}
 	conn, err := grpc.NewClient("passthrough:///consistd", append(dial, o.dialOptions...)...)
 	if err != nil {

@@ -50,3 +50,24 @@ async def test_a_guarded_write_succeeds_only_in_the_leaders_term(client: consist
         with pytest.raises(consistd.ConsistdError) as refused:
             await client.objects.patch("configmaps", "fenced", patch, namespace=namespace, guard=stale)
         assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION
+
+
+async def test_a_list_answer_larger_than_4_mib_comes_back_whole(client: consistd.Client, namespace: str) -> None:
+    # gRPC clients refuse answers over 4 MiB by default; the SDK's channel takes any size the sidecar sends.
+    value = "x" * (900 * 1024)
+    names = [f"big-{i}" for i in range(6)]
+    try:
+        for name in names:
+            await client.objects.create("configmaps", configmap(name, {"v": value}), namespace=namespace)
+        listed = await client.objects.list("configmaps", namespace=namespace)
+        assert sorted(o.name for o in listed.objects) == names
+        assert all(o.json["data"] == {"v": value} for o in listed.objects)
+        assert sum(len(o.raw) for o in listed.objects) > 4 * 1024 * 1024
+    finally:
+        # No namespace controller runs in the test control plane: delete the ConfigMaps themselves.
+        for name in names:
+            try:
+                await client.objects.delete("configmaps", name, namespace=namespace)
+            except consistd.ConsistdError as e:
+                if e.code != grpc.StatusCode.NOT_FOUND:
+                    raise

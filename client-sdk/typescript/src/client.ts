@@ -33,6 +33,8 @@ const READY_POLL_MS = 50;
 const CHANNEL_OPTIONS: ChannelOptions = {
   "grpc.initial_reconnect_backoff_ms": 100,
   "grpc.max_reconnect_backoff_ms": 1_000,
+  // Answers of any size: a List (or a get, or a watch event) of big objects passes gRPC's default 4 MiB
+  // receive limit, and the sidecar is the app's own, trusted, over a local socket.
   "grpc.max_receive_message_length": -1,
 };
 

@@ -48,6 +48,29 @@ test("a watch with an empty resource fails with INVALID_ARGUMENT naming the fiel
   assert.match(error.details, /^resource/);
 });
 
+test("a list answer larger than 4 MiB comes back whole", async () => {
+  // gRPC clients refuse answers over 4 MiB by default; the SDK's channel takes any size the sidecar sends.
+  const client = new Client();
+  clients.push(client);
+  const ns = await freshNamespace(client);
+  const value = "x".repeat(900 * 1024);
+  const names = Array.from({ length: 6 }, (_, i) => `big-${i}`);
+  try {
+    for (const name of names) {
+      await client.objects.create({ resource: "configmaps", namespace: ns, object: configMap(name, { v: value }) });
+    }
+    const listed = await client.objects.list({ resource: "configmaps", namespace: ns });
+    assert.deepEqual(listed.items.map((o) => o.name).sort(), names);
+    for (const o of listed.items) assert.ok(o.json.data.v === value && Object.keys(o.json.data).length === 1, `${o.name} lost data`);
+    const size = listed.items.reduce((sum, o) => sum + o.raw.byteLength, 0);
+    assert.ok(size > 4 * 1024 * 1024, `the objects' JSON adds up to ${size} bytes, not more than 4 MiB`);
+  } finally {
+    // No namespace controller runs in the test control plane: delete the ConfigMaps themselves.
+    for (const name of names) await client.objects.delete({ resource: "configmaps", namespace: ns, name }).catch(() => {});
+    await dropNamespace(client, ns);
+  }
+});
+
 test("objects are written and read as JSON, and a missing one is NOT_FOUND", async () => {
   const client = new Client();
   clients.push(client);

@@ -47,6 +47,9 @@ _CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 5000),
+    # Answers of any size: a List (or a Get, or a watch event) of big objects passes gRPC's default 4 MiB
+    # receive limit, and the sidecar is the app's own, trusted, over a local socket.
+    ("grpc.max_receive_message_length", -1),
 ]
 
 
