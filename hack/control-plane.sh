@@ -6,6 +6,7 @@
 #   hack/control-plane.sh stop    stop both by their saved PIDs
 #   hack/control-plane.sh env     print `export KUBECONFIG=...` for the running control plane
 #   hack/control-plane.sh status  say whether it runs, and where
+#   hack/control-plane.sh restart-apiserver   kill -9 of kube-apiserver, started again on the same port
 #
 # State (certificates, kubeconfig, logs, etcd data, PIDs) lives in $CONSISTD_CP_DIR, default
 # target/control-plane. The apiserver's audit log (every request's metadata: user, verb, resource,
@@ -118,6 +119,69 @@ show_logs() {
   done
 }
 
+# start_apiserver: kube-apiserver on the port and etcd that $state/server and $state/etcd name.
+start_apiserver() {
+  local pki=$state/pki port etcd
+  port=$(sed 's/.*://' "$state/server")
+  etcd=$(cat "$state/etcd")
+  local admission=(--disable-admission-plugins ServiceAccount)
+  [ -f "$state/node-mode" ] && admission=(--enable-aggregator-routing=true)
+  # podtemplates#0: no watch cache for PodTemplates, so their watches are served from etcd and a watch
+  # resumed from a compacted revision gets 410 Gone (tests of the relist path use them).
+  "$apiserver_bin" \
+    --etcd-servers "$etcd" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$port" \
+    --endpoint-reconciler-type none \
+    --tls-cert-file "$pki/serving.crt" --tls-private-key-file "$pki/serving.key" \
+    --client-ca-file "$pki/ca.crt" \
+    --service-account-issuer https://kubernetes.default.svc \
+    --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
+    --service-cluster-ip-range 10.96.0.0/16 \
+    --authorization-mode RBAC \
+    "${admission[@]}" \
+    --allow-privileged=true \
+    --watch-cache-sizes podtemplates#0 \
+    --audit-policy-file "$state/audit-policy.yaml" --audit-log-path "$state/audit.log" \
+    --audit-log-maxsize 200 --audit-log-maxbackup 1 \
+    --v 1 >>"$state/apiserver.log" 2>&1 &
+  echo $! >"$state/apiserver.pid"
+}
+
+# wait_ready: until kube-apiserver answers /readyz (up to 120 s: a cold one on a busy 2-core machine takes
+# a while to finish RBAC bootstrap); stops everything and dies if it does not.
+wait_ready() {
+  local pki=$state/pki server
+  server=$(cat "$state/server")
+  local deadline=$((SECONDS + 120))
+  until curl -sf --cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" \
+    "$server/readyz" >/dev/null 2>&1; do
+    if ! pid_alive "$state/etcd.pid" || ! pid_alive "$state/apiserver.pid"; then
+      show_logs
+      cmd_stop >/dev/null 2>&1 || true
+      die "a control-plane process exited during start"
+    fi
+    if [ $SECONDS -ge $deadline ]; then
+      show_logs
+      cmd_stop >/dev/null 2>&1 || true
+      die "kube-apiserver was not ready within 120 s"
+    fi
+    sleep 0.5
+  done
+}
+
+# restart-apiserver: kill -9 of kube-apiserver, started again on the same port with the same etcd (tests of
+# what the daemon does while the apiserver is gone and after it is back).
+cmd_restart_apiserver() {
+  running || die "not running; start it with: hack/control-plane.sh start"
+  local pid
+  pid=$(cat "$state/apiserver.pid")
+  kill -9 "$pid" 2>/dev/null || true
+  while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+  start_apiserver
+  wait_ready
+  log "kube-apiserver restarted: $(cat "$state/server")"
+}
+
 cmd_start() {
   if running; then
     log "already running (KUBECONFIG=$state/kubeconfig)"
@@ -128,7 +192,7 @@ cmd_start() {
   rm -rf "$state"
   mkdir -p "$state"
   make_pki
-  local pki=$state/pki etcd_client etcd_peer api_port
+  local etcd_client etcd_peer api_port
   etcd_client=$(free_port)
   etcd_peer=$(free_port)
   api_port=$(free_port)
@@ -149,53 +213,15 @@ rules:
   - level: Metadata
 EOF
 
-  local admission=(--disable-admission-plugins ServiceAccount)
   if [ "${CONSISTD_CP_NODE:-0}" = 1 ]; then
-    admission=(--enable-aggregator-routing=true)
     touch "$state/node-mode"
   fi
-
-  # podtemplates#0: no watch cache for PodTemplates, so their watches are served from etcd and a watch
-  # resumed from a compacted revision gets 410 Gone (tests of the relist path use them).
-  "$apiserver_bin" \
-    --etcd-servers "http://127.0.0.1:$etcd_client" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
-    --endpoint-reconciler-type none \
-    --tls-cert-file "$pki/serving.crt" --tls-private-key-file "$pki/serving.key" \
-    --client-ca-file "$pki/ca.crt" \
-    --service-account-issuer https://kubernetes.default.svc \
-    --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
-    --service-cluster-ip-range 10.96.0.0/16 \
-    --authorization-mode RBAC \
-    "${admission[@]}" \
-    --allow-privileged=true \
-    --watch-cache-sizes podtemplates#0 \
-    --audit-policy-file "$state/audit-policy.yaml" --audit-log-path "$state/audit.log" \
-    --audit-log-maxsize 200 --audit-log-maxbackup 1 \
-    --v 1 >"$state/apiserver.log" 2>&1 &
-  echo $! >"$state/apiserver.pid"
-
   local server="https://127.0.0.1:$api_port"
-  write_kubeconfig "$server"
   echo "$server" >"$state/server"
   echo "http://127.0.0.1:$etcd_client" >"$state/etcd"
-
-  # Up to 120 s: a cold kube-apiserver on a busy 2-core machine takes a while to finish RBAC bootstrap.
-  local deadline=$((SECONDS + 120))
-  until curl -sf --cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" \
-    "$server/readyz" >/dev/null 2>&1; do
-    if ! pid_alive "$state/etcd.pid" || ! pid_alive "$state/apiserver.pid"; then
-      show_logs
-      cmd_stop >/dev/null 2>&1 || true
-      die "a control-plane process exited during start"
-    fi
-    if [ $SECONDS -ge $deadline ]; then
-      show_logs
-      cmd_stop >/dev/null 2>&1 || true
-      die "kube-apiserver was not ready within 120 s"
-    fi
-    sleep 0.5
-  done
+  start_apiserver
+  write_kubeconfig "$server"
+  wait_ready
   # What a cluster admin installs once, so guarded writes are fenced at the apiserver in every test. A
   # node-mode cluster is left without it: the README walkthrough that the node e2e runs installs it.
   if [ "${CONSISTD_CP_NODE:-0}" != 1 ]; then
@@ -244,8 +270,9 @@ start) cmd_start ;;
 stop) cmd_stop ;;
 env) cmd_env ;;
 status) cmd_status ;;
+restart-apiserver) cmd_restart_apiserver ;;
 *)
-  echo "usage: $0 build|start|stop|env|status" >&2
+  echo "usage: $0 build|start|stop|env|status|restart-apiserver" >&2
   exit 2
   ;;
 esac
