@@ -28,7 +28,6 @@ use consistd_proto::v1::{
 };
 use futures::TryStreamExt;
 use tokio::net::UnixListener;
-use tokio_stream::wrappers::UnixListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Server;
 use tonic_health::{ServingStatus, server::HealthReporter};
@@ -41,6 +40,7 @@ use self::{
 use crate::{
     authority::Relaxed,
     config::{AccessRule, Live},
+    connections,
     inbox::Inbox,
     leadership::Leadership,
     metrics::Metrics,
@@ -164,7 +164,10 @@ pub(crate) async fn serve(
         .add_service(InboxServiceServer::new(inbox))
         .add_service(RolloutServiceServer::new(rollout))
         .add_service(ReconcileServiceServer::new(reconcile))
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener).map_ok(Relaxed::new), shutdown)
+        .serve_with_incoming_shutdown(
+            connections::accept(listener, connections::limit()).map_ok(Relaxed::new),
+            shutdown,
+        )
         .await
         .map_err(ApiError::Serve)
 }

@@ -9,6 +9,7 @@ pub(crate) mod authority;
 pub mod cli;
 pub(crate) mod cluster;
 pub mod config;
+pub(crate) mod connections;
 pub mod error;
 pub(crate) mod fencing;
 pub mod health;

@@ -21,6 +21,7 @@ pub struct DaemonBuilder {
     bin: PathBuf,
     dir: Option<PathBuf>,
     store_dir: Option<PathBuf>,
+    max_open_files: Option<u64>,
     args: Vec<String>,
     env: Vec<(String, String)>,
     config: Option<String>,
@@ -49,6 +50,13 @@ impl DaemonBuilder {
     /// Keeps the message store in `dir` instead of `<dir>/store` (a disk of its own, to fill or fail).
     pub fn store_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.store_dir = Some(dir.into());
+        self
+    }
+
+    /// Starts the daemon with this many file descriptors at most (RLIMIT_NOFILE, through util-linux's
+    /// `prlimit`, which then runs the daemon in its place: the pid is the daemon's).
+    pub fn max_open_files(mut self, n: u64) -> Self {
+        self.max_open_files = Some(n);
         self
     }
 
@@ -98,7 +106,14 @@ impl DaemonBuilder {
         let admin_socket = dir.join("admin.sock");
         let log = dir.join(format!("consistd-{:08x}.log", rand::random::<u32>()));
         let log_file = std::fs::File::create(&log).unwrap_or_else(|e| panic!("create {}: {e}", log.display()));
-        let mut command = Command::new(&self.bin);
+        let mut command = match self.max_open_files {
+            Some(n) => {
+                let mut c = Command::new("prlimit");
+                c.arg(format!("--nofile={n}:{n}")).arg("--").arg(&self.bin);
+                c
+            }
+            None => Command::new(&self.bin),
+        };
         if let Some(yaml) = &self.config {
             let file = dir.join("consistd.yaml");
             std::fs::write(&file, yaml).unwrap_or_else(|e| panic!("write {}: {e}", file.display()));
@@ -147,6 +162,7 @@ impl Daemon {
             bin: bin.into(),
             dir: None,
             store_dir: None,
+            max_open_files: None,
             args: Vec::new(),
             env: Vec::new(),
             config: None,
