@@ -11,6 +11,7 @@
 #                  buf lint (STANDARD), generated SDK code up to date
 #   make gen       regenerate protocol code from proto/consistd/v1/*.proto for every SDK
 #   make bench     benchmarks against the real control plane; figures go in docs/BENCHMARKS.md
+#   make soak      an hour of churn against one daemon (CONSISTD_SOAK_SECONDS): memory and descriptors flat, nothing lost
 #   make chart-check  charts/consistd: helm lint, its values schema, server-side dry runs, no drift from
 #                  manifests/injector (hack/chart-check.sh)
 #   make e2e       a real node (containerd, kubelet, scheduler, controller-manager; hack/node.sh) runs pods
@@ -26,7 +27,7 @@ SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 CARGO ?= cargo
 
-.PHONY: build dev dev-stop test lint gen bench control-plane e2e image image-check chart-check dashboard
+.PHONY: build dev dev-stop test lint gen bench soak control-plane e2e image image-check chart-check dashboard
 
 build:
 	$(CARGO) build --workspace
@@ -66,6 +67,9 @@ gen:
 
 bench:
 	hack/with-control-plane.sh hack/bench.sh
+
+soak:
+	hack/with-control-plane.sh $(CARGO) test -p consistd --test soak -- --ignored --nocapture
 
 chart-check: control-plane
 	hack/with-control-plane.sh hack/chart-check.sh

@@ -1,6 +1,7 @@
 //! Prometheus metrics: one registry for the daemon, encoded as text on the admin endpoint's /metrics.
 
 mod exposition;
+mod process;
 
 use std::{
     sync::{Arc, atomic::AtomicU64},
@@ -189,9 +190,12 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// A registry with every consistd metric registered under the `consistd_` prefix.
+    /// A registry with every consistd metric registered under the `consistd_` prefix, and the standard
+    /// `process_*` metrics.
     pub(crate) fn new() -> Self {
-        let mut registry = Registry::with_prefix("consistd");
+        let mut root = Registry::default();
+        root.register_collector(Box::new(process::ProcessCollector));
+        let registry = root.sub_registry_with_prefix("consistd");
         registry.register(
             "build",
             "The consistd version running",
@@ -339,7 +343,7 @@ impl Metrics {
             workqueue.consistency_timeouts.clone(),
         );
         Self {
-            registry: Arc::new(registry),
+            registry: Arc::new(root),
             apiserver_up,
             watch_upstreams,
             watch_subscribers,
@@ -490,7 +494,10 @@ mod tests {
         let prometheus = "application/openmetrics-text;version=1.0.0;q=0.6,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
         let (content_type, body) = metrics.encode_for(Some(prometheus));
         assert!(content_type.starts_with("application/openmetrics-text; version=1.0.0"), "{content_type}");
-        assert_eq!(body, metrics.encode());
+        // The process_* readings change between two scrapes; the rest is the same text.
+        let steady = |text: &str| text.lines().filter(|l| !l.contains("process_")).collect::<Vec<_>>().join("\n");
+        assert_eq!(steady(&body), steady(&metrics.encode()));
+        assert!(body.contains("# TYPE process_resident_memory_bytes gauge"), "{body}");
 
         let (content_type, text) = metrics.encode_for(None);
         assert_eq!(content_type, "text/plain; version=0.0.4; charset=utf-8");
