@@ -13,7 +13,7 @@ use std::{
 
 use consistd_client::{
     Watch,
-    proto::{CampaignRequest, EventType, LeadershipState, LeaseTiming},
+    proto::{CampaignRequest, EventType, LeadershipState},
 };
 use consistd_testkit::Daemon;
 use futures::StreamExt as _;
@@ -33,14 +33,9 @@ const TIMING: (i64, i64, i64) = (4, 3, 1);
 type States = Arc<Mutex<Vec<Option<LeadershipState>>>>;
 
 async fn campaign(daemon: &Daemon, i: usize, states: States) -> tokio::task::JoinHandle<()> {
-    let secs = |s| Some(prost_types::Duration { seconds: s, nanos: 0 });
     let request = CampaignRequest {
         election: "through-outages".into(),
-        timing: Some(LeaseTiming {
-            lease_duration: secs(TIMING.0),
-            renew_deadline: secs(TIMING.1),
-            retry_period: secs(TIMING.2),
-        }),
+        timing: Some(consistd_testkit::lease_timing(TIMING.0, TIMING.1, TIMING.2)),
         ..Default::default()
     };
     let mut stream = daemon.client().leadership().campaign(request).await.expect("campaign").into_inner();

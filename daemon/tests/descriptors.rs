@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use consistd_client::proto::{CampaignRequest, GetLeadershipRequest, LeadershipState, LeaseTiming};
+use consistd_client::proto::{CampaignRequest, GetLeadershipRequest, LeadershipState};
 use consistd_testkit::Daemon;
 use tokio::{io::AsyncReadExt as _, net::UnixStream};
 
@@ -28,10 +28,9 @@ async fn with_128_descriptors_200_app_connections_are_refused_cleanly_without_a_
     let daemon =
         Daemon::builder(BIN).config(format!("identity: limited\nnamespace: {ns}\n")).max_open_files(128).start().await;
     let client = daemon.client();
-    let secs = |s| Some(prost_types::Duration { seconds: s, nanos: 0 });
     let request = CampaignRequest {
         election: "limited".into(),
-        timing: Some(LeaseTiming { lease_duration: secs(4), renew_deadline: secs(3), retry_period: secs(1) }),
+        timing: Some(consistd_testkit::lease_timing(4, 3, 1)),
         ..Default::default()
     };
     let mut states = client.leadership().campaign(request).await.expect("campaign").into_inner();

@@ -8,7 +8,7 @@ use std::{
     time::Duration,
 };
 
-use consistd_client::proto::{CampaignRequest, LeadershipState, LeaseTiming, PatchRequest, PatchType, WriteGuard};
+use consistd_client::proto::{CampaignRequest, LeadershipState, PatchRequest, PatchType, WriteGuard};
 use consistd_testkit::{Daemon, proxy::DelayProxy};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, api::PostParams};
@@ -37,14 +37,9 @@ async fn candidate(identity: &str, ns: &str, proxy: Option<&DelayProxy>) -> Cand
         builder = builder.through(proxy);
     }
     let daemon = builder.start().await;
-    let secs = |s| Some(prost_types::Duration { seconds: s, nanos: 0 });
     let request = CampaignRequest {
         election: ELECTION.into(),
-        timing: Some(LeaseTiming {
-            lease_duration: secs(TIMING.0),
-            renew_deadline: secs(TIMING.1),
-            retry_period: secs(TIMING.2),
-        }),
+        timing: Some(consistd_testkit::lease_timing(TIMING.0, TIMING.1, TIMING.2)),
         ..Default::default()
     };
     let mut stream = daemon.client().leadership().campaign(request).await.expect("campaign").into_inner();

@@ -22,6 +22,17 @@ use kube::{
 
 pub use daemon::{Daemon, DaemonBuilder};
 
+/// Election timing in whole seconds (lease duration, renew deadline, retry period), as a CampaignRequest
+/// takes it.
+pub fn lease_timing(lease: i64, renew: i64, retry: i64) -> consistd_client::proto::LeaseTiming {
+    let secs = |seconds| Some(prost_types::Duration { seconds, nanos: 0 });
+    consistd_client::proto::LeaseTiming {
+        lease_duration: secs(lease),
+        renew_deadline: secs(renew),
+        retry_period: secs(retry),
+    }
+}
+
 /// The kubeconfig of the running test control plane: `CONSISTD_TEST_KUBECONFIG`, else the one
 /// `hack/control-plane.sh start` writes under `target/control-plane/`.
 pub fn kubeconfig() -> PathBuf {

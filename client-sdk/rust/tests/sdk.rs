@@ -237,16 +237,8 @@ async fn leadership_reports_unknown_at_once_when_the_sidecar_connection_is_lost_
 async fn a_leader_whose_sidecar_stops_is_demoted_by_the_sdk_before_another_app_leads() {
     let (a, b) = tokio::join!(daemon("sdk-rust-paused"), daemon("sdk-rust-successor"));
     let election = format!("sdk-rust-{:08x}", rand_suffix());
-    let secs = |s| Some(prost_types::Duration { seconds: s, nanos: 0 });
-    let request = CampaignRequest {
-        election,
-        timing: Some(consistd_client::proto::LeaseTiming {
-            lease_duration: secs(4),
-            renew_deadline: secs(3),
-            retry_period: secs(1),
-        }),
-        ..Default::default()
-    };
+    let request =
+        CampaignRequest { election, timing: Some(consistd_testkit::lease_timing(4, 3, 1)), ..Default::default() };
     let mut on_a = pin!(a.client().campaign(request.clone()));
     let lead = next_state(&mut on_a, LeadershipState::Unknown).await;
     let first_until = lead.leader_until().expect("a LEADER state says until when");
