@@ -261,18 +261,22 @@ impl Leadership {
         Ok(Key { namespace, name: name.to_owned() })
     }
 
-    /// The runner of `key`, started (as an observer) if none runs.
-    fn election(self: &Arc<Self>, key: &Key, identity: &str) -> Arc<Election> {
+    /// The runner of `key`, started (as an observer) if none runs, and a subscription to its state. Both
+    /// are taken under the registry's lock: a runner that finds itself idle retires under that lock too,
+    /// so it can never retire between a caller finding it and subscribing (which would leave the caller on
+    /// an election nobody runs).
+    fn subscribe(self: &Arc<Self>, key: &Key, identity: &str) -> (Arc<Election>, watch::Receiver<Observation>) {
         let mut elections = self.lock();
         if let Some(e) = elections.get(key) {
-            return e.clone();
+            return (e.clone(), e.subscribe());
         }
         let leader = self.metrics.leader_gauge(&gauge_label(key));
         let election = Election::new(key.clone(), identity.to_owned(), leader);
         elections.insert(key.clone(), election.clone());
+        let status = election.subscribe();
         let handle = tokio::spawn(elector::run(election.clone(), self.client.clone(), self.clone(), self.stop.clone()));
         self.runners.lock().unwrap_or_else(PoisonError::into_inner).push(handle);
-        election
+        (election, status)
     }
 
     /// Called by a runner with no campaigner and no subscriber: removes it unless one arrived meanwhile.
@@ -288,8 +292,7 @@ impl Leadership {
 
     /// Streams `key`'s state: the current one first, then every change (coalesced).
     pub(crate) fn observe(self: &Arc<Self>, key: &Key) -> watch::Receiver<Observation> {
-        let election = self.election(key, &self.identity);
-        election.subscribe()
+        self.subscribe(key, &self.identity).1
     }
 
     /// Campaigns for `key` as `identity` (empty: this daemon's) until the returned guard drops.
@@ -301,7 +304,8 @@ impl Leadership {
     ) -> Result<(Campaign, watch::Receiver<Observation>), LeadershipError> {
         timing.validate().map_err(|message| LeadershipError::InvalidArgument { field: "timing", message })?;
         let identity = if identity.is_empty() { self.identity.clone() } else { identity.to_owned() };
-        let election = self.election(key, &identity);
+        // The subscription keeps the runner from retiring until the candidacy has joined.
+        let (election, status) = self.subscribe(key, &identity);
         if election.identity != identity {
             return Err(LeadershipError::IdentityConflict {
                 election: format!("{}/{}", key.namespace, key.name),
@@ -309,7 +313,6 @@ impl Leadership {
                 asked: identity,
             });
         }
-        let status = election.subscribe();
         election.join_campaign(timing);
         let member = self.membership.join(key);
         Ok((Campaign { election, _member: member }, status))
@@ -318,8 +321,7 @@ impl Leadership {
     /// The current state of `key`, waiting at most `wait` for a first observation when nothing here
     /// watched that election yet.
     pub(crate) async fn get(self: &Arc<Self>, key: &Key, wait: Duration) -> Observation {
-        let election = self.election(key, &self.identity);
-        let mut status = election.subscribe();
+        let (election, mut status) = self.subscribe(key, &self.identity);
         if !election.observed() {
             let _ = tokio::time::timeout(wait, status.changed()).await;
         }
