@@ -423,7 +423,9 @@ impl Driver {
 
     /// The stream to grant to next: the first after the last one that has room.
     fn free_stream(&self) -> Option<u64> {
-        let has_room = |(id, slot): (&u64, &StreamSlot)| (slot.held < slot.capacity).then_some(*id);
+        // A stream whose app went away takes nothing more, though its Detach has not come yet.
+        let has_room =
+            |(id, slot): (&u64, &StreamSlot)| (slot.held < slot.capacity && !slot.items.is_closed()).then_some(*id);
         self.streams
             .range(self.last_stream + 1..)
             .find_map(has_room)
