@@ -64,7 +64,7 @@ impl WatchService for WatchApi {
             pb::DeliveryMode::Consistent => {
                 Feed::Consistent(Box::new(ConsistentSubscription::new(subscription, expectations)))
             }
-            _ => Feed::Raw(subscription, expectations),
+            _ => Feed::Raw(subscription.every_event(), expectations),
         };
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         let shutdown = self.shutdown.clone();
@@ -176,6 +176,8 @@ fn raw_response(item: Item, incarnation: u64, plural: &str, expectations: &Expec
                 (pb::EventType::Deleted, Some(o.clone()), cursor(entry.seq), pb::Consistency::Consistent)
             }
             Change::Synced => (pb::EventType::Synced, None, cursor(entry.seq), pb::Consistency::Unspecified),
+            // Not reached: a RAW subscription resyncs at a relist instead (`Subscription::every_event`).
+            Change::Relisted => (pb::EventType::ResyncRequired, None, String::new(), pb::Consistency::Unspecified),
         },
     };
     pb::SubscribeResponse {

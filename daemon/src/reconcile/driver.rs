@@ -327,6 +327,8 @@ impl Driver {
                 Change::Synced => self.synced(index, now),
                 Change::Added(obj) | Change::Modified(obj) => self.touch(index, obj, false, origin, now),
                 Change::Deleted(obj) => self.touch(index, obj, true, origin, now),
+                // The difference that follows touches every key that changed.
+                Change::Relisted => {}
             },
         }
     }

@@ -217,6 +217,8 @@ impl Filter {
                         // Objects that arrived before the initial list completed were offered already.
                         self.out.push_back(Delivery::Synced(entry.seq));
                     }
+                    // States, not events, are delivered here: the difference that follows is what counts.
+                    Change::Relisted => {}
                 }
             }
         }

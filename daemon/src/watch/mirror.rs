@@ -49,6 +49,8 @@ impl<V> Mirror<V> {
                     self.values.remove(&obj.key());
                 }
                 Change::Synced => self.synced = true,
+                // The difference that follows brings the values up to date.
+                Change::Relisted => {}
             },
         }
         true

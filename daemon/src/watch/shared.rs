@@ -37,6 +37,11 @@ pub(crate) enum Change {
     Deleted(Arc<Obj>),
     /// The initial list is complete.
     Synced,
+    /// The watch listed again (its resume was refused: 410 Gone). The changes that follow it are the
+    /// difference between the cache and the new list, not the events that made it: what happened in
+    /// between was never seen. State subscribers take the difference; a subscriber that wants every event
+    /// resyncs instead ([`super::Subscription`]).
+    Relisted,
 }
 
 /// A change with its position in the watch's history.
@@ -301,6 +306,8 @@ impl SharedWatch {
                     for slot in state.subscribers.drain(..) {
                         slot.first_list_done.store(true, Ordering::Release);
                     }
+                } else {
+                    state.publish(Change::Relisted, self, metrics);
                 }
                 for change in changes {
                     state.publish(change, self, metrics);
@@ -431,6 +438,7 @@ mod tests {
                 Change::Modified(o) => format!("MODIFIED {} {}", o.name, o.resource_version),
                 Change::Deleted(o) => format!("DELETED {} {}", o.name, o.resource_version),
                 Change::Synced => "SYNCED".to_owned(),
+                Change::Relisted => "RELISTED".to_owned(),
             });
         }
         out
@@ -490,6 +498,7 @@ mod tests {
             vec![raw("same", "1", "1"), raw("changed", "2", "20"), raw("recreated", "44", "40"), raw("new", "5", "50")],
         );
         let mut got = drain(&mut sub.live);
+        assert_eq!(got.remove(0), "RELISTED", "the difference comes marked");
         got.sort();
         assert_eq!(
             got,

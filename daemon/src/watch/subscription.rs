@@ -1,5 +1,6 @@
 //! One subscriber's view of a shared watch: its initial items, then live entries, and a fresh snapshot
-//! after RESYNC_REQUIRED when it fell behind. Dropping it releases the shared watch.
+//! after RESYNC_REQUIRED when it fell behind (or, wanting every event, when the watch relisted).
+//! Dropping it releases the shared watch.
 
 use std::{collections::VecDeque, sync::atomic::Ordering};
 
@@ -7,7 +8,7 @@ use tokio::time::Instant;
 
 use super::{
     hub::WatchClaim,
-    shared::{Item, Joined},
+    shared::{Change, Item, Joined},
 };
 
 /// A subscription to a shared watch.
@@ -19,12 +20,22 @@ pub(crate) struct Subscription {
     /// When the item `next` returned last was received from the apiserver, if it came live (not from a
     /// snapshot or a replay of the history).
     live_received: Option<Instant>,
+    /// Whether the subscriber wants every event (RAW), not only states: a relist's difference is then a
+    /// gap, answered with RESYNC_REQUIRED and a snapshot.
+    every_event: bool,
 }
 
 impl Subscription {
     pub(super) fn new(claim: WatchClaim, mut joined: Joined) -> Self {
         let pending = std::mem::take(&mut joined.initial).into();
-        Self { claim, pending, joined, live_received: None }
+        Self { claim, pending, joined, live_received: None, every_event: false }
+    }
+
+    /// Marks the subscriber as wanting every event: after a relist it resyncs instead of taking the
+    /// difference (which would skip whatever happened while the watch was away).
+    pub(crate) fn every_event(mut self) -> Self {
+        self.every_event = true;
+        self
     }
 
     /// The watch incarnation, for cursors.
@@ -51,29 +62,48 @@ impl Subscription {
     pub(crate) async fn next(&mut self) -> Option<Item> {
         self.live_received = None;
         loop {
-            if let Some(item) = self.pending.pop_front() {
-                return Some(item);
-            }
-            match self.joined.live.recv().await {
-                Some(entry) => {
-                    self.live_received = Some(entry.received);
-                    return Some(Item::Entry(entry));
+            let item = match self.pending.pop_front() {
+                Some(item) => item,
+                None => match self.joined.live.recv().await {
+                    Some(entry) => {
+                        self.live_received = Some(entry.received);
+                        Item::Entry(entry)
+                    }
+                    None if self.joined.overflowed.load(Ordering::Acquire) => {
+                        tracing::debug!(resource = %self.resource_plural(), "subscriber fell behind; resyncing");
+                        self.resync();
+                        continue;
+                    }
+                    None if self.joined.first_list_done.load(Ordering::Acquire) => {
+                        // Joined before the watch's first list completed: replay that list from the history.
+                        let mut joined = self.claim.watch().rejoin_after_first_list();
+                        self.pending.extend(std::mem::take(&mut joined.initial));
+                        self.joined = joined;
+                        continue;
+                    }
+                    None => return None,
+                },
+            };
+            match &item {
+                Item::Entry(entry) if entry.change == Change::Relisted => {
+                    if self.every_event {
+                        tracing::debug!(resource = %self.resource_plural(), "the watch relisted; resyncing");
+                        self.live_received = None;
+                        self.resync();
+                    }
                 }
-                None if self.joined.overflowed.load(Ordering::Acquire) => {
-                    tracing::debug!(resource = %self.claim.watch().key.resource.plural, "subscriber fell behind; resyncing");
-                    let mut joined = self.claim.watch().join(None);
-                    self.pending.push_back(Item::ResyncRequired);
-                    self.pending.extend(std::mem::take(&mut joined.initial));
-                    self.joined = joined;
-                }
-                None if self.joined.first_list_done.load(Ordering::Acquire) => {
-                    // Joined before the watch's first list completed: replay that list from the history.
-                    let mut joined = self.claim.watch().rejoin_after_first_list();
-                    self.pending.extend(std::mem::take(&mut joined.initial));
-                    self.joined = joined;
-                }
-                None => return None,
+                _ => return Some(item),
             }
         }
+    }
+
+    /// Starts over from a snapshot of the cache, announced by RESYNC_REQUIRED; what was pending or queued
+    /// is dropped (the snapshot holds its outcome).
+    fn resync(&mut self) {
+        let mut joined = self.claim.watch().join(None);
+        self.pending.clear();
+        self.pending.push_back(Item::ResyncRequired);
+        self.pending.extend(std::mem::take(&mut joined.initial));
+        self.joined = joined;
     }
 }

@@ -85,7 +85,8 @@ pub struct SubscribeResponse {
 #[repr(i32)]
 pub enum DeliveryMode {
     Unspecified = 0,
-    /// Every watch event, in apiserver order, none skipped, no batching.
+    /// Every watch event, in apiserver order, none skipped, no batching. When events were lost upstream
+    /// (the daemon's watch had to list again after 410 Gone), RESYNC_REQUIRED and a snapshot, never a gap.
     Raw = 1,
     /// Per object, only states consistent with this pod's own writes; each (uid, resourceVersion) at most
     /// once; a slow subscriber gets the latest state per object (a DELETE is never coalesced away).
@@ -136,8 +137,8 @@ pub enum EventType {
     Deleted = 3,
     /// Marker: every object of the initial state (or of a fresh snapshot) has been delivered.
     Synced = 4,
-    /// Marker: this subscriber fell behind or its cursor expired; a fresh snapshot follows (ADDED events,
-    /// then SYNCED) and the subscriber must reconcile against it.
+    /// Marker: this subscriber fell behind, its cursor expired, or (RAW) events were lost upstream; a fresh
+    /// snapshot follows (ADDED events, then SYNCED) and the subscriber must reconcile against it.
     ResyncRequired = 5,
 }
 impl EventType {

@@ -26,7 +26,8 @@ type DeliveryMode int32
 
 const (
 	DeliveryMode_DELIVERY_MODE_UNSPECIFIED DeliveryMode = 0
-	// Every watch event, in apiserver order, none skipped, no batching.
+	// Every watch event, in apiserver order, none skipped, no batching. When events were lost upstream
+	// (the daemon's watch had to list again after 410 Gone), RESYNC_REQUIRED and a snapshot, never a gap.
 	DeliveryMode_DELIVERY_MODE_RAW DeliveryMode = 1
 	// Per object, only states consistent with this pod's own writes; each (uid, resourceVersion) at most
 	// once; a slow subscriber gets the latest state per object (a DELETE is never coalesced away).
@@ -96,8 +97,8 @@ const (
 	EventType_EVENT_TYPE_DELETED EventType = 3
 	// Marker: every object of the initial state (or of a fresh snapshot) has been delivered.
 	EventType_EVENT_TYPE_SYNCED EventType = 4
-	// Marker: this subscriber fell behind or its cursor expired; a fresh snapshot follows (ADDED events,
-	// then SYNCED) and the subscriber must reconcile against it.
+	// Marker: this subscriber fell behind, its cursor expired, or (RAW) events were lost upstream; a fresh
+	// snapshot follows (ADDED events, then SYNCED) and the subscriber must reconcile against it.
 	EventType_EVENT_TYPE_RESYNC_REQUIRED EventType = 5
 )
 

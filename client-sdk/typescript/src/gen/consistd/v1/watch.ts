@@ -22,7 +22,10 @@ import { KubeObject } from "./object.js";
 /** How a subscription wants its events. */
 export enum DeliveryMode {
   UNSPECIFIED = 0,
-  /** RAW - Every watch event, in apiserver order, none skipped, no batching. */
+  /**
+   * RAW - Every watch event, in apiserver order, none skipped, no batching. When events were lost upstream
+   * (the daemon's watch had to list again after 410 Gone), RESYNC_REQUIRED and a snapshot, never a gap.
+   */
   RAW = 1,
   /**
    * CONSISTENT - Per object, only states consistent with this pod's own writes; each (uid, resourceVersion) at most
@@ -55,8 +58,8 @@ export enum EventType {
   /** SYNCED - Marker: every object of the initial state (or of a fresh snapshot) has been delivered. */
   SYNCED = 4,
   /**
-   * RESYNC_REQUIRED - Marker: this subscriber fell behind or its cursor expired; a fresh snapshot follows (ADDED events,
-   * then SYNCED) and the subscriber must reconcile against it.
+   * RESYNC_REQUIRED - Marker: this subscriber fell behind, its cursor expired, or (RAW) events were lost upstream; a fresh
+   * snapshot follows (ADDED events, then SYNCED) and the subscriber must reconcile against it.
    */
   RESYNC_REQUIRED = 5,
   UNRECOGNIZED = -1,
