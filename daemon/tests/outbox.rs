@@ -318,6 +318,55 @@ async fn messages_wait_for_an_absent_app_and_come_back_after_a_nack_or_a_dropped
 }
 
 #[tokio::test]
+async fn a_flood_past_the_receivers_inbox_byte_bound_is_refused_until_its_app_drains_it_and_nothing_is_lost() {
+    // b's inbox holds 64 KiB of payloads; its app is away. a sends ten messages of 16 KiB.
+    let (b, b_addr) = receiver("b", "outbox:\n  maxPayloadBytes: 16384\ninbox:\n  maxPendingBytes: 65536\n").await;
+    let a = sender("a", "").await;
+    let mut outcomes = acks(&a).await;
+    let mut ids = std::collections::BTreeMap::new();
+    for i in 0..10 {
+        let resource = format!("r{i}");
+        ids.insert(send(&a, to_peer(&b_addr, &resource, "e", &[b'x'; 16384])).await, resource);
+    }
+    // Four fit; the rest are refused, naming the bound, and wait at a.
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let status = a.client().outbox().get_outbox_status(GetOutboxStatusRequest {}).await.expect("status");
+        let status = status.into_inner();
+        let errors: Vec<&str> =
+            status.destinations.iter().flat_map(|d| &d.pending).map(|m| m.last_error.as_str()).collect();
+        if errors.iter().any(|e| e.contains("inbox.maxPendingBytes (65536)")) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no refusal naming inbox.maxPendingBytes: {status:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let held = consistd::admin::fetch_report(b.admin_socket()).await.expect("b's admin report").inbox_pending;
+    assert_eq!(held, 4, "64 KiB of 16 KiB payloads");
+
+    // b's app comes and ACKs what it gets: all ten arrive, each once, and every ACK reaches a.
+    let mut messages = inbox(&b).await;
+    let mut received = Vec::new();
+    while received.len() < 10 {
+        let m = next_message(&mut messages).await;
+        ack(&b, &m.message_id).await;
+        received.push(m.resource_id);
+    }
+    received.sort();
+    let mut expected: Vec<String> = ids.values().cloned().collect();
+    expected.sort();
+    assert_eq!(received, expected, "each message once");
+    let mut acked = std::collections::BTreeSet::new();
+    while acked.len() < 10 {
+        let o = next_outcome(&mut outcomes).await;
+        assert_eq!(o.outcome(), AckOutcome::Acked, "{o:?}");
+        acked.insert(o.message_id);
+    }
+    assert_eq!(acked.into_iter().collect::<Vec<_>>(), ids.keys().cloned().collect::<Vec<_>>());
+    assert_eq!(total_pending(&a).await, 0);
+}
+
+#[tokio::test]
 async fn bounds_answer_resource_exhausted_naming_the_limit() {
     let a = sender("a", "  maxPayloadBytes: 1024\n  maxPendingPerDestination: 2\n  maxPending: 3\n").await;
     let mut outbox = a.client().outbox();
