@@ -11,7 +11,8 @@
 #                  buf lint (STANDARD), generated SDK code up to date
 #   make gen       regenerate protocol code from proto/consistd/v1/*.proto for every SDK
 #   make bench     benchmarks against the real control plane; figures go in docs/BENCHMARKS.md
-#   make soak      an hour of churn against one daemon (CONSISTD_SOAK_SECONDS): memory and descriptors flat, nothing lost
+#   make soak      an hour of churn against one daemon (CONSISTD_SOAK_SECONDS): memory and descriptors flat, nothing lost;
+#                  then 6-minute black holes to and from the apiserver and a peer (daemon/tests/blackhole.rs)
 #   make chart-check  charts/consistd: helm lint, its values schema, server-side dry runs, no drift from
 #                  manifests/injector (hack/chart-check.sh)
 #   make e2e       a real node (containerd, kubelet, scheduler, controller-manager; hack/node.sh) runs pods
@@ -69,7 +70,7 @@ bench:
 	hack/with-control-plane.sh hack/bench.sh
 
 soak:
-	hack/with-control-plane.sh $(CARGO) test -p consistd --test soak -- --ignored --nocapture
+	hack/with-control-plane.sh $(CARGO) test -p consistd --test soak --test blackhole -- --ignored --nocapture
 
 chart-check: control-plane
 	hack/with-control-plane.sh hack/chart-check.sh

@@ -9,6 +9,7 @@
 #                           $CONSISTD_CACHE/prometheus/VERSION, for rendering the dashboard (hack/dashboard.sh)
 #   hack/tools.sh kubectl   kubectl $KUBERNETES_VERSION from hack/tools/kube-node, where hack/node.sh builds it
 #   hack/tools.sh strace    Debian's strace (its fault injection fails the store's fsync in tests)
+#   hack/tools.sh nft       Debian's nftables (black holes in the fault tests: testkit/src/blackhole.rs)
 #   hack/tools.sh prometheus-operator-crds   the Prometheus Operator's CRDs (PodMonitor, ...), from its Go
 #                           module on the module proxy (example/prometheus-operator-crd); prints their directory
 # Prints the tool's path on stdout.
@@ -98,6 +99,16 @@ strace)
   fi
   command -v strace
   ;;
+nft)
+  # Debian's nftables, for the black-hole fault tests (daemon/tests/blackhole.rs).
+  if ! command -v nft >/dev/null; then
+    echo "tools: installing nftables (Debian package)" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 nftables >&2 ||
+      { DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 &&
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 nftables >&2; }
+  fi
+  command -v nft
+  ;;
 prometheus-operator-crds)
   module=github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION
   dir=$(cd "$repo" && GOTOOLCHAIN=local go mod download -json "$module" |
@@ -107,7 +118,7 @@ prometheus-operator-crds)
   echo "$dir/example/prometheus-operator-crd"
   ;;
 *)
-  echo "usage: $0 buf|grpcurl|helm|kubectl|promtool|prometheus|prometheus-operator-crds|strace" >&2
+  echo "usage: $0 buf|grpcurl|helm|kubectl|promtool|prometheus|prometheus-operator-crds|strace|nft" >&2
   exit 2
   ;;
 esac

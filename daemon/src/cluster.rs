@@ -1,5 +1,6 @@
-//! The connection to the Kubernetes apiserver: in-cluster config or KUBECONFIG, a client that notes
-//! every answer for readiness, and a probe for when nothing else talked to the apiserver recently.
+//! The connection to the Kubernetes apiserver: in-cluster config or KUBECONFIG, a client whose
+//! connections carry TCP keepalives and notes every answer for readiness, and a probe for when nothing
+//! else talked to the apiserver recently.
 
 use std::{
     pin::Pin,
@@ -10,11 +11,14 @@ use std::{
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use http::{Request, Response};
+use http_body_util::BodyExt as _;
+use hyper::body::Incoming;
 use hyper::body::{Body, Frame, SizeHint};
-use kube::client::{ClientBuilder, DynBody};
+use hyper_util::{client::legacy::connect::HttpConnector, rt::TokioExecutor};
+use kube::client::{ConfigExt as _, DynBody, retry::RetryPolicy};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tower::{BoxError, Layer, Service};
+use tower::{BoxError, Layer, Service, ServiceBuilder, retry::RetryLayer};
 
 use tracing::Instrument as _;
 
@@ -23,6 +27,22 @@ use crate::{
     metrics::Metrics,
     telemetry,
 };
+
+/// A TCP handshake with the apiserver that takes longer is given up and tried afresh: SYN retransmissions
+/// back off (1, 2, 4, 8, 16 s), so after a black hole heals a fresh attempt gets through sooner than an old
+/// one's next SYN (kube's default is 30 s).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// TCP keepalive on apiserver connections: a connection quiet this long is probed,
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
+/// again this often while probes go unanswered,
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+/// and counted dead after this many unanswered probes.
+const KEEPALIVE_PROBES: u32 = 3;
+/// A connection whose sent data stays unacknowledged this long is dead too (TCP_USER_TIMEOUT; it also
+/// bounds the keepalive probing above). A black-holed link, where packets vanish and nothing says so,
+/// would otherwise hold a watch or a Lease renewal for the kernel's retransmission limit (15 minutes),
+/// and a healed one might wait up to two minutes for the next retransmission.
+const UNACKED_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// After a failed probe the next one comes this soon (or after the probe interval, if shorter), so
 /// readiness recovers fast.
@@ -44,11 +64,34 @@ pub enum ClusterError {
 pub(crate) async fn connect(contact: &ApiContact) -> Result<(kube::Client, String), ClusterError> {
     let config = kube::Config::infer().await.map_err(ClusterError::Config)?;
     let url = config.cluster_url.to_string();
-    let client = ClientBuilder::try_from(config)
-        .map_err(ClusterError::Client)?
-        .with_layer(&NoteAnswers(contact.clone()))
-        .build();
-    Ok((client, url))
+    Ok((client(config, contact).map_err(ClusterError::Client)?, url))
+}
+
+/// kube's client stack (base URI, retries of 429/503/504, authentication, extra headers) over a connector
+/// of our own: kube's `ClientBuilder` makes its TCP connector itself and sets no keepalive on it, so a
+/// black-holed apiserver link would go unnoticed (docs/ARCHITECTURE.md, "The apiserver connection").
+fn client(config: kube::Config, contact: &ApiContact) -> Result<kube::Client, kube::Error> {
+    let mut tcp = HttpConnector::new();
+    tcp.enforce_http(false);
+    tcp.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    tcp.set_keepalive(Some(KEEPALIVE_IDLE));
+    tcp.set_keepalive_interval(Some(KEEPALIVE_INTERVAL));
+    tcp.set_keepalive_retries(Some(KEEPALIVE_PROBES));
+    tcp.set_tcp_user_timeout(Some(UNACKED_TIMEOUT));
+    let https = config.rustls_https_connector_with_connector(tcp)?;
+    let http = hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(https);
+    let service = ServiceBuilder::new()
+        .layer(NoteAnswers(contact.clone()))
+        .map_response(|response: Response<Incoming>| {
+            response.map(|body| Box::new(body.map_err(BoxError::from)) as Box<DynBody>)
+        })
+        .layer(config.base_uri_layer())
+        .option_layer(config.default_retry.then(|| RetryLayer::new(RetryPolicy::server_retry())))
+        .option_layer(config.auth_layer()?)
+        .layer(config.extra_headers_layer()?)
+        .map_err(BoxError::from)
+        .service(http);
+    Ok(kube::Client::new(service, config.default_namespace))
 }
 
 /// Probes the apiserver's /version whenever nothing heard from it for `health.probeInterval` (and once

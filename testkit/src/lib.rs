@@ -4,6 +4,7 @@
 //! Nothing here fakes Kubernetes: when the control plane is not running, tests fail and say how to
 //! start it.
 
+pub mod blackhole;
 mod daemon;
 pub mod figures;
 pub mod proxy;
