@@ -81,6 +81,13 @@ pub(crate) struct Inbox {
     inner: Arc<InboxShared>,
 }
 
+impl Inbox {
+    /// This daemon's identity: whom its peers' messages are for.
+    pub(crate) fn identity(&self) -> &str {
+        &self.inner.identity
+    }
+}
+
 #[derive(Debug)]
 struct InboxShared {
     store: Store,

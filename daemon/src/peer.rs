@@ -60,11 +60,12 @@ pub(crate) async fn bind(addr: SocketAddr) -> Result<TcpListener, PeerError> {
     TcpListener::bind(addr).await.map_err(|source| PeerError::Bind { addr, source })
 }
 
-/// Serves PeerService on `listener` until `shutdown`.
+/// Serves PeerService on `listener` until `shutdown`: messages for `inbox`, from senders that mean to
+/// reach this daemon (its identity, or `pod`, the name of the Pod it runs in).
 pub(crate) async fn serve(
     listener: TcpListener,
     tls: Option<PeerTls>,
-    inbox: Inbox,
+    (inbox, pod): (Inbox, Option<String>),
     rollout: Rollout,
     shutdown: CancellationToken,
 ) -> Result<(), PeerError> {
@@ -73,7 +74,7 @@ pub(crate) async fn serve(
     let mut server = Server::builder()
         .http2_keepalive_interval(Some(std::time::Duration::from_secs(10)))
         .http2_keepalive_timeout(Some(std::time::Duration::from_secs(5)));
-    let service = PeerServiceServer::new(PeerApi { inbox, rollout, shutdown: shutdown.clone() })
+    let service = PeerServiceServer::new(PeerApi { inbox, pod, rollout, shutdown: shutdown.clone() })
         .max_decoding_message_size(MAX_FRAME_BYTES)
         .max_encoding_message_size(MAX_FRAME_BYTES);
     let router = server.add_service(service);
@@ -137,6 +138,8 @@ fn handshakes(
 
 struct PeerApi {
     inbox: Inbox,
+    /// The name of the Pod this daemon runs in (`POD_NAME`), which Service endpoints name.
+    pod: Option<String>,
     rollout: Rollout,
     shutdown: CancellationToken,
 }
@@ -162,10 +165,25 @@ impl PeerService for PeerApi {
         let first = tokio::time::timeout(HELLO_TIMEOUT, frames.message())
             .await
             .map_err(|_| status::deadline_exceeded("hello", "no Hello within 10 s of connecting"))?;
-        let sender = match first? {
-            Some(ExchangeRequest { frame: Some(Frame::Hello(h)) }) if !h.sender.is_empty() => h.sender,
+        let hello = match first? {
+            Some(ExchangeRequest { frame: Some(Frame::Hello(h)) }) if !h.sender.is_empty() => h,
             _ => return Err(status::invalid_argument("hello", "the first frame must be a Hello naming the sender")),
         };
+        // Meant for another daemon (a pod that had this address before): take nothing, ACK nothing.
+        let me = self.inbox.identity();
+        if !hello.recipient.is_empty() && hello.recipient != me && self.pod.as_deref() != Some(&hello.recipient) {
+            tracing::info!(
+                sender = hello.sender,
+                recipient = hello.recipient,
+                ?remote,
+                "refused a peer meant for another daemon"
+            );
+            return Err(status::failed_precondition(
+                "hello.recipient",
+                format!("this is consistd {me}, not {}", hello.recipient),
+            ));
+        }
+        let sender = hello.sender;
         tracing::info!(sender, ?remote, "peer connected");
         let (tx, rx) = mpsc::channel(ANSWER_QUEUE);
         let connection = self.inbox.connect(&sender, tx.clone());

@@ -156,7 +156,9 @@ pub async fn run(config: Config, env: &Environment, source: ConfigSource) -> Res
             let listener = peer::bind(addr).await?;
             tracing::info!(address = %addr, tls = tls.is_some(), "serving peers");
             let (inbox, rollout) = (inbox.clone(), rollout.clone());
-            Some(tokio::spawn(peer::serve(listener, tls, inbox, rollout, draining.clone())))
+            // Service endpoints name the Pod, which is this daemon even when its identity is set otherwise.
+            let pod = env.var("POD_NAME").filter(|name| !name.is_empty()).map(str::to_owned);
+            Some(tokio::spawn(peer::serve(listener, tls, (inbox, pod), rollout, draining.clone())))
         }
         None => None,
     };

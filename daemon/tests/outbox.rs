@@ -682,6 +682,73 @@ async fn slice(client: &kube::Client, ns: &str, name: &str, service: &str, port:
         .expect("apply EndpointSlice");
 }
 
+/// An EndpointSlice of Service `service` with one endpoint, Pod `pod`, at this machine's address and `port`.
+async fn pod_slice(client: &kube::Client, ns: &str, name: &str, service: &str, port: u16, pod: &str) {
+    use kube::api::{Api, Patch, PatchParams};
+    let slice: k8s_openapi::api::discovery::v1::EndpointSlice = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": name, "labels": { "kubernetes.io/service-name": service } },
+        "addressType": "IPv4",
+        "ports": [{ "name": "consistd-peer", "port": port, "protocol": "TCP" }],
+        "endpoints": [{
+            "addresses": [consistd_testkit::host_ip().to_string()],
+            "conditions": { "ready": true },
+            "targetRef": { "kind": "Pod", "name": pod, "namespace": ns },
+        }]
+    }))
+    .expect("EndpointSlice");
+    Api::<k8s_openapi::api::discovery::v1::EndpointSlice>::namespaced(client.clone(), ns)
+        .patch(name, &PatchParams::apply("consistd-test").force(), &Patch::Apply(&slice))
+        .await
+        .expect("apply EndpointSlice");
+}
+
+#[tokio::test]
+async fn a_new_pod_on_an_old_pods_address_neither_receives_its_messages_nor_acks_them() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    // Pod "new" got the address pod "old" had; the Service's EndpointSlice still names "old" there.
+    let (new, new_addr) = receiver_on(consistd_testkit::host_ip(), "new", "").await;
+    let port = new_addr.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok()).expect("port");
+    pod_slice(&kube, &ns, "web-x", "web", port, "old").await;
+    let a = sender("a", &format!("namespace: {ns}\n")).await;
+    let mut outcomes = acks(&a).await;
+    let mut at_new = inbox(&new).await;
+    let web = Some(Destination {
+        target: Some(Target::Service(ServiceDestination { namespace: String::new(), name: "web".to_owned() })),
+    });
+    send(&a, SendRequest { destination: web, ..to_peer("unused:1", "config", "v1", b"v1") }).await;
+
+    // The daemon there is not "old": it refuses the exchange, and the message waits for "old".
+    let old = format!("old@{new_addr}");
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let status = a.client().outbox().get_outbox_status(GetOutboxStatusRequest {}).await.expect("status");
+        let status = status.into_inner();
+        let refused = status
+            .destinations
+            .iter()
+            .any(|d| d.peer == old && d.pending.iter().any(|m| m.last_error.contains("this is consistd new, not old")));
+        if refused {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no refusal by the wrong daemon: {status:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(tokio::time::timeout(Duration::from_secs(1), at_new.message()).await.is_err(), "the new pod got it");
+
+    // The EndpointSlice catches up: "old" left (its delivery FAILED, never ACKED), "new" joined and gets
+    // the current message.
+    pod_slice(&kube, &ns, "web-x", "web", port, "new").await;
+    let failed = next_outcome(&mut outcomes).await;
+    assert_eq!((failed.outcome(), failed.peer.as_str()), (AckOutcome::Failed, old.as_str()), "{failed:?}");
+    assert!(failed.reason.contains("no longer part of service"), "{failed:?}");
+    let m = next_message(&mut at_new).await;
+    assert_eq!((m.resource_id.as_str(), m.event_id.as_str()), ("config", "v1"));
+    ack(&new, &m.message_id).await;
+    let o = next_outcome(&mut outcomes).await;
+    assert_eq!((o.outcome(), o.peer), (AckOutcome::Acked, format!("new@{new_addr}")));
+}
+
 #[tokio::test]
 async fn a_service_destination_reaches_every_ready_endpoint_including_ones_that_appear_later() {
     let kube = consistd_testkit::kube_client().await;
@@ -830,7 +897,7 @@ async fn an_election_destination_reaches_every_member_and_follows_joins_resignat
     assert_eq!(m.event_id, "v2");
     ack(&b, &m.message_id).await;
     let o = next_outcome(&mut outcomes).await;
-    assert_eq!((o.outcome(), o.peer.as_str()), (AckOutcome::Acked, b_addr.as_str()));
+    assert_eq!((o.outcome(), o.peer), (AckOutcome::Acked, format!("b@{b_addr}")), "a member known by its identity");
     assert_eq!(next_message(&mut at_c).await.event_id, "v2");
     assert!(tokio::time::timeout(Duration::from_secs(1), at_d.message()).await.is_err(), "d left but got v2");
 
@@ -839,8 +906,8 @@ async fn an_election_destination_reaches_every_member_and_follows_joins_resignat
     let killed = std::time::Instant::now();
     let failed = next_outcome(&mut outcomes).await;
     assert_eq!(
-        (failed.outcome(), failed.peer.as_str(), failed.event_id.as_str()),
-        (AckOutcome::Failed, c_addr.as_str(), "v2")
+        (failed.outcome(), failed.peer.clone(), failed.event_id.as_str()),
+        (AckOutcome::Failed, format!("c@{c_addr}"), "v2")
     );
     assert!(failed.reason.contains("no longer part of election"), "{failed:?}");
     assert!(killed.elapsed() >= Duration::from_secs(2), "dropped after {:?}, before its TTL", killed.elapsed());
@@ -852,5 +919,5 @@ async fn an_election_destination_reaches_every_member_and_follows_joins_resignat
     assert_eq!(m.event_id, "v2");
     ack(&e, &m.message_id).await;
     let o = next_outcome(&mut outcomes).await;
-    assert_eq!((o.outcome(), o.peer.as_str()), (AckOutcome::Acked, e_addr.as_str()));
+    assert_eq!((o.outcome(), o.peer), (AckOutcome::Acked, format!("e@{e_addr}")));
 }

@@ -4,7 +4,7 @@
 //! wall clock; after that, from this daemon's monotonic clock at the moment it saw renewTime change,
 //! as client-go judges Leases, so clock skew between nodes matters only at first sight.
 
-use std::{collections::BTreeSet, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use tokio::time::Instant;
 
@@ -95,10 +95,10 @@ impl GroupReader {
         self.mirror.values().values()
     }
 
-    /// The peer addresses of the members live now.
-    pub(crate) fn live_peers(&self) -> BTreeSet<String> {
+    /// What the members live now say of themselves.
+    pub(crate) fn live_members(&self) -> impl Iterator<Item = &MemberRecord> {
         let now = Instant::now();
-        self.members().filter(|m| m.live_at(now)).map(|m| m.record.peer.clone()).collect()
+        self.members().filter(move |m| m.live_at(now)).map(|m| &m.record)
     }
 }
 

@@ -87,6 +87,25 @@ impl Destination {
     }
 }
 
+/// A peer as the outbox keys it: "identity@host:port" for a group member whose daemon's identity is known
+/// (an EndpointSlice endpoint's Pod, an election member's holder), else "host:port". A link dials the
+/// address and names the identity in its Hello, so a new pod on an old pod's address is a different peer
+/// and is never taken for the old one.
+pub(crate) fn member_key(identity: Option<&str>, address: &str) -> String {
+    match identity {
+        Some(identity) if !identity.is_empty() => format!("{identity}@{address}"),
+        _ => address.to_owned(),
+    }
+}
+
+/// The identity, if the key names one, and the address of a peer key ([`member_key`]).
+pub(crate) fn split_member(peer: &str) -> (Option<&str>, &str) {
+    match peer.split_once('@') {
+        Some((identity, address)) => (Some(identity), address),
+        None => (None, peer),
+    }
+}
+
 impl fmt::Display for Destination {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -99,6 +118,15 @@ impl fmt::Display for Destination {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_member_key_carries_the_identity_when_known_and_splits_back() {
+        assert_eq!(super::member_key(Some("web-0"), "10.0.0.5:7070"), "web-0@10.0.0.5:7070");
+        assert_eq!(super::member_key(None, "10.0.0.5:7070"), "10.0.0.5:7070");
+        assert_eq!(super::member_key(Some(""), "[fd00::1]:7070"), "[fd00::1]:7070");
+        assert_eq!(super::split_member("web-0@10.0.0.5:7070"), (Some("web-0"), "10.0.0.5:7070"));
+        assert_eq!(super::split_member("[fd00::1]:7070"), (None, "[fd00::1]:7070"));
+    }
+
     use super::*;
 
     fn peer(p: &str) -> pb::Destination {

@@ -18,7 +18,7 @@ use tokio::{
 };
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::{Message, Outbox, OutboxState, backoff};
+use super::{Message, Outbox, OutboxState, backoff, destination::split_member};
 use crate::{error::chain as error_chain, transport::Transport};
 
 /// Frames queued towards one peer before waiting for the connection to take them.
@@ -169,9 +169,11 @@ fn broken(error: String, connected: bool) -> Broken {
 
 /// Dials, then exchanges frames until the connection breaks (Err) or the link is gone (Ok).
 async fn exchange(outbox: &Outbox, t: &Transport, peer: &str, id: u64, wake: &Notify) -> Result<(), Broken> {
-    let mut client = t.connect(peer, None).await.map_err(|e| broken(error_chain(&e), false))?;
+    let (recipient, address) = split_member(peer);
+    let mut client = t.connect(address, None).await.map_err(|e| broken(error_chain(&e), false))?;
     let (requests, frames) = mpsc::channel(SEND_WINDOW);
-    let hello = ExchangeRequest { frame: Some(Frame::Hello(peer_pb::Hello { sender: t.identity.clone() })) };
+    let hello = peer_pb::Hello { sender: t.identity.clone(), recipient: recipient.unwrap_or_default().to_owned() };
+    let hello = ExchangeRequest { frame: Some(Frame::Hello(hello)) };
     requests.send(hello).await.map_err(|_| broken("queue hello".to_owned(), false))?;
     let mut responses = client
         .exchange(ReceiverStream::new(frames))

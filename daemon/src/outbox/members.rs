@@ -7,7 +7,7 @@ use std::{collections::BTreeSet, sync::Arc, time::Duration};
 use serde::Deserialize;
 use tokio::task::JoinHandle;
 
-use super::{Destination, Outbox};
+use super::{Destination, Outbox, destination::member_key};
 use crate::{
     leadership::group::GroupReader,
     watch::{Hub, Mirror, Query, object::Obj},
@@ -122,7 +122,8 @@ async fn follow_election(hub: &Arc<Hub>, target: &Destination, namespace: &str, 
             Ok(mut group) => {
                 while group.changed().await {
                     if group.synced() {
-                        outbox.set_peers(target, group.live_peers());
+                        let members = group.live_members().map(|m| member_key(Some(&m.identity), &m.peer));
+                        outbox.set_peers(target, members.collect());
                     }
                 }
             }
@@ -146,11 +147,22 @@ struct Slice {
 }
 
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct Endpoint {
     #[serde(default)]
     addresses: Vec<String>,
     #[serde(default)]
     conditions: Option<Conditions>,
+    #[serde(default)]
+    target_ref: Option<TargetRef>,
+}
+
+/// What an endpoint is: for a Pod, its name is its sidecar's identity (consistd's default identity is
+/// `POD_NAME`).
+#[derive(Deserialize)]
+struct TargetRef {
+    kind: Option<String>,
+    name: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -164,7 +176,8 @@ struct Port {
     port: Option<u16>,
 }
 
-/// "address:port" of every ready endpoint of a slice (a missing `ready` means ready, as the API says).
+/// Every ready endpoint of a slice (a missing `ready` means ready, as the API says) as the outbox keys
+/// peers: "pod@address:port" when the endpoint is a Pod, else "address:port".
 pub(crate) fn ready_peers(obj: &Obj) -> BTreeSet<String> {
     let slice: Slice = match serde_json::from_slice(&obj.json) {
         Ok(s) => s,
@@ -187,8 +200,13 @@ pub(crate) fn ready_peers(obj: &Obj) -> BTreeSet<String> {
         .endpoints
         .iter()
         .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
-        .filter_map(|e| e.addresses.first())
-        .map(|a| if a.contains(':') { format!("[{a}]:{port}") } else { format!("{a}:{port}") })
+        .filter_map(|e| {
+            let a = e.addresses.first()?;
+            let address = if a.contains(':') { format!("[{a}]:{port}") } else { format!("{a}:{port}") };
+            let pod =
+                e.target_ref.as_ref().filter(|t| t.kind.as_deref() == Some("Pod")).and_then(|t| t.name.as_deref());
+            Some(member_key(pod, &address))
+        })
         .collect()
 }
 

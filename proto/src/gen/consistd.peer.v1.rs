@@ -24,6 +24,12 @@ pub struct Hello {
     /// The sending daemon's identity; the receiver deduplicates by (sender, resource_id, event_id).
     #[prost(string, tag = "1")]
     pub sender: ::prost::alloc::string::String,
+    /// The identity of the daemon the sender means to reach (a member of a Service or election group, known
+    /// by its pod); empty for a peer named only by its address. A receiver with another identity refuses the
+    /// exchange with FAILED_PRECONDITION: a new pod on an old pod's address never takes the old pod's
+    /// messages, nor ACKs them.
+    #[prost(string, tag = "2")]
+    pub recipient: ::prost::alloc::string::String,
 }
 /// One message from the sender's outbox.
 #[allow(clippy::all)]

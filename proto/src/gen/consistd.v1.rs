@@ -2223,7 +2223,8 @@ pub struct WatchAcksResponse {
     pub message_id: ::prost::alloc::string::String,
     #[prost(message, optional, tag = "2")]
     pub destination: ::core::option::Option<Destination>,
-    /// The peer address that answered (one of a Service's endpoints, for fan-out).
+    /// The peer that answered (one of a Service's endpoints, for fan-out): "host:port", or "identity@host:port"
+    /// for a member known by its daemon's identity (a Service endpoint's Pod, an election member).
     #[prost(string, tag = "3")]
     pub peer: ::prost::alloc::string::String,
     #[prost(string, tag = "4")]
@@ -2267,7 +2268,7 @@ pub struct PendingMessage {
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct DestinationStatus {
-    /// The peer address; empty while a Service or election destination has no member.
+    /// The peer, as in WatchAcksResponse.peer; empty while a Service or election destination has no member.
     #[prost(string, tag = "1")]
     pub peer: ::prost::alloc::string::String,
     /// Whether a connection to the peer is up.

@@ -534,7 +534,8 @@ type WatchAcksResponse struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	MessageId   string                 `protobuf:"bytes,1,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
 	Destination *Destination           `protobuf:"bytes,2,opt,name=destination,proto3" json:"destination,omitempty"`
-	// The peer address that answered (one of a Service's endpoints, for fan-out).
+	// The peer that answered (one of a Service's endpoints, for fan-out): "host:port", or "identity@host:port"
+	// for a member known by its daemon's identity (a Service endpoint's Pod, an election member).
 	Peer       string     `protobuf:"bytes,3,opt,name=peer,proto3" json:"peer,omitempty"`
 	ResourceId string     `protobuf:"bytes,4,opt,name=resource_id,json=resourceId,proto3" json:"resource_id,omitempty"`
 	EventId    string     `protobuf:"bytes,5,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
@@ -767,7 +768,7 @@ func (x *PendingMessage) GetLastError() string {
 // The pending messages of one destination at one peer.
 type DestinationStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The peer address; empty while a Service or election destination has no member.
+	// The peer, as in WatchAcksResponse.peer; empty while a Service or election destination has no member.
 	Peer string `protobuf:"bytes,1,opt,name=peer,proto3" json:"peer,omitempty"`
 	// Whether a connection to the peer is up.
 	Connected bool `protobuf:"varint,2,opt,name=connected,proto3" json:"connected,omitempty"`

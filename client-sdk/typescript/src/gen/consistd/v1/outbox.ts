@@ -116,7 +116,10 @@ export interface WatchAcksResponse {
   destination:
     | Destination
     | undefined;
-  /** The peer address that answered (one of a Service's endpoints, for fan-out). */
+  /**
+   * The peer that answered (one of a Service's endpoints, for fan-out): "host:port", or "identity@host:port"
+   * for a member known by its daemon's identity (a Service endpoint's Pod, an election member).
+   */
   peer: string;
   resourceId: string;
   eventId: string;
@@ -147,7 +150,7 @@ export interface PendingMessage {
 
 /** The pending messages of one destination at one peer. */
 export interface DestinationStatus {
-  /** The peer address; empty while a Service or election destination has no member. */
+  /** The peer, as in WatchAcksResponse.peer; empty while a Service or election destination has no member. */
   peer: string;
   /** Whether a connection to the peer is up. */
   connected: boolean;
