@@ -27,6 +27,17 @@ PROMTOOL_VERSION=v0.316.0
 # The Prometheus Operator whose PodMonitor CRD manifests/monitoring is checked against.
 PROMETHEUS_OPERATOR_VERSION=v0.85.0
 
+# debian_tool PACKAGE COMMAND: installs Debian's PACKAGE unless COMMAND is there; prints COMMAND's path.
+debian_tool() {
+  if ! command -v "$2" >/dev/null; then
+    echo "tools: installing $1 (Debian package)" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 "$1" >&2 ||
+      { DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 &&
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 "$1" >&2; }
+  fi
+  command -v "$2"
+}
+
 case "${1:-}" in
 buf)
   bin=$repo/hack/tools/node/node_modules/.bin/buf
@@ -91,23 +102,11 @@ kubectl)
   ;;
 strace)
   # Debian's strace, for the store tests' fsync fault injection (daemon/tests/disk.rs).
-  if ! command -v strace >/dev/null; then
-    echo "tools: installing strace (Debian package)" >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 strace >&2 ||
-      { DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 &&
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 strace >&2; }
-  fi
-  command -v strace
+  debian_tool strace strace
   ;;
 nft)
   # Debian's nftables, for the black-hole fault tests (daemon/tests/blackhole.rs).
-  if ! command -v nft >/dev/null; then
-    echo "tools: installing nftables (Debian package)" >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 nftables >&2 ||
-      { DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 &&
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 nftables >&2; }
-  fi
-  command -v nft
+  debian_tool nftables nft
   ;;
 prometheus-operator-crds)
   module=github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION

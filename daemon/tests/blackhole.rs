@@ -13,25 +13,21 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    pin::pin,
     sync::{Arc, Mutex},
     time::Duration,
 };
 
-use consistd_client::{
-    Watch,
-    proto::{
-        AckOutcome, AckRequest, CampaignRequest, DeliveryMode, Destination, EventType, LeadershipState, ReceiveRequest,
-        SendRequest, WatchAcksRequest, destination::Target,
-    },
+use consistd_client::proto::{
+    AckOutcome, AckRequest, CampaignRequest, Destination, LeadershipState, ReceiveRequest, SendRequest,
+    WatchAcksRequest, destination::Target,
 };
 use consistd_testkit::{
     Daemon,
     blackhole::{BlackHole, Direction},
     free_port,
     proxy::DelayProxy,
+    watch::{Seen, assert_no_gap, record_counter},
 };
-use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
     Api,
@@ -69,13 +65,6 @@ const TIMING: (i64, i64, i64) = (4, 3, 1);
 /// Fast retries, so reconnecting after the hole is not waiting on a long backoff.
 const BACKOFF: &str = "outbox:\n  backoff: {initial: 20ms, factor: 2, cap: 500ms}\n";
 
-/// What a subscriber saw: a value of data.v, or a resync.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Seen {
-    Value(u32),
-    Resync,
-}
-
 /// Waits until `done` holds, failing with `what` once `deadline` has passed.
 async fn until(deadline: Instant, what: impl Fn() -> String, done: impl Fn() -> bool) {
     while !done() {
@@ -112,27 +101,7 @@ async fn apiserver_hole(direction: Direction, hole: Duration) {
     let leads = || *state.lock().expect("lock") == Some(LeadershipState::Leader);
     until(Instant::now() + Duration::from_secs(30), || format!("LEADER at start ({:?})", state.lock()), leads).await;
 
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let synced = Arc::new(tokio::sync::Notify::new());
-    let (client, into, ready) = (daemon.client(), seen.clone(), synced.clone());
-    let watching = tokio::spawn(async move {
-        let watch = Watch::new("configmaps").namespace(&ns).mode(DeliveryMode::Raw);
-        let mut events = pin!(client.subscribe(watch));
-        while let Some(event) = events.next().await {
-            let event = event.expect("the watch through the daemon");
-            match event.kind {
-                EventType::Synced => ready.notify_one(),
-                EventType::ResyncRequired => into.lock().expect("lock").push(Seen::Resync),
-                EventType::Added | EventType::Modified => {
-                    let object: serde_json::Value = event.json().expect("an object").expect("object JSON");
-                    let v = object["data"]["v"].as_str().and_then(|v| v.parse().ok()).expect("data.v");
-                    into.lock().expect("lock").push(Seen::Value(v));
-                }
-                _ => {}
-            }
-        }
-    });
-    tokio::time::timeout(Duration::from_secs(30), synced.notified()).await.expect("the watch synced");
+    let (seen, watching) = record_counter(daemon.client(), &ns).await;
 
     // About ten changes a second, from 2 s before the hole until 2 s after it; the writer's own client
     // does not go through the hole.
@@ -180,23 +149,7 @@ async fn apiserver_hole(direction: Direction, hole: Duration) {
     );
     watching.abort();
 
-    // Each value follows the one before it, except right after a resync, where the state may jump ahead.
-    let seen = seen.lock().expect("lock").clone();
-    let mut last = 0;
-    let mut resynced = false;
-    for s in &seen {
-        match *s {
-            Seen::Resync => resynced = true,
-            Seen::Value(v) if resynced => {
-                assert!(v >= last, "after a resync the state goes back: {last} then {v}");
-                (last, resynced) = (v, false);
-            }
-            Seen::Value(v) => {
-                assert!(v == last + 1 || (v == 0 && last == 0), "a gap or a repeat: {last} then {v} in {seen:?}");
-                last = v;
-            }
-        }
-    }
+    assert_no_gap(&seen.lock().expect("lock"));
 }
 
 /// Two daemons: `a` sends to `b`'s peer port, where the hole is.

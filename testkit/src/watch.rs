@@ -1,11 +1,18 @@
-//! Reading a WatchService stream in tests: the next event within a timeout, or everything up to SYNCED.
+//! Reading a WatchService stream in tests: the next event within a timeout, or everything up to SYNCED;
+//! and a counter in ConfigMaps recorded through a RAW subscription, checked for gaps.
 
-use std::time::Duration;
+use std::{
+    pin::pin,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use consistd_client::{
-    Client,
+    Client, Watch,
     proto::{DeliveryMode, EventType, SubscribeRequest, SubscribeResponse},
 };
+use futures::StreamExt as _;
+use tokio::task::JoinHandle;
 use tonic::Streaming;
 
 /// How long a test waits for one event before failing.
@@ -72,5 +79,61 @@ pub fn describe(event: &SubscribeResponse) -> String {
     match &event.object {
         Some(o) => format!("{kind} {}", o.name),
         None => kind.to_owned(),
+    }
+}
+
+/// What a RAW subscriber saw of a ConfigMap counter (`data.v`): a value, or a resync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// ADDED or MODIFIED with this `data.v`.
+    Value(u32),
+    /// RESYNC_REQUIRED.
+    Resync,
+}
+
+/// Records, through a RAW subscription, every `data.v` of `namespace`'s ConfigMaps and every resync, in
+/// the order delivered; returns once the subscription has synced. Abort the task to stop recording.
+pub async fn record_counter(client: Client, namespace: &str) -> (Arc<Mutex<Vec<Seen>>>, JoinHandle<()>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let synced = Arc::new(tokio::sync::Notify::new());
+    let (into, ready) = (seen.clone(), synced.clone());
+    let watch = Watch::new("configmaps").namespace(namespace).mode(DeliveryMode::Raw);
+    let task = tokio::spawn(async move {
+        let mut events = pin!(client.subscribe(watch));
+        while let Some(event) = events.next().await {
+            let event = event.expect("the watch through the daemon");
+            match event.kind {
+                EventType::Synced => ready.notify_one(),
+                EventType::ResyncRequired => into.lock().expect("lock").push(Seen::Resync),
+                EventType::Added | EventType::Modified => {
+                    let object: serde_json::Value = event.json().expect("an object").expect("object JSON");
+                    let v = object["data"]["v"].as_str().and_then(|v| v.parse().ok()).expect("data.v");
+                    into.lock().expect("lock").push(Seen::Value(v));
+                }
+                _ => {}
+            }
+        }
+    });
+    tokio::time::timeout(Duration::from_secs(30), synced.notified()).await.expect("the watch synced");
+    (seen, task)
+}
+
+/// Checks a recorded counter: each value follows the one before it, never a gap or a repeat, except
+/// right after a resync, where the state may jump ahead (never back).
+pub fn assert_no_gap(seen: &[Seen]) {
+    let mut last = 0;
+    let mut resynced = false;
+    for s in seen {
+        match *s {
+            Seen::Resync => resynced = true,
+            Seen::Value(v) if resynced => {
+                assert!(v >= last, "after a resync the state goes back: {last} then {v}");
+                (last, resynced) = (v, false);
+            }
+            Seen::Value(v) => {
+                assert!(v == last + 1 || (v == 0 && last == 0), "a gap or a repeat: {last} then {v} in {seen:?}");
+                last = v;
+            }
+        }
     }
 }
