@@ -16,6 +16,7 @@ mod watch;
 
 use std::sync::Arc;
 
+use consistd_core::config::{AccessRule, Live};
 use consistd_proto::v1::{
     FILE_DESCRIPTOR_SET,
     inbox_service_server::{self, InboxServiceServer},
@@ -38,16 +39,8 @@ use self::{
     outbox::OutboxApi, reconcile::ReconcileApi, rollout::RolloutApi, watch::WatchApi,
 };
 use crate::{
-    authority::Relaxed,
-    config::{AccessRule, Live},
-    connections,
-    inbox::Inbox,
-    leadership::Leadership,
-    metrics::Metrics,
-    objects::Objects,
-    outbox::Outbox,
-    reconcile::Reconciler,
-    watch::Hub,
+    authority::Relaxed, connections, inbox::Inbox, leadership::Leadership, metrics::Metrics, objects::Objects,
+    outbox::Outbox, reconcile::Reconciler, watch::Hub,
 };
 
 /// What a server-streaming RPC answers with.

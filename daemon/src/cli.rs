@@ -3,13 +3,16 @@
 use std::{path::PathBuf, process::ExitCode};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use consistd_core::{
+    config::{self, Config, Environment, LogFormat, Overrides, POD_VARIABLES},
+    error,
+    inject::SidecarArgs,
+    report::render,
+};
 
 use crate::{
     admin,
-    config::{self, Config, Environment, LogFormat, Overrides, POD_VARIABLES},
-    error,
-    health::Report,
-    inject::{Defaults, certs, offline, webhook},
+    inject::{certs, webhook},
 };
 
 /// Exit code for an invalid configuration (EX_USAGE, as linkerd2-proxy and sysexits use it).
@@ -120,51 +123,6 @@ impl WebhookArgs {
             configuration: self.webhook_configuration.clone(),
             check_every: self.check_every,
             defaults: self.defaults.defaults(),
-        }
-    }
-}
-
-/// The sidecar's defaults, shared by the offline injector and the webhook.
-#[derive(Debug, Args)]
-pub struct SidecarArgs {
-    /// The consistd image (the default is not published yet: build it with `make image` and push it).
-    #[arg(long, default_value_t = Defaults::default().image)]
-    pub image: String,
-    /// The ConfigMap with `consistd.yaml` (annotation consistd.io/config overrides it).
-    #[arg(long, default_value_t = Defaults::default().config_map)]
-    pub config_map: String,
-    /// The daemon-to-daemon port (annotation consistd.io/peer-port).
-    #[arg(long, default_value_t = Defaults::default().peer_port)]
-    pub peer_port: u16,
-    /// The peer mTLS Secret, mounted if it exists (annotation consistd.io/peer-tls-secret).
-    #[arg(long, default_value_t = Defaults::default().peer_tls_secret)]
-    pub peer_tls_secret: String,
-    /// The port of /metrics and the httpGet probes (admin.listen); 0: exec probes, metrics on the
-    /// admin socket only (annotation consistd.io/admin-port).
-    #[arg(long, default_value_t = Defaults::default().admin_port)]
-    pub admin_port: u16,
-    /// The OTLP/gRPC endpoint sidecars export traces to, e.g. http://otel-collector.monitoring:4317;
-    /// empty: traces off (annotation consistd.io/otel-endpoint).
-    #[arg(long, default_value_t = Defaults::default().otel_endpoint, value_parser = otel_endpoint)]
-    pub otel_endpoint: String,
-}
-
-/// Parses `--otel-endpoint` as the annotation is checked.
-fn otel_endpoint(value: &str) -> Result<String, String> {
-    crate::inject::sidecar::check_otel_endpoint(value).map(|()| value.to_owned())
-}
-
-impl SidecarArgs {
-    /// The defaults these flags give.
-    pub fn defaults(&self) -> Defaults {
-        Defaults {
-            image: self.image.clone(),
-            config_map: self.config_map.clone(),
-            peer_port: self.peer_port,
-            admin_port: self.admin_port,
-            peer_tls_secret: self.peer_tls_secret.clone(),
-            otel_endpoint: self.otel_endpoint.clone(),
-            ..Defaults::default()
         }
     }
 }
@@ -305,37 +263,6 @@ fn config_text(file: &std::path::Path) -> Result<(String, &'static str), String>
     }
 }
 
-/// `consistd inject -f FILE`: the rewritten manifests on standard output; exit 1 naming the document and
-/// field that could not be injected.
-pub fn inject_file(file: &std::path::Path, args: &InjectArgs) -> ExitCode {
-    let read =
-        if file.as_os_str() == "-" { std::io::read_to_string(std::io::stdin()) } else { std::fs::read_to_string(file) };
-    let yaml = match read {
-        Ok(yaml) => yaml,
-        Err(error) => {
-            eprintln!("consistd inject: read {}: {error}", file.display());
-            return ExitCode::FAILURE;
-        }
-    };
-    match offline::inject_documents(&yaml, &args.defaults.defaults()) {
-        Ok((out, injected)) => {
-            print!("{out}");
-            eprintln!("consistd inject: {injected} pod template(s) injected, sidecar image {}", args.defaults.image);
-            if args.defaults.image == Defaults::default().image {
-                eprintln!(
-                    "consistd inject: {} is not published yet; build it (make image), push it and pass --image",
-                    args.defaults.image
-                );
-            }
-            ExitCode::SUCCESS
-        }
-        Err(error) => {
-            eprintln!("consistd inject: {}: {}", file.display(), error::chain(&error));
-            ExitCode::FAILURE
-        }
-    }
-}
-
 /// `consistd inject webhook`: serves until SIGTERM or SIGINT.
 pub async fn inject_webhook(args: &WebhookArgs) -> ExitCode {
     let client = match kube::Client::try_default().await {
@@ -382,80 +309,4 @@ pub async fn status(args: &StatusArgs) -> ExitCode {
         print!("{}", render(&report));
     }
     if report.ready { ExitCode::SUCCESS } else { ExitCode::FAILURE }
-}
-
-/// A report as lines for people.
-pub fn render(r: &Report) -> String {
-    let mut out = format!("consistd {}: {}\n", r.version, if r.ready { "ready" } else { "NOT READY" });
-    out += &format!("  socket      {} ({})\n", r.socket.display(), if r.serving { "serving" } else { "not serving" });
-    let a = &r.apiserver;
-    let version = a.version.as_deref().unwrap_or("version unknown");
-    let heard = match (a.heard_seconds_ago, a.heard_via.as_deref()) {
-        (Some(ago), Some(via)) => format!(", heard {ago:.1}s ago via {via}"),
-        _ => String::new(),
-    };
-    let reach = if a.reachable {
-        format!("reachable{heard}")
-    } else {
-        format!("UNREACHABLE: {}", a.last_error.as_deref().unwrap_or("not probed yet"))
-    };
-    out += &format!("  apiserver   {} {version} ({reach})\n", a.url);
-    out += &format!("  watches     {} upstream\n", r.upstream_watches);
-    for e in &r.elections {
-        let part = if e.campaigning { "campaigning" } else { "observing" };
-        let steps = match (&e.error, e.last_success_seconds_ago) {
-            (Some(error), _) => format!(", Lease steps FAILING: {error}"),
-            (None, Some(ago)) => format!(", Lease read {ago:.1}s ago"),
-            (None, None) => String::new(),
-        };
-        out += &format!(
-            "  election    {} {} (holder {:?}, term {}, {part}{steps})\n",
-            e.election, e.role, e.holder, e.term
-        );
-    }
-    for q in &r.queues {
-        let active = if q.active { "" } else { ", paused: this pod does not lead its election" };
-        let error = q.last_error.as_deref().map_or(String::new(), |e| format!(", last error {e}"));
-        out += &format!(
-            "  queue       {} {} ready ({} held for consistency), {} waiting, {} leased, {} keys, {} streams{active}{error}\n",
-            q.name, q.depth, q.held, q.waiting, q.leased, q.keys, q.streams
-        );
-    }
-    if let Some(store) = &r.store {
-        let state = match &store.error {
-            None => "writable".to_owned(),
-            Some(error) => format!("NOT WRITABLE: {error}"),
-        };
-        out += &format!("  store       {state}\n");
-    }
-    if let Some(config) = &r.config {
-        let file = config.file.as_ref().map_or("defaults and overrides".to_owned(), |f| f.display().to_string());
-        let state = match (&config.error, &config.last_applied) {
-            (Some(error), _) => format!("RELOAD REFUSED, running the config before it: {error}"),
-            (None, Some(at)) => format!("applied {at}"),
-            (None, None) => "applied".to_owned(),
-        };
-        out += &format!("  config      {file} ({state})\n");
-        if !config.restart_needed.is_empty() {
-            out += &format!("  config      changed, needs a restart: {}\n", config.restart_needed.join(", "));
-        }
-    }
-    if let Some(fencing) = &r.fencing {
-        out += &format!("  fencing     guarded writes are fenced {}\n", fencing.detail);
-    }
-    out += &format!("  outbox      {} pending\n", r.outbox_pending);
-    for p in &r.peers {
-        let link = if p.peer.is_empty() {
-            "no member yet".to_owned()
-        } else {
-            format!("{} {}", p.peer, if p.connected { "connected" } else { "NOT CONNECTED" })
-        };
-        out += &format!("  peer        {link}, {} not ACKed ({})\n", p.pending, p.destination);
-    }
-    out += &format!("  inbox       {} waiting for the app\n", r.inbox_pending);
-    out += &format!("  uptime      {}s\n", r.uptime_seconds);
-    for reason in &r.not_ready_reasons {
-        out += &format!("  not ready:  {reason}\n");
-    }
-    out
 }

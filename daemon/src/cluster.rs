@@ -116,7 +116,7 @@ pub(crate) async fn probe(client: kube::Client, health: Health, metrics: Metrics
                 let sent = Instant::now();
                 match tokio::time::timeout(timeout, client.apiserver_version()).await {
                     Ok(Ok(info)) => health.probe_answered(info.git_version),
-                    Ok(Err(error)) => health.probe_failed(sent, crate::error::chain(&error)),
+                    Ok(Err(error)) => health.probe_failed(sent, consistd_core::error::chain(&error)),
                     Err(_) => health.probe_failed(sent, format!("no answer within {timeout:?} (health.probeTimeout)")),
                 }
                 due = Instant::now() + interval.min(PROBE_RETRY_INTERVAL);

@@ -159,7 +159,7 @@ impl Fencing {
                 Ok((user, groups)) => (Where::Apiserver { user, groups }, RECHECK),
                 Err(error) => {
                     let next = if error.answered() { RECHECK } else { RETRY };
-                    (Where::Local(crate::error::chain(&error)), next)
+                    (Where::Local(consistd_core::error::chain(&error)), next)
                 }
             };
             let before = std::mem::replace(&mut *self.place.write().unwrap_or_else(PoisonError::into_inner), place);

@@ -12,6 +12,10 @@ use std::{
 };
 
 use bytes::Bytes;
+use consistd_core::{
+    config::{InboxConfig, Live},
+    error,
+};
 use consistd_proto::peer::v1::{Disposition, ExchangeResponse, PeerMessage};
 use redb::{ReadableTable, TableDefinition};
 use tokio::{
@@ -20,8 +24,6 @@ use tokio::{
 };
 
 use crate::{
-    config::{InboxConfig, Live},
-    error,
     metrics::Metrics,
     store::{META, Store, StoreError, from_millis, to_millis},
     telemetry::TraceContext,

@@ -1,10 +1,6 @@
-//! `consistd inject`: adds consistd to pods as a native sidecar, offline (`-f FILE`, [`offline`]) or as
-//! a mutating admission webhook ([`webhook`], its certificates in [`certs`]); both make the one mutation
-//! in [`sidecar`].
+//! `consistd inject webhook`: the mutating admission webhook ([`webhook`], its certificates in [`certs`])
+//! that adds consistd to labelled pods with the mutation in `consistd_core::inject`, the same one
+//! `consistd inject -f FILE` makes offline.
 
 pub mod certs;
-pub mod offline;
-pub mod sidecar;
 pub mod webhook;
-
-pub use self::sidecar::Defaults;

@@ -13,6 +13,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
+use consistd_core::{config::Timing, names};
 use tokio::{sync::watch, time::Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -21,14 +22,7 @@ use self::{
     elector::Election,
     membership::{Membership, SeatGuard, Written},
 };
-use crate::{config::Timing, metrics::Metrics, names};
-
-/// The label on every Lease consistd writes, election and member Leases alike, and its value: what
-/// `kubectl consistd` lists them by (the Kubernetes recommended label; a Lease already labelled as
-/// managed by something else keeps that label).
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-/// The value of [`MANAGED_BY_LABEL`] on consistd's Leases.
-pub const MANAGED_BY: &str = "consistd";
+use crate::metrics::Metrics;
 
 /// An election: the Lease's namespace and name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -8,9 +8,7 @@ pub(crate) mod api;
 pub(crate) mod authority;
 pub mod cli;
 pub(crate) mod cluster;
-pub mod config;
 pub(crate) mod connections;
-pub mod error;
 pub(crate) mod fencing;
 pub mod health;
 pub(crate) mod inbox;
@@ -18,7 +16,6 @@ pub mod inject;
 pub(crate) mod leadership;
 pub(crate) mod metrics;
 pub(crate) mod mounted;
-pub(crate) mod names;
 pub(crate) mod objects;
 pub(crate) mod outbox;
 pub(crate) mod peer;
@@ -33,14 +30,3 @@ pub(crate) mod transport;
 pub(crate) mod watch;
 
 pub use api::SERVICE_NAMES;
-/// What consistd's Leases carry, public for `kubectl consistd`, which reads them.
-pub use leadership::{
-    MANAGED_BY, MANAGED_BY_LABEL,
-    membership::{
-        APPLIED_VERSION_ANNOTATION, DEFAULT_TTL_SECONDS as DEFAULT_MEMBER_TTL_SECONDS, ELECTION_ANNOTATION,
-        MEMBER_OF_LABEL,
-    },
-};
-/// A channel's versions in the cluster, public for the test that races publishers against a real
-/// apiserver (`tests/rollout_versions.rs`).
-pub use rollout::versions;

@@ -3,10 +3,8 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use consistd::{
-    cli::{self, Cli, Command, ConfigCommand},
-    config::Environment,
-};
+use consistd::cli::{self, Cli, Command, ConfigCommand};
+use consistd_core::config::Environment;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -19,13 +17,13 @@ fn main() -> ExitCode {
                 let runtime = runtime();
                 let telemetry = {
                     let _entered = runtime.enter();
-                    consistd::telemetry::init(consistd::config::LogFormat::Json, &webhook.log_level, &env)
+                    consistd::telemetry::init(consistd_core::config::LogFormat::Json, &webhook.log_level, &env)
                 };
                 let code = runtime.block_on(cli::inject_webhook(webhook));
                 telemetry.shutdown();
                 code
             }
-            (None, Some(file)) => cli::inject_file(file, &args),
+            (None, Some(file)) => consistd_core::inject::flags::inject_file(file, &args.defaults),
             // clap requires -f when no subcommand is given.
             (None, None) => ExitCode::from(2),
         },
@@ -33,7 +31,7 @@ fn main() -> ExitCode {
             let config = match args.load_config(&env) {
                 Ok(config) => config,
                 Err(error) => {
-                    eprintln!("consistd: invalid configuration: {}", consistd::error::chain(&error));
+                    eprintln!("consistd: invalid configuration: {}", consistd_core::error::chain(&error));
                     return ExitCode::from(cli::EXIT_INVALID_CONFIG);
                 }
             };
@@ -47,7 +45,7 @@ fn main() -> ExitCode {
             let code = match runtime.block_on(consistd::run::run(config, &env, source)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
-                    tracing::error!(error = %consistd::error::chain(&error), "consistd failed");
+                    tracing::error!(error = %consistd_core::error::chain(&error), "consistd failed");
                     ExitCode::FAILURE
                 }
             };

@@ -4,13 +4,13 @@
 
 use std::{sync::Arc, time::Duration};
 
+use consistd_core::config::Live;
 use kube::{
     Client, Resource,
     api::{DeleteParams, GetParams, ListParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy},
     core::{ObjectList, Request},
 };
 
-use crate::config::Live;
 use crate::fencing::{self, Claim, Fencing};
 use crate::watch::{
     Hub, ResourceError,

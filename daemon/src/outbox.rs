@@ -18,6 +18,7 @@ use std::{
 };
 
 use bytes::Bytes;
+use consistd_core::config::{Live, OutboxConfig};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
@@ -27,7 +28,6 @@ use self::{
     state::{Recipients, Slot},
 };
 use crate::{
-    config::{Live, OutboxConfig},
     metrics::Metrics,
     store::{Store, StoreError},
     telemetry::TraceContext,

@@ -17,11 +17,11 @@ use std::{
     time::Duration,
 };
 
+use consistd_core::{config::Live, report::QueueReport};
 use tokio::sync::{mpsc, oneshot};
 
 use self::{driver::Driver, keys::MapsBy, limiter::RetryPolicy, queue::Completion};
 use crate::{
-    config::Live,
     leadership::{self, Leadership},
     metrics::Metrics,
     watch::{Hub, Query, ResourceError, object::Obj, resolve::ResourceId},
@@ -147,31 +147,6 @@ enum DriverCall {
     Complete { stream: u64, lease_id: String, outcome: Completion, reply: oneshot::Sender<Result<(), ReconcileError>> },
     /// A write made for a lease of this queue: the key's next lease waits for its watch.
     Wrote { lease_id: String, resource: ResourceId, obj: Obj },
-}
-
-/// A queue's state as `consistd status`, `/queues` and `kubectl consistd queues` show it (re-exported as
-/// `health::QueueReport`, part of the admin report).
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct QueueReport {
-    /// The queue's name.
-    pub name: String,
-    /// Streams (apps) attached.
-    pub streams: usize,
-    /// Keys ready, including those held back for consistency (client-go's depth).
-    pub depth: usize,
-    /// Keys held back until the watch shows the pod's writes.
-    pub held: usize,
-    /// Keys waiting for a requeue's or a retry's time.
-    pub waiting: usize,
-    /// Keys leased to the app.
-    pub leased: usize,
-    /// Keys the queue knows.
-    pub keys: usize,
-    /// Whether it hands out work (false while its election is led by another pod).
-    pub active: bool,
-    /// The newest error an app completed a lease with ("namespace/name: error").
-    #[serde(default)]
-    pub last_error: Option<String>,
 }
 
 /// Every reconcile queue of this daemon.

@@ -10,13 +10,16 @@ use std::{
     time::{Duration, SystemTime},
 };
 
+use consistd_core::{
+    config::{AccessRule, Config, ElectionConfig, Environment, InboxConfig, OutboxConfig, Overrides, Setter},
+    error,
+    report::ConfigReport,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
     api::Allowlist,
-    config::{AccessRule, Config, ElectionConfig, Environment, InboxConfig, OutboxConfig, Overrides, Setter},
-    error,
-    health::{ConfigReport, Health},
+    health::Health,
     leadership::{Campaign, Key, Leadership, LeadershipError},
     metrics::Metrics,
     mounted::Changes,
@@ -34,7 +37,7 @@ pub struct ConfigSource {
     pub log: LogLevel,
 }
 
-/// The settings the daemon's parts read live; each part holds a [`crate::config::Live`] of one.
+/// The settings the daemon's parts read live; each part holds a [`consistd_core::config::Live`] of one.
 #[derive(Debug)]
 pub(crate) struct Tunables {
     /// `outbox`: payload and pending bounds, backoff.
@@ -180,7 +183,7 @@ pub(crate) struct Applied {
 pub(crate) enum ReloadError {
     /// The file did not load (unreadable, not YAML, or a field is wrong).
     #[error("load the changed config file")]
-    Load(#[source] crate::config::ConfigError),
+    Load(#[source] consistd_core::config::ConfigError),
     /// An election of the new file could not be started.
     #[error("start configured election")]
     Election(#[source] LeadershipError),

@@ -1,24 +1,21 @@
 //! The replica barrier (versioned rollout): a channel is an election; the replicas whose apps subscribe
 //! campaign in it and so are its members (member Leases). Publish on any replica goes to the channel's
-//! leader, which takes the next version in the cluster (`versions`) and sends it to every member
+//! leader, which takes the next version in the cluster (`consistd_core::versions`) and sends it to every member
 //! through the ACK-tracked outbox; each member's app receives it on SubscribeVersions (the latest
 //! first), applies it and reports so, which ACKs the message and records the version on its member
 //! Lease, where `barrier` reads who has applied what.
 
 pub(crate) mod barrier;
 mod inbound;
-pub mod versions;
 
 use std::{sync::Arc, time::Duration};
 
 use bytes::Bytes;
+use consistd_core::versions::{Version, Versions, VersionsError};
 use consistd_proto::peer::v1 as peer_pb;
 
+use self::barrier::{Barrier, Standing};
 pub(crate) use self::inbound::{Arrived, RESOURCE_PREFIX};
-use self::{
-    barrier::{Barrier, Standing},
-    versions::{Version, Versions, VersionsError},
-};
 use crate::{
     inbox::{Inbox, InboxError},
     leadership::{Key, Leadership, LeadershipError, Role},
@@ -229,7 +226,7 @@ impl Rollout {
         let mut client = transport
             .connect(leader, Some(FORWARD_TIMEOUT))
             .await
-            .map_err(|e| unreachable(format!("its leader: {}", crate::error::chain(&e))))?;
+            .map_err(|e| unreachable(format!("its leader: {}", consistd_core::error::chain(&e))))?;
         let request =
             peer_pb::PublishRequest { channel: key.name.clone(), payload, content_type: content_type.to_owned() };
         match client.publish(request).await {

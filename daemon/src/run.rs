@@ -3,6 +3,10 @@
 
 use std::time::Duration;
 
+use consistd_core::{
+    config::{Config, Environment},
+    versions::Versions,
+};
 use tokio::{
     net::TcpListener,
     signal::unix::{SignalKind, signal},
@@ -13,7 +17,6 @@ use crate::{
     admin::{self, AdminListener},
     api::{self, ApiError, Services},
     cluster::{self, ClusterError},
-    config::{Config, Environment},
     fencing::Fencing,
     health::{ApiContact, Health},
     inbox::Inbox,
@@ -24,7 +27,7 @@ use crate::{
     peer::{self, PeerError},
     reconcile::Reconciler,
     reload::{ConfigSource, Elections, Reloader, Tunables},
-    rollout::{self, Rollout, barrier::Barrier, versions::Versions},
+    rollout::{self, Rollout, barrier::Barrier},
     socket::{self, SocketError},
     store::{OpenError, Store, StoreError},
     transport::{PeerTls, TlsError, Transport},
@@ -241,7 +244,7 @@ pub async fn run(config: Config, env: &Environment, source: ConfigSource) -> Res
     stopped.cancel();
     if let Some(task) = peer_server {
         match tokio::time::timeout(grace, task).await {
-            Ok(Ok(Err(error))) => tracing::warn!(error = %crate::error::chain(&error), "peer server failed"),
+            Ok(Ok(Err(error))) => tracing::warn!(error = %consistd_core::error::chain(&error), "peer server failed"),
             Ok(_) => {}
             Err(_) => tracing::warn!("peer connections still open after the grace period; closing them"),
         }

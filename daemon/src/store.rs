@@ -239,7 +239,7 @@ impl Store {
             let failure = match tokio::time::timeout(timeout, write).await {
                 // The writer recorded the commit's outcome, success or failure.
                 Ok(Ok(()) | Err(StoreError::Failed { .. })) => None,
-                Ok(Err(error)) => Some(crate::error::chain(&error)),
+                Ok(Err(error)) => Some(consistd_core::error::chain(&error)),
                 Err(_) => Some(format!("a write queued {timeout:?} ago is not committed yet")),
             };
             if let Some(why) = failure {
@@ -282,11 +282,11 @@ impl Store {
     {
         let submitted = self.submit(op, f, move |r: Result<(), StoreError>| {
             if let Err(error) = r {
-                tracing::warn!(error = %crate::error::chain(&error), "message store write failed");
+                tracing::warn!(error = %consistd_core::error::chain(&error), "message store write failed");
             }
         });
         if let Err(error) = submitted {
-            tracing::warn!(error = %crate::error::chain(&error), op, "message store write not queued");
+            tracing::warn!(error = %consistd_core::error::chain(&error), op, "message store write not queued");
         }
     }
 
@@ -351,10 +351,10 @@ fn write_loop(file: &File, mut queue: mpsc::UnboundedReceiver<Job>, commits: &Mu
         if let Err(error) = &result
             && io_failure(error)
         {
-            tracing::warn!(error = %crate::error::chain(error), "the message store failed on the disk; closing it to open it again");
+            tracing::warn!(error = %consistd_core::error::chain(error), "the message store failed on the disk; closing it to open it again");
             file.close();
         }
-        Commits::record(commits, Instant::now(), result.clone().map_err(|e| crate::error::chain(&e)));
+        Commits::record(commits, Instant::now(), result.clone().map_err(|e| consistd_core::error::chain(&e)));
         for complete in completions {
             complete(result.clone());
         }
@@ -446,7 +446,7 @@ mod tests {
             .await
             .expect_err("fails");
         assert_eq!(err.to_string(), "message store: write a broken thing", "the cause is left to source()");
-        let chain = crate::error::chain(&err);
+        let chain = consistd_core::error::chain(&err);
         assert!(
             chain.starts_with("message store: write a broken thing: ") && chain.matches("test").count() == 1,
             "{chain}"

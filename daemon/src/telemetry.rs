@@ -5,11 +5,10 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use consistd_core::config::{Environment, LogFormat};
 use opentelemetry::{propagation::TextMapCompositePropagator, trace::TracerProvider as _};
 use opentelemetry_sdk::{Resource, propagation::TraceContextPropagator, trace::SdkTracerProvider};
 use tracing_subscriber::{EnvFilter, Registry, layer::SubscriberExt, reload, util::SubscriberInitExt};
-
-use crate::config::{Environment, LogFormat};
 
 mod context;
 pub(crate) use context::TraceContext;

@@ -7,6 +7,7 @@ pub(crate) mod tls;
 
 use std::time::Duration;
 
+use consistd_core::config::MAX_PAYLOAD_LIMIT;
 use consistd_proto::peer::v1::peer_service_client::PeerServiceClient;
 use http::Uri;
 use hyper_util::rt::TokioIo;
@@ -16,7 +17,6 @@ use tonic::transport::{Channel, Endpoint};
 
 pub(crate) use self::tls::PeerTls;
 pub(crate) use self::tls::TlsError;
-use crate::config::MAX_PAYLOAD_LIMIT;
 
 /// The largest frame between daemons: the largest payload any daemon may be configured to accept,
 /// plus room for the other fields, so daemons with different limits still understand each other.

@@ -81,7 +81,10 @@ async fn the_admin_socket_takes_its_own_mode_not_the_app_sockets() {
     assert_eq!(mode_of(daemon.admin_socket()), 0o640);
 }
 
-async fn wait_for_report(daemon: &Daemon, ok: impl Fn(&consistd::health::Report) -> bool) -> consistd::health::Report {
+async fn wait_for_report(
+    daemon: &Daemon,
+    ok: impl Fn(&consistd_core::report::Report) -> bool,
+) -> consistd_core::report::Report {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         let report = consistd::admin::fetch_report(daemon.admin_socket()).await.expect("read admin report");
@@ -351,7 +354,7 @@ async fn admin_listen_serves_probes_metrics_and_the_outbox_over_tcp_with_the_lea
     daemon.client().outbox().send(send).await.expect("Send");
     let (status, body) = http_get(&addr, "/outbox").await;
     assert_eq!(status, 200, "{body}");
-    let outbox: consistd::health::OutboxReport = serde_json::from_str(&body).expect("an outbox report");
+    let outbox: consistd_core::report::OutboxReport = serde_json::from_str(&body).expect("an outbox report");
     assert_eq!(outbox.pending, 1, "{body}");
     assert_eq!((outbox.peers[0].peer.as_str(), outbox.peers[0].pending), ("127.0.0.1:1", 1), "{body}");
 

@@ -66,8 +66,8 @@ fn the_base_configmap_holds_a_valid_consistd_config() {
     let configmap: serde_yaml::Value = serde_yaml::from_str(&text).expect("parse configmap.yaml");
     let document = configmap["data"]["consistd.yaml"].as_str().expect("data.consistd.yaml is a string");
     // The downward API sets POD_IP in the pod.
-    let env = consistd::config::Environment::from_vars([("POD_IP", "10.1.2.3")]);
-    let config = consistd::config::Config::parse(document, &env).expect("the embedded config parses");
+    let env = consistd_core::config::Environment::from_vars([("POD_IP", "10.1.2.3")]);
+    let config = consistd_core::config::Config::parse(document, &env).expect("the embedded config parses");
     config.validate().expect("the embedded config is valid");
     assert_eq!(config.advertise(&env).as_deref(), Some("10.1.2.3:7070"));
     assert!(config.peer.tls.is_some() && !config.peer.insecure, "peers use mutual TLS by default");

@@ -253,9 +253,9 @@ async fn messages_for_a_peer_that_is_not_up_yet_are_kept_and_delivered_when_it_c
         (b_addr.as_str(), false, 5)
     );
     assert!(
-        consistd::cli::render(&report).contains("NOT CONNECTED, 5 not ACKed"),
+        consistd_core::report::render(&report).contains("NOT CONNECTED, 5 not ACKed"),
         "{}",
-        consistd::cli::render(&report)
+        consistd_core::report::render(&report)
     );
 
     let b = Daemon::builder(BIN)

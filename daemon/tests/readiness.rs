@@ -36,8 +36,8 @@ async fn until_report(
     daemon: &Daemon,
     within: Duration,
     what: &str,
-    ok: impl Fn(&consistd::health::Report) -> bool,
-) -> consistd::health::Report {
+    ok: impl Fn(&consistd_core::report::Report) -> bool,
+) -> consistd_core::report::Report {
     let deadline = Instant::now() + within;
     loop {
         let report = consistd::admin::fetch_report(daemon.admin_socket()).await.expect("read admin report");

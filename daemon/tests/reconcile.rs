@@ -279,11 +279,15 @@ async fn a_retry_comes_back_with_its_attempt_and_error_and_the_queue_shows_in_me
     let q = report.queues.iter().find(|q| q.name == "retries").expect("the queue in the report");
     assert_eq!((q.leased, q.streams, q.active), (1, 1, true));
     assert_eq!(q.last_error, Some(format!("{ns}/a: the backend said no")));
-    assert!(consistd::cli::render(&report).contains("queue       retries"), "{}", consistd::cli::render(&report));
+    assert!(
+        consistd_core::report::render(&report).contains("queue       retries"),
+        "{}",
+        consistd_core::report::render(&report)
+    );
     // /queues (what `kubectl consistd queues` reads through the pod proxy) says the same.
     let (status, body) = consistd::admin::get(daemon.admin_socket(), "/queues").await.expect("GET /queues");
     assert!(status.is_success(), "{status}");
-    let queues: consistd::health::QueuesReport = serde_json::from_slice(&body).expect("a queues report");
+    let queues: consistd_core::report::QueuesReport = serde_json::from_slice(&body).expect("a queues report");
     assert_eq!(queues.queues, report.queues);
 }
 

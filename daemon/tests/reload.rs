@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use consistd::health::Report;
 use consistd_client::proto::{Destination, GetOutboxStatusRequest, SendRequest, destination::Target};
+use consistd_core::report::Report;
 use consistd_testkit::{Daemon, free_port, tls::SecretVolume};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
@@ -160,7 +160,7 @@ async fn a_changed_config_file_is_applied_without_a_restart_and_a_bad_one_change
         metric(&daemon, "consistd_config_last_reload_successful").await,
         "consistd_config_last_reload_successful 0"
     );
-    let status = consistd::cli::render(&report(&daemon).await);
+    let status = consistd_core::report::render(&report(&daemon).await);
     assert!(status.contains("RELOAD REFUSED") && status.contains("outbox.maxPayloadBytes"), "{status}");
     assert_eq!(lease(&leases, "added").await.map(|l| l.0).as_deref(), Some("reloader"), "still held");
     let refused = client.outbox().send(send(&me, "c")).await.expect_err("the v2 bounds still hold");

@@ -2,7 +2,7 @@
 //! without knowing yet) never get the same version, each sees its own versions increase, and a new
 //! publisher continues from the last version with its payload.
 
-use consistd::versions::Versions;
+use consistd_core::versions::Versions;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_publishers_get_distinct_increasing_versions_and_a_new_one_continues() {

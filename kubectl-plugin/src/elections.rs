@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use clap::Args;
-use consistd::{MANAGED_BY, MANAGED_BY_LABEL};
+use consistd_core::lease::{MANAGED_BY, MANAGED_BY_LABEL};
 use k8s_openapi::{api::coordination::v1::Lease, jiff::Timestamp};
 use kube::api::{Api, ListParams};
 use serde::Serialize;

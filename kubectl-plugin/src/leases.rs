@@ -4,7 +4,7 @@
 
 use k8s_openapi::{api::coordination::v1::Lease, jiff::Timestamp};
 
-pub(crate) use consistd::{APPLIED_VERSION_ANNOTATION, ELECTION_ANNOTATION, MEMBER_OF_LABEL};
+pub(crate) use consistd_core::lease::{APPLIED_VERSION_ANNOTATION, ELECTION_ANNOTATION, MEMBER_OF_LABEL};
 
 /// Whether `lease` is a member Lease rather than an election's own.
 pub(crate) fn is_member(lease: &Lease) -> bool {
@@ -82,7 +82,8 @@ impl MemberLease {
         let election = annotations.get(ELECTION_ANNOTATION)?.clone();
         let spec = lease.spec.clone().unwrap_or_default();
         let renewed = spec.renew_time.map(|t| t.0);
-        let ttl = spec.lease_duration_seconds.map_or(i64::from(consistd::DEFAULT_MEMBER_TTL_SECONDS), i64::from);
+        let ttl =
+            spec.lease_duration_seconds.map_or(i64::from(consistd_core::lease::DEFAULT_MEMBER_TTL_SECONDS), i64::from);
         let live = renewed.is_some_and(|at| at.as_millisecond().saturating_add(ttl * 1000) > now.as_millisecond());
         Some(Self {
             namespace: lease.metadata.namespace.clone().unwrap_or_default(),

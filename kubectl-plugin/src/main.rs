@@ -63,7 +63,7 @@ struct InjectArgs {
     #[arg(short = 'f', long = "filename")]
     file: PathBuf,
     #[command(flatten)]
-    defaults: consistd::cli::SidecarArgs,
+    defaults: consistd_core::inject::SidecarArgs,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -78,8 +78,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Inject(args) => {
             let InjectArgs { file, defaults } = *args;
-            let args = consistd::cli::InjectArgs { command: None, file: Some(file.clone()), defaults };
-            consistd::cli::inject_file(&file, &args)
+            consistd_core::inject::flags::inject_file(&file, &defaults)
         }
         Command::Completion { shell } => {
             let shell = match shell {
@@ -137,7 +136,7 @@ fn cluster_command(
         command(cluster).await
     });
     result.unwrap_or_else(|error| {
-        eprintln!("kubectl consistd {name}: {}", consistd::error::chain(error.as_ref()));
+        eprintln!("kubectl consistd {name}: {}", consistd_core::error::chain(error.as_ref()));
         ExitCode::FAILURE
     })
 }

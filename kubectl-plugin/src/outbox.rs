@@ -1,7 +1,7 @@
 //! `kubectl consistd outbox POD`: what a pod's sidecar has not had ACKed yet, per destination and peer,
 //! read from its admin port through the apiserver's pod proxy (`sidecar`).
 
-use consistd::health::OutboxReport;
+use consistd_core::report::OutboxReport;
 
 use crate::{
     cluster::Cluster,
@@ -47,7 +47,7 @@ fn render(report: &OutboxReport) -> String {
 
 #[cfg(test)]
 mod tests {
-    use consistd::health::PeerReport;
+    use consistd_core::report::PeerReport;
 
     use super::*;
 

@@ -1,7 +1,7 @@
 //! `kubectl consistd queues POD`: a pod's reconcile queues (what is ready, held back for consistency,
 //! waiting, leased), read from its sidecar's admin port through the apiserver's pod proxy (`sidecar`).
 
-use consistd::health::QueuesReport;
+use consistd_core::report::QueuesReport;
 
 use crate::{
     cluster::Cluster,
@@ -56,7 +56,7 @@ fn render(report: &QueuesReport) -> String {
 
 #[cfg(test)]
 mod tests {
-    use consistd::health::QueueReport;
+    use consistd_core::report::QueueReport;
 
     use super::*;
 

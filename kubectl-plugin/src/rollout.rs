@@ -3,7 +3,7 @@
 //! scripts can wait on.
 
 use clap::{Args, Subcommand};
-use consistd::versions::{Versions, VersionsError, config_map_name};
+use consistd_core::versions::{Versions, VersionsError, config_map_name};
 use k8s_openapi::{api::coordination::v1::Lease, jiff::Timestamp};
 use kube::api::{Api, ListParams};
 use serde::Serialize;

@@ -4,14 +4,11 @@
 
 use std::{fmt, sync::Arc};
 
+use consistd_core::config::{AccessRule, Live, Service};
 use tonic::Status;
 
 use super::{caller::Caller, status};
-use crate::{
-    config::{AccessRule, Live, Service},
-    metrics::Metrics,
-    watch::Hub,
-};
+use crate::{metrics::Metrics, watch::Hub};
 
 /// What a call asks for, as rules grant it.
 #[derive(Debug, Clone, Copy)]

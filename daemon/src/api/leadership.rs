@@ -3,6 +3,7 @@
 
 use std::{sync::Arc, time::Duration};
 
+use consistd_core::config::{Service, Timing};
 use consistd_proto::v1::{self as pb, leadership_service_server::LeadershipService};
 use futures::StreamExt;
 use tokio_stream::wrappers::WatchStream;
@@ -15,10 +16,7 @@ use super::{
     caller::Caller,
     status,
 };
-use crate::{
-    config::{Service, Timing},
-    leadership::{Key, Leadership, Role},
-};
+use crate::leadership::{Key, Leadership, Role};
 
 /// How long GetLeadership waits for a first read of a Lease nothing here watched yet.
 const FIRST_OBSERVATION: Duration = Duration::from_secs(2);

@@ -1,10 +1,11 @@
 //! ObjectsService: validates each request, naming the field that is wrong, and calls the objects module.
 
+use std::sync::Arc;
+
+use consistd_core::config::Service;
 use consistd_proto::v1::{self as pb, objects_service_server::ObjectsService};
 use kube::api::{Preconditions, PropagationPolicy};
 use tonic::{Request, Response, Status};
-
-use std::sync::Arc;
 
 use super::{
     access::{Access, Ask, Resource},
@@ -12,7 +13,6 @@ use super::{
     status,
 };
 use crate::{
-    config::Service,
     fencing::Claim,
     leadership::Leadership,
     objects::{ObjectRef, Objects, PatchKind, Source},

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use consistd_core::config::Service;
 use consistd_proto::v1::{self as pb, outbox_service_server::OutboxService};
 use futures::{FutureExt as _, StreamExt};
 use tokio::sync::broadcast::error::RecvError;
@@ -17,7 +18,6 @@ use super::{
     ordered, status,
 };
 use crate::{
-    config::Service,
     outbox::{Admitted, Destination, Outbox, OutcomeKind, Outgoing},
     telemetry::TraceContext,
 };

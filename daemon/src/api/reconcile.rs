@@ -3,6 +3,7 @@
 
 use std::{sync::Arc, time::Duration};
 
+use consistd_core::{config::Service, names};
 use consistd_proto::v1::{self as pb, reconcile_service_server::ReconcileService};
 use futures::StreamExt as _;
 use tokio::sync::mpsc;
@@ -17,9 +18,7 @@ use super::{
     status,
 };
 use crate::{
-    config::Service,
     leadership::Leadership,
-    names,
     reconcile::{
         DEFAULT_LEASE_TIMEOUT, ObjectQuery, QueueSpec, Reconciler, Work, keys::MapsBy, limiter::RetryPolicy,
         queue::Completion,

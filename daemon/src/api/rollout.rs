@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
+use consistd_core::config::{Service, Timing};
 use consistd_proto::v1::{self as pb, rollout_service_server::RolloutService};
-
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
@@ -20,7 +20,6 @@ use super::{
     status,
 };
 use crate::{
-    config::{Service, Timing},
     leadership::{Key, Role},
     rollout::{Arrived, Rollout, barrier::Standing},
 };
@@ -253,7 +252,7 @@ async fn stream_versions(
             } else if version <= applied
                 && let Err(error) = rollout.inbox().ack(m.id).await
             {
-                tracing::warn!(error = %crate::error::chain(&error), channel = %key.name, version, "could not ACK an applied version");
+                tracing::warn!(error = %consistd_core::error::chain(&error), channel = %key.name, version, "could not ACK an applied version");
             }
         }
         tokio::select! {
@@ -264,7 +263,7 @@ async fn stream_versions(
                 }
                 let now_leading = states.borrow_and_update().role == Role::Leader;
                 if now_leading && !leading && let Err(error) = rollout.resend_latest(&key).await {
-                    tracing::warn!(error = %crate::error::chain(&error), channel = %key.name, "could not resend the latest version as new leader");
+                    tracing::warn!(error = %consistd_core::error::chain(&error), channel = %key.name, "could not resend the latest version as new leader");
                 }
                 leading = now_leading;
             }

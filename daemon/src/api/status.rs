@@ -3,16 +3,16 @@
 //! once each ([`error::chain`]); an apiserver refusal keeps the apiserver's own message.
 #![allow(clippy::disallowed_methods, reason = "the one place gRPC statuses are built")]
 
+use consistd_core::{error, versions::VersionsError};
 use tonic::{Code, Status};
 
 use crate::{
-    error,
     inbox::InboxError,
     leadership::LeadershipError,
     objects::ObjectsError,
     outbox::OutboxError,
     reconcile::ReconcileError,
-    rollout::{RolloutError, versions::VersionsError},
+    rollout::RolloutError,
     watch::{ResourceError, resolve::ResolveError},
 };
 
@@ -88,7 +88,7 @@ pub(crate) fn objects_error(error: ObjectsError) -> Status {
     match error {
         ObjectsError::Resource(e) => resource_error(e),
         ObjectsError::NotFound { .. } => from_error(Code::NotFound, &error),
-        ObjectsError::Fenced { .. } => failed_precondition("guard", crate::error::chain(&error)),
+        ObjectsError::Fenced { .. } => failed_precondition("guard", consistd_core::error::chain(&error)),
     }
 }
 

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use consistd_core::config::Service;
 use consistd_proto::v1::{self as pb, watch_service_server::WatchService};
 use tokio::{sync::mpsc, time::Instant};
 use tokio_stream::wrappers::ReceiverStream;
@@ -14,6 +15,7 @@ use super::{
     caller::Caller,
     status,
 };
+use crate::metrics::Metrics;
 use crate::watch::{
     Cursor, Hub, Query, Subscription,
     consistent::{self, Consistency, ConsistentSubscription, Delivery, Kind},
@@ -21,7 +23,6 @@ use crate::watch::{
     object::Obj,
     shared::{Change, Item},
 };
-use crate::{config::Service, metrics::Metrics};
 
 /// Items buffered between the subscription and the gRPC stream; the hub's per-subscriber queue is the
 /// real bound, this only smooths writes.

@@ -1,7 +1,8 @@
 use std::time::Duration;
 
+use consistd_core::config::Live;
+
 use super::*;
-use crate::config::Live;
 
 fn message(sequence: u64, resource: &str, event: &str) -> PeerMessage {
     PeerMessage {
@@ -24,10 +25,10 @@ fn disposition(r: Option<ExchangeResponse>) -> Disposition {
 }
 
 async fn open(dir: &std::path::Path, max_pending: usize) -> Inbox {
-    open_with(dir, crate::config::InboxConfig { max_pending, ..Default::default() }).await
+    open_with(dir, consistd_core::config::InboxConfig { max_pending, ..Default::default() }).await
 }
 
-async fn open_with(dir: &std::path::Path, config: crate::config::InboxConfig) -> Inbox {
+async fn open_with(dir: &std::path::Path, config: consistd_core::config::InboxConfig) -> Inbox {
     // A previous inbox on the same directory may still be letting go of the file.
     let store = crate::store::open_when_free(dir).await;
     Inbox::open(store, "receiver".to_owned(), Live::fixed(config), &["daemon.own/"], Metrics::new())
@@ -221,7 +222,7 @@ async fn a_full_inbox_refuses_and_pending_messages_survive_a_restart() {
 async fn the_inbox_refuses_past_its_byte_bound_until_the_app_acks_also_after_a_restart() {
     let dir = tempfile::tempdir().expect("temp dir");
     // "hello" is 5 bytes: two fit in 12, a third does not.
-    let config = crate::config::InboxConfig { max_pending: 100, max_pending_bytes: 12 };
+    let config = consistd_core::config::InboxConfig { max_pending: 100, max_pending_bytes: 12 };
     let inbox = open_with(dir.path(), config.clone()).await;
     assert_eq!(disposition(inbox.accept("s", message(1, "r1", "e")).await), Disposition::Stored);
     assert_eq!(disposition(inbox.accept("s", message(2, "r2", "e")).await), Disposition::Stored);

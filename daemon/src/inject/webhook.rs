@@ -11,6 +11,7 @@ use std::{
 };
 
 use bytes::Bytes;
+use consistd_core::inject::sidecar::{self, Defaults, INJECT_LABEL, Injection};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::{body::Incoming, server::conn::http1, service::service_fn};
@@ -31,10 +32,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-use super::{
-    certs::{self, CertError, CertSettings, Pki},
-    sidecar::{self, Defaults, INJECT_LABEL, Injection},
-};
+use super::certs::{self, CertError, CertSettings, Pki};
 
 /// The largest AdmissionReview read (a pod with its managed fields is far smaller).
 const MAX_REVIEW_BYTES: usize = 8 * 1024 * 1024;
@@ -76,7 +74,7 @@ pub async fn run(client: Client, settings: WebhookSettings, shutdown: Cancellati
         match certs::ensure(&client, &settings.certs).await {
             Ok(pki) => break pki,
             Err(error) => {
-                tracing::warn!(error = %crate::error::chain(&error), "webhook certificates not ready; retrying")
+                tracing::warn!(error = %consistd_core::error::chain(&error), "webhook certificates not ready; retrying")
             }
         }
         tokio::select! {
@@ -139,7 +137,9 @@ async fn keep_current(
         if !published {
             match certs::publish_ca_bundle(&client, &settings.configuration, &pki.ca_bundle_pem).await {
                 Ok(_) => published = true,
-                Err(error) => tracing::warn!(error = %crate::error::chain(&error), "caBundle not published; retrying"),
+                Err(error) => {
+                    tracing::warn!(error = %consistd_core::error::chain(&error), "caBundle not published; retrying")
+                }
             }
         }
         let wait = if published { settings.check_every } else { RETRY };
@@ -167,7 +167,7 @@ async fn renewed(
     current: &Pki,
     provider: &CryptoProvider,
 ) -> Result<Option<(Pki, Arc<CertifiedKey>)>, String> {
-    let next = certs::ensure(client, &settings.certs).await.map_err(|e: CertError| crate::error::chain(&e))?;
+    let next = certs::ensure(client, &settings.certs).await.map_err(|e: CertError| consistd_core::error::chain(&e))?;
     if &next == current {
         return Ok(None);
     }

@@ -12,6 +12,10 @@ use std::{
     time::{Duration, SystemTime},
 };
 
+use consistd_core::{
+    config::Timing,
+    lease::{MANAGED_BY, MANAGED_BY_LABEL},
+};
 use k8s_openapi::{
     api::coordination::v1::{Lease, LeaseSpec},
     apimachinery::pkg::apis::meta::v1::MicroTime,
@@ -21,16 +25,14 @@ use kube::{
     Api, Client,
     api::{ObjectMeta, PostParams},
 };
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::{
     sync::{Notify, watch},
     time::Instant,
 };
 use tokio_util::sync::CancellationToken;
 
-use super::{Key, Leadership, MANAGED_BY, MANAGED_BY_LABEL, Observation, Progress, Role};
-use prometheus_client::metrics::gauge::Gauge;
-
-use crate::config::Timing;
+use super::{Key, Leadership, Observation, Progress, Role};
 use crate::watch::{Query, Subscription};
 
 /// An election in this daemon: its published status and its campaigners.
@@ -243,7 +245,7 @@ pub(super) async fn run(election: Arc<Election>, client: Client, registry: Arc<L
     let mut lease_changes = match registry.hub.subscribe(query).await {
         Ok(sub) => Some(sub),
         Err(error) => {
-            tracing::warn!(error = %crate::error::chain(&error), election = %election.key.name, "cannot watch the Lease; noticing changes at the retry period only");
+            tracing::warn!(error = %consistd_core::error::chain(&error), election = %election.key.name, "cannot watch the Lease; noticing changes at the retry period only");
             None
         }
     };
@@ -269,7 +271,7 @@ pub(super) async fn run(election: Arc<Election>, client: Client, registry: Arc<L
         let outcome = tokio::time::timeout(budget, step(&api, &election, campaign, &mut observed)).await;
         election.record_step(match &outcome {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(error)) => Err(crate::error::chain(error)),
+            Ok(Err(error)) => Err(consistd_core::error::chain(error)),
             Err(_) => Err(format!("no answer within {budget:?}")),
         });
         match outcome {

@@ -6,9 +6,10 @@
 
 use std::{sync::Arc, time::Duration};
 
+use consistd_core::lease::MEMBER_OF_LABEL;
 use tokio::time::Instant;
 
-use super::membership::{MEMBER_OF_LABEL, MemberRecord, group_label};
+use super::membership::{MemberRecord, group_label};
 use crate::watch::{Hub, Mirror, Query, ResourceError, object::Obj, sleep_until};
 
 /// One member Lease as this daemon last saw it.

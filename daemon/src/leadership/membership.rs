@@ -12,25 +12,22 @@ use std::{
     time::Duration,
 };
 
+use consistd_core::{
+    config::Live,
+    lease::{
+        APPLIED_VERSION_ANNOTATION, DEFAULT_MEMBER_TTL_SECONDS, ELECTION_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL,
+        MEMBER_OF_LABEL, PEER_ADDRESS_ANNOTATION,
+    },
+    names,
+};
 use k8s_openapi::{api::coordination::v1::Lease, apimachinery::pkg::apis::meta::v1::MicroTime};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde::Deserialize;
 use tokio::{sync::watch, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 
-use super::{Key, MANAGED_BY, MANAGED_BY_LABEL};
-use crate::{config::Live, names, watch::object::Obj};
-
-/// Label every member Lease of an election carries: its value is [`group_label`].
-pub const MEMBER_OF_LABEL: &str = "consistd.io/member-of";
-/// Annotation with the member's peer address ("host:port").
-pub(crate) const PEER_ADDRESS_ANNOTATION: &str = "consistd.io/peer-address";
-/// Annotation with the election's full name (labels are limited to 63 characters).
-pub const ELECTION_ANNOTATION: &str = "consistd.io/election";
-/// Annotation with the newest version of the election's rollout channel this member's app applied.
-pub const APPLIED_VERSION_ANNOTATION: &str = "consistd.io/applied-version";
-/// How long a member counts after a renewal when its Lease has no leaseDurationSeconds.
-pub const DEFAULT_TTL_SECONDS: u32 = 30;
+use super::Key;
+use crate::watch::object::Obj;
 
 /// How this daemon announces itself.
 #[derive(Debug, Clone)]
@@ -131,7 +128,9 @@ impl MemberRecord {
             peer: peer.clone(),
             applied: annotations.get(APPLIED_VERSION_ANNOTATION).and_then(|v| v.parse().ok()).unwrap_or(0),
             renew_time: lease.spec.renew_time.unwrap_or_default(),
-            ttl: Duration::from_secs(lease.spec.lease_duration_seconds.unwrap_or(u64::from(DEFAULT_TTL_SECONDS))),
+            ttl: Duration::from_secs(
+                lease.spec.lease_duration_seconds.unwrap_or(u64::from(DEFAULT_MEMBER_TTL_SECONDS)),
+            ),
         })
     }
 
@@ -250,7 +249,7 @@ impl Membership {
 /// The member Lease's name: readable when it fits, else a hash.
 pub(crate) fn lease_name(election: &str, identity: &str) -> String {
     let readable = format!("{election}.member.{identity}");
-    if crate::names::is_dns_subdomain(&readable) {
+    if consistd_core::names::is_dns_subdomain(&readable) {
         readable
     } else {
         format!("consistd-member-{:016x}", fnv1a(&format!("{election}/{identity}")))
@@ -346,7 +345,7 @@ mod tests {
     fn names_are_readable_when_valid_and_hashed_otherwise() {
         assert_eq!(lease_name("web", "web-0"), "web.member.web-0");
         let hashed = lease_name("web", "Web_0");
-        assert!(hashed.starts_with("consistd-member-") && crate::names::is_dns_subdomain(&hashed), "{hashed}");
+        assert!(hashed.starts_with("consistd-member-") && consistd_core::names::is_dns_subdomain(&hashed), "{hashed}");
         assert_ne!(lease_name("web", "Web_0"), lease_name("web", "Web_1"));
         assert_eq!(group_label("web"), "web");
         let long = "a".repeat(100);

@@ -4,9 +4,8 @@
 
 use std::time::Duration;
 
+use consistd_core::config::BackoffConfig;
 use rand::Rng;
-
-use crate::config::BackoffConfig;
 
 /// The upper bound of the wait before attempt `attempt + 1`, after `attempt` attempts (1 = the first).
 pub(crate) fn bound(config: &BackoffConfig, attempt: u32) -> Duration {

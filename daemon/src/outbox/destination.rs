@@ -3,9 +3,8 @@
 
 use std::fmt;
 
+use consistd_core::names::{check_peer_address, is_dns_subdomain, is_namespace_name};
 use consistd_proto::v1 as pb;
-
-use crate::names::{check_peer_address, is_dns_subdomain, is_namespace_name};
 
 /// A destination of the outbox; each `(Destination, resource_id)` holds at most one message.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

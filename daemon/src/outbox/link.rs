@@ -9,6 +9,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
+use consistd_core::error::chain as error_chain;
 use consistd_proto::peer::v1::{
     self as peer_pb, Disposition, ExchangeRequest, ExchangeResponse, exchange_request::Frame,
 };
@@ -19,7 +20,7 @@ use tokio::{
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::{Message, Outbox, OutboxState, backoff, destination::split_member};
-use crate::{error::chain as error_chain, transport::Transport};
+use crate::transport::Transport;
 
 /// Frames queued towards one peer before waiting for the connection to take them.
 const SEND_WINDOW: usize = 512;

@@ -103,7 +103,7 @@ async fn follow_service(hub: &Arc<Hub>, target: &Destination, namespace: &str, n
                 }
             }
             Err(error) => {
-                let why = crate::error::chain(&error);
+                let why = consistd_core::error::chain(&error);
                 tracing::warn!(error = %why, destination = %target, "cannot watch the Service's endpoints; retrying");
                 outbox.set_unresolved(target, format!("cannot watch its endpoints: {why}"));
             }
@@ -128,7 +128,7 @@ async fn follow_election(hub: &Arc<Hub>, target: &Destination, namespace: &str, 
                 }
             }
             Err(error) => {
-                let why = crate::error::chain(&error);
+                let why = consistd_core::error::chain(&error);
                 tracing::warn!(error = %why, destination = %target, "cannot watch the election group; retrying");
                 outbox.set_unresolved(target, format!("cannot watch its member Leases: {why}"));
             }

@@ -1,9 +1,9 @@
 use std::time::Duration;
 
+use consistd_core::config::{BackoffConfig, Live};
 use tokio::sync::broadcast::Receiver;
 
 use super::*;
-use crate::config::{BackoffConfig, Live};
 
 /// A peer nobody listens on: deliveries stay pending, so ACKs can be played by the test.
 const PEER: &str = "127.0.0.1:1";

@@ -8,6 +8,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
+use consistd_core::report::QueueReport;
 use futures::{StreamExt, stream::SelectAll};
 use tokio::{
     sync::{mpsc, watch},
@@ -15,7 +16,7 @@ use tokio::{
 };
 
 use super::{
-    DriverCall, QueueReport, QueueSpec, ReconcileError, Reconciler, Work,
+    DriverCall, QueueSpec, ReconcileError, Reconciler, Work,
     keys::{MapsBy, PrimaryKind, primary_of},
     queue::{Completion, Origin, Queue},
 };
@@ -721,8 +722,9 @@ mod tests {
     use kube::runtime::watcher;
 
     use super::*;
+    use consistd_core::config::Live;
+
     use crate::{
-        config::Live,
         leadership::Leadership,
         metrics::Metrics,
         reconcile::limiter::RetryPolicy,
@@ -775,7 +777,7 @@ mod tests {
         fn new(comparable: bool) -> Self {
             let metrics = Metrics::new();
             let client = unused_client();
-            let hub = Hub::new(client.clone(), crate::config::WatchConfig::default(), metrics.clone());
+            let hub = Hub::new(client.clone(), consistd_core::config::WatchConfig::default(), metrics.clone());
             let leadership = Leadership::new(client, hub.clone(), "me".into(), "ns".into(), None, metrics.clone());
             let reconciler =
                 Reconciler::new(hub.clone(), leadership, metrics.clone(), Live::fixed(TIMEOUT), Duration::from_secs(5));

@@ -10,6 +10,7 @@ use std::{
     sync::{Arc, RwLock},
 };
 
+use consistd_core::config::TlsConfig;
 use rustls::{
     ClientConfig, DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme,
     client::{
@@ -26,7 +27,7 @@ use rustls::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::{config::TlsConfig, mounted::Changes};
+use crate::mounted::Changes;
 
 /// The protocol both ends speak inside TLS.
 const ALPN_H2: &[u8] = b"h2";
@@ -166,7 +167,7 @@ impl PeerTls {
                     }
                     Ok(false) => {}
                     Err(error) => tracing::warn!(
-                        error = %crate::error::chain(&error),
+                        error = %consistd_core::error::chain(&error),
                         "could not reload the peer TLS files; keeping the ones in use"
                     ),
                 }

@@ -6,6 +6,7 @@ use std::{
     sync::{Arc, Mutex, MutexGuard, PoisonError},
 };
 
+use consistd_core::config::WatchConfig;
 use futures::StreamExt;
 use kube::{
     Api, Client,
@@ -21,7 +22,7 @@ use super::{
     resolve::{ResolveError, Resolved, Resolver, ResourceId},
     shared::{Limits, SharedWatch},
 };
-use crate::{config::WatchConfig, metrics::Metrics};
+use crate::metrics::Metrics;
 
 /// What an app asks to watch.
 #[derive(Debug, Clone, Default)]

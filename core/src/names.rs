@@ -3,7 +3,7 @@
 //! bad name is refused naming its field instead of failing later at the apiserver.
 
 /// RFC 1123 subdomain: what Kubernetes accepts as the name of a Lease, a Service, a ConfigMap.
-pub(crate) fn is_dns_subdomain(s: &str) -> bool {
+pub fn is_dns_subdomain(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 253
         && s.split('.').all(|label| {
@@ -15,12 +15,12 @@ pub(crate) fn is_dns_subdomain(s: &str) -> bool {
 }
 
 /// A namespace name: an RFC 1123 label (a subdomain without dots, at most 63 characters).
-pub(crate) fn is_namespace_name(s: &str) -> bool {
+pub fn is_namespace_name(s: &str) -> bool {
     s.len() <= 63 && !s.contains('.') && is_dns_subdomain(s)
 }
 
 /// Checks a peer address, "host:port" with an IPv6 host in brackets; the error says what is wrong.
-pub(crate) fn check_peer_address(address: &str) -> Result<(), String> {
+pub fn check_peer_address(address: &str) -> Result<(), String> {
     let (host, port) = address.rsplit_once(':').ok_or_else(|| format!("{address:?} is not host:port"))?;
     let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
     let valid_host = !host.is_empty()

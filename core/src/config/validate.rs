@@ -129,7 +129,7 @@ impl Config {
             if tls.server_name.is_empty() {
                 return Err(ConfigError::field("peer.tls.serverName", "must not be empty"));
             }
-            if rustls::pki_types::ServerName::try_from(tls.server_name.as_str()).is_err() {
+            if rustls_pki_types::ServerName::try_from(tls.server_name.as_str()).is_err() {
                 return Err(ConfigError::field(
                     "peer.tls.serverName",
                     format!("{:?} is not a DNS name or IP address", tls.server_name),
