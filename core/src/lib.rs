@@ -1,12 +1,14 @@
 //! consistd's core: what the daemon's parts share and `kubectl consistd` reads, with no sockets and no
 //! store of its own: the config and its checks, names Kubernetes accepts, errors as people read them, the
 //! admin report, the labels and annotations of consistd's Leases, a rollout channel's versions in the
-//! cluster, and the one mutation that adds the sidecar to a pod.
+//! cluster, the one mutation that adds the sidecar to a pod, and files mounted from ConfigMaps and Secrets, watched
+//! for kubelet's swap.
 
 pub mod config;
 pub mod error;
 pub mod inject;
 pub mod lease;
+pub mod mounted;
 pub mod names;
 pub mod report;
 pub mod versions;

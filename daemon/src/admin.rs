@@ -7,6 +7,7 @@ use std::{convert::Infallible, path::Path};
 
 use bytes::Bytes;
 use consistd_core::report::{OutboxReport, QueuesReport, Report};
+use consistd_observe::metrics::Metrics;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full};
 use hyper::{body::Incoming, server::conn::http1, service::service_fn};
@@ -18,7 +19,7 @@ use tokio::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::{health::Health, metrics::Metrics};
+use crate::health::Health;
 
 /// Why `consistd status` could not read the daemon's report.
 #[derive(Debug, thiserror::Error)]

@@ -16,7 +16,9 @@ mod watch;
 
 use std::sync::Arc;
 
+use consistd_cluster::{leadership::Leadership, objects::Objects, reconcile::Reconciler, watch::Hub};
 use consistd_core::config::{AccessRule, Live};
+use consistd_observe::metrics::Metrics;
 use consistd_proto::v1::{
     FILE_DESCRIPTOR_SET,
     inbox_service_server::{self, InboxServiceServer},
@@ -38,10 +40,7 @@ use self::{
     access::Access, caller::CallerLayer, inbox::InboxApi, leadership::LeadershipApi, objects::ObjectsApi,
     outbox::OutboxApi, reconcile::ReconcileApi, rollout::RolloutApi, watch::WatchApi,
 };
-use crate::{
-    authority::Relaxed, connections, inbox::Inbox, leadership::Leadership, metrics::Metrics, objects::Objects,
-    outbox::Outbox, reconcile::Reconciler, watch::Hub,
-};
+use crate::{authority::Relaxed, connections, inbox::Inbox, outbox::Outbox};
 
 /// What a server-streaming RPC answers with.
 type ResponseStream<T> = futures::stream::BoxStream<'static, Result<T, tonic::Status>>;

@@ -1,88 +1,31 @@
 //! The daemon's view of its own health and the rule readiness follows: ready while the gRPC socket is
 //! served, the apiserver was heard from recently (by any job or, when all were quiet, the probe), every
 //! campaigning election's Lease steps succeed within its lease duration, and the store commits.
-//! /readyz, /debug/state and `consistd status` all read this one report.
+//! /readyz, /debug/state and `consistd status` all read this one report; [`probe`] asks the apiserver
+//! when nothing else heard from it recently.
 
 use std::{
     path::PathBuf,
-    sync::{
-        Arc, Mutex, PoisonError,
-        atomic::{AtomicU64, Ordering},
-    },
+    sync::{Arc, Mutex, PoisonError},
     time::{Duration, SystemTime},
 };
 
+use consistd_cluster::{
+    client::{ApiContact, Via},
+    fencing::{Fencing, Where},
+    leadership::{Key, Leadership, Progress},
+    reconcile::Reconciler,
+    watch::Hub,
+};
 use consistd_core::{
     config::HealthConfig,
     report::{Apiserver, ConfigReport, ElectionReport, FencingReport, PeerReport, Report, StoreReport},
 };
+use consistd_observe::metrics::Metrics;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
-use crate::{
-    fencing::{Fencing, Where},
-    inbox::Inbox,
-    leadership::{Key, Leadership, Progress},
-    outbox::Outbox,
-    reconcile::Reconciler,
-    store::Store,
-    watch::Hub,
-};
-
-/// What brought the latest sign of life from the apiserver.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Via {
-    /// A frame of a watch stream: an event, or a bookmark.
-    WatchStream,
-    /// The answer to any other request: a read, a write, a Lease renewal.
-    Response,
-    /// The answer to the probe of /version.
-    Probe,
-}
-
-impl Via {
-    const ALL: [Via; 3] = [Via::WatchStream, Via::Response, Via::Probe];
-
-    fn name(self) -> &'static str {
-        match self {
-            Via::WatchStream => "watch stream",
-            Via::Response => "response",
-            Via::Probe => "probe",
-        }
-    }
-}
-
-/// When the apiserver was last heard from, by anything in the daemon: the Kubernetes client notes every
-/// answer and every frame of a watch stream here (`cluster`), so the jobs' own traffic is the evidence
-/// readiness uses, and the probe is needed only when they are all quiet. Cheap to clone and to note
-/// (one atomic per kind of traffic).
-#[derive(Debug, Clone)]
-pub(crate) struct ApiContact {
-    base: Instant,
-    /// Per [`Via`]: nanoseconds after `base` plus one of the latest note; 0 for never.
-    last: Arc<[AtomicU64; 3]>,
-}
-
-impl ApiContact {
-    pub(crate) fn new() -> Self {
-        Self { base: Instant::now(), last: Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]) }
-    }
-
-    /// Notes that the apiserver answered just now.
-    pub(crate) fn heard(&self, via: Via) {
-        let nanos = u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX - 1) + 1;
-        self.last[via as usize].fetch_max(nanos, Ordering::Relaxed);
-    }
-
-    /// When and through what the apiserver was last heard from.
-    pub(crate) fn last(&self) -> Option<(Instant, Via)> {
-        Via::ALL
-            .into_iter()
-            .map(|via| (self.last[via as usize].load(Ordering::Relaxed), via))
-            .filter(|(nanos, _)| *nanos > 0)
-            .max_by_key(|(nanos, _)| *nanos)
-            .map(|(nanos, via)| (self.base + Duration::from_nanos(nanos - 1), via))
-    }
-}
+use crate::{inbox::Inbox, outbox::Outbox, store::Store};
 
 /// Shared, cheaply cloned handle on the daemon's health.
 #[derive(Debug, Clone)]
@@ -286,6 +229,49 @@ impl Health {
 /// The probe runs only after `probe_interval` of quiet and fails after `probe_timeout`, so a slow link
 /// whose watches still deliver stays reachable whatever its delay; `2 * interval + timeout` of silence
 /// with no failed probe (the probe loop stuck) counts as unreachable too.
+/// After a failed probe the next one comes this soon (or after the probe interval, if shorter), so
+/// readiness recovers fast.
+const PROBE_RETRY_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Probes the apiserver's /version whenever nothing heard from it for `health.probeInterval` (and once
+/// at start, for its version), each probe bounded by `health.probeTimeout`, until `shutdown`. Keeps the
+/// `apiserver_up` metric and logs when reachability changes.
+pub(crate) async fn probe(client: kube::Client, health: Health, metrics: Metrics, shutdown: CancellationToken) {
+    let (interval, timeout) = (health.config().probe_interval, health.config().probe_timeout);
+    let mut reachable = false;
+    let mut first = true;
+    let mut due = Instant::now();
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep_until(due) => {}
+        }
+        let quiet_until = health.contact().last().map(|(at, _)| at + interval);
+        match quiet_until {
+            // Something else heard from the apiserver recently: no probe needed yet.
+            Some(until) if until > Instant::now() && !first => due = until,
+            _ => {
+                first = false;
+                let sent = Instant::now();
+                match tokio::time::timeout(timeout, client.apiserver_version()).await {
+                    Ok(Ok(info)) => health.probe_answered(info.git_version),
+                    Ok(Err(error)) => health.probe_failed(sent, consistd_core::error::chain(&error)),
+                    Err(_) => health.probe_failed(sent, format!("no answer within {timeout:?} (health.probeTimeout)")),
+                }
+                due = Instant::now() + interval.min(PROBE_RETRY_INTERVAL);
+            }
+        }
+        let verdict = health.apiserver_verdict();
+        match (&verdict, reachable) {
+            (Ok(()), false) => tracing::info!("apiserver reachable"),
+            (Err(error), true) => tracing::warn!(%error, "apiserver unreachable"),
+            _ => {}
+        }
+        reachable = verdict.is_ok();
+        metrics.apiserver_up.set(i64::from(reachable));
+    }
+}
+
 fn judge_apiserver(
     now: Instant,
     heard: Option<(Instant, Via)>,
@@ -333,7 +319,12 @@ fn judge_election(now: Instant, key: &Key, progress: &Progress) -> Result<(), St
     ))
 }
 
-fn election_report(now: Instant, key: &Key, s: crate::leadership::Observation, p: Progress) -> ElectionReport {
+fn election_report(
+    now: Instant,
+    key: &Key,
+    s: consistd_cluster::leadership::Observation,
+    p: Progress,
+) -> ElectionReport {
     ElectionReport {
         election: format!("{}/{}", key.namespace, key.name),
         role: format!("{:?}", s.role).to_uppercase(),
@@ -368,7 +359,7 @@ mod tests {
     }
 
     fn health() -> Health {
-        Health::new("/s.sock".into(), "https://127.0.0.1:6443".into(), ApiContact::new(), config(10, 1))
+        Health::new("/s.sock".into(), "https://127.0.0.1:6443".into(), ApiContact::default(), config(10, 1))
     }
 
     #[tokio::test(start_paused = true)]
@@ -448,20 +439,6 @@ mod tests {
         tokio::time::advance(Duration::from_millis(100)).await;
         let why = health.apiserver_verdict().expect_err("silent too long");
         assert!(why.starts_with("silent for longer than 21.0s"), "{why}");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn contact_remembers_the_latest_answer_and_what_brought_it() {
-        let contact = ApiContact::new();
-        assert_eq!(contact.last(), None);
-        contact.heard(Via::Probe);
-        tokio::time::advance(Duration::from_secs(1)).await;
-        contact.heard(Via::WatchStream);
-        let at = Instant::now();
-        assert_eq!(contact.last(), Some((at, Via::WatchStream)));
-        tokio::time::advance(Duration::from_secs(1)).await;
-        contact.heard(Via::Probe);
-        assert_eq!(contact.last(), Some((Instant::now(), Via::Probe)));
     }
 
     #[tokio::test(start_paused = true)]

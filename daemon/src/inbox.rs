@@ -16,6 +16,7 @@ use consistd_core::{
     config::{InboxConfig, Live},
     error,
 };
+use consistd_observe::{metrics::Metrics, telemetry::TraceContext};
 use consistd_proto::peer::v1::{Disposition, ExchangeResponse, PeerMessage};
 use redb::{ReadableTable, TableDefinition};
 use tokio::{
@@ -23,11 +24,7 @@ use tokio::{
     time::Instant,
 };
 
-use crate::{
-    metrics::Metrics,
-    store::{META, Store, StoreError, from_millis, to_millis},
-    telemetry::TraceContext,
-};
+use crate::store::{META, Store, StoreError, from_millis, to_millis};
 
 /// Messages waiting for the app, by inbox id.
 const MESSAGES: TableDefinition<u64, &[u8]> = TableDefinition::new("inbox_messages");

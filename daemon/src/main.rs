@@ -17,7 +17,7 @@ fn main() -> ExitCode {
                 let runtime = runtime();
                 let telemetry = {
                     let _entered = runtime.enter();
-                    consistd::telemetry::init(consistd_core::config::LogFormat::Json, &webhook.log_level, &env)
+                    consistd_observe::telemetry::init(consistd_core::config::LogFormat::Json, &webhook.log_level, &env)
                 };
                 let code = runtime.block_on(cli::inject_webhook(webhook));
                 telemetry.shutdown();
@@ -38,7 +38,7 @@ fn main() -> ExitCode {
             let runtime = runtime();
             let telemetry = {
                 let _entered = runtime.enter();
-                consistd::telemetry::init(config.log.format, &config.log.level, &env)
+                consistd_observe::telemetry::init(config.log.format, &config.log.level, &env)
             };
             let log = telemetry.log.clone();
             let source = consistd::reload::ConfigSource { file: args.config.clone(), overrides: args.overrides(), log };

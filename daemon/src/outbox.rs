@@ -19,6 +19,7 @@ use std::{
 
 use bytes::Bytes;
 use consistd_core::config::{Live, OutboxConfig};
+use consistd_observe::{metrics::Metrics, telemetry::TraceContext};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
@@ -28,9 +29,7 @@ use self::{
     state::{Recipients, Slot},
 };
 use crate::{
-    metrics::Metrics,
     store::{Store, StoreError},
-    telemetry::TraceContext,
     transport::Transport,
 };
 

@@ -10,21 +10,17 @@ use std::{
     time::{Duration, SystemTime},
 };
 
+use consistd_cluster::leadership::{Campaign, Key, Leadership, LeadershipError};
+use consistd_core::mounted::Changes;
 use consistd_core::{
     config::{AccessRule, Config, ElectionConfig, Environment, InboxConfig, OutboxConfig, Overrides, Setter},
     error,
     report::ConfigReport,
 };
+use consistd_observe::{metrics::Metrics, telemetry::LogLevel};
 use tokio_util::sync::CancellationToken;
 
-use crate::{
-    api::Allowlist,
-    health::Health,
-    leadership::{Campaign, Key, Leadership, LeadershipError},
-    metrics::Metrics,
-    mounted::Changes,
-    telemetry::LogLevel,
-};
+use crate::{api::Allowlist, health::Health};
 
 /// Where the running config came from, so that a change to its file can be applied the same way.
 #[derive(Debug)]

@@ -11,18 +11,20 @@ mod inbound;
 use std::{sync::Arc, time::Duration};
 
 use bytes::Bytes;
+use consistd_cluster::{
+    leadership::{Key, Leadership, LeadershipError, Role},
+    watch::ResourceError,
+};
 use consistd_core::versions::{Version, Versions, VersionsError};
+use consistd_observe::telemetry::TraceContext;
 use consistd_proto::peer::v1 as peer_pb;
 
 use self::barrier::{Barrier, Standing};
 pub(crate) use self::inbound::{Arrived, RESOURCE_PREFIX};
 use crate::{
     inbox::{Inbox, InboxError},
-    leadership::{Key, Leadership, LeadershipError, Role},
     outbox::{Destination, Outbox, OutboxError, Outgoing},
-    telemetry::TraceContext,
     transport::Transport,
-    watch::ResourceError,
 };
 
 /// How long a Publish waits to learn who leads a channel nothing here watched yet.

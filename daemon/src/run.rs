@@ -3,10 +3,19 @@
 
 use std::time::Duration;
 
+use consistd_cluster::{
+    client::{self, ApiContact, ClusterError},
+    fencing::Fencing,
+    leadership::{Announce, Leadership},
+    objects::Objects,
+    reconcile::Reconciler,
+    watch::Hub,
+};
 use consistd_core::{
     config::{Config, Environment},
     versions::Versions,
 };
+use consistd_observe::metrics::Metrics;
 use tokio::{
     net::TcpListener,
     signal::unix::{SignalKind, signal},
@@ -16,22 +25,15 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     admin::{self, AdminListener},
     api::{self, ApiError, Services},
-    cluster::{self, ClusterError},
-    fencing::Fencing,
-    health::{ApiContact, Health},
+    health::{self, Health},
     inbox::Inbox,
-    leadership::{Announce, Leadership},
-    metrics::Metrics,
-    objects::Objects,
     outbox::{self, Members, Outbox},
     peer::{self, PeerError},
-    reconcile::Reconciler,
     reload::{ConfigSource, Elections, Reloader, Tunables},
     rollout::{self, Rollout, barrier::Barrier},
     socket::{self, SocketError},
     store::{OpenError, Store, StoreError},
     transport::{PeerTls, TlsError, Transport},
-    watch::Hub,
 };
 
 /// Why the daemon stopped with an error.
@@ -69,7 +71,7 @@ pub enum RunError {
     Tls(#[from] TlsError),
     /// An election from the config could not be started.
     #[error("start configured election")]
-    Election(#[source] crate::leadership::LeadershipError),
+    Election(#[source] consistd_cluster::leadership::LeadershipError),
     /// Signal handlers could not be installed.
     #[error("install signal handlers")]
     Signal(#[source] std::io::Error),
@@ -85,8 +87,8 @@ pub async fn run(config: Config, env: &Environment, source: ConfigSource) -> Res
     let mut interrupt = signal(SignalKind::interrupt()).map_err(RunError::Signal)?;
 
     // Every answer the client gets is noted here: the jobs' own traffic is readiness's evidence.
-    let contact = ApiContact::new();
-    let (client, apiserver_url) = cluster::connect(&contact).await?;
+    let contact = ApiContact::default();
+    let (client, apiserver_url) = client::connect(&contact).await?;
     let (listener, socket_guard) = socket::bind(&config.socket.path, config.socket.mode.0, config.socket.group_id)?;
     let (admin_listener, admin_guard) = socket::bind(&config.admin.socket, config.admin.mode.0, config.admin.group_id)?;
     let admin_tcp = match config.admin.listen {
@@ -194,7 +196,7 @@ pub async fn run(config: Config, env: &Environment, source: ConfigSource) -> Res
     let (socket_path, admin_socket) = (config.socket.path.clone(), config.admin.socket.clone());
     let reloader = Reloader::new(config, (source, env.clone()), tunables, elections, (health.clone(), metrics.clone()));
     let reloading = tokio::spawn(reloader.run(draining.clone()));
-    tokio::spawn(cluster::probe(client, health.clone(), metrics.clone(), stopped.clone()));
+    tokio::spawn(health::probe(client, health.clone(), metrics.clone(), stopped.clone()));
     let admin_task = tokio::spawn(admin::serve(
         AdminListener::Unix(admin_listener),
         health.clone(),

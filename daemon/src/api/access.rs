@@ -4,11 +4,12 @@
 
 use std::{fmt, sync::Arc};
 
+use consistd_cluster::watch::Hub;
 use consistd_core::config::{AccessRule, Live, Service};
+use consistd_observe::metrics::Metrics;
 use tonic::Status;
 
 use super::{caller::Caller, status};
-use crate::{metrics::Metrics, watch::Hub};
 
 /// What a call asks for, as rules grant it.
 #[derive(Debug, Clone, Copy)]

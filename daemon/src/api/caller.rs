@@ -9,12 +9,12 @@ use std::{
 };
 
 use consistd_core::config::Live;
+use consistd_observe::metrics::Metrics;
 use futures::future::{Either, Ready, ready};
 use tonic::{body::Body, transport::server::UdsConnectInfo};
 use tower::{Layer, Service};
 
 use super::status;
-use crate::metrics::Metrics;
 
 /// The process at the other end of a connection, as the kernel reports it when the connection was made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -11,20 +11,18 @@ use std::{
 };
 
 use bytes::Bytes;
+use consistd_observe::{
+    metrics::{GrpcCall, Metrics},
+    telemetry,
+};
 use futures::future::BoxFuture;
 use hyper::body::{Frame, SizeHint};
 use prost::Message as _;
 use tokio::time::Instant;
 use tonic::{Code, body::Body};
 use tower::{Layer, Service};
-
 use tracing::Instrument as _;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
-
-use crate::{
-    metrics::{GrpcCall, Metrics},
-    telemetry,
-};
 
 /// The methods served, by path ("/consistd.v1.WatchService/Subscribe"), with their go-grpc-prometheus
 /// type: unary, client_stream, server_stream or bidi_stream.

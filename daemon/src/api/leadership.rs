@@ -3,6 +3,7 @@
 
 use std::{sync::Arc, time::Duration};
 
+use consistd_cluster::leadership::{Key, Leadership, Role};
 use consistd_core::config::{Service, Timing};
 use consistd_proto::v1::{self as pb, leadership_service_server::LeadershipService};
 use futures::StreamExt;
@@ -16,7 +17,6 @@ use super::{
     caller::Caller,
     status,
 };
-use crate::leadership::{Key, Leadership, Role};
 
 /// How long GetLeadership waits for a first read of a Lease nothing here watched yet.
 const FIRST_OBSERVATION: Duration = Duration::from_secs(2);
@@ -116,7 +116,7 @@ fn timestamp(t: Option<std::time::SystemTime>) -> Option<prost_types::Timestamp>
     t.map(prost_types::Timestamp::from)
 }
 
-fn to_pb(key: &Key, s: &crate::leadership::Observation) -> pb::LeadershipStatus {
+fn to_pb(key: &Key, s: &consistd_cluster::leadership::Observation) -> pb::LeadershipStatus {
     let state = match s.role {
         Role::Leader => pb::LeadershipState::Leader,
         Role::Follower => pb::LeadershipState::Follower,

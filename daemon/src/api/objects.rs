@@ -2,6 +2,13 @@
 
 use std::sync::Arc;
 
+use consistd_cluster::{
+    fencing::Claim,
+    leadership::Leadership,
+    objects::{ObjectRef, Objects, PatchKind, Source},
+    reconcile::{self, Reconciler},
+    watch::object::Obj,
+};
 use consistd_core::config::Service;
 use consistd_proto::v1::{self as pb, objects_service_server::ObjectsService};
 use kube::api::{Preconditions, PropagationPolicy};
@@ -11,13 +18,6 @@ use super::{
     access::{Access, Ask, Resource},
     caller::Caller,
     status,
-};
-use crate::{
-    fencing::Claim,
-    leadership::Leadership,
-    objects::{ObjectRef, Objects, PatchKind, Source},
-    reconcile::{self, Reconciler},
-    watch::object::Obj,
 };
 
 /// The ObjectsService implementation.

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use consistd_core::config::Service;
+use consistd_observe::telemetry::TraceContext;
 use consistd_proto::v1::{self as pb, outbox_service_server::OutboxService};
 use futures::{FutureExt as _, StreamExt};
 use tokio::sync::broadcast::error::RecvError;
@@ -17,10 +18,7 @@ use super::{
     caller::Caller,
     ordered, status,
 };
-use crate::{
-    outbox::{Admitted, Destination, Outbox, OutcomeKind, Outgoing},
-    telemetry::TraceContext,
-};
+use crate::outbox::{Admitted, Destination, Outbox, OutcomeKind, Outgoing};
 
 /// Longest resource_id or event_id accepted (a Kubernetes UID is 36 bytes, a resourceVersion ~20).
 pub(crate) const MAX_ID_BYTES: usize = 1024;

@@ -3,6 +3,13 @@
 
 use std::{sync::Arc, time::Duration};
 
+use consistd_cluster::{
+    leadership::Leadership,
+    reconcile::{
+        DEFAULT_LEASE_TIMEOUT, ObjectQuery, QueueSpec, Reconciler, Work, keys::MapsBy, limiter::RetryPolicy,
+        queue::Completion,
+    },
+};
 use consistd_core::{config::Service, names};
 use consistd_proto::v1::{self as pb, reconcile_service_server::ReconcileService};
 use futures::StreamExt as _;
@@ -16,13 +23,6 @@ use super::{
     access::{Access, Ask, Resource},
     caller::Caller,
     status,
-};
-use crate::{
-    leadership::Leadership,
-    reconcile::{
-        DEFAULT_LEASE_TIMEOUT, ObjectQuery, QueueSpec, Reconciler, Work, keys::MapsBy, limiter::RetryPolicy,
-        queue::Completion,
-    },
 };
 
 /// The most leases one stream may hold.

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use consistd_cluster::leadership::{Key, Role};
 use consistd_core::config::{Service, Timing};
 use consistd_proto::v1::{self as pb, rollout_service_server::RolloutService};
 use tokio::sync::mpsc;
@@ -19,10 +20,7 @@ use super::{
     caller::Caller,
     status,
 };
-use crate::{
-    leadership::{Key, Role},
-    rollout::{Arrived, Rollout, barrier::Standing},
-};
+use crate::rollout::{Arrived, Rollout, barrier::Standing};
 
 /// How long ReportApplied waits for the member Lease to hold the version.
 const RECORD_WAIT: Duration = Duration::from_secs(10);
@@ -46,7 +44,7 @@ impl RolloutApi {
     /// the channel to the caller.
     async fn channel<T>(&self, request: &Request<T>, verb: &'static str, channel: &str) -> Result<Key, Status> {
         let key = self.rollout.channel(channel).map_err(|e| match e {
-            crate::leadership::LeadershipError::InvalidArgument { message, .. } => {
+            consistd_cluster::leadership::LeadershipError::InvalidArgument { message, .. } => {
                 status::invalid_argument("channel", message)
             }
             other => status::leadership_error(other),
@@ -121,8 +119,9 @@ impl RolloutService for RolloutApi {
             return Err(status::invalid_argument("version", "must be at least 1"));
         }
         if !self.rollout.leadership().is_member(&key) {
-            let not_member =
-                crate::leadership::LeadershipError::NotMember { election: format!("{}/{}", key.namespace, key.name) };
+            let not_member = consistd_cluster::leadership::LeadershipError::NotMember {
+                election: format!("{}/{}", key.namespace, key.name),
+            };
             return Err(status::leadership_error(not_member));
         }
         // A version that was never published must not count towards any barrier.
@@ -202,7 +201,7 @@ impl RolloutService for RolloutApi {
 async fn stream_versions(
     rollout: Rollout,
     key: Key,
-    mut states: tokio::sync::watch::Receiver<crate::leadership::Observation>,
+    mut states: tokio::sync::watch::Receiver<consistd_cluster::leadership::Observation>,
     tx: mpsc::Sender<Result<pb::SubscribeVersionsResponse, Status>>,
     shutdown: CancellationToken,
 ) {

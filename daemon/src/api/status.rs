@@ -3,18 +3,16 @@
 //! once each ([`error::chain`]); an apiserver refusal keeps the apiserver's own message.
 #![allow(clippy::disallowed_methods, reason = "the one place gRPC statuses are built")]
 
+use consistd_cluster::{
+    leadership::LeadershipError,
+    objects::ObjectsError,
+    reconcile::ReconcileError,
+    watch::{ResourceError, resolve::ResolveError},
+};
 use consistd_core::{error, versions::VersionsError};
 use tonic::{Code, Status};
 
-use crate::{
-    inbox::InboxError,
-    leadership::LeadershipError,
-    objects::ObjectsError,
-    outbox::OutboxError,
-    reconcile::ReconcileError,
-    rollout::RolloutError,
-    watch::{ResourceError, resolve::ResolveError},
-};
+use crate::{inbox::InboxError, outbox::OutboxError, rollout::RolloutError};
 
 /// A status whose message is `error` with its causes.
 fn from_error(code: Code, error: &dyn std::error::Error) -> Status {

@@ -3,7 +3,15 @@
 
 use std::sync::Arc;
 
+use consistd_cluster::watch::{
+    Cursor, Hub, Query, Subscription,
+    consistent::{self, Consistency, ConsistentSubscription, Delivery, Kind},
+    expectations::Expectations,
+    object::Obj,
+    shared::{Change, Item},
+};
 use consistd_core::config::Service;
+use consistd_observe::metrics::Metrics;
 use consistd_proto::v1::{self as pb, watch_service_server::WatchService};
 use tokio::{sync::mpsc, time::Instant};
 use tokio_stream::wrappers::ReceiverStream;
@@ -14,14 +22,6 @@ use super::{
     access::{Access, Ask, Resource},
     caller::Caller,
     status,
-};
-use crate::metrics::Metrics;
-use crate::watch::{
-    Cursor, Hub, Query, Subscription,
-    consistent::{self, Consistency, ConsistentSubscription, Delivery, Kind},
-    expectations::Expectations,
-    object::Obj,
-    shared::{Change, Item},
 };
 
 /// Items buffered between the subscription and the gRPC stream; the hub's per-subscriber queue is the

@@ -4,14 +4,14 @@
 
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
+use consistd_cluster::{
+    leadership::group::GroupReader,
+    watch::{Hub, Mirror, Query, object::Obj},
+};
 use serde::Deserialize;
 use tokio::task::JoinHandle;
 
 use super::{Destination, Outbox, destination::member_key};
-use crate::{
-    leadership::group::GroupReader,
-    watch::{Hub, Mirror, Query, object::Obj},
-};
 
 /// The port name an EndpointSlice uses for consistd's peer port; a slice with a single port may leave
 /// it unnamed.

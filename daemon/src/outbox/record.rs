@@ -8,14 +8,12 @@ use std::{
 };
 
 use bytes::Bytes;
+use consistd_observe::telemetry::TraceContext;
 use consistd_proto::v1 as pb;
 use redb::{ReadableTable, TableDefinition};
 
 use super::{Destination, Message, Outbox, Slot};
-use crate::{
-    store::{META, Store, StoreError, from_millis, to_millis},
-    telemetry::TraceContext,
-};
+use crate::store::{META, Store, StoreError, from_millis, to_millis};
 
 /// Stored messages by sequence number.
 const MESSAGES: TableDefinition<u64, &[u8]> = TableDefinition::new("outbox_messages");

@@ -5,12 +5,11 @@
 
 use std::{sync::Arc, time::SystemTime};
 
-use tokio::time::Instant;
-
-use crate::{
+use consistd_cluster::{
     leadership::group::GroupReader,
     watch::{Hub, ResourceError},
 };
+use tokio::time::Instant;
 
 /// One member of a channel as the barrier sees it.
 #[derive(Debug, Clone, PartialEq)]

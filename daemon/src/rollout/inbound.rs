@@ -5,8 +5,10 @@
 
 use std::sync::Arc;
 
+use consistd_cluster::leadership::Key;
+
 use super::{Rollout, RolloutError};
-use crate::{inbox::InboxMessage, leadership::Key};
+use crate::inbox::InboxMessage;
 
 /// The resource_id prefix of rollout versions; the inbox holds messages under it for the rollout.
 pub(crate) const RESOURCE_PREFIX: &str = "consistd.rollout/";

@@ -11,6 +11,7 @@ use std::{
 };
 
 use consistd_core::config::TlsConfig;
+use consistd_core::mounted::Changes;
 use rustls::{
     ClientConfig, DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme,
     client::{
@@ -26,8 +27,6 @@ use rustls::{
     sign::CertifiedKey,
 };
 use tokio_util::sync::CancellationToken;
-
-use crate::mounted::Changes;
 
 /// The protocol both ends speak inside TLS.
 const ALPN_H2: &[u8] = b"h2";

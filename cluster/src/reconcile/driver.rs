@@ -9,6 +9,7 @@ use std::{
 };
 
 use consistd_core::report::QueueReport;
+use consistd_observe::metrics::QueueMetrics;
 use futures::{StreamExt, stream::SelectAll};
 use tokio::{
     sync::{mpsc, watch},
@@ -22,7 +23,6 @@ use super::{
 };
 use crate::{
     leadership::{Observation, Role},
-    metrics::QueueMetrics,
     watch::{
         expectations::Expectations,
         object::{Obj, ObjKey},
@@ -726,10 +726,10 @@ mod tests {
 
     use crate::{
         leadership::Leadership,
-        metrics::Metrics,
         reconcile::limiter::RetryPolicy,
         watch::{Hub, WatchKey, object::RawObject, shared::Limits},
     };
+    use consistd_observe::metrics::Metrics;
 
     const TIMEOUT: Duration = Duration::from_secs(5);
 

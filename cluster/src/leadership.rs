@@ -4,8 +4,8 @@
 //! coalescing channel that never blocks the runner.
 
 mod elector;
-pub(crate) mod group;
-pub(crate) mod membership;
+pub mod group;
+pub mod membership;
 
 use std::{
     collections::HashMap,
@@ -14,19 +14,19 @@ use std::{
 };
 
 use consistd_core::{config::Timing, names};
+use consistd_observe::metrics::Metrics;
 use tokio::{sync::watch, time::Instant};
 use tokio_util::sync::CancellationToken;
 
-pub(crate) use self::membership::Announce;
+pub use self::membership::Announce;
 use self::{
     elector::Election,
     membership::{Membership, SeatGuard, Written},
 };
-use crate::metrics::Metrics;
 
 /// An election: the Lease's namespace and name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct Key {
+pub struct Key {
     /// Namespace of the Lease.
     pub namespace: String,
     /// Name of the Lease.
@@ -35,7 +35,7 @@ pub(crate) struct Key {
 
 /// This daemon's view of an election.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Role {
+pub enum Role {
     /// This daemon holds the Lease and renewed it within the renew deadline.
     Leader,
     /// Another candidate holds a live Lease.
@@ -46,7 +46,7 @@ pub(crate) enum Role {
 
 /// One observation of an election.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Observation {
+pub struct Observation {
     /// Whether this daemon leads, follows, or cannot tell (apiserver unreachable, nobody holds the Lease).
     pub role: Role,
     /// The holder's identity; empty when nobody holds the Lease.
@@ -93,7 +93,7 @@ impl Observation {
 
 /// How an election's runner has fared with the apiserver: what readiness judges an election by.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Progress {
+pub struct Progress {
     /// Whether an app (or the config) campaigns in it, so its Lease must be renewed or watched for a
     /// takeover; an election only observed is judged by the apiserver's reachability alone.
     pub campaigning: bool,
@@ -161,7 +161,7 @@ pub enum LeadershipError {
 }
 
 /// Every election of this daemon.
-pub(crate) struct Leadership {
+pub struct Leadership {
     client: kube::Client,
     /// Followers watch their Lease through the hub, so a release is seen at once, not a retry later.
     hub: Arc<crate::watch::Hub>,
@@ -185,7 +185,7 @@ impl std::fmt::Debug for Leadership {
 /// An app's candidacy; dropping it resigns (the runner releases the Lease when the last one goes) and
 /// leaves the election group.
 #[derive(Debug)]
-pub(crate) struct Campaign {
+pub struct Campaign {
     election: Arc<Election>,
     _member: Option<SeatGuard>,
 }
@@ -204,7 +204,7 @@ fn gauge_label(key: &Key) -> String {
 impl Leadership {
     /// Elections for this daemon's `identity`, with Leases in `namespace` unless a request names one.
     /// With `announce`, campaigning also makes this daemon a member of the election's group.
-    pub(crate) fn new(
+    pub fn new(
         client: kube::Client,
         hub: Arc<crate::watch::Hub>,
         identity: String,
@@ -230,7 +230,7 @@ impl Leadership {
     }
 
     /// The election named by a request: validates the name and defaults the namespace.
-    pub(crate) fn key(&self, name: &str, namespace: &str) -> Result<Key, LeadershipError> {
+    pub fn key(&self, name: &str, namespace: &str) -> Result<Key, LeadershipError> {
         if name.is_empty() {
             return Err(LeadershipError::InvalidArgument {
                 field: "election",
@@ -285,12 +285,12 @@ impl Leadership {
     }
 
     /// Streams `key`'s state: the current one first, then every change (coalesced).
-    pub(crate) fn observe(self: &Arc<Self>, key: &Key) -> watch::Receiver<Observation> {
+    pub fn observe(self: &Arc<Self>, key: &Key) -> watch::Receiver<Observation> {
         self.subscribe(key, &self.identity).1
     }
 
     /// Campaigns for `key` as `identity` (empty: this daemon's) until the returned guard drops.
-    pub(crate) fn campaign(
+    pub fn campaign(
         self: &Arc<Self>,
         key: &Key,
         identity: &str,
@@ -314,7 +314,7 @@ impl Leadership {
 
     /// The current state of `key`, waiting at most `wait` for a first observation when nothing here
     /// watched that election yet.
-    pub(crate) async fn get(self: &Arc<Self>, key: &Key, wait: Duration) -> Observation {
+    pub async fn get(self: &Arc<Self>, key: &Key, wait: Duration) -> Observation {
         let (election, mut status) = self.subscribe(key, &self.identity);
         if !election.observed() {
             let _ = tokio::time::timeout(wait, status.changed()).await;
@@ -323,7 +323,7 @@ impl Leadership {
     }
 
     /// Every election this daemon runs now, with its current state and how its runner fares, sorted by key.
-    pub(crate) fn snapshot(&self) -> Vec<(Key, Observation, Progress)> {
+    pub fn snapshot(&self) -> Vec<(Key, Observation, Progress)> {
         let mut out: Vec<(Key, Observation, Progress)> =
             self.lock().iter().map(|(k, e)| (k.clone(), e.current(), e.progress())).collect();
         out.sort_by(|a, b| (&a.0.namespace, &a.0.name).cmp(&(&b.0.namespace, &b.0.name)));
@@ -332,7 +332,7 @@ impl Leadership {
 
     /// Whether this daemon leads `key` in exactly `term` now: what a guarded write needs. A refusal names
     /// the election, this daemon's view of it, and the guard's term.
-    pub(crate) fn leads(&self, key: &Key, term: u64) -> Result<(), String> {
+    pub fn leads(&self, key: &Key, term: u64) -> Result<(), String> {
         let election = self.lock().get(key).cloned();
         let (namespace, name) = (&key.namespace, &key.name);
         let Some(election) = election else {
@@ -359,7 +359,7 @@ impl Leadership {
     /// Records on this daemon's member Lease of `key` that its app applied `version` of the channel (a
     /// lower version than one reported before changes nothing); returns once the Lease holds it, or with
     /// the apiserver's answer to the first write carrying it that fails.
-    pub(crate) async fn report_applied(&self, key: &Key, version: u64, wait: Duration) -> Result<(), LeadershipError> {
+    pub async fn report_applied(&self, key: &Key, version: u64, wait: Duration) -> Result<(), LeadershipError> {
         let election = format!("{}/{}", key.namespace, key.name);
         let (mut written, before) = self
             .membership
@@ -380,23 +380,23 @@ impl Leadership {
     }
 
     /// Whether campaigning makes this daemon a member of election groups (it has a peer address).
-    pub(crate) fn announces(&self) -> bool {
+    pub fn announces(&self) -> bool {
         self.membership.announces()
     }
 
     /// Whether this daemon is in `key`'s election group now.
-    pub(crate) fn is_member(&self, key: &Key) -> bool {
+    pub fn is_member(&self, key: &Key) -> bool {
         self.membership.holds(key)
     }
 
     /// The newest version of `key`'s channel this daemon's app reported applied (0: none, or not a member).
-    pub(crate) fn applied(&self, key: &Key) -> u64 {
+    pub fn applied(&self, key: &Key) -> u64 {
         self.membership.applied(key)
     }
 
     /// Resigns every election (releasing held Leases), leaves every group, and waits for the runners,
     /// at most `grace`.
-    pub(crate) async fn shutdown(&self, grace: Duration) {
+    pub async fn shutdown(&self, grace: Duration) {
         self.stop.cancel();
         self.membership.shutdown(grace).await;
         let runners: Vec<_> = std::mem::take(&mut *self.runners.lock().unwrap_or_else(PoisonError::into_inner));

@@ -4,9 +4,9 @@
 //! leases. Streams that name the same queue share it; a queue lingers after its last stream like a watch.
 
 mod driver;
-pub(crate) mod keys;
-pub(crate) mod limiter;
-pub(crate) mod queue;
+pub mod keys;
+pub mod limiter;
+pub mod queue;
 
 use std::{
     collections::HashMap,
@@ -18,21 +18,21 @@ use std::{
 };
 
 use consistd_core::{config::Live, report::QueueReport};
+use consistd_observe::metrics::Metrics;
 use tokio::sync::{mpsc, oneshot};
 
 use self::{driver::Driver, keys::MapsBy, limiter::RetryPolicy, queue::Completion};
 use crate::{
     leadership::{self, Leadership},
-    metrics::Metrics,
     watch::{Hub, Query, ResourceError, object::Obj, resolve::ResourceId},
 };
 
 /// A lease not completed in this long goes back to the queue, unless the spec says otherwise.
-pub(crate) const DEFAULT_LEASE_TIMEOUT: Duration = Duration::from_secs(600);
+pub const DEFAULT_LEASE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// One watch of a queue: what it selects.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ObjectQuery {
+pub struct ObjectQuery {
     /// The resource, in any form the hub resolves.
     pub resource: String,
     /// Namespace; empty for all (or a cluster-scoped resource).
@@ -57,7 +57,7 @@ impl ObjectQuery {
 
 /// A queue as an app asks for it; streams that share a queue must ask for the same.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct QueueSpec {
+pub struct QueueSpec {
     /// The queue's name (a DNS label): metrics, status, and what streams share.
     pub name: String,
     /// The primary objects: one key each.
@@ -74,7 +74,7 @@ pub(crate) struct QueueSpec {
 
 /// One lease handed to a stream.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Work {
+pub struct Work {
     /// "queue.stream.n": names the lease in its completion and in writes made for it.
     pub lease_id: String,
     /// The key's namespace and name.
@@ -97,7 +97,7 @@ pub(crate) struct Work {
 
 /// Why a queue could not be opened or a completion was refused.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ReconcileError {
+pub enum ReconcileError {
     /// A spec or completion field is wrong.
     #[error("{field}: {message}")]
     InvalidArgument {
@@ -151,7 +151,7 @@ enum DriverCall {
 
 /// Every reconcile queue of this daemon.
 #[derive(Debug)]
-pub(crate) struct Reconciler {
+pub struct Reconciler {
     hub: Arc<Hub>,
     leadership: Arc<Leadership>,
     metrics: Metrics,
@@ -166,7 +166,7 @@ pub(crate) struct Reconciler {
 
 /// One stream's membership of a queue; dropping it returns its leases to the queue.
 #[derive(Debug)]
-pub(crate) struct Worker {
+pub struct Worker {
     stream: u64,
     name: String,
     commands: mpsc::UnboundedSender<DriverCall>,
@@ -182,12 +182,12 @@ impl Drop for Worker {
 
 impl Worker {
     /// The queue's name.
-    pub(crate) fn name(&self) -> &str {
+    pub fn name(&self) -> &str {
         &self.name
     }
 
     /// Ends a lease of this stream with `outcome`.
-    pub(crate) async fn complete(&self, lease_id: String, outcome: Completion) -> Result<(), ReconcileError> {
+    pub async fn complete(&self, lease_id: String, outcome: Completion) -> Result<(), ReconcileError> {
         let (reply, answer) = oneshot::channel();
         let command = DriverCall::Complete { stream: self.stream, lease_id, outcome, reply };
         self.commands.send(command).map_err(|_| ReconcileError::Stopped(self.name.clone()))?;
@@ -197,7 +197,7 @@ impl Worker {
 
 impl Reconciler {
     /// No queues yet.
-    pub(crate) fn new(
+    pub fn new(
         hub: Arc<Hub>,
         leadership: Arc<Leadership>,
         metrics: Metrics,
@@ -223,7 +223,7 @@ impl Reconciler {
 
     /// Joins the queue `spec` names, starting it unless it runs: the stream is handed items on the
     /// returned receiver, at most `capacity` leases at once.
-    pub(crate) async fn open(
+    pub async fn open(
         self: &Arc<Self>,
         spec: QueueSpec,
         capacity: usize,
@@ -278,7 +278,7 @@ impl Reconciler {
     /// A write made for `lease_id` produced `obj` of `resource` (as the app named it): the key's next
     /// lease waits until the queue's watch of that resource has caught up with it. A lease of no running
     /// queue, or one no longer held, is ignored: the write itself went through.
-    pub(crate) async fn wrote(&self, lease_id: &str, resource: &str, obj: &Obj) {
+    pub async fn wrote(&self, lease_id: &str, resource: &str, obj: &Obj) {
         let Some((name, _)) = driver::parse_lease_id(lease_id) else { return };
         let Ok(resolved) = self.hub.resolve(resource).await else { return };
         if let Some(running) = self.lock().get(name) {
@@ -291,7 +291,7 @@ impl Reconciler {
     }
 
     /// Every running queue's state, sorted by name.
-    pub(crate) fn snapshot(&self) -> Vec<QueueReport> {
+    pub fn snapshot(&self) -> Vec<QueueReport> {
         let mut out: Vec<QueueReport> =
             self.lock().values().map(|r| r.report.lock().unwrap_or_else(PoisonError::into_inner).clone()).collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -318,7 +318,7 @@ impl Reconciler {
 }
 
 /// Whether `id` has the form of a lease id ("queue.stream.n").
-pub(crate) fn is_lease_id(id: &str) -> bool {
+pub fn is_lease_id(id: &str) -> bool {
     driver::parse_lease_id(id).is_some()
 }
 

@@ -11,7 +11,7 @@ use super::{
 
 /// What each object of a query says, kept current from its subscription.
 #[derive(Debug)]
-pub(crate) struct Mirror<V> {
+pub struct Mirror<V> {
     subscription: Subscription,
     values: HashMap<ObjKey, V>,
     /// The values hold the whole set: the snapshot (or the first list) is complete.
@@ -20,13 +20,13 @@ pub(crate) struct Mirror<V> {
 
 impl<V> Mirror<V> {
     /// Subscribes to `query`; the values fill as items arrive through [`Mirror::next`].
-    pub(crate) async fn open(hub: &Arc<Hub>, query: Query) -> Result<Self, ResourceError> {
+    pub async fn open(hub: &Arc<Hub>, query: Query) -> Result<Self, ResourceError> {
         Ok(Self { subscription: hub.subscribe(query).await?, values: HashMap::new(), synced: false })
     }
 
     /// Takes the next item in: `read` turns an object into its value, given the value it had before
     /// (None drops the object). Returns false once the hub ended the subscription (the daemon stops).
-    pub(crate) async fn next(&mut self, read: impl Fn(&Obj, Option<&V>) -> Option<V>) -> bool {
+    pub async fn next(&mut self, read: impl Fn(&Obj, Option<&V>) -> Option<V>) -> bool {
         let Some(item) = self.subscription.next().await else { return false };
         let mut note = |obj: &Obj| match read(obj, self.values.get(&obj.key())) {
             Some(v) => {
@@ -57,12 +57,12 @@ impl<V> Mirror<V> {
     }
 
     /// Whether the values hold the whole set.
-    pub(crate) fn synced(&self) -> bool {
+    pub fn synced(&self) -> bool {
         self.synced
     }
 
     /// The value of every object seen so far.
-    pub(crate) fn values(&self) -> &HashMap<ObjKey, V> {
+    pub fn values(&self) -> &HashMap<ObjKey, V> {
         &self.values
     }
 }

@@ -31,7 +31,7 @@ pub(crate) struct Expectation {
 /// Every open expectation of this daemon, by object uid (the latest write per object wins: an older
 /// write's version is superseded by the newer one's), and the writes still in flight, by locator.
 #[derive(Debug, Clone)]
-pub(crate) struct Expectations {
+pub struct Expectations {
     inner: Arc<Mutex<ExpectationTable>>,
     /// Bumped on every change, so subscribers holding states look again.
     changed: Arc<tokio::sync::watch::Sender<u64>>,

@@ -7,6 +7,7 @@ use std::{
 };
 
 use consistd_core::config::WatchConfig;
+use consistd_observe::metrics::Metrics;
 use futures::StreamExt;
 use kube::{
     Api, Client,
@@ -22,11 +23,10 @@ use super::{
     resolve::{ResolveError, Resolved, Resolver, ResourceId},
     shared::{Limits, SharedWatch},
 };
-use crate::metrics::Metrics;
 
 /// What an app asks to watch.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Query {
+pub struct Query {
     /// The resource name, in any form [`Resolver`] accepts.
     pub resource: String,
     /// Namespace; empty for all.
@@ -41,7 +41,7 @@ pub(crate) struct Query {
 }
 
 /// Every shared watch of this daemon.
-pub(crate) struct Hub {
+pub struct Hub {
     client: Client,
     resolver: Resolver,
     config: WatchConfig,
@@ -88,7 +88,7 @@ impl Drop for WatchClaim {
 
 impl Hub {
     /// A hub that watches through `client`.
-    pub(crate) fn new(client: Client, config: WatchConfig, metrics: Metrics) -> Arc<Self> {
+    pub fn new(client: Client, config: WatchConfig, metrics: Metrics) -> Arc<Self> {
         Arc::new(Self {
             resolver: Resolver::new(client.clone()),
             client,
@@ -106,12 +106,12 @@ impl Hub {
     }
 
     /// Upstream watches running now: one per distinct query, kept `watch.linger` after its last subscriber.
-    pub(crate) fn upstream_watches(&self) -> usize {
+    pub fn upstream_watches(&self) -> usize {
         self.lock().len()
     }
 
     /// Resolves a resource name: built-ins from a static table, the rest through discovery.
-    pub(crate) async fn resolve(&self, name: &str) -> Result<Resolved, ResolveError> {
+    pub async fn resolve(&self, name: &str) -> Result<Resolved, ResolveError> {
         self.resolver.resolve(name).await
     }
 
@@ -137,7 +137,7 @@ impl Hub {
     }
 
     /// The daemon's own-write expectations.
-    pub(crate) fn expectations(&self) -> &Expectations {
+    pub fn expectations(&self) -> &Expectations {
         &self.expectations
     }
 
@@ -170,7 +170,7 @@ impl Hub {
     }
 
     /// Subscribes to `query`, sharing the upstream watch of an identical query.
-    pub(crate) async fn subscribe(self: &Arc<Self>, query: Query) -> Result<Subscription, ResourceError> {
+    pub async fn subscribe(self: &Arc<Self>, query: Query) -> Result<Subscription, ResourceError> {
         let resolved = self.resolver.resolve(&query.resource).await?;
         if !resolved.namespaced && !query.namespace.is_empty() {
             return Err(ResourceError::InvalidArgument {

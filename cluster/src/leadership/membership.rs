@@ -31,7 +31,7 @@ use crate::watch::object::Obj;
 
 /// How this daemon announces itself.
 #[derive(Debug, Clone)]
-pub(crate) struct Announce {
+pub struct Announce {
     /// The address peers reach this daemon at.
     pub address: String,
     /// How long a member counts after its last renewal (`membership.ttl`, as reloads change it: the next
@@ -72,7 +72,7 @@ pub(super) struct Written {
 
 /// What a member Lease says.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct MemberRecord {
+pub struct MemberRecord {
     /// The member's identity (its holderIdentity).
     pub identity: String,
     /// Its peer address, "host:port" (the `consistd.io/peer-address` annotation).
@@ -135,7 +135,7 @@ impl MemberRecord {
     }
 
     /// `renew_time` as a timestamp; None when it is missing or not RFC 3339.
-    pub(crate) fn renewed_at(&self) -> Option<k8s_openapi::jiff::Timestamp> {
+    pub fn renewed_at(&self) -> Option<k8s_openapi::jiff::Timestamp> {
         self.renew_time.parse().ok()
     }
 }

@@ -39,7 +39,7 @@ const IMPLIED_GROUPS: [&str; 1] = ["system:authenticated"];
 
 /// What a guarded write claims: it was made while this daemon led the election of this Lease in `term`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Claim {
+pub struct Claim {
     /// Namespace of the election's Lease.
     pub namespace: String,
     /// Name of the election's Lease.
@@ -57,7 +57,7 @@ impl Claim {
 
 /// Where guarded writes are fenced.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Where {
+pub enum Where {
     /// Not asked yet: guarded writes are checked in this daemon only until the first check ends.
     Unknown,
     /// The apiserver refuses a stale term: guarded writes go as `user` in `groups` with the claim.
@@ -73,7 +73,7 @@ pub(crate) enum Where {
 
 impl Where {
     /// One line for logs and `consistd status`.
-    pub(crate) fn describe(&self) -> String {
+    pub fn describe(&self) -> String {
         match self {
             Self::Unknown => "in this daemon only, until the cluster has been asked".to_owned(),
             Self::Apiserver { .. } => format!("at the apiserver (ValidatingAdmissionPolicy {POLICY})"),
@@ -114,7 +114,7 @@ impl CheckError {
 }
 
 /// Whether guarded writes are fenced at the apiserver, kept current by [`Fencing::run`].
-pub(crate) struct Fencing {
+pub struct Fencing {
     client: Client,
     place: RwLock<Where>,
     /// Wakes [`Fencing::run`] for a check before its period is up.
@@ -128,12 +128,13 @@ impl std::fmt::Debug for Fencing {
 }
 
 impl Fencing {
-    pub(crate) fn new(client: Client) -> Arc<Self> {
+    /// Not known yet where guarded writes are fenced: [`run`](Self::run) finds out.
+    pub fn new(client: Client) -> Arc<Self> {
         Arc::new(Self { client, place: RwLock::new(Where::Unknown), recheck: Notify::new() })
     }
 
     /// Where guarded writes are fenced now.
-    pub(crate) fn place(&self) -> Where {
+    pub fn place(&self) -> Where {
         self.place.read().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
@@ -153,7 +154,7 @@ impl Fencing {
 
     /// Checks now and every [`RECHECK`] (or when [`Fencing::recheck`] asks) until `shutdown`, logging
     /// each change.
-    pub(crate) async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         loop {
             let (place, next) = match self.check().await {
                 Ok((user, groups)) => (Where::Apiserver { user, groups }, RECHECK),

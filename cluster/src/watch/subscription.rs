@@ -13,7 +13,7 @@ use super::{
 
 /// A subscription to a shared watch.
 #[derive(Debug)]
-pub(crate) struct Subscription {
+pub struct Subscription {
     claim: WatchClaim,
     pending: VecDeque<Item>,
     joined: Joined,
@@ -33,13 +33,13 @@ impl Subscription {
 
     /// Marks the subscriber as wanting every event: after a relist it resyncs instead of taking the
     /// difference (which would skip whatever happened while the watch was away).
-    pub(crate) fn every_event(mut self) -> Self {
+    pub fn every_event(mut self) -> Self {
         self.every_event = true;
         self
     }
 
     /// The watch incarnation, for cursors.
-    pub(crate) fn incarnation(&self) -> u64 {
+    pub fn incarnation(&self) -> u64 {
         self.claim.watch().incarnation
     }
 
@@ -49,17 +49,17 @@ impl Subscription {
     }
 
     /// The plural of the watched resource.
-    pub(crate) fn resource_plural(&self) -> &str {
+    pub fn resource_plural(&self) -> &str {
         &self.claim.watch().key.resource.plural
     }
 
     /// When the item `next` returned last was received from the apiserver; None unless it came live.
-    pub(crate) fn live_received(&self) -> Option<Instant> {
+    pub fn live_received(&self) -> Option<Instant> {
         self.live_received
     }
 
     /// The next item; `None` when the watch stopped (the daemon is shutting down).
-    pub(crate) async fn next(&mut self) -> Option<Item> {
+    pub async fn next(&mut self) -> Option<Item> {
         self.live_received = None;
         loop {
             let item = match self.pending.pop_front() {

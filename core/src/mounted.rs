@@ -17,7 +17,7 @@ const RECHECK: Duration = Duration::from_secs(60);
 
 /// Reports when mounted files may have changed.
 #[derive(Debug)]
-pub(crate) struct Changes {
+pub struct Changes {
     events: mpsc::UnboundedReceiver<()>,
     recheck: tokio::time::Interval,
     _watcher: Option<notify::RecommendedWatcher>,
@@ -25,7 +25,7 @@ pub(crate) struct Changes {
 
 impl Changes {
     /// Watches the directories of `files`; `what` names them in the warning when they cannot be watched.
-    pub(crate) fn watch(files: &[&Path], what: &str) -> Self {
+    pub fn watch(files: &[&Path], what: &str) -> Self {
         let (tx, events) = mpsc::unbounded_channel();
         let dirs: BTreeSet<PathBuf> = files
             .iter()
@@ -52,7 +52,7 @@ impl Changes {
     }
 
     /// Returns once a change in the directories has settled, or the recheck period passed.
-    pub(crate) async fn next(&mut self) {
+    pub async fn next(&mut self) {
         tokio::select! {
             Some(()) = self.events.recv() => {
                 tokio::time::sleep(SETTLE).await;

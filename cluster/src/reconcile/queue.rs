@@ -21,7 +21,7 @@ pub(crate) enum Origin {
 
 /// How the app ended a lease.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Completion {
+pub enum Completion {
     /// Reconciled: failures forgotten; a change during the lease queues one more pass.
     Done,
     /// Hand it out again after this long, or sooner on a change.

@@ -8,7 +8,7 @@ use crate::watch::object::{Obj, ObjKey};
 
 /// How a related object names its primary.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) enum MapsBy {
+pub enum MapsBy {
     /// The controller ownerReference whose kind (and API group) is the primary's.
     ControllerOwner,
     /// A label's value.

@@ -22,7 +22,7 @@ use super::{
 
 /// How an object state relates to this pod's own writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Consistency {
+pub enum Consistency {
     /// No own write is pending.
     Consistent,
     /// An own write is pending and this state predates it.
@@ -35,7 +35,7 @@ pub(crate) enum Consistency {
 
 /// What happened to an object, as told to a CONSISTENT subscriber.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
+pub enum Kind {
     /// An object this subscriber was not told of yet, whatever the upstream event was.
     Added,
     /// A newer state of an object this subscriber knows.
@@ -46,7 +46,7 @@ pub(crate) enum Kind {
 
 /// One delivery to a CONSISTENT subscriber.
 #[derive(Debug)]
-pub(crate) enum Delivery {
+pub enum Delivery {
     /// A state of one object, or its deletion.
     Object {
         /// Added, modified or deleted, relative to what this subscriber was told before.
@@ -69,7 +69,7 @@ pub(crate) enum Delivery {
 
 /// Classifies the state `obj` of resource `plural` at position `pos` of watch `incarnation` against
 /// the pod's writes, with the deadline to hold it until when it predates a pending one.
-pub(crate) fn classify(
+pub fn classify(
     expectations: &Expectations,
     incarnation: u64,
     plural: &str,
@@ -106,7 +106,7 @@ struct HeldState {
 
 /// A subscription filtered for CONSISTENT delivery.
 #[derive(Debug)]
-pub(crate) struct ConsistentSubscription {
+pub struct ConsistentSubscription {
     sub: Subscription,
     filter: Filter,
     changes: tokio::sync::watch::Receiver<u64>,
@@ -132,19 +132,19 @@ struct Filter {
 
 impl ConsistentSubscription {
     /// Filters `sub` against the pod's own writes in `expectations`.
-    pub(crate) fn new(sub: Subscription, expectations: Expectations) -> Self {
+    pub fn new(sub: Subscription, expectations: Expectations) -> Self {
         let changes = expectations.subscribe();
         let filter = Filter::new(sub.incarnation(), sub.resource_plural().to_owned(), expectations);
         Self { sub, filter, changes }
     }
 
     /// The watch incarnation, for cursors.
-    pub(crate) fn incarnation(&self) -> u64 {
+    pub fn incarnation(&self) -> u64 {
         self.sub.incarnation()
     }
 
     /// The next delivery; `None` when the watch stopped.
-    pub(crate) async fn next(&mut self) -> Option<Delivery> {
+    pub async fn next(&mut self) -> Option<Delivery> {
         loop {
             if let Some(d) = self.filter.out.pop_front() {
                 return Some(d);

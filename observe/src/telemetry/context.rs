@@ -6,7 +6,7 @@ pub(crate) const MAX_TRACESTATE_BYTES: usize = 512;
 
 /// A message's trace context; both empty when it was sent under none.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct TraceContext {
+pub struct TraceContext {
     /// `version-traceid-parentid-flags`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`.
     pub traceparent: String,
     /// Vendor entries going with it (may be empty).
@@ -15,16 +15,17 @@ pub(crate) struct TraceContext {
 
 /// Which field of a trace context is malformed, and how.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct BadTraceContext {
+pub struct BadTraceContext {
     /// `traceparent` or `tracestate`.
     pub field: &'static str,
+    /// What is wrong with it.
     pub message: String,
 }
 
 impl TraceContext {
     /// The context a caller gave explicitly; an empty `traceparent` means none (its `tracestate` is
     /// then dropped, as W3C drops a tracestate without a traceparent).
-    pub(crate) fn given(traceparent: String, tracestate: String) -> Result<Self, BadTraceContext> {
+    pub fn given(traceparent: String, tracestate: String) -> Result<Self, BadTraceContext> {
         if traceparent.is_empty() {
             return Ok(Self::default());
         }
@@ -35,7 +36,7 @@ impl TraceContext {
 
     /// The context of a call's `traceparent` and `tracestate` headers. A malformed traceparent is
     /// ignored and a malformed tracestate dropped, as W3C requires of a receiver.
-    pub(crate) fn of_headers(headers: &http::HeaderMap) -> Self {
+    pub fn of_headers(headers: &http::HeaderMap) -> Self {
         let header = |name| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().trim().to_owned();
         let traceparent = header("traceparent");
         if check_traceparent(&traceparent).is_err() {
@@ -46,7 +47,7 @@ impl TraceContext {
     }
 
     /// Whether the message was sent under no trace.
-    pub(crate) fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.traceparent.is_empty()
     }
 }

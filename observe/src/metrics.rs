@@ -23,7 +23,7 @@ use prometheus_client::{
 
 /// The daemon's metrics; clones share the same registry.
 #[derive(Debug, Clone)]
-pub(crate) struct Metrics {
+pub struct Metrics {
     registry: Arc<Registry>,
     /// 1 while the apiserver counts as reachable (see `health`), else 0.
     pub apiserver_up: Gauge,
@@ -105,7 +105,7 @@ struct WorkqueueFamilies {
 
 /// One reconcile queue's metrics.
 #[derive(Debug, Clone)]
-pub(crate) struct QueueMetrics {
+pub struct QueueMetrics {
     /// Keys ready (or held for consistency): client-go's `workqueue_depth`.
     pub depth: Gauge,
     /// Keys added to the ready line: `workqueue_adds_total`.
@@ -139,7 +139,7 @@ fn workqueue_buckets() -> Histogram {
 
 /// The labels of a gRPC method, as go-grpc-prometheus names them.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-pub(crate) struct GrpcCall {
+pub struct GrpcCall {
     /// unary, client_stream, server_stream or bidi_stream.
     pub grpc_type: String,
     /// The full service name ("consistd.v1.WatchService").
@@ -192,7 +192,7 @@ impl Default for Metrics {
 impl Metrics {
     /// A registry with every consistd metric registered under the `consistd_` prefix, and the standard
     /// `process_*` metrics.
-    pub(crate) fn new() -> Self {
+    pub fn new() -> Self {
         let mut root = Registry::default();
         root.register_collector(Box::new(process::ProcessCollector));
         let registry = root.sub_registry_with_prefix("consistd");
@@ -377,7 +377,7 @@ impl Metrics {
     }
 
     /// The metrics of the reconcile queue `name`, created at 0.
-    pub(crate) fn queue(&self, name: &str) -> QueueMetrics {
+    pub fn queue(&self, name: &str) -> QueueMetrics {
         let label = QueueLabel { name: name.to_owned() };
         let w = &self.workqueue;
         QueueMetrics {
@@ -394,7 +394,7 @@ impl Metrics {
     }
 
     /// Drops the metrics of the reconcile queue `name`: it stopped.
-    pub(crate) fn forget_queue(&self, name: &str) {
+    pub fn forget_queue(&self, name: &str) {
         let label = QueueLabel { name: name.to_owned() };
         let w = &self.workqueue;
         w.depth.remove(&label);
@@ -409,44 +409,44 @@ impl Metrics {
     }
 
     /// Creates the started series of `call` at 0, so a method shows before its first call.
-    pub(crate) fn grpc_method(&self, call: &GrpcCall) {
+    pub fn grpc_method(&self, call: &GrpcCall) {
         let _created = self.grpc_started.get_or_create(call);
     }
 
     /// Counts a started `call`.
-    pub(crate) fn grpc_started(&self, call: &GrpcCall) {
+    pub fn grpc_started(&self, call: &GrpcCall) {
         self.grpc_started.get_or_create(call).inc();
     }
 
     /// Counts a handled `call` with its status `code` ("OK", "NotFound", ...) and records how long it took.
-    pub(crate) fn grpc_handled(&self, call: &GrpcCall, code: &str, took: Duration) {
+    pub fn grpc_handled(&self, call: &GrpcCall, code: &str, took: Duration) {
         let handled = GrpcHandled { call: call.clone(), grpc_code: code.to_owned() };
         self.grpc_handled.get_or_create(&handled).inc();
         self.grpc_handling.get_or_create(call).observe(took.as_secs_f64());
     }
 
     /// Records a watch delivery to a subscriber in `mode` ("raw" or "consistent") `after` its receipt.
-    pub(crate) fn watch_delivered(&self, mode: &str, after: Duration) {
+    pub fn watch_delivered(&self, mode: &str, after: Duration) {
         self.watch_delivery.get_or_create(&ModeLabel { mode: mode.to_owned() }).observe(after.as_secs_f64());
     }
 
     /// The leader gauge of `election` ("namespace/name"), created at 0.
-    pub(crate) fn leader_gauge(&self, election: &str) -> Gauge {
+    pub fn leader_gauge(&self, election: &str) -> Gauge {
         self.leader.get_or_create(&ElectionLabel { election: election.to_owned() }).clone()
     }
 
     /// Drops `election`'s leader gauge: this daemon no longer runs it.
-    pub(crate) fn forget_election(&self, election: &str) {
+    pub fn forget_election(&self, election: &str) {
         self.leader.remove(&ElectionLabel { election: election.to_owned() });
     }
 
     /// Counts a call on the app socket by the caller `uid`.
-    pub(crate) fn count_call(&self, uid: &str) {
+    pub fn count_call(&self, uid: &str) {
         self.api_calls.get_or_create(&UidLabel { uid: uid.to_owned() }).inc();
     }
 
     /// Counts a refused call by the caller `uid`.
-    pub(crate) fn count_refused_call(&self, uid: &str) {
+    pub fn count_refused_call(&self, uid: &str) {
         self.api_calls_refused.get_or_create(&UidLabel { uid: uid.to_owned() }).inc();
     }
 
@@ -461,7 +461,7 @@ impl Metrics {
     /// The metrics in the format a scraper's `Accept` header asks for, and its `Content-Type`: OpenMetrics
     /// when it prefers `application/openmetrics-text` (Prometheus' scrapes do), else the Prometheus text
     /// format 0.0.4 (curl, promtool), as client_golang's handler negotiates.
-    pub(crate) fn encode_for(&self, accept: Option<&str>) -> (&'static str, String) {
+    pub fn encode_for(&self, accept: Option<&str>) -> (&'static str, String) {
         use exposition::Exposition;
         let format = Exposition::negotiate(accept);
         let openmetrics = self.encode();

@@ -9,26 +9,25 @@ use std::{
     },
 };
 
+use consistd_observe::metrics::Metrics;
 use futures::StreamExt;
 use kube::{
     Api,
     runtime::{WatchStreamExt, watcher},
 };
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
-
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use super::{
     Cursor, WatchKey,
     expectations::Expectations,
     object::{Obj, ObjKey, RawObject},
 };
-use crate::metrics::Metrics;
 
 /// What happened to the watched set, in apiserver order.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Change {
+pub enum Change {
     /// An object not cached before (also a recreated one: a name reused with a new uid).
     Added(Arc<Obj>),
     /// A new resourceVersion of a cached object with the same uid.
@@ -46,7 +45,7 @@ pub(crate) enum Change {
 
 /// A change with its position in the watch's history.
 #[derive(Debug, PartialEq)]
-pub(crate) struct Entry {
+pub struct Entry {
     /// Position: strictly increasing per watch incarnation.
     pub seq: u64,
     /// The change at that position: ADDED, MODIFIED, DELETED, or SYNCED after the first list.
@@ -72,7 +71,7 @@ pub(crate) struct Joined {
 
 /// One thing delivered to a subscriber.
 #[derive(Debug)]
-pub(crate) enum Item {
+pub enum Item {
     /// The subscriber's cursor is too old or from another incarnation, or it fell behind: a snapshot follows.
     ResyncRequired,
     /// An object of a snapshot taken at a position (no cursor: resuming mid-snapshot is not possible).

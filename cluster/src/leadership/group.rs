@@ -14,7 +14,7 @@ use crate::watch::{Hub, Mirror, Query, ResourceError, object::Obj, sleep_until};
 
 /// One member Lease as this daemon last saw it.
 #[derive(Debug, Clone)]
-pub(crate) struct SeenMember {
+pub struct SeenMember {
     /// What the Lease says.
     pub record: MemberRecord,
     /// When the member last renewed, on this daemon's clock; None when it was already expired at first
@@ -42,7 +42,7 @@ impl SeenMember {
     }
 
     /// Whether the member counts at `now`.
-    pub(crate) fn live_at(&self, now: Instant) -> bool {
+    pub fn live_at(&self, now: Instant) -> bool {
         self.expires_at().is_some_and(|at| now < at)
     }
 
@@ -54,14 +54,14 @@ impl SeenMember {
 
 /// An election group, read through the hub and kept current.
 #[derive(Debug)]
-pub(crate) struct GroupReader {
+pub struct GroupReader {
     election: String,
     mirror: Mirror<SeenMember>,
 }
 
 impl GroupReader {
     /// Starts reading the group of `election` in `namespace`.
-    pub(crate) async fn open(hub: &Arc<Hub>, namespace: &str, election: &str) -> Result<Self, ResourceError> {
+    pub async fn open(hub: &Arc<Hub>, namespace: &str, election: &str) -> Result<Self, ResourceError> {
         let query = Query {
             resource: "coordination.k8s.io/v1/leases".to_owned(),
             namespace: namespace.to_owned(),
@@ -73,7 +73,7 @@ impl GroupReader {
 
     /// Waits for the next change: a member Lease written or deleted, or (once the group is read
     /// completely) a live member expiring. Returns false once the hub ended the watch.
-    pub(crate) async fn changed(&mut self) -> bool {
+    pub async fn changed(&mut self) -> bool {
         let expiry = if self.mirror.synced() {
             self.mirror.values().values().filter_map(SeenMember::expires_at).filter(|at| *at > Instant::now()).min()
         } else {
@@ -87,17 +87,17 @@ impl GroupReader {
     }
 
     /// Whether every member Lease has been read.
-    pub(crate) fn synced(&self) -> bool {
+    pub fn synced(&self) -> bool {
         self.mirror.synced()
     }
 
     /// Every member with a Lease, live or not.
-    pub(crate) fn members(&self) -> impl Iterator<Item = &SeenMember> {
+    pub fn members(&self) -> impl Iterator<Item = &SeenMember> {
         self.mirror.values().values()
     }
 
     /// What the members live now say of themselves.
-    pub(crate) fn live_members(&self) -> impl Iterator<Item = &MemberRecord> {
+    pub fn live_members(&self) -> impl Iterator<Item = &MemberRecord> {
         let now = Instant::now();
         self.members().filter(move |m| m.live_at(now)).map(|m| &m.record)
     }

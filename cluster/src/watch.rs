@@ -1,21 +1,21 @@
 //! The watch hub: one upstream apiserver watch per distinct query, shared by every local subscriber,
 //! with a cache for snapshots, a bounded history for resuming, and queues that never wait on a subscriber.
 
-pub(crate) mod consistent;
-pub(crate) mod expectations;
+pub mod consistent;
+pub mod expectations;
 mod hub;
 mod mirror;
-pub(crate) mod object;
-pub(crate) mod resolve;
+pub mod object;
+pub mod resolve;
 pub(crate) mod selector;
-pub(crate) mod shared;
+pub mod shared;
 mod subscription;
 
 use std::{fmt, str::FromStr};
 
-pub(crate) use hub::{Hub, Query};
-pub(crate) use mirror::Mirror;
-pub(crate) use subscription::Subscription;
+pub use hub::{Hub, Query};
+pub use mirror::Mirror;
+pub use subscription::Subscription;
 
 use self::resolve::{ResolveError, ResourceId};
 
@@ -34,7 +34,7 @@ pub(crate) struct WatchKey {
 
 /// A position in one watch incarnation's history, handed to apps as an opaque string.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Cursor {
+pub struct Cursor {
     /// The shared watch's random incarnation; a cursor of another incarnation cannot be resumed.
     pub incarnation: u64,
     /// The position in that incarnation's history: the last entry the subscriber was given.
@@ -61,7 +61,7 @@ impl FromStr for Cursor {
 
 /// Why a request about a resource failed: a subscription, or a read or write of an object.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ResourceError {
+pub enum ResourceError {
     /// A request field is wrong.
     #[error("{field}: {message}")]
     InvalidArgument {

@@ -25,7 +25,7 @@ const CATALOG_MAX_AGE: Duration = Duration::from_secs(5 * 60);
 
 /// An apiserver resource an app may list and watch.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct Resolved {
+pub struct Resolved {
     /// Group, version, kind and plural.
     pub api: ResourceId,
     /// Whether objects live in namespaces.
@@ -34,7 +34,7 @@ pub(crate) struct Resolved {
 
 /// The identity of a resource (a hashable subset of kube's `ApiResource`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct ResourceId {
+pub struct ResourceId {
     /// API group; empty for the core group.
     pub group: String,
     /// API version within the group, e.g. "v1".
@@ -62,7 +62,7 @@ impl ResourceId {
 
 /// Why a resource name could not be resolved.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ResolveError {
+pub enum ResolveError {
     /// Nothing the apiserver serves has that name.
     #[error("the apiserver serves no resource named {0:?}")]
     NotFound(String),

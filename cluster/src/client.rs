@@ -1,14 +1,18 @@
 //! The connection to the Kubernetes apiserver: in-cluster config or KUBECONFIG, a client whose
-//! connections carry TCP keepalives and notes every answer for readiness, and a probe for when nothing
-//! else talked to the apiserver recently.
+//! connections carry TCP keepalives, and the [`ApiContact`] where it notes every answer for readiness.
 
 use std::{
     pin::Pin,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
     task::{Context, Poll},
     time::Duration,
 };
 
 use bytes::Bytes;
+use consistd_observe::telemetry;
 use futures::future::BoxFuture;
 use http::{Request, Response};
 use http_body_util::BodyExt as _;
@@ -17,16 +21,8 @@ use hyper::body::{Body, Frame, SizeHint};
 use hyper_util::{client::legacy::connect::HttpConnector, rt::TokioExecutor};
 use kube::client::{ConfigExt as _, DynBody, retry::RetryPolicy};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tower::{BoxError, Layer, Service, ServiceBuilder, retry::RetryLayer};
-
 use tracing::Instrument as _;
-
-use crate::{
-    health::{ApiContact, Health, Via},
-    metrics::Metrics,
-    telemetry,
-};
 
 /// A TCP handshake with the apiserver that takes longer is given up and tried afresh: SYN retransmissions
 /// back off (1, 2, 4, 8, 16 s), so after a black hole heals a fresh attempt gets through sooner than an old
@@ -44,10 +40,6 @@ const KEEPALIVE_PROBES: u32 = 3;
 /// and a healed one might wait up to two minutes for the next retransmission.
 const UNACKED_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// After a failed probe the next one comes this soon (or after the probe interval, if shorter), so
-/// readiness recovers fast.
-const PROBE_RETRY_INTERVAL: Duration = Duration::from_secs(1);
-
 /// Why no Kubernetes client could be built.
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
@@ -61,7 +53,7 @@ pub enum ClusterError {
 
 /// A client for the apiserver, from in-cluster config when running in a pod, else KUBECONFIG; every
 /// answer it gets, and every frame of a watch stream, is noted in `contact`.
-pub(crate) async fn connect(contact: &ApiContact) -> Result<(kube::Client, String), ClusterError> {
+pub async fn connect(contact: &ApiContact) -> Result<(kube::Client, String), ClusterError> {
     let config = kube::Config::infer().await.map_err(ClusterError::Config)?;
     let url = config.cluster_url.to_string();
     Ok((client(config, contact).map_err(ClusterError::Client)?, url))
@@ -94,42 +86,64 @@ fn client(config: kube::Config, contact: &ApiContact) -> Result<kube::Client, ku
     Ok(kube::Client::new(service, config.default_namespace))
 }
 
-/// Probes the apiserver's /version whenever nothing heard from it for `health.probeInterval` (and once
-/// at start, for its version), each probe bounded by `health.probeTimeout`, until `shutdown`. Keeps the
-/// `apiserver_up` metric and logs when reachability changes.
-pub(crate) async fn probe(client: kube::Client, health: Health, metrics: Metrics, shutdown: CancellationToken) {
-    let (interval, timeout) = (health.config().probe_interval, health.config().probe_timeout);
-    let mut reachable = false;
-    let mut first = true;
-    let mut due = Instant::now();
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = tokio::time::sleep_until(due) => {}
+/// What brought the latest sign of life from the apiserver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// A frame of a watch stream: an event, or a bookmark.
+    WatchStream,
+    /// The answer to any other request: a read, a write, a Lease renewal.
+    Response,
+    /// The answer to the probe of /version.
+    Probe,
+}
+
+impl Via {
+    const ALL: [Via; 3] = [Via::WatchStream, Via::Response, Via::Probe];
+
+    /// How `consistd status` names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Via::WatchStream => "watch stream",
+            Via::Response => "response",
+            Via::Probe => "probe",
         }
-        let quiet_until = health.contact().last().map(|(at, _)| at + interval);
-        match quiet_until {
-            // Something else heard from the apiserver recently: no probe needed yet.
-            Some(until) if until > Instant::now() && !first => due = until,
-            _ => {
-                first = false;
-                let sent = Instant::now();
-                match tokio::time::timeout(timeout, client.apiserver_version()).await {
-                    Ok(Ok(info)) => health.probe_answered(info.git_version),
-                    Ok(Err(error)) => health.probe_failed(sent, consistd_core::error::chain(&error)),
-                    Err(_) => health.probe_failed(sent, format!("no answer within {timeout:?} (health.probeTimeout)")),
-                }
-                due = Instant::now() + interval.min(PROBE_RETRY_INTERVAL);
-            }
-        }
-        let verdict = health.apiserver_verdict();
-        match (&verdict, reachable) {
-            (Ok(()), false) => tracing::info!("apiserver reachable"),
-            (Err(error), true) => tracing::warn!(%error, "apiserver unreachable"),
-            _ => {}
-        }
-        reachable = verdict.is_ok();
-        metrics.apiserver_up.set(i64::from(reachable));
+    }
+}
+
+/// When the apiserver was last heard from, by anything in the daemon: the Kubernetes client notes every
+/// answer and every frame of a watch stream here (`cluster`), so the jobs' own traffic is the evidence
+/// readiness uses, and the probe is needed only when they are all quiet. Cheap to clone and to note
+/// (one atomic per kind of traffic).
+#[derive(Debug, Clone)]
+pub struct ApiContact {
+    base: Instant,
+    /// Per [`Via`]: nanoseconds after `base` plus one of the latest note; 0 for never.
+    last: Arc<[AtomicU64; 3]>,
+}
+
+impl Default for ApiContact {
+    /// Nothing heard yet.
+    fn default() -> Self {
+        Self { base: Instant::now(), last: Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]) }
+    }
+}
+
+impl ApiContact {
+
+    /// Notes that the apiserver answered just now.
+    pub fn heard(&self, via: Via) {
+        let nanos = u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX - 1) + 1;
+        self.last[via as usize].fetch_max(nanos, Ordering::Relaxed);
+    }
+
+    /// When and through what the apiserver was last heard from.
+    pub fn last(&self) -> Option<(Instant, Via)> {
+        Via::ALL
+            .into_iter()
+            .map(|via| (self.last[via as usize].load(Ordering::Relaxed), via))
+            .filter(|(nanos, _)| *nanos > 0)
+            .max_by_key(|(nanos, _)| *nanos)
+            .map(|(nanos, via)| (self.base + Duration::from_nanos(nanos - 1), via))
     }
 }
 
@@ -233,5 +247,24 @@ impl Body for NotedBody {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn contact_remembers_the_latest_answer_and_what_brought_it() {
+        let contact = ApiContact::default();
+        assert_eq!(contact.last(), None);
+        contact.heard(Via::Probe);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        contact.heard(Via::WatchStream);
+        let at = Instant::now();
+        assert_eq!(contact.last(), Some((at, Via::WatchStream)));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        contact.heard(Via::Probe);
+        assert_eq!(contact.last(), Some((Instant::now(), Via::Probe)));
     }
 }

@@ -27,7 +27,7 @@ const READ_YOUR_WRITES_POLL: Duration = Duration::from_millis(2);
 
 /// Which object, of which resource.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct ObjectRef {
+pub struct ObjectRef {
     /// Resource name, in any form discovery resolves.
     pub resource: String,
     /// Namespace; empty for cluster-scoped resources (or all namespaces, for List).
@@ -40,7 +40,7 @@ pub(crate) struct ObjectRef {
 
 /// How a patch body is read; each is one of the apiserver's patch content types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum PatchKind {
+pub enum PatchKind {
     /// RFC 6902.
     Json,
     /// RFC 7386.
@@ -56,7 +56,7 @@ pub(crate) enum PatchKind {
 
 /// Where a read was answered from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Source {
+pub enum Source {
     /// The cache of a synced watch without selectors that covers the object; no apiserver request.
     Cache,
     /// A request to the apiserver: no such watch runs, or the list has selectors.
@@ -65,7 +65,7 @@ pub(crate) enum Source {
 
 /// Why a read or write failed.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ObjectsError {
+pub enum ObjectsError {
     /// A request field is wrong, the resource is unknown, or the apiserver refused or failed.
     #[error(transparent)]
     Resource(#[from] ResourceError),
@@ -90,7 +90,7 @@ pub(crate) enum ObjectsError {
 /// Object reads and writes for ObjectsService: reads from a covering watch's cache when there is one,
 /// writes that record own-write expectations.
 #[derive(Clone)]
-pub(crate) struct Objects {
+pub struct Objects {
     client: Client,
     hub: Arc<Hub>,
     /// `consistency.timeout`, as reloads change it.
@@ -108,7 +108,7 @@ impl std::fmt::Debug for Objects {
 impl Objects {
     /// Objects backed by `client`, caching through `hub`, with `timeout` for own-write expectations, and
     /// guarded writes fenced as `fencing` says.
-    pub(crate) fn new(client: Client, hub: Arc<Hub>, timeout: Live<Duration>, fencing: Arc<Fencing>) -> Self {
+    pub fn new(client: Client, hub: Arc<Hub>, timeout: Live<Duration>, fencing: Arc<Fencing>) -> Self {
         Self { client, hub, timeout, fencing }
     }
 
@@ -159,7 +159,7 @@ impl Objects {
     }
 
     /// One object: from cache when a synced watch covers it, else from the apiserver.
-    pub(crate) async fn get(&self, t: &ObjectRef, read_your_writes: bool) -> Result<(Obj, Source), ObjectsError> {
+    pub async fn get(&self, t: &ObjectRef, read_your_writes: bool) -> Result<(Obj, Source), ObjectsError> {
         let r = self.resolve(t, true).await?;
         if let Some(watch) = self.hub.covering(&r.api, &t.namespace) {
             if read_your_writes {
@@ -183,7 +183,7 @@ impl Objects {
 
     /// Objects matching selectors: from cache when a synced watch without selectors covers them and
     /// none are asked for, else from the apiserver. Returns the list's resourceVersion ("" from cache).
-    pub(crate) async fn list(
+    pub async fn list(
         &self,
         t: &ObjectRef,
         label_selector: &str,
@@ -212,7 +212,7 @@ impl Objects {
     }
 
     /// Creates an object from its JSON.
-    pub(crate) async fn create(
+    pub async fn create(
         &self,
         t: &ObjectRef,
         object: Vec<u8>,
@@ -227,7 +227,7 @@ impl Objects {
     }
 
     /// Replaces an object (or its status).
-    pub(crate) async fn update(
+    pub async fn update(
         &self,
         t: &ObjectRef,
         object: Vec<u8>,
@@ -248,7 +248,7 @@ impl Objects {
     }
 
     /// Patches an object (or its status).
-    pub(crate) async fn patch(
+    pub async fn patch(
         &self,
         t: &ObjectRef,
         kind: PatchKind,
@@ -291,7 +291,7 @@ impl Objects {
 
     /// Deletes an object; returns its last state when the apiserver returns one (it may be kept by
     /// finalizers), or `None` when it answers with a bare status.
-    pub(crate) async fn delete(
+    pub async fn delete(
         &self,
         t: &ObjectRef,
         preconditions: Preconditions,

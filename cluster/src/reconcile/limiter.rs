@@ -17,7 +17,7 @@ pub(crate) const DEFAULT_BURST: u32 = 100;
 
 /// How retries are spaced.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct RetryPolicy {
+pub struct RetryPolicy {
     /// The first retry's delay; each further failure doubles it.
     pub base_delay: Duration,
     /// The longest per-key delay.

@@ -11,19 +11,19 @@ use opentelemetry_sdk::{Resource, propagation::TraceContextPropagator, trace::Sd
 use tracing_subscriber::{EnvFilter, Registry, layer::SubscriberExt, reload, util::SubscriberInitExt};
 
 mod context;
-pub(crate) use context::TraceContext;
+pub use context::{BadTraceContext, TraceContext};
 
 /// Whether spans are exported: only then do calls and apiserver requests get spans of their own (with
 /// traces off they would only add their fields to every log line).
 static TRACES: AtomicBool = AtomicBool::new(false);
 
 /// Whether [`init`] turned traces on.
-pub(crate) fn traces_on() -> bool {
+pub fn traces_on() -> bool {
     TRACES.load(Ordering::Relaxed)
 }
 
 /// W3C trace context of `headers` (an incoming call's `traceparent`), for a span's parent.
-pub(crate) fn remote_context(headers: &http::HeaderMap) -> opentelemetry::Context {
+pub fn remote_context(headers: &http::HeaderMap) -> opentelemetry::Context {
     struct Headers<'a>(&'a http::HeaderMap);
     impl opentelemetry::propagation::Extractor for Headers<'_> {
         fn get(&self, key: &str) -> Option<&str> {
