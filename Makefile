@@ -2,12 +2,17 @@
 #
 #   make dev       build, start a real etcd + kube-apiserver and consistd beside them, show it working
 #   make dev-stop  stop what `make dev` started
-#   make test      lint, then unit and integration tests against the real control plane, every SDK's tests
+#   make test      lint, `make test-unit`, then `make test-integration`'s suites, `make dev`'s check and `make e2e`:
+#                  the whole suite, the README's command and CI's
+#   make test-unit unit tests of every crate (and doc tests) and hack/'s Python tests: no control plane needed
+#   make test-integration
+#                  integration tests against the real control plane, every SDK's tests
 #                  and example (hack/test-sdks.sh), stock gRPC clients in five languages with their default
 #                  options (hack/stock-clients.sh), `promtool check metrics` on two daemons' /metrics
 #                  (hack/check-metrics.sh), manifests/monitoring's PodMonitor and dashboard (hack/monitoring-check.sh),
 #                  the Helm chart (hack/chart-check.sh), `make dev`'s check, then `make e2e`
-#   make lint      rustfmt, clippy (warnings are errors), the daemon's module layers (hack/check-structure.py),
+#   make lint      rustfmt, clippy (warnings are errors), hack/'s Python tests, no module import cycle within a
+#                  crate and no two types with one name (hack/check-structure.py),
 #                  buf lint (STANDARD), generated SDK code up to date
 #   make gen       regenerate protocol code from proto/consistd/v1/*.proto for every SDK
 #   make bench     benchmarks against the real control plane; figures go in docs/BENCHMARKS.md
@@ -28,7 +33,7 @@ SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 CARGO ?= cargo
 
-.PHONY: build dev dev-stop test lint gen bench soak control-plane e2e image image-check chart-check dashboard
+.PHONY: build dev dev-stop test test-unit test-integration lint gen bench soak control-plane e2e image image-check chart-check dashboard
 
 build:
 	$(CARGO) build --workspace
@@ -44,12 +49,25 @@ control-plane:
 
 SDKS := python go typescript
 
+# The suites that need the real control plane, one after another under one control plane.
+INTEGRATION := $(CARGO) test --workspace --no-fail-fast --test '*' && hack/test-sdks.sh && hack/with-daemons.sh hack/stock-clients.sh && hack/with-daemons.sh hack/check-metrics.sh && hack/monitoring-check.sh && hack/chart-check.sh
+
+test-unit:
+	$(CARGO) test --workspace --no-fail-fast --lib --bins
+	$(CARGO) test --workspace --no-fail-fast --doc
+	python3 -m unittest discover -s hack -p 'test_*.py'
+
+test-integration: control-plane
+	hack/with-control-plane.sh $(SHELL) $(.SHELLFLAGS) "$(INTEGRATION)"
+
 # hack/prebuild.sh builds the Go tools, node binaries and images of the later stages at idle priority beside
 # the Rust tests, which leave a core mostly idle; on a failure the trap stops it.
 test: lint control-plane
+	$(CARGO) test --workspace --no-fail-fast --lib --bins
+	$(CARGO) test --workspace --no-fail-fast --doc
 	hack/prebuild.sh start
 	trap 'hack/prebuild.sh stop' EXIT; \
-	  hack/with-control-plane.sh $(SHELL) $(.SHELLFLAGS) '$(CARGO) test --workspace --no-fail-fast && hack/test-sdks.sh && hack/with-daemons.sh hack/stock-clients.sh && hack/with-daemons.sh hack/check-metrics.sh && hack/monitoring-check.sh && hack/chart-check.sh'; \
+	  hack/with-control-plane.sh $(SHELL) $(.SHELLFLAGS) "$(INTEGRATION)"; \
 	  hack/dev.sh check; \
 	  hack/prebuild.sh wait
 	$(MAKE) e2e

@@ -1,30 +1,31 @@
 #!/usr/bin/env python3
-"""Check the daemon's module structure: layers, import cycles, duplicate type names.
+"""Check the daemon crates' structure: import cycles within a crate, duplicate type names.
 
-The daemon's top-level modules (daemon/src/<name>.rs and daemon/src/<name>/) are
-ordered in layers by the `## Layers` table of docs/ARCHITECTURE.md. A module may
-import modules of its own layer or of lower layers, never of a higher one. The
-layers keep the daemon's module graph acyclic, so a new module lands in a clean
-house: it knows what it may use, and nothing below it grows a hidden dependency
-on it. This script fails (exit 1, one line per problem on stderr) when:
+The daemon is split into crates, lowest first: core, observe, cluster, messages,
+server, daemon (the CRATES below). Cargo's crate graph already enforces their order:
+a lower crate cannot depend on a higher one, and crates cannot depend on each other
+in a cycle (see the `## Crates` section of docs/ARCHITECTURE.md). So the layer table
+this script used to read is gone, and it checks only what Cargo cannot. It fails
+(exit 1, one line per problem on stderr) when:
 
-  * a module imports (`crate::<module>` anywhere in code) a module of a higher layer;
-  * a top-level module is in no layer, or the table lists a module twice or one
-    that daemon/src does not have;
-  * the top-level modules import each other in a cycle, even within one layer;
-  * two struct/enum/union/trait/type definitions anywhere in daemon/src share a
-    name (two `Target`s are one too many).
+  * within one crate, the top-level modules (<crate>/src/<name>.rs and
+    <crate>/src/<name>/) import each other (`crate::<module>` anywhere in code) in
+    a cycle; imports are per crate, so `cluster::watch` and `server::watch` are
+    two different modules;
+  * two struct/enum/union/trait/type definitions anywhere in those crates, across
+    crates too, share a name (two `Target`s are one too many);
+  * a crate's folder (<crate>/src) does not exist.
 
 Comments, string and char literals, files named tests.rs, and items marked
 `#[cfg(test)]` (with `#[cfg(test)] mod x;` also excluding x's file) are ignored.
-main.rs (the binary) and src/bin/ are skipped; lib.rs is the crate root, not a
-module: its types count, its imports do not. `super::` paths are never edges.
+main.rs (the binary) and src/bin/ are skipped; each lib.rs is its crate's root, not
+a module: its types count, its imports do not. `super::` paths are never edges.
 
 Usage (from the repository root; `make lint` runs the first form):
 
     python3 hack/check-structure.py            # check; exit 0 or 1
-    python3 hack/check-structure.py --graph    # also print every edge `a -> b (file:line)`
-    python3 hack/check-structure.py --root DIR # check DIR/daemon/src against DIR/docs/ARCHITECTURE.md
+    python3 hack/check-structure.py --graph    # also print every edge `crate: a -> b (file:line)`
+    python3 hack/check-structure.py --root DIR # check the crates under DIR
 
 Tests: python3 -m unittest discover -s hack -p 'test_*.py' -v
 """
@@ -35,8 +36,7 @@ import os
 import re
 import sys
 
-SRC = os.path.join("daemon", "src")
-DOC = os.path.join("docs", "ARCHITECTURE.md")
+CRATES = ("core", "observe", "cluster", "messages", "server", "daemon")  # lowest first
 TYPE_KEYWORDS = {"struct", "enum", "union", "trait", "type"}
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -171,7 +171,7 @@ def strip_test_code(text):
         text = text[:found.start()] + re.sub(r"[^\n]", " ", text[found.start():end]) + text[end:]
 
 
-# ---- the daemon's files and modules ----
+# ---- each crate's files and modules ----
 
 class Source:
     def __init__(self, rel, module, code):
@@ -204,9 +204,14 @@ def test_module_paths(rel, names):
         yield base + "/"
 
 
-def read_sources(root):
-    """Every non-test Rust file of daemon/src (but main.rs and bin/), with its top-level module."""
-    src = os.path.join(root, SRC)
+def crate_src(crate):
+    """The source folder of `crate`, relative to the repository root."""
+    return f"{crate}/src"
+
+
+def read_sources(root, crate):
+    """Every non-test Rust file of <crate>/src (but main.rs and bin/), with its top-level module."""
+    src = os.path.join(root, crate_src(crate))
     stripped, excluded = {}, set()
     for rel in rust_files(src):
         if rel == "main.rs" or rel.startswith("bin/") or os.path.basename(rel) == "tests.rs":
@@ -220,7 +225,7 @@ def read_sources(root):
         if rel in excluded or any(rel.startswith(p) for p in excluded if p.endswith("/")):
             continue
         module = None if rel == "lib.rs" else rel.split("/")[0].removesuffix(".rs")
-        sources.append(Source(f"{SRC}/{rel}".replace(os.sep, "/"), module, code))
+        sources.append(Source(f"{crate_src(crate)}/{rel}", module, code))
     return sources
 
 
@@ -304,6 +309,7 @@ def type_definitions(source):
 
 
 def check_duplicate_types(sources, problems):
+    """One problem per type name defined more than once among `sources` (of every crate)."""
     places = {}
     for source in sources:
         for name, offset in type_definitions(source):
@@ -311,77 +317,6 @@ def check_duplicate_types(sources, problems):
     for name, where in sorted(places.items()):
         if len(where) > 1:
             problems.append(f"type name `{name}` is defined {len(where)} times: {', '.join(where)}")
-
-
-# ---- the layer table ----
-
-SEPARATOR_ROW = re.compile(r"^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
-
-
-def cells(row):
-    row = row.strip().removeprefix("|").removesuffix("|")
-    return [cell.strip() for cell in re.split(r"(?<!\\)\|", row)]
-
-
-def layer_rows(doc_text):
-    """The data rows of the first table after `## Layers`, or None if there is none."""
-    lines = doc_text.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.rstrip() == "## Layers"), None)
-    if start is None:
-        return None
-    for i in range(start + 1, len(lines) - 1):
-        if re.match(r"#{1,2}\s", lines[i]):
-            return None
-        if "|" in lines[i] and SEPARATOR_ROW.match(lines[i + 1]):
-            rows = []
-            for line in lines[i + 2:]:
-                if "|" not in line or not line.strip():
-                    break
-                rows.append(cells(line))
-            return rows
-    return None
-
-
-def read_layers(root, problems):
-    """{module: (rank, label)} from docs/ARCHITECTURE.md, or None when there is no layer table."""
-    path = os.path.join(root, DOC)
-    if not os.path.exists(path):
-        problems.append(f"{DOC} does not exist, so there is no `## Layers` table")
-        return None
-    with open(path, encoding="utf-8") as f:
-        rows = layer_rows(f.read())
-    if rows is None:
-        problems.append(f"{DOC} has no `## Layers` section with a table of layers")
-        return None
-    layers, ranks = {}, set()
-    for row in rows:
-        rank = re.match(r"\d+", row[0])
-        if not rank:
-            problems.append(f"{DOC}: layer row `{' | '.join(row)}` does not start with a rank")
-            continue
-        if int(rank.group()) in ranks:
-            problems.append(f"{DOC} has two layers of rank {rank.group()}")
-        ranks.add(int(rank.group()))
-        label = f"layer {row[0]}"
-        for name in re.findall(r"`([^`]+)`", row[1] if len(row) > 1 else ""):
-            name = name.strip().removesuffix("/").removesuffix(".rs")
-            if name in layers:
-                problems.append(f"{DOC} lists `{name}` twice ({layers[name][1]} and {label})")
-            else:
-                layers[name] = (int(rank.group()), label)
-    return layers
-
-
-def check_layers(modules, layers, edges, problems):
-    for name in sorted(modules - set(layers)):
-        problems.append(f"module `{name}` is in no layer of {DOC}")
-    for name in sorted(set(layers) - modules):
-        problems.append(f"{DOC} lists `{name}`, which daemon/src does not have")
-    for (low, high), places in sorted(edges.items()):
-        if low in layers and high in layers and layers[high][0] > layers[low][0]:
-            for place in places:
-                problems.append(f"{place}: `{low}` ({layers[low][1]}) imports `{high}` "
-                             f"({layers[high][1]}), a higher layer")
 
 
 # ---- cycles ----
@@ -400,7 +335,8 @@ def find_cycle(start, graph, members):
     return None
 
 
-def check_cycles(modules, edges, problems):
+def check_cycles(crate, modules, edges, problems):
+    """One problem per strongly connected group of `crate`'s modules, showing one cycle through it."""
     graph = {}
     for a, b in edges:
         graph.setdefault(a, set()).add(b)
@@ -413,10 +349,11 @@ def check_cycles(modules, edges, problems):
         done |= members
         cycle = find_cycle(start, graph, members) + [start]
         hops = [f"{a} -> {b} at {edges[(a, b)][0]}" for a, b in zip(cycle, cycle[1:])]
-        problems.append(f"import cycle {' -> '.join(cycle)} ({'; '.join(hops)})")
+        problems.append(f"{crate}: import cycle {' -> '.join(cycle)} ({'; '.join(hops)})")
 
 
 def reachable(start, graph):
+    """Every module reachable from `start` in one or more steps."""
     seen, todo = set(), [start]
     while todo:
         for nxt in graph.get(todo.pop(), ()):
@@ -428,36 +365,41 @@ def reachable(start, graph):
 
 # ---- main ----
 
-def check(root, graph_out=None):
-    """Run every check on `root`; return the list of problems (empty when all is well) and a summary."""
-    problems = []
-    sources = read_sources(root)
+def check_crate(root, crate, graph_out, problems):
+    """Read `crate` and check its modules for cycles; return its sources, modules and edges."""
+    sources = read_sources(root, crate)
     modules = {source.module for source in sources if source.module}
     edges = find_edges(sources, modules)
     if graph_out:
         for (a, b), places in sorted(edges.items()):
-            print(f"{a} -> {b} ({places[0]})", file=graph_out)
-    layers = read_layers(root, problems)
-    if layers is not None:
-        check_layers(modules, layers, edges, problems)
-    check_cycles(modules, edges, problems)
+            print(f"{crate}: {a} -> {b} ({places[0]})", file=graph_out)
+    check_cycles(crate, modules, edges, problems)
+    return sources, modules, edges
+
+
+def check(root, graph_out=None):
+    """Run every check on `root`; return the list of problems (empty when all is well) and a summary."""
+    problems, sources, crates, modules, imports = [], [], 0, 0, 0
+    for crate in CRATES:
+        if not os.path.isdir(os.path.join(root, crate_src(crate))):
+            problems.append(f"crate `{crate}`: {crate_src(crate)} is not a directory under {root}")
+            continue
+        crate_sources, crate_modules, edges = check_crate(root, crate, graph_out, problems)
+        sources += crate_sources
+        crates, modules, imports = crates + 1, modules + len(crate_modules), imports + len(edges)
     check_duplicate_types(sources, problems)
-    count = len({rank for rank, _ in layers.values()}) if layers else 0
-    return problems, f"{len(modules)} modules in {count} layers, {len(edges)} imports"
+    return problems, f"{crates} crates, {modules} modules, {imports} imports"
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                        help="repository root holding daemon/src and docs/ARCHITECTURE.md")
+                        help=f"repository root holding the crates' folders ({', '.join(CRATES)})")
     parser.add_argument("--graph", action="store_true", help="print the module imports, one edge a line")
     args = parser.parse_args(argv)
-    if not os.path.isdir(os.path.join(args.root, SRC)):
-        print(f"structure: {os.path.join(args.root, SRC)} is not a directory", file=sys.stderr)
-        return 1
     problems, summary = check(args.root, sys.stdout if args.graph else None)
     if not problems:
-        print(f"structure: {summary}, no cycle, no import against the layer order, no duplicate type names")
+        print(f"structure: {summary}, no cycle, no duplicate type names")
         return 0
     for problem in problems:
         print(f"structure: {problem}", file=sys.stderr)
@@ -466,4 +408,8 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # `--graph | head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)

@@ -129,7 +129,6 @@ impl Default for ApiContact {
 }
 
 impl ApiContact {
-
     /// Notes that the apiserver answered just now.
     pub fn heard(&self, via: Via) {
         let nanos = u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX - 1) + 1;

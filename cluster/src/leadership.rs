@@ -16,7 +16,7 @@ use std::{
 use consistd_core::{config::Timing, names};
 use consistd_observe::metrics::Metrics;
 use tokio::{sync::watch, time::Instant};
-use tokio_util::sync::CancellationToken;
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 pub use self::membership::Announce;
 use self::{
@@ -169,7 +169,9 @@ pub struct Leadership {
     namespace: String,
     elections: Mutex<HashMap<Key, Arc<Election>>>,
     stop: CancellationToken,
-    runners: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// The election runners: shutdown waits for them. A tracker, not a list of handles, because it forgets
+    /// a runner once it retires (each kept JoinHandle would hold its finished task's memory).
+    runners: TaskTracker,
     /// Member Leases of the election groups this daemon campaigns in.
     membership: Arc<Membership>,
     /// Where each election's leader gauge lives.
@@ -221,7 +223,7 @@ impl Leadership {
             namespace,
             elections: Mutex::new(HashMap::new()),
             stop: CancellationToken::new(),
-            runners: Mutex::new(Vec::new()),
+            runners: TaskTracker::new(),
         })
     }
 
@@ -268,8 +270,7 @@ impl Leadership {
         let election = Election::new(key.clone(), identity.to_owned(), leader);
         elections.insert(key.clone(), election.clone());
         let status = election.subscribe();
-        let handle = tokio::spawn(elector::run(election.clone(), self.client.clone(), self.clone(), self.stop.clone()));
-        self.runners.lock().unwrap_or_else(PoisonError::into_inner).push(handle);
+        self.runners.spawn(elector::run(election.clone(), self.client.clone(), self.clone(), self.stop.clone()));
         (election, status)
     }
 
@@ -399,8 +400,8 @@ impl Leadership {
     pub async fn shutdown(&self, grace: Duration) {
         self.stop.cancel();
         self.membership.shutdown(grace).await;
-        let runners: Vec<_> = std::mem::take(&mut *self.runners.lock().unwrap_or_else(PoisonError::into_inner));
-        let _ = tokio::time::timeout(grace, futures::future::join_all(runners)).await;
+        self.runners.close();
+        let _ = tokio::time::timeout(grace, self.runners.wait()).await;
     }
 }
 

@@ -131,7 +131,7 @@ async fn main() {
         }
     };
     loop {
-        let report = consistd::admin::fetch_report(daemon.admin_socket()).await.expect("consistd status");
+        let report = consistd_server::admin::fetch_report(daemon.admin_socket()).await.expect("consistd status");
         if report.fencing.is_some_and(|f| f.at_apiserver) {
             break;
         }

@@ -282,7 +282,7 @@ async fn resends_under_drops(receiver: &Daemon, receiver_addr: &str) {
     }
     stop.store(true, Ordering::SeqCst);
     let drops = chaos.await.expect("chaos");
-    let body = consistd::admin::get(sender.admin_socket(), "/metrics").await.expect("metrics").1;
+    let body = consistd_server::admin::get(sender.admin_socket(), "/metrics").await.expect("metrics").1;
     let resent = retries(&String::from_utf8_lossy(&body));
     println!(
         "  {n} messages at 1,000/s, link down 10% of the time ({drops} drops in {:.1} s): {resent:.0} resends = {:.3} per message",

@@ -9,11 +9,9 @@ use consistd_core::{
     inject::SidecarArgs,
     report::render,
 };
+use consistd_server::admin;
 
-use crate::{
-    admin,
-    inject::{certs, webhook},
-};
+use crate::inject::{certs, webhook};
 
 /// Exit code for an invalid configuration (EX_USAGE, as linkerd2-proxy and sysexits use it).
 pub const EXIT_INVALID_CONFIG: u8 = 64;

@@ -18,9 +18,8 @@ use consistd_core::{
     report::ConfigReport,
 };
 use consistd_observe::{metrics::Metrics, telemetry::LogLevel};
+use consistd_server::{api::Allowlist, health::Health};
 use tokio_util::sync::CancellationToken;
-
-use crate::{api::Allowlist, health::Health};
 
 /// Where the running config came from, so that a change to its file can be applied the same way.
 #[derive(Debug)]

@@ -15,26 +15,28 @@ use consistd_core::{
     config::{Config, Environment},
     versions::Versions,
 };
+use consistd_messages::{
+    inbox::Inbox,
+    outbox::{self, Members, Outbox},
+    rollout::{self, Rollout, barrier::Barrier},
+    store::{OpenError, Store, StoreError},
+    transport::{PeerTls, TlsError, Transport},
+};
 use consistd_observe::metrics::Metrics;
+use consistd_server::{
+    admin::{self, AdminListener},
+    api::{self, ApiError, Services},
+    health::{self, Health},
+    peer::{self, PeerError},
+    socket::{self, SocketError},
+};
 use tokio::{
     net::TcpListener,
     signal::unix::{SignalKind, signal},
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::{
-    admin::{self, AdminListener},
-    api::{self, ApiError, Services},
-    health::{self, Health},
-    inbox::Inbox,
-    outbox::{self, Members, Outbox},
-    peer::{self, PeerError},
-    reload::{ConfigSource, Elections, Reloader, Tunables},
-    rollout::{self, Rollout, barrier::Barrier},
-    socket::{self, SocketError},
-    store::{OpenError, Store, StoreError},
-    transport::{PeerTls, TlsError, Transport},
-};
+use crate::reload::{ConfigSource, Elections, Reloader, Tunables};
 
 /// Why the daemon stopped with an error.
 #[derive(Debug, thiserror::Error)]

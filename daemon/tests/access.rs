@@ -72,7 +72,7 @@ async fn callers_outside_the_allowed_uids_and_gids_are_refused_and_every_call_is
     let by_group = health_check_as(&grpcurl, daemon.socket(), Some((31337, 4242)));
     assert!(by_group.status.success(), "gid 4242 is allowed: {}", String::from_utf8_lossy(&by_group.stderr));
 
-    let (_, metrics) = consistd::admin::get(daemon.admin_socket(), "/metrics").await.expect("GET /metrics");
+    let (_, metrics) = consistd_server::admin::get(daemon.admin_socket(), "/metrics").await.expect("GET /metrics");
     let metrics = String::from_utf8_lossy(&metrics);
     assert!(metrics.contains("consistd_api_calls_total{uid=\"0\"}"), "{metrics}");
     assert!(metrics.contains("consistd_api_calls_total{uid=\"31337\"}"), "{metrics}");

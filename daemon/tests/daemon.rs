@@ -5,10 +5,10 @@
 
 use std::{os::unix::fs::PermissionsExt, path::Path, time::Duration};
 
-use consistd::SERVICE_NAMES;
 use consistd_client::proto::{
     AckRequest, CampaignRequest, Destination, LeadershipState, ReceiveRequest, SendRequest, destination::Target,
 };
+use consistd_server::SERVICE_NAMES;
 use consistd_testkit::{Daemon, free_port};
 use nix::sys::signal::Signal;
 use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus};
@@ -87,7 +87,7 @@ async fn wait_for_report(
 ) -> consistd_core::report::Report {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
-        let report = consistd::admin::fetch_report(daemon.admin_socket()).await.expect("read admin report");
+        let report = consistd_server::admin::fetch_report(daemon.admin_socket()).await.expect("read admin report");
         if ok(&report) || tokio::time::Instant::now() > deadline {
             return report;
         }
@@ -99,7 +99,7 @@ async fn wait_for_report(
 async fn admin_socket_serves_probes_and_metrics() {
     let daemon = Daemon::builder(BIN).start().await;
     wait_for_report(&daemon, |r| r.ready).await;
-    let get = |path: &'static str| consistd::admin::get(daemon.admin_socket(), path);
+    let get = |path: &'static str| consistd_server::admin::get(daemon.admin_socket(), path);
 
     let (status, body) = get("/healthz").await.expect("GET /healthz");
     assert_eq!(status, 200, "{body:?}");

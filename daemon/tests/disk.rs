@@ -113,7 +113,7 @@ async fn sender(store: Option<&Path>) -> Daemon {
 async fn until_ready(daemon: &Daemon, ready: bool) -> Vec<String> {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let report = consistd::admin::fetch_report(daemon.admin_socket()).await.expect("consistd status");
+        let report = consistd_server::admin::fetch_report(daemon.admin_socket()).await.expect("consistd status");
         if report.ready == ready {
             return report.not_ready_reasons;
         }

@@ -72,7 +72,7 @@ async fn leads(c: &Candidate, min_term: u64) -> u64 {
 async fn fenced_at_apiserver(daemon: &Daemon) {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let report = consistd::admin::fetch_report(daemon.admin_socket()).await.expect("consistd status");
+        let report = consistd_server::admin::fetch_report(daemon.admin_socket()).await.expect("consistd status");
         if report.fencing.as_ref().is_some_and(|f| f.at_apiserver) {
             return;
         }

@@ -320,7 +320,7 @@ async fn an_election_from_the_config_is_campaigned_from_boot_and_observed_by_app
                 .expect("status");
             assert_eq!((got.state(), got.holder, got.term), (LeadershipState::Leader, s.holder.clone(), s.term));
             // `consistd status` shows the election too.
-            let report = consistd::admin::fetch_report(daemon.admin_socket()).await.expect("report");
+            let report = consistd_server::admin::fetch_report(daemon.admin_socket()).await.expect("report");
             let election = format!("{ns}/from-config");
             assert!(
                 report.elections.iter().any(|e| e.election == election && e.role == "LEADER" && e.holder == "booted"),

@@ -14,7 +14,7 @@ use kube::{Api, api::PostParams};
 const BIN: &str = env!("CARGO_BIN_EXE_consistd");
 
 async fn metrics(daemon: &Daemon) -> String {
-    let body = consistd::admin::get(daemon.admin_socket(), "/metrics").await.expect("GET /metrics").1;
+    let body = consistd_server::admin::get(daemon.admin_socket(), "/metrics").await.expect("GET /metrics").1;
     String::from_utf8_lossy(&body).into_owned()
 }
 

@@ -77,7 +77,7 @@ async fn ack(daemon: &Daemon, message_id: &str) {
 }
 
 async fn metrics(daemon: &Daemon) -> String {
-    let body = consistd::admin::get(daemon.admin_socket(), "/metrics").await.expect("GET /metrics").1;
+    let body = consistd_server::admin::get(daemon.admin_socket(), "/metrics").await.expect("GET /metrics").1;
     String::from_utf8_lossy(&body).into_owned()
 }
 
@@ -246,7 +246,7 @@ async fn messages_for_a_peer_that_is_not_up_yet_are_kept_and_delivered_when_it_c
     assert!(!status.destinations[0].connected);
     assert!(status.destinations[0].pending[0].last_error.contains(&b_addr), "{status:?}");
     // `consistd status` (the admin report) shows the same.
-    let report = consistd::admin::fetch_report(a.admin_socket()).await.expect("report");
+    let report = consistd_server::admin::fetch_report(a.admin_socket()).await.expect("report");
     assert_eq!((report.outbox_pending, report.peers.len()), (5, 1), "{report:?}");
     assert_eq!(
         (report.peers[0].peer.as_str(), report.peers[0].connected, report.peers[0].pending),
@@ -341,7 +341,7 @@ async fn a_flood_past_the_receivers_inbox_byte_bound_is_refused_until_its_app_dr
         assert!(std::time::Instant::now() < deadline, "no refusal naming inbox.maxPendingBytes: {status:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let held = consistd::admin::fetch_report(b.admin_socket()).await.expect("b's admin report").inbox_pending;
+    let held = consistd_server::admin::fetch_report(b.admin_socket()).await.expect("b's admin report").inbox_pending;
     assert_eq!(held, 4, "64 KiB of 16 KiB payloads");
 
     // b's app comes and ACKs what it gets: all ten arrive, each once, and every ACK reaches a.

@@ -351,7 +351,7 @@ async fn a_lossy_slow_network_and_an_absent_then_slow_app_lose_and_duplicate_not
     stop.store(true, Ordering::SeqCst);
     app.abort();
     assert!(drops >= 5, "the network dropped connections only {drops} times");
-    let body = consistd::admin::get(a.admin_socket(), "/metrics").await.expect("metrics").1;
+    let body = consistd_server::admin::get(a.admin_socket(), "/metrics").await.expect("metrics").1;
     let metrics = String::from_utf8_lossy(&body);
     let retries =
         metrics.lines().find(|l| l.starts_with("consistd_outbox_retries_total")).unwrap_or_default().to_owned();

@@ -360,12 +360,12 @@ async fn logged(daemon: &Daemon, message: &str, expected: &str) -> String {
 /// duration); `consistd status` names it for the election too.
 async fn unready(daemon: &Daemon, expected: &str) -> String {
     let why = until(&format!("/readyz naming {expected:?}"), || async {
-        let (code, body) = consistd::admin::get(daemon.admin_socket(), "/readyz").await.expect("GET /readyz");
+        let (code, body) = consistd_server::admin::get(daemon.admin_socket(), "/readyz").await.expect("GET /readyz");
         let body = String::from_utf8_lossy(&body).into_owned();
         (code == http::StatusCode::SERVICE_UNAVAILABLE && body.contains(expected)).then_some(body)
     })
     .await;
-    let report = consistd::admin::fetch_report(daemon.admin_socket()).await.expect("consistd status");
+    let report = consistd_server::admin::fetch_report(daemon.admin_socket()).await.expect("consistd status");
     let election = report.elections.iter().find(|e| e.election.ends_with(ELECTION)).expect("the election");
     assert!(election.error.as_deref().is_some_and(|e| e.contains(expected)), "{election:?}");
     assert_ne!(election.role, "LEADER", "{election:?}");
@@ -430,7 +430,7 @@ async fn with_the_base_role_every_job_of_the_example_app_works() {
     until("member Leases deleted", || async { member_leases(&kube, &g.ns).await.is_empty().then_some(()) }).await;
 
     // Ready, and nothing was refused along the way, not even in the background.
-    let report = consistd::admin::fetch_report(app.admin_socket()).await.expect("consistd status");
+    let report = consistd_server::admin::fetch_report(app.admin_socket()).await.expect("consistd status");
     assert!(report.ready, "{:?}", report.not_ready_reasons);
     let fencing = report.fencing.expect("consistd status says where guarded writes are fenced");
     assert!(
@@ -490,7 +490,7 @@ async fn broken(kube: kube::Client, removal: Removal, job: Job, verb: &'static s
                 serde_json::from_value(json!({ "metadata": { "name": CONFIGMAP } })).expect("cm");
             Api::namespaced(kube.clone(), &g.ns).create(&PostParams::default(), &configmap).await.expect("create");
             let fencing = until(&format!("{removal}: consistd status saying where writes are fenced"), || async {
-                let report = consistd::admin::fetch_report(app.admin_socket()).await.expect("consistd status");
+                let report = consistd_server::admin::fetch_report(app.admin_socket()).await.expect("consistd status");
                 report.fencing.filter(|f| f.detail.contains(&expected))
             })
             .await;

@@ -27,7 +27,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_consistd");
 
 /// GET /readyz: whether it answered 200, and its body.
 async fn readyz(daemon: &Daemon) -> (bool, String) {
-    let (status, body) = consistd::admin::get(daemon.admin_socket(), "/readyz").await.expect("GET /readyz");
+    let (status, body) = consistd_server::admin::get(daemon.admin_socket(), "/readyz").await.expect("GET /readyz");
     (status == 200, String::from_utf8_lossy(&body).into_owned())
 }
 
@@ -40,7 +40,7 @@ async fn until_report(
 ) -> consistd_core::report::Report {
     let deadline = Instant::now() + within;
     loop {
-        let report = consistd::admin::fetch_report(daemon.admin_socket()).await.expect("read admin report");
+        let report = consistd_server::admin::fetch_report(daemon.admin_socket()).await.expect("read admin report");
         if ok(&report) {
             return report;
         }
@@ -127,7 +127,7 @@ async fn a_link_slower_than_the_probe_timeout_keeps_the_daemon_ready_while_its_w
         seen > written_before_delay + 20,
         "the watch kept delivering through the slow link: saw n={seen}, {written_before_delay} written before the delay"
     );
-    let report = consistd::admin::fetch_report(daemon.admin_socket()).await.expect("read report");
+    let report = consistd_server::admin::fetch_report(daemon.admin_socket()).await.expect("read report");
     assert_eq!(report.apiserver.heard_via.as_deref(), Some("watch stream"), "{report:#?}");
     assert!(!daemon.logs().contains("apiserver unreachable"), "{}", daemon.logs());
 

@@ -269,7 +269,7 @@ async fn a_retry_comes_back_with_its_attempt_and_error_and_the_queue_shows_in_me
     }
     // The report is brought up to date within a quarter of a second.
     let report = loop {
-        let report = consistd::admin::fetch_report(daemon.admin_socket()).await.expect("report");
+        let report = consistd_server::admin::fetch_report(daemon.admin_socket()).await.expect("report");
         let leased = report.queues.iter().any(|q| q.name == "retries" && q.leased == 1);
         if leased || sent.elapsed() > WAIT {
             break report;
@@ -285,7 +285,7 @@ async fn a_retry_comes_back_with_its_attempt_and_error_and_the_queue_shows_in_me
         consistd_core::report::render(&report)
     );
     // /queues (what `kubectl consistd queues` reads through the pod proxy) says the same.
-    let (status, body) = consistd::admin::get(daemon.admin_socket(), "/queues").await.expect("GET /queues");
+    let (status, body) = consistd_server::admin::get(daemon.admin_socket(), "/queues").await.expect("GET /queues");
     assert!(status.is_success(), "{status}");
     let queues: consistd_core::report::QueuesReport = serde_json::from_slice(&body).expect("a queues report");
     assert_eq!(queues.queues, report.queues);
@@ -335,7 +335,7 @@ async fn an_app_attaching_to_a_deserted_queue_is_handed_every_key_once_more() {
     // The daemon has seen both streams go (the queue lingers, with no stream attached).
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let report = consistd::admin::fetch_report(daemon.admin_socket()).await.expect("report");
+        let report = consistd_server::admin::fetch_report(daemon.admin_socket()).await.expect("report");
         if report.queues.iter().any(|q| q.name == "restarted" && q.streams == 0) {
             break;
         }

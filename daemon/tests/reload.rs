@@ -39,11 +39,11 @@ async fn until<T, F: Future<Output = Option<T>>>(daemon: &Daemon, what: &str, mu
 }
 
 async fn report(daemon: &Daemon) -> Report {
-    consistd::admin::fetch_report(daemon.admin_socket()).await.expect("read the admin report")
+    consistd_server::admin::fetch_report(daemon.admin_socket()).await.expect("read the admin report")
 }
 
 async fn metric(daemon: &Daemon, name: &str) -> String {
-    let body = consistd::admin::get(daemon.admin_socket(), "/metrics").await.expect("GET /metrics").1;
+    let body = consistd_server::admin::get(daemon.admin_socket(), "/metrics").await.expect("GET /metrics").1;
     let text = String::from_utf8_lossy(&body).into_owned();
     let line = text.lines().find(|l| l.starts_with(&format!("{name} "))).map(str::to_owned);
     line.unwrap_or_else(|| panic!("no {name} in /metrics:\n{text}"))

@@ -34,7 +34,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_consistd");
 
 /// A process_* metric of `daemon`.
 async fn process_metric(daemon: &Daemon, name: &str) -> f64 {
-    let body = consistd::admin::get(daemon.admin_socket(), "/metrics").await.expect("GET /metrics").1;
+    let body = consistd_server::admin::get(daemon.admin_socket(), "/metrics").await.expect("GET /metrics").1;
     let text = String::from_utf8_lossy(&body).into_owned();
     let line = text.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("no {name}"));
     line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("a value")

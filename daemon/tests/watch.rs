@@ -236,7 +236,7 @@ async fn a_stalled_subscriber_is_resynced_and_never_slows_a_fast_one() {
         }
     }
     assert!(versions.len() < CHANGES, "coalesced: {} deliveries for {CHANGES} changes", versions.len());
-    let metrics = consistd::admin::get(daemon.admin_socket(), "/metrics").await.expect("metrics").1;
+    let metrics = consistd_server::admin::get(daemon.admin_socket(), "/metrics").await.expect("metrics").1;
     let text = String::from_utf8_lossy(&metrics);
     assert!(text.contains("consistd_watch_resyncs_total 2"), "both stalled subscribers were cut off:\n{text}");
 }

@@ -33,7 +33,7 @@ async fn apiserver_configmap_watches(kube: &Client) -> u64 {
 }
 
 async fn daemon_metric(daemon: &Daemon, name: &str) -> u64 {
-    let (_, body) = consistd::admin::get(daemon.admin_socket(), "/metrics").await.expect("daemon metrics");
+    let (_, body) = consistd_server::admin::get(daemon.admin_socket(), "/metrics").await.expect("daemon metrics");
     String::from_utf8_lossy(&body)
         .lines()
         .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')).map(str::to_owned))

@@ -5,7 +5,7 @@
 mod cluster;
 mod elections;
 mod leases;
-mod outbox;
+pub mod outbox;
 mod output;
 mod queues;
 mod rollout;

@@ -71,7 +71,7 @@ pub enum TlsError {
 
 /// The peer TLS material in use, shared by the server and client configs it made; `reload` swaps it.
 #[derive(Clone)]
-pub(crate) struct PeerTls {
+pub struct PeerTls {
     shared: Arc<Shared>,
 }
 
@@ -99,7 +99,7 @@ impl fmt::Debug for PeerTls {
 
 impl PeerTls {
     /// Reads the files `tls` names.
-    pub(crate) fn load(tls: &TlsConfig) -> Result<Self, TlsError> {
+    pub fn load(tls: &TlsConfig) -> Result<Self, TlsError> {
         let server_name = ServerName::try_from(tls.server_name.clone())
             .map_err(|source| TlsError::ServerName { name: tls.server_name.clone(), source })?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -114,7 +114,7 @@ impl PeerTls {
     }
 
     /// The server side: the current certificate, and a client certificate from the current bundle required.
-    pub(crate) fn server_config(&self) -> Result<Arc<ServerConfig>, TlsError> {
+    pub fn server_config(&self) -> Result<Arc<ServerConfig>, TlsError> {
         let mut config = ServerConfig::builder_with_provider(self.shared.provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(TlsError::Rustls)?
@@ -150,7 +150,7 @@ impl PeerTls {
     }
 
     /// Reloads whenever the files' directories change (and every minute regardless) until `shutdown`.
-    pub(crate) fn spawn_watch(&self, shutdown: CancellationToken) {
+    pub fn spawn_watch(&self, shutdown: CancellationToken) {
         let files = &self.shared.files;
         let mut changes = Changes::watch(&[&files.cert_file, &files.key_file, &files.ca_file], "the peer TLS files");
         let tls = self.clone();

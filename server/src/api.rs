@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use consistd_cluster::{leadership::Leadership, objects::Objects, reconcile::Reconciler, watch::Hub};
 use consistd_core::config::{AccessRule, Live};
+use consistd_messages::{inbox::Inbox, outbox::Outbox};
 use consistd_observe::metrics::Metrics;
 use consistd_proto::v1::{
     FILE_DESCRIPTOR_SET,
@@ -35,12 +36,12 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::Server;
 use tonic_health::{ServingStatus, server::HealthReporter};
 
-pub(crate) use self::caller::Allowlist;
+pub use self::caller::Allowlist;
 use self::{
     access::Access, caller::CallerLayer, inbox::InboxApi, leadership::LeadershipApi, objects::ObjectsApi,
     outbox::OutboxApi, reconcile::ReconcileApi, rollout::RolloutApi, watch::WatchApi,
 };
-use crate::{authority::Relaxed, connections, inbox::Inbox, outbox::Outbox};
+use crate::{authority::Relaxed, connections};
 
 /// What a server-streaming RPC answers with.
 type ResponseStream<T> = futures::stream::BoxStream<'static, Result<T, tonic::Status>>;
@@ -62,7 +63,7 @@ pub(crate) const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
 
 /// What the services work with.
 #[derive(Debug, Clone)]
-pub(crate) struct Services {
+pub struct Services {
     /// Shared upstream watches, for WatchService.
     pub hub: Arc<Hub>,
     /// Object reads and writes, for ObjectsService.
@@ -76,7 +77,7 @@ pub(crate) struct Services {
     /// The namespace of destinations that name none.
     pub namespace: String,
     /// Versioned rollouts and their barrier.
-    pub rollout: crate::rollout::Rollout,
+    pub rollout: consistd_messages::rollout::Rollout,
     /// Reconcile queues, for ReconcileService, and the writes made for their leases.
     pub reconciler: Arc<Reconciler>,
     /// Who may call the socket at all (`socket.allowedUids` / `socket.allowedGids`), as reloads change it.
@@ -102,11 +103,7 @@ pub enum ApiError {
 /// NOT_SERVING (so health watchers learn at once), ends open watch streams with UNAVAILABLE (clients
 /// resume elsewhere), stops accepting, and waits for in-flight calls. The caller bounds that wait with
 /// its grace period.
-pub(crate) async fn serve(
-    listener: UnixListener,
-    services: Services,
-    shutdown: CancellationToken,
-) -> Result<(), ApiError> {
+pub async fn serve(listener: UnixListener, services: Services, shutdown: CancellationToken) -> Result<(), ApiError> {
     let (health, health_service) = tonic_health::server::health_reporter();
     set_status(&health, ServingStatus::Serving).await;
 

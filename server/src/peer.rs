@@ -4,6 +4,11 @@
 
 use std::net::SocketAddr;
 
+use consistd_messages::{
+    inbox::Inbox,
+    rollout::Rollout,
+    transport::{MAX_FRAME_BYTES, PeerTls, TlsError},
+};
 use consistd_proto::peer::v1::{
     ExchangeRequest, ExchangeResponse, PublishRequest, PublishResponse,
     exchange_request::Frame,
@@ -19,12 +24,7 @@ use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming, transport::Server};
 
-use crate::{
-    api::status,
-    inbox::Inbox,
-    rollout::Rollout,
-    transport::{MAX_FRAME_BYTES, PeerTls, TlsError},
-};
+use crate::api::status;
 
 /// Messages of one connection being stored at once (their commits share fsyncs).
 const IN_FLIGHT_PER_CONNECTION: usize = 256;
@@ -56,13 +56,13 @@ pub enum PeerError {
 }
 
 /// Binds the peer listen address.
-pub(crate) async fn bind(addr: SocketAddr) -> Result<TcpListener, PeerError> {
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, PeerError> {
     TcpListener::bind(addr).await.map_err(|source| PeerError::Bind { addr, source })
 }
 
 /// Serves PeerService on `listener` until `shutdown`: messages for `inbox`, from senders that mean to
 /// reach this daemon (its identity, or `pod`, the name of the Pod it runs in).
-pub(crate) async fn serve(
+pub async fn serve(
     listener: TcpListener,
     tls: Option<PeerTls>,
     (inbox, pod): (Inbox, Option<String>),

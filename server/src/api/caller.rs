@@ -60,7 +60,7 @@ impl fmt::Display for Caller {
 
 /// Which callers may use the socket at all.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Allowlist {
+pub struct Allowlist {
     /// Allowed user ids; empty with `gids` empty allows everyone.
     pub uids: Vec<u32>,
     /// Allowed primary group ids.

@@ -47,7 +47,7 @@ pub enum SocketError {
 
 /// A claimed socket: removes the socket file when dropped, then releases the lock.
 #[derive(Debug)]
-pub(crate) struct SocketGuard {
+pub struct SocketGuard {
     path: PathBuf,
     // Declared after `path` only for clarity; the socket is removed in `drop` before this closes.
     _lock: File,
@@ -64,7 +64,7 @@ impl Drop for SocketGuard {
 }
 
 /// Claims `path`, binds a listener on it, and sets its permission bits and group.
-pub(crate) fn bind(path: &Path, mode: u32, group_id: Option<u32>) -> Result<(UnixListener, SocketGuard), SocketError> {
+pub fn bind(path: &Path, mode: u32, group_id: Option<u32>) -> Result<(UnixListener, SocketGuard), SocketError> {
     let io_err = |op, source| SocketError::Io { op, path: path.to_owned(), source };
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| io_err("create socket directory for", e))?;

@@ -21,15 +21,14 @@ use consistd_core::{
     config::HealthConfig,
     report::{Apiserver, ConfigReport, ElectionReport, FencingReport, PeerReport, Report, StoreReport},
 };
+use consistd_messages::{inbox::Inbox, outbox::Outbox, store::Store};
 use consistd_observe::metrics::Metrics;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::{inbox::Inbox, outbox::Outbox, store::Store};
-
 /// Shared, cheaply cloned handle on the daemon's health.
 #[derive(Debug, Clone)]
-pub(crate) struct Health {
+pub struct Health {
     started: Instant,
     socket: PathBuf,
     config: HealthConfig,
@@ -58,7 +57,7 @@ struct HealthState {
 impl Health {
     /// A daemon that serves `socket` and talks to the apiserver at `apiserver_url`; `contact` is where its
     /// Kubernetes client notes the apiserver's answers, judged by the probe settings in `config`.
-    pub(crate) fn new(socket: PathBuf, apiserver_url: String, contact: ApiContact, config: HealthConfig) -> Self {
+    pub fn new(socket: PathBuf, apiserver_url: String, contact: ApiContact, config: HealthConfig) -> Self {
         Self {
             started: Instant::now(),
             socket,
@@ -74,37 +73,37 @@ impl Health {
     }
 
     /// The parts whose state the report includes.
-    pub(crate) fn attach(&self, hub: Arc<Hub>, leadership: Arc<Leadership>) {
+    pub fn attach(&self, hub: Arc<Hub>, leadership: Arc<Leadership>) {
         self.lock().parts = Some((hub, leadership));
     }
 
     /// The outbox and inbox whose state the report includes.
-    pub(crate) fn attach_messages(&self, outbox: Outbox, inbox: Inbox) {
+    pub fn attach_messages(&self, outbox: Outbox, inbox: Inbox) {
         self.lock().messages = Some((outbox, inbox));
     }
 
     /// The reconcile queues whose state the report includes.
-    pub(crate) fn attach_reconciler(&self, reconciler: Arc<Reconciler>) {
+    pub fn attach_reconciler(&self, reconciler: Arc<Reconciler>) {
         self.lock().reconciler = Some(reconciler);
     }
 
     /// The message store whose writability readiness needs.
-    pub(crate) fn attach_store(&self, store: Store) {
+    pub fn attach_store(&self, store: Store) {
         self.lock().store = Some(store);
     }
 
     /// Where guarded writes are fenced, for the report.
-    pub(crate) fn attach_fencing(&self, fencing: Arc<Fencing>) {
+    pub fn attach_fencing(&self, fencing: Arc<Fencing>) {
         self.lock().fencing = Some(fencing);
     }
 
     /// Records the config's newest reload.
-    pub(crate) fn set_config(&self, report: ConfigReport) {
+    pub fn set_config(&self, report: ConfigReport) {
         self.lock().config = Some(report);
     }
 
     /// Records whether the gRPC server accepts calls.
-    pub(crate) fn set_serving(&self, serving: bool) {
+    pub fn set_serving(&self, serving: bool) {
         self.lock().serving = serving;
     }
 
@@ -236,7 +235,7 @@ const PROBE_RETRY_INTERVAL: Duration = Duration::from_secs(1);
 /// Probes the apiserver's /version whenever nothing heard from it for `health.probeInterval` (and once
 /// at start, for its version), each probe bounded by `health.probeTimeout`, until `shutdown`. Keeps the
 /// `apiserver_up` metric and logs when reachability changes.
-pub(crate) async fn probe(client: kube::Client, health: Health, metrics: Metrics, shutdown: CancellationToken) {
+pub async fn probe(client: kube::Client, health: Health, metrics: Metrics, shutdown: CancellationToken) {
     let (interval, timeout) = (health.config().probe_interval, health.config().probe_timeout);
     let mut reachable = false;
     let mut first = true;

@@ -11,7 +11,7 @@ use super::{Rollout, RolloutError};
 use crate::inbox::InboxMessage;
 
 /// The resource_id prefix of rollout versions; the inbox holds messages under it for the rollout.
-pub(crate) const RESOURCE_PREFIX: &str = "consistd.rollout/";
+pub const RESOURCE_PREFIX: &str = "consistd.rollout/";
 
 /// The resource_id of `channel`'s versions.
 pub(super) fn resource_id(channel: &str) -> String {
@@ -20,7 +20,7 @@ pub(super) fn resource_id(channel: &str) -> String {
 
 /// A version that arrived from the channel's leader and waits in the inbox.
 #[derive(Debug, Clone)]
-pub(crate) struct Arrived {
+pub struct Arrived {
     /// The version, parsed from the message's event_id.
     pub version: u64,
     /// The message that carried it (payload, content type, when it arrived).
@@ -29,7 +29,7 @@ pub(crate) struct Arrived {
 
 impl Rollout {
     /// The versions of `key`'s channel waiting in the inbox, oldest first.
-    pub(crate) fn arrived(&self, key: &Key) -> Vec<Arrived> {
+    pub fn arrived(&self, key: &Key) -> Vec<Arrived> {
         self.inbox
             .held(&resource_id(&key.name))
             .into_iter()
@@ -39,7 +39,7 @@ impl Rollout {
 
     /// ACKs the versions of `key`'s channel waiting in the inbox that are at most `applied` (so the
     /// leader's outbox sees them applied).
-    pub(crate) async fn ack_applied(&self, key: &Key, applied: u64) -> Result<(), RolloutError> {
+    pub async fn ack_applied(&self, key: &Key, applied: u64) -> Result<(), RolloutError> {
         for arrived in self.arrived(key) {
             if arrived.version <= applied {
                 self.inbox.ack(arrived.message.id).await?;

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use consistd_core::config::Service;
+use consistd_messages::outbox::{Admitted, Destination, Outbox, OutcomeKind, Outgoing};
 use consistd_observe::telemetry::TraceContext;
 use consistd_proto::v1::{self as pb, outbox_service_server::OutboxService};
 use futures::{FutureExt as _, StreamExt};
@@ -18,7 +19,6 @@ use super::{
     caller::Caller,
     ordered, status,
 };
-use crate::outbox::{Admitted, Destination, Outbox, OutcomeKind, Outgoing};
 
 /// Longest resource_id or event_id accepted (a Kubernetes UID is 36 bytes, a resourceVersion ~20).
 pub(crate) const MAX_ID_BYTES: usize = 1024;
@@ -222,7 +222,7 @@ impl OutboxService for OutboxApi {
     }
 }
 
-fn to_pb(o: &crate::outbox::Outcome) -> pb::WatchAcksResponse {
+fn to_pb(o: &consistd_messages::outbox::Outcome) -> pb::WatchAcksResponse {
     let (outcome, reason) = match &o.kind {
         OutcomeKind::Acked => (pb::AckOutcome::Acked, String::new()),
         OutcomeKind::Superseded => (pb::AckOutcome::Superseded, String::new()),

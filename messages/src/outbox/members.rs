@@ -19,7 +19,7 @@ pub(crate) const PEER_PORT_NAME: &str = "consistd-peer";
 
 /// Resolves group destinations; without a hub (unit tests) there are none.
 #[derive(Debug, Clone)]
-pub(crate) struct Members {
+pub struct Members {
     hub: Option<Arc<Hub>>,
 }
 
@@ -35,7 +35,7 @@ impl Drop for Following {
 
 impl Members {
     /// Group destinations resolved through `hub`.
-    pub(crate) fn new(hub: Arc<Hub>) -> Self {
+    pub fn new(hub: Arc<Hub>) -> Self {
         Self { hub: Some(hub) }
     }
 

@@ -9,7 +9,7 @@ use super::{Destination, Message, Outbox};
 
 /// One peer's view of a message it still has to ACK.
 #[derive(Debug, Clone)]
-pub(crate) struct PendingDelivery {
+pub struct PendingDelivery {
     /// The message waiting for this peer's ACK.
     pub message: Arc<Message>,
     /// Times it was sent to this peer so far; 0 while the destination has no peer.
@@ -22,7 +22,7 @@ pub(crate) struct PendingDelivery {
 
 /// The pending messages of one destination at one peer.
 #[derive(Debug, Clone)]
-pub(crate) struct DestinationStatus {
+pub struct DestinationStatus {
     /// The destination as the app named it (peer address, Service or election).
     pub destination: Destination,
     /// The peer address; empty while the destination has no peer.
@@ -35,7 +35,7 @@ pub(crate) struct DestinationStatus {
 
 impl Outbox {
     /// Pending messages per destination and peer.
-    pub(crate) fn status(&self) -> (Vec<DestinationStatus>, usize) {
+    pub fn status(&self) -> (Vec<DestinationStatus>, usize) {
         let state = self.lock();
         let mut out = Vec::new();
         let mut targets: Vec<&Destination> = state.destinations.keys().collect();
@@ -100,7 +100,7 @@ impl Outbox {
     /// Waits up to `within` until no message is held (each ACKed, superseded or failed) and returns how
     /// many still are. On shutdown: the app's last sends get their chance to leave before the pod's store
     /// goes with the pod.
-    pub(crate) async fn settle(&self, within: Duration) -> usize {
+    pub async fn settle(&self, within: Duration) -> usize {
         let deadline = tokio::time::Instant::now() + within;
         loop {
             let held = self.lock().held;

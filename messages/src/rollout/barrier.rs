@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 /// One member of a channel as the barrier sees it.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct MemberProgress {
+pub struct MemberProgress {
     /// The member's election identity (its Lease's holderIdentity), as listed in `lagging`.
     pub identity: String,
     /// Its peer address, where a Publish is forwarded when it leads the channel.
@@ -28,7 +28,7 @@ pub(crate) struct MemberProgress {
 
 /// Where the barrier stands for one version.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Standing {
+pub struct Standing {
     /// Every member with a Lease, live or not, sorted by identity.
     pub members: Vec<MemberProgress>,
     /// Live members that have not applied the version.
@@ -60,29 +60,24 @@ impl Standing {
 
 /// Reads channel groups through the hub.
 #[derive(Debug, Clone)]
-pub(crate) struct Barrier {
+pub struct Barrier {
     hub: Arc<Hub>,
 }
 
 impl Barrier {
     /// A barrier over `hub`'s watches.
-    pub(crate) fn new(hub: Arc<Hub>) -> Self {
+    pub fn new(hub: Arc<Hub>) -> Self {
         Self { hub }
     }
 
     /// Where `channel` in `namespace` stands for `version` now.
-    pub(crate) async fn standing(
-        &self,
-        namespace: &str,
-        channel: &str,
-        version: u64,
-    ) -> Result<Standing, ResourceError> {
+    pub async fn standing(&self, namespace: &str, channel: &str, version: u64) -> Result<Standing, ResourceError> {
         self.wait(namespace, channel, version, Instant::now()).await
     }
 
     /// Waits until every live member applied `version` or newer, or `deadline` passes; returns where it
     /// stands then. The group is read completely first, so a deadline already passed still answers.
-    pub(crate) async fn wait(
+    pub async fn wait(
         &self,
         namespace: &str,
         channel: &str,

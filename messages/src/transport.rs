@@ -15,12 +15,12 @@ use tokio::net::TcpStream;
 use tokio_rustls::{TlsConnector, client::TlsStream};
 use tonic::transport::{Channel, Endpoint};
 
-pub(crate) use self::tls::PeerTls;
-pub(crate) use self::tls::TlsError;
+pub use self::tls::PeerTls;
+pub use self::tls::TlsError;
 
 /// The largest frame between daemons: the largest payload any daemon may be configured to accept,
 /// plus room for the other fields, so daemons with different limits still understand each other.
-pub(crate) const MAX_FRAME_BYTES: usize = MAX_PAYLOAD_LIMIT + 64 * 1024;
+pub const MAX_FRAME_BYTES: usize = MAX_PAYLOAD_LIMIT + 64 * 1024;
 /// How long dialling a peer may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// HTTP/2 pings find connections that died without a FIN (a peer's node gone, a dropped route).
@@ -57,7 +57,7 @@ pub(crate) enum DialError {
 
 /// How this daemon reaches peers.
 #[derive(Debug, Clone)]
-pub(crate) struct Transport {
+pub struct Transport {
     /// Mutual TLS (our certificate, the peers' CA bundle, their server name), current at each dial;
     /// None: plaintext.
     pub tls: Option<PeerTls>,

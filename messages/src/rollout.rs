@@ -5,7 +5,7 @@
 //! first), applies it and reports so, which ACKs the message and records the version on its member
 //! Lease, where `barrier` reads who has applied what.
 
-pub(crate) mod barrier;
+pub mod barrier;
 mod inbound;
 
 use std::{sync::Arc, time::Duration};
@@ -20,7 +20,7 @@ use consistd_observe::telemetry::TraceContext;
 use consistd_proto::peer::v1 as peer_pb;
 
 use self::barrier::{Barrier, Standing};
-pub(crate) use self::inbound::{Arrived, RESOURCE_PREFIX};
+pub use self::inbound::{Arrived, RESOURCE_PREFIX};
 use crate::{
     inbox::{Inbox, InboxError},
     outbox::{Destination, Outbox, OutboxError, Outgoing},
@@ -34,7 +34,7 @@ const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why a rollout request failed.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum RolloutError {
+pub enum RolloutError {
     /// Nobody leads the channel (no replica subscribes to it), or its leader cannot be reached.
     #[error("channel {channel}: {why}")]
     NoLeader {
@@ -82,7 +82,7 @@ pub(crate) enum RolloutError {
 
 /// Rollouts of this daemon's channels.
 #[derive(Debug, Clone)]
-pub(crate) struct Rollout {
+pub struct Rollout {
     leadership: Arc<Leadership>,
     versions: Versions,
     outbox: Outbox,
@@ -95,7 +95,7 @@ pub(crate) struct Rollout {
 
 /// The parts [`Rollout::new`] is built from, as `run` wires them.
 #[derive(Debug)]
-pub(crate) struct RolloutParts {
+pub struct RolloutParts {
     /// Elections (a channel is one).
     pub leadership: Arc<Leadership>,
     /// Channel versions in the daemon's namespace.
@@ -114,7 +114,7 @@ pub(crate) struct RolloutParts {
 
 impl Rollout {
     /// Rollouts of every channel, over the daemon's elections, outbox, inbox and cluster access.
-    pub(crate) fn new(p: RolloutParts) -> Self {
+    pub fn new(p: RolloutParts) -> Self {
         Self {
             leadership: p.leadership,
             versions: p.versions,
@@ -127,33 +127,33 @@ impl Rollout {
     }
 
     /// The channel's election; validates the name.
-    pub(crate) fn channel(&self, channel: &str) -> Result<Key, LeadershipError> {
+    pub fn channel(&self, channel: &str) -> Result<Key, LeadershipError> {
         self.leadership.key(channel, &self.namespace)
     }
 
     /// Where channels' versions are kept: one ConfigMap per channel, in the daemon's namespace.
-    pub(crate) fn versions(&self) -> &Versions {
+    pub fn versions(&self) -> &Versions {
         &self.versions
     }
 
     /// Reads which member applied which version, for GetRolloutStatus and WaitApplied.
-    pub(crate) fn barrier(&self) -> &Barrier {
+    pub fn barrier(&self) -> &Barrier {
         &self.barrier
     }
 
     /// The daemon's elections; each channel is one.
-    pub(crate) fn leadership(&self) -> &Arc<Leadership> {
+    pub fn leadership(&self) -> &Arc<Leadership> {
         &self.leadership
     }
 
     /// The inbox (where versions arrive).
-    pub(crate) fn inbox(&self) -> &Inbox {
+    pub fn inbox(&self) -> &Inbox {
         &self.inbox
     }
 
     /// Publishes on the channel's leader: here if this daemon leads it, else forwarded to the leader's
     /// peer address (from its member Lease). Returns the assigned version.
-    pub(crate) async fn publish(&self, key: &Key, payload: Bytes, content_type: &str) -> Result<u64, RolloutError> {
+    pub async fn publish(&self, key: &Key, payload: Bytes, content_type: &str) -> Result<u64, RolloutError> {
         let status = self.leadership.get(key, FIRST_OBSERVATION).await;
         if status.role == Role::Leader {
             return self.publish_as_leader(key, payload, content_type).await;
@@ -174,12 +174,7 @@ impl Rollout {
 
     /// Takes the next version in the cluster and sends it to every member; refused unless this daemon
     /// leads the channel.
-    pub(crate) async fn publish_as_leader(
-        &self,
-        key: &Key,
-        payload: Bytes,
-        content_type: &str,
-    ) -> Result<u64, RolloutError> {
+    pub async fn publish_as_leader(&self, key: &Key, payload: Bytes, content_type: &str) -> Result<u64, RolloutError> {
         let status = self.leadership.get(key, FIRST_OBSERVATION).await;
         if status.role != Role::Leader {
             return Err(RolloutError::NotLeader { channel: key.name.clone(), holder: status.holder });
@@ -211,7 +206,7 @@ impl Rollout {
 
     /// A new leader sends the latest version again, in case its predecessor stored it in the cluster but
     /// died before sending it (members that have it answer from their deduplication).
-    pub(crate) async fn resend_latest(&self, key: &Key) -> Result<(), RolloutError> {
+    pub async fn resend_latest(&self, key: &Key) -> Result<(), RolloutError> {
         if let Some(latest) = self.versions.latest(&key.name).await? {
             let payload = Bytes::from(latest.payload.clone());
             self.deliver(key, &latest, payload).await?;

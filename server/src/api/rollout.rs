@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use consistd_cluster::leadership::{Key, Role};
 use consistd_core::config::{Service, Timing};
+use consistd_messages::rollout::{Arrived, Rollout, barrier::Standing};
 use consistd_proto::v1::{self as pb, rollout_service_server::RolloutService};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -20,7 +21,6 @@ use super::{
     caller::Caller,
     status,
 };
-use crate::rollout::{Arrived, Rollout, barrier::Standing};
 
 /// How long ReportApplied waits for the member Lease to hold the version.
 const RECORD_WAIT: Duration = Duration::from_secs(10);

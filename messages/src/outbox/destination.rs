@@ -8,7 +8,7 @@ use consistd_proto::v1 as pb;
 
 /// A destination of the outbox; each `(Destination, resource_id)` holds at most one message.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) enum Destination {
+pub enum Destination {
     /// One consistd's peer address, "host:port".
     Peer(String),
     /// Every ready endpoint of a Service.
@@ -29,7 +29,7 @@ pub(crate) enum Destination {
 
 /// A destination that cannot be used: the field and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct BadDestination {
+pub struct BadDestination {
     /// The request field, e.g. `destination.peer`.
     pub field: &'static str,
     /// Why the field's value is refused; after the field it makes the INVALID_ARGUMENT message.
@@ -38,7 +38,7 @@ pub(crate) struct BadDestination {
 
 impl Destination {
     /// Reads a request's destination; unset namespaces are `namespace`.
-    pub(crate) fn from_pb(d: Option<&pb::Destination>, namespace: &str) -> Result<Self, BadDestination> {
+    pub fn from_pb(d: Option<&pb::Destination>, namespace: &str) -> Result<Self, BadDestination> {
         let bad = |field, message: String| BadDestination { field, message };
         match d.and_then(|d| d.target.as_ref()) {
             None => Err(bad("destination", "must name a peer, a service or an election".to_owned())),
@@ -68,7 +68,7 @@ impl Destination {
     }
 
     /// The destination as the API names it.
-    pub(crate) fn to_pb(&self) -> pb::Destination {
+    pub fn to_pb(&self) -> pb::Destination {
         let target = match self {
             Self::Peer(p) => pb::destination::Target::Peer(p.clone()),
             Self::Service { namespace, name } => pb::destination::Target::Service(pb::ServiceDestination {

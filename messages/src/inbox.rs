@@ -42,7 +42,7 @@ const UNSENT_ACKS: usize = 65_536;
 
 /// One message for the app.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct InboxMessage {
+pub struct InboxMessage {
     /// The inbox's id (the API's message_id).
     pub id: u64,
     /// The sending daemon's identity, from its Hello: part of the deduplication key, and where the ACK goes.
@@ -65,7 +65,7 @@ pub(crate) struct InboxMessage {
 
 /// Why an Ack or Nack was refused.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum InboxError {
+pub enum InboxError {
     /// No such message was ever received.
     #[error("message_id: {0} was never received by this inbox")]
     NotFound(u64),
@@ -76,13 +76,13 @@ pub(crate) enum InboxError {
 
 /// The inbox; clones share it.
 #[derive(Debug, Clone)]
-pub(crate) struct Inbox {
+pub struct Inbox {
     inner: Arc<InboxShared>,
 }
 
 impl Inbox {
     /// This daemon's identity: whom its peers' messages are for.
-    pub(crate) fn identity(&self) -> &str {
+    pub fn identity(&self) -> &str {
         &self.inner.identity
     }
 }
@@ -237,7 +237,7 @@ impl Inbox {
     /// are the daemon's own (rollout versions, for one): they are not handed to the app's receivers but
     /// wait, per resource_id, for the part of the daemon that reads them with [`Inbox::held`] and ACKs
     /// them.
-    pub(crate) fn open(
+    pub fn open(
         store: Store,
         identity: String,
         config: Live<InboxConfig>,
@@ -290,7 +290,7 @@ impl Inbox {
     }
 
     /// A sender connected; ACKs for it go to `tx` until the returned guard is dropped.
-    pub(crate) fn connect(&self, sender: &str, tx: mpsc::Sender<ExchangeResponse>) -> Connection {
+    pub fn connect(&self, sender: &str, tx: mpsc::Sender<ExchangeResponse>) -> Connection {
         let mut state = self.lock();
         state.next_connection += 1;
         let id = state.next_connection;
@@ -308,7 +308,7 @@ impl Inbox {
     /// the app is given names a stored message, which no later run gives to another (the stored next
     /// id only grows), so an Ack retried against a restarted daemon either finds its message or was
     /// recorded before.
-    pub(crate) async fn accept(&self, sender: &str, m: PeerMessage) -> Option<ExchangeResponse> {
+    pub async fn accept(&self, sender: &str, m: PeerMessage) -> Option<ExchangeResponse> {
         use prost::Message as _;
         let answer = |disposition: Disposition, reason: String| ExchangeResponse {
             sequence: m.sequence,
@@ -448,7 +448,7 @@ impl Inbox {
     }
 
     /// A new receiver for the app.
-    pub(crate) fn receiver(&self) -> Receiver {
+    pub fn receiver(&self) -> Receiver {
         let mut state = self.lock();
         state.next_receiver += 1;
         Receiver { inbox: self.clone(), id: state.next_receiver }
@@ -460,7 +460,7 @@ impl Inbox {
     /// The work starts at once in a task of its own: a caller that stops waiting (a cancelled Ack
     /// call) cannot leave the ACK written but not applied, the message still held as pending and its
     /// sender resending it, answered STORED, for as long as the daemon runs.
-    pub(crate) fn ack(&self, id: u64) -> impl Future<Output = Result<(), InboxError>> + Send + use<> {
+    pub fn ack(&self, id: u64) -> impl Future<Output = Result<(), InboxError>> + Send + use<> {
         let inbox = self.clone();
         let task = tokio::spawn(async move { inbox.record_ack(id).await });
         async move { task.await.unwrap_or(Err(InboxError::Store(StoreError::Closed))) }
@@ -523,7 +523,7 @@ impl Inbox {
     }
 
     /// Hands a message back for another delivery after `delay`.
-    pub(crate) fn nack(&self, id: u64, delay: Duration, reason: &str) -> Result<(), InboxError> {
+    pub fn nack(&self, id: u64, delay: Duration, reason: &str) -> Result<(), InboxError> {
         let mut state = self.lock();
         let state = &mut *state;
         let Some(p) = state.messages.get_mut(&id) else {
@@ -574,12 +574,12 @@ impl Inbox {
     }
 
     /// Changes whenever a message arrives.
-    pub(crate) fn arrivals(&self) -> watch::Receiver<u64> {
+    pub fn arrivals(&self) -> watch::Receiver<u64> {
         self.inner.arrivals.subscribe()
     }
 
     /// Messages waiting for the app's ACK.
-    pub(crate) fn pending(&self) -> usize {
+    pub fn pending(&self) -> usize {
         self.lock().messages.len()
     }
 
@@ -631,7 +631,7 @@ fn forget_old_acks(
 
 /// A sender's connection; while it is the newest, ACKs for that sender go to it.
 #[derive(Debug)]
-pub(crate) struct Connection {
+pub struct Connection {
     inbox: Inbox,
     sender: String,
     id: u64,
@@ -649,14 +649,14 @@ impl Drop for Connection {
 /// One app receiver: takes messages one at a time; what it holds un-ACKed when dropped is handed to
 /// the next receiver.
 #[derive(Debug)]
-pub(crate) struct Receiver {
+pub struct Receiver {
     inbox: Inbox,
     id: u64,
 }
 
 impl Receiver {
     /// The next message for the app and its delivery attempt (1 for the first); waits for one.
-    pub(crate) async fn next(&mut self) -> (Arc<InboxMessage>, u32) {
+    pub async fn next(&mut self) -> (Arc<InboxMessage>, u32) {
         let inner = &self.inbox.inner;
         loop {
             let notified = inner.ready.notified();

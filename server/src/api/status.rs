@@ -10,9 +10,8 @@ use consistd_cluster::{
     watch::{ResourceError, resolve::ResolveError},
 };
 use consistd_core::{error, versions::VersionsError};
+use consistd_messages::{inbox::InboxError, outbox::OutboxError, rollout::RolloutError};
 use tonic::{Code, Status};
-
-use crate::{inbox::InboxError, outbox::OutboxError, rollout::RolloutError};
 
 /// A status whose message is `error` with its causes.
 fn from_error(code: Code, error: &dyn std::error::Error) -> Status {
@@ -246,8 +245,8 @@ mod tests {
         assert_eq!(s.message(), "election ns/config: record applied version 3 on the member Lease: apiserver says 403");
     }
 
-    fn disk_on_fire(op: &'static str) -> crate::store::StoreError {
-        crate::store::StoreError::Failed {
+    fn disk_on_fire(op: &'static str) -> consistd_messages::store::StoreError {
+        consistd_messages::store::StoreError::Failed {
             op,
             source: std::sync::Arc::new(redb::Error::Io(std::io::Error::other("disk on fire"))),
         }

@@ -46,7 +46,7 @@ pub enum AdminError {
 
 /// Where the admin endpoint listens.
 #[derive(Debug)]
-pub(crate) enum AdminListener {
+pub enum AdminListener {
     /// The admin socket: every path.
     Unix(UnixListener),
     /// `admin.listen`: the probes, /metrics, /outbox and /queues, not /debug/state (it is reachable from
@@ -62,7 +62,7 @@ enum Paths {
 }
 
 /// Serves the admin endpoint on `listener` until `shutdown` is cancelled.
-pub(crate) async fn serve(listener: AdminListener, health: Health, metrics: Metrics, shutdown: CancellationToken) {
+pub async fn serve(listener: AdminListener, health: Health, metrics: Metrics, shutdown: CancellationToken) {
     loop {
         let accepted = tokio::select! {
             () = shutdown.cancelled() => return,

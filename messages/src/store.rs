@@ -113,7 +113,7 @@ struct Job {
 
 /// A handle to the store; clones share the same file and writer thread.
 #[derive(Clone)]
-pub(crate) struct Store {
+pub struct Store {
     db: Arc<File>,
     writes: mpsc::UnboundedSender<Job>,
     commits: Arc<Mutex<Commits>>,
@@ -189,7 +189,7 @@ impl std::fmt::Debug for Store {
 impl Store {
     /// Opens (creating if needed) `<dir>/consistd.redb` and starts the writer thread. redb locks the
     /// file, so a second daemon on the same directory is refused.
-    pub(crate) fn open(dir: &Path) -> Result<Self, OpenError> {
+    pub fn open(dir: &Path) -> Result<Self, OpenError> {
         std::fs::create_dir_all(dir).map_err(|source| OpenError::CreateDir { path: dir.to_owned(), source })?;
         let path = dir.join(FILE_NAME);
         let db = Arc::new(open_database(&path).map_err(|source| OpenError::Open { path: path.clone(), source })?);
@@ -207,7 +207,7 @@ impl Store {
 
     /// Whether the store takes writes: yes until a commit fails, and again once one succeeds after
     /// that; the error says why not.
-    pub(crate) fn writable(&self) -> Result<(), String> {
+    pub fn writable(&self) -> Result<(), String> {
         let c = self.commits.lock().unwrap_or_else(PoisonError::into_inner);
         match (&c.failed, c.succeeded) {
             (Some((failed, why)), succeeded) if succeeded.is_none_or(|s| s < *failed) => Err(why.clone()),
@@ -218,7 +218,7 @@ impl Store {
     /// Until `shutdown`: whenever nothing was committed for `interval`, commits a small record to show the
     /// store still takes writes; one not committed within `timeout` marks the store not writable until a
     /// commit succeeds.
-    pub(crate) async fn check(self, interval: Duration, timeout: Duration, shutdown: CancellationToken) {
+    pub async fn check(self, interval: Duration, timeout: Duration, shutdown: CancellationToken) {
         loop {
             let last = self.commits.lock().unwrap_or_else(PoisonError::into_inner).succeeded;
             let due = last.map_or_else(Instant::now, |at| at + interval);

@@ -4,12 +4,12 @@
 //! that is not ACKed yet, and an ACK for the older one never clears the newer.
 
 mod backoff;
-mod destination;
+pub mod destination;
 mod link;
 mod members;
 mod record;
 mod state;
-mod status;
+pub mod status;
 
 use std::{
     collections::HashMap,
@@ -23,7 +23,7 @@ use consistd_observe::{metrics::Metrics, telemetry::TraceContext};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-pub(crate) use self::{destination::Destination, members::Members};
+pub use self::{destination::Destination, members::Members};
 use self::{
     link::Link,
     state::{Recipients, Slot},
@@ -38,7 +38,7 @@ const OUTCOME_BUFFER: usize = 16_384;
 
 /// One message as the app sent it.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Message {
+pub struct Message {
     /// The outbox's id for it, strictly increasing (the API's message_id).
     pub sequence: u64,
     /// The peer, Service or election group it is delivered to.
@@ -59,7 +59,7 @@ pub(crate) struct Message {
 
 /// What `Send` is asked to store.
 #[derive(Debug, Clone)]
-pub(crate) struct Outgoing {
+pub struct Outgoing {
     /// The peer, Service or election group to deliver it to.
     pub destination: Destination,
     /// What it is about, as the sender names it; per (destination, resource_id) only the newest message is kept.
@@ -76,7 +76,7 @@ pub(crate) struct Outgoing {
 
 /// The end of a message's life at one peer (or everywhere, for SUPERSEDED).
 #[derive(Debug, Clone)]
-pub(crate) struct Outcome {
+pub struct Outcome {
     /// The message the outcome is about, as stored.
     pub message: Arc<Message>,
     /// The peer that answered; empty when the outcome is not about one peer.
@@ -89,7 +89,7 @@ pub(crate) struct Outcome {
 
 /// What happened to a message.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum OutcomeKind {
+pub enum OutcomeKind {
     /// The peer's app acknowledged it.
     Acked,
     /// A newer event for the same (destination, resource_id) replaced it.
@@ -100,7 +100,7 @@ pub(crate) enum OutcomeKind {
 
 /// Why `Send` refused a message.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum OutboxError {
+pub enum OutboxError {
     /// A bound was reached; nothing was stored.
     #[error("{0}")]
     Exhausted(String),
@@ -119,7 +119,7 @@ pub(crate) enum OutboxError {
 
 /// The outbox; clones share it.
 #[derive(Debug, Clone)]
-pub(crate) struct Outbox {
+pub struct Outbox {
     inner: Arc<OutboxShared>,
 }
 
@@ -159,7 +159,7 @@ struct OutboxState {
 
 /// What the outbox needs besides its store.
 #[derive(Debug)]
-pub(crate) struct OutboxParts {
+pub struct OutboxParts {
     /// The `outbox` config section, as reloads change it: `Send` checks its payload and pending bounds,
     /// links back off by it.
     pub config: Live<OutboxConfig>,
@@ -177,7 +177,7 @@ pub(crate) struct OutboxParts {
 
 impl Outbox {
     /// Loads the stored messages and starts delivering them.
-    pub(crate) fn open(store: Store, parts: OutboxParts) -> Result<Self, StoreError> {
+    pub fn open(store: Store, parts: OutboxParts) -> Result<Self, StoreError> {
         let stored = record::load(&store)?;
         let (outcomes, _) = broadcast::channel(OUTCOME_BUFFER);
         let outbox = Self {
@@ -222,7 +222,7 @@ impl Outbox {
     /// Checks a message against the outbox's bounds and reserves its slot and sequence number, so that
     /// messages admitted one after another supersede one another in that order however their writes
     /// finish; [`Admitted::store`] then stores it.
-    pub(crate) fn admit(&self, out: Outgoing) -> Result<Admitted, OutboxError> {
+    pub fn admit(&self, out: Outgoing) -> Result<Admitted, OutboxError> {
         let inner = &self.inner;
         if inner.transport.is_none() {
             return Err(OutboxError::NotConfigured);
@@ -285,14 +285,14 @@ impl Outbox {
     }
 
     /// Outcomes from now on; a receiver that falls [`OUTCOME_BUFFER`] behind gets `Lagged`.
-    pub(crate) fn outcomes(&self) -> broadcast::Receiver<Outcome> {
+    pub fn outcomes(&self) -> broadcast::Receiver<Outcome> {
         self.inner.outcomes.subscribe()
     }
 }
 
 /// A message [`Outbox::admit`] accepted, holding its reserved slot until it is stored.
 #[derive(Debug)]
-pub(crate) struct Admitted {
+pub struct Admitted {
     outbox: Outbox,
     key: (Destination, String),
     message: Arc<Message>,
@@ -302,7 +302,7 @@ impl Admitted {
     /// Stores the message and starts its delivery in a task of its own, so a caller that stops waiting
     /// (a cancelled call) cannot leave the slot reserved or the stored message undelivered; resolves to
     /// the message's sequence number once it is durable.
-    pub(crate) fn store(self) -> impl Future<Output = Result<u64, OutboxError>> + Send + 'static {
+    pub fn store(self) -> impl Future<Output = Result<u64, OutboxError>> + Send + 'static {
         let Self { outbox, key, message } = self;
         let task = tokio::spawn(async move { outbox.commit(key, message).await });
         async move { task.await.unwrap_or(Err(OutboxError::Store(StoreError::Closed))) }

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use consistd_core::config::Service;
+use consistd_messages::inbox::Inbox;
 use consistd_proto::v1::{self as pb, inbox_service_server::InboxService};
 use futures::FutureExt as _;
 use tokio_util::sync::CancellationToken;
@@ -16,7 +17,6 @@ use super::{
     caller::Caller,
     ordered, status,
 };
-use crate::inbox::Inbox;
 
 /// The longest NACK delay accepted.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 60 * 60);

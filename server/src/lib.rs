@@ -1,0 +1,14 @@
+//! What calls consistd: the gRPC [`api`] apps call on the Unix socket (claimed by [`socket`], its
+//! connections bounded by [`connections`], a socket-path `:authority` fixed by [`authority`]), the [`peer`]
+//! server other daemons call, the [`admin`] endpoint (metrics, probes, the report) and the daemon's
+//! [`health`].
+
+pub mod admin;
+pub mod api;
+pub mod authority;
+pub mod connections;
+pub mod health;
+pub mod peer;
+pub mod socket;
+
+pub use api::SERVICE_NAMES;
