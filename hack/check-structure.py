@@ -2,19 +2,19 @@
 """Check the daemon crates' structure: import cycles within a crate, duplicate type names.
 
 The daemon is split into crates, lowest first: core, observe, cluster, messages,
-server, daemon (the CRATES below). Cargo's crate graph already enforces their order:
+server (each in daemon/<crate>/) and the binary's crate, daemon (the CRATES below). Cargo's crate graph already enforces their order:
 a lower crate cannot depend on a higher one, and crates cannot depend on each other
 in a cycle (see the `## Crates` section of docs/ARCHITECTURE.md). So the layer table
 this script used to read is gone, and it checks only what Cargo cannot. It fails
 (exit 1, one line per problem on stderr) when:
 
-  * within one crate, the top-level modules (<crate>/src/<name>.rs and
-    <crate>/src/<name>/) import each other (`crate::<module>` anywhere in code) in
+  * within one crate, the top-level modules (daemon/<crate>/src/<name>.rs and
+    daemon/<crate>/src/<name>/; daemon/src for daemon) import each other (`crate::<module>` anywhere in code) in
     a cycle; imports are per crate, so `cluster::watch` and `server::watch` are
     two different modules;
   * two struct/enum/union/trait/type definitions anywhere in those crates, across
     crates too, share a name (two `Target`s are one too many);
-  * a crate's folder (<crate>/src) does not exist.
+  * a crate's source folder does not exist.
 
 Comments, string and char literals, files named tests.rs, and items marked
 `#[cfg(test)]` (with `#[cfg(test)] mod x;` also excluding x's file) are ignored.
@@ -205,12 +205,12 @@ def test_module_paths(rel, names):
 
 
 def crate_src(crate):
-    """The source folder of `crate`, relative to the repository root."""
-    return f"{crate}/src"
+    """The source folder of `crate`, relative to the repository root: daemon/src, or daemon/<crate>/src."""
+    return "daemon/src" if crate == "daemon" else f"daemon/{crate}/src"
 
 
 def read_sources(root, crate):
-    """Every non-test Rust file of <crate>/src (but main.rs and bin/), with its top-level module."""
+    """Every non-test Rust file of the crate's source folder (but main.rs and bin/), with its top-level module."""
     src = os.path.join(root, crate_src(crate))
     stripped, excluded = {}, set()
     for rel in rust_files(src):

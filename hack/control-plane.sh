@@ -2,6 +2,7 @@
 # A real etcd + kube-apiserver on 127.0.0.1, for integration tests, `make dev` and benchmarks.
 #
 #   hack/control-plane.sh build   build both binaries from Go modules (once; cached by version)
+#   hack/control-plane.sh built   exit 0 if both binaries are built (cached), else 1: whether start needs no build
 #   hack/control-plane.sh start   build if needed, start both on free loopback ports, wait for /readyz
 #   hack/control-plane.sh stop    stop both by their saved PIDs
 #   hack/control-plane.sh env     print `export KUBECONFIG=...` for the running control plane
@@ -255,6 +256,10 @@ cmd_env() {
   echo "export KUBECONFIG=$state/kubeconfig"
 }
 
+cmd_built() {
+  [ -x "$apiserver_bin" ] && [ -x "$etcd_bin" ]
+}
+
 cmd_status() {
   if running; then
     echo "running: $(cat "$state/server") KUBECONFIG=$state/kubeconfig"
@@ -266,13 +271,14 @@ cmd_status() {
 
 case "${1:-}" in
 build) cmd_build ;;
+built) cmd_built ;;
 start) cmd_start ;;
 stop) cmd_stop ;;
 env) cmd_env ;;
 status) cmd_status ;;
 restart-apiserver) cmd_restart_apiserver ;;
 *)
-  echo "usage: $0 build|start|stop|env|status|restart-apiserver" >&2
+  echo "usage: $0 build|built|start|stop|env|status|restart-apiserver" >&2
   exit 2
   ;;
 esac

@@ -97,7 +97,7 @@ build_consistd() {
   key=$({
     rustc -vV
     echo "cargo build --profile image -p consistd --locked, paths remapped"
-    cd "$repo" && find Cargo.toml Cargo.lock core observe cluster messages server daemon/Cargo.toml daemon/src proto/Cargo.toml proto/src proto/consistd \
+    cd "$repo" && find Cargo.toml Cargo.lock daemon/Cargo.toml daemon/src daemon/core daemon/observe daemon/cluster daemon/messages daemon/server proto/Cargo.toml proto/src proto/consistd \
       -type f -print0 | sort -z | xargs -0 sha256sum
   } | sha256sum | cut -c1-16)
   if [ -x "$cache/$key/consistd" ]; then

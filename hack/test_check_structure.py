@@ -20,7 +20,8 @@ spec.loader.exec_module(check_structure)
 class Tree:
     """A repository in a temporary directory: each crate of CRATES with a src/lib.rs, plus `files`.
 
-    `files` maps a crate to {path under <crate>/src: text}; the crates in `missing` get no folder.
+    `files` maps a crate to {path under its source folder (crate_src): text}; the crates in `missing` get
+    no folder.
     """
 
     def __init__(self, test, files, missing=()):
@@ -32,7 +33,7 @@ class Tree:
                 continue
             crate_files = {"lib.rs": "pub mod placeholder_for_the_crate_root;\n", **files.get(crate, {})}
             for rel, text in crate_files.items():
-                self.write(os.path.join(crate, "src", rel), textwrap.dedent(text))
+                self.write(os.path.join(check_structure.crate_src(crate), rel), textwrap.dedent(text))
 
     def write(self, rel, text):
         path = os.path.join(self.root, rel)
@@ -91,7 +92,7 @@ class CheckStructureTest(unittest.TestCase):
                                        "b.rs": "\nuse crate::a::X;\npub struct Y;\n"}})
         self.assert_fails_with(
             tree, "structure: cluster: import cycle a -> b -> a "
-                  "(a -> b at cluster/src/a.rs:1; b -> a at cluster/src/b.rs:2)")
+                  "(a -> b at daemon/cluster/src/a.rs:1; b -> a at daemon/cluster/src/b.rs:2)")
 
     def test_a_three_module_cycle_fails_and_prints_the_cycle(self):
         tree = Tree(self, {"daemon": {
@@ -105,8 +106,8 @@ class CheckStructureTest(unittest.TestCase):
     def test_cycles_in_two_crates_are_each_reported_with_their_crate(self):
         tree = Tree(self, {"core": {"a.rs": "use crate::b;\n", "b.rs": "use crate::a;\n"},
                            "messages": {"c.rs": "use crate::d;\n", "d.rs": "use crate::c;\n"}})
-        err = self.assert_fails_with(tree, "structure: core: import cycle a -> b -> a (a -> b at core/src/a.rs:1",
-                                     "structure: messages: import cycle c -> d -> c (c -> d at messages/src/c.rs:1")
+        err = self.assert_fails_with(tree, "structure: core: import cycle a -> b -> a (a -> b at daemon/core/src/a.rs:1",
+                                     "structure: messages: import cycle c -> d -> c (c -> d at daemon/messages/src/c.rs:1")
         self.assertEqual(err.count("import cycle"), 2)
 
     def test_the_same_module_names_importing_each_other_from_two_crates_are_no_cycle(self):
@@ -123,7 +124,7 @@ class CheckStructureTest(unittest.TestCase):
 
     def test_a_missing_crate_folder_fails_and_the_other_crates_are_still_checked(self):
         tree = Tree(self, {"daemon": {"a.rs": "use crate::b;\n", "b.rs": "use crate::a;\n"}}, missing=("observe",))
-        err = self.assert_fails_with(tree, "structure: crate `observe`: observe/src is not a directory",
+        err = self.assert_fails_with(tree, "structure: crate `observe`: daemon/observe/src is not a directory",
                                      "structure: daemon: import cycle a -> b -> a")
         self.assertIn("(5 crates, 2 modules, 2 imports)", err)
 
@@ -140,7 +141,7 @@ class CheckStructureTest(unittest.TestCase):
             "a.rs": "pub fn f() {}\n", "b.rs": "pub struct Status;\n",
         }})
         self.assertEqual(tree.edges("cluster"),
-                         {("top", "a"): ["cluster/src/top.rs:2"], ("top", "b"): ["cluster/src/top.rs:1"]})
+                         {("top", "a"): ["daemon/cluster/src/top.rs:2"], ("top", "b"): ["daemon/cluster/src/top.rs:1"]})
 
     def test_pub_use_and_pub_crate_use_create_edges(self):
         tree = Tree(self, {"daemon": {"top.rs": "pub use crate::a::X;\npub(crate) use crate::b::Y;\n",
@@ -220,12 +221,12 @@ class CheckStructureTest(unittest.TestCase):
         tree = Tree(self, {"cluster": {"objects.rs": "pub struct Target;\n"},
                            "messages": {"outbox.rs": "\n\npub enum Target { A }\n"}})
         self.assert_fails_with(tree, "structure: type name `Target` is defined 2 times: "
-                                     "cluster/src/objects.rs:1, messages/src/outbox.rs:3")
+                                     "daemon/cluster/src/objects.rs:1, daemon/messages/src/outbox.rs:3")
 
     def test_a_type_in_a_crate_root_counts(self):
         tree = Tree(self, {"core": {"lib.rs": "pub mod a;\npub struct Error;\n"},
                            "server": {"api.rs": "pub struct Error;\n"}})
-        self.assert_fails_with(tree, "type name `Error` is defined 2 times: core/src/lib.rs:2, server/src/api.rs:1")
+        self.assert_fails_with(tree, "type name `Error` is defined 2 times: daemon/core/src/lib.rs:2, daemon/server/src/api.rs:1")
 
     def test_a_struct_nested_in_a_fn_counts_as_a_type(self):
         tree = Tree(self, {"daemon": {"a.rs": "pub enum Lease { A }\n", "b.rs": "fn f() {\n    struct Lease;\n}\n"}})
@@ -247,7 +248,7 @@ class CheckStructureTest(unittest.TestCase):
         tree = Tree(self, {"messages": {"outbox.rs": "mod link;\n",
                                         "outbox/link.rs": "use super::X;\nuse crate::store::Db;\n",
                                         "store.rs": "pub struct Db;\n"}})
-        self.assertEqual(tree.edges("messages"), {("outbox", "store"): ["messages/src/outbox/link.rs:2"]})
+        self.assertEqual(tree.edges("messages"), {("outbox", "store"): ["daemon/messages/src/outbox/link.rs:2"]})
         self.assertIn("6 crates, 2 modules, 1 imports", self.assert_passes(tree))
 
     def test_main_rs_bin_and_lib_rs_are_no_modules(self):
@@ -262,7 +263,7 @@ class CheckStructureTest(unittest.TestCase):
                            "core": {"c.rs": "use crate::d::Y;\n", "d.rs": "pub struct Y;\n"}})
         code, out, _ = tree.run("--graph")
         self.assertEqual(code, 0)
-        self.assertEqual(out.splitlines()[:2], ["core: c -> d (core/src/c.rs:1)", "daemon: a -> b (daemon/src/a.rs:2)"])
+        self.assertEqual(out.splitlines()[:2], ["core: c -> d (daemon/core/src/c.rs:1)", "daemon: a -> b (daemon/src/a.rs:2)"])
 
     def test_the_crates_are_listed_lowest_first(self):
         self.assertEqual(check_structure.CRATES, ("core", "observe", "cluster", "messages", "server", "daemon"))

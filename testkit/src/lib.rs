@@ -1,10 +1,11 @@
 //! Test support shared by consistd's integration tests: the real control plane started by
 //! `hack/control-plane.sh`, a fresh namespace for every test, and consistd daemons run as processes.
 //!
-//! Nothing here fakes Kubernetes: when the control plane is not running, tests fail and say how to
-//! start it.
+//! Nothing here fakes Kubernetes: a test that needs the control plane starts the cached one (as envtest
+//! does), or, on a machine where it was never built, its test binary says it was skipped and how to run it.
 
 pub mod blackhole;
+mod control_plane;
 mod daemon;
 pub mod figures;
 pub mod proxy;
@@ -21,6 +22,7 @@ use kube::{
     config::{KubeConfigOptions, Kubeconfig},
 };
 
+pub use control_plane::kubeconfig;
 pub use daemon::{Daemon, DaemonBuilder};
 
 /// Election timing in whole seconds (lease duration, renew deadline, retry period), as a CampaignRequest
@@ -32,22 +34,6 @@ pub fn lease_timing(lease: i64, renew: i64, retry: i64) -> consistd_client::prot
         renew_deadline: secs(renew),
         retry_period: secs(retry),
     }
-}
-
-/// The kubeconfig of the running test control plane: `CONSISTD_TEST_KUBECONFIG`, else the one
-/// `hack/control-plane.sh start` writes under `target/control-plane/`.
-pub fn kubeconfig() -> PathBuf {
-    let path = std::env::var_os("CONSISTD_TEST_KUBECONFIG").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/control-plane/kubeconfig"),
-        PathBuf::from,
-    );
-    assert!(
-        path.exists(),
-        "no test control plane: {} does not exist. Start one with `hack/control-plane.sh start` \
-         (make test does this), or point CONSISTD_TEST_KUBECONFIG at a kubeconfig.",
-        path.display()
-    );
-    path
 }
 
 /// The running test control plane's audit log (hack/control-plane.sh writes one line of JSON per

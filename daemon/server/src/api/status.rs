@@ -39,8 +39,8 @@ pub(crate) fn deadline_exceeded(what: &str, why: impl std::fmt::Display) -> Stat
     Status::new(Code::DeadlineExceeded, format!("{what}: {why}"))
 }
 
-/// The caller is not in `socket.allowedUids` / `socket.allowedGids`.
-pub(crate) fn caller_not_allowed(caller: &super::caller::Caller, method: &str) -> Status {
+/// The caller (as `Caller` displays it) is not in `socket.allowedUids` / `socket.allowedGids`.
+pub(crate) fn caller_not_allowed(caller: impl std::fmt::Display, method: &str) -> Status {
     Status::new(
         Code::PermissionDenied,
         format!("{method}: {caller} may not call this socket (socket.allowedUids, socket.allowedGids)"),

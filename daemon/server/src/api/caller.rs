@@ -128,7 +128,7 @@ where
         if !self.allowlist.get().admits(&caller) {
             self.metrics.count_refused_call(&uid);
             tracing::info!(uid = caller.uid, gid = caller.gid, pid = caller.pid, method, "call refused: not allowed");
-            let refused = status::caller_not_allowed(&caller, method);
+            let refused = status::caller_not_allowed(caller, method);
             return Either::Left(ready(Ok(refused.into_http())));
         }
         request.extensions_mut().insert(caller);
