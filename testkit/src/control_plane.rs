@@ -4,6 +4,7 @@
 //! fresh clone) the test binary says its tests were skipped, and how to run them, and exits successfully.
 
 use std::{
+    io::Write as _,
     path::{Path, PathBuf},
     process::{Command, Stdio},
     sync::OnceLock,
@@ -38,7 +39,10 @@ fn find_or_start() -> PathBuf {
     if !succeeds(&script, "status") {
         if !succeeds(&script, "built") {
             let test = std::env::args().next().unwrap_or_default();
-            eprintln!(
+            // Straight to the stream, not eprintln!: the test harness captures that, and this process ends
+            // before the harness would show it.
+            let _ = writeln!(
+                std::io::stderr(),
                 "consistd-testkit: SKIPPED every test of {test}: it needs the real control plane (etcd and \
                  kube-apiserver), whose binaries are not built on this machine. Run the integration tests \
                  with `make test-integration`, which builds and starts it, or build it once with \
@@ -46,8 +50,10 @@ fn find_or_start() -> PathBuf {
             );
             std::process::exit(0);
         }
-        eprintln!(
-            "consistd-testkit: starting the test control plane (hack/control-plane.sh start); it keeps running for later tests, stop it with `hack/control-plane.sh stop`"
+        let _ = writeln!(
+            std::io::stderr(),
+            "consistd-testkit: starting the test control plane (hack/control-plane.sh start); it keeps running \
+             for later tests: stop it with `hack/control-plane.sh stop`"
         );
         let started = Command::new(&script).arg("start").stdout(Stdio::null()).status();
         assert!(
