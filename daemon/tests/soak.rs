@@ -2,7 +2,8 @@
 //! and going, elections campaigned and resigned, objects written, ACK-tracked sends to a peer whose
 //! daemon is restarted every two minutes, and the config file changed every 30 s. It prints the daemon's
 //! resident memory, open descriptors and CPU (its own `process_*` metrics) as it goes, and fails if they
-//! grow past the warm-up's or if any accepted message was not ACKed. Ignored by `make test`.
+//! grow after warm-up (memory by more than 2 MiB, descriptors by more than 8) or if any accepted message
+//! was not ACKed. Ignored by `make test`.
 
 use std::{
     pin::pin,
@@ -31,6 +32,8 @@ use nix::sys::signal::Signal;
 use serde_json::json;
 
 const BIN: &str = env!("CARGO_BIN_EXE_consistd");
+/// How much resident memory may grow after warm-up: the allocator's noise, not a trend.
+const MAX_GROWTH_MIB: f64 = 2.0;
 
 /// A process_* metric of `daemon`.
 async fn process_metric(daemon: &Daemon, name: &str) -> f64 {
@@ -77,7 +80,9 @@ async fn an_hour_of_churn_leaves_memory_and_descriptors_flat_and_loses_nothing()
     #[allow(clippy::disallowed_methods, reason = "the soak's own switch, read once")]
     let seconds: u64 = std::env::var("CONSISTD_SOAK_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(3600);
     let duration = Duration::from_secs(seconds);
-    let warm_up = duration / 10;
+    // Caches and pools fill in the first minutes (an hour's run reached its plateau by minute 12); growth
+    // is judged from then on.
+    let warm_up = (duration / 5).max(Duration::from_secs(300)).min(duration / 2);
     let kube = consistd_testkit::kube_client().await;
     let ns = consistd_testkit::namespace(&kube).await;
     let configmaps: Api<ConfigMap> = Api::namespaced(kube, &ns);
@@ -180,5 +185,10 @@ async fn an_hour_of_churn_leaves_memory_and_descriptors_flat_and_loses_nothing()
         sent.load(Ordering::Relaxed)
     );
     assert!(fds <= warm_fds + 8.0, "descriptors grew: {warm_fds} after warm-up, {fds} at the end");
-    assert!(rss <= warm_rss * 1.25 + 8.0, "resident memory grew: {warm_rss:.1} MiB after warm-up, {rss:.1} at the end");
+    // Flat, not merely bounded: when every retired election runner's JoinHandle was kept (its task, 128
+    // bytes a round, never freed), resident memory rose 3.8 MiB over the hour; this bound catches that.
+    assert!(
+        rss <= warm_rss + MAX_GROWTH_MIB,
+        "resident memory grew: {warm_rss:.1} MiB after warm-up, {rss:.1} at the end (at most {MAX_GROWTH_MIB} MiB more)"
+    );
 }
