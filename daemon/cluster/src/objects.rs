@@ -14,7 +14,7 @@ use kube::{
 use crate::fencing::{self, Claim, Fencing};
 use crate::watch::{
     Hub, ResourceError,
-    expectations::InFlight,
+    expectations::{InFlight, Locator, Scope},
     object::{Obj, ObjKey, RawObject},
     resolve::Resolved,
     shared::SharedWatch,
@@ -163,7 +163,8 @@ impl Objects {
         let r = self.resolve(t, true).await?;
         if let Some(watch) = self.hub.covering(&r.api, &t.namespace) {
             if read_your_writes {
-                self.wait_for_own_writes(&watch, &format!("{}/{}/{}", r.api.plural, t.namespace, t.name)).await;
+                let object = Locator::new(&r.api.plural, &t.namespace, &t.name);
+                self.wait_for_own_writes(&watch, &Scope::Object(&object)).await;
             }
             let key = ObjKey { namespace: t.namespace.clone(), name: t.name.clone() };
             if let Some(found) = watch.get(&key) {
@@ -196,7 +197,8 @@ impl Objects {
             && let Some(watch) = self.hub.covering(&r.api, &t.namespace)
         {
             if read_your_writes {
-                self.wait_for_own_writes(&watch, &format!("{}/{}/", r.api.plural, t.namespace)).await;
+                let scope = Scope::Namespace { plural: &r.api.plural, namespace: &t.namespace };
+                self.wait_for_own_writes(&watch, &scope).await;
             }
             if let Some((objects, _)) = watch.list(&t.namespace) {
                 let mut objects: Vec<Obj> = objects.iter().map(|o| (**o).clone()).collect();
@@ -320,7 +322,7 @@ impl Objects {
     /// Marks a write to `t` as in flight until the returned guard drops (after [`Objects::written`]):
     /// CONSISTENT subscribers hold the object's states meanwhile.
     fn begin(&self, r: &Resolved, t: &ObjectRef) -> InFlight {
-        self.hub.expectations().begin(&format!("{}/{}/{}", r.api.plural, t.namespace, t.name), self.timeout.get())
+        self.hub.expectations().begin(Locator::new(&r.api.plural, &t.namespace, &t.name), self.timeout.get())
     }
 
     /// Records the write's expectation and returns the object.
@@ -332,8 +334,8 @@ impl Objects {
 
     /// Waits (at most until their deadlines) until `watch` has delivered every pending own write whose
     /// locator starts with `prefix`.
-    async fn wait_for_own_writes(&self, watch: &SharedWatch, prefix: &str) {
-        while self.hub.expectations().any_unseen(prefix, watch.incarnation) {
+    async fn wait_for_own_writes(&self, watch: &SharedWatch, scope: &Scope<'_>) {
+        while self.hub.expectations().any_unseen(scope, watch.incarnation) {
             tokio::time::sleep(READ_YOUR_WRITES_POLL).await;
         }
     }

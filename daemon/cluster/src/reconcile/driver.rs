@@ -24,7 +24,7 @@ use super::{
 use crate::{
     leadership::{Observation, Role},
     watch::{
-        expectations::Expectations,
+        expectations::{Expectations, Locator},
         object::{Obj, ObjKey},
         resolve::ResourceId,
         selector,
@@ -453,7 +453,7 @@ impl Driver {
             }
         };
         // A write to the primary still in flight: whatever the cache holds predates it.
-        let locator = format!("{}/{}/{}", self.plural, key.namespace, key.name);
+        let locator = Locator::new(&self.plural, &key.namespace, &key.name);
         if let Some(deadline) = self.expectations.in_flight(&locator) {
             pending(deadline, &mut timed_out);
         }
@@ -492,7 +492,7 @@ impl Driver {
         let mut earliest: Option<Instant> = None;
         let mut consider = |d: Instant| earliest = Some(earliest.map_or(d, |e| e.min(d)));
         for key in &self.held {
-            let locator = format!("{}/{}/{}", self.plural, key.namespace, key.name);
+            let locator = Locator::new(&self.plural, &key.namespace, &key.name);
             if let Some(d) = self.expectations.in_flight(&locator) {
                 consider(d);
             }
@@ -867,7 +867,7 @@ mod tests {
             self.expectations.expect(
                 &format!("uid-{name}"),
                 &rv.to_string(),
-                &format!("configmaps/ns/{name}"),
+                Locator::new("configmaps", "ns", name),
                 TIMEOUT,
             );
         }

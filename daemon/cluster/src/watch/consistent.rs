@@ -13,7 +13,7 @@ use std::{
 use tokio::time::Instant;
 
 use super::{
-    expectations::Expectations,
+    expectations::{Expectations, Locator},
     object::Obj,
     shared::{Change, Item},
     sleep_until,
@@ -81,7 +81,7 @@ pub fn classify(
         if now < deadline { (Consistency::AwaitingOwnWrite, Some(deadline)) } else { (Consistency::TimedOut, None) }
     };
     // A write still in flight: whatever arrives now predates its result.
-    if let Some(deadline) = expectations.in_flight(&format!("{plural}/{}/{}", obj.namespace, obj.name)) {
+    if let Some(deadline) = expectations.in_flight(&Locator::new(plural, &obj.namespace, &obj.name)) {
         return pending(deadline);
     }
     let Some(e) = expectations.get(&obj.uid) else { return (Consistency::Consistent, None) };
@@ -303,9 +303,9 @@ mod tests {
         let o = obj("u", "10");
         let c = |inc, pos| classify(&e, inc, "configmaps", &o, pos).0;
         assert_eq!(c(1, 5), Consistency::Consistent, "no write");
-        let flight = e.begin("configmaps/ns/n-u", Duration::from_secs(5));
+        let flight = e.begin(Locator::new("configmaps", "ns", "n-u"), Duration::from_secs(5));
         assert_eq!(c(1, 5), Consistency::AwaitingOwnWrite, "a write in flight");
-        e.expect("u", "10", "configmaps/ns/n-u", Duration::from_secs(5));
+        e.expect("u", "10", Locator::new("configmaps", "ns", "n-u"), Duration::from_secs(5));
         drop(flight);
         assert_eq!(c(1, 5), Consistency::AwaitingOwnWrite, "not seen yet");
         e.seen(1, "u", "10", 7);
@@ -356,7 +356,7 @@ mod tests {
         f.process(entry(2, Change::Synced), None);
         assert_eq!(drain(&mut f), ["Added u 1 Consistent", "SYNCED"]);
 
-        e.expect("u", "3", "configmaps/ns/n-u", Duration::from_secs(5));
+        e.expect("u", "3", Locator::new("configmaps", "ns", "n-u"), Duration::from_secs(5));
         f.process(entry(3, Change::Modified(obj("u", "2"))), None);
         assert!(drain(&mut f).is_empty(), "v2 predates our write: held");
         e.seen(INC, "u", "3", 4);
@@ -371,7 +371,7 @@ mod tests {
     async fn at_the_deadline_the_latest_held_state_is_delivered_marked_timed_out() {
         let e = Expectations::default();
         let mut f = Filter::new(INC, "configmaps".into(), e.clone());
-        e.expect("u", "9", "configmaps/ns/n-u", Duration::from_secs(5));
+        e.expect("u", "9", Locator::new("configmaps", "ns", "n-u"), Duration::from_secs(5));
         f.process(entry(1, Change::Added(obj("u", "1"))), None);
         f.process(entry(2, Change::Modified(obj("u", "2"))), None);
         assert!(drain(&mut f).is_empty());
@@ -391,11 +391,11 @@ mod tests {
         let mut f = Filter::new(INC, "configmaps".into(), e.clone());
         f.process(entry(1, Change::Added(obj("u", "1"))), None);
         drain(&mut f);
-        let flight = e.begin("configmaps/ns/n-u", Duration::from_secs(5));
+        let flight = e.begin(Locator::new("configmaps", "ns", "n-u"), Duration::from_secs(5));
         f.process(entry(2, Change::Modified(obj("u", "2"))), None);
         f.process(entry(3, Change::Modified(obj("u", "3"))), None);
         assert!(drain(&mut f).is_empty(), "nothing is delivered while the write is in flight");
-        e.expect("u", "3", "configmaps/ns/n-u", Duration::from_secs(5));
+        e.expect("u", "3", Locator::new("configmaps", "ns", "n-u"), Duration::from_secs(5));
         e.seen(INC, "u", "3", 3);
         drop(flight);
         f.reevaluate();
@@ -409,7 +409,7 @@ mod tests {
         f.process(entry(1, Change::Added(obj("u", "1"))), None);
         f.process(Item::Snapshot(obj("u", "1"), 1), None);
         assert_eq!(drain(&mut f), ["Added u 1 Consistent"], "the same version twice is delivered once");
-        e.expect("u", "5", "configmaps/ns/n-u", Duration::from_secs(5));
+        e.expect("u", "5", Locator::new("configmaps", "ns", "n-u"), Duration::from_secs(5));
         f.process(entry(2, Change::Modified(obj("u", "2"))), None);
         f.process(entry(3, Change::Deleted(obj("u", "3"))), None);
         assert_eq!(drain(&mut f), ["Deleted u 3 Consistent"]);
@@ -422,7 +422,7 @@ mod tests {
         let mut f = Filter::new(INC, "configmaps".into(), e.clone());
         f.process(entry(1, Change::Added(obj("u", "3"))), None);
         // The response arrives after the watch already delivered v3 at position 1.
-        e.expect("u", "3", "configmaps/ns/n-u", Duration::from_secs(5));
+        e.expect("u", "3", Locator::new("configmaps", "ns", "n-u"), Duration::from_secs(5));
         e.seen(INC, "u", "3", 1);
         f.process(entry(2, Change::Modified(obj("u", "4"))), None);
         assert_eq!(drain(&mut f), ["Added u 3 Consistent", "Modified u 4 Consistent"]);

@@ -7,11 +7,61 @@
 
 use std::{
     collections::HashMap,
+    fmt,
     sync::{Arc, Mutex, MutexGuard, PoisonError},
     time::Duration,
 };
 
 use tokio::time::Instant;
+
+/// Where a written object lives, as own-write tracking knows it (shown as "plural/namespace/name").
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Locator {
+    /// The resource's lowercase plural, e.g. "configmaps".
+    pub plural: String,
+    /// The object's namespace; empty for a cluster-scoped object.
+    pub namespace: String,
+    /// The object's name.
+    pub name: String,
+}
+
+impl Locator {
+    /// The object `name` of `plural` in `namespace`.
+    pub fn new(plural: &str, namespace: &str, name: &str) -> Self {
+        Self { plural: plural.to_owned(), namespace: namespace.to_owned(), name: name.to_owned() }
+    }
+
+    /// Whether a read of `scope` covers this object.
+    pub fn within(&self, scope: &Scope<'_>) -> bool {
+        match scope {
+            Scope::Object(object) => self == *object,
+            Scope::Namespace { plural, namespace } => {
+                self.plural == *plural && (namespace.is_empty() || self.namespace == *namespace)
+            }
+        }
+    }
+}
+
+impl fmt::Display for Locator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}/{}", self.plural, self.namespace, self.name)
+    }
+}
+
+/// What a read-your-writes read covers.
+#[derive(Debug, Clone, Copy)]
+pub enum Scope<'a> {
+    /// One object.
+    Object(&'a Locator),
+    /// Every object of `plural` in `namespace`; an empty namespace is every namespace (a list across
+    /// namespaces, or of a cluster-scoped resource).
+    Namespace {
+        /// The resource's lowercase plural.
+        plural: &'a str,
+        /// The namespace listed; empty for all.
+        namespace: &'a str,
+    },
+}
 
 /// One expected version of one object.
 #[derive(Debug, Clone, PartialEq)]
@@ -24,8 +74,8 @@ pub(crate) struct Expectation {
     pub written_at: Instant,
     /// Per watch incarnation: the history position where that watch delivered the version.
     pub seen: HashMap<u64, u64>,
-    /// "plural/namespace/name" of the object, for read-your-writes by name.
-    pub locator: String,
+    /// Where the object lives, for read-your-writes and writes in flight.
+    pub locator: Locator,
 }
 
 /// Every open expectation of this daemon, by object uid (the latest write per object wins: an older
@@ -41,7 +91,7 @@ pub struct Expectations {
 struct ExpectationTable {
     by_uid: HashMap<String, Expectation>,
     /// locator -> (writes in flight, deadline of the oldest).
-    in_flight: HashMap<String, (usize, Instant)>,
+    in_flight: HashMap<Locator, (usize, Instant)>,
 }
 
 /// A write sent to the apiserver and not answered yet: states of its object that arrive meanwhile
@@ -49,7 +99,7 @@ struct ExpectationTable {
 #[derive(Debug)]
 pub(crate) struct InFlight {
     expectations: Expectations,
-    locator: String,
+    locator: Locator,
 }
 
 impl Drop for InFlight {
@@ -88,24 +138,23 @@ impl Expectations {
     }
 
     /// A write to the object at `locator` is about to be sent; it may take up to `timeout`.
-    pub(crate) fn begin(&self, locator: &str, timeout: Duration) -> InFlight {
+    pub(crate) fn begin(&self, locator: Locator, timeout: Duration) -> InFlight {
         {
             let mut inner = self.lock();
-            let entry = inner.in_flight.entry(locator.to_owned()).or_insert((0, Instant::now() + timeout));
+            let entry = inner.in_flight.entry(locator.clone()).or_insert((0, Instant::now() + timeout));
             entry.0 += 1;
         }
         self.notify();
-        InFlight { expectations: self.clone(), locator: locator.to_owned() }
+        InFlight { expectations: self.clone(), locator }
     }
 
     /// The deadline of a write to `locator` still in flight, if any.
-    pub(crate) fn in_flight(&self, locator: &str) -> Option<Instant> {
+    pub(crate) fn in_flight(&self, locator: &Locator) -> Option<Instant> {
         self.lock().in_flight.get(locator).map(|(_, deadline)| *deadline)
     }
 
-    /// Records that `uid` (at `locator`, "plural/namespace/name") will reach `resource_version`, waited
-    /// for at most `timeout`.
-    pub(crate) fn expect(&self, uid: &str, resource_version: &str, locator: &str, timeout: Duration) {
+    /// Records that `uid` (at `locator`) will reach `resource_version`, waited for at most `timeout`.
+    pub(crate) fn expect(&self, uid: &str, resource_version: &str, locator: Locator, timeout: Duration) {
         let now = Instant::now();
         {
             let map = &mut self.lock().by_uid;
@@ -118,7 +167,7 @@ impl Expectations {
                     deadline: now + timeout,
                     written_at: now,
                     seen: HashMap::new(),
-                    locator: locator.to_owned(),
+                    locator,
                 },
             );
         }
@@ -130,14 +179,14 @@ impl Expectations {
         self.lock().by_uid.get(uid).cloned()
     }
 
-    /// Whether an open expectation whose locator starts with `prefix` has not been delivered by watch
-    /// `incarnation` yet: what a read-your-writes read waits for.
-    pub(crate) fn any_unseen(&self, prefix: &str, incarnation: u64) -> bool {
+    /// Whether an open expectation within `scope` has not been delivered by watch `incarnation` yet: what a
+    /// read-your-writes read waits for.
+    pub(crate) fn any_unseen(&self, scope: &Scope<'_>, incarnation: u64) -> bool {
         let now = Instant::now();
         self.lock()
             .by_uid
             .values()
-            .any(|e| e.deadline > now && e.locator.starts_with(prefix) && !e.seen.contains_key(&incarnation))
+            .any(|e| e.deadline > now && e.locator.within(scope) && !e.seen.contains_key(&incarnation))
     }
 
     /// Watch `incarnation` delivered `resource_version` of `uid` at `seq`: records it when that is the
@@ -175,20 +224,30 @@ impl Expectations {
 mod tests {
     use super::*;
 
+    /// The ConfigMap `name` in namespace "ns".
+    fn at(name: &str) -> Locator {
+        Locator::new("configmaps", "ns", name)
+    }
+
     #[tokio::test]
     async fn only_the_expected_version_is_recorded_once_per_watch() {
         let e = Expectations::default();
-        e.expect("u", "10", "configmaps/ns/a", Duration::from_secs(5));
+        e.expect("u", "10", at("a"), Duration::from_secs(5));
         e.seen(1, "u", "9", 3);
         assert!(e.get("u").expect("open").seen.is_empty(), "another version is not it");
         e.seen(1, "u", "10", 4);
         e.seen(1, "u", "10", 7);
         e.seen(2, "u", "10", 1);
         assert_eq!(e.get("u").expect("open").seen, HashMap::from([(1, 4), (2, 1)]));
-        assert!(!e.any_unseen("configmaps/ns/", 1));
-        assert!(e.any_unseen("configmaps/ns/", 3), "watch 3 has not delivered it");
-        assert!(!e.any_unseen("secrets/", 3));
-        e.expect("u", "11", "configmaps/ns/a", Duration::from_secs(5));
+        let namespace = Scope::Namespace { plural: "configmaps", namespace: "ns" };
+        assert!(!e.any_unseen(&namespace, 1));
+        assert!(e.any_unseen(&namespace, 3), "watch 3 has not delivered it");
+        assert!(e.any_unseen(&Scope::Object(&at("a")), 3));
+        assert!(e.any_unseen(&Scope::Namespace { plural: "configmaps", namespace: "" }, 3), "a list of all namespaces");
+        assert!(!e.any_unseen(&Scope::Object(&at("ab")), 3), "another object whose name starts alike");
+        assert!(!e.any_unseen(&Scope::Namespace { plural: "configmaps", namespace: "other" }, 3));
+        assert!(!e.any_unseen(&Scope::Namespace { plural: "secrets", namespace: "" }, 3));
+        e.expect("u", "11", at("a"), Duration::from_secs(5));
         assert!(e.get("u").expect("open").seen.is_empty(), "a newer write replaces the older expectation");
     }
 
@@ -196,14 +255,14 @@ mod tests {
     async fn writes_in_flight_are_counted_per_object_and_notify() {
         let e = Expectations::default();
         let mut changes = e.subscribe();
-        let first = e.begin("configmaps/ns/a", Duration::from_secs(5));
-        let second = e.begin("configmaps/ns/a", Duration::from_secs(5));
+        let first = e.begin(at("a"), Duration::from_secs(5));
+        let second = e.begin(at("a"), Duration::from_secs(5));
         assert!(changes.has_changed().expect("sender alive"));
         changes.mark_unchanged();
         drop(first);
-        assert!(e.in_flight("configmaps/ns/a").is_some(), "one still in flight");
+        assert!(e.in_flight(&at("a")).is_some(), "one still in flight");
         drop(second);
-        assert!(e.in_flight("configmaps/ns/a").is_none());
+        assert!(e.in_flight(&at("a")).is_none());
         assert!(changes.has_changed().expect("sender alive"));
     }
 
@@ -211,7 +270,7 @@ mod tests {
     async fn a_list_started_after_the_write_meets_it() {
         let e = Expectations::default();
         let before = Instant::now();
-        e.expect("u", "10", "configmaps/ns/a", Duration::from_secs(5));
+        e.expect("u", "10", at("a"), Duration::from_secs(5));
         e.listed(1, "u", before, 5);
         assert!(e.get("u").expect("open").seen.is_empty(), "a list from before the write does not");
         e.listed(1, "u", Instant::now(), 6);

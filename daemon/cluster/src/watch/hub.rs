@@ -146,8 +146,8 @@ impl Hub {
         if obj.uid.is_empty() || obj.resource_version.is_empty() {
             return;
         }
-        let locator = format!("{}/{}/{}", resource.plural, obj.namespace, obj.name);
-        self.expectations.expect(&obj.uid, &obj.resource_version, &locator, timeout);
+        let locator = super::expectations::Locator::new(&resource.plural, &obj.namespace, &obj.name);
+        self.expectations.expect(&obj.uid, &obj.resource_version, locator, timeout);
         let watches: Vec<Arc<SharedWatch>> =
             self.lock().values().filter(|h| &h.watch.key.resource == resource).map(|h| h.watch.clone()).collect();
         for watch in watches {
