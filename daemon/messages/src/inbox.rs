@@ -74,6 +74,21 @@ pub enum InboxError {
     Store(StoreError),
 }
 
+/// Why the inbox refuses a message now: it is full. Displays what the sending daemon is told (it retries
+/// with backoff), naming the setting.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum Full {
+    /// `inbox.maxPending` messages wait for the app.
+    #[error("the inbox of {identity} is full: {held} messages wait for its app (inbox.maxPending)")]
+    Messages { identity: String, held: usize },
+    /// The payload would pass `inbox.maxPendingBytes`.
+    #[error(
+        "the inbox of {identity} is full: {held} payload bytes wait for its app, and {bytes} more would pass \
+         inbox.maxPendingBytes ({max})"
+    )]
+    Bytes { identity: String, held: usize, bytes: usize, max: usize },
+}
+
 /// The inbox; clones share it.
 #[derive(Debug, Clone)]
 pub struct Inbox {
@@ -338,23 +353,20 @@ impl Inbox {
             }
             let config = self.inner.config.get();
             let held = state.messages.len() + state.storing.len();
+            let identity = &self.inner.identity;
             if held >= config.max_pending {
-                let reason = format!(
-                    "the inbox of {} is full: {held} messages wait for its app (inbox.maxPending)",
-                    self.inner.identity
-                );
-                return Some(answer(Disposition::Refused, reason));
+                let full = Full::Messages { identity: identity.clone(), held };
+                return Some(answer(Disposition::Refused, full.to_string()));
             }
             let bytes = state.bytes + state.storing_bytes;
             if bytes + m.payload.len() > config.max_pending_bytes {
-                let reason = format!(
-                    "the inbox of {} is full: {bytes} payload bytes wait for its app, and {} more would pass \
-                     inbox.maxPendingBytes ({})",
-                    self.inner.identity,
-                    m.payload.len(),
-                    config.max_pending_bytes
-                );
-                return Some(answer(Disposition::Refused, reason));
+                let full = Full::Bytes {
+                    identity: identity.clone(),
+                    held: bytes,
+                    bytes: m.payload.len(),
+                    max: config.max_pending_bytes,
+                };
+                return Some(answer(Disposition::Refused, full.to_string()));
             }
             let id = self.inner.next_id.fetch_add(1, Ordering::SeqCst);
             let message = Arc::new(InboxMessage {

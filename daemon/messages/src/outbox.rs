@@ -98,12 +98,56 @@ pub enum OutcomeKind {
     Failed(String),
 }
 
+/// The outbox bound a `Send` would pass: nothing was stored. Displays what the app is told, naming the
+/// setting.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Bound {
+    /// The payload alone is larger than `outbox.maxPayloadBytes`.
+    #[error("payload: {bytes} bytes is more than outbox.maxPayloadBytes ({max})")]
+    Payload {
+        /// The payload's size.
+        bytes: usize,
+        /// `outbox.maxPayloadBytes`.
+        max: usize,
+    },
+    /// The payload bytes held would pass `outbox.maxPendingBytes`.
+    #[error(
+        "send: the outbox already holds {held} payload bytes, and {bytes} more would pass outbox.maxPendingBytes \
+         ({max}); wait for ACKs or raise the limit"
+    )]
+    PendingBytes {
+        /// Payload bytes held now.
+        held: usize,
+        /// The new payload's size.
+        bytes: usize,
+        /// `outbox.maxPendingBytes`.
+        max: usize,
+    },
+    /// The destination already holds `outbox.maxPendingPerDestination` messages.
+    #[error(
+        "send: {destination} already holds {held} messages (outbox.maxPendingPerDestination); wait for ACKs or \
+         raise the limit"
+    )]
+    PerDestination {
+        /// The destination, as it displays.
+        destination: String,
+        /// Messages it holds.
+        held: usize,
+    },
+    /// The outbox already holds `outbox.maxPending` messages.
+    #[error("send: the outbox already holds {held} messages (outbox.maxPending); wait for ACKs or raise the limit")]
+    Pending {
+        /// Messages held.
+        held: usize,
+    },
+}
+
 /// Why `Send` refused a message.
 #[derive(Debug, thiserror::Error)]
 pub enum OutboxError {
     /// A bound was reached; nothing was stored.
-    #[error("{0}")]
-    Exhausted(String),
+    #[error(transparent)]
+    Exhausted(Bound),
     /// The daemon has no peer transport configured.
     #[error(
         "send: no peer transport is configured; set peer.tls (mutual TLS), or peer.insecure: true for local development"
@@ -207,9 +251,7 @@ impl Outbox {
     pub(crate) fn check_payload(&self, bytes: usize) -> Result<(), OutboxError> {
         let max = self.inner.config.get().max_payload_bytes;
         if bytes > max {
-            return Err(OutboxError::Exhausted(format!(
-                "payload: {bytes} bytes is more than outbox.maxPayloadBytes ({max})"
-            )));
+            return Err(OutboxError::Exhausted(Bound::Payload { bytes, max }));
         }
         Ok(())
     }

@@ -144,12 +144,12 @@ impl Health {
         let inner = self.lock();
         let mut reasons = Vec::new();
         if !inner.serving {
-            reasons.push("the gRPC socket is not served".to_owned());
+            reasons.push(NotReady::NotServing);
         }
         let heard = self.contact.last();
         let verdict = judge_apiserver(now, heard, inner.failed_probe.as_ref(), &self.config);
         if let Err(why) = &verdict {
-            reasons.push(format!("the apiserver is not reachable: {why}"));
+            reasons.push(NotReady::Apiserver(why.clone()));
         }
         let (upstream_watches, elections) = match &inner.parts {
             Some((hub, leadership)) => {
@@ -169,7 +169,7 @@ impl Health {
         let store = inner.store.as_ref().map(|store| {
             let writable = store.writable();
             if let Err(why) = &writable {
-                reasons.push(format!("the message store is not writable: {why}"));
+                reasons.push(NotReady::Store(why.clone()));
             }
             StoreReport { writable: writable.is_ok(), error: writable.err() }
         });
@@ -219,7 +219,7 @@ impl Health {
             serving: inner.serving,
             apiserver,
             ready: reasons.is_empty(),
-            not_ready_reasons: reasons,
+            not_ready_reasons: reasons.iter().map(ToString::to_string).collect(),
         }
     }
 }
@@ -299,7 +299,27 @@ fn judge_apiserver(
 
 /// A campaigning election does its job while reading (and taking or renewing) its Lease succeeds: one
 /// that has not succeeded for longer than its lease duration can neither keep nor take leadership.
-fn judge_election(now: Instant, key: &Key, progress: &Progress) -> Result<(), String> {
+/// Why the daemon is not ready; each displays the line `/readyz`, `/debug/state` and `consistd status` show.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum NotReady {
+    /// The gRPC server does not accept calls (yet, or any more).
+    #[error("the gRPC socket is not served")]
+    NotServing,
+    /// The apiserver was not heard from recently, and the probe failed; why.
+    #[error("the apiserver is not reachable: {0}")]
+    Apiserver(String),
+    /// A campaigning election's Lease steps have failed for longer than its lease duration.
+    #[error(
+        "election {election}: no Lease read or renewal succeeded {when}, longer than its lease duration \
+         {lease_duration}{why}"
+    )]
+    Election { election: String, when: String, lease_duration: String, why: String },
+    /// The store's newest commit failed; why.
+    #[error("the message store is not writable: {0}")]
+    Store(String),
+}
+
+fn judge_election(now: Instant, key: &Key, progress: &Progress) -> Result<(), NotReady> {
     let quiet = now.saturating_duration_since(progress.since);
     if !progress.campaigning || quiet <= progress.lease_duration {
         return Ok(());
@@ -310,12 +330,12 @@ fn judge_election(now: Instant, key: &Key, progress: &Progress) -> Result<(), St
         format!("since its runner started {} ago", human(quiet))
     };
     let why = progress.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default();
-    Err(format!(
-        "election {}/{}: no Lease read or renewal succeeded {when}, longer than its lease duration {}{why}",
-        key.namespace,
-        key.name,
-        human(progress.lease_duration)
-    ))
+    Err(NotReady::Election {
+        election: format!("{}/{}", key.namespace, key.name),
+        when,
+        lease_duration: human(progress.lease_duration),
+        why,
+    })
 }
 
 fn election_report(
@@ -453,7 +473,7 @@ mod tests {
         tokio::time::advance(Duration::from_secs(15)).await;
         assert_eq!(judge_election(Instant::now(), &key, &progress), Ok(()));
         tokio::time::advance(Duration::from_millis(100)).await;
-        let why = judge_election(Instant::now(), &key, &progress).expect_err("past its lease");
+        let why = judge_election(Instant::now(), &key, &progress).expect_err("past its lease").to_string();
         assert!(
             why.starts_with("election ns/e: ") && why.contains("lease duration 15.0s: connection refused"),
             "{why}"

@@ -7,7 +7,7 @@ use std::{
     sync::{Arc, atomic::Ordering},
 };
 
-use super::{Destination, Message, Outbox, OutboxError, OutboxState, OutcomeKind, link::PeerDelivery, members};
+use super::{Bound, Destination, Message, Outbox, OutboxError, OutboxState, OutcomeKind, link::PeerDelivery, members};
 
 /// The message of one (destination, resource_id).
 #[derive(Debug, Default)]
@@ -44,27 +44,23 @@ impl Outbox {
         // at most one payload more per Send in flight), so a full outbox can still replace its messages.
         let replaced = state.slots.get(key).and_then(|s| s.current.as_ref()).map_or(0, |m| m.payload.len());
         if (state.bytes + bytes).saturating_sub(replaced) > config.max_pending_bytes {
-            return Err(OutboxError::Exhausted(format!(
-                "send: the outbox already holds {} payload bytes, and {bytes} more would pass \
-                 outbox.maxPendingBytes ({}); wait for ACKs or raise the limit",
-                state.bytes, config.max_pending_bytes
-            )));
+            return Err(OutboxError::Exhausted(Bound::PendingBytes {
+                held: state.bytes,
+                bytes,
+                max: config.max_pending_bytes,
+            }));
         }
         let occupied = state.slots.get(key).is_some_and(|s| s.current.is_some() || s.storing > 0);
         if !occupied {
             let in_destination = state.destinations.get(&key.0).map_or(0, |d| d.held);
             if in_destination >= config.max_pending_per_destination {
-                return Err(OutboxError::Exhausted(format!(
-                    "send: {} already holds {in_destination} messages (outbox.maxPendingPerDestination); \
-                     wait for ACKs or raise the limit",
-                    key.0
-                )));
+                return Err(OutboxError::Exhausted(Bound::PerDestination {
+                    destination: key.0.to_string(),
+                    held: in_destination,
+                }));
             }
             if state.held >= config.max_pending {
-                return Err(OutboxError::Exhausted(format!(
-                    "send: the outbox already holds {} messages (outbox.maxPending); wait for ACKs or raise the limit",
-                    state.held
-                )));
+                return Err(OutboxError::Exhausted(Bound::Pending { held: state.held }));
             }
             self.ensure_destination(state, &key.0);
             state.held += 1;

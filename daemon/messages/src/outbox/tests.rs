@@ -79,16 +79,25 @@ async fn bounds_refuse_with_a_message_naming_the_limit_and_superseding_still_wor
     outbox.send(out(PEER, "a", "1")).await.expect("first");
     outbox.send(out(PEER, "b", "1")).await.expect("second");
     let e = outbox.send(out(PEER, "c", "1")).await.expect_err("destination full");
-    assert!(matches!(&e, OutboxError::Exhausted(m) if m.contains("maxPendingPerDestination")), "{e}");
+    assert!(
+        matches!(&e, OutboxError::Exhausted(b @ Bound::PerDestination { .. }) if b.to_string().contains("maxPendingPerDestination")),
+        "{e}"
+    );
     // The same resource replaces its message: no more room needed.
     outbox.send(out(PEER, "a", "2")).await.expect("supersede while full");
     outbox.send(out("127.0.0.1:2", "a", "1")).await.expect("other destination");
     let e = outbox.send(out("127.0.0.1:3", "a", "1")).await.expect_err("outbox full");
-    assert!(matches!(&e, OutboxError::Exhausted(m) if m.contains("outbox.maxPending")), "{e}");
+    assert!(
+        matches!(&e, OutboxError::Exhausted(b @ Bound::Pending { .. }) if b.to_string().contains("outbox.maxPending")),
+        "{e}"
+    );
     let mut big = out(PEER, "a", "3");
     big.payload = Bytes::from_static(b"123456789");
     let e = outbox.send(big).await.expect_err("payload too large");
-    assert!(matches!(&e, OutboxError::Exhausted(m) if m.starts_with("payload: 9 bytes")), "{e}");
+    assert!(
+        matches!(&e, OutboxError::Exhausted(b @ Bound::Payload { bytes: 9, .. }) if b.to_string().starts_with("payload: 9 bytes")),
+        "{e}"
+    );
     assert_eq!(outbox.status().1, 3);
     shutdown.cancel();
 }
@@ -107,7 +116,7 @@ async fn the_byte_bound_counts_held_payloads_frees_them_on_ack_and_still_lets_a_
     outbox.send(sized("b", "1", b"12345678")).await.expect("16 bytes");
     let e = outbox.send(sized("c", "1", b"1")).await.expect_err("17 bytes");
     assert!(
-        matches!(&e, OutboxError::Exhausted(m) if m.contains("16 payload bytes") && m.contains("outbox.maxPendingBytes (16)")),
+        matches!(&e, OutboxError::Exhausted(b @ Bound::PendingBytes { max: 16, .. }) if b.to_string().contains("16 payload bytes") && b.to_string().contains("outbox.maxPendingBytes (16)")),
         "{e}"
     );
     // Replacing a's message needs no more room; it frees a's bytes once stored.
@@ -124,7 +133,10 @@ async fn the_byte_bound_counts_held_payloads_frees_them_on_ack_and_still_lets_a_
     let store = crate::store::open_when_free(dir.path()).await;
     let outbox = Outbox::open(store, parts(config_of(16), &shutdown)).expect("reopen");
     let e = outbox.send(sized("e", "1", b"12345")).await.expect_err("16 + 5 bytes after the restart");
-    assert!(matches!(&e, OutboxError::Exhausted(m) if m.contains("16 payload bytes")), "{e}");
+    assert!(
+        matches!(&e, OutboxError::Exhausted(b @ Bound::PendingBytes { .. }) if b.to_string().contains("16 payload bytes")),
+        "{e}"
+    );
     shutdown.cancel();
 }
 
