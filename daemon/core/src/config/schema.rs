@@ -11,7 +11,7 @@ pub const DEFAULT_SOCKET: &str = "/var/run/consistd/consistd.sock";
 /// Default directory of the message store (an emptyDir in the pod).
 pub const DEFAULT_STORE_DIR: &str = "/var/lib/consistd";
 /// The largest payload the outbox can be configured to accept: requests must fit in
-/// [`crate::api::MAX_REQUEST_BYTES`] with room for the other fields.
+/// the gRPC API's 4 MiB (`MAX_REQUEST_BYTES` of the server crate's `api`) with room for the other fields.
 pub const MAX_PAYLOAD_LIMIT: usize = 3 * 1024 * 1024;
 /// Default path of the admin HTTP socket (health, readiness, metrics, `consistd status`).
 pub const DEFAULT_ADMIN_SOCKET: &str = "/var/run/consistd/admin.sock";
