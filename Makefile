@@ -52,9 +52,11 @@ SDKS := python go typescript
 # The suites that need the real control plane, one after another under one control plane.
 INTEGRATION := $(CARGO) test --workspace --no-fail-fast --test '*' && hack/test-sdks.sh && hack/with-daemons.sh hack/stock-clients.sh && hack/with-daemons.sh hack/check-metrics.sh && hack/monitoring-check.sh && hack/chart-check.sh
 
+# Every crate's unit tests and doc tests: nothing running needed.
+UNIT := $(CARGO) test --workspace --no-fail-fast --lib --bins && $(CARGO) test --workspace --no-fail-fast --doc
+
 test-unit:
-	$(CARGO) test --workspace --no-fail-fast --lib --bins
-	$(CARGO) test --workspace --no-fail-fast --doc
+	$(UNIT)
 	python3 -m unittest discover -s hack -p 'test_*.py'
 
 test-integration: control-plane
@@ -63,8 +65,7 @@ test-integration: control-plane
 # hack/prebuild.sh builds the Go tools, node binaries and images of the later stages at idle priority beside
 # the Rust tests, which leave a core mostly idle; on a failure the trap stops it.
 test: lint control-plane
-	$(CARGO) test --workspace --no-fail-fast --lib --bins
-	$(CARGO) test --workspace --no-fail-fast --doc
+	$(UNIT)
 	hack/prebuild.sh start
 	trap 'hack/prebuild.sh stop' EXIT; \
 	  hack/with-control-plane.sh $(SHELL) $(.SHELLFLAGS) "$(INTEGRATION)"; \

@@ -11,13 +11,15 @@ use kube::{
     core::{ObjectList, Request},
 };
 
-use crate::fencing::{self, Claim, Fencing};
-use crate::watch::{
-    Hub, ResourceError,
-    expectations::{InFlight, Locator, Scope},
-    object::{Obj, ObjKey, RawObject},
-    resolve::Resolved,
-    shared::SharedWatch,
+use crate::{
+    fencing::{self, Claim, Fencing},
+    watch::{
+        Hub, ResourceError,
+        expectations::{InFlight, Locator, Scope},
+        object::{Obj, ObjKey, RawObject},
+        resolve::Resolved,
+        shared::SharedWatch,
+    },
 };
 
 /// Field manager recorded for writes that name none.
@@ -163,8 +165,7 @@ impl Objects {
         let r = self.resolve(t, true).await?;
         if let Some(watch) = self.hub.covering(&r.api, &t.namespace) {
             if read_your_writes {
-                let object = Locator::new(&r.api.plural, &t.namespace, &t.name);
-                self.wait_for_own_writes(&watch, &Scope::Object(&object)).await;
+                self.wait_for_own_writes(&watch, &Scope::Object(&locator(&r, t))).await;
             }
             let key = ObjKey { namespace: t.namespace.clone(), name: t.name.clone() };
             if let Some(found) = watch.get(&key) {
@@ -322,7 +323,7 @@ impl Objects {
     /// Marks a write to `t` as in flight until the returned guard drops (after [`Objects::written`]):
     /// CONSISTENT subscribers hold the object's states meanwhile.
     fn begin(&self, r: &Resolved, t: &ObjectRef) -> InFlight {
-        self.hub.expectations().begin(Locator::new(&r.api.plural, &t.namespace, &t.name), self.timeout.get())
+        self.hub.expectations().begin(locator(r, t), self.timeout.get())
     }
 
     /// Records the write's expectation and returns the object.
@@ -339,6 +340,11 @@ impl Objects {
             tokio::time::sleep(READ_YOUR_WRITES_POLL).await;
         }
     }
+}
+
+/// Where own-write tracking knows the object `t` of the resolved resource `r`.
+fn locator(r: &Resolved, t: &ObjectRef) -> Locator {
+    Locator::new(&r.api.plural, &t.namespace, &t.name)
 }
 
 fn invalid(field: &'static str, message: String) -> ObjectsError {

@@ -435,6 +435,11 @@ impl Driver {
             .or_else(|| self.streams.range(..=self.last_stream).find_map(has_room))
     }
 
+    /// The deadline of a write to the primary `key` still in flight, if any.
+    fn write_in_flight(&self, key: &ObjKey) -> Option<Instant> {
+        self.expectations.in_flight(&Locator::new(&self.plural, &key.namespace, &key.name))
+    }
+
     /// Whether `key` may be granted now: its watch shows every write of the pod to the primary and every
     /// write made for its leases to related objects.
     fn gate(&mut self, key: &ObjKey, now: Instant) -> Gate {
@@ -453,8 +458,7 @@ impl Driver {
             }
         };
         // A write to the primary still in flight: whatever the cache holds predates it.
-        let locator = Locator::new(&self.plural, &key.namespace, &key.name);
-        if let Some(deadline) = self.expectations.in_flight(&locator) {
+        if let Some(deadline) = self.write_in_flight(key) {
             pending(deadline, &mut timed_out);
         }
         // The pod's newest write to the primary (deletes are never waited for: a tombstone is final).
@@ -492,8 +496,7 @@ impl Driver {
         let mut earliest: Option<Instant> = None;
         let mut consider = |d: Instant| earliest = Some(earliest.map_or(d, |e| e.min(d)));
         for key in &self.held {
-            let locator = Locator::new(&self.plural, &key.namespace, &key.name);
-            if let Some(d) = self.expectations.in_flight(&locator) {
+            if let Some(d) = self.write_in_flight(key) {
                 consider(d);
             }
             if let Some(primary) = self.watched.first()
