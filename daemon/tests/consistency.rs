@@ -118,11 +118,15 @@ async fn seed_timeline_with_a_three_second_delay() {
     // t≈3: the app sees state a and reacts by patching through consistd (state c, answered at t≈6).
     let first = consistent.next().await;
     assert_eq!(label(&first), "ADDED a CONSISTENT");
+    // RAW marks a state when it is delivered, so state a is read off the RAW stream before the handler
+    // writes: read after, a RAW stream that lagged the CONSISTENT one would rightly mark it as predating
+    // the write in flight.
+    let mut raw_seen = vec![label(&raw.next().await)];
     let written = handle(&client, &ns).await;
 
     let rest = until_handled(&mut consistent).await;
     assert_eq!(rest, ["MODIFIED c OWN_WRITE"], "never the intermediate state b; log:\n{}", daemon.logs());
-    let raw_seen = until_handled(&mut raw).await;
+    raw_seen.extend(until_handled(&mut raw).await);
     assert_eq!(raw_seen[..2], ["ADDED a CONSISTENT", "MODIFIED b AWAITING_OWN_WRITE"], "RAW sees every state at once");
     // RAW marks each state as known when it is delivered: the app's own state may arrive before the
     // write's response tells the daemon it is its own.
