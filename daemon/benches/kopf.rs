@@ -224,7 +224,7 @@ async fn change(api: &Api<ConfigMap>, rng: &mut StdRng) -> Vec<Change> {
         .enumerate()
         .map(|(i, gaps)| {
             let api = api.clone();
-            tokio::spawn(async move {
+            consistd_testkit::spawn(async move {
                 let mut changes = Vec::new();
                 for (k, gap) in gaps.into_iter().enumerate() {
                     tokio::time::sleep(Duration::from_millis(gap)).await;

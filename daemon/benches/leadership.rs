@@ -31,7 +31,7 @@ type Shared = Arc<Mutex<Seen>>;
 async fn open(daemon: &Daemon, i: usize, seen: Shared) -> tokio::task::JoinHandle<()> {
     let request = CampaignRequest { election: "bench".into(), ..Default::default() };
     let mut stream = daemon.client().leadership().campaign(request).await.expect("campaign").into_inner();
-    tokio::spawn(async move {
+    consistd_testkit::spawn(async move {
         while let Ok(Some(m)) = stream.message().await {
             let received = SystemTime::now();
             let s = m.status.expect("status");

@@ -76,7 +76,7 @@ async fn send_one(client: &Client, api: Api, request: SendRequest) -> String {
 /// The receiving app: ACKs every message as it arrives, up to 256 ACKs in flight.
 fn spawn_acking_app(client: Client, stop: Arc<AtomicBool>, api: Api) -> tokio::task::JoinHandle<()> {
     if api == Api::Streams {
-        return tokio::spawn(async move {
+        return consistd_testkit::spawn(async move {
             client
                 .receive()
                 .filter_map(|d| async move { d.ok() })
@@ -88,7 +88,7 @@ fn spawn_acking_app(client: Client, stop: Arc<AtomicBool>, api: Api) -> tokio::t
                 .await;
         });
     }
-    tokio::spawn(async move {
+    consistd_testkit::spawn(async move {
         while !stop.load(Ordering::SeqCst) {
             let Ok(stream) = client.inbox().receive(ReceiveRequest {}).await else {
                 tokio::time::sleep(Duration::from_millis(10)).await;
@@ -115,7 +115,7 @@ fn spawn_acking_app(client: Client, stop: Arc<AtomicBool>, api: Api) -> tokio::t
 fn spawn_ack_watch(client: Client) -> (Arc<Mutex<HashMap<String, Instant>>>, tokio::task::JoinHandle<()>) {
     let acked = Arc::new(Mutex::new(HashMap::new()));
     let seen = acked.clone();
-    let task = tokio::spawn(async move {
+    let task = consistd_testkit::spawn(async move {
         let mut stream = client.outbox().watch_acks(WatchAcksRequest::default()).await.expect("WatchAcks").into_inner();
         while let Ok(Some(o)) = stream.message().await {
             if o.outcome() == AckOutcome::Acked {
@@ -205,7 +205,7 @@ async fn latency(label: &str, api: Api, sender: &Daemon, receiver: &Daemon, peer
         tick.tick().await;
         let (client, started) = (client.clone(), started.clone());
         let request = request(peer, 1_000_000 + i);
-        calls.push(tokio::spawn(async move {
+        calls.push(consistd_testkit::spawn(async move {
             let t0 = Instant::now();
             let id = send_one(&client, api, request).await;
             started.lock().expect("lock").push((id, t0));
@@ -248,7 +248,7 @@ async fn resends_under_drops(receiver: &Daemon, receiver_addr: &str) {
     let stop = Arc::new(AtomicBool::new(false));
     let chaos = {
         let (proxy, stop) = (proxy.clone(), stop.clone());
-        tokio::spawn(async move {
+        consistd_testkit::spawn(async move {
             let mut drops = 0u32;
             while !stop.load(Ordering::SeqCst) {
                 let every = Duration::from_millis(rand::rng().random_range(500..1500));
@@ -272,7 +272,7 @@ async fn resends_under_drops(receiver: &Daemon, receiver_addr: &str) {
         tick.tick().await;
         let mut outbox = client.outbox();
         let request = request(&peer, 2_000_000 + i);
-        tokio::spawn(async move {
+        consistd_testkit::spawn(async move {
             let _ = outbox.send(request).await;
         });
     }

@@ -23,7 +23,7 @@ async fn replica(ns: &str, channel: &str, i: usize) -> (Daemon, tokio::task::Joi
     let client = daemon.client();
     let channel = channel.to_owned();
     // The app: applies each version at once and reports it.
-    let app = tokio::spawn(async move {
+    let app = consistd_testkit::spawn(async move {
         let request = SubscribeVersionsRequest { channel: channel.clone() };
         let mut stream = client.rollout().subscribe_versions(request).await.expect("SubscribeVersions").into_inner();
         while let Ok(Some(v)) = stream.message().await {

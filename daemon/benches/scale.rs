@@ -46,7 +46,7 @@ async fn replica(ns: &str, i: usize, holders: Holders) -> Replica {
     let daemon = Daemon::builder(BIN).config(config).env("CONSISTD_LOG_LEVEL", "warn").start().await;
     let client = daemon.client();
     // The app applies each version at once and reports it.
-    let apply = tokio::spawn({
+    let apply = consistd_testkit::spawn({
         let client = client.clone();
         async move {
             let request = SubscribeVersionsRequest { channel: CHANNEL.to_owned() };
@@ -59,7 +59,7 @@ async fn replica(ns: &str, i: usize, holders: Holders) -> Replica {
         }
     });
     // It also follows who leads.
-    let observe = tokio::spawn(async move {
+    let observe = consistd_testkit::spawn(async move {
         let request = ObserveRequest { election: CHANNEL.to_owned(), ..Default::default() };
         let mut stream = client.leadership().observe(request).await.expect("Observe").into_inner();
         while let Ok(Some(m)) = stream.message().await {

@@ -34,7 +34,7 @@ type Arrivals = Arc<Mutex<HashMap<String, Instant>>>;
 
 /// Records when each resourceVersion of object `obj` arrives on a consistd stream.
 fn record(mut events: Events, arrivals: Arrivals) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
+    consistd_testkit::spawn(async move {
         loop {
             let event = events.next().await;
             if let Some(o) = event.object.as_ref().filter(|o| o.name == "obj") {
@@ -60,7 +60,7 @@ async fn main() {
     let direct: Arrivals = Arc::default();
     let direct_task = {
         let (api, direct) = (api.clone(), direct.clone());
-        tokio::spawn(async move {
+        consistd_testkit::spawn(async move {
             let config = watcher::Config::default().fields("metadata.name=obj");
             let mut stream = std::pin::pin!(watcher(api, config).default_backoff().applied_objects());
             while let Ok(Some(cm)) = stream.try_next().await {
@@ -183,7 +183,7 @@ async fn main() {
             .map(|i| {
                 let client = clients[i % clients.len()].clone();
                 let request = snapshot_request.clone();
-                tokio::spawn(async move {
+                consistd_testkit::spawn(async move {
                     let mut stream = client.watch().subscribe(request).await.expect("subscribe").into_inner();
                     let mut n = 0usize;
                     while let Some(event) = stream.message().await.expect("read") {

@@ -1,6 +1,6 @@
 //! Command-line interface: `consistd run`, `consistd config check FILE`, `consistd status`.
 
-use std::{path::PathBuf, process::ExitCode};
+use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use consistd_core::{
@@ -8,6 +8,7 @@ use consistd_core::{
     error,
     inject::SidecarArgs,
     report::render,
+    tasks::Tasks,
 };
 use consistd_server::admin;
 
@@ -15,6 +16,9 @@ use crate::inject::{certs, webhook};
 
 /// Exit code for an invalid configuration (EX_USAGE, as linkerd2-proxy and sysexits use it).
 pub const EXIT_INVALID_CONFIG: u8 = 64;
+
+/// How long the injector webhook gives its connections to finish on SIGTERM.
+const WEBHOOK_GRACE: Duration = Duration::from_secs(10);
 
 /// consistd: consistent Kubernetes watches, leader elections and ACK-tracked sends for every container
 /// in the pod, over gRPC on a Unix socket.
@@ -270,9 +274,9 @@ pub async fn inject_webhook(args: &WebhookArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let stop = shutdown.clone();
-    tokio::spawn(async move {
+    let tasks = Tasks::new();
+    let signals = tasks.clone();
+    tasks.spawn(async move {
         let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(term) => term,
             Err(error) => return tracing::error!(%error, "listen for SIGTERM"),
@@ -280,10 +284,16 @@ pub async fn inject_webhook(args: &WebhookArgs) -> ExitCode {
         tokio::select! {
             _ = term.recv() => {}
             _ = tokio::signal::ctrl_c() => {}
+            () = signals.stopping() => return,
         }
-        stop.cancel();
+        signals.signal_stop();
     });
-    match webhook::run(client, args.settings(), shutdown).await {
+    let served = webhook::run(client, args.settings(), &tasks).await;
+    let left = tasks.stop(WEBHOOK_GRACE).await;
+    if left > 0 {
+        tracing::warn!(tasks = left, grace_period = ?WEBHOOK_GRACE, "tasks still running after the grace period; leaving them");
+    }
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!(error = %error::chain(&error), "consistd inject webhook failed");

@@ -13,6 +13,7 @@ use consistd_cluster::{
 };
 use consistd_core::{
     config::{Config, Environment},
+    tasks::Tasks,
     versions::Versions,
 };
 use consistd_messages::{
@@ -34,7 +35,6 @@ use tokio::{
     net::TcpListener,
     signal::unix::{SignalKind, signal},
 };
-use tokio_util::sync::CancellationToken;
 
 use crate::reload::{ConfigSource, Elections, Reloader, Tunables};
 
@@ -100,40 +100,50 @@ pub async fn run(config: Config, env: &Environment, source: ConfigSource) -> Res
 
     let health = Health::new(config.socket.path.clone(), apiserver_url.clone(), contact, config.health.clone());
     let metrics = Metrics::new();
-    // Cancelled on SIGTERM: stops the gRPC server from accepting. `stopped` ends everything else once
-    // in-flight calls are done, so /readyz answers "not ready" while draining.
-    let draining = CancellationToken::new();
-    let stopped = CancellationToken::new();
+    // Every task the daemon starts is one of `tasks`: stopping it ends them all, and shutdown waits for
+    // them. `serving` is stopped first, on SIGTERM: the gRPC and peer servers stop accepting and end
+    // their streams; `tasks` stops the rest once in-flight calls are done, so /readyz answers "not
+    // ready" while draining.
+    let tasks = Tasks::new();
+    let serving = tasks.child();
 
     let identity = config.identity(env);
     let namespace = config.namespace(env);
     // What a reload may change; each part reads its setting live.
     let tunables = Tunables::new(&config);
-    let hub = Hub::new(client.clone(), config.watch.clone(), metrics.clone());
+    let hub = Hub::new(client.clone(), config.watch.clone(), metrics.clone(), &tasks);
     let fencing = Fencing::new(client.clone());
     health.attach_fencing(fencing.clone());
-    tokio::spawn(fencing.clone().run(stopped.clone()));
+    tasks.spawn(fencing.clone().run(tasks.signal().clone()));
     let objects = Objects::new(client.clone(), hub.clone(), tunables.consistency_timeout.live(), fencing);
     let announce = config.advertise(env).map(|address| Announce { address, ttl: tunables.membership_ttl.live() });
-    let leadership =
-        Leadership::new(client.clone(), hub.clone(), identity.clone(), namespace.clone(), announce, metrics.clone());
+    let leadership = Leadership::new(
+        client.clone(),
+        hub.clone(),
+        identity.clone(),
+        namespace.clone(),
+        announce,
+        metrics.clone(),
+        &tasks,
+    );
     health.attach(hub.clone(), leadership.clone());
 
     let store = Store::open(&config.store.dir)?;
     health.attach_store(store.clone());
     let (interval, timeout) = (config.health.probe_interval, config.health.probe_timeout);
-    tokio::spawn(store.clone().check(interval, timeout, stopped.clone()));
+    tasks.spawn(store.clone().check(interval, timeout, tasks.signal().clone()));
     let inbox = Inbox::open(
         store.clone(),
         identity.clone(),
         tunables.inbox.live(),
         &[rollout::RESOURCE_PREFIX],
         metrics.clone(),
+        &tasks,
     )
     .map_err(RunError::Load)?;
     let tls = config.peer.tls.as_ref().map(PeerTls::load).transpose()?;
     if let Some(tls) = &tls {
-        tls.spawn_watch(stopped.clone());
+        tls.spawn_watch(&tasks);
     }
     let transport =
         config.peer.transport_configured().then(|| Transport { tls: tls.clone(), identity: identity.clone() });
@@ -145,7 +155,7 @@ pub async fn run(config: Config, env: &Environment, source: ConfigSource) -> Res
             members: Members::new(hub.clone()),
             namespace: namespace.clone(),
             metrics: metrics.clone(),
-            shutdown: stopped.clone(),
+            tasks: tasks.clone(),
         },
     )
     .map_err(RunError::Load)?;
@@ -165,7 +175,7 @@ pub async fn run(config: Config, env: &Environment, source: ConfigSource) -> Res
             let (inbox, rollout) = (inbox.clone(), rollout.clone());
             // Service endpoints name the Pod, which is this daemon even when its identity is set otherwise.
             let pod = env.var("POD_NAME").filter(|name| !name.is_empty()).map(str::to_owned);
-            Some(tokio::spawn(peer::serve(listener, tls, (inbox, pod), rollout, draining.clone())))
+            Some(tasks.spawn(peer::serve(listener, tls, (inbox, pod), rollout, serving.clone())))
         }
         None => None,
     };
@@ -176,6 +186,7 @@ pub async fn run(config: Config, env: &Environment, source: ConfigSource) -> Res
         metrics.clone(),
         tunables.consistency_timeout.live(),
         config.watch.linger,
+        &tasks,
     );
     health.attach_reconciler(reconciler.clone());
     let services = Services {
@@ -197,19 +208,14 @@ pub async fn run(config: Config, env: &Environment, source: ConfigSource) -> Res
     let grace = tunables.grace_period.live();
     let (socket_path, admin_socket) = (config.socket.path.clone(), config.admin.socket.clone());
     let reloader = Reloader::new(config, (source, env.clone()), tunables, elections, (health.clone(), metrics.clone()));
-    let reloading = tokio::spawn(reloader.run(draining.clone()));
-    tokio::spawn(health::probe(client, health.clone(), metrics.clone(), stopped.clone()));
-    let admin_task = tokio::spawn(admin::serve(
-        AdminListener::Unix(admin_listener),
-        health.clone(),
-        metrics.clone(),
-        stopped.clone(),
-    ));
+    let reloading = tasks.spawn(reloader.run(serving.signal().clone()));
+    tasks.spawn(health::probe(client, health.clone(), metrics.clone(), tasks.signal().clone()));
+    tasks.spawn(admin::serve(AdminListener::Unix(admin_listener), health.clone(), metrics.clone(), tasks.clone()));
     if let Some(listener) = admin_tcp {
         tracing::info!(address = ?listener.local_addr().ok(), "serving /metrics, /healthz and /readyz over TCP");
-        tokio::spawn(admin::serve(AdminListener::Tcp(listener), health.clone(), metrics, stopped.clone()));
+        tasks.spawn(admin::serve(AdminListener::Tcp(listener), health.clone(), metrics, tasks.clone()));
     }
-    let mut grpc = tokio::spawn(api::serve(listener, services, draining.clone()));
+    let mut grpc = tasks.spawn(api::serve(listener, services, serving.clone()));
     health.set_serving(true);
     tracing::info!(
         socket = %socket_path.display(),
@@ -227,7 +233,7 @@ pub async fn run(config: Config, env: &Environment, source: ConfigSource) -> Res
     health.set_serving(false);
     // Stops the reloader too, which ends the config's campaigns: held Leases are released first, so
     // followers take over within a retry period.
-    draining.cancel();
+    serving.signal_stop();
     let _ = reloading.await;
     let grace = grace.get();
     leadership.shutdown(grace).await;
@@ -245,7 +251,7 @@ pub async fn run(config: Config, env: &Environment, source: ConfigSource) -> Res
              lost if the pod is replaced (its store emptyDir goes with it)"
         );
     }
-    stopped.cancel();
+    tasks.signal_stop();
     if let Some(task) = peer_server {
         match tokio::time::timeout(grace, task).await {
             Ok(Ok(Err(error))) => tracing::warn!(error = %consistd_core::error::chain(&error), "peer server failed"),
@@ -253,7 +259,11 @@ pub async fn run(config: Config, env: &Environment, source: ConfigSource) -> Res
             Err(_) => tracing::warn!("peer connections still open after the grace period; closing them"),
         }
     }
-    let _ = admin_task.await;
+    // Whatever is left: watches, links, probes, the admin endpoint's connections.
+    let left = tasks.wait(grace).await;
+    if left > 0 {
+        tracing::warn!(tasks = left, grace_period = ?grace, "tasks still running after the grace period; leaving them");
+    }
     drop(socket_guard);
     drop(admin_guard);
     if result.is_ok() {

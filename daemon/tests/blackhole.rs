@@ -93,7 +93,7 @@ async fn apiserver_hole(direction: Direction, hole: Duration) {
     };
     let mut statuses = daemon.client().leadership().campaign(campaign).await.expect("campaign").into_inner();
     let into = state.clone();
-    let _campaign = tokio::spawn(async move {
+    let _campaign = consistd_testkit::spawn(async move {
         while let Ok(Some(m)) = statuses.message().await {
             *into.lock().expect("lock") = Some(m.status.expect("status").state());
         }
@@ -108,7 +108,7 @@ async fn apiserver_hole(direction: Direction, hole: Duration) {
     let writing = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let writer = {
         let (configmaps, writing) = (configmaps.clone(), writing.clone());
-        tokio::spawn(async move {
+        consistd_testkit::spawn(async move {
             let mut v = 0;
             while writing.load(std::sync::atomic::Ordering::SeqCst) {
                 v += 1;
@@ -165,7 +165,7 @@ async fn peer_hole(direction: Direction, hole: Duration) {
     let received = Arc::new(Mutex::new(BTreeMap::<String, u32>::new()));
     let mut inbox = b.client().inbox().receive(ReceiveRequest {}).await.expect("Receive").into_inner();
     let (client, into) = (b.client(), received.clone());
-    let _app = tokio::spawn(async move {
+    let _app = consistd_testkit::spawn(async move {
         while let Ok(Some(item)) = inbox.message().await {
             let m = item.message.expect("a message");
             *into.lock().expect("lock").entry(m.resource_id).or_default() += 1;
@@ -177,7 +177,7 @@ async fn peer_hole(direction: Direction, hole: Duration) {
     let mut outcomes =
         a.client().outbox().watch_acks(WatchAcksRequest::default()).await.expect("WatchAcks").into_inner();
     let into = acked.clone();
-    let _acks = tokio::spawn(async move {
+    let _acks = consistd_testkit::spawn(async move {
         while let Ok(Some(o)) = outcomes.message().await {
             assert_eq!(o.outcome(), AckOutcome::Acked, "{o:?}");
             into.lock().expect("lock").insert(o.resource_id);

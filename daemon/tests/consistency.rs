@@ -185,7 +185,7 @@ async fn an_own_write_not_seen_in_time_releases_the_latest_state_marked_timed_ou
     let app = {
         let client = client.clone();
         let ns = ns.clone();
-        tokio::spawn(async move { handle(&client, &ns).await })
+        consistd_testkit::spawn(async move { handle(&client, &ns).await })
     };
     let released = consistent.next().await;
     assert_eq!(label(&released), "MODIFIED b TIMED_OUT", "processing resumes at the deadline");

@@ -39,7 +39,7 @@ async fn campaign(daemon: &Daemon, i: usize, states: States) -> tokio::task::Joi
         ..Default::default()
     };
     let mut stream = daemon.client().leadership().campaign(request).await.expect("campaign").into_inner();
-    tokio::spawn(async move {
+    consistd_testkit::spawn(async move {
         while let Ok(Some(m)) = stream.message().await {
             states.lock().expect("lock")[i] = Some(m.status.expect("status").state());
         }
@@ -116,7 +116,7 @@ async fn etcd_paused_and_the_apiserver_restarted_lose_no_change_and_never_tell_t
     let seen = Arc::new(Mutex::new(Vec::new()));
     let synced = Arc::new(tokio::sync::Notify::new());
     let (client, into, ready) = (a.client(), seen.clone(), synced.clone());
-    let watching = tokio::spawn(async move {
+    let watching = consistd_testkit::spawn(async move {
         let mut events = pin!(client.subscribe(Watch::new("configmaps").namespace(&ns)));
         while let Some(event) = events.next().await {
             let event = event.expect("the watch through daemon a");

@@ -1,6 +1,6 @@
 //! The daemon as a process against the real control plane: it serves health and reflection on its Unix
 //! socket, refuses to take over a live daemon's socket, replaces a stale one, and shuts down cleanly,
-//! giving messages not yet ACKed the grace period to leave; `admin.listen` serves the probes and metrics over
+//! giving messages not yet ACKed the grace period to leave and stopping every task it started; `admin.listen` serves the probes and metrics over
 //! TCP.
 
 use std::{os::unix::fs::PermissionsExt, path::Path, time::Duration};
@@ -9,7 +9,10 @@ use consistd_client::proto::{
     AckRequest, CampaignRequest, Destination, LeadershipState, ReceiveRequest, SendRequest, destination::Target,
 };
 use consistd_server::SERVICE_NAMES;
-use consistd_testkit::{Daemon, free_port};
+use consistd_testkit::{
+    Daemon, free_port,
+    watch::{self, Events},
+};
 use nix::sys::signal::Signal;
 use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus};
 use tonic_reflection::pb::v1::{
@@ -306,6 +309,62 @@ async fn sigterm_gives_unacked_messages_the_grace_period_and_warns_of_those_left
     let logs = daemon.logs();
     let warning = logs.lines().find(|l| l.contains("not yet ACKed")).unwrap_or_else(|| panic!("no warning:\n{logs}"));
     assert!(warning.contains(r#""held":1"#), "the warning counts the held message: {warning}");
+}
+
+#[tokio::test]
+async fn sigterm_stops_every_task_the_daemon_started_within_the_grace_period() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let (admin, peer) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
+    // Each setting keeps a task alive past the grace period unless it stops when asked: an idle watch
+    // lingers a minute, the daemon is a member of the groups it campaigns in, and its admin endpoint
+    // keeps a scraper's connection open.
+    let config = format!(
+        "namespace: {ns}\nshutdown:\n  gracePeriod: 2s\nwatch:\n  linger: 60s\nadmin:\n  listen: \"{admin}\"\n\
+         peer:\n  listen: {peer}\n  advertise: {peer}\n  insecure: true\n"
+    );
+    let mut daemon = Daemon::builder(BIN).config(config).start().await;
+    let client = daemon.client();
+
+    // A watch that synced and was left: its upstream watch and linger timer stay.
+    let mut watch = Events::open(&client, watch::raw("configmaps", &ns)).await;
+    watch.until_synced().await;
+    drop(watch);
+    // An election campaigned for and held: its runner and the member Lease's keeper.
+    let campaign = CampaignRequest { election: "tasks".into(), ..Default::default() };
+    let mut leading = client.leadership().campaign(campaign).await.expect("Campaign").into_inner();
+    loop {
+        let status = leading.message().await.expect("campaign stream").expect("open").status.expect("status");
+        if status.state() == LeadershipState::Leader {
+            break;
+        }
+    }
+    // A message for a silent peer: its link; one for the election's group: the group's follower.
+    send_to(&daemon, &format!("127.0.0.1:{}", free_port())).await;
+    let to_group = SendRequest {
+        destination: Some(Destination { target: Some(Target::Election("tasks".into())) }),
+        resource_id: "group".to_owned(),
+        event_id: "e1".to_owned(),
+        payload: b"{}".to_vec(),
+        content_type: "application/json".to_owned(),
+        ..Default::default()
+    };
+    client.outbox().send(to_group).await.expect("Send to the group");
+    // A scraper's keep-alive connection, answered once and left open.
+    let mut scraper = tokio::net::TcpStream::connect(&admin).await.expect("connect to admin.listen");
+    scraper.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await.expect("write request");
+    let mut first = [0u8; 12];
+    scraper.read_exact(&mut first).await.expect("read response");
+    assert_eq!(&first, b"HTTP/1.1 200");
+
+    daemon.signal(Signal::SIGTERM);
+    let status = daemon.wait_exit(Duration::from_secs(20)).await;
+    assert!(status.success(), "exit 0 after SIGTERM, got {status}; log:\n{}", daemon.logs());
+    let logs = daemon.logs();
+    assert!(!logs.contains("tasks still running"), "a task outlived the grace period:\n{logs}");
+    assert!(logs.contains("consistd stopped"), "{logs}");
+    drop((leading, scraper));
 }
 
 /// GETs `path` from `addr` over plain HTTP/1.0: the status code and the body.

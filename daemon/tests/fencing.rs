@@ -45,7 +45,7 @@ async fn candidate(identity: &str, ns: &str, proxy: Option<&DelayProxy>) -> Cand
     let mut stream = daemon.client().leadership().campaign(request).await.expect("campaign").into_inner();
     let latest = Arc::new(Mutex::new(None));
     let seen = latest.clone();
-    let stream = tokio::spawn(async move {
+    let stream = consistd_testkit::spawn(async move {
         while let Ok(Some(message)) = stream.message().await {
             let s = message.status.expect("status");
             *seen.lock().expect("lock") = Some((s.state(), s.holder.clone(), s.term));
@@ -125,7 +125,7 @@ async fn a_write_held_by_the_network_past_a_handover_is_refused_by_the_apiserver
     proxy.hold(true);
     let client = a.daemon.client();
     let ns_a = ns.clone();
-    let held = tokio::spawn(async move { client.objects().patch(guarded(&ns_a, "a", term)).await });
+    let held = consistd_testkit::spawn(async move { client.objects().patch(guarded(&ns_a, "a", term)).await });
     // A cannot renew; once its Lease expires B takes over with the next term and writes.
     let next = leads(&b, term + 1).await;
     assert_eq!(next, term + 1);
@@ -156,14 +156,16 @@ async fn a_daemon_stopped_past_its_lease_gets_no_write_in_with_its_old_term() {
     proxy.hold(true);
     let client = a.daemon.client();
     let ns_a = ns.clone();
-    let on_the_way = tokio::spawn(async move { client.objects().patch(guarded(&ns_a, "a-sent", term)).await });
+    let on_the_way =
+        consistd_testkit::spawn(async move { client.objects().patch(guarded(&ns_a, "a-sent", term)).await });
     // Well inside A's renew deadline (3 s from its last renewal, at most 1 s ago): the write is out.
     tokio::time::sleep(Duration::from_secs(1)).await;
     a.daemon.signal(Signal::SIGSTOP);
     // The app, still believing it leads, sends another to the stopped daemon.
     let client = a.daemon.client();
     let ns_a = ns.clone();
-    let to_stopped = tokio::spawn(async move { client.objects().patch(guarded(&ns_a, "a-stopped", term)).await });
+    let to_stopped =
+        consistd_testkit::spawn(async move { client.objects().patch(guarded(&ns_a, "a-stopped", term)).await });
     let next = leads(&b, term + 1).await;
     b.daemon.client().objects().patch(guarded(&ns, "b", next)).await.expect("B writes");
     // The held write reaches the apiserver while A still sleeps; then A continues.

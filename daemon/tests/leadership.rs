@@ -60,7 +60,7 @@ async fn campaign(
         ..Default::default()
     };
     let mut stream = daemon.client().leadership().campaign(request).await.expect("campaign").into_inner();
-    tokio::spawn(async move {
+    consistd_testkit::spawn(async move {
         while let Ok(Some(message)) = stream.message().await {
             let s = message.status.expect("status");
             *latest.lock().expect("lock") = Some(Seen { state: s.state(), holder: s.holder.clone(), term: s.term });
@@ -364,7 +364,7 @@ async fn a_hundred_handovers_never_tell_two_apps_leader_at_once() {
         #[allow(clippy::async_yields_async)]
         async move {
             let mut stream = client.leadership().campaign(request).await.expect("campaign").into_inner();
-            tokio::spawn(async move {
+            consistd_testkit::spawn(async move {
                 while let Ok(Some(m)) = stream.message().await {
                     let leader = m.status.expect("status").state() == LeadershipState::Leader;
                     log.lock().expect("lock")[i].push((start.elapsed().as_secs_f64(), leader));

@@ -85,7 +85,7 @@ fn spawn_senders(
     let handles = (0..workers)
         .map(|_| {
             let (next, done, socket, peer) = (next.clone(), done.clone(), socket.clone(), peer.clone());
-            tokio::spawn(async move {
+            consistd_testkit::spawn(async move {
                 let client = Client::new(&socket);
                 let mut acknowledged = Vec::new();
                 loop {
@@ -117,7 +117,7 @@ fn spawn_app(
     slow_for: Duration,
     stop: Arc<AtomicBool>,
 ) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
+    consistd_testkit::spawn(async move {
         let client = Client::new(&socket);
         let started = Instant::now();
         while !stop.load(Ordering::SeqCst) {
@@ -319,7 +319,7 @@ async fn a_lossy_slow_network_and_an_absent_then_slow_app_lose_and_duplicate_not
         let stop = chaos_stop.clone();
         let proxy = Arc::new(proxy);
         let p = proxy.clone();
-        let task = tokio::spawn(async move {
+        let task = consistd_testkit::spawn(async move {
             let mut drops = 0u32;
             while !stop.load(Ordering::SeqCst) {
                 let (every, closed) = random_millis(50..250, 0..30);

@@ -33,7 +33,7 @@ async fn a_watching_daemon_stopped_30_s_under_a_stream_of_changes_leaves_no_gap(
     // 20 changes a second for 40 s; the daemon is stopped from 5 s to 35 s.
     let writer = {
         let configmaps = configmaps.clone();
-        tokio::spawn(async move {
+        consistd_testkit::spawn(async move {
             for v in 1..=800u32 {
                 let patch = Patch::Merge(json!({ "data": { "v": v.to_string() } }));
                 configmaps.patch("busy", &PatchParams::default(), &patch).await.expect("a change");

@@ -52,7 +52,7 @@ async fn rotated_leaves_and_ca_keep_sends_acked_after_the_old_leaves_expired() {
 
     // B's app ACKs everything; A's outcomes are collected.
     let b_client = b.client();
-    tokio::spawn(async move {
+    consistd_testkit::spawn(async move {
         let mut inbox = b_client.inbox().receive(ReceiveRequest {}).await.expect("Receive").into_inner();
         while let Ok(Some(r)) = inbox.message().await {
             let id = r.message.expect("message").message_id;
@@ -62,7 +62,7 @@ async fn rotated_leaves_and_ca_keep_sends_acked_after_the_old_leaves_expired() {
     let outcomes = Arc::new(Mutex::new((HashSet::<String>::new(), Vec::<String>::new())));
     let mut acks = a.client().outbox().watch_acks(WatchAcksRequest::default()).await.expect("WatchAcks").into_inner();
     let seen = outcomes.clone();
-    tokio::spawn(async move {
+    consistd_testkit::spawn(async move {
         while let Ok(Some(o)) = acks.message().await {
             let mut seen = seen.lock().expect("outcomes");
             match o.outcome() {
@@ -77,7 +77,7 @@ async fn rotated_leaves_and_ca_keep_sends_acked_after_the_old_leaves_expired() {
     // A stream of sends, one every 100 ms, each a resource of its own.
     let sending = Arc::new(AtomicBool::new(true));
     let (a_client, peer, going) = (a.client(), proxy.addr().to_string(), sending.clone());
-    let sender = tokio::spawn(async move {
+    let sender = consistd_testkit::spawn(async move {
         let mut sent = Vec::new();
         while going.load(Ordering::SeqCst) {
             let resource_id = format!("r{}", sent.len());

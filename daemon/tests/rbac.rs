@@ -590,7 +590,9 @@ async fn without_any_one_permission_of_the_base_role_the_job_that_needs_it_fails
     // Every case at once, each in its own namespace with its own daemon; a failing case fails alone.
     let runs: Vec<_> = table
         .iter()
-        .map(|&(removal, job, verb, resource)| tokio::spawn(broken(kube.clone(), removal, job, verb, resource)))
+        .map(|&(removal, job, verb, resource)| {
+            consistd_testkit::spawn(broken(kube.clone(), removal, job, verb, resource))
+        })
         .collect();
     let mut failed = Vec::new();
     for ((removal, job, ..), run) in table.iter().zip(runs) {

@@ -75,7 +75,7 @@ async fn a_link_slower_than_the_probe_timeout_keeps_the_daemon_ready_while_its_w
     let delivered = Arc::new(AtomicU64::new(0));
     let reader = {
         let delivered = delivered.clone();
-        tokio::spawn(async move {
+        consistd_testkit::spawn(async move {
             loop {
                 if let Some(n) = n_of(&events.next().await) {
                     delivered.fetch_max(n, Ordering::SeqCst);
@@ -87,7 +87,7 @@ async fn a_link_slower_than_the_probe_timeout_keeps_the_daemon_ready_while_its_w
     let written = Arc::new(AtomicU64::new(0));
     let writer = {
         let written = written.clone();
-        tokio::spawn(async move {
+        consistd_testkit::spawn(async move {
             for n in 1u64.. {
                 let patch = serde_json::json!({"data": {"n": n.to_string()}});
                 configmaps.patch("tick", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch");

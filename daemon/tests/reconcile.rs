@@ -222,7 +222,7 @@ async fn a_write_still_in_flight_when_its_lease_ends_holds_the_next_pass_until_t
         ..Default::default()
     };
     let mut objects = client.objects();
-    let write = tokio::spawn(async move { objects.patch(own).await });
+    let write = consistd_testkit::spawn(async move { objects.patch(own).await });
     tokio::time::sleep(Duration::from_millis(300)).await; // the write is in flight: its answer is delayed 1 s
     queue.complete(&item, Outcome::Done).await;
     let next = queue.item().await;

@@ -79,7 +79,7 @@ async fn the_barrier_opens_when_every_live_member_applied_and_names_the_laggards
 
     // The barrier, waited for on one replica, opens only when the last member reports.
     let c_client = c.client();
-    let waiting = tokio::spawn(async move {
+    let waiting = consistd_testkit::spawn(async move {
         let request = WaitAppliedRequest {
             channel: "config".to_owned(),
             version: 1,
@@ -246,7 +246,7 @@ async fn a_version_published_on_a_follower_reaches_every_member_and_late_members
     let version = publish(&replicas[f1].0, "v1").await;
     assert_eq!(version, 1);
     let waiter = replicas[f2].0.client();
-    let waiting = tokio::spawn(async move {
+    let waiting = consistd_testkit::spawn(async move {
         let request = WaitAppliedRequest {
             channel: "config".to_owned(),
             version: 1,

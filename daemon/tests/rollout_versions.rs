@@ -13,7 +13,7 @@ async fn racing_publishers_get_distinct_increasing_versions_and_a_new_one_contin
     let publishers: Vec<_> = (0..2)
         .map(|p| {
             let versions = Versions::new(kube.clone(), &ns);
-            tokio::spawn(async move {
+            consistd_testkit::spawn(async move {
                 let mut got = Vec::new();
                 for i in 0..30 {
                     let payload = format!("publisher {p} change {i}").into_bytes();

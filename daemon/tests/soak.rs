@@ -64,7 +64,7 @@ async fn peer(port: u16, store: &std::path::Path) -> Daemon {
 /// Receives and ACKs on `daemon` until its stream ends.
 fn acking(daemon: &Daemon) -> tokio::task::JoinHandle<()> {
     let client = daemon.client();
-    tokio::spawn(async move {
+    consistd_testkit::spawn(async move {
         let Ok(stream) = client.inbox().receive(ReceiveRequest {}).await else { return };
         let mut stream = stream.into_inner();
         while let Ok(Some(m)) = stream.message().await {

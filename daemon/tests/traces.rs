@@ -71,7 +71,7 @@ async fn otlp_receiver() -> (Collector, String) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the OTLP receiver");
     let endpoint = format!("http://{}", listener.local_addr().expect("address"));
     let server = TraceServiceServer::new(collector.clone());
-    tokio::spawn(
+    consistd_testkit::spawn(
         tonic::transport::Server::builder().add_service(server).serve_with_incoming(TcpListenerStream::new(listener)),
     );
     (collector, endpoint)

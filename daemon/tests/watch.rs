@@ -194,7 +194,7 @@ async fn a_stalled_subscriber_is_resynced_and_never_slows_a_fast_one() {
     const CHANGES: usize = 400;
     let writer = {
         let api = api.clone();
-        tokio::spawn(async move {
+        consistd_testkit::spawn(async move {
             for i in 1..=CHANGES {
                 set(&api, "a", &format!("{i}-{}", "x".repeat(16 * 1024))).await;
             }

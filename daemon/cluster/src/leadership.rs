@@ -13,10 +13,9 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use consistd_core::{config::Timing, names};
+use consistd_core::{config::Timing, names, tasks::Tasks};
 use consistd_observe::metrics::Metrics;
 use tokio::{sync::watch, time::Instant};
-use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 pub use self::membership::Announce;
 use self::{
@@ -168,10 +167,10 @@ pub struct Leadership {
     identity: String,
     namespace: String,
     elections: Mutex<HashMap<Key, Arc<Election>>>,
-    stop: CancellationToken,
-    /// The election runners: shutdown waits for them. A tracker, not a list of handles, because it forgets
-    /// a runner once it retires (each kept JoinHandle would hold its finished task's memory).
-    runners: TaskTracker,
+    /// The election runners and member Lease keepers: shutdown stops them and waits for them. A group,
+    /// not a list of handles, because it forgets a runner once it retires (each kept JoinHandle would
+    /// hold its finished task's memory).
+    tasks: Tasks,
     /// Member Leases of the election groups this daemon campaigns in.
     membership: Arc<Membership>,
     /// Where each election's leader gauge lives.
@@ -205,7 +204,8 @@ fn gauge_label(key: &Key) -> String {
 
 impl Leadership {
     /// Elections for this daemon's `identity`, with Leases in `namespace` unless a request names one.
-    /// With `announce`, campaigning also makes this daemon a member of the election's group.
+    /// With `announce`, campaigning also makes this daemon a member of the election's group. Its tasks
+    /// form a group inside `tasks`.
     pub fn new(
         client: kube::Client,
         hub: Arc<crate::watch::Hub>,
@@ -213,17 +213,18 @@ impl Leadership {
         namespace: String,
         announce: Option<Announce>,
         metrics: Metrics,
+        tasks: &Tasks,
     ) -> Arc<Self> {
+        let tasks = tasks.child();
         Arc::new(Self {
             metrics,
-            membership: Arc::new(Membership::new(client.clone(), identity.clone(), announce)),
+            membership: Arc::new(Membership::new(client.clone(), identity.clone(), announce, tasks.clone())),
             client,
             hub,
             identity,
             namespace,
             elections: Mutex::new(HashMap::new()),
-            stop: CancellationToken::new(),
-            runners: TaskTracker::new(),
+            tasks,
         })
     }
 
@@ -270,7 +271,12 @@ impl Leadership {
         let election = Election::new(key.clone(), identity.to_owned(), leader);
         elections.insert(key.clone(), election.clone());
         let status = election.subscribe();
-        self.runners.spawn(elector::run(election.clone(), self.client.clone(), self.clone(), self.stop.clone()));
+        self.tasks.spawn(elector::run(
+            election.clone(),
+            self.client.clone(),
+            self.clone(),
+            self.tasks.signal().clone(),
+        ));
         (election, status)
     }
 
@@ -395,13 +401,10 @@ impl Leadership {
         self.membership.applied(key)
     }
 
-    /// Resigns every election (releasing held Leases), leaves every group, and waits for the runners,
-    /// at most `grace`.
+    /// Resigns every election (releasing held Leases), leaves every group (deleting the member Leases),
+    /// and waits for the runners and keepers doing so, at most `grace`.
     pub async fn shutdown(&self, grace: Duration) {
-        self.stop.cancel();
-        self.membership.shutdown(grace).await;
-        self.runners.close();
-        let _ = tokio::time::timeout(grace, self.runners.wait()).await;
+        self.tasks.stop(grace).await;
     }
 }
 

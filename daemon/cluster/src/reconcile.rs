@@ -17,7 +17,7 @@ use std::{
     time::Duration,
 };
 
-use consistd_core::{config::Live, report::QueueReport};
+use consistd_core::{config::Live, report::QueueReport, tasks::Tasks};
 use consistd_observe::metrics::Metrics;
 use tokio::sync::{mpsc, oneshot};
 
@@ -162,6 +162,8 @@ pub struct Reconciler {
     queues: Mutex<HashMap<String, RunningQueue>>,
     /// The next stream's id, part of its lease ids.
     next_stream: AtomicU64,
+    /// Runs the queues' drivers; each ends once its watches stop with the daemon.
+    tasks: Tasks,
 }
 
 /// One stream's membership of a queue; dropping it returns its leases to the queue.
@@ -196,13 +198,14 @@ impl Worker {
 }
 
 impl Reconciler {
-    /// No queues yet.
+    /// No queues yet; each queue's driver will run as a task of `tasks`.
     pub fn new(
         hub: Arc<Hub>,
         leadership: Arc<Leadership>,
         metrics: Metrics,
         consistency_timeout: Live<Duration>,
         linger: Duration,
+        tasks: &Tasks,
     ) -> Arc<Self> {
         Arc::new(Self {
             hub,
@@ -214,6 +217,7 @@ impl Reconciler {
             // Random per daemon run, so a lease id of an earlier run (a completion or a write an app sends
             // after its sidecar restarted) never names a lease of this one.
             next_stream: AtomicU64::new(u64::from(rand::random::<u32>()) << 16),
+            tasks: tasks.clone(),
         })
     }
 
@@ -256,7 +260,7 @@ impl Reconciler {
         );
         drop(queues);
         tracing::info!(queue = %spec.name, resource = %spec.primary.resource, namespace = %spec.primary.namespace, related = spec.related.len(), "reconcile queue started");
-        tokio::spawn(driver.run(receiver, report));
+        self.tasks.spawn(driver.run(receiver, report));
         Ok((Worker { stream, name: spec.name, commands, comparable }, items))
     }
 

@@ -1,8 +1,8 @@
 //! consistd's core: what the daemon's parts share and `kubectl consistd` reads, with no sockets and no
 //! store of its own: the config and its checks, names Kubernetes accepts, errors as people read them, the
 //! admin report, the labels and annotations of consistd's Leases, a rollout channel's versions in the
-//! cluster, the one mutation that adds the sidecar to a pod, and files mounted from ConfigMaps and Secrets, watched
-//! for kubelet's swap.
+//! cluster, the one mutation that adds the sidecar to a pod, files mounted from ConfigMaps and Secrets, watched
+//! for kubelet's swap, and the groups that own every task the daemon starts.
 
 pub mod config;
 pub mod error;
@@ -11,4 +11,5 @@ pub mod lease;
 pub mod mounted;
 pub mod names;
 pub mod report;
+pub mod tasks;
 pub mod versions;

@@ -15,6 +15,7 @@ use bytes::Bytes;
 use consistd_core::{
     config::{InboxConfig, Live},
     error,
+    tasks::Tasks,
 };
 use consistd_observe::{metrics::Metrics, telemetry::TraceContext};
 use consistd_proto::peer::v1::{Disposition, ExchangeResponse, PeerMessage};
@@ -114,6 +115,8 @@ struct InboxShared {
     /// Bumped on every new message, for the parts of the daemon that wait for their own.
     arrivals: watch::Sender<u64>,
     metrics: Metrics,
+    /// Runs the stores and ACKs that must finish even when their caller stops waiting.
+    tasks: Tasks,
 }
 
 type DedupKey = (String, String, String);
@@ -258,6 +261,7 @@ impl Inbox {
         config: Live<InboxConfig>,
         held_prefixes: &[&'static str],
         metrics: Metrics,
+        tasks: &Tasks,
     ) -> Result<Self, StoreError> {
         use prost::Message as _;
         let (records, next) = store.read("load the inbox", |txn| {
@@ -296,6 +300,7 @@ impl Inbox {
                 ready: Notify::new(),
                 arrivals: watch::channel(0).0,
                 metrics,
+                tasks: tasks.clone(),
             }),
         })
     }
@@ -310,7 +315,7 @@ impl Inbox {
         state.next_connection += 1;
         let id = state.next_connection;
         for ack in state.unsent_acks.remove(sender).unwrap_or_default() {
-            send_ack(&tx, ack);
+            self.send_ack(&tx, ack);
         }
         state.senders.insert(sender.to_owned(), (id, tx));
         Connection { inbox: self.clone(), sender: sender.to_owned(), id }
@@ -399,7 +404,7 @@ impl Inbox {
         // message unseen and its key marked as being stored (its resends unanswered) for good.
         let inbox = self.clone();
         let attempt = m.attempt;
-        let stored = tokio::spawn(async move {
+        let stored = self.inner.tasks.spawn(async move {
             let result = written.await;
             inbox.stored(key, message, attempt, result)
         });
@@ -474,7 +479,7 @@ impl Inbox {
     /// sender resending it, answered STORED, for as long as the daemon runs.
     pub fn ack(&self, id: u64) -> impl Future<Output = Result<(), InboxError>> + Send + use<> {
         let inbox = self.clone();
-        let task = tokio::spawn(async move { inbox.record_ack(id).await });
+        let task = self.inner.tasks.spawn(async move { inbox.record_ack(id).await });
         async move { task.await.unwrap_or(Err(InboxError::Store(StoreError::Closed))) }
     }
 
@@ -522,7 +527,7 @@ impl Inbox {
             reason: String::new(),
         };
         match state.senders.get(&message.sender) {
-            Some((_, tx)) if !tx.is_closed() => send_ack(tx, ack),
+            Some((_, tx)) if !tx.is_closed() => self.send_ack(tx, ack),
             _ => {
                 let unsent = state.unsent_acks.entry(message.sender.clone()).or_default();
                 if unsent.len() >= UNSENT_ACKS {
@@ -598,15 +603,15 @@ impl Inbox {
     fn set_pending_gauge(&self, state: &InboxState) {
         self.inner.metrics.inbox_pending.set(i64::try_from(state.messages.len()).unwrap_or(i64::MAX));
     }
-}
 
-/// Queues an ACK on a sender's connection without waiting on it.
-fn send_ack(tx: &mpsc::Sender<ExchangeResponse>, ack: ExchangeResponse) {
-    if let Err(mpsc::error::TrySendError::Full(ack)) = tx.try_send(ack) {
-        let tx = tx.clone();
-        tokio::spawn(async move {
-            let _ = tx.send(ack).await;
-        });
+    /// Queues an ACK on a sender's connection without waiting on it.
+    fn send_ack(&self, tx: &mpsc::Sender<ExchangeResponse>, ack: ExchangeResponse) {
+        if let Err(mpsc::error::TrySendError::Full(ack)) = tx.try_send(ack) {
+            let tx = tx.clone();
+            self.inner.tasks.spawn(async move {
+                let _ = tx.send(ack).await;
+            });
+        }
     }
 }
 

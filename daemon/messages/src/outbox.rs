@@ -18,10 +18,12 @@ use std::{
 };
 
 use bytes::Bytes;
-use consistd_core::config::{Live, OutboxConfig};
+use consistd_core::{
+    config::{Live, OutboxConfig},
+    tasks::Tasks,
+};
 use consistd_observe::{metrics::Metrics, telemetry::TraceContext};
 use tokio::sync::broadcast;
-use tokio_util::sync::CancellationToken;
 
 pub use self::{destination::Destination, members::Members};
 use self::{
@@ -179,7 +181,8 @@ struct OutboxShared {
     state: Mutex<OutboxState>,
     outcomes: broadcast::Sender<Outcome>,
     metrics: Metrics,
-    shutdown: CancellationToken,
+    /// Runs the links, the stores of accepted messages and the gauges; its stop signal closes the links.
+    tasks: Tasks,
 }
 
 /// Everything the outbox holds in memory, under one lock: the truth while the daemon runs (the store is
@@ -215,8 +218,8 @@ pub struct OutboxParts {
     pub namespace: String,
     /// Where the outbox counts sends, ACKs, resends, failures and peer connections, and sets the pending gauges.
     pub metrics: Metrics,
-    /// Cancelled when the daemon stops: links close.
-    pub shutdown: CancellationToken,
+    /// The group the outbox's tasks run in; when it stops, links close.
+    pub tasks: Tasks,
 }
 
 impl Outbox {
@@ -235,7 +238,7 @@ impl Outbox {
                 state: Mutex::new(OutboxState::default()),
                 outcomes,
                 metrics: parts.metrics,
-                shutdown: parts.shutdown,
+                tasks: parts.tasks,
             }),
         };
         outbox.restore(stored);
@@ -346,7 +349,8 @@ impl Admitted {
     /// the message's sequence number once it is durable.
     pub fn store(self) -> impl Future<Output = Result<u64, OutboxError>> + Send + 'static {
         let Self { outbox, key, message } = self;
-        let task = tokio::spawn(async move { outbox.commit(key, message).await });
+        let tasks = outbox.inner.tasks.clone();
+        let task = tasks.spawn(async move { outbox.commit(key, message).await });
         async move { task.await.unwrap_or(Err(OutboxError::Store(StoreError::Closed))) }
     }
 }

@@ -414,7 +414,7 @@ mod tests {
         let store = Store::open(dir.path()).expect("open");
         let writes = (0..200u64).map(|i| {
             let store = store.clone();
-            tokio::spawn(async move {
+            consistd_testkit::spawn(async move {
                 store
                     .write("put", move |txn| {
                         txn.open_table(T)?.insert(i, i * 2)?;
@@ -473,7 +473,11 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let store = Store::open(dir.path()).expect("open");
         let stop = CancellationToken::new();
-        let check = tokio::spawn(store.clone().check(Duration::from_millis(100), Duration::from_secs(5), stop.clone()));
+        let check = consistd_testkit::spawn(store.clone().check(
+            Duration::from_millis(100),
+            Duration::from_secs(5),
+            stop.clone(),
+        ));
         let mut checked = None;
         for _ in 0..100 {
             checked = store

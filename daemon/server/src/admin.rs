@@ -6,18 +6,20 @@
 use std::{convert::Infallible, path::Path};
 
 use bytes::Bytes;
-use consistd_core::report::{OutboxReport, QueuesReport, Report};
+use consistd_core::{
+    report::{OutboxReport, QueuesReport, Report},
+    tasks::Tasks,
+};
 use consistd_observe::metrics::Metrics;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full};
-use hyper::{body::Incoming, server::conn::http1, service::service_fn};
-use hyper_util::{client::legacy::Client, rt::TokioIo};
+use hyper::{body::Incoming, service::service_fn};
+use hyper_util::client::legacy::Client;
 use hyperlocal::{UnixClientExt, UnixConnector};
 use tokio::{
     io::{AsyncRead, AsyncWrite},
     net::{TcpListener, UnixListener},
 };
-use tokio_util::sync::CancellationToken;
 
 use crate::health::Health;
 
@@ -61,12 +63,13 @@ enum Paths {
     ProbesAndMetrics,
 }
 
-/// Serves the admin endpoint on `listener` until `shutdown` is cancelled.
-pub async fn serve(listener: AdminListener, health: Health, metrics: Metrics, shutdown: CancellationToken) {
+/// Serves the admin endpoint on `listener` until `tasks` stops, each connection a task of `tasks`
+/// that finishes the request in hand and closes when it does.
+pub async fn serve(listener: AdminListener, health: Health, metrics: Metrics, tasks: Tasks) {
     loop {
         let accepted = tokio::select! {
-            () = shutdown.cancelled() => return,
-            accepted = accept(&listener, &health, &metrics) => accepted,
+            () = tasks.stopping() => return,
+            accepted = accept(&listener, &health, &metrics, &tasks) => accepted,
         };
         if let Err(error) = accepted {
             tracing::warn!(%error, "admin endpoint accept failed");
@@ -74,15 +77,17 @@ pub async fn serve(listener: AdminListener, health: Health, metrics: Metrics, sh
     }
 }
 
-async fn accept(listener: &AdminListener, health: &Health, metrics: &Metrics) -> std::io::Result<()> {
+async fn accept(listener: &AdminListener, health: &Health, metrics: &Metrics, tasks: &Tasks) -> std::io::Result<()> {
     match listener {
-        AdminListener::Unix(l) => spawn_connection(l.accept().await?.0, Paths::All, health, metrics),
-        AdminListener::Tcp(l) => spawn_connection(l.accept().await?.0, Paths::ProbesAndMetrics, health, metrics),
+        AdminListener::Unix(l) => spawn_connection(l.accept().await?.0, Paths::All, (health, metrics), tasks),
+        AdminListener::Tcp(l) => {
+            spawn_connection(l.accept().await?.0, Paths::ProbesAndMetrics, (health, metrics), tasks);
+        }
     }
     Ok(())
 }
 
-fn spawn_connection<S>(stream: S, paths: Paths, health: &Health, metrics: &Metrics)
+fn spawn_connection<S>(stream: S, paths: Paths, (health, metrics): (&Health, &Metrics), tasks: &Tasks)
 where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
@@ -91,11 +96,7 @@ where
         let response = route(&req, paths, &health, &metrics);
         async move { Ok::<_, Infallible>(response) }
     });
-    tokio::spawn(async move {
-        if let Err(error) = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await {
-            tracing::debug!(%error, "admin connection ended with an error");
-        }
-    });
+    crate::http1::spawn(stream, service, tasks, "admin");
 }
 
 fn route(req: &Request<Incoming>, paths: Paths, health: &Health, metrics: &Metrics) -> Response<Full<Bytes>> {

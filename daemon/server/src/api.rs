@@ -17,7 +17,10 @@ mod watch;
 use std::sync::Arc;
 
 use consistd_cluster::{leadership::Leadership, objects::Objects, reconcile::Reconciler, watch::Hub};
-use consistd_core::config::{AccessRule, Live};
+use consistd_core::{
+    config::{AccessRule, Live},
+    tasks::Tasks,
+};
 use consistd_messages::{inbox::Inbox, outbox::Outbox};
 use consistd_observe::metrics::Metrics;
 use consistd_proto::v1::{
@@ -99,11 +102,11 @@ pub enum ApiError {
     Serve(#[source] tonic::transport::Error),
 }
 
-/// Serves every consistd service on `listener` until `shutdown` is cancelled, then marks every service
-/// NOT_SERVING (so health watchers learn at once), ends open watch streams with UNAVAILABLE (clients
-/// resume elsewhere), stops accepting, and waits for in-flight calls. The caller bounds that wait with
-/// its grace period.
-pub async fn serve(listener: UnixListener, services: Services, shutdown: CancellationToken) -> Result<(), ApiError> {
+/// Serves every consistd service on `listener` until the `serving` group is stopped, then marks every
+/// service NOT_SERVING (so health watchers learn at once), ends open watch streams with UNAVAILABLE
+/// (clients resume elsewhere), stops accepting, and waits for in-flight calls. The caller bounds that
+/// wait with its grace period. Per-call tasks run in `serving`.
+pub async fn serve(listener: UnixListener, services: Services, serving: Tasks) -> Result<(), ApiError> {
     let (health, health_service) = tonic_health::server::health_reporter();
     set_status(&health, ServingStatus::Serving).await;
 
@@ -119,17 +122,17 @@ pub async fn serve(listener: UnixListener, services: Services, shutdown: Cancell
         .map_err(ApiError::Reflection)?;
 
     let access = Access::new(services.access, services.hub.clone(), services.metrics.clone());
-    let watch = WatchApi::new(services.hub.clone(), access.clone(), services.metrics.clone(), shutdown.clone());
+    let watch = WatchApi::new(services.hub.clone(), access.clone(), services.metrics.clone(), serving.clone());
     let objects =
         ObjectsApi::new(services.objects, services.leadership.clone(), services.reconciler.clone(), access.clone());
     let reconcile =
-        ReconcileApi::new(services.reconciler, services.leadership.clone(), access.clone(), shutdown.clone());
-    let leadership = LeadershipApi::new(services.leadership, access.clone(), shutdown.clone());
-    let outbox = OutboxApi::new(services.outbox, services.namespace, access.clone(), shutdown.clone());
-    let inbox = InboxApi::new(services.inbox, access.clone(), shutdown.clone());
-    let rollout = RolloutApi::new(services.rollout, access, shutdown.clone());
+        ReconcileApi::new(services.reconciler, services.leadership.clone(), access.clone(), serving.clone());
+    let leadership = LeadershipApi::new(services.leadership, access.clone(), serving.clone());
+    let outbox = OutboxApi::new(services.outbox, services.namespace, access.clone(), serving.clone());
+    let inbox = InboxApi::new(services.inbox, access.clone(), serving.clone());
+    let rollout = RolloutApi::new(services.rollout, access, serving.clone());
     let shutdown = async {
-        shutdown.cancelled().await;
+        serving.stopping().await;
         set_status(&health, ServingStatus::NotServing).await;
         tracing::info!("gRPC server draining: no new connections, waiting for in-flight calls");
     };
@@ -154,7 +157,7 @@ pub async fn serve(listener: UnixListener, services: Services, shutdown: Cancell
         .add_service(RolloutServiceServer::new(rollout))
         .add_service(ReconcileServiceServer::new(reconcile))
         .serve_with_incoming_shutdown(
-            connections::accept(listener, connections::limit()).map_ok(Relaxed::new),
+            connections::accept(listener, connections::limit(), &serving).map_ok(Relaxed::new),
             shutdown,
         )
         .await

@@ -439,7 +439,7 @@ mod tests {
     /// Sends `input` through a `Relaxed` connection and returns what the server side reads.
     async fn through(input: Vec<u8>) -> Vec<u8> {
         let (mut client, server) = tokio::io::duplex(1024);
-        let writer = tokio::spawn(async move {
+        let writer = consistd_core::tasks::Tasks::new().spawn(async move {
             // Small writes, so frames arrive split at every point.
             for chunk in input.chunks(7) {
                 client.write_all(chunk).await.expect("write to the duplex");

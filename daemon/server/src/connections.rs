@@ -10,6 +10,7 @@ use std::{
     time::Duration,
 };
 
+use consistd_core::tasks::Tasks;
 use futures::FutureExt as _;
 use tokio::{
     io::{AsyncRead, AsyncWrite, ReadBuf},
@@ -44,9 +45,9 @@ pub(crate) struct AppConnection {
 }
 
 /// The connections `listener` accepts, at most `limit` open at once; until the stream is dropped.
-pub(crate) fn accept(listener: UnixListener, limit: usize) -> ReceiverStream<io::Result<AppConnection>> {
+pub(crate) fn accept(listener: UnixListener, limit: usize, tasks: &Tasks) -> ReceiverStream<io::Result<AppConnection>> {
     let (tx, rx) = mpsc::channel(16);
-    tokio::spawn(async move {
+    tasks.spawn(async move {
         let places = Arc::new(Semaphore::new(limit));
         // Closed and opened again to accept, and close at once, a connection while out of descriptors.
         let mut reserve = std::fs::File::open("/dev/null").ok();
@@ -158,7 +159,7 @@ mod tests {
     async fn connections_past_the_limit_are_closed_at_once_and_a_closed_one_frees_its_place() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("s.sock");
-        let mut accepted = accept(UnixListener::bind(&path).expect("bind"), 2);
+        let mut accepted = accept(UnixListener::bind(&path).expect("bind"), 2, &Tasks::new());
         let a = UnixStream::connect(&path).await.expect("a");
         let first = accepted.next().await.expect("a stream").expect("accepted");
         let _b = UnixStream::connect(&path).await.expect("b");

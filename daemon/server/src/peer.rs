@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 
+use consistd_core::tasks::Tasks;
 use consistd_messages::{
     inbox::Inbox,
     rollout::Rollout,
@@ -21,7 +22,6 @@ use tokio::{
 };
 use tokio_rustls::{TlsAcceptor, server::TlsStream};
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
-use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming, transport::Server};
 
 use crate::api::status;
@@ -60,25 +60,25 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, PeerError> {
     TcpListener::bind(addr).await.map_err(|source| PeerError::Bind { addr, source })
 }
 
-/// Serves PeerService on `listener` until `shutdown`: messages for `inbox`, from senders that mean to
+/// Serves PeerService on `listener` until the `serving` group stops: messages for `inbox`, from senders that mean to
 /// reach this daemon (its identity, or `pod`, the name of the Pod it runs in).
 pub async fn serve(
     listener: TcpListener,
     tls: Option<PeerTls>,
     (inbox, pod): (Inbox, Option<String>),
     rollout: Rollout,
-    shutdown: CancellationToken,
+    serving: Tasks,
 ) -> Result<(), PeerError> {
     // Keepalives find connections that died without a FIN (a peer's node gone, a dropped route), so
     // their tasks and registrations do not linger.
     let mut server = Server::builder()
         .http2_keepalive_interval(Some(std::time::Duration::from_secs(10)))
         .http2_keepalive_timeout(Some(std::time::Duration::from_secs(5)));
-    let service = PeerServiceServer::new(PeerApi { inbox, pod, rollout, shutdown: shutdown.clone() })
+    let stopped = serving.signal().clone().cancelled_owned();
+    let service = PeerServiceServer::new(PeerApi { inbox, pod, rollout, tasks: serving.clone() })
         .max_decoding_message_size(MAX_FRAME_BYTES)
         .max_encoding_message_size(MAX_FRAME_BYTES);
     let router = server.add_service(service);
-    let stopped = shutdown.clone().cancelled_owned();
     match tls {
         None => {
             let incoming = TcpListenerStream::new(listener).map(|stream| stream.inspect(nodelay));
@@ -86,7 +86,7 @@ pub async fn serve(
         }
         Some(tls) => {
             let acceptor = TlsAcceptor::from(tls.server_config().map_err(PeerError::Tls)?);
-            router.serve_with_incoming_shutdown(handshakes(listener, acceptor, shutdown), stopped).await
+            router.serve_with_incoming_shutdown(handshakes(listener, acceptor, &serving), stopped).await
         }
     }
     .map_err(PeerError::Serve)
@@ -105,10 +105,11 @@ fn nodelay(stream: &TcpStream) {
 fn handshakes(
     listener: TcpListener,
     acceptor: TlsAcceptor,
-    shutdown: CancellationToken,
+    tasks: &Tasks,
 ) -> ReceiverStream<std::io::Result<TlsStream<TcpStream>>> {
     let (tx, rx) = mpsc::channel(16);
-    tokio::spawn(async move {
+    let (shutdown, handshaking) = (tasks.signal().clone(), tasks.clone());
+    tasks.spawn(async move {
         loop {
             let (stream, remote) = tokio::select! {
                 () = shutdown.cancelled() => return,
@@ -122,7 +123,7 @@ fn handshakes(
             };
             nodelay(&stream);
             let (acceptor, tx) = (acceptor.clone(), tx.clone());
-            tokio::spawn(async move {
+            handshaking.spawn(async move {
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                     Ok(Ok(tls)) => {
                         let _ = tx.send(Ok(tls)).await;
@@ -141,7 +142,8 @@ struct PeerApi {
     /// The name of the Pod this daemon runs in (`POD_NAME`), which Service endpoints name.
     pod: Option<String>,
     rollout: Rollout,
-    shutdown: CancellationToken,
+    /// The serving group: each connection's task runs in it; its stop signal ends the connections.
+    tasks: Tasks,
 }
 
 #[tonic::async_trait]
@@ -188,8 +190,8 @@ impl PeerService for PeerApi {
         let (tx, rx) = mpsc::channel(ANSWER_QUEUE);
         let connection = self.inbox.connect(&sender, tx.clone());
         let inbox = self.inbox.clone();
-        let shutdown = self.shutdown.clone();
-        tokio::spawn(async move {
+        let shutdown = self.tasks.signal().clone();
+        self.tasks.spawn(async move {
             let _connection = connection;
             let mut storing = FuturesUnordered::new();
             loop {

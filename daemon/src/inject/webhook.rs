@@ -11,11 +11,13 @@ use std::{
 };
 
 use bytes::Bytes;
-use consistd_core::inject::sidecar::{self, Defaults, INJECT_LABEL, Injection};
+use consistd_core::{
+    inject::sidecar::{self, Defaults, INJECT_LABEL, Injection},
+    tasks::Tasks,
+};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::{body::Incoming, server::conn::http1, service::service_fn};
-use hyper_util::rt::TokioIo;
+use hyper::{body::Incoming, service::service_fn};
 use k8s_openapi::api::core::v1::Pod;
 use kube::{
     Client,
@@ -67,8 +69,10 @@ pub enum WebhookError {
     Tls(#[source] rustls::Error),
 }
 
-/// Serves the webhook until `shutdown`, keeping its certificates and the CA bundle current.
-pub async fn run(client: Client, settings: WebhookSettings, shutdown: CancellationToken) -> Result<(), WebhookError> {
+/// Serves the webhook until `tasks` stops, keeping its certificates and the CA bundle current; its
+/// connections and the certificate keeper run as tasks of `tasks`.
+pub async fn run(client: Client, settings: WebhookSettings, tasks: &Tasks) -> Result<(), WebhookError> {
+    let shutdown = tasks.signal();
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let pki = loop {
         match certs::ensure(&client, &settings.certs).await {
@@ -92,7 +96,7 @@ pub async fn run(client: Client, settings: WebhookSettings, shutdown: Cancellati
     let listener = TcpListener::bind(settings.listen).await.map_err(|e| WebhookError::Listen(settings.listen, e))?;
     tracing::info!(listen = %settings.listen, configuration = %settings.configuration, "injector webhook serving");
 
-    tokio::spawn(keep_current(client, settings.clone(), pki, serving, provider, shutdown.clone()));
+    tasks.spawn(keep_current(client, settings.clone(), pki, serving, provider, shutdown.clone()));
     let defaults = Arc::new(settings.defaults);
     loop {
         let (stream, peer) = tokio::select! {
@@ -105,8 +109,8 @@ pub async fn run(client: Client, settings: WebhookSettings, shutdown: Cancellati
                 }
             },
         };
-        let (acceptor, defaults) = (acceptor.clone(), defaults.clone());
-        tokio::spawn(async move {
+        let (acceptor, defaults, serving) = (acceptor.clone(), defaults.clone(), tasks.clone());
+        tasks.spawn(async move {
             let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                 Ok(Ok(stream)) => stream,
                 Ok(Err(error)) => return tracing::debug!(%peer, %error, "webhook TLS handshake failed"),
@@ -116,9 +120,7 @@ pub async fn run(client: Client, settings: WebhookSettings, shutdown: Cancellati
                 let defaults = defaults.clone();
                 async move { Ok::<_, Infallible>(route(request, &defaults).await) }
             });
-            if let Err(error) = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await {
-                tracing::debug!(%peer, %error, "webhook connection ended with an error");
-            }
+            consistd_server::http1::spawn(stream, service, &serving, "webhook");
         });
     }
 }

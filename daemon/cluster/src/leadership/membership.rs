@@ -19,11 +19,12 @@ use consistd_core::{
         MEMBER_OF_LABEL, PEER_ADDRESS_ANNOTATION,
     },
     names,
+    tasks::Tasks,
 };
 use k8s_openapi::{api::coordination::v1::Lease, apimachinery::pkg::apis::meta::v1::MicroTime};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde::Deserialize;
-use tokio::{sync::watch, task::JoinHandle};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::Key;
@@ -45,13 +46,14 @@ pub(super) struct Membership {
     identity: String,
     announce: Option<Announce>,
     held: Mutex<HashMap<Key, Seat>>,
+    /// Runs the keepers; its stop signal ends every seat, and shutdown waits for the keepers through it.
+    tasks: Tasks,
 }
 
 #[derive(Debug)]
 struct Seat {
     uses: usize,
     stop: CancellationToken,
-    task: JoinHandle<()>,
     /// The applied version to announce.
     applied: watch::Sender<u64>,
     /// What the keeper's writes of the member Lease came to.
@@ -168,8 +170,8 @@ impl std::fmt::Debug for Membership {
 }
 
 impl Membership {
-    pub(super) fn new(client: kube::Client, identity: String, announce: Option<Announce>) -> Self {
-        Self { client, identity, announce, held: Mutex::new(HashMap::new()) }
+    pub(super) fn new(client: kube::Client, identity: String, announce: Option<Announce>, tasks: Tasks) -> Self {
+        Self { client, identity, announce, held: Mutex::new(HashMap::new()), tasks }
     }
 
     /// Joins `key`'s group until the returned guard drops; None when this daemon has no peer address.
@@ -179,7 +181,7 @@ impl Membership {
         match held.get_mut(key) {
             Some(h) => h.uses += 1,
             None => {
-                let stop = CancellationToken::new();
+                let stop = self.tasks.signal().child_token();
                 let (applied, to_announce) = watch::channel(0);
                 let (confirm, written) = watch::channel(Written::default());
                 let keeper = Keeper {
@@ -190,8 +192,8 @@ impl Membership {
                     applied: to_announce,
                     written: confirm,
                 };
-                let task = tokio::spawn(keeper.run(stop.clone()));
-                held.insert(key.clone(), Seat { uses: 1, stop, task, applied, written });
+                self.tasks.spawn(keeper.run(stop.clone()));
+                held.insert(key.clone(), Seat { uses: 1, stop, applied, written });
             }
         }
         Some(SeatGuard { membership: self.clone(), key: key.clone() })
@@ -229,20 +231,6 @@ impl Membership {
     pub(super) fn applied(&self, key: &Key) -> u64 {
         let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         held.get(key).map_or(0, |h| *h.applied.borrow())
-    }
-
-    /// Leaves every group (deleting the member Leases), waiting at most `grace`.
-    pub(super) async fn shutdown(&self, grace: Duration) {
-        let tasks: Vec<JoinHandle<()>> = {
-            let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-            held.drain()
-                .map(|(_, h)| {
-                    h.stop.cancel();
-                    h.task
-                })
-                .collect()
-        };
-        let _ = tokio::time::timeout(grace, futures::future::join_all(tasks)).await;
     }
 }
 

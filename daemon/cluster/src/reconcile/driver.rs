@@ -725,7 +725,8 @@ mod tests {
     use kube::runtime::watcher;
 
     use super::*;
-    use consistd_core::config::Live;
+    use consistd_core::{config::Live, tasks::Tasks};
+    use tokio_util::sync::CancellationToken;
 
     use crate::{
         leadership::Leadership,
@@ -780,10 +781,13 @@ mod tests {
         fn new(comparable: bool) -> Self {
             let metrics = Metrics::new();
             let client = unused_client();
-            let hub = Hub::new(client.clone(), consistd_core::config::WatchConfig::default(), metrics.clone());
-            let leadership = Leadership::new(client, hub.clone(), "me".into(), "ns".into(), None, metrics.clone());
+            let tasks = Tasks::new();
+            let hub = Hub::new(client.clone(), consistd_core::config::WatchConfig::default(), metrics.clone(), &tasks);
+            let leadership =
+                Leadership::new(client, hub.clone(), "me".into(), "ns".into(), None, metrics.clone(), &tasks);
+            let linger = Duration::from_secs(5);
             let reconciler =
-                Reconciler::new(hub.clone(), leadership, metrics.clone(), Live::fixed(TIMEOUT), Duration::from_secs(5));
+                Reconciler::new(hub.clone(), leadership, metrics.clone(), Live::fixed(TIMEOUT), linger, &tasks);
             let expectations = hub.expectations().clone();
             let watch = |label_selector: &str| {
                 let key = WatchKey {
@@ -792,7 +796,12 @@ mod tests {
                     label_selector: label_selector.into(),
                     field_selector: String::new(),
                 };
-                SharedWatch::new(key, Limits { queue: 64, history: 64 }, expectations.clone())
+                SharedWatch::new(
+                    key,
+                    Limits { queue: 64, history: 64 },
+                    expectations.clone(),
+                    &CancellationToken::new(),
+                )
             };
             let (primary, related) = (watch(""), watch("owner"));
             let spec = QueueSpec {

@@ -6,7 +6,7 @@ use std::{
     sync::{Arc, Mutex, MutexGuard, PoisonError},
 };
 
-use consistd_core::config::WatchConfig;
+use consistd_core::{config::WatchConfig, tasks::Tasks};
 use consistd_observe::metrics::Metrics;
 use futures::StreamExt;
 use kube::{
@@ -46,6 +46,8 @@ pub struct Hub {
     resolver: Resolver,
     config: WatchConfig,
     metrics: Metrics,
+    /// Runs the upstream watches and their linger timers; its stop signal ends every watch.
+    tasks: Tasks,
     watches: Mutex<HashMap<WatchKey, Running>>,
     expectations: Expectations,
     /// Per resource: whether the apiserver serves it streaming lists (WatchList needs the resource's
@@ -87,13 +89,14 @@ impl Drop for WatchClaim {
 }
 
 impl Hub {
-    /// A hub that watches through `client`.
-    pub fn new(client: Client, config: WatchConfig, metrics: Metrics) -> Arc<Self> {
+    /// A hub that watches through `client`, its watches run as tasks of `tasks` until it stops.
+    pub fn new(client: Client, config: WatchConfig, metrics: Metrics, tasks: &Tasks) -> Arc<Self> {
         Arc::new(Self {
             resolver: Resolver::new(client.clone()),
             client,
             config,
             metrics,
+            tasks: tasks.clone(),
             watches: Mutex::new(HashMap::new()),
             expectations: Expectations::default(),
             streaming_lists: Mutex::new(HashMap::new()),
@@ -227,10 +230,10 @@ impl Hub {
         self.metrics.watch_subscribers.inc();
         let held = watches.entry(key.clone()).or_insert_with(|| {
             let limits = Limits { queue: self.config.subscriber_queue, history: self.config.history };
-            let watch = SharedWatch::new(key.clone(), limits, self.expectations.clone());
+            let watch = SharedWatch::new(key.clone(), limits, self.expectations.clone(), self.tasks.signal());
             tracing::info!(resource = %key.resource.plural, namespace = %key.namespace, label_selector = %key.label_selector, field_selector = %key.field_selector, "starting upstream watch");
             self.metrics.watch_upstreams.inc();
-            tokio::spawn(watch.clone().run(api, config, self.metrics.clone()));
+            self.tasks.spawn(watch.clone().run(api, config, self.metrics.clone()));
             Running { watch, subscribers: 0 }
         });
         held.subscribers += 1;
@@ -250,8 +253,12 @@ impl Hub {
             return;
         }
         let (hub, watch) = (self.clone(), watch.clone());
-        tokio::spawn(async move {
-            tokio::time::sleep(hub.config.linger).await;
+        self.tasks.spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep(hub.config.linger) => {}
+                // The watch itself stops with the hub's tasks.
+                () = hub.tasks.stopping() => return,
+            }
             let mut watches = hub.lock();
             let idle = watches.get(&watch.key).is_some_and(|h| h.subscribers == 0 && Arc::ptr_eq(&h.watch, &watch));
             if idle {

@@ -132,15 +132,21 @@ struct SubscriberQueue {
 }
 
 impl SharedWatch {
-    /// A watch for `key` that has not started yet; see [`SharedWatch::run`].
-    pub(crate) fn new(key: WatchKey, limits: Limits, expectations: Expectations) -> Arc<Self> {
+    /// A watch for `key` that has not started yet (see [`SharedWatch::run`]); it stops on
+    /// [`stop`](Self::stop) or when `stopping` is cancelled (the daemon stops).
+    pub(crate) fn new(
+        key: WatchKey,
+        limits: Limits,
+        expectations: Expectations,
+        stopping: &CancellationToken,
+    ) -> Arc<Self> {
         Arc::new(Self {
             incarnation: rand::random(),
             key,
             limits,
             expectations,
             state: Mutex::new(WatchState::default()),
-            stop: CancellationToken::new(),
+            stop: stopping.child_token(),
             high_water: AtomicU64::new(0),
         })
     }
@@ -418,7 +424,7 @@ mod tests {
             label_selector: String::new(),
             field_selector: String::new(),
         };
-        SharedWatch::new(key, Limits { queue, history }, Expectations::default())
+        SharedWatch::new(key, Limits { queue, history }, Expectations::default(), &CancellationToken::new())
     }
 
     fn list(w: &SharedWatch, m: &Metrics, objs: Vec<RawObject>) {

@@ -31,7 +31,7 @@ async fn open(dir: &std::path::Path, max_pending: usize) -> Inbox {
 async fn open_with(dir: &std::path::Path, config: consistd_core::config::InboxConfig) -> Inbox {
     // A previous inbox on the same directory may still be letting go of the file.
     let store = crate::store::open_when_free(dir).await;
-    Inbox::open(store, "receiver".to_owned(), Live::fixed(config), &["daemon.own/"], Metrics::new())
+    Inbox::open(store, "receiver".to_owned(), Live::fixed(config), &["daemon.own/"], Metrics::new(), &Tasks::new())
         .expect("open inbox")
 }
 
@@ -102,7 +102,7 @@ async fn the_app_is_shown_a_message_only_once_it_is_stored_and_never_one_whose_w
         Ok(())
     });
     writer_held.recv_timeout(Duration::from_secs(5)).expect("the writer is held");
-    let accepting = tokio::spawn({
+    let accepting = consistd_testkit::spawn({
         let inbox = inbox.clone();
         async move { inbox.accept("s", message(1, "r", "e")).await }
     });

@@ -103,7 +103,7 @@ impl Outbox {
             wake: Arc::new(Notify::new()),
         };
         if let Some(transport) = &self.inner.transport {
-            tokio::spawn(run(self.clone(), transport.clone(), peer.to_owned(), link.id, link.wake.clone()));
+            self.inner.tasks.spawn(run(self.clone(), transport.clone(), peer.to_owned(), link.id, link.wake.clone()));
         }
         state.links.insert(peer.to_owned(), link);
     }
@@ -121,7 +121,7 @@ impl Outbox {
 
 /// Runs the link `id` to `peer` until it is removed from the outbox or the daemon stops.
 pub(super) async fn run(outbox: Outbox, transport: Transport, peer: String, id: u64, wake: Arc<Notify>) {
-    let shutdown = outbox.inner.shutdown.clone();
+    let shutdown = outbox.inner.tasks.signal().clone();
     let mut failures = 0u32;
     loop {
         if shutdown.is_cancelled() || outbox.retire_unused(&peer, id, false) == LinkUse::Gone {
@@ -182,7 +182,7 @@ async fn exchange(outbox: &Outbox, t: &Transport, peer: &str, id: u64, wake: &No
         .map_err(|s| broken(format!("open exchange with {peer}: {}", s.message()), false))?
         .into_inner();
     outbox.link_up(peer, id);
-    let shutdown = outbox.inner.shutdown.clone();
+    let shutdown = outbox.inner.tasks.signal().clone();
     loop {
         let linger_until = match outbox.retire_unused(peer, id, true) {
             LinkUse::Gone => return Ok(()),

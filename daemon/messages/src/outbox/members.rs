@@ -54,16 +54,25 @@ impl Members {
     pub(super) fn follow(&self, target: &Destination, outbox: Outbox) -> Following {
         let hub = self.hub.clone();
         let target = target.clone();
-        Following(tokio::spawn(async move {
+        let tasks = outbox.inner.tasks.clone();
+        let stopping = tasks.signal().clone().cancelled_owned();
+        Following(tasks.spawn(async move {
             let Some(hub) = hub else { return };
-            match &target {
-                Destination::Service { namespace, name } => {
-                    follow_service(&hub, &target, namespace, name, &outbox).await
+            let following = async {
+                match &target {
+                    Destination::Service { namespace, name } => {
+                        follow_service(&hub, &target, namespace, name, &outbox).await
+                    }
+                    Destination::Election { namespace, name } => {
+                        follow_election(&hub, &target, namespace, name, &outbox).await;
+                    }
+                    Destination::Peer(_) => {}
                 }
-                Destination::Election { namespace, name } => {
-                    follow_election(&hub, &target, namespace, name, &outbox).await;
-                }
-                Destination::Peer(_) => {}
+            };
+            // The hub's watches end when the daemon stops; without this the follower would subscribe again.
+            tokio::select! {
+                () = following => {}
+                () = stopping => {}
             }
         }))
     }

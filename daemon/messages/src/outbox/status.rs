@@ -114,12 +114,12 @@ impl Outbox {
     /// Updates the pending and oldest-pending gauges every second.
     pub(super) fn spawn_gauges(&self) {
         let outbox = self.clone();
-        tokio::spawn(async move {
+        self.inner.tasks.spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             loop {
                 tokio::select! {
                     _ = tick.tick() => {}
-                    () = outbox.inner.shutdown.cancelled() => return,
+                    () = outbox.inner.tasks.stopping() => return,
                 }
                 let (pending, oldest) = {
                     let state = outbox.lock();

@@ -8,7 +8,7 @@ use super::*;
 /// A peer nobody listens on: deliveries stay pending, so ACKs can be played by the test.
 const PEER: &str = "127.0.0.1:1";
 
-fn parts(config: OutboxConfig, shutdown: &CancellationToken) -> OutboxParts {
+fn parts(config: OutboxConfig, tasks: &Tasks) -> OutboxParts {
     let backoff = BackoffConfig { initial: Duration::from_secs(1), factor: 2.0, cap: Duration::from_secs(5) };
     OutboxParts {
         config: Live::fixed(OutboxConfig { backoff, ..config }),
@@ -16,7 +16,7 @@ fn parts(config: OutboxConfig, shutdown: &CancellationToken) -> OutboxParts {
         members: Members::none(),
         namespace: "ns".to_owned(),
         metrics: Metrics::new(),
-        shutdown: shutdown.clone(),
+        tasks: tasks.clone(),
     }
 }
 
@@ -43,9 +43,9 @@ fn pending_sequences(outbox: &Outbox) -> Vec<u64> {
 #[tokio::test]
 async fn a_newer_event_supersedes_and_an_ack_for_the_older_never_clears_it() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let shutdown = CancellationToken::new();
+    let tasks = Tasks::new();
     let outbox =
-        Outbox::open(Store::open(dir.path()).expect("store"), parts(OutboxConfig::default(), &shutdown)).expect("open");
+        Outbox::open(Store::open(dir.path()).expect("store"), parts(OutboxConfig::default(), &tasks)).expect("open");
     let mut outcomes = outbox.outcomes();
     let s1 = outbox.send(out(PEER, "r", "e1")).await.expect("send e1");
     let s2 = outbox.send(out(PEER, "r", "e2")).await.expect("send e2");
@@ -66,16 +66,16 @@ async fn a_newer_event_supersedes_and_an_ack_for_the_older_never_clears_it() {
     // A second ACK for the same message is ignored.
     outbox.acked(PEER, s2, "r", "e2");
     assert!(outcomes.try_recv().is_err());
-    shutdown.cancel();
+    tasks.signal_stop();
 }
 
 #[tokio::test]
 async fn bounds_refuse_with_a_message_naming_the_limit_and_superseding_still_works_when_full() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let shutdown = CancellationToken::new();
+    let tasks = Tasks::new();
     let config =
         OutboxConfig { max_payload_bytes: 8, max_pending_per_destination: 2, max_pending: 3, ..Default::default() };
-    let outbox = Outbox::open(Store::open(dir.path()).expect("store"), parts(config, &shutdown)).expect("open");
+    let outbox = Outbox::open(Store::open(dir.path()).expect("store"), parts(config, &tasks)).expect("open");
     outbox.send(out(PEER, "a", "1")).await.expect("first");
     outbox.send(out(PEER, "b", "1")).await.expect("second");
     let e = outbox.send(out(PEER, "c", "1")).await.expect_err("destination full");
@@ -99,14 +99,14 @@ async fn bounds_refuse_with_a_message_naming_the_limit_and_superseding_still_wor
         "{e}"
     );
     assert_eq!(outbox.status().1, 3);
-    shutdown.cancel();
+    tasks.signal_stop();
 }
 
 #[tokio::test]
 async fn the_byte_bound_counts_held_payloads_frees_them_on_ack_and_still_lets_a_message_be_replaced() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let shutdown = CancellationToken::new();
-    let outbox = Outbox::open(Store::open(dir.path()).expect("store"), parts(config_of(16), &shutdown)).expect("open");
+    let tasks = Tasks::new();
+    let outbox = Outbox::open(Store::open(dir.path()).expect("store"), parts(config_of(16), &tasks)).expect("open");
     let sized = |resource: &str, event: &str, bytes: &'static [u8]| {
         let mut o = out(PEER, resource, event);
         o.payload = Bytes::from_static(bytes);
@@ -128,16 +128,16 @@ async fn the_byte_bound_counts_held_payloads_frees_them_on_ack_and_still_lets_a_
     assert!(a < a2);
     // A restart counts what it loads.
     drop(outbox);
-    shutdown.cancel();
-    let shutdown = CancellationToken::new();
+    tasks.signal_stop();
+    let tasks = Tasks::new();
     let store = crate::store::open_when_free(dir.path()).await;
-    let outbox = Outbox::open(store, parts(config_of(16), &shutdown)).expect("reopen");
+    let outbox = Outbox::open(store, parts(config_of(16), &tasks)).expect("reopen");
     let e = outbox.send(sized("e", "1", b"12345")).await.expect_err("16 + 5 bytes after the restart");
     assert!(
         matches!(&e, OutboxError::Exhausted(b @ Bound::PendingBytes { .. }) if b.to_string().contains("16 payload bytes")),
         "{e}"
     );
-    shutdown.cancel();
+    tasks.signal_stop();
 }
 
 fn config_of(max_pending_bytes: usize) -> OutboxConfig {
@@ -147,26 +147,26 @@ fn config_of(max_pending_bytes: usize) -> OutboxConfig {
 #[tokio::test]
 async fn sends_are_refused_without_a_transport_and_group_destinations_without_kubernetes() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let shutdown = CancellationToken::new();
-    let mut p = parts(OutboxConfig::default(), &shutdown);
+    let tasks = Tasks::new();
+    let mut p = parts(OutboxConfig::default(), &tasks);
     p.transport = None;
     let outbox = Outbox::open(Store::open(dir.path()).expect("store"), p).expect("open");
     assert!(matches!(outbox.send(out(PEER, "a", "1")).await, Err(OutboxError::NotConfigured)));
     let dir = tempfile::tempdir().expect("temp dir");
     let outbox =
-        Outbox::open(Store::open(dir.path()).expect("store"), parts(OutboxConfig::default(), &shutdown)).expect("open");
+        Outbox::open(Store::open(dir.path()).expect("store"), parts(OutboxConfig::default(), &tasks)).expect("open");
     let mut group = out(PEER, "a", "1");
     group.destination = Destination::Service { namespace: "ns".into(), name: "web".into() };
     assert!(matches!(outbox.send(group).await, Err(OutboxError::Unsupported(_))));
-    shutdown.cancel();
+    tasks.signal_stop();
 }
 
 #[tokio::test]
 async fn stored_messages_survive_a_restart_and_sequences_never_go_back() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let shutdown = CancellationToken::new();
+    let tasks = Tasks::new();
     let outbox =
-        Outbox::open(Store::open(dir.path()).expect("store"), parts(OutboxConfig::default(), &shutdown)).expect("open");
+        Outbox::open(Store::open(dir.path()).expect("store"), parts(OutboxConfig::default(), &tasks)).expect("open");
     let trace = TraceContext {
         traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".to_owned(),
         tracestate: "a=1".to_owned(),
@@ -175,13 +175,13 @@ async fn stored_messages_survive_a_restart_and_sequences_never_go_back() {
     let s2 = outbox.send(out(PEER, "r2", "e1")).await.expect("send");
     let s3 = outbox.send(out(PEER, "r3", "e1")).await.expect("send");
     outbox.acked(PEER, s3, "r3", "e1");
-    shutdown.cancel();
+    tasks.signal_stop();
     drop(outbox);
 
     // The store is free once the outbox's tasks have seen the shutdown.
-    let shutdown = CancellationToken::new();
+    let tasks = Tasks::new();
     let store = crate::store::open_when_free(dir.path()).await;
-    let outbox = Outbox::open(store, parts(OutboxConfig::default(), &shutdown)).expect("reopen");
+    let outbox = Outbox::open(store, parts(OutboxConfig::default(), &tasks)).expect("reopen");
     assert_eq!(pending_sequences(&outbox), vec![s1, s2]);
     let (destinations, total) = outbox.status();
     assert_eq!(total, 2);
@@ -189,25 +189,25 @@ async fn stored_messages_survive_a_restart_and_sequences_never_go_back() {
     assert_eq!(destinations[0].pending[0].message.trace, trace, "its trace is kept");
     let s4 = outbox.send(out(PEER, "r4", "e1")).await.expect("send");
     assert!(s4 > s3, "{s4} must be above every earlier id ({s3})");
-    shutdown.cancel();
+    tasks.signal_stop();
 }
 
 #[tokio::test]
 async fn settle_waits_for_held_messages_and_says_how_many_remain() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let shutdown = CancellationToken::new();
+    let tasks = Tasks::new();
     let outbox =
-        Outbox::open(Store::open(dir.path()).expect("store"), parts(OutboxConfig::default(), &shutdown)).expect("open");
+        Outbox::open(Store::open(dir.path()).expect("store"), parts(OutboxConfig::default(), &tasks)).expect("open");
     let sequence = outbox.send(out(PEER, "r", "e1")).await.expect("send");
     assert_eq!(outbox.settle(Duration::from_millis(100)).await, 1, "nobody ACKs: still held after the wait");
 
     let acking = outbox.clone();
-    tokio::spawn(async move {
+    consistd_testkit::spawn(async move {
         tokio::time::sleep(Duration::from_millis(50)).await;
         acking.acked(PEER, sequence, "r", "e1");
     });
     let started = std::time::Instant::now();
     assert_eq!(outbox.settle(Duration::from_secs(10)).await, 0, "the ACK settles it");
     assert!(started.elapsed() < Duration::from_secs(5), "settle returns once nothing is held");
-    shutdown.cancel();
+    tasks.signal_stop();
 }

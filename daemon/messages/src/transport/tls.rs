@@ -10,8 +10,7 @@ use std::{
     sync::{Arc, RwLock},
 };
 
-use consistd_core::config::TlsConfig;
-use consistd_core::mounted::Changes;
+use consistd_core::{config::TlsConfig, mounted::Changes, tasks::Tasks};
 use rustls::{
     ClientConfig, DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme,
     client::{
@@ -26,7 +25,6 @@ use rustls::{
     },
     sign::CertifiedKey,
 };
-use tokio_util::sync::CancellationToken;
 
 /// The protocol both ends speak inside TLS.
 const ALPN_H2: &[u8] = b"h2";
@@ -149,12 +147,14 @@ impl PeerTls {
         Ok(true)
     }
 
-    /// Reloads whenever the files' directories change (and every minute regardless) until `shutdown`.
-    pub fn spawn_watch(&self, shutdown: CancellationToken) {
+    /// Reloads, as a task of `tasks`, whenever the files' directories change (and every minute regardless)
+    /// until the group stops.
+    pub fn spawn_watch(&self, tasks: &Tasks) {
         let files = &self.shared.files;
         let mut changes = Changes::watch(&[&files.cert_file, &files.key_file, &files.ca_file], "the peer TLS files");
         let tls = self.clone();
-        tokio::spawn(async move {
+        let shutdown = tasks.signal().clone();
+        tasks.spawn(async move {
             loop {
                 tokio::select! {
                     () = shutdown.cancelled() => return,

@@ -4,11 +4,10 @@
 
 use std::time::Duration;
 
-use consistd_core::config::Service;
+use consistd_core::{config::Service, tasks::Tasks};
 use consistd_messages::inbox::Inbox;
 use consistd_proto::v1::{self as pb, inbox_service_server::InboxService};
 use futures::FutureExt as _;
-use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::ResponseStream;
@@ -26,12 +25,13 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 60 * 60);
 pub(crate) struct InboxApi {
     inbox: Inbox,
     access: Access,
-    shutdown: CancellationToken,
+    /// The serving group: per-call tasks run in it; its stop signal ends open streams.
+    tasks: Tasks,
 }
 
 impl InboxApi {
-    pub(crate) fn new(inbox: Inbox, access: Access, shutdown: CancellationToken) -> Self {
-        Self { inbox, access, shutdown }
+    pub(crate) fn new(inbox: Inbox, access: Access, tasks: Tasks) -> Self {
+        Self { inbox, access, tasks }
     }
 
     /// Refuses the call unless access.rules grant the inbox to the caller.
@@ -72,7 +72,7 @@ impl InboxService for InboxApi {
             };
             Some((Ok(pb::ReceiveResponse { message: Some(message) }), receiver))
         });
-        Ok(Response::new(super::until_shutdown(stream, &self.shutdown, "InboxService.Receive")))
+        Ok(Response::new(super::until_shutdown(stream, self.tasks.signal(), "InboxService.Receive")))
     }
 
     async fn ack(&self, request: Request<pb::AckRequest>) -> Result<Response<pb::AckResponse>, Status> {
@@ -88,7 +88,7 @@ impl InboxService for InboxApi {
     ) -> Result<Response<Self::AckStreamStream>, Status> {
         self.allowed(&request).await?;
         let inbox = self.inbox.clone();
-        let answers = ordered::answer_in_order(request.into_inner(), move |r: pb::AckStreamRequest| {
+        let answers = ordered::answer_in_order(&self.tasks, request.into_inner(), move |r: pb::AckStreamRequest| {
             // Each ACK starts being recorded on arrival (Inbox::ack runs in a task of its own).
             let acked = message_id(&r.message_id).map(|id| inbox.ack(id));
             async move {
@@ -105,7 +105,7 @@ impl InboxService for InboxApi {
                 .boxed()
             }
         });
-        Ok(Response::new(super::answers_until_shutdown(answers, &self.shutdown, "InboxService.AckStream")))
+        Ok(Response::new(super::answers_until_shutdown(answers, self.tasks.signal(), "InboxService.AckStream")))
     }
 
     async fn nack(&self, request: Request<pb::NackRequest>) -> Result<Response<pb::NackResponse>, Status> {

@@ -4,11 +4,13 @@
 use std::{sync::Arc, time::Duration};
 
 use consistd_cluster::leadership::{Key, Leadership, Role};
-use consistd_core::config::{Service, Timing};
+use consistd_core::{
+    config::{Service, Timing},
+    tasks::Tasks,
+};
 use consistd_proto::v1::{self as pb, leadership_service_server::LeadershipService};
 use futures::StreamExt;
 use tokio_stream::wrappers::WatchStream;
-use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use super::ResponseStream;
@@ -26,12 +28,13 @@ const FIRST_OBSERVATION: Duration = Duration::from_secs(2);
 pub(crate) struct LeadershipApi {
     leadership: Arc<Leadership>,
     access: Access,
-    shutdown: CancellationToken,
+    /// The serving group: per-call tasks run in it; its stop signal ends open streams.
+    tasks: Tasks,
 }
 
 impl LeadershipApi {
-    pub(crate) fn new(leadership: Arc<Leadership>, access: Access, shutdown: CancellationToken) -> Self {
-        Self { leadership, access, shutdown }
+    pub(crate) fn new(leadership: Arc<Leadership>, access: Access, tasks: Tasks) -> Self {
+        Self { leadership, access, tasks }
     }
 
     /// The election a request names, once access.rules grant `verb` on it to the caller.
@@ -70,7 +73,7 @@ impl LeadershipService for LeadershipApi {
             let _candidacy = &campaign;
             Ok(pb::CampaignResponse { status: Some(to_pb(&key, &s)) })
         });
-        Ok(Response::new(super::until_shutdown(stream, &self.shutdown, "LeadershipService.Campaign")))
+        Ok(Response::new(super::until_shutdown(stream, self.tasks.signal(), "LeadershipService.Campaign")))
     }
 
     async fn observe(&self, request: Request<pb::ObserveRequest>) -> Result<Response<Self::ObserveStream>, Status> {
@@ -78,7 +81,7 @@ impl LeadershipService for LeadershipApi {
         let key = self.key(&request, "observe", &r.election, &r.namespace).await?;
         let states = self.leadership.observe(&key);
         let stream = WatchStream::new(states).map(move |s| Ok(pb::ObserveResponse { status: Some(to_pb(&key, &s)) }));
-        Ok(Response::new(super::until_shutdown(stream, &self.shutdown, "LeadershipService.Observe")))
+        Ok(Response::new(super::until_shutdown(stream, self.tasks.signal(), "LeadershipService.Observe")))
     }
 
     async fn get_leadership(

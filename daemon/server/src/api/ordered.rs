@@ -3,6 +3,7 @@
 
 use std::future::Future;
 
+use consistd_core::tasks::Tasks;
 use futures::{FutureExt as _, StreamExt as _, future::BoxFuture};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -17,6 +18,7 @@ pub(crate) const IN_FLIGHT: usize = 1024;
 /// its own); the answers come out in request order. The answers end after the requests end, or with
 /// the status of a broken request stream after the answers before it.
 pub(crate) fn answer_in_order<Req, Resp, Accept, Fut>(
+    tasks: &Tasks,
     mut requests: Streaming<Req>,
     mut accept: Accept,
 ) -> impl futures::Stream<Item = Result<Resp, Status>> + Send + 'static
@@ -27,7 +29,7 @@ where
     Fut: Future<Output = BoxFuture<'static, Result<Resp, Status>>> + Send,
 {
     let (answers, pending) = mpsc::channel::<BoxFuture<'static, Result<Resp, Status>>>(IN_FLIGHT);
-    tokio::spawn(async move {
+    tasks.spawn(async move {
         loop {
             let (answer, last) = match requests.message().await {
                 Ok(Some(request)) => (accept(request).await, false),

@@ -4,13 +4,12 @@
 
 use std::sync::Arc;
 
-use consistd_core::config::Service;
+use consistd_core::{config::Service, tasks::Tasks};
 use consistd_messages::outbox::{Admitted, Destination, Outbox, OutcomeKind, Outgoing};
 use consistd_observe::telemetry::TraceContext;
 use consistd_proto::v1::{self as pb, outbox_service_server::OutboxService};
 use futures::{FutureExt as _, StreamExt};
 use tokio::sync::broadcast::error::RecvError;
-use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::ResponseStream;
@@ -31,12 +30,13 @@ pub(crate) struct OutboxApi {
     outbox: Outbox,
     namespace: String,
     access: Access,
-    shutdown: CancellationToken,
+    /// The serving group: per-call tasks run in it; its stop signal ends open streams.
+    tasks: Tasks,
 }
 
 impl OutboxApi {
-    pub(crate) fn new(outbox: Outbox, namespace: String, access: Access, shutdown: CancellationToken) -> Self {
-        Self { outbox, namespace, access, shutdown }
+    pub(crate) fn new(outbox: Outbox, namespace: String, access: Access, tasks: Tasks) -> Self {
+        Self { outbox, namespace, access, tasks }
     }
 
     /// Refuses `verb` (on `destination`, for a send) unless access.rules grant it to `caller`.
@@ -126,7 +126,7 @@ impl OutboxService for OutboxApi {
         let caller = Caller::from_request(&request);
         let headers = TraceContext::of_headers(request.metadata().as_ref());
         let api = Arc::new(self.clone());
-        let answers = ordered::answer_in_order(request.into_inner(), move |r: pb::SendStreamRequest| {
+        let answers = ordered::answer_in_order(&self.tasks, request.into_inner(), move |r: pb::SendStreamRequest| {
             let (api, headers) = (api.clone(), headers.clone());
             async move {
                 let admitted = match r.message {
@@ -150,7 +150,7 @@ impl OutboxService for OutboxApi {
                     .boxed()
             }
         });
-        Ok(Response::new(super::answers_until_shutdown(answers, &self.shutdown, "OutboxService.SendStream")))
+        Ok(Response::new(super::answers_until_shutdown(answers, self.tasks.signal(), "OutboxService.SendStream")))
     }
 
     async fn watch_acks(
@@ -185,7 +185,7 @@ impl OutboxService for OutboxApi {
             *ended = item.is_err();
             futures::future::ready(Some(item))
         });
-        Ok(Response::new(super::until_shutdown(stream, &self.shutdown, "OutboxService.WatchAcks")))
+        Ok(Response::new(super::until_shutdown(stream, self.tasks.signal(), "OutboxService.WatchAcks")))
     }
 
     async fn get_outbox_status(

@@ -10,12 +10,11 @@ use consistd_cluster::{
         queue::Completion,
     },
 };
-use consistd_core::{config::Service, names};
+use consistd_core::{config::Service, names, tasks::Tasks};
 use consistd_proto::v1::{self as pb, reconcile_service_server::ReconcileService};
 use futures::StreamExt as _;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
-use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::{
@@ -40,17 +39,13 @@ pub(crate) struct ReconcileApi {
     reconciler: Arc<Reconciler>,
     leadership: Arc<Leadership>,
     access: Access,
-    shutdown: CancellationToken,
+    /// The serving group: per-call tasks run in it; its stop signal ends open streams.
+    tasks: Tasks,
 }
 
 impl ReconcileApi {
-    pub(crate) fn new(
-        reconciler: Arc<Reconciler>,
-        leadership: Arc<Leadership>,
-        access: Access,
-        shutdown: CancellationToken,
-    ) -> Self {
-        Self { reconciler, leadership, access, shutdown }
+    pub(crate) fn new(reconciler: Arc<Reconciler>, leadership: Arc<Leadership>, access: Access, tasks: Tasks) -> Self {
+        Self { reconciler, leadership, access, tasks }
     }
 
     /// A queue's queries are watches: access rules for WatchService's `watch` apply to each.
@@ -92,7 +87,7 @@ impl ReconcileService for ReconcileApi {
             })),
         };
         let (refusals, refused) = mpsc::channel(REFUSALS);
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             // The worker lives as long as the app sends: when its stream ends, its leases go back.
             while let Ok(Some(request)) = requests.message().await {
                 let answer = match request.request {
@@ -134,7 +129,7 @@ impl ReconcileService for ReconcileApi {
         let answers = futures::stream::once(async move { started })
             .chain(futures::stream::select(items, ReceiverStream::new(refused)))
             .map(Ok);
-        Ok(Response::new(super::answers_until_shutdown(answers, &self.shutdown, "ReconcileService.Reconcile")))
+        Ok(Response::new(super::answers_until_shutdown(answers, self.tasks.signal(), "ReconcileService.Reconcile")))
     }
 }
 

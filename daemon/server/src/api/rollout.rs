@@ -7,7 +7,10 @@
 use std::time::Duration;
 
 use consistd_cluster::leadership::{Key, Role};
-use consistd_core::config::{Service, Timing};
+use consistd_core::{
+    config::{Service, Timing},
+    tasks::Tasks,
+};
 use consistd_messages::rollout::{Arrived, Rollout, barrier::Standing};
 use consistd_proto::v1::{self as pb, rollout_service_server::RolloutService};
 use tokio::sync::mpsc;
@@ -32,12 +35,13 @@ const MAX_WAIT: Duration = Duration::from_secs(3600);
 pub(crate) struct RolloutApi {
     rollout: Rollout,
     access: Access,
-    shutdown: CancellationToken,
+    /// The serving group: per-call tasks run in it; its stop signal ends open streams.
+    tasks: Tasks,
 }
 
 impl RolloutApi {
-    pub(crate) fn new(rollout: Rollout, access: Access, shutdown: CancellationToken) -> Self {
-        Self { rollout, access, shutdown }
+    pub(crate) fn new(rollout: Rollout, access: Access, tasks: Tasks) -> Self {
+        Self { rollout, access, tasks }
     }
 
     /// The channel's election (same name, this daemon's namespace), once access.rules grant `verb` on
@@ -101,8 +105,8 @@ impl RolloutService for RolloutApi {
         // The app takes part in the channel for as long as the stream is open.
         let (campaign, states) = leadership.campaign(&key, "", Timing::default()).map_err(status::leadership_error)?;
         let (tx, rx) = mpsc::channel(16);
-        let (rollout, shutdown) = (self.rollout.clone(), self.shutdown.clone());
-        tokio::spawn(async move {
+        let (rollout, shutdown) = (self.rollout.clone(), self.tasks.signal().clone());
+        self.tasks.spawn(async move {
             let _candidacy = campaign;
             stream_versions(rollout, key, states, tx, shutdown).await;
         });

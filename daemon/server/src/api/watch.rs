@@ -10,12 +10,11 @@ use consistd_cluster::watch::{
     object::Obj,
     shared::{Change, Item},
 };
-use consistd_core::config::Service;
+use consistd_core::{config::Service, tasks::Tasks};
 use consistd_observe::metrics::Metrics;
 use consistd_proto::v1::{self as pb, watch_service_server::WatchService};
 use tokio::{sync::mpsc, time::Instant};
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use super::{
@@ -34,12 +33,13 @@ pub(crate) struct WatchApi {
     hub: Arc<Hub>,
     access: Access,
     metrics: Metrics,
-    shutdown: CancellationToken,
+    /// The serving group: per-call tasks run in it; its stop signal ends open streams.
+    tasks: Tasks,
 }
 
 impl WatchApi {
-    pub(crate) fn new(hub: Arc<Hub>, access: Access, metrics: Metrics, shutdown: CancellationToken) -> Self {
-        Self { hub, access, metrics, shutdown }
+    pub(crate) fn new(hub: Arc<Hub>, access: Access, metrics: Metrics, tasks: Tasks) -> Self {
+        Self { hub, access, metrics, tasks }
     }
 }
 
@@ -68,8 +68,8 @@ impl WatchService for WatchApi {
             _ => Feed::Raw(subscription.every_event(), expectations),
         };
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
-        let shutdown = self.shutdown.clone();
-        tokio::spawn(async move {
+        let shutdown = self.tasks.signal().clone();
+        self.tasks.spawn(async move {
             loop {
                 let item = tokio::select! {
                     () = shutdown.cancelled() => {
