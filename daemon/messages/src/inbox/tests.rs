@@ -106,7 +106,7 @@ async fn the_app_is_shown_a_message_only_once_it_is_stored_and_never_one_whose_w
         let inbox = inbox.clone();
         async move { inbox.accept("s", message(1, "r", "e")).await }
     });
-    while inbox.lock().storing.is_empty() {
+    while inbox.lock().known(&("s".to_owned(), "r".to_owned(), "e".to_owned())) != state::Known::Storing {
         tokio::task::yield_now().await;
     }
     let mut receiver = inbox.receiver();
@@ -248,6 +248,7 @@ async fn only_the_newest_acks_of_a_resource_are_remembered() {
     let dir = tempfile::tempdir().expect("temp dir");
     let inbox = open(dir.path(), 100).await;
     let mut receiver = inbox.receiver();
+    use record::REMEMBERED_ACKS;
     for i in 0..(REMEMBERED_ACKS as u64 + 4) {
         inbox.accept("s", message(i + 1, "r", &format!("e{i}"))).await;
         let (m, _) = next(&mut receiver).await;
@@ -259,7 +260,7 @@ async fn only_the_newest_acks_of_a_resource_are_remembered() {
         .inner
         .store
         .read("count", |txn| {
-            let seen = txn.open_table(SEEN)?;
+            let seen = txn.open_table(record::SEEN)?;
             Ok(seen.range(("s", "r", "")..)?.count())
         })
         .expect("read");

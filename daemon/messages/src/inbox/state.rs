@@ -1,0 +1,393 @@
+//! What the inbox holds in memory, with no I/O: the messages waiting for an ACK by id and by
+//! deduplication key, those being stored, the app's queue with its leases and NACK delays, the daemon's
+//! own messages held apart, and where each sender's ACKs go. Each method says what became of the call;
+//! the inbox does the storing, the waking and the sending.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque},
+    sync::Arc,
+    time::Duration,
+};
+
+use consistd_core::config::InboxConfig;
+use consistd_proto::peer::v1::ExchangeResponse;
+use tokio::{sync::mpsc, time::Instant};
+
+use super::InboxMessage;
+
+/// ACKs kept per disconnected sender; beyond that the oldest wait for the sender's next resend,
+/// which is answered ACKED from the deduplication record.
+const UNSENT_ACKS: usize = 65_536;
+
+/// (sender, resource_id, event_id): what makes a message the same message.
+pub(super) type DedupKey = (String, String, String);
+
+pub(super) fn key_of(m: &InboxMessage) -> DedupKey {
+    (m.sender.clone(), m.resource_id.clone(), m.event_id.clone())
+}
+
+/// Why the inbox refuses a message now: it is full. Displays what the sending daemon is told (it retries
+/// with backoff), naming the setting.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum Full {
+    /// `inbox.maxPending` messages wait for the app.
+    #[error("the inbox of {identity} is full: {held} messages wait for its app (inbox.maxPending)")]
+    Messages { identity: String, held: usize },
+    /// The payload would pass `inbox.maxPendingBytes`.
+    #[error(
+        "the inbox of {identity} is full: {held} payload bytes wait for its app, and {bytes} more would pass \
+         inbox.maxPendingBytes ({max})"
+    )]
+    Bytes { identity: String, held: usize, bytes: usize, max: usize },
+}
+
+/// What an inbound message's key tells before it is stored.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Known {
+    /// Not in memory: new, or ACKed before (the deduplication record on disk says which).
+    No,
+    /// Being stored now: the first send is answered, this resend is not.
+    Storing,
+    /// Stored and waiting for the app.
+    Stored,
+}
+
+/// A message waiting for the app's ACK.
+#[derive(Debug)]
+pub(super) struct Pending {
+    pub(super) message: Arc<InboxMessage>,
+    /// Deliveries to the app so far.
+    pub(super) attempts: u32,
+    /// The receiver holding it, waiting for its ACK.
+    leased_to: Option<u64>,
+    /// Set while NACKed.
+    ready_at: Option<Instant>,
+}
+
+/// What a receiver gets when it asks for the next message.
+#[derive(Debug)]
+pub(super) enum Next {
+    /// This message, leased to the receiver, and its delivery attempt (1 for the first).
+    Message(Arc<InboxMessage>, u32),
+    /// Nothing ready: wait for a wake-up, or until this instant when a NACKed message becomes ready.
+    Wait(Option<Instant>),
+}
+
+#[derive(Debug, Default)]
+pub(super) struct InboxState {
+    messages: BTreeMap<u64, Pending>,
+    by_key: HashMap<DedupKey, u64>,
+    /// Messages whose write is not committed yet, not shown to anyone (a resend of one gets no answer;
+    /// the first will).
+    storing: HashSet<DedupKey>,
+    /// Ready for a receiver, oldest first.
+    queue: BTreeSet<u64>,
+    /// Payload bytes of `messages`, against inbox.maxPendingBytes.
+    bytes: usize,
+    /// Payload bytes of the messages being stored.
+    storing_bytes: usize,
+    /// Resource ids the daemon keeps for itself (see [`super::Inbox::open`]).
+    held_prefixes: Vec<&'static str>,
+    /// The daemon's own messages per resource_id, oldest first, until the part that reads them ACKs them.
+    held: HashMap<String, BTreeSet<u64>>,
+    /// NACKed: ready again at the instant.
+    delayed: BTreeSet<(Instant, u64)>,
+    /// The open connection of each sender, for sending ACKs back.
+    senders: HashMap<String, (u64, mpsc::Sender<ExchangeResponse>)>,
+    /// ACKs given while their sender was not connected, sent when it connects again.
+    unsent_acks: HashMap<String, VecDeque<ExchangeResponse>>,
+    next_connection: u64,
+    next_receiver: u64,
+}
+
+impl InboxState {
+    /// The state of an inbox whose store holds `messages`; those about a resource id under one of
+    /// `held_prefixes` are the daemon's own.
+    pub(super) fn new(held_prefixes: &[&'static str], messages: Vec<InboxMessage>) -> Self {
+        let mut state = Self { held_prefixes: held_prefixes.to_vec(), ..Self::default() };
+        for message in messages {
+            state.add(Arc::new(message));
+        }
+        state
+    }
+
+    /// Messages waiting for an ACK.
+    pub(super) fn pending(&self) -> usize {
+        self.messages.len()
+    }
+
+    /// Whether a message about `resource_id` is the daemon's own rather than the app's.
+    fn is_held(&self, resource_id: &str) -> bool {
+        self.held_prefixes.iter().any(|p| resource_id.starts_with(p))
+    }
+
+    /// Takes in a message: for the app's receivers, or held for the part of the daemon that reads it.
+    fn add(&mut self, message: Arc<InboxMessage>) {
+        let id = message.id;
+        self.by_key.insert(key_of(&message), id);
+        if self.is_held(&message.resource_id) {
+            self.held.entry(message.resource_id.clone()).or_default().insert(id);
+        } else {
+            self.queue.insert(id);
+        }
+        self.bytes += message.payload.len();
+        self.messages.insert(id, Pending { message, attempts: 0, leased_to: None, ready_at: None });
+    }
+
+    /// Forgets a message wherever it waits.
+    pub(super) fn remove(&mut self, id: u64) -> Option<Pending> {
+        let p = self.messages.remove(&id)?;
+        self.bytes -= p.message.payload.len();
+        self.by_key.remove(&key_of(&p.message));
+        self.queue.remove(&id);
+        if let Some(at) = p.ready_at {
+            self.delayed.remove(&(at, id));
+        }
+        if let Some(ids) = self.held.get_mut(&p.message.resource_id) {
+            ids.remove(&id);
+            if ids.is_empty() {
+                self.held.remove(&p.message.resource_id);
+            }
+        }
+        Some(p)
+    }
+
+    /// What is in memory of the message of `key`.
+    pub(super) fn known(&self, key: &DedupKey) -> Known {
+        if self.storing.contains(key) {
+            Known::Storing
+        } else if self.by_key.contains_key(key) {
+            Known::Stored
+        } else {
+            Known::No
+        }
+    }
+
+    /// Reserves room for storing a message of `bytes` payload bytes under `key`, or says why the inbox
+    /// of `identity` is full under `config`'s bounds.
+    pub(super) fn begin_storing(
+        &mut self,
+        key: &DedupKey,
+        bytes: usize,
+        config: &InboxConfig,
+        identity: &str,
+    ) -> Result<(), Full> {
+        let held = self.messages.len() + self.storing.len();
+        if held >= config.max_pending {
+            return Err(Full::Messages { identity: identity.to_owned(), held });
+        }
+        let held = self.bytes + self.storing_bytes;
+        if held + bytes > config.max_pending_bytes {
+            return Err(Full::Bytes { identity: identity.to_owned(), held, bytes, max: config.max_pending_bytes });
+        }
+        self.storing.insert(key.clone());
+        self.storing_bytes += bytes;
+        Ok(())
+    }
+
+    /// Ends the storing of `message`: once `durable`, it waits for the app (or the daemon); otherwise it
+    /// is forgotten (the sender still holds it and sends it again).
+    pub(super) fn end_storing(&mut self, message: Arc<InboxMessage>, durable: bool) {
+        self.storing.remove(&key_of(&message));
+        self.storing_bytes -= message.payload.len();
+        if durable {
+            self.add(message);
+        }
+    }
+
+    /// The message of `id` if it waits for an ACK.
+    pub(super) fn get(&self, id: u64) -> Option<&Pending> {
+        self.messages.get(&id)
+    }
+
+    /// A new receiver's id.
+    pub(super) fn new_receiver(&mut self) -> u64 {
+        self.next_receiver += 1;
+        self.next_receiver
+    }
+
+    /// The next message for `receiver` at `now`: NACKed messages whose delay is over are ready again,
+    /// and the oldest ready one is leased to it.
+    pub(super) fn next(&mut self, receiver: u64, now: Instant) -> Next {
+        while let Some(&(at, id)) = self.delayed.first() {
+            if at > now {
+                break;
+            }
+            self.delayed.pop_first();
+            if let Some(p) = self.messages.get_mut(&id) {
+                p.ready_at = None;
+                self.queue.insert(id);
+            }
+        }
+        while let Some(id) = self.queue.pop_first() {
+            if let Some(p) = self.messages.get_mut(&id) {
+                p.leased_to = Some(receiver);
+                p.attempts += 1;
+                return Next::Message(p.message.clone(), p.attempts);
+            }
+        }
+        Next::Wait(self.delayed.first().map(|(at, _)| *at))
+    }
+
+    /// Hands what `receiver` holds un-ACKed back to the queue; whether it held anything.
+    pub(super) fn return_leases(&mut self, receiver: u64) -> bool {
+        let mut returned = false;
+        for (id, p) in &mut self.messages {
+            if p.leased_to == Some(receiver) {
+                p.leased_to = None;
+                self.queue.insert(*id);
+                returned = true;
+            }
+        }
+        returned
+    }
+
+    /// Makes the message of `id` ready again `delay` after `now` (a later NACK decides); its pending
+    /// state, or None when it does not wait for an ACK.
+    pub(super) fn nack(&mut self, id: u64, delay: Duration, now: Instant) -> Option<&Pending> {
+        let p = self.messages.get_mut(&id)?;
+        if let Some(at) = p.ready_at.take() {
+            self.delayed.remove(&(at, id));
+        }
+        p.leased_to = None;
+        // It may sit in the queue already (NACKed while not held): one place only.
+        self.queue.remove(&id);
+        if delay.is_zero() {
+            self.queue.insert(id);
+        } else {
+            let at = now + delay;
+            p.ready_at = Some(at);
+            self.delayed.insert((at, id));
+        }
+        Some(p)
+    }
+
+    /// The daemon's own messages about `resource_id` not ACKed yet, oldest first.
+    pub(super) fn held(&self, resource_id: &str) -> Vec<Arc<InboxMessage>> {
+        self.held
+            .get(resource_id)
+            .map(|ids| ids.iter().filter_map(|id| self.messages.get(id).map(|p| p.message.clone())).collect())
+            .unwrap_or_default()
+    }
+
+    /// `sender` connected on `tx`: its id (ACKs go there while it is the sender's newest), and the
+    /// ACKs kept while the sender was away, to send on it now.
+    pub(super) fn connect(
+        &mut self,
+        sender: &str,
+        tx: mpsc::Sender<ExchangeResponse>,
+    ) -> (u64, VecDeque<ExchangeResponse>) {
+        self.next_connection += 1;
+        let id = self.next_connection;
+        self.senders.insert(sender.to_owned(), (id, tx));
+        (id, self.unsent_acks.remove(sender).unwrap_or_default())
+    }
+
+    /// `sender`'s connection `id` closed; a newer one of the same sender stays.
+    pub(super) fn disconnect(&mut self, sender: &str, id: u64) {
+        if self.senders.get(sender).is_some_and(|(newest, _)| *newest == id) {
+            self.senders.remove(sender);
+        }
+    }
+
+    /// Where an ACK for `sender` goes: its open connection, to send it on; or, with none open, it is
+    /// kept (the oldest of more than [`UNSENT_ACKS`] dropped) for when the sender connects again.
+    pub(super) fn route_ack(
+        &mut self,
+        sender: &str,
+        ack: ExchangeResponse,
+    ) -> Option<(mpsc::Sender<ExchangeResponse>, ExchangeResponse)> {
+        match self.senders.get(sender) {
+            Some((_, tx)) if !tx.is_closed() => Some((tx.clone(), ack)),
+            _ => {
+                let unsent = self.unsent_acks.entry(sender.to_owned()).or_default();
+                if unsent.len() >= UNSENT_ACKS {
+                    unsent.pop_front();
+                }
+                unsent.push_back(ack);
+                None
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::SystemTime;
+
+    use bytes::Bytes;
+
+    use super::*;
+
+    fn message(id: u64, resource_id: &str) -> InboxMessage {
+        InboxMessage {
+            id,
+            sender: "sender".into(),
+            sender_sequence: id,
+            resource_id: resource_id.into(),
+            event_id: "e".into(),
+            payload: Bytes::from_static(b"12345"),
+            content_type: String::new(),
+            trace: Default::default(),
+            received_at: SystemTime::UNIX_EPOCH,
+        }
+    }
+
+    #[test]
+    fn a_nacked_message_is_ready_again_after_its_delay_and_a_later_nack_decides() {
+        let now = Instant::now();
+        let mut state = InboxState::new(&[], vec![message(1, "r")]);
+        let receiver = state.new_receiver();
+        assert!(matches!(state.next(receiver, now), Next::Message(m, 1) if m.id == 1));
+        assert!(state.nack(1, Duration::from_secs(10), now).is_some());
+        assert!(state.nack(1, Duration::from_secs(5), now).is_some(), "the later NACK decides");
+        assert!(matches!(state.next(receiver, now), Next::Wait(Some(at)) if at == now + Duration::from_secs(5)));
+        assert!(matches!(state.next(receiver, now + Duration::from_secs(5)), Next::Message(m, 2) if m.id == 1));
+    }
+
+    #[test]
+    fn a_dropped_receivers_leases_go_back_to_the_queue_and_held_messages_never_reach_the_app() {
+        let now = Instant::now();
+        let mut state = InboxState::new(&["own/"], vec![message(1, "r"), message(2, "own/x")]);
+        let first = state.new_receiver();
+        assert!(matches!(state.next(first, now), Next::Message(m, 1) if m.id == 1));
+        assert!(matches!(state.next(first, now), Next::Wait(None)), "the daemon's own message is not the app's");
+        assert_eq!(state.held("own/x").len(), 1);
+        assert!(state.return_leases(first));
+        let second = state.new_receiver();
+        assert!(matches!(state.next(second, now), Next::Message(m, 2) if m.id == 1), "attempt 2");
+    }
+
+    #[test]
+    fn storing_is_bounded_by_messages_and_bytes_and_a_failed_write_frees_its_room() {
+        let config = InboxConfig { max_pending: 2, max_pending_bytes: 8 };
+        let mut state = InboxState::new(&[], vec![message(1, "r")]);
+        let key = |e: &str| ("sender".to_owned(), "s".to_owned(), e.to_owned());
+        let full = state.begin_storing(&key("a"), 5, &config, "me").expect_err("5 + 5 bytes pass 8");
+        assert_eq!(full, Full::Bytes { identity: "me".into(), held: 5, bytes: 5, max: 8 });
+        state.begin_storing(&key("a"), 3, &config, "me").expect("room for 3 bytes");
+        assert_eq!(state.known(&key("a")), Known::Storing);
+        let full = state.begin_storing(&key("b"), 0, &config, "me").expect_err("two messages already");
+        assert_eq!(full, Full::Messages { identity: "me".into(), held: 2 });
+        let mut failed = message(2, "s");
+        (failed.event_id, failed.payload) = ("a".into(), Bytes::from_static(b"123"));
+        state.end_storing(Arc::new(failed), false);
+        assert_eq!(state.known(&key("a")), Known::No, "forgotten: the sender sends it again");
+        state.begin_storing(&key("b"), 3, &config, "me").expect("its room is free again");
+    }
+
+    #[test]
+    fn acks_for_an_absent_sender_wait_for_its_next_connection() {
+        let mut state = InboxState::default();
+        let ack = ExchangeResponse { sequence: 7, ..Default::default() };
+        assert!(state.route_ack("sender", ack).is_none(), "no connection: kept");
+        let (tx, _rx) = mpsc::channel(1);
+        let (old, unsent) = state.connect("sender", tx.clone());
+        assert_eq!(unsent.iter().map(|a| a.sequence).collect::<Vec<_>>(), [7]);
+        let (new, _) = state.connect("sender", tx);
+        state.disconnect("sender", old);
+        assert!(state.route_ack("sender", ExchangeResponse::default()).is_some(), "the newer connection stays");
+        state.disconnect("sender", new);
+        assert!(state.route_ack("sender", ExchangeResponse::default()).is_none());
+    }
+}
