@@ -1,7 +1,8 @@
-//! The daemon's life: connect to Kubernetes, claim the sockets, serve (applying config file changes)
-//! until SIGTERM or SIGINT, drain in-flight calls within the grace period, then remove the sockets.
+//! The daemon's life: `build` connects to Kubernetes, claims the sockets and wires every part;
+//! `Serving::serve` serves (applying config file changes) until SIGTERM or SIGINT, drains in-flight
+//! calls within the grace period, stops every task, then removes the sockets.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use consistd_cluster::{
     client::{self, ApiContact, ClusterError},
@@ -12,7 +13,7 @@ use consistd_cluster::{
     watch::Hub,
 };
 use consistd_core::{
-    config::{Config, Environment},
+    config::{Config, Environment, Live},
     tasks::Tasks,
     versions::Versions,
 };
@@ -33,7 +34,8 @@ use consistd_server::{
 };
 use tokio::{
     net::TcpListener,
-    signal::unix::{SignalKind, signal},
+    signal::unix::{Signal, SignalKind, signal},
+    task::JoinHandle,
 };
 
 use crate::reload::{ConfigSource, Elections, Reloader, Tunables};
@@ -85,9 +87,52 @@ pub enum RunError {
 /// Runs the daemon on `config`, which came from `source`, until a termination signal, then shuts it down
 /// gracefully.
 pub async fn run(config: Config, env: &Environment, source: ConfigSource) -> Result<(), RunError> {
-    let mut terminate = signal(SignalKind::terminate()).map_err(RunError::Signal)?;
-    let mut interrupt = signal(SignalKind::interrupt()).map_err(RunError::Signal)?;
+    let signals = Signals::install()?;
+    build(config, env, source).await?.serve(signals).await
+}
 
+/// SIGTERM and SIGINT, listened for before anything starts so neither is missed.
+struct Signals {
+    terminate: Signal,
+    interrupt: Signal,
+}
+
+impl Signals {
+    fn install() -> Result<Self, RunError> {
+        Ok(Self {
+            terminate: signal(SignalKind::terminate()).map_err(RunError::Signal)?,
+            interrupt: signal(SignalKind::interrupt()).map_err(RunError::Signal)?,
+        })
+    }
+
+    /// Resolves at the first of them, logging which.
+    async fn received(&mut self) {
+        tokio::select! {
+            _ = self.terminate.recv() => tracing::info!(signal = "SIGTERM", "shutting down"),
+            _ = self.interrupt.recv() => tracing::info!(signal = "SIGINT", "shutting down"),
+        }
+    }
+}
+
+/// The daemon built and serving: what its shutdown stops, in order.
+struct Serving {
+    /// Every task the daemon started.
+    tasks: Tasks,
+    /// The gRPC and peer servers and their per-call tasks: stopped first.
+    serving: Tasks,
+    health: Health,
+    grpc: JoinHandle<Result<(), ApiError>>,
+    reloading: JoinHandle<()>,
+    leadership: Arc<Leadership>,
+    outbox: Outbox,
+    peer_server: Option<JoinHandle<Result<(), PeerError>>>,
+    grace: Live<Duration>,
+    /// The sockets, removed when these drop.
+    sockets: (socket::SocketGuard, socket::SocketGuard),
+}
+
+/// Connects to Kubernetes, claims the sockets, opens the store, wires every part and starts serving.
+async fn build(config: Config, env: &Environment, source: ConfigSource) -> Result<Serving, RunError> {
     // Every answer the client gets is noted here: the jobs' own traffic is readiness's evidence.
     let contact = ApiContact::default();
     let (client, apiserver_url) = client::connect(&contact).await?;
@@ -215,7 +260,7 @@ pub async fn run(config: Config, env: &Environment, source: ConfigSource) -> Res
         tracing::info!(address = ?listener.local_addr().ok(), "serving /metrics, /healthz and /readyz over TCP");
         tasks.spawn(admin::serve(AdminListener::Tcp(listener), health.clone(), metrics, tasks.clone()));
     }
-    let mut grpc = tasks.spawn(api::serve(listener, services, serving.clone()));
+    let grpc = tasks.spawn(api::serve(listener, services, serving.clone()));
     health.set_serving(true);
     tracing::info!(
         socket = %socket_path.display(),
@@ -224,56 +269,75 @@ pub async fn run(config: Config, env: &Environment, source: ConfigSource) -> Res
         version = env!("CARGO_PKG_VERSION"),
         "consistd serving"
     );
+    Ok(Serving {
+        tasks,
+        serving,
+        health,
+        grpc,
+        reloading,
+        leadership,
+        outbox,
+        peer_server,
+        grace,
+        sockets: (socket_guard, admin_guard),
+    })
+}
 
-    let early_exit = tokio::select! {
-        _ = terminate.recv() => { tracing::info!(signal = "SIGTERM", "shutting down"); None }
-        _ = interrupt.recv() => { tracing::info!(signal = "SIGINT", "shutting down"); None }
-        joined = &mut grpc => Some(joined),
-    };
-    health.set_serving(false);
-    // Stops the reloader too, which ends the config's campaigns: held Leases are released first, so
-    // followers take over within a retry period.
-    serving.signal_stop();
-    let _ = reloading.await;
-    let grace = grace.get();
-    leadership.shutdown(grace).await;
+impl Serving {
+    /// Serves until a signal (or the gRPC server fails), then shuts down: stops serving, releases held
+    /// Leases, drains in-flight calls, lets messages not yet ACKed leave, stops every other task, and
+    /// removes the sockets; each step bounded by the grace period.
+    async fn serve(mut self, mut signals: Signals) -> Result<(), RunError> {
+        let early_exit = tokio::select! {
+            () = signals.received() => None,
+            joined = &mut self.grpc => Some(joined),
+        };
+        self.health.set_serving(false);
+        // Stops the reloader too, which ends the config's campaigns: held Leases are released first, so
+        // followers take over within a retry period.
+        self.serving.signal_stop();
+        let _ = (&mut self.reloading).await;
+        let grace = self.grace.get();
+        self.leadership.shutdown(grace).await;
 
-    let result = match early_exit {
-        Some(joined) => flatten(joined),
-        None => drain(&mut grpc, grace).await,
-    };
-    // The apps have stopped (a native sidecar gets SIGTERM after them): their last sends may leave now.
-    let held = outbox.settle(grace).await;
-    if held > 0 {
-        tracing::warn!(
-            held,
-            "stopping with messages not yet ACKed: they are resent when consistd starts again on this store, and \
-             lost if the pod is replaced (its store emptyDir goes with it)"
-        );
-    }
-    tasks.signal_stop();
-    if let Some(task) = peer_server {
-        match tokio::time::timeout(grace, task).await {
-            Ok(Ok(Err(error))) => tracing::warn!(error = %consistd_core::error::chain(&error), "peer server failed"),
-            Ok(_) => {}
-            Err(_) => tracing::warn!("peer connections still open after the grace period; closing them"),
+        let result = match early_exit {
+            Some(joined) => flatten(joined),
+            None => drain(&mut self.grpc, grace).await,
+        };
+        // The apps have stopped (a native sidecar gets SIGTERM after them): their last sends may leave now.
+        let held = self.outbox.settle(grace).await;
+        if held > 0 {
+            tracing::warn!(
+                held,
+                "stopping with messages not yet ACKed: they are resent when consistd starts again on this store, \
+                 and lost if the pod is replaced (its store emptyDir goes with it)"
+            );
         }
+        self.tasks.signal_stop();
+        if let Some(task) = self.peer_server.take() {
+            match tokio::time::timeout(grace, task).await {
+                Ok(Ok(Err(error))) => {
+                    tracing::warn!(error = %consistd_core::error::chain(&error), "peer server failed");
+                }
+                Ok(_) => {}
+                Err(_) => tracing::warn!("peer connections still open after the grace period; closing them"),
+            }
+        }
+        // Whatever is left: watches, links, probes, the admin endpoint's connections.
+        let left = self.tasks.wait(grace).await;
+        if left > 0 {
+            tracing::warn!(tasks = left, grace_period = ?grace, "tasks still running after the grace period; leaving them");
+        }
+        drop(self.sockets);
+        if result.is_ok() {
+            tracing::info!("consistd stopped");
+        }
+        result
     }
-    // Whatever is left: watches, links, probes, the admin endpoint's connections.
-    let left = tasks.wait(grace).await;
-    if left > 0 {
-        tracing::warn!(tasks = left, grace_period = ?grace, "tasks still running after the grace period; leaving them");
-    }
-    drop(socket_guard);
-    drop(admin_guard);
-    if result.is_ok() {
-        tracing::info!("consistd stopped");
-    }
-    result
 }
 
 /// Waits for in-flight calls to finish, cutting them off when the grace period is over.
-async fn drain(grpc: &mut tokio::task::JoinHandle<Result<(), ApiError>>, grace: Duration) -> Result<(), RunError> {
+async fn drain(grpc: &mut JoinHandle<Result<(), ApiError>>, grace: Duration) -> Result<(), RunError> {
     match tokio::time::timeout(grace, &mut *grpc).await {
         Ok(joined) => flatten(joined),
         Err(_) => {
