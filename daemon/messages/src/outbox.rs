@@ -2,6 +2,10 @@
 //! every peer of their destination and resent with backoff until each peer's app ACKs them. Per
 //! (destination, resource_id) only the newest message is kept: a newer event supersedes an older one
 //! that is not ACKed yet, and an ACK for the older one never clears the newer.
+//!
+//! `state` is the bookkeeping, as state without I/O: each change returns the effects it calls for, and
+//! the one `impl Outbox` here carries them out (store writes, link tasks, group followers, outcomes).
+//! `link` runs each peer's connection, `record` is the stored form, `status` the view of what is held.
 
 mod backoff;
 pub mod destination;
@@ -12,9 +16,12 @@ mod state;
 pub mod status;
 
 use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex, MutexGuard, atomic::AtomicU64},
-    time::SystemTime,
+    collections::BTreeSet,
+    sync::{
+        Arc, Mutex, MutexGuard,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, SystemTime},
 };
 
 use bytes::Bytes;
@@ -23,12 +30,14 @@ use consistd_core::{
     tasks::Tasks,
 };
 use consistd_observe::{metrics::Metrics, telemetry::TraceContext};
-use tokio::sync::broadcast;
+use consistd_proto::peer::v1::{Disposition, ExchangeRequest, ExchangeResponse};
+use tokio::{sync::broadcast, time::Instant};
 
 pub use self::{destination::Destination, members::Members};
 use self::{
-    link::Link,
-    state::{Recipients, Slot},
+    link::LinkUse,
+    state::{Effects, OutboxState, SlotKey},
+    status::DestinationStatus,
 };
 use crate::{
     store::{Store, StoreError},
@@ -185,25 +194,6 @@ struct OutboxShared {
     tasks: Tasks,
 }
 
-/// Everything the outbox holds in memory, under one lock: the truth while the daemon runs (the store is
-/// read back only at startup).
-#[derive(Debug, Default)]
-struct OutboxState {
-    /// The current message of each (destination, resource_id).
-    slots: HashMap<(Destination, String), Slot>,
-    /// Each destination in use: who it reaches and how many slots it holds.
-    destinations: HashMap<Destination, Recipients>,
-    /// The connection and pending deliveries of each peer address, shared by every destination that
-    /// includes it.
-    links: HashMap<String, Link>,
-    /// Slots held in all destinations, against outbox.maxPending.
-    held: usize,
-    /// Payload bytes of every current message and of those being stored, against outbox.maxPendingBytes.
-    bytes: usize,
-    /// The id of the newest link: a link task whose id no longer matches was replaced and stops.
-    next_link: u64,
-}
-
 /// What the outbox needs besides its store.
 #[derive(Debug)]
 pub struct OutboxParts {
@@ -241,13 +231,72 @@ impl Outbox {
                 tasks: parts.tasks,
             }),
         };
-        outbox.restore(stored);
+        let record::Restored { messages, stale } = record::decode(stored, &outbox.inner.namespace);
+        let restored = messages.len();
+        outbox.change(|state| state.restore(messages));
+        if !stale.is_empty() {
+            // Stale leftovers of any destination: delete their group ACKs too.
+            record::delete(&outbox.inner.store, stale, true);
+        }
+        if restored > 0 {
+            tracing::info!(messages = restored, "outbox restored from the store");
+        }
         outbox.spawn_gauges();
         Ok(outbox)
     }
 
     fn lock(&self) -> MutexGuard<'_, OutboxState> {
         self.inner.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Changes the state and carries out what the change calls for.
+    fn change(&self, f: impl FnOnce(&mut OutboxState) -> Effects) {
+        let mut state = self.lock();
+        let effects = f(&mut state);
+        self.apply(&mut state, effects);
+    }
+
+    /// Carries out what a change to `state` calls for, still under its lock: nothing here waits (tasks
+    /// are spawned, store writes queued, outcomes broadcast), and a group's follower is attached to its
+    /// destination before anyone can see the destination without it.
+    fn apply(&self, state: &mut OutboxState, effects: Effects) {
+        let Effects { outcomes, delete, group_acks, start_links, follow, connections, resends } = effects;
+        let inner = &self.inner;
+        for (peer, id, wake) in start_links {
+            if let Some(transport) = &inner.transport {
+                inner.tasks.spawn(link::run(self.clone(), transport.clone(), peer, id, wake));
+            }
+        }
+        for target in follow {
+            let following = inner.members.follow(&target, self.clone());
+            if let Some(destination) = state.destinations.get_mut(&target) {
+                destination.following = Some(following);
+            }
+        }
+        for (message, peer, kind) in outcomes {
+            let counted = match kind {
+                OutcomeKind::Acked => &inner.metrics.outbox_acks,
+                OutcomeKind::Superseded => &inner.metrics.outbox_superseded,
+                OutcomeKind::Failed(_) => &inner.metrics.outbox_failed,
+            };
+            counted.inc();
+            let _ = inner.outcomes.send(Outcome { message, peer, kind, at: SystemTime::now() });
+        }
+        for (sequence, peer) in group_acks {
+            record::record_group_ack(&inner.store, sequence, peer);
+        }
+        let (group, single): (Vec<_>, Vec<_>) = delete.into_iter().partition(|(_, group)| *group);
+        for (sequences, group) in [(single, false), (group, true)] {
+            if !sequences.is_empty() {
+                record::delete(&inner.store, sequences.into_iter().map(|(s, _)| s).collect(), group);
+            }
+        }
+        if connections != 0 {
+            inner.metrics.peer_connections.inc_by(connections);
+        }
+        if resends > 0 {
+            inner.metrics.outbox_retries.inc_by(resends);
+        }
     }
 
     /// Refuses a payload larger than `outbox.maxPayloadBytes`.
@@ -279,8 +328,14 @@ impl Outbox {
                 out.destination
             )));
         }
-        let key = (out.destination.clone(), out.resource_id.clone());
-        let sequence = self.reserve(&key, out.payload.len())?;
+        let key: SlotKey = (out.destination.clone(), out.resource_id.clone());
+        let config = inner.config.get();
+        let sequence = {
+            let mut state = self.lock();
+            let effects = state.reserve(&key, out.payload.len(), &config).map_err(OutboxError::Exhausted)?;
+            self.apply(&mut state, effects);
+            inner.next_sequence.fetch_add(1, Ordering::SeqCst)
+        };
         let message = Arc::new(Message {
             sequence,
             destination: out.destination,
@@ -291,41 +346,123 @@ impl Outbox {
             trace: out.trace,
             enqueued_at: SystemTime::now(),
         });
-        Ok(Admitted { outbox: self.clone(), key, message })
+        Ok(Admitted { outbox: self.clone(), message })
     }
 
     /// Writes an admitted message and hands it to its links, or gives its slot back if the write failed.
-    async fn commit(&self, key: (Destination, String), message: Arc<Message>) -> Result<u64, OutboxError> {
-        let stored = self.store_message(&message).await;
-        let mut state = self.lock();
-        if let Some(slot) = state.slots.get_mut(&key) {
-            slot.storing -= 1;
-        }
-        if let Err(e) = stored {
-            state.bytes -= message.payload.len();
-            self.release_if_empty(&mut state, &key);
-            return Err(OutboxError::Store(e));
-        }
-        self.inner.metrics.outbox_sends.inc();
-        tracing::debug!(
-            message_id = message.sequence,
-            destination = %message.destination,
-            resource_id = %message.resource_id,
-            event_id = %message.event_id,
-            bytes = message.payload.len(),
-            "message stored"
-        );
+    async fn commit(&self, message: Arc<Message>) -> Result<u64, OutboxError> {
+        let stored = record::store_message(&self.inner.store, &message).await;
         let sequence = message.sequence;
-        self.install(&mut state, message);
-        Ok(sequence)
+        if stored.is_ok() {
+            self.inner.metrics.outbox_sends.inc();
+            tracing::debug!(
+                message_id = sequence,
+                destination = %message.destination,
+                resource_id = %message.resource_id,
+                event_id = %message.event_id,
+                bytes = message.payload.len(),
+                "message stored"
+            );
+        }
+        let durable = stored.is_ok();
+        self.change(|state| state.end_storing(message, durable));
+        stored.map(|()| sequence).map_err(OutboxError::Store)
     }
 
-    fn outcome(&self, message: &Arc<Message>, peer: &str, kind: OutcomeKind) {
-        let _ = self.inner.outcomes.send(Outcome {
-            message: message.clone(),
-            peer: peer.to_owned(),
-            kind,
-            at: SystemTime::now(),
+    /// A peer's app ACKed (sequence, resource_id, event_id); an ACK that does not match the message the
+    /// peer still has to ACK changes nothing.
+    pub(crate) fn acked(&self, peer: &str, sequence: u64, resource_id: &str, event_id: &str) {
+        self.change(|state| state.acked(peer, sequence, resource_id, event_id));
+    }
+
+    /// A group destination's peers are now `peers`.
+    pub(crate) fn set_peers(&self, target: &Destination, peers: BTreeSet<String>) {
+        self.change(|state| state.set_peers(target, peers));
+    }
+
+    /// A group destination's members cannot be read: `why`, for GetOutboxStatus, until they are.
+    fn set_unresolved(&self, target: &Destination, why: String) {
+        self.lock().set_unresolved(target, why);
+    }
+
+    /// Whether link `id` to `peer` is still wanted (closing it if unused past the linger).
+    fn retire_unused(&self, peer: &str, id: u64, connected: bool) -> LinkUse {
+        let mut state = self.lock();
+        let (link_use, effects) = state.retire_unused(peer, id, connected);
+        self.apply(&mut state, effects);
+        link_use
+    }
+
+    fn link_up(&self, peer: &str, id: u64) {
+        self.change(|state| state.link_up(peer, id));
+    }
+
+    fn link_down(&self, peer: &str, id: u64, error: &str) {
+        self.change(|state| state.link_down(peer, id, error));
+    }
+
+    /// Up to `max` frames due on link `id`, and when the next one is due; None when the link is gone.
+    fn take_due(&self, peer: &str, id: u64, max: usize) -> Option<(Vec<ExchangeRequest>, Option<Instant>)> {
+        let backoff = self.inner.config.get().backoff;
+        let mut state = self.lock();
+        let due = state.take_due(peer, id, max, &backoff)?;
+        self.apply(&mut state, due.effects);
+        Some((due.frames, due.next))
+    }
+
+    /// Applies a peer's answer about one message.
+    fn disposition(&self, peer: &str, id: u64, r: ExchangeResponse) {
+        match Disposition::try_from(r.disposition) {
+            Ok(Disposition::Acked) => self.acked(peer, r.sequence, &r.resource_id, &r.event_id),
+            Ok(Disposition::Stored) => {
+                let cap = self.inner.config.get().backoff.cap;
+                self.lock().stored(peer, id, &r, cap);
+            }
+            Ok(Disposition::Refused) => self.lock().refused(peer, id, r.sequence, &r.reason),
+            Ok(Disposition::Unspecified) | Err(_) => {
+                tracing::warn!(peer, disposition = r.disposition, "unknown answer from peer ignored");
+            }
+        }
+    }
+
+    /// Pending messages per destination and peer, and the slots held in all.
+    pub fn status(&self) -> (Vec<DestinationStatus>, usize) {
+        status::of(&self.lock())
+    }
+
+    /// Waits up to `within` until no message is held (each ACKed, superseded or failed) and returns how
+    /// many still are. On shutdown: the app's last sends get their chance to leave before the pod's store
+    /// goes with the pod.
+    pub async fn settle(&self, within: Duration) -> usize {
+        let deadline = Instant::now() + within;
+        loop {
+            let held = self.lock().held;
+            if held == 0 || Instant::now() >= deadline {
+                return held;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Updates the pending and oldest-pending gauges every second.
+    fn spawn_gauges(&self) {
+        let outbox = self.clone();
+        self.inner.tasks.spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    () = outbox.inner.tasks.stopping() => return,
+                }
+                let (pending, oldest) = {
+                    let state = outbox.lock();
+                    (state.held, state.oldest_pending())
+                };
+                let metrics = &outbox.inner.metrics;
+                metrics.outbox_pending.set(i64::try_from(pending).unwrap_or(i64::MAX));
+                let age = oldest.and_then(|t| t.elapsed().ok()).map_or(0.0, |d| d.as_secs_f64());
+                metrics.outbox_oldest_pending_seconds.set(age);
+            }
         });
     }
 
@@ -339,7 +476,6 @@ impl Outbox {
 #[derive(Debug)]
 pub struct Admitted {
     outbox: Outbox,
-    key: (Destination, String),
     message: Arc<Message>,
 }
 
@@ -348,9 +484,9 @@ impl Admitted {
     /// (a cancelled call) cannot leave the slot reserved or the stored message undelivered; resolves to
     /// the message's sequence number once it is durable.
     pub fn store(self) -> impl Future<Output = Result<u64, OutboxError>> + Send + 'static {
-        let Self { outbox, key, message } = self;
+        let Self { outbox, message } = self;
         let tasks = outbox.inner.tasks.clone();
-        let task = tasks.spawn(async move { outbox.commit(key, message).await });
+        let task = tasks.spawn(async move { outbox.commit(message).await });
         async move { task.await.unwrap_or(Err(OutboxError::Store(StoreError::Closed))) }
     }
 }

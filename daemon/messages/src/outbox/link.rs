@@ -10,22 +10,20 @@ use std::{
 };
 
 use consistd_core::error::chain as error_chain;
-use consistd_proto::peer::v1::{
-    self as peer_pb, Disposition, ExchangeRequest, ExchangeResponse, exchange_request::Frame,
-};
+use consistd_proto::peer::v1::{self as peer_pb, ExchangeRequest, exchange_request::Frame};
 use tokio::{
     sync::{Notify, mpsc},
     time::Instant,
 };
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::{Message, Outbox, OutboxState, backoff, destination::split_member};
+use super::{Message, Outbox, backoff, destination::split_member};
 use crate::transport::Transport;
 
 /// Frames queued towards one peer before waiting for the connection to take them.
 const SEND_WINDOW: usize = 512;
 /// How long a connection to a peer no destination includes any more is kept open.
-const LINK_LINGER: Duration = Duration::from_secs(60);
+pub(super) const LINK_LINGER: Duration = Duration::from_secs(60);
 
 /// The delivery state of one peer address.
 #[derive(Debug)]
@@ -44,6 +42,19 @@ pub(super) struct Link {
 }
 
 impl Link {
+    /// A new link, used by one destination and not connected yet.
+    pub(super) fn new(id: u64) -> Self {
+        Self {
+            id,
+            uses: 1,
+            unused_since: None,
+            connected: false,
+            deliveries: BTreeMap::new(),
+            schedule: BTreeSet::new(),
+            wake: Arc::new(Notify::new()),
+        }
+    }
+
     pub(super) fn add(&mut self, delivery: PeerDelivery) {
         self.schedule.insert((delivery.due, delivery.message.sequence));
         if let Some(old) = self.deliveries.insert(delivery.message.sequence, delivery) {
@@ -58,7 +69,7 @@ impl Link {
         Some(d)
     }
 
-    fn reschedule(&mut self, sequence: u64, due: Instant) {
+    pub(super) fn reschedule(&mut self, sequence: u64, due: Instant) {
         if let Some(d) = self.deliveries.get_mut(&sequence) {
             self.schedule.remove(&(d.due, sequence));
             d.due = due;
@@ -82,40 +93,6 @@ pub(super) struct PeerDelivery {
 impl PeerDelivery {
     pub(super) fn new(message: Arc<Message>) -> Self {
         Self { message, attempts: 0, due: Instant::now(), due_wall: SystemTime::now(), last_error: None, stored: false }
-    }
-}
-
-impl Outbox {
-    pub(super) fn use_link(&self, state: &mut OutboxState, peer: &str) {
-        if let Some(link) = state.links.get_mut(peer) {
-            link.uses += 1;
-            link.unused_since = None;
-            return;
-        }
-        state.next_link += 1;
-        let link = Link {
-            id: state.next_link,
-            uses: 1,
-            unused_since: None,
-            connected: false,
-            deliveries: BTreeMap::new(),
-            schedule: BTreeSet::new(),
-            wake: Arc::new(Notify::new()),
-        };
-        if let Some(transport) = &self.inner.transport {
-            self.inner.tasks.spawn(run(self.clone(), transport.clone(), peer.to_owned(), link.id, link.wake.clone()));
-        }
-        state.links.insert(peer.to_owned(), link);
-    }
-
-    pub(super) fn unuse_link(&self, state: &mut OutboxState, peer: &str) {
-        let Some(link) = state.links.get_mut(peer) else { return };
-        link.uses -= 1;
-        if link.uses == 0 {
-            // Its task closes the link after the linger, unless a destination uses the peer again.
-            link.unused_since = Some(Instant::now());
-            link.wake.notify_one();
-        }
     }
 }
 
@@ -149,7 +126,7 @@ pub(super) async fn run(outbox: Outbox, transport: Transport, peer: String, id: 
 
 /// Whether a link is still wanted.
 #[derive(Debug, PartialEq, Eq)]
-enum LinkUse {
+pub(super) enum LinkUse {
     /// Removed (unused past the linger, or replaced): its task ends.
     Gone,
     /// Some destination includes the peer.
@@ -214,144 +191,6 @@ async fn exchange(outbox: &Outbox, t: &Transport, peer: &str, id: u64, wake: &No
             () = wake.notified() => {}
             () = async { if let Some(s) = sleep { s.await } else { std::future::pending().await } } => {}
             _ = requests.reserve(), if blocked => {}
-        }
-    }
-}
-
-impl Outbox {
-    /// Closes link `id` if no destination has used it for [`LINK_LINGER`] (or at all, while it is not
-    /// connected).
-    fn retire_unused(&self, peer: &str, id: u64, connected: bool) -> LinkUse {
-        let mut state = self.lock();
-        let Some(link) = state.links.get(peer).filter(|l| l.id == id) else { return LinkUse::Gone };
-        let Some(since) = link.unused_since.filter(|_| link.uses == 0 && link.deliveries.is_empty()) else {
-            return LinkUse::InUse;
-        };
-        let until = since + LINK_LINGER;
-        if !connected || Instant::now() >= until {
-            if link.connected {
-                self.inner.metrics.peer_connections.dec();
-            }
-            state.links.remove(peer);
-            tracing::debug!(peer, "closing the connection to an unused peer");
-            return LinkUse::Gone;
-        }
-        LinkUse::Lingering(until)
-    }
-
-    /// A connection is up: everything the peer has not confirmed storing is due now. Messages it
-    /// stored keep their schedule: it sends their ACKs on this connection (also those its app gave
-    /// while disconnected), and the resend at the backoff cap covers a peer that lost its store.
-    fn link_up(&self, peer: &str, id: u64) {
-        let mut state = self.lock();
-        let Some(link) = state.links.get_mut(peer).filter(|l| l.id == id) else { return };
-        link.connected = true;
-        let now = Instant::now();
-        let sequences: Vec<u64> = link.deliveries.iter().filter(|(_, d)| !d.stored).map(|(s, _)| *s).collect();
-        for s in sequences {
-            link.reschedule(s, now);
-        }
-        self.inner.metrics.peer_connections.inc();
-        tracing::info!(peer, pending = link.deliveries.len(), "connected to peer");
-    }
-
-    fn link_down(&self, peer: &str, id: u64, error: &str) {
-        let mut state = self.lock();
-        let Some(link) = state.links.get_mut(peer).filter(|l| l.id == id) else { return };
-        if link.connected {
-            self.inner.metrics.peer_connections.dec();
-            tracing::info!(peer, error, "peer connection lost");
-        }
-        link.connected = false;
-        for d in link.deliveries.values_mut() {
-            d.last_error = Some(error.to_owned());
-        }
-    }
-
-    /// Up to `max` frames for the deliveries that are due, each counted as an attempt and rescheduled
-    /// with backoff; also when the next one is due. None when the link is gone.
-    fn take_due(&self, peer: &str, id: u64, max: usize) -> Option<(Vec<ExchangeRequest>, Option<Instant>)> {
-        let backoff = self.inner.config.get().backoff;
-        let mut state = self.lock();
-        let link = state.links.get_mut(peer).filter(|l| l.id == id)?;
-        let now = Instant::now();
-        let mut frames = Vec::new();
-        while frames.len() < max {
-            let Some(&(due, sequence)) = link.schedule.first() else { break };
-            if due > now {
-                break;
-            }
-            let Some(d) = link.deliveries.get_mut(&sequence) else {
-                link.schedule.pop_first();
-                continue;
-            };
-            d.attempts += 1;
-            let attempt = d.attempts;
-            let m = d.message.clone();
-            if attempt > 1 {
-                self.inner.metrics.outbox_retries.inc();
-                tracing::debug!(
-                    message_id = sequence,
-                    destination = %m.destination,
-                    peer,
-                    resource_id = %m.resource_id,
-                    event_id = %m.event_id,
-                    attempt,
-                    "resending"
-                );
-            }
-            link.reschedule(sequence, now + backoff::delay(&backoff, attempt));
-            frames.push(ExchangeRequest {
-                frame: Some(Frame::Message(peer_pb::PeerMessage {
-                    sequence,
-                    resource_id: m.resource_id.clone(),
-                    event_id: m.event_id.clone(),
-                    payload: m.payload.clone(),
-                    content_type: m.content_type.clone(),
-                    sent_at: Some(m.enqueued_at.into()),
-                    attempt,
-                    traceparent: m.trace.traceparent.clone(),
-                    tracestate: m.trace.tracestate.clone(),
-                })),
-            });
-        }
-        let next = link.schedule.first().map(|(due, _)| *due);
-        Some((frames, next))
-    }
-
-    /// Applies a peer's answer about one message.
-    fn disposition(&self, peer: &str, id: u64, r: ExchangeResponse) {
-        match Disposition::try_from(r.disposition) {
-            Ok(Disposition::Acked) => self.acked(peer, r.sequence, &r.resource_id, &r.event_id),
-            Ok(Disposition::Stored) => {
-                // The peer holds it durably now and sends ACKED when its app acknowledges it; resend
-                // only if that takes longer than the backoff cap, or at once after a reconnect.
-                let cap = self.inner.config.get().backoff.cap;
-                let mut state = self.lock();
-                let Some(link) = state.links.get_mut(peer).filter(|l| l.id == id) else { return };
-                let matches = link
-                    .deliveries
-                    .get(&r.sequence)
-                    .is_some_and(|d| d.message.resource_id == r.resource_id && d.message.event_id == r.event_id);
-                if matches {
-                    link.reschedule(r.sequence, Instant::now() + cap);
-                    if let Some(d) = link.deliveries.get_mut(&r.sequence) {
-                        d.last_error = None;
-                        d.stored = true;
-                    }
-                }
-            }
-            Ok(Disposition::Refused) => {
-                let mut state = self.lock();
-                let Some(link) = state.links.get_mut(peer).filter(|l| l.id == id) else { return };
-                if let Some(d) = link.deliveries.get_mut(&r.sequence) {
-                    tracing::debug!(peer, message_id = r.sequence, reason = %r.reason, "peer refused message; will retry");
-                    d.last_error = Some(format!("{peer} refused it: {}", r.reason));
-                }
-            }
-            Ok(Disposition::Unspecified) | Err(_) => {
-                tracing::warn!(peer, disposition = r.disposition, "unknown answer from peer ignored");
-            }
         }
     }
 }

@@ -12,7 +12,7 @@ use consistd_observe::telemetry::TraceContext;
 use consistd_proto::v1 as pb;
 use redb::{ReadableTable, TableDefinition};
 
-use super::{Destination, Message, Outbox, Slot};
+use super::{Destination, Message};
 use crate::store::{META, Store, StoreError, from_millis, to_millis};
 
 /// Stored messages by sequence number.
@@ -95,129 +95,119 @@ pub(super) fn load(store: &Store) -> Result<Stored, StoreError> {
     })
 }
 
-impl Outbox {
-    /// Stores `message` durably, and moves the next sequence number past it.
-    pub(super) async fn store_message(&self, message: &Message) -> Result<(), StoreError> {
-        let sequence = message.sequence;
-        let record = encode(message);
-        self.inner
-            .store
-            .write("store outbox message", move |txn| {
-                txn.open_table(MESSAGES)?.insert(sequence, record.as_slice())?;
-                let mut meta = txn.open_table(META)?;
-                let next = meta.get(NEXT_SEQUENCE)?.map_or(0, |v| v.value());
-                if next <= sequence {
-                    meta.insert(NEXT_SEQUENCE, sequence + 1)?;
-                }
-                Ok(())
-            })
-            .await
-    }
-
-    /// Records that `peer` ACKed group message `sequence`. Losing this write to a crash only means a
-    /// resend to that peer, which its inbox answers with ACKED.
-    pub(super) fn record_group_ack(&self, sequence: u64, peer: &str) {
-        let peer = peer.to_owned();
-        self.inner.store.write_detached("record group ACK", move |txn| {
-            txn.open_table(GROUP_ACKS)?.insert((sequence, peer.as_str()), ())?;
-            Ok(())
-        });
-    }
-
-    /// Puts stored messages back: per slot the newest wins, older ones (left by a crash between storing
-    /// a newer event and deleting the older) are deleted.
-    pub(super) fn restore(&self, stored: Stored) {
-        use prost::Message as _;
-        let Stored { records, acks, .. } = stored;
-        let mut acked: HashMap<u64, BTreeSet<String>> = HashMap::new();
-        for (seq, peer) in acks {
-            acked.entry(seq).or_default().insert(peer);
+/// Stores `message` durably, and moves the next sequence number past it.
+pub(super) fn store_message(store: &Store, message: &Message) -> impl Future<Output = Result<(), StoreError>> + use<> {
+    let sequence = message.sequence;
+    let record = encode(message);
+    store.write("store outbox message", move |txn| {
+        txn.open_table(MESSAGES)?.insert(sequence, record.as_slice())?;
+        let mut meta = txn.open_table(META)?;
+        let next = meta.get(NEXT_SEQUENCE)?.map_or(0, |v| v.value());
+        if next <= sequence {
+            meta.insert(NEXT_SEQUENCE, sequence + 1)?;
         }
-        let mut newest: BTreeMap<(Destination, String), Arc<Message>> = BTreeMap::new();
-        let mut stale = Vec::new();
-        for (sequence, bytes) in records {
-            let record = match OutboxRecord::decode(bytes.as_slice()) {
-                Ok(r) => r,
-                Err(error) => {
-                    tracing::error!(sequence, %error, "unreadable outbox record kept on disk, not delivered");
-                    continue;
-                }
-            };
-            let target = match Destination::from_pb(record.destination.as_ref(), &self.inner.namespace) {
-                Ok(t) => t,
-                Err(e) => {
-                    tracing::error!(sequence, field = e.field, error = %e.message, "outbox record with a bad destination kept on disk, not delivered");
-                    continue;
-                }
-            };
-            let message = Arc::new(Message {
-                sequence,
-                destination: target.clone(),
-                resource_id: record.resource_id,
-                event_id: record.event_id,
-                payload: record.payload,
-                content_type: record.content_type,
-                trace: TraceContext { traceparent: record.traceparent, tracestate: record.tracestate },
-                enqueued_at: from_millis(record.enqueued_at_ms),
-            });
-            let key = (target, message.resource_id.clone());
-            match newest.get(&key) {
-                Some(m) if m.sequence > sequence => stale.push(sequence),
-                Some(m) => {
-                    stale.push(m.sequence);
-                    newest.insert(key, message);
-                }
-                None => {
-                    newest.insert(key, message);
-                }
+        Ok(())
+    })
+}
+
+/// Records that `peer` ACKed group message `sequence`. Losing this write to a crash only means a
+/// resend to that peer, which its inbox answers with ACKED.
+pub(super) fn record_group_ack(store: &Store, sequence: u64, peer: String) {
+    store.write_detached("record group ACK", move |txn| {
+        txn.open_table(GROUP_ACKS)?.insert((sequence, peer.as_str()), ())?;
+        Ok(())
+    });
+}
+
+/// What [`decode`] found in the store.
+#[derive(Debug)]
+pub(super) struct Restored {
+    /// The newest message of each slot, with the peers that ACKed it.
+    pub(super) messages: Vec<(Arc<Message>, BTreeSet<String>)>,
+    /// Older messages of a slot, left by a crash between storing a newer event and deleting the older:
+    /// to delete.
+    pub(super) stale: Vec<u64>,
+}
+
+/// The stored messages to put back (per slot the newest wins) and the stale ones. A record that cannot
+/// be read is logged and stays on disk, not delivered.
+pub(super) fn decode(stored: Stored, namespace: &str) -> Restored {
+    use prost::Message as _;
+    let Stored { records, acks, .. } = stored;
+    let mut acked: HashMap<u64, BTreeSet<String>> = HashMap::new();
+    for (seq, peer) in acks {
+        acked.entry(seq).or_default().insert(peer);
+    }
+    let mut newest: BTreeMap<(Destination, String), Arc<Message>> = BTreeMap::new();
+    let mut stale = Vec::new();
+    for (sequence, bytes) in records {
+        let record = match OutboxRecord::decode(bytes.as_slice()) {
+            Ok(r) => r,
+            Err(error) => {
+                tracing::error!(sequence, %error, "unreadable outbox record kept on disk, not delivered");
+                continue;
+            }
+        };
+        let target = match Destination::from_pb(record.destination.as_ref(), namespace) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::error!(sequence, field = e.field, error = %e.message, "outbox record with a bad destination kept on disk, not delivered");
+                continue;
+            }
+        };
+        let message = Arc::new(Message {
+            sequence,
+            destination: target.clone(),
+            resource_id: record.resource_id,
+            event_id: record.event_id,
+            payload: record.payload,
+            content_type: record.content_type,
+            trace: TraceContext { traceparent: record.traceparent, tracestate: record.tracestate },
+            enqueued_at: from_millis(record.enqueued_at_ms),
+        });
+        let key = (target, message.resource_id.clone());
+        match newest.get(&key) {
+            Some(m) if m.sequence > sequence => stale.push(sequence),
+            Some(m) => {
+                stale.push(m.sequence);
+                newest.insert(key, message);
+            }
+            None => {
+                newest.insert(key, message);
             }
         }
-        let restored = newest.len();
-        let mut state = self.lock();
-        for ((target, resource_id), message) in newest {
-            self.ensure_destination(&mut state, &target);
+    }
+    let messages = newest
+        .into_values()
+        .map(|message| {
             let acked_by = acked.remove(&message.sequence).unwrap_or_default();
-            let slot = Slot { current: None, storing: 0, acked_by };
-            state.slots.insert((target.clone(), resource_id), slot);
-            state.held += 1;
-            state.bytes += message.payload.len();
-            if let Some(d) = state.destinations.get_mut(&target) {
-                d.held += 1;
-            }
-            self.install(&mut state, message);
-        }
-        drop(state);
-        if !stale.is_empty() {
-            // Stale leftovers of any destination: delete their group ACKs too.
-            self.delete(stale, true);
-        }
-        if restored > 0 {
-            tracing::info!(messages = restored, "outbox restored from the store");
-        }
-    }
+            (message, acked_by)
+        })
+        .collect();
+    Restored { messages, stale }
+}
 
-    /// Deletes messages (and their group ACKs) from the store. Losing this write to a crash only means
-    /// a resend, which the receiver answers with ACKED from its deduplication.
-    pub(super) fn delete(&self, sequences: Vec<u64>, group: bool) {
-        self.inner.store.write_detached("delete finished outbox messages", move |txn| {
-            let mut messages = txn.open_table(MESSAGES)?;
-            for &s in &sequences {
-                messages.remove(s)?;
+/// Deletes messages (and, with `group`, their group ACKs) from the store. Losing this write to a crash
+/// only means a resend, which the receiver answers with ACKED from its deduplication.
+pub(super) fn delete(store: &Store, sequences: Vec<u64>, group: bool) {
+    store.write_detached("delete finished outbox messages", move |txn| {
+        let mut messages = txn.open_table(MESSAGES)?;
+        for &s in &sequences {
+            messages.remove(s)?;
+        }
+        if !group {
+            return Ok(());
+        }
+        let mut acks = txn.open_table(GROUP_ACKS)?;
+        for s in sequences {
+            let peers: Vec<String> = acks
+                .range((s, "")..(s + 1, ""))?
+                .map(|e| e.map(|(k, _)| k.value().1.to_owned()))
+                .collect::<Result<_, _>>()?;
+            for p in peers {
+                acks.remove((s, p.as_str()))?;
             }
-            if !group {
-                return Ok(());
-            }
-            let mut acks = txn.open_table(GROUP_ACKS)?;
-            for s in sequences {
-                let peers: Vec<String> = acks
-                    .range((s, "")..(s + 1, ""))?
-                    .map(|e| e.map(|(k, _)| k.value().1.to_owned()))
-                    .collect::<Result<_, _>>()?;
-                for p in peers {
-                    acks.remove((s, p.as_str()))?;
-                }
-            }
-            Ok(())
-        });
-    }
+        }
+        Ok(())
+    });
 }
