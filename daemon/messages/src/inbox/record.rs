@@ -75,13 +75,13 @@ impl InboxRecord {
 }
 
 /// What the store holds for the inbox: the messages still waiting for an ACK, and the next inbox id.
-pub(super) struct Stored {
+pub(super) struct Loaded {
     pub(super) messages: Vec<InboxMessage>,
     pub(super) next_id: u64,
 }
 
 /// Reads the messages still waiting; an unreadable record is logged and stays on disk, not delivered.
-pub(super) fn load(store: &Store) -> Result<Stored, StoreError> {
+pub(super) fn load(store: &Store) -> Result<Loaded, StoreError> {
     let (records, next_id) = store.read("load the inbox", |txn| {
         let mut records = Vec::new();
         if let Ok(table) = txn.open_table(MESSAGES) {
@@ -106,7 +106,7 @@ pub(super) fn load(store: &Store) -> Result<Stored, StoreError> {
             }
         })
         .collect();
-    Ok(Stored { messages, next_id: next_id.max(1) })
+    Ok(Loaded { messages, next_id: next_id.max(1) })
 }
 
 /// Writes a received message, its pending deduplication record, and the next id past it.
