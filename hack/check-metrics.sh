@@ -94,7 +94,9 @@ done
   fail "daemon a never counted b's ACK (consistd_outbox_acks_total)"
 # A reconcile queue, so the workqueue families have samples (it lingers after the stream ends).
 stream "$a" ReconcileService/Reconcile '{"spec":{"name":"check-metrics","primary":{"resource":"namespaces"},"maxLeases":1}}' '"started"'
-scrape "$CONSISTD_TEST_ADMIN_SOCKET" | grep -q '^consistd_workqueue_depth{name="check-metrics"}' ||
+# Read whole before grep: under pipefail, `scrape | grep -q` fails when grep stops at its match while curl
+# still writes a scrape larger than the pipe's buffer.
+grep -q '^consistd_workqueue_depth{name="check-metrics"}' <<<"$(scrape "$CONSISTD_TEST_ADMIN_SOCKET")" ||
   fail "daemon a shows no consistd_workqueue_depth for the queue check-metrics"
 
 failed=0

@@ -157,7 +157,7 @@ wait_until() {
 }
 # Every replica's sidecar fences guarded writes at the apiserver: the walkthrough installed the policy, and
 # the base Role lets the sidecar impersonate its own ServiceAccount.
-fenced() { kn exec "$1" -c consistd -- consistd status 2>/dev/null | grep -q 'guarded writes are fenced at the apiserver'; }
+fenced() { grep -q 'guarded writes are fenced at the apiserver' <<<"$(kn exec "$1" -c consistd -- consistd status 2>/dev/null)"; }
 for pod in $(pods); do
   wait_until 90 "$pod's sidecar does not fence guarded writes at the apiserver" fenced "$pod"
 done
@@ -226,7 +226,10 @@ for pod in $pods; do
   campaigning() { logs "$pod" controller | grep -qE '^leadership (LEADER|FOLLOWER) '; }
   wait_until 60 "$pod's controller never saw who leads" campaigning
   gauge="consistd_leader_election_master_status{election=\"$ns/configmap-controller\"} $want"
-  curl -sf "http://$ip:7071/metrics" | grep -qF "$gauge" || die "$pod ($ip:7071/metrics) does not say $gauge"
+  # Read whole before grep: under pipefail, `curl | grep -q` fails when grep stops reading at its match while
+  # curl still writes (a scrape larger than the pipe's buffer), and that failure reads as a missing gauge.
+  scrape=$(curl -sf "http://$ip:7071/metrics") || die "$pod ($ip:7071/metrics) did not answer"
+  grep -qF "$gauge" <<<"$scrape" || die "$pod ($ip:7071/metrics) does not say $gauge"
 done
 log "exactly one leader ($leader): one guarded write, its notification received by all 3 replicas through service/app-peers and ACKed; /metrics on each pod's port 7071 says who leads"
 # kubectl consistd says the same from the cluster: who leads (Leases), and the leader's outbox, read from its
@@ -265,7 +268,7 @@ t=$(ms)
 kn apply -f "$out/configmap.yaml" >/dev/null
 applied() {
   local pod
-  for pod in $pods; do logs "$pod" consistd | grep '"applied config change"' | grep -q elections || return 1; done
+  for pod in $pods; do grep '"applied config change"' <<<"$(logs "$pod" consistd)" | grep -q elections || return 1; done
 }
 wait_until 180 "the changed ConfigMap did not reach every sidecar" applied
 reload=$(($(ms) - t))
@@ -274,7 +277,7 @@ grep -qw -- "$reload_holder" <<<"$pods" || die "nobody holds the Lease of the el
 for pod in $pods; do
   [ "$(kn get pod "$pod" -o jsonpath='{.status.initContainerStatuses[0].restartCount}')" = 0 ] ||
     die "$pod: the sidecar restarted instead of reloading"
-  kn exec "$pod" -c consistd -- consistd status | grep -q 'consistd.yaml (applied' ||
+  grep -q 'consistd.yaml (applied' <<<"$(kn exec "$pod" -c consistd -- consistd status)" ||
     die "$pod: consistd status does not show the config applied"
 done
 log "kubectl apply of a changed ConfigMap: applied by all 3 sidecars without a restart $reload ms later (kubelet's sync period); $reload_holder leads the added election"
