@@ -157,7 +157,11 @@ wait_until() {
 }
 # Every replica's sidecar fences guarded writes at the apiserver: the walkthrough installed the policy, and
 # the base Role lets the sidecar impersonate its own ServiceAccount.
-fenced() { grep -q 'guarded writes are fenced at the apiserver' <<<"$(kn exec "$1" -c consistd -- consistd status 2>/dev/null)"; }
+fenced() {
+  local status
+  status=$(kn exec "$1" -c consistd -- consistd status 2>/dev/null) &&
+    grep -q 'guarded writes are fenced at the apiserver' <<<"$status"
+}
 for pod in $(pods); do
   wait_until 90 "$pod's sidecar does not fence guarded writes at the apiserver" fenced "$pod"
 done
@@ -277,7 +281,7 @@ grep -qw -- "$reload_holder" <<<"$pods" || die "nobody holds the Lease of the el
 for pod in $pods; do
   [ "$(kn get pod "$pod" -o jsonpath='{.status.initContainerStatuses[0].restartCount}')" = 0 ] ||
     die "$pod: the sidecar restarted instead of reloading"
-  grep -q 'consistd.yaml (applied' <<<"$(kn exec "$pod" -c consistd -- consistd status)" ||
+  status=$(kn exec "$pod" -c consistd -- consistd status) && grep -q 'consistd.yaml (applied' <<<"$status" ||
     die "$pod: consistd status does not show the config applied"
 done
 log "kubectl apply of a changed ConfigMap: applied by all 3 sidecars without a restart $reload ms later (kubelet's sync period); $reload_holder leads the added election"
