@@ -268,16 +268,33 @@ async fn sender() -> Daemon {
     Daemon::builder(BIN).config(config).start().await
 }
 
-async fn send_to(daemon: &Daemon, peer: &str) {
-    let request = SendRequest {
-        destination: Some(Destination { target: Some(Target::Peer(peer.to_owned())) }),
-        resource_id: "last-words".to_owned(),
-        event_id: "e1".to_owned(),
+/// A JSON message `{}` about `resource_id`, event `event_id`, for `target`.
+fn json_message(target: Target, resource_id: &str, event_id: &str) -> SendRequest {
+    SendRequest {
+        destination: Some(Destination { target: Some(target) }),
+        resource_id: resource_id.to_owned(),
+        event_id: event_id.to_owned(),
         payload: b"{}".to_vec(),
         content_type: "application/json".to_owned(),
         ..Default::default()
-    };
+    }
+}
+
+async fn send_to(daemon: &Daemon, peer: &str) {
+    let request = json_message(Target::Peer(peer.to_owned()), "last-words", "e1");
     daemon.client().outbox().send(request).await.expect("Send");
+}
+
+/// Campaigns for `election` through `daemon` and returns the stream once it says LEADER.
+async fn lead(daemon: &Daemon, election: &str) -> tonic::Streaming<consistd_client::proto::CampaignResponse> {
+    let request = CampaignRequest { election: election.into(), ..Default::default() };
+    let mut campaign = daemon.client().leadership().campaign(request).await.expect("Campaign").into_inner();
+    loop {
+        let status = campaign.message().await.expect("campaign").expect("open").status.expect("status");
+        if status.state() == LeadershipState::Leader {
+            return campaign;
+        }
+    }
 }
 
 #[tokio::test]
@@ -332,24 +349,10 @@ async fn sigterm_stops_every_task_the_daemon_started_within_the_grace_period() {
     watch.until_synced().await;
     drop(watch);
     // An election campaigned for and held: its runner and the member Lease's keeper.
-    let campaign = CampaignRequest { election: "tasks".into(), ..Default::default() };
-    let mut leading = client.leadership().campaign(campaign).await.expect("Campaign").into_inner();
-    loop {
-        let status = leading.message().await.expect("campaign stream").expect("open").status.expect("status");
-        if status.state() == LeadershipState::Leader {
-            break;
-        }
-    }
+    let leading = lead(&daemon, "tasks").await;
     // A message for a silent peer: its link; one for the election's group: the group's follower.
     send_to(&daemon, &format!("127.0.0.1:{}", free_port())).await;
-    let to_group = SendRequest {
-        destination: Some(Destination { target: Some(Target::Election("tasks".into())) }),
-        resource_id: "group".to_owned(),
-        event_id: "e1".to_owned(),
-        payload: b"{}".to_vec(),
-        content_type: "application/json".to_owned(),
-        ..Default::default()
-    };
+    let to_group = json_message(Target::Election("tasks".into()), "group", "e1");
     client.outbox().send(to_group).await.expect("Send to the group");
     // A scraper's keep-alive connection, answered once and left open.
     let mut scraper = tokio::net::TcpStream::connect(&admin).await.expect("connect to admin.listen");
@@ -402,14 +405,7 @@ async fn admin_listen_serves_probes_metrics_and_the_outbox_over_tcp_with_the_lea
 
     // /outbox: what `kubectl consistd outbox` reads through the pod proxy. A message to a peer nobody
     // listens on stays pending there.
-    let send = SendRequest {
-        destination: Some(Destination { target: Some(Target::Peer("127.0.0.1:1".to_owned())) }),
-        resource_id: "r".to_owned(),
-        event_id: "1".to_owned(),
-        payload: b"{}".to_vec(),
-        content_type: "application/json".to_owned(),
-        ..Default::default()
-    };
+    let send = json_message(Target::Peer("127.0.0.1:1".to_owned()), "r", "1");
     daemon.client().outbox().send(send).await.expect("Send");
     let (status, body) = http_get(&addr, "/outbox").await;
     assert_eq!(status, 200, "{body}");
@@ -417,14 +413,7 @@ async fn admin_listen_serves_probes_metrics_and_the_outbox_over_tcp_with_the_lea
     assert_eq!(outbox.pending, 1, "{body}");
     assert_eq!((outbox.peers[0].peer.as_str(), outbox.peers[0].pending), ("127.0.0.1:1", 1), "{body}");
 
-    let request = CampaignRequest { election: "gauged".into(), ..Default::default() };
-    let mut campaign = daemon.client().leadership().campaign(request).await.expect("Campaign").into_inner();
-    loop {
-        let status = campaign.message().await.expect("campaign").expect("open").status.expect("status");
-        if status.state() == LeadershipState::Leader {
-            break;
-        }
-    }
+    let campaign = lead(&daemon, "gauged").await;
     let line = format!("consistd_leader_election_master_status{{election=\"{ns}/gauged\"}} 1");
     let (status, metrics) = http_get(&addr, "/metrics").await;
     assert_eq!(status, 200);

@@ -352,8 +352,8 @@ impl Outbox {
     /// Writes an admitted message and hands it to its links, or gives its slot back if the write failed.
     async fn commit(&self, message: Arc<Message>) -> Result<u64, OutboxError> {
         let stored = record::store_message(&self.inner.store, &message).await;
-        let sequence = message.sequence;
-        if stored.is_ok() {
+        let (sequence, durable) = (message.sequence, stored.is_ok());
+        if durable {
             self.inner.metrics.outbox_sends.inc();
             tracing::debug!(
                 message_id = sequence,
@@ -364,7 +364,6 @@ impl Outbox {
                 "message stored"
             );
         }
-        let durable = stored.is_ok();
         self.change(|state| state.end_storing(message, durable));
         stored.map(|()| sequence).map_err(OutboxError::Store)
     }
