@@ -101,7 +101,9 @@ async fn wait_for_report(
 #[tokio::test]
 async fn admin_socket_serves_probes_and_metrics() {
     let daemon = Daemon::builder(BIN).start().await;
-    wait_for_report(&daemon, |r| r.ready).await;
+    // Ready comes with any answer from the apiserver; its version with the probe's first /version,
+    // which may come a moment later.
+    wait_for_report(&daemon, |r| r.ready && r.apiserver.version.is_some()).await;
     let get = |path: &'static str| consistd_server::admin::get(daemon.admin_socket(), path);
 
     let (status, body) = get("/healthz").await.expect("GET /healthz");
