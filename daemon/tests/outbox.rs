@@ -10,7 +10,7 @@ use std::time::Duration;
 use consistd_client::proto::{
     AckOutcome, AckRequest, AckStreamRequest, AckStreamResponse, Destination, GetOutboxStatusRequest, InboxMessage,
     NackRequest, ReceiveRequest, SendRequest, SendStreamRequest, SendStreamResponse, ServiceDestination,
-    WatchAcksRequest, WatchAcksResponse, destination::Target,
+    WaitOutcomeRequest, WatchAcksRequest, WatchAcksResponse, destination::Target,
 };
 use consistd_testkit::{Daemon, free_port, tls::Ca};
 use nix::sys::signal::Signal;
@@ -229,6 +229,75 @@ async fn a_newer_event_supersedes_an_unacked_one_and_an_old_ack_never_clears_the
     let o = next_outcome(&mut outcomes).await;
     assert_eq!((o.message_id.as_str(), o.event_id.as_str(), o.outcome()), (second.as_str(), "rv-2", AckOutcome::Acked));
     assert_eq!(total_pending(&a).await, 0);
+}
+
+/// WaitOutcome for `message_id`, bounded by `deadline` (the call's own gRPC deadline).
+async fn wait_outcome(daemon: &Daemon, message_id: &str, deadline: Duration) -> Result<WatchAcksResponse, tonic::Status> {
+    let mut request = tonic::Request::new(WaitOutcomeRequest { message_id: message_id.to_owned() });
+    request.set_timeout(deadline);
+    let answer = daemon.client().outbox().wait_outcome(request).await?.into_inner();
+    Ok(answer.outcome.expect("an outcome"))
+}
+
+#[tokio::test]
+async fn wait_outcome_answers_a_messages_first_outcome_when_it_comes_or_at_once_and_across_a_restart() {
+    let (a_dir, b_dir) = (tempfile::tempdir().expect("dir"), tempfile::tempdir().expect("dir"));
+    let b_addr = format!("127.0.0.1:{}", free_port());
+    let b_config = format!("identity: b\npeer:\n  listen: {b_addr}\n  insecure: true\n");
+    let a_config = format!("identity: a\npeer:\n  insecure: true\n{BACKOFF}");
+    let b = Daemon::builder(BIN).config(&b_config).dir(b_dir.path()).start().await;
+    let mut a = Daemon::builder(BIN).config(&a_config).dir(a_dir.path()).start().await;
+    let mut messages = inbox(&b).await;
+
+    // A wait that starts before the outcome gets it when it comes: rv-2 supersedes rv-1.
+    let first = send(&a, to_peer(&b_addr, "uid", "rv-1", b"1")).await;
+    next_message(&mut messages).await;
+    let waiting = consistd_testkit::spawn({
+        let (a, first) = (a.client(), first.clone());
+        async move {
+            let request = WaitOutcomeRequest { message_id: first };
+            a.outbox().wait_outcome(request).await.map(|r| r.into_inner().outcome.expect("an outcome"))
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "WaitOutcome answered before rv-1 had an outcome");
+    let second = send(&a, to_peer(&b_addr, "uid", "rv-2", b"2")).await;
+    let o = tokio::time::timeout(WAIT, waiting).await.expect("in time").expect("task").expect("WaitOutcome");
+    assert_eq!((o.message_id.as_str(), o.event_id.as_str(), o.outcome()), (first.as_str(), "rv-1", AckOutcome::Superseded));
+    // Asked again, the kept outcome is answered at once.
+    let again = wait_outcome(&a, &first, WAIT).await.expect("WaitOutcome");
+    assert_eq!((again.outcome(), again.resource_id.as_str()), (AckOutcome::Superseded, "uid"));
+
+    // The call's deadline bounds a wait; calling again after it waits on and gets the ACK.
+    let m2 = next_message(&mut messages).await;
+    let cut = wait_outcome(&a, &second, Duration::from_millis(200)).await.expect_err("no outcome yet");
+    // (tonic's client ends the call itself at its deadline, with CANCELLED.)
+    assert!(matches!(cut.code(), Code::DeadlineExceeded | Code::Cancelled), "{cut:?}");
+    ack(&b, &m2.message_id).await;
+    let o = wait_outcome(&a, &second, WAIT).await.expect("WaitOutcome");
+    assert_eq!((o.outcome(), o.peer.as_str(), o.event_id.as_str()), (AckOutcome::Acked, b_addr.as_str(), "rv-2"));
+
+    // A message still pending when the sender restarts is waited for after it; one settled before is
+    // NOT_FOUND, saying why.
+    let third = send(&a, to_peer(&b_addr, "other", "rv-1", b"3")).await;
+    let m3 = next_message(&mut messages).await;
+    a.signal(Signal::SIGKILL);
+    a.wait_exit(WAIT).await;
+    let a = Daemon::builder(BIN).config(&a_config).dir(a_dir.path()).start().await;
+    let gone = wait_outcome(&a, &second, WAIT).await.expect_err("settled before the restart");
+    assert_eq!(gone.code(), Code::NotFound, "{gone:?}");
+    assert!(gone.message().contains("before this daemon started"), "{gone:?}");
+    ack(&b, &m3.message_id).await;
+    let o = wait_outcome(&a, &third, WAIT).await.expect("WaitOutcome after the restart");
+    assert_eq!((o.message_id.as_str(), o.outcome()), (third.as_str(), AckOutcome::Acked));
+
+    // Bad ids are refused naming the field.
+    let bad = wait_outcome(&a, "rv-1", WAIT).await.expect_err("not an id");
+    assert_eq!(bad.code(), Code::InvalidArgument, "{bad:?}");
+    assert!(bad.message().starts_with("message_id: "), "{bad:?}");
+    let unknown = wait_outcome(&a, "999999999", WAIT).await.expect_err("never sent");
+    assert_eq!(unknown.code(), Code::NotFound, "{unknown:?}");
+    assert!(unknown.message().starts_with("message_id: 999999999 is not"), "{unknown:?}");
 }
 
 #[tokio::test]

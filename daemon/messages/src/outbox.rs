@@ -12,6 +12,7 @@ pub mod destination;
 mod link;
 mod members;
 mod record;
+mod settled;
 mod state;
 pub mod status;
 
@@ -33,9 +34,10 @@ use consistd_observe::{metrics::Metrics, telemetry::TraceContext};
 use consistd_proto::peer::v1::{Disposition, ExchangeRequest, ExchangeResponse};
 use tokio::{sync::broadcast, time::Instant};
 
-pub use self::{destination::Destination, members::Members};
+pub use self::{destination::Destination, members::Members, settled::KEPT as OUTCOMES_KEPT};
 use self::{
     link::LinkUse,
+    settled::FirstOutcome,
     state::{Effects, OutboxState, SlotKey},
     status::DestinationStatus,
 };
@@ -172,6 +174,24 @@ pub enum OutboxError {
     Store(#[source] StoreError),
 }
 
+/// Why [`Outbox::first_outcome`] has no outcome to give.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OutcomeError {
+    /// The id was never given out.
+    #[error("message_id: {0} is not the id of a message this daemon stored")]
+    NeverSent(u64),
+    /// The message settled before the outcomes kept, or before this daemon started, or was never stored.
+    #[error(
+        "message {0}: its outcome is not known: it settled before the last {kept} outcomes or before this \
+         daemon started, or it was never stored",
+        kept = settled::KEPT
+    )]
+    Forgotten(u64),
+    /// The outbox closed while the caller waited.
+    #[error("message {0}: the outbox closed before its outcome came")]
+    Closed(u64),
+}
+
 /// The outbox; clones share it.
 #[derive(Debug, Clone)]
 pub struct Outbox {
@@ -280,7 +300,9 @@ impl Outbox {
                 OutcomeKind::Failed(_) => &inner.metrics.outbox_failed,
             };
             counted.inc();
-            let _ = inner.outcomes.send(Outcome { message, peer, kind, at: SystemTime::now() });
+            let outcome = Outcome { message, peer, kind, at: SystemTime::now() };
+            state.settled.record(&outcome);
+            let _ = inner.outcomes.send(outcome);
         }
         for (sequence, peer) in group_acks {
             record::record_group_ack(&inner.store, sequence, peer);
@@ -463,6 +485,24 @@ impl Outbox {
                 metrics.outbox_oldest_pending_seconds.set(age);
             }
         });
+    }
+
+    /// The first outcome of message `sequence` (for a Service or election, its first receiver's): at
+    /// once when it had one (of the last [`OUTCOMES_KEPT`]), else when it comes. The message in it
+    /// has no payload when it was kept.
+    pub async fn first_outcome(&self, sequence: u64) -> Result<Outcome, OutcomeError> {
+        let waiting = {
+            let mut state = self.lock();
+            match state.settled.of(sequence) {
+                FirstOutcome::Known(outcome) => return Ok(outcome),
+                FirstOutcome::Awaited => state.settled.wait(sequence),
+                FirstOutcome::Unknown if sequence >= self.inner.next_sequence.load(Ordering::SeqCst) => {
+                    return Err(OutcomeError::NeverSent(sequence));
+                }
+                FirstOutcome::Unknown => return Err(OutcomeError::Forgotten(sequence)),
+            }
+        };
+        waiting.await.map_err(|_| OutcomeError::Closed(sequence))
     }
 
     /// Outcomes from now on; a receiver that falls [`OUTCOME_BUFFER`] behind gets `Lagged`.

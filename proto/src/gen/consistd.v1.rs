@@ -2207,6 +2207,22 @@ pub struct SendStreamResponse {
     #[prost(message, optional, tag = "2")]
     pub refusal: ::core::option::Option<Refusal>,
 }
+/// WaitOutcomeRequest names one stored message.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct WaitOutcomeRequest {
+    /// The message_id Send (or SendStream) answered.
+    #[prost(string, tag = "1")]
+    pub message_id: ::prost::alloc::string::String,
+}
+/// WaitOutcomeResponse is one message's first outcome.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct WaitOutcomeResponse {
+    /// The outcome, as WatchAcks streams it.
+    #[prost(message, optional, tag = "1")]
+    pub outcome: ::core::option::Option<WatchAcksResponse>,
+}
 /// WatchAcksRequest optionally narrows the stream to one resource.
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
@@ -2470,6 +2486,37 @@ pub mod outbox_service_client {
                 .insert(GrpcMethod::new("consistd.v1.OutboxService", "SendStream"));
             self.inner.streaming(req, path, codec).await
         }
+        /// WaitOutcome answers the first outcome of one message Send or SendStream stored: ACKED, SUPERSEDED or
+        /// FAILED at its first receiver (for a Service or election, whichever member answered first). A message
+        /// that has one is answered at once; otherwise the call waits for it, as long as the call's deadline
+        /// allows. Calling again (after DEADLINE_EXCEEDED or a lost connection) waits again: nothing is missed
+        /// in between. The daemon keeps the first outcomes of the last 10,000 messages that had one, in memory:
+        /// an older outcome, one from before the daemon last started, and an id Send did not answer are
+        /// NOT_FOUND.
+        pub async fn wait_outcome(
+            &mut self,
+            request: impl tonic::IntoRequest<super::WaitOutcomeRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::WaitOutcomeResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/consistd.v1.OutboxService/WaitOutcome",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("consistd.v1.OutboxService", "WaitOutcome"));
+            self.inner.unary(req, path, codec).await
+        }
         /// WatchAcks streams ACKs, supersessions and final failures of this pod's sends.
         pub async fn watch_acks(
             &mut self,
@@ -2554,6 +2601,20 @@ pub mod outbox_service_server {
             &self,
             request: tonic::Request<tonic::Streaming<super::SendStreamRequest>>,
         ) -> std::result::Result<tonic::Response<Self::SendStreamStream>, tonic::Status>;
+        /// WaitOutcome answers the first outcome of one message Send or SendStream stored: ACKED, SUPERSEDED or
+        /// FAILED at its first receiver (for a Service or election, whichever member answered first). A message
+        /// that has one is answered at once; otherwise the call waits for it, as long as the call's deadline
+        /// allows. Calling again (after DEADLINE_EXCEEDED or a lost connection) waits again: nothing is missed
+        /// in between. The daemon keeps the first outcomes of the last 10,000 messages that had one, in memory:
+        /// an older outcome, one from before the daemon last started, and an id Send did not answer are
+        /// NOT_FOUND.
+        async fn wait_outcome(
+            &self,
+            request: tonic::Request<super::WaitOutcomeRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::WaitOutcomeResponse>,
+            tonic::Status,
+        >;
         /// Server streaming response type for the WatchAcks method.
         type WatchAcksStream: tonic::codegen::tokio_stream::Stream<
                 Item = std::result::Result<super::WatchAcksResponse, tonic::Status>,
@@ -2739,6 +2800,51 @@ pub mod outbox_service_server {
                                 max_encoding_message_size,
                             );
                         let res = grpc.streaming(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/consistd.v1.OutboxService/WaitOutcome" => {
+                    #[allow(non_camel_case_types)]
+                    struct WaitOutcomeSvc<T: OutboxService>(pub Arc<T>);
+                    impl<
+                        T: OutboxService,
+                    > tonic::server::UnaryService<super::WaitOutcomeRequest>
+                    for WaitOutcomeSvc<T> {
+                        type Response = super::WaitOutcomeResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::WaitOutcomeRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as OutboxService>::wait_outcome(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = WaitOutcomeSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
                         Ok(res)
                     };
                     Box::pin(fut)

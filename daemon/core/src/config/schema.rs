@@ -218,7 +218,7 @@ impl Service {
             Self::Objects => &["get", "list", "create", "update", "patch", "delete"],
             // Campaign; Observe and GetLeadership.
             Self::Leadership => &["campaign", "observe"],
-            // Send; WatchAcks and GetOutboxStatus.
+            // Send and SendStream; WaitOutcome, WatchAcks and GetOutboxStatus.
             Self::Outbox => &["send", "status"],
             // Receive, Ack and Nack.
             Self::Inbox => &["receive"],

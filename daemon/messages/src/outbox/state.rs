@@ -18,6 +18,7 @@ use super::{
     Bound, Destination, Message, OutcomeKind, backoff,
     link::{LINK_LINGER, Link, LinkUse, PeerDelivery},
     members,
+    settled::Settled,
 };
 
 /// A slot's key: (destination, resource_id).
@@ -102,6 +103,8 @@ pub(super) struct OutboxState {
     bytes: usize,
     /// The id of the newest link: a link task whose id no longer matches was replaced and stops.
     next_link: u64,
+    /// Messages waiting for their first outcome, and the first outcomes kept for WaitOutcome.
+    pub(super) settled: Settled,
 }
 
 impl OutboxState {
@@ -186,6 +189,7 @@ impl OutboxState {
         }
         let restored_acks = std::mem::take(&mut slot.acked_by);
         let old = slot.current.replace(message.clone());
+        self.settled.expect(message.sequence);
         // Acks loaded from the store belong to the message being restored, not to a new one.
         slot.acked_by = if old.is_none() { restored_acks } else { BTreeSet::new() };
         let acked_by = slot.acked_by.clone();

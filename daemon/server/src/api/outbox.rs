@@ -1,6 +1,6 @@
 //! OutboxService: Send stores a message durably and answers with its id (SendStream: many, in order);
-//! WatchAcks streams outcomes (ACKED per peer, SUPERSEDED, FAILED); GetOutboxStatus lists what each
-//! peer has not ACKed yet.
+//! WaitOutcome answers one message's first outcome, WatchAcks streams outcomes (ACKED per peer,
+//! SUPERSEDED, FAILED); GetOutboxStatus lists what each peer has not ACKed yet.
 
 use std::sync::Arc;
 
@@ -151,6 +151,22 @@ impl OutboxService for OutboxApi {
             }
         });
         Ok(Response::new(super::answers_until_shutdown(answers, self.tasks.signal(), "OutboxService.SendStream")))
+    }
+
+    async fn wait_outcome(
+        &self,
+        request: Request<pb::WaitOutcomeRequest>,
+    ) -> Result<Response<pb::WaitOutcomeResponse>, Status> {
+        self.allowed(&Caller::from_request(&request), "status", None).await?;
+        let id = request.into_inner().message_id;
+        let sequence = id.parse::<u64>().map_err(|_| {
+            status::invalid_argument("message_id", format!("{id:?} is not a message id (Send answers one)"))
+        })?;
+        let outcome = tokio::select! {
+            outcome = self.outbox.first_outcome(sequence) => outcome.map_err(status::outcome_error)?,
+            () = self.tasks.stopping() => return Err(status::shutting_down_call("OutboxService.WaitOutcome")),
+        };
+        Ok(Response::new(pb::WaitOutcomeResponse { outcome: Some(to_pb(&outcome)) }))
     }
 
     async fn watch_acks(

@@ -10,7 +10,11 @@ use consistd_cluster::{
     watch::{ResourceError, resolve::ResolveError},
 };
 use consistd_core::{error, versions::VersionsError};
-use consistd_messages::{inbox::InboxError, outbox::OutboxError, rollout::RolloutError};
+use consistd_messages::{
+    inbox::InboxError,
+    outbox::{OutboxError, OutcomeError},
+    rollout::RolloutError,
+};
 use tonic::{Code, Status};
 
 /// A status whose message is `error` with its causes.
@@ -55,6 +59,20 @@ pub(crate) fn access_denied(asked: impl std::fmt::Display) -> Status {
 /// A stream ended because the daemon is stopping; clients reconnect (to its successor) and resume.
 pub(crate) fn shutting_down(rpc: &'static str) -> Status {
     Status::new(Code::Unavailable, format!("{rpc}: consistd is shutting down; reconnect and resume from your cursor"))
+}
+
+/// A call that waits ended because the daemon is stopping; the client calls again (to its successor).
+pub(crate) fn shutting_down_call(rpc: &'static str) -> Status {
+    Status::new(Code::Unavailable, format!("{rpc}: consistd is shutting down; call again"))
+}
+
+/// No first outcome to answer: NOT_FOUND for an id never given out or an outcome not kept.
+pub(crate) fn outcome_error(error: OutcomeError) -> Status {
+    let code = match &error {
+        OutcomeError::NeverSent(_) | OutcomeError::Forgotten(_) => Code::NotFound,
+        OutcomeError::Closed(_) => Code::Unavailable,
+    };
+    from_error(code, &error)
 }
 
 /// A refused subscription, or a failed read or write of an object.
