@@ -86,8 +86,8 @@ pub enum Error {
     Status(#[from] tonic::Status),
 }
 
-/// A connection to one consistd sidecar. Cheap to clone (clones share the connection, the stream of
-/// send outcomes, the streams sends and ACKs go out on, and the record of this client's own writes);
+/// A connection to one consistd sidecar. Cheap to clone (clones share the connection, the streams sends
+/// and ACKs go out on, and the record of this client's own writes);
 /// connects lazily and reconnects on demand.
 #[derive(Debug, Clone)]
 pub struct Client {
@@ -95,7 +95,6 @@ pub struct Client {
     channel: Channel,
     /// What this client's object writes returned, for the own-write rule of its watches.
     writes: Arc<own_writes::OwnWrites>,
-    acks: Arc<outbox::AckTracker>,
     sends: Arc<Ordered<proto::SendStreamRequest, proto::SendStreamResponse>>,
     inbox_acks: Arc<Ordered<proto::AckStreamRequest, proto::AckStreamResponse>>,
 }
@@ -121,7 +120,6 @@ impl Client {
             path,
             channel,
             writes: Arc::default(),
-            acks: Arc::default(),
             sends: Arc::default(),
             inbox_acks: Arc::default(),
         }

@@ -1,27 +1,22 @@
-//! ACK-tracked sends: `send` returns once the sidecar stored the message; awaiting the result gives its
-//! outcome at the receiving app.
+//! ACK-tracked sends: `send` returns once the sidecar stored the message; awaiting the [`Sent`] asks the
+//! sidecar for its outcome at the receiving app (`OutboxService.WaitOutcome`), so the SDK keeps no
+//! outcome stream and no table of outcomes.
 
 use std::{
-    collections::{HashMap, VecDeque},
     future::{Future, IntoFuture},
     pin::Pin,
-    sync::{Arc, Weak},
 };
 
-use futures::StreamExt as _;
-use tokio::sync::{Mutex, oneshot};
+use tokio::sync::OnceCell;
 
 use crate::{
     Client, Error,
     proto::{
-        AckOutcome, Destination, Refusal, SendRequest, SendStreamRequest, WatchAcksRequest, WatchAcksResponse,
+        AckOutcome, Destination, Refusal, SendRequest, SendStreamRequest, WaitOutcomeRequest, WatchAcksResponse,
         destination::Target,
     },
-    retry::cut_off,
+    retry::{Backoff, cut_off, is_retryable},
 };
-
-/// Outcomes that arrive before their `Send` has answered are kept, up to this many.
-const EARLY_OUTCOMES: usize = 10_000;
 
 /// How a sent message ended at a receiver.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,13 +40,26 @@ impl Outcome {
     }
 }
 
-/// A message the sidecar has stored. `.await` it for its [`Outcome`]; for a Service or election
-/// destination that is the first receiver's outcome.
+/// A message the sidecar has stored. `.await` it, or call [`Sent::outcome`], for its [`Outcome`]; for a
+/// Service or election destination that is the first receiver's.
 #[derive(Debug)]
 pub struct Sent {
     /// The sidecar's id for the message.
     pub message_id: String,
-    outcome: oneshot::Receiver<Result<Outcome, Error>>,
+    client: Client,
+    outcome: OnceCell<Outcome>,
+}
+
+impl Sent {
+    /// The message's first outcome: the sidecar answers it when it comes, or at once if it came
+    /// already. A lost connection to the sidecar is retried with backoff, so an outcome that came
+    /// meanwhile is still seen. Bound the wait with a timeout around this call; calling again after it
+    /// goes on waiting, and once the outcome is known it is answered without asking the sidecar again.
+    /// NOT_FOUND: the sidecar no longer knows the outcome (it restarted since, or 10,000 later outcomes
+    /// came).
+    pub async fn outcome(&self) -> Result<Outcome, Error> {
+        self.outcome.get_or_try_init(|| wait_outcome(&self.client, &self.message_id)).await.cloned()
+    }
 }
 
 impl IntoFuture for Sent {
@@ -59,12 +67,25 @@ impl IntoFuture for Sent {
     type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send>>;
 
     fn into_future(self) -> Self::IntoFuture {
-        let id = self.message_id;
-        Box::pin(async move {
-            self.outcome.await.unwrap_or_else(|_| {
-                Err(Error::Status(tonic::Status::unavailable(format!("outcome of message {id}: client dropped"))))
-            })
-        })
+        Box::pin(async move { self.outcome().await })
+    }
+}
+
+/// Asks the sidecar for message `id`'s first outcome until it answers, again after a lost connection.
+async fn wait_outcome(client: &Client, id: &str) -> Result<Outcome, Error> {
+    let mut backoff = Backoff::new();
+    loop {
+        let request = WaitOutcomeRequest { message_id: id.to_owned() };
+        match client.outbox().wait_outcome(request).await {
+            Ok(answer) => {
+                let outcome = answer.into_inner().outcome.ok_or_else(|| {
+                    tonic::Status::internal(format!("outcome of message {id}: the sidecar answered none"))
+                })?;
+                return Ok(Outcome::from_proto(&outcome));
+            }
+            Err(status) if is_retryable(&status) => backoff.wait().await,
+            Err(status) => return Err(Error::Status(cut_off(status))),
+        }
     }
 }
 
@@ -78,43 +99,10 @@ pub fn to_election(election: impl Into<String>) -> Destination {
     Destination { target: Some(Target::Election(election.into())) }
 }
 
-/// Matches outcomes from one `WatchAcks` stream to the sends waiting for them.
-#[derive(Debug, Default)]
-pub(crate) struct AckTracker {
-    state: Mutex<Tracked>,
-}
-
-#[derive(Debug, Default)]
-struct Tracked {
-    /// Whether a `WatchAcks` stream is open.
-    watching: bool,
-    waiting: HashMap<String, oneshot::Sender<Result<Outcome, Error>>>,
-    early: HashMap<String, Outcome>,
-    early_order: VecDeque<String>,
-}
-
-impl Tracked {
-    fn settle(&mut self, id: &str, outcome: Outcome) {
-        match self.waiting.remove(id) {
-            Some(waiter) => {
-                let _ = waiter.send(Ok(outcome));
-            }
-            None => {
-                if self.early.len() >= EARLY_OUTCOMES
-                    && let Some(oldest) = self.early_order.pop_front()
-                {
-                    self.early.remove(&oldest);
-                }
-                self.early.insert(id.to_owned(), outcome);
-                self.early_order.push_back(id.to_owned());
-            }
-        }
-    }
-}
-
 impl Client {
     /// Stores `request` in the sidecar's outbox and returns once it is durable; the sidecar delivers
-    /// and resends it until the receiving app ACKs. Await the returned [`Sent`] for the outcome.
+    /// and resends it until the receiving app ACKs. Await the returned [`Sent`] for the outcome (a send
+    /// never awaited costs nothing more).
     ///
     /// Sends from one client share one `SendStream` call, so sends made concurrently share the
     /// sidecar's disk flush; a refused message fails only its own send.
@@ -123,7 +111,6 @@ impl Client {
     /// app, unless `request` names one already ([`crate::trace::inject`]).
     pub async fn send(&self, mut request: SendRequest) -> Result<Sent, Error> {
         crate::trace::inject(&mut request, &opentelemetry::Context::current());
-        self.watch_outcomes().await?;
         let outbox = self.outbox();
         let answer = self
             .sends
@@ -135,61 +122,11 @@ impl Client {
         if let Some(refusal) = answer.refusal {
             return Err(refused(refusal));
         }
-        let message_id = answer.message_id;
-        let (tx, outcome) = oneshot::channel();
-        let mut state = self.acks.state.lock().await;
-        match state.early.remove(&message_id) {
-            Some(early) => {
-                state.early_order.retain(|id| id != &message_id);
-                let _ = tx.send(Ok(early));
-            }
-            None if !state.watching => {
-                let _ = tx.send(Err(Error::Status(tonic::Status::unavailable(format!(
-                    "outcome of message {message_id}: lost the outcome stream"
-                )))));
-            }
-            None => {
-                state.waiting.insert(message_id.clone(), tx);
-            }
-        }
-        Ok(Sent { message_id, outcome })
-    }
-
-    /// Opens the `WatchAcks` stream unless it is open, so no outcome of a later send is missed.
-    async fn watch_outcomes(&self) -> Result<(), Error> {
-        let mut state = self.acks.state.lock().await;
-        if state.watching {
-            return Ok(());
-        }
-        let outcomes = self.outbox().watch_acks(WatchAcksRequest::default()).await?.into_inner();
-        state.watching = true;
-        tokio::spawn(pump(Arc::downgrade(&self.acks), outcomes));
-        Ok(())
+        Ok(Sent { message_id: answer.message_id, client: self.clone(), outcome: OnceCell::new() })
     }
 }
 
 /// The error of a request a streaming call refused: the status the unary call would have answered.
 pub(crate) fn refused(refusal: Refusal) -> Error {
     Error::Status(tonic::Status::new(tonic::Code::from(refusal.code), refusal.message))
-}
-
-/// Hands each outcome to its waiter until the stream ends or every client is gone; then fails the
-/// sends still waiting (their outcomes can no longer be seen) so none waits forever.
-async fn pump(tracker: Weak<AckTracker>, mut outcomes: tonic::Streaming<WatchAcksResponse>) {
-    let ended = loop {
-        let next = outcomes.next().await;
-        let Some(tracker) = tracker.upgrade() else { return };
-        match next {
-            Some(Ok(r)) => tracker.state.lock().await.settle(&r.message_id, Outcome::from_proto(&r)),
-            Some(Err(status)) => break cut_off(status),
-            None => break tonic::Status::unavailable("the sidecar ended the outcome stream"),
-        }
-    };
-    let Some(tracker) = tracker.upgrade() else { return };
-    let mut state = tracker.state.lock().await;
-    state.watching = false;
-    for (id, waiter) in state.waiting.drain() {
-        let status = tonic::Status::new(ended.code(), format!("outcome of message {id}: {}", ended.message()));
-        let _ = waiter.send(Err(Error::Status(status)));
-    }
 }

@@ -6,8 +6,8 @@ use std::{pin::pin, time::Duration};
 use consistd_client::{
     Client, Error, Event, Leadership, Watch,
     proto::{
-        CampaignRequest, Consistency, CreateRequest, DeliveryMode, EventType, LeadershipState, PatchRequest, PatchType,
-        SendRequest,
+        CampaignRequest, Consistency, CreateRequest, DeliveryMode, EventType, GetOutboxStatusRequest, LeadershipState,
+        PatchRequest, PatchType, SendRequest,
     },
     to_peer,
 };
@@ -361,6 +361,53 @@ async fn a_superseded_send_resolves_as_superseded() {
     }
     let outcome = tokio::time::timeout(WAIT, second).await.expect("an outcome in time").expect("an outcome");
     assert!(outcome.is_acked(), "{outcome:?}");
+}
+
+#[tokio::test]
+async fn an_awaited_outcome_outlasts_a_timeout_and_a_sidecar_restart_and_a_forgotten_one_is_not_found() {
+    let dir = tempfile::tempdir().expect("dir");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let config = "identity: sdk-rust-sender\npeer:\n  insecure: true\noutbox:\n  backoff:\n    initial: 50ms\n    cap: 1s";
+    let b = Daemon::builder(consistd_bin())
+        .config(format!("identity: sdk-rust-receiver\npeer:\n  listen: \"{addr}\"\n  insecure: true"))
+        .start()
+        .await;
+    let mut a = Daemon::builder(consistd_bin()).config(config).dir(dir.path()).start().await;
+    let sender = Client::new(a.socket());
+    let mut deliveries = pin!(b.client().receive());
+
+    // A timeout ends one wait, not the message: nobody ACKed it yet.
+    let sent = sender.send(message(&addr, "restarted", "1")).await.expect("stored");
+    let first = next(&mut deliveries).await;
+    assert!(tokio::time::timeout(Duration::from_millis(300), sent.outcome()).await.is_err(), "no outcome yet");
+
+    // The sidecar dies while the app waits and comes back with the message restored; the ACK given
+    // while it was down is seen.
+    let waiting = tokio::spawn(async move { sent.outcome().await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    a.signal(Signal::SIGKILL);
+    a.wait_exit(WAIT).await;
+    first.ack().await.expect("ACK stored at b");
+    let a = Daemon::builder(consistd_bin()).config(config).dir(dir.path()).start().await;
+    let outcome = tokio::time::timeout(WAIT, waiting).await.expect("an outcome in time").expect("task");
+    let outcome = outcome.expect("the outcome, through the restart");
+    assert!(outcome.is_acked(), "{outcome:?}");
+
+    // An outcome that came before the sidecar's last start is no longer known: NOT_FOUND, as the
+    // sidecar says it.
+    let settled = sender.send(message(&addr, "forgotten", "1")).await.expect("stored");
+    next(&mut deliveries).await.ack().await.expect("ACK stored at b");
+    while sender.outbox().get_outbox_status(GetOutboxStatusRequest {}).await.expect("status").into_inner().total_pending > 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(a);
+    let _a = Daemon::builder(consistd_bin()).config(config).dir(dir.path()).start().await;
+    let Err(Error::Status(status)) = tokio::time::timeout(WAIT, settled.outcome()).await.expect("an answer in time")
+    else {
+        panic!("an outcome from before the restart must be NOT_FOUND")
+    };
+    assert_eq!(status.code(), tonic::Code::NotFound, "{status:?}");
+    assert!(status.message().contains("before this daemon started"), "{status:?}");
 }
 
 #[tokio::test]
