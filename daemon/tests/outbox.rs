@@ -232,7 +232,11 @@ async fn a_newer_event_supersedes_an_unacked_one_and_an_old_ack_never_clears_the
 }
 
 /// WaitOutcome for `message_id`, bounded by `deadline` (the call's own gRPC deadline).
-async fn wait_outcome(daemon: &Daemon, message_id: &str, deadline: Duration) -> Result<WatchAcksResponse, tonic::Status> {
+async fn wait_outcome(
+    daemon: &Daemon,
+    message_id: &str,
+    deadline: Duration,
+) -> Result<WatchAcksResponse, tonic::Status> {
     let mut request = tonic::Request::new(WaitOutcomeRequest { message_id: message_id.to_owned() });
     request.set_timeout(deadline);
     let answer = daemon.client().outbox().wait_outcome(request).await?.into_inner();
@@ -263,7 +267,10 @@ async fn wait_outcome_answers_a_messages_first_outcome_when_it_comes_or_at_once_
     assert!(!waiting.is_finished(), "WaitOutcome answered before rv-1 had an outcome");
     let second = send(&a, to_peer(&b_addr, "uid", "rv-2", b"2")).await;
     let o = tokio::time::timeout(WAIT, waiting).await.expect("in time").expect("task").expect("WaitOutcome");
-    assert_eq!((o.message_id.as_str(), o.event_id.as_str(), o.outcome()), (first.as_str(), "rv-1", AckOutcome::Superseded));
+    assert_eq!(
+        (o.message_id.as_str(), o.event_id.as_str(), o.outcome()),
+        (first.as_str(), "rv-1", AckOutcome::Superseded)
+    );
     // Asked again, the kept outcome is answered at once.
     let again = wait_outcome(&a, &first, WAIT).await.expect("WaitOutcome");
     assert_eq!((again.outcome(), again.resource_id.as_str()), (AckOutcome::Superseded, "uid"));

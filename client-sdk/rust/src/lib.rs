@@ -116,13 +116,7 @@ impl Client {
                 async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
             },
         ));
-        Self {
-            path,
-            channel,
-            writes: Arc::default(),
-            sends: Arc::default(),
-            inbox_acks: Arc::default(),
-        }
+        Self { path, channel, writes: Arc::default(), sends: Arc::default(), inbox_acks: Arc::default() }
     }
 
     /// The socket this client talks to.

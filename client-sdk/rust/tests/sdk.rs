@@ -367,7 +367,8 @@ async fn a_superseded_send_resolves_as_superseded() {
 async fn an_awaited_outcome_outlasts_a_timeout_and_a_sidecar_restart_and_a_forgotten_one_is_not_found() {
     let dir = tempfile::tempdir().expect("dir");
     let addr = format!("127.0.0.1:{}", free_port());
-    let config = "identity: sdk-rust-sender\npeer:\n  insecure: true\noutbox:\n  backoff:\n    initial: 50ms\n    cap: 1s";
+    let config =
+        "identity: sdk-rust-sender\npeer:\n  insecure: true\noutbox:\n  backoff:\n    initial: 50ms\n    cap: 1s";
     let b = Daemon::builder(consistd_bin())
         .config(format!("identity: sdk-rust-receiver\npeer:\n  listen: \"{addr}\"\n  insecure: true"))
         .start()
@@ -397,7 +398,9 @@ async fn an_awaited_outcome_outlasts_a_timeout_and_a_sidecar_restart_and_a_forgo
     // sidecar says it.
     let settled = sender.send(message(&addr, "forgotten", "1")).await.expect("stored");
     next(&mut deliveries).await.ack().await.expect("ACK stored at b");
-    while sender.outbox().get_outbox_status(GetOutboxStatusRequest {}).await.expect("status").into_inner().total_pending > 0 {
+    while sender.outbox().get_outbox_status(GetOutboxStatusRequest {}).await.expect("status").into_inner().total_pending
+        > 0
+    {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     drop(a);

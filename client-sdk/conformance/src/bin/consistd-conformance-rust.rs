@@ -1,0 +1,275 @@
+//! The Rust SDK's conformance agent: serves the agent protocol (client-sdk/conformance/README.md) with one
+//! `consistd_client::Client` on `CONSISTD_SOCKET`.
+
+use std::{
+    collections::HashMap,
+    pin::Pin,
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
+
+use consistd_client::{
+    Client, Error, Event, Sent, Watch,
+    proto::{CampaignRequest, DeliveryMode, GetRequest, PatchRequest, PatchType, SendRequest},
+    to_peer,
+};
+use futures::{Stream, StreamExt as _};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
+
+type Events = Pin<Box<dyn Stream<Item = Result<Event, Error>> + Send>>;
+
+/// What the agent keeps between commands.
+#[derive(Clone)]
+struct Agent {
+    client: Client,
+    /// Each send's result, by message id, for `outcome`.
+    sent: Arc<Mutex<HashMap<String, Arc<Sent>>>>,
+    /// Watches started with `take` false, by stream name.
+    paused: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<Events>>>>>,
+    out: Arc<tokio::sync::Mutex<tokio::io::Stdout>>,
+}
+
+/// A command's failure: the gRPC code's name and a message.
+struct Failure {
+    code: &'static str,
+    message: String,
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::Status(s) => Self { code: code_name(s.code()), message: s.message().to_owned() },
+            other => Self { code: "UNKNOWN", message: other.to_string() },
+        }
+    }
+}
+
+impl From<tonic::Status> for Failure {
+    fn from(s: tonic::Status) -> Self {
+        Error::Status(s).into()
+    }
+}
+
+fn invalid(message: impl Into<String>) -> Failure {
+    Failure { code: "INVALID_ARGUMENT", message: message.into() }
+}
+
+fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code as C;
+    match code {
+        C::Ok => "OK",
+        C::Cancelled => "CANCELLED",
+        C::Unknown => "UNKNOWN",
+        C::InvalidArgument => "INVALID_ARGUMENT",
+        C::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        C::NotFound => "NOT_FOUND",
+        C::AlreadyExists => "ALREADY_EXISTS",
+        C::PermissionDenied => "PERMISSION_DENIED",
+        C::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        C::FailedPrecondition => "FAILED_PRECONDITION",
+        C::Aborted => "ABORTED",
+        C::OutOfRange => "OUT_OF_RANGE",
+        C::Unimplemented => "UNIMPLEMENTED",
+        C::Internal => "INTERNAL",
+        C::Unavailable => "UNAVAILABLE",
+        C::DataLoss => "DATA_LOSS",
+        C::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+fn field<'a>(command: &'a Value, name: &str) -> Result<&'a str, Failure> {
+    command.get(name).and_then(Value::as_str).ok_or_else(|| invalid(format!("{name}: must be a string")))
+}
+
+fn event_json(e: &Event) -> Value {
+    let object = e.object.as_ref();
+    json!({
+        "type": e.kind.as_str_name().trim_start_matches("EVENT_TYPE_"),
+        "name": object.map(|o| o.name.as_str()).unwrap_or_default(),
+        "resourceVersion": object.map(|o| o.resource_version.as_str()).unwrap_or_default(),
+        "predatesOwnWrite": e.predates_own_write,
+    })
+}
+
+fn error_json(f: &Failure) -> Value {
+    json!({ "code": f.code, "message": f.message })
+}
+
+impl Agent {
+    async fn print(&self, line: Value) {
+        let mut text = line.to_string();
+        text.push('\n');
+        let mut out = self.out.lock().await;
+        let _ = out.write_all(text.as_bytes()).await;
+        let _ = out.flush().await;
+    }
+
+    async fn run(&self, command: Value) {
+        let id = command.get("id").cloned().unwrap_or(Value::Null);
+        let answer = match command.get("op").and_then(Value::as_str).unwrap_or_default() {
+            "get" => self.get(&command).await,
+            "patch" => self.patch(&command).await,
+            "watch" => self.watch(&command),
+            "take" => self.take(&command).await,
+            "send" => self.send(&command).await,
+            "outcome" => self.outcome(&command).await,
+            "campaign" => self.campaign(&command),
+            other => Err(invalid(format!("op: unknown op {other:?}"))),
+        };
+        self.print(match answer {
+            Ok(ok) => json!({ "id": id, "ok": ok }),
+            Err(f) => json!({ "id": id, "error": error_json(&f) }),
+        })
+        .await;
+    }
+
+    async fn get(&self, c: &Value) -> Result<Value, Failure> {
+        let request = GetRequest {
+            resource: field(c, "resource")?.into(),
+            namespace: field(c, "namespace")?.into(),
+            name: field(c, "name")?.into(),
+            ..Default::default()
+        };
+        let object = self.client.objects().get(request).await?.into_inner().object.unwrap_or_default();
+        Ok(json!({ "resourceVersion": object.resource_version }))
+    }
+
+    async fn patch(&self, c: &Value) -> Result<Value, Failure> {
+        let patch = c.get("patch").ok_or_else(|| invalid("patch: must be set"))?;
+        let request = PatchRequest {
+            resource: field(c, "resource")?.into(),
+            namespace: field(c, "namespace")?.into(),
+            name: field(c, "name")?.into(),
+            patch_type: PatchType::Merge.into(),
+            patch: patch.to_string().into_bytes(),
+            ..Default::default()
+        };
+        let object = self.client.objects().patch(request).await?.into_inner().object.unwrap_or_default();
+        Ok(json!({ "resourceVersion": object.resource_version, "uid": object.uid }))
+    }
+
+    fn watch(&self, c: &Value) -> Result<Value, Failure> {
+        let stream = field(c, "stream")?.to_owned();
+        let mode = match field(c, "mode")? {
+            "RAW" => DeliveryMode::Raw,
+            "CONSISTENT" => DeliveryMode::Consistent,
+            other => return Err(invalid(format!("mode: {other:?} is neither RAW nor CONSISTENT"))),
+        };
+        let watch = Watch::new(field(c, "resource")?).namespace(field(c, "namespace")?).mode(mode);
+        let events: Events = Box::pin(self.client.subscribe(watch));
+        if c.get("take").and_then(Value::as_bool).unwrap_or(false) {
+            let agent = self.clone();
+            tokio::spawn(async move {
+                let mut events = events;
+                while let Some(next) = events.next().await {
+                    let ended = next.is_err();
+                    agent.print(stream_line(&stream, next)).await;
+                    if ended {
+                        return;
+                    }
+                }
+            });
+        } else {
+            let events = Arc::new(tokio::sync::Mutex::new(events));
+            self.paused.lock().unwrap_or_else(PoisonError::into_inner).insert(stream, events);
+        }
+        Ok(json!({}))
+    }
+
+    async fn take(&self, c: &Value) -> Result<Value, Failure> {
+        let stream = field(c, "stream")?;
+        let count = c.get("count").and_then(Value::as_u64).ok_or_else(|| invalid("count: must be a number"))?;
+        let events = self.paused.lock().unwrap_or_else(PoisonError::into_inner).get(stream).cloned();
+        let events = events.ok_or_else(|| invalid(format!("stream: no paused watch {stream:?}")))?;
+        let mut events = events.lock().await;
+        for _ in 0..count {
+            let Some(next) = events.next().await else { break };
+            self.print(stream_line(stream, next)).await;
+        }
+        Ok(json!({}))
+    }
+
+    async fn send(&self, c: &Value) -> Result<Value, Failure> {
+        let request = SendRequest {
+            destination: Some(to_peer(field(c, "peer")?)),
+            resource_id: field(c, "resourceId")?.into(),
+            event_id: field(c, "eventId")?.into(),
+            payload: field(c, "payload")?.as_bytes().to_vec(),
+            ..Default::default()
+        };
+        let sent = self.client.send(request).await?;
+        let id = sent.message_id.clone();
+        self.sent.lock().unwrap_or_else(PoisonError::into_inner).insert(id.clone(), Arc::new(sent));
+        Ok(json!({ "messageId": id }))
+    }
+
+    async fn outcome(&self, c: &Value) -> Result<Value, Failure> {
+        let id = field(c, "messageId")?;
+        let sent = self.sent.lock().unwrap_or_else(PoisonError::into_inner).get(id).cloned();
+        let sent = sent.ok_or_else(|| invalid(format!("messageId: this agent sent no message {id:?}")))?;
+        let timeout = c.get("timeoutMs").and_then(Value::as_u64).unwrap_or(0);
+        let outcome = if timeout == 0 {
+            sent.outcome().await?
+        } else {
+            tokio::time::timeout(Duration::from_millis(timeout), sent.outcome()).await.map_err(|_| Failure {
+                code: "DEADLINE_EXCEEDED",
+                message: format!("no outcome within {timeout} ms"),
+            })??
+        };
+        let kind = outcome.kind.as_str_name().trim_start_matches("ACK_OUTCOME_");
+        Ok(json!({ "outcome": kind, "peer": outcome.peer, "reason": outcome.reason }))
+    }
+
+    fn campaign(&self, c: &Value) -> Result<Value, Failure> {
+        let stream = field(c, "stream")?.to_owned();
+        let request = CampaignRequest {
+            election: field(c, "election")?.into(),
+            namespace: field(c, "namespace")?.into(),
+            ..Default::default()
+        };
+        let mut states = Box::pin(self.client.campaign(request));
+        let agent = self.clone();
+        tokio::spawn(async move {
+            while let Some(next) = states.next().await {
+                let line = match next {
+                    Ok(s) => json!({ "stream": stream, "item": {
+                        "state": s.state.as_str_name().trim_start_matches("LEADERSHIP_STATE_"),
+                        "holder": s.holder,
+                        "term": s.term,
+                    }}),
+                    Err(e) => json!({ "stream": stream, "error": error_json(&e.into()) }),
+                };
+                agent.print(line).await;
+            }
+        });
+        Ok(json!({}))
+    }
+}
+
+fn stream_line(stream: &str, next: Result<Event, Error>) -> Value {
+    match next {
+        Ok(e) => json!({ "stream": stream, "item": event_json(&e) }),
+        Err(e) => json!({ "stream": stream, "error": error_json(&e.into()) }),
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let agent = Agent {
+        client: Client::from_env(),
+        sent: Arc::default(),
+        paused: Arc::default(),
+        out: Arc::new(tokio::sync::Mutex::new(tokio::io::stdout())),
+    };
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        match serde_json::from_str::<Value>(&line) {
+            Ok(command) => {
+                let agent = agent.clone();
+                tokio::spawn(async move { agent.run(command).await });
+            }
+            Err(e) => eprintln!("conformance agent: not a JSON command ({e}): {line}"),
+        }
+    }
+}

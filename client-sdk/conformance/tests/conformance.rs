@@ -1,0 +1,266 @@
+//! The conformance suite (README.md): the same tests for every SDK, each driving the SDK's agent against
+//! real daemons and the real control plane. `CONSISTD_CONFORMANCE_AGENT` names the agent; unset, the
+//! Rust SDK's.
+
+use std::{path::Path, pin::pin, time::Duration};
+
+use consistd_conformance::{Agent, AgentError, WAIT};
+use consistd_testkit::{Daemon, consistd_bin, free_port, kube_client, namespace, unix_proxy::UnixProxy};
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use nix::sys::signal::Signal;
+use serde_json::{Value, json};
+
+const RUST_AGENT: &str = env!("CARGO_BIN_EXE_consistd-conformance-rust");
+
+/// The agent under test, on `socket`.
+fn agent(socket: &Path) -> Agent {
+    Agent::start(socket, RUST_AGENT)
+}
+
+/// A daemon that sends to peers (plaintext, fast resends), its state in `dir` when given.
+async fn sender(dir: Option<&Path>) -> Daemon {
+    let config =
+        "identity: conformance-a\npeer:\n  insecure: true\noutbox:\n  backoff: {initial: 50ms, factor: 2, cap: 1s}\n";
+    let builder = Daemon::builder(consistd_bin()).config(config);
+    match dir {
+        Some(dir) => builder.dir(dir).start().await,
+        None => builder.start().await,
+    }
+}
+
+/// A daemon that receives from peers, and its peer address.
+async fn receiver() -> (Daemon, String) {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let config = format!("identity: conformance-b\npeer:\n  listen: \"{addr}\"\n  insecure: true\n");
+    (Daemon::builder(consistd_bin()).config(config).start().await, addr)
+}
+
+/// How many calls of `method` the daemon started.
+async fn calls_started(daemon: &Daemon, method: &str) -> f64 {
+    let metrics = daemon.metrics().await;
+    let label = format!("grpc_method=\"{method}\"");
+    metrics
+        .lines()
+        .find(|l| l.starts_with("consistd_grpc_server_started_total{") && l.contains(&label))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+fn text<'a>(value: &'a Value, key: &str) -> &'a str {
+    value.get(key).and_then(Value::as_str).unwrap_or_else(|| panic!("{key} missing in {value}"))
+}
+
+/// Sets data.v of ConfigMap `name` (creating it first if `create`) as a writer other than the app, and
+/// returns its resourceVersion.
+async fn write(cms: &Api<ConfigMap>, name: &str, value: &str, create: bool) -> String {
+    let cm = if create {
+        let cm = serde_json::from_value(json!({ "metadata": { "name": name }, "data": { "v": value } })).expect("cm");
+        cms.create(&PostParams::default(), &cm).await.expect("create")
+    } else {
+        cms.patch(name, &PatchParams::default(), &Patch::Merge(json!({ "data": { "v": value } }))).await.expect("patch")
+    };
+    cm.metadata.resource_version.expect("resourceVersion")
+}
+
+/// A watch event as (type, resourceVersion).
+fn event(item: &Value) -> (String, String) {
+    (text(item, "type").to_owned(), text(item, "resourceVersion").to_owned())
+}
+
+#[tokio::test]
+async fn a_watch_resumes_after_a_lost_connection_and_delivers_each_change_once() {
+    let kube = kube_client().await;
+    let ns = namespace(&kube).await;
+    let cms: Api<ConfigMap> = Api::namespaced(kube, &ns);
+    let a = sender(None).await;
+    let proxy = UnixProxy::start(a.socket());
+    let agent = agent(proxy.path());
+    let created = write(&cms, "resumed", "0", true).await;
+
+    let mut events = agent.stream("w");
+    let fields = json!({ "stream": "w", "resource": "configmaps", "namespace": ns, "mode": "RAW", "take": true });
+    agent.call("watch", fields).await.expect("watch");
+    assert_eq!(event(&events.item().await), ("ADDED".into(), created));
+    assert_eq!(event(&events.item().await).0, "SYNCED");
+
+    let mut written = vec![write(&cms, "resumed", "1", false).await];
+    assert_eq!(event(&events.item().await), ("MODIFIED".into(), written[0].clone()));
+    // The app's connection is cut while the object keeps changing.
+    proxy.cut();
+    for v in 2..=4 {
+        written.push(write(&cms, "resumed", &v.to_string(), false).await);
+    }
+    let mut seen = Vec::new();
+    while seen.last() != written.last() {
+        let (kind, rv) = event(&events.item().await);
+        assert_eq!(kind, "MODIFIED", "after the reconnect: {seen:?} then {kind} {rv}");
+        seen.push(rv);
+    }
+    assert_eq!(seen, written[1..], "each change once, in order");
+    assert!(calls_started(&a, "Subscribe").await >= 2.0, "the watch subscribed again after the cut");
+    let extra = events.next_within(Duration::from_millis(300)).await;
+    assert!(extra.is_none(), "nothing after the last change: {extra:?}");
+}
+
+#[tokio::test]
+async fn a_call_to_a_sidecar_that_is_gone_fails_unavailable() {
+    let kube = kube_client().await;
+    let ns = namespace(&kube).await;
+    let cms: Api<ConfigMap> = Api::namespaced(kube, &ns);
+    write(&cms, "there", "0", true).await;
+    let (_b, b_addr) = receiver().await;
+    let mut a = sender(None).await;
+    let agent = agent(a.socket());
+    let get = json!({ "resource": "configmaps", "namespace": ns, "name": "there" });
+    agent.call("get", get.clone()).await.expect("get while the sidecar runs");
+    let send = json!({ "peer": b_addr, "resourceId": "r", "eventId": "1", "payload": "x" });
+    agent.call("send", send.clone()).await.expect("send while the sidecar runs");
+
+    a.signal(Signal::SIGKILL);
+    a.wait_exit(WAIT).await;
+    for (op, fields) in [("get", get), ("send", send)] {
+        let Err(AgentError { code, message }) = agent.call(op, fields).await else {
+            panic!("{op} succeeded with no sidecar");
+        };
+        assert_eq!(code, "UNAVAILABLE", "{op}: {message}");
+    }
+}
+
+#[tokio::test]
+async fn sends_share_one_ordered_stream_and_each_outcome_comes_through_a_timeout_and_a_restart() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (b, b_addr) = receiver().await;
+    let mut a = sender(Some(dir.path())).await;
+    let proxy = UnixProxy::start(a.socket());
+    let agent = agent(proxy.path());
+    let app_b = b.client();
+    let mut deliveries = pin!(app_b.receive());
+    let send = |resource: &str, event: &str| json!({ "peer": b_addr, "resourceId": resource, "eventId": event, "payload": format!("{resource}/{event}") });
+    let id = |answer: Result<Value, AgentError>| text(&answer.expect("send"), "messageId").to_owned();
+    let outcome = async |id: &str, timeout_ms: u64| {
+        agent.call("outcome", json!({ "messageId": id, "timeoutMs": timeout_ms })).await
+    };
+
+    // Three sends, their outcomes ACKED by b's app.
+    let mut ids = Vec::new();
+    for r in ["r1", "r2", "r3"] {
+        ids.push(id(agent.call("send", send(r, "1")).await));
+    }
+    for _ in 0..3 {
+        let d = tokio::time::timeout(WAIT, deliveries.next()).await.expect("in time").expect("open").expect("delivery");
+        d.ack().await.expect("ACK");
+    }
+    for id in &ids {
+        let o = outcome(id, 0).await.expect("outcome");
+        assert_eq!((text(&o, "outcome"), text(&o, "peer")), ("ACKED", b_addr.as_str()), "{o}");
+    }
+    assert_eq!(calls_started(&a, "SendStream").await, 1.0, "every send on one SendStream");
+    assert_eq!(calls_started(&a, "Send").await, 0.0, "no unary Send");
+
+    // An older event is superseded while b's app holds it un-ACKed.
+    let older = id(agent.call("send", send("s", "1")).await);
+    let held = tokio::time::timeout(WAIT, deliveries.next()).await.expect("in time").expect("open").expect("delivery");
+    let newer = id(agent.call("send", send("s", "2")).await);
+    assert_eq!(text(&outcome(&older, 0).await.expect("outcome"), "outcome"), "SUPERSEDED");
+
+    // A short timeout ends one wait; a wait that then lasts through a kill -9 and restart of the sidecar
+    // gets the ACK b's app gave meanwhile.
+    let Err(cut) = outcome(&newer, 300).await else { panic!("no outcome can have come yet") };
+    assert_eq!(cut.code, "DEADLINE_EXCEEDED", "{cut:?}");
+    let waiting = agent.send("outcome", json!({ "messageId": newer, "timeoutMs": 0 })).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    a.signal(Signal::SIGKILL);
+    a.wait_exit(WAIT).await;
+    held.ack().await.expect("ACK of the superseded event");
+    let second =
+        tokio::time::timeout(WAIT, deliveries.next()).await.expect("in time").expect("open").expect("delivery");
+    assert_eq!(second.message.event_id, "2");
+    second.ack().await.expect("ACK");
+    let a = sender(Some(dir.path())).await;
+    let o =
+        tokio::time::timeout(WAIT, waiting).await.expect("an outcome in time").expect("outcome through the restart");
+    assert_eq!(text(&o, "outcome"), "ACKED", "{o}");
+
+    // An outcome from before the sidecar's last start is NOT_FOUND.
+    let settled = id(agent.call("send", send("t", "1")).await);
+    let d = tokio::time::timeout(WAIT, deliveries.next()).await.expect("in time").expect("open").expect("delivery");
+    d.ack().await.expect("ACK");
+    let status = consistd_client::proto::GetOutboxStatusRequest {};
+    while a.client().outbox().get_outbox_status(status).await.expect("status").into_inner().total_pending > 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(a);
+    let _a = sender(Some(dir.path())).await;
+    let Err(gone) = outcome(&settled, 0).await else { panic!("an outcome from before the restart is not known") };
+    assert_eq!(gone.code, "NOT_FOUND", "{gone:?}");
+}
+
+#[tokio::test]
+async fn a_state_sent_before_the_apps_own_write_and_taken_after_it_is_dropped_or_marked() {
+    let kube = kube_client().await;
+    let ns = namespace(&kube).await;
+    let cms: Api<ConfigMap> = Api::namespaced(kube, &ns);
+    let a = sender(None).await;
+    let agent = agent(a.socket());
+    let created = write(&cms, "mine", "0", true).await;
+    let mut consistent = agent.stream("consistent");
+    let mut raw = agent.stream("raw");
+    for (stream, mode) in [("consistent", "CONSISTENT"), ("raw", "RAW")] {
+        let fields =
+            json!({ "stream": stream, "resource": "configmaps", "namespace": ns, "mode": mode, "take": false });
+        agent.call("watch", fields).await.expect("watch");
+        agent.call("take", json!({ "stream": stream, "count": 2 })).await.expect("take");
+    }
+    for events in [&mut consistent, &mut raw] {
+        assert_eq!(event(&events.item().await), ("ADDED".into(), created.clone()));
+        assert_eq!(event(&events.item().await).0, "SYNCED");
+    }
+
+    // Another writer changes the object; the daemon sends that state (nothing of the app's is in flight)
+    // and it waits in the SDK, not taken, while the app writes.
+    let theirs = write(&cms, "mine", "theirs", false).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let patch =
+        json!({ "resource": "configmaps", "namespace": ns, "name": "mine", "patch": { "data": { "v": "mine" } } });
+    let mine = text(&agent.call("patch", patch).await.expect("patch"), "resourceVersion").to_owned();
+
+    agent.call("take", json!({ "stream": "raw", "count": 2 })).await.expect("take");
+    let (older, own) = (raw.item().await, raw.item().await);
+    assert_eq!((event(&older), older["predatesOwnWrite"].as_bool()), (("MODIFIED".into(), theirs), Some(true)));
+    assert_eq!((event(&own), own["predatesOwnWrite"].as_bool()), (("MODIFIED".into(), mine.clone()), Some(false)));
+    agent.call("take", json!({ "stream": "consistent", "count": 1 })).await.expect("take");
+    let taken = consistent.item().await;
+    assert_eq!(event(&taken), ("MODIFIED".into(), mine), "the older state is dropped: {taken}");
+}
+
+#[tokio::test]
+async fn leadership_says_unknown_at_once_when_the_connection_is_lost_then_leads_again() {
+    let kube = kube_client().await;
+    let ns = namespace(&kube).await;
+    let a = sender(None).await;
+    let proxy = UnixProxy::start(a.socket());
+    let agent = agent(proxy.path());
+    let mut states = agent.stream("l");
+    agent
+        .call("campaign", json!({ "stream": "l", "election": "conformance", "namespace": ns }))
+        .await
+        .expect("campaign");
+    let mut state = states.item().await;
+    while text(&state, "state") != "LEADER" {
+        state = states.item().await;
+    }
+    let term = state["term"].as_u64().expect("term");
+    assert!(term >= 1, "{state}");
+
+    proxy.cut();
+    let lost = states.next_within(Duration::from_secs(2)).await.expect("a state within 2 s of the cut");
+    assert_eq!(text(&lost.expect("the stream goes on"), "state"), "UNKNOWN", "UNKNOWN comes first");
+    let mut again = states.item().await;
+    while text(&again, "state") != "LEADER" {
+        again = states.item().await;
+    }
+    assert!(again["term"].as_u64().expect("term") >= term, "{again}");
+}
