@@ -1,7 +1,7 @@
 // Package consistd is the Go client for the consistd sidecar: connect to its Unix socket, wait until it
 // is ready, then watch objects, write them (optionally fenced by a leadership term), lead elections, send
-// ACK-tracked messages to peers, handle the messages peers send, and run a reconciler on the sidecar's
-// work queue (Reconcile).
+// messages to peers and await their outcomes, handle the messages peers send, and run a reconciler on the
+// sidecar's work queue (Reconcile).
 //
 //	client, err := consistd.New() // $CONSISTD_SOCKET, else /var/run/consistd/consistd.sock
 //	if err != nil { ... }
@@ -48,8 +48,6 @@ const readyPoll = 50 * time.Millisecond
 type Client struct {
 	socket string
 	conn   *grpc.ClientConn
-	// acks matches the outcomes of this client's sends to the Sent handles waiting for them.
-	acks *ackTracker
 	// sends and acked are the SendStream and AckStream calls every Send and ACK of this client share.
 	sends *ordered[pb.SendStreamRequest, pb.SendStreamResponse]
 	acked *ordered[pb.AckStreamRequest, pb.AckStreamResponse]
@@ -127,7 +125,6 @@ func New(opts ...Option) (*Client, error) {
 	return &Client{
 		socket: socket,
 		conn:   conn,
-		acks:   newAckTracker(),
 		writes: newOwnWrites(),
 		log:    o.logger,
 		sends: newOrdered("send", func(ctx context.Context) (grpc.BidiStreamingClient[pb.SendStreamRequest, pb.SendStreamResponse], error) {
@@ -160,7 +157,7 @@ func (c *Client) Socket() string { return c.socket }
 func (c *Client) Conn() *grpc.ClientConn { return c.conn }
 
 // Close closes the connection; streams, pending Send and ACK calls and pending Sent.Wait calls end with
-// an error.
+// an error (CANCELED; a Wait pausing before it reconnects, once its pause is over).
 func (c *Client) Close() error {
 	c.sends.close()
 	c.acked.close()

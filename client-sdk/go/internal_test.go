@@ -1,4 +1,4 @@
-// Unit tests of the pieces that need no daemon: backoff, retry decisions, outcome matching, reasons.
+// Unit tests of the pieces that need no daemon: backoff, retry decisions, reasons.
 
 package consistd
 
@@ -42,38 +42,6 @@ func TestBackoffDoublesUpToTheCapAndResets(t *testing.T) {
 	b.reset()
 	if b.next != backoffInitial {
 		t.Fatalf("after reset the pause is %s, want %s", b.next, backoffInitial)
-	}
-}
-
-func TestAnOutcomeArrivingBeforeSendReturnsIsKeptForIt(t *testing.T) {
-	acks := newAckTracker()
-	acks.ended, acks.stream = false, 1
-	acks.keepEarly("7", Outcome{Kind: Acked, Peer: "p"})
-
-	early := &Sent{MessageID: "7", done: make(chan struct{})}
-	acks.await(early, 1)
-	if o, err := early.Wait(context.Background()); err != nil || o.Kind != Acked {
-		t.Fatalf("outcome %v, %v; want the early ACKED", o, err)
-	}
-	if len(acks.early) != 0 || len(acks.earlyOrder) != 0 {
-		t.Fatalf("early outcomes still kept: %v %v", acks.early, acks.earlyOrder)
-	}
-
-	// A send whose outcome stream was replaced meanwhile cannot see its outcome: it fails at once.
-	late := &Sent{MessageID: "8", done: make(chan struct{})}
-	acks.await(late, 0)
-	if _, err := late.Wait(context.Background()); status.Code(err) != codes.Unavailable {
-		t.Fatalf("error %v, want UNAVAILABLE", err)
-	}
-}
-
-func TestEarlyOutcomesAreBounded(t *testing.T) {
-	acks := newAckTracker()
-	for i := range earlyOutcomes + 10 {
-		acks.keepEarly(string(rune('a'+i%26))+strings.Repeat("x", i/26), Outcome{Kind: Acked})
-	}
-	if len(acks.early) != earlyOutcomes || len(acks.earlyOrder) != earlyOutcomes {
-		t.Fatalf("%d early outcomes kept, want %d", len(acks.early), earlyOutcomes)
 	}
 }
 

@@ -1,12 +1,12 @@
-// ACK-tracked sends: Send returns once the sidecar stored the message; Sent.Wait gives its outcome.
+// Sends with an awaitable outcome: Send returns once the sidecar stored the message; Sent.Wait asks the
+// sidecar for its outcome.
 
 package consistd
 
 import (
 	"context"
-	"slices"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -14,9 +14,6 @@ import (
 
 	pb "github.com/consistd/consistd/client-sdk/go/gen/consistd/v1"
 )
-
-// earlyOutcomes bounds the outcomes kept because they arrived before their Send answered.
-const earlyOutcomes = 10_000
 
 // Destination is where a message goes: ToPeer, ToService or ToElection.
 type Destination struct {
@@ -91,34 +88,55 @@ type Outcome struct {
 func (o Outcome) IsAcked() bool { return o.Kind == Acked }
 
 // Sent is a message the sidecar has stored; Wait gives its outcome (for a Service or election
-// destination, the first receiver's).
+// destination, the first receiver's). It is safe for concurrent use.
 type Sent struct {
 	// MessageID is the sidecar's id for the message.
 	MessageID string
-	done      chan struct{}
-	outcome   Outcome
-	err       error
+	outbox    pb.OutboxServiceClient
+	// outcome is the outcome once a Wait obtained it; nil before.
+	outcome atomic.Pointer[Outcome]
 }
 
-// Wait blocks until the message's outcome is known, or ctx ends (then it returns ctx's error). If the
-// outcome can no longer be seen (the connection to the sidecar was lost) it returns a gRPC status error.
+// Wait blocks until the message's first outcome (Acked, Superseded or Failed) is known and returns it.
+// Each Wait asks the sidecar (OutboxService.WaitOutcome), which answers at once when the outcome came
+// already; once a Wait has obtained the outcome, Wait returns it without asking again.
+//
+// When ctx ends first, Wait returns ctx's error; waiting again goes on waiting, and misses nothing. A
+// lost connection to the sidecar (UNAVAILABLE) is retried with backoff from 100 ms to 5 s, so an outcome
+// that came while the connection was down is still seen. Every other error is the sidecar's answer, a
+// gRPC status error with its code and message: NOT_FOUND when the sidecar no longer knows the outcome (it
+// restarted since the message settled, or keeps only the last 10,000 outcomes).
 func (s *Sent) Wait(ctx context.Context) (Outcome, error) {
-	select {
-	case <-s.done:
-		return s.outcome, s.err
-	case <-ctx.Done():
-		return Outcome{}, ctx.Err()
+	if o := s.outcome.Load(); o != nil {
+		return *o, nil
+	}
+	var pause backoff
+	for {
+		r, err := s.outbox.WaitOutcome(ctx, &pb.WaitOutcomeRequest{MessageId: s.MessageID})
+		switch {
+		case err == nil:
+			o := outcomeFrom(r.GetOutcome())
+			// Every answer is the same first outcome; the first one kept is as good as any.
+			s.outcome.CompareAndSwap(nil, &o)
+			return *s.outcome.Load(), nil
+		case ctx.Err() != nil:
+			return Outcome{}, ctx.Err()
+		case !retryable(err):
+			return Outcome{}, err
+		case !pause.wait(ctx):
+			return Outcome{}, ctx.Err()
+		}
 	}
 }
 
-func (s *Sent) settle(o Outcome, err error) {
-	s.outcome, s.err = o, err
-	close(s.done)
+// outcomeFrom is the protocol's outcome as an Outcome.
+func outcomeFrom(r *pb.WatchAcksResponse) Outcome {
+	return Outcome{Kind: OutcomeKind(r.GetOutcome()), Peer: r.GetPeer(), Reason: r.GetReason(), At: r.GetAt().AsTime()}
 }
 
 // Send stores the message in the sidecar's outbox and returns once it is durable; the sidecar delivers
-// it and resends it until the receiving app ACKs. Before the first send the client starts watching the
-// outcomes of its sends, so none is missed.
+// it and resends it until the receiving app ACKs. The returned Sent's Wait gives the message's outcome;
+// a Sent never waited for costs nothing more.
 //
 // Sends from one client share one SendStream call to the sidecar, so sends made concurrently share its
 // disk flush; a refused message fails only its own Send, with the status a unary Send would have had.
@@ -129,10 +147,6 @@ func (s *Sent) settle(o Outcome, err error) {
 // The message carries the W3C trace context of ctx's OpenTelemetry span (trace.SpanContextFromContext)
 // to the receiving app, unless req names a TraceParent already or ctx holds no valid span.
 func (c *Client) Send(ctx context.Context, req SendRequest) (*Sent, error) {
-	stream, err := c.acks.watch(ctx, c)
-	if err != nil {
-		return nil, err
-	}
 	injectTrace(ctx, &req)
 	r, err := c.sends.call(ctx, &pb.SendStreamRequest{Message: &pb.SendRequest{
 		Destination: req.To.target, ResourceId: req.ResourceID, EventId: req.EventID,
@@ -145,114 +159,10 @@ func (c *Client) Send(ctx context.Context, req SendRequest) (*Sent, error) {
 	if r.GetRefusal() != nil {
 		return nil, refused(r.GetRefusal())
 	}
-	sent := &Sent{MessageID: r.GetMessageId(), done: make(chan struct{})}
-	c.acks.await(sent, stream)
-	return sent, nil
+	return &Sent{MessageID: r.GetMessageId(), outbox: c.outbox}, nil
 }
 
 // refused is the error of a request a streaming call refused: the status a unary call would have had.
 func refused(r *pb.Refusal) error {
 	return status.Error(codes.Code(r.GetCode()), r.GetMessage())
-}
-
-// ackTracker matches the outcomes of one WatchAcks stream at a time to the sends waiting for them.
-type ackTracker struct {
-	mu sync.Mutex
-	// stream numbers the WatchAcks streams opened, so a Send can tell its stream was replaced.
-	stream uint64
-	// ended is true while no stream runs (before the first Send, and after a stream failed).
-	ended bool
-	// waiting are the sends whose outcome has not arrived, by message id.
-	waiting map[string]*Sent
-	// early are outcomes that arrived before their Send answered, oldest first in earlyOrder.
-	early      map[string]Outcome
-	earlyOrder []string
-	// stop releases the running stream's context once it has ended.
-	stop context.CancelFunc
-}
-
-func newAckTracker() *ackTracker {
-	return &ackTracker{ended: true, waiting: map[string]*Sent{}, early: map[string]Outcome{}}
-}
-
-// watch opens the WatchAcks stream unless one is running, and returns the running stream's number once
-// the daemon has subscribed it (answered with headers).
-func (t *ackTracker) watch(ctx context.Context, c *Client) (uint64, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if !t.ended {
-		return t.stream, nil
-	}
-	// The stream outlives this Send: it runs until it fails or the client closes.
-	streamCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stream, err := c.outbox.WatchAcks(streamCtx, &pb.WatchAcksRequest{})
-	if err == nil {
-		_, err = stream.Header()
-	}
-	if err != nil {
-		cancel()
-		return 0, err
-	}
-	t.stream++
-	t.ended = false
-	t.stop = cancel
-	go t.pump(t.stream, stream.Recv)
-	return t.stream, nil
-}
-
-// await registers sent, or settles it at once when its outcome came early or can no longer come.
-func (t *ackTracker) await(sent *Sent, stream uint64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if o, ok := t.early[sent.MessageID]; ok {
-		delete(t.early, sent.MessageID)
-		t.earlyOrder = slices.DeleteFunc(t.earlyOrder, func(id string) bool { return id == sent.MessageID })
-		sent.settle(o, nil)
-		return
-	}
-	if t.ended || t.stream != stream {
-		sent.settle(Outcome{}, status.Errorf(codes.Unavailable, "outcome of message %s: lost the outcome stream", sent.MessageID))
-		return
-	}
-	t.waiting[sent.MessageID] = sent
-}
-
-// pump hands each outcome to its waiter until the stream fails; then it fails the sends still waiting
-// (their outcomes can no longer be seen) so none waits forever.
-func (t *ackTracker) pump(stream uint64, recv func() (*pb.WatchAcksResponse, error)) {
-	for {
-		r, err := recv()
-		if err != nil {
-			err = streamEnded(err, "outcome")
-			t.mu.Lock()
-			defer t.mu.Unlock()
-			t.ended = true
-			t.stop()
-			s := status.Convert(err)
-			for id, sent := range t.waiting {
-				sent.settle(Outcome{}, status.Errorf(s.Code(), "outcome of message %s: %s", id, s.Message()))
-			}
-			clear(t.waiting)
-			return
-		}
-		o := Outcome{Kind: OutcomeKind(r.GetOutcome()), Peer: r.GetPeer(), Reason: r.GetReason(), At: r.GetAt().AsTime()}
-		t.mu.Lock()
-		if sent, ok := t.waiting[r.GetMessageId()]; ok {
-			delete(t.waiting, r.GetMessageId())
-			sent.settle(o, nil)
-		} else {
-			t.keepEarly(r.GetMessageId(), o)
-		}
-		t.mu.Unlock()
-	}
-}
-
-// keepEarly remembers an outcome whose Send has not answered yet, forgetting the oldest beyond the bound.
-func (t *ackTracker) keepEarly(id string, o Outcome) {
-	for len(t.earlyOrder) >= earlyOutcomes {
-		delete(t.early, t.earlyOrder[0])
-		t.earlyOrder = t.earlyOrder[1:]
-	}
-	t.early[id] = o
-	t.earlyOrder = append(t.earlyOrder, id)
 }

@@ -483,6 +483,98 @@ func (x *SendStreamResponse) GetRefusal() *Refusal {
 	return nil
 }
 
+// WaitOutcomeRequest names one stored message.
+type WaitOutcomeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The message_id Send (or SendStream) answered.
+	MessageId     string `protobuf:"bytes,1,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitOutcomeRequest) Reset() {
+	*x = WaitOutcomeRequest{}
+	mi := &file_consistd_v1_outbox_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitOutcomeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitOutcomeRequest) ProtoMessage() {}
+
+func (x *WaitOutcomeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_consistd_v1_outbox_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitOutcomeRequest.ProtoReflect.Descriptor instead.
+func (*WaitOutcomeRequest) Descriptor() ([]byte, []int) {
+	return file_consistd_v1_outbox_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *WaitOutcomeRequest) GetMessageId() string {
+	if x != nil {
+		return x.MessageId
+	}
+	return ""
+}
+
+// WaitOutcomeResponse is one message's first outcome.
+type WaitOutcomeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The outcome, as WatchAcks streams it.
+	Outcome       *WatchAcksResponse `protobuf:"bytes,1,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitOutcomeResponse) Reset() {
+	*x = WaitOutcomeResponse{}
+	mi := &file_consistd_v1_outbox_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitOutcomeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitOutcomeResponse) ProtoMessage() {}
+
+func (x *WaitOutcomeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_consistd_v1_outbox_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitOutcomeResponse.ProtoReflect.Descriptor instead.
+func (*WaitOutcomeResponse) Descriptor() ([]byte, []int) {
+	return file_consistd_v1_outbox_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *WaitOutcomeResponse) GetOutcome() *WatchAcksResponse {
+	if x != nil {
+		return x.Outcome
+	}
+	return nil
+}
+
 // WatchAcksRequest optionally narrows the stream to one resource.
 type WatchAcksRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -494,7 +586,7 @@ type WatchAcksRequest struct {
 
 func (x *WatchAcksRequest) Reset() {
 	*x = WatchAcksRequest{}
-	mi := &file_consistd_v1_outbox_proto_msgTypes[6]
+	mi := &file_consistd_v1_outbox_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -506,7 +598,7 @@ func (x *WatchAcksRequest) String() string {
 func (*WatchAcksRequest) ProtoMessage() {}
 
 func (x *WatchAcksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_consistd_v1_outbox_proto_msgTypes[6]
+	mi := &file_consistd_v1_outbox_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -519,7 +611,7 @@ func (x *WatchAcksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAcksRequest.ProtoReflect.Descriptor instead.
 func (*WatchAcksRequest) Descriptor() ([]byte, []int) {
-	return file_consistd_v1_outbox_proto_rawDescGZIP(), []int{6}
+	return file_consistd_v1_outbox_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *WatchAcksRequest) GetResourceId() string {
@@ -549,7 +641,7 @@ type WatchAcksResponse struct {
 
 func (x *WatchAcksResponse) Reset() {
 	*x = WatchAcksResponse{}
-	mi := &file_consistd_v1_outbox_proto_msgTypes[7]
+	mi := &file_consistd_v1_outbox_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -561,7 +653,7 @@ func (x *WatchAcksResponse) String() string {
 func (*WatchAcksResponse) ProtoMessage() {}
 
 func (x *WatchAcksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_consistd_v1_outbox_proto_msgTypes[7]
+	mi := &file_consistd_v1_outbox_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -574,7 +666,7 @@ func (x *WatchAcksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAcksResponse.ProtoReflect.Descriptor instead.
 func (*WatchAcksResponse) Descriptor() ([]byte, []int) {
-	return file_consistd_v1_outbox_proto_rawDescGZIP(), []int{7}
+	return file_consistd_v1_outbox_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WatchAcksResponse) GetMessageId() string {
@@ -642,7 +734,7 @@ type GetOutboxStatusRequest struct {
 
 func (x *GetOutboxStatusRequest) Reset() {
 	*x = GetOutboxStatusRequest{}
-	mi := &file_consistd_v1_outbox_proto_msgTypes[8]
+	mi := &file_consistd_v1_outbox_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -654,7 +746,7 @@ func (x *GetOutboxStatusRequest) String() string {
 func (*GetOutboxStatusRequest) ProtoMessage() {}
 
 func (x *GetOutboxStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_consistd_v1_outbox_proto_msgTypes[8]
+	mi := &file_consistd_v1_outbox_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -667,7 +759,7 @@ func (x *GetOutboxStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOutboxStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetOutboxStatusRequest) Descriptor() ([]byte, []int) {
-	return file_consistd_v1_outbox_proto_rawDescGZIP(), []int{8}
+	return file_consistd_v1_outbox_proto_rawDescGZIP(), []int{10}
 }
 
 // One message waiting for its ACK.
@@ -688,7 +780,7 @@ type PendingMessage struct {
 
 func (x *PendingMessage) Reset() {
 	*x = PendingMessage{}
-	mi := &file_consistd_v1_outbox_proto_msgTypes[9]
+	mi := &file_consistd_v1_outbox_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -700,7 +792,7 @@ func (x *PendingMessage) String() string {
 func (*PendingMessage) ProtoMessage() {}
 
 func (x *PendingMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_consistd_v1_outbox_proto_msgTypes[9]
+	mi := &file_consistd_v1_outbox_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -713,7 +805,7 @@ func (x *PendingMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingMessage.ProtoReflect.Descriptor instead.
 func (*PendingMessage) Descriptor() ([]byte, []int) {
-	return file_consistd_v1_outbox_proto_rawDescGZIP(), []int{9}
+	return file_consistd_v1_outbox_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PendingMessage) GetMessageId() string {
@@ -782,7 +874,7 @@ type DestinationStatus struct {
 
 func (x *DestinationStatus) Reset() {
 	*x = DestinationStatus{}
-	mi := &file_consistd_v1_outbox_proto_msgTypes[10]
+	mi := &file_consistd_v1_outbox_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -794,7 +886,7 @@ func (x *DestinationStatus) String() string {
 func (*DestinationStatus) ProtoMessage() {}
 
 func (x *DestinationStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_consistd_v1_outbox_proto_msgTypes[10]
+	mi := &file_consistd_v1_outbox_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -807,7 +899,7 @@ func (x *DestinationStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestinationStatus.ProtoReflect.Descriptor instead.
 func (*DestinationStatus) Descriptor() ([]byte, []int) {
-	return file_consistd_v1_outbox_proto_rawDescGZIP(), []int{10}
+	return file_consistd_v1_outbox_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DestinationStatus) GetPeer() string {
@@ -850,7 +942,7 @@ type GetOutboxStatusResponse struct {
 
 func (x *GetOutboxStatusResponse) Reset() {
 	*x = GetOutboxStatusResponse{}
-	mi := &file_consistd_v1_outbox_proto_msgTypes[11]
+	mi := &file_consistd_v1_outbox_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -862,7 +954,7 @@ func (x *GetOutboxStatusResponse) String() string {
 func (*GetOutboxStatusResponse) ProtoMessage() {}
 
 func (x *GetOutboxStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_consistd_v1_outbox_proto_msgTypes[11]
+	mi := &file_consistd_v1_outbox_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -875,7 +967,7 @@ func (x *GetOutboxStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOutboxStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetOutboxStatusResponse) Descriptor() ([]byte, []int) {
-	return file_consistd_v1_outbox_proto_rawDescGZIP(), []int{11}
+	return file_consistd_v1_outbox_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetOutboxStatusResponse) GetDestinations() []*DestinationStatus {
@@ -925,6 +1017,11 @@ const file_consistd_v1_outbox_proto_rawDesc = "" +
 	"\n" +
 	"message_id\x18\x01 \x01(\tR\tmessageId\x12.\n" +
 	"\arefusal\x18\x02 \x01(\v2\x14.consistd.v1.RefusalR\arefusal\"3\n" +
+	"\x12WaitOutcomeRequest\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\x01 \x01(\tR\tmessageId\"O\n" +
+	"\x13WaitOutcomeResponse\x128\n" +
+	"\aoutcome\x18\x01 \x01(\v2\x1e.consistd.v1.WatchAcksResponseR\aoutcome\"3\n" +
 	"\x10WatchAcksRequest\x12\x1f\n" +
 	"\vresource_id\x18\x01 \x01(\tR\n" +
 	"resourceId\"\xb5\x02\n" +
@@ -965,11 +1062,12 @@ const file_consistd_v1_outbox_proto_rawDesc = "" +
 	"\x17ACK_OUTCOME_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11ACK_OUTCOME_ACKED\x10\x01\x12\x1a\n" +
 	"\x16ACK_OUTCOME_SUPERSEDED\x10\x02\x12\x16\n" +
-	"\x12ACK_OUTCOME_FAILED\x10\x032\xcb\x02\n" +
+	"\x12ACK_OUTCOME_FAILED\x10\x032\x9d\x03\n" +
 	"\rOutboxService\x12;\n" +
 	"\x04Send\x12\x18.consistd.v1.SendRequest\x1a\x19.consistd.v1.SendResponse\x12Q\n" +
 	"\n" +
-	"SendStream\x12\x1e.consistd.v1.SendStreamRequest\x1a\x1f.consistd.v1.SendStreamResponse(\x010\x01\x12L\n" +
+	"SendStream\x12\x1e.consistd.v1.SendStreamRequest\x1a\x1f.consistd.v1.SendStreamResponse(\x010\x01\x12P\n" +
+	"\vWaitOutcome\x12\x1f.consistd.v1.WaitOutcomeRequest\x1a .consistd.v1.WaitOutcomeResponse\x12L\n" +
 	"\tWatchAcks\x12\x1d.consistd.v1.WatchAcksRequest\x1a\x1e.consistd.v1.WatchAcksResponse0\x01\x12\\\n" +
 	"\x0fGetOutboxStatus\x12#.consistd.v1.GetOutboxStatusRequest\x1a$.consistd.v1.GetOutboxStatusResponseB\xb2\x01\n" +
 	"\x0fcom.consistd.v1B\vOutboxProtoP\x01ZEgithub.com/consistd/consistd/client-sdk/go/gen/consistd/v1;consistdv1\xa2\x02\x03CXX\xaa\x02\vConsistd.V1\xca\x02\vConsistd\\V1\xe2\x02\x17Consistd\\V1\\GPBMetadata\xea\x02\fConsistd::V1b\x06proto3"
@@ -987,7 +1085,7 @@ func file_consistd_v1_outbox_proto_rawDescGZIP() []byte {
 }
 
 var file_consistd_v1_outbox_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_consistd_v1_outbox_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_consistd_v1_outbox_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_consistd_v1_outbox_proto_goTypes = []any{
 	(AckOutcome)(0),                 // 0: consistd.v1.AckOutcome
 	(*ServiceDestination)(nil),      // 1: consistd.v1.ServiceDestination
@@ -996,41 +1094,46 @@ var file_consistd_v1_outbox_proto_goTypes = []any{
 	(*SendResponse)(nil),            // 4: consistd.v1.SendResponse
 	(*SendStreamRequest)(nil),       // 5: consistd.v1.SendStreamRequest
 	(*SendStreamResponse)(nil),      // 6: consistd.v1.SendStreamResponse
-	(*WatchAcksRequest)(nil),        // 7: consistd.v1.WatchAcksRequest
-	(*WatchAcksResponse)(nil),       // 8: consistd.v1.WatchAcksResponse
-	(*GetOutboxStatusRequest)(nil),  // 9: consistd.v1.GetOutboxStatusRequest
-	(*PendingMessage)(nil),          // 10: consistd.v1.PendingMessage
-	(*DestinationStatus)(nil),       // 11: consistd.v1.DestinationStatus
-	(*GetOutboxStatusResponse)(nil), // 12: consistd.v1.GetOutboxStatusResponse
-	(*Refusal)(nil),                 // 13: consistd.v1.Refusal
-	(*timestamppb.Timestamp)(nil),   // 14: google.protobuf.Timestamp
+	(*WaitOutcomeRequest)(nil),      // 7: consistd.v1.WaitOutcomeRequest
+	(*WaitOutcomeResponse)(nil),     // 8: consistd.v1.WaitOutcomeResponse
+	(*WatchAcksRequest)(nil),        // 9: consistd.v1.WatchAcksRequest
+	(*WatchAcksResponse)(nil),       // 10: consistd.v1.WatchAcksResponse
+	(*GetOutboxStatusRequest)(nil),  // 11: consistd.v1.GetOutboxStatusRequest
+	(*PendingMessage)(nil),          // 12: consistd.v1.PendingMessage
+	(*DestinationStatus)(nil),       // 13: consistd.v1.DestinationStatus
+	(*GetOutboxStatusResponse)(nil), // 14: consistd.v1.GetOutboxStatusResponse
+	(*Refusal)(nil),                 // 15: consistd.v1.Refusal
+	(*timestamppb.Timestamp)(nil),   // 16: google.protobuf.Timestamp
 }
 var file_consistd_v1_outbox_proto_depIdxs = []int32{
 	1,  // 0: consistd.v1.Destination.service:type_name -> consistd.v1.ServiceDestination
 	2,  // 1: consistd.v1.SendRequest.destination:type_name -> consistd.v1.Destination
 	3,  // 2: consistd.v1.SendStreamRequest.message:type_name -> consistd.v1.SendRequest
-	13, // 3: consistd.v1.SendStreamResponse.refusal:type_name -> consistd.v1.Refusal
-	2,  // 4: consistd.v1.WatchAcksResponse.destination:type_name -> consistd.v1.Destination
-	0,  // 5: consistd.v1.WatchAcksResponse.outcome:type_name -> consistd.v1.AckOutcome
-	14, // 6: consistd.v1.WatchAcksResponse.at:type_name -> google.protobuf.Timestamp
-	14, // 7: consistd.v1.PendingMessage.enqueued_at:type_name -> google.protobuf.Timestamp
-	14, // 8: consistd.v1.PendingMessage.next_attempt_at:type_name -> google.protobuf.Timestamp
-	10, // 9: consistd.v1.DestinationStatus.pending:type_name -> consistd.v1.PendingMessage
-	2,  // 10: consistd.v1.DestinationStatus.destination:type_name -> consistd.v1.Destination
-	11, // 11: consistd.v1.GetOutboxStatusResponse.destinations:type_name -> consistd.v1.DestinationStatus
-	3,  // 12: consistd.v1.OutboxService.Send:input_type -> consistd.v1.SendRequest
-	5,  // 13: consistd.v1.OutboxService.SendStream:input_type -> consistd.v1.SendStreamRequest
-	7,  // 14: consistd.v1.OutboxService.WatchAcks:input_type -> consistd.v1.WatchAcksRequest
-	9,  // 15: consistd.v1.OutboxService.GetOutboxStatus:input_type -> consistd.v1.GetOutboxStatusRequest
-	4,  // 16: consistd.v1.OutboxService.Send:output_type -> consistd.v1.SendResponse
-	6,  // 17: consistd.v1.OutboxService.SendStream:output_type -> consistd.v1.SendStreamResponse
-	8,  // 18: consistd.v1.OutboxService.WatchAcks:output_type -> consistd.v1.WatchAcksResponse
-	12, // 19: consistd.v1.OutboxService.GetOutboxStatus:output_type -> consistd.v1.GetOutboxStatusResponse
-	16, // [16:20] is the sub-list for method output_type
-	12, // [12:16] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	15, // 3: consistd.v1.SendStreamResponse.refusal:type_name -> consistd.v1.Refusal
+	10, // 4: consistd.v1.WaitOutcomeResponse.outcome:type_name -> consistd.v1.WatchAcksResponse
+	2,  // 5: consistd.v1.WatchAcksResponse.destination:type_name -> consistd.v1.Destination
+	0,  // 6: consistd.v1.WatchAcksResponse.outcome:type_name -> consistd.v1.AckOutcome
+	16, // 7: consistd.v1.WatchAcksResponse.at:type_name -> google.protobuf.Timestamp
+	16, // 8: consistd.v1.PendingMessage.enqueued_at:type_name -> google.protobuf.Timestamp
+	16, // 9: consistd.v1.PendingMessage.next_attempt_at:type_name -> google.protobuf.Timestamp
+	12, // 10: consistd.v1.DestinationStatus.pending:type_name -> consistd.v1.PendingMessage
+	2,  // 11: consistd.v1.DestinationStatus.destination:type_name -> consistd.v1.Destination
+	13, // 12: consistd.v1.GetOutboxStatusResponse.destinations:type_name -> consistd.v1.DestinationStatus
+	3,  // 13: consistd.v1.OutboxService.Send:input_type -> consistd.v1.SendRequest
+	5,  // 14: consistd.v1.OutboxService.SendStream:input_type -> consistd.v1.SendStreamRequest
+	7,  // 15: consistd.v1.OutboxService.WaitOutcome:input_type -> consistd.v1.WaitOutcomeRequest
+	9,  // 16: consistd.v1.OutboxService.WatchAcks:input_type -> consistd.v1.WatchAcksRequest
+	11, // 17: consistd.v1.OutboxService.GetOutboxStatus:input_type -> consistd.v1.GetOutboxStatusRequest
+	4,  // 18: consistd.v1.OutboxService.Send:output_type -> consistd.v1.SendResponse
+	6,  // 19: consistd.v1.OutboxService.SendStream:output_type -> consistd.v1.SendStreamResponse
+	8,  // 20: consistd.v1.OutboxService.WaitOutcome:output_type -> consistd.v1.WaitOutcomeResponse
+	10, // 21: consistd.v1.OutboxService.WatchAcks:output_type -> consistd.v1.WatchAcksResponse
+	14, // 22: consistd.v1.OutboxService.GetOutboxStatus:output_type -> consistd.v1.GetOutboxStatusResponse
+	18, // [18:23] is the sub-list for method output_type
+	13, // [13:18] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_consistd_v1_outbox_proto_init() }
@@ -1050,7 +1153,7 @@ func file_consistd_v1_outbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_consistd_v1_outbox_proto_rawDesc), len(file_consistd_v1_outbox_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   12,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

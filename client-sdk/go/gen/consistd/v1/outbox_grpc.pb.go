@@ -21,6 +21,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	OutboxService_Send_FullMethodName            = "/consistd.v1.OutboxService/Send"
 	OutboxService_SendStream_FullMethodName      = "/consistd.v1.OutboxService/SendStream"
+	OutboxService_WaitOutcome_FullMethodName     = "/consistd.v1.OutboxService/WaitOutcome"
 	OutboxService_WatchAcks_FullMethodName       = "/consistd.v1.OutboxService/WatchAcks"
 	OutboxService_GetOutboxStatus_FullMethodName = "/consistd.v1.OutboxService/GetOutboxStatus"
 )
@@ -38,6 +39,14 @@ type OutboxServiceClient interface {
 	// together share a disk flush. A refused message is answered with its refusal and the stream goes on;
 	// a message the stream ended before answering may or may not have been stored.
 	SendStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SendStreamRequest, SendStreamResponse], error)
+	// WaitOutcome answers the first outcome of one message Send or SendStream stored: ACKED, SUPERSEDED or
+	// FAILED at its first receiver (for a Service or election, whichever member answered first). A message
+	// that has one is answered at once; otherwise the call waits for it, as long as the call's deadline
+	// allows. Calling again (after DEADLINE_EXCEEDED or a lost connection) waits again: nothing is missed
+	// in between. The daemon keeps the first outcomes of the last 10,000 messages that had one, in memory:
+	// an older outcome, one from before the daemon last started, and an id Send did not answer are
+	// NOT_FOUND.
+	WaitOutcome(ctx context.Context, in *WaitOutcomeRequest, opts ...grpc.CallOption) (*WaitOutcomeResponse, error)
 	// WatchAcks streams ACKs, supersessions and final failures of this pod's sends.
 	WatchAcks(ctx context.Context, in *WatchAcksRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchAcksResponse], error)
 	// GetOutboxStatus reports pending messages per destination.
@@ -74,6 +83,16 @@ func (c *outboxServiceClient) SendStream(ctx context.Context, opts ...grpc.CallO
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type OutboxService_SendStreamClient = grpc.BidiStreamingClient[SendStreamRequest, SendStreamResponse]
+
+func (c *outboxServiceClient) WaitOutcome(ctx context.Context, in *WaitOutcomeRequest, opts ...grpc.CallOption) (*WaitOutcomeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WaitOutcomeResponse)
+	err := c.cc.Invoke(ctx, OutboxService_WaitOutcome_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
 
 func (c *outboxServiceClient) WatchAcks(ctx context.Context, in *WatchAcksRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchAcksResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -117,6 +136,14 @@ type OutboxServiceServer interface {
 	// together share a disk flush. A refused message is answered with its refusal and the stream goes on;
 	// a message the stream ended before answering may or may not have been stored.
 	SendStream(grpc.BidiStreamingServer[SendStreamRequest, SendStreamResponse]) error
+	// WaitOutcome answers the first outcome of one message Send or SendStream stored: ACKED, SUPERSEDED or
+	// FAILED at its first receiver (for a Service or election, whichever member answered first). A message
+	// that has one is answered at once; otherwise the call waits for it, as long as the call's deadline
+	// allows. Calling again (after DEADLINE_EXCEEDED or a lost connection) waits again: nothing is missed
+	// in between. The daemon keeps the first outcomes of the last 10,000 messages that had one, in memory:
+	// an older outcome, one from before the daemon last started, and an id Send did not answer are
+	// NOT_FOUND.
+	WaitOutcome(context.Context, *WaitOutcomeRequest) (*WaitOutcomeResponse, error)
 	// WatchAcks streams ACKs, supersessions and final failures of this pod's sends.
 	WatchAcks(*WatchAcksRequest, grpc.ServerStreamingServer[WatchAcksResponse]) error
 	// GetOutboxStatus reports pending messages per destination.
@@ -136,6 +163,9 @@ func (UnimplementedOutboxServiceServer) Send(context.Context, *SendRequest) (*Se
 }
 func (UnimplementedOutboxServiceServer) SendStream(grpc.BidiStreamingServer[SendStreamRequest, SendStreamResponse]) error {
 	return status.Error(codes.Unimplemented, "method SendStream not implemented")
+}
+func (UnimplementedOutboxServiceServer) WaitOutcome(context.Context, *WaitOutcomeRequest) (*WaitOutcomeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WaitOutcome not implemented")
 }
 func (UnimplementedOutboxServiceServer) WatchAcks(*WatchAcksRequest, grpc.ServerStreamingServer[WatchAcksResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchAcks not implemented")
@@ -189,6 +219,24 @@ func _OutboxService_SendStream_Handler(srv interface{}, stream grpc.ServerStream
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type OutboxService_SendStreamServer = grpc.BidiStreamingServer[SendStreamRequest, SendStreamResponse]
 
+func _OutboxService_WaitOutcome_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WaitOutcomeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OutboxServiceServer).WaitOutcome(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OutboxService_WaitOutcome_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OutboxServiceServer).WaitOutcome(ctx, req.(*WaitOutcomeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _OutboxService_WatchAcks_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchAcksRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -228,6 +276,10 @@ var OutboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Send",
 			Handler:    _OutboxService_Send_Handler,
+		},
+		{
+			MethodName: "WaitOutcome",
+			Handler:    _OutboxService_WaitOutcome_Handler,
 		},
 		{
 			MethodName: "GetOutboxStatus",
