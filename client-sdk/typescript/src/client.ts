@@ -14,7 +14,7 @@ import { checkHealth, ServingStatus } from "./health.js";
 import { Inbox } from "./inbox.js";
 import { type CampaignOptions, elect, type Leadership, type ObserveOptions } from "./leadership.js";
 import { Objects } from "./objects.js";
-import { AckTracker, type Message, type SendOptions, type Sent } from "./outbox.js";
+import { type Message, Outbox, type SendOptions, type Sent } from "./outbox.js";
 import { OwnWrites } from "./ownwrites.js";
 import { reconcile, type ReconcileHandler, type ReconcileOptions, type ReconcileSpec } from "./reconcile.js";
 import { sleep } from "./retry.js";
@@ -70,7 +70,7 @@ export class Client {
     reconcile: ReconcileServiceClient;
   };
   private readonly health: GrpcClient;
-  private readonly acks: AckTracker;
+  private readonly outbox: Outbox;
   /** The states this client's writes returned, per uid: what its watches apply the own-write rule with. */
   private readonly ownWrites = new OwnWrites();
   /** Aborted by close(): ends every stream of this client. */
@@ -96,7 +96,7 @@ export class Client {
     this.health = new GrpcClient(target, insecure, shared);
     this.objects = new Objects(this.services.objects, this.ownWrites);
     this.inbox = new Inbox(this.services.inbox);
-    this.acks = new AckTracker(this.services.outbox);
+    this.outbox = new Outbox(this.services.outbox);
   }
 
   /**
@@ -160,13 +160,14 @@ export class Client {
   }
 
   /**
-   * Stores a message in the sidecar's outbox; resolves once it is durable. `await sent.ack` for its
-   * outcome (ACKED, SUPERSEDED or FAILED with a reason): outcomes are watched before the send, so none is missed.
+   * Stores a message in the sidecar's outbox; resolves once it is durable. `await sent.ack` for its first
+   * outcome (ACKED, SUPERSEDED or FAILED with a reason), which the sidecar keeps until it is asked: waiting
+   * starts only then, goes on through lost connections, and `sent.outcome({ signal })` bounds it.
    * The message carries the W3C trace context of the active OpenTelemetry span (or of `options.context`) to
    * the receiving app, unless it names its own `traceparent`.
    */
   send(message: Message, options: SendOptions = {}): Promise<Sent> {
-    return this.acks.send(message, options);
+    return this.outbox.send(message, options);
   }
 
   /**
@@ -191,7 +192,7 @@ export class Client {
   /** Ends every stream of this client and closes the connection. */
   close(): void {
     this.closed.abort();
-    this.acks.close();
+    this.outbox.close();
     this.inbox.close();
     this.channel.close();
   }

@@ -60,6 +60,15 @@ export function isRetryable(error: unknown): boolean {
   return error instanceof ConsistdError && error.code === status.UNAVAILABLE;
 }
 
+/**
+ * Whether a call the SDK did not cancel failed because its connection to the sidecar went: UNAVAILABLE, or
+ * the CANCELLED or UNKNOWN grpc-js reports for a call whose connection broke under it.
+ */
+export function isLostConnection(error: unknown): boolean {
+  if (!(error instanceof ConsistdError)) return false;
+  return error.code === status.UNAVAILABLE || error.code === status.CANCELLED || error.code === status.UNKNOWN;
+}
+
 /** The error a stream reports when the sidecar ended it without an error status. */
 export function ended(what: string): ConsistdError {
   return new ConsistdError(status.UNAVAILABLE, `the sidecar ended the ${what}`);

@@ -2,7 +2,7 @@
 // out on it and its answer comes back in request order, so calls made together share the sidecar's disk
 // flush instead of each paying for a unary call of its own.
 import { type ClientDuplexStream, status } from "@grpc/grpc-js";
-import { ConsistdError, toConsistdError } from "./errors.js";
+import { ConsistdError, isLostConnection, toConsistdError } from "./errors.js";
 import type { Refusal } from "./gen/consistd/v1/refusal.js";
 
 /** A call waiting for its answer; `settled` once answered, failed, or given up by its caller. */
@@ -110,13 +110,12 @@ class OpenStream<Req, Res> {
   /** The error for the calls of a stream that failed: a lost connection is UNAVAILABLE, as for a unary call. */
   private lost(error: unknown): ConsistdError {
     const e = toConsistdError(error);
-    const code = e instanceof ConsistdError ? e.code : status.UNAVAILABLE;
-    const details = e instanceof ConsistdError ? e.details : String(error);
-    if (code === status.UNAVAILABLE || code === status.CANCELLED || code === status.UNKNOWN) {
+    if (!(e instanceof ConsistdError) || isLostConnection(e)) {
+      const details = e instanceof ConsistdError ? e.details : String(error);
       return new ConsistdError(status.UNAVAILABLE, `${this.what}: lost the connection to the sidecar: ${details}`, {
         cause: error,
       });
     }
-    return new ConsistdError(code, `${this.what}: ${details}`, { cause: error });
+    return new ConsistdError(e.code, `${this.what}: ${e.details}`, { cause: error });
   }
 }

@@ -1,9 +1,10 @@
-// ACK-tracked sends: `send` resolves once the sidecar stored the message; `sent.ack` resolves to its outcome.
-import type { ClientReadableStream } from "@grpc/grpc-js";
-import { type Cancellable, unary } from "./call.js";
+// Sends with awaitable outcomes: `send` resolves once the sidecar stored the message; `sent.ack` asks the
+// sidecar for the message's first outcome (OutboxService.WaitOutcome). The SDK keeps no outcome stream and no
+// table of outcomes: the sidecar keeps them.
 import { status } from "@grpc/grpc-js";
 import { type Context, context } from "@opentelemetry/api";
-import { ConsistdError, ended, toConsistdError } from "./errors.js";
+import { type Cancellable, unary } from "./call.js";
+import { ConsistdError, isLostConnection } from "./errors.js";
 import {
   AckOutcome,
   type Destination,
@@ -14,10 +15,8 @@ import {
 } from "./gen/consistd/v1/outbox.js";
 import { body, type JsonBody } from "./objects.js";
 import { Ordered, refused } from "./ordered.js";
+import { Backoff } from "./retry.js";
 import { inject } from "./trace.js";
-
-/** Outcomes that arrive before their Send has answered are kept, up to this many. */
-const EARLY_OUTCOMES = 10_000;
 
 /** One message for a peer's app. */
 export interface Message {
@@ -78,37 +77,62 @@ export class Outcome {
   }
 }
 
-/** A message the sidecar has stored; it delivers and resends it until the receiving app ACKs. */
+/**
+ * A message the sidecar has stored; it delivers and resends it until the receiving app ACKs. Its outcome is
+ * asked for only when the app asks (`ack` or `outcome()`): a send never awaited costs nothing more.
+ */
 export class Sent {
+  /** The outcome, once the sidecar answered it. */
+  private known?: Outcome;
+  /** The wait `ack` started, while it runs. */
+  private waiting?: Promise<Outcome>;
+
   /**
    * @param messageId the sidecar's id for the message
-   * @param ack resolves to the outcome (for a Service or election destination, the first receiver's);
-   *   rejects only when the outcome can no longer be seen (the connection to the sidecar was lost)
+   * @param wait asks the sidecar for the message's first outcome until it answers or `signal` aborts
    */
   constructor(
     readonly messageId: string,
-    readonly ack: Promise<Outcome>,
+    private readonly wait: (signal?: AbortSignal) => Promise<Outcome>,
   ) {}
+
+  /**
+   * The message's first outcome (for a Service or election destination, the first receiver's answer): ACKED,
+   * SUPERSEDED or FAILED with a reason. Reading it starts the wait (reads while it runs share it) unless the
+   * outcome is known already, which it then resolves to without asking the sidecar again. Waits as long as it
+   * takes, through lost connections to the sidecar (an outcome that came meanwhile is still seen). Rejects
+   * with any other error as the daemon answered it, e.g. NOT_FOUND when the sidecar no longer knows the
+   * outcome (it restarted since, or 10,000 later outcomes came), or with CANCELLED once the client is closed;
+   * the next read then asks again. `outcome({ signal })` bounds a wait.
+   */
+  get ack(): Promise<Outcome> {
+    if (this.known) return Promise.resolve(this.known);
+    this.waiting ??= this.outcome().finally(() => (this.waiting = undefined));
+    return this.waiting;
+  }
+
+  /**
+   * The message's first outcome, as `ack` gives it, waiting at most until `options.signal` aborts: the wait
+   * then rejects with the signal's reason (a TimeoutError for `AbortSignal.timeout(ms)`). Calling again goes
+   * on waiting, and nothing that came in between is missed.
+   *
+   *     const outcome = await sent.outcome({ signal: AbortSignal.timeout(5_000) });
+   */
+  async outcome(options: Cancellable = {}): Promise<Outcome> {
+    if (this.known) return this.known;
+    const outcome = await this.wait(options.signal);
+    this.known ??= outcome;
+    return this.known;
+  }
 }
 
-interface Waiter {
-  resolve(outcome: Outcome): void;
-  reject(error: unknown): void;
-}
-
-/**
- * Matches outcomes from one WatchAcks stream to the sends waiting for them. The stream is opened before a
- * send and stays open while any send or outcome is pending (so an idle client does not keep Node running).
- */
-export class AckTracker {
-  private stream?: ClientReadableStream<WatchAcksResponse>;
-  private opening?: Promise<void>;
-  private readonly waiting = new Map<string, Waiter>();
-  private readonly early = new Map<string, Outcome>();
-  private sending = 0;
-
+/** Sends this client's messages on one SendStream, and asks the sidecar for their outcomes. */
+export class Outbox {
   /** Every send of this client goes out on one SendStream. */
   private readonly sends: Ordered<SendStreamRequest, SendStreamResponse>;
+  /** The waits for an outcome that are running, each cancelled by its controller: close() ends them. */
+  private readonly waits = new Set<AbortController>();
+  private closed = false;
 
   constructor(private readonly service: OutboxServiceClient) {
     this.sends = new Ordered(() => service.sendStream(), "send");
@@ -130,101 +154,57 @@ export class AckTracker {
       tracestate: message.tracestate ?? "",
     };
     inject(request, options.context ?? context.active());
-    this.sending++;
-    try {
-      await this.open();
-      const answer = await this.sends.call({ message: request }, options.signal);
-      if (answer.refusal) throw refused(answer.refusal);
-      const { messageId } = answer;
-      return new Sent(messageId, this.outcome(messageId));
-    } finally {
-      this.sending--;
-      this.closeIfIdle();
-    }
+    const answer = await this.sends.call({ message: request }, options.signal);
+    if (answer.refusal) throw refused(answer.refusal);
+    const { messageId } = answer;
+    return new Sent(messageId, (signal) => this.waitOutcome(messageId, signal));
   }
 
-  /** Cancels the outcome stream; sends still waiting fail. */
+  /** Ends the SendStream and every wait for an outcome; sends and waits still running fail with CANCELLED. */
   close(): void {
+    this.closed = true;
+    for (const wait of this.waits) wait.abort();
     this.sends.close();
-    this.fail(new ConsistdError(status.CANCELLED, "the client was closed"));
   }
 
-  private outcome(messageId: string): Promise<Outcome> {
-    const ack = new Promise<Outcome>((resolve, reject) => {
-      const early = this.early.get(messageId);
-      if (early) {
-        this.early.delete(messageId);
-        resolve(early);
-      } else if (!this.stream) {
-        reject(ended(`outcome stream before message ${messageId} was answered`));
-      } else {
-        this.waiting.set(messageId, { resolve, reject });
-      }
-    });
-    // A caller that never awaits the outcome must not crash the process with an unhandled rejection.
-    ack.catch(() => {});
-    return ack;
-  }
-
-  /** Opens the WatchAcks stream unless it is open, and waits until the daemon answered it. */
-  private open(): Promise<void> {
-    if (this.stream && !this.opening) return Promise.resolve();
-    this.opening ??= new Promise<void>((resolve, reject) => {
-      const stream = this.service.watchAcks({ resourceId: "" });
-      this.stream = stream;
-      stream.on("metadata", () => {
-        this.opening = undefined;
-        resolve();
-      });
-      stream.on("data", (response: WatchAcksResponse) => this.settle(response));
-      stream.on("error", (error) => {
-        if (this.stream !== stream) return;
-        const failure = toConsistdError(error);
-        if (this.opening) {
-          this.opening = undefined;
-          this.stream = undefined;
-          reject(failure);
+  /**
+   * Calls WaitOutcome for message `messageId` until the sidecar answers it, again (with the reconnect backoff)
+   * after a lost connection. Rejects with the daemon's error, with `signal`'s reason once it aborts, or with
+   * CANCELLED once the client is closed.
+   */
+  private async waitOutcome(messageId: string, signal?: AbortSignal): Promise<Outcome> {
+    const wait = new AbortController();
+    const onAbort = () => wait.abort();
+    signal?.addEventListener("abort", onAbort, { once: true });
+    this.waits.add(wait);
+    try {
+      const backoff = new Backoff();
+      for (;;) {
+        this.throwIfStopped(messageId, signal);
+        try {
+          const request = { messageId };
+          const answer = await unary(this.service.waitOutcome.bind(this.service), request, { signal: wait.signal });
+          if (!answer.outcome) {
+            throw new ConsistdError(status.INTERNAL, `outcome of message ${messageId}: the sidecar answered none`);
+          }
+          return new Outcome(answer.outcome);
+        } catch (error) {
+          this.throwIfStopped(messageId, signal);
+          if (!isLostConnection(error)) throw error;
         }
-        this.fail(failure);
-      });
-      stream.on("end", () => this.stream === stream && this.fail(ended("outcome stream")));
-    });
-    return this.opening;
+        await backoff.wait(wait.signal);
+      }
+    } finally {
+      signal?.removeEventListener("abort", onAbort);
+      this.waits.delete(wait);
+    }
   }
 
-  private settle(response: WatchAcksResponse): void {
-    const outcome = new Outcome(response);
-    const waiter = this.waiting.get(response.messageId);
-    if (waiter) {
-      this.waiting.delete(response.messageId);
-      waiter.resolve(outcome);
-      this.closeIfIdle();
-      return;
+  /** Throws once the client is closed (CANCELLED) or `signal` aborted (its reason). */
+  private throwIfStopped(messageId: string, signal?: AbortSignal): void {
+    if (this.closed) {
+      throw new ConsistdError(status.CANCELLED, `outcome of message ${messageId}: the client was closed`);
     }
-    if (this.early.size >= EARLY_OUTCOMES) this.early.delete(this.early.keys().next().value!);
-    this.early.set(response.messageId, outcome);
-  }
-
-  /** Ends the stream and fails every send still waiting: its outcome can no longer be seen. */
-  private fail(error: unknown): void {
-    const stream = this.stream;
-    this.stream = undefined;
-    stream?.cancel();
-    for (const [id, waiter] of this.waiting) {
-      waiter.reject(
-        error instanceof ConsistdError ? new ConsistdError(error.code, `outcome of message ${id}: ${error.details}`) : error,
-      );
-    }
-    this.waiting.clear();
-    this.early.clear();
-  }
-
-  private closeIfIdle(): void {
-    if (this.sending === 0 && this.waiting.size === 0 && this.stream && !this.opening) {
-      const stream = this.stream;
-      this.stream = undefined;
-      this.early.clear();
-      stream.cancel();
-    }
+    signal?.throwIfAborted();
   }
 }

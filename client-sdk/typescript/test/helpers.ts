@@ -125,10 +125,14 @@ export class OwnDaemon {
   private process?: ChildProcess;
   private log = "";
 
-  constructor(readonly identity: string) {
+  /** `config` is more of its consistd.yaml (YAML lines), after the identity. */
+  constructor(
+    readonly identity: string,
+    config = "",
+  ) {
     this.dir = mkdtempSync(join(tmpdir(), "consistd-ts-daemon-"));
     this.socket = join(this.dir, "consistd.sock");
-    writeFileSync(join(this.dir, "consistd.yaml"), `identity: ${identity}\n`);
+    writeFileSync(join(this.dir, "consistd.yaml"), `identity: ${identity}\n${config}`);
   }
 
   /** Starts the daemon and waits until its admin socket reports ready. */

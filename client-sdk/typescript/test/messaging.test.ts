@@ -1,10 +1,10 @@
-// Sends with awaitable ACKs to a peer (daemon b), b's inbox handler (ACK on return, NACK and redelivery on throw),
-// and the OpenTelemetry trace context the messages carry. One file: tests of a file run one after another, files
+// Sends with awaitable outcomes to a peer (daemon b), b's inbox handler (ACK on return, NACK and redelivery on
+// throw), and the OpenTelemetry trace context the messages carry. One file: tests of a file run one after another, files
 // side by side, and b's inbox hands each message to any one of its receivers.
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
-import { status } from "@grpc/grpc-js";
-import { AckOutcome, Client, ConsistdError, type InboxMessage, type Message, type Sent } from "@consistd/client";
+import { Metadata, status } from "@grpc/grpc-js";
+import { AckOutcome, Client, ConsistdError, type InboxMessage, type Message, proto, type Sent } from "@consistd/client";
 import { context, ROOT_CONTEXT, type SpanContext, SpanKind, SpanStatusCode, trace } from "@opentelemetry/api";
 import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
 import {
@@ -13,7 +13,7 @@ import {
   type ReadableSpan,
   SimpleSpanProcessor,
 } from "@opentelemetry/sdk-trace-base";
-import { callsStarted, env, Proxy, unique, within } from "./helpers.js";
+import { callsStarted, env, OwnDaemon, Proxy, unique, within } from "./helpers.js";
 
 const clients: Client[] = [];
 after(() => clients.forEach((c) => c.close()));
@@ -287,4 +287,178 @@ test("a send after the connection was lost opens the stream again", async () => 
   // more while the channel was still reconnecting.
   const opened = (await callsStarted(admin, "SendStream")) - before;
   assert.ok(opened >= 2 && opened <= 2 + lost, `${opened} SendStreams for ${lost} failed sends`);
+});
+
+/**
+ * Message `messageId`'s first outcome as `client`'s sidecar answers WaitOutcome to the generated client: what the
+ * daemon knows, asked without the SDK's own wait.
+ */
+function daemonOutcome(client: Client, messageId: string, ms = 20_000): Promise<proto.WatchAcksResponse> {
+  return new Promise((resolve, reject) => {
+    const options = { deadline: Date.now() + ms };
+    client.services.outbox.waitOutcome({ messageId }, new Metadata(), options, (error, response) =>
+      error ? reject(error) : resolve(response.outcome!),
+    );
+  });
+}
+
+/** Resolves once `condition` holds, asking every 20 ms for at most `ms`. */
+async function eventually(what: string, condition: () => Promise<boolean>, ms = 10_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await condition())) {
+    assert.ok(Date.now() < deadline, `timed out after ${ms} ms waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+test("an ACK that comes while the app's connection to the sidecar is cut is seen as ACKED once it is back", async () => {
+  const admin = env("CONSISTD_TEST_ADMIN_SOCKET");
+  const direct = new Client();
+  clients.push(direct);
+  const proxy = await Proxy.start(env("CONSISTD_SOCKET"));
+  const a = new Client(proxy.path);
+  const resourceId = unique("ts-cut-outcome");
+  const stop = new AbortController();
+  let serving: Promise<void> | undefined;
+  try {
+    const sent = await a.send(toB(resourceId));
+    const before = await callsStarted(admin, "WaitOutcome");
+    // Nothing serves b's inbox yet: the wait stays open at the daemon.
+    const ack = sent.ack;
+    let settled: string | undefined;
+    ack.then(
+      (outcome) => (settled = `resolved ${outcome.kindName}`),
+      (error) => (settled = `rejected ${error}`),
+    );
+    await eventually("the SDK's WaitOutcome call", async () => (await callsStarted(admin, "WaitOutcome")) > before);
+
+    proxy.paused = true;
+    proxy.cut();
+    serving = serveB(resourceId, stop.signal, () => {});
+    const acked = await daemonOutcome(direct, sent.messageId);
+    assert.equal(AckOutcome[acked.outcome], "ACKED", "the daemon has the ACK while the app is cut off");
+    // Long enough for the lost call to fail and a retry or two to find the socket closed.
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    assert.equal(settled, undefined, "the wait went on through the lost connection");
+    assert.equal(proxy.connections, 1, "the client stayed cut off");
+
+    proxy.paused = false;
+    const outcome = await within(20_000, "the outcome after the reconnect", ack);
+    assert.equal(outcome.kindName, "ACKED");
+    assert.equal(outcome.messageId, sent.messageId);
+    assert.ok(proxy.connections >= 2, "the client connected again");
+  } finally {
+    stop.abort();
+    await serving;
+    a.close();
+    await proxy.close();
+  }
+});
+
+test("a message a newer event of its resource replaced before it was ACKed is SUPERSEDED", async () => {
+  const a = new Client();
+  clients.push(a);
+  const resourceId = unique("ts-superseded");
+  // Nothing serves b's inbox yet, so the first event is not ACKed when the second replaces it.
+  const first = await a.send({ ...toB(resourceId), eventId: "1" });
+  const second = await a.send({ ...toB(resourceId), eventId: "2" });
+  const outcome = await within(20_000, "the replaced message's outcome", first.ack);
+  assert.equal(outcome.kindName, "SUPERSEDED");
+  assert.equal(outcome.kind, AckOutcome.SUPERSEDED);
+  assert.equal(outcome.messageId, first.messageId);
+  assert.equal(outcome.isAcked, false);
+  const stop = new AbortController();
+  const serving = serveB(resourceId, stop.signal, () => {});
+  try {
+    await acked(second);
+  } finally {
+    stop.abort();
+    await serving;
+  }
+});
+
+test("a timeout ends one wait for the outcome, waiting again gets it, and then it is answered without asking", async () => {
+  const a = new Client();
+  const resourceId = unique("ts-wait-timeout");
+  const stop = new AbortController();
+  let serving: Promise<void> | undefined;
+  try {
+    const sent = await a.send(toB(resourceId));
+    const started = Date.now();
+    await assert.rejects(
+      within(5_000, "the wait with a 300 ms timeout", sent.outcome({ signal: AbortSignal.timeout(300) })),
+      (error: Error) => error.name === "TimeoutError",
+    );
+    assert.ok(Date.now() - started >= 290, `the wait ended after ${Date.now() - started} ms`);
+
+    serving = serveB(resourceId, stop.signal, () => {});
+    const outcome = await within(20_000, "the outcome on the second wait", sent.ack);
+    assert.equal(outcome.kindName, "ACKED");
+    assert.equal(outcome.messageId, sent.messageId);
+
+    // A closed client cannot ask the sidecar: the known outcome is what answers.
+    a.close();
+    assert.equal(await within(1_000, "the known outcome", sent.ack), outcome);
+    assert.equal(await within(1_000, "the known outcome", sent.outcome()), outcome);
+  } finally {
+    stop.abort();
+    await serving;
+    a.close();
+  }
+});
+
+test("the outcome of a message ACKed before its sidecar restarted is NOT_FOUND, as the daemon answered it", async () => {
+  const daemon = new OwnDaemon(unique("sdk-ts-outcome"), "peer:\n  insecure: true\n");
+  const resourceId = unique("ts-outcome-restart");
+  const stop = new AbortController();
+  const serving = serveB(resourceId, stop.signal, () => {});
+  try {
+    await daemon.start();
+    const own = new Client(daemon.socket);
+    clients.push(own);
+    const sent = await own.send(toB(resourceId));
+    const acked = await daemonOutcome(own, sent.messageId);
+    assert.equal(AckOutcome[acked.outcome], "ACKED");
+
+    await daemon.stop();
+    await daemon.start();
+    const error = await within(
+      20_000,
+      "the outcome after the restart",
+      sent.ack.then(
+        (outcome) => assert.fail(`resolved ${outcome.kindName}`),
+        (error: unknown) => error,
+      ),
+    );
+    assert.ok(error instanceof ConsistdError, String(error));
+    assert.equal(error.code, status.NOT_FOUND, error.message);
+    assert.match(error.details, new RegExp(`message ${sent.messageId}: its outcome is not known`));
+  } finally {
+    stop.abort();
+    await serving;
+    await daemon.remove();
+  }
+});
+
+test("a send never awaited asks the sidecar for nothing after it is stored", async () => {
+  const admin = env("CONSISTD_TEST_ADMIN_SOCKET");
+  const before = await callsStarted(admin, "WaitOutcome");
+  const a = new Client();
+  const resourceId = unique("ts-unawaited");
+  const stop = new AbortController();
+  let received = 0;
+  const serving = serveB(resourceId, stop.signal, () => void received++);
+  try {
+    const sent = await a.send(toB(resourceId));
+    assert.ok(sent.messageId);
+    await eventually("b's handler to get the message", async () => received === 1, 20_000);
+    // A wait running now would fail with CANCELLED: an unhandled rejection, had the send started one.
+    a.close();
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    assert.equal(await callsStarted(admin, "WaitOutcome"), before, "WaitOutcome calls started on a");
+  } finally {
+    stop.abort();
+    await serving;
+    a.close();
+  }
 });

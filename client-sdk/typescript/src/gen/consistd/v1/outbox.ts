@@ -104,6 +104,18 @@ export interface SendStreamResponse {
   refusal: Refusal | undefined;
 }
 
+/** WaitOutcomeRequest names one stored message. */
+export interface WaitOutcomeRequest {
+  /** The message_id Send (or SendStream) answered. */
+  messageId: string;
+}
+
+/** WaitOutcomeResponse is one message's first outcome. */
+export interface WaitOutcomeResponse {
+  /** The outcome, as WatchAcks streams it. */
+  outcome: WatchAcksResponse | undefined;
+}
+
 /** WatchAcksRequest optionally narrows the stream to one resource. */
 export interface WatchAcksRequest {
   /** Only outcomes for this resource_id; empty means all. */
@@ -628,6 +640,118 @@ export const SendStreamResponse: MessageFns<SendStreamResponse> = {
     message.messageId = object.messageId ?? "";
     message.refusal = (object.refusal !== undefined && object.refusal !== null)
       ? Refusal.fromPartial(object.refusal)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseWaitOutcomeRequest(): WaitOutcomeRequest {
+  return { messageId: "" };
+}
+
+export const WaitOutcomeRequest: MessageFns<WaitOutcomeRequest> = {
+  encode(message: WaitOutcomeRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.messageId !== "") {
+      writer.uint32(10).string(message.messageId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WaitOutcomeRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWaitOutcomeRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.messageId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create(base?: DeepPartial<WaitOutcomeRequest>): WaitOutcomeRequest {
+    return WaitOutcomeRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<WaitOutcomeRequest>): WaitOutcomeRequest {
+    const message = createBaseWaitOutcomeRequest();
+    message.messageId = object.messageId ?? "";
+    return message;
+  },
+};
+
+function createBaseWaitOutcomeResponse(): WaitOutcomeResponse {
+  return { outcome: undefined };
+}
+
+export const WaitOutcomeResponse: MessageFns<WaitOutcomeResponse> = {
+  encode(message: WaitOutcomeResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.outcome !== undefined) {
+      WatchAcksResponse.encode(message.outcome, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WaitOutcomeResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWaitOutcomeResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.outcome = WatchAcksResponse.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create(base?: DeepPartial<WaitOutcomeResponse>): WaitOutcomeResponse {
+    return WaitOutcomeResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<WaitOutcomeResponse>): WaitOutcomeResponse {
+    const message = createBaseWaitOutcomeResponse();
+    message.outcome = (object.outcome !== undefined && object.outcome !== null)
+      ? WatchAcksResponse.fromPartial(object.outcome)
       : undefined;
     return message;
   },
@@ -1209,6 +1333,24 @@ export const OutboxServiceService = {
     responseSerialize: (value: SendStreamResponse): Buffer => Buffer.from(SendStreamResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): SendStreamResponse => SendStreamResponse.decode(value),
   },
+  /**
+   * WaitOutcome answers the first outcome of one message Send or SendStream stored: ACKED, SUPERSEDED or
+   * FAILED at its first receiver (for a Service or election, whichever member answered first). A message
+   * that has one is answered at once; otherwise the call waits for it, as long as the call's deadline
+   * allows. Calling again (after DEADLINE_EXCEEDED or a lost connection) waits again: nothing is missed
+   * in between. The daemon keeps the first outcomes of the last 10,000 messages that had one, in memory:
+   * an older outcome, one from before the daemon last started, and an id Send did not answer are
+   * NOT_FOUND.
+   */
+  waitOutcome: {
+    path: "/consistd.v1.OutboxService/WaitOutcome" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: WaitOutcomeRequest): Buffer => Buffer.from(WaitOutcomeRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): WaitOutcomeRequest => WaitOutcomeRequest.decode(value),
+    responseSerialize: (value: WaitOutcomeResponse): Buffer => Buffer.from(WaitOutcomeResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): WaitOutcomeResponse => WaitOutcomeResponse.decode(value),
+  },
   /** WatchAcks streams ACKs, supersessions and final failures of this pod's sends. */
   watchAcks: {
     path: "/consistd.v1.OutboxService/WatchAcks" as const,
@@ -1243,6 +1385,16 @@ export interface OutboxServiceServer extends UntypedServiceImplementation {
    * a message the stream ended before answering may or may not have been stored.
    */
   sendStream: handleBidiStreamingCall<SendStreamRequest, SendStreamResponse>;
+  /**
+   * WaitOutcome answers the first outcome of one message Send or SendStream stored: ACKED, SUPERSEDED or
+   * FAILED at its first receiver (for a Service or election, whichever member answered first). A message
+   * that has one is answered at once; otherwise the call waits for it, as long as the call's deadline
+   * allows. Calling again (after DEADLINE_EXCEEDED or a lost connection) waits again: nothing is missed
+   * in between. The daemon keeps the first outcomes of the last 10,000 messages that had one, in memory:
+   * an older outcome, one from before the daemon last started, and an id Send did not answer are
+   * NOT_FOUND.
+   */
+  waitOutcome: handleUnaryCall<WaitOutcomeRequest, WaitOutcomeResponse>;
   /** WatchAcks streams ACKs, supersessions and final failures of this pod's sends. */
   watchAcks: handleServerStreamingCall<WatchAcksRequest, WatchAcksResponse>;
   /** GetOutboxStatus reports pending messages per destination. */
@@ -1275,6 +1427,30 @@ export interface OutboxServiceClient extends Client {
     metadata: Metadata,
     options?: Partial<CallOptions>,
   ): ClientDuplexStream<SendStreamRequest, SendStreamResponse>;
+  /**
+   * WaitOutcome answers the first outcome of one message Send or SendStream stored: ACKED, SUPERSEDED or
+   * FAILED at its first receiver (for a Service or election, whichever member answered first). A message
+   * that has one is answered at once; otherwise the call waits for it, as long as the call's deadline
+   * allows. Calling again (after DEADLINE_EXCEEDED or a lost connection) waits again: nothing is missed
+   * in between. The daemon keeps the first outcomes of the last 10,000 messages that had one, in memory:
+   * an older outcome, one from before the daemon last started, and an id Send did not answer are
+   * NOT_FOUND.
+   */
+  waitOutcome(
+    request: WaitOutcomeRequest,
+    callback: (error: ServiceError | null, response: WaitOutcomeResponse) => void,
+  ): ClientUnaryCall;
+  waitOutcome(
+    request: WaitOutcomeRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: WaitOutcomeResponse) => void,
+  ): ClientUnaryCall;
+  waitOutcome(
+    request: WaitOutcomeRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: WaitOutcomeResponse) => void,
+  ): ClientUnaryCall;
   /** WatchAcks streams ACKs, supersessions and final failures of this pod's sends. */
   watchAcks(request: WatchAcksRequest, options?: Partial<CallOptions>): ClientReadableStream<WatchAcksResponse>;
   watchAcks(
