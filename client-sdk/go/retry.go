@@ -1,4 +1,5 @@
-// When a stream to the sidecar is opened again, and how long to wait before doing so.
+// When a stream to the sidecar is opened again, and how long to wait before doing so: the values
+// proto/consistd/v1/watch.proto states for every client.
 
 package consistd
 

@@ -1,5 +1,6 @@
 //! Which failures are a lost connection to the sidecar (worth repeating, and reported as UNAVAILABLE),
-//! and how long to wait before opening a stream again.
+//! and how long to wait before opening a stream again: the values proto/consistd/v1/watch.proto states
+//! for every client.
 
 use std::time::Duration;
 

@@ -4,6 +4,26 @@
 // 	protoc        (unknown)
 // source: consistd/v1/watch.proto
 
+// How every client of consistd keeps its calls going; each SDK does exactly this (client-sdk/README.md),
+// and a stock client should too.
+//
+// Reconnecting. A call is made again only when the sidecar could not be reached or the connection broke:
+// UNAVAILABLE, or what the client's transport makes of a connection that broke under a call (grpc-js
+// CANCELLED or UNKNOWN, grpcio INTERNAL "Internal error from Core", tonic UNKNOWN or INTERNAL from an h2
+// error). The pause before the next attempt starts at 100 ms and doubles up to 5 s; it starts again at
+// 100 ms once the call delivered something. Every other status is the daemon's answer to that request and
+// goes to the app as it is. A lost connection is reported to the app as UNAVAILABLE, whatever the
+// transport called it.
+//
+// Stream lifetimes. Subscribe, Campaign, Observe, Receive, Reconcile and SubscribeVersions live as long as
+// the app wants them: after a lost connection they are opened again with what resumes them (the last
+// cursor delivered; the same election; the same queue spec), and Campaign and Observe say UNKNOWN to the
+// app before they reconnect. SendStream and AckStream are opened on a client's first Send or ACK, shared
+// by every call of that client and kept open; a broken one fails the calls waiting on it (UNAVAILABLE) and
+// the next call opens a new one. No client keeps a WatchAcks stream to learn a send's outcome: it calls
+// OutboxService.WaitOutcome when the app asks, and again after a lost connection. When the daemon shuts
+// down it ends every stream with UNAVAILABLE.
+
 package consistdv1
 
 import (
