@@ -6,7 +6,8 @@
 use std::{os::unix::fs::PermissionsExt, path::Path, time::Duration};
 
 use consistd_client::proto::{
-    AckRequest, CampaignRequest, Destination, LeadershipState, ReceiveRequest, SendRequest, destination::Target,
+    AckRequest, AckStreamRequest, CampaignRequest, Destination, LeadershipState, ReceiveRequest, SendRequest,
+    SendStreamRequest, destination::Target,
 };
 use consistd_server::SERVICE_NAMES;
 use consistd_testkit::{
@@ -356,6 +357,18 @@ async fn sigterm_stops_every_task_the_daemon_started_within_the_grace_period() {
     send_to(&daemon, &format!("127.0.0.1:{}", free_port())).await;
     let to_group = json_message(Target::Election("tasks".into()), "group", "e1");
     client.outbox().send(to_group).await.expect("Send to the group");
+    // An app's SendStream and AckStream, answered and kept open from the app's side: shutdown must not
+    // wait for the app to close them.
+    let (more_sends, sends) = tokio::sync::mpsc::channel(1);
+    let mut sent =
+        client.outbox().send_stream(tokio_stream::wrappers::ReceiverStream::new(sends)).await.expect("SendStream");
+    let to_silent = json_message(Target::Peer(format!("127.0.0.1:{}", free_port())), "streamed", "e1");
+    more_sends.send(SendStreamRequest { message: Some(to_silent) }).await.expect("queue the send");
+    let answer = sent.get_mut().message().await.expect("SendStream answer").expect("an answer");
+    assert!(answer.refusal.is_none(), "{answer:?}");
+    let (more_acks, acks) = tokio::sync::mpsc::channel::<AckStreamRequest>(1);
+    let _acking =
+        client.inbox().ack_stream(tokio_stream::wrappers::ReceiverStream::new(acks)).await.expect("AckStream");
     // A scraper's keep-alive connection, answered once and left open.
     let mut scraper = tokio::net::TcpStream::connect(&admin).await.expect("connect to admin.listen");
     scraper.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await.expect("write request");
@@ -368,8 +381,9 @@ async fn sigterm_stops_every_task_the_daemon_started_within_the_grace_period() {
     assert!(status.success(), "exit 0 after SIGTERM, got {status}; log:\n{}", daemon.logs());
     let logs = daemon.logs();
     assert!(!logs.contains("tasks still running"), "a task outlived the grace period:\n{logs}");
+    assert!(!logs.contains("grace period over"), "a call outlived the grace period:\n{logs}");
     assert!(logs.contains("consistd stopped"), "{logs}");
-    drop((leading, scraper));
+    drop((leading, scraper, more_sends, more_acks));
 }
 
 /// GETs `path` from `addr` over plain HTTP/1.0: the status code and the body.

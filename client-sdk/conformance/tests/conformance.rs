@@ -179,7 +179,7 @@ async fn sends_share_one_ordered_stream_and_each_outcome_comes_through_a_timeout
         tokio::time::timeout(WAIT, deliveries.next()).await.expect("in time").expect("open").expect("delivery");
     assert_eq!(second.message.event_id, "2");
     second.ack().await.expect("ACK");
-    let a = sender(Some(dir.path())).await;
+    let mut a = sender(Some(dir.path())).await;
     let o =
         tokio::time::timeout(WAIT, waiting).await.expect("an outcome in time").expect("outcome through the restart");
     assert_eq!(text(&o, "outcome"), "ACKED", "{o}");
@@ -192,7 +192,9 @@ async fn sends_share_one_ordered_stream_and_each_outcome_comes_through_a_timeout
     while a.client().outbox().get_outbox_status(status).await.expect("status").into_inner().total_pending > 0 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    drop(a);
+    // The store is the daemon's until it has exited: a successor refuses a socket whose lock is held.
+    a.signal(Signal::SIGTERM);
+    a.wait_exit(WAIT).await;
     let _a = sender(Some(dir.path())).await;
     let Err(gone) = outcome(&settled, 0).await else { panic!("an outcome from before the restart is not known") };
     assert_eq!(gone.code, "NOT_FOUND", "{gone:?}");

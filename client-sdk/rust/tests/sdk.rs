@@ -389,7 +389,7 @@ async fn an_awaited_outcome_outlasts_a_timeout_and_a_sidecar_restart_and_a_forgo
     a.signal(Signal::SIGKILL);
     a.wait_exit(WAIT).await;
     first.ack().await.expect("ACK stored at b");
-    let a = Daemon::builder(consistd_bin()).config(config).dir(dir.path()).start().await;
+    let mut a = Daemon::builder(consistd_bin()).config(config).dir(dir.path()).start().await;
     let outcome = tokio::time::timeout(WAIT, waiting).await.expect("an outcome in time").expect("task");
     let outcome = outcome.expect("the outcome, through the restart");
     assert!(outcome.is_acked(), "{outcome:?}");
@@ -403,7 +403,9 @@ async fn an_awaited_outcome_outlasts_a_timeout_and_a_sidecar_restart_and_a_forgo
     {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    drop(a);
+    // The store is the daemon's until it has exited: a successor refuses a socket whose lock is held.
+    a.signal(Signal::SIGTERM);
+    a.wait_exit(WAIT).await;
     let _a = Daemon::builder(consistd_bin()).config(config).dir(dir.path()).start().await;
     let Err(Error::Status(status)) = tokio::time::timeout(WAIT, settled.outcome()).await.expect("an answer in time")
     else {

@@ -16,7 +16,9 @@ pub(crate) const IN_FLIGHT: usize = 1024;
 /// Reads `requests` one at a time and hands each to `accept`, which checks it in arrival order and
 /// returns the future of its answer (work that must not be lost to a cancelled call runs in a task of
 /// its own); the answers come out in request order. The answers end after the requests end, or with
-/// the status of a broken request stream after the answers before it.
+/// the status of a broken request stream after the answers before it. Reading stops as soon as nobody
+/// reads the answers (the caller went away, or shutdown ended the call), even while the client keeps its
+/// request stream open: otherwise the call, and the server's drain, would wait for that client.
 pub(crate) fn answer_in_order<Req, Resp, Accept, Fut>(
     tasks: &Tasks,
     mut requests: Streaming<Req>,
@@ -31,7 +33,11 @@ where
     let (answers, pending) = mpsc::channel::<BoxFuture<'static, Result<Resp, Status>>>(IN_FLIGHT);
     tasks.spawn(async move {
         loop {
-            let (answer, last) = match requests.message().await {
+            let next = tokio::select! {
+                next = requests.message() => next,
+                () = answers.closed() => return,
+            };
+            let (answer, last) = match next {
                 Ok(Some(request)) => (accept(request).await, false),
                 Ok(None) => return,
                 // A broken request stream ends the answers with its status.
