@@ -170,7 +170,7 @@ async def test_a_receiver_keeps_receiving_across_a_sigkill_of_its_sidecar(short_
             await daemon.kill()
             killed.set()
             await daemon.start()
-            # A send made while the sidecar was down may wait for it to come back (ACK tracking reopens).
+            # The send in flight at the kill fails as a lost connection (UNAVAILABLE), which ends the loop.
             await asyncio.wait_for(sending, 30)
             loop = asyncio.get_running_loop()
             deadline = loop.time() + 30

@@ -27,7 +27,7 @@ async def test_concurrent_sends_and_acks_go_out_on_one_stream_each_and_a_refused
     client: consistd.Client, peer: consistd.Client
 ) -> None:
     prefix = unique("sdk-py/stream")
-    sends_before = await started(ADMIN, "SendStream", "Send")
+    sends_before = await started(ADMIN, "SendStream", "Send", "WaitOutcome", "WatchAcks")
     acks_before = await started(PEER_ADMIN, "AckStream", "Ack")
     received: set[str] = set()
 
@@ -52,9 +52,11 @@ async def test_concurrent_sends_and_acks_go_out_on_one_stream_each_and_a_refused
         serving.cancel()
     assert {a.outcome for a in acks} == {AckOutcome.ACKED}
     assert received == {r for r in resources if r}
-    sends_after = await started(ADMIN, "SendStream", "Send")
+    sends_after = await started(ADMIN, "SendStream", "Send", "WaitOutcome", "WatchAcks")
     acks_after = await started(PEER_ADMIN, "AckStream", "Ack")
-    assert [a - b for a, b in zip(sends_after, sends_before)] == [1, 0], "SendStream, Send calls started"
+    assert [a - b for a, b in zip(sends_after, sends_before)] == [1, 0, len(sent), 0], (
+        "SendStream, Send, WaitOutcome (one per awaited outcome), WatchAcks calls started"
+    )
     assert [a - b for a, b in zip(acks_after, acks_before)] == [1, 0], "AckStream, Ack calls started"
 
 

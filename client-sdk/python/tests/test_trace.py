@@ -195,17 +195,17 @@ async def test_a_send_under_no_span_or_with_its_own_traceparent_is_delivered_as_
     assert handled_in.trace_id == parent.trace_id
 
 
-async def test_the_ack_stream_runs_outside_the_trace_of_the_send_that_opens_it(tracer: trace.Tracer) -> None:
+async def test_the_send_stream_runs_outside_the_trace_of_the_send_that_opens_it(tracer: trace.Tracer) -> None:
     async with consistd.Client() as client:
-        # The WatchAcks call is made from the stream's own task: record the span current there.
+        # The stream is opened in a context of its own: record the span current where SendStream is called.
         stub = client._stub(outbox_pb2_grpc.OutboxServiceStub)
-        watch_acks, current = stub.WatchAcks, []
+        send_stream, current = stub.SendStream, []
 
         def recording(*args: Any, **kwargs: Any) -> Any:
             current.append(trace.get_current_span().get_span_context())
-            return watch_acks(*args, **kwargs)
+            return send_stream(*args, **kwargs)
 
-        stub.WatchAcks = recording
+        stub.SendStream = recording
         with tracer.start_as_current_span("first send"):
             await client.send(PEER, unique("sdk-py/first"), "1", b"{}")
     assert current and not current[0].is_valid, "the stream, which lives on, is in no send's trace"

@@ -1,5 +1,6 @@
 """asyncio client for the consistd sidecar: watches that resume on their own, Kubernetes objects as
-JSON, leadership with fencing terms, ACK-tracked sends, an inbox handler and a reconciler on a work queue.
+JSON, leadership with fencing terms, sends with an awaitable outcome, an inbox handler and a reconciler on a
+work queue.
 
     import consistd
 

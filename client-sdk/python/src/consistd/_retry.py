@@ -1,4 +1,5 @@
-"""When a stream to the sidecar may be opened again, how long to wait before doing so, and why a read stopped."""
+"""When a stream to the sidecar may be opened again, how long to wait before doing so (the values
+proto/consistd/v1/watch.proto states for every client), and why a read stopped."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from .inbox import Inbox, acked
 from .leadership import Campaign, LeadershipStatus, LeaseTiming, Observation
 from .objects import Object, Objects
 from .ordered import Ordered
-from .outbox import AckTracker, Destination, SentMessage, destination_to_proto, encode_payload
+from .outbox import Destination, Outbox, SentMessage, destination_to_proto, encode_payload
 from .reconcile import ReconcileHandler, Reconciler, ReconcileSpec
 from .v1 import (
     inbox_pb2,
@@ -72,7 +72,7 @@ class Client:
         self.socket = os.fspath(socket)
         self._channel: grpc.aio.Channel | None = None
         self._stubs: dict[str, Any] = {}
-        self._acks: AckTracker | None = None
+        self._outbox: Outbox | None = None
         self._inbox_acks: Ordered[inbox_pb2.AckStreamRequest, inbox_pb2.AckStreamResponse] | None = None
         # The own-write rule's record (see Watch): what this client's writes returned, shared by its watches.
         self._own_writes = OwnWrites()
@@ -91,10 +91,10 @@ class Client:
         return stub
 
     async def close(self) -> None:
-        """Ends every stream and closes the connection."""
-        if self._acks is not None:
-            await self._acks.close()
-            self._acks = None
+        """Ends every stream and closes the connection; waits for a sent message's outcome end with CANCELLED."""
+        if self._outbox is not None:
+            await self._outbox.close()
+            self._outbox = None
         if self._inbox_acks is not None:
             await self._inbox_acks.close()
             self._inbox_acks = None
@@ -208,7 +208,8 @@ class Client:
     ) -> SentMessage:
         """Sends ``payload`` about ``resource_id`` to a peer (``"host:port"`` or Peer), every endpoint
         of a Service (ServiceEndpoints) or every member of an election (ElectionMembers), and returns
-        once the sidecar has stored it; ``await (await client.send(...)).ack()`` waits for the outcome.
+        once the sidecar has stored it; ``await (await client.send(...)).ack()`` waits for its first
+        outcome (see SentMessage.ack).
         bytes go as they are, str as UTF-8 text, anything else as JSON (content type set to match
         unless given). Per (destination, resource_id) one message is in flight: a newer event
         supersedes an older un-ACKed one; receivers deduplicate by (sender, resource_id, event_id).
@@ -227,9 +228,9 @@ class Client:
             tracestate=tracestate,
         )
         trace.inject(request, context)
-        if self._acks is None:
-            self._acks = AckTracker(self._stub(outbox_pb2_grpc.OutboxServiceStub))
-        return await self._acks.send(request)
+        if self._outbox is None:
+            self._outbox = Outbox(self._stub(outbox_pb2_grpc.OutboxServiceStub))
+        return await self._outbox.send(request)
 
     @property
     def inbox(self) -> Inbox:

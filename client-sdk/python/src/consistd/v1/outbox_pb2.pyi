@@ -78,6 +78,18 @@ class SendStreamResponse(_message.Message):
     refusal: _refusal_pb2.Refusal
     def __init__(self, message_id: _Optional[str] = ..., refusal: _Optional[_Union[_refusal_pb2.Refusal, _Mapping]] = ...) -> None: ...
 
+class WaitOutcomeRequest(_message.Message):
+    __slots__ = ("message_id",)
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    def __init__(self, message_id: _Optional[str] = ...) -> None: ...
+
+class WaitOutcomeResponse(_message.Message):
+    __slots__ = ("outcome",)
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    outcome: WatchAcksResponse
+    def __init__(self, outcome: _Optional[_Union[WatchAcksResponse, _Mapping]] = ...) -> None: ...
+
 class WatchAcksRequest(_message.Message):
     __slots__ = ("resource_id",)
     RESOURCE_ID_FIELD_NUMBER: _ClassVar[int]

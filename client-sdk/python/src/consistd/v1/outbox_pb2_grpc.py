@@ -45,6 +45,11 @@ class OutboxServiceStub:
                 request_serializer=consistd_dot_v1_dot_outbox__pb2.SendStreamRequest.SerializeToString,
                 response_deserializer=consistd_dot_v1_dot_outbox__pb2.SendStreamResponse.FromString,
                 _registered_method=True)
+        self.WaitOutcome = channel.unary_unary(
+                '/consistd.v1.OutboxService/WaitOutcome',
+                request_serializer=consistd_dot_v1_dot_outbox__pb2.WaitOutcomeRequest.SerializeToString,
+                response_deserializer=consistd_dot_v1_dot_outbox__pb2.WaitOutcomeResponse.FromString,
+                _registered_method=True)
         self.WatchAcks = channel.unary_stream(
                 '/consistd.v1.OutboxService/WatchAcks',
                 request_serializer=consistd_dot_v1_dot_outbox__pb2.WatchAcksRequest.SerializeToString,
@@ -78,6 +83,19 @@ class OutboxServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WaitOutcome(self, request, context):
+        """WaitOutcome answers the first outcome of one message Send or SendStream stored: ACKED, SUPERSEDED or
+        FAILED at its first receiver (for a Service or election, whichever member answered first). A message
+        that has one is answered at once; otherwise the call waits for it, as long as the call's deadline
+        allows. Calling again (after DEADLINE_EXCEEDED or a lost connection) waits again: nothing is missed
+        in between. The daemon keeps the first outcomes of the last 10,000 messages that had one, in memory:
+        an older outcome, one from before the daemon last started, and an id Send did not answer are
+        NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def WatchAcks(self, request, context):
         """WatchAcks streams ACKs, supersessions and final failures of this pod's sends.
         """
@@ -104,6 +122,11 @@ def add_OutboxServiceServicer_to_server(servicer, server):
                     servicer.SendStream,
                     request_deserializer=consistd_dot_v1_dot_outbox__pb2.SendStreamRequest.FromString,
                     response_serializer=consistd_dot_v1_dot_outbox__pb2.SendStreamResponse.SerializeToString,
+            ),
+            'WaitOutcome': grpc.unary_unary_rpc_method_handler(
+                    servicer.WaitOutcome,
+                    request_deserializer=consistd_dot_v1_dot_outbox__pb2.WaitOutcomeRequest.FromString,
+                    response_serializer=consistd_dot_v1_dot_outbox__pb2.WaitOutcomeResponse.SerializeToString,
             ),
             'WatchAcks': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchAcks,
@@ -171,6 +194,33 @@ class OutboxService:
             '/consistd.v1.OutboxService/SendStream',
             consistd_dot_v1_dot_outbox__pb2.SendStreamRequest.SerializeToString,
             consistd_dot_v1_dot_outbox__pb2.SendStreamResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WaitOutcome(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/consistd.v1.OutboxService/WaitOutcome',
+            consistd_dot_v1_dot_outbox__pb2.WaitOutcomeRequest.SerializeToString,
+            consistd_dot_v1_dot_outbox__pb2.WaitOutcomeResponse.FromString,
             options,
             channel_credentials,
             insecure,
