@@ -5,11 +5,14 @@
 #   hack/sdk/go.sh check                              fail if the committed generated code has drifted
 #   hack/sdk/go.sh test                               go vet + go test against hack/with-daemons.sh's daemons
 #   hack/sdk/go.sh example                            the ConfigMap controller end to end (hack/run-example.sh)
+#   hack/sdk/go.sh conformance                        the SDK conformance suite (client-sdk/conformance) with
+#                                                     the Go agent, under hack/with-control-plane.sh
 #   hack/sdk/go.sh bench-subscriber NAMESPACE ROUNDS  one JSON line per round on stdout (RAW watch to SYNCED)
 #
 # The code generators are pinned below and `go install`ed on first use into
 # $CONSISTD_CACHE/go-plugins/<plugin>@<version> (default cache: $HOME/.cache/consistd); buf comes from
-# hack/tools.sh. Binaries are built into target/sdk/go/bin.
+# hack/tools.sh. Binaries are built into target/sdk/go/bin, the conformance agent into
+# target/conformance/go-agent.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 sdk=$repo/client-sdk/go
@@ -84,8 +87,16 @@ bench-subscriber)
   build bench-subscriber "$sdk" ./internal/benchsubscriber >&2
   "$bin/bench-subscriber" "$namespace" "$rounds"
   ;;
+conformance)
+  : "${CONSISTD_TEST_KUBECONFIG:?run under hack/with-control-plane.sh}"
+  agent=$repo/target/conformance/go-agent
+  mkdir -p "$(dirname "$agent")"
+  (cd "$sdk" && go build -o "$agent" ./cmd/conformance-agent)
+  # The suite runs the agent with sh -c: quote the path.
+  (cd "$repo" && CONSISTD_CONFORMANCE_AGENT="'$agent'" cargo test -p consistd-conformance --test conformance)
+  ;;
 *)
-  echo "usage: $0 gen|check|test|example|bench-subscriber NAMESPACE ROUNDS" >&2
+  echo "usage: $0 gen|check|test|example|conformance|bench-subscriber NAMESPACE ROUNDS" >&2
   exit 2
   ;;
 esac

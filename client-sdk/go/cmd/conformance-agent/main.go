@@ -1,0 +1,501 @@
+// Command conformance-agent is the Go SDK's agent for the SDK conformance suite: it serves the agent
+// protocol of client-sdk/conformance/README.md with one consistd.Client on CONSISTD_SOCKET.
+//
+// Commands come one JSON object a line on standard input; each is handled on a goroutine of its own and
+// answered with one JSON line on standard output, where the watches and campaigns it starts print their
+// items too. The agent uses the SDK's public API only, as an app would, and exits 0 when standard input
+// closes. Everything else it has to say goes to standard error.
+//
+//	hack/sdk/go.sh conformance
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"log"
+	"os"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	consistd "github.com/consistd/consistd/client-sdk/go"
+)
+
+func main() {
+	log.SetFlags(0)
+	log.SetPrefix("conformance agent: ")
+	client, err := consistd.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	// The client is never closed: the agent exits when its input ends, which ends every call, and a call
+	// still running should not print an answer (CANCELLED) the suite never asked to see.
+	a := &agent{
+		client: client,
+		out:    bufio.NewWriter(os.Stdout),
+		sent:   map[string]*consistd.Sent{},
+		paused: map[string]*pausedWatch{},
+	}
+	if err := a.serve(context.Background(), os.Stdin); err != nil {
+		log.Fatalf("reading commands: %v", err)
+	}
+}
+
+// agent is what the agent keeps between commands.
+type agent struct {
+	client *consistd.Client
+
+	// outMu serializes the lines written to out, so lines of concurrent commands never interleave.
+	outMu sync.Mutex
+	out   *bufio.Writer
+
+	// mu guards sent and paused.
+	mu sync.Mutex
+	// sent is each send's result by message id, for outcome.
+	sent map[string]*consistd.Sent
+	// paused are the watches started with take false, by stream name.
+	paused map[string]*pausedWatch
+}
+
+// pausedWatch is a watch whose events are taken only when a take command asks: next is the app taking
+// the next event (iter.Pull2), so the SDK applies the own-write rule at that moment.
+type pausedWatch struct {
+	// mu makes takes of one watch run one after another (next must not be called concurrently).
+	mu   sync.Mutex
+	next func() (consistd.Event, error, bool)
+}
+
+// failure is a command's or a stream's error as the protocol prints it.
+type failure struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (f *failure) Error() string { return f.Code + ": " + f.Message }
+
+// invalid is the failure of a command the agent cannot run: an unknown op, a missing field or one of
+// the wrong type.
+func invalid(format string, args ...any) *failure {
+	return &failure{Code: "INVALID_ARGUMENT", Message: fmt.Sprintf(format, args...)}
+}
+
+// codeNames are the gRPC codes' canonical names (grpc-go's String gives "Unavailable", "Canceled", ...).
+var codeNames = map[codes.Code]string{
+	codes.OK:                 "OK",
+	codes.Canceled:           "CANCELLED",
+	codes.Unknown:            "UNKNOWN",
+	codes.InvalidArgument:    "INVALID_ARGUMENT",
+	codes.DeadlineExceeded:   "DEADLINE_EXCEEDED",
+	codes.NotFound:           "NOT_FOUND",
+	codes.AlreadyExists:      "ALREADY_EXISTS",
+	codes.PermissionDenied:   "PERMISSION_DENIED",
+	codes.ResourceExhausted:  "RESOURCE_EXHAUSTED",
+	codes.FailedPrecondition: "FAILED_PRECONDITION",
+	codes.Aborted:            "ABORTED",
+	codes.OutOfRange:         "OUT_OF_RANGE",
+	codes.Unimplemented:      "UNIMPLEMENTED",
+	codes.Internal:           "INTERNAL",
+	codes.Unavailable:        "UNAVAILABLE",
+	codes.DataLoss:           "DATA_LOSS",
+	codes.Unauthenticated:    "UNAUTHENTICATED",
+}
+
+// failureOf is the failure of an error the SDK returned: its gRPC status code and message. A context's
+// error (what the SDK returns when the ctx the agent gave it ends) counts as that context's status:
+// DEADLINE_EXCEEDED for a timeout, CANCELLED for a cancellation.
+func failureOf(err error) *failure {
+	var f *failure
+	if errors.As(err, &f) {
+		return f
+	}
+	s, ok := status.FromError(err)
+	if !ok && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
+		s = status.FromContextError(err)
+	}
+	name, known := codeNames[s.Code()]
+	if !known {
+		name = fmt.Sprintf("CODE_%d", s.Code())
+	}
+	return &failure{Code: name, Message: s.Message()}
+}
+
+// serve reads commands from r until it ends, starting each on a goroutine of its own.
+func (a *agent) serve(ctx context.Context, r io.Reader) error {
+	lines := bufio.NewScanner(r)
+	// A patch or a payload may be long: allow lines of up to 16 MiB.
+	lines.Buffer(make([]byte, 0, 64*1024), 16<<20)
+	for lines.Scan() {
+		line := lines.Bytes()
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		var c command
+		if err := json.Unmarshal(line, &c); err != nil {
+			log.Printf("not a JSON command (%v): %s", err, line)
+			continue
+		}
+		go a.run(ctx, c)
+	}
+	return lines.Err()
+}
+
+// command is one command line: its id, op and fields, each field still JSON.
+type command map[string]json.RawMessage
+
+// text is the string field name, which must be set.
+func (c command) text(name string) (string, error) {
+	var s string
+	if err := c.decode(name, &s, true); err != nil {
+		return "", invalid("%s: must be a string", name)
+	}
+	return s, nil
+}
+
+// number is the non-negative integer field name; 0 when absent, unless it is required.
+func (c command) number(name string, required bool) (uint64, error) {
+	var n uint64
+	if err := c.decode(name, &n, required); err != nil {
+		return 0, invalid("%s: must be a non-negative integer", name)
+	}
+	return n, nil
+}
+
+// flag is the boolean field name; false when absent.
+func (c command) flag(name string) (bool, error) {
+	var b bool
+	if err := c.decode(name, &b, false); err != nil {
+		return false, invalid("%s: must be a boolean", name)
+	}
+	return b, nil
+}
+
+// decode unmarshals field name into v; an absent field (or null) is an error only if required.
+func (c command) decode(name string, v any, required bool) error {
+	raw, ok := c[name]
+	if !ok || string(raw) == "null" {
+		if required {
+			return errors.New("missing")
+		}
+		return nil
+	}
+	return json.Unmarshal(raw, v)
+}
+
+// print writes one line (v as JSON) to standard output, whole, and flushes it.
+func (a *agent) print(v any) {
+	line, err := json.Marshal(v)
+	if err != nil {
+		log.Printf("encoding %#v: %v", v, err)
+		return
+	}
+	a.outMu.Lock()
+	defer a.outMu.Unlock()
+	a.out.Write(line)
+	a.out.WriteByte('\n')
+	if err := a.out.Flush(); err != nil {
+		log.Printf("writing to standard output: %v", err)
+	}
+}
+
+// answer is a command's answer line: ok or error.
+type answer struct {
+	ID    json.RawMessage `json:"id"`
+	OK    any             `json:"ok,omitempty"`
+	Error *failure        `json:"error,omitempty"`
+}
+
+// streamLine is a line a watch or a campaign prints: an item, or the error that ended it.
+type streamLine struct {
+	Stream string   `json:"stream"`
+	Item   any      `json:"item,omitempty"`
+	Error  *failure `json:"error,omitempty"`
+}
+
+// empty is the answer of ops that answer {}.
+type empty struct{}
+
+// run handles one command and prints its answer.
+func (a *agent) run(ctx context.Context, c command) {
+	id := c["id"]
+	if id == nil {
+		id = json.RawMessage("null")
+	}
+	var (
+		ok  any
+		err error
+	)
+	op, _ := c.text("op")
+	switch op {
+	case "get":
+		ok, err = a.get(ctx, c)
+	case "patch":
+		ok, err = a.patch(ctx, c)
+	case "watch":
+		ok, err = a.watch(ctx, c)
+	case "take":
+		ok, err = a.take(c)
+	case "send":
+		ok, err = a.send(ctx, c)
+	case "outcome":
+		ok, err = a.outcome(ctx, c)
+	case "campaign":
+		ok, err = a.campaign(ctx, c)
+	default:
+		err = invalid("op: unknown op %q", op)
+	}
+	if err != nil {
+		a.print(answer{ID: id, Error: failureOf(err)})
+		return
+	}
+	a.print(answer{ID: id, OK: ok})
+}
+
+// objectKey is the resource, namespace and name fields of get and patch.
+func objectKey(c command) (resource, namespace, name string, err error) {
+	if resource, err = c.text("resource"); err != nil {
+		return
+	}
+	if namespace, err = c.text("namespace"); err != nil {
+		return
+	}
+	name, err = c.text("name")
+	return
+}
+
+// get reads the object.
+func (a *agent) get(ctx context.Context, c command) (any, error) {
+	resource, namespace, name, err := objectKey(c)
+	if err != nil {
+		return nil, err
+	}
+	obj, err := a.client.Get(ctx, resource, namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	return struct {
+		ResourceVersion string `json:"resourceVersion"`
+	}{obj.ResourceVersion}, nil
+}
+
+// patch merge-patches the object through the SDK's objects client, which records what it returned for
+// the own-write rule of the client's watches.
+func (a *agent) patch(ctx context.Context, c command) (any, error) {
+	resource, namespace, name, err := objectKey(c)
+	if err != nil {
+		return nil, err
+	}
+	patch, ok := c["patch"]
+	if !ok {
+		return nil, invalid("patch: must be set")
+	}
+	obj, err := a.client.Patch(ctx, resource, namespace, name, consistd.MergePatch, []byte(patch))
+	if err != nil {
+		return nil, err
+	}
+	return struct {
+		ResourceVersion string `json:"resourceVersion"`
+		UID             string `json:"uid"`
+	}{obj.ResourceVersion, obj.UID}, nil
+}
+
+// eventItem is a watch event as the protocol prints it.
+type eventItem struct {
+	Type             string `json:"type"`
+	Name             string `json:"name"`
+	ResourceVersion  string `json:"resourceVersion"`
+	PredatesOwnWrite bool   `json:"predatesOwnWrite"`
+}
+
+// eventLine is the line a watch prints for what the SDK gave the app: an event, or the error that ended
+// the watch.
+func eventLine(stream string, ev consistd.Event, err error) streamLine {
+	if err != nil {
+		return streamLine{Stream: stream, Error: failureOf(err)}
+	}
+	item := eventItem{Type: ev.Type.String(), PredatesOwnWrite: ev.PredatesOwnWrite}
+	if ev.Object != nil {
+		item.Name, item.ResourceVersion = ev.Object.Name, ev.Object.ResourceVersion
+	}
+	return streamLine{Stream: stream, Item: item}
+}
+
+// watch subscribes. With take true it takes every event as it comes and prints it; with take false it
+// keeps the watch for take commands, taking nothing until then.
+func (a *agent) watch(ctx context.Context, c command) (any, error) {
+	stream, err := c.text("stream")
+	if err != nil {
+		return nil, err
+	}
+	var req consistd.WatchRequest
+	if req.Resource, err = c.text("resource"); err != nil {
+		return nil, err
+	}
+	if req.Namespace, err = c.text("namespace"); err != nil {
+		return nil, err
+	}
+	mode, err := c.text("mode")
+	if err != nil {
+		return nil, err
+	}
+	switch mode {
+	case "RAW":
+		req.Mode = consistd.RawMode
+	case "CONSISTENT":
+		req.Mode = consistd.ConsistentMode
+	default:
+		return nil, invalid("mode: %q is neither RAW nor CONSISTENT", mode)
+	}
+	take, err := c.flag("take")
+	if err != nil {
+		return nil, err
+	}
+	events := a.client.Watch(ctx, req)
+	if take {
+		go func() {
+			for ev, err := range events {
+				a.print(eventLine(stream, ev, err))
+			}
+		}()
+		return empty{}, nil
+	}
+	// The watch lives as long as the agent: its stop function is never needed.
+	next, _ := iter.Pull2(events)
+	a.mu.Lock()
+	a.paused[stream] = &pausedWatch{next: next}
+	a.mu.Unlock()
+	return empty{}, nil
+}
+
+// take takes the next count events of a watch started with take false, printing each.
+func (a *agent) take(c command) (any, error) {
+	stream, err := c.text("stream")
+	if err != nil {
+		return nil, err
+	}
+	count, err := c.number("count", true)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	w := a.paused[stream]
+	a.mu.Unlock()
+	if w == nil {
+		return nil, invalid("stream: no watch %q started with take false", stream)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for range count {
+		ev, err, ok := w.next()
+		if !ok {
+			// The watch ended (its error, if any, was printed when it was taken).
+			break
+		}
+		a.print(eventLine(stream, ev, err))
+	}
+	return empty{}, nil
+}
+
+// send sends the message and keeps what Send returned under its message id.
+func (a *agent) send(ctx context.Context, c command) (any, error) {
+	peer, err := c.text("peer")
+	if err != nil {
+		return nil, err
+	}
+	req := consistd.SendRequest{To: consistd.ToPeer(peer)}
+	if req.ResourceID, err = c.text("resourceId"); err != nil {
+		return nil, err
+	}
+	if req.EventID, err = c.text("eventId"); err != nil {
+		return nil, err
+	}
+	payload, err := c.text("payload")
+	if err != nil {
+		return nil, err
+	}
+	req.Payload = []byte(payload)
+	sent, err := a.client.Send(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	a.sent[sent.MessageID] = sent
+	a.mu.Unlock()
+	return struct {
+		MessageID string `json:"messageId"`
+	}{sent.MessageID}, nil
+}
+
+// outcome awaits the outcome of a send (Sent.Wait), bounded by a ctx deadline when timeoutMs is set.
+func (a *agent) outcome(ctx context.Context, c command) (any, error) {
+	id, err := c.text("messageId")
+	if err != nil {
+		return nil, err
+	}
+	timeout, err := c.number("timeoutMs", false)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	sent := a.sent[id]
+	a.mu.Unlock()
+	if sent == nil {
+		return nil, invalid("messageId: this agent sent no message %q", id)
+	}
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(timeout)*time.Millisecond)
+		defer cancel()
+	}
+	o, err := sent.Wait(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return struct {
+		Outcome string `json:"outcome"`
+		Peer    string `json:"peer"`
+		Reason  string `json:"reason"`
+	}{o.Kind.String(), o.Peer, o.Reason}, nil
+}
+
+// stateItem is a leadership state as the protocol prints it.
+type stateItem struct {
+	State  string `json:"state"`
+	Holder string `json:"holder"`
+	Term   uint64 `json:"term"`
+}
+
+// campaign campaigns and prints every state the SDK's channel sends; the last one, if the daemon
+// refused the campaign, as the stream's error.
+func (a *agent) campaign(ctx context.Context, c command) (any, error) {
+	stream, err := c.text("stream")
+	if err != nil {
+		return nil, err
+	}
+	election, err := c.text("election")
+	if err != nil {
+		return nil, err
+	}
+	namespace, err := c.text("namespace")
+	if err != nil {
+		return nil, err
+	}
+	states := a.client.Campaign(ctx, election, consistd.InNamespace(namespace))
+	go func() {
+		for l := range states {
+			if l.Err != nil {
+				a.print(streamLine{Stream: stream, Error: failureOf(l.Err)})
+				continue
+			}
+			a.print(streamLine{Stream: stream, Item: stateItem{State: l.State.String(), Holder: l.Holder, Term: l.Term}})
+		}
+	}()
+	return empty{}, nil
+}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	consistd "github.com/consistd/consistd/client-sdk/go"
+)
+
+// The code is the canonical name of the status the SDK returned; a context's own error counts as its
+// status (what Sent.Wait returns when the agent's timeout ends a wait).
+func TestFailureOfNamesTheCanonicalCode(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{status.Error(codes.Unavailable, "gone"), "UNAVAILABLE"},
+		{status.Error(codes.NotFound, "forgotten"), "NOT_FOUND"},
+		{status.Error(codes.Canceled, "closed"), "CANCELLED"},
+		{status.Error(codes.DeadlineExceeded, "late"), "DEADLINE_EXCEEDED"},
+		{context.DeadlineExceeded, "DEADLINE_EXCEEDED"},
+		{fmt.Errorf("waiting: %w", context.DeadlineExceeded), "DEADLINE_EXCEEDED"},
+		{ctx.Err(), "CANCELLED"},
+		{fmt.Errorf("not a status"), "UNKNOWN"},
+		{invalid("x: must be a string"), "INVALID_ARGUMENT"},
+	} {
+		if got := failureOf(tc.err).Code; got != tc.want {
+			t.Errorf("failureOf(%v).Code = %s, want %s", tc.err, got, tc.want)
+		}
+	}
+}
+
+// Commands the agent cannot run are answered INVALID_ARGUMENT under their id, one JSON line each.
+func TestCommandsItCannotRunAreInvalidArgument(t *testing.T) {
+	for _, line := range []string{
+		`{"id": 1, "op": "nope"}`,
+		`{"id": 2}`,
+		`{"id": 3, "op": "get", "resource": "configmaps", "namespace": 7, "name": "x"}`,
+		`{"id": 4, "op": "watch", "stream": "w", "resource": "configmaps", "namespace": "n", "mode": "FAST", "take": true}`,
+		`{"id": 5, "op": "watch", "stream": "w", "resource": "configmaps", "namespace": "n", "mode": "RAW", "take": "yes"}`,
+		`{"id": 6, "op": "take", "stream": "w"}`,
+		`{"id": 7, "op": "take", "stream": "w", "count": -1}`,
+		`{"id": 8, "op": "take", "stream": "unknown", "count": 1}`,
+		`{"id": 9, "op": "outcome", "messageId": "m", "timeoutMs": "soon"}`,
+		`{"id": 10, "op": "outcome", "messageId": "never-sent"}`,
+		`{"id": 11, "op": "patch", "resource": "configmaps", "namespace": "n", "name": "x"}`,
+	} {
+		var out bytes.Buffer
+		a := &agent{out: bufio.NewWriter(&out), sent: map[string]*consistd.Sent{}, paused: map[string]*pausedWatch{}}
+		var c command
+		if err := json.Unmarshal([]byte(line), &c); err != nil {
+			t.Fatal(err)
+		}
+		a.run(context.Background(), c)
+		var got struct {
+			ID    json.Number `json:"id"`
+			OK    any         `json:"ok"`
+			Error *failure    `json:"error"`
+		}
+		if !strings.HasSuffix(out.String(), "\n") || strings.Count(out.String(), "\n") != 1 {
+			t.Fatalf("%s: answered %q, want one line", line, out.String())
+		}
+		if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+			t.Fatalf("%s: answered %q: %v", line, out.String(), err)
+		}
+		if got.ID.String() != string(c["id"]) || got.OK != nil || got.Error == nil || got.Error.Code != "INVALID_ARGUMENT" {
+			t.Errorf("%s: answered %s, want INVALID_ARGUMENT under its id", line, out.String())
+		}
+	}
+}
