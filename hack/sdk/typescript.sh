@@ -5,6 +5,8 @@
 #   hack/sdk/typescript.sh check                        fail if the committed src/gen/ differs from a fresh generation
 #   hack/sdk/typescript.sh test                         build, then node's test runner against the daemons of hack/with-daemons.sh
 #   hack/sdk/typescript.sh example                      run examples/typescript end to end (hack/run-example.sh)
+#   hack/sdk/typescript.sh conformance                  the SDK conformance suite (client-sdk/conformance) with the
+#                                                       agent conformance/agent.ts, under hack/with-control-plane.sh
 #   hack/sdk/typescript.sh bench-subscriber NS ROUNDS   one JSON line per round: events until SYNCED, and the seconds it took
 #
 # Installs its tools on first use with `npm ci` into client-sdk/typescript/node_modules (ts-proto, tsc and
@@ -31,7 +33,7 @@ generate() {
   (cd "$sdk" && "$buf" generate "$repo/proto" --template buf.gen.yaml --path "$repo/proto/consistd/v1" -o "$1")
 }
 
-# build: the package (dist/), then the tests, bench and example (build/).
+# build: the package (dist/), then the tests, bench, conformance agent and example (build/).
 build() {
   (cd "$sdk" && "$bin/tsc" -p tsconfig.json && "$bin/tsc" -p tsconfig.test.json &&
     "$bin/tsc" -p "$repo/examples/typescript/tsconfig.json")
@@ -70,6 +72,14 @@ example)
   run="node client-sdk/typescript/build/examples/configmap-controller.js"
   "$repo/hack/run-example.sh" typescript "$run controller" "$run receive"
   ;;
+conformance)
+  : "${CONSISTD_TEST_KUBECONFIG:?run under hack/with-control-plane.sh}"
+  install
+  build >&2
+  agent=$sdk/build/conformance/agent.js
+  # The suite runs the agent with sh -c: quote the path.
+  (cd "$repo" && CONSISTD_CONFORMANCE_AGENT="node '$agent'" cargo test -p consistd-conformance --test conformance >&2)
+  ;;
 bench-subscriber)
   ns=${2:?usage: $0 bench-subscriber NAMESPACE ROUNDS} rounds=${3:?usage: $0 bench-subscriber NAMESPACE ROUNDS}
   install
@@ -77,7 +87,7 @@ bench-subscriber)
   node "$sdk/build/bench/subscriber.js" "$ns" "$rounds"
   ;;
 *)
-  echo "usage: $0 gen|check|test|example|bench-subscriber NAMESPACE ROUNDS" >&2
+  echo "usage: $0 gen|check|test|example|conformance|bench-subscriber NAMESPACE ROUNDS" >&2
   exit 2
   ;;
 esac

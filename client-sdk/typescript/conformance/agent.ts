@@ -1,0 +1,278 @@
+// The TypeScript SDK's conformance agent: serves the agent protocol of client-sdk/conformance/README.md with
+// one `Client` on CONSISTD_SOCKET, using the SDK's public API only, as an app would.
+//
+//   CONSISTD_SOCKET=/path/to/consistd.sock node build/conformance/agent.js
+//
+// Commands come one JSON object per line on stdin; each is handled concurrently with the others and answered
+// with one JSON line on stdout ({"id", "ok"} or {"id", "error": {"code", "message"}}), and watches and
+// campaigns print lines of their own ({"stream", "item"} or {"stream", "error"}). Anything else goes to
+// stderr. The agent exits 0 once stdin closes. hack/sdk/typescript.sh conformance runs the suite with it.
+import { createInterface } from "node:readline";
+import { Client, ConsistdError, Mode, PatchType, type Sent, status, type WatchEvent } from "@consistd/client";
+
+/** A JSON value as the protocol carries it. */
+type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+
+/** One command: its number `id`, its `op`, and the op's fields. */
+type Command = { [key: string]: Json };
+
+/** What a failed command or stream reports: the gRPC code's canonical name and a message. */
+type Failure = { code: string; message: string };
+
+/** A command the agent refuses before it reaches the SDK (unknown op, missing or mistyped field). */
+class InvalidArgument extends Error {}
+
+/** The agent's failure for `error`: a ConsistdError keeps the SDK's code; anything else is UNKNOWN. */
+function failure(error: unknown): Failure {
+  if (error instanceof ConsistdError) return { code: error.codeName, message: error.details };
+  if (error instanceof InvalidArgument) return { code: "INVALID_ARGUMENT", message: error.message };
+  return { code: "UNKNOWN", message: error instanceof Error ? `${error.name}: ${error.message}` : String(error) };
+}
+
+/**
+ * Prints one protocol line, in a single write so that lines of concurrent commands never interleave (and
+ * stdout to a pipe is written synchronously on Linux, so nothing printed is lost when the agent exits).
+ */
+function print(line: Json): void {
+  process.stdout.write(`${JSON.stringify(line)}\n`);
+}
+
+/** A stream's line for an error that ended it. */
+function streamError(stream: string, error: unknown): void {
+  print({ stream, error: failure(error) });
+}
+
+/** A watch event as the protocol prints it: type without a prefix; name and resourceVersion empty for markers. */
+function eventItem(event: WatchEvent): Json {
+  return {
+    type: event.typeName,
+    name: event.object?.name ?? "",
+    resourceVersion: event.object?.resourceVersion ?? "",
+    predatesOwnWrite: event.predatesOwnWrite,
+  };
+}
+
+// Field readers: a missing or mistyped field answers INVALID_ARGUMENT, as the protocol asks.
+
+function text(command: Command, name: string): string {
+  const value = command[name];
+  if (typeof value !== "string") throw new InvalidArgument(`${name}: must be a string`);
+  return value;
+}
+
+function wholeNumber(command: Command, name: string): number {
+  const value = command[name];
+  if (typeof value !== "number" || !Number.isInteger(value) || value < 0) {
+    throw new InvalidArgument(`${name}: must be a whole number`);
+  }
+  return value;
+}
+
+function flag(command: Command, name: string): boolean {
+  const value = command[name];
+  if (typeof value !== "boolean") throw new InvalidArgument(`${name}: must be a boolean`);
+  return value;
+}
+
+/** A watch started with `take` false: its iterator, pulled only by `take`, one `take` at a time. */
+interface Paused {
+  events: AsyncIterator<WatchEvent, void>;
+  /** The end of the last `take` queued on this watch; the next one starts after it. */
+  turn: Promise<void>;
+}
+
+/** The agent's state between commands, and one method per op. */
+class Agent {
+  /** What each `send` returned, by message id, for `outcome`. */
+  private readonly sent = new Map<string, Sent>();
+  /** Watches started with `take` false, by stream name. */
+  private readonly paused = new Map<string, Paused>();
+
+  constructor(private readonly client: Client) {}
+
+  /** Runs one command and prints its answer; never rejects. */
+  async run(command: Command): Promise<void> {
+    const id = command.id ?? null;
+    try {
+      print({ id, ok: await this.dispatch(command) });
+    } catch (error) {
+      print({ id, error: failure(error) });
+    }
+  }
+
+  private dispatch(c: Command): Promise<Json> {
+    switch (c.op) {
+      case "get":
+        return this.get(c);
+      case "patch":
+        return this.patch(c);
+      case "watch":
+        return this.watch(c);
+      case "take":
+        return this.take(c);
+      case "send":
+        return this.send(c);
+      case "outcome":
+        return this.outcome(c);
+      case "campaign":
+        return this.campaign(c);
+      default:
+        return Promise.reject(new InvalidArgument(`op: unknown op ${JSON.stringify(c.op ?? null)}`));
+    }
+  }
+
+  /** Reads the object. */
+  private async get(c: Command): Promise<Json> {
+    const request = { resource: text(c, "resource"), namespace: text(c, "namespace"), name: text(c, "name") };
+    const object = await this.client.objects.get(request);
+    return { resourceVersion: object.resourceVersion };
+  }
+
+  /** Patches the object with a JSON merge patch through the objects client, so the own-write rule records it. */
+  private async patch(c: Command): Promise<Json> {
+    const patch = c.patch;
+    if (patch === undefined || patch === null || typeof patch !== "object") {
+      throw new InvalidArgument("patch: must be a JSON object");
+    }
+    const target = { resource: text(c, "resource"), namespace: text(c, "namespace"), name: text(c, "name") };
+    const object = await this.client.objects.patch({ ...target, patch, type: PatchType.MERGE });
+    return { resourceVersion: object.resourceVersion, uid: object.uid };
+  }
+
+  /**
+   * Subscribes. With `take` true, a loop of its own takes every event as it comes and prints it; with `take`
+   * false the iterator is kept and pulled only by `take`, so the SDK applies the own-write rule when the app
+   * (the suite) takes the event, not when it arrived.
+   */
+  private async watch(c: Command): Promise<Json> {
+    const stream = text(c, "stream");
+    const mode = text(c, "mode");
+    if (mode !== "RAW" && mode !== "CONSISTENT") {
+      throw new InvalidArgument(`mode: ${JSON.stringify(mode)} is neither RAW nor CONSISTENT`);
+    }
+    const query = { resource: text(c, "resource"), namespace: text(c, "namespace"), mode: Mode[mode] };
+    const takeAll = flag(c, "take");
+    const events = this.client.watch(query);
+    if (takeAll) {
+      void (async () => {
+        try {
+          for await (const event of events) print({ stream, item: eventItem(event) });
+        } catch (error) {
+          streamError(stream, error);
+        }
+      })();
+    } else {
+      this.paused.set(stream, { events, turn: Promise.resolve() });
+    }
+    return {};
+  }
+
+  /** Takes the next `count` events of a paused watch, printing each; answers after the last. */
+  private async take(c: Command): Promise<Json> {
+    const stream = text(c, "stream");
+    const n = wholeNumber(c, "count");
+    const watch = this.paused.get(stream);
+    if (!watch) throw new InvalidArgument(`stream: no watch ${JSON.stringify(stream)} started with take false`);
+    // Takes on one watch run one after another, each taking its events in a row.
+    const taking = watch.turn.then(async () => {
+      for (let i = 0; i < n; i++) {
+        let next: IteratorResult<WatchEvent, void>;
+        try {
+          next = await watch.events.next();
+        } catch (error) {
+          streamError(stream, error);
+          return;
+        }
+        if (next.done) return;
+        print({ stream, item: eventItem(next.value) });
+      }
+    });
+    watch.turn = taking;
+    await taking;
+    return {};
+  }
+
+  /** Sends the message (its payload as text) to a peer address, keeping what `send` returned for `outcome`. */
+  private async send(c: Command): Promise<Json> {
+    const sent = await this.client.send({
+      to: { peer: text(c, "peer") },
+      resourceId: text(c, "resourceId"),
+      eventId: text(c, "eventId"),
+      payload: text(c, "payload"),
+    });
+    this.sent.set(sent.messageId, sent);
+    return { messageId: sent.messageId };
+  }
+
+  /**
+   * Awaits the outcome of a send, bounded by `timeoutMs` (0: none) through the SDK's own API:
+   * `sent.outcome({ signal })`, whose wait rejects with the signal's TimeoutError, reported DEADLINE_EXCEEDED.
+   */
+  private async outcome(c: Command): Promise<Json> {
+    const messageId = text(c, "messageId");
+    const timeoutMs = c.timeoutMs === undefined ? 0 : wholeNumber(c, "timeoutMs");
+    const sent = this.sent.get(messageId);
+    if (!sent) throw new InvalidArgument(`messageId: this agent sent no message ${JSON.stringify(messageId)}`);
+    const signal = timeoutMs > 0 ? AbortSignal.timeout(timeoutMs) : undefined;
+    try {
+      const outcome = await sent.outcome({ signal });
+      return { outcome: outcome.kindName, peer: outcome.peer, reason: outcome.reason };
+    } catch (error) {
+      if (signal?.aborted && error === signal.reason) {
+        throw new ConsistdError(status.DEADLINE_EXCEEDED, `no outcome within ${timeoutMs} ms`);
+      }
+      throw error;
+    }
+  }
+
+  /** Campaigns in the election and prints every state the SDK yields, from a loop of its own. */
+  private async campaign(c: Command): Promise<Json> {
+    const stream = text(c, "stream");
+    const election = text(c, "election");
+    const states = this.client.campaign(election, { namespace: text(c, "namespace") });
+    void (async () => {
+      try {
+        for await (const s of states) {
+          print({ stream, item: { state: s.stateName, holder: s.holder, term: Number(s.term) } });
+        }
+      } catch (error) {
+        streamError(stream, error);
+      }
+    })();
+    return {};
+  }
+}
+
+/** How long the agent lets commands still running answer after stdin closed, in milliseconds. */
+const DRAIN_MS = 1_000;
+
+const client = new Client();
+const agent = new Agent(client);
+/** The commands still running, so that the ones the client's close ends can answer before the agent exits. */
+const running = new Set<Promise<void>>();
+const lines = createInterface({ input: process.stdin, crlfDelay: Infinity });
+lines.on("line", (line) => {
+  if (line.trim() === "") return;
+  let command: unknown;
+  try {
+    command = JSON.parse(line);
+  } catch (error) {
+    console.error(`conformance agent: not a JSON command (${error}): ${line}`);
+    return;
+  }
+  if (command === null || typeof command !== "object" || Array.isArray(command)) {
+    console.error(`conformance agent: not a JSON object: ${line}`);
+    return;
+  }
+  // Not awaited: a command that waits (outcome, take) must not hold up the next one.
+  const run = agent.run(command as Command).finally(() => running.delete(run));
+  running.add(run);
+});
+// The suite is done once it closes stdin: close the client (which ends its streams and waits), give the
+// commands still running a moment to answer, and exit 0 whatever is left.
+lines.on("close", () => {
+  client.close();
+  const drained = Promise.allSettled(running);
+  const timer = new Promise((resolve) => setTimeout(resolve, DRAIN_MS).unref());
+  void Promise.race([drained, timer]).then(() => process.exit(0));
+});
