@@ -6,8 +6,8 @@
 #                  the whole suite, the README's command and CI's
 #   make test-unit unit tests of every crate (and doc tests) and hack/'s Python tests: no control plane needed
 #   make test-integration
-#                  integration tests against the real control plane, every SDK's tests
-#                  and example (hack/test-sdks.sh), stock gRPC clients in five languages with their default
+#                  integration tests against the real control plane, every SDK's tests, example
+#                  and conformance suite (hack/test-sdks.sh), stock gRPC clients in five languages with their default
 #                  options (hack/stock-clients.sh), `promtool check metrics` on two daemons' /metrics
 #                  (hack/check-metrics.sh), manifests/monitoring's PodMonitor and dashboard (hack/monitoring-check.sh),
 #                  the Helm chart (hack/chart-check.sh), `make dev`'s check, then `make e2e`

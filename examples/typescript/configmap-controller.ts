@@ -130,20 +130,13 @@ async function notify(
     payload: { namespace: item.namespace, name: item.name, keys },
     contentType: "application/json",
   });
-  const outcome = await unlessAborted(sent.ack, item.signal);
-  return outcome && { outcome: outcome.kindName, messageId: sent.messageId };
-}
-
-/** `promise`'s value, or undefined if `signal` is aborted first. */
-async function unlessAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T | undefined> {
-  if (signal.aborted) return undefined;
-  let onAbort = () => {};
-  const aborted = new Promise<undefined>((resolve) => (onAbort = () => resolve(undefined)));
-  signal.addEventListener("abort", onAbort, { once: true });
   try {
-    return await Promise.race([promise, aborted]);
-  } finally {
-    signal.removeEventListener("abort", onAbort);
+    // The wait ends when the lease is lost; the sidecar goes on delivering the message.
+    const outcome = await sent.outcome({ signal: item.signal });
+    return { outcome: outcome.kindName, messageId: sent.messageId };
+  } catch (error) {
+    if (item.signal.aborted) return undefined;
+    throw error;
   }
 }
 
