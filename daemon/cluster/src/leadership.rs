@@ -32,6 +32,13 @@ pub struct Key {
     pub name: String,
 }
 
+/// "namespace/name", as reports, metrics and messages name an election.
+impl std::fmt::Display for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
 /// This daemon's view of an election.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
@@ -197,10 +204,6 @@ impl Drop for Campaign {
     }
 }
 
-/// An election as its metrics label it: "namespace/name".
-fn gauge_label(key: &Key) -> String {
-    format!("{}/{}", key.namespace, key.name)
-}
 
 impl Leadership {
     /// Elections for this daemon's `identity`, with Leases in `namespace` unless a request names one.
@@ -267,7 +270,7 @@ impl Leadership {
         if let Some(e) = elections.get(key) {
             return (e.clone(), e.subscribe());
         }
-        let leader = self.metrics.leader_gauge(&gauge_label(key));
+        let leader = self.metrics.leader_gauge(&key.to_string());
         let election = Election::new(key.clone(), identity.to_owned(), leader);
         elections.insert(key.clone(), election.clone());
         let status = election.subscribe();
@@ -285,7 +288,7 @@ impl Leadership {
         let mut elections = self.lock();
         if election.idle() && elections.get(&election.key).is_some_and(|e| Arc::ptr_eq(e, election)) {
             elections.remove(&election.key);
-            self.metrics.forget_election(&gauge_label(&election.key));
+            self.metrics.forget_election(&election.key.to_string());
             return true;
         }
         false
@@ -309,7 +312,7 @@ impl Leadership {
         let (election, status) = self.subscribe(key, &identity);
         if election.identity != identity {
             return Err(LeadershipError::IdentityConflict {
-                election: format!("{}/{}", key.namespace, key.name),
+                election: key.to_string(),
                 running: election.identity.clone(),
                 asked: identity,
             });
@@ -367,7 +370,7 @@ impl Leadership {
     /// lower version than one reported before changes nothing); returns once the Lease holds it, or with
     /// the apiserver's answer to the first write carrying it that fails.
     pub async fn report_applied(&self, key: &Key, version: u64, wait: Duration) -> Result<(), LeadershipError> {
-        let election = format!("{}/{}", key.namespace, key.name);
+        let election = key.to_string();
         let (mut written, before) = self
             .membership
             .report_applied(key, version)

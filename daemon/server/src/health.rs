@@ -331,7 +331,7 @@ fn judge_election(now: Instant, key: &Key, progress: &Progress) -> Result<(), No
     };
     let why = progress.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default();
     Err(NotReady::Election {
-        election: format!("{}/{}", key.namespace, key.name),
+        election: key.to_string(),
         when,
         lease_duration: human(progress.lease_duration),
         why,
@@ -345,7 +345,7 @@ fn election_report(
     p: Progress,
 ) -> ElectionReport {
     ElectionReport {
-        election: format!("{}/{}", key.namespace, key.name),
+        election: key.to_string(),
         role: format!("{:?}", s.role).to_uppercase(),
         holder: s.holder,
         term: s.term,
