@@ -6,6 +6,8 @@
 #   hack/sdk/python.sh check                             fail if the committed generated code drifted
 #   hack/sdk/python.sh test [PYTEST ARGS]                pytest against hack/with-daemons.sh's daemons
 #   hack/sdk/python.sh example                           the ConfigMap controller end to end (hack/run-example.sh)
+#   hack/sdk/python.sh conformance                       the SDK conformance suite (client-sdk/conformance) with
+#                                                        the Python agent, under hack/with-control-plane.sh
 #   hack/sdk/python.sh bench-subscriber NAMESPACE ROUNDS one JSON line per round on stdout
 #
 # CONSISTD_PYTHON_VENV moves the venv; PYTHON names the interpreter that creates it (default python3).
@@ -82,8 +84,15 @@ bench-subscriber)
   ensure_venv
   exec "$venv/bin/python" "$sdk/bench/subscriber.py" "$namespace" "$rounds"
   ;;
+conformance)
+  : "${CONSISTD_TEST_KUBECONFIG:?run under hack/with-control-plane.sh}"
+  ensure_venv
+  # The suite runs the agent with sh -c: quote the paths.
+  agent="'$venv/bin/python' '$sdk/conformance_agent.py'"
+  (cd "$repo" && CONSISTD_CONFORMANCE_AGENT=$agent cargo test -p consistd-conformance --test conformance)
+  ;;
 *)
-  sed -n '2,11p' "$0" >&2
+  sed -n '2,13p' "$0" >&2
   exit 2
   ;;
 esac

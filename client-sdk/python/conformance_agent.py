@@ -1,0 +1,342 @@
+"""The Python SDK's agent for the SDK conformance suite: serves the agent protocol of
+client-sdk/conformance/README.md with one ``consistd.Client`` on ``CONSISTD_SOCKET``.
+
+Commands come one JSON object a line on standard input, read without blocking the event loop; each runs in a
+task of its own and is answered with one JSON line on standard output, where the watches and campaigns it
+starts print their items too. The agent uses the SDK's public API only, as an app would, and exits 0 when
+standard input closes. Everything else it has to say goes to standard error.
+
+    hack/sdk/python.sh conformance
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import consistd
+
+log = logging.getLogger("conformance-agent")
+
+#: The longest command line read: a patch or a payload may be long.
+LINE_LIMIT = 16 << 20
+
+#: A JSON object, as ``json`` parses and prints it.
+JsonObject = dict[str, Any]
+
+#: The watch modes by the name a command gives.
+MODES = {"RAW": consistd.Mode.RAW, "CONSISTENT": consistd.Mode.CONSISTENT}
+
+
+class Failure(Exception):
+    """A command's or a stream's error as the protocol prints it: a gRPC code's canonical name and a message."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+    def to_json(self) -> JsonObject:
+        """The ``error`` of an answer or a stream line."""
+        return {"code": self.code, "message": self.message}
+
+
+def invalid(message: str) -> Failure:
+    """The failure of a command the agent cannot run: an unknown op, a missing field or one of the wrong type."""
+    return Failure("INVALID_ARGUMENT", message)
+
+
+def failure_of(error: Exception) -> Failure:
+    """The failure of an error the SDK raised: the name of the gRPC status code ConsistdError keeps (the names of
+    ``grpc.StatusCode``'s members are the canonical ones) and its message. Anything else is not an error the SDK
+    should give an app: UNKNOWN, naming its type."""
+    if isinstance(error, Failure):
+        return error
+    if isinstance(error, consistd.ConsistdError):
+        return Failure(error.code.name, error.message)
+    return Failure("UNKNOWN", f"{type(error).__name__}: {error}")
+
+
+class Command:
+    """One command's fields, checked for type as they are read."""
+
+    def __init__(self, fields: JsonObject) -> None:
+        self.fields = fields
+
+    def text(self, name: str) -> str:
+        """The string field ``name``, which must be set."""
+        value = self.fields.get(name)
+        if not isinstance(value, str):
+            raise invalid(f"{name}: must be a string")
+        return value
+
+    def number(self, name: str, *, required: bool) -> int:
+        """The non-negative integer field ``name``; 0 when absent (or null), unless it is required."""
+        value = self.fields.get(name)
+        if value is None and not required:
+            return 0
+        # bool is an int in Python, not a number in JSON.
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise invalid(f"{name}: must be a non-negative integer")
+        return value
+
+    def flag(self, name: str) -> bool:
+        """The boolean field ``name``; False when absent (or null)."""
+        value = self.fields.get(name, False)
+        if value is None:
+            return False
+        if not isinstance(value, bool):
+            raise invalid(f"{name}: must be a boolean")
+        return value
+
+
+class Output:
+    """Standard output: one JSON value a line, each written whole and flushed at once. The agent is one event
+    loop on one thread, so the lines of concurrent commands never interleave."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self._stream = stream
+
+    def line(self, value: JsonObject) -> None:
+        self._stream.write(json.dumps(value, separators=(",", ":")).encode() + b"\n")
+        self._stream.flush()
+
+    def stream_item(self, stream: str, item: JsonObject) -> None:
+        """A line of a watch or a campaign: an item."""
+        self.line({"stream": stream, "item": item})
+
+    def stream_error(self, stream: str, error: Exception) -> None:
+        """A line of a watch or a campaign: the error that ended it."""
+        self.line({"stream": stream, "error": failure_of(error).to_json()})
+
+
+def event_item(event: consistd.Event) -> JsonObject:
+    """A watch event as the protocol prints it (name and resourceVersion empty for the markers)."""
+    obj = event.object
+    return {
+        "type": event.type.name,
+        "name": obj.name if obj is not None else "",
+        "resourceVersion": obj.resource_version if obj is not None else "",
+        "predatesOwnWrite": event.predates_own_write,
+    }
+
+
+def state_item(status: consistd.LeadershipStatus) -> JsonObject:
+    """A leadership state as the protocol prints it."""
+    return {"state": status.state.name, "holder": status.holder, "term": status.term}
+
+
+@dataclass
+class PausedWatch:
+    """A watch started with ``take`` false: nothing pulls from its iterator until a ``take`` command does, so the
+    SDK applies the own-write rule when the app takes each event, not when it arrives."""
+
+    events: consistd.Watch
+    #: Takes of one watch run one after another.
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: The iteration ended (its error, if any, was printed when it was taken).
+    ended: bool = False
+
+
+class Agent:
+    """What the agent keeps between commands, and the ops."""
+
+    def __init__(self, client: consistd.Client, out: Output) -> None:
+        self._client = client
+        self._out = out
+        #: What each send returned, by message id, for ``outcome``.
+        self._sent: dict[str, consistd.SentMessage] = {}
+        #: The watches started with ``take`` false, by stream name.
+        self._paused: dict[str, PausedWatch] = {}
+        #: The commands running and the streams printing (the loop keeps only weak references to tasks).
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._ops: dict[str, Callable[[Command], Awaitable[JsonObject]]] = {
+            "get": self.get,
+            "patch": self.patch,
+            "watch": self.watch,
+            "take": self.take,
+            "send": self.send,
+            "outcome": self.outcome,
+            "campaign": self.campaign,
+        }
+
+    def start(self, command: JsonObject) -> None:
+        """Runs ``command`` in a task of its own, so that one that waits holds up no other."""
+        self._spawn(self.run(command), f"command {command.get('id')!r}")
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def run(self, command: JsonObject) -> None:
+        """Runs one command and prints its answer (none if the agent is stopped meanwhile)."""
+        id_ = command.get("id")
+        op = command.get("op")
+        try:
+            handler = self._ops.get(op) if isinstance(op, str) else None
+            if handler is None:
+                raise invalid(f"op: unknown op {op!r}")
+            ok = await handler(Command(command))
+        except Exception as e:
+            if not isinstance(e, (Failure, consistd.ConsistdError)):
+                log.exception("command %r (%s) failed with an error that is not the SDK's", id_, op)
+            self._out.line({"id": id_, "error": failure_of(e).to_json()})
+        else:
+            self._out.line({"id": id_, "ok": ok})
+
+    async def stop(self) -> None:
+        """Ends every command and stream still running, without answers, and closes the paused watches."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for paused in self._paused.values():
+            await paused.events.aclose()
+
+    async def get(self, c: Command) -> JsonObject:
+        """Reads the object."""
+        resource, namespace, name = c.text("resource"), c.text("namespace"), c.text("name")
+        obj = await self._client.objects.get(resource, name, namespace=namespace)
+        return {"resourceVersion": obj.resource_version}
+
+    async def patch(self, c: Command) -> JsonObject:
+        """Merge-patches the object through the SDK's objects client, which records what it returned for the
+        own-write rule of the client's watches."""
+        resource, namespace, name = c.text("resource"), c.text("namespace"), c.text("name")
+        if "patch" not in c.fields:
+            raise invalid("patch: must be set")
+        # As JSON text: the SDK takes a str as JSON already, so any JSON value goes as it came.
+        patch = json.dumps(c.fields["patch"], separators=(",", ":"))
+        obj = await self._client.objects.patch(
+            resource, name, patch, namespace=namespace, patch_type=consistd.PatchType.MERGE
+        )
+        return {"resourceVersion": obj.resource_version, "uid": obj.uid}
+
+    async def watch(self, c: Command) -> JsonObject:
+        """Subscribes. With ``take`` true it takes every event as it comes and prints it; with ``take`` false it
+        keeps the watch for ``take`` commands, taking nothing until then."""
+        stream, resource, namespace = c.text("stream"), c.text("resource"), c.text("namespace")
+        mode = MODES.get(c.text("mode"))
+        if mode is None:
+            raise invalid(f"mode: {c.fields['mode']!r} is neither RAW nor CONSISTENT")
+        take = c.flag("take")
+        events = self._client.watch(resource, namespace=namespace, mode=mode)
+        if take:
+            self._spawn(self._print_stream(stream, events, event_item), f"watch {stream!r}")
+        else:
+            self._paused[stream] = PausedWatch(events)
+        return {}
+
+    async def take(self, c: Command) -> JsonObject:
+        """Takes the next ``count`` events of a watch started with ``take`` false, printing each."""
+        stream, count = c.text("stream"), c.number("count", required=True)
+        paused = self._paused.get(stream)
+        if paused is None:
+            raise invalid(f"stream: no watch {stream!r} started with take false")
+        async with paused.lock:
+            for _ in range(count):
+                if paused.ended:
+                    break
+                try:
+                    event = await anext(paused.events)
+                except StopAsyncIteration:
+                    paused.ended = True
+                    break
+                except consistd.ConsistdError as e:
+                    paused.ended = True
+                    self._out.stream_error(stream, e)
+                    break
+                self._out.stream_item(stream, event_item(event))
+        return {}
+
+    async def send(self, c: Command) -> JsonObject:
+        """Sends the message and keeps what ``send`` returned under its message id."""
+        peer, resource_id, event_id = c.text("peer"), c.text("resourceId"), c.text("eventId")
+        payload = c.text("payload")
+        sent = await self._client.send(peer, resource_id, event_id, payload)
+        self._sent[sent.message_id] = sent
+        return {"messageId": sent.message_id}
+
+    async def outcome(self, c: Command) -> JsonObject:
+        """Awaits the outcome of a send, bounded by ``SentMessage.ack``'s own timeout when ``timeoutMs`` is set."""
+        message_id, timeout_ms = c.text("messageId"), c.number("timeoutMs", required=False)
+        sent = self._sent.get(message_id)
+        if sent is None:
+            raise invalid(f"messageId: this agent sent no message {message_id!r}")
+        try:
+            ack = await sent.ack(timeout=timeout_ms / 1000 if timeout_ms else None)
+        # asyncio.wait_for's timeout: asyncio.TimeoutError, which is TimeoutError itself from Python 3.11.
+        except (TimeoutError, asyncio.TimeoutError):
+            raise Failure("DEADLINE_EXCEEDED", f"no outcome within {timeout_ms} ms") from None
+        return {"outcome": ack.outcome.name, "peer": ack.peer, "reason": ack.reason}
+
+    async def campaign(self, c: Command) -> JsonObject:
+        """Campaigns and prints every state the SDK yields."""
+        stream, election, namespace = c.text("stream"), c.text("election"), c.text("namespace")
+        campaign = self._client.campaign(election, namespace=namespace)
+        self._spawn(self._campaign(stream, campaign), f"campaign {stream!r}")
+        return {}
+
+    async def _campaign(self, stream: str, campaign: consistd.Campaign) -> None:
+        # Leaving `async with` (the agent stopping) resigns.
+        async with campaign:
+            await self._print_stream(stream, campaign, state_item)
+
+    async def _print_stream(self, stream: str, items: AsyncIterator[Any], to_json: Callable[[Any], JsonObject]) -> None:
+        """Prints every item of a watch or a campaign as it comes, then the error that ended it, if any."""
+        try:
+            async for item in items:
+                self._out.stream_item(stream, to_json(item))
+        except Exception as e:
+            if not isinstance(e, consistd.ConsistdError):
+                log.exception("stream %r failed with an error that is not the SDK's", stream)
+            self._out.stream_error(stream, e)
+
+
+async def read_commands(reader: asyncio.StreamReader, agent: Agent) -> None:
+    """Starts each command ``reader`` gives, until it ends."""
+    while True:
+        try:
+            line = await reader.readline()
+        except ValueError as e:  # longer than LINE_LIMIT: the reader skipped it
+            log.error("a command line too long: %s", e)
+            continue
+        if not line:
+            return
+        if not line.strip():
+            continue
+        try:
+            command = json.loads(line)
+        except ValueError as e:
+            log.error("not a JSON command (%s): %r", e, line)
+            continue
+        if not isinstance(command, dict):
+            log.error("not a JSON object: %r", line)
+            continue
+        agent.start(command)
+
+
+async def main() -> None:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=LINE_LIMIT)
+    # Standard input through the event loop: reading it holds up no command.
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    client = consistd.Client()
+    agent = Agent(client, Output(sys.stdout.buffer))
+    try:
+        await read_commands(reader, agent)
+    finally:
+        # Standard input closed: what still runs ends unanswered (nobody is left to ask for it).
+        await agent.stop()
+        await client.close()
+
+
+if __name__ == "__main__":
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(name)s: %(message)s")
+    asyncio.run(main())
