@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every SDK's tests and example against fresh daemons (hack/with-daemons.sh), one language and verb
+# Runs every SDK's tests and example against fresh daemons (hack/with-daemons.sh), then the conformance
+# suite against its agent (client-sdk/conformance, which starts daemons of its own), one language and verb
 # at a time, and reports each. Runs under hack/with-control-plane.sh (`make test` calls it).
 #
 #   hack/test-sdks.sh [LANG...]     default: rust python go typescript
@@ -9,11 +10,14 @@ langs=("$@")
 [ ${#langs[@]} -gt 0 ] || langs=(rust python go typescript)
 failed=()
 for lang in "${langs[@]}"; do
-  for verb in test example; do
-    # The Rust SDK's tests start their own daemons (testkit) and ran with `cargo test --workspace`.
-    [ "$lang/$verb" = rust/test ] && continue
+  for verb in test example conformance; do
+    # The Rust SDK's tests start their own daemons (testkit), and the conformance suite runs the Rust agent
+    # by default: both ran with `cargo test --workspace`.
+    case $lang/$verb in rust/test | rust/conformance) continue ;; esac
+    run=("$repo/hack/with-daemons.sh" "$repo/hack/sdk/$lang.sh" "$verb")
+    [ "$verb" = conformance ] && run=("$repo/hack/sdk/$lang.sh" conformance)
     start=$SECONDS
-    if "$repo/hack/with-daemons.sh" "$repo/hack/sdk/$lang.sh" "$verb"; then
+    if "${run[@]}"; then
       echo "sdk: $lang $verb passed in $((SECONDS - start)) s" >&2
     else
       echo "sdk: $lang $verb FAILED" >&2
