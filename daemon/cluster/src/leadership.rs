@@ -204,7 +204,6 @@ impl Drop for Campaign {
     }
 }
 
-
 impl Leadership {
     /// Elections for this daemon's `identity`, with Leases in `namespace` unless a request names one.
     /// With `announce`, campaigning also makes this daemon a member of the election's group. Its tasks

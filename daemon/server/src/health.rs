@@ -330,12 +330,7 @@ fn judge_election(now: Instant, key: &Key, progress: &Progress) -> Result<(), No
         format!("since its runner started {} ago", human(quiet))
     };
     let why = progress.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default();
-    Err(NotReady::Election {
-        election: key.to_string(),
-        when,
-        lease_duration: human(progress.lease_duration),
-        why,
-    })
+    Err(NotReady::Election { election: key.to_string(), when, lease_duration: human(progress.lease_duration), why })
 }
 
 fn election_report(
