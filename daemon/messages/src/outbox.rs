@@ -5,7 +5,8 @@
 //!
 //! `state` is the bookkeeping, as state without I/O: each change returns the effects it calls for, and
 //! the one `impl Outbox` here carries them out (store writes, link tasks, group followers, outcomes).
-//! `link` runs each peer's connection, `record` is the stored form, `status` the view of what is held.
+//! `link` runs each peer's connection, `record` is the stored form, `status` the view of what is held,
+//! `settled` the first outcomes WaitOutcome answers.
 
 mod backoff;
 pub mod destination;
