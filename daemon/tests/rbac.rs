@@ -15,9 +15,9 @@ use consistd_client::{
     Client, Leadership, Watch,
     proto::{
         CampaignRequest, CreateRequest, Destination, EventType, GetOutboxStatusRequest, GetRolloutStatusRequest,
-        GetRolloutStatusResponse, LeaseTiming, PatchRequest, PatchType, PublishRequest, ReportAppliedRequest,
-        SendRequest, ServiceDestination, SubscribeVersionsRequest, SubscribeVersionsResponse, WriteGuard,
-        destination::Target,
+        GetRolloutStatusResponse, LeadershipState, LeaseTiming, PatchRequest, PatchType, PublishRequest,
+        ReportAppliedRequest, SendRequest, ServiceDestination, SubscribeVersionsRequest, SubscribeVersionsResponse,
+        WriteGuard, destination::Target,
     },
 };
 use consistd_testkit::{Daemon, free_port, host_ip};
@@ -523,8 +523,11 @@ async fn broken(kube: kube::Client, removal: Removal, job: Job, verb: &'static s
         }
         Job::Renew => {
             let mut states = campaign(&client, true);
-            until_state(&mut states, Leadership::is_leader).await;
-            let deposed = until_state(&mut states, |s| !s.is_leader()).await;
+            // The daemon said LEADER (it created the Lease). Not `is_leader()`: with a 1 s renew deadline and
+            // sixteen daemons starting at once, that state can lapse before this reads it, and no renewal
+            // can follow it here.
+            until_state(&mut states, |s| s.state == LeadershipState::Leader).await;
+            let deposed = until_state(&mut states, |s| s.state != LeadershipState::Leader).await;
             assert_eq!(deposed.holder, "", "{removal}: {deposed:?}");
             unready(&app, &expected).await
         }
