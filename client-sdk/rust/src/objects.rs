@@ -1,5 +1,6 @@
 //! Reads and writes of Kubernetes objects: the generated `ObjectsService` calls, with the same requests
-//! and responses, recording what each write returned for the own-write rule of the client's watches.
+//! and responses, recording what each write returned for the own-write rule of the client's watches. A
+//! call the lost connection cut off fails UNAVAILABLE, whatever the transport called it, as in every SDK.
 
 use std::sync::Arc;
 
@@ -12,6 +13,7 @@ use crate::{
         ListResponse, PatchRequest, PatchResponse, UpdateRequest, UpdateResponse,
         objects_service_client::ObjectsServiceClient,
     },
+    retry::cut_off,
 };
 
 /// Reads and writes of Kubernetes objects through the sidecar ([`crate::Client::objects`]).
@@ -60,12 +62,12 @@ impl Objects {
 
     /// One object, from the watch hub's cache when a watch covers it, else from the apiserver.
     pub async fn get(&mut self, request: impl IntoRequest<GetRequest>) -> Result<Response<GetResponse>, Status> {
-        self.service.get(request).await
+        self.service.get(request).await.map_err(cut_off)
     }
 
     /// The objects matching a query.
     pub async fn list(&mut self, request: impl IntoRequest<ListRequest>) -> Result<Response<ListResponse>, Status> {
-        self.service.list(request).await
+        self.service.list(request).await.map_err(cut_off)
     }
 
     /// Creates an object and records the version created.
@@ -75,7 +77,7 @@ impl Objects {
     ) -> Result<Response<CreateResponse>, Status> {
         let mut request = request.into_request();
         name_lease(&mut request.get_mut().reconcile_lease, &self.lease);
-        let response = self.service.create(request).await?;
+        let response = self.service.create(request).await.map_err(cut_off)?;
         self.record(response.get_ref().object.as_ref());
         Ok(response)
     }
@@ -87,7 +89,7 @@ impl Objects {
     ) -> Result<Response<UpdateResponse>, Status> {
         let mut request = request.into_request();
         name_lease(&mut request.get_mut().reconcile_lease, &self.lease);
-        let response = self.service.update(request).await?;
+        let response = self.service.update(request).await.map_err(cut_off)?;
         self.record(response.get_ref().object.as_ref());
         Ok(response)
     }
@@ -96,7 +98,7 @@ impl Objects {
     pub async fn patch(&mut self, request: impl IntoRequest<PatchRequest>) -> Result<Response<PatchResponse>, Status> {
         let mut request = request.into_request();
         name_lease(&mut request.get_mut().reconcile_lease, &self.lease);
-        let response = self.service.patch(request).await?;
+        let response = self.service.patch(request).await.map_err(cut_off)?;
         self.record(response.get_ref().object.as_ref());
         Ok(response)
     }
@@ -108,7 +110,7 @@ impl Objects {
     ) -> Result<Response<DeleteResponse>, Status> {
         let mut request = request.into_request();
         name_lease(&mut request.get_mut().reconcile_lease, &self.lease);
-        let response = self.service.delete(request).await?;
+        let response = self.service.delete(request).await.map_err(cut_off)?;
         self.record(response.get_ref().object.as_ref());
         Ok(response)
     }
