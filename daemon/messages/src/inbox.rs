@@ -1,7 +1,9 @@
 //! The inbox: messages peers sent to this pod, stored durably and deduplicated by (sender, resource_id,
 //! event_id), handed to the app's receivers one at a time until the app ACKs (or NACKs with a delay),
-//! and each ACK sent back to the sender's connection. `state` is what it holds in memory, without I/O;
-//! `record` is its stored form; this module does the storing, waking and sending around them.
+//! and each ACK sent back to the sender's connection. `state` is what it holds in memory, without I/O,
+//! with the app's queue (`queue`: leases and NACK delays) and the ACK path back (`acks`) as parts of
+//! their own; `record` is its stored form and deduplication record; this module does the storing,
+//! waking and sending around them.
 
 use std::{
     sync::{
@@ -27,6 +29,8 @@ use tokio::{
 use self::state::{DedupKey, InboxState, Known, Next};
 use crate::store::{Store, StoreError};
 
+mod acks;
+mod queue;
 mod record;
 mod state;
 
@@ -131,7 +135,7 @@ impl Inbox {
 
     /// A sender connected; ACKs for it go to `tx` until the returned guard is dropped.
     pub fn connect(&self, sender: &str, tx: mpsc::Sender<ExchangeResponse>) -> Connection {
-        let (id, unsent) = self.lock().connect(sender, tx.clone());
+        let (id, unsent) = self.lock().acks.connect(sender, tx.clone());
         for ack in unsent {
             self.send_ack(&tx, ack);
         }
@@ -243,7 +247,7 @@ impl Inbox {
 
     /// A new receiver for the app.
     pub fn receiver(&self) -> Receiver {
-        let id = self.lock().new_receiver();
+        let id = self.lock().queue.new_receiver();
         Receiver { inbox: self.clone(), id }
     }
 
@@ -290,7 +294,7 @@ impl Inbox {
             disposition: Disposition::Acked.into(),
             reason: String::new(),
         };
-        if let Some((tx, ack)) = state.route_ack(&message.sender, ack) {
+        if let Some((tx, ack)) = state.acks.route(&message.sender, ack) {
             self.send_ack(&tx, ack);
         }
         Ok(())
@@ -361,7 +365,7 @@ pub struct Connection {
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        self.inbox.lock().disconnect(&self.sender, self.id);
+        self.inbox.lock().acks.disconnect(&self.sender, self.id);
     }
 }
 
@@ -400,7 +404,7 @@ impl Receiver {
 
 impl Drop for Receiver {
     fn drop(&mut self) {
-        let returned = self.inbox.lock().return_leases(self.id);
+        let returned = self.inbox.lock().queue.return_leases(self.id);
         if returned {
             self.inbox.inner.ready.notify_waiters();
         }

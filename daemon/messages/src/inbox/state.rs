@@ -1,23 +1,18 @@
 //! What the inbox holds in memory, with no I/O: the messages waiting for an ACK by id and by
-//! deduplication key, those being stored, the app's queue with its leases and NACK delays, the daemon's
-//! own messages held apart, and where each sender's ACKs go. Each method says what became of the call;
-//! the inbox does the storing, the waking and the sending.
+//! deduplication key, those being stored and the bounds on both, the daemon's own messages held apart;
+//! with the app's queue (`queue`) and the ACK path back (`acks`) beside them. Each method says what
+//! became of the call; the inbox does the storing, the waking and the sending.
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque},
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     sync::Arc,
     time::Duration,
 };
 
 use consistd_core::config::InboxConfig;
-use consistd_proto::peer::v1::ExchangeResponse;
-use tokio::{sync::mpsc, time::Instant};
+use tokio::time::Instant;
 
-use super::InboxMessage;
-
-/// ACKs kept per disconnected sender; beyond that the oldest wait for the sender's next resend,
-/// which is answered ACKED from the deduplication record.
-const UNSENT_ACKS: usize = 65_536;
+use super::{InboxMessage, acks::AckRoutes, queue::AppQueue};
 
 /// (sender, resource_id, event_id): what makes a message the same message.
 pub(super) type DedupKey = (String, String, String);
@@ -58,10 +53,6 @@ pub(super) struct Pending {
     pub(super) message: Arc<InboxMessage>,
     /// Deliveries to the app so far.
     pub(super) attempts: u32,
-    /// The receiver holding it, waiting for its ACK.
-    leased_to: Option<u64>,
-    /// Set while NACKed.
-    ready_at: Option<Instant>,
 }
 
 /// What a receiver gets when it asks for the next message.
@@ -80,8 +71,6 @@ pub(super) struct InboxState {
     /// Messages whose write is not committed yet, not shown to anyone (a resend of one gets no answer;
     /// the first will).
     storing: HashSet<DedupKey>,
-    /// Ready for a receiver, oldest first.
-    queue: BTreeSet<u64>,
     /// Payload bytes of `messages`, against inbox.maxPendingBytes.
     bytes: usize,
     /// Payload bytes of the messages being stored.
@@ -90,14 +79,10 @@ pub(super) struct InboxState {
     held_prefixes: Vec<&'static str>,
     /// The daemon's own messages per resource_id, oldest first, until the part that reads them ACKs them.
     held: HashMap<String, BTreeSet<u64>>,
-    /// NACKed: ready again at the instant.
-    delayed: BTreeSet<(Instant, u64)>,
-    /// The open connection of each sender, for sending ACKs back.
-    senders: HashMap<String, (u64, mpsc::Sender<ExchangeResponse>)>,
-    /// ACKs given while their sender was not connected, sent when it connects again.
-    unsent_acks: HashMap<String, VecDeque<ExchangeResponse>>,
-    next_connection: u64,
-    next_receiver: u64,
+    /// The app's messages: ready, leased to a receiver, or waiting out a NACK's delay.
+    pub(super) queue: AppQueue,
+    /// Where each sender's ACKs go.
+    pub(super) acks: AckRoutes,
 }
 
 impl InboxState {
@@ -128,10 +113,10 @@ impl InboxState {
         if self.is_held(&message.resource_id) {
             self.held.entry(message.resource_id.clone()).or_default().insert(id);
         } else {
-            self.queue.insert(id);
+            self.queue.push(id);
         }
         self.bytes += message.payload.len();
-        self.messages.insert(id, Pending { message, attempts: 0, leased_to: None, ready_at: None });
+        self.messages.insert(id, Pending { message, attempts: 0 });
     }
 
     /// Forgets a message wherever it waits.
@@ -139,10 +124,7 @@ impl InboxState {
         let p = self.messages.remove(&id)?;
         self.bytes -= p.message.payload.len();
         self.by_key.remove(&key_of(&p.message));
-        self.queue.remove(&id);
-        if let Some(at) = p.ready_at {
-            self.delayed.remove(&(at, id));
-        }
+        self.queue.remove(id);
         if let Some(ids) = self.held.get_mut(&p.message.resource_id) {
             ids.remove(&id);
             if ids.is_empty() {
@@ -200,65 +182,27 @@ impl InboxState {
         self.messages.get(&id)
     }
 
-    /// A new receiver's id.
-    pub(super) fn new_receiver(&mut self) -> u64 {
-        self.next_receiver += 1;
-        self.next_receiver
-    }
-
-    /// The next message for `receiver` at `now`: NACKed messages whose delay is over are ready again,
-    /// and the oldest ready one is leased to it.
+    /// The next message for `receiver` at `now`: the oldest ready one, leased to it.
     pub(super) fn next(&mut self, receiver: u64, now: Instant) -> Next {
-        while let Some(&(at, id)) = self.delayed.first() {
-            if at > now {
-                break;
-            }
-            self.delayed.pop_first();
-            if let Some(p) = self.messages.get_mut(&id) {
-                p.ready_at = None;
-                self.queue.insert(id);
-            }
-        }
-        while let Some(id) = self.queue.pop_first() {
-            if let Some(p) = self.messages.get_mut(&id) {
-                p.leased_to = Some(receiver);
-                p.attempts += 1;
-                return Next::Message(p.message.clone(), p.attempts);
+        loop {
+            match self.queue.lease_next(receiver, now) {
+                Ok(id) => match self.messages.get_mut(&id) {
+                    Some(p) => {
+                        p.attempts += 1;
+                        return Next::Message(p.message.clone(), p.attempts);
+                    }
+                    None => self.queue.remove(id),
+                },
+                Err(wake_at) => return Next::Wait(wake_at),
             }
         }
-        Next::Wait(self.delayed.first().map(|(at, _)| *at))
-    }
-
-    /// Hands what `receiver` holds un-ACKed back to the queue; whether it held anything.
-    pub(super) fn return_leases(&mut self, receiver: u64) -> bool {
-        let mut returned = false;
-        for (id, p) in &mut self.messages {
-            if p.leased_to == Some(receiver) {
-                p.leased_to = None;
-                self.queue.insert(*id);
-                returned = true;
-            }
-        }
-        returned
     }
 
     /// Makes the message of `id` ready again `delay` after `now` (a later NACK decides); its pending
     /// state, or None when it does not wait for an ACK.
     pub(super) fn nack(&mut self, id: u64, delay: Duration, now: Instant) -> Option<&Pending> {
-        let p = self.messages.get_mut(&id)?;
-        if let Some(at) = p.ready_at.take() {
-            self.delayed.remove(&(at, id));
-        }
-        p.leased_to = None;
-        // It may sit in the queue already (NACKed while not held): one place only.
-        self.queue.remove(&id);
-        if delay.is_zero() {
-            self.queue.insert(id);
-        } else {
-            let at = now + delay;
-            p.ready_at = Some(at);
-            self.delayed.insert((at, id));
-        }
+        let p = self.messages.get(&id)?;
+        self.queue.nack(id, delay, now);
         Some(p)
     }
 
@@ -268,46 +212,6 @@ impl InboxState {
             .get(resource_id)
             .map(|ids| ids.iter().filter_map(|id| self.messages.get(id).map(|p| p.message.clone())).collect())
             .unwrap_or_default()
-    }
-
-    /// `sender` connected on `tx`: its id (ACKs go there while it is the sender's newest), and the
-    /// ACKs kept while the sender was away, to send on it now.
-    pub(super) fn connect(
-        &mut self,
-        sender: &str,
-        tx: mpsc::Sender<ExchangeResponse>,
-    ) -> (u64, VecDeque<ExchangeResponse>) {
-        self.next_connection += 1;
-        let id = self.next_connection;
-        self.senders.insert(sender.to_owned(), (id, tx));
-        (id, self.unsent_acks.remove(sender).unwrap_or_default())
-    }
-
-    /// `sender`'s connection `id` closed; a newer one of the same sender stays.
-    pub(super) fn disconnect(&mut self, sender: &str, id: u64) {
-        if self.senders.get(sender).is_some_and(|(newest, _)| *newest == id) {
-            self.senders.remove(sender);
-        }
-    }
-
-    /// Where an ACK for `sender` goes: its open connection, to send it on; or, with none open, it is
-    /// kept (the oldest of more than [`UNSENT_ACKS`] dropped) for when the sender connects again.
-    pub(super) fn route_ack(
-        &mut self,
-        sender: &str,
-        ack: ExchangeResponse,
-    ) -> Option<(mpsc::Sender<ExchangeResponse>, ExchangeResponse)> {
-        match self.senders.get(sender) {
-            Some((_, tx)) if !tx.is_closed() => Some((tx.clone(), ack)),
-            _ => {
-                let unsent = self.unsent_acks.entry(sender.to_owned()).or_default();
-                if unsent.len() >= UNSENT_ACKS {
-                    unsent.pop_front();
-                }
-                unsent.push_back(ack);
-                None
-            }
-        }
     }
 }
 
@@ -337,7 +241,7 @@ mod tests {
     fn a_nacked_message_is_ready_again_after_its_delay_and_a_later_nack_decides() {
         let now = Instant::now();
         let mut state = InboxState::new(&[], vec![message(1, "r")]);
-        let receiver = state.new_receiver();
+        let receiver = state.queue.new_receiver();
         assert!(matches!(state.next(receiver, now), Next::Message(m, 1) if m.id == 1));
         assert!(state.nack(1, Duration::from_secs(10), now).is_some());
         assert!(state.nack(1, Duration::from_secs(5), now).is_some(), "the later NACK decides");
@@ -349,12 +253,12 @@ mod tests {
     fn a_dropped_receivers_leases_go_back_to_the_queue_and_held_messages_never_reach_the_app() {
         let now = Instant::now();
         let mut state = InboxState::new(&["own/"], vec![message(1, "r"), message(2, "own/x")]);
-        let first = state.new_receiver();
+        let first = state.queue.new_receiver();
         assert!(matches!(state.next(first, now), Next::Message(m, 1) if m.id == 1));
         assert!(matches!(state.next(first, now), Next::Wait(None)), "the daemon's own message is not the app's");
         assert_eq!(state.held("own/x").len(), 1);
-        assert!(state.return_leases(first));
-        let second = state.new_receiver();
+        assert!(state.queue.return_leases(first));
+        let second = state.queue.new_receiver();
         assert!(matches!(state.next(second, now), Next::Message(m, 2) if m.id == 1), "attempt 2");
     }
 
@@ -374,20 +278,5 @@ mod tests {
         state.end_storing(Arc::new(failed), false);
         assert_eq!(state.known(&key("a")), Known::No, "forgotten: the sender sends it again");
         state.begin_storing(&key("b"), 3, &config, "me").expect("its room is free again");
-    }
-
-    #[test]
-    fn acks_for_an_absent_sender_wait_for_its_next_connection() {
-        let mut state = InboxState::default();
-        let ack = ExchangeResponse { sequence: 7, ..Default::default() };
-        assert!(state.route_ack("sender", ack).is_none(), "no connection: kept");
-        let (tx, _rx) = mpsc::channel(1);
-        let (old, unsent) = state.connect("sender", tx.clone());
-        assert_eq!(unsent.iter().map(|a| a.sequence).collect::<Vec<_>>(), [7]);
-        let (new, _) = state.connect("sender", tx);
-        state.disconnect("sender", old);
-        assert!(state.route_ack("sender", ExchangeResponse::default()).is_some(), "the newer connection stays");
-        state.disconnect("sender", new);
-        assert!(state.route_ack("sender", ExchangeResponse::default()).is_none());
     }
 }
