@@ -186,6 +186,20 @@ impl Daemon {
         Client::new(&self.socket)
     }
 
+    /// How many calls of gRPC `method` (its bare name: "SendStream") the daemon has started, from its
+    /// `consistd_grpc_server_started_total`, where every method has a line from the start. Panics if
+    /// `method` has none, so a renamed metric or method fails the test rather than reading 0.
+    pub async fn calls_started(&self, method: &str) -> u64 {
+        let metrics = self.metrics().await;
+        let label = format!("grpc_method=\"{method}\"");
+        metrics
+            .lines()
+            .find(|l| l.starts_with("consistd_grpc_server_started_total{") && l.contains(&label))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no started calls of {method} in:\n{metrics}"))
+    }
+
     /// The daemon's Prometheus exposition, from `GET /metrics` on its admin socket (HTTP/1.0: the
     /// response ends with the connection).
     pub async fn metrics(&self) -> String {

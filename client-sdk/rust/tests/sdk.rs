@@ -425,18 +425,6 @@ async fn a_send_the_daemon_refuses_keeps_its_code_and_names_the_field() {
     assert!(status.message().starts_with("resource_id"), "{}", status.message());
 }
 
-/// How many calls of `method` the daemon started, from its `consistd_grpc_server_started_total`.
-async fn calls_started(daemon: &Daemon, method: &str) -> f64 {
-    let metrics = daemon.metrics().await;
-    let label = format!("grpc_method=\"{method}\"");
-    metrics
-        .lines()
-        .find(|l| l.starts_with("consistd_grpc_server_started_total{") && l.contains(&label))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no started calls of {method} in:\n{metrics}"))
-}
-
 #[tokio::test]
 async fn concurrent_sends_and_acks_go_out_on_one_stream_each_and_a_refused_send_fails_alone() {
     let (a, b, addr) = sender_and_receiver().await;
@@ -471,10 +459,10 @@ async fn concurrent_sends_and_acks_go_out_on_one_stream_each_and_a_refused_send_
         let outcome = tokio::time::timeout(WAIT, s).await.expect("an outcome in time").expect("an outcome");
         assert!(outcome.is_acked(), "{outcome:?}");
     }
-    assert_eq!(calls_started(&a, "SendStream").await, 1.0, "every send went out on one SendStream");
-    assert_eq!(calls_started(&a, "Send").await, 0.0, "no unary Send");
-    assert_eq!(calls_started(&b, "AckStream").await, 1.0, "every ACK went out on one AckStream");
-    assert_eq!(calls_started(&b, "Ack").await, 0.0, "no unary Ack");
+    assert_eq!(a.calls_started("SendStream").await, 1, "every send went out on one SendStream");
+    assert_eq!(a.calls_started("Send").await, 0, "no unary Send");
+    assert_eq!(b.calls_started("AckStream").await, 1, "every ACK went out on one AckStream");
+    assert_eq!(b.calls_started("Ack").await, 0, "no unary Ack");
 }
 
 #[tokio::test]
@@ -495,8 +483,8 @@ async fn sends_and_acks_open_their_stream_again_after_the_sidecar_connection_is_
         to_b.cut();
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    assert_eq!(calls_started(&a, "SendStream").await, 3.0, "one SendStream per connection");
-    assert_eq!(calls_started(&b, "AckStream").await, 3.0, "one AckStream per connection");
+    assert_eq!(a.calls_started("SendStream").await, 3, "one SendStream per connection");
+    assert_eq!(b.calls_started("AckStream").await, 3, "one AckStream per connection");
 }
 
 fn rand_suffix() -> u32 {
