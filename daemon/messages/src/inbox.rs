@@ -157,7 +157,7 @@ impl Inbox {
             disposition: disposition.into(),
             reason,
         };
-        let key: DedupKey = (sender.to_owned(), m.resource_id.clone(), m.event_id.clone());
+        let key = DedupKey::new(sender, &m.resource_id, &m.event_id);
         match self.lock().known(&key) {
             Known::No => {}
             Known::Storing => {

@@ -351,7 +351,7 @@ impl Outbox {
                 out.destination
             )));
         }
-        let key: SlotKey = (out.destination.clone(), out.resource_id.clone());
+        let key = SlotKey { destination: out.destination.clone(), resource_id: out.resource_id.clone() };
         let config = inner.config.get();
         let sequence = {
             let mut state = self.lock();

@@ -140,7 +140,9 @@ pub(super) fn acked_before(store: &Store, key: &DedupKey) -> Result<bool, StoreE
             Err(redb::TableError::TableDoesNotExist(_)) => return Ok(false),
             Err(e) => return Err(e.into()),
         };
-        Ok(seen.get((key.0.as_str(), key.1.as_str(), key.2.as_str()))?.is_some_and(|v| v.value().1 > 0))
+        Ok(seen
+            .get((key.sender.as_str(), key.resource_id.as_str(), key.event_id.as_str()))?
+            .is_some_and(|v| v.value().1 > 0))
     })
 }
 

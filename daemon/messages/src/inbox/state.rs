@@ -14,11 +14,24 @@ use tokio::time::Instant;
 
 use super::{InboxMessage, acks::AckRoutes, queue::AppQueue};
 
-/// (sender, resource_id, event_id): what makes a message the same message.
-pub(super) type DedupKey = (String, String, String);
+/// What makes a message the same message: who sent it, about what, and which event of it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct DedupKey {
+    pub(super) sender: String,
+    pub(super) resource_id: String,
+    pub(super) event_id: String,
+}
 
-pub(super) fn key_of(m: &InboxMessage) -> DedupKey {
-    (m.sender.clone(), m.resource_id.clone(), m.event_id.clone())
+impl DedupKey {
+    /// The key of a message `sender` sent about (`resource_id`, `event_id`).
+    pub(super) fn new(sender: &str, resource_id: &str, event_id: &str) -> Self {
+        Self { sender: sender.to_owned(), resource_id: resource_id.to_owned(), event_id: event_id.to_owned() }
+    }
+
+    /// The key of a received message.
+    pub(super) fn of(m: &InboxMessage) -> Self {
+        Self::new(&m.sender, &m.resource_id, &m.event_id)
+    }
 }
 
 /// Why the inbox refuses a message now: it is full. Displays what the sending daemon is told (it retries
@@ -109,7 +122,7 @@ impl InboxState {
     /// Takes in a message: for the app's receivers, or held for the part of the daemon that reads it.
     fn add(&mut self, message: Arc<InboxMessage>) {
         let id = message.id;
-        self.by_key.insert(key_of(&message), id);
+        self.by_key.insert(DedupKey::of(&message), id);
         if self.is_held(&message.resource_id) {
             self.held.entry(message.resource_id.clone()).or_default().insert(id);
         } else {
@@ -123,7 +136,7 @@ impl InboxState {
     pub(super) fn remove(&mut self, id: u64) -> Option<Pending> {
         let p = self.messages.remove(&id)?;
         self.bytes -= p.message.payload.len();
-        self.by_key.remove(&key_of(&p.message));
+        self.by_key.remove(&DedupKey::of(&p.message));
         self.queue.remove(id);
         if let Some(ids) = self.held.get_mut(&p.message.resource_id) {
             ids.remove(&id);
@@ -170,7 +183,7 @@ impl InboxState {
     /// Ends the storing of `message`: once `durable`, it waits for the app (or the daemon); otherwise it
     /// is forgotten (the sender still holds it and sends it again).
     pub(super) fn end_storing(&mut self, message: Arc<InboxMessage>, durable: bool) {
-        self.storing.remove(&key_of(&message));
+        self.storing.remove(&DedupKey::of(&message));
         self.storing_bytes -= message.payload.len();
         if durable {
             self.add(message);
@@ -266,7 +279,7 @@ mod tests {
     fn storing_is_bounded_by_messages_and_bytes_and_a_failed_write_frees_its_room() {
         let config = InboxConfig { max_pending: 2, max_pending_bytes: 8 };
         let mut state = InboxState::new(&[], vec![message(1, "r")]);
-        let key = |e: &str| ("sender".to_owned(), "s".to_owned(), e.to_owned());
+        let key = |e: &str| DedupKey::new("sender", "s", e);
         let full = state.begin_storing(&key("a"), 5, &config, "me").expect_err("5 + 5 bytes pass 8");
         assert_eq!(full, Full::Bytes { identity: "me".into(), held: 5, bytes: 5, max: 8 });
         state.begin_storing(&key("a"), 3, &config, "me").expect("room for 3 bytes");

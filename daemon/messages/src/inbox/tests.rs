@@ -106,7 +106,7 @@ async fn the_app_is_shown_a_message_only_once_it_is_stored_and_never_one_whose_w
         let inbox = inbox.clone();
         async move { inbox.accept("s", message(1, "r", "e")).await }
     });
-    while inbox.lock().known(&("s".to_owned(), "r".to_owned(), "e".to_owned())) != state::Known::Storing {
+    while inbox.lock().known(&state::DedupKey::new("s", "r", "e")) != state::Known::Storing {
         tokio::task::yield_now().await;
     }
     let mut receiver = inbox.receiver();

@@ -21,8 +21,19 @@ use super::{
     settled::Settled,
 };
 
-/// A slot's key: (destination, resource_id).
-pub(super) type SlotKey = (Destination, String);
+/// A slot's key: per destination and resource_id, only the newest message is kept.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct SlotKey {
+    pub(super) destination: Destination,
+    pub(super) resource_id: String,
+}
+
+impl SlotKey {
+    /// The slot of a stored message.
+    pub(super) fn of(message: &Message) -> Self {
+        Self { destination: message.destination.clone(), resource_id: message.resource_id.clone() }
+    }
+}
 
 /// The message of one (destination, resource_id).
 #[derive(Debug, Default)]
@@ -119,16 +130,16 @@ impl OutboxState {
         }
         let occupied = self.slots.get(key).is_some_and(|s| s.current.is_some() || s.storing > 0);
         if !occupied {
-            let in_destination = self.destinations.get(&key.0).map_or(0, |d| d.held);
+            let in_destination = self.destinations.get(&key.destination).map_or(0, |d| d.held);
             if in_destination >= config.max_pending_per_destination {
-                return Err(Bound::PerDestination { destination: key.0.to_string(), held: in_destination });
+                return Err(Bound::PerDestination { destination: key.destination.to_string(), held: in_destination });
             }
             if self.held >= config.max_pending {
                 return Err(Bound::Pending { held: self.held });
             }
-            self.ensure_destination(&key.0, &mut effects);
+            self.ensure_destination(&key.destination, &mut effects);
             self.held += 1;
-            if let Some(d) = self.destinations.get_mut(&key.0) {
+            if let Some(d) = self.destinations.get_mut(&key.destination) {
                 d.held += 1;
             }
         }
@@ -140,7 +151,7 @@ impl OutboxState {
     /// Ends the storing of `message` into its reserved slot: once `durable` it becomes the slot's current
     /// message (see [`Self::install`]); otherwise its reservation is given back.
     pub(super) fn end_storing(&mut self, message: Arc<Message>, durable: bool) -> Effects {
-        let key = (message.destination.clone(), message.resource_id.clone());
+        let key = SlotKey::of(&message);
         if let Some(slot) = self.slots.get_mut(&key) {
             slot.storing -= 1;
         }
@@ -161,7 +172,7 @@ impl OutboxState {
             let target = message.destination.clone();
             self.ensure_destination(&target, &mut effects);
             let slot = Slot { current: None, storing: 0, acked_by };
-            self.slots.insert((target.clone(), message.resource_id.clone()), slot);
+            self.slots.insert(SlotKey::of(&message), slot);
             self.held += 1;
             self.bytes += message.payload.len();
             if let Some(d) = self.destinations.get_mut(&target) {
@@ -176,7 +187,7 @@ impl OutboxState {
     /// older than the current one is itself superseded at once. The message's bytes were counted in
     /// `self.bytes` before; a superseded message's are taken out.
     fn install(&mut self, message: Arc<Message>, effects: &mut Effects) {
-        let key = (message.destination.clone(), message.resource_id.clone());
+        let key = SlotKey::of(&message);
         let Some(slot) = self.slots.get_mut(&key) else {
             self.bytes -= message.payload.len();
             return;
@@ -226,14 +237,14 @@ impl OutboxState {
         }
         self.slots.remove(key);
         self.held -= 1;
-        let drop_destination = match self.destinations.get_mut(&key.0) {
+        let drop_destination = match self.destinations.get_mut(&key.destination) {
             Some(d) => {
                 d.held -= 1;
                 d.held == 0
             }
             None => false,
         };
-        if drop_destination && let Some(d) = self.destinations.remove(&key.0) {
+        if drop_destination && let Some(d) = self.destinations.remove(&key.destination) {
             for peer in d.peers {
                 self.unuse_link(&peer);
             }
@@ -268,7 +279,7 @@ impl OutboxState {
         let messages: Vec<(Arc<Message>, BTreeSet<String>)> = self
             .slots
             .iter()
-            .filter(|((t, _), _)| t == target)
+            .filter(|(key, _)| key.destination == *target)
             .filter_map(|(_, s)| s.current.clone().map(|m| (m, s.acked_by.clone())))
             .collect();
         for peer in old.difference(&peers) {
@@ -329,7 +340,7 @@ impl OutboxState {
             "message ACKed"
         );
         effects.outcome(&message, peer, OutcomeKind::Acked);
-        let key = (message.destination.clone(), message.resource_id.clone());
+        let key = SlotKey::of(&message);
         let Some(slot) = self.slots.get_mut(&key) else { return effects };
         if slot.current.as_ref().map(|c| c.sequence) != Some(sequence) {
             return effects;
@@ -507,8 +518,12 @@ impl OutboxState {
 
     /// The current messages of `target`, oldest first.
     pub(super) fn current_of(&self, target: &Destination) -> Vec<Arc<Message>> {
-        let mut messages: Vec<Arc<Message>> =
-            self.slots.iter().filter(|((t, _), _)| t == target).filter_map(|(_, s)| s.current.clone()).collect();
+        let mut messages: Vec<Arc<Message>> = self
+            .slots
+            .iter()
+            .filter(|(key, _)| key.destination == *target)
+            .filter_map(|(_, s)| s.current.clone())
+            .collect();
         messages.sort_by_key(|m| m.sequence);
         messages
     }
@@ -543,6 +558,10 @@ mod tests {
         })
     }
 
+    fn slot(destination: &Destination, resource_id: &str) -> SlotKey {
+        SlotKey { destination: destination.clone(), resource_id: resource_id.into() }
+    }
+
     fn kinds(effects: &Effects) -> Vec<(u64, OutcomeKind)> {
         effects.outcomes.iter().map(|(m, _, k)| (m.sequence, k.clone())).collect()
     }
@@ -550,7 +569,7 @@ mod tests {
     #[test]
     fn a_newer_message_supersedes_the_older_which_is_deleted_and_the_ack_of_the_newer_frees_the_slot() {
         let (config, peer) = (OutboxConfig::default(), Destination::Peer("10.0.0.1:7000".into()));
-        let key = (peer.clone(), "r".to_owned());
+        let key = slot(&peer, "r");
         let mut state = OutboxState::default();
         let first = state.reserve(&key, 5, &config).expect("room");
         assert_eq!(first.start_links.len(), 1, "the peer's link starts with its first message");
@@ -576,12 +595,12 @@ mod tests {
         let config = OutboxConfig { max_pending: 1, ..OutboxConfig::default() };
         let peer = Destination::Peer("10.0.0.1:7000".into());
         let mut state = OutboxState::default();
-        let _ = state.reserve(&(peer.clone(), "r".into()), 5, &config).expect("room");
-        let refused = state.reserve(&(peer.clone(), "other".into()), 5, &config).expect_err("one slot at most");
+        let _ = state.reserve(&slot(&peer, "r"), 5, &config).expect("room");
+        let refused = state.reserve(&slot(&peer, "other"), 5, &config).expect_err("one slot at most");
         assert_eq!(refused, Bound::Pending { held: 1 });
         let _ = state.end_storing(message(1, &peer, "e1"), false);
         assert_eq!((state.held, state.bytes), (0, 0));
-        let _ = state.reserve(&(peer, "other".into()), 5, &config).expect("its room is free again");
+        let _ = state.reserve(&slot(&peer, "other"), 5, &config).expect("its room is free again");
     }
 
     #[test]
@@ -589,7 +608,7 @@ mod tests {
         let config = OutboxConfig::default();
         let group = Destination::Election { namespace: "ns".into(), name: "e".into() };
         let mut state = OutboxState::default();
-        let reserved = state.reserve(&(group.clone(), "r".into()), 5, &config).expect("room");
+        let reserved = state.reserve(&slot(&group, "r"), 5, &config).expect("room");
         assert_eq!(reserved.follow, std::slice::from_ref(&group));
         let _ = state.end_storing(message(1, &group, "e1"), true);
         let joined = state.set_peers(&group, BTreeSet::from(["a:1".to_owned(), "b:1".to_owned()]));
