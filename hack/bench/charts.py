@@ -37,8 +37,21 @@ TITLES = {
     "kopf-watches": "Kopf or consistd: apiserver watches one app opened",
     "reconcile-grants": "Reconcile queue: leases granted to one app, 10,000 keys",
     "reconcile-memory": "Reconcile queue: memory per key",
+    "fencing-window": "Fencing: from a Lease write's answer to the old term's first refusal",
+    "fencing-write": "A patch through the daemon: unguarded or fenced at the apiserver",
 }
-DISTRIBUTIONS = {"sends-latency", "watch-latency"}
+DISTRIBUTIONS = {"sends-latency", "watch-latency", "fencing-write"}
+# Charts recorded one sample per round (x: the round): drawn as their distribution.
+SAMPLES = {"fencing-window"}
+XLABELS = {
+    "watch-fanout": "subscribers",
+    "barrier": "replicas",
+    "idle-requests": "daemons (or client-go candidates)",
+    "handover-at-scale": "daemons",
+    "reconcile-grants": "leases the app holds at once",
+}
+# Lines with more points than this carry no figure at each point.
+ANNOTATED_POINTS = 12
 LOG_X = {"idle-requests", "watch-fanout", "barrier", "handover-at-scale"}
 LOG_Y = {"handover-at-scale"}
 
@@ -63,6 +76,15 @@ def load(path):
     return charts
 
 
+def as_distribution(chart):
+    """A chart of one sample per round as percentile points, as `record_distribution` records them."""
+    for name, points in chart["series"].items():
+        ys = sorted(y for _, y in points)
+        last = max(len(ys) - 1, 1)
+        chart["series"][name] = [(100 * i / last, y) for i, y in enumerate(ys)]
+    return chart
+
+
 def distribution(ax, chart):
     for name, points in chart["series"].items():
         points.sort()
@@ -80,7 +102,7 @@ def lines(ax, chart, log_x, log_y):
     for name, points in chart["series"].items():
         points.sort()
         ax.plot([x for x, _ in points], [y for _, y in points], marker="o", label=name)
-        for x, y in points:
+        for x, y in points if len(points) <= ANNOTATED_POINTS else []:
             ax.annotate(number(y), (x, y), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
     if log_x:
         ax.set_xscale("log")
@@ -119,12 +141,16 @@ def main():
     for name, chart in sorted(charts.items()):
         fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
         numeric = all(isinstance(x, (int, float)) for points in chart["series"].values() for x, _ in points)
-        if name in DISTRIBUTIONS:
+        if name in SAMPLES:
+            distribution(ax, as_distribution(chart))
+        elif name in DISTRIBUTIONS:
             distribution(ax, chart)
         elif numeric:
             lines(ax, chart, name in LOG_X, name in LOG_Y)
         else:
             bars(ax, chart)
+        if name in XLABELS:
+            ax.set_xlabel(XLABELS[name])
         ax.set_title(TITLES.get(name, name))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
