@@ -351,7 +351,7 @@ impl Outbox {
                 out.destination
             )));
         }
-        let key = SlotKey { destination: out.destination.clone(), resource_id: out.resource_id.clone() };
+        let key = SlotKey::new(&out.destination, &out.resource_id);
         let config = inner.config.get();
         let sequence = {
             let mut state = self.lock();

@@ -29,9 +29,14 @@ pub(super) struct SlotKey {
 }
 
 impl SlotKey {
+    /// The slot of (`destination`, `resource_id`).
+    pub(super) fn new(destination: &Destination, resource_id: &str) -> Self {
+        Self { destination: destination.clone(), resource_id: resource_id.to_owned() }
+    }
+
     /// The slot of a stored message.
     pub(super) fn of(message: &Message) -> Self {
-        Self { destination: message.destination.clone(), resource_id: message.resource_id.clone() }
+        Self::new(&message.destination, &message.resource_id)
     }
 }
 
@@ -558,10 +563,6 @@ mod tests {
         })
     }
 
-    fn slot(destination: &Destination, resource_id: &str) -> SlotKey {
-        SlotKey { destination: destination.clone(), resource_id: resource_id.into() }
-    }
-
     fn kinds(effects: &Effects) -> Vec<(u64, OutcomeKind)> {
         effects.outcomes.iter().map(|(m, _, k)| (m.sequence, k.clone())).collect()
     }
@@ -569,7 +570,7 @@ mod tests {
     #[test]
     fn a_newer_message_supersedes_the_older_which_is_deleted_and_the_ack_of_the_newer_frees_the_slot() {
         let (config, peer) = (OutboxConfig::default(), Destination::Peer("10.0.0.1:7000".into()));
-        let key = slot(&peer, "r");
+        let key = SlotKey::new(&peer, "r");
         let mut state = OutboxState::default();
         let first = state.reserve(&key, 5, &config).expect("room");
         assert_eq!(first.start_links.len(), 1, "the peer's link starts with its first message");
@@ -595,12 +596,12 @@ mod tests {
         let config = OutboxConfig { max_pending: 1, ..OutboxConfig::default() };
         let peer = Destination::Peer("10.0.0.1:7000".into());
         let mut state = OutboxState::default();
-        let _ = state.reserve(&slot(&peer, "r"), 5, &config).expect("room");
-        let refused = state.reserve(&slot(&peer, "other"), 5, &config).expect_err("one slot at most");
+        let _ = state.reserve(&SlotKey::new(&peer, "r"), 5, &config).expect("room");
+        let refused = state.reserve(&SlotKey::new(&peer, "other"), 5, &config).expect_err("one slot at most");
         assert_eq!(refused, Bound::Pending { held: 1 });
         let _ = state.end_storing(message(1, &peer, "e1"), false);
         assert_eq!((state.held, state.bytes), (0, 0));
-        let _ = state.reserve(&slot(&peer, "other"), 5, &config).expect("its room is free again");
+        let _ = state.reserve(&SlotKey::new(&peer, "other"), 5, &config).expect("its room is free again");
     }
 
     #[test]
@@ -608,7 +609,7 @@ mod tests {
         let config = OutboxConfig::default();
         let group = Destination::Election { namespace: "ns".into(), name: "e".into() };
         let mut state = OutboxState::default();
-        let reserved = state.reserve(&slot(&group, "r"), 5, &config).expect("room");
+        let reserved = state.reserve(&SlotKey::new(&group, "r"), 5, &config).expect("room");
         assert_eq!(reserved.follow, std::slice::from_ref(&group));
         let _ = state.end_storing(message(1, &group, "e1"), true);
         let joined = state.set_peers(&group, BTreeSet::from(["a:1".to_owned(), "b:1".to_owned()]));
