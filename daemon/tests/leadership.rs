@@ -204,6 +204,65 @@ async fn a_leader_that_loses_the_apiserver_reports_unknown_before_its_lease_expi
 }
 
 #[tokio::test]
+async fn a_follower_judges_the_lease_from_its_watch_and_says_unknown_once_it_cannot_show_it_current() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let a = candidate("pod-a", &ns, "w", 6, 4, 1).await;
+    let proxy = DelayProxy::start(consistd_testkit::apiserver_addr()).await;
+    let b_daemon =
+        Daemon::builder(BIN).config(format!("identity: pod-b\nnamespace: {ns}\n")).through(&proxy).start().await;
+    let b_latest = Arc::new(Mutex::new(None));
+    let b_stream = campaign(&b_daemon, "w", 6, 4, 1, b_latest.clone()).await;
+    let b = Candidate { daemon: b_daemon, identity: "pod-b".into(), latest: b_latest, stream: b_stream };
+    // pod-a campaigned first, alone: it created the Lease and leads; pod-b follows behind the proxy.
+    let (first, _) = settled(&[&a, &b]).await;
+    assert_eq!(first, 0, "pod-a, first to campaign, leads");
+
+    // 1. Idle, over longer than the renew deadline: the follower keeps following from the watch (the
+    //    leader renews every second), and nobody reads the Lease: the leader renews from what it wrote.
+    let offset = consistd_testkit::audit_offset();
+    let idle = Instant::now();
+    while idle.elapsed() < Duration::from_secs(6) {
+        let s = seen(&b).expect("follower");
+        assert_eq!((s.state, s.holder.as_str()), (LeadershipState::Follower, "pod-a"), "while idle: {s:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let on_the_lease = |verb: &str| -> Vec<serde_json::Value> {
+        consistd_testkit::audit_events(offset)
+            .into_iter()
+            .filter(|e| {
+                e["stage"] == "ResponseComplete"
+                    && e["verb"] == verb
+                    && e["objectRef"]["resource"] == "leases"
+                    && e["objectRef"]["namespace"] == ns.as_str()
+                    && e["objectRef"]["name"] == "w"
+            })
+            .collect()
+    };
+    let renewals = on_the_lease("update").len();
+    assert!(renewals >= 3, "the audit log shows the leader's renewals (6 s at 1 s each): {renewals}");
+    let reads: Vec<String> = on_the_lease("get").iter().map(|e| e["requestReceivedTimestamp"].to_string()).collect();
+    assert!(reads.is_empty(), "the election Lease was read {} times while the watch showed it: {reads:?}", reads.len());
+
+    // 2. The follower loses the apiserver, watch and all: once it cannot show its view is current (no
+    //    event within the renew deadline, 4 s) it says UNKNOWN, although the Lease it last saw is live.
+    let cut_at = Instant::now();
+    proxy.cut(true);
+    while seen(&b).is_some_and(|s| s.state == LeadershipState::Follower) {
+        assert!(cut_at.elapsed() < Duration::from_secs(4 + 2), "still FOLLOWER {:?} after the cut", cut_at.elapsed());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(seen(&b).map(|s| s.state), Some(LeadershipState::Unknown));
+    assert!(cut_at.elapsed() >= Duration::from_secs(2), "UNKNOWN at once: the last event was under 4 s ago");
+    assert_eq!(seen(&a).map(|s| s.state), Some(LeadershipState::Leader), "the leader kept the Lease");
+
+    // 3. Back on the apiserver, it follows the same leader again.
+    proxy.cut(false);
+    let (first, _) = settled(&[&a, &b]).await;
+    assert_eq!(first, 0, "pod-a still leads");
+}
+
+#[tokio::test]
 async fn guarded_writes_need_the_current_term() {
     let kube = consistd_testkit::kube_client().await;
     let ns = consistd_testkit::namespace(&kube).await;

@@ -1,8 +1,11 @@
-//! One election's runner, following client-go's leader election: read the Lease every retry period;
-//! take it when it is free or expired (judged on the local monotonic clock since its record last
-//! changed), renew it while holding it, every write with a resourceVersion precondition so a race gives
-//! a conflict, never two holders. A leader that cannot renew for the renew deadline stops reporting
-//! LEADER, before the lease can expire for others. Resigning releases the Lease at once.
+//! One election's runner, after client-go's leader election: take the Lease when it is free or expired
+//! (judged on the local monotonic clock since its record last changed), renew it every retry period
+//! while holding it, every write with a resourceVersion precondition so a race gives a conflict, never
+//! two holders. A leader that cannot renew for the renew deadline stops reporting LEADER, before the
+//! lease can expire for others; resigning releases the Lease at once. Unlike client-go, a follower
+//! judges the Lease from the namespace's Lease watch (shared through the hub by every election of the
+//! pod) and reads it only when the watch has not shown its view current within the renew deadline; it
+//! says UNKNOWN while it cannot show that.
 
 use std::{
     sync::{
@@ -14,7 +17,7 @@ use std::{
 
 use consistd_core::{
     config::Timing,
-    lease::{MANAGED_BY, MANAGED_BY_LABEL},
+    lease::{MANAGED_BY, MANAGED_BY_LABEL, MEMBER_OF_LABEL},
 };
 use k8s_openapi::{
     api::coordination::v1::{Lease, LeaseSpec},
@@ -33,7 +36,11 @@ use tokio::{
 use tokio_util::sync::CancellationToken;
 
 use super::{Key, Leadership, Observation, Progress, Role};
-use crate::watch::{Query, Subscription};
+use crate::watch::{
+    Query, Subscription,
+    object::Obj,
+    shared::{Change, Item},
+};
 
 /// An election in this daemon: its published status and its campaigners.
 #[derive(Debug)]
@@ -153,7 +160,7 @@ impl Election {
     }
 }
 
-/// The Lease record as last read, and when (monotonic) it was first seen in this form.
+/// The Lease record as last seen, and when (monotonic) it was first seen in this form.
 #[derive(Debug, Clone)]
 struct Observed {
     resource_version: String,
@@ -194,12 +201,13 @@ impl Observed {
         self.transitions.saturating_add(1)
     }
 
+    /// When the holding expires unless renewed; None when nobody holds it or it is malformed.
+    fn expires_at(&self) -> Option<Instant> {
+        if self.holder.is_empty() { None } else { self.duration.map(|d| self.since + d) }
+    }
+
     fn expired(&self) -> bool {
-        match self.duration {
-            _ if self.holder.is_empty() => true,
-            Some(d) => self.since + d <= Instant::now(),
-            None => true,
-        }
+        self.expires_at().is_none_or(|at| at <= Instant::now())
     }
 
     fn status(&self, me: &str, leader: bool) -> Observation {
@@ -224,7 +232,172 @@ impl Observed {
     }
 }
 
-/// Whether this daemon holds the Lease after one [`step`] (a read and, when campaigning, a write).
+/// What a runner knows of its Lease: the newest state it saw (in a read, its own write's answer or the
+/// namespace's Lease watch) and when that view was last shown to be current.
+#[derive(Debug, Default)]
+struct View {
+    /// The Lease and what it says; None when it does not exist (or nothing was seen yet).
+    lease: Option<(Lease, Observed)>,
+    /// When the view was last shown current: a read or write was answered, or the watch delivered an
+    /// event. A watch delivers events in order, so an event of any Lease it covers vouches for every
+    /// change before it. None until one of those happened.
+    current_at: Option<Instant>,
+}
+
+impl View {
+    /// Takes in the Lease as the apiserver showed it (None: it does not exist). A state older than the
+    /// one held (a watch event queued before a write's answer was taken in) changes nothing.
+    fn see(&mut self, lease: Option<Lease>) {
+        let previous = self.lease.as_ref().map(|(_, o)| o);
+        let older = match (&lease, previous) {
+            (Some(l), Some(p)) => is_older(l.metadata.resource_version.as_deref(), &p.resource_version),
+            _ => false,
+        };
+        if !older {
+            self.lease = lease.map(|l| {
+                let observed = Observed::from_lease(&l, previous);
+                (l, observed)
+            });
+        }
+        self.vouch();
+    }
+
+    /// Records that the view was just shown current.
+    fn vouch(&mut self) {
+        self.current_at = Some(Instant::now());
+    }
+
+    fn observed(&self) -> Option<&Observed> {
+        self.lease.as_ref().map(|(_, o)| o)
+    }
+
+    /// When the view stops counting as current unless news arrives: `freshness` after it was last
+    /// shown current; None when it never was.
+    fn stale_at(&self, freshness: Duration) -> Option<Instant> {
+        self.current_at.map(|at| at + freshness)
+    }
+
+    fn is_current(&self, freshness: Duration) -> bool {
+        self.stale_at(freshness).is_some_and(|at| Instant::now() < at)
+    }
+
+    /// Whether a candidate may take the Lease: it does not exist, nobody holds it, or the holding expired.
+    fn free(&self) -> bool {
+        self.observed().is_none_or(Observed::expired)
+    }
+
+    /// The state a follower reports: from the view while it is current, else UNKNOWN.
+    fn status(&self, me: &str, freshness: Duration) -> Observation {
+        match self.observed() {
+            Some(o) if self.is_current(freshness) => o.status(me, false),
+            _ => Observation::unknown(me),
+        }
+    }
+}
+
+/// Whether resourceVersion `new` is older than `held`. They are etcd revisions for one resource, compared
+/// as numbers when both are numbers (as the watch hub does); otherwise `new` is taken as newer.
+fn is_older(new: Option<&str>, held: &str) -> bool {
+    match (new.and_then(|n| n.parse::<u64>().ok()), held.parse::<u64>().ok()) {
+        (Some(new), Some(held)) => new < held,
+        _ => false,
+    }
+}
+
+/// The watch every election runner of a namespace shares through the hub: its Leases except member
+/// Leases, which renew every few seconds per member and concern only the groups' readers.
+fn lease_watch(namespace: &str) -> Query {
+    Query {
+        resource: "coordination.k8s.io/v1/leases".to_owned(),
+        namespace: namespace.to_owned(),
+        label_selector: format!("!{MEMBER_OF_LABEL}"),
+        ..Query::default()
+    }
+}
+
+/// The namespace's Lease watch, as one runner follows it.
+#[derive(Debug)]
+struct Watching {
+    subscription: Subscription,
+    follow: Follow,
+}
+
+/// How far the watch has shown the runner its Lease.
+#[derive(Debug)]
+struct Follow {
+    /// While a (re)listing is under way: whether it held the Lease. When it completes without it, the
+    /// Lease does not exist.
+    listing: Option<bool>,
+}
+
+impl Default for Follow {
+    /// A new subscription starts with a listing.
+    fn default() -> Self {
+        Self { listing: Some(false) }
+    }
+}
+
+impl Follow {
+    /// Takes one item of the watch into `view`; returns whether the view is now shown current.
+    fn take(&mut self, item: Item, name: &str, view: &mut View) -> bool {
+        let ours = |obj: &Obj| obj.name == name;
+        match item {
+            Item::ResyncRequired => {
+                self.listing = Some(false);
+                false
+            }
+            Item::Snapshot(obj, _) => {
+                if ours(&obj) {
+                    self.listing = Some(true);
+                    see_object(view, &obj);
+                }
+                false
+            }
+            Item::Synced(_) => self.listed(view),
+            Item::Entry(entry) => match &entry.change {
+                Change::Synced => self.listed(view),
+                Change::Relisted => false,
+                Change::Added(obj) | Change::Modified(obj) => {
+                    if ours(obj) {
+                        self.listing = self.listing.map(|_| true);
+                        see_object(view, obj);
+                    } else if self.listing.is_none() {
+                        view.vouch();
+                    }
+                    self.listing.is_none()
+                }
+                Change::Deleted(obj) => {
+                    if ours(obj) {
+                        view.see(None);
+                    } else if self.listing.is_none() {
+                        view.vouch();
+                    }
+                    self.listing.is_none()
+                }
+            },
+        }
+    }
+
+    /// A listing completed: without the Lease in it, the Lease does not exist.
+    fn listed(&mut self, view: &mut View) -> bool {
+        match self.listing.take() {
+            Some(false) => view.see(None),
+            _ => view.vouch(),
+        }
+        true
+    }
+}
+
+/// Takes a watched Lease into the view; one that cannot be read leaves the view as it was (it then goes
+/// stale, and a read reports the error).
+fn see_object(view: &mut View, obj: &Obj) {
+    match serde_json::from_slice::<Lease>(&obj.json) {
+        Ok(lease) => view.see(Some(lease)),
+        Err(error) => tracing::warn!(%error, lease = %obj.name, "unreadable Lease in the watch; reading it instead"),
+    }
+}
+
+/// Whether this daemon holds the Lease after one [`step`].
 enum Step {
     /// This daemon holds the Lease, renewed just now.
     Leader,
@@ -233,103 +406,173 @@ enum Step {
     NotLeader,
 }
 
+/// What a runner does next with the apiserver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Act {
+    /// Nothing: the view is current and nothing is due.
+    Wait,
+    /// Read the Lease (the view is not current), then take it if it is free and this daemon campaigns.
+    Read,
+    /// Renew the Lease (leading) or take it (it is free): written from the view, read again on a conflict.
+    Write,
+}
+
+/// How long a follower's view counts as current without news (the renew deadline: a live holder renews
+/// well within it), and after how long without news it reads the Lease: with the namespace's Lease watch,
+/// a retry period before the view would go stale (but never sooner than one and a half retry periods,
+/// so a holder's renewals every retry period keep it from reading); without the watch, every retry
+/// period, as client-go does.
+fn freshness(timing: Timing, watching: bool) -> (Duration, Duration) {
+    let read_after = if watching {
+        timing
+            .renew_deadline
+            .saturating_sub(timing.retry_period)
+            .max(timing.retry_period * 3 / 2)
+            .min(timing.renew_deadline)
+    } else {
+        timing.retry_period
+    };
+    (timing.renew_deadline, read_after)
+}
+
+/// Decides what a runner does now: a leader renews every retry period; anyone else reads only when the
+/// view is not current, and writes only to take a free Lease.
+fn next_act(renewed: Option<Instant>, campaigning: bool, view: &View, timing: Timing, read_after: Duration) -> Act {
+    match renewed {
+        Some(at) if at.elapsed() >= timing.retry_period => Act::Write,
+        Some(_) => Act::Wait,
+        None if !view.is_current(read_after) => Act::Read,
+        None if campaigning && view.free() => Act::Write,
+        None => Act::Wait,
+    }
+}
+
+/// When a runner next has something to do unless news arrives: a leader's next renewal; a follower's
+/// next read or the holding expiring (a candidate may take it, an observer stops saying FOLLOWER).
+fn next_due(renewed: Option<Instant>, view: &View, timing: Timing, read_after: Duration) -> Instant {
+    match renewed {
+        Some(at) => (at + timing.retry_period).min(at + timing.renew_deadline),
+        None => {
+            let expiry = view.observed().and_then(Observed::expires_at).filter(|at| *at > Instant::now());
+            let stale = view.stale_at(read_after).unwrap_or_else(Instant::now);
+            expiry.map_or(stale, |e| e.min(stale))
+        }
+    }
+}
+
 /// Runs `election` until it is idle or the daemon stops; releases the Lease if it holds it then.
 pub(super) async fn run(election: Arc<Election>, client: Client, registry: Arc<Leadership>, stop: CancellationToken) {
     let api: Api<Lease> = Api::namespaced(client, &election.key.namespace);
-    let query = Query {
-        resource: "coordination.k8s.io/v1/leases".to_owned(),
-        namespace: election.key.namespace.clone(),
-        field_selector: format!("metadata.name={}", election.key.name),
-        ..Query::default()
-    };
-    let mut lease_changes = match registry.hub.subscribe(query).await {
-        Ok(sub) => Some(sub),
+    let mut watching = match registry.hub.subscribe(lease_watch(&election.key.namespace)).await {
+        Ok(subscription) => Some(Watching { subscription, follow: Follow::default() }),
         Err(error) => {
-            tracing::warn!(error = %consistd_core::error::chain(&error), election = %election.key.name, "cannot watch the Lease; noticing changes at the retry period only");
+            tracing::warn!(error = %consistd_core::error::chain(&error), election = %election.key.name, "cannot watch the namespace's Leases; reading the Lease every retry period");
             None
         }
     };
-    let mut observed: Option<Observed> = None;
+    let mut view = View::default();
     // Some(last successful renewal) while this daemon leads.
     let mut renewed: Option<Instant> = None;
+    // After a failed step, no new one before this.
+    let mut retry_at: Option<Instant> = None;
     loop {
         let campaign = election.campaigning();
         let timing = campaign.unwrap_or_default();
         if campaign.is_none() {
             if renewed.take().is_some() {
-                release(&api, &election, &mut observed).await;
+                release(&api, &election, &mut view).await;
             }
             if election.idle() && registry.retire(&election) {
                 return;
             }
         }
-
-        // Every call is bounded so the renew deadline is kept even when the apiserver hangs.
-        let budget = until_next_attempt(renewed, timing);
-        // A renewal counts from when it was sent: the Lease cannot have been renewed earlier than that.
-        let began = Instant::now();
-        let outcome = tokio::time::timeout(budget, step(&api, &election, campaign, &mut observed)).await;
-        election.record_step(match &outcome {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(error)) => Err(consistd_core::error::chain(error)),
-            Err(_) => Err(format!("no answer within {budget:?}")),
-        });
-        match outcome {
-            Ok(Ok(Step::Leader)) => {
-                renewed = Some(began);
-                if let Some(o) = &observed {
-                    let mut status = o.status(&election.identity, true);
-                    status.until = Some(began + timing.renew_deadline);
-                    election.publish(status);
+        let (freshness, read_after) = freshness(timing, watching.is_some());
+        let act = if retry_at.is_some_and(|at| Instant::now() < at) {
+            Act::Wait
+        } else {
+            next_act(renewed, campaign.is_some(), &view, timing, read_after)
+        };
+        if act != Act::Wait {
+            retry_at = None;
+            // Every call is bounded so the renew deadline is kept even when the apiserver hangs.
+            let budget = until_next_attempt(renewed, timing);
+            // A renewal counts from when it was sent: the Lease cannot have been renewed earlier than that.
+            let began = Instant::now();
+            let outcome =
+                tokio::time::timeout(budget, step(&api, &election, campaign, &mut view, act == Act::Read)).await;
+            election.record_step(match &outcome {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(error)) => Err(consistd_core::error::chain(error)),
+                Err(_) => Err(format!("no answer within {budget:?}")),
+            });
+            match outcome {
+                Ok(Ok(Step::Leader)) => {
+                    renewed = Some(began);
+                    if let Some(o) = view.observed() {
+                        let mut status = o.status(&election.identity, true);
+                        status.until = Some(began + timing.renew_deadline);
+                        election.publish(status);
+                    }
                 }
-            }
-            Ok(Ok(Step::NotLeader)) => {
-                if renewed.take().is_some() {
-                    tracing::warn!(election = %election.key.name, "lost leadership: the Lease was taken");
+                Ok(Ok(Step::NotLeader)) => {
+                    if renewed.take().is_some() {
+                        tracing::warn!(election = %election.key.name, "lost leadership: the Lease was taken");
+                    }
+                    if campaign.is_some() && view.free() {
+                        // Lost races on a Lease that still looks free: not again before a retry period.
+                        retry_at = Some(Instant::now() + timing.retry_period);
+                    }
                 }
-                let status = observed
-                    .as_ref()
-                    .map_or_else(|| Observation::unknown(&election.identity), |o| o.status(&election.identity, false));
-                election.publish(status);
-            }
-            Ok(Err(error)) => {
-                tracing::warn!(%error, election = %election.key.name, "election step failed; retrying");
-                if renewed.is_none() {
-                    election.publish(Observation::unknown(&election.identity));
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, election = %election.key.name, "election step failed; retrying");
+                    retry_at = Some(Instant::now() + timing.retry_period);
                 }
-            }
-            Err(_) => {
-                tracing::warn!(election = %election.key.name, budget = ?budget, "election step timed out; retrying");
-                if renewed.is_none() {
-                    election.publish(Observation::unknown(&election.identity));
+                Err(_) => {
+                    tracing::warn!(election = %election.key.name, budget = ?budget, "election step timed out; retrying");
+                    retry_at = Some(Instant::now() + timing.retry_period);
                 }
             }
         }
+        if renewed.is_none() {
+            // UNKNOWN unless the view is current: after a failed read it is not.
+            election.publish(view.status(&election.identity, freshness));
+        }
 
-        let pause = until_next_attempt(renewed, timing);
+        let mut due = retry_at.unwrap_or_else(|| next_due(renewed, &view, timing, read_after));
+        if renewed.is_none()
+            && let Some(stale) = view.stale_at(freshness).filter(|at| *at > Instant::now())
+        {
+            // A follower whose read hangs or fails still says UNKNOWN on time.
+            due = due.min(stale);
+        }
         tokio::select! {
             () = stop.cancelled() => break,
             () = election.wake.notified() => {}
-            () = tokio::time::sleep(pause) => {}
-            // Not leading: any change of the Lease (a release, a new holder) is worth a look now. A leader
-            // ignores them: they are its own renewals.
-            changed = next_change(&mut lease_changes), if renewed.is_none() => {
-                if !changed {
-                    lease_changes = None;
+            () = tokio::time::sleep_until(due) => {}
+            item = next_item(&mut watching) => match (item, watching.as_mut()) {
+                (Some(item), Some(w)) => {
+                    if w.follow.take(item, &election.key.name, &mut view) && renewed.is_none() {
+                        // A follower's view shown current by the watch is a step that succeeded.
+                        election.record_step(Ok(()));
+                    }
                 }
-            }
+                _ => {
+                    tracing::warn!(election = %election.key.name, "the namespace's Lease watch ended; reading the Lease every retry period");
+                    watching = None;
+                }
+            },
         }
         if let Some(at) = renewed
             && at.elapsed() >= timing.renew_deadline
         {
             // Could not renew in time: stop saying LEADER before the lease can expire for others.
-            tracing::warn!(election = %election.key.name, term = observed.as_ref().map_or(0, Observed::term), "renew deadline passed; no longer leader");
+            tracing::warn!(election = %election.key.name, term = view.observed().map_or(0, Observed::term), "renew deadline passed; no longer leader");
             renewed = None;
             election.publish(Observation::unknown(&election.identity));
         }
     }
     if renewed.is_some() {
-        release(&api, &election, &mut observed).await;
+        release(&api, &election, &mut view).await;
     }
     election.publish(Observation::unknown(&election.identity));
 }
@@ -342,18 +585,41 @@ fn until_next_attempt(renewed: Option<Instant>, timing: Timing) -> Duration {
     }
 }
 
-/// Reads the Lease and, when campaigning, takes or renews it.
+/// Reads the Lease when `read` and, when campaigning, takes or renews it as the view shows it; after a
+/// conflict (someone wrote since the view) it reads and decides once more.
 async fn step(
     api: &Api<Lease>,
     election: &Election,
     campaign: Option<Timing>,
-    observed: &mut Option<Observed>,
+    view: &mut View,
+    read: bool,
 ) -> Result<Step, kube::Error> {
     let name = &election.key.name;
-    let Some(lease) = api.get_opt(name).await? else {
-        *observed = None;
-        let Some(timing) = campaign else { return Ok(Step::NotLeader) };
-        let now = MicroTime(jiff::Timestamp::now());
+    if read {
+        view.see(api.get_opt(name).await?);
+    }
+    let Some(timing) = campaign else { return Ok(Step::NotLeader) };
+    for _ in 0..2 {
+        match write(api, election, timing, view).await? {
+            Some(step) => return Ok(step),
+            None => view.see(api.get_opt(name).await?),
+        }
+    }
+    Ok(Step::NotLeader)
+}
+
+/// Takes or renews the Lease as `view` shows it, with its resourceVersion as precondition (or creates it
+/// when the view says it does not exist), so a write on a stale view fails rather than overwrite someone.
+/// None: the write lost a race (409).
+async fn write(
+    api: &Api<Lease>,
+    election: &Election,
+    timing: Timing,
+    view: &mut View,
+) -> Result<Option<Step>, kube::Error> {
+    let name = &election.key.name;
+    let now = MicroTime(jiff::Timestamp::now());
+    let Some((lease, current)) = &view.lease else {
         let lease = Lease {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
@@ -371,23 +637,19 @@ async fn step(
         };
         return match api.create(&PostParams::default(), &lease).await {
             Ok(created) => {
-                let created = Observed::from_lease(&created, None);
-                tracing::info!(election = %name, term = created.term(), "became leader (created the Lease)");
-                *observed = Some(created);
-                Ok(Step::Leader)
+                view.see(Some(created));
+                tracing::info!(election = %name, term = view.observed().map_or(0, Observed::term), "became leader (created the Lease)");
+                Ok(Some(Step::Leader))
             }
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(Step::NotLeader),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
             Err(e) => Err(e),
         };
     };
-    let current = Observed::from_lease(&lease, observed.as_ref());
-    *observed = Some(current.clone());
-    let Some(timing) = campaign else { return Ok(Step::NotLeader) };
     let ours = current.holder == election.identity;
     if !ours && !current.expired() {
-        return Ok(Step::NotLeader);
+        return Ok(Some(Step::NotLeader));
     }
-    let now = MicroTime(jiff::Timestamp::now());
+    let previous = current.holder.clone();
     let mut spec = lease.spec.clone().unwrap_or_default();
     if !ours {
         spec.lease_transitions = Some(i32::try_from(current.transitions + 1).unwrap_or(i32::MAX));
@@ -396,28 +658,28 @@ async fn step(
     spec.holder_identity = Some(election.identity.clone());
     spec.lease_duration_seconds = Some(seconds(timing.lease_duration));
     spec.renew_time = Some(now);
-    // The read's resourceVersion stays in metadata: the apiserver refuses the write if anyone wrote since.
+    // The view's resourceVersion stays in metadata: the apiserver refuses the write if anyone wrote since.
     // A Lease written before consistd labelled its Leases gets the label here.
-    let mut metadata = lease.metadata;
+    let mut metadata = lease.metadata.clone();
     metadata.labels.get_or_insert_default().entry(MANAGED_BY_LABEL.to_owned()).or_insert_with(|| MANAGED_BY.to_owned());
     let updated = Lease { metadata, spec: Some(spec) };
     match api.replace(name, &PostParams::default(), &updated).await {
         Ok(written) => {
-            let next = Observed::from_lease(&written, None);
+            view.see(Some(written));
             if !ours {
-                tracing::info!(election = %name, term = next.term(), previous = %current.holder, "became leader");
+                let term = view.observed().map_or(0, Observed::term);
+                tracing::info!(election = %name, term, %previous, "became leader");
             }
-            *observed = Some(next);
-            Ok(Step::Leader)
+            Ok(Some(Step::Leader))
         }
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(Step::NotLeader),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
         Err(e) => Err(e),
     }
 }
 
 /// Gives the Lease up so a follower takes over within one retry period (client-go's release: no
 /// holder, a 1-second duration). A conflict means someone else wrote it already: nothing to release.
-async fn release(api: &Api<Lease>, election: &Election, observed: &mut Option<Observed>) {
+async fn release(api: &Api<Lease>, election: &Election, view: &mut View) {
     let name = &election.key.name;
     let lease = match api.get_opt(name).await {
         Ok(Some(lease)) => lease,
@@ -439,7 +701,7 @@ async fn release(api: &Api<Lease>, election: &Election, observed: &mut Option<Ob
     let released = Lease { spec: Some(spec), ..lease };
     match tokio::time::timeout(Duration::from_secs(2), api.replace(name, &PostParams::default(), &released)).await {
         Ok(Ok(written)) => {
-            *observed = Some(Observed::from_lease(&written, None));
+            view.see(Some(written));
             tracing::info!(election = %name, "released leadership");
         }
         Ok(Err(error)) => tracing::warn!(%error, election = %name, "could not release the Lease"),
@@ -447,14 +709,131 @@ async fn release(api: &Api<Lease>, election: &Election, observed: &mut Option<Ob
     }
 }
 
-/// Waits for the next event of the Lease's watch: false when the watch ended; never, without a watch.
-async fn next_change(changes: &mut Option<Subscription>) -> bool {
-    match changes {
-        Some(sub) => sub.next().await.is_some(),
+/// The next item of the namespace's Lease watch: None when it ended; never, without a watch.
+async fn next_item(watching: &mut Option<Watching>) -> Option<Item> {
+    match watching {
+        Some(w) => w.subscription.next().await,
         None => std::future::pending().await,
     }
 }
 
 fn seconds(d: Duration) -> i32 {
     i32::try_from(d.as_secs()).unwrap_or(i32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::watch::shared::Entry;
+
+    fn lease(rv: &str, holder: &str) -> Lease {
+        serde_json::from_value(serde_json::json!({
+            "metadata": { "name": "e", "resourceVersion": rv },
+            "spec": { "holderIdentity": holder, "leaseDurationSeconds": 15 },
+        }))
+        .expect("lease")
+    }
+
+    fn obj(name: &str, rv: &str, holder: &str) -> Arc<Obj> {
+        let mut l = lease(rv, holder);
+        l.metadata.name = Some(name.to_owned());
+        Arc::new(Obj {
+            uid: format!("uid-{name}"),
+            namespace: "ns".to_owned(),
+            name: name.to_owned(),
+            resource_version: rv.to_owned(),
+            json: Bytes::from(serde_json::to_vec(&l).expect("json")),
+        })
+    }
+
+    fn entry(change: Change) -> Item {
+        Item::Entry(Arc::new(Entry { seq: 1, change, received: Instant::now() }))
+    }
+
+    fn holder(view: &View) -> Option<&str> {
+        view.observed().map(|o| o.holder.as_str())
+    }
+
+    const FRESH: Duration = Duration::from_secs(10);
+
+    #[test]
+    fn a_state_older_than_the_view_changes_nothing_but_still_vouches() {
+        let mut view = View::default();
+        view.see(Some(lease("105", "me")));
+        let since = view.observed().expect("seen").since;
+        view.see(Some(lease("104", "other")));
+        assert_eq!(holder(&view), Some("me"));
+        view.see(Some(lease("105", "me")));
+        assert_eq!(view.observed().expect("seen").since, since, "the same record keeps when it was first seen");
+        view.see(Some(lease("106", "other")));
+        assert_eq!(holder(&view), Some("other"));
+        view.see(None);
+        assert!(view.observed().is_none() && view.free() && view.is_current(FRESH));
+        assert!(is_older(Some("9"), "10") && !is_older(Some("10"), "9") && !is_older(Some("x"), "10"));
+    }
+
+    #[test]
+    fn the_watch_shows_the_lease_and_vouches_with_any_event_once_listed() {
+        let (mut view, mut follow) = (View::default(), Follow::default());
+        assert!(!follow.take(Item::Snapshot(obj("other", "3", "x"), 3), "e", &mut view));
+        assert!(view.current_at.is_none(), "a listing in progress shows nothing yet");
+        assert!(follow.take(Item::Synced(3), "e", &mut view));
+        assert!(view.observed().is_none() && view.is_current(FRESH), "listed without it: it does not exist");
+
+        assert!(follow.take(entry(Change::Added(obj("e", "4", "leader"))), "e", &mut view));
+        assert_eq!(holder(&view), Some("leader"));
+        assert_eq!(view.status("me", FRESH).role, Role::Follower);
+        view.current_at = Some(Instant::now() - FRESH);
+        assert_eq!(view.status("me", FRESH).role, Role::Unknown, "a view not shown current is UNKNOWN");
+        assert!(follow.take(entry(Change::Modified(obj("other", "5", "x"))), "e", &mut view));
+        assert_eq!(view.status("me", FRESH).role, Role::Follower, "another Lease's event vouches for the view");
+
+        // A resync: the listing replaces the view; without the Lease in it, the Lease is gone.
+        assert!(!follow.take(Item::ResyncRequired, "e", &mut view));
+        assert!(!follow.take(entry(Change::Added(obj("other", "6", "x"))), "e", &mut view));
+        assert!(follow.take(entry(Change::Synced), "e", &mut view));
+        assert!(view.observed().is_none());
+        assert!(follow.take(entry(Change::Added(obj("e", "7", "leader"))), "e", &mut view));
+        assert!(follow.take(entry(Change::Deleted(obj("e", "8", "leader"))), "e", &mut view));
+        assert!(view.observed().is_none() && view.free());
+    }
+
+    #[test]
+    fn followers_read_only_when_the_view_is_stale_and_write_only_to_take_a_free_lease() {
+        let timing = Timing::default();
+        let mut view = View::default();
+        assert_eq!(next_act(None, true, &view, timing, FRESH), Act::Read, "nothing seen yet");
+        view.see(Some(lease("1", "other")));
+        assert_eq!(next_act(None, true, &view, timing, FRESH), Act::Wait, "a live holder, shown current");
+        assert_eq!(next_act(None, false, &view, timing, FRESH), Act::Wait);
+        let expiry = next_due(None, &view, timing, FRESH);
+        assert!(expiry <= Instant::now() + FRESH, "wakes when the view goes stale or the Lease expires");
+        view.see(Some(lease("2", "")));
+        assert_eq!(next_act(None, true, &view, timing, FRESH), Act::Write, "released: a candidate takes it");
+        assert_eq!(next_act(None, false, &view, timing, FRESH), Act::Wait, "an observer does not");
+        view.current_at = Some(Instant::now() - FRESH);
+        assert_eq!(next_act(None, false, &view, timing, FRESH), Act::Read);
+
+        let just = Instant::now();
+        assert_eq!(next_act(Some(just), true, &view, timing, FRESH), Act::Wait, "a leader renews per retry period");
+        let before = just - timing.retry_period;
+        assert_eq!(next_act(Some(before), true, &view, timing, FRESH), Act::Write);
+        assert_eq!(next_due(Some(just), &view, timing, FRESH), just + timing.retry_period);
+    }
+
+    #[test]
+    fn with_the_watch_a_follower_reads_a_retry_period_before_its_view_goes_stale() {
+        let t = |renew, retry| Timing {
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(renew),
+            retry_period: Duration::from_secs(retry),
+        };
+        let s = Duration::from_secs;
+        assert_eq!(freshness(Timing::default(), true), (s(10), s(8)));
+        assert_eq!(freshness(Timing::default(), false), (s(10), s(2)), "without the watch: client-go's polling");
+        assert_eq!(freshness(t(4, 1), true), (s(4), s(3)));
+        assert_eq!(freshness(t(3, 2), true), (s(3), s(3)), "never before a holder's next renewal is due");
+    }
 }
