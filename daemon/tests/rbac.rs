@@ -454,6 +454,9 @@ enum Job {
     GuardedPatch,
     /// Campaign: never LEADER; `consistd status` and /readyz say why.
     Lead,
+    /// Campaign while another holds the Lease and does not renew it: no watch event shows the view
+    /// current, so the daemon reads the Lease, which fails; `consistd status` and /readyz say why.
+    Follow,
     /// Campaign: LEADER, then not, as renewals fail; `consistd status` and /readyz say why.
     Renew,
     /// Publish two versions: the second (an update of the channel's ConfigMap) fails.
@@ -521,6 +524,19 @@ async fn broken(kube: kube::Client, removal: Removal, job: Job, verb: &'static s
             assert!(!state.is_leader(), "{removal}: {state:?}");
             unready(&app, &expected).await
         }
+        Job::Follow => {
+            let ghost: Lease = serde_json::from_value(json!({
+                "metadata": { "name": ELECTION },
+                "spec": { "holderIdentity": "ghost", "leaseDurationSeconds": 3600 },
+            }))
+            .expect("lease");
+            Api::namespaced(kube.clone(), &g.ns).create(&PostParams::default(), &ghost).await.expect("create");
+            let mut states = campaign(&client, true);
+            let campaigning = consistd_testkit::spawn(async move { while states.next().await.is_some() {} });
+            let line = unready(&app, &expected).await;
+            campaigning.abort();
+            line
+        }
         Job::Renew => {
             // Without update the daemon creates the Lease but never renews it. Whether it says LEADER before
             // its 1 s renew deadline lapses depends on the machine's load (sixteen daemons start at once
@@ -579,7 +595,7 @@ async fn without_any_one_permission_of_the_base_role_the_job_that_needs_it_fails
         (Verb("patch", "configmaps"), Job::GuardedPatch, "patch", "configmaps"),
         (Verb("update", "configmaps"), Job::Publish, "update", "configmaps"),
         (Verb("get", "configmaps"), Job::Standing, "get", "configmaps"),
-        (Verb("get", "leases"), Job::Lead, "get", "leases"),
+        (Verb("get", "leases"), Job::Follow, "get", "leases"),
         (Verb("create", "leases"), Job::Lead, "create", "leases"),
         (Verb("update", "leases"), Job::Renew, "update", "leases"),
         (Verb("patch", "leases"), Job::Report, "patch", "leases"),

@@ -677,35 +677,52 @@ async fn write(
     }
 }
 
-/// Gives the Lease up so a follower takes over within one retry period (client-go's release: no
-/// holder, a 1-second duration). A conflict means someone else wrote it already: nothing to release.
+/// Gives the Lease up so a follower takes over at once (client-go's release: no holder, a 1-second
+/// duration), written from the view as client-go does; after a conflict it reads and tries once more. A
+/// Lease someone else holds by then is not released.
 async fn release(api: &Api<Lease>, election: &Election, view: &mut View) {
+    const BOUND: Duration = Duration::from_secs(2);
     let name = &election.key.name;
-    let lease = match api.get_opt(name).await {
-        Ok(Some(lease)) => lease,
-        Ok(None) => return,
-        Err(error) => {
-            tracing::warn!(%error, election = %name, "could not read the Lease to release it");
+    for _ in 0..2 {
+        let Some((lease, current)) = &view.lease else { return };
+        if current.holder != election.identity {
             return;
         }
-    };
-    let mut spec = lease.spec.clone().unwrap_or_default();
-    if spec.holder_identity.as_deref() != Some(election.identity.as_str()) {
-        return;
-    }
-    let now = MicroTime(jiff::Timestamp::now());
-    spec.holder_identity = None;
-    spec.lease_duration_seconds = Some(1);
-    spec.acquire_time = Some(now.clone());
-    spec.renew_time = Some(now);
-    let released = Lease { spec: Some(spec), ..lease };
-    match tokio::time::timeout(Duration::from_secs(2), api.replace(name, &PostParams::default(), &released)).await {
-        Ok(Ok(written)) => {
-            view.see(Some(written));
-            tracing::info!(election = %name, "released leadership");
+        let mut spec = lease.spec.clone().unwrap_or_default();
+        let now = MicroTime(jiff::Timestamp::now());
+        spec.holder_identity = None;
+        spec.lease_duration_seconds = Some(1);
+        spec.acquire_time = Some(now.clone());
+        spec.renew_time = Some(now);
+        let released = Lease { spec: Some(spec), metadata: lease.metadata.clone() };
+        match tokio::time::timeout(BOUND, api.replace(name, &PostParams::default(), &released)).await {
+            Ok(Ok(written)) => {
+                view.see(Some(written));
+                tracing::info!(election = %name, "released leadership");
+                return;
+            }
+            Ok(Err(kube::Error::Api(s))) if s.code == 409 => {
+                match tokio::time::timeout(BOUND, api.get_opt(name)).await {
+                    Ok(Ok(lease)) => view.see(lease),
+                    Ok(Err(error)) => {
+                        tracing::warn!(%error, election = %name, "could not read the Lease to release it");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::warn!(election = %name, "reading the Lease to release it timed out");
+                        return;
+                    }
+                }
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(%error, election = %name, "could not release the Lease");
+                return;
+            }
+            Err(_) => {
+                tracing::warn!(election = %name, "releasing the Lease timed out");
+                return;
+            }
         }
-        Ok(Err(error)) => tracing::warn!(%error, election = %name, "could not release the Lease"),
-        Err(_) => tracing::warn!(election = %name, "releasing the Lease timed out"),
     }
 }
 
