@@ -498,8 +498,11 @@ pub(super) async fn run(election: Arc<Election>, client: Client, registry: Arc<L
             let budget = until_next_attempt(renewed, timing);
             // A renewal counts from when it was sent: the Lease cannot have been renewed earlier than that.
             let began = Instant::now();
-            let outcome =
-                tokio::time::timeout(budget, step(&api, &election, campaign, &mut view, act == Act::Read)).await;
+            let outcome = tokio::time::timeout(
+                budget,
+                step(&api, &election, campaign, &mut view, act == Act::Read, watching.is_some()),
+            )
+            .await;
             election.record_step(match &outcome {
                 Ok(Ok(_)) => Ok(()),
                 Ok(Err(error)) => Err(consistd_core::error::chain(error)),
@@ -519,7 +522,8 @@ pub(super) async fn run(election: Arc<Election>, client: Client, registry: Arc<L
                         tracing::warn!(election = %election.key.name, "lost leadership: the Lease was taken");
                     }
                     if campaign.is_some() && view.free() {
-                        // Lost races on a Lease that still looks free: not again before a retry period.
+                        // A lost race on a Lease that still looks free: the watch shows the winner; no
+                        // new try before a retry period.
                         retry_at = Some(Instant::now() + timing.retry_period);
                     }
                 }
@@ -585,14 +589,17 @@ fn until_next_attempt(renewed: Option<Instant>, timing: Timing) -> Duration {
     }
 }
 
-/// Reads the Lease when `read` and, when campaigning, takes or renews it as the view shows it; after a
-/// conflict (someone wrote since the view) it reads and decides once more.
+/// Reads the Lease when `read` and, when campaigning, takes or renews it as the view shows it. After a
+/// conflict (someone wrote since the view) a leader reads and decides once more; a candidate whose take
+/// lost a race does not, when it watches: the watch shows it the winner (so a release followed by every
+/// candidate's take costs one read, not one per candidate).
 async fn step(
     api: &Api<Lease>,
     election: &Election,
     campaign: Option<Timing>,
     view: &mut View,
     read: bool,
+    watching: bool,
 ) -> Result<Step, kube::Error> {
     let name = &election.key.name;
     if read {
@@ -600,8 +607,10 @@ async fn step(
     }
     let Some(timing) = campaign else { return Ok(Step::NotLeader) };
     for _ in 0..2 {
+        let renewing = view.observed().is_some_and(|o| o.holder == election.identity);
         match write(api, election, timing, view).await? {
             Some(step) => return Ok(step),
+            None if watching && !renewing => return Ok(Step::NotLeader),
             None => view.see(api.get_opt(name).await?),
         }
     }
