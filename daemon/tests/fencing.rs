@@ -186,3 +186,48 @@ async fn a_daemon_stopped_past_its_lease_gets_no_write_in_with_its_old_term() {
     assert!(stopped.message().contains(&format!("the guard names term {term}")), "names the term: {stopped}");
     assert_eq!(written_by(&configmaps).await, "b", "the successor's write stays");
 }
+
+/// The policy's parameters are the election Leases of the written object's namespace, not the member
+/// Leases of its election groups: the apiserver evaluates the policy once per parameter on every
+/// namespaced write, so counting a group's member Leases made each write of a group of N cost N
+/// evaluations (the barrier at 100 replicas took 720 ms instead of 270, docs/BENCHMARKS.md).
+#[tokio::test]
+async fn the_policy_takes_election_leases_as_parameters_and_leaves_member_leases_out() {
+    use k8s_openapi::api::{admissionregistration::v1::ValidatingAdmissionPolicyBinding, coordination::v1::Lease};
+
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let binding =
+        Api::<ValidatingAdmissionPolicyBinding>::all(kube.clone()).get("consistd-fence").await.expect("binding");
+    let selector =
+        binding.spec.and_then(|s| s.param_ref).and_then(|p| p.selector).expect("the binding selects its params");
+    // The selector as the apiserver's list takes it.
+    let mut terms: Vec<String> =
+        selector.match_labels.unwrap_or_default().into_iter().map(|(k, v)| format!("{k}={v}")).collect();
+    for e in selector.match_expressions.unwrap_or_default() {
+        let values = e.values.unwrap_or_default().join(",");
+        terms.push(match e.operator.as_str() {
+            "DoesNotExist" => format!("!{}", e.key),
+            "Exists" => e.key,
+            "In" => format!("{} in ({values})", e.key),
+            "NotIn" => format!("{} notin ({values})", e.key),
+            other => panic!("unknown operator {other}"),
+        });
+    }
+    let leases: Api<Lease> = Api::namespaced(kube, &ns);
+    for (name, labels) in [
+        ("election", json!({ "app.kubernetes.io/managed-by": "consistd" })),
+        (
+            "election.member.pod-0",
+            json!({ "app.kubernetes.io/managed-by": "consistd", "consistd.io/member-of": "election" }),
+        ),
+        ("someone-elses", json!({})),
+    ] {
+        let lease: Lease =
+            serde_json::from_value(json!({ "metadata": { "name": name, "labels": labels } })).expect("lease");
+        leases.create(&PostParams::default(), &lease).await.expect("create Lease");
+    }
+    let params = leases.list(&kube::api::ListParams::default().labels(&terms.join(","))).await.expect("list params");
+    let names: Vec<String> = params.items.into_iter().filter_map(|l| l.metadata.name).collect();
+    assert_eq!(names, ["election"], "the policy's parameters, selected by {terms:?}");
+}
