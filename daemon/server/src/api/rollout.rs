@@ -128,9 +128,15 @@ impl RolloutService for RolloutApi {
             };
             return Err(status::leadership_error(not_member));
         }
-        // A version that was never published must not count towards any barrier.
-        let latest =
-            self.rollout.versions().latest(&r.channel).await.map_err(status::versions_error)?.map_or(0, |v| v.version);
+        // A version that was never published must not count towards any barrier. One that arrived from
+        // the leader (it sends only published versions) needs no read of the channel's ConfigMap: at 100
+        // replicas, that read was 100 requests per version.
+        let arrived = self.rollout.arrived(&key).iter().map(|a| a.version).max().unwrap_or(0);
+        let latest = if r.version <= arrived {
+            arrived
+        } else {
+            self.rollout.versions().latest(&r.channel).await.map_err(status::versions_error)?.map_or(0, |v| v.version)
+        };
         if r.version > latest {
             return Err(status::failed_precondition(
                 "version",
