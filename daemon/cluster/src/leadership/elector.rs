@@ -262,6 +262,15 @@ impl View {
         self.vouch();
     }
 
+    /// Takes in a deletion the watch showed, unless the view holds a newer state (the Lease was created
+    /// again since).
+    fn gone(&mut self, resource_version: &str) {
+        match self.observed() {
+            Some(o) if is_older(Some(resource_version), &o.resource_version) => self.vouch(),
+            _ => self.see(None),
+        }
+    }
+
     /// Records that the view was just shown current.
     fn vouch(&mut self) {
         self.current_at = Some(Instant::now());
@@ -368,7 +377,7 @@ impl Follow {
                 }
                 Change::Deleted(obj) => {
                     if ours(obj) {
-                        view.see(None);
+                        view.gone(&obj.resource_version);
                     } else if self.listing.is_none() {
                         view.vouch();
                     }
@@ -500,7 +509,7 @@ pub(super) async fn run(election: Arc<Election>, client: Client, registry: Arc<L
             let began = Instant::now();
             let outcome = tokio::time::timeout(
                 budget,
-                step(&api, &election, campaign, &mut view, act == Act::Read, watching.is_some()),
+                step(&api, &election, campaign, &mut view, act == Act::Read, watching.is_some(), renewed.is_some()),
             )
             .await;
             election.record_step(match &outcome {
@@ -590,9 +599,9 @@ fn until_next_attempt(renewed: Option<Instant>, timing: Timing) -> Duration {
 }
 
 /// Reads the Lease when `read` and, when campaigning, takes or renews it as the view shows it. After a
-/// conflict (someone wrote since the view) a leader reads and decides once more; a candidate whose take
-/// lost a race does not, when it watches: the watch shows it the winner (so a release followed by every
-/// candidate's take costs one read, not one per candidate).
+/// conflict (someone wrote since the view) a leader (`leading`, or the view says it holds the Lease) reads
+/// and decides once more; a candidate whose take lost a race does not, when it watches: the watch shows it
+/// the winner (so a release followed by every candidate's take costs one read, not one per candidate).
 async fn step(
     api: &Api<Lease>,
     election: &Election,
@@ -600,6 +609,7 @@ async fn step(
     view: &mut View,
     read: bool,
     watching: bool,
+    leading: bool,
 ) -> Result<Step, kube::Error> {
     let name = &election.key.name;
     if read {
@@ -610,7 +620,7 @@ async fn step(
         let renewing = view.observed().is_some_and(|o| o.holder == election.identity);
         match write(api, election, timing, view).await? {
             Some(step) => return Ok(step),
-            None if watching && !renewing => return Ok(Step::NotLeader),
+            None if watching && !renewing && !leading => return Ok(Step::NotLeader),
             None => view.see(api.get_opt(name).await?),
         }
     }
@@ -795,7 +805,9 @@ mod tests {
         assert_eq!(view.observed().expect("seen").since, since, "the same record keeps when it was first seen");
         view.see(Some(lease("106", "other")));
         assert_eq!(holder(&view), Some("other"));
-        view.see(None);
+        view.gone("105");
+        assert_eq!(holder(&view), Some("other"), "a deletion older than the view changes nothing");
+        view.gone("107");
         assert!(view.observed().is_none() && view.free() && view.is_current(FRESH));
         assert!(is_older(Some("9"), "10") && !is_older(Some("10"), "9") && !is_older(Some("x"), "10"));
     }
