@@ -232,13 +232,15 @@ impl Health {
 /// readiness recovers fast.
 const PROBE_RETRY_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Probes the apiserver's /version whenever nothing heard from it for `health.probeInterval` (and once
-/// at start, for its version), each probe bounded by `health.probeTimeout`, until `shutdown`. Keeps the
-/// `apiserver_up` metric and logs when reachability changes.
+/// Probes the apiserver's /version whenever nothing heard from it for `health.probeInterval` (and from
+/// the start until one answers, for its version, however much else is heard), each probe bounded by
+/// `health.probeTimeout`, until `shutdown`. Keeps the `apiserver_up` metric and logs when reachability
+/// changes.
 pub async fn probe(client: kube::Client, health: Health, metrics: Metrics, shutdown: CancellationToken) {
     let (interval, timeout) = (health.config().probe_interval, health.config().probe_timeout);
     let mut reachable = false;
-    let mut first = true;
+    // Whether a probe answered yet (until then the version is unknown).
+    let mut answered = false;
     let mut due = Instant::now();
     loop {
         tokio::select! {
@@ -248,12 +250,14 @@ pub async fn probe(client: kube::Client, health: Health, metrics: Metrics, shutd
         let quiet_until = health.contact().last().map(|(at, _)| at + interval);
         match quiet_until {
             // Something else heard from the apiserver recently: no probe needed yet.
-            Some(until) if until > Instant::now() && !first => due = until,
+            Some(until) if !probe_now(answered, quiet_until, Instant::now()) => due = until,
             _ => {
-                first = false;
                 let sent = Instant::now();
                 match tokio::time::timeout(timeout, client.apiserver_version()).await {
-                    Ok(Ok(info)) => health.probe_answered(info.git_version),
+                    Ok(Ok(info)) => {
+                        answered = true;
+                        health.probe_answered(info.git_version);
+                    }
                     Ok(Err(error)) => health.probe_failed(sent, consistd_core::error::chain(&error)),
                     Err(_) => health.probe_failed(sent, format!("no answer within {timeout:?} (health.probeTimeout)")),
                 }
@@ -269,6 +273,13 @@ pub async fn probe(client: kube::Client, health: Health, metrics: Metrics, shutd
         reachable = verdict.is_ok();
         metrics.apiserver_up.set(i64::from(reachable));
     }
+}
+
+/// Whether the probe loop sends a probe now: until one has answered (for the apiserver's version, which
+/// only a probe learns, however much else is heard), then whenever nothing was heard from the apiserver for
+/// the probe interval (`quiet_until` passed).
+fn probe_now(answered: bool, quiet_until: Option<Instant>, now: Instant) -> bool {
+    !answered || quiet_until.is_none_or(|until| until <= now)
 }
 
 fn judge_apiserver(
@@ -374,6 +385,17 @@ mod tests {
 
     fn health() -> Health {
         Health::new("/s.sock".into(), "https://127.0.0.1:6443".into(), ApiContact::default(), config(10, 1))
+    }
+
+    #[test]
+    fn probes_go_on_until_one_answers_then_only_when_the_apiserver_is_quiet() {
+        let now = Instant::now();
+        let heard_recently = Some(now + Duration::from_secs(5));
+        assert!(probe_now(false, heard_recently, now), "a failed first probe is tried again, whatever else is heard");
+        assert!(probe_now(false, None, now));
+        assert!(!probe_now(true, heard_recently, now), "answered once: other contact spares the probe");
+        assert!(probe_now(true, Some(now), now));
+        assert!(probe_now(true, None, now));
     }
 
     #[tokio::test(start_paused = true)]
