@@ -700,7 +700,6 @@ async fn write(
 /// duration), written from the view as client-go does; after a conflict it reads and tries once more. A
 /// Lease someone else holds by then is not released.
 async fn release(api: &Api<Lease>, election: &Election, view: &mut View) {
-    const BOUND: Duration = Duration::from_secs(2);
     let name = &election.key.name;
     for _ in 0..2 {
         let Some((lease, current)) = &view.lease else { return };
@@ -714,34 +713,58 @@ async fn release(api: &Api<Lease>, election: &Election, view: &mut View) {
         spec.acquire_time = Some(now.clone());
         spec.renew_time = Some(now);
         let released = Lease { spec: Some(spec), metadata: lease.metadata.clone() };
-        match tokio::time::timeout(BOUND, api.replace(name, &PostParams::default(), &released)).await {
-            Ok(Ok(written)) => {
+        match bounded(api.replace(name, &PostParams::default(), &released)).await {
+            Ok(written) => {
                 view.see(Some(written));
                 tracing::info!(election = %name, "released leadership");
                 return;
             }
-            Ok(Err(kube::Error::Api(s))) if s.code == 409 => {
-                match tokio::time::timeout(BOUND, api.get_opt(name)).await {
-                    Ok(Ok(lease)) => view.see(lease),
-                    Ok(Err(error)) => {
-                        tracing::warn!(%error, election = %name, "could not read the Lease to release it");
-                        return;
-                    }
-                    Err(_) => {
-                        tracing::warn!(election = %name, "reading the Lease to release it timed out");
-                        return;
-                    }
+            Err(Failed::Conflict) => match bounded(api.get_opt(name)).await {
+                Ok(lease) => view.see(lease),
+                Err(failed) => {
+                    tracing::warn!(error = %failed, election = %name, "could not read the Lease to release it");
+                    return;
                 }
-            }
-            Ok(Err(error)) => {
-                tracing::warn!(%error, election = %name, "could not release the Lease");
-                return;
-            }
-            Err(_) => {
-                tracing::warn!(election = %name, "releasing the Lease timed out");
+            },
+            Err(failed) => {
+                tracing::warn!(error = %failed, election = %name, "could not release the Lease");
                 return;
             }
         }
+    }
+}
+
+/// How long each of [`release`]'s calls may take: shutdown waits for it.
+const RELEASE_BOUND: Duration = Duration::from_secs(2);
+
+/// Why one of [`release`]'s calls failed.
+#[derive(Debug)]
+enum Failed {
+    /// Someone wrote the Lease since the view (409).
+    Conflict,
+    /// Any other error from the apiserver.
+    Error(kube::Error),
+    /// No answer within [`RELEASE_BOUND`].
+    TimedOut,
+}
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Conflict => f.write_str("conflict: the Lease was written since it was seen"),
+            Self::Error(error) => write!(f, "{error}"),
+            Self::TimedOut => write!(f, "no answer within {RELEASE_BOUND:?}"),
+        }
+    }
+}
+
+/// One of [`release`]'s calls, bounded by [`RELEASE_BOUND`].
+async fn bounded<T>(call: impl Future<Output = Result<T, kube::Error>>) -> Result<T, Failed> {
+    match tokio::time::timeout(RELEASE_BOUND, call).await {
+        Ok(Ok(answer)) => Ok(answer),
+        Ok(Err(kube::Error::Api(s))) if s.code == 409 => Err(Failed::Conflict),
+        Ok(Err(error)) => Err(Failed::Error(error)),
+        Err(_) => Err(Failed::TimedOut),
     }
 }
 
