@@ -177,10 +177,57 @@ async fn ack(client: &Client, message_id: &str, stop: &AtomicBool) -> Result<(),
 /// slowness explains.
 const STALL: Duration = Duration::from_secs(60);
 
+/// What the sender's status and both daemons' last log lines show, for a stall's failure message.
+async fn stall_report(client: &Client, daemons: [&Daemon; 2]) -> String {
+    let mut report = String::new();
+    match client.outbox().get_outbox_status(GetOutboxStatusRequest {}).await {
+        Ok(status) => {
+            let now = std::time::SystemTime::now();
+            for d in status.into_inner().destinations {
+                let mut attempts: Vec<u32> = d.pending.iter().map(|p| p.attempts).collect();
+                attempts.sort_unstable();
+                let due_in: Vec<i64> = d
+                    .pending
+                    .iter()
+                    .filter_map(|p| p.next_attempt_at)
+                    .map(|t| {
+                        let t = std::time::SystemTime::UNIX_EPOCH
+                            + Duration::new(u64::try_from(t.seconds).unwrap_or(0), u32::try_from(t.nanos).unwrap_or(0));
+                        t.duration_since(now)
+                            .map_or_else(|e| -(e.duration().as_millis() as i64), |d| d.as_millis() as i64)
+                    })
+                    .collect();
+                let mut errors: Vec<&str> = d.pending.iter().map(|p| p.last_error.as_str()).collect();
+                errors.dedup();
+                report += &format!(
+                    "\n{} pending for {} (connected: {}); attempts min {:?} max {:?}; next attempt in ms min {:?} max {:?}; \
+                     errors: {:?}",
+                    d.pending.len(),
+                    d.peer,
+                    d.connected,
+                    attempts.first(),
+                    attempts.last(),
+                    due_in.iter().min(),
+                    due_in.iter().max(),
+                    &errors[..errors.len().min(3)],
+                );
+            }
+        }
+        Err(e) => report += &format!("\nno outbox status: {e}"),
+    }
+    for (name, daemon) in ["sender", "receiver"].into_iter().zip(daemons) {
+        let logs = daemon.logs();
+        let lines: Vec<&str> = logs.lines().collect();
+        report +=
+            &format!("\n--- the {name}'s last log lines ---\n{}", lines[lines.len().saturating_sub(40)..].join("\n"));
+    }
+    report
+}
+
 /// Waits until the sender holds nothing and every acknowledged message reached the app, failing if
 /// neither moves for [`STALL`]; then checks exactly-once.
-async fn settle_and_check(sender: &Path2, acknowledged: &[usize], log: &Arc<Mutex<AppLog>>) {
-    let client = Client::new(&sender.0);
+async fn settle_and_check(daemons: [&Daemon; 2], acknowledged: &[usize], log: &Arc<Mutex<AppLog>>) {
+    let client = Client::new(daemons[0].socket());
     let started = Instant::now();
     let (mut best, mut progressed) = ((u64::MAX, usize::MAX), Instant::now());
     loop {
@@ -202,14 +249,16 @@ async fn settle_and_check(sender: &Path2, acknowledged: &[usize], log: &Arc<Mute
             best = (best.0.min(pending), best.1.min(missing.len()));
             progressed = Instant::now();
         }
-        assert!(
-            progressed.elapsed() < STALL,
-            "no progress for {STALL:?} ({:?} settling): {pending} pending at the sender, {} messages never ACKed by \
-             the app (first: {:?})",
-            started.elapsed(),
-            missing.len(),
-            missing.first()
-        );
+        if progressed.elapsed() >= STALL {
+            panic!(
+                "no progress for {STALL:?} ({:?} settling): {pending} pending at the sender, {} messages never ACKed \
+                 by the app (first: {:?}){}",
+                started.elapsed(),
+                missing.len(),
+                missing.first(),
+                stall_report(&client, daemons).await
+            );
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     println!("settled in {:?}", started.elapsed());
@@ -242,9 +291,6 @@ fn random_millis(a: std::ops::Range<u64>, b: std::ops::Range<u64>) -> (Duration,
     (Duration::from_millis(rng.random_range(a)), Duration::from_millis(rng.random_range(b)))
 }
 
-/// The sender's socket path.
-struct Path2(PathBuf);
-
 async fn start(config: &str, dir: &std::path::Path) -> Daemon {
     Daemon::builder(BIN).config(config).dir(dir).start().await
 }
@@ -260,12 +306,11 @@ async fn kill_9_of_sender_and_receiver_during_10000_sends_loses_nothing_and_acks
     let b_config = format!("identity: receiver-b\npeer:\n  listen: {peer}\n  insecure: true\n");
     let mut a = start(&a_config, a_dir.path()).await;
     let mut b = start(&b_config, b_dir.path()).await;
-    let a_socket = a.socket().to_owned();
 
     let log = Arc::new(Mutex::new(AppLog::default()));
     let stop = Arc::new(AtomicBool::new(false));
     let app = spawn_app(b.socket().to_owned(), log.clone(), Duration::ZERO, stop.clone());
-    let (done, senders) = spawn_senders(a_socket.clone(), peer.clone(), SENDS, 8, Duration::from_millis(4));
+    let (done, senders) = spawn_senders(a.socket().to_owned(), peer.clone(), SENDS, 8, Duration::from_millis(4));
 
     // Kill one of them at a random moment, alternating, while the sends go on; restart it on the same
     // store and socket.
@@ -291,7 +336,7 @@ async fn kill_9_of_sender_and_receiver_during_10000_sends_loses_nothing_and_acks
     }
     assert_eq!(acknowledged.len(), SENDS);
     assert!(kills.0 >= 2 && kills.1 >= 2, "too few kills during the sends: {kills:?}");
-    settle_and_check(&Path2(a_socket), &acknowledged, &log).await;
+    settle_and_check([&a, &b], &acknowledged, &log).await;
     stop.store(true, Ordering::SeqCst);
     app.abort();
     let log = log.lock().expect("log");
@@ -345,7 +390,7 @@ async fn a_lossy_slow_network_and_an_absent_then_slow_app_lose_and_duplicate_not
     for s in senders {
         acknowledged.extend(s.await.expect("sender task"));
     }
-    settle_and_check(&Path2(a.socket().to_owned()), &acknowledged, &log).await;
+    settle_and_check([&a, &b], &acknowledged, &log).await;
     chaos_stop.store(true, Ordering::SeqCst);
     let drops = chaos.0.await.expect("chaos task");
     stop.store(true, Ordering::SeqCst);

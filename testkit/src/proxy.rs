@@ -50,7 +50,18 @@ impl DelayProxy {
         let holding = Arc::new(tokio::sync::watch::channel(false).0);
         let (delay, block, cut, hold) = (delay_ms.clone(), blocked.clone(), cuts.clone(), holding.clone());
         let task = tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
+            loop {
+                let client = match listener.accept().await {
+                    Ok((client, _)) => client,
+                    // A connection reset before it was accepted (Linux passes its error to accept), or no
+                    // file descriptor free for a moment: the proxy goes on, as a network does. Ending here
+                    // closed the listener, and every later connection was refused for good.
+                    Err(error) => {
+                        eprintln!("proxy: accept failed, going on: {error}");
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                };
                 if block.load(Ordering::SeqCst) {
                     drop(client);
                     continue;
