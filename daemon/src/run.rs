@@ -212,6 +212,7 @@ async fn build(config: Config, env: &Environment, source: ConfigSource) -> Resul
         barrier: Barrier::new(hub.clone()),
         namespace: namespace.clone(),
         transport,
+        tasks: tasks.clone(),
     });
     let peer_server = match config.peer.listen {
         Some(addr) => {

@@ -16,8 +16,8 @@ use consistd_client::{
     proto::{
         CampaignRequest, CreateRequest, Destination, EventType, GetOutboxStatusRequest, GetRolloutStatusRequest,
         GetRolloutStatusResponse, LeaseTiming, PatchRequest, PatchType, PublishRequest, ReportAppliedRequest,
-        SendRequest, ServiceDestination, SubscribeVersionsRequest, SubscribeVersionsResponse, WriteGuard,
-        destination::Target,
+        SendRequest, ServiceDestination, SubscribeVersionsRequest, SubscribeVersionsResponse, WaitAppliedRequest,
+        WriteGuard, destination::Target,
     },
 };
 use consistd_testkit::{Daemon, free_port, host_ip};
@@ -401,14 +401,21 @@ async fn with_the_base_role_every_job_of_the_example_app_works() {
     assert_eq!(modified.kind, EventType::Modified);
 
     // A rollout channel: two versions (the channel's ConfigMap created, then updated), each delivered
-    // to the app through the election group, reported applied on the member Lease, and the barrier read
-    // from the member Leases.
+    // to the app through the election group and reported applied (the leader, this daemon, records it on
+    // its member Lease), and the barrier read from the member Leases.
     let mut versions = subscribe_versions(&client).await;
     for version in 1..=2 {
         assert_eq!(publish(&client, &format!("v{version}")).await.expect("Publish"), version);
         assert_eq!(next_version(&mut versions).await, version);
         report_applied(&client, version).await.expect("ReportApplied");
     }
+    let request = WaitAppliedRequest {
+        channel: CHANNEL.into(),
+        version: 2,
+        timeout: Some(prost_types::Duration { seconds: 10, nanos: 0 }),
+    };
+    let opened = client.rollout().wait_applied(request).await.expect("WaitApplied").into_inner();
+    assert!(opened.all_applied, "{opened:?}");
     let standing = rollout_status(&client, 2).await.expect("GetRolloutStatus");
     let members: Vec<(&str, u64, bool)> =
         standing.members.iter().map(|m| (m.member.as_str(), m.applied_version, m.live)).collect();

@@ -4,7 +4,10 @@
 
 use k8s_openapi::{api::coordination::v1::Lease, jiff::Timestamp};
 
-pub(crate) use consistd_core::lease::{APPLIED_VERSION_ANNOTATION, ELECTION_ANNOTATION, MEMBER_OF_LABEL};
+pub(crate) use consistd_core::lease::{
+    APPLIED_BY_ANNOTATION, APPLIED_VERSION_ANNOTATION, AppliedBy, ELECTION_ANNOTATION, INCARNATION_ANNOTATION,
+    MEMBER_OF_LABEL,
+};
 
 /// Whether `lease` is a member Lease rather than an election's own.
 pub(crate) fn is_member(lease: &Lease) -> bool {
@@ -64,8 +67,12 @@ pub(crate) struct MemberLease {
     pub(crate) election: String,
     /// The member's identity (holderIdentity).
     pub(crate) identity: String,
-    /// The newest rollout version its app applied; 0 for none.
+    /// The newest rollout version its app applied, as its own Lease says; 0 for none.
     pub(crate) applied: u64,
+    /// This run of the member (see [`INCARNATION_ANNOTATION`]).
+    pub(crate) incarnation: String,
+    /// On the channel leader's Lease: its record of what every member applied.
+    pub(crate) applied_by: AppliedBy,
     /// Its last renewal.
     pub(crate) renewed: Option<Timestamp>,
     /// Whether it still counts: renewed within its leaseDurationSeconds (30 s when unset).
@@ -90,6 +97,8 @@ impl MemberLease {
             election,
             identity: spec.holder_identity.unwrap_or_default(),
             applied: annotations.get(APPLIED_VERSION_ANNOTATION).and_then(|v| v.parse().ok()).unwrap_or(0),
+            incarnation: annotations.get(INCARNATION_ANNOTATION).cloned().unwrap_or_default(),
+            applied_by: annotations.get(APPLIED_BY_ANNOTATION).map(|v| AppliedBy::parse(v)).unwrap_or_default(),
             renewed,
             live,
         })

@@ -118,13 +118,20 @@ pub(crate) struct Member {
     pub(crate) lagging: bool,
 }
 
-/// The live members of `channel` among `leases` at `now`, against `target`.
+/// The live members of `channel` among `leases` at `now`, against `target`. What a member applied is
+/// what its own Lease says, or what the channel leader's record (on the leader's member Lease) says of
+/// its current run, as the daemon's barrier reads it.
 fn members(leases: &[Lease], channel: &str, target: u64, now: Timestamp) -> Vec<Member> {
-    let mut members: Vec<Member> = leases
+    let group: Vec<MemberLease> =
+        leases.iter().filter_map(|l| MemberLease::read(l, now)).filter(|m| m.election == channel).collect();
+    let recorded = |m: &MemberLease| group.iter().map(|by| by.applied_by.applied(&m.identity, &m.incarnation)).max();
+    let mut members: Vec<Member> = group
         .iter()
-        .filter_map(|l| MemberLease::read(l, now))
-        .filter(|m| m.live && m.election == channel)
-        .map(|m| Member { lagging: m.applied < target, member: m.identity, applied: m.applied })
+        .filter(|m| m.live)
+        .map(|m| {
+            let applied = m.applied.max(recorded(m).unwrap_or(0));
+            Member { lagging: applied < target, member: m.identity.clone(), applied }
+        })
         .collect();
     members.sort_by(|a, b| a.member.cmp(&b.member));
     members
@@ -202,6 +209,34 @@ fn render(s: &Status, now: Timestamp) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_leaders_record_counts_for_the_run_of_a_member_it_names() {
+        let now: Timestamp = "2026-01-01T00:01:00Z".parse().expect("timestamp");
+        let member = |name: &str, incarnation: &str, applied_by: &str| {
+            serde_json::json!({
+                "metadata": {"name": format!("config.member.{name}"), "namespace": "ns",
+                             "labels": {"consistd.io/member-of": "config"},
+                             "annotations": {"consistd.io/election": "config", "consistd.io/member-incarnation": incarnation,
+                                             "consistd.io/applied-by": applied_by}},
+                "spec": {"holderIdentity": name, "leaseDurationSeconds": 3, "renewTime": "2026-01-01T00:00:59.000000Z"}
+            })
+        };
+        // The leader's record says a (this run) and b (an earlier run) applied version 2.
+        let leases: Vec<Lease> = serde_json::from_value(serde_json::json!([
+            member("leader", "l1", r#"{"a":"2@a1","b":"2@b0","leader":"2@l1"}"#),
+            member("a", "a1", "{}"),
+            member("b", "b1", "{}"),
+        ]))
+        .expect("leases");
+        let got = members(&leases, "config", 2, now);
+        let want = vec![
+            Member { member: "a".into(), applied: 2, lagging: false },
+            Member { member: "b".into(), applied: 0, lagging: true },
+            Member { member: "leader".into(), applied: 2, lagging: false },
+        ];
+        assert_eq!(got, want);
+    }
 
     #[test]
     fn only_live_members_of_the_channel_count_and_those_below_the_target_lag() {

@@ -104,6 +104,19 @@ async fn election_json(ns: &str, name: &str, done: impl Fn(&Value) -> bool) -> V
 }
 
 /// The whitespace-separated cells of the table row whose first cells are `first`.
+/// Runs `kubectl consistd ARGS` until `done` says the run shows what it waits for (at most 10 s): a
+/// member's report reaches the Leases when the channel's leader records it, a moment after ReportApplied.
+async fn kubectl_until(args: &[&str], done: impl Fn(&Run) -> bool) -> Run {
+    let started = Instant::now();
+    loop {
+        let run = kubectl(args).await;
+        if done(&run) || started.elapsed() > Duration::from_secs(10) {
+            return run;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 fn row<'a>(table: &'a str, first: &[&str]) -> Vec<&'a str> {
     table
         .lines()
@@ -331,7 +344,7 @@ async fn rollout_status_exits_0_when_all_applied_and_3_naming_the_laggard() {
     report(&a, 1).await;
     report(&b, 1).await;
 
-    let run = kubectl(&["rollout", "status", "config", "-n", &ns]).await;
+    let run = kubectl_until(&["rollout", "status", "config", "-n", &ns], |run| run.code == 0).await;
     assert_eq!(run.code, 0, "{run:?}");
     assert!(run.stdout.contains("latest version 1"), "{}", run.stdout);
     assert_eq!(row(&run.stdout, &["a"]), ["a", "1", "applied"], "{}", run.stdout);
@@ -341,7 +354,8 @@ async fn rollout_status_exits_0_when_all_applied_and_3_naming_the_laggard() {
     // v2 is published; only a applies it.
     assert_eq!(publish(&b, "v2").await, 2);
     report(&a, 2).await;
-    let run = kubectl(&["rollout", "status", "config", "-n", &ns]).await;
+    let run =
+        kubectl_until(&["rollout", "status", "config", "-n", &ns], |run| run.stdout.contains("\na        2 ")).await;
     assert_eq!(run.code, 3, "{run:?}");
     assert_eq!(row(&run.stdout, &["a"]), ["a", "2", "applied"], "{}", run.stdout);
     assert_eq!(row(&run.stdout, &["b"]), ["b", "1", "LAGGING"], "{}", run.stdout);

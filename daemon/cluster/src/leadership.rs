@@ -372,7 +372,7 @@ impl Leadership {
         let election = key.to_string();
         let (mut written, before) = self
             .membership
-            .report_applied(key, version)
+            .report_applied(key, version, true)
             .ok_or_else(|| LeadershipError::NotMember { election: election.clone() })?;
         let refused =
             |w: &Written| w.attempts > before && w.failed.as_ref().is_some_and(|(tried, _)| *tried >= version);
@@ -386,6 +386,27 @@ impl Leadership {
             Ok(Err(_)) => Err(LeadershipError::NotMember { election }),
             Err(_) => Err(LeadershipError::NotRecorded { election, version, waited: wait }),
         }
+    }
+
+    /// Notes that this member's app applied `version` of `key`'s channel, for its member Lease's next
+    /// renewal: for a version whose ACK is on its way to the channel's leader, which records it for the
+    /// whole group (see [`Self::record_applied_by`]).
+    pub fn note_applied(&self, key: &Key, version: u64) -> Result<(), LeadershipError> {
+        self.membership
+            .report_applied(key, version, false)
+            .map(drop)
+            .ok_or_else(|| LeadershipError::NotMember { election: key.to_string() })
+    }
+
+    /// As `key`'s channel leader, writes `record` (what every member applied, as their ACKs told it) on
+    /// this daemon's member Lease, where every replica's barrier reads it; false when not a member.
+    pub fn record_applied_by(&self, key: &Key, record: consistd_core::lease::AppliedBy) -> bool {
+        self.membership.record_applied_by(key, record)
+    }
+
+    /// The record of what every member applied this daemon last wrote as `key`'s channel leader.
+    pub fn applied_by(&self, key: &Key) -> consistd_core::lease::AppliedBy {
+        self.membership.applied_by(key)
     }
 
     /// Whether campaigning makes this daemon a member of election groups (it has a peer address).

@@ -16,5 +16,67 @@ pub const PEER_ADDRESS_ANNOTATION: &str = "consistd.io/peer-address";
 pub const ELECTION_ANNOTATION: &str = "consistd.io/election";
 /// Annotation with the newest version of the election's rollout channel this member's app applied.
 pub const APPLIED_VERSION_ANNOTATION: &str = "consistd.io/applied-version";
+/// Annotation with the member's incarnation: a random id each time the daemon joins the group, so a
+/// leader's record of what a member applied counts only for the run of the member that applied it.
+pub const INCARNATION_ANNOTATION: &str = "consistd.io/member-incarnation";
+/// Annotation on the channel leader's member Lease: what every member applied, as the members' ACKs of
+/// the leader's version messages told it (JSON, identity to `version@incarnation`; see [`AppliedBy`]).
+pub const APPLIED_BY_ANNOTATION: &str = "consistd.io/applied-by";
 /// How long a member counts after a renewal when its Lease has no leaseDurationSeconds.
 pub const DEFAULT_MEMBER_TTL_SECONDS: u32 = 30;
+
+/// A channel leader's record of what its members applied: identity to (version, incarnation). Readers
+/// take, for each member, the newest of its own Lease's applied version and every record's entry for its
+/// current incarnation: each entry is a fact ("this run of the member applied at least this version"), so
+/// records of former leaders can only be behind, never wrong.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AppliedBy(pub std::collections::BTreeMap<String, (u64, String)>);
+
+impl AppliedBy {
+    /// Reads an [`APPLIED_BY_ANNOTATION`] value; entries it cannot read are left out.
+    pub fn parse(value: &str) -> Self {
+        let raw: std::collections::BTreeMap<String, String> = serde_json::from_str(value).unwrap_or_default();
+        Self(
+            raw.into_iter()
+                .filter_map(|(identity, entry)| {
+                    let (version, incarnation) = entry.split_once('@')?;
+                    Some((identity, (version.parse().ok()?, incarnation.to_owned())))
+                })
+                .collect(),
+        )
+    }
+
+    /// The annotation's value.
+    pub fn encode(&self) -> String {
+        let raw: std::collections::BTreeMap<&String, String> = self
+            .0
+            .iter()
+            .map(|(identity, (version, incarnation))| (identity, format!("{version}@{incarnation}")))
+            .collect();
+        serde_json::to_string(&raw).unwrap_or_default()
+    }
+
+    /// What this record says `identity` applied in `incarnation` (0: nothing).
+    pub fn applied(&self, identity: &str, incarnation: &str) -> u64 {
+        self.0.get(identity).filter(|(_, i)| i == incarnation).map_or(0, |(v, _)| *v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_counts_only_for_the_incarnation_that_applied_and_survives_its_own_encoding() {
+        let mut record = AppliedBy::default();
+        record.0.insert("a".to_owned(), (5, "x1".to_owned()));
+        record.0.insert("b".to_owned(), (3, "y1".to_owned()));
+        let read = AppliedBy::parse(&record.encode());
+        assert_eq!(read, record);
+        assert_eq!(read.applied("a", "x1"), 5);
+        assert_eq!(read.applied("a", "x2"), 0, "a restarted member applied nothing yet");
+        assert_eq!(read.applied("c", "z"), 0);
+        assert_eq!(AppliedBy::parse("not json"), AppliedBy::default());
+        assert_eq!(AppliedBy::parse(r#"{"a":"5@x","b":"nope","c":"x@y"}"#).0.len(), 1);
+    }
+}

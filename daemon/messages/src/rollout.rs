@@ -2,11 +2,14 @@
 //! campaign in it and so are its members (member Leases). Publish on any replica goes to the channel's
 //! leader, which takes the next version in the cluster (`consistd_core::versions`) and sends it to every member
 //! through the ACK-tracked outbox; each member's app receives it on SubscribeVersions (the latest
-//! first), applies it and reports so, which ACKs the message and records the version on its member
-//! Lease, where `barrier` reads who has applied what.
+//! first), applies it and reports so, which ACKs the message. The leader records what the ACKs tell it
+//! on its member Lease (`progress`), once per version for the whole group; a member's own Lease carries
+//! its applied version too (at its next renewal, or at once when no ACK of the leader's message says
+//! it). `barrier` reads who has applied what from those Leases.
 
 pub mod barrier;
 mod inbound;
+mod progress;
 
 use std::{sync::Arc, time::Duration};
 
@@ -15,7 +18,10 @@ use consistd_cluster::{
     leadership::{Key, Leadership, LeadershipError, Role},
     watch::ResourceError,
 };
-use consistd_core::versions::{Version, Versions, VersionsError};
+use consistd_core::{
+    tasks::Tasks,
+    versions::{Version, Versions, VersionsError},
+};
 use consistd_observe::telemetry::TraceContext;
 use consistd_proto::peer::v1 as peer_pb;
 
@@ -91,6 +97,10 @@ pub struct Rollout {
     namespace: String,
     /// How to reach other daemons (to forward a Publish to the leader); None: not configured.
     transport: Option<Transport>,
+    /// Channels whose members' progress this daemon records as their leader.
+    keeping: progress::Keeping,
+    /// Runs the progress records.
+    tasks: Tasks,
 }
 
 /// The parts [`Rollout::new`] is built from, as `run` wires them.
@@ -110,6 +120,8 @@ pub struct RolloutParts {
     pub namespace: String,
     /// Peer transport, for forwarding.
     pub transport: Option<Transport>,
+    /// Where the leader's record of its members' progress runs.
+    pub tasks: Tasks,
 }
 
 impl Rollout {
@@ -123,6 +135,8 @@ impl Rollout {
             barrier: p.barrier,
             namespace: p.namespace,
             transport: p.transport,
+            keeping: progress::Keeping::default(),
+            tasks: p.tasks,
         }
     }
 
@@ -181,6 +195,8 @@ impl Rollout {
         }
         // Checked before a version is taken, so a refused payload uses up no version.
         self.outbox.check_payload(payload.len())?;
+        // Before the version goes out, so the record sees every member's ACK of it.
+        self.keep_progress(key);
         let version = self.versions.publish(&key.name, payload.to_vec(), content_type).await?;
         self.deliver(key, &version, payload).await?;
         tracing::info!(channel = %key.name, version = version.version, "published");
@@ -207,6 +223,7 @@ impl Rollout {
     /// A new leader sends the latest version again, in case its predecessor stored it in the cluster but
     /// died before sending it (members that have it answer from their deduplication).
     pub async fn resend_latest(&self, key: &Key) -> Result<(), RolloutError> {
+        self.keep_progress(key);
         if let Some(latest) = self.versions.latest(&key.name).await? {
             let payload = Bytes::from(latest.payload.clone());
             self.deliver(key, &latest, payload).await?;

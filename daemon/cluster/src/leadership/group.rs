@@ -4,9 +4,9 @@
 //! wall clock; after that, from this daemon's monotonic clock at the moment it saw renewTime change,
 //! as client-go judges Leases, so clock skew between nodes matters only at first sight.
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
-use consistd_core::lease::MEMBER_OF_LABEL;
+use consistd_core::lease::{AppliedBy, MEMBER_OF_LABEL};
 use tokio::time::Instant;
 
 use super::membership::{MemberRecord, group_label};
@@ -94,6 +94,20 @@ impl GroupReader {
     /// Every member with a Lease, live or not.
     pub fn members(&self) -> impl Iterator<Item = &SeenMember> {
         self.mirror.values().values()
+    }
+
+    /// The newest version each member applied, by identity: what its own Lease says, or what any channel
+    /// leader's record (on that leader's member Lease) says of the member's current run.
+    pub fn applied(&self) -> HashMap<&str, u64> {
+        let records: Vec<&AppliedBy> =
+            self.members().map(|m| &m.record.applied_by).filter(|r| !r.0.is_empty()).collect();
+        self.members()
+            .map(|m| {
+                let r = &m.record;
+                let recorded = records.iter().map(|by| by.applied(&r.identity, &r.incarnation)).max().unwrap_or(0);
+                (r.identity.as_str(), r.applied.max(recorded))
+            })
+            .collect()
     }
 
     /// What the members live now say of themselves.

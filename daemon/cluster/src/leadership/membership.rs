@@ -3,8 +3,10 @@
 //! annotated with its peer address), renewed every third of the membership TTL and deleted when it
 //! stops campaigning. A member that stops renewing (kill -9, lost apiserver) counts until its TTL has
 //! passed since it was last seen renewing, then it is dropped. The Lease also carries the newest
-//! rollout version the member's app applied. Outbox election destinations and replica barriers read
-//! the group from these Leases.
+//! rollout version the member's app applied (written at once, or at the next renewal when the channel's
+//! leader hears of it through its ACKs), its incarnation, and on the channel leader's Lease the leader's
+//! record of what every member applied. Outbox election destinations and replica barriers read the group
+//! from these Leases.
 
 use std::{
     collections::HashMap,
@@ -15,8 +17,8 @@ use std::{
 use consistd_core::{
     config::Live,
     lease::{
-        APPLIED_VERSION_ANNOTATION, DEFAULT_MEMBER_TTL_SECONDS, ELECTION_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL,
-        MEMBER_OF_LABEL, PEER_ADDRESS_ANNOTATION,
+        APPLIED_BY_ANNOTATION, APPLIED_VERSION_ANNOTATION, AppliedBy, DEFAULT_MEMBER_TTL_SECONDS, ELECTION_ANNOTATION,
+        INCARNATION_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL, MEMBER_OF_LABEL, PEER_ADDRESS_ANNOTATION,
     },
     names,
     tasks::Tasks,
@@ -54,10 +56,21 @@ pub(super) struct Membership {
 struct Seat {
     uses: usize,
     stop: CancellationToken,
-    /// The applied version to announce.
-    applied: watch::Sender<u64>,
+    /// What the member Lease is to say.
+    announced: watch::Sender<Announced>,
     /// What the keeper's writes of the member Lease came to.
     written: watch::Receiver<Written>,
+}
+
+/// What a member Lease is to say beyond who and where the member is.
+#[derive(Debug, Clone, Default)]
+struct Announced {
+    /// The newest version of the channel the member's app applied.
+    applied: u64,
+    /// While this daemon leads the channel: its record of what every member applied.
+    applied_by: Option<AppliedBy>,
+    /// Bumped by each change to write at once; other changes wait for the next renewal.
+    urgent: u64,
 }
 
 /// What the writes of a member Lease came to, as ReportApplied waits on them.
@@ -83,6 +96,10 @@ pub struct MemberRecord {
     pub applied: u64,
     /// Its last renewal (RFC 3339, as written).
     pub renew_time: String,
+    /// This run of the member (a random id per join); empty for a Lease written before incarnations.
+    pub incarnation: String,
+    /// On the channel leader's Lease: its record of what every member applied.
+    pub applied_by: AppliedBy,
     /// How long it counts after a renewal: its leaseDurationSeconds, 30 s when unset.
     pub ttl: Duration,
 }
@@ -130,6 +147,8 @@ impl MemberRecord {
             peer: peer.clone(),
             applied: annotations.get(APPLIED_VERSION_ANNOTATION).and_then(|v| v.parse().ok()).unwrap_or(0),
             renew_time: lease.spec.renew_time.unwrap_or_default(),
+            incarnation: annotations.get(INCARNATION_ANNOTATION).cloned().unwrap_or_default(),
+            applied_by: annotations.get(APPLIED_BY_ANNOTATION).map(|v| AppliedBy::parse(v)).unwrap_or_default(),
             ttl: Duration::from_secs(
                 lease.spec.lease_duration_seconds.unwrap_or(u64::from(DEFAULT_MEMBER_TTL_SECONDS)),
             ),
@@ -182,39 +201,69 @@ impl Membership {
             Some(h) => h.uses += 1,
             None => {
                 let stop = self.tasks.signal().child_token();
-                let (applied, to_announce) = watch::channel(0);
+                let (announced, to_announce) = watch::channel(Announced::default());
                 let (confirm, written) = watch::channel(Written::default());
                 let keeper = Keeper {
                     api: Api::namespaced(self.client.clone(), &key.namespace),
                     election: key.name.clone(),
                     identity: self.identity.clone(),
+                    incarnation: format!("{:016x}", rand::random::<u64>()),
                     announce,
-                    applied: to_announce,
+                    announced: to_announce,
                     written: confirm,
                 };
                 self.tasks.spawn(keeper.run(stop.clone()));
-                held.insert(key.clone(), Seat { uses: 1, stop, applied, written });
+                held.insert(key.clone(), Seat { uses: 1, stop, announced, written });
             }
         }
         Some(SeatGuard { membership: self.clone(), key: key.clone() })
     }
 
-    /// Announces that this member's app applied `version` of `key`'s channel; the returned receiver
-    /// sees what the writes of the member Lease came to, with the number of writes attempted before
-    /// this report. None when this daemon is not a member of that group.
-    pub(super) fn report_applied(&self, key: &Key, version: u64) -> Option<(watch::Receiver<Written>, u64)> {
+    /// Announces that this member's app applied `version` of `key`'s channel: written at once when
+    /// `now`, else at the next renewal. The returned receiver sees what the writes of the member Lease
+    /// came to, with the number of writes attempted before this report. None when this daemon is not a
+    /// member of that group.
+    pub(super) fn report_applied(&self, key: &Key, version: u64, now: bool) -> Option<(watch::Receiver<Written>, u64)> {
         let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         let h = held.get(key)?;
         // Counted before the keeper is woken, so no write carrying this version is missed.
         let attempts = h.written.borrow().attempts;
-        h.applied.send_if_modified(|v| {
-            let newer = version > *v;
+        // A version noted for the next renewal and then reported to be written now is written now.
+        let unwritten = version > h.written.borrow().recorded;
+        h.announced.send_if_modified(|a| {
+            let newer = version > a.applied;
             if newer {
-                *v = version;
+                a.applied = version;
             }
-            newer
+            let write_now = now && unwritten;
+            if write_now {
+                a.urgent += 1;
+            }
+            newer || write_now
         });
         Some((h.written.clone(), attempts))
+    }
+
+    /// Writes `record` (the channel leader's record of what every member applied) on this daemon's member
+    /// Lease of `key` at once; false when this daemon is not a member of that group.
+    pub(super) fn record_applied_by(&self, key: &Key, record: AppliedBy) -> bool {
+        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(h) = held.get(key) else { return false };
+        h.announced.send_if_modified(|a| {
+            let changed = a.applied_by.as_ref() != Some(&record);
+            if changed {
+                a.applied_by = Some(record);
+                a.urgent += 1;
+            }
+            changed
+        });
+        true
+    }
+
+    /// The record of what every member applied this daemon last wrote as `key`'s channel leader.
+    pub(super) fn applied_by(&self, key: &Key) -> AppliedBy {
+        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        held.get(key).and_then(|h| h.announced.borrow().applied_by.clone()).unwrap_or_default()
     }
 
     /// Whether this daemon is a member of `key`'s group.
@@ -230,7 +279,7 @@ impl Membership {
     /// The applied version announced for `key` (0 when none, or not a member).
     pub(super) fn applied(&self, key: &Key) -> u64 {
         let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        held.get(key).map_or(0, |h| *h.applied.borrow())
+        held.get(key).map_or(0, |h| h.announced.borrow().applied)
     }
 }
 
@@ -258,16 +307,18 @@ struct Keeper {
     api: Api<Lease>,
     election: String,
     identity: String,
+    /// This run's id on the Lease (see [`INCARNATION_ANNOTATION`]).
+    incarnation: String,
     announce: Announce,
-    /// The applied version to announce.
-    applied: watch::Receiver<u64>,
+    /// What the Lease is to say.
+    announced: watch::Receiver<Announced>,
     /// Every write's outcome: the applied version once the Lease holds it, or why it does not.
     written: watch::Sender<Written>,
 }
 
 impl Keeper {
-    /// Creates and renews the member Lease (at once when the applied version changes) until `stop`,
-    /// then deletes it.
+    /// Creates and renews the member Lease (at once after an urgent change of what it announces) until
+    /// `stop`, then deletes it.
     async fn run(mut self, stop: CancellationToken) {
         let (election, identity) = (self.election.clone(), self.identity.clone());
         let name = lease_name(&election, &identity);
@@ -275,14 +326,19 @@ impl Keeper {
             let ttl = self.announce.ttl.get();
             let renew_every = ttl / 3;
             let ttl_seconds = i32::try_from(ttl.as_secs().max(1)).unwrap_or(i32::MAX);
-            let applied = *self.applied.borrow_and_update();
+            let announced = self.announced.borrow_and_update().clone();
+            let applied = announced.applied;
             let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
             let mut annotations = serde_json::json!({
                 PEER_ADDRESS_ANNOTATION: self.announce.address,
                 ELECTION_ANNOTATION: election,
+                INCARNATION_ANNOTATION: self.incarnation,
             });
             if applied > 0 {
                 annotations[APPLIED_VERSION_ANNOTATION] = applied.to_string().into();
+            }
+            if let Some(record) = &announced.applied_by {
+                annotations[APPLIED_BY_ANNOTATION] = record.encode().into();
             }
             let lease = serde_json::json!({
                 "apiVersion": "coordination.k8s.io/v1",
@@ -309,9 +365,23 @@ impl Keeper {
                     });
                 }
             }
+            // Until the next renewal, or an urgent change; other changes ride with the renewal.
+            let renew_at = tokio::time::Instant::now() + renew_every;
+            let urgent = announced.urgent;
+            let wait = async {
+                loop {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(renew_at) => return true,
+                        changed = self.announced.changed() => {
+                            if changed.is_err() || self.announced.borrow().urgent != urgent {
+                                return changed.is_ok();
+                            }
+                        }
+                    }
+                }
+            };
             tokio::select! {
-                () = tokio::time::sleep(renew_every) => {}
-                Ok(()) = self.applied.changed() => {}
+                more = wait => if !more { break },
                 () = stop.cancelled() => break,
             }
         }

@@ -1,5 +1,6 @@
 //! The barrier: which members of a channel's group have applied which version, read from their member
-//! Leases through the watch hub, so every replica gives the same answer from the same cluster state.
+//! Leases through the watch hub (each member's own, and the channel leader's record of them all), so
+//! every replica gives the same answer from the same cluster state.
 //! A member counts while [`GroupReader`]'s liveness rule says so; a member whose Lease was deleted (it
 //! resigned) is gone; one that stopped renewing is listed as not live.
 
@@ -40,12 +41,13 @@ pub struct Standing {
 impl Standing {
     fn of(group: &GroupReader, version: u64) -> Self {
         let now = Instant::now();
+        let applied = group.applied();
         let mut members: Vec<MemberProgress> = group
             .members()
             .map(|m| MemberProgress {
                 identity: m.record.identity.clone(),
                 peer: m.record.peer.clone(),
-                applied: m.record.applied,
+                applied: applied.get(m.record.identity.as_str()).copied().unwrap_or(m.record.applied),
                 live: m.live_at(now),
                 last_seen: m.record.renewed_at().map(SystemTime::from),
             })
@@ -70,6 +72,11 @@ impl Barrier {
         Self { hub }
     }
 
+    /// Starts reading `channel`'s group in `namespace`.
+    pub(super) async fn group(&self, namespace: &str, channel: &str) -> Result<GroupReader, ResourceError> {
+        GroupReader::open(&self.hub, namespace, channel).await
+    }
+
     /// Where `channel` in `namespace` stands for `version` now.
     pub async fn standing(&self, namespace: &str, channel: &str, version: u64) -> Result<Standing, ResourceError> {
         self.wait(namespace, channel, version, Instant::now()).await
@@ -84,7 +91,7 @@ impl Barrier {
         version: u64,
         deadline: Instant,
     ) -> Result<Standing, ResourceError> {
-        let mut group = GroupReader::open(&self.hub, namespace, channel).await?;
+        let mut group = self.group(namespace, channel).await?;
         loop {
             if group.synced() {
                 let standing = Standing::of(&group, version);

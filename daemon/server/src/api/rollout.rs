@@ -1,8 +1,9 @@
 //! RolloutService: Publish goes to the channel's leader, which assigns the next version and sends it to
 //! every member; SubscribeVersions joins the channel (campaigning in its election) and streams the
-//! latest version, then newer ones; ReportApplied ACKs them and records the applied version on the
-//! member Lease; GetRolloutStatus and WaitApplied (the barrier) read every member's from the cluster, so
-//! any replica answers the same.
+//! latest version, then newer ones; ReportApplied ACKs them, which tells the channel's leader, and the
+//! leader records what every member applied on its member Lease (a version that came some other way is
+//! recorded on the reporting member's Lease at once); GetRolloutStatus and WaitApplied (the barrier) read
+//! every member's from the cluster, so any replica answers the same.
 
 use std::time::Duration;
 
@@ -143,11 +144,17 @@ impl RolloutService for RolloutApi {
                 format!("{} of channel {} was never published (the latest is {latest})", r.version, r.channel),
             ));
         }
-        self.rollout
-            .leadership()
-            .report_applied(&key, r.version, RECORD_WAIT)
-            .await
-            .map_err(status::leadership_error)?;
+        let leadership = self.rollout.leadership();
+        if r.version == arrived {
+            // The ACK of the leader's message tells the leader, which records it for the whole group; the
+            // member Lease carries it from its next renewal on, in case that ACK goes to a leader since
+            // gone.
+            leadership.note_applied(&key, r.version).map_err(status::leadership_error)?;
+        } else {
+            // No message of this version waits to be ACKed (the app applied the version it read from the
+            // cluster, or an older one): the member Lease says it now.
+            leadership.report_applied(&key, r.version, RECORD_WAIT).await.map_err(status::leadership_error)?;
+        }
         self.rollout.ack_applied(&key, r.version).await.map_err(status::rollout_error)?;
         Ok(Response::new(pb::ReportAppliedResponse {}))
     }
@@ -207,7 +214,8 @@ impl RolloutService for RolloutApi {
 
 /// Streams `key`'s versions to one subscriber: the latest from the cluster first, then each newer one
 /// that arrives from the leader; ACKs arrivals the app already applied; as the channel's new leader,
-/// sends the latest version again. Ends with UNAVAILABLE when the daemon stops.
+/// sends the latest version again (and starts recording the members' progress). Ends with UNAVAILABLE
+/// when the daemon stops.
 async fn stream_versions(
     rollout: Rollout,
     key: Key,
