@@ -29,7 +29,10 @@ echo
 echo "client-go, same control plane, for comparison:"
 (cd hack/bench/client-go-election && GOTOOLCHAIN=local go build -o "$repo/target/bench/client-go-election" .)
 KUBECONFIG=$CONSISTD_TEST_KUBECONFIG "$repo/target/bench/client-go-election" 2>/dev/null
-KUBECONFIG=$CONSISTD_TEST_KUBECONFIG "$repo/target/bench/client-go-election" idle 100 2>/dev/null
+# Idle candidates at the sizes the scale bench runs consistd at, for the projection beside it.
+for n in 25 100 250; do
+  KUBECONFIG=$CONSISTD_TEST_KUBECONFIG "$repo/target/bench/client-go-election" idle "$n" 2>/dev/null
+done
 echo
 echo "64 apps: a client-go informer in each, against one consistd shared by them:"
 (cd hack/bench/informers && GOTOOLCHAIN=local go build -o "$repo/target/bench/informers" . &&

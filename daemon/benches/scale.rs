@@ -1,7 +1,7 @@
 //! Scale (`make bench`): N daemons as processes in one namespace against the real control plane, every
 //! one a replica of one rollout channel (so a candidate in its election and a member of its group), each
-//! app applying versions at once and observing the election. For N = 25, 50 and 100 (BENCH_REPLICAS to
-//! choose), prints:
+//! app applying versions at once and observing the election. For N = 25, 100 and 250 (BENCH_REPLICAS to
+//! choose; 250 daemons take about 6.5 GiB), prints:
 //!
 //! 1. idle cost: apiserver requests per second (from the audit log, by what they were for), Lease watch
 //!    events the apiserver sent, and RSS and CPU per daemon;
@@ -246,7 +246,7 @@ async fn run(n: usize) {
 async fn main() {
     #[allow(clippy::disallowed_methods, reason = "a benchmark's own switch, not the daemon's environment")]
     let sizes: Vec<usize> = std::env::var("BENCH_REPLICAS")
-        .unwrap_or_else(|_| "25,50,100".to_owned())
+        .unwrap_or_else(|_| "25,100,250".to_owned())
         .split(',')
         .map(|n| n.trim().parse().expect("BENCH_REPLICAS: comma-separated replica counts"))
         .collect();

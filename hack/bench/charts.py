@@ -4,7 +4,9 @@
 
 Each line of FIGURES is one point, {"chart", "unit", "series", "x", "y"}, written by the Rust benchmarks
 (testkit/src/figures.rs) and the Go ones. Each chart becomes OUT_DIR/<chart>.png: a latency distribution
-(x: percentile) as cumulative curves, numeric x as lines, labelled x as grouped bars.
+(x: percentile) as cumulative curves, numeric x as lines, labelled x as grouped bars. From the idle
+requests per daemon at the sizes measured, it also projects the apiserver's idle load at 1,000 and 10,000
+pods (idle-projection.png, and a table on stdout).
 """
 
 import collections
@@ -54,6 +56,8 @@ XLABELS = {
 ANNOTATED_POINTS = 12
 LOG_X = {"idle-requests", "watch-fanout", "barrier", "handover-at-scale"}
 LOG_Y = {"handover-at-scale"}
+# Pods the idle load is projected to, from the sizes measured.
+PROJECTED = (1_000, 10_000)
 
 
 def number(y):
@@ -130,6 +134,54 @@ def bars(ax, chart):
     ax.set_ylabel(chart["unit"])
 
 
+def fit(points):
+    """The line a * x + b through (x, total) points by least squares (through the origin for one point)."""
+    n = len(points)
+    sx, sy = sum(x for x, _ in points), sum(y for _, y in points)
+    if n < 2:
+        return (sy / sx if sx else 0.0), 0.0
+    sxx, sxy = sum(x * x for x, _ in points), sum(x * y for x, y in points)
+    a = (n * sxy - sx * sy) / (n * sxx - sx * sx)
+    return a, (sy - a * sx) / n
+
+
+def projection(chart, out):
+    """Total idle apiserver requests/s against pods: measured (per-daemon figure times daemons), then a
+    straight line through them carried on to PROJECTED; drawn, and printed as a table."""
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    print("| pods | " + " | ".join(f"{name}: requests/s" for name in chart["series"]) + " |")
+    print("| --- |" + " --- |" * len(chart["series"]))
+    rows = collections.defaultdict(dict)
+    for name, points in chart["series"].items():
+        totals = sorted((x, x * y) for x, y in points)
+        a, b = fit(totals)
+        line = ax.plot([x for x, _ in totals], [y for _, y in totals], marker="o", label=f"{name}, measured")
+        ahead = [(totals[-1][0], totals[-1][1])] + [(n, a * n + b) for n in PROJECTED]
+        ax.plot([x for x, _ in ahead], [y for _, y in ahead], "--", marker="s", color=line[0].get_color(),
+                label=f"{name}, projected")
+        for x, y in ahead[1:]:
+            ax.annotate(number(y), (x, y), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
+        for x, y in totals:
+            rows[x][name] = f"{y:,.1f}"
+        for n in PROJECTED:
+            rows[n][name] = f"{a * n + b:,.0f} (projected)"
+    for x in sorted(rows):
+        print(f"| {x:,g} | " + " | ".join(rows[x].get(name, "") for name in chart["series"]) + " |")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    # Room above the highest figure for its label.
+    ax.set_ylim(top=max(y for line in ax.get_lines() for y in line.get_ydata()) * 3)
+    ax.set_xlabel("pods (daemons, or client-go candidates) in one election group (log scale)")
+    ax.set_ylabel("apiserver requests/s, all of them (log scale)")
+    ax.set_title("Idle apiserver load: measured, and projected to 1,000 and 10,000 pods")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "idle-projection.png")
+    plt.close(fig)
+    print(f"charts: {out / 'idle-projection'}.png")
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
@@ -158,6 +210,8 @@ def main():
         fig.savefig(out / f"{name}.png")
         plt.close(fig)
         print(f"charts: {out / name}.png")
+    if "idle-requests" in charts:
+        projection(charts["idle-requests"], out)
 
 
 if __name__ == "__main__":
