@@ -564,9 +564,16 @@ pub(super) async fn run(election: Arc<Election>, client: Client, registry: Arc<L
             () = tokio::time::sleep_until(due) => {}
             item = next_item(&mut watching) => match (item, watching.as_mut()) {
                 (Some(item), Some(w)) => {
+                    let judged_on = view.observed().map(|o| o.resource_version.clone());
                     if w.follow.take(item, &election.key.name, &mut view) && renewed.is_none() {
                         // A follower's view shown current by the watch is a step that succeeded.
                         election.record_step(Ok(()));
+                    }
+                    if view.observed().map(|o| &o.resource_version) != judged_on.as_ref() {
+                        // A newer state of the Lease than the one a lost race or a failed step was judged
+                        // on: decide again now. Waiting out the retry period cost a handover 2 s when the
+                        // new leader released within it.
+                        retry_at = None;
                     }
                 }
                 _ => {
