@@ -207,7 +207,7 @@ impl Membership {
                     api: Api::namespaced(self.client.clone(), &key.namespace),
                     election: key.name.clone(),
                     identity: self.identity.clone(),
-                    incarnation: format!("{:016x}", rand::random::<u64>()),
+                    incarnation: format!("{:08x}", rand::random::<u32>()),
                     announce,
                     announced: to_announce,
                     written: confirm,
