@@ -25,7 +25,7 @@ pub(super) type Keeping = Arc<std::sync::Mutex<HashSet<Key>>>;
 
 /// Keeps the record of one channel while this daemon leads it.
 #[derive(Debug)]
-struct Progress {
+struct Tally {
     rollout: Rollout,
     key: Key,
     states: watch::Receiver<Observation>,
@@ -40,18 +40,18 @@ impl Rollout {
     pub(super) fn keep_progress(&self, key: &Key) {
         let mut keeping = self.keeping.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if keeping.insert(key.clone()) {
-            let progress = Progress {
+            let tally = Tally {
                 rollout: self.clone(),
                 key: key.clone(),
                 states: self.leadership.observe(key),
                 outcomes: self.outbox.outcomes(),
             };
-            self.tasks.spawn(progress.run());
+            self.tasks.spawn(tally.run());
         }
     }
 }
 
-impl Progress {
+impl Tally {
     /// Records the members' ACKs until this daemon no longer leads the channel (or stops).
     async fn run(mut self) {
         let (namespace, name) = (self.key.namespace.clone(), self.key.name.clone());
