@@ -29,8 +29,8 @@ struct Tally {
     rollout: Rollout,
     key: Key,
     states: watch::Receiver<Observation>,
-    /// Subscribed when the leadership began, before the latest version is sent again, so no ACK of it
-    /// is missed.
+    /// Subscribed before the version that starts the tally goes out (`keep_progress` runs first in
+    /// `publish_as_leader` and `resend_latest`), so no ACK of it is missed.
     outcomes: broadcast::Receiver<Outcome>,
 }
 
@@ -87,7 +87,9 @@ impl Tally {
                 written = record.clone();
                 unwritten_since = None;
             }
-            let flush_at = unwritten_since.map(|at| at + FLUSH_AFTER);
+            // Only once the group is read completely: before that nothing is written, and a flush time
+            // already passed would wake this loop at once, again and again.
+            let flush_at = unwritten_since.filter(|_| group.synced()).map(|at| at + FLUSH_AFTER);
             tokio::select! {
                 outcome = self.outcomes.recv() => match outcome {
                     Ok(o) if o.kind == OutcomeKind::Acked && o.message.destination == destination && o.message.resource_id == resource_id => {
