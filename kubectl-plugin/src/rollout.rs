@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::{
     cluster::Cluster,
-    leases::{MEMBER_OF_LABEL, MemberLease, ago_ms},
+    leases::{AppliedBy, MEMBER_OF_LABEL, MemberLease, ago_ms},
     output::{self, Format},
 };
 
@@ -124,12 +124,12 @@ pub(crate) struct Member {
 fn members(leases: &[Lease], channel: &str, target: u64, now: Timestamp) -> Vec<Member> {
     let group: Vec<MemberLease> =
         leases.iter().filter_map(|l| MemberLease::read(l, now)).filter(|m| m.election == channel).collect();
-    let recorded = |m: &MemberLease| group.iter().map(|by| by.applied_by.applied(&m.identity, &m.incarnation)).max();
     let mut members: Vec<Member> = group
         .iter()
         .filter(|m| m.live)
         .map(|m| {
-            let applied = m.applied.max(recorded(m).unwrap_or(0));
+            let records = group.iter().map(|by| &by.applied_by);
+            let applied = AppliedBy::newest(m.applied, records, &m.identity, &m.incarnation);
             Member { lagging: applied < target, member: m.identity.clone(), applied }
         })
         .collect();

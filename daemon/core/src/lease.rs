@@ -60,6 +60,17 @@ impl AppliedBy {
     pub fn applied(&self, identity: &str, incarnation: &str) -> u64 {
         self.0.get(identity).filter(|(_, i)| i == incarnation).map_or(0, |(v, _)| *v)
     }
+
+    /// The rule every reader applies: what member `identity` applied in `incarnation` is the newest of
+    /// what its own Lease says (`own`) and what each of `records` says of that run.
+    pub fn newest<'a>(
+        own: u64,
+        records: impl IntoIterator<Item = &'a AppliedBy>,
+        identity: &str,
+        incarnation: &str,
+    ) -> u64 {
+        records.into_iter().map(|r| r.applied(identity, incarnation)).fold(own, u64::max)
+    }
 }
 
 #[cfg(test)]
@@ -76,6 +87,9 @@ mod tests {
         assert_eq!(read.applied("a", "x1"), 5);
         assert_eq!(read.applied("a", "x2"), 0, "a restarted member applied nothing yet");
         assert_eq!(read.applied("c", "z"), 0);
+        assert_eq!(AppliedBy::newest(3, [&read, &AppliedBy::default()], "a", "x1"), 5, "the record is newer");
+        assert_eq!(AppliedBy::newest(7, [&read], "a", "x1"), 7, "the member's own Lease is newer");
+        assert_eq!(AppliedBy::newest(0, [&read], "a", "x2"), 0, "another run");
         assert_eq!(AppliedBy::parse("not json"), AppliedBy::default());
         assert_eq!(AppliedBy::parse(r#"{"a":"5@x","b":"nope","c":"x@y"}"#).0.len(), 1);
     }

@@ -104,8 +104,10 @@ impl GroupReader {
         self.members()
             .map(|m| {
                 let r = &m.record;
-                let recorded = records.iter().map(|by| by.applied(&r.identity, &r.incarnation)).max().unwrap_or(0);
-                (r.identity.as_str(), r.applied.max(recorded))
+                (
+                    r.identity.as_str(),
+                    AppliedBy::newest(r.applied, records.iter().copied(), &r.identity, &r.incarnation),
+                )
             })
             .collect()
     }

@@ -127,6 +127,6 @@ fn complete(group: &GroupReader, record: &AppliedBy) -> bool {
     let now = Instant::now();
     group.members().filter(|m| m.live_at(now)).all(|m| {
         let r = &m.record;
-        r.applied.max(record.applied(&r.identity, &r.incarnation)) >= newest
+        AppliedBy::newest(r.applied, [record], &r.identity, &r.incarnation) >= newest
     })
 }
