@@ -399,9 +399,9 @@ impl Leadership {
     }
 
     /// As `key`'s channel leader, writes `record` (what every member applied, as their ACKs told it) on
-    /// this daemon's member Lease, where every replica's barrier reads it; false when not a member.
-    pub fn record_applied_by(&self, key: &Key, record: consistd_core::lease::AppliedBy) -> bool {
-        self.membership.record_applied_by(key, record)
+    /// this daemon's member Lease, where every replica's barrier reads it (nothing when not a member).
+    pub fn record_applied_by(&self, key: &Key, record: consistd_core::lease::AppliedBy) {
+        self.membership.record_applied_by(key, record);
     }
 
     /// The record of what every member applied this daemon last wrote as `key`'s channel leader.

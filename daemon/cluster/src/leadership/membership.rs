@@ -226,10 +226,12 @@ impl Membership {
     pub(super) fn report_applied(&self, key: &Key, version: u64, now: bool) -> Option<(watch::Receiver<Written>, u64)> {
         let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         let h = held.get(key)?;
-        // Counted before the keeper is woken, so no write carrying this version is missed.
-        let attempts = h.written.borrow().attempts;
-        // A version noted for the next renewal and then reported to be written now is written now.
-        let unwritten = version > h.written.borrow().recorded;
+        // Counted before the keeper is woken, so no write carrying this version is missed. A version
+        // noted for the next renewal and then reported to be written now is written now.
+        let (attempts, unwritten) = {
+            let w = h.written.borrow();
+            (w.attempts, version > w.recorded)
+        };
         h.announced.send_if_modified(|a| {
             let newer = version > a.applied;
             if newer {
@@ -245,10 +247,10 @@ impl Membership {
     }
 
     /// Writes `record` (the channel leader's record of what every member applied) on this daemon's member
-    /// Lease of `key` at once; false when this daemon is not a member of that group.
-    pub(super) fn record_applied_by(&self, key: &Key, record: AppliedBy) -> bool {
+    /// Lease of `key` at once; nothing when this daemon is not a member of that group.
+    pub(super) fn record_applied_by(&self, key: &Key, record: AppliedBy) {
         let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(h) = held.get(key) else { return false };
+        let Some(h) = held.get(key) else { return };
         h.announced.send_if_modified(|a| {
             let changed = a.applied_by.as_ref() != Some(&record);
             if changed {
@@ -257,7 +259,6 @@ impl Membership {
             }
             changed
         });
-        true
     }
 
     /// The record of what every member applied this daemon last wrote as `key`'s channel leader.
