@@ -7,7 +7,7 @@ use std::{sync::Arc, time::Duration};
 use consistd_cluster::{
     client::{self, ApiContact, ClusterError},
     fencing::Fencing,
-    leadership::{Announce, Leadership},
+    leadership::{Announce, Leadership, rollcall::Reacher},
     objects::Objects,
     reconcile::Reconciler,
     watch::Hub,
@@ -22,7 +22,7 @@ use consistd_messages::{
     outbox::{self, Members, Outbox},
     rollout::{self, Rollout, barrier::Barrier},
     store::{OpenError, Store, StoreError},
-    transport::{PeerTls, TlsError, Transport},
+    transport::{PeerReacher, PeerTls, TlsError, Transport},
 };
 use consistd_observe::metrics::Metrics;
 use consistd_server::{
@@ -161,7 +161,16 @@ async fn build(config: Config, env: &Environment, source: ConfigSource) -> Resul
     health.attach_fencing(fencing.clone());
     tasks.spawn(fencing.clone().run(tasks.signal().clone()));
     let objects = Objects::new(client.clone(), hub.clone(), tunables.consistency_timeout.live(), fencing);
-    let announce = config.advertise(env).map(|address| Announce { address, ttl: tunables.membership_ttl.live() });
+    let tls = config.peer.tls.as_ref().map(PeerTls::load).transpose()?;
+    if let Some(tls) = &tls {
+        tls.spawn_watch(&tasks);
+    }
+    let transport =
+        config.peer.transport_configured().then(|| Transport { tls: tls.clone(), identity: identity.clone() });
+    // A leader calls its group's roll over the peer transport, so idle members need not renew their Leases.
+    let reacher = transport.clone().map(|t| Arc::new(PeerReacher::new(t)) as Arc<dyn Reacher>);
+    let announce =
+        config.advertise(env).map(|address| Announce { address, ttl: tunables.membership_ttl.live(), reacher });
     let leadership = Leadership::new(
         client.clone(),
         hub.clone(),
@@ -186,12 +195,6 @@ async fn build(config: Config, env: &Environment, source: ConfigSource) -> Resul
         &tasks,
     )
     .map_err(RunError::Load)?;
-    let tls = config.peer.tls.as_ref().map(PeerTls::load).transpose()?;
-    if let Some(tls) = &tls {
-        tls.spawn_watch(&tasks);
-    }
-    let transport =
-        config.peer.transport_configured().then(|| Transport { tls: tls.clone(), identity: identity.clone() });
     let outbox = Outbox::open(
         store,
         outbox::OutboxParts {
@@ -221,7 +224,8 @@ async fn build(config: Config, env: &Environment, source: ConfigSource) -> Resul
             let (inbox, rollout) = (inbox.clone(), rollout.clone());
             // Service endpoints name the Pod, which is this daemon even when its identity is set otherwise.
             let pod = env.var("POD_NAME").filter(|name| !name.is_empty()).map(str::to_owned);
-            Some(tasks.spawn(peer::serve(listener, tls, (inbox, pod), rollout, serving.clone())))
+            let parts = (rollout, leadership.clone());
+            Some(tasks.spawn(peer::serve(listener, tls, (inbox, pod), parts, serving.clone())))
         }
         None => None,
     };

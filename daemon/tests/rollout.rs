@@ -419,3 +419,81 @@ async fn a_version_costs_one_write_of_the_leaders_record_not_one_per_member() {
         app.abort();
     }
 }
+
+/// The member Lease writes in `ns` logged after `offset`, by Lease name.
+fn member_lease_writes(ns: &str, offset: u64) -> std::collections::BTreeMap<String, usize> {
+    let mut writes = std::collections::BTreeMap::new();
+    for e in consistd_testkit::audit_events(offset) {
+        let name = e["objectRef"]["name"].as_str().unwrap_or_default();
+        if e["stage"] == "ResponseComplete"
+            && e["verb"] == "patch"
+            && e["objectRef"]["resource"] == "leases"
+            && e["objectRef"]["namespace"] == ns
+            && name.contains(".member.")
+        {
+            *writes.entry(name.to_owned()).or_default() += 1;
+        }
+    }
+    writes
+}
+
+/// The election's leader reaches every member of its group (its roll call) and records whom it reached on
+/// its own member Lease, so an idle member writes nothing and still counts. When the leader is killed,
+/// the others renew their own Leases before its record lapses: no live member drops out meanwhile.
+#[tokio::test]
+async fn idle_members_the_leader_reaches_write_nothing_and_outlive_a_killed_leader() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let mut replicas = Vec::new();
+    for identity in ["a", "b", "c"] {
+        replicas.push((identity.to_owned(), replica(&ns, identity).await));
+    }
+    let leader = channel_formed(&replicas[0].1.0, 3).await;
+    let leaders = format!("config.member.{leader}");
+
+    // With a 3 s TTL a member renews every second unless reached: a 4 s span in which only the leader
+    // wrote shows the roll call at work (the first seconds go to the record's first write).
+    let started = Instant::now();
+    loop {
+        let offset = consistd_testkit::audit_offset();
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        let mut writes = member_lease_writes(&ns, offset);
+        let by_leader = writes.remove(&leaders).unwrap_or(0);
+        if writes.is_empty() {
+            assert!(by_leader >= 3, "the leader renewed {by_leader} times in 4 s with a 3 s TTL");
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "members other than the leader kept writing: {writes:?}");
+    }
+    for (identity, (daemon, _)) in &replicas {
+        let s = status(daemon, 0).await;
+        assert!(s.members.iter().all(|m| m.live) && s.members.len() == 3, "as {identity} sees it: {s:?}");
+    }
+
+    // The leader is killed: for two TTLs, every survivor counts both survivors all the time.
+    let index = replicas.iter().position(|(identity, _)| *identity == leader).expect("the leader is a replica");
+    let (_, (mut killed, _)) = replicas.remove(index);
+    let offset = consistd_testkit::audit_offset();
+    killed.signal(Signal::SIGKILL);
+    killed.wait_exit(Duration::from_secs(10)).await;
+    let since = Instant::now();
+    while since.elapsed() < Duration::from_secs(6) {
+        for (identity, (daemon, _)) in &replicas {
+            let s = status(daemon, 0).await;
+            let live: Vec<&str> =
+                s.members.iter().filter(|m| m.live && m.member != leader).map(|m| m.member.as_str()).collect();
+            assert_eq!(
+                live.len(),
+                2,
+                "{:?} after the leader was killed, {identity} counts {live:?}: {s:?}",
+                since.elapsed()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The survivors kept counted by writing, or by the new leader reaching them.
+    let writes = member_lease_writes(&ns, offset);
+    assert!(!writes.is_empty(), "nobody wrote a member Lease in the 6 s after the leader was killed");
+    let s = status(&replicas[0].1.0, 0).await;
+    assert!(s.members.iter().any(|m| m.member == leader && !m.live), "the killed leader is dropped: {s:?}");
+}

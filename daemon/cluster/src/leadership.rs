@@ -6,6 +6,7 @@
 mod elector;
 pub mod group;
 pub mod membership;
+pub mod rollcall;
 
 use std::{
     collections::HashMap,
@@ -142,6 +143,16 @@ pub enum LeadershipError {
     NotMember {
         /// The election, "namespace/name".
         election: String,
+    },
+    /// A roll call meant another member than this daemon (a new pod on an old pod's address).
+    #[error("election {election}: this daemon is member {identity:?}, not {asked:?}")]
+    NotThisMember {
+        /// The election, "namespace/name".
+        election: String,
+        /// This daemon's identity in the group.
+        identity: String,
+        /// The identity the roll call asked for.
+        asked: String,
     },
     /// The apiserver refused or failed the write of the applied version on the member Lease.
     #[error("election {election}: record applied version {version} on the member Lease")]
@@ -317,7 +328,12 @@ impl Leadership {
             });
         }
         election.join_campaign(timing);
-        let member = self.membership.join(key);
+        let member = self.membership.join(key).map(|(seat, made)| {
+            if let Some(stop) = made {
+                self.tasks.spawn(rollcall::run(self.clone(), key.clone(), stop));
+            }
+            seat
+        });
         Ok((Campaign { election, _member: member }, status))
     }
 
@@ -407,6 +423,19 @@ impl Leadership {
     /// The record of what every member applied this daemon last wrote as `key`'s channel leader.
     pub fn applied_by(&self, key: &Key) -> consistd_core::lease::AppliedBy {
         self.membership.applied_by(key)
+    }
+
+    /// Answers `key`'s leader's roll call (see [`rollcall`]): this daemon's incarnation in the group, when
+    /// it is member `identity` of it. `recorded_age` is how long ago the contact the leader's written
+    /// record holds for `incarnation` was made.
+    pub fn reached(
+        &self,
+        key: &Key,
+        identity: &str,
+        incarnation: &str,
+        recorded_age: Option<Duration>,
+    ) -> Result<String, LeadershipError> {
+        self.membership.reached(key, identity, incarnation, recorded_age)
     }
 
     /// Whether campaigning makes this daemon a member of election groups (it has a peer address).

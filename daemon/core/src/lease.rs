@@ -22,8 +22,50 @@ pub const INCARNATION_ANNOTATION: &str = "consistd.io/member-incarnation";
 /// Annotation on the channel leader's member Lease: what every member applied, as the members' ACKs of
 /// the leader's version messages told it (JSON, identity to `version@incarnation`; see [`AppliedBy`]).
 pub const APPLIED_BY_ANNOTATION: &str = "consistd.io/applied-by";
+/// Annotation on the election leader's member Lease: the members it reached in its roll call (JSON,
+/// identity to `incarnation@age`; see [`Reached`]). A member counts for its TTL after its last contact,
+/// whether that was its own renewal or the leader reaching it, so an idle member need not write.
+pub const REACHED_ANNOTATION: &str = "consistd.io/reached";
 /// How long a member counts after a renewal when its Lease has no leaseDurationSeconds.
 pub const DEFAULT_MEMBER_TTL_SECONDS: u32 = 30;
+
+/// An election leader's record of the members it reached: identity to (incarnation, how long before the
+/// Lease's renewTime the leader last reached that run). Ages, not times: both ends of each age are read
+/// on the leader's clock, so a reader adds them to when it saw the Lease renewed, as it judges renewals,
+/// and clock skew between nodes does not enter. Like [`AppliedBy`], each entry is a fact about one run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reached(pub std::collections::BTreeMap<String, (String, std::time::Duration)>);
+
+impl Reached {
+    /// Reads a [`REACHED_ANNOTATION`] value; entries it cannot read are left out.
+    pub fn parse(value: &str) -> Self {
+        let raw: std::collections::BTreeMap<String, String> = serde_json::from_str(value).unwrap_or_default();
+        Self(
+            raw.into_iter()
+                .filter_map(|(identity, entry)| {
+                    let (incarnation, age) = entry.rsplit_once('@')?;
+                    let age = std::time::Duration::from_millis(age.strip_suffix("ms")?.parse().ok()?);
+                    Some((identity, (incarnation.to_owned(), age)))
+                })
+                .collect(),
+        )
+    }
+
+    /// The annotation's value (ages in whole milliseconds).
+    pub fn encode(&self) -> String {
+        let raw: std::collections::BTreeMap<&String, String> = self
+            .0
+            .iter()
+            .map(|(identity, (incarnation, age))| (identity, format!("{incarnation}@{}ms", age.as_millis())))
+            .collect();
+        serde_json::to_string(&raw).unwrap_or_default()
+    }
+
+    /// How long before the record was written the leader last reached `identity` in `incarnation`.
+    pub fn age(&self, identity: &str, incarnation: &str) -> Option<std::time::Duration> {
+        self.0.get(identity).filter(|(i, _)| i == incarnation).map(|(_, age)| *age)
+    }
+}
 
 /// A channel leader's record of what its members applied: identity to (version, incarnation). Readers
 /// take, for each member, the newest of its own Lease's applied version and every record's entry for its
@@ -92,5 +134,19 @@ mod tests {
         assert_eq!(AppliedBy::newest(0, [&read], "a", "x2"), 0, "another run");
         assert_eq!(AppliedBy::parse("not json"), AppliedBy::default());
         assert_eq!(AppliedBy::parse(r#"{"a":"5@x","b":"nope","c":"x@y"}"#).0.len(), 1);
+    }
+
+    #[test]
+    fn a_roll_call_counts_only_for_the_run_it_reached_and_survives_its_own_encoding() {
+        use std::time::Duration;
+        let mut reached = Reached::default();
+        reached.0.insert("a".to_owned(), ("x1".to_owned(), Duration::from_millis(1500)));
+        reached.0.insert("b".to_owned(), ("y1".to_owned(), Duration::ZERO));
+        let read = Reached::parse(&reached.encode());
+        assert_eq!(read, reached);
+        assert_eq!(read.age("a", "x1"), Some(Duration::from_millis(1500)));
+        assert_eq!(read.age("a", "x2"), None, "a restarted member was not reached yet");
+        assert_eq!(read.age("c", "z"), None);
+        assert_eq!(Reached::parse(r#"{"a":"x@5ms","b":"y@5","c":"5ms","d":"z@-1ms"}"#).0.len(), 1);
     }
 }

@@ -1,8 +1,9 @@
 //! How daemons reach each other: mutual TLS from mounted certificate files that are reloaded when they
 //! change (`tls`; plaintext only when configured for development), and the one way to dial a peer, used
-//! by the outbox's links and by a Publish forwarded to a channel's leader. The peer server (`peer`)
-//! serves the other end.
+//! by the outbox's links, by a Publish forwarded to a channel's leader and by an election leader's roll
+//! call (`reach`). The peer server (`peer`) serves the other end.
 
+mod reach;
 pub(crate) mod tls;
 
 use std::time::Duration;
@@ -15,6 +16,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::{TlsConnector, client::TlsStream};
 use tonic::transport::{Channel, Endpoint};
 
+pub use self::reach::PeerReacher;
 pub use self::tls::PeerTls;
 pub use self::tls::TlsError;
 

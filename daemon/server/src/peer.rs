@@ -1,9 +1,11 @@
-//! The peer server: other daemons deliver ACK-tracked messages to this one over gRPC on TCP, with
-//! mutual TLS (`transport::tls`: each handshake uses the certificate and CA bundle in use at that
-//! moment), or plaintext only when configured for development.
+//! The peer server: other daemons deliver ACK-tracked messages to this one over gRPC on TCP, forward
+//! Publish to it as a channel's leader, and call the roll of its election groups, with mutual TLS
+//! (`transport::tls`: each handshake uses the certificate and CA bundle in use at that moment), or
+//! plaintext only when configured for development.
 
-use std::net::SocketAddr;
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
+use consistd_cluster::leadership::Leadership;
 use consistd_core::tasks::Tasks;
 use consistd_messages::{
     inbox::Inbox,
@@ -11,7 +13,7 @@ use consistd_messages::{
     transport::{MAX_FRAME_BYTES, PeerTls, TlsError},
 };
 use consistd_proto::peer::v1::{
-    ExchangeRequest, ExchangeResponse, PublishRequest, PublishResponse,
+    ExchangeRequest, ExchangeResponse, PublishRequest, PublishResponse, ReachRequest, ReachResponse,
     exchange_request::Frame,
     peer_service_server::{PeerService, PeerServiceServer},
 };
@@ -61,12 +63,13 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, PeerError> {
 }
 
 /// Serves PeerService on `listener` until the `serving` group stops: messages for `inbox`, from senders that mean to
-/// reach this daemon (its identity, or `pod`, the name of the Pod it runs in).
+/// reach this daemon (its identity, or `pod`, the name of the Pod it runs in), Publish for the channels
+/// of `rollout`, and roll calls of `leadership`'s election groups.
 pub async fn serve(
     listener: TcpListener,
     tls: Option<PeerTls>,
     (inbox, pod): (Inbox, Option<String>),
-    rollout: Rollout,
+    (rollout, leadership): (Rollout, Arc<Leadership>),
     serving: Tasks,
 ) -> Result<(), PeerError> {
     // Keepalives find connections that died without a FIN (a peer's node gone, a dropped route), so
@@ -75,7 +78,7 @@ pub async fn serve(
         .http2_keepalive_interval(Some(std::time::Duration::from_secs(10)))
         .http2_keepalive_timeout(Some(std::time::Duration::from_secs(5)));
     let stopped = serving.signal().clone().cancelled_owned();
-    let service = PeerServiceServer::new(PeerApi { inbox, pod, rollout, tasks: serving.clone() })
+    let service = PeerServiceServer::new(PeerApi { inbox, pod, rollout, leadership, tasks: serving.clone() })
         .max_decoding_message_size(MAX_FRAME_BYTES)
         .max_encoding_message_size(MAX_FRAME_BYTES);
     let router = server.add_service(service);
@@ -142,6 +145,7 @@ struct PeerApi {
     /// The name of the Pod this daemon runs in (`POD_NAME`), which Service endpoints name.
     pod: Option<String>,
     rollout: Rollout,
+    leadership: Arc<Leadership>,
     /// The serving group: each connection's task runs in it; its stop signal ends the connections.
     tasks: Tasks,
 }
@@ -156,6 +160,23 @@ impl PeerService for PeerApi {
         let version =
             self.rollout.publish_as_leader(&key, r.payload, &r.content_type).await.map_err(status::rollout_error)?;
         Ok(Response::new(PublishResponse { version }))
+    }
+
+    async fn reach(&self, request: Request<ReachRequest>) -> Result<Response<ReachResponse>, Status> {
+        let r = request.into_inner();
+        if r.namespace.is_empty() {
+            return Err(status::invalid_argument("namespace", "must name the election's namespace"));
+        }
+        if r.identity.is_empty() {
+            return Err(status::invalid_argument("identity", "must name the member to reach"));
+        }
+        let key = self.leadership.key(&r.election, &r.namespace).map_err(status::leadership_error)?;
+        let recorded_age = r.recorded_contact_age_ms.map(Duration::from_millis);
+        let incarnation = self
+            .leadership
+            .reached(&key, &r.identity, &r.incarnation, recorded_age)
+            .map_err(status::leadership_error)?;
+        Ok(Response::new(ReachResponse { incarnation }))
     }
 
     async fn exchange(

@@ -1,10 +1,16 @@
 //! Election groups as the outbox and the replica barrier read them: the member Leases of one election
 //! through the watch hub, and the one rule for who is live. A member counts for its TTL after its last
-//! renewal. When a member is first seen, its renewal's age comes from its renewTime and this machine's
-//! wall clock; after that, from this daemon's monotonic clock at the moment it saw renewTime change,
-//! as client-go judges Leases, so clock skew between nodes matters only at first sight.
+//! contact: its own renewal, or the election leader reaching it in its roll call (recorded, with how long
+//! before, on the leader's member Lease). When a Lease is first seen, its renewal's age comes from its
+//! renewTime and this machine's wall clock; after that, from this daemon's monotonic clock at the moment
+//! it saw renewTime change, as client-go judges Leases, so clock skew between nodes matters only at first
+//! sight.
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
 
 use consistd_core::lease::{AppliedBy, MEMBER_OF_LABEL};
 use tokio::time::Instant;
@@ -41,15 +47,52 @@ impl SeenMember {
         Some(Self { record, renewed })
     }
 
-    /// Whether the member counts at `now`.
-    pub fn live_at(&self, now: Instant) -> bool {
-        self.expires_at().is_some_and(|at| now < at)
-    }
-
-    /// When the member stops counting unless it renews; None when it does not count now.
-    fn expires_at(&self) -> Option<Instant> {
+    /// When the member's own renewal stops counting; None when it did not count at first sight.
+    fn renewal_expires_at(&self) -> Option<Instant> {
         self.renewed.map(|at| at + self.record.ttl)
     }
+}
+
+/// When some leader's roll call last reached each run of a member, by identity and incarnation.
+type ReachedAt = HashMap<String, HashMap<String, Contact>>;
+
+/// One contact of a leader's roll call with a member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Contact {
+    /// On this daemon's clock: what liveness is judged by.
+    at: Instant,
+    /// On the leader's clock (its renewTime less the age): what GetRolloutStatus shows as last seen.
+    wall: Option<SystemTime>,
+}
+
+/// What the roll call records on `members` say: for each entry, the renewal that carried the record (as
+/// this daemon saw it) less the age the record gives; the newest where records disagree.
+fn reached_at<'a>(members: impl Iterator<Item = &'a SeenMember>) -> ReachedAt {
+    let mut reached = ReachedAt::new();
+    for m in members {
+        let Some(written) = m.renewed else { continue };
+        let written_wall = m.record.renewed_at().map(SystemTime::from);
+        for (identity, (incarnation, age)) in &m.record.reached.0 {
+            if let Some(at) = written.checked_sub(*age) {
+                let contact = Contact { at, wall: written_wall.and_then(|w| w.checked_sub(*age)) };
+                let newest = reached.entry(identity.clone()).or_default().entry(incarnation.clone()).or_insert(contact);
+                *newest = (*newest).max(contact);
+            }
+        }
+    }
+    reached
+}
+
+/// When `member` stops counting unless it is renewed or reached again; None when it does not count.
+fn expires_at(member: &SeenMember, reached: &ReachedAt) -> Option<Instant> {
+    let r = &member.record;
+    let reached = contact(member, reached).map(|c| c.at + r.ttl);
+    member.renewal_expires_at().max(reached)
+}
+
+/// The newest roll call contact with `member`'s current run.
+fn contact(member: &SeenMember, reached: &ReachedAt) -> Option<Contact> {
+    reached.get(&member.record.identity).and_then(|runs| runs.get(&member.record.incarnation)).copied()
 }
 
 /// An election group, read through the hub and kept current.
@@ -57,6 +100,8 @@ impl SeenMember {
 pub struct GroupReader {
     election: String,
     mirror: Mirror<SeenMember>,
+    /// What the roll call records among the Leases say, as of the last change.
+    reached: ReachedAt,
 }
 
 impl GroupReader {
@@ -68,22 +113,38 @@ impl GroupReader {
             label_selector: format!("{MEMBER_OF_LABEL}={}", group_label(election)),
             ..Query::default()
         };
-        Ok(Self { election: election.to_owned(), mirror: Mirror::open(hub, query).await? })
+        Ok(Self { election: election.to_owned(), mirror: Mirror::open(hub, query).await?, reached: ReachedAt::new() })
     }
 
     /// Waits for the next change: a member Lease written or deleted, or (once the group is read
     /// completely) a live member expiring. Returns false once the hub ended the watch.
     pub async fn changed(&mut self) -> bool {
         let expiry = if self.mirror.synced() {
-            self.mirror.values().values().filter_map(SeenMember::expires_at).filter(|at| *at > Instant::now()).min()
+            self.members().filter_map(|m| expires_at(m, &self.reached)).filter(|at| *at > Instant::now()).min()
         } else {
             None
         };
         let election = &self.election;
         tokio::select! {
-            more = self.mirror.next(|obj, before| SeenMember::observe(obj, election, before)) => more,
+            more = self.mirror.next(|obj, before| SeenMember::observe(obj, election, before)) => {
+                self.reached = reached_at(self.mirror.values().values());
+                more
+            }
             () = sleep_until(expiry) => true,
         }
+    }
+
+    /// Whether `member` counts at `now`: its TTL has not passed since its last renewal, nor since a
+    /// leader last reached its current run.
+    pub fn live_at(&self, member: &SeenMember, now: Instant) -> bool {
+        expires_at(member, &self.reached).is_some_and(|at| now < at)
+    }
+
+    /// When `member` was last seen, on the clocks of the daemons that saw it: its own renewTime, or the
+    /// leader's renewTime less the age of its contact, whichever is newer.
+    pub fn last_seen(&self, member: &SeenMember) -> Option<SystemTime> {
+        let own = member.record.renewed_at().map(SystemTime::from);
+        own.max(contact(member, &self.reached).and_then(|c| c.wall))
     }
 
     /// Whether every member Lease has been read.
@@ -115,7 +176,7 @@ impl GroupReader {
     /// What the members live now say of themselves.
     pub fn live_members(&self) -> impl Iterator<Item = &MemberRecord> {
         let now = Instant::now();
-        self.members().filter(move |m| m.live_at(now)).map(|m| &m.record)
+        self.members().filter(move |m| self.live_at(m, now)).map(|m| &m.record)
     }
 }
 
@@ -124,20 +185,35 @@ mod tests {
     use super::*;
 
     fn lease(renew_time: &str, ttl_seconds: u64) -> Obj {
+        member("a", "x1", renew_time, ttl_seconds, None)
+    }
+
+    /// Member `identity`'s Lease in run `incarnation`, with a roll call record when given.
+    fn member(identity: &str, incarnation: &str, renew_time: &str, ttl_seconds: u64, reached: Option<&str>) -> Obj {
+        let mut annotations = serde_json::json!({
+            "consistd.io/election": "web",
+            "consistd.io/peer-address": "10.0.0.1:7070",
+            "consistd.io/member-incarnation": incarnation,
+        });
+        if let Some(reached) = reached {
+            annotations["consistd.io/reached"] = reached.into();
+        }
         let json = serde_json::json!({
-            "metadata": {
-                "name": "web.member.a",
-                "annotations": {"consistd.io/election": "web", "consistd.io/peer-address": "10.0.0.1:7070"},
-            },
-            "spec": {"holderIdentity": "a", "renewTime": renew_time, "leaseDurationSeconds": ttl_seconds},
+            "metadata": {"name": format!("web.member.{identity}"), "annotations": annotations},
+            "spec": {"holderIdentity": identity, "renewTime": renew_time, "leaseDurationSeconds": ttl_seconds},
         });
         Obj {
             uid: "u".into(),
             namespace: "ns".into(),
-            name: "web.member.a".into(),
+            name: format!("web.member.{identity}"),
             resource_version: "1".into(),
             json: serde_json::to_vec(&json).expect("json").into(),
         }
+    }
+
+    /// Whether `member` counts at `now`, judged by its own renewals alone.
+    fn renewed_live(member: &SeenMember, now: Instant) -> bool {
+        member.renewal_expires_at().is_some_and(|at| now < at)
     }
 
     fn ago(seconds: i64) -> String {
@@ -149,16 +225,16 @@ mod tests {
     async fn a_member_first_seen_counts_for_what_is_left_of_its_ttl() {
         let seen = SeenMember::observe(&lease(&ago(6), 10), "web", None).expect("a member");
         let now = Instant::now();
-        assert!(seen.live_at(now));
-        assert!(seen.live_at(now + Duration::from_secs(3)));
-        assert!(!seen.live_at(now + Duration::from_secs(5)), "renewed 6 s ago with a 10 s TTL: gone in 4 s");
+        assert!(renewed_live(&seen, now));
+        assert!(renewed_live(&seen, now + Duration::from_secs(3)));
+        assert!(!renewed_live(&seen, now + Duration::from_secs(5)), "renewed 6 s ago with a 10 s TTL: gone in 4 s");
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_member_already_expired_at_first_sight_never_counts() {
         let seen = SeenMember::observe(&lease(&ago(11), 10), "web", None).expect("a member");
-        assert!(!seen.live_at(Instant::now()));
-        assert_eq!(seen.expires_at(), None);
+        assert!(!renewed_live(&seen, Instant::now()));
+        assert_eq!(seen.renewal_expires_at(), None);
     }
 
     #[tokio::test(start_paused = true)]
@@ -169,15 +245,42 @@ mod tests {
         let stale = ago(3600);
         let renewed = SeenMember::observe(&lease(&stale, 10), "web", Some(&first)).expect("a member");
         let now = Instant::now();
-        assert!(!first.live_at(now));
-        assert!(renewed.live_at(now + Duration::from_secs(9)));
-        assert!(!renewed.live_at(now + Duration::from_secs(10)));
+        assert!(!renewed_live(&first, now));
+        assert!(renewed_live(&renewed, now + Duration::from_secs(9)));
+        assert!(!renewed_live(&renewed, now + Duration::from_secs(10)));
         // The same renewTime again is no renewal.
         tokio::time::advance(Duration::from_secs(6)).await;
         let unchanged = SeenMember::observe(&lease(&stale, 10), "web", Some(&renewed)).expect("a member");
-        assert!(unchanged.live_at(Instant::now()));
+        assert!(renewed_live(&unchanged, Instant::now()));
         tokio::time::advance(Duration::from_secs(4)).await;
-        assert!(!unchanged.live_at(Instant::now()));
+        assert!(!renewed_live(&unchanged, Instant::now()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_member_the_leader_reached_counts_for_its_ttl_after_that_contact_in_that_run_only() {
+        // b renewed 25 s ago (10 s TTL: gone by its own renewals); the leader a renewed 1 s ago and
+        // reached b's run y1 2 s before that.
+        let b = SeenMember::observe(&member("b", "y1", &ago(25), 10, None), "web", None).expect("b");
+        let a =
+            SeenMember::observe(&member("a", "x1", &ago(1), 10, Some(r#"{"b":"y1@2000ms"}"#)), "web", None).expect("a");
+        let reached = reached_at([&a, &b].into_iter());
+        let now = Instant::now();
+        assert!(!renewed_live(&b, now));
+        let until = expires_at(&b, &reached).expect("b counts");
+        assert!(
+            until > now + Duration::from_millis(6900) && until <= now + Duration::from_secs(7),
+            "{:?}",
+            until - now
+        );
+        // The same record says nothing of another run of b (restarted since), nor of a member it omits.
+        let b2 = SeenMember::observe(&member("b", "y2", &ago(25), 10, None), "web", None).expect("b2");
+        assert_eq!(expires_at(&b2, &reached), None);
+        let c = SeenMember::observe(&member("c", "z1", &ago(25), 10, None), "web", None).expect("c");
+        assert_eq!(expires_at(&c, &reached), None);
+        // A later renewal of its own counts where it is newer.
+        tokio::time::advance(Duration::from_secs(5)).await;
+        let renewed = SeenMember::observe(&member("b", "y1", &ago(0), 10, None), "web", Some(&b)).expect("b");
+        assert_eq!(expires_at(&renewed, &reached), renewed.renewal_expires_at());
     }
 
     #[test]

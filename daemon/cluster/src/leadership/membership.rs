@@ -1,15 +1,17 @@
 //! Election groups: while a daemon campaigns in an election it announces itself as a member with a
 //! Lease of its own (`<election>.member.<identity>`, labelled `consistd.io/member-of=<election>`,
-//! annotated with its peer address), renewed every third of the membership TTL and deleted when it
-//! stops campaigning. A member that stops renewing (kill -9, lost apiserver) counts until its TTL has
-//! passed since it was last seen renewing, then it is dropped. The Lease also carries the newest
+//! annotated with its peer address), deleted when it stops campaigning. A member counts until its TTL
+//! has passed since it was last seen: renewing its Lease, or reached by the election's leader, whose
+//! roll call (`rollcall`) records every member it reached on the leader's own member Lease. So a member
+//! renews every third of the TTL only while no leader's record keeps it counted; with one, it renews
+//! only when that record would otherwise lapse within a quarter of the TTL. The Lease also carries the newest
 //! rollout version the member's app applied (written at once, or at the next renewal when the channel's
 //! leader hears of it through its ACKs), its incarnation, and on the channel leader's Lease the leader's
 //! record of what every member applied. Outbox election destinations and replica barriers read the group
 //! from these Leases.
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, HashMap},
     sync::{Arc, Mutex, PoisonError},
     time::Duration,
 };
@@ -19,6 +21,7 @@ use consistd_core::{
     lease::{
         APPLIED_BY_ANNOTATION, APPLIED_VERSION_ANNOTATION, AppliedBy, DEFAULT_MEMBER_TTL_SECONDS, ELECTION_ANNOTATION,
         INCARNATION_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL, MEMBER_OF_LABEL, PEER_ADDRESS_ANNOTATION,
+        REACHED_ANNOTATION, Reached,
     },
     names,
     tasks::Tasks,
@@ -26,10 +29,10 @@ use consistd_core::{
 use k8s_openapi::{api::coordination::v1::Lease, apimachinery::pkg::apis::meta::v1::MicroTime};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde::Deserialize;
-use tokio::sync::watch;
+use tokio::{sync::watch, time::Instant};
 use tokio_util::sync::CancellationToken;
 
-use super::Key;
+use super::{Key, LeadershipError, rollcall::Reacher};
 use crate::watch::object::Obj;
 
 /// How this daemon announces itself.
@@ -37,10 +40,16 @@ use crate::watch::object::Obj;
 pub struct Announce {
     /// The address peers reach this daemon at.
     pub address: String,
-    /// How long a member counts after its last renewal (`membership.ttl`, as reloads change it: the next
+    /// How long a member counts after its last contact (`membership.ttl`, as reloads change it: the next
     /// renewal writes the new one).
     pub ttl: Live<Duration>,
+    /// How this daemon, leading an election, reaches the members of its group (None: it does not, and
+    /// members renew their own Leases).
+    pub reacher: Option<Arc<dyn Reacher>>,
 }
+
+/// The members a leader's roll call reached, and when: identity to (incarnation, contact).
+pub(super) type Contacts = BTreeMap<String, (String, Instant)>;
 
 /// The member Leases this daemon keeps, one per election it campaigns in.
 pub(super) struct Membership {
@@ -56,6 +65,11 @@ pub(super) struct Membership {
 struct Seat {
     uses: usize,
     stop: CancellationToken,
+    /// This run's id on the Lease (see [`INCARNATION_ANNOTATION`]).
+    incarnation: String,
+    /// Until when the newest roll call record a leader wrote keeps this member counted, as the leader
+    /// told it when it last reached it.
+    vouched: watch::Sender<Option<Instant>>,
     /// What the member Lease is to say.
     announced: watch::Sender<Announced>,
     /// What the keeper's writes of the member Lease came to.
@@ -69,6 +83,9 @@ struct Announced {
     applied: u64,
     /// While this daemon leads the channel: its record of what every member applied.
     applied_by: Option<AppliedBy>,
+    /// While this daemon leads the election: the members its roll call reached (the next renewal writes
+    /// them, with their ages then).
+    reached: Contacts,
     /// Bumped by each change to write at once; other changes wait for the next renewal.
     urgent: u64,
 }
@@ -83,6 +100,8 @@ pub(super) struct Written {
     /// While writes fail: the applied version the last one carried, and the apiserver's answer (a 403
     /// when RBAC grants no patch on leases).
     pub failed: Option<(u64, Arc<kube::Error>)>,
+    /// The roll call contacts the Lease holds (written and confirmed by the apiserver).
+    pub reached: Contacts,
 }
 
 /// What a member Lease says.
@@ -100,6 +119,9 @@ pub struct MemberRecord {
     pub incarnation: String,
     /// On the channel leader's Lease: its record of what every member applied.
     pub applied_by: AppliedBy,
+    /// On the election leader's Lease: the members its roll call reached, and how long before this
+    /// renewal.
+    pub reached: Reached,
     /// How long it counts after a renewal: its leaseDurationSeconds, 30 s when unset.
     pub ttl: Duration,
 }
@@ -149,6 +171,7 @@ impl MemberRecord {
             renew_time: lease.spec.renew_time.unwrap_or_default(),
             incarnation: annotations.get(INCARNATION_ANNOTATION).cloned().unwrap_or_default(),
             applied_by: annotations.get(APPLIED_BY_ANNOTATION).map(|v| AppliedBy::parse(v)).unwrap_or_default(),
+            reached: annotations.get(REACHED_ANNOTATION).map(|v| Reached::parse(v)).unwrap_or_default(),
             ttl: Duration::from_secs(
                 lease.spec.lease_duration_seconds.unwrap_or(u64::from(DEFAULT_MEMBER_TTL_SECONDS)),
             ),
@@ -194,29 +217,108 @@ impl Membership {
     }
 
     /// Joins `key`'s group until the returned guard drops; None when this daemon has no peer address.
-    pub(super) fn join(self: &std::sync::Arc<Self>, key: &Key) -> Option<SeatGuard> {
+    /// With the guard, the new seat's stop signal when this join made the seat (the roll call, run while
+    /// this member leads, ends with it).
+    pub(super) fn join(self: &std::sync::Arc<Self>, key: &Key) -> Option<(SeatGuard, Option<CancellationToken>)> {
         let announce = self.announce.clone()?;
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        match held.get_mut(key) {
-            Some(h) => h.uses += 1,
+        let made = match held.get_mut(key) {
+            Some(h) => {
+                h.uses += 1;
+                None
+            }
             None => {
                 let stop = self.tasks.signal().child_token();
                 let (announced, to_announce) = watch::channel(Announced::default());
                 let (confirm, written) = watch::channel(Written::default());
+                let (vouched, vouched_until) = watch::channel(None);
+                let incarnation = format!("{:08x}", rand::random::<u32>());
                 let keeper = Keeper {
                     api: Api::namespaced(self.client.clone(), &key.namespace),
                     election: key.name.clone(),
                     identity: self.identity.clone(),
-                    incarnation: format!("{:08x}", rand::random::<u32>()),
+                    incarnation: incarnation.clone(),
                     announce,
                     announced: to_announce,
+                    vouched: vouched_until,
                     written: confirm,
                 };
                 self.tasks.spawn(keeper.run(stop.clone()));
-                held.insert(key.clone(), Seat { uses: 1, stop, announced, written });
+                held.insert(
+                    key.clone(),
+                    Seat { uses: 1, stop: stop.clone(), incarnation, vouched, announced, written },
+                );
+                Some(stop)
             }
+        };
+        Some((SeatGuard { membership: self.clone(), key: key.clone() }, made))
+    }
+
+    /// How long a member counts after its last contact.
+    pub(super) fn ttl(&self) -> Option<Duration> {
+        self.announce.as_ref().map(|a| a.ttl.get())
+    }
+
+    /// How this daemon reaches members when it leads (None: it does not).
+    pub(super) fn reacher(&self) -> Option<Arc<dyn Reacher>> {
+        self.announce.as_ref().and_then(|a| a.reacher.clone())
+    }
+
+    /// Answers a leader's roll call: checks that this daemon is `identity` in `key`'s group, notes until
+    /// when the leader's written record keeps this run counted (`recorded_age`: how long ago the contact
+    /// it holds for `incarnation` was made), and returns this run's incarnation.
+    pub(super) fn reached(
+        &self,
+        key: &Key,
+        identity: &str,
+        incarnation: &str,
+        recorded_age: Option<Duration>,
+    ) -> Result<String, LeadershipError> {
+        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        let (Some(h), Some(ttl)) = (held.get(key), self.ttl()) else {
+            return Err(LeadershipError::NotMember { election: key.to_string() });
+        };
+        if identity != self.identity {
+            return Err(LeadershipError::NotThisMember {
+                election: key.to_string(),
+                identity: self.identity.clone(),
+                asked: identity.to_owned(),
+            });
         }
-        Some(SeatGuard { membership: self.clone(), key: key.clone() })
+        if let Some(age) = recorded_age.filter(|_| incarnation == h.incarnation)
+            && let Some(contact) = Instant::now().checked_sub(age)
+        {
+            let until = contact + ttl;
+            h.vouched.send_if_modified(|v| {
+                let later = v.is_none_or(|v| v < until);
+                if later {
+                    *v = Some(until);
+                }
+                later
+            });
+        }
+        Ok(h.incarnation.clone())
+    }
+
+    /// Sets the members this daemon's roll call reached as `key`'s leader, for its member Lease's next
+    /// renewal. A daemon that calls the roll renews on its own cadence: nobody else's record is to keep
+    /// its Lease, which carries the record, from being written.
+    pub(super) fn record_reached(&self, key: &Key, reached: Contacts) {
+        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(h) = held.get(key) {
+            h.vouched.send_if_modified(|v| v.take().is_some());
+            h.announced.send_if_modified(|a| {
+                let changed = a.reached != reached;
+                a.reached = reached;
+                changed
+            });
+        }
+    }
+
+    /// The roll call contacts this daemon's member Lease of `key` holds now.
+    pub(super) fn written_reached(&self, key: &Key) -> Contacts {
+        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        held.get(key).map(|h| h.written.borrow().reached.clone()).unwrap_or_default()
     }
 
     /// Announces that this member's app applied `version` of `key`'s channel: written at once when
@@ -313,13 +415,16 @@ struct Keeper {
     announce: Announce,
     /// What the Lease is to say.
     announced: watch::Receiver<Announced>,
+    /// Until when a leader's written roll call record keeps this member counted.
+    vouched: watch::Receiver<Option<Instant>>,
     /// Every write's outcome: the applied version once the Lease holds it, or why it does not.
     written: watch::Sender<Written>,
 }
 
 impl Keeper {
-    /// Creates and renews the member Lease (at once after an urgent change of what it announces) until
-    /// `stop`, then deletes it.
+    /// Creates and renews the member Lease (at once after an urgent change of what it announces; else
+    /// every third of the TTL, or, while a leader's record keeps this member counted, a quarter of the
+    /// TTL before that record lapses) until `stop`, then deletes it.
     async fn run(mut self, stop: CancellationToken) {
         let (election, identity) = (self.election.clone(), self.identity.clone());
         let name = lease_name(&election, &identity);
@@ -341,6 +446,22 @@ impl Keeper {
             if let Some(record) = &announced.applied_by {
                 annotations[APPLIED_BY_ANNOTATION] = record.encode().into();
             }
+            // Contacts a TTL old keep nobody counted; the others stay after this daemon stops leading, as
+            // members were told they would.
+            let at = Instant::now();
+            let reached = Reached(
+                announced
+                    .reached
+                    .iter()
+                    .map(|(identity, (incarnation, contact))| {
+                        (identity.clone(), (incarnation.clone(), at.saturating_duration_since(*contact)))
+                    })
+                    .filter(|(_, (_, age))| *age < ttl)
+                    .collect(),
+            );
+            if !reached.0.is_empty() {
+                annotations[REACHED_ANNOTATION] = reached.encode().into();
+            }
             let lease = serde_json::json!({
                 "apiVersion": "coordination.k8s.io/v1",
                 "kind": "Lease",
@@ -357,6 +478,7 @@ impl Keeper {
                     w.attempts += 1;
                     w.recorded = applied;
                     w.failed = None;
+                    w.reached = announced.reached;
                 }),
                 Err(error) => {
                     tracing::warn!(%error, election, lease = name, "could not renew group membership; retrying");
@@ -367,17 +489,23 @@ impl Keeper {
                 }
             }
             // Until the next renewal, or an urgent change; other changes ride with the renewal.
-            let renew_at = tokio::time::Instant::now() + renew_every;
+            let renew_at = Instant::now() + renew_every;
             let urgent = announced.urgent;
             let wait = async {
                 loop {
+                    // While a leader's record keeps this member counted, it renews only before that lapses.
+                    let due = match *self.vouched.borrow_and_update() {
+                        Some(until) => renew_at.max(until.checked_sub(ttl / 4).unwrap_or(renew_at)),
+                        None => renew_at,
+                    };
                     tokio::select! {
-                        () = tokio::time::sleep_until(renew_at) => return true,
+                        () = tokio::time::sleep_until(due) => return true,
                         changed = self.announced.changed() => {
                             if changed.is_err() || self.announced.borrow().urgent != urgent {
                                 return changed.is_ok();
                             }
                         }
+                        Ok(()) = self.vouched.changed() => {}
                     }
                 }
             };

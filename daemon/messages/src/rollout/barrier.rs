@@ -48,8 +48,8 @@ impl Standing {
                 identity: m.record.identity.clone(),
                 peer: m.record.peer.clone(),
                 applied: applied.get(m.record.identity.as_str()).copied().unwrap_or(m.record.applied),
-                live: m.live_at(now),
-                last_seen: m.record.renewed_at().map(SystemTime::from),
+                live: group.live_at(m, now),
+                last_seen: group.last_seen(m),
             })
             .collect();
         members.sort_by(|a, b| a.identity.cmp(&b.identity));

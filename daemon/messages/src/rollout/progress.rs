@@ -125,7 +125,7 @@ impl Tally {
 fn complete(group: &GroupReader, record: &AppliedBy) -> bool {
     let newest = record.0.values().map(|(version, _)| *version).max().unwrap_or(0);
     let now = Instant::now();
-    group.members().filter(|m| m.live_at(now)).all(|m| {
+    group.members().filter(|m| group.live_at(m, now)).all(|m| {
         let r = &m.record;
         AppliedBy::newest(r.applied, [record], &r.identity, &r.incarnation) >= newest
     })

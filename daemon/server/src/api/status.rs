@@ -91,7 +91,9 @@ pub(crate) fn resource_error(error: ResourceError) -> Status {
 pub(crate) fn leadership_error(error: LeadershipError) -> Status {
     let code = match &error {
         LeadershipError::InvalidArgument { .. } => Code::InvalidArgument,
-        LeadershipError::IdentityConflict { .. } | LeadershipError::NotMember { .. } => Code::FailedPrecondition,
+        LeadershipError::IdentityConflict { .. }
+        | LeadershipError::NotMember { .. }
+        | LeadershipError::NotThisMember { .. } => Code::FailedPrecondition,
         LeadershipError::NotRecorded { .. } => Code::Unavailable,
         LeadershipError::NotWritten { source, .. } => return kube_error(&error.to_string(), source),
     };

@@ -1,0 +1,129 @@
+//! The election leader's roll call: while this daemon leads an election whose group it is in, it reaches
+//! every other member over the peer transport every sixth of the membership TTL, and its member Lease's
+//! renewals record whom it reached and how long before (`consistd.io/reached`). Readers count a member
+//! for its TTL after its last contact, so a member the leader reaches need not renew its own Lease: an
+//! idle group costs the apiserver the leader's renewals, not every member's. Each reached member is told
+//! how old the contact in the leader's written record is, and renews its own Lease only when that record
+//! would lapse within a quarter of the TTL (the leader gone, or unable to write).
+
+use std::{collections::HashSet, sync::Arc, time::Duration};
+
+use futures::{StreamExt, future::BoxFuture, stream};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::{Key, Leadership, Role, group::GroupReader, membership::Contacts};
+
+/// How many members are reached at once.
+const IN_FLIGHT: usize = 32;
+/// How long reaching one member may take.
+pub const REACH_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// One roll call: what the leader asks of a member.
+#[derive(Debug, Clone)]
+pub struct Call {
+    /// The election.
+    pub key: Key,
+    /// The member the leader means to reach.
+    pub identity: String,
+    /// The run of the member its Lease names.
+    pub incarnation: String,
+    /// How long ago the contact the leader's written record holds for that run was made; None when it
+    /// holds none.
+    pub recorded_age: Option<Duration>,
+}
+
+/// How a leader reaches the members of its group.
+pub trait Reacher: std::fmt::Debug + Send + Sync {
+    /// Makes `call` to the member at `peer` ("host:port"): the incarnation that answered, or why none did.
+    fn reach(&self, peer: &str, call: Call) -> BoxFuture<'static, Result<String, String>>;
+}
+
+/// Calls the roll of `key`'s group whenever this daemon leads it, until `stop` (its seat's end).
+pub(super) async fn run(leadership: Arc<Leadership>, key: Key, stop: CancellationToken) {
+    let Some(reacher) = leadership.membership.reacher() else { return };
+    // What this daemon's Lease holds already, so a leader elected again keeps counting its contacts.
+    let mut reached = leadership.membership.written_reached(&key);
+    let mut group: Option<GroupReader> = None;
+    loop {
+        let Some(ttl) = leadership.membership.ttl() else { return };
+        let leading = leadership.lock().get(&key).is_some_and(|e| e.current().role == Role::Leader);
+        if !leading {
+            group = None;
+        } else if group.is_none() {
+            match GroupReader::open(&leadership.hub, &key.namespace, &key.name).await {
+                Ok(g) => group = Some(g),
+                Err(error) => tracing::warn!(
+                    error = %consistd_core::error::chain(&error), election = %key,
+                    "cannot read the election group; its members renew their own Leases"
+                ),
+            }
+        }
+        if let Some(g) = group.as_ref().filter(|g| g.synced()) {
+            let written = leadership.membership.written_reached(&key);
+            call_roll(reacher.as_ref(), &key, &leadership.identity, g, &written, &mut reached, ttl).await;
+            leadership.membership.record_reached(&key, reached.clone());
+        }
+        // Until the next round, keeping the group current meanwhile.
+        let next = Instant::now() + ttl / 6;
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep_until(next) => break,
+                () = stop.cancelled() => return,
+                more = async { match group.as_mut() { Some(g) => g.changed().await, None => std::future::pending().await } } => {
+                    if !more {
+                        group = None;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Reaches every member of `group` but `me`, and notes in `reached` each one that answered.
+async fn call_roll(
+    reacher: &dyn Reacher,
+    key: &Key,
+    me: &str,
+    group: &GroupReader,
+    written: &Contacts,
+    reached: &mut Contacts,
+    ttl: Duration,
+) {
+    let calls: Vec<(String, Call)> = group
+        .members()
+        .map(|m| &m.record)
+        .filter(|r| r.identity != me)
+        .map(|r| {
+            let recorded = written.get(&r.identity).filter(|(incarnation, _)| *incarnation == r.incarnation);
+            let call = Call {
+                key: key.clone(),
+                identity: r.identity.clone(),
+                incarnation: r.incarnation.clone(),
+                recorded_age: recorded.map(|(_, contact)| contact.elapsed()),
+            };
+            (r.peer.clone(), call)
+        })
+        .collect();
+    let answers: Vec<_> = stream::iter(calls)
+        .map(|(peer, call)| {
+            let (identity, sent) = (call.identity.clone(), Instant::now());
+            let reach = reacher.reach(&peer, call);
+            async move { (identity, peer, sent, tokio::time::timeout(REACH_TIMEOUT, reach).await) }
+        })
+        .buffer_unordered(IN_FLIGHT)
+        .collect()
+        .await;
+    for (identity, peer, sent, answer) in answers {
+        match answer {
+            Ok(Ok(incarnation)) => {
+                reached.insert(identity, (incarnation, sent));
+            }
+            Ok(Err(error)) => tracing::debug!(election = %key, member = identity, peer, error, "member not reached"),
+            Err(_) => tracing::debug!(election = %key, member = identity, peer, "member not reached in time"),
+        }
+    }
+    // Members whose Lease is gone left the group; a contact a TTL old keeps nobody counted.
+    let members: HashSet<&str> = group.members().map(|m| m.record.identity.as_str()).collect();
+    reached.retain(|identity, (_, contact)| members.contains(identity.as_str()) && contact.elapsed() < ttl);
+}
