@@ -68,7 +68,7 @@ pub(crate) struct Row {
 /// namespace and name.
 pub(crate) fn rows(leases: &[Lease], now: Timestamp) -> Vec<Row> {
     let mut members: BTreeMap<(String, String), usize> = BTreeMap::new();
-    for member in leases.iter().filter_map(|l| MemberLease::read(l, now)).filter(|m| m.live) {
+    for member in MemberLease::group(leases, now).into_iter().filter(|m| m.live) {
         *members.entry((member.namespace, member.election)).or_default() += 1;
     }
     let mut rows: Vec<Row> = leases

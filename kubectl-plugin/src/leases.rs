@@ -1,12 +1,14 @@
 //! What consistd's Leases say, read the way the daemon writes them: election Leases (holder, fencing
 //! term, renewal) and member Leases (`<election>.member.<identity>`, labelled `consistd.io/member-of`,
-//! with the election's name and the applied rollout version in annotations).
+//! with the election's name and the applied rollout version in annotations). A member counts for its TTL
+//! after its last contact: its own renewal, or the election leader's roll call as the leader's member
+//! Lease records it.
 
 use k8s_openapi::{api::coordination::v1::Lease, jiff::Timestamp};
 
 pub(crate) use consistd_core::lease::{
     APPLIED_BY_ANNOTATION, APPLIED_VERSION_ANNOTATION, AppliedBy, ELECTION_ANNOTATION, INCARNATION_ANNOTATION,
-    MEMBER_OF_LABEL,
+    MEMBER_OF_LABEL, REACHED_ANNOTATION, Reached,
 };
 
 /// Whether `lease` is a member Lease rather than an election's own.
@@ -73,9 +75,13 @@ pub(crate) struct MemberLease {
     pub(crate) incarnation: String,
     /// On the channel leader's Lease: its record of what every member applied.
     pub(crate) applied_by: AppliedBy,
+    /// On the election leader's Lease: the members its roll call reached, and how long before `renewed`.
+    pub(crate) reached: Reached,
     /// Its last renewal.
     pub(crate) renewed: Option<Timestamp>,
-    /// Whether it still counts: renewed within its leaseDurationSeconds (30 s when unset).
+    /// Its leaseDurationSeconds (30 s when unset), in milliseconds.
+    ttl_ms: i64,
+    /// Whether it still counts: renewed, or reached by a leader, within its TTL (see [`MemberLease::group`]).
     pub(crate) live: bool,
 }
 
@@ -89,9 +95,11 @@ impl MemberLease {
         let election = annotations.get(ELECTION_ANNOTATION)?.clone();
         let spec = lease.spec.clone().unwrap_or_default();
         let renewed = spec.renew_time.map(|t| t.0);
-        let ttl =
-            spec.lease_duration_seconds.map_or(i64::from(consistd_core::lease::DEFAULT_MEMBER_TTL_SECONDS), i64::from);
-        let live = renewed.is_some_and(|at| at.as_millisecond().saturating_add(ttl * 1000) > now.as_millisecond());
+        let ttl_ms = 1000
+            * spec
+                .lease_duration_seconds
+                .map_or(i64::from(consistd_core::lease::DEFAULT_MEMBER_TTL_SECONDS), i64::from);
+        let live = renewed.is_some_and(|at| at.as_millisecond().saturating_add(ttl_ms) > now.as_millisecond());
         Some(Self {
             namespace: lease.metadata.namespace.clone().unwrap_or_default(),
             election,
@@ -99,9 +107,36 @@ impl MemberLease {
             applied: annotations.get(APPLIED_VERSION_ANNOTATION).and_then(|v| v.parse().ok()).unwrap_or(0),
             incarnation: annotations.get(INCARNATION_ANNOTATION).cloned().unwrap_or_default(),
             applied_by: annotations.get(APPLIED_BY_ANNOTATION).map(|v| AppliedBy::parse(v)).unwrap_or_default(),
+            reached: annotations.get(REACHED_ANNOTATION).map(|v| Reached::parse(v)).unwrap_or_default(),
             renewed,
+            ttl_ms,
             live,
         })
+    }
+
+    /// Every member Lease among `leases` at `now`, live when its own renewal or a roll call record on a
+    /// Lease of the same group (the leader's renewTime less the contact's age) is within its TTL.
+    pub(crate) fn group(leases: &[Lease], now: Timestamp) -> Vec<Self> {
+        let mut members: Vec<Self> = leases.iter().filter_map(|l| Self::read(l, now)).collect();
+        let contacts: Vec<(String, String, String, String, i64)> = members
+            .iter()
+            .filter_map(|by| by.renewed.map(|renewed| (by, renewed.as_millisecond())))
+            .flat_map(|(by, renewed)| {
+                by.reached.0.iter().map(move |(identity, (incarnation, age))| {
+                    let age = i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
+                    let group = (by.namespace.clone(), by.election.clone());
+                    (group.0, group.1, identity.clone(), incarnation.clone(), renewed.saturating_sub(age))
+                })
+            })
+            .collect();
+        for m in &mut members {
+            let reached = contacts.iter().any(|(namespace, election, identity, incarnation, at)| {
+                (namespace, election, identity, incarnation) == (&m.namespace, &m.election, &m.identity, &m.incarnation)
+                    && at.saturating_add(m.ttl_ms) > now.as_millisecond()
+            });
+            m.live |= reached;
+        }
+        members
     }
 }
 
@@ -153,5 +188,34 @@ mod tests {
         assert!(!MemberLease::read(&member, at("2026-01-01T00:00:03Z")).expect("a member").live);
         let election = lease(serde_json::json!({"metadata": {"name": "config"}}));
         assert!(MemberLease::read(&election, at("2026-01-01T00:00:00Z")).is_none());
+    }
+
+    #[test]
+    fn a_member_the_leader_reached_counts_for_its_ttl_after_that_contact_in_that_run() {
+        let member = |identity: &str, incarnation: &str, renewed: &str, reached: Option<&str>| {
+            let mut annotations = serde_json::json!({
+                "consistd.io/election": "web",
+                "consistd.io/member-incarnation": incarnation,
+            });
+            if let Some(reached) = reached {
+                annotations["consistd.io/reached"] = reached.into();
+            }
+            lease(serde_json::json!({
+                "metadata": {"name": format!("web.member.{identity}"), "namespace": "ns",
+                             "labels": {"consistd.io/member-of": "web"}, "annotations": annotations},
+                "spec": {"holderIdentity": identity, "leaseDurationSeconds": 3, "renewTime": renewed}
+            }))
+        };
+        // The leader a renewed at 0:10 and had reached b's run y1 2 s before; b last renewed at 0:00.
+        let leases = [
+            member("a", "x1", "2026-01-01T00:00:10.000000Z", Some(r#"{"b":"y1@2000ms","c":"z0@0ms"}"#)),
+            member("b", "y1", "2026-01-01T00:00:00.000000Z", None),
+            member("c", "z1", "2026-01-01T00:00:00.000000Z", None),
+        ];
+        let live = |now: &str| -> Vec<String> {
+            MemberLease::group(&leases, at(now)).into_iter().filter(|m| m.live).map(|m| m.identity).collect()
+        };
+        assert_eq!(live("2026-01-01T00:00:10.500Z"), ["a", "b"], "c's current run was never reached");
+        assert_eq!(live("2026-01-01T00:00:11.500Z"), ["a"], "b's contact at 0:08 counts until 0:11");
     }
 }

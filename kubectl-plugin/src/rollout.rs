@@ -123,7 +123,7 @@ pub(crate) struct Member {
 /// its current run, as the daemon's barrier reads it.
 fn members(leases: &[Lease], channel: &str, target: u64, now: Timestamp) -> Vec<Member> {
     let group: Vec<MemberLease> =
-        leases.iter().filter_map(|l| MemberLease::read(l, now)).filter(|m| m.election == channel).collect();
+        MemberLease::group(leases, now).into_iter().filter(|m| m.election == channel).collect();
     let mut members: Vec<Member> = group
         .iter()
         .filter(|m| m.live)

@@ -18,12 +18,14 @@ use super::Transport;
 /// How long a connection no roll call used is kept.
 const IDLE_CONNECTION: Duration = Duration::from_secs(120);
 
+/// By peer address: its connection, and when a roll call last used it.
+type Clients = HashMap<String, (PeerServiceClient<Channel>, Instant)>;
+
 /// Reaches members over the peer transport.
 #[derive(Debug, Clone)]
 pub struct PeerReacher {
     transport: Transport,
-    /// By peer address: its connection, and when a roll call last used it.
-    clients: Arc<Mutex<HashMap<String, (PeerServiceClient<Channel>, Instant)>>>,
+    clients: Arc<Mutex<Clients>>,
 }
 
 impl PeerReacher {
