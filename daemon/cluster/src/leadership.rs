@@ -426,16 +426,16 @@ impl Leadership {
     }
 
     /// Answers `key`'s leader's roll call (see [`rollcall`]): this daemon's incarnation in the group, when
-    /// it is member `identity` of it. `recorded_age` is how long ago the contact the leader's written
-    /// record holds for `incarnation` was made.
+    /// it is member `identity` of it. `recorded` is what the leader's written records hold for
+    /// `incarnation`: how long ago their contact was made, and the applied version.
     pub fn reached(
         &self,
         key: &Key,
         identity: &str,
         incarnation: &str,
-        recorded_age: Option<Duration>,
+        recorded: (Option<Duration>, u64),
     ) -> Result<String, LeadershipError> {
-        self.membership.reached(key, identity, incarnation, recorded_age)
+        self.membership.reached(key, identity, incarnation, recorded)
     }
 
     /// Whether campaigning makes this daemon a member of election groups (it has a peer address).

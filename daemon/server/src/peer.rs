@@ -171,11 +171,9 @@ impl PeerService for PeerApi {
             return Err(status::invalid_argument("identity", "must name the member to reach"));
         }
         let key = self.leadership.key(&r.election, &r.namespace).map_err(status::leadership_error)?;
-        let recorded_age = r.recorded_contact_age_ms.map(Duration::from_millis);
-        let incarnation = self
-            .leadership
-            .reached(&key, &r.identity, &r.incarnation, recorded_age)
-            .map_err(status::leadership_error)?;
+        let recorded = (r.recorded_contact_age_ms.map(Duration::from_millis), r.recorded_applied_version);
+        let incarnation =
+            self.leadership.reached(&key, &r.identity, &r.incarnation, recorded).map_err(status::leadership_error)?;
         Ok(Response::new(ReachResponse { incarnation }))
     }
 

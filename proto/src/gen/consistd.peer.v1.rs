@@ -17,6 +17,11 @@ pub struct ReachRequest {
     /// run was made; absent when its record holds none.
     #[prost(uint64, optional, tag = "5")]
     pub recorded_contact_age_ms: ::core::option::Option<u64>,
+    /// The applied version of the channel the leader's written record of what every member applied holds
+    /// for that run (0: none); a member writes a version it noted for its next renewal only when no leader
+    /// recorded it.
+    #[prost(uint64, tag = "6")]
+    pub recorded_applied_version: u64,
 }
 /// ReachResponse says which run of the member answered.
 #[allow(clippy::all)]

@@ -51,6 +51,15 @@ pub struct Announce {
 /// The members a leader's roll call reached, and when: identity to (incarnation, contact).
 pub(super) type Contacts = BTreeMap<String, (String, Instant)>;
 
+/// What an election leader's written records say of this member's run, as the leader's roll call told it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Vouch {
+    /// Until when its roll call record keeps this member counted.
+    until: Option<Instant>,
+    /// The applied version its record of what every member applied holds for this member.
+    applied: u64,
+}
+
 /// The member Leases this daemon keeps, one per election it campaigns in.
 pub(super) struct Membership {
     client: kube::Client,
@@ -67,9 +76,8 @@ struct Seat {
     stop: CancellationToken,
     /// This run's id on the Lease (see [`INCARNATION_ANNOTATION`]).
     incarnation: String,
-    /// Until when the newest roll call record a leader wrote keeps this member counted, as the leader
-    /// told it when it last reached it.
-    vouched: watch::Sender<Option<Instant>>,
+    /// What the leader's written records say of this member, as the leader told it when it last reached it.
+    vouched: watch::Sender<Vouch>,
     /// What the member Lease is to say.
     announced: watch::Sender<Announced>,
     /// What the keeper's writes of the member Lease came to.
@@ -102,6 +110,8 @@ pub(super) struct Written {
     pub failed: Option<(u64, Arc<kube::Error>)>,
     /// The roll call contacts the Lease holds (written and confirmed by the apiserver).
     pub reached: Contacts,
+    /// The record of what every member applied the Lease holds (written and confirmed).
+    pub applied_by: AppliedBy,
 }
 
 /// What a member Lease says.
@@ -231,7 +241,7 @@ impl Membership {
                 let stop = self.tasks.signal().child_token();
                 let (announced, to_announce) = watch::channel(Announced::default());
                 let (confirm, written) = watch::channel(Written::default());
-                let (vouched, vouched_until) = watch::channel(None);
+                let (vouched, vouched_until) = watch::channel(Vouch::default());
                 let incarnation = format!("{:08x}", rand::random::<u32>());
                 let keeper = Keeper {
                     api: Api::namespaced(self.client.clone(), &key.namespace),
@@ -264,15 +274,16 @@ impl Membership {
         self.announce.as_ref().and_then(|a| a.reacher.clone())
     }
 
-    /// Answers a leader's roll call: checks that this daemon is `identity` in `key`'s group, notes until
-    /// when the leader's written record keeps this run counted (`recorded_age`: how long ago the contact
-    /// it holds for `incarnation` was made), and returns this run's incarnation.
+    /// Answers a leader's roll call: checks that this daemon is `identity` in `key`'s group, notes what
+    /// the leader's written records say of this run (`recorded_age`: how long ago the contact it holds
+    /// for `incarnation` was made; `recorded_applied`: the applied version it holds for it), and returns
+    /// this run's incarnation.
     pub(super) fn reached(
         &self,
         key: &Key,
         identity: &str,
         incarnation: &str,
-        recorded_age: Option<Duration>,
+        (recorded_age, recorded_applied): (Option<Duration>, u64),
     ) -> Result<String, LeadershipError> {
         let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         let (Some(h), Some(ttl)) = (held.get(key), self.ttl()) else {
@@ -285,16 +296,13 @@ impl Membership {
                 asked: identity.to_owned(),
             });
         }
-        if let Some(age) = recorded_age.filter(|_| incarnation == h.incarnation)
-            && let Some(contact) = Instant::now().checked_sub(age)
-        {
-            let until = contact + ttl;
+        if incarnation == h.incarnation {
+            let until = recorded_age.and_then(|age| Instant::now().checked_sub(age)).map(|contact| contact + ttl);
             h.vouched.send_if_modified(|v| {
-                let later = v.is_none_or(|v| v < until);
-                if later {
-                    *v = Some(until);
-                }
-                later
+                let news = Vouch { until: v.until.max(until), applied: v.applied.max(recorded_applied) };
+                let changed = news != *v;
+                *v = news;
+                changed
             });
         }
         Ok(h.incarnation.clone())
@@ -306,7 +314,7 @@ impl Membership {
     pub(super) fn record_reached(&self, key: &Key, reached: Contacts) {
         let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(h) = held.get(key) {
-            h.vouched.send_if_modified(|v| v.take().is_some());
+            h.vouched.send_if_modified(|v| v.until.take().is_some());
             h.announced.send_if_modified(|a| {
                 let changed = a.reached != reached;
                 a.reached = reached;
@@ -315,10 +323,11 @@ impl Membership {
         }
     }
 
-    /// The roll call contacts this daemon's member Lease of `key` holds now.
-    pub(super) fn written_reached(&self, key: &Key) -> Contacts {
+    /// The roll call contacts and the record of what every member applied that this daemon's member
+    /// Lease of `key` holds now.
+    pub(super) fn written_records(&self, key: &Key) -> (Contacts, AppliedBy) {
         let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        held.get(key).map(|h| h.written.borrow().reached.clone()).unwrap_or_default()
+        held.get(key).map(|h| h.written.borrow()).map(|w| (w.reached.clone(), w.applied_by.clone())).unwrap_or_default()
     }
 
     /// Announces that this member's app applied `version` of `key`'s channel: written at once when
@@ -415,8 +424,8 @@ struct Keeper {
     announce: Announce,
     /// What the Lease is to say.
     announced: watch::Receiver<Announced>,
-    /// Until when a leader's written roll call record keeps this member counted.
-    vouched: watch::Receiver<Option<Instant>>,
+    /// What a leader's written records say of this member.
+    vouched: watch::Receiver<Vouch>,
     /// Every write's outcome: the applied version once the Lease holds it, or why it does not.
     written: watch::Sender<Written>,
 }
@@ -424,7 +433,8 @@ struct Keeper {
 impl Keeper {
     /// Creates and renews the member Lease (at once after an urgent change of what it announces; else
     /// every third of the TTL, or, while a leader's record keeps this member counted, a quarter of the
-    /// TTL before that record lapses) until `stop`, then deletes it.
+    /// TTL before that record lapses, or a third of the TTL after noting a version the leader's record
+    /// does not hold) until `stop`, then deletes it.
     async fn run(mut self, stop: CancellationToken) {
         let (election, identity) = (self.election.clone(), self.identity.clone());
         let name = lease_name(&election, &identity);
@@ -479,6 +489,7 @@ impl Keeper {
                     w.recorded = applied;
                     w.failed = None;
                     w.reached = announced.reached;
+                    w.applied_by = announced.applied_by.unwrap_or_default();
                 }),
                 Err(error) => {
                     tracing::warn!(%error, election, lease = name, "could not renew group membership; retrying");
@@ -491,13 +502,16 @@ impl Keeper {
             // Until the next renewal, or an urgent change; other changes ride with the renewal.
             let renew_at = Instant::now() + renew_every;
             let urgent = announced.urgent;
+            // Since when a version noted for the next renewal has been waiting.
+            let mut noted_at: Option<Instant> = None;
             let wait = async {
                 loop {
-                    // While a leader's record keeps this member counted, it renews only before that lapses.
-                    let due = match *self.vouched.borrow_and_update() {
-                        Some(until) => renew_at.max(until.checked_sub(ttl / 4).unwrap_or(renew_at)),
-                        None => renew_at,
-                    };
+                    let vouch = *self.vouched.borrow_and_update();
+                    let noted = self.announced.borrow().applied;
+                    if noted > applied && noted > vouch.applied {
+                        noted_at.get_or_insert_with(Instant::now);
+                    }
+                    let due = next_renewal(renew_at, ttl, vouch, (noted, applied, noted_at));
                     tokio::select! {
                         () = tokio::time::sleep_until(due) => return true,
                         changed = self.announced.changed() => {
@@ -524,9 +538,49 @@ impl Keeper {
     }
 }
 
+/// When a member Lease last written at `renew_at - ttl/3` with applied version `written` is renewed:
+/// at `renew_at`; while a leader's record keeps the member counted (`vouch`), only a quarter of the TTL
+/// before that record lapses; but a version `noted` (since `noted_at`) for the next renewal that no
+/// leader's record holds is written a third of the TTL after it was noted (its ACK may have gone to a
+/// leader since gone).
+fn next_renewal(
+    renew_at: Instant,
+    ttl: Duration,
+    vouch: Vouch,
+    (noted, written, noted_at): (u64, u64, Option<Instant>),
+) -> Instant {
+    let due = match vouch.until {
+        Some(until) => renew_at.max(until.checked_sub(ttl / 4).unwrap_or(renew_at)),
+        None => renew_at,
+    };
+    match noted_at {
+        Some(at) if noted > written && noted > vouch.applied => due.min(at + ttl / 3),
+        _ => due,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_member_the_leader_vouches_for_renews_only_before_the_record_lapses_or_to_write_what_it_lacks() {
+        let ttl = Duration::from_secs(30);
+        let now = Instant::now();
+        let renew_at = now + ttl / 3;
+        let nothing = (0, 0, None);
+        assert_eq!(next_renewal(renew_at, ttl, Vouch::default(), nothing), renew_at, "nobody vouches");
+        let until = now + Duration::from_secs(28);
+        let vouched = Vouch { until: Some(until), applied: 4 };
+        assert_eq!(next_renewal(renew_at, ttl, vouched, nothing), until - ttl / 4, "a quarter TTL before it lapses");
+        let lapsing = Vouch { until: Some(now + Duration::from_secs(5)), applied: 4 };
+        assert_eq!(next_renewal(renew_at, ttl, lapsing, nothing), renew_at, "never sooner than its own cadence");
+        // A version noted for the next renewal: the leader's record holds it, or it is written 10 s on.
+        let noted_at = now + Duration::from_secs(1);
+        assert_eq!(next_renewal(renew_at, ttl, vouched, (4, 3, Some(noted_at))), until - ttl / 4, "recorded");
+        assert_eq!(next_renewal(renew_at, ttl, vouched, (5, 3, Some(noted_at))), noted_at + ttl / 3, "not recorded");
+        assert_eq!(next_renewal(renew_at, ttl, vouched, (5, 5, Some(noted_at))), until - ttl / 4, "written already");
+    }
 
     #[test]
     fn names_are_readable_when_valid_and_hashed_otherwise() {

@@ -4,10 +4,13 @@
 //! for its TTL after its last contact, so a member the leader reaches need not renew its own Lease: an
 //! idle group costs the apiserver the leader's renewals, not every member's. Each reached member is told
 //! how old the contact in the leader's written record is, and renews its own Lease only when that record
-//! would lapse within a quarter of the TTL (the leader gone, or unable to write).
+//! would lapse within a quarter of the TTL (the leader gone, or unable to write). It is also told the
+//! applied version the leader's record holds for it, so a version it noted for its next renewal is
+//! written by the member only when no leader recorded it.
 
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
+use consistd_core::lease::AppliedBy;
 use futures::{StreamExt, future::BoxFuture, stream};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -31,6 +34,8 @@ pub struct Call {
     /// How long ago the contact the leader's written record holds for that run was made; None when it
     /// holds none.
     pub recorded_age: Option<Duration>,
+    /// The applied version the leader's written record of what every member applied holds for that run.
+    pub recorded_applied: u64,
 }
 
 /// How a leader reaches the members of its group.
@@ -43,7 +48,7 @@ pub trait Reacher: std::fmt::Debug + Send + Sync {
 pub(super) async fn run(leadership: Arc<Leadership>, key: Key, stop: CancellationToken) {
     let Some(reacher) = leadership.membership.reacher() else { return };
     // What this daemon's Lease holds already, so a leader elected again keeps counting its contacts.
-    let mut reached = leadership.membership.written_reached(&key);
+    let mut reached = leadership.membership.written_records(&key).0;
     let mut group: Option<GroupReader> = None;
     loop {
         let Some(ttl) = leadership.membership.ttl() else { return };
@@ -60,7 +65,7 @@ pub(super) async fn run(leadership: Arc<Leadership>, key: Key, stop: Cancellatio
             }
         }
         if let Some(g) = group.as_ref().filter(|g| g.synced()) {
-            let written = leadership.membership.written_reached(&key);
+            let written = leadership.membership.written_records(&key);
             call_roll(reacher.as_ref(), &key, &leadership.identity, g, &written, &mut reached, ttl).await;
             leadership.membership.record_reached(&key, reached.clone());
         }
@@ -86,7 +91,7 @@ async fn call_roll(
     key: &Key,
     me: &str,
     group: &GroupReader,
-    written: &Contacts,
+    (written, applied_by): &(Contacts, AppliedBy),
     reached: &mut Contacts,
     ttl: Duration,
 ) {
@@ -101,6 +106,7 @@ async fn call_roll(
                 identity: r.identity.clone(),
                 incarnation: r.incarnation.clone(),
                 recorded_age: recorded.map(|(_, contact)| contact.elapsed()),
+                recorded_applied: applied_by.applied(&r.identity, &r.incarnation),
             };
             (r.peer.clone(), call)
         })

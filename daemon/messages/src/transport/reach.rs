@@ -68,6 +68,7 @@ impl Reacher for PeerReacher {
                 recorded_contact_age_ms: call
                     .recorded_age
                     .map(|age| u64::try_from(age.as_millis()).unwrap_or(u64::MAX)),
+                recorded_applied_version: call.recorded_applied,
             };
             match client.reach(request).await {
                 Ok(answer) => Ok(answer.into_inner().incarnation),
