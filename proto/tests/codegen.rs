@@ -45,20 +45,21 @@ fn generated_code_matches_the_proto_files() {
 }
 
 fn generate(root: &Path, out: &Path) {
-    compile(root, out, PROTOS, "consistd.v1.bin", false);
+    // An object's JSON goes from the watch cache to every subscriber, and from the wire to the app,
+    // without a copy of its own.
+    compile(root, out, PROTOS, "consistd.v1.bin", &[".consistd.v1.KubeObject.json"]);
     // Payloads pass from the outbox to the wire and from the wire to the inbox without copies.
-    compile(root, out, PEER_PROTOS, "consistd.peer.v1.bin", true);
+    compile(root, out, PEER_PROTOS, "consistd.peer.v1.bin", &["."]);
 }
 
-/// Generates Rust for `protos` (and their descriptor set, `bin`) into `out`.
-fn compile(root: &Path, out: &Path, protos: &[&str], bin: &str, payloads_as_bytes: bool) {
+/// Generates Rust for `protos` (and their descriptor set, `bin`) into `out`, with the `bytes` fields
+/// under `as_bytes` as `bytes::Bytes` (shared, not copied) rather than `Vec<u8>`.
+fn compile(root: &Path, out: &Path, protos: &[&str], bin: &str, as_bytes: &[&str]) {
     let protoc = protoc_bin_vendored::protoc_bin_path().expect("find the vendored protoc");
     let wkt = protoc_bin_vendored::include_path().expect("find the vendored well-known protos");
     let mut config = tonic_prost_build::Config::new();
     config.protoc_executable(protoc);
-    if payloads_as_bytes {
-        config.bytes(["."]);
-    }
+    config.bytes(as_bytes);
     let protos: Vec<PathBuf> = protos.iter().map(|p| root.join(p)).collect();
     let includes = [root.to_path_buf(), wkt];
     tonic_prost_build::configure()

@@ -19,8 +19,8 @@ pub struct KubeObject {
     #[prost(string, tag = "4")]
     pub resource_version: ::prost::alloc::string::String,
     /// The whole object (apiVersion, kind, metadata, spec, status, ...) as JSON.
-    #[prost(bytes = "vec", tag = "5")]
-    pub json: ::prost::alloc::vec::Vec<u8>,
+    #[prost(bytes = "bytes", tag = "5")]
+    pub json: ::prost::bytes::Bytes,
 }
 /// Names an election and the term in which a write must be made. A write carrying a guard is refused
 /// with FAILED_PRECONDITION unless this daemon leads that election in exactly that term when it sends it.

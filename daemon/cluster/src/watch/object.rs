@@ -124,13 +124,7 @@ pub struct ObjKey {
 
 impl From<Obj> for consistd_proto::v1::KubeObject {
     fn from(o: Obj) -> Self {
-        Self {
-            uid: o.uid,
-            namespace: o.namespace,
-            name: o.name,
-            resource_version: o.resource_version,
-            json: o.json.to_vec(),
-        }
+        Self { uid: o.uid, namespace: o.namespace, name: o.name, resource_version: o.resource_version, json: o.json }
     }
 }
 
