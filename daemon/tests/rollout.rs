@@ -497,3 +497,45 @@ async fn idle_members_the_leader_reaches_write_nothing_and_outlive_a_killed_lead
     let s = status(&replicas[0].1.0, 0).await;
     assert!(s.members.iter().any(|m| m.member == leader && !m.live), "the killed leader is dropped: {s:?}");
 }
+
+/// The roll call's peer RPC validates what it is asked and answers only for the member it names.
+#[tokio::test]
+async fn a_roll_call_names_its_bad_fields_and_reaches_only_the_member_it_means() {
+    use consistd_proto::peer::v1::{ReachRequest, peer_service_client::PeerServiceClient};
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let addr = format!("127.0.0.1:{}", free_port());
+    let config = format!(
+        "identity: a\nnamespace: {ns}\npeer:\n  listen: {addr}\n  advertise: {addr}\n  insecure: true\nmembership:\n  ttl: 3s\n"
+    );
+    let daemon = Daemon::builder(BIN).config(config).start().await;
+    let request = CampaignRequest { election: "config".to_owned(), ..Default::default() };
+    let _campaign = daemon.client().leadership().campaign(request).await.expect("Campaign").into_inner();
+    channel_formed(&daemon, 1).await;
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> = kube::Api::namespaced(kube.clone(), &ns);
+    let lease = leases.get("config.member.a").await.expect("a's member Lease");
+    let incarnation = lease.metadata.annotations.unwrap_or_default()["consistd.io/member-incarnation"].clone();
+
+    let mut peer = PeerServiceClient::connect(format!("http://{addr}")).await.expect("connect to the peer port");
+    let reach = |election: &str, namespace: &str, identity: &str| ReachRequest {
+        namespace: namespace.to_owned(),
+        election: election.to_owned(),
+        identity: identity.to_owned(),
+        incarnation: incarnation.clone(),
+        recorded_contact_age_ms: Some(100),
+        recorded_applied_version: 0,
+    };
+    for (request, code, field) in [
+        (reach("config", &ns, ""), Code::InvalidArgument, "identity"),
+        (reach("config", "", "a"), Code::InvalidArgument, "namespace"),
+        (reach("Not_A_Lease", &ns, "a"), Code::InvalidArgument, "election"),
+        (reach("config", &ns, "b"), Code::FailedPrecondition, "not \"b\""),
+        (reach("other", &ns, "a"), Code::FailedPrecondition, "not a member"),
+    ] {
+        let e = peer.reach(request).await.expect_err("refused");
+        assert_eq!(e.code(), code, "{e:?}");
+        assert!(e.message().contains(field), "{e:?}");
+    }
+    let answer = peer.reach(reach("config", &ns, "a")).await.expect("Reach").into_inner();
+    assert_eq!(answer.incarnation, incarnation);
+}

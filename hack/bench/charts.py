@@ -164,7 +164,7 @@ def projection(chart, out):
         for x, y in totals:
             rows[x][name] = f"{y:,.1f}"
         for n in PROJECTED:
-            rows[n][name] = f"{a * n + b:,.0f} (projected)"
+            rows[n][name] = f"{number(a * n + b)} (projected)"
     for x in sorted(rows):
         print(f"| {x:,g} | " + " | ".join(rows[x].get(name, "") for name in chart["series"]) + " |")
     ax.set_xscale("log")
