@@ -112,8 +112,9 @@ async fn the_barrier_opens_when_every_live_member_applied_and_names_the_laggards
     let killed = Instant::now();
     report(&a, 2).await;
     report(&b, 2).await;
-    // Long enough for a's and b's reports to reach the barrier by either way (the leader's record, or
-    // their renewals every second), short of c's 3 s TTL.
+    // Long enough for a's and b's reports to reach the barrier (through the leader's record, written 200 ms
+    // after the first report it holds unwritten; or, when c led, on their own Leases a third of the TTL
+    // after noting them), short of c's 3 s TTL.
     let w = wait(&a, 2, Duration::from_secs(1)).await;
     assert!(!w.all_applied, "{w:?}");
     assert_eq!(w.lagging, vec!["c".to_owned()]);
