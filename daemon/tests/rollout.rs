@@ -413,9 +413,14 @@ async fn a_version_costs_one_write_of_the_leaders_record_not_one_per_member() {
     }
     let leaders = format!("config.member.{leader}");
     let by_leader = writes.remove(&leaders).unwrap_or(0);
-    assert!(writes.is_empty(), "members other than the leader wrote their Leases for the versions: {writes:?}");
+    // A write per version would be three per member. A member's periodic renewal (every 20 s until the
+    // leader's roll call vouches for it) may fall in this window once, as may the leader's.
+    assert!(
+        writes.values().all(|n| *n <= 1),
+        "members other than the leader wrote their Leases for the versions: {writes:?}"
+    );
     // One per version; a second when the last ACK comes later than the record may wait.
-    assert!((3..=6).contains(&by_leader), "the leader's record was written {by_leader} times for 3 versions");
+    assert!((3..=7).contains(&by_leader), "the leader's record was written {by_leader} times for 3 versions");
     for (_, _, app) in &replicas {
         app.abort();
     }
