@@ -459,18 +459,13 @@ impl Keeper {
             // Contacts a TTL old keep nobody counted; the others stay after this daemon stops leading, as
             // members were told they would.
             let at = Instant::now();
-            let reached = Reached(
-                announced
-                    .reached
-                    .iter()
-                    .map(|(identity, (incarnation, contact))| {
-                        (identity.clone(), (incarnation.clone(), at.saturating_duration_since(*contact)))
-                    })
-                    .filter(|(_, (_, age))| *age < ttl)
-                    .collect(),
-            );
-            if !reached.0.is_empty() {
-                annotations[REACHED_ANNOTATION] = reached.encode().into();
+            let reached: Contacts =
+                announced.reached.into_iter().filter(|(_, (_, contact))| at.duration_since(*contact) < ttl).collect();
+            if !reached.is_empty() {
+                let ages = reached.iter().map(|(identity, (incarnation, contact))| {
+                    (identity.clone(), (incarnation.clone(), at.duration_since(*contact)))
+                });
+                annotations[REACHED_ANNOTATION] = Reached(ages.collect()).encode().into();
             }
             let lease = serde_json::json!({
                 "apiVersion": "coordination.k8s.io/v1",
@@ -488,7 +483,7 @@ impl Keeper {
                     w.attempts += 1;
                     w.recorded = applied;
                     w.failed = None;
-                    w.reached = announced.reached;
+                    w.reached = reached;
                     w.applied_by = announced.applied_by.unwrap_or_default();
                 }),
                 Err(error) => {
