@@ -4,6 +4,8 @@
 //! after its last contact: its own renewal, or the election leader's roll call as the leader's member
 //! Lease records it.
 
+use std::collections::HashMap;
+
 use k8s_openapi::{api::coordination::v1::Lease, jiff::Timestamp};
 
 pub(crate) use consistd_core::lease::{
@@ -118,23 +120,26 @@ impl MemberLease {
     /// Lease of the same group (the leader's renewTime less the contact's age) is within its TTL.
     pub(crate) fn group(leases: &[Lease], now: Timestamp) -> Vec<Self> {
         let mut members: Vec<Self> = leases.iter().filter_map(|l| Self::read(l, now)).collect();
-        let contacts: Vec<(String, String, String, String, i64)> = members
+        // The newest contact (ms) with each run of each member: (namespace, election, identity, incarnation).
+        let mut contacts: HashMap<(&str, &str, &str, &str), i64> = HashMap::new();
+        for by in &members {
+            let Some(renewed) = by.renewed.map(|r| r.as_millisecond()) else { continue };
+            for (identity, (incarnation, age)) in &by.reached.0 {
+                let at = renewed.saturating_sub(i64::try_from(age.as_millis()).unwrap_or(i64::MAX));
+                let run = (by.namespace.as_str(), by.election.as_str(), identity.as_str(), incarnation.as_str());
+                let newest = contacts.entry(run).or_insert(at);
+                *newest = (*newest).max(at);
+            }
+        }
+        let live: Vec<bool> = members
             .iter()
-            .filter_map(|by| by.renewed.map(|renewed| (by, renewed.as_millisecond())))
-            .flat_map(|(by, renewed)| {
-                by.reached.0.iter().map(move |(identity, (incarnation, age))| {
-                    let age = i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
-                    let group = (by.namespace.clone(), by.election.clone());
-                    (group.0, group.1, identity.clone(), incarnation.clone(), renewed.saturating_sub(age))
-                })
+            .map(|m| {
+                let run = (m.namespace.as_str(), m.election.as_str(), m.identity.as_str(), m.incarnation.as_str());
+                m.live || contacts.get(&run).is_some_and(|at| at.saturating_add(m.ttl_ms) > now.as_millisecond())
             })
             .collect();
-        for m in &mut members {
-            let reached = contacts.iter().any(|(namespace, election, identity, incarnation, at)| {
-                (namespace, election, identity, incarnation) == (&m.namespace, &m.election, &m.identity, &m.incarnation)
-                    && at.saturating_add(m.ttl_ms) > now.as_millisecond()
-            });
-            m.live |= reached;
+        for (m, live) in members.iter_mut().zip(live) {
+            m.live = live;
         }
         members
     }
