@@ -361,6 +361,22 @@ async fn leader_failover_in_the_middle_of_a_rollout_loses_no_version_and_reuses_
     assert!(w.all_applied, "the surviving members applied v2 and the dead one was dropped: {w:?}");
 }
 
+/// The Lease patches in `ns` logged after `offset`, by Lease name: member Leases (election Leases are
+/// written with update).
+fn lease_patches(ns: &str, offset: u64) -> std::collections::BTreeMap<String, usize> {
+    let mut writes = std::collections::BTreeMap::new();
+    for e in consistd_testkit::audit_events(offset) {
+        if e["stage"] == "ResponseComplete"
+            && e["verb"] == "patch"
+            && e["objectRef"]["resource"] == "leases"
+            && e["objectRef"]["namespace"] == ns
+        {
+            *writes.entry(e["objectRef"]["name"].as_str().unwrap_or_default().to_owned()).or_default() += 1;
+        }
+    }
+    writes
+}
+
 /// Each member's report goes to the channel's leader as the ACK of the version's message, and the leader
 /// records what they all applied on its own member Lease: one Lease write per version for the whole
 /// group, where each member once wrote its own (at 100 replicas the barrier took 2 ms per replica).
@@ -401,16 +417,7 @@ async fn a_version_costs_one_write_of_the_leaders_record_not_one_per_member() {
         let applied: Vec<u64> = opened.members.iter().map(|m| m.applied_version).collect();
         assert_eq!(applied, vec![version; MEMBERS], "round {round}: {opened:?}");
     }
-    let mut writes: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
-    for e in consistd_testkit::audit_events(offset) {
-        if e["stage"] == "ResponseComplete"
-            && e["verb"] == "patch"
-            && e["objectRef"]["resource"] == "leases"
-            && e["objectRef"]["namespace"] == ns.as_str()
-        {
-            *writes.entry(e["objectRef"]["name"].as_str().unwrap_or_default().to_owned()).or_default() += 1;
-        }
-    }
+    let mut writes = lease_patches(&ns, offset);
     let leaders = format!("config.member.{leader}");
     let by_leader = writes.remove(&leaders).unwrap_or(0);
     // A write per version would be three per member. A member's periodic renewal (every 20 s until the
@@ -424,23 +431,6 @@ async fn a_version_costs_one_write_of_the_leaders_record_not_one_per_member() {
     for (_, _, app) in &replicas {
         app.abort();
     }
-}
-
-/// The member Lease writes in `ns` logged after `offset`, by Lease name.
-fn member_lease_writes(ns: &str, offset: u64) -> std::collections::BTreeMap<String, usize> {
-    let mut writes = std::collections::BTreeMap::new();
-    for e in consistd_testkit::audit_events(offset) {
-        let name = e["objectRef"]["name"].as_str().unwrap_or_default();
-        if e["stage"] == "ResponseComplete"
-            && e["verb"] == "patch"
-            && e["objectRef"]["resource"] == "leases"
-            && e["objectRef"]["namespace"] == ns
-            && name.contains(".member.")
-        {
-            *writes.entry(name.to_owned()).or_default() += 1;
-        }
-    }
-    writes
 }
 
 /// The election's leader reaches every member of its group (its roll call) and records whom it reached on
@@ -463,7 +453,7 @@ async fn idle_members_the_leader_reaches_write_nothing_and_outlive_a_killed_lead
     loop {
         let offset = consistd_testkit::audit_offset();
         tokio::time::sleep(Duration::from_secs(4)).await;
-        let mut writes = member_lease_writes(&ns, offset);
+        let mut writes = lease_patches(&ns, offset);
         let by_leader = writes.remove(&leaders).unwrap_or(0);
         if writes.is_empty() {
             assert!(by_leader >= 3, "the leader renewed {by_leader} times in 4 s with a 3 s TTL");
@@ -498,7 +488,7 @@ async fn idle_members_the_leader_reaches_write_nothing_and_outlive_a_killed_lead
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // The survivors kept counted by writing, or by the new leader reaching them.
-    let writes = member_lease_writes(&ns, offset);
+    let writes = lease_patches(&ns, offset);
     assert!(!writes.is_empty(), "nobody wrote a member Lease in the 6 s after the leader was killed");
     let s = status(&replicas[0].1.0, 0).await;
     assert!(s.members.iter().any(|m| m.member == leader && !m.live), "the killed leader is dropped: {s:?}");
@@ -510,17 +500,13 @@ async fn a_roll_call_names_its_bad_fields_and_reaches_only_the_member_it_means()
     use consistd_proto::peer::v1::{ReachRequest, peer_service_client::PeerServiceClient};
     let kube = consistd_testkit::kube_client().await;
     let ns = consistd_testkit::namespace(&kube).await;
-    let addr = format!("127.0.0.1:{}", free_port());
-    let config = format!(
-        "identity: a\nnamespace: {ns}\npeer:\n  listen: {addr}\n  advertise: {addr}\n  insecure: true\nmembership:\n  ttl: 3s\n"
-    );
-    let daemon = Daemon::builder(BIN).config(config).start().await;
-    let request = CampaignRequest { election: "config".to_owned(), ..Default::default() };
-    let _campaign = daemon.client().leadership().campaign(request).await.expect("Campaign").into_inner();
+    let (daemon, _campaign) = replica(&ns, "a").await;
     channel_formed(&daemon, 1).await;
     let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> = kube::Api::namespaced(kube.clone(), &ns);
     let lease = leases.get("config.member.a").await.expect("a's member Lease");
-    let incarnation = lease.metadata.annotations.unwrap_or_default()["consistd.io/member-incarnation"].clone();
+    let annotations = lease.metadata.annotations.unwrap_or_default();
+    let (addr, incarnation) =
+        (&annotations["consistd.io/peer-address"], annotations["consistd.io/member-incarnation"].clone());
 
     let mut peer = PeerServiceClient::connect(format!("http://{addr}")).await.expect("connect to the peer port");
     let reach = |election: &str, namespace: &str, identity: &str| ReachRequest {
