@@ -281,7 +281,7 @@ impl Leadership {
             return (e.clone(), e.subscribe());
         }
         let leader = self.metrics.leader_gauge(&key.to_string());
-        let election = Election::new(key.clone(), identity.to_owned(), leader);
+        let election = Election::new(key.clone(), identity.to_owned(), leader, self.membership.clone());
         elections.insert(key.clone(), election.clone());
         let status = election.subscribe();
         self.tasks.spawn(elector::run(

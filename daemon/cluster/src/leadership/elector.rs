@@ -35,7 +35,7 @@ use tokio::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::{Key, Leadership, Observation, Progress, Role};
+use super::{Key, Leadership, Observation, Progress, Role, membership::Membership};
 use crate::watch::{
     Query, Subscription,
     object::Obj,
@@ -57,16 +57,19 @@ pub(super) struct Election {
     progress: Mutex<Progress>,
     /// `consistd_leader_election_master_status` of this election: 1 while this daemon leads.
     leader: Gauge,
+    /// This daemon's member Leases: told when the holder or term changes (see `Membership::leader_changed`).
+    membership: Arc<Membership>,
 }
 
 impl Election {
-    pub(super) fn new(key: Key, identity: String, leader: Gauge) -> Arc<Self> {
+    pub(super) fn new(key: Key, identity: String, leader: Gauge, membership: Arc<Membership>) -> Arc<Self> {
         let status = watch::channel(Observation::unknown(&identity)).0;
         Arc::new(Self {
             key,
             identity,
             status,
             leader,
+            membership,
             campaign: Mutex::new((0, Timing::default())),
             wake: Notify::new(),
             observed: AtomicBool::new(false),
@@ -148,6 +151,12 @@ impl Election {
     /// first observation); the value is always current before anyone is woken.
     fn publish(&self, status: Observation) {
         self.leader.set(i64::from(status.role == Role::Leader));
+        {
+            let current = self.status.borrow();
+            if current.holder != status.holder || current.term != status.term {
+                self.membership.leader_changed(&self.key);
+            }
+        }
         if !self.observed.swap(true, Ordering::AcqRel) {
             self.status.send_replace(status);
             return;

@@ -308,6 +308,17 @@ impl Membership {
         Ok(h.incarnation.clone())
     }
 
+    /// `key`'s holder or term changed: what the former leader's record said of this member no longer
+    /// counts here (a leader that leaves deletes its Lease, and its record with it), so the member
+    /// renews on its own cadence, at once when its own renewal is a third of the TTL old, until the new
+    /// leader's roll call vouches for it again.
+    pub(super) fn leader_changed(&self, key: &Key) {
+        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(h) = held.get(key) {
+            h.vouched.send_if_modified(|v| std::mem::take(v) != Vouch::default());
+        }
+    }
+
     /// Sets the members this daemon's roll call reached as `key`'s leader, for its member Lease's next
     /// renewal. A daemon that calls the roll renews on its own cadence: nobody else's record is to keep
     /// its Lease, which carries the record, from being written.
