@@ -134,6 +134,7 @@ cmd_start() {
   local t0=$SECONDS
   ensure_packages
   cmd_build
+  recover_host
   cmd_stop >/dev/null 2>&1 || true
   rm -rf "$state"
   mkdir -p "$state"

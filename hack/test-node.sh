@@ -3,7 +3,8 @@
 #
 #   CONSISTD_CP_NODE=1 hack/with-control-plane.sh hack/test-node.sh     (what `make e2e` runs; root)
 #
-# Starts the node, waits for it Ready, runs a Deployment of 2 busybox replicas behind a Service (its
+# First starts a node from another state directory, runs a pod on it and SIGKILLs every node process (a
+# run cut off), so that the real start has to put that node's host changes back. Then starts the node, waits for it Ready, runs a Deployment of 2 busybox replicas behind a Service (its
 # ReplicaSet and EndpointSlice must appear) and a pod whose native sidecar (an init container with
 # restartPolicy: Always) has passed its startup probe before the app starts; the app finds its ServiceAccount token and reaches the
 # apiserver through the `kubernetes` Service IP, and that token authenticates there as the pod's account. Then stops the node, stops it again, and compares
@@ -29,16 +30,39 @@ done
 mkdir -p "$out"
 "$node" prepare # packages and binaries first, so that installing them is not counted as a host change
 "$repo/hack/host-snapshot.sh" >"$out/host.before"
-trap '"$node" stop' EXIT
+k() { "$KUBECTL" -n "$ns" "$@"; }
+serviceaccount() { # the controller-manager's serviceaccount controller makes `default`; admission needs it
+  for _ in $(seq 1 100); do k get serviceaccount default >/dev/null 2>&1 && return 0; sleep 0.2; done
+  die "no ServiceAccount default in $ns"
+}
+
+# First a node whose run is killed, as a CI job cut off mid-run is: from another state directory, with a
+# pod running, every node process SIGKILLed and its host changes left in place. The next start must find
+# them and put them back before it starts its own node.
+killed=$out/killed-node
+trap 'CONSISTD_NODE_DIR=$killed "$node" stop; "$node" stop' EXIT
+CONSISTD_NODE_DIR=$killed "$node" start
+eval "$(CONSISTD_NODE_DIR=$killed "$node" env)"
+k create namespace "$ns" >/dev/null
+serviceaccount
+k run left-behind --image localhost/busybox:local --image-pull-policy Never --restart Never \
+  --overrides '{"spec": {"terminationGracePeriodSeconds": 1}}' -- sleep 3600 >/dev/null
+k wait pod/left-behind --for condition=Ready --timeout 60s >/dev/null || die "the pod on the node to be killed is not Ready"
+for p in scheduler controller-manager kubelet containerd; do
+  pid=$(cat "$killed/$p.pid")
+  kill -9 "$pid"
+  # Gone, or a zombie nobody reaps (the script that started it has exited).
+  for _ in $(seq 1 100); do case $(ps -o stat= -p "$pid" || echo Z) in Z*) break ;; esac; sleep 0.1; done
+done
+ip link show cn0 >/dev/null 2>&1 || die "the killed node's bridge is gone already; the test kills nothing"
+log "killed the node started from $killed with its pod running"
+
 t=$(ms)
 "$node" start
-log "node Ready $(($(ms) - t)) ms after hack/node.sh start"
+trap '"$node" stop' EXIT
+log "node Ready $(($(ms) - t)) ms after hack/node.sh start, the killed node's host changes put back first"
 eval "$("$node" env)"
-k() { "$KUBECTL" -n "$ns" "$@"; }
-
-k create namespace "$ns" >/dev/null
-# The controller-manager's serviceaccount controller makes `default`; the admission plugin needs it.
-for _ in $(seq 1 100); do k get serviceaccount default >/dev/null 2>&1 && break; sleep 0.2; done
+k delete pod left-behind --grace-period 1 --wait=false >/dev/null
 
 t_deploy=$(ms)
 k apply -f - >/dev/null <<'YAML'

@@ -10,22 +10,43 @@ kernel.keys.root_maxbytes net.ipv4.ip_forward"
 host_dirs="/run/containerd/s /run/containerd /var/lib/cni/results /var/lib/cni /var/log/containers /var/lib/kubelet
 /usr/libexec/kubernetes"
 
-# Everything start changes on the host is recorded in $state/host first, so stop can put it back even
-# after a crash; stop deletes the record last.
+# Everything start changes on the host is recorded first, so stop can put it back even after a crash; stop
+# deletes the record last. The record is host-wide (one node per host), not in $state, and names the state
+# directory it belongs to: a run killed before it could stop leaves it for the next start to find, even if
+# that run's checkout is gone.
+host_record=/run/consistd-node
+
 save_host() {
-  local h=$state/host k d
+  local h=$host_record k d
+  if ip link show "$bridge" >/dev/null 2>&1; then die "a link named $bridge exists already; not touching it"; fi
   mkdir -p "$h"
+  echo "$state" >"$h/owner"
   for k in $sysctls; do echo "$k=$(sysctl -n "$k")"; done >"$h/sysctls"
   for d in $host_dirs; do if [ -e "$d" ]; then echo "$d"; fi; done >"$h/dirs"
-  if ip link show "$bridge" >/dev/null 2>&1; then die "a link named $bridge exists already; not touching it"; fi
   touch "$h/bridge"
   # iptables (nft backend) creates the nat table for the DNAT rules; it stays, empty, once they are gone.
   if ! nft list table ip nat >/dev/null 2>&1; then touch "$h/no-nat-table"; fi
 }
 
+# A node started from another state directory whose processes are all gone (its run was killed) is stopped
+# from that directory, which puts the host back; one that still runs is left alone.
+recover_host() {
+  local owner p
+  [ -f "$host_record/owner" ] || return 0
+  owner=$(cat "$host_record/owner")
+  [ "$owner" != "$state" ] || return 0 # this node's own: its stop puts it back
+  for p in containerd kubelet controller-manager scheduler; do
+    if pid_alive "$owner/$p.pid"; then
+      die "a node started from $owner runs on this host (one per host): CONSISTD_NODE_DIR=$owner hack/node.sh stop"
+    fi
+  done
+  log "the node started from $owner was killed without stopping: putting back what it changed on the host"
+  CONSISTD_NODE_DIR=$owner "$repo/hack/node.sh" stop
+}
+
 restore_host() {
-  local h=$state/host line k v d
-  [ -d "$h" ] || return 0
+  local h=$host_record line k v d
+  [ "$(cat "$h/owner" 2>/dev/null)" = "$state" ] || return 0
   if [ -f "$h/bridge" ] && ip link show "$bridge" >/dev/null 2>&1; then ip link delete "$bridge"; fi
   # iptables rules carry $tag as their comment; kubelet's own chains are off (makeIPTablesUtilChains: false).
   for t in nat filter mangle; do
