@@ -445,22 +445,7 @@ async fn idle_members_the_leader_reaches_write_nothing_and_outlive_a_killed_lead
         replicas.push((identity.to_owned(), replica(&ns, identity).await));
     }
     let leader = channel_formed(&replicas[0].1.0, 3).await;
-    let leaders = format!("config.member.{leader}");
-
-    // With a 3 s TTL a member renews every second unless reached: a 4 s span in which only the leader
-    // wrote shows the roll call at work (the first seconds go to the record's first write).
-    let started = Instant::now();
-    loop {
-        let offset = consistd_testkit::audit_offset();
-        tokio::time::sleep(Duration::from_secs(4)).await;
-        let mut writes = lease_patches(&ns, offset);
-        let by_leader = writes.remove(&leaders).unwrap_or(0);
-        if writes.is_empty() {
-            assert!(by_leader >= 3, "the leader renewed {by_leader} times in 4 s with a 3 s TTL");
-            break;
-        }
-        assert!(started.elapsed() < Duration::from_secs(30), "members other than the leader kept writing: {writes:?}");
-    }
+    only_the_leader_writes(&ns, &leader).await;
     for (identity, (daemon, _)) in &replicas {
         let s = status(daemon, 0).await;
         assert!(s.members.iter().all(|m| m.live) && s.members.len() == 3, "as {identity} sees it: {s:?}");
@@ -492,6 +477,177 @@ async fn idle_members_the_leader_reaches_write_nothing_and_outlive_a_killed_lead
     assert!(!writes.is_empty(), "nobody wrote a member Lease in the 6 s after the leader was killed");
     let s = status(&replicas[0].1.0, 0).await;
     assert!(s.members.iter().any(|m| m.member == leader && !m.live), "the killed leader is dropped: {s:?}");
+}
+
+/// Waits for a 4 s span in which only `leader` wrote a member Lease in `ns`. With a 3 s TTL a member
+/// renews every second unless the leader's roll call reaches it: such a span shows the roll call at work
+/// (the first seconds go to the record's first write).
+async fn only_the_leader_writes(ns: &str, leader: &str) {
+    let leaders = format!("config.member.{leader}");
+    let started = Instant::now();
+    loop {
+        let offset = consistd_testkit::audit_offset();
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        let mut writes = lease_patches(ns, offset);
+        let by_leader = writes.remove(&leaders).unwrap_or(0);
+        if writes.is_empty() {
+            assert!(by_leader >= 3, "the leader renewed {by_leader} times in 4 s with a 3 s TTL");
+            return;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "members other than the leader kept writing: {writes:?}");
+    }
+}
+
+/// A replica's name, its daemon, and its app's campaign (which keeps it a member).
+type Replica = (String, (Daemon, Streaming<CampaignResponse>));
+
+/// Three replicas of channel "config" whose leader's roll call keeps the others counted (they have
+/// stopped writing): the leader, and the others.
+async fn quiet_group(ns: &str) -> (Replica, Vec<Replica>) {
+    let mut replicas = Vec::new();
+    for identity in ["a", "b", "c"] {
+        replicas.push((identity.to_owned(), replica(ns, identity).await));
+    }
+    let leader = channel_formed(&replicas[0].1.0, 3).await;
+    only_the_leader_writes(ns, &leader).await;
+    let index = replicas.iter().position(|(identity, _)| *identity == leader).expect("the leader is a replica");
+    let leading = replicas.remove(index);
+    (leading, replicas)
+}
+
+/// Publishes on `daemon`, which forwards to the channel's leader: retried only while `daemon` has not yet
+/// seen a new leader take over, never because it counts that leader as gone.
+async fn publish_after_handover(daemon: &Daemon, payload: &str) -> u64 {
+    let started = Instant::now();
+    loop {
+        let request = PublishRequest {
+            channel: "config".to_owned(),
+            payload: payload.as_bytes().to_vec(),
+            content_type: "text/plain".to_owned(),
+        };
+        match daemon.client().rollout().publish(request).await {
+            Ok(r) => return r.into_inner().version,
+            Err(e)
+                if e.code() == Code::Unavailable
+                    && !e.message().contains("no live member Lease")
+                    && started.elapsed() < Duration::from_secs(5) =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("Publish after the leader left: {e:?}"),
+        }
+    }
+}
+
+/// A leader that leaves gracefully deletes its member Lease, and the roll call record on it that kept
+/// the other members counted. It first lets them renew their own Leases (they do once they see it
+/// release the election), so nobody who reads the group after the Lease is gone finds them stale: the
+/// audit log shows each member's renewal complete before the delete arrives. A Publish forwarded to the
+/// new leader goes through at once, where before it found that leader "with no live member Lease".
+#[tokio::test]
+async fn a_leader_that_leaves_lets_the_members_it_vouched_for_renew_before_its_lease_goes() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let ((leader, (mut leaving, _campaign)), others) = quiet_group(&ns).await;
+
+    let offset = consistd_testkit::audit_offset();
+    leaving.signal(Signal::SIGTERM);
+    // Every reader, all along: both others count.
+    let since = Instant::now();
+    while since.elapsed() < Duration::from_millis(1500) {
+        for (identity, (daemon, _)) in &others {
+            let s = status(daemon, 0).await;
+            let live = s.members.iter().filter(|m| m.live && m.member != leader).count();
+            assert_eq!(live, 2, "{:?} after SIGTERM to the leader, {identity} counts {live}: {s:?}", since.elapsed());
+        }
+    }
+    assert!(leaving.wait_exit(Duration::from_secs(10)).await.success(), "{leader} stopped gracefully");
+
+    let events = consistd_testkit::audit_events(offset);
+    let leases = |verb: &str, name: &str| -> Vec<serde_json::Value> {
+        events
+            .iter()
+            .filter(|e| {
+                e["stage"] == "ResponseComplete"
+                    && e["verb"] == verb
+                    && e["objectRef"]["resource"] == "leases"
+                    && e["objectRef"]["namespace"] == ns.as_str()
+                    && e["objectRef"]["name"] == name
+            })
+            .cloned()
+            .collect()
+    };
+    let deleted = leases("delete", &format!("config.member.{leader}"));
+    assert_eq!(deleted.len(), 1, "the leader deleted its member Lease once: {deleted:?}");
+    let delete_received = deleted[0]["requestReceivedTimestamp"].as_str().expect("timestamp").to_owned();
+    for (identity, _) in &others {
+        let renewed: Vec<String> = leases("patch", &format!("config.member.{identity}"))
+            .iter()
+            .filter_map(|e| e["stageTimestamp"].as_str().map(str::to_owned))
+            .collect();
+        // Audit timestamps are RFC 3339 in UTC with microseconds: ordered as strings.
+        assert!(
+            renewed.iter().any(|done| *done < delete_received),
+            "{identity} renewed at {renewed:?}, not before the leader's Lease was deleted at {delete_received}"
+        );
+    }
+    let version = publish_after_handover(&others[0].1.0, "after the leader left").await;
+    assert!(version >= 1, "{version}");
+}
+
+/// A member that cannot renew for itself (stopped here) keeps its leader's contact until the contact
+/// lapses, even when the leader leaves and deletes the Lease that recorded it: the leaver waits for it
+/// only a while, and a WaitApplied already reading the group keeps what the deleted record said. So the
+/// barrier does not open without the lagging member before a TTL has passed since it was last reached.
+#[tokio::test]
+async fn a_barrier_waiting_on_a_member_keeps_its_contact_when_the_leader_that_recorded_it_leaves() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let ((leader, (mut leaving, _campaign)), others) = quiet_group(&ns).await;
+    let [(stopped, (lagging, _)), (_, (observer, _))] = &others[..] else { panic!("two others") };
+    assert_eq!(publish(&leaving, "v1").await, 1);
+    report(&leaving, 1).await;
+    report(observer, 1).await;
+    let waiting = {
+        let request = WaitAppliedRequest {
+            channel: "config".to_owned(),
+            version: 1,
+            timeout: Some(prost_types::Duration { seconds: 10, nanos: 0 }),
+        };
+        let mut rollout = observer.client().rollout();
+        consistd_testkit::spawn(async move {
+            let answer = rollout.wait_applied(request).await.expect("WaitApplied").into_inner();
+            (answer, std::time::SystemTime::now())
+        })
+    };
+    // The observer's report reaches the leader's record with its next renewal.
+    let started = Instant::now();
+    let s = loop {
+        let s = status(observer, 1).await;
+        let lagging: Vec<&str> =
+            s.members.iter().filter(|m| m.live && m.applied_version < 1).map(|m| m.member.as_str()).collect();
+        if lagging == [stopped.as_str()] {
+            break s;
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "only {stopped} should lag: {s:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let last_seen = s.members.iter().find(|m| m.member == *stopped).and_then(|m| m.last_seen).expect("last seen");
+    let last_seen = std::time::SystemTime::try_from(last_seen).expect("a time");
+
+    lagging.signal(Signal::SIGSTOP);
+    leaving.signal(Signal::SIGTERM);
+    let (answer, opened) = waiting.await.expect("the WaitApplied task");
+    lagging.signal(Signal::SIGCONT);
+    assert!(answer.all_applied, "the stopped {stopped} drops out within a TTL and the barrier opens: {answer:?}");
+    let after = opened.duration_since(last_seen).unwrap_or_default();
+    assert!(
+        after >= Duration::from_millis(2950),
+        "the barrier opened without {stopped} {after:?} after it was last seen, within its 3 s TTL: {answer:?}"
+    );
+    assert!(leaving.wait_exit(Duration::from_secs(10)).await.success(), "{leader} stopped gracefully");
+    let version = publish_after_handover(lagging, "after the leader left").await;
+    assert!(version >= 1, "{version}");
 }
 
 /// The roll call's peer RPC validates what it is asked and answers only for the member it names.

@@ -231,7 +231,13 @@ impl Leadership {
         let tasks = tasks.child();
         Arc::new(Self {
             metrics,
-            membership: Arc::new(Membership::new(client.clone(), identity.clone(), announce, tasks.clone())),
+            membership: Arc::new(Membership::new(
+                client.clone(),
+                hub.clone(),
+                identity.clone(),
+                announce,
+                tasks.clone(),
+            )),
             client,
             hub,
             identity,

@@ -1,13 +1,13 @@
 //! Election groups as the outbox and the replica barrier read them: the member Leases of one election
 //! through the watch hub, and the one rule for who is live. A member counts for its TTL after its last
 //! contact: its own renewal, or the election leader reaching it in its roll call (recorded, with how long
-//! before, on the leader's member Lease). When a Lease is first seen, its renewal's age comes from its
+//! before, on the leader's member Lease; a contact outlives that record until it lapses). When a Lease is first seen, its renewal's age comes from its
 //! renewTime and this machine's wall clock; after that, from this daemon's monotonic clock at the moment
 //! it saw renewTime change, as client-go judges Leases, so clock skew between nodes matters only at first
 //! sight.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     sync::Arc,
     time::{Duration, SystemTime},
 };
@@ -48,7 +48,7 @@ impl SeenMember {
     }
 
     /// When the member's own renewal stops counting; None when it did not count at first sight.
-    fn renewal_expires_at(&self) -> Option<Instant> {
+    pub(super) fn renewal_expires_at(&self) -> Option<Instant> {
         self.renewed.map(|at| at + self.record.ttl)
     }
 }
@@ -65,11 +65,13 @@ struct Contact {
     wall: Option<SystemTime>,
 }
 
-/// What the roll call records on `members` say: for each entry, the renewal that carried the record (as
-/// this daemon saw it) less the age the record gives; the newest where records disagree.
-fn reached_at<'a>(members: impl Iterator<Item = &'a SeenMember>) -> ReachedAt {
-    let mut reached = ReachedAt::new();
-    for m in members {
+/// What the roll call records on `members` say, on top of what they said before (`known`): for each
+/// entry, the renewal that carried the record (as this daemon saw it) less the age the record gives; the
+/// newest where records disagree. A contact outlives the record that carried it until it lapses: a leader
+/// that leaves deletes its Lease, and its record with it, before the members it vouched for have renewed
+/// for themselves. Only the current runs of members with a Lease are kept.
+fn reached_at<'a>(mut reached: ReachedAt, members: impl Iterator<Item = &'a SeenMember> + Clone) -> ReachedAt {
+    for m in members.clone() {
         let Some(written) = m.renewed else { continue };
         let written_wall = m.record.renewed_at().map(SystemTime::from);
         for (identity, (incarnation, age)) in &m.record.reached.0 {
@@ -80,6 +82,12 @@ fn reached_at<'a>(members: impl Iterator<Item = &'a SeenMember>) -> ReachedAt {
             }
         }
     }
+    let runs: HashSet<(&str, &str)> =
+        members.map(|m| (m.record.identity.as_str(), m.record.incarnation.as_str())).collect();
+    reached.retain(|identity, by_run| {
+        by_run.retain(|incarnation, _| runs.contains(&(identity.as_str(), incarnation.as_str())));
+        !by_run.is_empty()
+    });
     reached
 }
 
@@ -100,7 +108,8 @@ fn contact(member: &SeenMember, reached: &ReachedAt) -> Option<Contact> {
 pub struct GroupReader {
     election: String,
     mirror: Mirror<SeenMember>,
-    /// What the roll call records among the Leases say, as of the last change.
+    /// What the roll call records among the Leases say, and said before a Lease carrying one was
+    /// deleted, as of the last change.
     reached: ReachedAt,
 }
 
@@ -127,7 +136,7 @@ impl GroupReader {
         let election = &self.election;
         tokio::select! {
             more = self.mirror.next(|obj, before| SeenMember::observe(obj, election, before)) => {
-                self.reached = reached_at(self.mirror.values().values());
+                self.reached = reached_at(std::mem::take(&mut self.reached), self.mirror.values().values());
                 more
             }
             () = sleep_until(expiry) => true,
@@ -263,7 +272,7 @@ mod tests {
         let b = SeenMember::observe(&member("b", "y1", &ago(25), 10, None), "web", None).expect("b");
         let a =
             SeenMember::observe(&member("a", "x1", &ago(1), 10, Some(r#"{"b":"y1@2000ms"}"#)), "web", None).expect("a");
-        let reached = reached_at([&a, &b].into_iter());
+        let reached = reached_at(ReachedAt::new(), [&a, &b].into_iter());
         let now = Instant::now();
         assert!(!renewed_live(&b, now));
         let until = expires_at(&b, &reached).expect("b counts");
@@ -281,6 +290,29 @@ mod tests {
         tokio::time::advance(Duration::from_secs(5)).await;
         let renewed = SeenMember::observe(&member("b", "y1", &ago(0), 10, None), "web", Some(&b)).expect("b");
         assert_eq!(expires_at(&renewed, &reached), renewed.renewal_expires_at());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_contact_outlives_the_deleted_lease_that_recorded_it_until_it_lapses() {
+        // The leader a reached b's run y1 and c's run z1 a second before its last renewal; b's and c's own
+        // renewals are too old to count.
+        let b = SeenMember::observe(&member("b", "y1", &ago(25), 10, None), "web", None).expect("b");
+        let c = SeenMember::observe(&member("c", "z1", &ago(25), 10, None), "web", None).expect("c");
+        let record = Some(r#"{"b":"y1@1000ms","c":"z1@1000ms"}"#);
+        let a = SeenMember::observe(&member("a", "x1", &ago(0), 10, record), "web", None).expect("a");
+        let reached = reached_at(ReachedAt::new(), [&a, &b, &c].into_iter());
+        let until = expires_at(&b, &reached).expect("b counts");
+        // a leaves and deletes its Lease; c restarted meanwhile (a new run) and c's old run is forgotten.
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let c2 = SeenMember::observe(&member("c", "z2", &ago(0), 10, None), "web", Some(&c)).expect("c2");
+        let reached = reached_at(reached, [&b, &c2].into_iter());
+        assert_eq!(expires_at(&b, &reached), Some(until), "what the deleted record said of b still holds");
+        assert!(!reached.contains_key("c"), "c's run z1 is gone: {reached:?}");
+        // And lapses a TTL after the contact: 9 s from the start.
+        assert!(until > Instant::now() + Duration::from_secs(6) && until <= Instant::now() + Duration::from_secs(7));
+        // b's Lease deleted too: nothing is kept for it.
+        let reached = reached_at(reached, [&c2].into_iter());
+        assert!(!reached.contains_key("b"), "{reached:?}");
     }
 
     #[test]

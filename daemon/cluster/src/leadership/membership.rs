@@ -27,13 +27,13 @@ use consistd_core::{
     tasks::Tasks,
 };
 use k8s_openapi::{api::coordination::v1::Lease, apimachinery::pkg::apis::meta::v1::MicroTime};
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use serde::Deserialize;
 use tokio::{sync::watch, time::Instant};
 use tokio_util::sync::CancellationToken;
 
-use super::{Key, LeadershipError, rollcall::Reacher};
-use crate::watch::object::Obj;
+use super::{Key, LeadershipError, group::GroupReader, rollcall::Reacher};
+use crate::watch::{Hub, object::Obj};
 
 /// How this daemon announces itself.
 #[derive(Debug, Clone)]
@@ -63,6 +63,8 @@ struct Vouch {
 /// The member Leases this daemon keeps, one per election it campaigns in.
 pub(super) struct Membership {
     client: kube::Client,
+    /// Where a leaving member reads its group (see [`Keeper::hand_back`]).
+    hub: Arc<Hub>,
     identity: String,
     announce: Option<Announce>,
     held: Mutex<HashMap<Key, Seat>>,
@@ -222,8 +224,14 @@ impl std::fmt::Debug for Membership {
 }
 
 impl Membership {
-    pub(super) fn new(client: kube::Client, identity: String, announce: Option<Announce>, tasks: Tasks) -> Self {
-        Self { client, identity, announce, held: Mutex::new(HashMap::new()), tasks }
+    pub(super) fn new(
+        client: kube::Client,
+        hub: Arc<Hub>,
+        identity: String,
+        announce: Option<Announce>,
+        tasks: Tasks,
+    ) -> Self {
+        Self { client, hub, identity, announce, held: Mutex::new(HashMap::new()), tasks }
     }
 
     /// Joins `key`'s group until the returned guard drops; None when this daemon has no peer address.
@@ -245,6 +253,8 @@ impl Membership {
                 let incarnation = format!("{:08x}", rand::random::<u32>());
                 let keeper = Keeper {
                     api: Api::namespaced(self.client.clone(), &key.namespace),
+                    hub: self.hub.clone(),
+                    key: key.clone(),
                     election: key.name.clone(),
                     identity: self.identity.clone(),
                     incarnation: incarnation.clone(),
@@ -428,6 +438,8 @@ fn fnv1a(s: &str) -> u64 {
 /// The task that keeps one member Lease.
 struct Keeper {
     api: Api<Lease>,
+    hub: Arc<Hub>,
+    key: Key,
     election: String,
     identity: String,
     /// This run's id on the Lease (see [`INCARNATION_ANNOTATION`]).
@@ -449,6 +461,8 @@ impl Keeper {
     async fn run(mut self, stop: CancellationToken) {
         let (election, identity) = (self.election.clone(), self.identity.clone());
         let name = lease_name(&election, &identity);
+        // The resourceVersion of this keeper's last write: the Lease is deleted only as it left it.
+        let mut last_written: Option<String> = None;
         loop {
             let ttl = self.announce.ttl.get();
             let renew_every = ttl / 3;
@@ -490,13 +504,16 @@ impl Keeper {
             });
             let params = PatchParams::apply("consistd-membership").force();
             match self.api.patch(&name, &params, &Patch::Apply(&lease)).await {
-                Ok(_) => self.written.send_modify(|w| {
-                    w.attempts += 1;
-                    w.recorded = applied;
-                    w.failed = None;
-                    w.reached = reached;
-                    w.applied_by = announced.applied_by.unwrap_or_default();
-                }),
+                Ok(written) => {
+                    last_written = written.metadata.resource_version;
+                    self.written.send_modify(|w| {
+                        w.attempts += 1;
+                        w.recorded = applied;
+                        w.failed = None;
+                        w.reached = reached;
+                        w.applied_by = announced.applied_by.unwrap_or_default();
+                    });
+                }
                 Err(error) => {
                     tracing::warn!(%error, election, lease = name, "could not renew group membership; retrying");
                     self.written.send_modify(|w| {
@@ -534,15 +551,83 @@ impl Keeper {
                 () = stop.cancelled() => break,
             }
         }
-        match tokio::time::timeout(Duration::from_secs(2), self.api.delete(&name, &DeleteParams::default())).await {
+        self.hand_back().await;
+        // Not a Lease a later run of this member (the app back at once) has written since.
+        let params = DeleteParams {
+            preconditions: Some(Preconditions { resource_version: last_written, uid: None }),
+            ..DeleteParams::default()
+        };
+        match tokio::time::timeout(Duration::from_secs(2), self.api.delete(&name, &params)).await {
             Ok(Ok(_)) => tracing::info!(election, lease = name, "left the election group"),
+            Ok(Err(kube::Error::Api(status))) if status.code == 409 => {
+                tracing::info!(election, lease = name, "left the election group; a later run keeps its Lease")
+            }
             Ok(Err(error)) => {
                 tracing::warn!(%error, election, lease = name, "could not delete member Lease; it expires")
             }
             Err(_) => tracing::warn!(election, lease = name, "deleting member Lease timed out; it expires"),
         }
     }
+
+    /// Before the Lease goes, and with it the roll call record it carries: waits, at most [`HAND_BACK`],
+    /// until every member that record alone keeps counted renews its own Lease, or the record's contact
+    /// with it lapses. They renew once they see this daemon's release (or any change of leader), which
+    /// shutdown sends at the same time; readers that open the group after the Lease is gone know only
+    /// the members' own renewals.
+    async fn hand_back(&self) {
+        let ttl = self.announce.ttl.get();
+        let started = Instant::now();
+        let vouched: HashMap<String, (String, Instant)> = self
+            .written
+            .borrow()
+            .reached
+            .iter()
+            .filter(|(_, (_, contact))| *contact + ttl > started)
+            .map(|(identity, (incarnation, contact))| (identity.clone(), (incarnation.clone(), *contact + ttl)))
+            .collect();
+        if vouched.is_empty() {
+            return;
+        }
+        let deadline = started + HAND_BACK;
+        let Ok(Ok(mut group)) =
+            tokio::time::timeout(HAND_BACK, GroupReader::open(&self.hub, &self.key.namespace, &self.key.name)).await
+        else {
+            return;
+        };
+        loop {
+            let now = Instant::now();
+            let waiting = group.synced().then(|| {
+                group
+                    .members()
+                    .filter(|m| {
+                        vouched.get(&m.record.identity).is_some_and(|(incarnation, lapses)| {
+                            *incarnation == m.record.incarnation
+                                && *lapses > now
+                                && m.renewal_expires_at().is_none_or(|at| at < now + ttl / 2)
+                        })
+                    })
+                    .count()
+            });
+            if waiting == Some(0) {
+                tracing::debug!(election = %self.key, waited = ?started.elapsed(), "members renewed for themselves");
+                return;
+            }
+            tokio::select! {
+                more = group.changed() => if !more { return },
+                () = tokio::time::sleep_until(deadline) => {
+                    let members = waiting.unwrap_or(vouched.len());
+                    tracing::info!(election = %self.key, members, "leaving before every member this daemon's record keeps counted renewed for itself");
+                    return;
+                }
+            }
+        }
+    }
 }
+
+/// How long a leaving member waits for the members its roll call record keeps counted to renew their
+/// own Leases (they do within milliseconds unless they cannot write): within the default 5 s shutdown
+/// grace period with the 2 s the delete may take.
+const HAND_BACK: Duration = Duration::from_secs(2);
 
 /// When a member Lease last written at `renew_at - ttl/3` with applied version `written` is renewed:
 /// at `renew_at`; while a leader's record keeps the member counted (`vouch`), only a quarter of the TTL
