@@ -1,0 +1,147 @@
+// Reads and writes Kubernetes objects through the sidecar, recording what writes return for the own-write rule.
+package io.consistd.client;
+
+import com.google.protobuf.ByteString;
+import consistd.v1.Objects.CreateRequest;
+import consistd.v1.Objects.DeleteRequest;
+import consistd.v1.Objects.DeleteResponse;
+import consistd.v1.Objects.GetRequest;
+import consistd.v1.Objects.ListRequest;
+import consistd.v1.Objects.ListResponse;
+import consistd.v1.Objects.PatchRequest;
+import consistd.v1.Objects.PropagationPolicy;
+import consistd.v1.Objects.UpdateRequest;
+import consistd.v1.ObjectsServiceGrpc;
+import io.grpc.ManagedChannel;
+import io.grpc.StatusRuntimeException;
+import java.nio.charset.StandardCharsets;
+import java.util.List;
+import java.util.Optional;
+
+/**
+ * Reads and writes Kubernetes objects as JSON. Reads are served from the sidecar's watch cache when a watch covers
+ * the query. Every write records, per object uid, the resourceVersion it returned, so the client's watches never
+ * hand the app a state older than its own write (see {@link Watch}). Apiserver errors keep their meaning as
+ * {@link StatusRuntimeException}: a conflict is ABORTED, 403 PERMISSION_DENIED, 404 NOT_FOUND.
+ */
+public final class ObjectsClient {
+  /** The patch formats the apiserver accepts. */
+  public enum PatchType {
+    /** RFC 6902 JSON patch. */
+    JSON,
+    /** RFC 7386 JSON merge patch. */
+    MERGE,
+    /** Kubernetes strategic merge patch (built-in types only). */
+    STRATEGIC,
+    /** Server-side apply; needs {@link ObjectOption#fieldManager}. */
+    APPLY
+  }
+
+  /** A list of objects and the resourceVersion it was read at. */
+  public record ObjectList(List<KubeObject> objects, String resourceVersion) {}
+
+  private final ObjectsServiceGrpc.ObjectsServiceBlockingStub stub;
+  private final OwnWrites writes;
+
+  ObjectsClient(ManagedChannel channel, OwnWrites writes) {
+    this.stub = ObjectsServiceGrpc.newBlockingStub(channel);
+    this.writes = writes;
+  }
+
+  /** One object ({@link ObjectOption#readYourWrites} applies). */
+  public KubeObject get(String resource, String namespace, String name, ObjectOption... options) {
+    ObjectOption.Settings s = ObjectOption.Settings.of(options);
+    GetRequest request = GetRequest.newBuilder()
+        .setResource(resource).setNamespace(namespace).setName(name).setReadYourWrites(s.readYourWrites).build();
+    return KubeObject.from(stub.get(request).getObject());
+  }
+
+  /** The objects matching a label selector (empty: all); {@link ObjectOption#readYourWrites} applies. */
+  public ObjectList list(String resource, String namespace, String labelSelector, ObjectOption... options) {
+    ObjectOption.Settings s = ObjectOption.Settings.of(options);
+    ListRequest request = ListRequest.newBuilder()
+        .setResource(resource).setNamespace(namespace).setLabelSelector(labelSelector)
+        .setReadYourWrites(s.readYourWrites).build();
+    ListResponse response = stub.list(request);
+    return new ObjectList(
+        response.getObjectsList().stream().map(KubeObject::from).toList(), response.getResourceVersion());
+  }
+
+  /** Creates the object {@code json} describes; guard, field manager and reconcile lease apply. */
+  public KubeObject create(String resource, String namespace, String json, ObjectOption... options) {
+    ObjectOption.Settings s = ObjectOption.Settings.of(options);
+    CreateRequest.Builder request = CreateRequest.newBuilder()
+        .setResource(resource).setNamespace(namespace).setObject(utf8(json))
+        .setFieldManager(s.fieldManager).setReconcileLease(s.reconcileLease);
+    if (s.guard != null) {
+      request.setGuard(s.guardProto());
+    }
+    return written(stub.create(request.build()).getObject());
+  }
+
+  /** Replaces the object (or its subresource); guard, field manager and reconcile lease apply. */
+  public KubeObject update(String resource, String namespace, String name, String json, ObjectOption... options) {
+    ObjectOption.Settings s = ObjectOption.Settings.of(options);
+    UpdateRequest.Builder request = UpdateRequest.newBuilder()
+        .setResource(resource).setNamespace(namespace).setName(name).setObject(utf8(json))
+        .setSubresource(s.subresource).setFieldManager(s.fieldManager).setReconcileLease(s.reconcileLease);
+    if (s.guard != null) {
+      request.setGuard(s.guardProto());
+    }
+    return written(stub.update(request.build()).getObject());
+  }
+
+  /** Patches the object (or its subresource); guard, field manager, force and reconcile lease apply. */
+  public KubeObject patch(
+      String resource, String namespace, String name, PatchType type, String patch, ObjectOption... options) {
+    ObjectOption.Settings s = ObjectOption.Settings.of(options);
+    PatchRequest.Builder request = PatchRequest.newBuilder()
+        .setResource(resource).setNamespace(namespace).setName(name)
+        .setPatchType(switch (type) {
+          case JSON -> consistd.v1.Objects.PatchType.PATCH_TYPE_JSON;
+          case MERGE -> consistd.v1.Objects.PatchType.PATCH_TYPE_MERGE;
+          case STRATEGIC -> consistd.v1.Objects.PatchType.PATCH_TYPE_STRATEGIC;
+          case APPLY -> consistd.v1.Objects.PatchType.PATCH_TYPE_APPLY;
+        })
+        .setPatch(utf8(patch)).setSubresource(s.subresource).setFieldManager(s.fieldManager).setForce(s.force)
+        .setReconcileLease(s.reconcileLease);
+    if (s.guard != null) {
+      request.setGuard(s.guardProto());
+    }
+    return written(stub.patch(request.build()).getObject());
+  }
+
+  /**
+   * Deletes the object; guard, preconditions, propagation and reconcile lease apply. The object's last state when
+   * the apiserver returned one (finalizers may keep it around, marked for deletion).
+   */
+  public Optional<KubeObject> delete(String resource, String namespace, String name, ObjectOption... options) {
+    ObjectOption.Settings s = ObjectOption.Settings.of(options);
+    DeleteRequest.Builder request = DeleteRequest.newBuilder()
+        .setResource(resource).setNamespace(namespace).setName(name)
+        .setPreconditionUid(s.preconditionUid).setPreconditionResourceVersion(s.preconditionResourceVersion)
+        .setReconcileLease(s.reconcileLease);
+    if (s.propagation != null) {
+      request.setPropagationPolicy(switch (s.propagation) {
+        case ORPHAN -> PropagationPolicy.PROPAGATION_POLICY_ORPHAN;
+        case BACKGROUND -> PropagationPolicy.PROPAGATION_POLICY_BACKGROUND;
+        case FOREGROUND -> PropagationPolicy.PROPAGATION_POLICY_FOREGROUND;
+      });
+    }
+    if (s.guard != null) {
+      request.setGuard(s.guardProto());
+    }
+    DeleteResponse response = stub.delete(request.build());
+    return response.hasObject() ? Optional.of(written(response.getObject())) : Optional.empty();
+  }
+
+  private KubeObject written(consistd.v1.Object.KubeObject object) {
+    KubeObject o = KubeObject.from(object);
+    writes.record(o);
+    return o;
+  }
+
+  private static ByteString utf8(String json) {
+    return ByteString.copyFrom(json, StandardCharsets.UTF_8);
+  }
+}

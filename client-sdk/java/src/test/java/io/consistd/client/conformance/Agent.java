@@ -1,0 +1,205 @@
+// The Java SDK's agent for the SDK conformance suite (client-sdk/conformance): JSON commands in, JSON lines out.
+package io.consistd.client.conformance;
+
+import com.google.gson.JsonElement;
+import com.google.gson.JsonObject;
+import com.google.gson.JsonParser;
+import io.consistd.client.ConsistdClient;
+import io.consistd.client.KubeObject;
+import io.consistd.client.ObjectsClient.PatchType;
+import io.consistd.client.Watch;
+import io.consistd.client.WatchEvent;
+import io.consistd.client.WatchRequest;
+import io.grpc.Status;
+import io.grpc.StatusRuntimeException;
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+
+/**
+ * Serves the suite's commands (one JSON object per line on stdin, each handled concurrently) with one client made
+ * by the SDK's no-argument constructor, and answers each with one line on stdout; exits 0 when stdin closes. The
+ * protocol is client-sdk/conformance/README.md's.
+ */
+public final class Agent {
+  /** An op's failure the agent reports as INVALID_ARGUMENT (an unknown op, a field of the wrong type). */
+  private static final class BadCommand extends RuntimeException {
+    private static final long serialVersionUID = 1L;
+
+    BadCommand(String message) {
+      super(message);
+    }
+  }
+
+  private final ConsistdClient client = new ConsistdClient();
+  private final Map<String, Watch> pulled = new ConcurrentHashMap<>();
+  private final ExecutorService commands = Executors.newCachedThreadPool(runnable -> {
+    Thread thread = new Thread(runnable, "agent-command");
+    thread.setDaemon(true);
+    return thread;
+  });
+
+  public static void main(String[] args) throws Exception {
+    Agent agent = new Agent();
+    try (BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8))) {
+      String line;
+      while ((line = in.readLine()) != null) {
+        if (!line.isBlank()) {
+          String command = line;
+          agent.commands.execute(() -> agent.serve(command));
+        }
+      }
+    }
+    agent.client.close();
+    System.exit(0);
+  }
+
+  private static synchronized void print(JsonObject line) {
+    System.out.println(line);
+    System.out.flush();
+  }
+
+  private void serve(String line) {
+    JsonObject answer = new JsonObject();
+    JsonObject command;
+    try {
+      command = JsonParser.parseString(line).getAsJsonObject();
+    } catch (RuntimeException e) {
+      System.err.println("agent: not a command: " + line);
+      return;
+    }
+    answer.add("id", command.get("id"));
+    try {
+      answer.add("ok", run(command));
+    } catch (StatusRuntimeException e) {
+      answer.add("error", error(e.getStatus().getCode().name(), e.getStatus().getDescription()));
+    } catch (BadCommand | IllegalStateException | UnsupportedOperationException | ClassCastException e) {
+      answer.add("error", error("INVALID_ARGUMENT", e.getMessage()));
+    } catch (Exception e) {
+      answer.add("error", error("UNKNOWN", e.toString()));
+    }
+    print(answer);
+  }
+
+  private static JsonObject error(String code, String message) {
+    JsonObject error = new JsonObject();
+    error.addProperty("code", code);
+    error.addProperty("message", message == null ? "" : message);
+    return error;
+  }
+
+  private static String text(JsonObject command, String field) {
+    JsonElement value = command.get(field);
+    if (value == null || !value.isJsonPrimitive() || !value.getAsJsonPrimitive().isString()) {
+      throw new BadCommand("field " + field + " must be a string");
+    }
+    return value.getAsString();
+  }
+
+  private static long number(JsonObject command, String field) {
+    JsonElement value = command.get(field);
+    if (value == null || !value.isJsonPrimitive() || !value.getAsJsonPrimitive().isNumber()) {
+      throw new BadCommand("field " + field + " must be a number");
+    }
+    return value.getAsLong();
+  }
+
+  private static boolean bool(JsonObject command, String field) {
+    JsonElement value = command.get(field);
+    if (value == null || !value.isJsonPrimitive() || !value.getAsJsonPrimitive().isBoolean()) {
+      throw new BadCommand("field " + field + " must be a boolean");
+    }
+    return value.getAsBoolean();
+  }
+
+  private JsonObject run(JsonObject command) throws Exception {
+    String op = text(command, "op");
+    JsonObject ok = new JsonObject();
+    switch (op) {
+      case "get" -> {
+        KubeObject o = client.objects().get(
+            text(command, "resource"), text(command, "namespace"), text(command, "name"));
+        ok.addProperty("resourceVersion", o.resourceVersion());
+      }
+      case "patch" -> {
+        JsonElement patch = command.get("patch");
+        if (patch == null) {
+          throw new BadCommand("field patch is missing");
+        }
+        KubeObject o = client.objects().patch(
+            text(command, "resource"), text(command, "namespace"), text(command, "name"), PatchType.MERGE,
+            patch.toString());
+        ok.addProperty("resourceVersion", o.resourceVersion());
+        ok.addProperty("uid", o.uid());
+      }
+      case "watch" -> {
+        String stream = text(command, "stream");
+        String mode = text(command, "mode");
+        WatchRequest request = WatchRequest.of(text(command, "resource")).namespace(text(command, "namespace"))
+            .mode(switch (mode) {
+              case "RAW" -> WatchRequest.Mode.RAW;
+              case "CONSISTENT" -> WatchRequest.Mode.CONSISTENT;
+              default -> throw new BadCommand("mode must be RAW or CONSISTENT, not " + mode);
+            });
+        Watch watch = client.watch(request);
+        if (bool(command, "take")) {
+          commands.execute(() -> takeAll(stream, watch));
+        } else {
+          pulled.put(stream, watch);
+        }
+      }
+      case "take" -> {
+        String stream = text(command, "stream");
+        Watch watch = pulled.get(stream);
+        if (watch == null) {
+          throw new BadCommand("no watch " + stream + " started with take false");
+        }
+        long count = number(command, "count");
+        for (long i = 0; i < count; i++) {
+          try {
+            printEvent(stream, watch.next());
+          } catch (StatusRuntimeException e) {
+            printError(stream, e);
+            throw e;
+          }
+        }
+      }
+      default -> throw new BadCommand("unknown op " + op);
+    }
+    return ok;
+  }
+
+  private static void takeAll(String stream, Watch watch) {
+    try {
+      for (WatchEvent event : watch) {
+        printEvent(stream, event);
+      }
+    } catch (StatusRuntimeException e) {
+      printError(stream, e);
+    }
+  }
+
+  private static void printEvent(String stream, WatchEvent event) {
+    JsonObject item = new JsonObject();
+    item.addProperty("type", event.type().name());
+    item.addProperty("name", event.object() == null ? "" : event.object().name());
+    item.addProperty("resourceVersion", event.object() == null ? "" : event.object().resourceVersion());
+    item.addProperty("predatesOwnWrite", event.predatesOwnWrite());
+    JsonObject line = new JsonObject();
+    line.addProperty("stream", stream);
+    line.add("item", item);
+    print(line);
+  }
+
+  private static void printError(String stream, StatusRuntimeException e) {
+    Status status = e.getStatus();
+    JsonObject line = new JsonObject();
+    line.addProperty("stream", stream);
+    line.add("error", error(status.getCode().name(), status.getDescription()));
+    print(line);
+  }
+}
