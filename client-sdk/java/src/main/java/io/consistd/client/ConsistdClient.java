@@ -19,8 +19,9 @@ import java.util.concurrent.TimeUnit;
 
 /**
  * A connection to one consistd sidecar: watch objects, read and write them (optionally fenced by a leadership
- * term), and, through {@link #channel()}, every other service of {@code proto/consistd/v1}. Safe for concurrent
- * use; close it when done.
+ * term), lead elections, send messages with an awaitable outcome and handle those peers send, work on a reconcile
+ * queue, follow rollouts, and, through {@link #channel()}, call any service of {@code proto/consistd/v1} with the
+ * generated stubs. Safe for concurrent use; close it when done.
  *
  * <pre>{@code
  * try (ConsistdClient client = new ConsistdClient()) { // $CONSISTD_SOCKET, else /var/run/consistd/consistd.sock
@@ -47,6 +48,10 @@ public final class ConsistdClient implements AutoCloseable {
   private final ManagedChannel channel;
   private final OwnWrites writes = new OwnWrites();
   private final ObjectsClient objects;
+  private final Leadership leadership;
+  private final Outbox outbox;
+  private final Inbox inbox;
+  private final Rollout rollout;
 
   /** A client for the socket named by CONSISTD_SOCKET, else {@link #DEFAULT_SOCKET}. Nothing connects yet. */
   public ConsistdClient() {
@@ -69,6 +74,10 @@ public final class ConsistdClient implements AutoCloseable {
         .maxInboundMessageSize(Integer.MAX_VALUE)
         .build();
     this.objects = new ObjectsClient(channel, writes);
+    this.leadership = new Leadership(this);
+    this.outbox = new Outbox(this);
+    this.inbox = new Inbox(this);
+    this.rollout = new Rollout(this);
   }
 
   private static String socketFromEnvironment() {
@@ -100,6 +109,31 @@ public final class ConsistdClient implements AutoCloseable {
   /** Reads and writes objects; its writes count for the own-write rule of this client's watches. */
   public ObjectsClient objects() {
     return objects;
+  }
+
+  /** Campaigns in, observes, or asks about the Lease-based elections the sidecar runs for the app. */
+  public Leadership leadership() {
+    return leadership;
+  }
+
+  /** Sends messages to peer pods' apps, each with an awaitable outcome; every send shares one SendStream. */
+  public Outbox outbox() {
+    return outbox;
+  }
+
+  /** The messages peers sent to this pod: {@link Inbox#handle} ACKs each when its handler returns. */
+  public Inbox inbox() {
+    return inbox;
+  }
+
+  /** Works on a reconcile queue (the sidecar's work queue): call {@link Reconciler#run} on the result. */
+  public Reconciler reconciler(QueueSpec spec, Reconciler.Handler handler) {
+    return new Reconciler(this, spec, handler);
+  }
+
+  /** Rollout channels: publish versions, follow them, report and wait until every replica applied one. */
+  public Rollout rollout() {
+    return rollout;
   }
 
   /**
@@ -165,6 +199,8 @@ public final class ConsistdClient implements AutoCloseable {
   /** Closes the connection: open watches and calls end with CANCELLED. */
   @Override
   public void close() {
+    outbox.close();
+    inbox.close();
     channel.shutdownNow();
     try {
       channel.awaitTermination(5, TimeUnit.SECONDS);

@@ -15,6 +15,7 @@ import consistd.v1.ObjectsServiceGrpc;
 import io.grpc.ManagedChannel;
 import io.grpc.StatusRuntimeException;
 import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Optional;
 
@@ -42,15 +43,41 @@ public final class ObjectsClient {
 
   private final ObjectsServiceGrpc.ObjectsServiceBlockingStub stub;
   private final OwnWrites writes;
+  /** Options every call takes before its own (which override them): a work item's lease and guard. */
+  private final ObjectOption[] defaults;
 
   ObjectsClient(ManagedChannel channel, OwnWrites writes) {
-    this.stub = ObjectsServiceGrpc.newBlockingStub(channel);
+    this(ObjectsServiceGrpc.newBlockingStub(channel), writes, new ObjectOption[0]);
+  }
+
+  private ObjectsClient(
+      ObjectsServiceGrpc.ObjectsServiceBlockingStub stub, OwnWrites writes, ObjectOption[] defaults) {
+    this.stub = stub;
     this.writes = writes;
+    this.defaults = defaults;
+  }
+
+  /**
+   * This client with {@code options} added before every call's own (a call's option of the same kind wins): a
+   * {@link WorkItem}'s objects, whose writes name its lease. Shares the connection and the own-write record.
+   */
+  ObjectsClient withDefaults(ObjectOption... options) {
+    return new ObjectsClient(stub, writes, concat(defaults, options));
+  }
+
+  private ObjectOption.Settings settings(ObjectOption... options) {
+    return ObjectOption.Settings.of(defaults.length == 0 ? options : concat(defaults, options));
+  }
+
+  private static ObjectOption[] concat(ObjectOption[] first, ObjectOption[] then) {
+    ObjectOption[] all = Arrays.copyOf(first, first.length + then.length);
+    System.arraycopy(then, 0, all, first.length, then.length);
+    return all;
   }
 
   /** One object ({@link ObjectOption#readYourWrites} applies). */
   public KubeObject get(String resource, String namespace, String name, ObjectOption... options) {
-    ObjectOption.Settings s = ObjectOption.Settings.of(options);
+    ObjectOption.Settings s = settings(options);
     GetRequest request = GetRequest.newBuilder()
         .setResource(resource).setNamespace(namespace).setName(name).setReadYourWrites(s.readYourWrites).build();
     return KubeObject.from(stub.get(request).getObject());
@@ -58,7 +85,7 @@ public final class ObjectsClient {
 
   /** The objects matching a label selector (empty: all); {@link ObjectOption#readYourWrites} applies. */
   public ObjectList list(String resource, String namespace, String labelSelector, ObjectOption... options) {
-    ObjectOption.Settings s = ObjectOption.Settings.of(options);
+    ObjectOption.Settings s = settings(options);
     ListRequest request = ListRequest.newBuilder()
         .setResource(resource).setNamespace(namespace).setLabelSelector(labelSelector)
         .setReadYourWrites(s.readYourWrites).build();
@@ -69,7 +96,7 @@ public final class ObjectsClient {
 
   /** Creates the object {@code json} describes; guard, field manager and reconcile lease apply. */
   public KubeObject create(String resource, String namespace, String json, ObjectOption... options) {
-    ObjectOption.Settings s = ObjectOption.Settings.of(options);
+    ObjectOption.Settings s = settings(options);
     CreateRequest.Builder request = CreateRequest.newBuilder()
         .setResource(resource).setNamespace(namespace).setObject(utf8(json))
         .setFieldManager(s.fieldManager).setReconcileLease(s.reconcileLease);
@@ -81,7 +108,7 @@ public final class ObjectsClient {
 
   /** Replaces the object (or its subresource); guard, field manager and reconcile lease apply. */
   public KubeObject update(String resource, String namespace, String name, String json, ObjectOption... options) {
-    ObjectOption.Settings s = ObjectOption.Settings.of(options);
+    ObjectOption.Settings s = settings(options);
     UpdateRequest.Builder request = UpdateRequest.newBuilder()
         .setResource(resource).setNamespace(namespace).setName(name).setObject(utf8(json))
         .setSubresource(s.subresource).setFieldManager(s.fieldManager).setReconcileLease(s.reconcileLease);
@@ -94,7 +121,7 @@ public final class ObjectsClient {
   /** Patches the object (or its subresource); guard, field manager, force and reconcile lease apply. */
   public KubeObject patch(
       String resource, String namespace, String name, PatchType type, String patch, ObjectOption... options) {
-    ObjectOption.Settings s = ObjectOption.Settings.of(options);
+    ObjectOption.Settings s = settings(options);
     PatchRequest.Builder request = PatchRequest.newBuilder()
         .setResource(resource).setNamespace(namespace).setName(name)
         .setPatchType(switch (type) {
@@ -116,7 +143,7 @@ public final class ObjectsClient {
    * the apiserver returned one (finalizers may keep it around, marked for deletion).
    */
   public Optional<KubeObject> delete(String resource, String namespace, String name, ObjectOption... options) {
-    ObjectOption.Settings s = ObjectOption.Settings.of(options);
+    ObjectOption.Settings s = settings(options);
     DeleteRequest.Builder request = DeleteRequest.newBuilder()
         .setResource(resource).setNamespace(namespace).setName(name)
         .setPreconditionUid(s.preconditionUid).setPreconditionResourceVersion(s.preconditionResourceVersion)

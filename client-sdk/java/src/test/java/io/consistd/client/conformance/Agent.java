@@ -5,8 +5,15 @@ import com.google.gson.JsonElement;
 import com.google.gson.JsonObject;
 import com.google.gson.JsonParser;
 import io.consistd.client.ConsistdClient;
+import io.consistd.client.Destination;
+import io.consistd.client.Election;
 import io.consistd.client.KubeObject;
+import io.consistd.client.LeadershipListener;
+import io.consistd.client.LeadershipStatus;
 import io.consistd.client.ObjectsClient.PatchType;
+import io.consistd.client.Outcome;
+import io.consistd.client.SendRequest;
+import io.consistd.client.Sent;
 import io.consistd.client.Watch;
 import io.consistd.client.WatchEvent;
 import io.consistd.client.WatchRequest;
@@ -15,10 +22,12 @@ import io.grpc.StatusRuntimeException;
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
+import java.time.Duration;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
+import java.util.concurrent.TimeoutException;
 
 /**
  * Serves the suite's commands (one JSON object per line on stdin, each handled concurrently) with one client made
@@ -37,6 +46,10 @@ public final class Agent {
 
   private final ConsistdClient client = new ConsistdClient();
   private final Map<String, Watch> pulled = new ConcurrentHashMap<>();
+  /** What each send returned, by message id, for the outcome op. */
+  private final Map<String, Sent> sent = new ConcurrentHashMap<>();
+  /** Open campaigns, kept until stdin closes (closing one resigns). */
+  private final Map<String, Election> elections = new ConcurrentHashMap<>();
   private final ExecutorService commands = Executors.newCachedThreadPool(runnable -> {
     Thread thread = new Thread(runnable, "agent-command");
     thread.setDaemon(true);
@@ -77,6 +90,9 @@ public final class Agent {
       answer.add("ok", run(command));
     } catch (StatusRuntimeException e) {
       answer.add("error", error(e.getStatus().getCode().name(), e.getStatus().getDescription()));
+    } catch (TimeoutException e) {
+      // The SDK's own timeout (Sent.await with a Duration).
+      answer.add("error", error("DEADLINE_EXCEEDED", e.getMessage()));
     } catch (BadCommand | IllegalStateException | UnsupportedOperationException | ClassCastException e) {
       answer.add("error", error("INVALID_ARGUMENT", e.getMessage()));
     } catch (Exception e) {
@@ -167,6 +183,48 @@ public final class Agent {
             throw e;
           }
         }
+      }
+      case "send" -> {
+        Sent s = client.outbox().send(SendRequest.to(Destination.peer(text(command, "peer")))
+            .resourceId(text(command, "resourceId")).eventId(text(command, "eventId"))
+            .payload(text(command, "payload")));
+        sent.put(s.messageId(), s);
+        ok.addProperty("messageId", s.messageId());
+      }
+      case "outcome" -> {
+        String id = text(command, "messageId");
+        long timeoutMs = command.has("timeoutMs") ? number(command, "timeoutMs") : 0;
+        Sent s = sent.get(id);
+        if (s == null) {
+          throw new BadCommand("messageId: this agent sent no message \"" + id + "\"");
+        }
+        Outcome o = timeoutMs > 0 ? s.await(Duration.ofMillis(timeoutMs)) : s.await();
+        ok.addProperty("outcome", o.kind().name());
+        ok.addProperty("peer", o.peer());
+        ok.addProperty("reason", o.reason());
+      }
+      case "campaign" -> {
+        String stream = text(command, "stream");
+        LeadershipListener printing = new LeadershipListener() {
+          @Override
+          public void onStatus(LeadershipStatus status) {
+            JsonObject item = new JsonObject();
+            item.addProperty("state", status.state().name());
+            item.addProperty("holder", status.holder());
+            item.addProperty("term", status.term());
+            JsonObject line = new JsonObject();
+            line.addProperty("stream", stream);
+            line.add("item", item);
+            print(line);
+          }
+
+          @Override
+          public void onError(StatusRuntimeException e) {
+            printError(stream, e);
+          }
+        };
+        elections.put(stream, client.leadership().campaign(
+            text(command, "election"), text(command, "namespace"), printing));
       }
       default -> throw new BadCommand("unknown op " + op);
     }

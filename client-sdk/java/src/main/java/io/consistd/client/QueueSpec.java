@@ -1,0 +1,292 @@
+// A reconcile queue's spec: which objects are the keys, which others queue them, and how the work is handed out.
+package io.consistd.client;
+
+import com.google.protobuf.Duration;
+import consistd.v1.Reconcile.ElectionRef;
+import consistd.v1.Reconcile.ObjectQuery;
+import consistd.v1.Reconcile.ReconcileRequest;
+import consistd.v1.Reconcile.RelatedQuery;
+import consistd.v1.Reconcile.RetryPolicy;
+import io.grpc.Status;
+import io.grpc.StatusRuntimeException;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Objects;
+
+/**
+ * The work queue a {@link Reconciler} works on, built from its name and primary resource: {@code
+ * QueueSpec.of("web", "configmaps").namespace("default").labelSelector("app=web").maxLeases(4)}. Immutable; each
+ * method returns a changed copy. Streams that give the same name share one queue in the sidecar (their specs must
+ * be equal, else FAILED_PRECONDITION), so two processes of a pod never work on one key at once.
+ *
+ * @param name the queue's name: a DNS label (lowercase letters, digits, '-'), the {@code name} label of its
+ *     metrics and the name {@code consistd status} shows
+ * @param resource the primary resource, in any form a watch accepts ("configmaps", "apps/v1/deployments",
+ *     "Deployment"); each of its objects is one key, namespace/name
+ * @param namespace the primary objects' namespace; empty for all namespaces (or a cluster-scoped resource)
+ * @param labelSelector narrows the primary objects (a Kubernetes label selector; empty for none)
+ * @param fieldSelector narrows the primary objects (a Kubernetes field selector; empty for none)
+ * @param related other objects whose changes queue the primary they name
+ * @param maxLeases how many keys are reconciled at once, as controller-runtime's {@code MaxConcurrentReconciles};
+ *     0 means 1, at most 10000
+ * @param retry the delays of failed passes; null takes client-go's defaults
+ * @param leaseTimeout how long one pass may take before its lease goes back to the queue; null (or zero) is the
+ *     daemon's default, 10 minutes; at least 1 second
+ * @param election when set, work is handed out only while this sidecar leads that election, and each item carries
+ *     the term it was granted in (its {@link WorkItem#objects()} guard their writes with it); null for none
+ */
+public record QueueSpec(
+    String name,
+    String resource,
+    String namespace,
+    String labelSelector,
+    String fieldSelector,
+    List<Related> related,
+    int maxLeases,
+    Retry retry,
+    java.time.Duration leaseTimeout,
+    Election election) {
+
+  /**
+   * A query whose objects name a primary key: a change to such an object queues that key. A value "name" names the
+   * primary in the related object's own namespace; "namespace/name" names it anywhere (a cluster-scoped primary by
+   * "name"). Made with {@link #controllerOwner}, {@link #byLabel}, {@link #byAnnotation} or {@link #byField}.
+   *
+   * @param resource the related resource, in any form a watch accepts
+   * @param namespace their namespace; empty for all
+   * @param labelSelector a Kubernetes label selector; empty for none
+   * @param fieldSelector a Kubernetes field selector; empty for none
+   * @param mapsBy how an object names its primary; null sends none, which the daemon refuses naming the field
+   * @param key the label, annotation or dot-separated field path; empty for {@link MapsBy#CONTROLLER_OWNER}
+   */
+  public record Related(
+      String resource, String namespace, String labelSelector, String fieldSelector, MapsBy mapsBy, String key) {
+    /** How a related object names its primary. */
+    public enum MapsBy {
+      /** Its controller ownerReference (controller: true) whose kind is the primary's. */
+      CONTROLLER_OWNER,
+      /** The value of a label. */
+      LABEL,
+      /** The value of an annotation. */
+      ANNOTATION,
+      /** The string at a dot-separated path of the object, e.g. "spec.configMapName". */
+      FIELD
+    }
+
+    public Related {
+      Objects.requireNonNull(resource, "resource");
+      Objects.requireNonNull(namespace, "namespace");
+      Objects.requireNonNull(labelSelector, "labelSelector");
+      Objects.requireNonNull(fieldSelector, "fieldSelector");
+      Objects.requireNonNull(key, "key");
+    }
+
+    /** Objects of {@code resource} in {@code namespace} (empty: all) owned by a primary as its controller. */
+    public static Related controllerOwner(String resource, String namespace) {
+      return new Related(resource, namespace, "", "", MapsBy.CONTROLLER_OWNER, "");
+    }
+
+    /** Objects of {@code resource} in {@code namespace} (empty: all) naming their primary in label {@code label}. */
+    public static Related byLabel(String resource, String namespace, String label) {
+      return new Related(resource, namespace, "", "", MapsBy.LABEL, label);
+    }
+
+    /** Objects naming their primary in annotation {@code annotation}. */
+    public static Related byAnnotation(String resource, String namespace, String annotation) {
+      return new Related(resource, namespace, "", "", MapsBy.ANNOTATION, annotation);
+    }
+
+    /** Objects naming their primary in the string at {@code path}, e.g. "spec.configMapName". */
+    public static Related byField(String resource, String namespace, String path) {
+      return new Related(resource, namespace, "", "", MapsBy.FIELD, path);
+    }
+
+    public Related labelSelector(String labelSelector) {
+      return new Related(resource, namespace, labelSelector, fieldSelector, mapsBy, key);
+    }
+
+    public Related fieldSelector(String fieldSelector) {
+      return new Related(resource, namespace, labelSelector, fieldSelector, mapsBy, key);
+    }
+
+    RelatedQuery toProto() {
+      RelatedQuery.Builder q = RelatedQuery.newBuilder()
+          .setQuery(query(resource, namespace, labelSelector, fieldSelector));
+      if (mapsBy != null) {
+        switch (mapsBy) {
+          case CONTROLLER_OWNER -> q.setControllerOwner(true);
+          case LABEL -> q.setLabel(key);
+          case ANNOTATION -> q.setAnnotation(key);
+          case FIELD -> q.setField(key);
+        }
+      }
+      return q.build();
+    }
+  }
+
+  /**
+   * Per key, the nth retry in a row waits {@code baseDelay * 2^(n-1)}, at most {@code maxDelay}, and a token of a
+   * bucket the queue shares ({@code rate} per second, {@code burst}), whichever is later. A null duration or a zero
+   * number takes client-go's default: 5 ms, 1000 s, 10/s, 100.
+   */
+  public record Retry(java.time.Duration baseDelay, java.time.Duration maxDelay, double rate, int burst) {
+    /** Every field at its default. */
+    public static final Retry DEFAULTS = new Retry(null, null, 0, 0);
+
+    public Retry baseDelay(java.time.Duration baseDelay) {
+      return new Retry(baseDelay, maxDelay, rate, burst);
+    }
+
+    public Retry maxDelay(java.time.Duration maxDelay) {
+      return new Retry(baseDelay, maxDelay, rate, burst);
+    }
+
+    public Retry rate(double rate) {
+      return new Retry(baseDelay, maxDelay, rate, burst);
+    }
+
+    public Retry burst(int burst) {
+      return new Retry(baseDelay, maxDelay, rate, burst);
+    }
+  }
+
+  /**
+   * An election, as in LeadershipService.
+   *
+   * @param election its name
+   * @param namespace its Lease's namespace; empty means the sidecar's own
+   */
+  public record Election(String election, String namespace) {
+    public Election {
+      Objects.requireNonNull(election, "election");
+      Objects.requireNonNull(namespace, "namespace");
+    }
+  }
+
+  public QueueSpec {
+    Objects.requireNonNull(name, "name");
+    Objects.requireNonNull(resource, "resource");
+    Objects.requireNonNull(namespace, "namespace");
+    Objects.requireNonNull(labelSelector, "labelSelector");
+    Objects.requireNonNull(fieldSelector, "fieldSelector");
+    related = List.copyOf(related);
+  }
+
+  /** The queue {@code name} of every object of {@code resource} in every namespace, one lease at a time. */
+  public static QueueSpec of(String name, String resource) {
+    return new QueueSpec(name, resource, "", "", "", List.of(), 0, null, null, null);
+  }
+
+  public QueueSpec namespace(String namespace) {
+    return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, related, maxLeases, retry,
+        leaseTimeout, election);
+  }
+
+  public QueueSpec labelSelector(String labelSelector) {
+    return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, related, maxLeases, retry,
+        leaseTimeout, election);
+  }
+
+  public QueueSpec fieldSelector(String fieldSelector) {
+    return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, related, maxLeases, retry,
+        leaseTimeout, election);
+  }
+
+  /** These related queries, after the ones already given. */
+  public QueueSpec related(Related... more) {
+    List<Related> all = new ArrayList<>(related);
+    all.addAll(Arrays.asList(more));
+    return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, all, maxLeases, retry,
+        leaseTimeout, election);
+  }
+
+  public QueueSpec maxLeases(int maxLeases) {
+    return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, related, maxLeases, retry,
+        leaseTimeout, election);
+  }
+
+  public QueueSpec retry(Retry retry) {
+    return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, related, maxLeases, retry,
+        leaseTimeout, election);
+  }
+
+  public QueueSpec leaseTimeout(java.time.Duration leaseTimeout) {
+    return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, related, maxLeases, retry,
+        leaseTimeout, election);
+  }
+
+  /** Hands out work only while this sidecar leads {@code election} in {@code namespace} (empty: its own). */
+  public QueueSpec election(String election, String namespace) {
+    return new QueueSpec(name, resource, namespace(), labelSelector, fieldSelector, related, maxLeases, retry,
+        leaseTimeout, new Election(election, namespace));
+  }
+
+  /** How many passes run at once: maxLeases, 0 meaning 1. */
+  int leases() {
+    return maxLeases == 0 ? 1 : maxLeases;
+  }
+
+  /**
+   * The spec as the stream's first message. A value this API cannot even send is refused here as the daemon refuses
+   * the others: INVALID_ARGUMENT, "field: why".
+   */
+  ReconcileRequest toProto() {
+    if (maxLeases < 0) {
+      throw invalid("spec.max_leases", maxLeases + ": must be between 1 and 10000 (0 means 1)");
+    }
+    consistd.v1.Reconcile.QueueSpec.Builder spec = consistd.v1.Reconcile.QueueSpec.newBuilder()
+        .setName(name)
+        .setPrimary(query(resource, namespace, labelSelector, fieldSelector))
+        .setMaxLeases(leases());
+    for (Related r : related) {
+      spec.addRelated(r.toProto());
+    }
+    if (retry != null && !retry.equals(Retry.DEFAULTS)) {
+      if (retry.burst() < 0) {
+        throw invalid("spec.retry.burst", retry.burst() + ": must be 0 (the default, 100) or more");
+      }
+      RetryPolicy.Builder policy = RetryPolicy.newBuilder().setRate(retry.rate()).setBurst(retry.burst());
+      if (isSet(retry.baseDelay())) {
+        policy.setBaseDelay(duration(retry.baseDelay()));
+      }
+      if (isSet(retry.maxDelay())) {
+        policy.setMaxDelay(duration(retry.maxDelay()));
+      }
+      spec.setRetry(policy);
+    }
+    if (isSet(leaseTimeout)) {
+      spec.setLeaseTimeout(duration(leaseTimeout));
+    }
+    if (election != null) {
+      spec.setElection(ElectionRef.newBuilder().setElection(election.election()).setNamespace(election.namespace()));
+    }
+    return ReconcileRequest.newBuilder().setSpec(spec).build();
+  }
+
+  private static ObjectQuery query(String resource, String namespace, String labelSelector, String fieldSelector) {
+    return ObjectQuery.newBuilder()
+        .setResource(resource).setNamespace(namespace).setLabelSelector(labelSelector).setFieldSelector(fieldSelector)
+        .build();
+  }
+
+  /** Unset (the daemon's default) for null and zero; a negative one is sent, for the daemon to refuse by name. */
+  private static boolean isSet(java.time.Duration d) {
+    return d != null && !d.isZero();
+  }
+
+  /** As protobuf's Duration, whose seconds and nanos share the sign. */
+  static Duration duration(java.time.Duration d) {
+    long seconds = d.getSeconds();
+    int nanos = d.getNano();
+    if (seconds < 0 && nanos > 0) {
+      seconds += 1;
+      nanos -= 1_000_000_000;
+    }
+    return Duration.newBuilder().setSeconds(seconds).setNanos(nanos).build();
+  }
+
+  private static StatusRuntimeException invalid(String field, String why) {
+    return Status.INVALID_ARGUMENT.withDescription(field + ": " + why).asRuntimeException();
+  }
+}

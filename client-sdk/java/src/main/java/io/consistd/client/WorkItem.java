@@ -1,0 +1,159 @@
+// One lease on one key of a reconcile queue, as a Reconciler's handler gets it.
+package io.consistd.client;
+
+import io.consistd.client.WatchEvent.Consistency;
+import io.grpc.Context;
+import java.time.Instant;
+
+/**
+ * A lease on one key (the namespace/name of a primary object) that needs work. Until the handler returns (or the
+ * lease times out) no other pass of the key runs, in this process or any other stream of the queue.
+ *
+ * <p>Writes made for the item go through {@link #objects()}, which names the item's lease on every write (and,
+ * when the queue has an election, guards it with the item's term), so the key's next pass waits until the queue's
+ * watches show them.
+ */
+public final class WorkItem {
+  private final String namespace;
+  private final String name;
+  private final KubeObject object;
+  private final boolean deleted;
+  private final Consistency consistency;
+  private final int attempt;
+  private final long term;
+  private final String leaseId;
+  private final Instant expiresAt;
+  private final String lastError;
+  private final ObjectsClient objects;
+  /** The pass's context: cancelled when the lease is lost, times out, or the reconciler is closed. */
+  private volatile Context.CancellableContext context;
+
+  private WorkItem(consistd.v1.Reconcile.WorkItem w, ObjectsClient objects) {
+    this.namespace = w.getNamespace();
+    this.name = w.getName();
+    this.object = w.hasObject() ? KubeObject.from(w.getObject()) : null;
+    this.deleted = w.getDeleted();
+    this.consistency = switch (w.getConsistency()) {
+      case CONSISTENCY_CONSISTENT -> Consistency.CONSISTENT;
+      case CONSISTENCY_AWAITING_OWN_WRITE -> Consistency.AWAITING_OWN_WRITE;
+      case CONSISTENCY_OWN_WRITE -> Consistency.OWN_WRITE;
+      case CONSISTENCY_TIMED_OUT -> Consistency.TIMED_OUT;
+      default -> Consistency.UNSPECIFIED;
+    };
+    this.attempt = w.getAttempt();
+    this.term = w.getTerm();
+    this.leaseId = w.getLeaseId();
+    this.expiresAt = w.hasExpiresAt()
+        ? Instant.ofEpochSecond(w.getExpiresAt().getSeconds(), w.getExpiresAt().getNanos())
+        : null;
+    this.lastError = w.getLastError();
+    this.objects = objects;
+  }
+
+  /**
+   * The item the daemon sent, with objects of {@code client} that name its lease on every write and, with an
+   * election, guard it with the item's term.
+   */
+  static WorkItem from(consistd.v1.Reconcile.WorkItem w, ConsistdClient client, QueueSpec.Election election) {
+    ObjectsClient objects = client.objects().withDefaults(ObjectOption.reconcileLease(w.getLeaseId()));
+    if (election != null && w.getTerm() != 0) {
+      objects = objects.withDefaults(ObjectOption.guard(
+          new ObjectOption.Guard(election.election(), election.namespace(), w.getTerm())));
+    }
+    return new WorkItem(w, objects);
+  }
+
+  void bind(Context.CancellableContext context) {
+    this.context = context;
+  }
+
+  /** The primary's namespace; empty when cluster-scoped. */
+  public String namespace() {
+    return namespace;
+  }
+
+  /** The primary's name. */
+  public String name() {
+    return name;
+  }
+
+  /**
+   * The primary as the sidecar's cache held it when the lease was granted; null when a related object queued a key
+   * whose primary does not exist.
+   */
+  public KubeObject object() {
+    return object;
+  }
+
+  /**
+   * The primary was deleted: {@link #object()} is its last known state. A deletion is handed out once; after it the
+   * key is forgotten unless the object is created again.
+   */
+  public boolean deleted() {
+    return deleted;
+  }
+
+  /**
+   * CONSISTENT: the state is at least as new as every write this pod made to the primary and, naming a lease of this
+   * key, to related objects. TIMED_OUT: such a write was not seen within the sidecar's consistency timeout and this is
+   * the latest state known.
+   */
+  public Consistency consistency() {
+    return consistency;
+  }
+
+  /** 1 for the first pass after a change; n for the nth pass in a row after failures. */
+  public int attempt() {
+    return attempt;
+  }
+
+  /** The election's term this lease was granted in (guard writes with it); 0 without an election. */
+  public long term() {
+    return term;
+  }
+
+  /** Names the lease; {@link #objects()} passes it on every write ({@link ObjectOption#reconcileLease}). */
+  public String leaseId() {
+    return leaseId;
+  }
+
+  /** When the lease times out and goes back to the queue; null if the daemon did not say. */
+  public Instant expiresAt() {
+    return expiresAt;
+  }
+
+  /** The previous pass's error when this pass follows a failure; empty otherwise. */
+  public String lastError() {
+    return lastError;
+  }
+
+  /**
+   * Reads and writes objects for this item: every write names the item's lease (and, when the queue has an
+   * election, is guarded by the item's term, so it is refused once this sidecar no longer leads in it); an option a
+   * call gives itself overrides either. Its writes count for the own-write rule of the client's watches.
+   */
+  public ObjectsClient objects() {
+    return objects;
+  }
+
+  /**
+   * Whether the lease is gone: it timed out, the connection to the sidecar was lost, or the reconciler was closed.
+   * The pass's outcome is then dropped; a handler in a long loop may ask this to stop early. (Its thread is also
+   * interrupted then, and gRPC calls it makes on its own thread are cancelled.)
+   */
+  public boolean cancelled() {
+    Context.CancellableContext c = context;
+    return c != null && c.isCancelled();
+  }
+
+  /** The key: "namespace/name", or "name" when cluster-scoped. */
+  public String key() {
+    return namespace.isEmpty() ? name : namespace + "/" + name;
+  }
+
+  /** The key, the attempt and the lease. */
+  @Override
+  public String toString() {
+    return key() + " (attempt " + attempt + ", lease " + leaseId + ")";
+  }
+}
