@@ -47,7 +47,7 @@ dev-stop:
 control-plane:
 	hack/control-plane.sh build
 
-SDKS := python go typescript
+SDKS := python go typescript java
 
 # The suites that need the real control plane, one after another under one control plane.
 INTEGRATION := $(CARGO) test --workspace --no-fail-fast --test '*' && hack/test-sdks.sh && hack/with-daemons.sh hack/stock-clients.sh && hack/with-daemons.sh hack/check-metrics.sh && hack/monitoring-check.sh && hack/chart-check.sh
