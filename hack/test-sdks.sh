@@ -3,11 +3,11 @@
 # suite against its agent (client-sdk/conformance, which starts daemons of its own), one language and verb
 # at a time, and reports each. Runs under hack/with-control-plane.sh (`make test` calls it).
 #
-#   hack/test-sdks.sh [LANG...]     default: rust python go typescript
+#   hack/test-sdks.sh [LANG...]     default: rust python go typescript java
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 langs=("$@")
-[ ${#langs[@]} -gt 0 ] || langs=(rust python go typescript)
+[ ${#langs[@]} -gt 0 ] || langs=(rust python go typescript java)
 failed=()
 for lang in "${langs[@]}"; do
   for verb in test example conformance; do

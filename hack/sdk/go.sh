@@ -8,6 +8,10 @@
 #   hack/sdk/go.sh conformance                        the SDK conformance suite (client-sdk/conformance) with
 #                                                     the Go agent, under hack/with-control-plane.sh
 #   hack/sdk/go.sh bench-subscriber NAMESPACE ROUNDS  one JSON line per round on stdout (RAW watch to SYNCED)
+#   hack/sdk/go.sh bench-send [MESSAGES [RATE [WARMUP [RECEIVERS]]]]  Send -> ACKED latency at RATE/s
+#                                                     (default 10000 at 1000/s after 2000 unmeasured, 16
+#                                                     inbox handlers), one JSON line per phase, under
+#                                                     hack/with-daemons.sh
 #
 # The code generators are pinned below and `go install`ed on first use into
 # $CONSISTD_CACHE/go-plugins/<plugin>@<version> (default cache: $HOME/.cache/consistd); buf comes from
@@ -87,6 +91,11 @@ bench-subscriber)
   build bench-subscriber "$sdk" ./internal/benchsubscriber >&2
   "$bin/bench-subscriber" "$namespace" "$rounds"
   ;;
+bench-send)
+  : "${CONSISTD_TEST_PEER_SOCKET:?run under hack/with-daemons.sh}"
+  build bench-send "$sdk" ./internal/benchsend >&2
+  "$bin/bench-send" "${@:2}"
+  ;;
 conformance)
   : "${CONSISTD_TEST_KUBECONFIG:?run under hack/with-control-plane.sh}"
   agent=$repo/target/conformance/go-agent
@@ -96,7 +105,7 @@ conformance)
   (cd "$repo" && CONSISTD_CONFORMANCE_AGENT="'$agent'" cargo test -p consistd-conformance --test conformance)
   ;;
 *)
-  echo "usage: $0 gen|check|test|example|conformance|bench-subscriber NAMESPACE ROUNDS" >&2
+  echo "usage: $0 gen|check|test|example|conformance|bench-subscriber NAMESPACE ROUNDS|bench-send" >&2
   exit 2
   ;;
 esac

@@ -3,7 +3,7 @@
 //! One daemon (the release build when `CONSISTD_BIN` names it, as `make bench` does) watches a namespace
 //! holding many ConfigMaps. Each round, one subscriber per language subscribes in RAW mode through its
 //! SDK and counts events until SYNCED: the whole snapshot streamed from the daemon's cache as fast as
-//! the SDK takes it. Rust runs in this process; Python, Go and TypeScript run their SDK's
+//! the SDK takes it. Rust runs in this process; Python, Go, TypeScript and Java run their SDK's
 //! `hack/sdk/<lang>.sh bench-subscriber` program, which prints one JSON line per round. Needs the test
 //! control plane (`make bench` starts it).
 
@@ -17,7 +17,7 @@ use kube::{Api, api::PostParams};
 
 const OBJECTS: usize = 5_000;
 const ROUNDS: usize = 5;
-const OTHERS: [&str; 3] = ["python", "go", "typescript"];
+const OTHERS: [&str; 4] = ["python", "go", "typescript", "java"];
 
 #[tokio::main]
 async fn main() {

@@ -186,7 +186,8 @@ public final class ConsistdClient implements AutoCloseable {
       } catch (StatusRuntimeException e) {
         if (System.nanoTime() < deadline) {
           // A check cut short by the deadline says nothing new about the sidecar.
-          last = e.getStatus().toString();
+          // Code and description: the status's cause (a Netty exception with its stack) stays in getCause().
+          last = e.getStatus().getCode() + ": " + e.getStatus().getDescription();
           lastError = e;
         }
         // The sidecar may be back: connect at once rather than after gRPC's reconnect backoff (up to 2 minutes).

@@ -1,0 +1,97 @@
+// The Java SDK's example: a ConfigMap controller on the sidecar's work queue, and the peer app it notifies.
+package io.consistd.example;
+
+import io.consistd.client.ConsistdClient;
+import io.grpc.StatusRuntimeException;
+import java.time.Duration;
+import java.util.concurrent.ExecutionException;
+import sun.misc.Signal;
+
+/**
+ * The command line: {@code controller} (see {@link Controller}) or {@code receive} (see {@link Receiver}).
+ *
+ * <pre>
+ * java -jar configmap-controller.jar controller   campaign, and reconcile the watched ConfigMaps the queue hands
+ *                                                 out (only while LEADER): annotate each with its data keys, notify
+ *                                                 EXAMPLE_PEER
+ * java -jar configmap-controller.jar receive      print each notification peers send, and ACK it
+ * </pre>
+ *
+ * <p>Environment: CONSISTD_SOCKET (the SDK's default), EXAMPLE_NAMESPACE (default "default"), EXAMPLE_ELECTION
+ * ("configmap-controller"; it also names the queue), EXAMPLE_SELECTOR ("example.consistd.io/watch=true"),
+ * EXAMPLE_PEER (whom to notify: a peer sidecar's "host:port", or "service/NAME" for every ready endpoint of the
+ * Service NAME in the sidecar's namespace; unset: nobody) and EXAMPLE_EXIT_AFTER (exit 0 after this many handled;
+ * unset: run until SIGTERM or SIGINT, then resign and exit 0).
+ */
+public final class ConfigMapController {
+  private ConfigMapController() {}
+
+  /** The signal that stopped the app ("SIGTERM" or "SIGINT"); null while none came. */
+  private static volatile String stoppedBy;
+
+  public static void main(String[] args) {
+    if (args.length != 1 || !(args[0].equals("controller") || args[0].equals("receive"))) {
+      System.err.println("usage: configmap-controller controller|receive");
+      System.exit(2);
+    }
+    Settings settings;
+    try {
+      settings = Settings.from(System.getenv());
+    } catch (IllegalArgumentException e) {
+      System.err.println("configmap-controller: " + e.getMessage());
+      System.exit(1);
+      return;
+    }
+    stopOnSignals(Thread.currentThread());
+    int status = 0;
+    try (ConsistdClient client = new ConsistdClient()) {
+      client.waitReady(Duration.ofSeconds(30));
+      if (args[0].equals("controller")) {
+        new Controller(client, settings).run();
+      } else {
+        new Receiver(client, settings).run();
+      }
+    } catch (InterruptedException | ExecutionException | RuntimeException e) {
+      // Once stopping, what the stop cut short (an interrupted wait, a cancelled call) is no failure.
+      if (stoppedBy == null) {
+        System.err.println("configmap-controller: " + describe(e));
+        status = 1;
+      }
+    }
+    if (stoppedBy != null) {
+      // Closing the reconciler, the campaign (the sidecar resigns) and the client above has stopped everything.
+      System.out.println("stopped");
+    }
+    System.exit(status);
+  }
+
+  /**
+   * At the first SIGTERM or SIGINT, prints which one came and interrupts {@code main}: whatever it waits in (the
+   * reconciler, the inbox, waitReady) stops, and main returns through its try-with-resources. The JDK tells which
+   * signal came only through sun.misc.Signal (in the jdk.unsupported module, kept for this by JEP 260; javac warns
+   * that it is internal, which cannot be suppressed); a shutdown hook cannot tell them apart, and would make the exit
+   * status 143.
+   */
+  private static void stopOnSignals(Thread main) {
+    for (String name : new String[] {"TERM", "INT"}) {
+      Signal.handle(new Signal(name), signal -> {
+        synchronized (ConfigMapController.class) {
+          if (stoppedBy != null) {
+            return;
+          }
+          stoppedBy = "SIG" + signal.getName();
+        }
+        System.out.println("stopping on " + stoppedBy);
+        main.interrupt();
+      });
+    }
+  }
+
+  private static String describe(Throwable e) {
+    Throwable cause = e instanceof ExecutionException && e.getCause() != null ? e.getCause() : e;
+    if (cause instanceof StatusRuntimeException s) {
+      return s.getStatus().getCode() + ": " + s.getStatus().getDescription();
+    }
+    return cause.getMessage() == null ? cause.toString() : cause.getMessage();
+  }
+}
