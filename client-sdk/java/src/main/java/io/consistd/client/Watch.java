@@ -7,8 +7,12 @@ import consistd.v1.WatchServiceGrpc;
 import io.grpc.Context;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
+import io.grpc.stub.ClientCallStreamObserver;
+import io.grpc.stub.ClientResponseObserver;
 import java.util.Iterator;
 import java.util.NoSuchElementException;
+import java.util.concurrent.BlockingQueue;
+import java.util.concurrent.LinkedBlockingQueue;
 
 /**
  * The events of one watch, taken one at a time: a blocking {@link Iterator}, and an {@link Iterable} whose single
@@ -16,10 +20,10 @@ import java.util.NoSuchElementException;
  * and ends a blocked {@code hasNext} with false.
  *
  * <p>Why an iterator and not a {@link java.util.concurrent.Flow.Publisher}: the own-write rule is applied when the
- * app <em>takes</em> an event, and {@link #next} is exactly that moment, on the app's thread. An event is received
- * from the socket only when the app asks for the next one, so none waits inside the SDK where a check made on
- * arrival would go stale while the app's handler writes. gRPC's flow control holds the rest. A publisher pushing
- * into {@code onNext} would need the same pull ({@code request(1)}) to keep that promise.
+ * app <em>takes</em> an event, and {@link #next} is exactly that moment, on the app's thread, however long the event
+ * waited before (the SDK reads up to 64 events ahead of the app; gRPC's flow control holds the rest in the sidecar).
+ * A check made on arrival would go stale while the app's handler writes. A publisher pushing into {@code onNext}
+ * would need the same pull ({@code request(1)}) to keep that promise.
  *
  * <p>When the connection is lost (UNAVAILABLE, or the stream ends without the app closing it) the watch subscribes
  * again with the last cursor it received, with backoff (100 ms doubling to 5 s, reset after an event), so the app
@@ -32,7 +36,7 @@ public final class Watch implements Iterator<WatchEvent>, Iterable<WatchEvent>, 
   private final boolean consistent;
   private final Backoff backoff = new Backoff();
   private SubscribeRequest request;
-  private Iterator<SubscribeResponse> stream;
+  private Incoming stream;
   private SubscribeResponse pending;
   private boolean iterated;
   /** The current stream's context: cancelling it ends the stream (close, or before opening another). */
@@ -112,8 +116,8 @@ public final class Watch implements Iterator<WatchEvent>, Iterable<WatchEvent>, 
         if (stream == null) {
           open();
         }
-        if (stream.hasNext()) {
-          SubscribeResponse response = stream.next();
+        SubscribeResponse response = stream.take();
+        if (response != null) {
           backoff.reset();
           if (!response.getCursor().isEmpty()) {
             request = request.toBuilder().setResumeCursor(response.getCursor()).build();
@@ -123,6 +127,11 @@ public final class Watch implements Iterator<WatchEvent>, Iterable<WatchEvent>, 
         failure = Backoff.ended("watch");
       } catch (StatusRuntimeException e) {
         failure = e;
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        closed = true;
+        endStream();
+        throw Status.CANCELLED.withDescription("interrupted while waiting for the watch").asRuntimeException();
       }
       endStream();
       if (closed) {
@@ -153,7 +162,10 @@ public final class Watch implements Iterator<WatchEvent>, Iterable<WatchEvent>, 
     }
     Context previous = context.attach();
     try {
-      stream = WatchServiceGrpc.newBlockingStub(client.channel()).subscribe(request);
+      Incoming incoming = new Incoming();
+      // Callbacks on the transport's thread: they only queue.
+      WatchServiceGrpc.newStub(client.channel()).withExecutor(Runnable::run).subscribe(request, incoming);
+      stream = incoming;
     } finally {
       context.detach(previous);
     }
@@ -165,5 +177,58 @@ public final class Watch implements Iterator<WatchEvent>, Iterable<WatchEvent>, 
       current.cancel(null);
     }
     stream = null;
+  }
+
+  /**
+   * One Subscribe call's responses, read ahead of the app by up to {@link #READ_AHEAD}: gRPC's flow control asks the
+   * sidecar for more as the app takes them, so the socket is never idle while the app loops, and a slow app holds
+   * the rest in the sidecar. Reading ahead changes nothing for the own-write rule, which is applied at the take.
+   */
+  private static final class Incoming implements ClientResponseObserver<SubscribeRequest, SubscribeResponse> {
+    private static final int READ_AHEAD = 64;
+    private static final Object COMPLETED = new Object();
+
+    /** Responses, then the end: {@link #COMPLETED} or the call's error. */
+    private final BlockingQueue<Object> queue = new LinkedBlockingQueue<>();
+    private ClientCallStreamObserver<SubscribeRequest> call;
+    private int taken;
+
+    @Override
+    public void beforeStart(ClientCallStreamObserver<SubscribeRequest> call) {
+      this.call = call;
+      call.disableAutoRequestWithInitial(READ_AHEAD);
+    }
+
+    @Override
+    public void onNext(SubscribeResponse response) {
+      queue.add(response);
+    }
+
+    @Override
+    public void onError(Throwable error) {
+      queue.add(error);
+    }
+
+    @Override
+    public void onCompleted() {
+      queue.add(COMPLETED);
+    }
+
+    /** The next response, waiting for it; null once the stream ended; throws the error it ended with. */
+    SubscribeResponse take() throws InterruptedException {
+      Object next = queue.take();
+      if (next instanceof SubscribeResponse response) {
+        if (++taken == READ_AHEAD / 2) {
+          taken = 0;
+          call.request(READ_AHEAD / 2);
+        }
+        return response;
+      }
+      queue.add(next); // the end stays the end
+      if (next == COMPLETED) {
+        return null;
+      }
+      throw next instanceof StatusRuntimeException e ? e : Status.fromThrowable((Throwable) next).asRuntimeException();
+    }
   }
 }
