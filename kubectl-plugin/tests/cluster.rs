@@ -338,6 +338,12 @@ async fn rollout_status_exits_0_when_all_applied_and_3_naming_the_laggard() {
         assert!(started.elapsed() < Duration::from_secs(20), "members did not join");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // Publish goes to the channel's leader: until a has seen one, it answers UNAVAILABLE "no replica leads it"
+    // (the member Leases are written at join, before either daemon has taken the election's; CI at 75c66d4 did).
+    while leadership(&a, "config").await.0.is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(20), "a never saw a leader of channel config");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_eq!(publish(&a, "v1").await, 1);
     let lagging = kubectl(&["rollout", "status", "config", "-n", &ns]).await;
     assert_eq!(lagging.code, 3, "nobody applied v1 yet: {lagging:?}");
