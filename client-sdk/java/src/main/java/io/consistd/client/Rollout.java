@@ -13,7 +13,6 @@ import consistd.v1.Rollout.SubscribeVersionsResponse;
 import consistd.v1.Rollout.WaitAppliedRequest;
 import consistd.v1.Rollout.WaitAppliedResponse;
 import consistd.v1.RolloutServiceGrpc;
-import io.grpc.Context;
 import io.grpc.StatusRuntimeException;
 import java.time.Duration;
 import java.time.Instant;
@@ -172,18 +171,17 @@ public final class Rollout {
    * address, INVALID_ARGUMENT naming the field) is thrown from {@code hasNext} or {@code next} and ends it.
    */
   public final class Versions implements Iterator<Version>, Iterable<Version>, AutoCloseable {
-    private final SubscribeVersionsRequest request;
-    private final Backoff backoff = new Backoff();
-    private Iterator<SubscribeVersionsResponse> stream;
+    private final ResumingStream<SubscribeVersionsRequest, SubscribeVersionsResponse> stream;
     private SubscribeVersionsResponse pending;
     /** The highest version handed to the app: after a reconnect, nothing at or below it is handed out again. */
     private long last;
     private boolean iterated;
-    private volatile Context.CancellableContext call;
-    private volatile boolean closed;
 
     private Versions(String channel) {
-      this.request = SubscribeVersionsRequest.newBuilder().setChannel(channel).build();
+      SubscribeVersionsRequest request = SubscribeVersionsRequest.newBuilder().setChannel(channel).build();
+      RolloutServiceGrpc.RolloutServiceStub stub =
+          RolloutServiceGrpc.newStub(client.channel()).withExecutor(Runnable::run);
+      this.stream = new ResumingStream<>(client, "version", stub::subscribeVersions, () -> request);
     }
 
     /** This subscription, once. */
@@ -226,73 +224,16 @@ public final class Rollout {
     /** Leaves the channel; a {@code hasNext} blocked in another thread returns false. */
     @Override
     public void close() {
-      closed = true;
-      Context.CancellableContext current = call;
-      if (current != null) {
-        current.cancel(null);
-      }
+      stream.close();
     }
 
     /** The next version newer than the last taken, subscribing (again) as needed; null once closed. */
     private SubscribeVersionsResponse receive() {
-      while (!closed) {
-        StatusRuntimeException failure;
-        try {
-          if (stream == null) {
-            open();
-          }
-          if (stream.hasNext()) {
-            SubscribeVersionsResponse response = stream.next();
-            backoff.reset();
-            if (response.getVersion() > last) {
-              return response;
-            }
-            continue; // the latest again, after a reconnect: the app has it
-          }
-          failure = Backoff.ended("version");
-        } catch (StatusRuntimeException e) {
-          failure = e;
-        }
-        endStream();
-        if (closed) {
-          return null;
-        }
-        if (!Backoff.retryable(failure)) {
-          closed = true;
-          throw failure;
-        }
-        try {
-          backoff.pause();
-        } catch (InterruptedException e) {
-          Thread.currentThread().interrupt();
-          closed = true;
-          throw io.grpc.Status.CANCELLED.withDescription("interrupted while subscribing again").asRuntimeException();
-        }
-        client.channel().resetConnectBackoff();
-      }
-      return null;
-    }
-
-    private void open() {
-      Context.CancellableContext context = Context.current().withCancellation();
-      call = context;
-      if (closed) {
-        context.cancel(null);
-      }
-      Context previous = context.attach();
-      try {
-        stream = RolloutServiceGrpc.newBlockingStub(client.channel()).subscribeVersions(request);
-      } finally {
-        context.detach(previous);
-      }
-    }
-
-    private void endStream() {
-      Context.CancellableContext current = call;
-      if (current != null) {
-        current.cancel(null);
-      }
-      stream = null;
+      SubscribeVersionsResponse response;
+      do {
+        response = stream.receive(); // after a reconnect, the latest again: skipped if the app has it
+      } while (response != null && response.getVersion() <= last);
+      return response;
     }
   }
 }

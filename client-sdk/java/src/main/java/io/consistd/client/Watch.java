@@ -4,15 +4,9 @@ package io.consistd.client;
 import consistd.v1.Watch.SubscribeRequest;
 import consistd.v1.Watch.SubscribeResponse;
 import consistd.v1.WatchServiceGrpc;
-import io.grpc.Context;
-import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
-import io.grpc.stub.ClientCallStreamObserver;
-import io.grpc.stub.ClientResponseObserver;
 import java.util.Iterator;
 import java.util.NoSuchElementException;
-import java.util.concurrent.BlockingQueue;
-import java.util.concurrent.LinkedBlockingQueue;
 
 /**
  * The events of one watch, taken one at a time: a blocking {@link Iterator}, and an {@link Iterable} whose single
@@ -34,19 +28,19 @@ import java.util.concurrent.LinkedBlockingQueue;
 public final class Watch implements Iterator<WatchEvent>, Iterable<WatchEvent>, AutoCloseable {
   private final ConsistdClient client;
   private final boolean consistent;
-  private final Backoff backoff = new Backoff();
+  /** The next subscription's request: after each response, its cursor is the one to resume from. */
   private SubscribeRequest request;
-  private Incoming stream;
+  private final ResumingStream<SubscribeRequest, SubscribeResponse> stream;
   private SubscribeResponse pending;
   private boolean iterated;
-  /** The current stream's context: cancelling it ends the stream (close, or before opening another). */
-  private volatile Context.CancellableContext call;
-  private volatile boolean closed;
 
   Watch(ConsistdClient client, WatchRequest request) {
     this.client = client;
     this.request = request.toProto();
     this.consistent = request.mode() == WatchRequest.Mode.CONSISTENT;
+    // Callbacks on the transport's thread: they only queue.
+    WatchServiceGrpc.WatchServiceStub stub = WatchServiceGrpc.newStub(client.channel()).withExecutor(Runnable::run);
+    this.stream = new ResumingStream<>(client, "watch", stub::subscribe, () -> this.request);
   }
 
   /** This watch, once: a watch is taken from one loop. */
@@ -101,134 +95,15 @@ public final class Watch implements Iterator<WatchEvent>, Iterable<WatchEvent>, 
   /** Ends the watch; a {@code hasNext} blocked in another thread returns false. */
   @Override
   public void close() {
-    closed = true;
-    Context.CancellableContext current = call;
-    if (current != null) {
-      current.cancel(null);
-    }
+    stream.close();
   }
 
-  /** The next response of the stream, opening it (again) as needed; null once closed. */
+  /** The next response, the request moved on to its cursor; null once closed. */
   private SubscribeResponse receive() {
-    while (!closed) {
-      StatusRuntimeException failure;
-      try {
-        if (stream == null) {
-          open();
-        }
-        SubscribeResponse response = stream.take();
-        if (response != null) {
-          backoff.reset();
-          if (!response.getCursor().isEmpty()) {
-            request = request.toBuilder().setResumeCursor(response.getCursor()).build();
-          }
-          return response;
-        }
-        failure = Backoff.ended("watch");
-      } catch (StatusRuntimeException e) {
-        failure = e;
-      } catch (InterruptedException e) {
-        Thread.currentThread().interrupt();
-        closed = true;
-        endStream();
-        throw Status.CANCELLED.withDescription("interrupted while waiting for the watch").asRuntimeException();
-      }
-      endStream();
-      if (closed) {
-        return null;
-      }
-      if (!Backoff.retryable(failure)) {
-        closed = true;
-        throw failure;
-      }
-      try {
-        backoff.pause();
-      } catch (InterruptedException e) {
-        Thread.currentThread().interrupt();
-        closed = true;
-        throw Status.CANCELLED.withDescription("interrupted while reconnecting the watch").asRuntimeException();
-      }
-      // The sidecar may be back: connect at once rather than after gRPC's reconnect backoff.
-      client.channel().resetConnectBackoff();
+    SubscribeResponse response = stream.receive();
+    if (response != null && !response.getCursor().isEmpty()) {
+      request = request.toBuilder().setResumeCursor(response.getCursor()).build();
     }
-    return null;
-  }
-
-  private void open() {
-    Context.CancellableContext context = Context.current().withCancellation();
-    call = context;
-    if (closed) {
-      context.cancel(null);
-    }
-    Context previous = context.attach();
-    try {
-      Incoming incoming = new Incoming();
-      // Callbacks on the transport's thread: they only queue.
-      WatchServiceGrpc.newStub(client.channel()).withExecutor(Runnable::run).subscribe(request, incoming);
-      stream = incoming;
-    } finally {
-      context.detach(previous);
-    }
-  }
-
-  private void endStream() {
-    Context.CancellableContext current = call;
-    if (current != null) {
-      current.cancel(null);
-    }
-    stream = null;
-  }
-
-  /**
-   * One Subscribe call's responses, read ahead of the app by up to {@link #READ_AHEAD}: gRPC's flow control asks the
-   * sidecar for more as the app takes them, so the socket is never idle while the app loops, and a slow app holds
-   * the rest in the sidecar. Reading ahead changes nothing for the own-write rule, which is applied at the take.
-   */
-  private static final class Incoming implements ClientResponseObserver<SubscribeRequest, SubscribeResponse> {
-    private static final int READ_AHEAD = 64;
-    private static final Object COMPLETED = new Object();
-
-    /** Responses, then the end: {@link #COMPLETED} or the call's error. */
-    private final BlockingQueue<Object> queue = new LinkedBlockingQueue<>();
-    private ClientCallStreamObserver<SubscribeRequest> call;
-    private int taken;
-
-    @Override
-    public void beforeStart(ClientCallStreamObserver<SubscribeRequest> call) {
-      this.call = call;
-      call.disableAutoRequestWithInitial(READ_AHEAD);
-    }
-
-    @Override
-    public void onNext(SubscribeResponse response) {
-      queue.add(response);
-    }
-
-    @Override
-    public void onError(Throwable error) {
-      queue.add(error);
-    }
-
-    @Override
-    public void onCompleted() {
-      queue.add(COMPLETED);
-    }
-
-    /** The next response, waiting for it; null once the stream ended; throws the error it ended with. */
-    SubscribeResponse take() throws InterruptedException {
-      Object next = queue.take();
-      if (next instanceof SubscribeResponse response) {
-        if (++taken == READ_AHEAD / 2) {
-          taken = 0;
-          call.request(READ_AHEAD / 2);
-        }
-        return response;
-      }
-      queue.add(next); // the end stays the end
-      if (next == COMPLETED) {
-        return null;
-      }
-      throw next instanceof StatusRuntimeException e ? e : Status.fromThrowable((Throwable) next).asRuntimeException();
-    }
+    return response;
   }
 }
