@@ -21,7 +21,7 @@ if [ "$(cat "$venv/.consistd-bench" 2>/dev/null)" != "$want" ] || ! "$venv/bin/p
 fi
 export CONSISTD_BENCH_PYTHON=$venv/bin/python
 
-cargo bench -p consistd --bench watch --bench leadership --bench outbox --bench rollout --bench scale --bench kopf --bench reconcile --bench fencing
+cargo bench -p consistd --bench watch --bench leadership --bench outbox --bench rollout --bench scale --bench kopf --bench reconcile --bench fencing --bench link
 echo
 cargo build -q --release -p consistd
 CONSISTD_BIN=$repo/target/release/consistd cargo bench -p consistd-client --bench subscriber

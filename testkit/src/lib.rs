@@ -244,6 +244,27 @@ pub fn rss_kib(pid: u32) -> u64 {
         .unwrap_or_else(|| panic!("no VmRSS in /proc/{pid}/status"))
 }
 
+/// How many established TCP connections process `pid` has to `port` on loopback: what `ss -tnp state
+/// established dst 127.0.0.1:PORT` lists for it, read from /proc (its socket inodes matched against the
+/// kernel's TCP table), so no tool is needed.
+pub fn tcp_connections(pid: u32, port: u16) -> usize {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap_or_else(|e| panic!("read /proc/{pid}/fd: {e}"));
+    let inodes: std::collections::HashSet<String> = fds
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter_map(|target| target.to_str()?.strip_prefix("socket:[")?.strip_suffix(']').map(str::to_owned))
+        .collect();
+    let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp"))
+        .unwrap_or_else(|e| panic!("read /proc/{pid}/net/tcp: {e}"));
+    let remote = format!(":{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .map(|line| line.split_whitespace().collect::<Vec<_>>())
+        // sl local rem st tx:rx tr:when retrnsmt uid timeout inode; st 01 is ESTABLISHED.
+        .filter(|f| f.len() > 9 && f[2].ends_with(&remote) && f[3] == "01" && inodes.contains(f[9]))
+        .count()
+}
+
 /// Starts a test's own task. The daemon's crates ban `tokio::spawn` in their code, tests and benches
 /// alike, so that every task of the daemon belongs to a `consistd_core::tasks::Tasks` group that
 /// shutdown waits for; a test's or a benchmark's task is not the daemon's and ends with the test.

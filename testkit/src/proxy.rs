@@ -1,6 +1,7 @@
 //! A TCP proxy that delays everything flowing from the upstream (the apiserver) back to the client
-//! (consistd) by an adjustable amount, preserving order: the slow network of the Kopf seed, for real
-//! TLS connections to the real apiserver.
+//! (consistd), and optionally what flows to the upstream too, by adjustable amounts, preserving order: the
+//! slow network of the Kopf seed, for real TLS connections to the real apiserver. It counts the
+//! connections it accepted, so a test can tell a request that opened one.
 
 use std::{
     net::SocketAddr,
@@ -23,7 +24,12 @@ use tokio::{
 #[derive(Debug)]
 pub struct DelayProxy {
     addr: SocketAddr,
+    /// Delay of what the upstream sends, in milliseconds.
     delay_ms: Arc<AtomicU64>,
+    /// Delay of what the client sends, in milliseconds.
+    up_delay_ms: Arc<AtomicU64>,
+    /// Connections accepted so far.
+    accepted: Arc<AtomicU64>,
     /// While true, new connections are closed at once.
     blocked: Arc<AtomicBool>,
     /// Bumped to cut every open connection.
@@ -45,10 +51,13 @@ impl DelayProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("bind proxy: {e}"));
         let addr = listener.local_addr().unwrap_or_else(|e| panic!("proxy address: {e}"));
         let delay_ms = Arc::new(AtomicU64::new(0));
+        let up_delay_ms = Arc::new(AtomicU64::new(0));
+        let accepted = Arc::new(AtomicU64::new(0));
         let blocked = Arc::new(AtomicBool::new(false));
         let cuts = Arc::new(tokio::sync::watch::channel(0).0);
         let holding = Arc::new(tokio::sync::watch::channel(false).0);
         let (delay, block, cut, hold) = (delay_ms.clone(), blocked.clone(), cuts.clone(), holding.clone());
+        let (up_delay, count) = (up_delay_ms.clone(), accepted.clone());
         let task = tokio::spawn(async move {
             loop {
                 let client = match listener.accept().await {
@@ -66,8 +75,10 @@ impl DelayProxy {
                     drop(client);
                     continue;
                 }
+                count.fetch_add(1, Ordering::SeqCst);
                 let mut cut = cut.subscribe();
-                let relay = relay(client, upstream, delay.clone(), hold.subscribe());
+                let delays = Delays { down: delay.clone(), up: up_delay.clone() };
+                let relay = relay(client, upstream, delays, hold.subscribe());
                 tokio::spawn(async move {
                     tokio::select! {
                         () = relay => {}
@@ -76,7 +87,7 @@ impl DelayProxy {
                 });
             }
         });
-        Self { addr, delay_ms, blocked, cuts, holding, task }
+        Self { addr, delay_ms, up_delay_ms, accepted, blocked, cuts, holding, task }
     }
 
     /// While `held`, every connection stays open but nothing the client sends reaches the upstream: a
@@ -100,58 +111,89 @@ impl DelayProxy {
 
     /// Delays bytes read from the upstream from now on by `delay`.
     pub fn set_delay(&self, delay: Duration) {
-        self.delay_ms.store(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX), Ordering::SeqCst);
+        self.delay_ms.store(millis(delay), Ordering::SeqCst);
+    }
+
+    /// Delays bytes read from the client (on their way to the upstream) from now on by `delay`: with
+    /// [`DelayProxy::set_delay`], a link slow both ways.
+    pub fn set_delay_to_upstream(&self, delay: Duration) {
+        self.up_delay_ms.store(millis(delay), Ordering::SeqCst);
+    }
+
+    /// How many connections the proxy has accepted (and relayed) so far.
+    pub fn connections(&self) -> u64 {
+        self.accepted.load(Ordering::SeqCst)
     }
 }
 
-async fn relay(
-    client: TcpStream,
-    upstream: SocketAddr,
-    delay_ms: Arc<AtomicU64>,
-    mut holding: tokio::sync::watch::Receiver<bool>,
-) {
+fn millis(delay: Duration) -> u64 {
+    u64::try_from(delay.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The two directions' delays, in milliseconds, read as each chunk arrives.
+struct Delays {
+    /// Upstream to client.
+    down: Arc<AtomicU64>,
+    /// Client to upstream.
+    up: Arc<AtomicU64>,
+}
+
+async fn relay(client: TcpStream, upstream: SocketAddr, delays: Delays, holding: tokio::sync::watch::Receiver<bool>) {
     let Ok(server) = TcpStream::connect(upstream).await else { return };
-    let (mut client_read, mut client_write) = client.into_split();
-    let (mut server_read, mut server_write) = server.into_split();
-    // Client to upstream: at once unless held. The copying tasks end with this function even when it is
-    // cut off (dropped), so a cut closes both directions of both sockets.
-    let up = AbortOnDrop(tokio::spawn(async move {
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            let n = match client_read.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => n,
-            };
-            if holding.wait_for(|held| !*held).await.is_err() || server_write.write_all(&buf[..n]).await.is_err() {
-                break;
-            }
-        }
-        let _ = server_write.shutdown().await;
-    }));
-    // Upstream to client: each chunk released `delay` after it was read, in order.
-    let (tx, mut rx) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
-    let reader = AbortOnDrop(tokio::spawn(async move {
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            match server_read.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    let release = Instant::now() + Duration::from_millis(delay_ms.load(Ordering::SeqCst));
-                    if tx.send((release, buf[..n].to_vec())).is_err() {
-                        break;
-                    }
+    let (client_read, client_write) = client.into_split();
+    let (server_read, server_write) = server.into_split();
+    // Client to upstream: each chunk released `up` after it was read, in order, and not while held. The
+    // copying tasks end with this function even when it is cut off (dropped), so a cut closes both
+    // directions of both sockets.
+    let (up_tx, up_rx) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
+    let up_reader = AbortOnDrop(tokio::spawn(read_timed(client_read, delays.up, up_tx)));
+    let up = AbortOnDrop(tokio::spawn(write_released(up_rx, server_write, Some(holding))));
+    // Upstream to client: each chunk released `down` after it was read, in order.
+    let (tx, rx) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
+    let reader = AbortOnDrop(tokio::spawn(read_timed(server_read, delays.down, tx)));
+    write_released(rx, client_write, None).await;
+    drop((up_reader, up, reader));
+}
+
+/// Reads chunks from `from` and sends each with the moment it may go on: `delay_ms` after it was read.
+async fn read_timed(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    delay_ms: Arc<AtomicU64>,
+    to: mpsc::UnboundedSender<(Instant, Vec<u8>)>,
+) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                let release = Instant::now() + Duration::from_millis(delay_ms.load(Ordering::SeqCst));
+                if to.send((release, buf[..n].to_vec())).is_err() {
+                    break;
                 }
             }
         }
-    }));
-    while let Some((release, chunk)) = rx.recv().await {
+    }
+}
+
+/// Writes each chunk to `to` at its release moment, in order, and never while `holding` says held; shuts
+/// `to` down when the chunks end.
+async fn write_released(
+    mut chunks: mpsc::UnboundedReceiver<(Instant, Vec<u8>)>,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut holding: Option<tokio::sync::watch::Receiver<bool>>,
+) {
+    while let Some((release, chunk)) = chunks.recv().await {
         tokio::time::sleep_until(release).await;
-        if client_write.write_all(&chunk).await.is_err() {
+        if let Some(holding) = &mut holding
+            && holding.wait_for(|held| !*held).await.is_err()
+        {
+            break;
+        }
+        if to.write_all(&chunk).await.is_err() {
             break;
         }
     }
-    let _ = client_write.shutdown().await;
-    drop((up, reader));
+    let _ = to.shutdown().await;
 }
 
 /// Aborts the task when dropped.

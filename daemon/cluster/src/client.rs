@@ -1,5 +1,6 @@
-//! The connection to the Kubernetes apiserver: in-cluster config or KUBECONFIG, a client whose
-//! connections carry TCP keepalives, and the [`ApiContact`] where it notes every answer for readiness.
+//! The connection to the Kubernetes apiserver: in-cluster config or KUBECONFIG, and a client that
+//! carries every watch, list and write of the daemon over one HTTP/2 connection (as client-go does) with
+//! TCP keepalives and HTTP/2 PINGs, noting every answer in the [`ApiContact`] for readiness.
 
 use std::{
     pin::Pin,
@@ -18,7 +19,11 @@ use http::{Request, Response};
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use hyper::body::{Body, Frame, SizeHint};
-use hyper_util::{client::legacy::connect::HttpConnector, rt::TokioExecutor};
+use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
+use hyper_util::{
+    client::legacy::connect::HttpConnector,
+    rt::{TokioExecutor, TokioTimer},
+};
 use kube::client::{ConfigExt as _, DynBody, retry::RetryPolicy};
 use tokio::time::Instant;
 use tower::{BoxError, Layer, Service, ServiceBuilder, retry::RetryLayer};
@@ -39,6 +44,17 @@ const KEEPALIVE_PROBES: u32 = 3;
 /// would otherwise hold a watch or a Lease renewal for the kernel's retransmission limit (15 minutes),
 /// and a healed one might wait up to two minutes for the next retransmission.
 const UNACKED_TIMEOUT: Duration = Duration::from_secs(30);
+/// An HTTP/2 connection that has received nothing for this long is sent a PING, idle or not: every watch
+/// rides on the one connection, so a dead one must be noticed even while no stream is sending (client-go
+/// pings after 30 s of silence; this is shorter so a black hole is found as soon as TCP's own probes would).
+const PING_INTERVAL: Duration = Duration::from_secs(10);
+/// A PING not answered in this time closes the connection and fails every stream on it, so the watches
+/// start again on a new one (client-go's is 15 s). Longer than any round trip a slow link still works at.
+const PING_TIMEOUT: Duration = Duration::from_secs(20);
+/// Set (to anything) in the daemon's environment, the apiserver connection speaks HTTP/1.1 only, one
+/// connection per concurrent request: client-go's switch of the same name, for a proxy in front of the
+/// apiserver that mishandles HTTP/2.
+const DISABLE_HTTP2: &str = "DISABLE_HTTP2";
 
 /// Why no Kubernetes client could be built.
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +65,15 @@ pub enum ClusterError {
     /// The config was found but a client could not be built from it.
     #[error("build Kubernetes client")]
     Client(#[source] kube::Error),
+    /// The kubeconfig's `tls-server-name` is not a DNS name or IP address.
+    #[error("read the kubeconfig's tls-server-name {name:?}")]
+    ServerName {
+        /// The name as configured.
+        name: String,
+        /// Why it is not a server name.
+        #[source]
+        source: rustls_pki_types::InvalidDnsNameError,
+    },
 }
 
 /// A client for the apiserver, from in-cluster config when running in a pod, else KUBECONFIG; every
@@ -56,34 +81,62 @@ pub enum ClusterError {
 pub async fn connect(contact: &ApiContact) -> Result<(kube::Client, String), ClusterError> {
     let config = kube::Config::infer().await.map_err(ClusterError::Config)?;
     let url = config.cluster_url.to_string();
-    Ok((client(config, contact).map_err(ClusterError::Client)?, url))
+    let http2 = std::env::var_os(DISABLE_HTTP2).is_none_or(|v| v.is_empty());
+    Ok((client(config, contact, http2)?, url))
 }
 
-/// kube's client stack (base URI, retries of 429/503/504, authentication, extra headers) over a connector
-/// of our own: kube's `ClientBuilder` makes its TCP connector itself and sets no keepalive on it, so a
-/// black-holed apiserver link would go unnoticed (docs/ARCHITECTURE.md, "The apiserver connection").
-fn client(config: kube::Config, contact: &ApiContact) -> Result<kube::Client, kube::Error> {
-    let mut tcp = HttpConnector::new();
-    tcp.enforce_http(false);
-    tcp.set_connect_timeout(Some(CONNECT_TIMEOUT));
-    tcp.set_keepalive(Some(KEEPALIVE_IDLE));
-    tcp.set_keepalive_interval(Some(KEEPALIVE_INTERVAL));
-    tcp.set_keepalive_retries(Some(KEEPALIVE_PROBES));
-    tcp.set_tcp_user_timeout(Some(UNACKED_TIMEOUT));
-    let https = config.rustls_https_connector_with_connector(tcp)?;
-    let http = hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(https);
+/// kube's client stack (base URI, retries of 429/503/504, authentication, extra headers) over a connection
+/// of our own: kube's `ClientBuilder` makes its TCP connector itself with no keepalive, and its TLS
+/// connector offers HTTP/1.1 only, one connection per watch and a new TLS handshake for a write when none
+/// is idle (docs/ARCHITECTURE.md, "The apiserver connection"). With `http2`, TLS offers h2 first (ALPN)
+/// and the pool keeps the one connection every request shares.
+fn client(config: kube::Config, contact: &ApiContact, http2: bool) -> Result<kube::Client, ClusterError> {
+    let https = connector(&config, http2)?;
+    let mut builder = hyper_util::client::legacy::Client::builder(TokioExecutor::new());
+    builder
+        .timer(TokioTimer::new())
+        .pool_timer(TokioTimer::new())
+        .http2_keep_alive_interval(PING_INTERVAL)
+        .http2_keep_alive_timeout(PING_TIMEOUT)
+        .http2_keep_alive_while_idle(true);
+    let http = builder.build(https);
     let service = ServiceBuilder::new()
         .layer(NoteAnswers(contact.clone()))
         .map_response(|response: Response<Incoming>| {
             response.map(|body| Box::new(body.map_err(BoxError::from)) as Box<DynBody>)
         })
         .layer(config.base_uri_layer())
-        .option_layer(config.default_retry.then(|| RetryLayer::new(RetryPolicy::server_retry())))
-        .option_layer(config.auth_layer()?)
-        .layer(config.extra_headers_layer()?)
+        .option_layer(config.default_retry.then(|| RetryPolicy::server_retry()).map(RetryLayer::new))
+        .option_layer(config.auth_layer().map_err(ClusterError::Client)?)
+        .layer(config.extra_headers_layer().map_err(ClusterError::Client)?)
         .map_err(BoxError::from)
         .service(http);
     Ok(kube::Client::new(service, config.default_namespace))
+}
+
+/// TCP with keepalives and a user timeout, under TLS from kube's rustls config (the cluster's CA, the
+/// client certificate, the kubeconfig's tls-server-name) offering h2 and HTTP/1.1, or HTTP/1.1 alone.
+fn connector(config: &kube::Config, http2: bool) -> Result<HttpsConnector<HttpConnector>, ClusterError> {
+    let mut tcp = HttpConnector::new();
+    tcp.enforce_http(false);
+    tcp.set_nodelay(true);
+    tcp.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    tcp.set_keepalive(Some(KEEPALIVE_IDLE));
+    tcp.set_keepalive_interval(Some(KEEPALIVE_INTERVAL));
+    tcp.set_keepalive_retries(Some(KEEPALIVE_PROBES));
+    tcp.set_tcp_user_timeout(Some(UNACKED_TIMEOUT));
+    let tls = config.rustls_client_config().map_err(ClusterError::Client)?;
+    let mut builder = HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http();
+    if let Some(name) = &config.tls_server_name {
+        let server_name = rustls_pki_types::ServerName::try_from(name.clone())
+            .map_err(|source| ClusterError::ServerName { name: name.clone(), source })?;
+        builder = builder.with_server_name_resolver(FixedServerNameResolver::new(server_name));
+    }
+    Ok(if http2 {
+        builder.enable_all_versions().wrap_connector(tcp)
+    } else {
+        builder.enable_http1().wrap_connector(tcp)
+    })
 }
 
 /// What brought the latest sign of life from the apiserver.

@@ -26,6 +26,11 @@ use crate::{
 pub(crate) const DEFAULT_FIELD_MANAGER: &str = "consistd";
 /// How often a read-your-writes read looks again while the pod's write is not yet in the cache.
 const READ_YOUR_WRITES_POLL: Duration = Duration::from_millis(2);
+/// How long a write in flight holds its object's states at most: the apiserver's own request timeout
+/// (`--request-timeout`, 60 s), so only a write it will not answer stops holding them. Not
+/// `consistency.timeout`, which runs from the write's answer: a write is not slow to be seen before
+/// its version is known, and on a slow link its round trip alone may take longer.
+pub(crate) const IN_FLIGHT_HOLD: Duration = Duration::from_secs(60);
 
 /// Which object, of which resource.
 #[derive(Debug, Clone, Default)]
@@ -323,10 +328,11 @@ impl Objects {
     /// Marks a write to `t` as in flight until the returned guard drops (after [`Objects::written`]):
     /// CONSISTENT subscribers hold the object's states meanwhile.
     fn begin(&self, r: &Resolved, t: &ObjectRef) -> InFlight {
-        self.hub.expectations().begin(locator(r, t), self.timeout.get())
+        self.hub.expectations().begin(locator(r, t), IN_FLIGHT_HOLD)
     }
 
-    /// Records the write's expectation and returns the object.
+    /// Records the write's expectation, waited for `consistency.timeout` from now (its answer), and returns
+    /// the object.
     fn written(&self, r: &Resolved, raw: RawObject) -> Obj {
         let obj = Obj::from(raw);
         self.hub.record_write(&r.api, &obj, self.timeout.get());

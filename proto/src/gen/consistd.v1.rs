@@ -181,7 +181,10 @@ pub enum Consistency {
     AwaitingOwnWrite = 2,
     /// This is exactly the state this pod's own write produced.
     OwnWrite = 3,
-    /// This pod's write was not seen within consistency.timeout; this is the latest state known.
+    /// This pod's write was not seen within consistency.timeout; this is the latest state known. The timeout
+    /// runs from the write's answer (the write's version is not known before it), so a slow link delays a
+    /// held state but does not release it: while a write is in flight, its object's states are held until it
+    /// is answered, for at most 60 s (the apiserver's own request timeout).
     TimedOut = 4,
 }
 impl Consistency {
@@ -4563,8 +4566,9 @@ pub struct WorkItem {
     #[prost(bool, tag = "5")]
     pub deleted: bool,
     /// CONSISTENT: the state is at least as new as every write this pod made to it and, naming a lease of
-    /// this key, to its related objects. TIMED_OUT: a write was not seen within consistency.timeout and the
-    /// latest known state is handed out.
+    /// this key, to its related objects. TIMED_OUT: a write was not seen within consistency.timeout of its
+    /// answer (a write still in flight holds the key until it is answered, at most 60 s) and the latest known
+    /// state is handed out.
     #[prost(enumeration = "Consistency", tag = "6")]
     pub consistency: i32,
     /// 1 for the first pass after a change; n for the nth pass in a row that follows a RETRY.

@@ -1,6 +1,8 @@
 //! Own-write expectations: every write this pod makes through ObjectsService records "object `uid` will
-//! reach resourceVersion `rv`", with a deadline. CONSISTENT subscriptions hold states that predate it
-//! until their watch delivers exactly that version (or the object is deleted, or the deadline passes).
+//! reach resourceVersion `rv`", with a deadline that runs from the write's answer (the version is not
+//! known before it, however slow the link). CONSISTENT subscriptions hold states that predate it until
+//! their watch delivers exactly that version (or the object is deleted, or the deadline passes); while the
+//! write is in flight, they hold its object's states until it is answered.
 //!
 //! Each shared watch records the position at which it delivered the expected version, so a subscriber
 //! that is behind its watch still holds older states until it reaches that position itself.
@@ -137,11 +139,12 @@ impl Expectations {
         self.changed.subscribe()
     }
 
-    /// A write to the object at `locator` is about to be sent; it may take up to `timeout`.
-    pub(crate) fn begin(&self, locator: Locator, timeout: Duration) -> InFlight {
+    /// A write to the object at `locator` is about to be sent; its object's states are held until it is
+    /// answered, at most `limit`.
+    pub(crate) fn begin(&self, locator: Locator, limit: Duration) -> InFlight {
         {
             let mut inner = self.lock();
-            let entry = inner.in_flight.entry(locator.clone()).or_insert((0, Instant::now() + timeout));
+            let entry = inner.in_flight.entry(locator.clone()).or_insert((0, Instant::now() + limit));
             entry.0 += 1;
         }
         self.notify();

@@ -355,9 +355,11 @@ impl Default for WatchConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct ConsistencyConfig {
-    /// How long CONSISTENT subscribers hold older states after a write of this pod before delivering
-    /// the latest one marked timed out, and how long read-your-writes reads wait. 5 s: a watch event
-    /// normally follows its write within milliseconds; seconds mean the watch is lagging.
+    /// How long CONSISTENT subscribers hold older states after the answer to a write of this pod before
+    /// delivering the latest one marked timed out, and how long read-your-writes reads wait. It runs from
+    /// the answer, whatever the write's round trip took (a write in flight holds its object's states until
+    /// it is answered). 5 s: a watch event normally follows its write within milliseconds; seconds mean
+    /// the watch is lagging.
     #[serde(with = "humantime_serde")]
     pub timeout: Duration,
 }

@@ -859,8 +859,9 @@ type WorkItem struct {
 	// forgotten unless the object is created again.
 	Deleted bool `protobuf:"varint,5,opt,name=deleted,proto3" json:"deleted,omitempty"`
 	// CONSISTENT: the state is at least as new as every write this pod made to it and, naming a lease of
-	// this key, to its related objects. TIMED_OUT: a write was not seen within consistency.timeout and the
-	// latest known state is handed out.
+	// this key, to its related objects. TIMED_OUT: a write was not seen within consistency.timeout of its
+	// answer (a write still in flight holds the key until it is answered, at most 60 s) and the latest known
+	// state is handed out.
 	Consistency Consistency `protobuf:"varint,6,opt,name=consistency,proto3,enum=consistd.v1.Consistency" json:"consistency,omitempty"`
 	// 1 for the first pass after a change; n for the nth pass in a row that follows a RETRY.
 	Attempt uint32 `protobuf:"varint,7,opt,name=attempt,proto3" json:"attempt,omitempty"`

@@ -180,7 +180,10 @@ const (
 	Consistency_CONSISTENCY_AWAITING_OWN_WRITE Consistency = 2
 	// This is exactly the state this pod's own write produced.
 	Consistency_CONSISTENCY_OWN_WRITE Consistency = 3
-	// This pod's write was not seen within consistency.timeout; this is the latest state known.
+	// This pod's write was not seen within consistency.timeout; this is the latest state known. The timeout
+	// runs from the write's answer (the write's version is not known before it), so a slow link delays a
+	// held state but does not release it: while a write is in flight, its object's states are held until it
+	// is answered, for at most 60 s (the apiserver's own request timeout).
 	Consistency_CONSISTENCY_TIMED_OUT Consistency = 4
 )
 

@@ -218,8 +218,9 @@ export interface WorkItem {
   deleted: boolean;
   /**
    * CONSISTENT: the state is at least as new as every write this pod made to it and, naming a lease of
-   * this key, to its related objects. TIMED_OUT: a write was not seen within consistency.timeout and the
-   * latest known state is handed out.
+   * this key, to its related objects. TIMED_OUT: a write was not seen within consistency.timeout of its
+   * answer (a write still in flight holds the key until it is answered, at most 60 s) and the latest known
+   * state is handed out.
    */
   consistency: Consistency;
   /** 1 for the first pass after a change; n for the nth pass in a row that follows a RETRY. */

@@ -74,7 +74,12 @@ export enum Consistency {
   AWAITING_OWN_WRITE = 2,
   /** OWN_WRITE - This is exactly the state this pod's own write produced. */
   OWN_WRITE = 3,
-  /** TIMED_OUT - This pod's write was not seen within consistency.timeout; this is the latest state known. */
+  /**
+   * TIMED_OUT - This pod's write was not seen within consistency.timeout; this is the latest state known. The timeout
+   * runs from the write's answer (the write's version is not known before it), so a slow link delays a
+   * held state but does not release it: while a write is in flight, its object's states are held until it
+   * is answered, for at most 60 s (the apiserver's own request timeout).
+   */
   TIMED_OUT = 4,
   UNRECOGNIZED = -1,
 }
