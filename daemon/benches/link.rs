@@ -5,8 +5,8 @@
 //! 1. the daemon's established connections to the apiserver (what `ss -tnp` lists for it) at 1, 10 and 100
 //!    watches of distinct queries;
 //! 2. what the apiserver spends on those 100 watches, from its own /metrics: CPU seconds while they are
-//!    opened and then fed 20 writes a second for 15 s (each write reaches every watch), and its heap and
-//!    resident memory once they run, against before the daemon started;
+//!    opened and then fed 20 writes a second for 15 s (each write reaches every watch), and its goroutines,
+//!    heap and resident memory once they run, against before the daemon started;
 //! 3. a write's latency through the daemon (a merge patch), cold (the first after start, with 5 watches
 //!    running) and warm (the next 50), at a round trip of 0 and 50 ms (the delay proxy toward the daemon).
 //!
@@ -57,8 +57,8 @@ async fn watch(daemon: &Daemon, ns: &str, i: usize) -> Events {
     events
 }
 
-/// The apiserver's CPU seconds, heap in use and resident bytes, from its /metrics.
-async fn apiserver_usage(kube: &kube::Client) -> (f64, f64, f64) {
+/// The apiserver's CPU seconds, heap in use, resident bytes and goroutines, from its /metrics.
+async fn apiserver_usage(kube: &kube::Client) -> (f64, f64, f64, f64) {
     let request = http::Request::get("/metrics").body(Vec::new()).expect("request");
     let text = kube.request_text(request).await.expect("GET /metrics from the apiserver");
     let value = |name: &str| {
@@ -66,7 +66,12 @@ async fn apiserver_usage(kube: &kube::Client) -> (f64, f64, f64) {
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
             .unwrap_or_else(|| panic!("no {name} in the apiserver's /metrics"))
     };
-    (value("process_cpu_seconds_total"), value("go_memstats_heap_inuse_bytes"), value("process_resident_memory_bytes"))
+    (
+        value("process_cpu_seconds_total"),
+        value("go_memstats_heap_inuse_bytes"),
+        value("process_resident_memory_bytes"),
+        value("go_goroutines"),
+    )
 }
 
 fn patch(ns: &str, value: usize) -> PatchRequest {
@@ -87,7 +92,7 @@ fn ms(d: Duration) -> f64 {
 /// Connections at 1, 10 and 100 watches, then the apiserver's cost of the 100.
 async fn connections(kube: &kube::Client, ns: &str, http2: bool) {
     let api: Api<ConfigMap> = Api::namespaced(kube.clone(), ns);
-    let (cpu0, heap0, rss0) = apiserver_usage(kube).await;
+    let (cpu0, heap0, rss0, goroutines0) = apiserver_usage(kube).await;
     let daemon = daemon(http2, None).await;
     let port = consistd_testkit::apiserver_addr().port();
     let mut watches = Vec::new();
@@ -120,16 +125,17 @@ async fn connections(kube: &kube::Client, ns: &str, http2: bool) {
             }
         }
     }
-    let (cpu1, heap1, rss1) = apiserver_usage(kube).await;
+    let (cpu1, heap1, rss1, goroutines1) = apiserver_usage(kube).await;
     drop(watches);
     drop(daemon);
     let mib = |b: f64| b / (1024.0 * 1024.0);
     figures::record("link-apiserver-cpu", "CPU s", mode(http2), "100 watches", cpu1 - cpu0);
     println!(
-        "{:<9} connections at {}; apiserver for 100 watches and {i} writes: {:.2} CPU s, heap {:+.1} MiB, resident {:+.1} MiB",
+        "{:<9} connections at {}; apiserver for 100 watches and {i} writes: {:.2} CPU s, goroutines {:+}, heap {:+.1} MiB, resident {:+.1} MiB",
         mode(http2),
         counts.join(", "),
         cpu1 - cpu0,
+        goroutines1 - goroutines0,
         mib(heap1 - heap0),
         mib(rss1 - rss0),
     );

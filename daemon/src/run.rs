@@ -135,7 +135,7 @@ struct Serving {
 async fn build(config: Config, env: &Environment, source: ConfigSource) -> Result<Serving, RunError> {
     // Every answer the client gets is noted here: the jobs' own traffic is readiness's evidence.
     let contact = ApiContact::default();
-    let (client, apiserver_url) = client::connect(&contact).await?;
+    let (client, apiserver_url) = client::connect(&contact, env).await?;
     let (listener, socket_guard) = socket::bind(&config.socket.path, config.socket.mode.0, config.socket.group_id)?;
     let (admin_listener, admin_guard) = socket::bind(&config.admin.socket, config.admin.mode.0, config.admin.group_id)?;
     let admin_tcp = match config.admin.listen {

@@ -150,11 +150,11 @@ async fn each_key_is_leased_once_at_a_time_and_a_change_during_a_lease_gives_one
 
 /// The seed's promise where the app handles the key: a third party changes the object during the lease,
 /// the app writes it and completes; the key's next pass is never older than that write. Each round makes
-/// the race certain: the third party's first change reaches the daemon (the key is ready again the moment
-/// the lease ends); its second is held 2 s by the delaying proxy on the daemon's watch connection, and
-/// everything after it there with it, while the app's own write is answered at once on another
-/// connection. A queue that granted from its cache as soon as the lease ended would hand out the state of
-/// the first change, older than the app's write.
+/// the race likely: the third party's first change reaches the daemon (the key is ready again the moment
+/// the lease ends); its second is held 2 s by the delaying proxy, and everything after it on the daemon's
+/// one apiserver connection with it: the app's write, sent after the clog, is answered once it clears,
+/// with the second change and the write's own event right behind. A queue that granted from its cache as
+/// soon as the lease ended would hand out a state older than the app's write.
 #[tokio::test]
 async fn the_next_pass_of_a_key_never_carries_a_state_older_than_the_write_its_lease_made() {
     const ROUNDS: usize = 3;

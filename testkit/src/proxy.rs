@@ -140,6 +140,10 @@ struct Delays {
 
 async fn relay(client: TcpStream, upstream: SocketAddr, delays: Delays, holding: tokio::sync::watch::Receiver<bool>) {
     let Ok(server) = TcpStream::connect(upstream).await else { return };
+    // Each chunk goes on as soon as it is released, as on a wire: with Nagle's algorithm the proxy itself
+    // would hold a small write (an HTTP/2 frame) until the previous one is acknowledged, up to the
+    // receiver's 40 ms delayed ACK, which neither end sees on a real link (both set TCP_NODELAY).
+    let _ = (client.set_nodelay(true), server.set_nodelay(true));
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = server.into_split();
     // Client to upstream: each chunk released `up` after it was read, in order, and not while held. The

@@ -13,6 +13,7 @@ use std::{
 };
 
 use bytes::Bytes;
+use consistd_core::config::Environment;
 use consistd_observe::telemetry;
 use futures::future::BoxFuture;
 use http::{Request, Response};
@@ -77,11 +78,12 @@ pub enum ClusterError {
 }
 
 /// A client for the apiserver, from in-cluster config when running in a pod, else KUBECONFIG; every
-/// answer it gets, and every frame of a watch stream, is noted in `contact`.
-pub async fn connect(contact: &ApiContact) -> Result<(kube::Client, String), ClusterError> {
+/// answer it gets, and every frame of a watch stream, is noted in `contact`. HTTP/2 unless `env` sets
+/// `DISABLE_HTTP2`.
+pub async fn connect(contact: &ApiContact, env: &Environment) -> Result<(kube::Client, String), ClusterError> {
     let config = kube::Config::infer().await.map_err(ClusterError::Config)?;
     let url = config.cluster_url.to_string();
-    let http2 = std::env::var_os(DISABLE_HTTP2).is_none_or(|v| v.is_empty());
+    let http2 = env.var(DISABLE_HTTP2).is_none_or(str::is_empty);
     Ok((client(config, contact, http2)?, url))
 }
 
@@ -106,7 +108,7 @@ fn client(config: kube::Config, contact: &ApiContact, http2: bool) -> Result<kub
             response.map(|body| Box::new(body.map_err(BoxError::from)) as Box<DynBody>)
         })
         .layer(config.base_uri_layer())
-        .option_layer(config.default_retry.then(|| RetryPolicy::server_retry()).map(RetryLayer::new))
+        .option_layer(config.default_retry.then(RetryPolicy::server_retry).map(RetryLayer::new))
         .option_layer(config.auth_layer().map_err(ClusterError::Client)?)
         .layer(config.extra_headers_layer().map_err(ClusterError::Client)?)
         .map_err(BoxError::from)
