@@ -13,7 +13,9 @@ use std::{
 use consistd_cluster::leadership::{Campaign, Key, Leadership, LeadershipError};
 use consistd_core::mounted::Changes;
 use consistd_core::{
-    config::{AccessRule, Config, ElectionConfig, Environment, InboxConfig, OutboxConfig, Overrides, Setter},
+    config::{
+        AccessRule, Config, ElectionConfig, Environment, FencingConfig, InboxConfig, OutboxConfig, Overrides, Setter,
+    },
     error,
     report::ConfigReport,
 };
@@ -41,6 +43,8 @@ pub(crate) struct Tunables {
     pub inbox: Setter<InboxConfig>,
     /// `consistency.timeout`.
     pub consistency_timeout: Setter<Duration>,
+    /// `fencing`: its mode and recheck period.
+    pub fencing: Setter<FencingConfig>,
     /// `membership.ttl`.
     pub membership_ttl: Setter<Duration>,
     /// `access.rules`.
@@ -58,6 +62,7 @@ impl Tunables {
             outbox: Setter::new(config.outbox.clone()).0,
             inbox: Setter::new(config.inbox.clone()).0,
             consistency_timeout: Setter::new(config.consistency.timeout).0,
+            fencing: Setter::new(config.fencing.clone()).0,
             membership_ttl: Setter::new(config.membership.ttl).0,
             access: Setter::new(config.access.rules.clone().into()).0,
             allowlist: Setter::new(Arc::new(allowlist(config))).0,
@@ -71,6 +76,7 @@ impl Tunables {
             ("outbox", self.outbox.set(config.outbox.clone())),
             ("inbox", self.inbox.set(config.inbox.clone())),
             ("consistency.timeout", self.consistency_timeout.set(config.consistency.timeout)),
+            ("fencing", self.fencing.set(config.fencing.clone())),
             ("membership.ttl", self.membership_ttl.set(config.membership.ttl)),
             ("access.rules", self.access.set(config.access.rules.clone().into())),
             ("socket.allowedUids/allowedGids", self.allowlist.set(Arc::new(allowlist(config)))),

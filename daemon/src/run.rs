@@ -157,7 +157,7 @@ async fn build(config: Config, env: &Environment, source: ConfigSource) -> Resul
     // What a reload may change; each part reads its setting live.
     let tunables = Tunables::new(&config);
     let hub = Hub::new(client.clone(), config.watch.clone(), metrics.clone(), &tasks);
-    let fencing = Fencing::new(client.clone());
+    let fencing = Fencing::new(client.clone(), tunables.fencing.live(), metrics.clone());
     health.attach_fencing(fencing.clone());
     tasks.spawn(fencing.clone().run(tasks.signal().clone()));
     let objects = Objects::new(client.clone(), hub.clone(), tunables.consistency_timeout.live(), fencing);

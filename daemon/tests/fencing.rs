@@ -32,14 +32,25 @@ struct Candidate {
 }
 
 async fn candidate(identity: &str, ns: &str, proxy: Option<&DelayProxy>) -> Candidate {
-    let mut builder = Daemon::builder(BIN).config(format!("identity: {identity}\nnamespace: {ns}\n"));
+    candidate_with(identity, ns, proxy, "", TIMING).await
+}
+
+/// [`candidate`] with more config (YAML lines) and its own Lease timing.
+async fn candidate_with(
+    identity: &str,
+    ns: &str,
+    proxy: Option<&DelayProxy>,
+    config: &str,
+    timing: (i64, i64, i64),
+) -> Candidate {
+    let mut builder = Daemon::builder(BIN).config(format!("identity: {identity}\nnamespace: {ns}\n{config}"));
     if let Some(proxy) = proxy {
         builder = builder.through(proxy);
     }
     let daemon = builder.start().await;
     let request = CampaignRequest {
         election: ELECTION.into(),
-        timing: Some(consistd_testkit::lease_timing(TIMING.0, TIMING.1, TIMING.2)),
+        timing: Some(consistd_testkit::lease_timing(timing.0, timing.1, timing.2)),
         ..Default::default()
     };
     let mut stream = daemon.client().leadership().campaign(request).await.expect("campaign").into_inner();
@@ -66,6 +77,13 @@ async fn leads(c: &Candidate, min_term: u64) -> u64 {
         assert!(tokio::time::Instant::now() < deadline, "not LEADER in term {min_term}+ within {WAIT:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Whether `consistd status` (over the admin socket, never through a proxy) says guarded writes are
+/// fenced at the apiserver.
+async fn at_apiserver(daemon: &Daemon) -> bool {
+    let report = consistd_server::admin::fetch_report(daemon.admin_socket()).await.expect("consistd status");
+    report.fencing.as_ref().is_some_and(|f| f.at_apiserver)
 }
 
 /// Waits until `daemon` has found the policy and may claim terms (`consistd status` says so).
@@ -185,6 +203,127 @@ async fn a_daemon_stopped_past_its_lease_gets_no_write_in_with_its_old_term() {
     assert_eq!(stopped.code(), Code::FailedPrecondition, "{stopped}");
     assert!(stopped.message().contains(&format!("the guard names term {term}")), "names the term: {stopped}");
     assert_eq!(written_by(&configmaps).await, "b", "the successor's write stays");
+}
+
+/// Fencing fails closed: a re-check of the policy that gets no answer (the link to the apiserver cut, as
+/// in the very conditions fencing is for) leaves the claim on guarded writes. Here the re-checks run every
+/// second and fail for 2.5 s; the next guarded write is held on the way while A's Lease runs out and B
+/// leads and writes, and the apiserver refuses it. A daemon that dropped the claim after a failed check
+/// sent it bare, and it landed over B's write.
+#[tokio::test]
+async fn a_recheck_that_gets_no_answer_keeps_the_claim() {
+    let (configmaps, ns) = setup().await;
+    let proxy = DelayProxy::start(consistd_testkit::apiserver_addr()).await;
+    // A renew deadline well past the cut, so A still leads when its app writes after it.
+    let a = candidate_with("pod-a", &ns, Some(&proxy), "fencing:\n  recheck: 1s\n", (8, 6, 1)).await;
+    let term = leads(&a, 1).await;
+    let b = candidate("pod-b", &ns, None).await;
+    fenced_at_apiserver(&a.daemon).await;
+    fenced_at_apiserver(&b.daemon).await;
+
+    proxy.cut(true);
+    let cut = tokio::time::Instant::now();
+    while cut.elapsed() < Duration::from_millis(2500) {
+        assert!(at_apiserver(&a.daemon).await, "a re-check without an answer moved the fence:\n{}", a.daemon.logs());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(a.daemon.logs().contains("fencing check got no answer"), "the re-checks failed:\n{}", a.daemon.logs());
+    // Nothing gets through from here until B has written: A's write, its renewals and its re-checks wait.
+    proxy.hold(true);
+    proxy.cut(false);
+    let client = a.daemon.client();
+    let ns_a = ns.clone();
+    let held = consistd_testkit::spawn(async move { client.objects().patch(guarded(&ns_a, "a", term)).await });
+    let next = leads(&b, term + 1).await;
+    b.daemon.client().objects().patch(guarded(&ns, "b", next)).await.expect("B writes");
+    proxy.hold(false);
+    let refused = tokio::time::timeout(WAIT, held)
+        .await
+        .expect("A's write answered")
+        .expect("join")
+        .expect_err("A's write must not be answered OK: it carried its claim, and the apiserver refuses it");
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused}");
+    let says = format!("election {ns}/{ELECTION} is in term {next}, and this write was guarded by term {term}");
+    assert!(refused.message().contains(&says), "{refused}");
+    assert_eq!(written_by(&configmaps).await, "b", "the successor's write stays");
+}
+
+/// Every guarded write's answer names its fence, and so does `consistd_guarded_writes_total`: the apiserver
+/// for an object in the Lease's namespace, this daemon only for one in another namespace or cluster-scoped
+/// (the policy reads the Lease from the object's namespace). Under `fencing.mode: require` those two are
+/// refused FAILED_PRECONDITION naming why, and nothing is written.
+#[tokio::test]
+async fn each_answer_names_its_fence_and_require_refuses_what_the_apiserver_cannot_check() {
+    use consistd_client::proto::Fence;
+    use k8s_openapi::api::core::v1::Namespace;
+
+    let (configmaps, ns) = setup().await;
+    let kube = consistd_testkit::kube_client().await;
+    let other = consistd_testkit::namespace(&kube).await;
+    let elsewhere: Api<ConfigMap> = Api::namespaced(kube.clone(), &other);
+    let cm: ConfigMap = serde_json::from_value(json!({ "metadata": { "name": ELECTION }, "data": { "by": "nobody" } }))
+        .expect("ConfigMap");
+    elsewhere.create(&PostParams::default(), &cm).await.expect("create the other namespace's ConfigMap");
+    let namespaces: Api<Namespace> = Api::all(kube);
+    let relabel = |by: &str| PatchRequest {
+        resource: "namespaces".into(),
+        name: other.clone(),
+        patch_type: PatchType::Merge.into(),
+        patch: json!({ "metadata": { "labels": { "by": by } } }).to_string().into_bytes(),
+        ..Default::default()
+    };
+
+    for (mode, identity) in [("auto", "pod-auto"), ("require", "pod-require")] {
+        let c = candidate_with(identity, &ns, None, &format!("fencing:\n  mode: {mode}\n"), TIMING).await;
+        let term = leads(&c, 1).await;
+        fenced_at_apiserver(&c.daemon).await;
+        let guard = Some(WriteGuard { election: ELECTION.into(), namespace: String::new(), term });
+        let mut objects = c.daemon.client().objects();
+
+        let here = objects.patch(guarded(&ns, mode, term)).await.expect("a write the policy checks").into_inner();
+        assert_eq!(here.fence(), Fence::Apiserver, "{mode}");
+        assert_eq!(written_by(&configmaps).await, mode);
+
+        let there = objects.patch(guarded(&other, mode, term)).await;
+        let cluster = objects.patch(PatchRequest { guard: guard.clone(), ..relabel(mode) }).await;
+        let label = namespaces.get(&other).await.expect("namespace").metadata.labels.unwrap_or_default().remove("by");
+        if mode == "auto" {
+            assert_eq!(there.expect("another namespace").into_inner().fence(), Fence::Daemon);
+            assert_eq!(cluster.expect("cluster-scoped").into_inner().fence(), Fence::Daemon);
+            assert_eq!(written_by(&elsewhere).await, "auto");
+            assert_eq!(label.as_deref(), Some("auto"));
+        } else {
+            let there = there.expect_err("another namespace under require");
+            assert_eq!(there.code(), Code::FailedPrecondition, "{there}");
+            let why = format!("the object is in namespace {other}, the election's Lease in {ns}");
+            assert!(
+                there.message().starts_with("guard: fencing.mode is require") && there.message().contains(&why),
+                "{there}"
+            );
+            let cluster = cluster.expect_err("cluster-scoped under require");
+            assert_eq!(cluster.code(), Code::FailedPrecondition, "{cluster}");
+            assert!(cluster.message().contains("the object is cluster-scoped"), "{cluster}");
+            assert_eq!(written_by(&elsewhere).await, "auto", "nothing was written");
+            assert_eq!(
+                label.as_deref(),
+                Some("unguarded"),
+                "nothing was written (the last write was auto's unguarded one)"
+            );
+        }
+        let unguarded = objects.patch(relabel("unguarded")).await.expect("an unguarded write").into_inner();
+        assert_eq!(unguarded.fence(), Fence::Unspecified, "no guard, no fence");
+
+        let metrics = c.daemon.metrics().await;
+        let count = |fence: &str| format!("consistd_guarded_writes_total{{fence=\"{fence}\"}} ");
+        assert!(metrics.contains(&format!("{}1", count("apiserver"))), "{metrics}");
+        let (elsewhere_fence, absent) = if mode == "auto" { ("daemon", "refused") } else { ("refused", "daemon") };
+        assert!(metrics.contains(&format!("{}2", count(elsewhere_fence))), "{mode}: {metrics}");
+        assert!(!metrics.contains(&count(absent)), "{mode}: {metrics}");
+        let report = consistd_server::admin::fetch_report(c.daemon.admin_socket()).await.expect("consistd status");
+        assert_eq!(report.fencing.map(|f| f.mode).as_deref(), Some(mode));
+        // Let the next candidate lead: this one leaves and releases the Lease.
+        drop(c);
+    }
 }
 
 /// The policy's parameters are the election Leases of the written object's namespace, not the member

@@ -8,6 +8,8 @@ use std::{
     time::Duration,
 };
 
+use consistd_core::config::{FencingConfig, FencingMode, Live};
+use consistd_observe::metrics::Metrics;
 use http::{HeaderName, HeaderValue};
 use k8s_openapi::api::{
     admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding},
@@ -25,9 +27,6 @@ use tokio_util::sync::CancellationToken;
 pub(crate) const POLICY: &str = "consistd-fence";
 /// The user extra a guarded write carries: `<lease namespace>/<lease name>/<term>`.
 pub(crate) const EXTRA: &str = "consistd.io/fence";
-/// How often the cluster is asked again whether fencing at the apiserver is on, so installing or removing
-/// the policy takes effect without a restart.
-const RECHECK: Duration = Duration::from_secs(60);
 /// How soon a check that could not get an answer (the apiserver unreachable or failing) is tried again.
 const RETRY: Duration = Duration::from_secs(5);
 /// `Impersonate-Extra-` + the extra's key, percent-encoded as the apiserver reads it ('/' is not allowed in
@@ -82,6 +81,34 @@ impl Where {
     }
 }
 
+/// Which fence a guarded write goes out with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FencedBy {
+    /// The apiserver checks its claim where it lands.
+    Apiserver,
+    /// Only this daemon checked its guard, when it sent it.
+    Daemon,
+}
+
+impl FencedBy {
+    /// The `fence` label of `consistd_guarded_writes_total`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Apiserver => "apiserver",
+            Self::Daemon => "daemon",
+        }
+    }
+}
+
+/// How a guarded write goes out: the fence it gets and the headers that carry its claim.
+#[derive(Debug)]
+pub(crate) struct Fenced {
+    /// The fence it gets.
+    pub by: FencedBy,
+    /// Its claim, as the apiserver reads it; none while this daemon may not claim.
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+}
+
 /// Why fencing at the apiserver is off, from one check.
 #[derive(Debug, thiserror::Error)]
 enum CheckError {
@@ -116,6 +143,10 @@ impl CheckError {
 /// Whether guarded writes are fenced at the apiserver, kept current by [`Fencing::run`].
 pub struct Fencing {
     client: Client,
+    /// `fencing`, as reloads change it: the mode and the recheck period.
+    config: Live<FencingConfig>,
+    /// Where each guarded write's fence is counted.
+    metrics: Metrics,
     place: RwLock<Where>,
     /// Wakes [`Fencing::run`] for a check before its period is up.
     recheck: Notify,
@@ -128,9 +159,15 @@ impl std::fmt::Debug for Fencing {
 }
 
 impl Fencing {
-    /// Not known yet where guarded writes are fenced: [`run`](Self::run) finds out.
-    pub fn new(client: Client) -> Arc<Self> {
-        Arc::new(Self { client, place: RwLock::new(Where::Unknown), recheck: Notify::new() })
+    /// Not known yet where guarded writes are fenced: [`run`](Self::run) finds out, as often as `config`
+    /// says.
+    pub fn new(client: Client, config: Live<FencingConfig>, metrics: Metrics) -> Arc<Self> {
+        Arc::new(Self { client, config, metrics, place: RwLock::new(Where::Unknown), recheck: Notify::new() })
+    }
+
+    /// `fencing.mode`, for `consistd status`.
+    pub fn mode(&self) -> FencingMode {
+        self.config.get().mode
     }
 
     /// Where guarded writes are fenced now.
@@ -138,12 +175,36 @@ impl Fencing {
         self.place.read().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
-    /// The headers a write guarded by `claim` carries, or none while fencing at the apiserver is off.
-    pub(crate) fn headers(&self, claim: &Claim) -> Vec<(HeaderName, HeaderValue)> {
-        match &*self.place.read().unwrap_or_else(PoisonError::into_inner) {
-            Where::Apiserver { user, groups } => impersonation(user, groups, claim),
-            Where::Unknown | Where::Local(_) => Vec::new(),
-        }
+    /// How a write guarded by `claim` to an object in `namespace` (empty: cluster-scoped) goes out: with
+    /// the claim whenever this daemon may claim, fenced at the apiserver only where the policy sees it (it
+    /// reads the election's Lease in the written object's namespace). Under `fencing.mode: require`, a write
+    /// the apiserver cannot check is refused: the reason.
+    pub(crate) fn fence(&self, claim: &Claim, namespace: &str) -> Result<Fenced, String> {
+        let (headers, unchecked) = match &*self.place.read().unwrap_or_else(PoisonError::into_inner) {
+            Where::Apiserver { user, groups } => {
+                let unseen = if namespace.is_empty() {
+                    Some("the object is cluster-scoped".to_owned())
+                } else if namespace != claim.namespace {
+                    Some(format!("the object is in namespace {namespace}, the election's Lease in {}", claim.namespace))
+                } else {
+                    None
+                };
+                let why = unseen.map(|what| {
+                    format!(
+                        "{what}, and ValidatingAdmissionPolicy {POLICY} reads the Lease from the object's namespace"
+                    )
+                });
+                (impersonation(user, groups, claim), why)
+            }
+            place => (Vec::new(), Some(format!("guarded writes are fenced {}", place.describe()))),
+        };
+        let fenced = match unchecked {
+            None => Ok(Fenced { by: FencedBy::Apiserver, headers }),
+            Some(why) if self.mode() == FencingMode::Require => Err(why),
+            Some(_) => Ok(Fenced { by: FencedBy::Daemon, headers }),
+        };
+        self.metrics.count_guarded_write(fenced.as_ref().map_or("refused", |f| f.by.label()));
+        fenced
     }
 
     /// Asks for a check now: a guarded write was refused permission to impersonate, so the grants
@@ -152,15 +213,20 @@ impl Fencing {
         self.recheck.notify_one();
     }
 
-    /// Checks now and every [`RECHECK`] (or when [`Fencing::recheck`] asks) until `shutdown`, logging
-    /// each change.
+    /// Checks now and every `fencing.recheck` (or when [`Fencing::recheck`] asks) until `shutdown`, logging
+    /// each change. Only the cluster's answer moves the fence: a check that got none (the apiserver
+    /// unreachable, timing out or failing) leaves it where it was and is tried again soon. Fencing exists
+    /// for exactly those network conditions, so they must not turn the claim off.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         loop {
+            let recheck = self.config.get().recheck;
             let (place, next) = match self.check().await {
-                Ok((user, groups)) => (Where::Apiserver { user, groups }, RECHECK),
+                Ok((user, groups)) => (Where::Apiserver { user, groups }, recheck),
+                Err(error) if error.answered() => (Where::Local(consistd_core::error::chain(&error)), recheck),
                 Err(error) => {
-                    let next = if error.answered() { RECHECK } else { RETRY };
-                    (Where::Local(consistd_core::error::chain(&error)), next)
+                    let error = consistd_core::error::chain(&error);
+                    tracing::warn!(%error, "fencing check got no answer; guarded writes stay fenced {}", self.place().describe());
+                    (self.place(), RETRY.min(recheck))
                 }
             };
             let before = std::mem::replace(&mut *self.place.write().unwrap_or_else(PoisonError::into_inner), place);
@@ -299,6 +365,56 @@ mod tests {
         );
         assert_eq!(refusal(&api(403, "configmaps \"x\" is forbidden: User \"u\" cannot patch")), None);
         assert!(impersonation_refused(&api(403, "users \"u\" is forbidden: User \"v\" cannot impersonate resource")));
+    }
+
+    /// A Fencing in `mode` whose checks never get an answer (no apiserver in unit tests), placed at `place`.
+    fn fencing(mode: FencingMode, place: Where) -> Arc<Fencing> {
+        let unanswered = tower::service_fn(|_: http::Request<kube::client::Body>| async {
+            Err::<http::Response<http_body_util::Empty<bytes::Bytes>>, _>(std::io::Error::other("no apiserver here"))
+        });
+        let config = consistd_core::config::Setter::new(FencingConfig { mode, ..FencingConfig::default() }).1;
+        let f = Fencing::new(Client::new(unanswered, "default"), config, Metrics::new());
+        *f.place.write().unwrap_or_else(PoisonError::into_inner) = place;
+        f
+    }
+
+    #[tokio::test]
+    async fn the_apiserver_fences_only_writes_the_policy_sees_and_require_refuses_the_rest() {
+        let claim = Claim { namespace: "ns".into(), lease: "e".into(), term: 3 };
+        let at_apiserver = Where::Apiserver { user: "u".into(), groups: vec![] };
+        let auto = fencing(FencingMode::Auto, at_apiserver.clone());
+        let same = auto.fence(&claim, "ns").expect("fenced");
+        assert_eq!(same.by, FencedBy::Apiserver);
+        assert!(names(&same.headers).contains(&(EXTRA_HEADER.into(), "ns/e/3".into())));
+        let other = auto.fence(&claim, "other").expect("sent");
+        assert_eq!(other.by, FencedBy::Daemon, "the policy reads the Lease from the object's namespace");
+        assert!(!other.headers.is_empty(), "the claim still rides along");
+        assert_eq!(auto.fence(&claim, "").expect("sent").by, FencedBy::Daemon, "cluster-scoped");
+        assert_eq!(fencing(FencingMode::Auto, Where::Unknown).fence(&claim, "ns").expect("sent").by, FencedBy::Daemon);
+
+        let require = fencing(FencingMode::Require, at_apiserver);
+        assert_eq!(require.fence(&claim, "ns").expect("fenced").by, FencedBy::Apiserver);
+        let why = require.fence(&claim, "other").expect_err("refused");
+        assert!(why.contains("namespace other, the election's Lease in ns"), "{why}");
+        assert!(require.fence(&claim, "").expect_err("refused").contains("cluster-scoped"));
+        let local = fencing(FencingMode::Require, Where::Local("the policy is not installed".into()));
+        assert!(local.fence(&claim, "ns").expect_err("refused").contains("the policy is not installed"));
+        let text = local.metrics.encode_for(None).1;
+        assert!(text.contains("consistd_guarded_writes_total{fence=\"refused\"} 1"), "{text}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_check_that_gets_no_answer_leaves_the_fence_where_it_was() {
+        let at_apiserver = Where::Apiserver { user: "u".into(), groups: vec![] };
+        for place in [at_apiserver, Where::Unknown, Where::Local("not installed".into())] {
+            let f = fencing(FencingMode::Auto, place.clone());
+            // Several checks, each failing to reach the apiserver.
+            tokio::select! {
+                () = f.clone().run(CancellationToken::new()) => panic!("run ended without shutdown"),
+                () = tokio::time::sleep(RETRY * 3) => {}
+            }
+            assert_eq!(f.place(), place);
+        }
     }
 
     #[test]

@@ -12,7 +12,7 @@ use kube::{
 };
 
 use crate::{
-    fencing::{self, Claim, Fencing},
+    fencing::{self, Claim, Fenced, FencedBy, Fencing},
     watch::{
         Hub, ResourceError,
         expectations::{InFlight, Locator, Scope},
@@ -92,6 +92,12 @@ pub enum ObjectsError {
         /// The policy's message: the election, its term, and the guard's.
         why: String,
     },
+    /// `fencing.mode: require`, and the apiserver cannot check this guarded write: it was not sent.
+    #[error("fencing.mode is require, and the apiserver cannot check this write: {why}")]
+    Unfenced {
+        /// Why the apiserver cannot check it.
+        why: String,
+    },
 }
 
 /// Object reads and writes for ObjectsService: reads from a covering watch's cache when there is one,
@@ -139,21 +145,29 @@ impl Objects {
         Request::new(RawObject::url_path(&ar, ns))
     }
 
-    /// Sends a built request; `op` names it in errors. A write guarded by `fence` carries its claim when
-    /// fencing at the apiserver is on, and the policy's refusal comes back as [`ObjectsError::Fenced`].
+    /// How a write guarded by `claim` to `t` goes out (see [`Fencing::fence`]); none for an unguarded one.
+    fn fence(&self, claim: Option<&Claim>, r: &Resolved, t: &ObjectRef) -> Result<Option<Fenced>, ObjectsError> {
+        let Some(claim) = claim else { return Ok(None) };
+        let namespace = if r.namespaced { t.namespace.as_str() } else { "" };
+        self.fencing.fence(claim, namespace).map(Some).map_err(|why| ObjectsError::Unfenced { why })
+    }
+
+    /// Sends a built request; `op` names it in errors. A guarded write carries its claim as `fence` says,
+    /// and the policy's refusal comes back as [`ObjectsError::Fenced`].
     async fn send<T: serde::de::DeserializeOwned>(
         &self,
         op: String,
         request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
-        fence: Option<&Claim>,
+        fence: Option<Fenced>,
     ) -> Result<T, ObjectsError> {
         let mut request =
             request.map_err(|e| ResourceError::Apiserver { op: op.clone(), source: kube::Error::BuildRequest(e) })?;
-        if let Some(claim) = fence {
-            request.headers_mut().extend(self.fencing.headers(claim));
+        let guarded = fence.is_some();
+        if let Some(fence) = fence {
+            request.headers_mut().extend(fence.headers);
         }
         self.client.request::<T>(request).await.map_err(|source| {
-            if fence.is_some() {
+            if guarded {
                 if let Some(why) = fencing::refusal(&source) {
                     return ObjectsError::Fenced { why };
                 }
@@ -219,19 +233,22 @@ impl Objects {
         Ok((list.items.into_iter().map(Obj::from).collect(), version, Source::Apiserver))
     }
 
-    /// Creates an object from its JSON.
+    /// Creates an object from its JSON; with `fence`, also the fence the write went out with (so do the
+    /// other writes).
     pub async fn create(
         &self,
         t: &ObjectRef,
         object: Vec<u8>,
         field_manager: &str,
         fence: Option<&Claim>,
-    ) -> Result<Obj, ObjectsError> {
+    ) -> Result<(Obj, Option<FencedBy>), ObjectsError> {
         let r = self.resolve(t, true).await?;
+        let fence = self.fence(fence, &r, t)?;
+        let by = fence.as_ref().map(|f| f.by);
         let pp = PostParams { field_manager: Some(manager(field_manager)), ..PostParams::default() };
         let op = format!("create {} in {:?}", r.api.plural, t.namespace);
         let raw: RawObject = self.send(op, Self::request(&r, &t.namespace).create(&pp, object), fence).await?;
-        Ok(self.written(&r, raw))
+        Ok((self.written(&r, raw), by))
     }
 
     /// Replaces an object (or its status).
@@ -241,8 +258,10 @@ impl Objects {
         object: Vec<u8>,
         field_manager: &str,
         fence: Option<&Claim>,
-    ) -> Result<Obj, ObjectsError> {
+    ) -> Result<(Obj, Option<FencedBy>), ObjectsError> {
         let r = self.resolve(t, true).await?;
+        let fence = self.fence(fence, &r, t)?;
+        let by = fence.as_ref().map(|f| f.by);
         let _in_flight = self.begin(&r, t);
         let pp = PostParams { field_manager: Some(manager(field_manager)), ..PostParams::default() };
         let request = Self::request(&r, &t.namespace);
@@ -252,7 +271,7 @@ impl Objects {
             request.replace_subresource(&t.subresource, &t.name, &pp, object)
         };
         let raw: RawObject = self.send(format!("update {} {}", r.api.plural, locate(t)), request, fence).await?;
-        Ok(self.written(&r, raw))
+        Ok((self.written(&r, raw), by))
     }
 
     /// Patches an object (or its status).
@@ -263,8 +282,10 @@ impl Objects {
         patch: serde_json::Value,
         field_manager: &str,
         fence: Option<&Claim>,
-    ) -> Result<Obj, ObjectsError> {
+    ) -> Result<(Obj, Option<FencedBy>), ObjectsError> {
         let r = self.resolve(t, true).await?;
+        let fence = self.fence(fence, &r, t)?;
+        let by = fence.as_ref().map(|f| f.by);
         let _in_flight = self.begin(&r, t);
         let mut pp = PatchParams { field_manager: Some(manager(field_manager)), ..PatchParams::default() };
         let content_type = match kind {
@@ -294,7 +315,7 @@ impl Objects {
             req
         });
         let raw: RawObject = self.send(format!("patch {} {}", r.api.plural, locate(t)), request, fence).await?;
-        Ok(self.written(&r, raw))
+        Ok((self.written(&r, raw), by))
     }
 
     /// Deletes an object; returns its last state when the apiserver returns one (it may be kept by
@@ -305,8 +326,10 @@ impl Objects {
         preconditions: Preconditions,
         propagation: Option<PropagationPolicy>,
         fence: Option<&Claim>,
-    ) -> Result<Option<Obj>, ObjectsError> {
+    ) -> Result<(Option<Obj>, Option<FencedBy>), ObjectsError> {
         let r = self.resolve(t, true).await?;
+        let fence = self.fence(fence, &r, t)?;
+        let by = fence.as_ref().map(|f| f.by);
         let _in_flight = self.begin(&r, t);
         let has_preconditions = preconditions.uid.is_some() || preconditions.resource_version.is_some();
         let dp = DeleteParams {
@@ -322,7 +345,7 @@ impl Objects {
             )
             .await?;
         let obj = Obj::from(raw);
-        Ok((!obj.uid.is_empty()).then_some(obj))
+        Ok(((!obj.uid.is_empty()).then_some(obj), by))
     }
 
     /// Marks a write to `t` as in flight until the returned guard drops (after [`Objects::written`]):

@@ -62,6 +62,9 @@ pub struct FencingReport {
     pub at_apiserver: bool,
     /// One line: where, or why only here.
     pub detail: String,
+    /// `fencing.mode`: "auto", or "require" (a guarded write the apiserver cannot check is refused).
+    #[serde(default)]
+    pub mode: String,
 }
 
 /// One election as this daemon sees it.
@@ -258,7 +261,8 @@ pub fn render(r: &Report) -> String {
         }
     }
     if let Some(fencing) = &r.fencing {
-        out += &format!("  fencing     guarded writes are fenced {}\n", fencing.detail);
+        let mode = if fencing.mode.is_empty() { String::new() } else { format!(" (fencing.mode {})", fencing.mode) };
+        out += &format!("  fencing     guarded writes are fenced {}{mode}\n", fencing.detail);
     }
     out += &format!("  outbox      {} pending\n", r.outbox_pending);
     for p in &r.peers {

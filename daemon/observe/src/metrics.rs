@@ -72,6 +72,9 @@ pub struct Metrics {
     /// Calls refused because the caller is not in `socket.allowedUids` / `socket.allowedGids` or no
     /// access rule grants them, per caller uid.
     api_calls_refused: Family<UidLabel, Counter>,
+    /// Guarded writes by the fence they went out with: "apiserver", "daemon", or "refused" (under
+    /// `fencing.mode: require`, one the apiserver could not check).
+    guarded_writes: Family<FenceLabel, Counter>,
     /// 1 while this daemon leads the election, else 0, per election it runs (client-go's
     /// `leader_election_master_status`, the one people alert on).
     leader: Family<ElectionLabel, Gauge>,
@@ -177,6 +180,12 @@ struct ElectionLabel {
     election: String,
 }
 
+/// The label of guarded writes: the fence they went out with.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct FenceLabel {
+    fence: String,
+}
+
 /// The label of per-caller metrics: the caller's uid, or "unknown" without peer credentials.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct UidLabel {
@@ -270,6 +279,12 @@ impl Metrics {
             "api_calls_refused",
             "Calls refused by socket.allowedUids/allowedGids or access.rules, per caller uid",
             api_calls_refused.clone(),
+        );
+        let guarded_writes = Family::<FenceLabel, Counter>::default();
+        registry.register(
+            "guarded_writes",
+            "Guarded writes by the fence they went out with: apiserver, daemon, or refused (fencing.mode require)",
+            guarded_writes.clone(),
         );
         let leader = Family::<ElectionLabel, Gauge>::default();
         registry.register(
@@ -367,6 +382,7 @@ impl Metrics {
             config_last_reload_success_timestamp_seconds,
             api_calls,
             api_calls_refused,
+            guarded_writes,
             leader,
             grpc_started,
             grpc_handled,
@@ -443,6 +459,11 @@ impl Metrics {
     /// Counts a call on the app socket by the caller `uid`.
     pub fn count_call(&self, uid: &str) {
         self.api_calls.get_or_create(&UidLabel { uid: uid.to_owned() }).inc();
+    }
+
+    /// Counts a guarded write that went out with `fence` ("apiserver", "daemon") or was "refused".
+    pub fn count_guarded_write(&self, fence: &str) {
+        self.guarded_writes.get_or_create(&FenceLabel { fence: fence.to_owned() }).inc();
     }
 
     /// Counts a refused call by the caller `uid`.

@@ -18,7 +18,7 @@ use consistd_cluster::{
     watch::Hub,
 };
 use consistd_core::{
-    config::HealthConfig,
+    config::{FencingMode, HealthConfig},
     report::{Apiserver, ConfigReport, ElectionReport, FencingReport, PeerReport, Report, StoreReport},
 };
 use consistd_messages::{inbox::Inbox, outbox::Outbox, store::Store};
@@ -201,7 +201,15 @@ impl Health {
         let queues = inner.reconciler.as_ref().map(|r| r.snapshot()).unwrap_or_default();
         let fencing = inner.fencing.as_ref().map(|f| {
             let place = f.place();
-            FencingReport { at_apiserver: matches!(place, Where::Apiserver { .. }), detail: place.describe() }
+            let mode = match f.mode() {
+                FencingMode::Auto => "auto",
+                FencingMode::Require => "require",
+            };
+            FencingReport {
+                at_apiserver: matches!(place, Where::Apiserver { .. }),
+                detail: place.describe(),
+                mode: mode.to_owned(),
+            }
         });
         Report {
             fencing,

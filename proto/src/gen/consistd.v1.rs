@@ -38,6 +38,44 @@ pub struct WriteGuard {
     #[prost(uint64, tag = "3")]
     pub term: u64,
 }
+/// Which fence a guarded write went out with, as its answer reports it.
+#[allow(clippy::all)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum Fence {
+    /// The write carried no guard.
+    Unspecified = 0,
+    /// The apiserver checks the write's claim (the consistd-fence ValidatingAdmissionPolicy): where it lands,
+    /// a write guarded by a term that is over is refused.
+    Apiserver = 1,
+    /// Only this daemon checked the guard, when it sent the write: the apiserver cannot check it (the policy
+    /// is not installed, this daemon may not claim terms, or the policy cannot see this write's namespace or
+    /// scope), so a write delayed on its way past a change of leader may still land. `fencing.mode: require`
+    /// refuses such a write instead.
+    Daemon = 2,
+}
+impl Fence {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::Unspecified => "FENCE_UNSPECIFIED",
+            Self::Apiserver => "FENCE_APISERVER",
+            Self::Daemon => "FENCE_DAEMON",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "FENCE_UNSPECIFIED" => Some(Self::Unspecified),
+            "FENCE_APISERVER" => Some(Self::Apiserver),
+            "FENCE_DAEMON" => Some(Self::Daemon),
+            _ => None,
+        }
+    }
+}
 /// SubscribeRequest names the query; subscribers with the same query share one upstream watch.
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
@@ -608,6 +646,9 @@ pub struct CreateRequest {
 pub struct CreateResponse {
     #[prost(message, optional, tag = "1")]
     pub object: ::core::option::Option<KubeObject>,
+    /// Which fence the write's guard went out with; UNSPECIFIED for a write without a guard.
+    #[prost(enumeration = "Fence", tag = "2")]
+    pub fence: i32,
 }
 /// UpdateRequest replaces an object; metadata.resourceVersion in the object makes it conditional.
 #[allow(clippy::all)]
@@ -641,6 +682,9 @@ pub struct UpdateRequest {
 pub struct UpdateResponse {
     #[prost(message, optional, tag = "1")]
     pub object: ::core::option::Option<KubeObject>,
+    /// Which fence the write's guard went out with; UNSPECIFIED for a write without a guard.
+    #[prost(enumeration = "Fence", tag = "2")]
+    pub fence: i32,
 }
 /// PatchRequest patches an object.
 #[allow(clippy::all)]
@@ -680,6 +724,9 @@ pub struct PatchRequest {
 pub struct PatchResponse {
     #[prost(message, optional, tag = "1")]
     pub object: ::core::option::Option<KubeObject>,
+    /// Which fence the write's guard went out with; UNSPECIFIED for a write without a guard.
+    #[prost(enumeration = "Fence", tag = "2")]
+    pub fence: i32,
 }
 /// DeleteRequest deletes an object, optionally only if it still has a given uid or resourceVersion.
 #[allow(clippy::all)]
@@ -714,6 +761,9 @@ pub struct DeleteRequest {
 pub struct DeleteResponse {
     #[prost(message, optional, tag = "1")]
     pub object: ::core::option::Option<KubeObject>,
+    /// Which fence the write's guard went out with; UNSPECIFIED for a write without a guard.
+    #[prost(enumeration = "Fence", tag = "2")]
+    pub fence: i32,
 }
 /// Where a read was answered from.
 #[allow(clippy::all)]

@@ -37,6 +37,8 @@ pub struct Config {
     pub watch: WatchConfig,
     /// How long CONSISTENT subscribers and read-your-writes reads wait for the pod's own writes.
     pub consistency: ConsistencyConfig,
+    /// Whether a guarded write the apiserver cannot check may go out, and how often the cluster is asked.
+    pub fencing: FencingConfig,
     /// Where durable state (the outbox and inbox) lives.
     pub store: StoreConfig,
     /// The daemon-to-daemon transport of ACK-tracked sends.
@@ -368,6 +370,37 @@ impl Default for ConsistencyConfig {
     fn default() -> Self {
         Self { timeout: Duration::from_secs(5) }
     }
+}
+
+/// How guarded writes are fenced: at the apiserver where the cluster checks claims (the `consistd-fence`
+/// ValidatingAdmissionPolicy of manifests/fencing), else in this daemon only.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct FencingConfig {
+    /// What a guarded write the apiserver cannot check gets; `auto`.
+    pub mode: FencingMode,
+    /// How often the cluster is asked again whether it checks claims, so installing or removing the
+    /// policy takes effect without a restart. 60 s. A check that gets no answer changes nothing.
+    #[serde(with = "humantime_serde")]
+    pub recheck: Duration,
+}
+
+impl Default for FencingConfig {
+    fn default() -> Self {
+        Self { mode: FencingMode::default(), recheck: Duration::from_secs(60) }
+    }
+}
+
+/// What a guarded write the apiserver cannot check gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum FencingMode {
+    /// It goes out checked by this daemon only, and its answer says so (`FENCE_DAEMON`).
+    #[default]
+    Auto,
+    /// It is refused with FAILED_PRECONDITION naming why: for clusters that run the policy, where such a
+    /// write means something is wrong.
+    Require,
 }
 
 /// The message store: where the outbox's and inbox's messages are kept across restarts.

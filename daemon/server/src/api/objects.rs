@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use consistd_cluster::{
-    fencing::Claim,
+    fencing::{Claim, FencedBy},
     leadership::Leadership,
     objects::{ObjectRef, Objects, PatchKind, Source},
     reconcile::{self, Reconciler},
@@ -111,13 +111,13 @@ impl ObjectsService for ObjectsApi {
         let fence = self.guard(r.guard.as_ref())?;
         lease_id(&r.reconcile_lease)?;
         json_object("object", &r.object)?;
-        let obj = self
+        let (obj, fenced) = self
             .objects
             .create(&target, r.object, &r.field_manager, fence.as_ref())
             .await
             .map_err(status::objects_error)?;
         self.made_for(&r.reconcile_lease, &target, &obj).await;
-        Ok(Response::new(pb::CreateResponse { object: Some(obj.into()) }))
+        Ok(Response::new(pb::CreateResponse { object: Some(obj.into()), fence: fence_of(fenced).into() }))
     }
 
     async fn update(&self, request: Request<pb::UpdateRequest>) -> Answer<pb::UpdateResponse> {
@@ -128,13 +128,13 @@ impl ObjectsService for ObjectsApi {
         let fence = self.guard(r.guard.as_ref())?;
         lease_id(&r.reconcile_lease)?;
         json_object("object", &r.object)?;
-        let obj = self
+        let (obj, fenced) = self
             .objects
             .update(&target, r.object, &r.field_manager, fence.as_ref())
             .await
             .map_err(status::objects_error)?;
         self.made_for(&r.reconcile_lease, &target, &obj).await;
-        Ok(Response::new(pb::UpdateResponse { object: Some(obj.into()) }))
+        Ok(Response::new(pb::UpdateResponse { object: Some(obj.into()), fence: fence_of(fenced).into() }))
     }
 
     async fn patch(&self, request: Request<pb::PatchRequest>) -> Answer<pb::PatchResponse> {
@@ -167,13 +167,13 @@ impl ObjectsService for ObjectsApi {
             let want = if kind == PatchKind::Json { "a JSON array of operations" } else { "a JSON object" };
             return Err(status::invalid_argument("patch", format!("must be {want}")));
         }
-        let obj = self
+        let (obj, fenced) = self
             .objects
             .patch(&target, kind, patch, &r.field_manager, fence.as_ref())
             .await
             .map_err(status::objects_error)?;
         self.made_for(&r.reconcile_lease, &target, &obj).await;
-        Ok(Response::new(pb::PatchResponse { object: Some(obj.into()) }))
+        Ok(Response::new(pb::PatchResponse { object: Some(obj.into()), fence: fence_of(fenced).into() }))
     }
 
     async fn delete(&self, request: Request<pb::DeleteRequest>) -> Answer<pb::DeleteResponse> {
@@ -199,7 +199,7 @@ impl ObjectsService for ObjectsApi {
             uid: non_empty(r.precondition_uid),
             resource_version: non_empty(r.precondition_resource_version),
         };
-        let obj = self
+        let (obj, fenced) = self
             .objects
             .delete(&target, preconditions, propagation, fence.as_ref())
             .await
@@ -207,7 +207,16 @@ impl ObjectsService for ObjectsApi {
         if let Some(obj) = &obj {
             self.made_for(&r.reconcile_lease, &target, obj).await;
         }
-        Ok(Response::new(pb::DeleteResponse { object: obj.map(Into::into) }))
+        Ok(Response::new(pb::DeleteResponse { object: obj.map(Into::into), fence: fence_of(fenced).into() }))
+    }
+}
+
+/// A write's answer says which fence its guard went out with.
+fn fence_of(fenced: Option<FencedBy>) -> pb::Fence {
+    match fenced {
+        None => pb::Fence::Unspecified,
+        Some(FencedBy::Apiserver) => pb::Fence::Apiserver,
+        Some(FencedBy::Daemon) => pb::Fence::Daemon,
     }
 }
 

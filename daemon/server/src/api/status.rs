@@ -105,7 +105,9 @@ pub(crate) fn objects_error(error: ObjectsError) -> Status {
     match error {
         ObjectsError::Resource(e) => resource_error(e),
         ObjectsError::NotFound { .. } => from_error(Code::NotFound, &error),
-        ObjectsError::Fenced { .. } => failed_precondition("guard", consistd_core::error::chain(&error)),
+        ObjectsError::Fenced { .. } | ObjectsError::Unfenced { .. } => {
+            failed_precondition("guard", consistd_core::error::chain(&error))
+        }
     }
 }
 

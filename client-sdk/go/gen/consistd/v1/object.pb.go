@@ -21,6 +21,63 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Which fence a guarded write went out with, as its answer reports it.
+type Fence int32
+
+const (
+	// The write carried no guard.
+	Fence_FENCE_UNSPECIFIED Fence = 0
+	// The apiserver checks the write's claim (the consistd-fence ValidatingAdmissionPolicy): where it lands,
+	// a write guarded by a term that is over is refused.
+	Fence_FENCE_APISERVER Fence = 1
+	// Only this daemon checked the guard, when it sent the write: the apiserver cannot check it (the policy
+	// is not installed, this daemon may not claim terms, or the policy cannot see this write's namespace or
+	// scope), so a write delayed on its way past a change of leader may still land. `fencing.mode: require`
+	// refuses such a write instead.
+	Fence_FENCE_DAEMON Fence = 2
+)
+
+// Enum value maps for Fence.
+var (
+	Fence_name = map[int32]string{
+		0: "FENCE_UNSPECIFIED",
+		1: "FENCE_APISERVER",
+		2: "FENCE_DAEMON",
+	}
+	Fence_value = map[string]int32{
+		"FENCE_UNSPECIFIED": 0,
+		"FENCE_APISERVER":   1,
+		"FENCE_DAEMON":      2,
+	}
+)
+
+func (x Fence) Enum() *Fence {
+	p := new(Fence)
+	*p = x
+	return p
+}
+
+func (x Fence) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Fence) Descriptor() protoreflect.EnumDescriptor {
+	return file_consistd_v1_object_proto_enumTypes[0].Descriptor()
+}
+
+func (Fence) Type() protoreflect.EnumType {
+	return &file_consistd_v1_object_proto_enumTypes[0]
+}
+
+func (x Fence) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Fence.Descriptor instead.
+func (Fence) EnumDescriptor() ([]byte, []int) {
+	return file_consistd_v1_object_proto_rawDescGZIP(), []int{0}
+}
+
 // A Kubernetes object as the apiserver served it, with the fields apps need most lifted out so they
 // can route or deduplicate without parsing the JSON.
 type KubeObject struct {
@@ -188,7 +245,11 @@ const file_consistd_v1_object_proto_rawDesc = "" +
 	"WriteGuard\x12\x1a\n" +
 	"\belection\x18\x01 \x01(\tR\belection\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
-	"\x04term\x18\x03 \x01(\x04R\x04termB\xb2\x01\n" +
+	"\x04term\x18\x03 \x01(\x04R\x04term*E\n" +
+	"\x05Fence\x12\x15\n" +
+	"\x11FENCE_UNSPECIFIED\x10\x00\x12\x13\n" +
+	"\x0fFENCE_APISERVER\x10\x01\x12\x10\n" +
+	"\fFENCE_DAEMON\x10\x02B\xb2\x01\n" +
 	"\x0fcom.consistd.v1B\vObjectProtoP\x01ZEgithub.com/consistd/consistd/client-sdk/go/gen/consistd/v1;consistdv1\xa2\x02\x03CXX\xaa\x02\vConsistd.V1\xca\x02\vConsistd\\V1\xe2\x02\x17Consistd\\V1\\GPBMetadata\xea\x02\fConsistd::V1b\x06proto3"
 
 var (
@@ -203,10 +264,12 @@ func file_consistd_v1_object_proto_rawDescGZIP() []byte {
 	return file_consistd_v1_object_proto_rawDescData
 }
 
+var file_consistd_v1_object_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_consistd_v1_object_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
 var file_consistd_v1_object_proto_goTypes = []any{
-	(*KubeObject)(nil), // 0: consistd.v1.KubeObject
-	(*WriteGuard)(nil), // 1: consistd.v1.WriteGuard
+	(Fence)(0),         // 0: consistd.v1.Fence
+	(*KubeObject)(nil), // 1: consistd.v1.KubeObject
+	(*WriteGuard)(nil), // 2: consistd.v1.WriteGuard
 }
 var file_consistd_v1_object_proto_depIdxs = []int32{
 	0, // [0:0] is the sub-list for method output_type
@@ -226,13 +289,14 @@ func file_consistd_v1_object_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_consistd_v1_object_proto_rawDesc), len(file_consistd_v1_object_proto_rawDesc)),
-			NumEnums:      0,
+			NumEnums:      1,
 			NumMessages:   2,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_consistd_v1_object_proto_goTypes,
 		DependencyIndexes: file_consistd_v1_object_proto_depIdxs,
+		EnumInfos:         file_consistd_v1_object_proto_enumTypes,
 		MessageInfos:      file_consistd_v1_object_proto_msgTypes,
 	}.Build()
 	File_consistd_v1_object_proto = out.File

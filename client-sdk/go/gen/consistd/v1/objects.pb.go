@@ -547,8 +547,10 @@ func (x *CreateRequest) GetReconcileLease() string {
 
 // CreateResponse carries the object as created.
 type CreateResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Object        *KubeObject            `protobuf:"bytes,1,opt,name=object,proto3" json:"object,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Object *KubeObject            `protobuf:"bytes,1,opt,name=object,proto3" json:"object,omitempty"`
+	// Which fence the write's guard went out with; UNSPECIFIED for a write without a guard.
+	Fence         Fence `protobuf:"varint,2,opt,name=fence,proto3,enum=consistd.v1.Fence" json:"fence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -588,6 +590,13 @@ func (x *CreateResponse) GetObject() *KubeObject {
 		return x.Object
 	}
 	return nil
+}
+
+func (x *CreateResponse) GetFence() Fence {
+	if x != nil {
+		return x.Fence
+	}
+	return Fence_FENCE_UNSPECIFIED
 }
 
 // UpdateRequest replaces an object; metadata.resourceVersion in the object makes it conditional.
@@ -698,8 +707,10 @@ func (x *UpdateRequest) GetReconcileLease() string {
 
 // UpdateResponse carries the object as stored.
 type UpdateResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Object        *KubeObject            `protobuf:"bytes,1,opt,name=object,proto3" json:"object,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Object *KubeObject            `protobuf:"bytes,1,opt,name=object,proto3" json:"object,omitempty"`
+	// Which fence the write's guard went out with; UNSPECIFIED for a write without a guard.
+	Fence         Fence `protobuf:"varint,2,opt,name=fence,proto3,enum=consistd.v1.Fence" json:"fence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -739,6 +750,13 @@ func (x *UpdateResponse) GetObject() *KubeObject {
 		return x.Object
 	}
 	return nil
+}
+
+func (x *UpdateResponse) GetFence() Fence {
+	if x != nil {
+		return x.Fence
+	}
+	return Fence_FENCE_UNSPECIFIED
 }
 
 // PatchRequest patches an object.
@@ -867,8 +885,10 @@ func (x *PatchRequest) GetReconcileLease() string {
 
 // PatchResponse carries the object as stored.
 type PatchResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Object        *KubeObject            `protobuf:"bytes,1,opt,name=object,proto3" json:"object,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Object *KubeObject            `protobuf:"bytes,1,opt,name=object,proto3" json:"object,omitempty"`
+	// Which fence the write's guard went out with; UNSPECIFIED for a write without a guard.
+	Fence         Fence `protobuf:"varint,2,opt,name=fence,proto3,enum=consistd.v1.Fence" json:"fence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -908,6 +928,13 @@ func (x *PatchResponse) GetObject() *KubeObject {
 		return x.Object
 	}
 	return nil
+}
+
+func (x *PatchResponse) GetFence() Fence {
+	if x != nil {
+		return x.Fence
+	}
+	return Fence_FENCE_UNSPECIFIED
 }
 
 // DeleteRequest deletes an object, optionally only if it still has a given uid or resourceVersion.
@@ -1019,8 +1046,10 @@ func (x *DeleteRequest) GetReconcileLease() string {
 // DeleteResponse carries the object's last state when the apiserver returned it (finalizers may keep it
 // around; then it is the object marked for deletion).
 type DeleteResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Object        *KubeObject            `protobuf:"bytes,1,opt,name=object,proto3" json:"object,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Object *KubeObject            `protobuf:"bytes,1,opt,name=object,proto3" json:"object,omitempty"`
+	// Which fence the write's guard went out with; UNSPECIFIED for a write without a guard.
+	Fence         Fence `protobuf:"varint,2,opt,name=fence,proto3,enum=consistd.v1.Fence" json:"fence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1062,6 +1091,13 @@ func (x *DeleteResponse) GetObject() *KubeObject {
 	return nil
 }
 
+func (x *DeleteResponse) GetFence() Fence {
+	if x != nil {
+		return x.Fence
+	}
+	return Fence_FENCE_UNSPECIFIED
+}
+
 var File_consistd_v1_objects_proto protoreflect.FileDescriptor
 
 const file_consistd_v1_objects_proto_rawDesc = "" +
@@ -1092,9 +1128,10 @@ const file_consistd_v1_objects_proto_rawDesc = "" +
 	"\x06object\x18\x03 \x01(\fR\x06object\x12#\n" +
 	"\rfield_manager\x18\x04 \x01(\tR\ffieldManager\x12-\n" +
 	"\x05guard\x18\x05 \x01(\v2\x17.consistd.v1.WriteGuardR\x05guard\x12'\n" +
-	"\x0freconcile_lease\x18\x06 \x01(\tR\x0ereconcileLease\"A\n" +
+	"\x0freconcile_lease\x18\x06 \x01(\tR\x0ereconcileLease\"k\n" +
 	"\x0eCreateResponse\x12/\n" +
-	"\x06object\x18\x01 \x01(\v2\x17.consistd.v1.KubeObjectR\x06object\"\x94\x02\n" +
+	"\x06object\x18\x01 \x01(\v2\x17.consistd.v1.KubeObjectR\x06object\x12(\n" +
+	"\x05fence\x18\x02 \x01(\x0e2\x12.consistd.v1.FenceR\x05fence\"\x94\x02\n" +
 	"\rUpdateRequest\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
@@ -1103,9 +1140,10 @@ const file_consistd_v1_objects_proto_rawDesc = "" +
 	"\vsubresource\x18\x05 \x01(\tR\vsubresource\x12#\n" +
 	"\rfield_manager\x18\x06 \x01(\tR\ffieldManager\x12-\n" +
 	"\x05guard\x18\a \x01(\v2\x17.consistd.v1.WriteGuardR\x05guard\x12'\n" +
-	"\x0freconcile_lease\x18\b \x01(\tR\x0ereconcileLease\"A\n" +
+	"\x0freconcile_lease\x18\b \x01(\tR\x0ereconcileLease\"k\n" +
 	"\x0eUpdateResponse\x12/\n" +
-	"\x06object\x18\x01 \x01(\v2\x17.consistd.v1.KubeObjectR\x06object\"\xde\x02\n" +
+	"\x06object\x18\x01 \x01(\v2\x17.consistd.v1.KubeObjectR\x06object\x12(\n" +
+	"\x05fence\x18\x02 \x01(\x0e2\x12.consistd.v1.FenceR\x05fence\"\xde\x02\n" +
 	"\fPatchRequest\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
@@ -1118,9 +1156,10 @@ const file_consistd_v1_objects_proto_rawDesc = "" +
 	"\x05force\x18\b \x01(\bR\x05force\x12-\n" +
 	"\x05guard\x18\t \x01(\v2\x17.consistd.v1.WriteGuardR\x05guard\x12'\n" +
 	"\x0freconcile_lease\x18\n" +
-	" \x01(\tR\x0ereconcileLease\"@\n" +
+	" \x01(\tR\x0ereconcileLease\"j\n" +
 	"\rPatchResponse\x12/\n" +
-	"\x06object\x18\x01 \x01(\v2\x17.consistd.v1.KubeObjectR\x06object\"\xf3\x02\n" +
+	"\x06object\x18\x01 \x01(\v2\x17.consistd.v1.KubeObjectR\x06object\x12(\n" +
+	"\x05fence\x18\x02 \x01(\x0e2\x12.consistd.v1.FenceR\x05fence\"\xf3\x02\n" +
 	"\rDeleteRequest\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
@@ -1129,9 +1168,10 @@ const file_consistd_v1_objects_proto_rawDesc = "" +
 	"\x1dprecondition_resource_version\x18\x05 \x01(\tR\x1bpreconditionResourceVersion\x12M\n" +
 	"\x12propagation_policy\x18\x06 \x01(\x0e2\x1e.consistd.v1.PropagationPolicyR\x11propagationPolicy\x12-\n" +
 	"\x05guard\x18\a \x01(\v2\x17.consistd.v1.WriteGuardR\x05guard\x12'\n" +
-	"\x0freconcile_lease\x18\b \x01(\tR\x0ereconcileLease\"A\n" +
+	"\x0freconcile_lease\x18\b \x01(\tR\x0ereconcileLease\"k\n" +
 	"\x0eDeleteResponse\x12/\n" +
-	"\x06object\x18\x01 \x01(\v2\x17.consistd.v1.KubeObjectR\x06object*[\n" +
+	"\x06object\x18\x01 \x01(\v2\x17.consistd.v1.KubeObjectR\x06object\x12(\n" +
+	"\x05fence\x18\x02 \x01(\x0e2\x12.consistd.v1.FenceR\x05fence*[\n" +
 	"\n" +
 	"ReadSource\x12\x1b\n" +
 	"\x17READ_SOURCE_UNSPECIFIED\x10\x00\x12\x15\n" +
@@ -1189,6 +1229,7 @@ var file_consistd_v1_objects_proto_goTypes = []any{
 	(*DeleteResponse)(nil), // 14: consistd.v1.DeleteResponse
 	(*KubeObject)(nil),     // 15: consistd.v1.KubeObject
 	(*WriteGuard)(nil),     // 16: consistd.v1.WriteGuard
+	(Fence)(0),             // 17: consistd.v1.Fence
 }
 var file_consistd_v1_objects_proto_depIdxs = []int32{
 	15, // 0: consistd.v1.GetResponse.object:type_name -> consistd.v1.KubeObject
@@ -1197,31 +1238,35 @@ var file_consistd_v1_objects_proto_depIdxs = []int32{
 	0,  // 3: consistd.v1.ListResponse.source:type_name -> consistd.v1.ReadSource
 	16, // 4: consistd.v1.CreateRequest.guard:type_name -> consistd.v1.WriteGuard
 	15, // 5: consistd.v1.CreateResponse.object:type_name -> consistd.v1.KubeObject
-	16, // 6: consistd.v1.UpdateRequest.guard:type_name -> consistd.v1.WriteGuard
-	15, // 7: consistd.v1.UpdateResponse.object:type_name -> consistd.v1.KubeObject
-	1,  // 8: consistd.v1.PatchRequest.patch_type:type_name -> consistd.v1.PatchType
-	16, // 9: consistd.v1.PatchRequest.guard:type_name -> consistd.v1.WriteGuard
-	15, // 10: consistd.v1.PatchResponse.object:type_name -> consistd.v1.KubeObject
-	2,  // 11: consistd.v1.DeleteRequest.propagation_policy:type_name -> consistd.v1.PropagationPolicy
-	16, // 12: consistd.v1.DeleteRequest.guard:type_name -> consistd.v1.WriteGuard
-	15, // 13: consistd.v1.DeleteResponse.object:type_name -> consistd.v1.KubeObject
-	3,  // 14: consistd.v1.ObjectsService.Get:input_type -> consistd.v1.GetRequest
-	5,  // 15: consistd.v1.ObjectsService.List:input_type -> consistd.v1.ListRequest
-	7,  // 16: consistd.v1.ObjectsService.Create:input_type -> consistd.v1.CreateRequest
-	9,  // 17: consistd.v1.ObjectsService.Update:input_type -> consistd.v1.UpdateRequest
-	11, // 18: consistd.v1.ObjectsService.Patch:input_type -> consistd.v1.PatchRequest
-	13, // 19: consistd.v1.ObjectsService.Delete:input_type -> consistd.v1.DeleteRequest
-	4,  // 20: consistd.v1.ObjectsService.Get:output_type -> consistd.v1.GetResponse
-	6,  // 21: consistd.v1.ObjectsService.List:output_type -> consistd.v1.ListResponse
-	8,  // 22: consistd.v1.ObjectsService.Create:output_type -> consistd.v1.CreateResponse
-	10, // 23: consistd.v1.ObjectsService.Update:output_type -> consistd.v1.UpdateResponse
-	12, // 24: consistd.v1.ObjectsService.Patch:output_type -> consistd.v1.PatchResponse
-	14, // 25: consistd.v1.ObjectsService.Delete:output_type -> consistd.v1.DeleteResponse
-	20, // [20:26] is the sub-list for method output_type
-	14, // [14:20] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	17, // 6: consistd.v1.CreateResponse.fence:type_name -> consistd.v1.Fence
+	16, // 7: consistd.v1.UpdateRequest.guard:type_name -> consistd.v1.WriteGuard
+	15, // 8: consistd.v1.UpdateResponse.object:type_name -> consistd.v1.KubeObject
+	17, // 9: consistd.v1.UpdateResponse.fence:type_name -> consistd.v1.Fence
+	1,  // 10: consistd.v1.PatchRequest.patch_type:type_name -> consistd.v1.PatchType
+	16, // 11: consistd.v1.PatchRequest.guard:type_name -> consistd.v1.WriteGuard
+	15, // 12: consistd.v1.PatchResponse.object:type_name -> consistd.v1.KubeObject
+	17, // 13: consistd.v1.PatchResponse.fence:type_name -> consistd.v1.Fence
+	2,  // 14: consistd.v1.DeleteRequest.propagation_policy:type_name -> consistd.v1.PropagationPolicy
+	16, // 15: consistd.v1.DeleteRequest.guard:type_name -> consistd.v1.WriteGuard
+	15, // 16: consistd.v1.DeleteResponse.object:type_name -> consistd.v1.KubeObject
+	17, // 17: consistd.v1.DeleteResponse.fence:type_name -> consistd.v1.Fence
+	3,  // 18: consistd.v1.ObjectsService.Get:input_type -> consistd.v1.GetRequest
+	5,  // 19: consistd.v1.ObjectsService.List:input_type -> consistd.v1.ListRequest
+	7,  // 20: consistd.v1.ObjectsService.Create:input_type -> consistd.v1.CreateRequest
+	9,  // 21: consistd.v1.ObjectsService.Update:input_type -> consistd.v1.UpdateRequest
+	11, // 22: consistd.v1.ObjectsService.Patch:input_type -> consistd.v1.PatchRequest
+	13, // 23: consistd.v1.ObjectsService.Delete:input_type -> consistd.v1.DeleteRequest
+	4,  // 24: consistd.v1.ObjectsService.Get:output_type -> consistd.v1.GetResponse
+	6,  // 25: consistd.v1.ObjectsService.List:output_type -> consistd.v1.ListResponse
+	8,  // 26: consistd.v1.ObjectsService.Create:output_type -> consistd.v1.CreateResponse
+	10, // 27: consistd.v1.ObjectsService.Update:output_type -> consistd.v1.UpdateResponse
+	12, // 28: consistd.v1.ObjectsService.Patch:output_type -> consistd.v1.PatchResponse
+	14, // 29: consistd.v1.ObjectsService.Delete:output_type -> consistd.v1.DeleteResponse
+	24, // [24:30] is the sub-list for method output_type
+	18, // [18:24] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_consistd_v1_objects_proto_init() }

@@ -1,8 +1,18 @@
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from typing import ClassVar as _ClassVar, Optional as _Optional
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class Fence(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FENCE_UNSPECIFIED: _ClassVar[Fence]
+    FENCE_APISERVER: _ClassVar[Fence]
+    FENCE_DAEMON: _ClassVar[Fence]
+FENCE_UNSPECIFIED: Fence
+FENCE_APISERVER: Fence
+FENCE_DAEMON: Fence
 
 class KubeObject(_message.Message):
     __slots__ = ("uid", "namespace", "name", "resource_version", "json")

@@ -102,10 +102,12 @@ class CreateRequest(_message.Message):
     def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., object: _Optional[bytes] = ..., field_manager: _Optional[str] = ..., guard: _Optional[_Union[_object_pb2.WriteGuard, _Mapping]] = ..., reconcile_lease: _Optional[str] = ...) -> None: ...
 
 class CreateResponse(_message.Message):
-    __slots__ = ("object",)
+    __slots__ = ("object", "fence")
     OBJECT_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
     object: _object_pb2.KubeObject
-    def __init__(self, object: _Optional[_Union[_object_pb2.KubeObject, _Mapping]] = ...) -> None: ...
+    fence: _object_pb2.Fence
+    def __init__(self, object: _Optional[_Union[_object_pb2.KubeObject, _Mapping]] = ..., fence: _Optional[_Union[_object_pb2.Fence, str]] = ...) -> None: ...
 
 class UpdateRequest(_message.Message):
     __slots__ = ("resource", "namespace", "name", "object", "subresource", "field_manager", "guard", "reconcile_lease")
@@ -128,10 +130,12 @@ class UpdateRequest(_message.Message):
     def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., object: _Optional[bytes] = ..., subresource: _Optional[str] = ..., field_manager: _Optional[str] = ..., guard: _Optional[_Union[_object_pb2.WriteGuard, _Mapping]] = ..., reconcile_lease: _Optional[str] = ...) -> None: ...
 
 class UpdateResponse(_message.Message):
-    __slots__ = ("object",)
+    __slots__ = ("object", "fence")
     OBJECT_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
     object: _object_pb2.KubeObject
-    def __init__(self, object: _Optional[_Union[_object_pb2.KubeObject, _Mapping]] = ...) -> None: ...
+    fence: _object_pb2.Fence
+    def __init__(self, object: _Optional[_Union[_object_pb2.KubeObject, _Mapping]] = ..., fence: _Optional[_Union[_object_pb2.Fence, str]] = ...) -> None: ...
 
 class PatchRequest(_message.Message):
     __slots__ = ("resource", "namespace", "name", "patch_type", "patch", "subresource", "field_manager", "force", "guard", "reconcile_lease")
@@ -158,10 +162,12 @@ class PatchRequest(_message.Message):
     def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., patch_type: _Optional[_Union[PatchType, str]] = ..., patch: _Optional[bytes] = ..., subresource: _Optional[str] = ..., field_manager: _Optional[str] = ..., force: _Optional[bool] = ..., guard: _Optional[_Union[_object_pb2.WriteGuard, _Mapping]] = ..., reconcile_lease: _Optional[str] = ...) -> None: ...
 
 class PatchResponse(_message.Message):
-    __slots__ = ("object",)
+    __slots__ = ("object", "fence")
     OBJECT_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
     object: _object_pb2.KubeObject
-    def __init__(self, object: _Optional[_Union[_object_pb2.KubeObject, _Mapping]] = ...) -> None: ...
+    fence: _object_pb2.Fence
+    def __init__(self, object: _Optional[_Union[_object_pb2.KubeObject, _Mapping]] = ..., fence: _Optional[_Union[_object_pb2.Fence, str]] = ...) -> None: ...
 
 class DeleteRequest(_message.Message):
     __slots__ = ("resource", "namespace", "name", "precondition_uid", "precondition_resource_version", "propagation_policy", "guard", "reconcile_lease")
@@ -184,7 +190,9 @@ class DeleteRequest(_message.Message):
     def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., precondition_uid: _Optional[str] = ..., precondition_resource_version: _Optional[str] = ..., propagation_policy: _Optional[_Union[PropagationPolicy, str]] = ..., guard: _Optional[_Union[_object_pb2.WriteGuard, _Mapping]] = ..., reconcile_lease: _Optional[str] = ...) -> None: ...
 
 class DeleteResponse(_message.Message):
-    __slots__ = ("object",)
+    __slots__ = ("object", "fence")
     OBJECT_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
     object: _object_pb2.KubeObject
-    def __init__(self, object: _Optional[_Union[_object_pb2.KubeObject, _Mapping]] = ...) -> None: ...
+    fence: _object_pb2.Fence
+    def __init__(self, object: _Optional[_Union[_object_pb2.KubeObject, _Mapping]] = ..., fence: _Optional[_Union[_object_pb2.Fence, str]] = ...) -> None: ...

@@ -7,6 +7,25 @@
 /* eslint-disable */
 import { BinaryReader, BinaryWriter } from "@bufbuild/protobuf/wire";
 
+/** Which fence a guarded write went out with, as its answer reports it. */
+export enum Fence {
+  /** UNSPECIFIED - The write carried no guard. */
+  UNSPECIFIED = 0,
+  /**
+   * APISERVER - The apiserver checks the write's claim (the consistd-fence ValidatingAdmissionPolicy): where it lands,
+   * a write guarded by a term that is over is refused.
+   */
+  APISERVER = 1,
+  /**
+   * DAEMON - Only this daemon checked the guard, when it sent the write: the apiserver cannot check it (the policy
+   * is not installed, this daemon may not claim terms, or the policy cannot see this write's namespace or
+   * scope), so a write delayed on its way past a change of leader may still land. `fencing.mode: require`
+   * refuses such a write instead.
+   */
+  DAEMON = 2,
+  UNRECOGNIZED = -1,
+}
+
 /**
  * A Kubernetes object as the apiserver served it, with the fields apps need most lifted out so they
  * can route or deduplicate without parsing the JSON.

@@ -18,7 +18,7 @@ import {
   type ServiceError,
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
-import { KubeObject, WriteGuard } from "./object.js";
+import { Fence, KubeObject, WriteGuard } from "./object.js";
 
 /** Where a read was answered from. */
 export enum ReadSource {
@@ -113,7 +113,11 @@ export interface CreateRequest {
 
 /** CreateResponse carries the object as created. */
 export interface CreateResponse {
-  object: KubeObject | undefined;
+  object:
+    | KubeObject
+    | undefined;
+  /** Which fence the write's guard went out with; UNSPECIFIED for a write without a guard. */
+  fence: Fence;
 }
 
 /** UpdateRequest replaces an object; metadata.resourceVersion in the object makes it conditional. */
@@ -139,7 +143,11 @@ export interface UpdateRequest {
 
 /** UpdateResponse carries the object as stored. */
 export interface UpdateResponse {
-  object: KubeObject | undefined;
+  object:
+    | KubeObject
+    | undefined;
+  /** Which fence the write's guard went out with; UNSPECIFIED for a write without a guard. */
+  fence: Fence;
 }
 
 /** PatchRequest patches an object. */
@@ -169,7 +177,11 @@ export interface PatchRequest {
 
 /** PatchResponse carries the object as stored. */
 export interface PatchResponse {
-  object: KubeObject | undefined;
+  object:
+    | KubeObject
+    | undefined;
+  /** Which fence the write's guard went out with; UNSPECIFIED for a write without a guard. */
+  fence: Fence;
 }
 
 /** DeleteRequest deletes an object, optionally only if it still has a given uid or resourceVersion. */
@@ -198,7 +210,11 @@ export interface DeleteRequest {
  * around; then it is the object marked for deletion).
  */
 export interface DeleteResponse {
-  object: KubeObject | undefined;
+  object:
+    | KubeObject
+    | undefined;
+  /** Which fence the write's guard went out with; UNSPECIFIED for a write without a guard. */
+  fence: Fence;
 }
 
 function createBaseGetRequest(): GetRequest {
@@ -668,13 +684,16 @@ export const CreateRequest: MessageFns<CreateRequest> = {
 };
 
 function createBaseCreateResponse(): CreateResponse {
-  return { object: undefined };
+  return { object: undefined, fence: 0 };
 }
 
 export const CreateResponse: MessageFns<CreateResponse> = {
   encode(message: CreateResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.object !== undefined) {
       KubeObject.encode(message.object, writer.uint32(10).fork()).join();
+    }
+    if (message.fence !== 0) {
+      writer.uint32(16).int32(message.fence);
     }
     return writer;
   },
@@ -700,6 +719,14 @@ export const CreateResponse: MessageFns<CreateResponse> = {
             message.object = KubeObject.decode(reader, reader.uint32());
             continue;
           }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.fence = reader.int32() as any;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -720,6 +747,7 @@ export const CreateResponse: MessageFns<CreateResponse> = {
     message.object = (object.object !== undefined && object.object !== null)
       ? KubeObject.fromPartial(object.object)
       : undefined;
+    message.fence = object.fence ?? 0;
     return message;
   },
 };
@@ -875,13 +903,16 @@ export const UpdateRequest: MessageFns<UpdateRequest> = {
 };
 
 function createBaseUpdateResponse(): UpdateResponse {
-  return { object: undefined };
+  return { object: undefined, fence: 0 };
 }
 
 export const UpdateResponse: MessageFns<UpdateResponse> = {
   encode(message: UpdateResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.object !== undefined) {
       KubeObject.encode(message.object, writer.uint32(10).fork()).join();
+    }
+    if (message.fence !== 0) {
+      writer.uint32(16).int32(message.fence);
     }
     return writer;
   },
@@ -907,6 +938,14 @@ export const UpdateResponse: MessageFns<UpdateResponse> = {
             message.object = KubeObject.decode(reader, reader.uint32());
             continue;
           }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.fence = reader.int32() as any;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -927,6 +966,7 @@ export const UpdateResponse: MessageFns<UpdateResponse> = {
     message.object = (object.object !== undefined && object.object !== null)
       ? KubeObject.fromPartial(object.object)
       : undefined;
+    message.fence = object.fence ?? 0;
     return message;
   },
 };
@@ -1108,13 +1148,16 @@ export const PatchRequest: MessageFns<PatchRequest> = {
 };
 
 function createBasePatchResponse(): PatchResponse {
-  return { object: undefined };
+  return { object: undefined, fence: 0 };
 }
 
 export const PatchResponse: MessageFns<PatchResponse> = {
   encode(message: PatchResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.object !== undefined) {
       KubeObject.encode(message.object, writer.uint32(10).fork()).join();
+    }
+    if (message.fence !== 0) {
+      writer.uint32(16).int32(message.fence);
     }
     return writer;
   },
@@ -1140,6 +1183,14 @@ export const PatchResponse: MessageFns<PatchResponse> = {
             message.object = KubeObject.decode(reader, reader.uint32());
             continue;
           }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.fence = reader.int32() as any;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1160,6 +1211,7 @@ export const PatchResponse: MessageFns<PatchResponse> = {
     message.object = (object.object !== undefined && object.object !== null)
       ? KubeObject.fromPartial(object.object)
       : undefined;
+    message.fence = object.fence ?? 0;
     return message;
   },
 };
@@ -1315,13 +1367,16 @@ export const DeleteRequest: MessageFns<DeleteRequest> = {
 };
 
 function createBaseDeleteResponse(): DeleteResponse {
-  return { object: undefined };
+  return { object: undefined, fence: 0 };
 }
 
 export const DeleteResponse: MessageFns<DeleteResponse> = {
   encode(message: DeleteResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.object !== undefined) {
       KubeObject.encode(message.object, writer.uint32(10).fork()).join();
+    }
+    if (message.fence !== 0) {
+      writer.uint32(16).int32(message.fence);
     }
     return writer;
   },
@@ -1347,6 +1402,14 @@ export const DeleteResponse: MessageFns<DeleteResponse> = {
             message.object = KubeObject.decode(reader, reader.uint32());
             continue;
           }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.fence = reader.int32() as any;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1367,6 +1430,7 @@ export const DeleteResponse: MessageFns<DeleteResponse> = {
     message.object = (object.object !== undefined && object.object !== null)
       ? KubeObject.fromPartial(object.object)
       : undefined;
+    message.fence = object.fence ?? 0;
     return message;
   },
 };
