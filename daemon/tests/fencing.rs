@@ -326,6 +326,81 @@ async fn each_answer_names_its_fence_and_require_refuses_what_the_apiserver_cann
     }
 }
 
+/// A work item's writes are guarded by the daemon itself: the app names the item's lease and sends no
+/// guard (as three of the five SDKs did), the write is held on the way past a handover, and the apiserver
+/// refuses it, naming both terms. Once the lease is completed, a write naming it is refused before it is
+/// sent.
+#[tokio::test]
+async fn a_work_items_write_is_fenced_by_its_lease_whatever_the_app_sent() {
+    use consistd_client::proto::{
+        Completion, ElectionRef, Fence, ObjectQuery, Outcome, QueueSpec, ReconcileRequest, reconcile_request,
+        reconcile_response, reconcile_service_client::ReconcileServiceClient,
+    };
+    use tokio_stream::wrappers::ReceiverStream;
+
+    let (configmaps, ns) = setup().await;
+    let proxy = DelayProxy::start(consistd_testkit::apiserver_addr()).await;
+    let a = candidate("pod-a", &ns, Some(&proxy)).await;
+    let term = leads(&a, 1).await;
+    let b = candidate("pod-b", &ns, None).await;
+    fenced_at_apiserver(&a.daemon).await;
+    fenced_at_apiserver(&b.daemon).await;
+
+    let spec = QueueSpec {
+        name: "fenced".into(),
+        primary: Some(ObjectQuery { resource: "configmaps".into(), namespace: ns.clone(), ..Default::default() }),
+        max_leases: 1,
+        election: Some(ElectionRef { election: ELECTION.into(), namespace: String::new() }),
+        ..Default::default()
+    };
+    let (tx, requests) = tokio::sync::mpsc::channel(4);
+    tx.send(ReconcileRequest { request: Some(reconcile_request::Request::Spec(spec)) }).await.expect("spec");
+    let mut answers = ReconcileServiceClient::new(a.daemon.client().channel())
+        .reconcile(ReceiverStream::new(requests))
+        .await
+        .expect("open the queue")
+        .into_inner();
+    let item = loop {
+        match tokio::time::timeout(WAIT, answers.message()).await.expect("a work item").expect("stream") {
+            Some(m) => match m.response {
+                Some(reconcile_response::Response::Item(item)) => break item,
+                _ => continue,
+            },
+            None => panic!("the queue's stream ended"),
+        }
+    };
+    assert_eq!(item.term, term);
+    let item_write =
+        |by: &str| PatchRequest { reconcile_lease: item.lease_id.clone(), guard: None, ..guarded(&ns, by, term) };
+    let first = a.daemon.client().objects().patch(item_write("a-first")).await.expect("the item's write").into_inner();
+    assert_eq!(first.fence(), Fence::Apiserver, "the daemon guarded it with the item's term");
+
+    proxy.hold(true);
+    let client = a.daemon.client();
+    let late = item_write("a");
+    let held = consistd_testkit::spawn(async move { client.objects().patch(late).await });
+    let next = leads(&b, term + 1).await;
+    b.daemon.client().objects().patch(guarded(&ns, "b", next)).await.expect("B writes");
+    proxy.hold(false);
+    let refused = tokio::time::timeout(WAIT, held)
+        .await
+        .expect("A's write answered")
+        .expect("join")
+        .expect_err("A's item write must not be answered OK in a term that is over");
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused}");
+    let says = format!("election {ns}/{ELECTION} is in term {next}, and this write was guarded by term {term}");
+    assert!(refused.message().contains(&says), "{refused}");
+    assert_eq!(written_by(&configmaps).await, "b", "the successor's write stays");
+
+    // The lease went back when A's term ended: a write naming it is refused before it is sent.
+    let after = a.daemon.client().objects().patch(item_write("a-after")).await.expect_err("a lease not held");
+    assert_eq!(after.code(), Code::FailedPrecondition, "{after}");
+    assert!(after.message().starts_with("reconcile_lease: lease"), "{after}");
+    let done = Completion { lease_id: item.lease_id.clone(), outcome: Outcome::Done.into(), ..Default::default() };
+    tx.send(ReconcileRequest { request: Some(reconcile_request::Request::Complete(done)) }).await.expect("complete");
+    assert_eq!(written_by(&configmaps).await, "b");
+}
+
 /// The policy's parameters are the election Leases of the written object's namespace, not the member
 /// Leases of its election groups: the apiserver evaluates the policy once per parameter on every
 /// namespaced write, so counting a group's member Leases made each write of a group of N cost N

@@ -291,8 +291,9 @@ impl WorkItem {
     /// The objects client for writes made for this item: each write names the item's lease
     /// (`reconcile_lease`, unless the request names one), so the key's next pass waits until the watch of
     /// the written object has caught up with it; and, as every write of the client, it is recorded for
-    /// the own-write rule of the client's watches. It adds no guard: a guarded write passes
-    /// [`WorkItem::guard`] in its request.
+    /// the own-write rule of the client's watches. It adds no guard itself: when the queue follows an
+    /// election the daemon guards every write naming the lease with the lease's term (and refuses one
+    /// naming a lease no longer held), so a write that outlives its term is refused where it lands.
     pub fn objects(&self) -> Objects {
         self.objects.clone()
     }

@@ -170,8 +170,8 @@ export class WorkItem<T = any> {
   /**
    * The client's objects with every write naming this lease (`Objects.forLease`): the key's next pass waits
    * until the queue's watches show these writes (say a child this pass created), not only writes to the
-   * primary itself, which are always waited for. They are not guarded: a write to be fenced by the lease's term
-   * passes `guard: item.guard`.
+   * primary itself, which are always waited for. When the queue follows an election the daemon guards each of
+   * them that carries no guard of its own with the lease's term (and refuses one naming a lease no longer held).
    */
   readonly objects: Objects;
   /**

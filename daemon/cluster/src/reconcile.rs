@@ -23,6 +23,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use self::{driver::Driver, keys::MapsBy, limiter::RetryPolicy, queue::Completion};
 use crate::{
+    fencing::Claim,
     leadership::{self, Leadership},
     watch::{Hub, Query, ResourceError, object::Obj, resolve::ResourceId},
 };
@@ -147,6 +148,8 @@ enum DriverCall {
     Complete { stream: u64, lease_id: String, outcome: Completion, reply: oneshot::Sender<Result<(), ReconcileError>> },
     /// A write made for a lease of this queue: the key's next lease waits for its watch.
     Wrote { lease_id: String, resource: ResourceId, obj: Obj },
+    /// Whether a lease is held now: the term it was granted in.
+    Held { lease_id: String, reply: oneshot::Sender<Option<u64>> },
 }
 
 /// Every reconcile queue of this daemon.
@@ -277,6 +280,36 @@ impl Reconciler {
         same_spec(&running.spec, spec)?;
         let attach = DriverCall::Attach { stream, capacity, items: items.clone() };
         Ok(running.commands.send(attach).is_ok().then(|| running.commands.clone()))
+    }
+
+    /// A write that names `lease_id` may go only while the lease is held; when its queue follows an
+    /// election it is guarded by the lease's term whatever the app sent: the claim. A lease that is not
+    /// held (completed, timed out, gone back when its term ended, or of an earlier run) is refused,
+    /// naming `reconcile_lease`.
+    pub async fn lease_claim(&self, lease_id: &str) -> Result<Option<Claim>, ReconcileError> {
+        let not_held = |why: &str| ReconcileError::FailedPrecondition {
+            field: "reconcile_lease".to_owned(),
+            message: format!("lease {lease_id:?} is not held: {why}"),
+        };
+        let Some((name, _)) = driver::parse_lease_id(lease_id) else {
+            return Err(ReconcileError::InvalidArgument {
+                field: "reconcile_lease".to_owned(),
+                message: format!("{lease_id:?} is not a lease id a WorkItem gave"),
+            });
+        };
+        let (reply, held) = oneshot::channel();
+        let election = {
+            let queues = self.lock();
+            let Some(running) = queues.get(name) else { return Err(not_held("its queue does not run")) };
+            let command = DriverCall::Held { lease_id: lease_id.to_owned(), reply };
+            if running.commands.send(command).is_err() {
+                return Err(not_held("its queue stopped"));
+            }
+            running.spec.election.clone()
+        };
+        let why = "it was completed already, timed out, or went back to the queue when the election's term ended";
+        let term = held.await.ok().flatten().ok_or_else(|| not_held(why))?;
+        Ok(election.map(|key| Claim { namespace: key.namespace, lease: key.name, term }))
     }
 
     /// A write made for `lease_id` produced `obj` of `resource` (as the app named it): the key's next

@@ -636,7 +636,9 @@ pub struct CreateRequest {
     pub guard: ::core::option::Option<WriteGuard>,
     /// A ReconcileService lease (WorkItem.lease_id) this write is made for: the key's next lease waits until
     /// the watch of the written object (the primary's, or a related query's) has caught up with this write.
-    /// Writes to the primary object itself are waited for without it.
+    /// Writes to the primary object itself are waited for without it. The lease must be held when the write
+    /// is sent (else FAILED_PRECONDITION naming reconcile_lease), and when its queue follows an election a
+    /// write without a guard is guarded by the lease's term, as if it carried one.
     #[prost(string, tag = "6")]
     pub reconcile_lease: ::prost::alloc::string::String,
 }
@@ -672,7 +674,9 @@ pub struct UpdateRequest {
     pub guard: ::core::option::Option<WriteGuard>,
     /// A ReconcileService lease (WorkItem.lease_id) this write is made for: the key's next lease waits until
     /// the watch of the written object (the primary's, or a related query's) has caught up with this write.
-    /// Writes to the primary object itself are waited for without it.
+    /// Writes to the primary object itself are waited for without it. The lease must be held when the write
+    /// is sent (else FAILED_PRECONDITION naming reconcile_lease), and when its queue follows an election a
+    /// write without a guard is guarded by the lease's term, as if it carried one.
     #[prost(string, tag = "8")]
     pub reconcile_lease: ::prost::alloc::string::String,
 }
@@ -714,7 +718,9 @@ pub struct PatchRequest {
     pub guard: ::core::option::Option<WriteGuard>,
     /// A ReconcileService lease (WorkItem.lease_id) this write is made for: the key's next lease waits until
     /// the watch of the written object (the primary's, or a related query's) has caught up with this write.
-    /// Writes to the primary object itself are waited for without it.
+    /// Writes to the primary object itself are waited for without it. The lease must be held when the write
+    /// is sent (else FAILED_PRECONDITION naming reconcile_lease), and when its queue follows an election a
+    /// write without a guard is guarded by the lease's term, as if it carried one.
     #[prost(string, tag = "10")]
     pub reconcile_lease: ::prost::alloc::string::String,
 }
@@ -750,7 +756,9 @@ pub struct DeleteRequest {
     pub guard: ::core::option::Option<WriteGuard>,
     /// A ReconcileService lease (WorkItem.lease_id) this write is made for: the key's next lease waits until
     /// the watch of the written object (the primary's, or a related query's) has caught up with this write.
-    /// Writes to the primary object itself are waited for without it.
+    /// Writes to the primary object itself are waited for without it. The lease must be held when the write
+    /// is sent (else FAILED_PRECONDITION naming reconcile_lease), and when its queue follows an election a
+    /// write without a guard is guarded by the lease's term, as if it carried one.
     #[prost(string, tag = "8")]
     pub reconcile_lease: ::prost::alloc::string::String,
 }

@@ -169,7 +169,8 @@ class WorkItem:
     #: What the previous attempt raised, when this pass follows one that did.
     last_error: str
     #: The client's objects with every write naming this lease (``reconcile_lease``): the key's next pass
-    #: waits until the queue's watches show them.
+    #: waits until the queue's watches show them. With an election, the daemon guards each of them with the
+    #: lease's term (and refuses one naming a lease no longer held).
     objects: Objects = dataclasses.field(repr=False, compare=False)
     #: With an election, the guard of the term the lease was granted in: a write carrying it succeeds
     #: only while this sidecar still leads in that term. None without an election.

@@ -308,6 +308,9 @@ impl Driver {
                 let _ = reply.send(self.complete(stream, &lease_id, outcome, now));
             }
             DriverCall::Wrote { lease_id, resource, obj } => self.wrote(&lease_id, &resource, &obj, now),
+            DriverCall::Held { lease_id, reply } => {
+                let _ = reply.send(self.leases.get(&lease_id).map(|l| l.term));
+            }
         }
     }
 

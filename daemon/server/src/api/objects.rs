@@ -4,9 +4,9 @@ use std::sync::Arc;
 
 use consistd_cluster::{
     fencing::{Claim, FencedBy},
-    leadership::Leadership,
+    leadership::{Key, Leadership},
     objects::{ObjectRef, Objects, PatchKind, Source},
-    reconcile::{self, Reconciler},
+    reconcile::Reconciler,
     watch::object::Obj,
 };
 use consistd_core::config::Service;
@@ -71,6 +71,28 @@ impl ObjectsApi {
         self.leadership.leads(&key, g.term).map_err(|why| status::failed_precondition("guard", why))?;
         Ok(Some(Claim { namespace: key.namespace, lease: key.name, term: g.term }))
     }
+
+    /// The claim a write carries: its guard's, checked as [`ObjectsApi::guard`] does; else, for a write
+    /// naming a lease of a queue that follows an election, the lease's term, checked the same way: the
+    /// daemon guards a work item's writes itself, whatever the SDK sent. A write naming a lease that is not
+    /// held is refused, naming `reconcile_lease`.
+    async fn claim(&self, guard: Option<&pb::WriteGuard>, lease: &str) -> Result<Option<Claim>, Status> {
+        let guarded = self.guard(guard)?;
+        if lease.is_empty() {
+            return Ok(guarded);
+        }
+        let leased = self.reconciler.lease_claim(lease).await.map_err(status::reconcile_error)?;
+        match (guarded, leased) {
+            (None, Some(claim)) => {
+                let key = Key { namespace: claim.namespace.clone(), name: claim.lease.clone() };
+                self.leadership
+                    .leads(&key, claim.term)
+                    .map_err(|why| status::failed_precondition("reconcile_lease", why))?;
+                Ok(Some(claim))
+            }
+            (guarded, _) => Ok(guarded),
+        }
+    }
 }
 
 type Answer<T> = Result<Response<T>, Status>;
@@ -108,8 +130,7 @@ impl ObjectsService for ObjectsApi {
         let r = request.into_inner();
         let target = target(&r.resource, &r.namespace, None, "")?;
         self.allowed(&caller, "create", &target).await?;
-        let fence = self.guard(r.guard.as_ref())?;
-        lease_id(&r.reconcile_lease)?;
+        let fence = self.claim(r.guard.as_ref(), &r.reconcile_lease).await?;
         json_object("object", &r.object)?;
         let (obj, fenced) = self
             .objects
@@ -125,8 +146,7 @@ impl ObjectsService for ObjectsApi {
         let r = request.into_inner();
         let target = target(&r.resource, &r.namespace, Some(&r.name), &r.subresource)?;
         self.allowed(&caller, "update", &target).await?;
-        let fence = self.guard(r.guard.as_ref())?;
-        lease_id(&r.reconcile_lease)?;
+        let fence = self.claim(r.guard.as_ref(), &r.reconcile_lease).await?;
         json_object("object", &r.object)?;
         let (obj, fenced) = self
             .objects
@@ -142,8 +162,7 @@ impl ObjectsService for ObjectsApi {
         let r = request.into_inner();
         let target = target(&r.resource, &r.namespace, Some(&r.name), &r.subresource)?;
         self.allowed(&caller, "patch", &target).await?;
-        let fence = self.guard(r.guard.as_ref())?;
-        lease_id(&r.reconcile_lease)?;
+        let fence = self.claim(r.guard.as_ref(), &r.reconcile_lease).await?;
         let kind = match pb::PatchType::try_from(r.patch_type) {
             Ok(pb::PatchType::Json) => PatchKind::Json,
             Ok(pb::PatchType::Merge) => PatchKind::Merge,
@@ -181,8 +200,7 @@ impl ObjectsService for ObjectsApi {
         let r = request.into_inner();
         let target = target(&r.resource, &r.namespace, Some(&r.name), "")?;
         self.allowed(&caller, "delete", &target).await?;
-        let fence = self.guard(r.guard.as_ref())?;
-        lease_id(&r.reconcile_lease)?;
+        let fence = self.claim(r.guard.as_ref(), &r.reconcile_lease).await?;
         let propagation = match pb::PropagationPolicy::try_from(r.propagation_policy) {
             Ok(pb::PropagationPolicy::Unspecified) => None,
             Ok(pb::PropagationPolicy::Orphan) => Some(PropagationPolicy::Orphan),
@@ -249,16 +267,6 @@ fn target(resource: &str, namespace: &str, name: Option<&str>, subresource: &str
         name: name.unwrap_or_default().to_owned(),
         subresource: subresource.to_owned(),
     })
-}
-
-/// A write's `reconcile_lease`, when set, must be a lease id a WorkItem gave (whether the lease is still
-/// held is not checked: the write is the app's to make).
-fn lease_id(lease: &str) -> Result<(), Status> {
-    if lease.is_empty() || reconcile::is_lease_id(lease) {
-        Ok(())
-    } else {
-        Err(status::invalid_argument("reconcile_lease", format!("{lease:?} is not a lease id a WorkItem gave")))
-    }
 }
 
 /// A write's object must be a JSON object.

@@ -467,7 +467,9 @@ type CreateRequest struct {
 	Guard *WriteGuard `protobuf:"bytes,5,opt,name=guard,proto3" json:"guard,omitempty"`
 	// A ReconcileService lease (WorkItem.lease_id) this write is made for: the key's next lease waits until
 	// the watch of the written object (the primary's, or a related query's) has caught up with this write.
-	// Writes to the primary object itself are waited for without it.
+	// Writes to the primary object itself are waited for without it. The lease must be held when the write
+	// is sent (else FAILED_PRECONDITION naming reconcile_lease), and when its queue follows an election a
+	// write without a guard is guarded by the lease's term, as if it carried one.
 	ReconcileLease string `protobuf:"bytes,6,opt,name=reconcile_lease,json=reconcileLease,proto3" json:"reconcile_lease,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
@@ -613,7 +615,9 @@ type UpdateRequest struct {
 	Guard        *WriteGuard `protobuf:"bytes,7,opt,name=guard,proto3" json:"guard,omitempty"`
 	// A ReconcileService lease (WorkItem.lease_id) this write is made for: the key's next lease waits until
 	// the watch of the written object (the primary's, or a related query's) has caught up with this write.
-	// Writes to the primary object itself are waited for without it.
+	// Writes to the primary object itself are waited for without it. The lease must be held when the write
+	// is sent (else FAILED_PRECONDITION naming reconcile_lease), and when its queue follows an election a
+	// write without a guard is guarded by the lease's term, as if it carried one.
 	ReconcileLease string `protobuf:"bytes,8,opt,name=reconcile_lease,json=reconcileLease,proto3" json:"reconcile_lease,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
@@ -777,7 +781,9 @@ type PatchRequest struct {
 	Guard *WriteGuard `protobuf:"bytes,9,opt,name=guard,proto3" json:"guard,omitempty"`
 	// A ReconcileService lease (WorkItem.lease_id) this write is made for: the key's next lease waits until
 	// the watch of the written object (the primary's, or a related query's) has caught up with this write.
-	// Writes to the primary object itself are waited for without it.
+	// Writes to the primary object itself are waited for without it. The lease must be held when the write
+	// is sent (else FAILED_PRECONDITION naming reconcile_lease), and when its queue follows an election a
+	// write without a guard is guarded by the lease's term, as if it carried one.
 	ReconcileLease string `protobuf:"bytes,10,opt,name=reconcile_lease,json=reconcileLease,proto3" json:"reconcile_lease,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
@@ -951,7 +957,9 @@ type DeleteRequest struct {
 	Guard                       *WriteGuard       `protobuf:"bytes,7,opt,name=guard,proto3" json:"guard,omitempty"`
 	// A ReconcileService lease (WorkItem.lease_id) this write is made for: the key's next lease waits until
 	// the watch of the written object (the primary's, or a related query's) has caught up with this write.
-	// Writes to the primary object itself are waited for without it.
+	// Writes to the primary object itself are waited for without it. The lease must be held when the write
+	// is sent (else FAILED_PRECONDITION naming reconcile_lease), and when its queue follows an election a
+	// write without a guard is guarded by the lease's term, as if it carried one.
 	ReconcileLease string `protobuf:"bytes,8,opt,name=reconcile_lease,json=reconcileLease,proto3" json:"reconcile_lease,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache

@@ -106,7 +106,9 @@ export interface CreateRequest {
   /**
    * A ReconcileService lease (WorkItem.lease_id) this write is made for: the key's next lease waits until
    * the watch of the written object (the primary's, or a related query's) has caught up with this write.
-   * Writes to the primary object itself are waited for without it.
+   * Writes to the primary object itself are waited for without it. The lease must be held when the write
+   * is sent (else FAILED_PRECONDITION naming reconcile_lease), and when its queue follows an election a
+   * write without a guard is guarded by the lease's term, as if it carried one.
    */
   reconcileLease: string;
 }
@@ -136,7 +138,9 @@ export interface UpdateRequest {
   /**
    * A ReconcileService lease (WorkItem.lease_id) this write is made for: the key's next lease waits until
    * the watch of the written object (the primary's, or a related query's) has caught up with this write.
-   * Writes to the primary object itself are waited for without it.
+   * Writes to the primary object itself are waited for without it. The lease must be held when the write
+   * is sent (else FAILED_PRECONDITION naming reconcile_lease), and when its queue follows an election a
+   * write without a guard is guarded by the lease's term, as if it carried one.
    */
   reconcileLease: string;
 }
@@ -170,7 +174,9 @@ export interface PatchRequest {
   /**
    * A ReconcileService lease (WorkItem.lease_id) this write is made for: the key's next lease waits until
    * the watch of the written object (the primary's, or a related query's) has caught up with this write.
-   * Writes to the primary object itself are waited for without it.
+   * Writes to the primary object itself are waited for without it. The lease must be held when the write
+   * is sent (else FAILED_PRECONDITION naming reconcile_lease), and when its queue follows an election a
+   * write without a guard is guarded by the lease's term, as if it carried one.
    */
   reconcileLease: string;
 }
@@ -200,7 +206,9 @@ export interface DeleteRequest {
   /**
    * A ReconcileService lease (WorkItem.lease_id) this write is made for: the key's next lease waits until
    * the watch of the written object (the primary's, or a related query's) has caught up with this write.
-   * Writes to the primary object itself are waited for without it.
+   * Writes to the primary object itself are waited for without it. The lease must be held when the write
+   * is sent (else FAILED_PRECONDITION naming reconcile_lease), and when its queue follows an election a
+   * write without a guard is guarded by the lease's term, as if it carried one.
    */
   reconcileLease: string;
 }
