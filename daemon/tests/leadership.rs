@@ -485,3 +485,52 @@ async fn a_hundred_handovers_never_tell_two_apps_leader_at_once() {
         }
     }
 }
+
+/// A term is never shared by two runs of one identity: a replacement pod with the departed pod's name (a
+/// StatefulSet pod force-deleted on a node that was cut off), or two daemons configured with one identity.
+/// The second run does not take the first's holding as its own: it follows while the first renews, takes
+/// the Lease only once it expired, in the next term, and the first, back, steps down. They never both say
+/// LEADER, which they did when the holder identity alone made a holding "ours".
+#[tokio::test]
+async fn a_second_run_of_one_identity_never_shares_its_term() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let first = candidate("pod-0", &ns, "same", 4, 3, 1).await;
+    let (_, term) = settled(&[&first]).await;
+    let second = candidate("pod-0", &ns, "same", 4, 3, 1).await;
+    // Several retry periods: the second run sees the Lease held, renewed by the first, and follows.
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_secs(3) {
+        let (a, b) = (seen(&first), seen(&second));
+        assert!(
+            b.as_ref().is_none_or(|b| b.state != LeadershipState::Leader),
+            "the replacement said LEADER while the first run holds the Lease: {a:?} {b:?}"
+        );
+        assert_eq!(a.map(|a| (a.state, a.term)), Some((LeadershipState::Leader, term)), "the first run keeps leading");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(seen(&second).is_some_and(|b| b.state == LeadershipState::Follower && b.holder == "pod-0"));
+
+    // The first run stops (a node cut off): the second takes over once the Lease expired, in a new term.
+    first.daemon.signal(Signal::SIGSTOP);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let next = loop {
+        if let Some(b) = seen(&second).filter(|b| b.state == LeadershipState::Leader) {
+            break b.term;
+        }
+        assert!(Instant::now() < deadline, "the replacement never led: {:?}", seen(&second));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(next, term + 1, "a new holding, a new term");
+    // Back, the first run finds its Lease held by the other run and steps down.
+    first.daemon.signal(Signal::SIGCONT);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if seen(&first).is_some_and(|a| a.state != LeadershipState::Leader) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the first run still says LEADER: {:?}", seen(&first));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(seen(&second).map(|b| (b.state, b.term)), Some((LeadershipState::Leader, next)));
+}

@@ -183,6 +183,8 @@ pub struct Leadership {
     /// Followers watch their Lease through the hub, so a release is seen at once, not a retry later.
     hub: Arc<crate::watch::Hub>,
     identity: String,
+    /// This daemon run's id on the Leases it holds ([`consistd_core::lease::HOLDER_RUN_ANNOTATION`]).
+    run: String,
     namespace: String,
     elections: Mutex<HashMap<Key, Arc<Election>>>,
     /// The election runners and member Lease keepers: shutdown stops them and waits for them. A group,
@@ -241,6 +243,7 @@ impl Leadership {
             client,
             hub,
             identity,
+            run: format!("{:032x}", rand::random::<u128>()),
             namespace,
             elections: Mutex::new(HashMap::new()),
             tasks,
@@ -287,7 +290,8 @@ impl Leadership {
             return (e.clone(), e.subscribe());
         }
         let leader = self.metrics.leader_gauge(&key.to_string());
-        let election = Election::new(key.clone(), identity.to_owned(), leader, self.membership.clone());
+        let holder = (identity.to_owned(), self.run.clone());
+        let election = Election::new(key.clone(), holder, leader, self.membership.clone());
         elections.insert(key.clone(), election.clone());
         let status = election.subscribe();
         self.tasks.spawn(elector::run(

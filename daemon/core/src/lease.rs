@@ -10,6 +10,12 @@ pub const MANAGED_BY: &str = "consistd";
 
 /// Label every member Lease of an election carries: its value is the election's group label.
 pub const MEMBER_OF_LABEL: &str = "consistd.io/member-of";
+/// Annotation on an election's Lease: the run of the daemon that holds it, random each time a daemon
+/// starts (as client-go's identities carry a uuid). A holding is this run's only when both the holder
+/// identity and the run are its own, so another run with the same identity (a replacement pod with the
+/// same name, a restarted sidecar, two daemons configured with one identity) waits for the Lease to expire
+/// and takes it in a new term, instead of sharing the term of a holding that may still write.
+pub const HOLDER_RUN_ANNOTATION: &str = "consistd.io/holder-run";
 /// Annotation with the member's peer address ("host:port").
 pub const PEER_ADDRESS_ANNOTATION: &str = "consistd.io/peer-address";
 /// Annotation with the election's full name (labels are limited to 63 characters).

@@ -17,7 +17,7 @@ use std::{
 
 use consistd_core::{
     config::Timing,
-    lease::{MANAGED_BY, MANAGED_BY_LABEL, MEMBER_OF_LABEL},
+    lease::{HOLDER_RUN_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL, MEMBER_OF_LABEL},
 };
 use k8s_openapi::{
     api::coordination::v1::{Lease, LeaseSpec},
@@ -47,6 +47,8 @@ use crate::watch::{
 pub(super) struct Election {
     pub(super) key: Key,
     pub(super) identity: String,
+    /// This daemon run's id: a holding is ours only when the Lease names our identity and this run.
+    run: String,
     status: watch::Sender<Observation>,
     /// Campaign streams open, and the timing of the latest.
     campaign: Mutex<(usize, Timing)>,
@@ -62,11 +64,14 @@ pub(super) struct Election {
 }
 
 impl Election {
-    pub(super) fn new(key: Key, identity: String, leader: Gauge, membership: Arc<Membership>) -> Arc<Self> {
+    /// The election of `key` for `holder`: this daemon's identity and run.
+    pub(super) fn new(key: Key, holder: (String, String), leader: Gauge, membership: Arc<Membership>) -> Arc<Self> {
+        let (identity, run) = holder;
         let status = watch::channel(Observation::unknown(&identity)).0;
         Arc::new(Self {
             key,
             identity,
+            run,
             status,
             leader,
             membership,
@@ -174,6 +179,8 @@ impl Election {
 struct Observed {
     resource_version: String,
     holder: String,
+    /// The holder's run ([`HOLDER_RUN_ANNOTATION`]); empty on a Lease no consistd run holds.
+    run: String,
     transitions: u64,
     duration: Option<Duration>,
     acquired_at: Option<SystemTime>,
@@ -189,9 +196,11 @@ impl Observed {
             Some(p) if p.resource_version == resource_version => p.since,
             _ => Instant::now(),
         };
+        let run = lease.metadata.annotations.as_ref().and_then(|a| a.get(HOLDER_RUN_ANNOTATION)).cloned();
         Self {
             resource_version,
             holder: spec.holder_identity.unwrap_or_default(),
+            run: run.unwrap_or_default(),
             transitions: spec.lease_transitions.and_then(|t| u64::try_from(t).ok()).unwrap_or(0),
             // A missing or non-positive duration is malformed: treated as already expired.
             duration: spec
@@ -202,6 +211,12 @@ impl Observed {
             renewed_at: spec.renew_time.map(|t| t.0.into()),
             since,
         }
+    }
+
+    /// Whether `election`'s own run holds the Lease: its identity and its run (another run of the same
+    /// identity is another holder).
+    fn held_by(&self, election: &Election) -> bool {
+        self.holder == election.identity && self.run == election.run
     }
 
     /// The fencing term of this holding: the Lease's leaseTransitions + 1, so the first holder of a new
@@ -633,7 +648,7 @@ async fn step(
     }
     let Some(timing) = campaign else { return Ok(Step::NotLeader) };
     for _ in 0..2 {
-        let renewing = view.observed().is_some_and(|o| o.holder == election.identity);
+        let renewing = view.observed().is_some_and(|o| o.held_by(election));
         match write(api, election, timing, view).await? {
             Some(step) => return Ok(step),
             None if watching && !renewing && !leading => return Ok(Step::NotLeader),
@@ -659,6 +674,7 @@ async fn write(
             metadata: ObjectMeta {
                 name: Some(name.clone()),
                 labels: Some([(MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned())].into()),
+                annotations: Some([(HOLDER_RUN_ANNOTATION.to_owned(), election.run.clone())].into()),
                 ..ObjectMeta::default()
             },
             spec: Some(LeaseSpec {
@@ -680,7 +696,7 @@ async fn write(
             Err(e) => Err(e),
         };
     };
-    let ours = current.holder == election.identity;
+    let ours = current.held_by(election);
     if !ours && !current.expired() {
         return Ok(Some(Step::NotLeader));
     }
@@ -697,6 +713,7 @@ async fn write(
     // A Lease written before consistd labelled its Leases gets the label here.
     let mut metadata = lease.metadata.clone();
     metadata.labels.get_or_insert_default().entry(MANAGED_BY_LABEL.to_owned()).or_insert_with(|| MANAGED_BY.to_owned());
+    metadata.annotations.get_or_insert_default().insert(HOLDER_RUN_ANNOTATION.to_owned(), election.run.clone());
     let updated = Lease { metadata, spec: Some(spec) };
     match api.replace(name, &PostParams::default(), &updated).await {
         Ok(written) => {

@@ -155,7 +155,8 @@ type LeadershipStatus struct {
 	// Identity of the current holder; empty when nobody holds the Lease.
 	Holder string `protobuf:"bytes,4,opt,name=holder,proto3" json:"holder,omitempty"`
 	// Fencing token: the Lease's leaseTransitions + 1, so it starts at 1 with the first leader and increases
-	// on every change of holder; 0 only while the Lease does not exist.
+	// on every change of holder, where a new run of the same identity (a restarted daemon, a replacement pod
+	// with the same name) is a new holder; 0 only while the Lease does not exist.
 	Term uint64 `protobuf:"varint,5,opt,name=term,proto3" json:"term,omitempty"`
 	// The timing the holder advertises.
 	Timing *LeaseTiming `protobuf:"bytes,6,opt,name=timing,proto3" json:"timing,omitempty"`

@@ -61,7 +61,8 @@ export interface LeadershipStatus {
   holder: string;
   /**
    * Fencing token: the Lease's leaseTransitions + 1, so it starts at 1 with the first leader and increases
-   * on every change of holder; 0 only while the Lease does not exist.
+   * on every change of holder, where a new run of the same identity (a restarted daemon, a replacement pod
+   * with the same name) is a new holder; 0 only while the Lease does not exist.
    */
   term: bigint;
   /** The timing the holder advertises. */
