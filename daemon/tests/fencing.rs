@@ -326,6 +326,62 @@ async fn each_answer_names_its_fence_and_require_refuses_what_the_apiserver_cann
     }
 }
 
+/// A Lease deleted (by an admin, a prune, a namespace cleanup) while its leader's write is held: the
+/// successor waits until the deleted holding would have expired, so the two never say LEADER at once, and
+/// creates the Lease above every term it saw, so the held write's term is over and the apiserver refuses it.
+/// Before, the successor created it at term 1 half a second after the delete: the deposed leader's own term,
+/// while it still said LEADER, and its write landed.
+#[tokio::test]
+async fn a_lease_deleted_and_created_again_never_reuses_a_term() {
+    use k8s_openapi::api::coordination::v1::Lease;
+
+    let (configmaps, ns) = setup().await;
+    let proxy = DelayProxy::start(consistd_testkit::apiserver_addr()).await;
+    let a = candidate("pod-a", &ns, Some(&proxy)).await;
+    let term = leads(&a, 1).await;
+    let b = candidate("pod-b", &ns, None).await;
+    fenced_at_apiserver(&a.daemon).await;
+    fenced_at_apiserver(&b.daemon).await;
+    // B follows A before the delete: it has seen A's term.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while b.latest.lock().expect("lock").clone().is_none_or(|(s, _, t)| s != LeadershipState::Follower || t != term) {
+        assert!(tokio::time::Instant::now() < deadline, "B never followed A");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    proxy.hold(true);
+    let client = a.daemon.client();
+    let ns_a = ns.clone();
+    let held = consistd_testkit::spawn(async move { client.objects().patch(guarded(&ns_a, "a", term)).await });
+    let leases: Api<Lease> = Api::namespaced(consistd_testkit::kube_client().await, &ns);
+    leases.delete(ELECTION, &kube::api::DeleteParams::default()).await.expect("an admin deletes the Lease");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let next = loop {
+        let (sa, sb) = (a.latest.lock().expect("lock").clone(), b.latest.lock().expect("lock").clone());
+        let says_leader = |s: &Option<(LeadershipState, String, u64)>| {
+            s.as_ref().filter(|(state, _, _)| *state == LeadershipState::Leader).map(|(_, _, t)| *t)
+        };
+        assert!(says_leader(&sa).is_none() || says_leader(&sb).is_none(), "two LEADERs at once: {sa:?} {sb:?}");
+        if let Some(t) = says_leader(&sb) {
+            break t;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "B never led after the delete: {sb:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(next, term + 1, "the Lease created again starts above the term B saw");
+    b.daemon.client().objects().patch(guarded(&ns, "b", next)).await.expect("B writes");
+    proxy.hold(false);
+    let refused = tokio::time::timeout(WAIT, held)
+        .await
+        .expect("A's write answered")
+        .expect("join")
+        .expect_err("A's write must not be answered OK: its term is over");
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused}");
+    let says = format!("election {ns}/{ELECTION} is in term {next}, and this write was guarded by term {term}");
+    assert!(refused.message().contains(&says), "{refused}");
+    assert_eq!(written_by(&configmaps).await, "b", "the successor's write stays");
+}
+
 /// A work item's writes are guarded by the daemon itself: the app names the item's lease and sends no
 /// guard (as three of the five SDKs did), the write is held on the way past a handover, and the apiserver
 /// refuses it, naming both terms. Once the lease is completed, a write naming it is refused before it is

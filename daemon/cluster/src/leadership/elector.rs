@@ -266,6 +266,12 @@ struct View {
     /// event. A watch delivers events in order, so an event of any Lease it covers vouches for every
     /// change before it. None until one of those happened.
     current_at: Option<Instant>,
+    /// The highest term this view has seen: a Lease deleted and created again starts above it, so a
+    /// term is not reused while a write claiming it may still be on its way.
+    highest_term: u64,
+    /// When the last holding seen before the Lease was deleted expires: its holder may not know of the
+    /// delete and still lead until then, so nobody creates the Lease again before.
+    deleted_until: Option<Instant>,
 }
 
 impl View {
@@ -278,10 +284,18 @@ impl View {
             _ => false,
         };
         if !older {
+            if lease.is_none()
+                && let Some(p) = previous
+            {
+                self.deleted_until = p.expires_at();
+            }
             self.lease = lease.map(|l| {
                 let observed = Observed::from_lease(&l, previous);
                 (l, observed)
             });
+            if let Some(o) = self.observed() {
+                self.highest_term = self.highest_term.max(o.term());
+            }
         }
         self.vouch();
     }
@@ -314,9 +328,13 @@ impl View {
         self.stale_at(freshness).is_some_and(|at| Instant::now() < at)
     }
 
-    /// Whether a candidate may take the Lease: it does not exist, nobody holds it, or the holding expired.
+    /// Whether a candidate may take the Lease: it does not exist (and the holding seen before it was
+    /// deleted expired), nobody holds it, or the holding expired.
     fn free(&self) -> bool {
-        self.observed().is_none_or(Observed::expired)
+        match self.observed() {
+            Some(o) => o.expired(),
+            None => self.deleted_until.is_none_or(|at| at <= Instant::now()),
+        }
     }
 
     /// The state a follower reports: from the view while it is current, else UNKNOWN.
@@ -486,7 +504,8 @@ fn next_due(renewed: Option<Instant>, view: &View, timing: Timing, read_after: D
     match renewed {
         Some(at) => (at + timing.retry_period).min(at + timing.renew_deadline),
         None => {
-            let expiry = view.observed().and_then(Observed::expires_at).filter(|at| *at > Instant::now());
+            let expiry = view.observed().and_then(Observed::expires_at).or(view.deleted_until);
+            let expiry = expiry.filter(|at| *at > Instant::now());
             let stale = view.stale_at(read_after).unwrap_or_else(Instant::now);
             expiry.map_or(stale, |e| e.min(stale))
         }
@@ -670,6 +689,9 @@ async fn write(
     let name = &election.key.name;
     let now = MicroTime(jiff::Timestamp::now());
     let Some((lease, current)) = &view.lease else {
+        if !view.free() {
+            return Ok(Some(Step::NotLeader));
+        }
         let lease = Lease {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
@@ -682,7 +704,8 @@ async fn write(
                 lease_duration_seconds: Some(seconds(timing.lease_duration)),
                 acquire_time: Some(now.clone()),
                 renew_time: Some(now),
-                lease_transitions: Some(0),
+                // Above every term seen, so a Lease deleted and created again does not restart at term 1.
+                lease_transitions: Some(i32::try_from(view.highest_term).unwrap_or(i32::MAX)),
                 ..LeaseSpec::default()
             }),
         };
@@ -864,7 +887,10 @@ mod tests {
         view.gone("105");
         assert_eq!(holder(&view), Some("other"), "a deletion older than the view changes nothing");
         view.gone("107");
-        assert!(view.observed().is_none() && view.free() && view.is_current(FRESH));
+        assert!(view.observed().is_none() && view.is_current(FRESH));
+        assert!(!view.free(), "deleted while other's holding runs: nobody creates it before that expires");
+        view.deleted_until = Some(Instant::now());
+        assert!(view.free());
         assert!(is_older(Some("9"), "10") && !is_older(Some("10"), "9") && !is_older(Some("x"), "10"));
     }
 
@@ -891,7 +917,23 @@ mod tests {
         assert!(view.observed().is_none());
         assert!(follow.take(entry(Change::Added(obj("e", "7", "leader"))), "e", &mut view));
         assert!(follow.take(entry(Change::Deleted(obj("e", "8", "leader"))), "e", &mut view));
-        assert!(view.observed().is_none() && view.free());
+        assert!(view.observed().is_none() && !view.free(), "the deleted Lease's holding has not expired");
+    }
+
+    #[test]
+    fn a_lease_deleted_and_created_again_starts_above_every_term_seen() {
+        let mut view = View::default();
+        let mut held = lease("10", "old");
+        held.spec.as_mut().expect("spec").lease_transitions = Some(6);
+        view.see(Some(held));
+        assert_eq!(view.highest_term, 7);
+        view.gone("11");
+        let until = view.deleted_until.expect("the deleted holding's expiry");
+        assert!(until > Instant::now() + Duration::from_secs(14), "15 s from when it was seen");
+        assert!(!view.free());
+        assert_eq!(view.highest_term, 7, "a deletion forgets the Lease, not its term");
+        view.see(Some(lease("12", "new")));
+        assert_eq!(view.highest_term, 7, "a Lease created at transitions 0 does not lower it");
     }
 
     #[test]
