@@ -123,6 +123,25 @@ async fn setup() -> (Api<ConfigMap>, String) {
     (configmaps, ns)
 }
 
+/// A's write, held on its way past the handover from `terms.0` to `terms.1` (B has written since): the
+/// apiserver refuses it, the app is told FAILED_PRECONDITION naming both terms, never OK, and B's write stays.
+async fn refused_naming_both_terms(
+    held: tokio::task::JoinHandle<Result<tonic::Response<consistd_client::proto::PatchResponse>, tonic::Status>>,
+    configmaps: &Api<ConfigMap>,
+    ns: &str,
+    (term, next): (u64, u64),
+) {
+    let refused = tokio::time::timeout(WAIT, held)
+        .await
+        .expect("A's write answered")
+        .expect("join")
+        .expect_err("A's write must not be answered OK: the apiserver refuses a term that is over");
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused}");
+    let says = format!("election {ns}/{ELECTION} is in term {next}, and this write was guarded by term {term}");
+    assert!(refused.message().starts_with("guard: ") && refused.message().contains(&says), "{refused}");
+    assert_eq!(written_by(configmaps).await, "b", "the successor's write stays");
+}
+
 async fn written_by(configmaps: &Api<ConfigMap>) -> String {
     let cm = configmaps.get(ELECTION).await.expect("read the ConfigMap");
     cm.data.unwrap_or_default().get("by").cloned().unwrap_or_default()
@@ -150,15 +169,7 @@ async fn a_write_held_by_the_network_past_a_handover_is_refused_by_the_apiserver
     b.daemon.client().objects().patch(guarded(&ns, "b", next)).await.expect("B writes");
     // The link heals: A's write lands after B's, in a term that is over.
     proxy.hold(false);
-    let refused = tokio::time::timeout(WAIT, held)
-        .await
-        .expect("A's write answered")
-        .expect("join")
-        .expect_err("A's write must not be answered OK: the apiserver refuses a term that is over");
-    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused}");
-    let says = format!("election {ns}/{ELECTION} is in term {next}, and this write was guarded by term {term}");
-    assert!(refused.message().starts_with("guard: ") && refused.message().contains(&says), "{refused}");
-    assert_eq!(written_by(&configmaps).await, "b", "the successor's write stays");
+    refused_naming_both_terms(held, &configmaps, &ns, (term, next)).await;
 }
 
 #[tokio::test]
@@ -237,15 +248,7 @@ async fn a_recheck_that_gets_no_answer_keeps_the_claim() {
     let next = leads(&b, term + 1).await;
     b.daemon.client().objects().patch(guarded(&ns, "b", next)).await.expect("B writes");
     proxy.hold(false);
-    let refused = tokio::time::timeout(WAIT, held)
-        .await
-        .expect("A's write answered")
-        .expect("join")
-        .expect_err("A's write must not be answered OK: it carried its claim, and the apiserver refuses it");
-    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused}");
-    let says = format!("election {ns}/{ELECTION} is in term {next}, and this write was guarded by term {term}");
-    assert!(refused.message().contains(&says), "{refused}");
-    assert_eq!(written_by(&configmaps).await, "b", "the successor's write stays");
+    refused_naming_both_terms(held, &configmaps, &ns, (term, next)).await;
 }
 
 /// Every guarded write's answer names its fence, and so does `consistd_guarded_writes_total`: the apiserver
@@ -371,15 +374,7 @@ async fn a_lease_deleted_and_created_again_never_reuses_a_term() {
     assert_eq!(next, term + 1, "the Lease created again starts above the term B saw");
     b.daemon.client().objects().patch(guarded(&ns, "b", next)).await.expect("B writes");
     proxy.hold(false);
-    let refused = tokio::time::timeout(WAIT, held)
-        .await
-        .expect("A's write answered")
-        .expect("join")
-        .expect_err("A's write must not be answered OK: its term is over");
-    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused}");
-    let says = format!("election {ns}/{ELECTION} is in term {next}, and this write was guarded by term {term}");
-    assert!(refused.message().contains(&says), "{refused}");
-    assert_eq!(written_by(&configmaps).await, "b", "the successor's write stays");
+    refused_naming_both_terms(held, &configmaps, &ns, (term, next)).await;
 }
 
 /// A work item's writes are guarded by the daemon itself: the app names the item's lease and sends no
@@ -438,15 +433,7 @@ async fn a_work_items_write_is_fenced_by_its_lease_whatever_the_app_sent() {
     let next = leads(&b, term + 1).await;
     b.daemon.client().objects().patch(guarded(&ns, "b", next)).await.expect("B writes");
     proxy.hold(false);
-    let refused = tokio::time::timeout(WAIT, held)
-        .await
-        .expect("A's write answered")
-        .expect("join")
-        .expect_err("A's item write must not be answered OK in a term that is over");
-    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused}");
-    let says = format!("election {ns}/{ELECTION} is in term {next}, and this write was guarded by term {term}");
-    assert!(refused.message().contains(&says), "{refused}");
-    assert_eq!(written_by(&configmaps).await, "b", "the successor's write stays");
+    refused_naming_both_terms(held, &configmaps, &ns, (term, next)).await;
 
     // The lease went back when A's term ended: a write naming it is refused before it is sent.
     let after = a.daemon.client().objects().patch(item_write("a-after")).await.expect_err("a lease not held");
