@@ -123,14 +123,19 @@ async fn setup() -> (Api<ConfigMap>, String) {
     (configmaps, ns)
 }
 
+/// The app sends `patch` through `daemon` and waits for its answer in the background, while the test
+/// makes the handover happen.
+fn sent_in_background(daemon: &Daemon, patch: PatchRequest) -> Held {
+    let client = daemon.client();
+    consistd_testkit::spawn(async move { client.objects().patch(patch).await })
+}
+
+/// A patch on its way, and the answer the app will get.
+type Held = tokio::task::JoinHandle<Result<tonic::Response<consistd_client::proto::PatchResponse>, tonic::Status>>;
+
 /// A's write, held on its way past the handover from `terms.0` to `terms.1` (B has written since): the
 /// apiserver refuses it, the app is told FAILED_PRECONDITION naming both terms, never OK, and B's write stays.
-async fn refused_naming_both_terms(
-    held: tokio::task::JoinHandle<Result<tonic::Response<consistd_client::proto::PatchResponse>, tonic::Status>>,
-    configmaps: &Api<ConfigMap>,
-    ns: &str,
-    (term, next): (u64, u64),
-) {
+async fn refused_naming_both_terms(held: Held, configmaps: &Api<ConfigMap>, ns: &str, (term, next): (u64, u64)) {
     let refused = tokio::time::timeout(WAIT, held)
         .await
         .expect("A's write answered")
@@ -160,9 +165,7 @@ async fn a_write_held_by_the_network_past_a_handover_is_refused_by_the_apiserver
 
     // A's link holds traffic: its app's write, checked in A while A still leads, waits on the way.
     proxy.hold(true);
-    let client = a.daemon.client();
-    let ns_a = ns.clone();
-    let held = consistd_testkit::spawn(async move { client.objects().patch(guarded(&ns_a, "a", term)).await });
+    let held = sent_in_background(&a.daemon, guarded(&ns, "a", term));
     // A cannot renew; once its Lease expires B takes over with the next term and writes.
     let next = leads(&b, term + 1).await;
     assert_eq!(next, term + 1);
@@ -183,18 +186,12 @@ async fn a_daemon_stopped_past_its_lease_gets_no_write_in_with_its_old_term() {
 
     // One write has passed A's check and is on its way (A's link holds it) when A's daemon is stopped.
     proxy.hold(true);
-    let client = a.daemon.client();
-    let ns_a = ns.clone();
-    let on_the_way =
-        consistd_testkit::spawn(async move { client.objects().patch(guarded(&ns_a, "a-sent", term)).await });
+    let on_the_way = sent_in_background(&a.daemon, guarded(&ns, "a-sent", term));
     // Well inside A's renew deadline (3 s from its last renewal, at most 1 s ago): the write is out.
     tokio::time::sleep(Duration::from_secs(1)).await;
     a.daemon.signal(Signal::SIGSTOP);
     // The app, still believing it leads, sends another to the stopped daemon.
-    let client = a.daemon.client();
-    let ns_a = ns.clone();
-    let to_stopped =
-        consistd_testkit::spawn(async move { client.objects().patch(guarded(&ns_a, "a-stopped", term)).await });
+    let to_stopped = sent_in_background(&a.daemon, guarded(&ns, "a-stopped", term));
     let next = leads(&b, term + 1).await;
     b.daemon.client().objects().patch(guarded(&ns, "b", next)).await.expect("B writes");
     // The held write reaches the apiserver while A still sleeps; then A continues.
@@ -242,9 +239,7 @@ async fn a_recheck_that_gets_no_answer_keeps_the_claim() {
     // Nothing gets through from here until B has written: A's write, its renewals and its re-checks wait.
     proxy.hold(true);
     proxy.cut(false);
-    let client = a.daemon.client();
-    let ns_a = ns.clone();
-    let held = consistd_testkit::spawn(async move { client.objects().patch(guarded(&ns_a, "a", term)).await });
+    let held = sent_in_background(&a.daemon, guarded(&ns, "a", term));
     let next = leads(&b, term + 1).await;
     b.daemon.client().objects().patch(guarded(&ns, "b", next)).await.expect("B writes");
     proxy.hold(false);
@@ -353,9 +348,7 @@ async fn a_lease_deleted_and_created_again_never_reuses_a_term() {
     }
 
     proxy.hold(true);
-    let client = a.daemon.client();
-    let ns_a = ns.clone();
-    let held = consistd_testkit::spawn(async move { client.objects().patch(guarded(&ns_a, "a", term)).await });
+    let held = sent_in_background(&a.daemon, guarded(&ns, "a", term));
     let leases: Api<Lease> = Api::namespaced(consistd_testkit::kube_client().await, &ns);
     leases.delete(ELECTION, &kube::api::DeleteParams::default()).await.expect("an admin deletes the Lease");
     let deadline = tokio::time::Instant::now() + WAIT;
@@ -427,9 +420,7 @@ async fn a_work_items_write_is_fenced_by_its_lease_whatever_the_app_sent() {
     assert_eq!(first.fence(), Fence::Apiserver, "the daemon guarded it with the item's term");
 
     proxy.hold(true);
-    let client = a.daemon.client();
-    let late = item_write("a");
-    let held = consistd_testkit::spawn(async move { client.objects().patch(late).await });
+    let held = sent_in_background(&a.daemon, item_write("a"));
     let next = leads(&b, term + 1).await;
     b.daemon.client().objects().patch(guarded(&ns, "b", next)).await.expect("B writes");
     proxy.hold(false);
