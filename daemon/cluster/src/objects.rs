@@ -30,7 +30,7 @@ const READ_YOUR_WRITES_POLL: Duration = Duration::from_millis(2);
 /// (`--request-timeout`, 60 s), so only a write it will not answer stops holding them. Not
 /// `consistency.timeout`, which runs from the write's answer: a write is not slow to be seen before
 /// its version is known, and on a slow link its round trip alone may take longer.
-pub(crate) const IN_FLIGHT_HOLD: Duration = Duration::from_secs(60);
+const IN_FLIGHT_HOLD: Duration = Duration::from_secs(60);
 
 /// Which object, of which resource.
 #[derive(Debug, Clone, Default)]
