@@ -61,7 +61,7 @@ for case in default test-values; do
   "$kubectl" apply --dry-run=server -n "$ns" -f "$work/$case.yaml" -o json >"$work/$case.json" ||
     die "the apiserver refused the $case rendering"
   count=$(python3 -c 'import json,sys; print(len(json.load(sys.stdin).get("items", [])))' <"$work/$case.json")
-  want=12 # the injector's 8 and fencing's 4; the test values turn fencing off
+  want=14 # the injector's 8 and fencing's 6; the test values turn fencing off
   [ "$case" = test-values ] && want=8
   [ "$count" = "$want" ] || die "the $case rendering has $count objects, want $want"
   # The injector's arguments parse: the binary gets as far as connecting (to no apiserver), not a usage error.

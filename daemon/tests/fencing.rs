@@ -142,9 +142,23 @@ async fn refused_naming_both_terms(held: Held, configmaps: &Api<ConfigMap>, ns: 
         .expect("join")
         .expect_err("A's write must not be answered OK: the apiserver refuses a term that is over");
     assert_eq!(refused.code(), Code::FailedPrecondition, "{refused}");
-    let says = format!("election {ns}/{ELECTION} is in term {next}, and this write was guarded by term {term}");
-    assert!(refused.message().starts_with("guard: ") && refused.message().contains(&says), "{refused}");
+    assert!(
+        refused.message().starts_with("guard: ") && names_both_terms(refused.message(), ns, (term, next)),
+        "{refused}"
+    );
     assert_eq!(written_by(configmaps).await, "b", "the successor's write stays");
+}
+
+/// Whether an apiserver refusal names the election's term `next` and the write's `term`, in the words of
+/// whichever policy refused it: the Lease's (consistd-fence) or the object's token's (consistd-fence-object).
+fn names_both_terms(message: &str, ns: &str, (term, next): (u64, u64)) -> bool {
+    let guarded = format!(", and this write was guarded by term {term}");
+    [
+        format!("election {ns}/{ELECTION} is in term {next}"),
+        format!("election {ns}/{ELECTION} wrote this object in term {next}"),
+    ]
+    .iter()
+    .any(|s| message.contains(&format!("{s}{guarded}")))
 }
 
 async fn written_by(configmaps: &Api<ConfigMap>) -> String {
@@ -204,8 +218,7 @@ async fn a_daemon_stopped_past_its_lease_gets_no_write_in_with_its_old_term() {
     };
     let sent = answer(tokio::time::timeout(WAIT, on_the_way).await.expect("answered"), "the write on its way");
     assert_eq!(sent.code(), Code::FailedPrecondition, "{sent}");
-    let says = format!("election {ns}/{ELECTION} is in term {next}, and this write was guarded by term {term}");
-    assert!(sent.message().contains(&says), "refused by the apiserver, naming both terms: {sent}");
+    assert!(names_both_terms(sent.message(), &ns, (term, next)), "refused by the apiserver, naming both terms: {sent}");
     let stopped =
         answer(tokio::time::timeout(WAIT, to_stopped).await.expect("answered"), "the write to the stopped daemon");
     assert_eq!(stopped.code(), Code::FailedPrecondition, "{stopped}");
@@ -247,12 +260,14 @@ async fn a_recheck_that_gets_no_answer_keeps_the_claim() {
 }
 
 /// Every guarded write's answer names its fence, and so does `consistd_guarded_writes_total`: the apiserver
-/// for an object in the Lease's namespace, this daemon only for one in another namespace or cluster-scoped
-/// (the policy reads the Lease from the object's namespace). Under `fencing.mode: require` those two are
-/// refused FAILED_PRECONDITION naming why, and nothing is written.
+/// for a write to an object in any namespace or cluster-scoped (the object carries the token, checked by
+/// consistd-fence-object) and for a create in the Lease's namespace (checked against the Lease), this daemon
+/// only for a create elsewhere (no stored object, and the Lease policy reads the Lease from the object's
+/// namespace). Under `fencing.mode: require` those creates are refused FAILED_PRECONDITION naming why, and
+/// nothing is written.
 #[tokio::test]
 async fn each_answer_names_its_fence_and_require_refuses_what_the_apiserver_cannot_check() {
-    use consistd_client::proto::Fence;
+    use consistd_client::proto::{CreateRequest, Fence};
     use k8s_openapi::api::core::v1::Namespace;
 
     let (configmaps, ns) = setup().await;
@@ -281,39 +296,49 @@ async fn each_answer_names_its_fence_and_require_refuses_what_the_apiserver_cann
         let here = objects.patch(guarded(&ns, mode, term)).await.expect("a write the policy checks").into_inner();
         assert_eq!(here.fence(), Fence::Apiserver, "{mode}");
         assert_eq!(written_by(&configmaps).await, mode);
-
-        let there = objects.patch(guarded(&other, mode, term)).await;
+        let there = objects.patch(guarded(&other, mode, term)).await.expect("another namespace").into_inner();
+        assert_eq!(there.fence(), Fence::Apiserver, "{mode}: the object carries the token");
+        assert_eq!(written_by(&elsewhere).await, mode);
         let cluster = objects.patch(PatchRequest { guard: guard.clone(), ..relabel(mode) }).await;
+        assert_eq!(cluster.expect("cluster-scoped").into_inner().fence(), Fence::Apiserver, "{mode}");
         let label = namespaces.get(&other).await.expect("namespace").metadata.labels.unwrap_or_default().remove("by");
+        assert_eq!(label.as_deref(), Some(mode));
+        let created = |namespace: &str, resource: &str, name: String| CreateRequest {
+            resource: resource.into(),
+            namespace: namespace.into(),
+            object: json!({ "metadata": { "name": name, "labels": { "consistd.io/test": "true" } } })
+                .to_string()
+                .into_bytes(),
+            guard: guard.clone(),
+            ..Default::default()
+        };
+        let here = objects.create(created(&ns, "configmaps", format!("{mode}-here"))).await;
+        assert_eq!(here.expect("a create the Lease policy checks").into_inner().fence(), Fence::Apiserver);
+        let there = objects.create(created(&other, "configmaps", format!("{mode}-there"))).await;
+        let cluster = objects.create(created("", "namespaces", format!("{other}-{mode}"))).await;
         if mode == "auto" {
-            assert_eq!(there.expect("another namespace").into_inner().fence(), Fence::Daemon);
-            assert_eq!(cluster.expect("cluster-scoped").into_inner().fence(), Fence::Daemon);
-            assert_eq!(written_by(&elsewhere).await, "auto");
-            assert_eq!(label.as_deref(), Some("auto"));
+            assert_eq!(there.expect("a create in another namespace").into_inner().fence(), Fence::Daemon);
+            assert_eq!(cluster.expect("a cluster-scoped create").into_inner().fence(), Fence::Daemon);
         } else {
-            let there = there.expect_err("another namespace under require");
+            let there = there.expect_err("a create in another namespace under require");
             assert_eq!(there.code(), Code::FailedPrecondition, "{there}");
             let why = format!("the object is in namespace {other}, the election's Lease in {ns}");
             assert!(
                 there.message().starts_with("guard: fencing.mode is require") && there.message().contains(&why),
                 "{there}"
             );
-            let cluster = cluster.expect_err("cluster-scoped under require");
+            let cluster = cluster.expect_err("a cluster-scoped create under require");
             assert_eq!(cluster.code(), Code::FailedPrecondition, "{cluster}");
             assert!(cluster.message().contains("the object is cluster-scoped"), "{cluster}");
-            assert_eq!(written_by(&elsewhere).await, "auto", "nothing was written");
-            assert_eq!(
-                label.as_deref(),
-                Some("unguarded"),
-                "nothing was written (the last write was auto's unguarded one)"
-            );
+            assert!(elsewhere.get_opt("require-there").await.expect("read").is_none(), "nothing was created");
+            assert!(namespaces.get_opt(&format!("{other}-require")).await.expect("read").is_none());
         }
         let unguarded = objects.patch(relabel("unguarded")).await.expect("an unguarded write").into_inner();
         assert_eq!(unguarded.fence(), Fence::Unspecified, "no guard, no fence");
 
         let metrics = c.daemon.metrics().await;
         let count = |fence: &str| format!("consistd_guarded_writes_total{{fence=\"{fence}\"}} ");
-        assert!(metrics.contains(&format!("{}1", count("apiserver"))), "{metrics}");
+        assert!(metrics.contains(&format!("{}4", count("apiserver"))), "{metrics}");
         let (elsewhere_fence, absent) = if mode == "auto" { ("daemon", "refused") } else { ("refused", "daemon") };
         assert!(metrics.contains(&format!("{}2", count(elsewhere_fence))), "{mode}: {metrics}");
         assert!(!metrics.contains(&count(absent)), "{mode}: {metrics}");
@@ -322,6 +347,143 @@ async fn each_answer_names_its_fence_and_require_refuses_what_the_apiserver_cann
         // Let the next candidate lead: this one leaves and releases the Lease.
         drop(c);
     }
+    namespaces.delete(&format!("{other}-auto"), &kube::api::DeleteParams::default()).await.expect("clean up");
+}
+
+/// The token on the object: writes of every kind, held on their way past a handover, to objects in another
+/// namespace than the Lease's and to a cluster-scoped one, are refused once the successor has written each
+/// object (its write stamped the object with its term), naming both terms, and the successor's writes stay.
+/// A merge patch and an update carry the token in their body; a JSON patch, an apply and a /status write
+/// stamp the object first (that stamp is what the apiserver refuses); a delete is checked only. Without the
+/// token every one of them landed and its app was told OK: the Lease policy reads the Lease from the written
+/// object's namespace, and cluster-scoped writes never met it. An unguarded write may not move the token.
+#[tokio::test]
+async fn held_writes_of_every_kind_to_any_namespace_or_scope_are_refused_once_the_successor_wrote() {
+    use consistd_client::proto::{DeleteRequest, UpdateRequest};
+    use k8s_openapi::api::core::v1::Namespace;
+
+    let (_, ns) = setup().await;
+    let kube = consistd_testkit::kube_client().await;
+    let other = consistd_testkit::namespace(&kube).await;
+    let elsewhere: Api<ConfigMap> = Api::namespaced(kube.clone(), &other);
+    let names = ["merge", "update", "json", "apply", "delete"];
+    for name in names {
+        let cm: ConfigMap = serde_json::from_value(json!({ "metadata": { "name": name }, "data": { "by": "nobody" } }))
+            .expect("ConfigMap");
+        elsewhere.create(&PostParams::default(), &cm).await.expect("create a ConfigMap in the other namespace");
+    }
+    let namespaces: Api<Namespace> = Api::all(kube);
+    let proxy = DelayProxy::start(consistd_testkit::apiserver_addr()).await;
+    let a = candidate("pod-a", &ns, Some(&proxy)).await;
+    let term = leads(&a, 1).await;
+    let b = candidate("pod-b", &ns, None).await;
+    fenced_at_apiserver(&a.daemon).await;
+    fenced_at_apiserver(&b.daemon).await;
+
+    let guard = |term: u64| Some(WriteGuard { election: ELECTION.into(), namespace: String::new(), term });
+    let patch = |name: &str, kind: PatchType, body: serde_json::Value, term: u64| PatchRequest {
+        resource: "configmaps".into(),
+        namespace: other.clone(),
+        name: name.into(),
+        patch_type: kind.into(),
+        patch: body.to_string().into_bytes(),
+        field_manager: "app".into(),
+        guard: guard(term),
+        ..Default::default()
+    };
+    let by = |who: &str| json!({ "data": { "by": who } });
+    let relabel = |subresource: &str, who: &str, term: u64| PatchRequest {
+        resource: "namespaces".into(),
+        name: other.clone(),
+        subresource: subresource.into(),
+        patch_type: PatchType::Merge.into(),
+        patch: json!({ "metadata": { "labels": { "by": who } } }).to_string().into_bytes(),
+        guard: guard(term),
+        ..Default::default()
+    };
+
+    // A's link holds traffic: each write passes A's check while A leads, and waits on the way.
+    proxy.hold(true);
+    let client = a.daemon.client();
+    let mut held: Vec<(&str, tokio::task::JoinHandle<Result<(), tonic::Status>>)> = Vec::new();
+    let mut send =
+        |what: &'static str, write: std::pin::Pin<Box<dyn Future<Output = Result<(), tonic::Status>> + Send>>| {
+            held.push((what, consistd_testkit::spawn(write)));
+        };
+    let mut objects = client.objects();
+    let merge = patch("merge", PatchType::Merge, by("a"), term);
+    send("merge patch", Box::pin(async move { objects.patch(merge).await.map(drop) }));
+    let mut objects = client.objects();
+    let update = UpdateRequest {
+        resource: "configmaps".into(),
+        namespace: other.clone(),
+        name: "update".into(),
+        object: json!({ "metadata": { "name": "update" }, "data": { "by": "a" } }).to_string().into_bytes(),
+        guard: guard(term),
+        ..Default::default()
+    };
+    send("update", Box::pin(async move { objects.update(update).await.map(drop) }));
+    let mut objects = client.objects();
+    let json_patch =
+        patch("json", PatchType::Json, json!([{ "op": "replace", "path": "/data/by", "value": "a" }]), term);
+    send("JSON patch", Box::pin(async move { objects.patch(json_patch).await.map(drop) }));
+    let mut objects = client.objects();
+    let apply =
+        json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": "apply" }, "data": { "by": "a" } });
+    let apply = PatchRequest { force: true, ..patch("apply", PatchType::Apply, apply, term) };
+    send("apply", Box::pin(async move { objects.patch(apply).await.map(drop) }));
+    let mut objects = client.objects();
+    let delete = DeleteRequest {
+        resource: "configmaps".into(),
+        namespace: other.clone(),
+        name: "delete".into(),
+        guard: guard(term),
+        ..Default::default()
+    };
+    send("delete", Box::pin(async move { objects.delete(delete).await.map(drop) }));
+    let mut objects = client.objects();
+    let cluster = relabel("", "a", term);
+    send("cluster-scoped merge patch", Box::pin(async move { objects.patch(cluster).await.map(drop) }));
+    let mut objects = client.objects();
+    let status = relabel("status", "a", term);
+    send("cluster-scoped /status patch", Box::pin(async move { objects.patch(status).await.map(drop) }));
+
+    // B takes over with the next term and writes each object once.
+    let next = leads(&b, term + 1).await;
+    let mut objects = b.daemon.client().objects();
+    for name in names {
+        objects.patch(patch(name, PatchType::Merge, by("b"), next)).await.expect("B writes");
+    }
+    objects.patch(relabel("", "b", next)).await.expect("B writes the Namespace");
+    // The link heals: every held write reaches the apiserver after B's, in a term that is over.
+    proxy.hold(false);
+    let says =
+        format!("election {ns}/{ELECTION} wrote this object in term {next}, and this write was guarded by term {term}");
+    for (what, answer) in held {
+        let refused = tokio::time::timeout(WAIT, answer)
+            .await
+            .unwrap_or_else(|_| panic!("{what}: answered"))
+            .expect("join")
+            .expect_err(&format!("{what}: must not be answered OK in a term that is over"));
+        assert_eq!(refused.code(), Code::FailedPrecondition, "{what}: {refused}");
+        assert!(refused.message().starts_with("guard: ") && refused.message().contains(&says), "{what}: {refused}");
+    }
+    for name in names {
+        let cm = elsewhere.get(name).await.unwrap_or_else(|e| panic!("{name} is still there: {e}"));
+        assert_eq!(cm.data.unwrap_or_default().get("by").map(String::as_str), Some("b"), "{name}: B's write stays");
+    }
+    let label = namespaces.get(&other).await.expect("namespace").metadata.labels.unwrap_or_default().remove("by");
+    assert_eq!(label.as_deref(), Some("b"), "B's label stays");
+
+    // Only a guarded write moves the token: an unguarded one that carries an older one is refused.
+    let mut stale = elsewhere.get("merge").await.expect("read");
+    stale
+        .metadata
+        .annotations
+        .get_or_insert_default()
+        .insert("consistd.io/fence".into(), format!("{ns}/{ELECTION}/{term}"));
+    let refused = elsewhere.replace("merge", &PostParams::default(), &stale).await.expect_err("an unguarded move");
+    assert!(refused.to_string().contains("may only be changed by a guarded write"), "{refused}");
 }
 
 /// A Lease deleted (by an admin, a prune, a namespace cleanup) while its leader's write is held: the

@@ -23,8 +23,16 @@ use kube::{
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-/// Name of the ValidatingAdmissionPolicy and of its binding (manifests/fencing).
+pub(crate) mod token;
+
+/// Name of the ValidatingAdmissionPolicy that checks a claim against its election's Lease, and of its binding
+/// (manifests/fencing).
 pub(crate) const POLICY: &str = "consistd-fence";
+/// Name of the ValidatingAdmissionPolicy that checks a claim against the token stamped on the written object,
+/// and of its binding.
+pub(crate) const OBJECT_POLICY: &str = "consistd-fence-object";
+/// The policies guarded writes rely on, each with a binding of its own name.
+const POLICIES: [&str; 2] = [POLICY, OBJECT_POLICY];
 /// The user extra a guarded write carries: `<lease namespace>/<lease name>/<term>`.
 pub(crate) const EXTRA: &str = "consistd.io/fence";
 /// How soon a check that could not get an answer (the apiserver unreachable or failing) is tried again.
@@ -75,7 +83,9 @@ impl Where {
     pub fn describe(&self) -> String {
         match self {
             Self::Unknown => "in this daemon only, until the cluster has been asked".to_owned(),
-            Self::Apiserver { .. } => format!("at the apiserver (ValidatingAdmissionPolicy {POLICY})"),
+            Self::Apiserver { .. } => {
+                format!("at the apiserver (ValidatingAdmissionPolicies {POLICY} and {OBJECT_POLICY})")
+            }
             Self::Local(why) => format!("in this daemon only: {why}"),
         }
     }
@@ -101,7 +111,7 @@ impl FencedBy {
 }
 
 /// How a guarded write goes out: the fence it gets and the headers that carry its claim.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Fenced {
     /// The fence it gets.
     pub by: FencedBy,
@@ -109,15 +119,23 @@ pub(crate) struct Fenced {
     pub headers: Vec<(HeaderName, HeaderValue)>,
 }
 
+impl Fenced {
+    /// Whether the write claims its term at the apiserver: only then may it stamp the object's token (the
+    /// policy refuses a token moved by a write that does not claim it).
+    pub(crate) fn claims(&self) -> bool {
+        !self.headers.is_empty()
+    }
+}
+
 /// Why fencing at the apiserver is off, from one check.
 #[derive(Debug, thiserror::Error)]
 enum CheckError {
-    #[error("the ValidatingAdmissionPolicy{0} {POLICY} is not installed (kubectl apply -k manifests/fencing)")]
-    NotInstalled(&'static str),
-    #[error("binding {POLICY} does not deny (its validationActions are {0:?})")]
-    NotDenying(Vec<String>),
-    #[error("read ValidatingAdmissionPolicy{0} {POLICY} (the ClusterRole consistd-fence grants it)")]
-    Read(&'static str, #[source] kube::Error),
+    #[error("the ValidatingAdmissionPolicy{0} {1} is not installed (kubectl apply -k manifests/fencing)")]
+    NotInstalled(&'static str, &'static str),
+    #[error("binding {0} does not deny (its validationActions are {1:?})")]
+    NotDenying(&'static str, Vec<String>),
+    #[error("read ValidatingAdmissionPolicy{0} {1} (the ClusterRole consistd-fence grants it)")]
+    Read(&'static str, &'static str, #[source] kube::Error),
     #[error("ask the apiserver who this daemon is (SelfSubjectReview)")]
     WhoAmI(#[source] kube::Error),
     #[error(
@@ -133,8 +151,8 @@ impl CheckError {
     /// Whether the cluster answered (the policy is missing, a grant is): not worth asking again soon.
     fn answered(&self) -> bool {
         let source = match self {
-            Self::Read(_, e) | Self::WhoAmI(e) | Self::Impersonate(e) => e,
-            Self::NotInstalled(_) | Self::NotDenying(_) | Self::ExtraDropped => return true,
+            Self::Read(_, _, e) | Self::WhoAmI(e) | Self::Impersonate(e) => e,
+            Self::NotInstalled(..) | Self::NotDenying(..) | Self::ExtraDropped => return true,
         };
         matches!(source, kube::Error::Api(status) if status.code < 500 && status.code != 429)
     }
@@ -176,13 +194,17 @@ impl Fencing {
     }
 
     /// How a write guarded by `claim` to an object in `namespace` (empty: cluster-scoped) goes out: with
-    /// the claim whenever this daemon may claim, fenced at the apiserver only where the policy sees it (it
-    /// reads the election's Lease in the written object's namespace). Under `fencing.mode: require`, a write
-    /// the apiserver cannot check is refused: the reason.
-    pub(crate) fn fence(&self, claim: &Claim, namespace: &str) -> Result<Fenced, String> {
+    /// the claim whenever this daemon may claim. A write to an existing object (`create` false) is fenced at
+    /// the apiserver in any namespace and scope: it stamps the object, and consistd-fence-object refuses an
+    /// older term on it. A create has no stored object, so only the Lease policy checks it, and that reads
+    /// the election's Lease from the object's namespace. Under `fencing.mode: require`, a write the apiserver
+    /// cannot check is refused: the reason.
+    pub(crate) fn fence(&self, claim: &Claim, namespace: &str, create: bool) -> Result<Fenced, String> {
         let (headers, unchecked) = match &*self.place.read().unwrap_or_else(PoisonError::into_inner) {
             Where::Apiserver { user, groups } => {
-                let unseen = if namespace.is_empty() {
+                let unseen = if !create {
+                    None
+                } else if namespace.is_empty() {
                     Some("the object is cluster-scoped".to_owned())
                 } else if namespace != claim.namespace {
                     Some(format!("the object is in namespace {namespace}, the election's Lease in {}", claim.namespace))
@@ -191,7 +213,8 @@ impl Fencing {
                 };
                 let why = unseen.map(|what| {
                     format!(
-                        "{what}, and ValidatingAdmissionPolicy {POLICY} reads the Lease from the object's namespace"
+                        "a create has no stored object to carry a token, {what}, and ValidatingAdmissionPolicy \
+                         {POLICY} reads the Lease from the object's namespace"
                     )
                 });
                 (impersonation(user, groups, claim), why)
@@ -247,22 +270,24 @@ impl Fencing {
         }
     }
 
-    /// Whether the policy denies, and this daemon may impersonate itself with a claim: its user and groups.
+    /// Whether both policies deny, and this daemon may impersonate itself with a claim: its user and groups.
     async fn check(&self) -> Result<(String, Vec<String>), CheckError> {
-        let binding = Api::<ValidatingAdmissionPolicyBinding>::all(self.client.clone())
-            .get_opt(POLICY)
-            .await
-            .map_err(|e| CheckError::Read("Binding", e))?
-            .ok_or(CheckError::NotInstalled("Binding"))?;
-        let actions = binding.spec.and_then(|s| s.validation_actions).unwrap_or_default();
-        if !actions.iter().any(|a| a == "Deny") {
-            return Err(CheckError::NotDenying(actions));
+        for name in POLICIES {
+            let binding = Api::<ValidatingAdmissionPolicyBinding>::all(self.client.clone())
+                .get_opt(name)
+                .await
+                .map_err(|e| CheckError::Read("Binding", name, e))?
+                .ok_or(CheckError::NotInstalled("Binding", name))?;
+            let actions = binding.spec.and_then(|s| s.validation_actions).unwrap_or_default();
+            if !actions.iter().any(|a| a == "Deny") {
+                return Err(CheckError::NotDenying(name, actions));
+            }
+            Api::<ValidatingAdmissionPolicy>::all(self.client.clone())
+                .get_opt(name)
+                .await
+                .map_err(|e| CheckError::Read("", name, e))?
+                .ok_or(CheckError::NotInstalled("", name))?;
         }
-        Api::<ValidatingAdmissionPolicy>::all(self.client.clone())
-            .get_opt(POLICY)
-            .await
-            .map_err(|e| CheckError::Read("", e))?
-            .ok_or(CheckError::NotInstalled(""))?;
         let me = self.review(Vec::new()).await.map_err(CheckError::WhoAmI)?;
         let user = me.username.unwrap_or_default();
         let groups: Vec<String> =
@@ -290,11 +315,10 @@ impl Fencing {
     }
 }
 
-/// Whether an apiserver refusal is this policy's (a guarded write whose term is stale): its message.
+/// Whether an apiserver refusal is one of the policies' (a guarded write whose term is stale): its message.
 pub(crate) fn refusal(error: &kube::Error) -> Option<String> {
     let kube::Error::Api(status) = error else { return None };
-    let marker = format!("ValidatingAdmissionPolicy '{POLICY}'");
-    if !status.message.contains(&marker) {
+    if !POLICIES.iter().any(|name| status.message.contains(&format!("ValidatingAdmissionPolicy '{name}'"))) {
         return None;
     }
     let why = status.message.split_once("denied request: ").map_or(status.message.as_str(), |(_, why)| why);
@@ -379,26 +403,32 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_apiserver_fences_only_writes_the_policy_sees_and_require_refuses_the_rest() {
+    async fn the_apiserver_fences_every_write_but_a_create_it_cannot_see_and_require_refuses_that() {
         let claim = Claim { namespace: "ns".into(), lease: "e".into(), term: 3 };
         let at_apiserver = Where::Apiserver { user: "u".into(), groups: vec![] };
         let auto = fencing(FencingMode::Auto, at_apiserver.clone());
-        let same = auto.fence(&claim, "ns").expect("fenced");
-        assert_eq!(same.by, FencedBy::Apiserver);
-        assert!(names(&same.headers).contains(&(EXTRA_HEADER.into(), "ns/e/3".into())));
-        let other = auto.fence(&claim, "other").expect("sent");
-        assert_eq!(other.by, FencedBy::Daemon, "the policy reads the Lease from the object's namespace");
-        assert!(!other.headers.is_empty(), "the claim still rides along");
-        assert_eq!(auto.fence(&claim, "").expect("sent").by, FencedBy::Daemon, "cluster-scoped");
-        assert_eq!(fencing(FencingMode::Auto, Where::Unknown).fence(&claim, "ns").expect("sent").by, FencedBy::Daemon);
+        for (namespace, create) in [("ns", false), ("other", false), ("", false), ("ns", true)] {
+            let fenced = auto.fence(&claim, namespace, create).expect("fenced");
+            assert_eq!(fenced.by, FencedBy::Apiserver, "{namespace:?} create={create}: the token or the Lease");
+            assert!(fenced.claims());
+            assert!(names(&fenced.headers).contains(&(EXTRA_HEADER.into(), "ns/e/3".into())));
+        }
+        let other = auto.fence(&claim, "other", true).expect("sent");
+        assert_eq!(other.by, FencedBy::Daemon, "a create: the policy reads the Lease from the object's namespace");
+        assert!(other.claims(), "the claim still rides along");
+        assert_eq!(auto.fence(&claim, "", true).expect("sent").by, FencedBy::Daemon, "a cluster-scoped create");
+        let unknown = fencing(FencingMode::Auto, Where::Unknown).fence(&claim, "ns", false).expect("sent");
+        assert_eq!(unknown.by, FencedBy::Daemon);
+        assert!(!unknown.claims(), "no claim, so no token either, until the cluster has been asked");
 
         let require = fencing(FencingMode::Require, at_apiserver);
-        assert_eq!(require.fence(&claim, "ns").expect("fenced").by, FencedBy::Apiserver);
-        let why = require.fence(&claim, "other").expect_err("refused");
+        assert_eq!(require.fence(&claim, "other", false).expect("fenced").by, FencedBy::Apiserver);
+        assert_eq!(require.fence(&claim, "", false).expect("fenced").by, FencedBy::Apiserver);
+        let why = require.fence(&claim, "other", true).expect_err("refused");
         assert!(why.contains("namespace other, the election's Lease in ns"), "{why}");
-        assert!(require.fence(&claim, "").expect_err("refused").contains("cluster-scoped"));
+        assert!(require.fence(&claim, "", true).expect_err("refused").contains("cluster-scoped"));
         let local = fencing(FencingMode::Require, Where::Local("the policy is not installed".into()));
-        assert!(local.fence(&claim, "ns").expect_err("refused").contains("the policy is not installed"));
+        assert!(local.fence(&claim, "ns", false).expect_err("refused").contains("the policy is not installed"));
         let text = local.metrics.encode_for(None).1;
         assert!(text.contains("consistd_guarded_writes_total{fence=\"refused\"} 1"), "{text}");
     }

@@ -1,6 +1,7 @@
 //! Reads and writes of Kubernetes objects for the pod's apps. Reads come from the watch hub's cache
 //! when a synced watch covers them (optionally waiting for the pod's own writes), else from the
-//! apiserver. Writes go to the apiserver byte for byte, and each records an own-write expectation.
+//! apiserver. Writes go to the apiserver as the app sent them, a guarded one stamped with its fencing
+//! token, and each records an own-write expectation.
 
 use std::{sync::Arc, time::Duration};
 
@@ -12,7 +13,10 @@ use kube::{
 };
 
 use crate::{
-    fencing::{self, Claim, Fenced, FencedBy, Fencing},
+    fencing::{
+        self, Claim, Fenced, FencedBy, Fencing,
+        token::{self, Stamped},
+    },
     watch::{
         Hub, ResourceError,
         expectations::{InFlight, Locator, Scope},
@@ -110,6 +114,8 @@ pub struct Objects {
     timeout: Live<Duration>,
     /// Whether a guarded write carries its claim to the apiserver.
     fencing: Arc<Fencing>,
+    /// The objects this daemon stamped with a claim.
+    stamped: Arc<Stamped>,
 }
 
 impl std::fmt::Debug for Objects {
@@ -122,7 +128,7 @@ impl Objects {
     /// Objects backed by `client`, caching through `hub`, with `timeout` for own-write expectations, and
     /// guarded writes fenced as `fencing` says.
     pub fn new(client: Client, hub: Arc<Hub>, timeout: Live<Duration>, fencing: Arc<Fencing>) -> Self {
-        Self { client, hub, timeout, fencing }
+        Self { client, hub, timeout, fencing, stamped: Arc::default() }
     }
 
     async fn resolve(&self, t: &ObjectRef, need_namespace: bool) -> Result<Resolved, ObjectsError> {
@@ -146,10 +152,66 @@ impl Objects {
     }
 
     /// How a write guarded by `claim` to `t` goes out (see [`Fencing::fence`]); none for an unguarded one.
-    fn fence(&self, claim: Option<&Claim>, r: &Resolved, t: &ObjectRef) -> Result<Option<Fenced>, ObjectsError> {
+    fn fence(
+        &self,
+        claim: Option<&Claim>,
+        r: &Resolved,
+        t: &ObjectRef,
+        create: bool,
+    ) -> Result<Option<Fenced>, ObjectsError> {
         let Some(claim) = claim else { return Ok(None) };
         let namespace = if r.namespaced { t.namespace.as_str() } else { "" };
-        self.fencing.fence(claim, namespace).map(Some).map_err(|why| ObjectsError::Unfenced { why })
+        self.fencing.fence(claim, namespace, create).map(Some).map_err(|why| ObjectsError::Unfenced { why })
+    }
+
+    /// Stamps a guarded write's own body (an object, or a merge patch) with its claim, when it goes out
+    /// claiming it: the object then carries the token. True when the body was stamped.
+    fn stamp(fence: Option<&Fenced>, claim: Option<&Claim>, body: &mut serde_json::Value) -> bool {
+        match (fence, claim) {
+            (Some(fence), Some(claim)) if fence.claims() => token::stamp(body, claim),
+            _ => false,
+        }
+    }
+
+    /// Stamps `t` with `claim` by a merge patch of its own, before a guarded write whose body cannot carry the
+    /// token (see [`token::stamp_alone`]), unless this daemon stamped it with this claim already. The stamp is
+    /// guarded too: refused, the write is. An object that does not exist takes no stamp: the write creates it
+    /// (an apply) or fails.
+    async fn stamp_first(
+        &self,
+        r: &Resolved,
+        t: &ObjectRef,
+        fence: Option<&Fenced>,
+        claim: Option<&Claim>,
+    ) -> Result<(), ObjectsError> {
+        let (Some(fence), Some(claim)) = (fence, claim) else { return Ok(()) };
+        let key = stamp_key(r, t);
+        if !fence.claims() || self.stamped.has(&key, claim) {
+            return Ok(());
+        }
+        let pp = PatchParams { field_manager: Some(DEFAULT_FIELD_MANAGER.to_owned()), ..PatchParams::default() };
+        let request = Self::request(r, &t.namespace).patch(&t.name, &pp, &Patch::Merge(token::stamp_alone(claim)));
+        let op = format!("stamp {} {} with its fencing token", r.api.plural, locate(t));
+        match self.send::<RawObject>(op, request, Some(fence.clone())).await {
+            Ok(raw) => {
+                self.written(r, raw);
+                self.stamped.record(&key, claim);
+                Ok(())
+            }
+            Err(ObjectsError::Resource(ResourceError::Apiserver { source: kube::Error::Api(status), .. }))
+                if status.code == 404 =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Records that a write stamped `t` with `claim`.
+    fn stamped(&self, r: &Resolved, t: &ObjectRef, claim: Option<&Claim>, stamped: bool) {
+        if let (true, Some(claim)) = (stamped, claim) {
+            self.stamped.record(&stamp_key(r, t), claim);
+        }
     }
 
     /// Sends a built request; `op` names it in errors. A guarded write carries its claim as `fence` says,
@@ -243,12 +305,17 @@ impl Objects {
         fence: Option<&Claim>,
     ) -> Result<(Obj, Option<FencedBy>), ObjectsError> {
         let r = self.resolve(t, true).await?;
-        let fence = self.fence(fence, &r, t)?;
+        let claim = fence;
+        let fence = self.fence(claim, &r, t, true)?;
         let by = fence.as_ref().map(|f| f.by);
+        let (object, stamped) = stamp_bytes(fence.as_ref(), claim, object);
         let pp = PostParams { field_manager: Some(manager(field_manager)), ..PostParams::default() };
         let op = format!("create {} in {:?}", r.api.plural, t.namespace);
         let raw: RawObject = self.send(op, Self::request(&r, &t.namespace).create(&pp, object), fence).await?;
-        Ok((self.written(&r, raw), by))
+        let obj = self.written(&r, raw);
+        let t = ObjectRef { name: obj.name.clone(), ..t.clone() };
+        self.stamped(&r, &t, claim, stamped);
+        Ok((obj, by))
     }
 
     /// Replaces an object (or its status).
@@ -260,17 +327,22 @@ impl Objects {
         fence: Option<&Claim>,
     ) -> Result<(Obj, Option<FencedBy>), ObjectsError> {
         let r = self.resolve(t, true).await?;
-        let fence = self.fence(fence, &r, t)?;
+        let claim = fence;
+        let fence = self.fence(claim, &r, t, false)?;
         let by = fence.as_ref().map(|f| f.by);
         let _in_flight = self.begin(&r, t);
         let pp = PostParams { field_manager: Some(manager(field_manager)), ..PostParams::default() };
         let request = Self::request(&r, &t.namespace);
-        let request = if t.subresource.is_empty() {
-            request.replace(&t.name, &pp, object)
+        let (request, stamped) = if t.subresource.is_empty() {
+            let (object, stamped) = stamp_bytes(fence.as_ref(), claim, object);
+            (request.replace(&t.name, &pp, object), stamped)
         } else {
-            request.replace_subresource(&t.subresource, &t.name, &pp, object)
+            // The apiserver keeps a /status write's metadata as stored: the object is stamped first.
+            self.stamp_first(&r, t, fence.as_ref(), claim).await?;
+            (request.replace_subresource(&t.subresource, &t.name, &pp, object), false)
         };
         let raw: RawObject = self.send(format!("update {} {}", r.api.plural, locate(t)), request, fence).await?;
+        self.stamped(&r, t, claim, stamped);
         Ok((self.written(&r, raw), by))
     }
 
@@ -284,9 +356,20 @@ impl Objects {
         fence: Option<&Claim>,
     ) -> Result<(Obj, Option<FencedBy>), ObjectsError> {
         let r = self.resolve(t, true).await?;
-        let fence = self.fence(fence, &r, t)?;
+        let claim = fence;
+        let fence = self.fence(claim, &r, t, false)?;
         let by = fence.as_ref().map(|f| f.by);
         let _in_flight = self.begin(&r, t);
+        let mut patch = patch;
+        // A merge patch of the object carries the token itself; a JSON patch cannot add an annotation without
+        // knowing whether the object has annotations, an apply's field manager would own it, and the apiserver
+        // keeps a /status write's metadata as stored: those stamp the object first.
+        let stamped = t.subresource.is_empty()
+            && matches!(kind, PatchKind::Merge | PatchKind::Strategic)
+            && Self::stamp(fence.as_ref(), claim, &mut patch);
+        if !stamped {
+            self.stamp_first(&r, t, fence.as_ref(), claim).await?;
+        }
         let mut pp = PatchParams { field_manager: Some(manager(field_manager)), ..PatchParams::default() };
         let content_type = match kind {
             PatchKind::Json => Some("application/json-patch+json"),
@@ -315,6 +398,7 @@ impl Objects {
             req
         });
         let raw: RawObject = self.send(format!("patch {} {}", r.api.plural, locate(t)), request, fence).await?;
+        self.stamped(&r, t, claim, stamped);
         Ok((self.written(&r, raw), by))
     }
 
@@ -328,7 +412,8 @@ impl Objects {
         fence: Option<&Claim>,
     ) -> Result<(Option<Obj>, Option<FencedBy>), ObjectsError> {
         let r = self.resolve(t, true).await?;
-        let fence = self.fence(fence, &r, t)?;
+        // Checked against the object's token, never stamping it (a delete carries no object).
+        let fence = self.fence(fence, &r, t, false)?;
         let by = fence.as_ref().map(|f| f.by);
         let _in_flight = self.begin(&r, t);
         let has_preconditions = preconditions.uid.is_some() || preconditions.resource_version.is_some();
@@ -345,6 +430,7 @@ impl Objects {
             )
             .await?;
         let obj = Obj::from(raw);
+        self.stamped.forget(&stamp_key(&r, t));
         Ok(((!obj.uid.is_empty()).then_some(obj), by))
     }
 
@@ -369,6 +455,24 @@ impl Objects {
             tokio::time::sleep(READ_YOUR_WRITES_POLL).await;
         }
     }
+}
+
+/// A guarded write's object (a create's or an update's), stamped with its claim where it goes out claiming it
+/// and is a JSON object with room for the token; the bytes as sent, and whether they were stamped.
+fn stamp_bytes(fence: Option<&Fenced>, claim: Option<&Claim>, object: Vec<u8>) -> (Vec<u8>, bool) {
+    let Ok(mut body) = serde_json::from_slice::<serde_json::Value>(&object) else { return (object, false) };
+    if !Objects::stamp(fence, claim, &mut body) {
+        return (object, false);
+    }
+    match serde_json::to_vec(&body) {
+        Ok(stamped) => (stamped, true),
+        Err(_) => (object, false),
+    }
+}
+
+/// How [`Stamped`] names the object `t` of the resolved resource `r`.
+fn stamp_key(r: &Resolved, t: &ObjectRef) -> String {
+    format!("{}/{}/{}/{}", r.api.group, r.api.plural, t.namespace, t.name)
 }
 
 /// Where own-write tracking knows the object `t` of the resolved resource `r`.
