@@ -5,12 +5,24 @@
 //!    that write, writes claiming the term before it are sent back to back (dry runs, which admission
 //!    checks as it checks any write) until the first is refused. The policy reads Leases from the
 //!    apiserver's informer, so this is how long the apiserver still admits a term that is over;
-//! 2. what fencing costs a write: a guarded patch through the daemon with fencing at the apiserver against
+//! 2. the Lease check against the token on the object, side by side, under Lease churn: in each of 1,000
+//!    rounds a successor moves the Lease to the next term and writes an object (stamping it with its claim)
+//!    while a deposed leader's writes claiming the term before race it, back to back, to that object and to
+//!    one never stamped (which only the Lease check guards). Counted: old-term writes that landed after the
+//!    successor's write (by resourceVersion, on the stamped object) and after the Lease write's answer (on
+//!    the other);
+//! 3. what fencing costs a write: a guarded patch through the daemon with fencing at the apiserver against
 //!    the same patch unguarded, side by side.
 //!
 //! Not a test: it measures and prints.
 
-use std::time::{Duration, Instant};
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
 
 use consistd_client::proto::{CampaignRequest, LeadershipState, PatchRequest, PatchType, WriteGuard};
 use consistd_testkit::{Daemon, figures};
@@ -25,6 +37,12 @@ use serde_json::json;
 
 const BIN: &str = env!("CARGO_BIN_EXE_consistd");
 const ROUNDS: usize = 50;
+/// Rounds of the race between a successor and a deposed leader's writes.
+const RACES: u64 = 1_000;
+/// Old-term writes sent in each race after the successor's write was answered (each to both objects).
+const AFTER: usize = 3;
+/// Leases other writers keep patching meanwhile, so the apiserver's Lease informer has work to do.
+const CHURN: usize = 50;
 const WRITES: usize = 200;
 
 fn ms(d: Duration) -> f64 {
@@ -88,6 +106,125 @@ async fn window(kube: &kube::Client, ns: &str) -> Vec<f64> {
     windows
 }
 
+/// A real merge patch of ConfigMap `name`, as the admin impersonating itself with `claim`, setting `body`:
+/// the written object's resourceVersion, or `None` when one of the fencing policies refused it.
+async fn claimed_write(kube: &kube::Client, ns: &str, name: &str, claim: &str, body: serde_json::Value) -> Option<u64> {
+    let mut request = Request::new(format!("/api/v1/namespaces/{ns}/configmaps"))
+        .patch(name, &PatchParams::default(), &Patch::Merge(body))
+        .expect("build the patch");
+    let headers = request.headers_mut();
+    let value = |v: &str| HeaderValue::from_str(v).expect("header");
+    headers.insert("impersonate-user", value("consistd-admin"));
+    headers.insert("impersonate-group", value("system:masters"));
+    headers.insert("impersonate-extra-consistd.io%2ffence", value(claim));
+    match kube.request::<ConfigMap>(request).await {
+        Ok(cm) => Some(cm.metadata.resource_version.and_then(|v| v.parse().ok()).expect("a numeric resourceVersion")),
+        Err(kube::Error::Api(s)) if s.message.contains("ValidatingAdmissionPolicy 'consistd-fence") => None,
+        Err(e) => panic!("claimed patch of {name}: {e}"),
+    }
+}
+
+/// Patches [`CHURN`] election Leases in `ns` one after another until `stop`: the apiserver's Lease informer
+/// sees a steady stream of events, as in a cluster with many elections and node heartbeats.
+async fn churn(kube: kube::Client, ns: String, stop: Arc<AtomicBool>) -> u64 {
+    let leases: Api<Lease> = Api::namespaced(kube, &ns);
+    for i in 0..CHURN {
+        let lease: Lease = serde_json::from_value(json!({
+            "metadata": { "name": format!("churn-{i}"), "labels": { "app.kubernetes.io/managed-by": "consistd" } },
+            "spec": { "holderIdentity": "churn", "leaseTransitions": 0 }
+        }))
+        .expect("Lease");
+        leases.create(&PostParams::default(), &lease).await.expect("create a churn Lease");
+    }
+    let mut writes = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let i = usize::try_from(writes).expect("count") % CHURN;
+        let renew = json!({ "spec": { "holderIdentity": format!("churn-{writes}") } });
+        leases.patch(&format!("churn-{i}"), &PatchParams::default(), &Patch::Merge(renew)).await.expect("churn");
+        writes += 1;
+    }
+    writes
+}
+
+/// [`RACES`] rounds of a successor's Lease write and stamped write against a deposed leader's writes of the
+/// term before, under Lease churn: (old-term writes that landed on the stamped object after the successor's
+/// write, old-term writes admitted on the unstamped one after the Lease write's answer, old-term writes sent
+/// after the successor's write in all).
+async fn race(kube: &kube::Client, ns: &str) -> (u64, u64, u64) {
+    let leases: Api<Lease> = Api::namespaced(kube.clone(), ns);
+    let configmaps: Api<ConfigMap> = Api::namespaced(kube.clone(), ns);
+    let lease: Lease = serde_json::from_value(json!({
+        "metadata": { "name": "race", "labels": { "app.kubernetes.io/managed-by": "consistd" } },
+        "spec": { "holderIdentity": "bench", "leaseTransitions": 0 }
+    }))
+    .expect("Lease");
+    leases.create(&PostParams::default(), &lease).await.expect("create the Lease");
+    for name in ["stamped", "unstamped"] {
+        let cm: ConfigMap = serde_json::from_value(json!({ "metadata": { "name": name } })).expect("ConfigMap");
+        configmaps.create(&PostParams::default(), &cm).await.expect("create a ConfigMap");
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let churning = consistd_testkit::spawn(churn(kube.clone(), consistd_testkit::namespace(kube).await, stop.clone()));
+    let claim = |term: u64| format!("{ns}/race/{term}");
+    let (mut landed_on_token, mut admitted_by_lease, mut sent_after) = (0, 0, 0);
+    for term in 1..=RACES {
+        // The successor: the Lease moves to term + 1, then its write stamps the object with its claim.
+        let successor = async {
+            let next = json!({ "spec": { "leaseTransitions": term } });
+            leases.patch("race", &PatchParams::default(), &Patch::Merge(next)).await.expect("next term");
+            let lease_answered = Instant::now();
+            let stamp = json!({ "metadata": { "annotations": { "consistd.io/fence": claim(term + 1) } }, "data": { "by": "successor" } });
+            let stamped = claimed_write(kube, ns, "stamped", &claim(term + 1), stamp).await;
+            (lease_answered, stamped.expect("the successor's write is admitted"), Instant::now())
+        };
+        // The deposed leader: writes claiming `term`, back to back, until AFTER more once the successor wrote.
+        let deposed = async {
+            let mut writes = Vec::new();
+            let mut after = 0;
+            let started = Instant::now();
+            while after < AFTER {
+                let sent = Instant::now();
+                let body = || json!({ "data": { "by": "deposed" } });
+                let old = claim(term);
+                let (on_token, on_lease) = tokio::join!(
+                    claimed_write(kube, ns, "stamped", &old, body()),
+                    claimed_write(kube, ns, "unstamped", &old, body()),
+                );
+                writes.push((sent, on_token, on_lease));
+                if on_token.is_none() {
+                    after += 1;
+                }
+                assert!(started.elapsed() < Duration::from_secs(30), "the old term was never refused");
+            }
+            writes
+        };
+        let ((lease_answered, stamp_version, stamp_answered), writes) = tokio::join!(successor, deposed);
+        for (sent, on_token, on_lease) in writes {
+            if on_token.is_some_and(|v| v > stamp_version) {
+                landed_on_token += 1;
+            }
+            if sent > lease_answered && on_lease.is_some() {
+                admitted_by_lease += 1;
+            }
+            if sent > stamp_answered {
+                sent_after += 1;
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let rounds = format!("{RACES} rounds");
+    #[allow(clippy::cast_precision_loss, reason = "counts far below 2^52")]
+    for (series, count) in [
+        ("landed after the successor's write (token on the object)", landed_on_token),
+        ("admitted after the Lease write (Lease check only)", admitted_by_lease),
+    ] {
+        figures::record("fencing-race", "old-term writes", series, rounds.as_str(), count as f64);
+    }
+    let churned = churning.await.expect("churn");
+    println!("  Lease churn meanwhile: {churned} Lease writes to {CHURN} other election Leases");
+    (landed_on_token, admitted_by_lease, sent_after)
+}
+
 async fn write_latency(daemon: &Daemon, ns: &str, guard: Option<WriteGuard>) -> Vec<f64> {
     let client = daemon.client();
     let mut samples = Vec::new();
@@ -120,6 +257,15 @@ async fn main() {
     );
     let mut windows = window(&kube, &ns).await;
     println!("  window: {}", summary(&mut windows));
+
+    println!("a successor's write racing a deposed leader's old-term writes, {RACES} rounds, {CHURN} Leases churning:");
+    let (landed, admitted, sent_after) = race(&kube, &ns).await;
+    println!(
+        "  with the token on the object:   {landed} old-term writes landed after the successor's write ({sent_after} sent after it)"
+    );
+    println!(
+        "  with the Lease check only:      {admitted} old-term writes admitted after the Lease write was answered"
+    );
 
     let daemon = Daemon::builder(BIN).config(format!("identity: bench\nnamespace: {ns}\n")).start().await;
     let request = CampaignRequest { election: "bench".into(), ..Default::default() };
