@@ -24,6 +24,9 @@ pub struct KubeObject {
 }
 /// Names an election and the term in which a write must be made. A write carrying a guard is refused
 /// with FAILED_PRECONDITION unless this daemon leads that election in exactly that term when it sends it.
+/// Where the apiserver fences claims, a guarded write (but a delete) also stamps the object with its claim,
+/// in the annotation consistd.io/fence: once a term has written an object, no write of an older term lands
+/// on it. Only a guarded write may change that annotation.
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct WriteGuard {
@@ -45,13 +48,14 @@ pub struct WriteGuard {
 pub enum Fence {
     /// The write carried no guard.
     Unspecified = 0,
-    /// The apiserver checks the write's claim (the consistd-fence ValidatingAdmissionPolicy): where it lands,
-    /// a write guarded by a term that is over is refused.
+    /// The apiserver checks the write's claim where it lands, in any namespace or scope: against the token on
+    /// the object (the consistd-fence-object ValidatingAdmissionPolicy), and for a create in the Lease's
+    /// namespace against the Lease (consistd-fence). A write guarded by a term that is over is refused.
     Apiserver = 1,
-    /// Only this daemon checked the guard, when it sent the write: the apiserver cannot check it (the policy
-    /// is not installed, this daemon may not claim terms, or the policy cannot see this write's namespace or
-    /// scope), so a write delayed on its way past a change of leader may still land. `fencing.mode: require`
-    /// refuses such a write instead.
+    /// Only this daemon checked the guard, when it sent the write: the apiserver cannot check it (the policies
+    /// are not installed, this daemon may not claim terms, or it is a create outside the Lease's namespace,
+    /// where no object carries a token yet), so a write delayed on its way past a change of leader may still
+    /// land. `fencing.mode: require` refuses such a write instead.
     Daemon = 2,
 }
 impl Fence {

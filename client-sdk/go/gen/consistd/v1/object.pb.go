@@ -27,13 +27,14 @@ type Fence int32
 const (
 	// The write carried no guard.
 	Fence_FENCE_UNSPECIFIED Fence = 0
-	// The apiserver checks the write's claim (the consistd-fence ValidatingAdmissionPolicy): where it lands,
-	// a write guarded by a term that is over is refused.
+	// The apiserver checks the write's claim where it lands, in any namespace or scope: against the token on
+	// the object (the consistd-fence-object ValidatingAdmissionPolicy), and for a create in the Lease's
+	// namespace against the Lease (consistd-fence). A write guarded by a term that is over is refused.
 	Fence_FENCE_APISERVER Fence = 1
-	// Only this daemon checked the guard, when it sent the write: the apiserver cannot check it (the policy
-	// is not installed, this daemon may not claim terms, or the policy cannot see this write's namespace or
-	// scope), so a write delayed on its way past a change of leader may still land. `fencing.mode: require`
-	// refuses such a write instead.
+	// Only this daemon checked the guard, when it sent the write: the apiserver cannot check it (the policies
+	// are not installed, this daemon may not claim terms, or it is a create outside the Lease's namespace,
+	// where no object carries a token yet), so a write delayed on its way past a change of leader may still
+	// land. `fencing.mode: require` refuses such a write instead.
 	Fence_FENCE_DAEMON Fence = 2
 )
 
@@ -165,6 +166,9 @@ func (x *KubeObject) GetJson() []byte {
 
 // Names an election and the term in which a write must be made. A write carrying a guard is refused
 // with FAILED_PRECONDITION unless this daemon leads that election in exactly that term when it sends it.
+// Where the apiserver fences claims, a guarded write (but a delete) also stamps the object with its claim,
+// in the annotation consistd.io/fence: once a term has written an object, no write of an older term lands
+// on it. Only a guarded write may change that annotation.
 type WriteGuard struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Election name, as in LeadershipService.

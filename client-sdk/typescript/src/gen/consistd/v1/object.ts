@@ -12,15 +12,16 @@ export enum Fence {
   /** UNSPECIFIED - The write carried no guard. */
   UNSPECIFIED = 0,
   /**
-   * APISERVER - The apiserver checks the write's claim (the consistd-fence ValidatingAdmissionPolicy): where it lands,
-   * a write guarded by a term that is over is refused.
+   * APISERVER - The apiserver checks the write's claim where it lands, in any namespace or scope: against the token on
+   * the object (the consistd-fence-object ValidatingAdmissionPolicy), and for a create in the Lease's
+   * namespace against the Lease (consistd-fence). A write guarded by a term that is over is refused.
    */
   APISERVER = 1,
   /**
-   * DAEMON - Only this daemon checked the guard, when it sent the write: the apiserver cannot check it (the policy
-   * is not installed, this daemon may not claim terms, or the policy cannot see this write's namespace or
-   * scope), so a write delayed on its way past a change of leader may still land. `fencing.mode: require`
-   * refuses such a write instead.
+   * DAEMON - Only this daemon checked the guard, when it sent the write: the apiserver cannot check it (the policies
+   * are not installed, this daemon may not claim terms, or it is a create outside the Lease's namespace,
+   * where no object carries a token yet), so a write delayed on its way past a change of leader may still
+   * land. `fencing.mode: require` refuses such a write instead.
    */
   DAEMON = 2,
   UNRECOGNIZED = -1,
@@ -50,6 +51,9 @@ export interface KubeObject {
 /**
  * Names an election and the term in which a write must be made. A write carrying a guard is refused
  * with FAILED_PRECONDITION unless this daemon leads that election in exactly that term when it sends it.
+ * Where the apiserver fences claims, a guarded write (but a delete) also stamps the object with its claim,
+ * in the annotation consistd.io/fence: once a term has written an object, no write of an older term lands
+ * on it. Only a guarded write may change that annotation.
  */
 export interface WriteGuard {
   /** Election name, as in LeadershipService. */
