@@ -23,6 +23,7 @@ use kube::{
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+mod follow;
 pub(crate) mod token;
 
 /// Name of the ValidatingAdmissionPolicy that checks a claim against its election's Lease, and of its binding
@@ -236,11 +237,30 @@ impl Fencing {
         self.recheck.notify_one();
     }
 
-    /// Checks now and every `fencing.recheck` (or when [`Fencing::recheck`] asks) until `shutdown`, logging
-    /// each change. Only the cluster's answer moves the fence: a check that got none (the apiserver
-    /// unreachable, timing out or failing) leaves it where it was and is tried again soon. Fencing exists
-    /// for exactly those network conditions, so they must not turn the claim off.
+    /// Checks now, whenever a watch sees one of the policies or their bindings change, when a guarded write
+    /// asks ([`Fencing::recheck`]), and every `fencing.recheck` (for the grants, which no watch shows) until
+    /// `shutdown`, logging each change. Idle, the fence costs the apiserver four watches, each renewed every
+    /// 30 to 60 minutes, and one check per `fencing.recheck`.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let changed = || self.recheck.notify_one();
+        let policies = || Api::<ValidatingAdmissionPolicy>::all(self.client.clone());
+        let bindings = || Api::<ValidatingAdmissionPolicyBinding>::all(self.client.clone());
+        let followed = futures::future::join4(
+            follow::follow(policies(), POLICY, changed),
+            follow::follow(policies(), OBJECT_POLICY, changed),
+            follow::follow(bindings(), POLICY, changed),
+            follow::follow(bindings(), OBJECT_POLICY, changed),
+        );
+        tokio::select! {
+            () = self.checks(shutdown) => {}
+            _ = followed => {}
+        }
+    }
+
+    /// The checks of [`Fencing::run`]. Only the cluster's answer moves the fence: a check that got none (the
+    /// apiserver unreachable, timing out or failing) leaves it where it was and is tried again soon. Fencing
+    /// exists for exactly those network conditions, so they must not turn the claim off.
+    async fn checks(&self, shutdown: CancellationToken) {
         loop {
             let recheck = self.config.get().recheck;
             let (place, next) = match self.check().await {
@@ -445,6 +465,79 @@ mod tests {
             }
             assert_eq!(f.place(), place);
         }
+    }
+
+    /// A client of an apiserver with no fencing policy installed, whose first watch of the consistd-fence-object
+    /// binding shows it created: (the client, checks made so far, requests so far).
+    fn installed_while_watched() -> (Client, Arc<std::sync::atomic::AtomicUsize>, Arc<std::sync::atomic::AtomicUsize>) {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+
+        use http_body_util::{BodyExt, Full, StreamBody};
+
+        let (checks, requests, shown) =
+            (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)), Arc::new(AtomicBool::new(false)));
+        let counters = (checks.clone(), requests.clone());
+        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            let (checks, requests, shown) = (counters.0.clone(), counters.1.clone(), shown.clone());
+            async move {
+                requests.fetch_add(1, SeqCst);
+                let uri = request.uri().to_string();
+                let json = |status: u16, body: String| {
+                    let body = Full::new(bytes::Bytes::from(body)).boxed();
+                    Ok::<_, std::convert::Infallible>(
+                        http::Response::builder().status(status).body(body).expect("response"),
+                    )
+                };
+                if uri.contains("watch=true") {
+                    let binding = uri.contains("validatingadmissionpolicybindings")
+                        && uri.contains("consistd-fence-object")
+                        && !shown.swap(true, SeqCst);
+                    if binding {
+                        let event = serde_json::json!({ "type": "ADDED", "object": {
+                            "apiVersion": "admissionregistration.k8s.io/v1",
+                            "kind": "ValidatingAdmissionPolicyBinding",
+                            "metadata": { "name": OBJECT_POLICY, "resourceVersion": "2" },
+                            "spec": { "policyName": OBJECT_POLICY, "validationActions": ["Deny"] },
+                        }});
+                        return json(200, format!("{event}\n"));
+                    }
+                    let quiet = futures::stream::pending::<Result<hyper::body::Frame<bytes::Bytes>, _>>();
+                    return Ok(http::Response::new(StreamBody::new(quiet).boxed()));
+                }
+                if uri.contains("fieldSelector") {
+                    return json(
+                        200,
+                        r#"{"kind":"List","apiVersion":"v1","metadata":{"resourceVersion":"1"},"items":[]}"#.into(),
+                    );
+                }
+                if uri.ends_with(&format!("validatingadmissionpolicybindings/{POLICY}")) {
+                    checks.fetch_add(1, SeqCst);
+                }
+                json(
+                    404,
+                    r#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}"#.into(),
+                )
+            }
+        });
+        (Client::new(service, "default"), checks, requests)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_policy_installed_is_seen_by_its_watch_and_idle_the_fence_asks_nothing_more() {
+        use std::sync::atomic::Ordering::SeqCst;
+
+        let (apiserver, checks, requests) = installed_while_watched();
+        let config = consistd_core::config::Setter::new(FencingConfig::default()).1;
+        let f = Fencing::new(apiserver, config, Metrics::new());
+        let running = f.clone().run(CancellationToken::new());
+        tokio::select! {
+            () = running => panic!("run ended without shutdown"),
+            () = tokio::time::sleep(Duration::from_secs(20 * 60)) => {}
+        }
+        assert_eq!(checks.load(SeqCst), 2, "the check at start, and the one the watch asked for");
+        assert!(matches!(f.place(), Where::Local(_)), "{:?}", f.place());
+        // Four lists, four watches, one resumed after the event, and two checks of one GET each.
+        assert!(requests.load(SeqCst) <= 11, "idle for 20 minutes, the fence made {} requests", requests.load(SeqCst));
     }
 
     #[test]

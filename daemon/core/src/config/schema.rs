@@ -373,21 +373,22 @@ impl Default for ConsistencyConfig {
 }
 
 /// How guarded writes are fenced: at the apiserver where the cluster checks claims (the `consistd-fence`
-/// ValidatingAdmissionPolicy of manifests/fencing), else in this daemon only.
+/// ValidatingAdmissionPolicies of manifests/fencing), else in this daemon only.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct FencingConfig {
     /// What a guarded write the apiserver cannot check gets; `auto`.
     pub mode: FencingMode,
-    /// How often the cluster is asked again whether it checks claims, so installing or removing the
-    /// policy takes effect without a restart. 60 s. A check that gets no answer changes nothing.
+    /// How often the cluster is asked again whether it checks claims, for the grants no watch shows (the
+    /// policies themselves are watched: a change to them is seen at once). 30 min. A check that gets no
+    /// answer changes nothing.
     #[serde(with = "humantime_serde")]
     pub recheck: Duration,
 }
 
 impl Default for FencingConfig {
     fn default() -> Self {
-        Self { mode: FencingMode::default(), recheck: Duration::from_secs(60) }
+        Self { mode: FencingMode::default(), recheck: Duration::from_secs(30 * 60) }
     }
 }
 
