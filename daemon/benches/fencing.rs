@@ -12,7 +12,9 @@
 //!    successor's write (by resourceVersion, on the stamped object) and after the Lease write's answer (on
 //!    the other);
 //! 3. what fencing costs a write: a guarded patch through the daemon with fencing at the apiserver against
-//!    the same patch unguarded, side by side.
+//!    the same patch unguarded, side by side;
+//! 4. what an idle follower daemon costs the apiserver with fencing installed: every request its own user
+//!    made over [`IDLE`], from the apiserver's audit log, by verb and resource.
 //!
 //! Not a test: it measures and prints.
 
@@ -43,6 +45,10 @@ const RACES: u64 = 1_000;
 const AFTER: usize = 3;
 /// Leases other writers keep patching meanwhile, so the apiserver's Lease informer has work to do.
 const CHURN: usize = 50;
+/// How long the follower is watched idle.
+const IDLE: Duration = Duration::from_secs(240);
+/// The user the idle follower daemon authenticates as, so the audit log tells its requests apart.
+const FOLLOWER: &str = "consistd-bench-follower";
 const WRITES: usize = 200;
 
 fn ms(d: Duration) -> f64 {
@@ -291,5 +297,75 @@ async fn main() {
     figures::record_distribution("fencing-write", "ms", "guarded, fenced at the apiserver", &fenced);
     println!("  unguarded:                        {}", summary(&mut plain));
     println!("  guarded, fenced at the apiserver: {}", summary(&mut fenced));
+    idle_follower(&kube, &ns).await;
     drop(states);
+}
+
+/// Every request an idle follower daemon (its own user, a cluster admin) makes over [`IDLE`], from the audit
+/// log, while the bench's daemon leads the election it campaigns in.
+async fn idle_follower(kube: &kube::Client, ns: &str) {
+    use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+
+    let dir = tempfile::tempdir().expect("a directory for the follower's kubeconfig");
+    let kubeconfig = consistd_testkit::kubeconfig_for_user(FOLLOWER, dir.path());
+    let bindings: Api<ClusterRoleBinding> = Api::all(kube.clone());
+    let admin: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": { "name": FOLLOWER },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin" },
+        "subjects": [{ "apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": FOLLOWER }]
+    }))
+    .expect("ClusterRoleBinding");
+    let _ = bindings.delete(FOLLOWER, &kube::api::DeleteParams::default()).await;
+    bindings.create(&PostParams::default(), &admin).await.expect("make the follower's user an admin");
+    let follower = Daemon::builder(BIN)
+        .config(format!("identity: follower\nnamespace: {ns}\n"))
+        .env("KUBECONFIG", kubeconfig.display().to_string())
+        .start()
+        .await;
+    let request = CampaignRequest { election: "bench".into(), ..Default::default() };
+    let mut states = follower.client().leadership().campaign(request).await.expect("campaign").into_inner();
+    loop {
+        let s = states.message().await.expect("campaign").expect("a state").status.expect("status");
+        if s.state() == LeadershipState::Follower {
+            break;
+        }
+    }
+    loop {
+        let report = consistd_server::admin::fetch_report(follower.admin_socket()).await.expect("consistd status");
+        if report.fencing.is_some_and(|f| f.at_apiserver) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let offset = consistd_testkit::audit_offset();
+    tokio::time::sleep(IDLE).await;
+    let mut requests = std::collections::BTreeMap::<String, u64>::new();
+    for event in consistd_testkit::audit_events(offset) {
+        if event["stage"] == "ResponseComplete" && event["user"]["username"] == FOLLOWER {
+            let what = format!(
+                "{} {}",
+                event["verb"].as_str().unwrap_or("?"),
+                event["objectRef"]["resource"].as_str().unwrap_or("?")
+            );
+            *requests.entry(what).or_insert(0) += 1;
+        }
+    }
+    let total: u64 = requests.values().sum();
+    #[allow(clippy::cast_precision_loss, reason = "counts far below 2^52")]
+    let per_second = total as f64 / IDLE.as_secs_f64();
+    figures::record(
+        "fencing-idle",
+        "apiserver requests/s",
+        "an idle follower, fencing installed",
+        "follower",
+        per_second,
+    );
+    println!(
+        "an idle follower daemon with fencing installed, {} s: {total} requests ({per_second:.4}/s) {requests:?}",
+        IDLE.as_secs()
+    );
+    drop(states);
+    drop(follower);
+    bindings.delete(FOLLOWER, &kube::api::DeleteParams::default()).await.expect("remove the follower's grant");
 }
