@@ -5,6 +5,7 @@
 
 mod elector;
 pub mod group;
+pub mod member_lease;
 pub mod membership;
 pub mod rollcall;
 

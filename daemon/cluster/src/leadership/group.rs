@@ -15,7 +15,7 @@ use std::{
 use consistd_core::lease::{AppliedBy, MEMBER_OF_LABEL};
 use tokio::time::Instant;
 
-use super::membership::{MemberRecord, group_label};
+use super::member_lease::{MemberRecord, group_label};
 use crate::watch::{Hub, Mirror, Query, ResourceError, object::Obj, sleep_until};
 
 /// One member Lease as this daemon last saw it.

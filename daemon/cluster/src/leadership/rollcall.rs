@@ -15,7 +15,7 @@ use futures::{StreamExt, future::BoxFuture, stream};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Key, Leadership, Role, group::GroupReader, membership::Contacts};
+use super::{Key, Leadership, Role, group::GroupReader, member_lease::Contacts};
 
 /// How many members are reached at once.
 const IN_FLIGHT: usize = 32;
