@@ -65,6 +65,22 @@ async fn candidate_with(
     Candidate { daemon, latest, _stream: stream }
 }
 
+/// The cast of most tests: A (with more `config`, and its own Lease `timing`) leads through a proxy that can
+/// hold its link, B follows on a direct one, both fenced at the apiserver. The proxy, A, A's term and B.
+async fn a_leads_behind_a_proxy(
+    ns: &str,
+    config: &str,
+    timing: (i64, i64, i64),
+) -> (DelayProxy, Candidate, u64, Candidate) {
+    let proxy = DelayProxy::start(consistd_testkit::apiserver_addr()).await;
+    let a = candidate_with("pod-a", ns, Some(&proxy), config, timing).await;
+    let term = leads(&a, 1).await;
+    let b = candidate("pod-b", ns, None).await;
+    fenced_at_apiserver(&a.daemon).await;
+    fenced_at_apiserver(&b.daemon).await;
+    (proxy, a, term, b)
+}
+
 /// Waits until `c` says LEADER in a term of at least `min_term`; returns the term.
 async fn leads(c: &Candidate, min_term: u64) -> u64 {
     let deadline = tokio::time::Instant::now() + WAIT;
@@ -117,10 +133,27 @@ async fn setup() -> (Api<ConfigMap>, String) {
     let kube = consistd_testkit::kube_client().await;
     let ns = consistd_testkit::namespace(&kube).await;
     let configmaps: Api<ConfigMap> = Api::namespaced(kube, &ns);
-    let cm: ConfigMap = serde_json::from_value(json!({ "metadata": { "name": ELECTION }, "data": { "by": "nobody" } }))
-        .expect("ConfigMap");
-    configmaps.create(&PostParams::default(), &cm).await.expect("create the ConfigMap");
+    written_by_nobody(&configmaps, &[ELECTION]).await;
     (configmaps, ns)
+}
+
+/// Creates the ConfigMaps `names`, each with `data.by` "nobody".
+async fn written_by_nobody(configmaps: &Api<ConfigMap>, names: &[&str]) {
+    for name in names {
+        let cm: ConfigMap = serde_json::from_value(json!({ "metadata": { "name": name }, "data": { "by": "nobody" } }))
+            .expect("ConfigMap");
+        configmaps.create(&PostParams::default(), &cm).await.unwrap_or_else(|e| panic!("create ConfigMap {name}: {e}"));
+    }
+}
+
+/// A namespace other than the Lease's, with the ConfigMaps `names` written by nobody: its ConfigMaps, its name,
+/// and the cluster's Namespaces (it is one, a cluster-scoped object to write).
+async fn another_namespace(names: &[&str]) -> (Api<ConfigMap>, String, Api<k8s_openapi::api::core::v1::Namespace>) {
+    let kube = consistd_testkit::kube_client().await;
+    let other = consistd_testkit::namespace(&kube).await;
+    let configmaps: Api<ConfigMap> = Api::namespaced(kube.clone(), &other);
+    written_by_nobody(&configmaps, names).await;
+    (configmaps, other, Api::all(kube))
 }
 
 /// The app sends `patch` through `daemon` and waits for its answer in the background, while the test
@@ -169,12 +202,7 @@ async fn written_by(configmaps: &Api<ConfigMap>) -> String {
 #[tokio::test]
 async fn a_write_held_by_the_network_past_a_handover_is_refused_by_the_apiserver() {
     let (configmaps, ns) = setup().await;
-    let proxy = DelayProxy::start(consistd_testkit::apiserver_addr()).await;
-    let a = candidate("pod-a", &ns, Some(&proxy)).await;
-    let term = leads(&a, 1).await;
-    let b = candidate("pod-b", &ns, None).await;
-    fenced_at_apiserver(&a.daemon).await;
-    fenced_at_apiserver(&b.daemon).await;
+    let (proxy, a, term, b) = a_leads_behind_a_proxy(&ns, "", TIMING).await;
     assert!(a.daemon.logs().contains("guarded writes are fenced at the apiserver"), "{}", a.daemon.logs());
 
     // A's link holds traffic: its app's write, checked in A while A still leads, waits on the way.
@@ -234,13 +262,8 @@ async fn a_daemon_stopped_past_its_lease_gets_no_write_in_with_its_old_term() {
 #[tokio::test]
 async fn a_recheck_that_gets_no_answer_keeps_the_claim() {
     let (configmaps, ns) = setup().await;
-    let proxy = DelayProxy::start(consistd_testkit::apiserver_addr()).await;
     // A renew deadline well past the cut, so A still leads when its app writes after it.
-    let a = candidate_with("pod-a", &ns, Some(&proxy), "fencing:\n  recheck: 1s\n", (8, 6, 1)).await;
-    let term = leads(&a, 1).await;
-    let b = candidate("pod-b", &ns, None).await;
-    fenced_at_apiserver(&a.daemon).await;
-    fenced_at_apiserver(&b.daemon).await;
+    let (proxy, a, term, b) = a_leads_behind_a_proxy(&ns, "fencing:\n  recheck: 1s\n", (8, 6, 1)).await;
 
     proxy.cut(true);
     let cut = tokio::time::Instant::now();
@@ -268,16 +291,9 @@ async fn a_recheck_that_gets_no_answer_keeps_the_claim() {
 #[tokio::test]
 async fn each_answer_names_its_fence_and_require_refuses_what_the_apiserver_cannot_check() {
     use consistd_client::proto::{CreateRequest, Fence};
-    use k8s_openapi::api::core::v1::Namespace;
 
     let (configmaps, ns) = setup().await;
-    let kube = consistd_testkit::kube_client().await;
-    let other = consistd_testkit::namespace(&kube).await;
-    let elsewhere: Api<ConfigMap> = Api::namespaced(kube.clone(), &other);
-    let cm: ConfigMap = serde_json::from_value(json!({ "metadata": { "name": ELECTION }, "data": { "by": "nobody" } }))
-        .expect("ConfigMap");
-    elsewhere.create(&PostParams::default(), &cm).await.expect("create the other namespace's ConfigMap");
-    let namespaces: Api<Namespace> = Api::all(kube);
+    let (elsewhere, other, namespaces) = another_namespace(&[ELECTION]).await;
     let relabel = |by: &str| PatchRequest {
         resource: "namespaces".into(),
         name: other.clone(),
@@ -360,25 +376,11 @@ async fn each_answer_names_its_fence_and_require_refuses_what_the_apiserver_cann
 #[tokio::test]
 async fn held_writes_of_every_kind_to_any_namespace_or_scope_are_refused_once_the_successor_wrote() {
     use consistd_client::proto::{DeleteRequest, UpdateRequest};
-    use k8s_openapi::api::core::v1::Namespace;
 
     let (_, ns) = setup().await;
-    let kube = consistd_testkit::kube_client().await;
-    let other = consistd_testkit::namespace(&kube).await;
-    let elsewhere: Api<ConfigMap> = Api::namespaced(kube.clone(), &other);
     let names = ["merge", "update", "json", "apply", "delete"];
-    for name in names {
-        let cm: ConfigMap = serde_json::from_value(json!({ "metadata": { "name": name }, "data": { "by": "nobody" } }))
-            .expect("ConfigMap");
-        elsewhere.create(&PostParams::default(), &cm).await.expect("create a ConfigMap in the other namespace");
-    }
-    let namespaces: Api<Namespace> = Api::all(kube);
-    let proxy = DelayProxy::start(consistd_testkit::apiserver_addr()).await;
-    let a = candidate("pod-a", &ns, Some(&proxy)).await;
-    let term = leads(&a, 1).await;
-    let b = candidate("pod-b", &ns, None).await;
-    fenced_at_apiserver(&a.daemon).await;
-    fenced_at_apiserver(&b.daemon).await;
+    let (elsewhere, other, namespaces) = another_namespace(&names).await;
+    let (proxy, a, term, b) = a_leads_behind_a_proxy(&ns, "", TIMING).await;
 
     let guard = |term: u64| Some(WriteGuard { election: ELECTION.into(), namespace: String::new(), term });
     let patch = |name: &str, kind: PatchType, body: serde_json::Value, term: u64| PatchRequest {
@@ -496,12 +498,7 @@ async fn a_lease_deleted_and_created_again_never_reuses_a_term() {
     use k8s_openapi::api::coordination::v1::Lease;
 
     let (configmaps, ns) = setup().await;
-    let proxy = DelayProxy::start(consistd_testkit::apiserver_addr()).await;
-    let a = candidate("pod-a", &ns, Some(&proxy)).await;
-    let term = leads(&a, 1).await;
-    let b = candidate("pod-b", &ns, None).await;
-    fenced_at_apiserver(&a.daemon).await;
-    fenced_at_apiserver(&b.daemon).await;
+    let (proxy, a, term, b) = a_leads_behind_a_proxy(&ns, "", TIMING).await;
     // B follows A before the delete: it has seen A's term.
     let deadline = tokio::time::Instant::now() + WAIT;
     while b.latest.lock().expect("lock").clone().is_none_or(|(s, _, t)| s != LeadershipState::Follower || t != term) {
@@ -545,12 +542,7 @@ async fn a_work_items_write_is_fenced_by_its_lease_whatever_the_app_sent() {
     use tokio_stream::wrappers::ReceiverStream;
 
     let (configmaps, ns) = setup().await;
-    let proxy = DelayProxy::start(consistd_testkit::apiserver_addr()).await;
-    let a = candidate("pod-a", &ns, Some(&proxy)).await;
-    let term = leads(&a, 1).await;
-    let b = candidate("pod-b", &ns, None).await;
-    fenced_at_apiserver(&a.daemon).await;
-    fenced_at_apiserver(&b.daemon).await;
+    let (proxy, a, term, b) = a_leads_behind_a_proxy(&ns, "", TIMING).await;
 
     let spec = QueueSpec {
         name: "fenced".into(),
