@@ -254,3 +254,82 @@ async fn leadership_says_unknown_at_once_when_the_connection_is_lost_then_leads_
     }
     assert!(again["term"].as_u64().expect("term") >= term, "{again}");
 }
+
+#[tokio::test]
+async fn a_reconciler_is_handed_each_key_in_its_term_its_writes_are_fenced_and_a_lost_term_ends_them() {
+    use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+
+    let kube = kube_client().await;
+    let ns = namespace(&kube).await;
+    let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
+    write(&cms, "work", "0", true).await;
+    let a = sender(None).await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !a.logs().contains("guarded writes are fenced at the apiserver") {
+        assert!(tokio::time::Instant::now() < deadline, "not fenced at the apiserver:\n{}", a.logs());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let agent = agent(a.socket());
+    let mut states = agent.stream("l");
+    agent
+        .call("campaign", json!({ "stream": "l", "election": "conformance", "namespace": ns }))
+        .await
+        .expect("campaign");
+    let term = loop {
+        let state = states.item().await;
+        if text(&state, "state") == "LEADER" {
+            break state["term"].as_u64().expect("term");
+        }
+    };
+    let mut items = agent.stream("q");
+    let queue = json!({ "stream": "q", "queue": "conformance", "resource": "configmaps", "namespace": ns,
+        "election": "conformance", "electionNamespace": ns });
+    agent.call("reconcile", queue).await.expect("reconcile");
+
+    // Handed out in the term it leads; the item's write is fenced at the apiserver and stamps the object.
+    let item = items.item().await;
+    assert_eq!((text(&item, "name"), item["term"].as_u64()), ("work", Some(term)), "{item}");
+    let handle =
+        |patch: Value, outcome: &str| json!({ "stream": "q", "name": "work", "patch": patch, "outcome": outcome });
+    let written =
+        agent.call("handle", handle(json!({ "data": { "v": "agent" } }), "DONE")).await.expect("the item's write");
+    assert_eq!(text(&written, "fence"), "APISERVER", "the daemon guards an election-gated item's writes: {written}");
+    let cm = cms.get("work").await.expect("read");
+    let stamp = cm.metadata.annotations.unwrap_or_default().remove("consistd.io/fence");
+    assert_eq!(stamp, Some(format!("{ns}/conformance/{term}")), "the write stamped the object with its claim");
+    assert_eq!(cm.data.unwrap_or_default().remove("v").as_deref(), Some("agent"));
+    // Whatever passes that write queued end without writing.
+    while let Some(line) = items.next_within(Duration::from_secs(2)).await {
+        assert_eq!(text(&line.expect("an item"), "name"), "work");
+        agent.call("handle", handle(Value::Null, "DONE")).await.expect("a pass without a write");
+    }
+
+    // Another writer changes the primary: the key is handed out again, in the same term.
+    write(&cms, "work", "theirs", false).await;
+    let again = items.item().await;
+    assert_eq!((text(&again, "name"), again["term"].as_u64()), ("work", Some(term)), "{again}");
+
+    // The Lease moves to another holder in a later term while that lease is out: its write is refused.
+    let leases: Api<Lease> = Api::namespaced(kube, &ns);
+    let transitions = leases.get("conformance").await.expect("the Lease").spec.and_then(|s| s.lease_transitions);
+    let usurped = LeaseSpec {
+        holder_identity: Some("usurper".into()),
+        lease_transitions: Some(transitions.unwrap_or(0) + 1),
+        lease_duration_seconds: Some(3600),
+        renew_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
+        acquire_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
+        ..LeaseSpec::default()
+    };
+    let patch = Patch::Merge(json!({ "spec": usurped }));
+    leases.patch("conformance", &PatchParams::default(), &patch).await.expect("another holder takes the Lease");
+    let mut state = states.item().await;
+    while text(&state, "state") == "LEADER" {
+        state = states.item().await;
+    }
+    let late = agent.call("handle", handle(json!({ "data": { "v": "late" } }), "DONE")).await;
+    let refused = late.expect_err("a write for a lease of a term that is over");
+    assert_eq!(refused.code, "FAILED_PRECONDITION", "{refused:?}");
+    let cm = cms.get("work").await.expect("read");
+    assert_eq!(cm.data.unwrap_or_default().remove("v").as_deref(), Some("theirs"), "nothing was written");
+}

@@ -9,7 +9,7 @@ use std::{
 };
 
 use consistd_client::{
-    Client, Error, Event, Sent, Watch,
+    Action, Client, Error, Event, ReconcileError, ReconcileSpec, Reconciler, Sent, Watch, WorkItem,
     proto::{CampaignRequest, DeliveryMode, GetRequest, PatchRequest, PatchType, SendRequest},
     to_peer,
 };
@@ -18,6 +18,8 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 
 type Events = Pin<Box<dyn Stream<Item = Result<Event, Error>> + Send>>;
+/// A reconcile handler waiting for its `handle`.
+type Waiting = tokio::sync::oneshot::Sender<Handle>;
 
 /// What the agent keeps between commands.
 #[derive(Clone)]
@@ -27,7 +29,17 @@ struct Agent {
     sent: Arc<Mutex<HashMap<String, Arc<Sent>>>>,
     /// Watches started with `take` false, by stream name.
     paused: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<Events>>>>>,
+    /// Reconcile handlers waiting for their `handle`, by (stream, item name).
+    handlers: Arc<Mutex<HashMap<(String, String), Waiting>>>,
     out: Arc<tokio::sync::Mutex<tokio::io::Stdout>>,
+}
+
+/// What a `handle` tells a waiting handler: the patch to write (if any), whether to end DONE, and where to
+/// answer with the write's result.
+struct Handle {
+    patch: Option<Value>,
+    done: bool,
+    answer: tokio::sync::oneshot::Sender<Result<Value, Failure>>,
 }
 
 /// A command's failure: the gRPC code's name and a message.
@@ -115,6 +127,8 @@ impl Agent {
             "send" => self.send(&command).await,
             "outcome" => self.outcome(&command).await,
             "campaign" => self.campaign(&command),
+            "reconcile" => self.reconcile(&command),
+            "handle" => self.handle(&command).await,
             other => Err(invalid(format!("op: unknown op {other:?}"))),
         };
         self.print(match answer {
@@ -247,6 +261,78 @@ impl Agent {
     }
 }
 
+impl Agent {
+    fn reconcile(&self, c: &Value) -> Result<Value, Failure> {
+        let stream = field(c, "stream")?.to_owned();
+        let spec = ReconcileSpec::new(field(c, "queue")?, field(c, "resource")?)
+            .namespace(field(c, "namespace")?)
+            .election(field(c, "election")?, field(c, "electionNamespace")?);
+        let agent = self.clone();
+        let handler = move |item: WorkItem| {
+            let (agent, stream) = (agent.clone(), stream.clone());
+            async move { agent.handler(&stream, item).await }
+        };
+        let reconciler = Reconciler::new(&self.client, spec);
+        tokio::spawn(async move {
+            if let Err(e) = reconciler.run(handler).await {
+                eprintln!("conformance agent: the reconciler ended: {e}");
+            }
+        });
+        Ok(json!({}))
+    }
+
+    /// The reconcile handler: prints the item, waits for its `handle`, writes as told through the item's
+    /// objects client, answers with the write's result and ends as told.
+    async fn handler(&self, stream: &str, item: WorkItem) -> Result<Action, ReconcileError> {
+        let (told, handle) = tokio::sync::oneshot::channel();
+        let key = (stream.to_owned(), item.name.clone());
+        self.handlers.lock().unwrap_or_else(PoisonError::into_inner).insert(key, told);
+        let line = json!({ "namespace": item.namespace, "name": item.name, "term": item.term,
+            "attempt": item.attempt, "leaseId": item.lease_id });
+        self.print(json!({ "stream": stream, "item": line })).await;
+        let Ok(handle) = handle.await else { return Err(ReconcileError::retry("the agent stopped")) };
+        let written = match handle.patch {
+            None => Ok(json!({})),
+            Some(patch) => {
+                let request = PatchRequest {
+                    resource: "configmaps".into(),
+                    namespace: item.namespace.clone(),
+                    name: item.name.clone(),
+                    patch_type: PatchType::Merge.into(),
+                    patch: patch.to_string().into_bytes(),
+                    ..Default::default()
+                };
+                match item.objects().patch(request).await {
+                    Ok(answer) => {
+                        let answer = answer.into_inner();
+                        let fence = answer.fence().as_str_name().trim_start_matches("FENCE_").to_owned();
+                        let version = answer.object.unwrap_or_default().resource_version;
+                        Ok(json!({ "resourceVersion": version, "fence": fence }))
+                    }
+                    Err(status) => Err(Failure::from(status)),
+                }
+            }
+        };
+        let _ = handle.answer.send(written);
+        if handle.done { Ok(Action::done()) } else { Err(ReconcileError::retry("the suite asked for a retry")) }
+    }
+
+    async fn handle(&self, c: &Value) -> Result<Value, Failure> {
+        let key = (field(c, "stream")?.to_owned(), field(c, "name")?.to_owned());
+        let done = match field(c, "outcome")? {
+            "DONE" => true,
+            "RETRY" => false,
+            other => return Err(invalid(format!("outcome: {other:?} is neither DONE nor RETRY"))),
+        };
+        let patch = c.get("patch").filter(|p| !p.is_null()).cloned();
+        let waiting = self.handlers.lock().unwrap_or_else(PoisonError::into_inner).remove(&key);
+        let waiting = waiting.ok_or_else(|| invalid(format!("name: no handler waits with item {:?}", key.1)))?;
+        let (answer, written) = tokio::sync::oneshot::channel();
+        waiting.send(Handle { patch, done, answer }).map_err(|_| invalid("name: that handler is gone"))?;
+        written.await.map_err(|_| Failure { code: "UNKNOWN", message: "the handler ended without answering".into() })?
+    }
+}
+
 fn stream_line(stream: &str, next: Result<Event, Error>) -> Value {
     match next {
         Ok(e) => json!({ "stream": stream, "item": event_json(&e) }),
@@ -260,6 +346,7 @@ async fn main() {
         client: Client::from_env(),
         sent: Arc::default(),
         paused: Arc::default(),
+        handlers: Arc::default(),
         out: Arc::new(tokio::sync::Mutex::new(tokio::io::stdout())),
     };
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
