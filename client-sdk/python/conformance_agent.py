@@ -2,9 +2,9 @@
 client-sdk/conformance/README.md with one ``consistd.Client`` on ``CONSISTD_SOCKET``.
 
 Commands come one JSON object a line on standard input, read without blocking the event loop; each runs in a
-task of its own and is answered with one JSON line on standard output, where the watches and campaigns it
-starts print their items too. The agent uses the SDK's public API only, as an app would, and exits 0 when
-standard input closes. Everything else it has to say goes to standard error.
+task of its own and is answered with one JSON line on standard output, where the watches, campaigns and
+reconcilers it starts print their items too. The agent uses the SDK's public API only, as an app would, and
+exits 0 when standard input closes. Everything else it has to say goes to standard error.
 
     hack/sdk/python.sh conformance
 """
@@ -131,6 +131,31 @@ def state_item(status: consistd.LeadershipStatus) -> JsonObject:
     return {"state": status.state.name, "holder": status.holder, "term": status.term}
 
 
+def work_item(item: consistd.WorkItem) -> JsonObject:
+    """A work item as the protocol prints it."""
+    return {
+        "namespace": item.namespace,
+        "name": item.name,
+        "term": item.term,
+        "attempt": item.attempt,
+        "leaseId": item.lease_id,
+    }
+
+
+class Retry(Exception):  # noqa: N818 (what it asks of the reconciler)
+    """Raised by the reconcile handler told RETRY: the SDK completes the lease RETRY."""
+
+
+@dataclass
+class Handle:
+    """What a ``handle`` tells the reconcile handler waiting for it: the merge patch to write (None: no write),
+    whether to end DONE (else RETRY), and where to answer with the write's result or its failure."""
+
+    patch: Any
+    done: bool
+    answer: asyncio.Future[JsonObject]
+
+
 @dataclass
 class PausedWatch:
     """A watch started with ``take`` false: nothing pulls from its iterator until a ``take`` command does, so the
@@ -153,6 +178,8 @@ class Agent:
         self._sent: dict[str, consistd.SentMessage] = {}
         #: The watches started with ``take`` false, by stream name.
         self._paused: dict[str, PausedWatch] = {}
+        #: The reconcile handlers waiting for their ``handle``, by (stream, item name).
+        self._handlers: dict[tuple[str, str], asyncio.Future[Handle]] = {}
         #: The commands running and the streams printing (the loop keeps only weak references to tasks).
         self._tasks: set[asyncio.Task[None]] = set()
         self._ops: dict[str, Callable[[Command], Awaitable[JsonObject]]] = {
@@ -163,6 +190,8 @@ class Agent:
             "send": self.send,
             "outcome": self.outcome,
             "campaign": self.campaign,
+            "reconcile": self.reconcile,
+            "handle": self.handle,
         }
 
     def start(self, command: JsonObject) -> None:
@@ -287,6 +316,82 @@ class Agent:
         # Leaving `async with` (the agent stopping) resigns.
         async with campaign:
             await self._print_stream(stream, campaign, state_item)
+
+    async def reconcile(self, c: Command) -> JsonObject:
+        """Runs the SDK's reconciler on a queue whose work is handed out only while the daemon leads the election;
+        its handler prints each work item and waits for a ``handle`` of its name."""
+        stream = c.text("stream")
+        spec = consistd.ReconcileSpec(
+            name=c.text("queue"),
+            resource=c.text("resource"),
+            namespace=c.text("namespace"),
+            election=c.text("election"),
+            election_namespace=c.text("electionNamespace"),
+        )
+
+        async def handler(item: consistd.WorkItem) -> None:
+            await self._handler(stream, item)
+
+        self._spawn(self._reconcile(spec, handler), f"reconcile {stream!r}")
+        return {}
+
+    async def _reconcile(self, spec: consistd.ReconcileSpec, handler: consistd.ReconcileHandler) -> None:
+        try:
+            await self._client.reconcile(spec, handler)
+        except consistd.ConsistdError as e:
+            log.error("the reconciler of queue %s ended: %s", spec.name, e)
+
+    async def _handler(self, stream: str, item: consistd.WorkItem) -> None:
+        """The reconcile handler: prints the item, waits for its ``handle``, writes as told through the item's
+        objects client, answers with the write's result and ends as told."""
+        key = (stream, item.name)
+        told: asyncio.Future[Handle] = asyncio.get_running_loop().create_future()
+        # Waiting before the item is printed: the suite may send the handle as soon as it reads the line.
+        self._handlers[key] = told
+        try:
+            self._out.stream_item(stream, work_item(item))
+            handle = await told
+        finally:
+            if self._handlers.get(key) is told:
+                del self._handlers[key]
+        try:
+            handle.answer.set_result(await self._write(item, handle.patch))
+        except Exception as e:
+            handle.answer.set_exception(failure_of(e))
+        finally:
+            # Cancelled meanwhile (the agent stopping): the handle still gets an answer.
+            if not handle.answer.done():
+                handle.answer.set_exception(Failure("UNKNOWN", "the handler ended without answering"))
+        if not handle.done:
+            raise Retry("the suite asked for a retry")
+
+    @staticmethod
+    async def _write(item: consistd.WorkItem, patch: Any) -> JsonObject:
+        """Merge-patches the item's primary through the item's own objects client (as it is, adding no guard);
+        the new resourceVersion."""
+        if patch is None:
+            return {}
+        obj = await item.objects.patch(
+            "configmaps",
+            item.name,
+            json.dumps(patch, separators=(",", ":")),
+            namespace=item.namespace,
+            patch_type=consistd.PatchType.MERGE,
+        )
+        return {"resourceVersion": obj.resource_version}
+
+    async def handle(self, c: Command) -> JsonObject:
+        """Tells the reconcile handler waiting with the item ``name`` what to write and how to end; answers with
+        the write's result, or fails with its error."""
+        stream, name, outcome = c.text("stream"), c.text("name"), c.text("outcome")
+        if outcome not in ("DONE", "RETRY"):
+            raise invalid(f"outcome: {outcome!r} is neither DONE nor RETRY")
+        told = self._handlers.pop((stream, name), None)
+        if told is None or told.done():
+            raise invalid(f"name: no handler waits with item {name!r}")
+        answer: asyncio.Future[JsonObject] = asyncio.get_running_loop().create_future()
+        told.set_result(Handle(patch=c.fields.get("patch"), done=outcome == "DONE", answer=answer))
+        return await answer
 
     async def _print_stream(self, stream: str, items: AsyncIterator[Any], to_json: Callable[[Any], JsonObject]) -> None:
         """Prints every item of a watch or a campaign as it comes, then the error that ended it, if any."""

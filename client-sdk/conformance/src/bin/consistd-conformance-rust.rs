@@ -304,10 +304,8 @@ impl Agent {
                 };
                 match item.objects().patch(request).await {
                     Ok(answer) => {
-                        let answer = answer.into_inner();
-                        let fence = answer.fence().as_str_name().trim_start_matches("FENCE_").to_owned();
-                        let version = answer.object.unwrap_or_default().resource_version;
-                        Ok(json!({ "resourceVersion": version, "fence": fence }))
+                        let version = answer.into_inner().object.unwrap_or_default().resource_version;
+                        Ok(json!({ "resourceVersion": version }))
                     }
                     Err(status) => Err(Failure::from(status)),
                 }

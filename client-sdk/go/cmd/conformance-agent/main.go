@@ -2,9 +2,9 @@
 // protocol of client-sdk/conformance/README.md with one consistd.Client on CONSISTD_SOCKET.
 //
 // Commands come one JSON object a line on standard input; each is handled on a goroutine of its own and
-// answered with one JSON line on standard output, where the watches and campaigns it starts print their
-// items too. The agent uses the SDK's public API only, as an app would, and exits 0 when standard input
-// closes. Everything else it has to say goes to standard error.
+// answered with one JSON line on standard output, where the watches, campaigns and reconcilers it starts
+// print their items too. The agent uses the SDK's public API only, as an app would, and exits 0 when
+// standard input closes. Everything else it has to say goes to standard error.
 //
 //	hack/sdk/go.sh conformance
 package main
@@ -39,10 +39,11 @@ func main() {
 	// The client is never closed: the agent exits when its input ends, which ends every call, and a call
 	// still running should not print an answer (CANCELLED) the suite never asked to see.
 	a := &agent{
-		client: client,
-		out:    bufio.NewWriter(os.Stdout),
-		sent:   map[string]*consistd.Sent{},
-		paused: map[string]*pausedWatch{},
+		client:   client,
+		out:      bufio.NewWriter(os.Stdout),
+		sent:     map[string]*consistd.Sent{},
+		paused:   map[string]*pausedWatch{},
+		handlers: map[handlerKey]chan handleCommand{},
 	}
 	if err := a.serve(context.Background(), os.Stdin); err != nil {
 		log.Fatalf("reading commands: %v", err)
@@ -57,12 +58,31 @@ type agent struct {
 	outMu sync.Mutex
 	out   *bufio.Writer
 
-	// mu guards sent and paused.
+	// mu guards sent, paused and handlers.
 	mu sync.Mutex
 	// sent is each send's result by message id, for outcome.
 	sent map[string]*consistd.Sent
 	// paused are the watches started with take false, by stream name.
 	paused map[string]*pausedWatch
+	// handlers are the reconcile passes waiting for their handle, by reconcile stream and item name.
+	handlers map[handlerKey]chan handleCommand
+}
+
+// handlerKey names a waiting reconcile pass: the reconcile's stream and the item's name.
+type handlerKey struct{ stream, name string }
+
+// handleCommand is what a handle tells a waiting pass: the merge patch to write (nil for none), whether
+// to end DONE (else RETRY), and where to answer with the write's result.
+type handleCommand struct {
+	patch  json.RawMessage
+	done   bool
+	answer chan<- handled
+}
+
+// handled is the result of a pass's write: the handle's answer or its error.
+type handled struct {
+	ok  any
+	err error
 }
 
 // pausedWatch is a watch whose events are taken only when a take command asks: next is the app taking
@@ -248,6 +268,10 @@ func (a *agent) run(ctx context.Context, c command) {
 		ok, err = a.outcome(ctx, c)
 	case "campaign":
 		ok, err = a.campaign(ctx, c)
+	case "reconcile":
+		ok, err = a.reconcile(ctx, c)
+	case "handle":
+		ok, err = a.handle(c)
 	default:
 		err = invalid("op: unknown op %q", op)
 	}
@@ -498,4 +522,145 @@ func (a *agent) campaign(ctx context.Context, c command) (any, error) {
 		}
 	}()
 	return empty{}, nil
+}
+
+// workItem is a work item as the protocol prints it.
+type workItem struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Term      uint64 `json:"term"`
+	Attempt   uint32 `json:"attempt"`
+	LeaseID   string `json:"leaseId"`
+}
+
+// reconcile runs the SDK's reconciler on the queue, its handler printing each item and then waiting for
+// the item's handle. The reconciler runs as long as the agent; should it end (the daemon refused the
+// spec), its error is the stream's last line.
+func (a *agent) reconcile(ctx context.Context, c command) (any, error) {
+	stream, err := c.text("stream")
+	if err != nil {
+		return nil, err
+	}
+	var spec consistd.ReconcileSpec
+	for _, f := range []struct {
+		name string
+		into *string
+	}{
+		{"queue", &spec.Name},
+		{"resource", &spec.Resource},
+		{"namespace", &spec.Namespace},
+		{"election", &spec.Election},
+		{"electionNamespace", &spec.ElectionNamespace},
+	} {
+		if *f.into, err = c.text(f.name); err != nil {
+			return nil, err
+		}
+	}
+	handler := consistd.ReconcilerFunc(func(ctx context.Context, item consistd.Item) (consistd.Result, error) {
+		return a.handler(ctx, stream, item)
+	})
+	go func() {
+		err := a.client.Reconcile(ctx, spec, handler)
+		log.Printf("the reconciler of stream %q ended: %v", stream, err)
+		a.print(streamLine{Stream: stream, Error: failureOf(err)})
+	}()
+	return empty{}, nil
+}
+
+// handler is the Reconciler's pass: it waits as (stream, item name) before printing the item, takes the
+// item's handle, writes the patch it gives (if any) to the item's primary through the objects client with
+// ForItem (as an app would, with whatever guard the SDK adds), answers with the write's result and ends
+// as told: DONE returns success, RETRY an error, which the SDK retries.
+func (a *agent) handler(ctx context.Context, stream string, item consistd.Item) (consistd.Result, error) {
+	key := handlerKey{stream, item.Name}
+	told := make(chan handleCommand, 1)
+	a.mu.Lock()
+	a.handlers[key] = told
+	a.mu.Unlock()
+	a.print(streamLine{Stream: stream, Item: workItem{
+		Namespace: item.Namespace, Name: item.Name, Term: item.Term, Attempt: item.Attempt, LeaseID: item.LeaseID,
+	}})
+	var h handleCommand
+	select {
+	case h = <-told:
+	case <-ctx.Done():
+		// The lease is gone (timed out, or the stream was lost). Unless a handle already took this
+		// pass (it sends while holding mu), no handle will find it now.
+		a.mu.Lock()
+		mine := a.handlers[key] == told
+		if mine {
+			delete(a.handlers, key)
+		}
+		a.mu.Unlock()
+		if mine {
+			return consistd.Result{}, ctx.Err()
+		}
+		h = <-told
+	}
+	var result handled
+	if h.patch == nil {
+		result.ok = empty{}
+	} else {
+		result.ok, result.err = a.writeForItem(ctx, item, h.patch)
+	}
+	h.answer <- result
+	if !h.done {
+		return consistd.Result{}, errors.New("the suite asked for a retry")
+	}
+	return consistd.Result{}, nil
+}
+
+// writeForItem merge-patches the item's primary, a ConfigMap, for the item, and answers with the written
+// resourceVersion.
+func (a *agent) writeForItem(ctx context.Context, item consistd.Item, patch json.RawMessage) (any, error) {
+	obj, err := a.client.Patch(ctx, "configmaps", item.Namespace, item.Name, consistd.MergePatch, []byte(patch),
+		consistd.ForItem(item))
+	if err != nil {
+		return nil, err
+	}
+	return struct {
+		ResourceVersion string `json:"resourceVersion"`
+	}{obj.ResourceVersion}, nil
+}
+
+// handle hands the pass waiting with item name its patch and outcome, and answers with its write's result.
+func (a *agent) handle(c command) (any, error) {
+	stream, err := c.text("stream")
+	if err != nil {
+		return nil, err
+	}
+	name, err := c.text("name")
+	if err != nil {
+		return nil, err
+	}
+	outcome, err := c.text("outcome")
+	if err != nil {
+		return nil, err
+	}
+	var done bool
+	switch outcome {
+	case "DONE":
+		done = true
+	case "RETRY":
+	default:
+		return nil, invalid("outcome: %q is neither DONE nor RETRY", outcome)
+	}
+	var patch json.RawMessage
+	if raw, ok := c["patch"]; ok && string(raw) != "null" {
+		patch = raw
+	}
+	answer := make(chan handled, 1)
+	a.mu.Lock()
+	told, waiting := a.handlers[handlerKey{stream, name}]
+	if waiting {
+		delete(a.handlers, handlerKey{stream, name})
+		// told has room for this one command, the only one it is sent.
+		told <- handleCommand{patch: patch, done: done, answer: answer}
+	}
+	a.mu.Unlock()
+	if !waiting {
+		return nil, invalid("name: no handler of stream %q waits with item %q", stream, name)
+	}
+	r := <-answer
+	return r.ok, r.err
 }
