@@ -317,6 +317,7 @@ async fn idle_follower(kube: &kube::Client, ns: &str) {
     .expect("ClusterRoleBinding");
     let _ = bindings.delete(FOLLOWER, &kube::api::DeleteParams::default()).await;
     bindings.create(&PostParams::default(), &admin).await.expect("make the follower's user an admin");
+    let starting = consistd_testkit::audit_offset();
     let follower = Daemon::builder(BIN)
         .config(format!("identity: follower\nnamespace: {ns}\n"))
         .env("KUBECONFIG", kubeconfig.display().to_string())
@@ -339,18 +340,10 @@ async fn idle_follower(kube: &kube::Client, ns: &str) {
     }
     tokio::time::sleep(Duration::from_secs(10)).await;
     let offset = consistd_testkit::audit_offset();
+    // Its start, as a check that the audit log tells its requests apart.
+    let started: u64 = requests_of(FOLLOWER, starting).values().sum();
     tokio::time::sleep(IDLE).await;
-    let mut requests = std::collections::BTreeMap::<String, u64>::new();
-    for event in consistd_testkit::audit_events(offset) {
-        if event["stage"] == "ResponseComplete" && event["user"]["username"] == FOLLOWER {
-            let what = format!(
-                "{} {}",
-                event["verb"].as_str().unwrap_or("?"),
-                event["objectRef"]["resource"].as_str().unwrap_or("?")
-            );
-            *requests.entry(what).or_insert(0) += 1;
-        }
-    }
+    let requests = requests_of(FOLLOWER, offset);
     let total: u64 = requests.values().sum();
     #[allow(clippy::cast_precision_loss, reason = "counts far below 2^52")]
     let per_second = total as f64 / IDLE.as_secs_f64();
@@ -362,10 +355,24 @@ async fn idle_follower(kube: &kube::Client, ns: &str) {
         per_second,
     );
     println!(
-        "an idle follower daemon with fencing installed, {} s: {total} requests ({per_second:.4}/s) {requests:?}",
+        "an idle follower daemon with fencing installed, {} s: {total} requests ({per_second:.4}/s) {requests:?} \
+         (its start: {started} requests)",
         IDLE.as_secs()
     );
     drop(states);
     drop(follower);
     bindings.delete(FOLLOWER, &kube::api::DeleteParams::default()).await.expect("remove the follower's grant");
+}
+
+/// The requests `user` made since audit-log offset `from`, counted by verb and resource.
+fn requests_of(user: &str, from: u64) -> std::collections::BTreeMap<String, u64> {
+    let mut requests = std::collections::BTreeMap::new();
+    for event in consistd_testkit::audit_events(from) {
+        if event["stage"] == "ResponseComplete" && event["user"]["username"] == user {
+            let verb = event["verb"].as_str().unwrap_or("?");
+            let resource = event["objectRef"]["resource"].as_str().unwrap_or("?");
+            *requests.entry(format!("{verb} {resource}")).or_insert(0) += 1;
+        }
+    }
+    requests
 }
