@@ -529,6 +529,29 @@ async fn a_lease_deleted_and_created_again_never_reuses_a_term() {
     refused_naming_both_terms(held, &configmaps, &ns, (term, next)).await;
 }
 
+/// A replacement pod with the deposed pod's name (a StatefulSet pod force-deleted on a node cut off): the
+/// same identity, another run. It takes the Lease only once A's holding expired, and then in the next term,
+/// so A's write held on the way is refused naming both terms. Before, the replacement renewed the Lease as
+/// its own at once: both said LEADER in one term, and A's write landed.
+#[tokio::test]
+async fn a_replacement_pod_with_the_same_name_leads_in_a_new_term_and_the_old_ones_write_is_refused() {
+    let (configmaps, ns) = setup().await;
+    let proxy = DelayProxy::start(consistd_testkit::apiserver_addr()).await;
+    let a = candidate("pod-0", &ns, Some(&proxy)).await;
+    let term = leads(&a, 1).await;
+    fenced_at_apiserver(&a.daemon).await;
+
+    proxy.hold(true);
+    let held = sent_in_background(&a.daemon, guarded(&ns, "a", term));
+    let replacement = candidate("pod-0", &ns, None).await;
+    fenced_at_apiserver(&replacement.daemon).await;
+    let next = leads(&replacement, term + 1).await;
+    assert_eq!(next, term + 1, "a new holding, a new term");
+    replacement.daemon.client().objects().patch(guarded(&ns, "b", next)).await.expect("the replacement writes");
+    proxy.hold(false);
+    refused_naming_both_terms(held, &configmaps, &ns, (term, next)).await;
+}
+
 /// A work item's writes are guarded by the daemon itself: the app names the item's lease and sends no
 /// guard (as three of the five SDKs did), the write is held on the way past a handover, and the apiserver
 /// refuses it, naming both terms. Once the lease is completed, a write naming it is refused before it is
