@@ -5,10 +5,21 @@
 //
 // Commands come one JSON object per line on stdin; each is handled concurrently with the others and answered
 // with one JSON line on stdout ({"id", "ok"} or {"id", "error": {"code", "message"}}), and watches and
-// campaigns print lines of their own ({"stream", "item"} or {"stream", "error"}). Anything else goes to
-// stderr. The agent exits 0 once stdin closes. hack/sdk/typescript.sh conformance runs the suite with it.
+// campaigns print lines of their own ({"stream", "item"} or {"stream", "error"}), as do reconcilers, whose
+// handler prints each work item and waits for the `handle` of its name. Anything else goes to stderr. The
+// agent exits 0 once stdin closes. hack/sdk/typescript.sh conformance runs the suite with it.
 import { createInterface } from "node:readline";
-import { Client, ConsistdError, Mode, PatchType, type Sent, status, type WatchEvent } from "@consistd/client";
+import {
+  Client,
+  ConsistdError,
+  Mode,
+  PatchType,
+  type ReconcileSpec,
+  type Sent,
+  status,
+  type WatchEvent,
+  type WorkItem,
+} from "@consistd/client";
 
 /** A JSON value as the protocol carries it. */
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
@@ -81,12 +92,29 @@ interface Paused {
   turn: Promise<void>;
 }
 
+/** What a `handle` tells the reconcile handler waiting with its item's name. */
+interface Handle {
+  /** The JSON merge patch to write to the item's primary; null for none. */
+  patch: { [key: string]: Json } | Json[] | null;
+  /** DONE (the handler resolves) or RETRY (it throws). */
+  done: boolean;
+  /** Answers the `handle` with the write's result. */
+  answer: (written: Promise<Json>) => void;
+}
+
+/** The key of a waiting reconcile handler: its stream and its item's name. */
+function waitingKey(stream: string, name: string): string {
+  return JSON.stringify([stream, name]);
+}
+
 /** The agent's state between commands, and one method per op. */
 class Agent {
   /** What each `send` returned, by message id, for `outcome`. */
   private readonly sent = new Map<string, Sent>();
   /** Watches started with `take` false, by stream name. */
   private readonly paused = new Map<string, Paused>();
+  /** Reconcile handlers waiting for their `handle`, by `waitingKey(stream, item name)`. */
+  private readonly waiting = new Map<string, (handle: Handle) => void>();
 
   constructor(private readonly client: Client) {}
 
@@ -116,6 +144,10 @@ class Agent {
         return this.outcome(c);
       case "campaign":
         return this.campaign(c);
+      case "reconcile":
+        return this.reconcile(c);
+      case "handle":
+        return this.handle(c);
       default:
         return Promise.reject(new InvalidArgument(`op: unknown op ${JSON.stringify(c.op ?? null)}`));
     }
@@ -240,6 +272,75 @@ class Agent {
       }
     })();
     return {};
+  }
+
+  /**
+   * Runs the SDK's reconciler on the queue, its primaries `resource` in `namespace`, following the election,
+   * in a loop of its own; its handler is `handler`. Answers once it is started.
+   */
+  private async reconcile(c: Command): Promise<Json> {
+    const stream = text(c, "stream");
+    const spec: ReconcileSpec = {
+      name: text(c, "queue"),
+      resource: text(c, "resource"),
+      namespace: text(c, "namespace"),
+      election: { name: text(c, "election"), namespace: text(c, "electionNamespace") },
+    };
+    this.client.reconcile(spec, (item) => this.handler(stream, item)).catch((error) => {
+      console.error(`conformance agent: the reconciler ${JSON.stringify(stream)} ended: ${error}`);
+      streamError(stream, error);
+    });
+    return {};
+  }
+
+  /**
+   * The reconcile handler: waits (registered before it prints the item, so a `handle` that follows the line
+   * finds it) for the `handle` of its item's name, writes as told through the item's own objects client,
+   * answers the `handle` with the write's result, then ends as told: DONE resolves, RETRY throws.
+   */
+  private async handler(stream: string, item: WorkItem): Promise<void> {
+    const told = new Promise<Handle>((resolve) => this.waiting.set(waitingKey(stream, item.name), resolve));
+    const line = {
+      namespace: item.namespace,
+      name: item.name,
+      term: Number(item.term),
+      attempt: item.attempt,
+      leaseId: item.leaseId,
+    };
+    print({ stream, item: line });
+    const handle = await told;
+    // The write settles before the handler does: the lease is completed only after it.
+    const written = this.write(item, handle.patch);
+    handle.answer(written);
+    await written.catch(() => {});
+    if (!handle.done) throw new Error("the suite asked for a retry");
+  }
+
+  /** Patches the item's primary through `item.objects` (no guard of the agent's own); `{}` without a patch. */
+  private async write(item: WorkItem, patch: Handle["patch"]): Promise<Json> {
+    if (patch === null) return {};
+    const target = { resource: "configmaps", namespace: item.namespace, name: item.name };
+    const object = await item.objects.patch({ ...target, patch, type: PatchType.MERGE });
+    return { resourceVersion: object.resourceVersion };
+  }
+
+  /** Hands the handler waiting with item `name` its patch and outcome; answers with the write's result. */
+  private async handle(c: Command): Promise<Json> {
+    const stream = text(c, "stream");
+    const name = text(c, "name");
+    const outcome = text(c, "outcome");
+    if (outcome !== "DONE" && outcome !== "RETRY") {
+      throw new InvalidArgument(`outcome: ${JSON.stringify(outcome)} is neither DONE nor RETRY`);
+    }
+    const patch = c.patch ?? null;
+    if (patch !== null && typeof patch !== "object") throw new InvalidArgument("patch: must be a JSON object or null");
+    const key = waitingKey(stream, name);
+    const waiting = this.waiting.get(key);
+    if (!waiting) throw new InvalidArgument(`name: no handler waits with item ${JSON.stringify(name)}`);
+    this.waiting.delete(key);
+    return new Promise<Json>((resolve, reject) => {
+      waiting({ patch, done: outcome === "DONE", answer: (written) => written.then(resolve, reject) });
+    });
   }
 }
 
