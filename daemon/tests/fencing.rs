@@ -488,6 +488,36 @@ async fn held_writes_of_every_kind_to_any_namespace_or_scope_are_refused_once_th
     assert!(refused.to_string().contains("may only be changed by a guarded write"), "{refused}");
 }
 
+/// A guarded read-modify-write of /status (the object as read, its resourceVersion its precondition): the
+/// apiserver keeps a /status write's metadata, so the daemon stamps the object first, on the version the app
+/// read, and the write then names the stamped version. It lands, stamped, at once; the same write again, its
+/// version now stale, is refused ABORTED, as it would be without a guard.
+#[tokio::test]
+async fn a_guarded_status_update_stamps_its_object_and_keeps_its_precondition() {
+    use consistd_client::proto::UpdateRequest;
+
+    let (_, ns) = setup().await;
+    let (_, other, namespaces) = another_namespace(&[]).await;
+    let c = candidate("pod-a", &ns, None).await;
+    let term = leads(&c, 1).await;
+    fenced_at_apiserver(&c.daemon).await;
+    let read = namespaces.get(&other).await.expect("read the Namespace");
+    let update = UpdateRequest {
+        resource: "namespaces".into(),
+        name: other.clone(),
+        subresource: "status".into(),
+        object: serde_json::to_vec(&read).expect("JSON"),
+        guard: Some(WriteGuard { election: ELECTION.into(), namespace: String::new(), term }),
+        ..Default::default()
+    };
+    let mut objects = c.daemon.client().objects();
+    objects.update(update.clone()).await.expect("a guarded /status update on the version it read");
+    let stamped = namespaces.get(&other).await.expect("read").metadata.annotations.unwrap_or_default();
+    assert_eq!(stamped.get("consistd.io/fence"), Some(&format!("{ns}/{ELECTION}/{term}")), "stamped first");
+    let stale = objects.update(update).await.expect_err("the same version again");
+    assert_eq!(stale.code(), Code::Aborted, "its precondition holds: {stale}");
+}
+
 /// A Lease deleted (by an admin, a prune, a namespace cleanup) while its leader's write is held: the
 /// successor waits until the deleted holding would have expired, so the two never say LEADER at once, and
 /// creates the Lease above every term it saw, so the held write's term is over and the apiserver refuses it.

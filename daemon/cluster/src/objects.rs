@@ -164,37 +164,40 @@ impl Objects {
         self.fencing.fence(claim, namespace, create).map(Some).map_err(|why| ObjectsError::Unfenced { why })
     }
 
-    /// Stamps a guarded write's own body (an object, or a merge patch) with its claim, when it goes out
-    /// claiming it: the object then carries the token. True when the body was stamped.
-    fn stamp(fence: Option<&Fenced>, claim: Option<&Claim>, body: &mut serde_json::Value) -> bool {
-        match (fence, claim) {
-            (Some(fence), Some(claim)) if fence.claims() => token::stamp(body, claim),
-            _ => false,
-        }
-    }
-
     /// Stamps `t` with `claim` by a merge patch of its own, before a guarded write whose body cannot carry the
     /// token (see [`token::stamp_alone`]), unless this daemon stamped it with this claim already. The stamp is
-    /// guarded too: refused, the write is. An object that does not exist takes no stamp: the write creates it
-    /// (an apply) or fails.
+    /// guarded too: refused, the write is. When the write's `body` names a resourceVersion (an update of
+    /// /status read-modify-write, an apply), the stamp is made on that version only, and the body then names
+    /// the stamped version: the write's own precondition holds as the app meant it. An object that does not
+    /// exist takes no stamp: the write creates it (an apply) or fails.
     async fn stamp_first(
         &self,
         r: &Resolved,
         t: &ObjectRef,
+        claim: &Claim,
         fence: Option<&Fenced>,
-        claim: Option<&Claim>,
+        body: Option<&mut serde_json::Value>,
     ) -> Result<(), ObjectsError> {
-        let (Some(fence), Some(claim)) = (fence, claim) else { return Ok(()) };
         let key = stamp_key(r, t);
-        if !fence.claims() || self.stamped.has(&key, claim) {
+        if self.stamped.has(&key, claim) {
             return Ok(());
         }
+        let mut stamp = token::stamp_alone(claim);
+        let version = body.as_deref().and_then(resource_version);
+        if let (Some(version), Some(metadata)) = (&version, stamp.get_mut("metadata").and_then(|m| m.as_object_mut())) {
+            metadata.insert("resourceVersion".into(), version.clone().into());
+        }
         let pp = PatchParams { field_manager: Some(DEFAULT_FIELD_MANAGER.to_owned()), ..PatchParams::default() };
-        let request = Self::request(r, &t.namespace).patch(&t.name, &pp, &Patch::Merge(token::stamp_alone(claim)));
+        let request = Self::request(r, &t.namespace).patch(&t.name, &pp, &Patch::Merge(stamp));
         let op = format!("stamp {} {} with its fencing token", r.api.plural, locate(t));
-        match self.send::<RawObject>(op, request, Some(fence.clone())).await {
+        match self.send::<RawObject>(op, request, fence.cloned()).await {
             Ok(raw) => {
-                self.written(r, raw);
+                let obj = self.written(r, raw);
+                if let (Some(body), Some(_)) = (body, version)
+                    && let Some(v) = body.pointer_mut("/metadata/resourceVersion")
+                {
+                    *v = obj.resource_version.clone().into();
+                }
                 self.stamped.record(&key, claim);
                 Ok(())
             }
@@ -204,13 +207,6 @@ impl Objects {
                 Ok(())
             }
             Err(e) => Err(e),
-        }
-    }
-
-    /// Records that a write stamped `t` with `claim`.
-    fn stamped(&self, r: &Resolved, t: &ObjectRef, claim: Option<&Claim>, stamped: bool) {
-        if let (true, Some(claim)) = (stamped, claim) {
-            self.stamped.record(&stamp_key(r, t), claim);
         }
     }
 
@@ -295,26 +291,27 @@ impl Objects {
         Ok((list.items.into_iter().map(Obj::from).collect(), version, Source::Apiserver))
     }
 
-    /// Creates an object from its JSON; with `fence`, also the fence the write went out with (so do the
+    /// Creates an object from its JSON; with a `claim`, also the fence the write went out with (so do the
     /// other writes).
     pub async fn create(
         &self,
         t: &ObjectRef,
         object: Vec<u8>,
         field_manager: &str,
-        fence: Option<&Claim>,
+        claim: Option<&Claim>,
     ) -> Result<(Obj, Option<FencedBy>), ObjectsError> {
         let r = self.resolve(t, true).await?;
-        let claim = fence;
         let fence = self.fence(claim, &r, t, true)?;
         let by = fence.as_ref().map(|f| f.by);
-        let (object, stamped) = stamp_bytes(fence.as_ref(), claim, object);
+        let stamp = stamping(claim, fence.as_ref());
+        let object = stamp_bytes(stamp, object);
         let pp = PostParams { field_manager: Some(manager(field_manager)), ..PostParams::default() };
         let op = format!("create {} in {:?}", r.api.plural, t.namespace);
         let raw: RawObject = self.send(op, Self::request(&r, &t.namespace).create(&pp, object), fence).await?;
         let obj = self.written(&r, raw);
-        let t = ObjectRef { name: obj.name.clone(), ..t.clone() };
-        self.stamped(&r, &t, claim, stamped);
+        if let Some(claim) = stamp {
+            self.stamped.record(&stamp_key(&r, &ObjectRef { name: obj.name.clone(), ..t.clone() }), claim);
+        }
         Ok((obj, by))
     }
 
@@ -324,25 +321,34 @@ impl Objects {
         t: &ObjectRef,
         object: Vec<u8>,
         field_manager: &str,
-        fence: Option<&Claim>,
+        claim: Option<&Claim>,
     ) -> Result<(Obj, Option<FencedBy>), ObjectsError> {
         let r = self.resolve(t, true).await?;
-        let claim = fence;
         let fence = self.fence(claim, &r, t, false)?;
         let by = fence.as_ref().map(|f| f.by);
+        let stamp = stamping(claim, fence.as_ref());
         let _in_flight = self.begin(&r, t);
         let pp = PostParams { field_manager: Some(manager(field_manager)), ..PostParams::default() };
         let request = Self::request(&r, &t.namespace);
-        let (request, stamped) = if t.subresource.is_empty() {
-            let (object, stamped) = stamp_bytes(fence.as_ref(), claim, object);
-            (request.replace(&t.name, &pp, object), stamped)
+        let request = if t.subresource.is_empty() {
+            request.replace(&t.name, &pp, stamp_bytes(stamp, object))
         } else {
-            // The apiserver keeps a /status write's metadata as stored: the object is stamped first.
-            self.stamp_first(&r, t, fence.as_ref(), claim).await?;
-            (request.replace_subresource(&t.subresource, &t.name, &pp, object), false)
+            // Most /status writes keep the metadata as stored (a custom resource's, a Deployment's): the object
+            // is stamped first. Some take it from the body (a Namespace's): the body carries the token too.
+            let object = match (stamp, serde_json::from_slice::<serde_json::Value>(&object)) {
+                (Some(claim), Ok(mut body)) => {
+                    self.stamp_first(&r, t, claim, fence.as_ref(), Some(&mut body)).await?;
+                    token::stamp(&mut body, claim);
+                    serde_json::to_vec(&body).unwrap_or(object)
+                }
+                _ => object,
+            };
+            request.replace_subresource(&t.subresource, &t.name, &pp, object)
         };
         let raw: RawObject = self.send(format!("update {} {}", r.api.plural, locate(t)), request, fence).await?;
-        self.stamped(&r, t, claim, stamped);
+        if let Some(claim) = stamp {
+            self.stamped.record(&stamp_key(&r, t), claim);
+        }
         Ok((self.written(&r, raw), by))
     }
 
@@ -353,22 +359,24 @@ impl Objects {
         kind: PatchKind,
         patch: serde_json::Value,
         field_manager: &str,
-        fence: Option<&Claim>,
+        claim: Option<&Claim>,
     ) -> Result<(Obj, Option<FencedBy>), ObjectsError> {
         let r = self.resolve(t, true).await?;
-        let claim = fence;
         let fence = self.fence(claim, &r, t, false)?;
         let by = fence.as_ref().map(|f| f.by);
+        let stamp = stamping(claim, fence.as_ref());
         let _in_flight = self.begin(&r, t);
         let mut patch = patch;
-        // A merge patch of the object carries the token itself; a JSON patch cannot add an annotation without
-        // knowing whether the object has annotations, an apply's field manager would own it, and the apiserver
-        // keeps a /status write's metadata as stored: those stamp the object first.
-        let stamped = t.subresource.is_empty()
-            && matches!(kind, PatchKind::Merge | PatchKind::Strategic)
-            && Self::stamp(fence.as_ref(), claim, &mut patch);
-        if !stamped {
-            self.stamp_first(&r, t, fence.as_ref(), claim).await?;
+        if let Some(claim) = stamp {
+            // A merge patch carries the token itself; a JSON patch cannot add an annotation without knowing
+            // whether the object has annotations, an apply's field manager would own it, and most /status
+            // writes keep the metadata as stored (some, a Namespace's, take the body's): those stamp the
+            // object first.
+            let carried = matches!(kind, PatchKind::Merge | PatchKind::Strategic) && token::stamp(&mut patch, claim);
+            if !carried || !t.subresource.is_empty() {
+                let body = (kind != PatchKind::Json).then_some(&mut patch);
+                self.stamp_first(&r, t, claim, fence.as_ref(), body).await?;
+            }
         }
         let mut pp = PatchParams { field_manager: Some(manager(field_manager)), ..PatchParams::default() };
         let content_type = match kind {
@@ -398,22 +406,24 @@ impl Objects {
             req
         });
         let raw: RawObject = self.send(format!("patch {} {}", r.api.plural, locate(t)), request, fence).await?;
-        self.stamped(&r, t, claim, stamped);
+        if let Some(claim) = stamp {
+            self.stamped.record(&stamp_key(&r, t), claim);
+        }
         Ok((self.written(&r, raw), by))
     }
 
     /// Deletes an object; returns its last state when the apiserver returns one (it may be kept by
-    /// finalizers), or `None` when it answers with a bare status.
+    /// finalizers), or `None` when it answers with a bare status. A guarded delete is checked against the
+    /// object's token, never stamps it: it carries no object.
     pub async fn delete(
         &self,
         t: &ObjectRef,
         preconditions: Preconditions,
         propagation: Option<PropagationPolicy>,
-        fence: Option<&Claim>,
+        claim: Option<&Claim>,
     ) -> Result<(Option<Obj>, Option<FencedBy>), ObjectsError> {
         let r = self.resolve(t, true).await?;
-        // Checked against the object's token, never stamping it (a delete carries no object).
-        let fence = self.fence(fence, &r, t, false)?;
+        let fence = self.fence(claim, &r, t, false)?;
         let by = fence.as_ref().map(|f| f.by);
         let _in_flight = self.begin(&r, t);
         let has_preconditions = preconditions.uid.is_some() || preconditions.resource_version.is_some();
@@ -457,17 +467,30 @@ impl Objects {
     }
 }
 
-/// A guarded write's object (a create's or an update's), stamped with its claim where it goes out claiming it
-/// and is a JSON object with room for the token; the bytes as sent, and whether they were stamped.
-fn stamp_bytes(fence: Option<&Fenced>, claim: Option<&Claim>, object: Vec<u8>) -> (Vec<u8>, bool) {
-    let Ok(mut body) = serde_json::from_slice::<serde_json::Value>(&object) else { return (object, false) };
-    if !Objects::stamp(fence, claim, &mut body) {
-        return (object, false);
+/// The claim a guarded write stamps on its object: its own, when it goes out claiming it at the apiserver (the
+/// policy refuses a token moved by a write that does not claim it); none for an unguarded write, or one only
+/// this daemon checks.
+fn stamping<'a>(claim: Option<&'a Claim>, fence: Option<&Fenced>) -> Option<&'a Claim> {
+    claim.filter(|_| fence.is_some_and(Fenced::claims))
+}
+
+/// A create's or an update's object, stamped with `stamp` when there is one and the object is a JSON object
+/// with room for the token; else as it came.
+fn stamp_bytes(stamp: Option<&Claim>, object: Vec<u8>) -> Vec<u8> {
+    let Some(claim) = stamp else { return object };
+    let Ok(mut body) = serde_json::from_slice::<serde_json::Value>(&object) else { return object };
+    if !token::stamp(&mut body, claim) {
+        return object;
     }
-    match serde_json::to_vec(&body) {
-        Ok(stamped) => (stamped, true),
-        Err(_) => (object, false),
-    }
+    serde_json::to_vec(&body).unwrap_or(object)
+}
+
+/// The resourceVersion a write's body names as its precondition (`metadata.resourceVersion`), if any.
+fn resource_version(body: &serde_json::Value) -> Option<String> {
+    body.pointer("/metadata/resourceVersion")
+        .and_then(serde_json::Value::as_str)
+        .filter(|v| !v.is_empty())
+        .map(str::to_owned)
 }
 
 /// How [`Stamped`] names the object `t` of the resolved resource `r`.
