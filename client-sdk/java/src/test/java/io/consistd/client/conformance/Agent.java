@@ -12,11 +12,14 @@ import io.consistd.client.LeadershipListener;
 import io.consistd.client.LeadershipStatus;
 import io.consistd.client.ObjectsClient.PatchType;
 import io.consistd.client.Outcome;
+import io.consistd.client.QueueSpec;
+import io.consistd.client.Reconciler;
 import io.consistd.client.SendRequest;
 import io.consistd.client.Sent;
 import io.consistd.client.Watch;
 import io.consistd.client.WatchEvent;
 import io.consistd.client.WatchRequest;
+import io.consistd.client.WorkItem;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
 import java.io.BufferedReader;
@@ -24,7 +27,9 @@ import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.Map;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.TimeoutException;
@@ -44,12 +49,25 @@ public final class Agent {
     }
   }
 
+  /**
+   * What a handle op tells the reconcile handler waiting for it: the merge patch to write (null: none), whether to
+   * end DONE (else RETRY), and where to answer with the write's result.
+   */
+  private record Handle(JsonElement patch, boolean done, CompletableFuture<JsonObject> answer) {}
+
   private final ConsistdClient client = new ConsistdClient();
   private final Map<String, Watch> pulled = new ConcurrentHashMap<>();
   /** What each send returned, by message id, for the outcome op. */
   private final Map<String, Sent> sent = new ConcurrentHashMap<>();
   /** Open campaigns, kept until stdin closes (closing one resigns). */
   private final Map<String, Election> elections = new ConcurrentHashMap<>();
+  /** Running reconcilers, by stream name, closed when stdin closes. */
+  private final Map<String, Reconciler> reconcilers = new ConcurrentHashMap<>();
+  /**
+   * Reconcile handlers waiting for their handle op, by stream and item name; completed with null by a handler that
+   * stopped waiting (its pass was cancelled).
+   */
+  private final Map<String, CompletableFuture<Handle>> handlers = new ConcurrentHashMap<>();
   private final ExecutorService commands = Executors.newCachedThreadPool(runnable -> {
     Thread thread = new Thread(runnable, "agent-command");
     thread.setDaemon(true);
@@ -67,6 +85,7 @@ public final class Agent {
         }
       }
     }
+    agent.reconcilers.values().forEach(Reconciler::close);
     agent.client.close();
     System.exit(0);
   }
@@ -226,9 +245,105 @@ public final class Agent {
         elections.put(stream, client.leadership().campaign(
             text(command, "election"), text(command, "namespace"), printing));
       }
+      case "reconcile" -> {
+        String stream = text(command, "stream");
+        QueueSpec spec = QueueSpec.of(text(command, "queue"), text(command, "resource"))
+            .namespace(text(command, "namespace"))
+            .election(text(command, "election"), text(command, "electionNamespace"));
+        Reconciler reconciler = client.reconciler(spec, item -> pass(stream, item));
+        reconcilers.put(stream, reconciler);
+        commands.execute(() -> {
+          try {
+            reconciler.run();
+          } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+          } catch (RuntimeException e) {
+            System.err.println("agent: the reconciler of stream " + stream + " ended: " + e);
+          }
+        });
+      }
+      case "handle" -> {
+        String stream = text(command, "stream");
+        String name = text(command, "name");
+        String outcome = text(command, "outcome");
+        boolean done = switch (outcome) {
+          case "DONE" -> true;
+          case "RETRY" -> false;
+          default -> throw new BadCommand("outcome must be DONE or RETRY, not " + outcome);
+        };
+        JsonElement patch = command.get("patch");
+        if (patch != null && patch.isJsonNull()) {
+          patch = null;
+        }
+        CompletableFuture<Handle> waiting = handlers.remove(stream + "\0" + name);
+        if (waiting == null) {
+          throw new BadCommand("name: no handler of stream " + stream + " waits with item " + name);
+        }
+        Handle handle = new Handle(patch, done, new CompletableFuture<>());
+        if (!waiting.complete(handle)) {
+          throw new BadCommand("name: the handler of item " + name + " is gone");
+        }
+        JsonObject written;
+        try {
+          written = handle.answer().get();
+        } catch (ExecutionException e) {
+          throw e.getCause() instanceof Exception cause ? cause : e;
+        }
+        written.entrySet().forEach(field -> ok.add(field.getKey(), field.getValue()));
+      }
       default -> throw new BadCommand("unknown op " + op);
     }
     return ok;
+  }
+
+  /**
+   * The reconcile handler: prints the item, waits for its handle op, patches the item's primary through the item's
+   * own objects client as told, answers the handle op with the write's result and ends as told.
+   */
+  private Reconciler.Result pass(String stream, WorkItem item) throws Exception {
+    String key = stream + "\0" + item.name();
+    CompletableFuture<Handle> told = new CompletableFuture<>();
+    handlers.put(key, told);
+    JsonObject printed = new JsonObject();
+    printed.addProperty("namespace", item.namespace());
+    printed.addProperty("name", item.name());
+    printed.addProperty("term", item.term());
+    printed.addProperty("attempt", item.attempt());
+    printed.addProperty("leaseId", item.leaseId());
+    JsonObject line = new JsonObject();
+    line.addProperty("stream", stream);
+    line.add("item", printed);
+    print(line);
+    Handle handle;
+    try {
+      handle = told.get();
+    } catch (InterruptedException e) {
+      // The pass is cancelled: a handle op that took it meanwhile gets CANCELLED, a later one finds none.
+      handlers.remove(key, told);
+      if (!told.complete(null)) {
+        Handle taken = told.getNow(null);
+        if (taken != null) {
+          taken.answer().completeExceptionally(
+              Status.CANCELLED.withDescription("the pass of " + item + " was cancelled").asRuntimeException());
+        }
+      }
+      throw e;
+    }
+    try {
+      JsonObject written = new JsonObject();
+      if (handle.patch() != null) {
+        KubeObject o = item.objects().patch(
+            "configmaps", item.namespace(), item.name(), PatchType.MERGE, handle.patch().toString());
+        written.addProperty("resourceVersion", o.resourceVersion());
+      }
+      handle.answer().complete(written);
+    } catch (Exception e) {
+      handle.answer().completeExceptionally(e);
+    }
+    if (!handle.done()) {
+      throw new Exception("the suite asked for a retry");
+    }
+    return Reconciler.Result.done();
   }
 
   private static void takeAll(String stream, Watch watch) {
