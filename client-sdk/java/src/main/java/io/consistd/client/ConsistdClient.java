@@ -72,6 +72,7 @@ public final class ConsistdClient implements AutoCloseable {
         // Answers of any size: a List (or a watch event) of big objects passes gRPC's default 4 MiB limit, and
         // the sidecar is the app's own, over a local socket.
         .maxInboundMessageSize(Integer.MAX_VALUE)
+        .intercept(new LostConnection())
         .build();
     this.objects = new ObjectsClient(channel, writes);
     this.leadership = new Leadership(this);
