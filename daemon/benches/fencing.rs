@@ -61,34 +61,54 @@ fn summary(samples: &mut [f64]) -> String {
     format!("p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms", q(0.5), q(0.99), samples.last().copied().unwrap_or(f64::NAN))
 }
 
-/// A dry-run merge patch of the ConfigMap, as the admin impersonating itself with a claim of `term`:
-/// whether the apiserver admitted it.
-async fn admitted(kube: &kube::Client, ns: &str, lease: &str, term: u64) -> bool {
-    let pp = PatchParams { dry_run: true, ..PatchParams::default() };
-    let body = Patch::Merge(json!({ "data": { "k": "v" } }));
+/// A merge patch of ConfigMap `name` with `pp`, as the admin impersonating itself with `claim`
+/// ("<lease namespace>/<lease>/<term>"): the written object, or `None` when one of the fencing policies
+/// refused it.
+async fn claimed_patch(
+    kube: &kube::Client,
+    ns: &str,
+    name: &str,
+    claim: &str,
+    pp: &PatchParams,
+    body: serde_json::Value,
+) -> Option<ConfigMap> {
     let mut request = Request::new(format!("/api/v1/namespaces/{ns}/configmaps"))
-        .patch("fenced", &pp, &body)
+        .patch(name, pp, &Patch::Merge(body))
         .expect("build the patch");
     let headers = request.headers_mut();
     let value = |v: &str| HeaderValue::from_str(v).expect("header");
     headers.insert("impersonate-user", value("consistd-admin"));
     headers.insert("impersonate-group", value("system:masters"));
-    headers.insert("impersonate-extra-consistd.io%2ffence", value(&format!("{ns}/{lease}/{term}")));
+    headers.insert("impersonate-extra-consistd.io%2ffence", value(claim));
     match kube.request::<ConfigMap>(request).await {
-        Ok(_) => true,
-        Err(kube::Error::Api(s)) if s.message.contains("ValidatingAdmissionPolicy 'consistd-fence'") => false,
-        Err(e) => panic!("dry-run patch: {e}"),
+        Ok(cm) => Some(cm),
+        Err(kube::Error::Api(s)) if s.message.contains("ValidatingAdmissionPolicy 'consistd-fence") => None,
+        Err(e) => panic!("claimed patch of {name}: {e}"),
     }
+}
+
+/// A dry-run merge patch of the ConfigMap, claiming `term` of election `lease`: whether the apiserver
+/// admitted it.
+async fn admitted(kube: &kube::Client, ns: &str, lease: &str, term: u64) -> bool {
+    let pp = PatchParams { dry_run: true, ..PatchParams::default() };
+    let claim = format!("{ns}/{lease}/{term}");
+    claimed_patch(kube, ns, "fenced", &claim, &pp, json!({ "data": { "k": "v" } })).await.is_some()
+}
+
+/// Creates election Lease `name` (labelled as consistd's, so the Lease policy takes it as a parameter), held
+/// by `holder` in term 1.
+async fn election_lease(leases: &Api<Lease>, name: &str, holder: &str) {
+    let lease: Lease = serde_json::from_value(json!({
+        "metadata": { "name": name, "labels": { "app.kubernetes.io/managed-by": "consistd" } },
+        "spec": { "holderIdentity": holder, "leaseTransitions": 0 }
+    }))
+    .expect("Lease");
+    leases.create(&PostParams::default(), &lease).await.unwrap_or_else(|e| panic!("create Lease {name}: {e}"));
 }
 
 async fn window(kube: &kube::Client, ns: &str) -> Vec<f64> {
     let leases: Api<Lease> = Api::namespaced(kube.clone(), ns);
-    let lease: Lease = serde_json::from_value(json!({
-        "metadata": { "name": "window", "labels": { "app.kubernetes.io/managed-by": "consistd" } },
-        "spec": { "holderIdentity": "bench", "leaseTransitions": 0 }
-    }))
-    .expect("Lease");
-    leases.create(&PostParams::default(), &lease).await.expect("create the Lease");
+    election_lease(&leases, "window", "bench").await;
     let mut windows = Vec::new();
     let mut stale_admitted = 0;
     for round in 1..=ROUNDS {
@@ -112,22 +132,11 @@ async fn window(kube: &kube::Client, ns: &str) -> Vec<f64> {
     windows
 }
 
-/// A real merge patch of ConfigMap `name`, as the admin impersonating itself with `claim`, setting `body`:
-/// the written object's resourceVersion, or `None` when one of the fencing policies refused it.
+/// A real merge patch of ConfigMap `name`, claiming `claim`, setting `body`: the written object's
+/// resourceVersion, or `None` when one of the fencing policies refused it.
 async fn claimed_write(kube: &kube::Client, ns: &str, name: &str, claim: &str, body: serde_json::Value) -> Option<u64> {
-    let mut request = Request::new(format!("/api/v1/namespaces/{ns}/configmaps"))
-        .patch(name, &PatchParams::default(), &Patch::Merge(body))
-        .expect("build the patch");
-    let headers = request.headers_mut();
-    let value = |v: &str| HeaderValue::from_str(v).expect("header");
-    headers.insert("impersonate-user", value("consistd-admin"));
-    headers.insert("impersonate-group", value("system:masters"));
-    headers.insert("impersonate-extra-consistd.io%2ffence", value(claim));
-    match kube.request::<ConfigMap>(request).await {
-        Ok(cm) => Some(cm.metadata.resource_version.and_then(|v| v.parse().ok()).expect("a numeric resourceVersion")),
-        Err(kube::Error::Api(s)) if s.message.contains("ValidatingAdmissionPolicy 'consistd-fence") => None,
-        Err(e) => panic!("claimed patch of {name}: {e}"),
-    }
+    let written = claimed_patch(kube, ns, name, claim, &PatchParams::default(), body).await?;
+    Some(written.metadata.resource_version.and_then(|v| v.parse().ok()).expect("a numeric resourceVersion"))
 }
 
 /// Patches [`CHURN`] election Leases in `ns` one after another until `stop`: the apiserver's Lease informer
@@ -135,12 +144,7 @@ async fn claimed_write(kube: &kube::Client, ns: &str, name: &str, claim: &str, b
 async fn churn(kube: kube::Client, ns: String, stop: Arc<AtomicBool>) -> u64 {
     let leases: Api<Lease> = Api::namespaced(kube, &ns);
     for i in 0..CHURN {
-        let lease: Lease = serde_json::from_value(json!({
-            "metadata": { "name": format!("churn-{i}"), "labels": { "app.kubernetes.io/managed-by": "consistd" } },
-            "spec": { "holderIdentity": "churn", "leaseTransitions": 0 }
-        }))
-        .expect("Lease");
-        leases.create(&PostParams::default(), &lease).await.expect("create a churn Lease");
+        election_lease(&leases, &format!("churn-{i}"), "churn").await;
     }
     let mut writes = 0;
     while !stop.load(Ordering::Relaxed) {
@@ -159,12 +163,7 @@ async fn churn(kube: kube::Client, ns: String, stop: Arc<AtomicBool>) -> u64 {
 async fn race(kube: &kube::Client, ns: &str) -> (u64, u64, u64) {
     let leases: Api<Lease> = Api::namespaced(kube.clone(), ns);
     let configmaps: Api<ConfigMap> = Api::namespaced(kube.clone(), ns);
-    let lease: Lease = serde_json::from_value(json!({
-        "metadata": { "name": "race", "labels": { "app.kubernetes.io/managed-by": "consistd" } },
-        "spec": { "holderIdentity": "bench", "leaseTransitions": 0 }
-    }))
-    .expect("Lease");
-    leases.create(&PostParams::default(), &lease).await.expect("create the Lease");
+    election_lease(&leases, "race", "bench").await;
     for name in ["stamped", "unstamped"] {
         let cm: ConfigMap = serde_json::from_value(json!({ "metadata": { "name": name } })).expect("ConfigMap");
         configmaps.create(&PostParams::default(), &cm).await.expect("create a ConfigMap");
