@@ -4,7 +4,7 @@
 
 use std::{path::Path, pin::pin, time::Duration};
 
-use consistd_conformance::{Agent, AgentError, WAIT};
+use consistd_conformance::{Agent, AgentError, Stream, WAIT};
 use consistd_testkit::{Daemon, consistd_bin, free_port, kube_client, namespace, unix_proxy::UnixProxy};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -51,6 +51,16 @@ async fn write(cms: &Api<ConfigMap>, name: &str, value: &str, create: bool) -> S
         cms.patch(name, &PatchParams::default(), &Patch::Merge(json!({ "data": { "v": value } }))).await.expect("patch")
     };
     cm.metadata.resource_version.expect("resourceVersion")
+}
+
+/// The next leadership state of `states` that says LEADER; its term.
+async fn next_leader(states: &mut Stream) -> u64 {
+    loop {
+        let state = states.item().await;
+        if text(&state, "state") == "LEADER" {
+            return state["term"].as_u64().unwrap_or_else(|| panic!("no term in {state}"));
+        }
+    }
 }
 
 /// A watch event as (type, resourceVersion).
@@ -238,21 +248,14 @@ async fn leadership_says_unknown_at_once_when_the_connection_is_lost_then_leads_
         .call("campaign", json!({ "stream": "l", "election": "conformance", "namespace": ns }))
         .await
         .expect("campaign");
-    let mut state = states.item().await;
-    while text(&state, "state") != "LEADER" {
-        state = states.item().await;
-    }
-    let term = state["term"].as_u64().expect("term");
-    assert!(term >= 1, "{state}");
+    let term = next_leader(&mut states).await;
+    assert!(term >= 1, "term {term}");
 
     proxy.cut();
     let lost = states.next_within(Duration::from_secs(2)).await.expect("a state within 2 s of the cut");
     assert_eq!(text(&lost.expect("the stream goes on"), "state"), "UNKNOWN", "UNKNOWN comes first");
-    let mut again = states.item().await;
-    while text(&again, "state") != "LEADER" {
-        again = states.item().await;
-    }
-    assert!(again["term"].as_u64().expect("term") >= term, "{again}");
+    let again = next_leader(&mut states).await;
+    assert!(again >= term, "led again in term {again}, before in {term}");
 }
 
 #[tokio::test]
@@ -276,12 +279,7 @@ async fn a_reconciler_is_handed_each_key_in_its_term_its_writes_are_fenced_and_a
         .call("campaign", json!({ "stream": "l", "election": "conformance", "namespace": ns }))
         .await
         .expect("campaign");
-    let term = loop {
-        let state = states.item().await;
-        if text(&state, "state") == "LEADER" {
-            break state["term"].as_u64().expect("term");
-        }
-    };
+    let term = next_leader(&mut states).await;
     let mut items = agent.stream("q");
     let queue = json!({ "stream": "q", "queue": "conformance", "resource": "configmaps", "namespace": ns,
         "election": "conformance", "electionNamespace": ns });

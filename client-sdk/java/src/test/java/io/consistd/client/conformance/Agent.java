@@ -231,10 +231,7 @@ public final class Agent {
             item.addProperty("state", status.state().name());
             item.addProperty("holder", status.holder());
             item.addProperty("term", status.term());
-            JsonObject line = new JsonObject();
-            line.addProperty("stream", stream);
-            line.add("item", item);
-            print(line);
+            printItem(stream, item);
           }
 
           @Override
@@ -310,10 +307,7 @@ public final class Agent {
     printed.addProperty("term", item.term());
     printed.addProperty("attempt", item.attempt());
     printed.addProperty("leaseId", item.leaseId());
-    JsonObject line = new JsonObject();
-    line.addProperty("stream", stream);
-    line.add("item", printed);
-    print(line);
+    printItem(stream, printed);
     Handle handle;
     try {
       handle = told.get();
@@ -356,16 +350,21 @@ public final class Agent {
     }
   }
 
+  /** Prints one item of the stream named {@code stream}: a leadership state, a watch event or a work item. */
+  private static void printItem(String stream, JsonObject item) {
+    JsonObject line = new JsonObject();
+    line.addProperty("stream", stream);
+    line.add("item", item);
+    print(line);
+  }
+
   private static void printEvent(String stream, WatchEvent event) {
     JsonObject item = new JsonObject();
     item.addProperty("type", event.type().name());
     item.addProperty("name", event.object() == null ? "" : event.object().name());
     item.addProperty("resourceVersion", event.object() == null ? "" : event.object().resourceVersion());
     item.addProperty("predatesOwnWrite", event.predatesOwnWrite());
-    JsonObject line = new JsonObject();
-    line.addProperty("stream", stream);
-    line.add("item", item);
-    print(line);
+    printItem(stream, item);
   }
 
   private static void printError(String stream, StatusRuntimeException e) {
