@@ -82,6 +82,7 @@ async fn run(n: usize) {
             channel: channel.to_owned(),
             payload: format!("config {round}").into_bytes(),
             content_type: "text/plain".to_owned(),
+            ..Default::default()
         };
         let version = publisher.rollout().publish(request).await.expect("Publish").into_inner().version;
         let wait = WaitAppliedRequest {

@@ -1,7 +1,9 @@
 //! Fencing at the apiserver, with manifests/fencing installed as a cluster admin would (hack/control-plane.sh
 //! applies it): a guarded write that reaches the apiserver after its election has moved on is refused
 //! there, whatever held it up on the way — a link that holds traffic, or a stopped daemon — and the app is
-//! told FAILED_PRECONDITION naming the term, never OK; the successor's write stays.
+//! told FAILED_PRECONDITION naming the term, never OK; the successor's write stays. A guarded send and a
+//! guarded Publish carry their claim too: the receiving daemon and the channel refuse an older term than one
+//! they have seen, and the sender is told so, naming both terms.
 
 use std::{
     sync::{Arc, Mutex},
@@ -28,7 +30,14 @@ const WAIT: Duration = Duration::from_secs(30);
 struct Candidate {
     daemon: Daemon,
     latest: Arc<Mutex<Option<(LeadershipState, String, u64)>>>,
-    _stream: tokio::task::JoinHandle<()>,
+    stream: tokio::task::JoinHandle<()>,
+}
+
+impl Candidate {
+    /// The app ends its campaign (its stream closes): its daemon gives the Lease up at once.
+    fn resign(&self) {
+        self.stream.abort();
+    }
 }
 
 async fn candidate(identity: &str, ns: &str, proxy: Option<&DelayProxy>) -> Candidate {
@@ -62,7 +71,7 @@ async fn candidate_with(
             *seen.lock().expect("lock") = Some((s.state(), s.holder.clone(), s.term));
         }
     });
-    Candidate { daemon, latest, _stream: stream }
+    Candidate { daemon, latest, stream }
 }
 
 /// The cast of most tests: A (with more `config`, and its own Lease `timing`) leads through a proxy that can
@@ -685,4 +694,139 @@ async fn the_policy_takes_election_leases_as_parameters_and_leaves_member_leases
     let params = leases.list(&kube::api::ListParams::default().labels(&terms.join(","))).await.expect("list params");
     let names: Vec<String> = params.items.into_iter().filter_map(|l| l.metadata.name).collect();
     assert_eq!(names, ["election"], "the policy's parameters, selected by {terms:?}");
+}
+
+/// Lines of config for a daemon that sends to peers (plaintext) and, with `listen`, receives on that address
+/// and tells others to reach it at `advertise`.
+fn peers(listen: Option<std::net::SocketAddr>, advertise: Option<std::net::SocketAddr>) -> String {
+    let mut config = "peer:\n  insecure: true\n".to_owned();
+    if let Some(listen) = listen {
+        config += &format!("  listen: \"{listen}\"\n");
+    }
+    if let Some(advertise) = advertise {
+        config += &format!("  advertise: \"{advertise}\"\n");
+    }
+    config + "outbox:\n  backoff: {initial: 20ms, factor: 2, cap: 500ms}\nmembership:\n  ttl: 3s\n"
+}
+
+/// A guarded send held on its way to its receiver past a handover: the receiver has stored the successor's
+/// message of the next term, so it refuses the late one for good; its sender's outcome is FAILED naming both
+/// terms, and the receiving app never sees it. Once deposed, the old leader's guarded Send is refused at once.
+#[tokio::test]
+async fn a_send_held_past_a_handover_is_refused_by_its_receiver_and_failed_naming_both_terms() {
+    use consistd_client::proto::{
+        AckOutcome, Destination, ReceiveRequest, SendRequest, WaitOutcomeRequest, destination::Target,
+    };
+
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let c_addr = std::net::SocketAddr::from(([127, 0, 0, 1], consistd_testkit::free_port()));
+    let c = Daemon::builder(BIN)
+        .config(format!("identity: pod-c\nnamespace: {ns}\n{}", peers(Some(c_addr), None)))
+        .start()
+        .await;
+    let link = DelayProxy::start(c_addr).await;
+    let a = candidate_with("pod-a", &ns, None, &peers(None, None), TIMING).await;
+    let term = leads(&a, 1).await;
+    let b = candidate_with("pod-b", &ns, None, &peers(None, None), TIMING).await;
+    let send = |to: String, event: &str, term: u64| SendRequest {
+        destination: Some(Destination { target: Some(Target::Peer(to)) }),
+        resource_id: "config".into(),
+        event_id: event.into(),
+        payload: event.as_bytes().to_vec(),
+        guard: Some(WriteGuard { election: ELECTION.into(), namespace: String::new(), term }),
+        ..Default::default()
+    };
+
+    // A's message, sent while A leads, waits on the link; A's term ends, and B's message arrives first.
+    link.hold(true);
+    let late = a.daemon.client().outbox().send(send(link.addr().to_string(), "a", term)).await.expect("A sends");
+    let late = late.into_inner().message_id;
+    a.resign();
+    let next = leads(&b, term + 1).await;
+    b.daemon.client().outbox().send(send(c_addr.to_string(), "b", next)).await.expect("B sends");
+    let mut inbox = c.client().inbox().receive(ReceiveRequest {}).await.expect("Receive").into_inner();
+    let first = tokio::time::timeout(WAIT, inbox.message()).await.expect("B's message").expect("stream");
+    assert_eq!(first.and_then(|r| r.message).map(|m| m.event_id).as_deref(), Some("b"));
+    let deposed = a.daemon.client().outbox().send(send(c_addr.to_string(), "a2", term)).await;
+    let deposed = deposed.expect_err("A no longer leads");
+    assert_eq!(deposed.code(), Code::FailedPrecondition, "{deposed}");
+    assert!(deposed.message().starts_with("guard: "), "{deposed}");
+
+    link.hold(false);
+    let outcome = tokio::time::timeout(
+        WAIT,
+        a.daemon.client().outbox().wait_outcome(WaitOutcomeRequest { message_id: late.clone() }),
+    )
+    .await
+    .expect("A's message has an outcome")
+    .expect("WaitOutcome")
+    .into_inner()
+    .outcome
+    .expect("outcome");
+    assert_eq!(outcome.outcome(), AckOutcome::Failed, "{outcome:?}");
+    let both = format!(
+        "election {ns}/{ELECTION} sent this daemon a message in term {next}, and this was guarded by term {term}"
+    );
+    assert!(outcome.reason.contains(&both), "{outcome:?}");
+    assert!(c.metrics().await.contains("consistd_inbox_fenced_total 1"), "the receiver counted it");
+}
+
+/// A guarded Publish held on its way to the channel's leader past a handover: the successor has published
+/// on the channel in the next term, so the channel refuses the late one in its own compare-and-swap, and the
+/// app is told FAILED_PRECONDITION naming both terms; the successor's version stays the latest.
+#[tokio::test]
+async fn a_publish_held_past_a_handover_is_refused_by_the_channel_naming_both_terms() {
+    use consistd_client::proto::{PublishRequest, SubscribeVersionsRequest};
+
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let a = candidate_with("pod-a", &ns, None, &peers(None, None), TIMING).await;
+    let term = leads(&a, 1).await;
+    // C leads the channel; others reach it through a link that can hold traffic.
+    let c_addr = std::net::SocketAddr::from(([127, 0, 0, 1], consistd_testkit::free_port()));
+    let link = DelayProxy::start(c_addr).await;
+    let c = candidate_with("pod-c", &ns, None, &peers(Some(c_addr), Some(link.addr())), TIMING).await;
+    let subscribe = SubscribeVersionsRequest { channel: "config".into() };
+    let _member = c.daemon.client().rollout().subscribe_versions(subscribe).await.expect("C joins the channel");
+    let publish = |payload: &str, term: u64| PublishRequest {
+        channel: "config".into(),
+        payload: payload.as_bytes().to_vec(),
+        guard: Some(WriteGuard { election: ELECTION.into(), namespace: String::new(), term }),
+        ..Default::default()
+    };
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while let Err(e) = a.daemon.client().rollout().publish(publish("a1", term)).await {
+        assert!(tokio::time::Instant::now() < deadline, "A's first publish: {e}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    link.hold(true);
+    let before = link.connections();
+    let client = a.daemon.client();
+    let held = consistd_testkit::spawn(async move { client.rollout().publish(publish("a2", term)).await });
+    // Past A's guard, on its way to C.
+    while link.connections() == before {
+        assert!(tokio::time::Instant::now() < deadline, "A's publish never left");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    a.resign();
+    let next = leads(&c, term + 1).await;
+    let c_version = c.daemon.client().rollout().publish(publish("c", next)).await.expect("C publishes").into_inner();
+    link.hold(false);
+
+    let refused = tokio::time::timeout(WAIT, held)
+        .await
+        .expect("A's publish answered")
+        .expect("join")
+        .expect_err("a publish of a term that is over must not be answered OK");
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused}");
+    let both = format!(
+        "election {ns}/{ELECTION} published on channel config in term {next}, and this was guarded by term {term}"
+    );
+    assert!(refused.message().contains(&both), "{refused}");
+    let versions = consistd_core::versions::Versions::new(kube, &ns);
+    let latest = versions.latest("config").await.expect("read the channel").expect("published");
+    assert_eq!(latest.version, c_version.version, "the successor's version stays the latest");
+    assert_eq!(latest.claim.map(|c| c.term), Some(next));
 }

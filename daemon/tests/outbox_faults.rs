@@ -63,7 +63,7 @@ fn request(peer: &str, i: usize) -> tonic::Request<SendRequest> {
         payload: vec![b'x'; 1024],
         content_type: "application/octet-stream".to_owned(),
         traceparent: if in_request { traceparent(i) } else { String::new() },
-        tracestate: String::new(),
+        ..Default::default()
     });
     if !in_request {
         request.metadata_mut().insert("traceparent", traceparent(i).parse().expect("metadata value"));

@@ -285,8 +285,12 @@ async fn subscribe_versions(client: &Client) -> Streaming<SubscribeVersionsRespo
 async fn publish(client: &Client, payload: &str) -> Result<u64, Status> {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let request =
-            PublishRequest { channel: CHANNEL.into(), payload: payload.into(), content_type: "text/plain".into() };
+        let request = PublishRequest {
+            channel: CHANNEL.into(),
+            payload: payload.into(),
+            content_type: "text/plain".into(),
+            ..Default::default()
+        };
         match client.rollout().publish(request).await {
             Ok(r) => return Ok(r.into_inner().version),
             // Nobody leads the channel yet.

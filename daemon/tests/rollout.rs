@@ -206,6 +206,7 @@ async fn publish(daemon: &Daemon, payload: &str) -> u64 {
         channel: "config".to_owned(),
         payload: payload.as_bytes().to_vec(),
         content_type: "text/plain".to_owned(),
+        ..Default::default()
     };
     daemon.client().rollout().publish(request).await.expect("Publish").into_inner().version
 }
@@ -283,8 +284,12 @@ async fn a_version_published_on_a_follower_reaches_every_member_and_late_members
     assert!(wait(&replicas[f1].0, 3, Duration::from_secs(20)).await.all_applied);
 
     // A payload over the outbox's limit is refused before a version is taken (v4 below is the next).
-    let big =
-        PublishRequest { channel: "config".into(), payload: vec![0; 1024 * 1024 + 1], content_type: String::new() };
+    let big = PublishRequest {
+        channel: "config".into(),
+        payload: vec![0; 1024 * 1024 + 1],
+        content_type: String::new(),
+        ..Default::default()
+    };
     let e = replicas[f1].0.client().rollout().publish(big).await.expect_err("too large");
     assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
     assert!(e.message().contains("maxPayloadBytes"), "{e:?}");
@@ -336,8 +341,12 @@ async fn leader_failover_in_the_middle_of_a_rollout_loses_no_version_and_reuses_
     // A new leader takes over after the Lease expires (15 s); Publish answers once it has.
     let failed_over = Instant::now();
     let v2 = loop {
-        let request =
-            PublishRequest { channel: "config".to_owned(), payload: b"v2".to_vec(), content_type: String::new() };
+        let request = PublishRequest {
+            channel: "config".to_owned(),
+            payload: b"v2".to_vec(),
+            content_type: String::new(),
+            ..Default::default()
+        };
         match replicas[f].0.client().rollout().publish(request).await {
             Ok(r) => break r.into_inner().version,
             Err(e) => {
@@ -524,6 +533,7 @@ async fn publish_after_handover(daemon: &Daemon, payload: &str) -> u64 {
             channel: "config".to_owned(),
             payload: payload.as_bytes().to_vec(),
             content_type: "text/plain".to_owned(),
+            ..Default::default()
         };
         match daemon.client().rollout().publish(request).await {
             Ok(r) => return r.into_inner().version,

@@ -310,6 +310,7 @@ async fn publish(daemon: &Daemon, payload: &str) -> u64 {
         channel: "config".to_owned(),
         payload: payload.as_bytes().to_vec(),
         content_type: "text/plain".to_owned(),
+        ..Default::default()
     };
     daemon.client().rollout().publish(request).await.expect("Publish").into_inner().version
 }

@@ -8,6 +8,7 @@ use std::{
     time::Duration,
 };
 
+pub use consistd_core::claim::Claim;
 use consistd_core::config::{FencingConfig, FencingMode, Live};
 use consistd_observe::metrics::Metrics;
 use http::{HeaderName, HeaderValue};
@@ -44,24 +45,6 @@ const EXTRA_HEADER: &str = "impersonate-extra-consistd.io%2ffence";
 /// Groups the apiserver adds to every impersonated user itself; naming them would need a grant to
 /// impersonate them.
 const IMPLIED_GROUPS: [&str; 1] = ["system:authenticated"];
-
-/// What a guarded write claims: it was made while this daemon led the election of this Lease in `term`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Claim {
-    /// Namespace of the election's Lease.
-    pub namespace: String,
-    /// Name of the election's Lease.
-    pub lease: String,
-    /// The fencing term the write was guarded by.
-    pub term: u64,
-}
-
-impl Claim {
-    /// The extra's value, as the policy reads it.
-    fn value(&self) -> String {
-        format!("{}/{}/{}", self.namespace, self.lease, self.term)
-    }
-}
 
 /// Where guarded writes are fenced.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -315,7 +298,7 @@ impl Fencing {
         // The same review, as the writes will go: proves the grants, and that the extra arrives.
         let probe = Claim { namespace: "probe".into(), lease: "probe".into(), term: 1 };
         let seen = self.review(impersonation(&user, &groups, &probe)).await.map_err(CheckError::Impersonate)?;
-        let carried = seen.extra.as_ref().and_then(|extra| extra.get(EXTRA)).is_some_and(|v| v == &[probe.value()]);
+        let carried = seen.extra.as_ref().and_then(|extra| extra.get(EXTRA)).is_some_and(|v| v == &[probe.to_string()]);
         if !carried {
             return Err(CheckError::ExtraDropped);
         }
@@ -363,7 +346,7 @@ fn impersonation(user: &str, groups: &[String], claim: &Claim) -> Vec<(HeaderNam
             headers.push((HeaderName::from_static("impersonate-group"), group));
         }
     }
-    if let Some(value) = header(&claim.value()) {
+    if let Some(value) = header(&claim.to_string()) {
         headers.push((HeaderName::from_static(EXTRA_HEADER), value));
     }
     headers

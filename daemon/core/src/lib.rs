@@ -4,6 +4,7 @@
 //! cluster, the one mutation that adds the sidecar to a pod, files mounted from ConfigMaps and Secrets, watched
 //! for kubelet's swap, and the groups that own every task the daemon starts.
 
+pub mod claim;
 pub mod config;
 pub mod error;
 pub mod inject;

@@ -2,14 +2,22 @@
 //! latest version, its payload and when it was published. The next version is written with the
 //! read's resourceVersion as a precondition, so two writers (a leader and one that lost its Lease
 //! without knowing yet) can never hand out the same version, and a new leader continues from the last.
+//! A guarded publish's claim is kept with its version, and the ConfigMap keeps the newest term each
+//! election has published in: checked in that same compare-and-swap, a publish guarded by an older term
+//! is refused, however late it arrives.
 
-use std::time::Duration;
+use std::{collections::BTreeMap, time::Duration};
 
 use k8s_openapi::{ByteString, api::core::v1::ConfigMap};
 use kube::api::{Api, PostParams};
 
+use crate::claim::Claim;
+
 /// Label on every channel ConfigMap.
 pub const CHANNEL_LABEL: &str = "consistd.io/rollout-channel";
+/// The data key of the newest term each election has published in: one line per election, `<lease
+/// namespace>/<lease name> <term>`.
+const NEWEST_TERMS: &str = "newestTerms";
 /// How many times a conflicting write is retried before the allocation gives up.
 const MAX_CONFLICTS: usize = 50;
 
@@ -24,6 +32,8 @@ pub struct Version {
     pub content_type: String,
     /// When it was published (RFC 3339).
     pub published_at: String,
+    /// The claim of the guarded Publish that made it; None for an unguarded one.
+    pub claim: Option<Claim>,
 }
 
 /// Why a version could not be assigned or read.
@@ -45,6 +55,14 @@ pub enum VersionsError {
     Contended {
         /// The channel whose next version could not be written.
         channel: String,
+    },
+    /// A guarded publish whose election has published on the channel in a later term: refused.
+    #[error("channel {channel}: {why}")]
+    Fenced {
+        /// The channel.
+        channel: String,
+        /// Both terms: the election's newest on the channel, and the publish's.
+        why: String,
     },
     /// The ConfigMap exists but does not hold a version.
     #[error("channel ConfigMap {name} is malformed: {why}")]
@@ -90,8 +108,15 @@ impl Versions {
         found.map(|cm| decode(&name, &cm)).transpose()
     }
 
-    /// Stores `payload` as the next version of `channel` and returns it.
-    pub async fn publish(&self, channel: &str, payload: Vec<u8>, content_type: &str) -> Result<Version, VersionsError> {
+    /// Stores `payload` as the next version of `channel` and returns it. A `claim` older than the newest term
+    /// its election published in on the channel is refused ([`VersionsError::Fenced`]), in the same write.
+    pub async fn publish(
+        &self,
+        channel: &str,
+        payload: Vec<u8>,
+        content_type: &str,
+        claim: Option<&Claim>,
+    ) -> Result<Version, VersionsError> {
         let name = config_map_name(channel);
         for attempt in 0..MAX_CONFLICTS {
             let current = self.api.get_opt(&name).await.map_err(|source| VersionsError::Apiserver {
@@ -100,13 +125,23 @@ impl Versions {
                 source,
             })?;
             let previous = current.as_ref().map(|cm| decode(&name, cm)).transpose()?.map_or(0, |v| v.version);
+            let mut terms = current.as_ref().map(newest_terms).unwrap_or_default();
+            if let Some(claim) = claim {
+                let newest = terms.entry(claim.election()).or_insert(0);
+                let seen = format!("published on channel {channel}");
+                if let Some(why) = claim.older_than(*newest, &seen) {
+                    return Err(VersionsError::Fenced { channel: channel.to_owned(), why });
+                }
+                *newest = claim.term;
+            }
             let next = Version {
                 version: previous + 1,
                 payload: payload.clone(),
                 content_type: content_type.to_owned(),
                 published_at: k8s_openapi::jiff::Timestamp::now().to_string(),
+                claim: claim.cloned(),
             };
-            let mut cm = encode(&name, channel, &next);
+            let mut cm = encode(&name, channel, &next, &terms);
             let written = match &current {
                 // The read's resourceVersion is the precondition: a concurrent writer makes this a 409.
                 Some(existing) => {
@@ -130,20 +165,26 @@ impl Versions {
     }
 }
 
-fn encode(name: &str, channel: &str, v: &Version) -> ConfigMap {
+fn encode(name: &str, channel: &str, v: &Version, terms: &BTreeMap<String, u64>) -> ConfigMap {
     let mut cm = ConfigMap::default();
     cm.metadata.name = Some(name.to_owned());
     let label = if channel.len() <= 63 { channel.to_owned() } else { String::new() };
     cm.metadata.labels = Some([(CHANNEL_LABEL.to_owned(), label)].into());
-    cm.data = Some(
-        [
-            ("channel".to_owned(), channel.to_owned()),
-            ("version".to_owned(), v.version.to_string()),
-            ("contentType".to_owned(), v.content_type.clone()),
-            ("publishedAt".to_owned(), v.published_at.clone()),
-        ]
-        .into(),
-    );
+    let mut data: BTreeMap<String, String> = [
+        ("channel".to_owned(), channel.to_owned()),
+        ("version".to_owned(), v.version.to_string()),
+        ("contentType".to_owned(), v.content_type.clone()),
+        ("publishedAt".to_owned(), v.published_at.clone()),
+    ]
+    .into();
+    if let Some(claim) = &v.claim {
+        data.insert("claim".to_owned(), claim.to_string());
+    }
+    if !terms.is_empty() {
+        let lines: Vec<String> = terms.iter().map(|(election, term)| format!("{election} {term}")).collect();
+        data.insert(NEWEST_TERMS.to_owned(), lines.join("\n"));
+    }
+    cm.data = Some(data);
     cm.binary_data = Some([("payload".to_owned(), ByteString(v.payload.clone()))].into());
     cm
 }
@@ -156,10 +197,29 @@ fn decode(name: &str, cm: &ConfigMap) -> Result<Version, VersionsError> {
         .and_then(|v| v.parse::<u64>().ok())
         .ok_or_else(|| malformed("data.version is not a number"))?;
     let payload = cm.binary_data.as_ref().and_then(|b| b.get("payload")).map(|b| b.0.clone()).unwrap_or_default();
+    let claim = data
+        .get("claim")
+        .map(|c| Claim::parse(c))
+        .transpose()
+        .map_err(|why| malformed(&format!("data.claim: {why}")))?;
     Ok(Version {
         version,
         payload,
         content_type: data.get("contentType").cloned().unwrap_or_default(),
         published_at: data.get("publishedAt").cloned().unwrap_or_default(),
+        claim,
     })
+}
+
+/// The newest term each election published in, from the ConfigMap's `newestTerms` (lines that do not read
+/// are skipped: the next guarded publish of that election writes its line again).
+fn newest_terms(cm: &ConfigMap) -> BTreeMap<String, u64> {
+    let lines = cm.data.as_ref().and_then(|d| d.get(NEWEST_TERMS)).map(String::as_str).unwrap_or_default();
+    lines
+        .lines()
+        .filter_map(|line| {
+            let (election, term) = line.split_once(' ')?;
+            Some((election.to_owned(), term.parse().ok()?))
+        })
+        .collect()
 }

@@ -15,6 +15,7 @@ use std::{
 
 use bytes::Bytes;
 use consistd_core::{
+    claim::Claim,
     config::{InboxConfig, Live},
     error,
     tasks::Tasks,
@@ -26,10 +27,14 @@ use tokio::{
     time::Instant,
 };
 
-use self::state::{DedupKey, InboxState, Known, Next};
+use self::{
+    claims::Newest,
+    state::{DedupKey, InboxState, Known, Next},
+};
 use crate::store::{Store, StoreError};
 
 mod acks;
+mod claims;
 mod queue;
 mod record;
 mod state;
@@ -53,6 +58,8 @@ pub struct InboxMessage {
     pub content_type: String,
     /// The trace the sending app sent it under (empty for none).
     pub trace: TraceContext,
+    /// The claim it was sent under (a guarded send or publish), newest of its election when it arrived.
+    pub claim: Option<Claim>,
     /// When this daemon received it (wall clock; the API's received_at).
     pub received_at: SystemTime,
 }
@@ -104,7 +111,7 @@ impl Inbox {
         tasks: &Tasks,
     ) -> Result<Self, StoreError> {
         let stored = record::load(&store)?;
-        let state = InboxState::new(held_prefixes, stored.messages);
+        let state = InboxState::new(held_prefixes, stored.messages, Newest::new(stored.claims));
         if state.pending() > 0 {
             tracing::info!(messages = state.pending(), "inbox restored from the store");
         }
@@ -178,15 +185,33 @@ impl Inbox {
             }
             Err(error) => return Some(answer(Disposition::Refused, error::chain(&error))),
         }
+        let claim = match m.claim.as_str() {
+            "" => None,
+            text => match Claim::parse(text) {
+                Ok(claim) => Some(claim),
+                Err(why) => return Some(answer(Disposition::Fenced, why)),
+            },
+        };
         let (message, written) = {
             let mut state = self.lock();
             // Taken in meanwhile by a resend on another connection: that one is answered.
             if state.known(&key) != Known::No {
                 return None;
             }
+            // A later term of the claim's election reached this daemon first: the sender's authority is over.
+            if let Some(claim) = &claim
+                && let Err(why) = state.claims.check(claim)
+            {
+                self.inner.metrics.inbox_fenced.inc();
+                tracing::info!(sender, resource_id = %m.resource_id, event_id = %m.event_id, why, "message refused for good");
+                return Some(answer(Disposition::Fenced, why));
+            }
             let config = self.inner.config.get();
             if let Err(full) = state.begin_storing(&key, m.payload.len(), &config, &self.inner.identity) {
                 return Some(answer(Disposition::Refused, full.to_string()));
+            }
+            if let Some(claim) = &claim {
+                state.claims.raise(claim);
             }
             let message = Arc::new(InboxMessage {
                 id: self.inner.next_id.fetch_add(1, Ordering::SeqCst),
@@ -197,6 +222,7 @@ impl Inbox {
                 payload: m.payload.clone(),
                 content_type: m.content_type.clone(),
                 trace: TraceContext::given(m.traceparent.clone(), m.tracestate.clone()).unwrap_or_default(),
+                claim,
                 received_at: SystemTime::now(),
             });
             let stored = message.clone();

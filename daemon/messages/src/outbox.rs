@@ -28,6 +28,7 @@ use std::{
 
 use bytes::Bytes;
 use consistd_core::{
+    claim::Claim,
     config::{Live, OutboxConfig},
     tasks::Tasks,
 };
@@ -67,6 +68,9 @@ pub struct Message {
     pub content_type: String,
     /// The trace it was sent under, handed to the receiving app.
     pub trace: TraceContext,
+    /// The claim it was sent under (a guarded send): a receiver that stored a later term of its election
+    /// refuses it for good.
+    pub claim: Option<Claim>,
     /// When `Send` stored it.
     pub enqueued_at: SystemTime,
 }
@@ -86,6 +90,8 @@ pub struct Outgoing {
     pub content_type: String,
     /// The trace it is sent under (empty for none).
     pub trace: TraceContext,
+    /// The claim it is sent under, checked by the caller: this daemon led that election in that term.
+    pub claim: Option<Claim>,
 }
 
 /// The end of a message's life at one peer (or everywhere, for SUPERSEDED).
@@ -367,6 +373,7 @@ impl Outbox {
             payload: out.payload,
             content_type: out.content_type,
             trace: out.trace,
+            claim: out.claim,
             enqueued_at: SystemTime::now(),
         });
         Ok(Admitted { outbox: self.clone(), message })
@@ -441,6 +448,9 @@ impl Outbox {
                 self.lock().stored(peer, id, &r, cap);
             }
             Ok(Disposition::Refused) => self.lock().refused(peer, id, r.sequence, &r.reason),
+            Ok(Disposition::Fenced) => {
+                self.change(|state| state.fenced(peer, r.sequence, &r.resource_id, &r.event_id, &r.reason));
+            }
             Ok(Disposition::Unspecified) | Err(_) => {
                 tracing::warn!(peer, disposition = r.disposition, "unknown answer from peer ignored");
             }

@@ -19,6 +19,7 @@ use consistd_cluster::{
     watch::ResourceError,
 };
 use consistd_core::{
+    claim::Claim,
     tasks::Tasks,
     versions::{Version, Versions, VersionsError},
 };
@@ -166,11 +167,18 @@ impl Rollout {
     }
 
     /// Publishes on the channel's leader: here if this daemon leads it, else forwarded to the leader's
-    /// peer address (from its member Lease). Returns the assigned version.
-    pub async fn publish(&self, key: &Key, payload: Bytes, content_type: &str) -> Result<u64, RolloutError> {
+    /// peer address (from its member Lease). Returns the assigned version. A guarded Publish carries its
+    /// `claim` (checked by the caller) to the channel and with its version to every member.
+    pub async fn publish(
+        &self,
+        key: &Key,
+        payload: Bytes,
+        content_type: &str,
+        claim: Option<Claim>,
+    ) -> Result<u64, RolloutError> {
         let status = self.leadership.get(key, FIRST_OBSERVATION).await;
         if status.role == Role::Leader {
-            return self.publish_as_leader(key, payload, content_type).await;
+            return self.publish_as_leader(key, payload, content_type, claim).await;
         }
         let no_leader = |why: String| RolloutError::NoLeader { channel: key.name.clone(), why };
         if status.holder.is_empty() {
@@ -183,12 +191,19 @@ impl Rollout {
             .find(|m| m.identity == status.holder && m.live)
             .map(|m| m.peer.clone())
             .ok_or_else(|| no_leader(format!("its leader {:?} has no live member Lease", status.holder)))?;
-        self.forward(key, &leader, payload, content_type).await
+        self.forward(key, &leader, payload, content_type, claim).await
     }
 
     /// Takes the next version in the cluster and sends it to every member; refused unless this daemon
-    /// leads the channel.
-    pub async fn publish_as_leader(&self, key: &Key, payload: Bytes, content_type: &str) -> Result<u64, RolloutError> {
+    /// leads the channel, and (in the channel's own write) when `claim`'s election published on it in a
+    /// later term.
+    pub async fn publish_as_leader(
+        &self,
+        key: &Key,
+        payload: Bytes,
+        content_type: &str,
+        claim: Option<Claim>,
+    ) -> Result<u64, RolloutError> {
         let status = self.leadership.get(key, FIRST_OBSERVATION).await;
         if status.role != Role::Leader {
             return Err(RolloutError::NotLeader { channel: key.name.clone(), holder: status.holder });
@@ -197,7 +212,7 @@ impl Rollout {
         self.outbox.check_payload(payload.len())?;
         // Before the version goes out, so the record sees every member's ACK of it.
         self.keep_progress(key);
-        let version = self.versions.publish(&key.name, payload.to_vec(), content_type).await?;
+        let version = self.versions.publish(&key.name, payload.to_vec(), content_type, claim.as_ref()).await?;
         self.deliver(key, &version, payload).await?;
         tracing::info!(channel = %key.name, version = version.version, "published");
         Ok(version.version)
@@ -215,6 +230,7 @@ impl Rollout {
                 content_type: version.content_type.clone(),
                 // Read by the members' daemons, never handed to an app's Inbox.Receive.
                 trace: TraceContext::default(),
+                claim: version.claim.clone(),
             })
             .await?;
         Ok(())
@@ -231,7 +247,14 @@ impl Rollout {
         Ok(())
     }
 
-    async fn forward(&self, key: &Key, leader: &str, payload: Bytes, content_type: &str) -> Result<u64, RolloutError> {
+    async fn forward(
+        &self,
+        key: &Key,
+        leader: &str,
+        payload: Bytes,
+        content_type: &str,
+        claim: Option<Claim>,
+    ) -> Result<u64, RolloutError> {
         let unreachable = |why: String| RolloutError::NoLeader { channel: key.name.clone(), why };
         let transport = self
             .transport
@@ -241,8 +264,12 @@ impl Rollout {
             .connect(leader, Some(FORWARD_TIMEOUT))
             .await
             .map_err(|e| unreachable(format!("its leader: {}", consistd_core::error::chain(&e))))?;
-        let request =
-            peer_pb::PublishRequest { channel: key.name.clone(), payload, content_type: content_type.to_owned() };
+        let request = peer_pb::PublishRequest {
+            channel: key.name.clone(),
+            payload,
+            content_type: content_type.to_owned(),
+            claim: claim.map(|c| c.to_string()).unwrap_or_default(),
+        };
         match client.publish(request).await {
             Ok(r) => Ok(r.into_inner().version),
             Err(s) => Err(RolloutError::Forwarded {

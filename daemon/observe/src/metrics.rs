@@ -57,6 +57,8 @@ pub struct Metrics {
     pub inbox_received: Counter,
     /// Messages from peers that were already stored or ACKed (resends).
     pub inbox_duplicates: Counter,
+    /// Messages from peers refused for good: their claim is older than one stored for the same election.
+    pub inbox_fenced: Counter,
     /// Messages the app ACKed.
     pub inbox_acks: Counter,
     /// Messages the app NACKed.
@@ -254,6 +256,12 @@ impl Metrics {
         registry.register("inbox_received", "Messages from peers stored for the app", inbox_received.clone());
         let inbox_duplicates = Counter::default();
         registry.register("inbox_duplicates", "Resent messages already stored or ACKed", inbox_duplicates.clone());
+        let inbox_fenced = Counter::default();
+        registry.register(
+            "inbox_fenced",
+            "Messages refused for good: their claim is older than one stored for the same election",
+            inbox_fenced.clone(),
+        );
         let inbox_acks = Counter::default();
         registry.register("inbox_acks", "Messages the app ACKed", inbox_acks.clone());
         let inbox_nacks = Counter::default();
@@ -375,6 +383,7 @@ impl Metrics {
             peer_connections,
             inbox_received,
             inbox_duplicates,
+            inbox_fenced,
             inbox_acks,
             inbox_nacks,
             inbox_pending,

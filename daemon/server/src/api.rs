@@ -4,6 +4,7 @@
 mod access;
 mod caller;
 mod calls;
+mod guard;
 mod inbox;
 mod leadership;
 mod objects;
@@ -127,8 +128,9 @@ pub async fn serve(listener: UnixListener, services: Services, serving: Tasks) -
         ObjectsApi::new(services.objects, services.leadership.clone(), services.reconciler.clone(), access.clone());
     let reconcile =
         ReconcileApi::new(services.reconciler, services.leadership.clone(), access.clone(), serving.clone());
-    let leadership = LeadershipApi::new(services.leadership, access.clone(), serving.clone());
-    let outbox = OutboxApi::new(services.outbox, services.namespace, access.clone(), serving.clone());
+    let leadership = LeadershipApi::new(services.leadership.clone(), access.clone(), serving.clone());
+    let outbox =
+        OutboxApi::new(services.outbox, services.leadership, services.namespace, access.clone(), serving.clone());
     let inbox = InboxApi::new(services.inbox, access.clone(), serving.clone());
     let rollout = RolloutApi::new(services.rollout, access, serving.clone());
     let shutdown = async {

@@ -6,7 +6,7 @@
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use consistd_cluster::leadership::Leadership;
-use consistd_core::tasks::Tasks;
+use consistd_core::{claim::Claim, tasks::Tasks};
 use consistd_messages::{
     inbox::Inbox,
     rollout::Rollout,
@@ -157,8 +157,15 @@ impl PeerService for PeerApi {
     async fn publish(&self, request: Request<PublishRequest>) -> Result<Response<PublishResponse>, Status> {
         let r = request.into_inner();
         let key = self.rollout.channel(&r.channel).map_err(status::leadership_error)?;
-        let version =
-            self.rollout.publish_as_leader(&key, r.payload, &r.content_type).await.map_err(status::rollout_error)?;
+        let claim = match r.claim.as_str() {
+            "" => None,
+            text => Some(Claim::parse(text).map_err(|why| status::invalid_argument("claim", why))?),
+        };
+        let version = self
+            .rollout
+            .publish_as_leader(&key, r.payload, &r.content_type, claim)
+            .await
+            .map_err(status::rollout_error)?;
         Ok(Response::new(PublishResponse { version }))
     }
 

@@ -40,6 +40,9 @@ pub struct PublishRequest {
     pub payload: ::prost::bytes::Bytes,
     #[prost(string, tag = "3")]
     pub content_type: ::prost::alloc::string::String,
+    /// The claim the app's guard made, "<lease namespace>/<lease name>/<term>"; empty for an unguarded Publish.
+    #[prost(string, tag = "4")]
+    pub claim: ::prost::alloc::string::String,
 }
 /// PublishResponse carries the assigned version.
 #[allow(clippy::all)]
@@ -88,6 +91,10 @@ pub struct PeerMessage {
     pub traceparent: ::prost::alloc::string::String,
     #[prost(string, tag = "9")]
     pub tracestate: ::prost::alloc::string::String,
+    /// The claim it was sent under, "<lease namespace>/<lease name>/<term>"; empty for an unguarded send. The
+    /// receiver answers FENCED when it has stored a message of a later term of the same election.
+    #[prost(string, tag = "10")]
+    pub claim: ::prost::alloc::string::String,
 }
 /// ExchangeRequest is one frame from the sender.
 #[allow(clippy::all)]
@@ -135,6 +142,9 @@ pub enum Disposition {
     Acked = 2,
     /// Not stored (e.g. the receiver's inbox is full); the sender retries with backoff.
     Refused = 3,
+    /// Not stored, for good: its claim is older than the newest this receiver has stored for that election
+    /// (or is malformed). The sender reports it FAILED with the reason and stops sending it to this receiver.
+    Fenced = 4,
 }
 impl Disposition {
     /// String value of the enum field names used in the ProtoBuf definition.
@@ -147,6 +157,7 @@ impl Disposition {
             Self::Stored => "DISPOSITION_STORED",
             Self::Acked => "DISPOSITION_ACKED",
             Self::Refused => "DISPOSITION_REFUSED",
+            Self::Fenced => "DISPOSITION_FENCED",
         }
     }
     /// Creates an enum from field names used in the ProtoBuf definition.
@@ -156,6 +167,7 @@ impl Disposition {
             "DISPOSITION_STORED" => Some(Self::Stored),
             "DISPOSITION_ACKED" => Some(Self::Acked),
             "DISPOSITION_REFUSED" => Some(Self::Refused),
+            "DISPOSITION_FENCED" => Some(Self::Fenced),
             _ => None,
         }
     }

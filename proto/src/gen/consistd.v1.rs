@@ -2246,6 +2246,11 @@ pub struct SendRequest {
     /// W3C `tracestate` going with traceparent (at most 512 bytes); ignored without traceparent.
     #[prost(string, tag = "7")]
     pub tracestate: ::prost::alloc::string::String,
+    /// Sends the message only while this daemon leads the guard's election in its term (else
+    /// FAILED_PRECONDITION naming guard), and carries that claim: a receiving daemon that has stored a message
+    /// of a later term of the same election refuses it for good, and its outcome is FAILED naming both terms.
+    #[prost(message, optional, tag = "8")]
+    pub guard: ::core::option::Option<WriteGuard>,
 }
 /// SendResponse identifies the stored message.
 #[allow(clippy::all)]
@@ -3680,6 +3685,12 @@ pub struct PublishRequest {
     pub payload: ::prost::alloc::vec::Vec<u8>,
     #[prost(string, tag = "3")]
     pub content_type: ::prost::alloc::string::String,
+    /// Publishes only while this daemon leads the guard's election in its term (else FAILED_PRECONDITION
+    /// naming guard), and carries that claim: the channel refuses it, FAILED_PRECONDITION naming both terms,
+    /// once a later term of the same election has published on it, and the members' daemons refuse its version
+    /// once they have stored a message of a later term.
+    #[prost(message, optional, tag = "4")]
+    pub guard: ::core::option::Option<WriteGuard>,
 }
 /// PublishResponse carries the assigned version.
 #[allow(clippy::all)]

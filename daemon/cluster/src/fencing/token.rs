@@ -32,7 +32,7 @@ pub(crate) fn stamp(body: &mut Value, claim: &Claim) -> bool {
         *annotations = Value::Object(Map::new());
     }
     let Some(annotations) = annotations.as_object_mut() else { return false };
-    annotations.insert(ANNOTATION.to_owned(), Value::String(claim.value()));
+    annotations.insert(ANNOTATION.to_owned(), Value::String(claim.to_string()));
     true
 }
 
@@ -57,7 +57,7 @@ pub(crate) struct Stamped {
 impl Stamped {
     /// Whether this daemon stamped `object` with `claim`.
     pub(crate) fn has(&self, object: &str, claim: &Claim) -> bool {
-        self.claims.lock().unwrap_or_else(PoisonError::into_inner).get(object).is_some_and(|c| *c == claim.value())
+        self.claims.lock().unwrap_or_else(PoisonError::into_inner).get(object).is_some_and(|c| *c == claim.to_string())
     }
 
     /// `object` now carries `claim`.
@@ -66,7 +66,7 @@ impl Stamped {
         if claims.len() >= REMEMBERED && !claims.contains_key(object) {
             claims.clear();
         }
-        claims.insert(object.to_owned(), claim.value());
+        claims.insert(object.to_owned(), claim.to_string());
     }
 
     /// `object` was deleted: one created again under its name carries no token.

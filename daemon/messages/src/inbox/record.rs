@@ -1,9 +1,10 @@
 //! The inbox's stored form: its tables, an inbound message's record, the deduplication record of every
-//! (sender, resource_id, event_id) and how much of it is kept.
+//! (sender, resource_id, event_id) and how much of it is kept, and the newest claim of each election.
 
-use std::time::SystemTime;
+use std::{collections::HashMap, time::SystemTime};
 
 use bytes::Bytes;
+use consistd_core::claim::Claim;
 use consistd_observe::telemetry::TraceContext;
 use prost::Message as _;
 use redb::{ReadableTable, TableDefinition, WriteTransaction};
@@ -16,6 +17,8 @@ const MESSAGES: TableDefinition<u64, &[u8]> = TableDefinition::new("inbox_messag
 /// (sender, resource_id, event_id) -> (inbox id, ACK time in ms since the epoch; 0 while pending).
 pub(super) const SEEN: TableDefinition<(&str, &str, &str), (u64, u64)> = TableDefinition::new("inbox_seen");
 const NEXT_ID: &str = "inbox.next_id";
+/// Election (`<lease namespace>/<lease name>`) -> the highest term of a claim a stored message carried.
+const CLAIMS: TableDefinition<&str, u64> = TableDefinition::new("inbox_claims");
 
 /// ACKed events remembered per (sender, resource_id) for deduplication. A sender resends only the
 /// newest event of a resource, so an event this far back is never sent again.
@@ -42,6 +45,9 @@ struct InboxRecord {
     traceparent: String,
     #[prost(string, tag = "9")]
     tracestate: String,
+    /// The claim it was sent under, as `Claim` writes it; empty for none.
+    #[prost(string, tag = "10")]
+    claim: String,
 }
 
 impl InboxRecord {
@@ -56,6 +62,7 @@ impl InboxRecord {
             received_at_ms: to_millis(m.received_at),
             traceparent: m.trace.traceparent.clone(),
             tracestate: m.trace.tracestate.clone(),
+            claim: m.claim.as_ref().map(ToString::to_string).unwrap_or_default(),
         }
     }
 
@@ -69,20 +76,23 @@ impl InboxRecord {
             payload: self.payload,
             content_type: self.content_type,
             trace: TraceContext { traceparent: self.traceparent, tracestate: self.tracestate },
+            claim: Claim::parse(&self.claim).ok(),
             received_at: from_millis(self.received_at_ms),
         }
     }
 }
 
-/// What the store holds for the inbox: the messages still waiting for an ACK, and the next inbox id.
+/// What the store holds for the inbox: the messages still waiting for an ACK, the next inbox id, and the
+/// newest term of each election a stored message claimed.
 pub(super) struct Loaded {
     pub(super) messages: Vec<InboxMessage>,
     pub(super) next_id: u64,
+    pub(super) claims: HashMap<String, u64>,
 }
 
 /// Reads the messages still waiting; an unreadable record is logged and stays on disk, not delivered.
 pub(super) fn load(store: &Store) -> Result<Loaded, StoreError> {
-    let (records, next_id) = store.read("load the inbox", |txn| {
+    let (records, next_id, claims) = store.read("load the inbox", |txn| {
         let mut records = Vec::new();
         if let Ok(table) = txn.open_table(MESSAGES) {
             for entry in table.iter()? {
@@ -94,7 +104,14 @@ pub(super) fn load(store: &Store) -> Result<Loaded, StoreError> {
             Ok(t) => t.get(NEXT_ID)?.map_or(1, |v| v.value()),
             Err(_) => 1,
         };
-        Ok((records, next))
+        let mut claims = HashMap::new();
+        if let Ok(table) = txn.open_table(CLAIMS) {
+            for entry in table.iter()? {
+                let (election, term) = entry?;
+                claims.insert(election.value().to_owned(), term.value());
+            }
+        }
+        Ok((records, next, claims))
     })?;
     let messages = records
         .into_iter()
@@ -106,12 +123,20 @@ pub(super) fn load(store: &Store) -> Result<Loaded, StoreError> {
             }
         })
         .collect();
-    Ok(Loaded { messages, next_id: next_id.max(1) })
+    Ok(Loaded { messages, next_id: next_id.max(1), claims })
 }
 
-/// Writes a received message, its pending deduplication record, and the next id past it.
+/// Writes a received message, its pending deduplication record, the next id past it, and its claim's term
+/// when it is the newest of its election.
 pub(super) fn write_received(txn: &WriteTransaction, message: &InboxMessage) -> Result<(), redb::Error> {
     let (id, record) = (message.id, InboxRecord::of(message).encode_to_vec());
+    if let Some(claim) = &message.claim {
+        let mut claims = txn.open_table(CLAIMS)?;
+        let election = claim.election();
+        if claims.get(election.as_str())?.is_none_or(|t| t.value() < claim.term) {
+            claims.insert(election.as_str(), claim.term)?;
+        }
+    }
     let seen_key = (message.sender.as_str(), message.resource_id.as_str(), message.event_id.as_str());
     txn.open_table(SEEN)?.insert(seen_key, (id, 0))?;
     txn.open_table(MESSAGES)?.insert(id, record.as_slice())?;

@@ -12,7 +12,7 @@ use std::{
 use consistd_core::config::InboxConfig;
 use tokio::time::Instant;
 
-use super::{InboxMessage, acks::AckRoutes, queue::AppQueue};
+use super::{InboxMessage, acks::AckRoutes, claims::Newest, queue::AppQueue};
 
 /// What makes a message the same message: who sent it, about what, and which event of it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -96,13 +96,15 @@ pub(super) struct InboxState {
     pub(super) queue: AppQueue,
     /// Where each sender's ACKs go.
     pub(super) acks: AckRoutes,
+    /// The newest claim stored per election.
+    pub(super) claims: Newest,
 }
 
 impl InboxState {
     /// The state of an inbox whose store holds `messages`; those about a resource id under one of
     /// `held_prefixes` are the daemon's own.
-    pub(super) fn new(held_prefixes: &[&'static str], messages: Vec<InboxMessage>) -> Self {
-        let mut state = Self { held_prefixes: held_prefixes.to_vec(), ..Self::default() };
+    pub(super) fn new(held_prefixes: &[&'static str], messages: Vec<InboxMessage>, claims: Newest) -> Self {
+        let mut state = Self { held_prefixes: held_prefixes.to_vec(), claims, ..Self::default() };
         for message in messages {
             state.add(Arc::new(message));
         }
@@ -246,6 +248,7 @@ mod tests {
             payload: Bytes::from_static(b"12345"),
             content_type: String::new(),
             trace: Default::default(),
+            claim: None,
             received_at: SystemTime::UNIX_EPOCH,
         }
     }
@@ -253,7 +256,7 @@ mod tests {
     #[test]
     fn a_nacked_message_is_ready_again_after_its_delay_and_a_later_nack_decides() {
         let now = Instant::now();
-        let mut state = InboxState::new(&[], vec![message(1, "r")]);
+        let mut state = InboxState::new(&[], vec![message(1, "r")], Newest::default());
         let receiver = state.queue.new_receiver();
         assert!(matches!(state.next(receiver, now), Next::Message(m, 1) if m.id == 1));
         assert!(state.nack(1, Duration::from_secs(10), now).is_some());
@@ -265,7 +268,7 @@ mod tests {
     #[test]
     fn a_dropped_receivers_leases_go_back_to_the_queue_and_held_messages_never_reach_the_app() {
         let now = Instant::now();
-        let mut state = InboxState::new(&["own/"], vec![message(1, "r"), message(2, "own/x")]);
+        let mut state = InboxState::new(&["own/"], vec![message(1, "r"), message(2, "own/x")], Newest::default());
         let first = state.queue.new_receiver();
         assert!(matches!(state.next(first, now), Next::Message(m, 1) if m.id == 1));
         assert!(matches!(state.next(first, now), Next::Wait(None)), "the daemon's own message is not the app's");
@@ -278,7 +281,7 @@ mod tests {
     #[test]
     fn storing_is_bounded_by_messages_and_bytes_and_a_failed_write_frees_its_room() {
         let config = InboxConfig { max_pending: 2, max_pending_bytes: 8 };
-        let mut state = InboxState::new(&[], vec![message(1, "r")]);
+        let mut state = InboxState::new(&[], vec![message(1, "r")], Newest::default());
         let key = |e: &str| DedupKey::new("sender", "s", e);
         let full = state.begin_storing(&key("a"), 5, &config, "me").expect_err("5 + 5 bytes pass 8");
         assert_eq!(full, Full::Bytes { identity: "me".into(), held: 5, bytes: 5, max: 8 });

@@ -15,6 +15,7 @@ fn message(sequence: u64, resource: &str, event: &str) -> PeerMessage {
         attempt: 1,
         traceparent: String::new(),
         tracestate: String::new(),
+        claim: String::new(),
     }
 }
 
@@ -286,4 +287,35 @@ async fn acks_given_while_the_sender_is_away_are_sent_when_it_reconnects() {
     let _connection = inbox.connect("s", tx);
     let ack = acks.recv().await.expect("the ACK on the new connection");
     assert_eq!((ack.sequence, ack.disposition), (5, Disposition::Acked as i32));
+}
+
+#[tokio::test]
+async fn a_message_of_an_older_term_than_one_stored_is_refused_for_good_also_after_a_restart() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let claimed = |sequence: u64, event: &str, claim: &str| PeerMessage {
+        claim: claim.to_owned(),
+        ..message(sequence, "r", event)
+    };
+    {
+        let inbox = open(dir.path(), 100).await;
+        assert_eq!(disposition(inbox.accept("old-leader", claimed(1, "e1", "ns/e/7")).await), Disposition::Stored);
+        assert_eq!(disposition(inbox.accept("new-leader", claimed(1, "e2", "ns/e/8")).await), Disposition::Stored);
+        let late = inbox.accept("old-leader", claimed(2, "e3", "ns/e/7")).await.expect("an answer");
+        assert_eq!(late.disposition, Disposition::Fenced as i32);
+        assert_eq!(late.reason, "election ns/e sent this daemon a message in term 8, and this was guarded by term 7");
+        // A resend of what was stored before the later term arrived is still that message.
+        assert_eq!(disposition(inbox.accept("old-leader", claimed(1, "e1", "ns/e/7")).await), Disposition::Stored);
+        // Another election, an unguarded message, and a malformed claim.
+        assert_eq!(disposition(inbox.accept("x", claimed(1, "e4", "ns/f/1")).await), Disposition::Stored);
+        assert_eq!(disposition(inbox.accept("x", message(2, "r", "e5")).await), Disposition::Stored);
+        assert_eq!(disposition(inbox.accept("x", claimed(3, "e6", "ns/e")).await), Disposition::Fenced);
+        assert_eq!(inbox.pending(), 4, "nothing refused reaches the app");
+        let mut receiver = inbox.receiver();
+        let (first, _) = next(&mut receiver).await;
+        assert_eq!(first.claim, Some(Claim { namespace: "ns".into(), lease: "e".into(), term: 7 }));
+    }
+    // The newest term is stored with the message that carried it.
+    let inbox = open(dir.path(), 100).await;
+    assert_eq!(disposition(inbox.accept("old-leader", claimed(3, "e7", "ns/e/7")).await), Disposition::Fenced);
+    assert_eq!(disposition(inbox.accept("new-leader", claimed(2, "e8", "ns/e/9")).await), Disposition::Stored);
 }

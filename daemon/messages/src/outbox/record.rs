@@ -8,6 +8,7 @@ use std::{
 };
 
 use bytes::Bytes;
+use consistd_core::claim::Claim;
 use consistd_observe::telemetry::TraceContext;
 use consistd_proto::v1 as pb;
 use redb::{ReadableTable, TableDefinition};
@@ -41,6 +42,9 @@ struct OutboxRecord {
     traceparent: String,
     #[prost(string, tag = "8")]
     tracestate: String,
+    /// The claim it was sent under, as `Claim` writes it; empty for none.
+    #[prost(string, tag = "9")]
+    claim: String,
 }
 
 fn encode(m: &Message) -> Vec<u8> {
@@ -54,6 +58,7 @@ fn encode(m: &Message) -> Vec<u8> {
         enqueued_at_ms: to_millis(m.enqueued_at),
         traceparent: m.trace.traceparent.clone(),
         tracestate: m.trace.tracestate.clone(),
+        claim: m.claim.as_ref().map(ToString::to_string).unwrap_or_default(),
     }
     .encode_to_vec()
 }
@@ -155,6 +160,16 @@ pub(super) fn decode(stored: Stored, namespace: &str) -> Restored {
                 continue;
             }
         };
+        let claim = match record.claim.as_str() {
+            "" => None,
+            text => match Claim::parse(text) {
+                Ok(claim) => Some(claim),
+                Err(error) => {
+                    tracing::error!(sequence, %error, "outbox record with a bad claim kept on disk, not delivered");
+                    continue;
+                }
+            },
+        };
         let message = Arc::new(Message {
             sequence,
             destination: target.clone(),
@@ -163,6 +178,7 @@ pub(super) fn decode(stored: Stored, namespace: &str) -> Restored {
             payload: record.payload,
             content_type: record.content_type,
             trace: TraceContext { traceparent: record.traceparent, tracestate: record.tracestate },
+            claim,
             enqueued_at: from_millis(record.enqueued_at_ms),
         });
         let key = (target, message.resource_id.clone());

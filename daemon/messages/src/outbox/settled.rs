@@ -102,6 +102,7 @@ mod tests {
             payload: bytes::Bytes::from_static(b"body"),
             content_type: String::new(),
             trace: Default::default(),
+            claim: None,
             enqueued_at: SystemTime::now(),
         });
         Outcome { message, peer: "peer:1".into(), kind, at: SystemTime::now() }

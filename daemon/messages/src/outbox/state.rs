@@ -323,6 +323,34 @@ impl OutboxState {
     /// A peer's app ACKed (sequence, resource_id, event_id). An ACK that does not match the message
     /// the peer still has to ACK (older, superseded, or from another sender store) changes nothing.
     pub(super) fn acked(&mut self, peer: &str, sequence: u64, resource_id: &str, event_id: &str) -> Effects {
+        self.settled_at(peer, sequence, resource_id, event_id, OutcomeKind::Acked)
+    }
+
+    /// `peer` refused message `sequence` for good (its claim is older than one the peer stored): no more
+    /// deliveries of it to that peer, and its outcome there is FAILED with the peer's reason.
+    pub(super) fn fenced(
+        &mut self,
+        peer: &str,
+        sequence: u64,
+        resource_id: &str,
+        event_id: &str,
+        why: &str,
+    ) -> Effects {
+        tracing::info!(peer, message_id = sequence, resource_id, event_id, why, "peer refused message for good");
+        let reason = format!("{peer} refused it for good: {why}");
+        self.settled_at(peer, sequence, resource_id, event_id, OutcomeKind::Failed(reason))
+    }
+
+    /// Message `sequence` is done at `peer` with `kind`: its delivery there ends, and a peer destination's
+    /// message goes (a group's stays for members that join later).
+    fn settled_at(
+        &mut self,
+        peer: &str,
+        sequence: u64,
+        resource_id: &str,
+        event_id: &str,
+        kind: OutcomeKind,
+    ) -> Effects {
         let mut effects = Effects::default();
         let Some(link) = self.links.get_mut(peer) else { return effects };
         let matches = link
@@ -330,21 +358,30 @@ impl OutboxState {
             .get(&sequence)
             .is_some_and(|d| d.message.resource_id == resource_id && d.message.event_id == event_id);
         if !matches {
-            tracing::debug!(peer, message_id = sequence, resource_id, event_id, "ACK for no pending message ignored");
+            tracing::debug!(
+                peer,
+                message_id = sequence,
+                resource_id,
+                event_id,
+                ?kind,
+                "answer for no pending message ignored"
+            );
             return effects;
         }
         let Some(delivery) = link.remove(sequence) else { return effects };
         let message = delivery.message;
-        tracing::debug!(
-            message_id = sequence,
-            destination = %message.destination,
-            peer,
-            resource_id,
-            event_id,
-            attempt = delivery.attempts,
-            "message ACKed"
-        );
-        effects.outcome(&message, peer, OutcomeKind::Acked);
+        if kind == OutcomeKind::Acked {
+            tracing::debug!(
+                message_id = sequence,
+                destination = %message.destination,
+                peer,
+                resource_id,
+                event_id,
+                attempt = delivery.attempts,
+                "message ACKed"
+            );
+        }
+        effects.outcome(&message, peer, kind);
         let key = SlotKey::of(&message);
         let Some(slot) = self.slots.get_mut(&key) else { return effects };
         if slot.current.as_ref().map(|c| c.sequence) != Some(sequence) {
@@ -482,6 +519,7 @@ impl OutboxState {
                     attempt,
                     traceparent: m.trace.traceparent.clone(),
                     tracestate: m.trace.tracestate.clone(),
+                    claim: m.claim.as_ref().map(ToString::to_string).unwrap_or_default(),
                 })),
             });
         }
@@ -559,6 +597,7 @@ mod tests {
             payload: Bytes::from_static(b"12345"),
             content_type: String::new(),
             trace: Default::default(),
+            claim: None,
             enqueued_at: SystemTime::UNIX_EPOCH,
         })
     }
@@ -621,5 +660,30 @@ mod tests {
         assert!(acked.delete.is_empty());
         let left = state.set_peers(&group, BTreeSet::from(["a:1".to_owned()]));
         assert_eq!(kinds(&left), [(1, OutcomeKind::Failed("b:1 is no longer part of election ns/e".into()))]);
+    }
+
+    #[test]
+    fn a_message_a_peer_refuses_for_good_is_failed_there_and_not_sent_to_it_again() {
+        let config = OutboxConfig::default();
+        let peer = Destination::Peer("10.0.0.1:7000".into());
+        let mut state = OutboxState::default();
+        let _ = state.reserve(&SlotKey::new(&peer, "r"), 5, &config).expect("room");
+        let _ = state.end_storing(message(1, &peer, "e1"), true);
+        let why = "election ns/e sent this daemon a message in term 8, and this was guarded by term 7";
+        let fenced = state.fenced("10.0.0.1:7000", 1, "r", "e1", why);
+        let failed = format!("10.0.0.1:7000 refused it for good: {why}");
+        assert_eq!(kinds(&fenced), [(1, OutcomeKind::Failed(failed))]);
+        assert_eq!(fenced.delete, [(1, false)], "a peer's message goes");
+        assert!(state.links["10.0.0.1:7000"].deliveries.is_empty());
+        assert_eq!((state.held, state.bytes), (0, 0));
+
+        let group = Destination::Election { namespace: "ns".into(), name: "g".into() };
+        let _ = state.reserve(&SlotKey::new(&group, "r"), 5, &config).expect("room");
+        let _ = state.end_storing(message(2, &group, "e2"), true);
+        let _ = state.set_peers(&group, BTreeSet::from(["a:1".to_owned(), "b:1".to_owned()]));
+        let fenced = state.fenced("a:1", 2, "r", "e2", why);
+        assert_eq!(fenced.outcomes.len(), 1);
+        assert!(state.links["a:1"].deliveries.is_empty(), "not sent to the peer that refused it again");
+        assert_eq!(state.links["b:1"].deliveries.len(), 1, "the other member still gets it");
     }
 }

@@ -28,6 +28,7 @@ fn out(peer: &str, resource: &str, event: &str) -> Outgoing {
         payload: Bytes::from_static(b"{}"),
         content_type: "application/json".to_owned(),
         trace: TraceContext::default(),
+        claim: None,
     }
 }
 

@@ -17,7 +17,7 @@ use tonic::{Request, Response, Status};
 use super::{
     access::{Access, Ask, Resource},
     caller::Caller,
-    status,
+    guard, status,
 };
 
 /// The ObjectsService implementation.
@@ -54,30 +54,12 @@ impl ObjectsApi {
         self.access.check(caller, ask).await
     }
 
-    /// A guarded write goes ahead only while this daemon leads the named election in the named term; it
-    /// then carries that claim, for the apiserver to refuse once the election has moved on.
-    fn guard(&self, guard: Option<&pb::WriteGuard>) -> Result<Option<Claim>, Status> {
-        let Some(g) = guard else { return Ok(None) };
-        if g.election.is_empty() {
-            return Err(status::invalid_argument("guard.election", "must not be empty"));
-        }
-        if g.term == 0 {
-            return Err(status::invalid_argument(
-                "guard.term",
-                "must be at least 1: fencing terms start at 1, and 0 is what an unset term reads as",
-            ));
-        }
-        let key = self.leadership.key(&g.election, &g.namespace).map_err(status::leadership_error)?;
-        self.leadership.leads(&key, g.term).map_err(|why| status::failed_precondition("guard", why))?;
-        Ok(Some(Claim { namespace: key.namespace, lease: key.name, term: g.term }))
-    }
-
-    /// The claim a write carries: its guard's, checked as [`ObjectsApi::guard`] does; else, for a write
+    /// The claim a write carries: its guard's, checked as [`guard::claim`] does; else, for a write
     /// naming a lease of a queue that follows an election, the lease's term, checked the same way: the
     /// daemon guards a work item's writes itself, whatever the SDK sent. A write naming a lease that is not
     /// held is refused, naming `reconcile_lease`.
     async fn claim(&self, guard: Option<&pb::WriteGuard>, lease: &str) -> Result<Option<Claim>, Status> {
-        let guarded = self.guard(guard)?;
+        let guarded = guard::claim(&self.leadership, guard)?;
         if lease.is_empty() {
             return Ok(guarded);
         }

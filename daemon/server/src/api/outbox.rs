@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use consistd_cluster::leadership::Leadership;
 use consistd_core::{config::Service, tasks::Tasks};
 use consistd_messages::outbox::{Admitted, Destination, Outbox, OutcomeKind, Outgoing};
 use consistd_observe::telemetry::TraceContext;
@@ -16,7 +17,7 @@ use super::ResponseStream;
 use super::{
     access::{Access, Ask, Resource},
     caller::Caller,
-    ordered, status,
+    guard, ordered, status,
 };
 
 /// Longest resource_id or event_id accepted (a Kubernetes UID is 36 bytes, a resourceVersion ~20).
@@ -28,6 +29,8 @@ const MAX_CONTENT_TYPE_BYTES: usize = 256;
 #[derive(Debug, Clone)]
 pub(crate) struct OutboxApi {
     outbox: Outbox,
+    /// Checks a guarded send's claim.
+    leadership: Arc<Leadership>,
     namespace: String,
     access: Access,
     /// The serving group: per-call tasks run in it; its stop signal ends open streams.
@@ -35,8 +38,14 @@ pub(crate) struct OutboxApi {
 }
 
 impl OutboxApi {
-    pub(crate) fn new(outbox: Outbox, namespace: String, access: Access, tasks: Tasks) -> Self {
-        Self { outbox, namespace, access, tasks }
+    pub(crate) fn new(
+        outbox: Outbox,
+        leadership: Arc<Leadership>,
+        namespace: String,
+        access: Access,
+        tasks: Tasks,
+    ) -> Self {
+        Self { outbox, leadership, namespace, access, tasks }
     }
 
     /// Refuses `verb` (on `destination`, for a send) unless access.rules grant it to `caller`.
@@ -79,6 +88,7 @@ impl OutboxApi {
         let given = TraceContext::given(r.traceparent, r.tracestate)
             .map_err(|e| status::invalid_argument(e.field, e.message))?;
         let trace = if given.is_empty() { headers.clone() } else { given };
+        let claim = guard::claim(&self.leadership, r.guard.as_ref())?;
         self.outbox
             .admit(Outgoing {
                 destination,
@@ -87,6 +97,7 @@ impl OutboxApi {
                 payload: r.payload.into(),
                 content_type: r.content_type,
                 trace,
+                claim,
             })
             .map_err(status::outbox_error)
     }

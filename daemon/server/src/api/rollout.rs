@@ -23,7 +23,7 @@ use super::ResponseStream;
 use super::{
     access::{Access, Ask, Resource},
     caller::Caller,
-    status,
+    guard, status,
 };
 
 /// How long ReportApplied waits for the member Lease to hold the version.
@@ -85,8 +85,12 @@ impl RolloutService for RolloutApi {
     async fn publish(&self, request: Request<pb::PublishRequest>) -> Result<Response<pb::PublishResponse>, Status> {
         let key = self.channel(&request, "publish", &request.get_ref().channel).await?;
         let r = request.into_inner();
-        let version =
-            self.rollout.publish(&key, r.payload.into(), &r.content_type).await.map_err(status::rollout_error)?;
+        let claim = guard::claim(self.rollout.leadership(), r.guard.as_ref())?;
+        let version = self
+            .rollout
+            .publish(&key, r.payload.into(), &r.content_type, claim)
+            .await
+            .map_err(status::rollout_error)?;
         Ok(Response::new(pb::PublishResponse { version }))
     }
 

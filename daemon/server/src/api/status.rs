@@ -127,6 +127,7 @@ pub(crate) fn versions_error(error: VersionsError) -> Status {
     match &error {
         VersionsError::Apiserver { op, name, source } => kube_error(&format!("{op} {name}"), source),
         VersionsError::Contended { .. } => from_error(Code::Aborted, &error),
+        VersionsError::Fenced { .. } => failed_precondition("guard", error::chain(&error)),
         VersionsError::Malformed { .. } => from_error(Code::FailedPrecondition, &error),
     }
 }

@@ -253,7 +253,11 @@ type SendRequest struct {
 	// OpenTelemetry gRPC instrumentation sets; a malformed metadata header is ignored, as W3C requires.
 	Traceparent string `protobuf:"bytes,6,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
 	// W3C `tracestate` going with traceparent (at most 512 bytes); ignored without traceparent.
-	Tracestate    string `protobuf:"bytes,7,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
+	Tracestate string `protobuf:"bytes,7,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
+	// Sends the message only while this daemon leads the guard's election in its term (else
+	// FAILED_PRECONDITION naming guard), and carries that claim: a receiving daemon that has stored a message
+	// of a later term of the same election refuses it for good, and its outcome is FAILED naming both terms.
+	Guard         *WriteGuard `protobuf:"bytes,8,opt,name=guard,proto3" json:"guard,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -335,6 +339,13 @@ func (x *SendRequest) GetTracestate() string {
 		return x.Tracestate
 	}
 	return ""
+}
+
+func (x *SendRequest) GetGuard() *WriteGuard {
+	if x != nil {
+		return x.Guard
+	}
+	return nil
 }
 
 // SendResponse identifies the stored message.
@@ -988,7 +999,7 @@ var File_consistd_v1_outbox_proto protoreflect.FileDescriptor
 
 const file_consistd_v1_outbox_proto_rawDesc = "" +
 	"\n" +
-	"\x18consistd/v1/outbox.proto\x12\vconsistd.v1\x1a\x19consistd/v1/refusal.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"F\n" +
+	"\x18consistd/v1/outbox.proto\x12\vconsistd.v1\x1a\x18consistd/v1/object.proto\x1a\x19consistd/v1/refusal.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"F\n" +
 	"\x12ServiceDestination\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"\x88\x01\n" +
@@ -996,7 +1007,7 @@ const file_consistd_v1_outbox_proto_rawDesc = "" +
 	"\x04peer\x18\x01 \x01(\tH\x00R\x04peer\x12;\n" +
 	"\aservice\x18\x02 \x01(\v2\x1f.consistd.v1.ServiceDestinationH\x00R\aservice\x12\x1c\n" +
 	"\belection\x18\x03 \x01(\tH\x00R\belectionB\b\n" +
-	"\x06target\"\x84\x02\n" +
+	"\x06target\"\xb3\x02\n" +
 	"\vSendRequest\x12:\n" +
 	"\vdestination\x18\x01 \x01(\v2\x18.consistd.v1.DestinationR\vdestination\x12\x1f\n" +
 	"\vresource_id\x18\x02 \x01(\tR\n" +
@@ -1007,7 +1018,8 @@ const file_consistd_v1_outbox_proto_rawDesc = "" +
 	"\vtraceparent\x18\x06 \x01(\tR\vtraceparent\x12\x1e\n" +
 	"\n" +
 	"tracestate\x18\a \x01(\tR\n" +
-	"tracestate\"-\n" +
+	"tracestate\x12-\n" +
+	"\x05guard\x18\b \x01(\v2\x17.consistd.v1.WriteGuardR\x05guard\"-\n" +
 	"\fSendResponse\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x01 \x01(\tR\tmessageId\"G\n" +
@@ -1102,38 +1114,40 @@ var file_consistd_v1_outbox_proto_goTypes = []any{
 	(*PendingMessage)(nil),          // 12: consistd.v1.PendingMessage
 	(*DestinationStatus)(nil),       // 13: consistd.v1.DestinationStatus
 	(*GetOutboxStatusResponse)(nil), // 14: consistd.v1.GetOutboxStatusResponse
-	(*Refusal)(nil),                 // 15: consistd.v1.Refusal
-	(*timestamppb.Timestamp)(nil),   // 16: google.protobuf.Timestamp
+	(*WriteGuard)(nil),              // 15: consistd.v1.WriteGuard
+	(*Refusal)(nil),                 // 16: consistd.v1.Refusal
+	(*timestamppb.Timestamp)(nil),   // 17: google.protobuf.Timestamp
 }
 var file_consistd_v1_outbox_proto_depIdxs = []int32{
 	1,  // 0: consistd.v1.Destination.service:type_name -> consistd.v1.ServiceDestination
 	2,  // 1: consistd.v1.SendRequest.destination:type_name -> consistd.v1.Destination
-	3,  // 2: consistd.v1.SendStreamRequest.message:type_name -> consistd.v1.SendRequest
-	15, // 3: consistd.v1.SendStreamResponse.refusal:type_name -> consistd.v1.Refusal
-	10, // 4: consistd.v1.WaitOutcomeResponse.outcome:type_name -> consistd.v1.WatchAcksResponse
-	2,  // 5: consistd.v1.WatchAcksResponse.destination:type_name -> consistd.v1.Destination
-	0,  // 6: consistd.v1.WatchAcksResponse.outcome:type_name -> consistd.v1.AckOutcome
-	16, // 7: consistd.v1.WatchAcksResponse.at:type_name -> google.protobuf.Timestamp
-	16, // 8: consistd.v1.PendingMessage.enqueued_at:type_name -> google.protobuf.Timestamp
-	16, // 9: consistd.v1.PendingMessage.next_attempt_at:type_name -> google.protobuf.Timestamp
-	12, // 10: consistd.v1.DestinationStatus.pending:type_name -> consistd.v1.PendingMessage
-	2,  // 11: consistd.v1.DestinationStatus.destination:type_name -> consistd.v1.Destination
-	13, // 12: consistd.v1.GetOutboxStatusResponse.destinations:type_name -> consistd.v1.DestinationStatus
-	3,  // 13: consistd.v1.OutboxService.Send:input_type -> consistd.v1.SendRequest
-	5,  // 14: consistd.v1.OutboxService.SendStream:input_type -> consistd.v1.SendStreamRequest
-	7,  // 15: consistd.v1.OutboxService.WaitOutcome:input_type -> consistd.v1.WaitOutcomeRequest
-	9,  // 16: consistd.v1.OutboxService.WatchAcks:input_type -> consistd.v1.WatchAcksRequest
-	11, // 17: consistd.v1.OutboxService.GetOutboxStatus:input_type -> consistd.v1.GetOutboxStatusRequest
-	4,  // 18: consistd.v1.OutboxService.Send:output_type -> consistd.v1.SendResponse
-	6,  // 19: consistd.v1.OutboxService.SendStream:output_type -> consistd.v1.SendStreamResponse
-	8,  // 20: consistd.v1.OutboxService.WaitOutcome:output_type -> consistd.v1.WaitOutcomeResponse
-	10, // 21: consistd.v1.OutboxService.WatchAcks:output_type -> consistd.v1.WatchAcksResponse
-	14, // 22: consistd.v1.OutboxService.GetOutboxStatus:output_type -> consistd.v1.GetOutboxStatusResponse
-	18, // [18:23] is the sub-list for method output_type
-	13, // [13:18] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	15, // 2: consistd.v1.SendRequest.guard:type_name -> consistd.v1.WriteGuard
+	3,  // 3: consistd.v1.SendStreamRequest.message:type_name -> consistd.v1.SendRequest
+	16, // 4: consistd.v1.SendStreamResponse.refusal:type_name -> consistd.v1.Refusal
+	10, // 5: consistd.v1.WaitOutcomeResponse.outcome:type_name -> consistd.v1.WatchAcksResponse
+	2,  // 6: consistd.v1.WatchAcksResponse.destination:type_name -> consistd.v1.Destination
+	0,  // 7: consistd.v1.WatchAcksResponse.outcome:type_name -> consistd.v1.AckOutcome
+	17, // 8: consistd.v1.WatchAcksResponse.at:type_name -> google.protobuf.Timestamp
+	17, // 9: consistd.v1.PendingMessage.enqueued_at:type_name -> google.protobuf.Timestamp
+	17, // 10: consistd.v1.PendingMessage.next_attempt_at:type_name -> google.protobuf.Timestamp
+	12, // 11: consistd.v1.DestinationStatus.pending:type_name -> consistd.v1.PendingMessage
+	2,  // 12: consistd.v1.DestinationStatus.destination:type_name -> consistd.v1.Destination
+	13, // 13: consistd.v1.GetOutboxStatusResponse.destinations:type_name -> consistd.v1.DestinationStatus
+	3,  // 14: consistd.v1.OutboxService.Send:input_type -> consistd.v1.SendRequest
+	5,  // 15: consistd.v1.OutboxService.SendStream:input_type -> consistd.v1.SendStreamRequest
+	7,  // 16: consistd.v1.OutboxService.WaitOutcome:input_type -> consistd.v1.WaitOutcomeRequest
+	9,  // 17: consistd.v1.OutboxService.WatchAcks:input_type -> consistd.v1.WatchAcksRequest
+	11, // 18: consistd.v1.OutboxService.GetOutboxStatus:input_type -> consistd.v1.GetOutboxStatusRequest
+	4,  // 19: consistd.v1.OutboxService.Send:output_type -> consistd.v1.SendResponse
+	6,  // 20: consistd.v1.OutboxService.SendStream:output_type -> consistd.v1.SendStreamResponse
+	8,  // 21: consistd.v1.OutboxService.WaitOutcome:output_type -> consistd.v1.WaitOutcomeResponse
+	10, // 22: consistd.v1.OutboxService.WatchAcks:output_type -> consistd.v1.WatchAcksResponse
+	14, // 23: consistd.v1.OutboxService.GetOutboxStatus:output_type -> consistd.v1.GetOutboxStatusResponse
+	19, // [19:24] is the sub-list for method output_type
+	14, // [14:19] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_consistd_v1_outbox_proto_init() }
@@ -1141,6 +1155,7 @@ func file_consistd_v1_outbox_proto_init() {
 	if File_consistd_v1_outbox_proto != nil {
 		return
 	}
+	file_consistd_v1_object_proto_init()
 	file_consistd_v1_refusal_proto_init()
 	file_consistd_v1_outbox_proto_msgTypes[1].OneofWrappers = []any{
 		(*Destination_Peer)(nil),

@@ -27,9 +27,14 @@ const (
 type PublishRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Channel name (also the name of its election).
-	Channel       string `protobuf:"bytes,1,opt,name=channel,proto3" json:"channel,omitempty"`
-	Payload       []byte `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
-	ContentType   string `protobuf:"bytes,3,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	Channel     string `protobuf:"bytes,1,opt,name=channel,proto3" json:"channel,omitempty"`
+	Payload     []byte `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	ContentType string `protobuf:"bytes,3,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	// Publishes only while this daemon leads the guard's election in its term (else FAILED_PRECONDITION
+	// naming guard), and carries that claim: the channel refuses it, FAILED_PRECONDITION naming both terms,
+	// once a later term of the same election has published on it, and the members' daemons refuse its version
+	// once they have stored a message of a later term.
+	Guard         *WriteGuard `protobuf:"bytes,4,opt,name=guard,proto3" json:"guard,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -83,6 +88,13 @@ func (x *PublishRequest) GetContentType() string {
 		return x.ContentType
 	}
 	return ""
+}
+
+func (x *PublishRequest) GetGuard() *WriteGuard {
+	if x != nil {
+		return x.Guard
+	}
+	return nil
 }
 
 // PublishResponse carries the assigned version.
@@ -675,11 +687,12 @@ var File_consistd_v1_rollout_proto protoreflect.FileDescriptor
 
 const file_consistd_v1_rollout_proto_rawDesc = "" +
 	"\n" +
-	"\x19consistd/v1/rollout.proto\x12\vconsistd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"g\n" +
+	"\x19consistd/v1/rollout.proto\x12\vconsistd.v1\x1a\x18consistd/v1/object.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x96\x01\n" +
 	"\x0ePublishRequest\x12\x18\n" +
 	"\achannel\x18\x01 \x01(\tR\achannel\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12!\n" +
-	"\fcontent_type\x18\x03 \x01(\tR\vcontentType\"+\n" +
+	"\fcontent_type\x18\x03 \x01(\tR\vcontentType\x12-\n" +
+	"\x05guard\x18\x04 \x01(\v2\x17.consistd.v1.WriteGuardR\x05guard\"+\n" +
 	"\x0fPublishResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\"4\n" +
 	"\x18SubscribeVersionsRequest\x12\x18\n" +
@@ -751,30 +764,32 @@ var file_consistd_v1_rollout_proto_goTypes = []any{
 	(*GetRolloutStatusResponse)(nil),  // 8: consistd.v1.GetRolloutStatusResponse
 	(*WaitAppliedRequest)(nil),        // 9: consistd.v1.WaitAppliedRequest
 	(*WaitAppliedResponse)(nil),       // 10: consistd.v1.WaitAppliedResponse
-	(*timestamppb.Timestamp)(nil),     // 11: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 12: google.protobuf.Duration
+	(*WriteGuard)(nil),                // 11: consistd.v1.WriteGuard
+	(*timestamppb.Timestamp)(nil),     // 12: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 13: google.protobuf.Duration
 }
 var file_consistd_v1_rollout_proto_depIdxs = []int32{
-	11, // 0: consistd.v1.SubscribeVersionsResponse.published_at:type_name -> google.protobuf.Timestamp
-	11, // 1: consistd.v1.MemberStatus.last_seen:type_name -> google.protobuf.Timestamp
-	6,  // 2: consistd.v1.GetRolloutStatusResponse.members:type_name -> consistd.v1.MemberStatus
-	12, // 3: consistd.v1.WaitAppliedRequest.timeout:type_name -> google.protobuf.Duration
-	6,  // 4: consistd.v1.WaitAppliedResponse.members:type_name -> consistd.v1.MemberStatus
-	0,  // 5: consistd.v1.RolloutService.Publish:input_type -> consistd.v1.PublishRequest
-	2,  // 6: consistd.v1.RolloutService.SubscribeVersions:input_type -> consistd.v1.SubscribeVersionsRequest
-	4,  // 7: consistd.v1.RolloutService.ReportApplied:input_type -> consistd.v1.ReportAppliedRequest
-	7,  // 8: consistd.v1.RolloutService.GetRolloutStatus:input_type -> consistd.v1.GetRolloutStatusRequest
-	9,  // 9: consistd.v1.RolloutService.WaitApplied:input_type -> consistd.v1.WaitAppliedRequest
-	1,  // 10: consistd.v1.RolloutService.Publish:output_type -> consistd.v1.PublishResponse
-	3,  // 11: consistd.v1.RolloutService.SubscribeVersions:output_type -> consistd.v1.SubscribeVersionsResponse
-	5,  // 12: consistd.v1.RolloutService.ReportApplied:output_type -> consistd.v1.ReportAppliedResponse
-	8,  // 13: consistd.v1.RolloutService.GetRolloutStatus:output_type -> consistd.v1.GetRolloutStatusResponse
-	10, // 14: consistd.v1.RolloutService.WaitApplied:output_type -> consistd.v1.WaitAppliedResponse
-	10, // [10:15] is the sub-list for method output_type
-	5,  // [5:10] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	11, // 0: consistd.v1.PublishRequest.guard:type_name -> consistd.v1.WriteGuard
+	12, // 1: consistd.v1.SubscribeVersionsResponse.published_at:type_name -> google.protobuf.Timestamp
+	12, // 2: consistd.v1.MemberStatus.last_seen:type_name -> google.protobuf.Timestamp
+	6,  // 3: consistd.v1.GetRolloutStatusResponse.members:type_name -> consistd.v1.MemberStatus
+	13, // 4: consistd.v1.WaitAppliedRequest.timeout:type_name -> google.protobuf.Duration
+	6,  // 5: consistd.v1.WaitAppliedResponse.members:type_name -> consistd.v1.MemberStatus
+	0,  // 6: consistd.v1.RolloutService.Publish:input_type -> consistd.v1.PublishRequest
+	2,  // 7: consistd.v1.RolloutService.SubscribeVersions:input_type -> consistd.v1.SubscribeVersionsRequest
+	4,  // 8: consistd.v1.RolloutService.ReportApplied:input_type -> consistd.v1.ReportAppliedRequest
+	7,  // 9: consistd.v1.RolloutService.GetRolloutStatus:input_type -> consistd.v1.GetRolloutStatusRequest
+	9,  // 10: consistd.v1.RolloutService.WaitApplied:input_type -> consistd.v1.WaitAppliedRequest
+	1,  // 11: consistd.v1.RolloutService.Publish:output_type -> consistd.v1.PublishResponse
+	3,  // 12: consistd.v1.RolloutService.SubscribeVersions:output_type -> consistd.v1.SubscribeVersionsResponse
+	5,  // 13: consistd.v1.RolloutService.ReportApplied:output_type -> consistd.v1.ReportAppliedResponse
+	8,  // 14: consistd.v1.RolloutService.GetRolloutStatus:output_type -> consistd.v1.GetRolloutStatusResponse
+	10, // 15: consistd.v1.RolloutService.WaitApplied:output_type -> consistd.v1.WaitAppliedResponse
+	11, // [11:16] is the sub-list for method output_type
+	6,  // [6:11] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_consistd_v1_rollout_proto_init() }
@@ -782,6 +797,7 @@ func file_consistd_v1_rollout_proto_init() {
 	if File_consistd_v1_rollout_proto != nil {
 		return
 	}
+	file_consistd_v1_object_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -22,47 +22,48 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from consistd.v1 import object_pb2 as consistd_dot_v1_dot_object__pb2
 from consistd.v1 import refusal_pb2 as consistd_dot_v1_dot_refusal__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x63onsistd/v1/outbox.proto\x12\x0b\x63onsistd.v1\x1a\x19\x63onsistd/v1/refusal.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"5\n\x12ServiceDestination\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"o\n\x0b\x44\x65stination\x12\x0e\n\x04peer\x18\x01 \x01(\tH\x00\x12\x32\n\x07service\x18\x02 \x01(\x0b\x32\x1f.consistd.v1.ServiceDestinationH\x00\x12\x12\n\x08\x65lection\x18\x03 \x01(\tH\x00\x42\x08\n\x06target\"\xb3\x01\n\x0bSendRequest\x12-\n\x0b\x64\x65stination\x18\x01 \x01(\x0b\x32\x18.consistd.v1.Destination\x12\x13\n\x0bresource_id\x18\x02 \x01(\t\x12\x10\n\x08\x65vent_id\x18\x03 \x01(\t\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\x12\x14\n\x0c\x63ontent_type\x18\x05 \x01(\t\x12\x13\n\x0btraceparent\x18\x06 \x01(\t\x12\x12\n\ntracestate\x18\x07 \x01(\t\"\"\n\x0cSendResponse\x12\x12\n\nmessage_id\x18\x01 \x01(\t\">\n\x11SendStreamRequest\x12)\n\x07message\x18\x01 \x01(\x0b\x32\x18.consistd.v1.SendRequest\"O\n\x12SendStreamResponse\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12%\n\x07refusal\x18\x02 \x01(\x0b\x32\x14.consistd.v1.Refusal\"(\n\x12WaitOutcomeRequest\x12\x12\n\nmessage_id\x18\x01 \x01(\t\"F\n\x13WaitOutcomeResponse\x12/\n\x07outcome\x18\x01 \x01(\x0b\x32\x1e.consistd.v1.WatchAcksResponse\"\'\n\x10WatchAcksRequest\x12\x13\n\x0bresource_id\x18\x01 \x01(\t\"\xed\x01\n\x11WatchAcksResponse\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12-\n\x0b\x64\x65stination\x18\x02 \x01(\x0b\x32\x18.consistd.v1.Destination\x12\x0c\n\x04peer\x18\x03 \x01(\t\x12\x13\n\x0bresource_id\x18\x04 \x01(\t\x12\x10\n\x08\x65vent_id\x18\x05 \x01(\t\x12(\n\x07outcome\x18\x06 \x01(\x0e\x32\x17.consistd.v1.AckOutcome\x12\x0e\n\x06reason\x18\x07 \x01(\t\x12&\n\x02\x61t\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x18\n\x16GetOutboxStatusRequest\"\xd7\x01\n\x0ePendingMessage\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\x13\n\x0bresource_id\x18\x02 \x01(\t\x12\x10\n\x08\x65vent_id\x18\x03 \x01(\t\x12\x10\n\x08\x61ttempts\x18\x04 \x01(\r\x12/\n\x0b\x65nqueued_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x33\n\x0fnext_attempt_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nlast_error\x18\x07 \x01(\t\"\x91\x01\n\x11\x44\x65stinationStatus\x12\x0c\n\x04peer\x18\x01 \x01(\t\x12\x11\n\tconnected\x18\x02 \x01(\x08\x12,\n\x07pending\x18\x03 \x03(\x0b\x32\x1b.consistd.v1.PendingMessage\x12-\n\x0b\x64\x65stination\x18\x04 \x01(\x0b\x32\x18.consistd.v1.Destination\"f\n\x17GetOutboxStatusResponse\x12\x34\n\x0c\x64\x65stinations\x18\x01 \x03(\x0b\x32\x1e.consistd.v1.DestinationStatus\x12\x15\n\rtotal_pending\x18\x02 \x01(\x04*t\n\nAckOutcome\x12\x1b\n\x17\x41\x43K_OUTCOME_UNSPECIFIED\x10\x00\x12\x15\n\x11\x41\x43K_OUTCOME_ACKED\x10\x01\x12\x1a\n\x16\x41\x43K_OUTCOME_SUPERSEDED\x10\x02\x12\x16\n\x12\x41\x43K_OUTCOME_FAILED\x10\x03\x32\x9d\x03\n\rOutboxService\x12;\n\x04Send\x12\x18.consistd.v1.SendRequest\x1a\x19.consistd.v1.SendResponse\x12Q\n\nSendStream\x12\x1e.consistd.v1.SendStreamRequest\x1a\x1f.consistd.v1.SendStreamResponse(\x01\x30\x01\x12P\n\x0bWaitOutcome\x12\x1f.consistd.v1.WaitOutcomeRequest\x1a .consistd.v1.WaitOutcomeResponse\x12L\n\tWatchAcks\x12\x1d.consistd.v1.WatchAcksRequest\x1a\x1e.consistd.v1.WatchAcksResponse0\x01\x12\\\n\x0fGetOutboxStatus\x12#.consistd.v1.GetOutboxStatusRequest\x1a$.consistd.v1.GetOutboxStatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x63onsistd/v1/outbox.proto\x12\x0b\x63onsistd.v1\x1a\x18\x63onsistd/v1/object.proto\x1a\x19\x63onsistd/v1/refusal.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"5\n\x12ServiceDestination\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"o\n\x0b\x44\x65stination\x12\x0e\n\x04peer\x18\x01 \x01(\tH\x00\x12\x32\n\x07service\x18\x02 \x01(\x0b\x32\x1f.consistd.v1.ServiceDestinationH\x00\x12\x12\n\x08\x65lection\x18\x03 \x01(\tH\x00\x42\x08\n\x06target\"\xdb\x01\n\x0bSendRequest\x12-\n\x0b\x64\x65stination\x18\x01 \x01(\x0b\x32\x18.consistd.v1.Destination\x12\x13\n\x0bresource_id\x18\x02 \x01(\t\x12\x10\n\x08\x65vent_id\x18\x03 \x01(\t\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\x12\x14\n\x0c\x63ontent_type\x18\x05 \x01(\t\x12\x13\n\x0btraceparent\x18\x06 \x01(\t\x12\x12\n\ntracestate\x18\x07 \x01(\t\x12&\n\x05guard\x18\x08 \x01(\x0b\x32\x17.consistd.v1.WriteGuard\"\"\n\x0cSendResponse\x12\x12\n\nmessage_id\x18\x01 \x01(\t\">\n\x11SendStreamRequest\x12)\n\x07message\x18\x01 \x01(\x0b\x32\x18.consistd.v1.SendRequest\"O\n\x12SendStreamResponse\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12%\n\x07refusal\x18\x02 \x01(\x0b\x32\x14.consistd.v1.Refusal\"(\n\x12WaitOutcomeRequest\x12\x12\n\nmessage_id\x18\x01 \x01(\t\"F\n\x13WaitOutcomeResponse\x12/\n\x07outcome\x18\x01 \x01(\x0b\x32\x1e.consistd.v1.WatchAcksResponse\"\'\n\x10WatchAcksRequest\x12\x13\n\x0bresource_id\x18\x01 \x01(\t\"\xed\x01\n\x11WatchAcksResponse\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12-\n\x0b\x64\x65stination\x18\x02 \x01(\x0b\x32\x18.consistd.v1.Destination\x12\x0c\n\x04peer\x18\x03 \x01(\t\x12\x13\n\x0bresource_id\x18\x04 \x01(\t\x12\x10\n\x08\x65vent_id\x18\x05 \x01(\t\x12(\n\x07outcome\x18\x06 \x01(\x0e\x32\x17.consistd.v1.AckOutcome\x12\x0e\n\x06reason\x18\x07 \x01(\t\x12&\n\x02\x61t\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x18\n\x16GetOutboxStatusRequest\"\xd7\x01\n\x0ePendingMessage\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\x13\n\x0bresource_id\x18\x02 \x01(\t\x12\x10\n\x08\x65vent_id\x18\x03 \x01(\t\x12\x10\n\x08\x61ttempts\x18\x04 \x01(\r\x12/\n\x0b\x65nqueued_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x33\n\x0fnext_attempt_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nlast_error\x18\x07 \x01(\t\"\x91\x01\n\x11\x44\x65stinationStatus\x12\x0c\n\x04peer\x18\x01 \x01(\t\x12\x11\n\tconnected\x18\x02 \x01(\x08\x12,\n\x07pending\x18\x03 \x03(\x0b\x32\x1b.consistd.v1.PendingMessage\x12-\n\x0b\x64\x65stination\x18\x04 \x01(\x0b\x32\x18.consistd.v1.Destination\"f\n\x17GetOutboxStatusResponse\x12\x34\n\x0c\x64\x65stinations\x18\x01 \x03(\x0b\x32\x1e.consistd.v1.DestinationStatus\x12\x15\n\rtotal_pending\x18\x02 \x01(\x04*t\n\nAckOutcome\x12\x1b\n\x17\x41\x43K_OUTCOME_UNSPECIFIED\x10\x00\x12\x15\n\x11\x41\x43K_OUTCOME_ACKED\x10\x01\x12\x1a\n\x16\x41\x43K_OUTCOME_SUPERSEDED\x10\x02\x12\x16\n\x12\x41\x43K_OUTCOME_FAILED\x10\x03\x32\x9d\x03\n\rOutboxService\x12;\n\x04Send\x12\x18.consistd.v1.SendRequest\x1a\x19.consistd.v1.SendResponse\x12Q\n\nSendStream\x12\x1e.consistd.v1.SendStreamRequest\x1a\x1f.consistd.v1.SendStreamResponse(\x01\x30\x01\x12P\n\x0bWaitOutcome\x12\x1f.consistd.v1.WaitOutcomeRequest\x1a .consistd.v1.WaitOutcomeResponse\x12L\n\tWatchAcks\x12\x1d.consistd.v1.WatchAcksRequest\x1a\x1e.consistd.v1.WatchAcksResponse0\x01\x12\\\n\x0fGetOutboxStatus\x12#.consistd.v1.GetOutboxStatusRequest\x1a$.consistd.v1.GetOutboxStatusResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'consistd.v1.outbox_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ACKOUTCOME']._serialized_start=1523
-  _globals['_ACKOUTCOME']._serialized_end=1639
-  _globals['_SERVICEDESTINATION']._serialized_start=101
-  _globals['_SERVICEDESTINATION']._serialized_end=154
-  _globals['_DESTINATION']._serialized_start=156
-  _globals['_DESTINATION']._serialized_end=267
-  _globals['_SENDREQUEST']._serialized_start=270
-  _globals['_SENDREQUEST']._serialized_end=449
-  _globals['_SENDRESPONSE']._serialized_start=451
-  _globals['_SENDRESPONSE']._serialized_end=485
-  _globals['_SENDSTREAMREQUEST']._serialized_start=487
-  _globals['_SENDSTREAMREQUEST']._serialized_end=549
-  _globals['_SENDSTREAMRESPONSE']._serialized_start=551
-  _globals['_SENDSTREAMRESPONSE']._serialized_end=630
-  _globals['_WAITOUTCOMEREQUEST']._serialized_start=632
-  _globals['_WAITOUTCOMEREQUEST']._serialized_end=672
-  _globals['_WAITOUTCOMERESPONSE']._serialized_start=674
-  _globals['_WAITOUTCOMERESPONSE']._serialized_end=744
-  _globals['_WATCHACKSREQUEST']._serialized_start=746
-  _globals['_WATCHACKSREQUEST']._serialized_end=785
-  _globals['_WATCHACKSRESPONSE']._serialized_start=788
-  _globals['_WATCHACKSRESPONSE']._serialized_end=1025
-  _globals['_GETOUTBOXSTATUSREQUEST']._serialized_start=1027
-  _globals['_GETOUTBOXSTATUSREQUEST']._serialized_end=1051
-  _globals['_PENDINGMESSAGE']._serialized_start=1054
-  _globals['_PENDINGMESSAGE']._serialized_end=1269
-  _globals['_DESTINATIONSTATUS']._serialized_start=1272
-  _globals['_DESTINATIONSTATUS']._serialized_end=1417
-  _globals['_GETOUTBOXSTATUSRESPONSE']._serialized_start=1419
-  _globals['_GETOUTBOXSTATUSRESPONSE']._serialized_end=1521
-  _globals['_OUTBOXSERVICE']._serialized_start=1642
-  _globals['_OUTBOXSERVICE']._serialized_end=2055
+  _globals['_ACKOUTCOME']._serialized_start=1589
+  _globals['_ACKOUTCOME']._serialized_end=1705
+  _globals['_SERVICEDESTINATION']._serialized_start=127
+  _globals['_SERVICEDESTINATION']._serialized_end=180
+  _globals['_DESTINATION']._serialized_start=182
+  _globals['_DESTINATION']._serialized_end=293
+  _globals['_SENDREQUEST']._serialized_start=296
+  _globals['_SENDREQUEST']._serialized_end=515
+  _globals['_SENDRESPONSE']._serialized_start=517
+  _globals['_SENDRESPONSE']._serialized_end=551
+  _globals['_SENDSTREAMREQUEST']._serialized_start=553
+  _globals['_SENDSTREAMREQUEST']._serialized_end=615
+  _globals['_SENDSTREAMRESPONSE']._serialized_start=617
+  _globals['_SENDSTREAMRESPONSE']._serialized_end=696
+  _globals['_WAITOUTCOMEREQUEST']._serialized_start=698
+  _globals['_WAITOUTCOMEREQUEST']._serialized_end=738
+  _globals['_WAITOUTCOMERESPONSE']._serialized_start=740
+  _globals['_WAITOUTCOMERESPONSE']._serialized_end=810
+  _globals['_WATCHACKSREQUEST']._serialized_start=812
+  _globals['_WATCHACKSREQUEST']._serialized_end=851
+  _globals['_WATCHACKSRESPONSE']._serialized_start=854
+  _globals['_WATCHACKSRESPONSE']._serialized_end=1091
+  _globals['_GETOUTBOXSTATUSREQUEST']._serialized_start=1093
+  _globals['_GETOUTBOXSTATUSREQUEST']._serialized_end=1117
+  _globals['_PENDINGMESSAGE']._serialized_start=1120
+  _globals['_PENDINGMESSAGE']._serialized_end=1335
+  _globals['_DESTINATIONSTATUS']._serialized_start=1338
+  _globals['_DESTINATIONSTATUS']._serialized_end=1483
+  _globals['_GETOUTBOXSTATUSRESPONSE']._serialized_start=1485
+  _globals['_GETOUTBOXSTATUSRESPONSE']._serialized_end=1587
+  _globals['_OUTBOXSERVICE']._serialized_start=1708
+  _globals['_OUTBOXSERVICE']._serialized_end=2121
 # @@protoc_insertion_point(module_scope)

@@ -1,5 +1,6 @@
 import datetime
 
+from consistd.v1 import object_pb2 as _object_pb2
 from consistd.v1 import refusal_pb2 as _refusal_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
@@ -41,7 +42,7 @@ class Destination(_message.Message):
     def __init__(self, peer: _Optional[str] = ..., service: _Optional[_Union[ServiceDestination, _Mapping]] = ..., election: _Optional[str] = ...) -> None: ...
 
 class SendRequest(_message.Message):
-    __slots__ = ("destination", "resource_id", "event_id", "payload", "content_type", "traceparent", "tracestate")
+    __slots__ = ("destination", "resource_id", "event_id", "payload", "content_type", "traceparent", "tracestate", "guard")
     DESTINATION_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_ID_FIELD_NUMBER: _ClassVar[int]
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -49,6 +50,7 @@ class SendRequest(_message.Message):
     CONTENT_TYPE_FIELD_NUMBER: _ClassVar[int]
     TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     TRACESTATE_FIELD_NUMBER: _ClassVar[int]
+    GUARD_FIELD_NUMBER: _ClassVar[int]
     destination: Destination
     resource_id: str
     event_id: str
@@ -56,7 +58,8 @@ class SendRequest(_message.Message):
     content_type: str
     traceparent: str
     tracestate: str
-    def __init__(self, destination: _Optional[_Union[Destination, _Mapping]] = ..., resource_id: _Optional[str] = ..., event_id: _Optional[str] = ..., payload: _Optional[bytes] = ..., content_type: _Optional[str] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ...) -> None: ...
+    guard: _object_pb2.WriteGuard
+    def __init__(self, destination: _Optional[_Union[Destination, _Mapping]] = ..., resource_id: _Optional[str] = ..., event_id: _Optional[str] = ..., payload: _Optional[bytes] = ..., content_type: _Optional[str] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ..., guard: _Optional[_Union[_object_pb2.WriteGuard, _Mapping]] = ...) -> None: ...
 
 class SendResponse(_message.Message):
     __slots__ = ("message_id",)

@@ -22,39 +22,40 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from consistd.v1 import object_pb2 as consistd_dot_v1_dot_object__pb2
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x63onsistd/v1/rollout.proto\x12\x0b\x63onsistd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"H\n\x0ePublishRequest\x12\x0f\n\x07\x63hannel\x18\x01 \x01(\t\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\x12\x14\n\x0c\x63ontent_type\x18\x03 \x01(\t\"\"\n\x0fPublishResponse\x12\x0f\n\x07version\x18\x01 \x01(\x04\"+\n\x18SubscribeVersionsRequest\x12\x0f\n\x07\x63hannel\x18\x01 \x01(\t\"\x96\x01\n\x19SubscribeVersionsResponse\x12\x0f\n\x07\x63hannel\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12\x14\n\x0c\x63ontent_type\x18\x04 \x01(\t\x12\x30\n\x0cpublished_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"8\n\x14ReportAppliedRequest\x12\x0f\n\x07\x63hannel\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x04\"\x17\n\x15ReportAppliedResponse\"t\n\x0cMemberStatus\x12\x0e\n\x06member\x18\x01 \x01(\t\x12\x17\n\x0f\x61pplied_version\x18\x02 \x01(\x04\x12\x0c\n\x04live\x18\x03 \x01(\x08\x12-\n\tlast_seen\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\";\n\x17GetRolloutStatusRequest\x12\x0f\n\x07\x63hannel\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x04\"\x95\x01\n\x18GetRolloutStatusResponse\x12\x0f\n\x07\x63hannel\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\x16\n\x0elatest_version\x18\x03 \x01(\x04\x12*\n\x07members\x18\x04 \x03(\x0b\x32\x19.consistd.v1.MemberStatus\x12\x13\n\x0b\x61ll_applied\x18\x05 \x01(\x08\"b\n\x12WaitAppliedRequest\x12\x0f\n\x07\x63hannel\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12*\n\x07timeout\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"g\n\x13WaitAppliedResponse\x12\x13\n\x0b\x61ll_applied\x18\x01 \x01(\x08\x12*\n\x07members\x18\x02 \x03(\x0b\x32\x19.consistd.v1.MemberStatus\x12\x0f\n\x07lagging\x18\x03 \x03(\t2\xc7\x03\n\x0eRolloutService\x12\x44\n\x07Publish\x12\x1b.consistd.v1.PublishRequest\x1a\x1c.consistd.v1.PublishResponse\x12\x64\n\x11SubscribeVersions\x12%.consistd.v1.SubscribeVersionsRequest\x1a&.consistd.v1.SubscribeVersionsResponse0\x01\x12V\n\rReportApplied\x12!.consistd.v1.ReportAppliedRequest\x1a\".consistd.v1.ReportAppliedResponse\x12_\n\x10GetRolloutStatus\x12$.consistd.v1.GetRolloutStatusRequest\x1a%.consistd.v1.GetRolloutStatusResponse\x12P\n\x0bWaitApplied\x12\x1f.consistd.v1.WaitAppliedRequest\x1a .consistd.v1.WaitAppliedResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x63onsistd/v1/rollout.proto\x12\x0b\x63onsistd.v1\x1a\x18\x63onsistd/v1/object.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"p\n\x0ePublishRequest\x12\x0f\n\x07\x63hannel\x18\x01 \x01(\t\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\x12\x14\n\x0c\x63ontent_type\x18\x03 \x01(\t\x12&\n\x05guard\x18\x04 \x01(\x0b\x32\x17.consistd.v1.WriteGuard\"\"\n\x0fPublishResponse\x12\x0f\n\x07version\x18\x01 \x01(\x04\"+\n\x18SubscribeVersionsRequest\x12\x0f\n\x07\x63hannel\x18\x01 \x01(\t\"\x96\x01\n\x19SubscribeVersionsResponse\x12\x0f\n\x07\x63hannel\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12\x14\n\x0c\x63ontent_type\x18\x04 \x01(\t\x12\x30\n\x0cpublished_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"8\n\x14ReportAppliedRequest\x12\x0f\n\x07\x63hannel\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x04\"\x17\n\x15ReportAppliedResponse\"t\n\x0cMemberStatus\x12\x0e\n\x06member\x18\x01 \x01(\t\x12\x17\n\x0f\x61pplied_version\x18\x02 \x01(\x04\x12\x0c\n\x04live\x18\x03 \x01(\x08\x12-\n\tlast_seen\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\";\n\x17GetRolloutStatusRequest\x12\x0f\n\x07\x63hannel\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x04\"\x95\x01\n\x18GetRolloutStatusResponse\x12\x0f\n\x07\x63hannel\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\x16\n\x0elatest_version\x18\x03 \x01(\x04\x12*\n\x07members\x18\x04 \x03(\x0b\x32\x19.consistd.v1.MemberStatus\x12\x13\n\x0b\x61ll_applied\x18\x05 \x01(\x08\"b\n\x12WaitAppliedRequest\x12\x0f\n\x07\x63hannel\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12*\n\x07timeout\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"g\n\x13WaitAppliedResponse\x12\x13\n\x0b\x61ll_applied\x18\x01 \x01(\x08\x12*\n\x07members\x18\x02 \x03(\x0b\x32\x19.consistd.v1.MemberStatus\x12\x0f\n\x07lagging\x18\x03 \x03(\t2\xc7\x03\n\x0eRolloutService\x12\x44\n\x07Publish\x12\x1b.consistd.v1.PublishRequest\x1a\x1c.consistd.v1.PublishResponse\x12\x64\n\x11SubscribeVersions\x12%.consistd.v1.SubscribeVersionsRequest\x1a&.consistd.v1.SubscribeVersionsResponse0\x01\x12V\n\rReportApplied\x12!.consistd.v1.ReportAppliedRequest\x1a\".consistd.v1.ReportAppliedResponse\x12_\n\x10GetRolloutStatus\x12$.consistd.v1.GetRolloutStatusRequest\x1a%.consistd.v1.GetRolloutStatusResponse\x12P\n\x0bWaitApplied\x12\x1f.consistd.v1.WaitAppliedRequest\x1a .consistd.v1.WaitAppliedResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'consistd.v1.rollout_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PUBLISHREQUEST']._serialized_start=107
-  _globals['_PUBLISHREQUEST']._serialized_end=179
-  _globals['_PUBLISHRESPONSE']._serialized_start=181
-  _globals['_PUBLISHRESPONSE']._serialized_end=215
-  _globals['_SUBSCRIBEVERSIONSREQUEST']._serialized_start=217
-  _globals['_SUBSCRIBEVERSIONSREQUEST']._serialized_end=260
-  _globals['_SUBSCRIBEVERSIONSRESPONSE']._serialized_start=263
-  _globals['_SUBSCRIBEVERSIONSRESPONSE']._serialized_end=413
-  _globals['_REPORTAPPLIEDREQUEST']._serialized_start=415
-  _globals['_REPORTAPPLIEDREQUEST']._serialized_end=471
-  _globals['_REPORTAPPLIEDRESPONSE']._serialized_start=473
-  _globals['_REPORTAPPLIEDRESPONSE']._serialized_end=496
-  _globals['_MEMBERSTATUS']._serialized_start=498
-  _globals['_MEMBERSTATUS']._serialized_end=614
-  _globals['_GETROLLOUTSTATUSREQUEST']._serialized_start=616
-  _globals['_GETROLLOUTSTATUSREQUEST']._serialized_end=675
-  _globals['_GETROLLOUTSTATUSRESPONSE']._serialized_start=678
-  _globals['_GETROLLOUTSTATUSRESPONSE']._serialized_end=827
-  _globals['_WAITAPPLIEDREQUEST']._serialized_start=829
-  _globals['_WAITAPPLIEDREQUEST']._serialized_end=927
-  _globals['_WAITAPPLIEDRESPONSE']._serialized_start=929
-  _globals['_WAITAPPLIEDRESPONSE']._serialized_end=1032
-  _globals['_ROLLOUTSERVICE']._serialized_start=1035
-  _globals['_ROLLOUTSERVICE']._serialized_end=1490
+  _globals['_PUBLISHREQUEST']._serialized_start=133
+  _globals['_PUBLISHREQUEST']._serialized_end=245
+  _globals['_PUBLISHRESPONSE']._serialized_start=247
+  _globals['_PUBLISHRESPONSE']._serialized_end=281
+  _globals['_SUBSCRIBEVERSIONSREQUEST']._serialized_start=283
+  _globals['_SUBSCRIBEVERSIONSREQUEST']._serialized_end=326
+  _globals['_SUBSCRIBEVERSIONSRESPONSE']._serialized_start=329
+  _globals['_SUBSCRIBEVERSIONSRESPONSE']._serialized_end=479
+  _globals['_REPORTAPPLIEDREQUEST']._serialized_start=481
+  _globals['_REPORTAPPLIEDREQUEST']._serialized_end=537
+  _globals['_REPORTAPPLIEDRESPONSE']._serialized_start=539
+  _globals['_REPORTAPPLIEDRESPONSE']._serialized_end=562
+  _globals['_MEMBERSTATUS']._serialized_start=564
+  _globals['_MEMBERSTATUS']._serialized_end=680
+  _globals['_GETROLLOUTSTATUSREQUEST']._serialized_start=682
+  _globals['_GETROLLOUTSTATUSREQUEST']._serialized_end=741
+  _globals['_GETROLLOUTSTATUSRESPONSE']._serialized_start=744
+  _globals['_GETROLLOUTSTATUSRESPONSE']._serialized_end=893
+  _globals['_WAITAPPLIEDREQUEST']._serialized_start=895
+  _globals['_WAITAPPLIEDREQUEST']._serialized_end=993
+  _globals['_WAITAPPLIEDRESPONSE']._serialized_start=995
+  _globals['_WAITAPPLIEDRESPONSE']._serialized_end=1098
+  _globals['_ROLLOUTSERVICE']._serialized_start=1101
+  _globals['_ROLLOUTSERVICE']._serialized_end=1556
 # @@protoc_insertion_point(module_scope)

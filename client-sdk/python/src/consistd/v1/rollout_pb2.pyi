@@ -1,5 +1,6 @@
 import datetime
 
+from consistd.v1 import object_pb2 as _object_pb2
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
@@ -11,14 +12,16 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class PublishRequest(_message.Message):
-    __slots__ = ("channel", "payload", "content_type")
+    __slots__ = ("channel", "payload", "content_type", "guard")
     CHANNEL_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     CONTENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    GUARD_FIELD_NUMBER: _ClassVar[int]
     channel: str
     payload: bytes
     content_type: str
-    def __init__(self, channel: _Optional[str] = ..., payload: _Optional[bytes] = ..., content_type: _Optional[str] = ...) -> None: ...
+    guard: _object_pb2.WriteGuard
+    def __init__(self, channel: _Optional[str] = ..., payload: _Optional[bytes] = ..., content_type: _Optional[str] = ..., guard: _Optional[_Union[_object_pb2.WriteGuard, _Mapping]] = ...) -> None: ...
 
 class PublishResponse(_message.Message):
     __slots__ = ("version",)

@@ -23,6 +23,7 @@ import {
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
 import { Timestamp } from "../../google/protobuf/timestamp.js";
+import { WriteGuard } from "./object.js";
 import { Refusal } from "./refusal.js";
 
 /** The end of a message's life. */
@@ -83,6 +84,12 @@ export interface SendRequest {
   traceparent: string;
   /** W3C `tracestate` going with traceparent (at most 512 bytes); ignored without traceparent. */
   tracestate: string;
+  /**
+   * Sends the message only while this daemon leads the guard's election in its term (else
+   * FAILED_PRECONDITION naming guard), and carries that claim: a receiving daemon that has stored a message
+   * of a later term of the same election refuses it for good, and its outcome is FAILED naming both terms.
+   */
+  guard: WriteGuard | undefined;
 }
 
 /** SendResponse identifies the stored message. */
@@ -336,6 +343,7 @@ function createBaseSendRequest(): SendRequest {
     contentType: "",
     traceparent: "",
     tracestate: "",
+    guard: undefined,
   };
 }
 
@@ -361,6 +369,9 @@ export const SendRequest: MessageFns<SendRequest> = {
     }
     if (message.tracestate !== "") {
       writer.uint32(58).string(message.tracestate);
+    }
+    if (message.guard !== undefined) {
+      WriteGuard.encode(message.guard, writer.uint32(66).fork()).join();
     }
     return writer;
   },
@@ -434,6 +445,14 @@ export const SendRequest: MessageFns<SendRequest> = {
             message.tracestate = reader.string();
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.guard = WriteGuard.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -460,6 +479,9 @@ export const SendRequest: MessageFns<SendRequest> = {
     message.contentType = object.contentType ?? "";
     message.traceparent = object.traceparent ?? "";
     message.tracestate = object.tracestate ?? "";
+    message.guard = (object.guard !== undefined && object.guard !== null)
+      ? WriteGuard.fromPartial(object.guard)
+      : undefined;
     return message;
   },
 };

@@ -22,6 +22,7 @@ import {
 } from "@grpc/grpc-js";
 import { Duration } from "../../google/protobuf/duration.js";
 import { Timestamp } from "../../google/protobuf/timestamp.js";
+import { WriteGuard } from "./object.js";
 
 /** PublishRequest is one change for a channel. */
 export interface PublishRequest {
@@ -29,6 +30,13 @@ export interface PublishRequest {
   channel: string;
   payload: Buffer;
   contentType: string;
+  /**
+   * Publishes only while this daemon leads the guard's election in its term (else FAILED_PRECONDITION
+   * naming guard), and carries that claim: the channel refuses it, FAILED_PRECONDITION naming both terms,
+   * once a later term of the same election has published on it, and the members' daemons refuse its version
+   * once they have stored a message of a later term.
+   */
+  guard: WriteGuard | undefined;
 }
 
 /** PublishResponse carries the assigned version. */
@@ -106,7 +114,7 @@ export interface WaitAppliedResponse {
 }
 
 function createBasePublishRequest(): PublishRequest {
-  return { channel: "", payload: Buffer.alloc(0), contentType: "" };
+  return { channel: "", payload: Buffer.alloc(0), contentType: "", guard: undefined };
 }
 
 export const PublishRequest: MessageFns<PublishRequest> = {
@@ -119,6 +127,9 @@ export const PublishRequest: MessageFns<PublishRequest> = {
     }
     if (message.contentType !== "") {
       writer.uint32(26).string(message.contentType);
+    }
+    if (message.guard !== undefined) {
+      WriteGuard.encode(message.guard, writer.uint32(34).fork()).join();
     }
     return writer;
   },
@@ -160,6 +171,14 @@ export const PublishRequest: MessageFns<PublishRequest> = {
             message.contentType = reader.string();
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.guard = WriteGuard.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -180,6 +199,9 @@ export const PublishRequest: MessageFns<PublishRequest> = {
     message.channel = object.channel ?? "";
     message.payload = object.payload ?? Buffer.alloc(0);
     message.contentType = object.contentType ?? "";
+    message.guard = (object.guard !== undefined && object.guard !== null)
+      ? WriteGuard.fromPartial(object.guard)
+      : undefined;
     return message;
   },
 };
