@@ -332,3 +332,33 @@ async fn a_reconciler_is_handed_each_key_in_its_term_its_writes_are_fenced_and_a
     let cm = cms.get("work").await.expect("read");
     assert_eq!(cm.data.unwrap_or_default().remove("v").as_deref(), Some("theirs"), "nothing was written");
 }
+
+#[tokio::test]
+async fn a_guarded_send_goes_only_in_its_term_and_carries_its_claim() {
+    use consistd_client::proto::{ReceiveRequest, WriteGuard};
+
+    let kube = kube_client().await;
+    let ns = namespace(&kube).await;
+    let a = sender(None).await;
+    let (b, b_addr) = receiver().await;
+    let agent = agent(a.socket());
+    let mut states = agent.stream("l");
+    agent.call("campaign", json!({ "stream": "l", "election": "guarded", "namespace": ns })).await.expect("campaign");
+    let term = next_leader(&mut states).await;
+    let send = |event: &str, term: u64| {
+        json!({ "peer": b_addr, "resourceId": "r", "eventId": event, "payload": event,
+                "guard": { "election": "guarded", "namespace": ns, "term": term } })
+    };
+
+    agent.call("send", send("in-term", term)).await.expect("a send guarded by the agent's term");
+    let mut inbox = b.client().inbox().receive(ReceiveRequest {}).await.expect("Receive").into_inner();
+    let received = tokio::time::timeout(WAIT, inbox.message()).await.expect("the message in time");
+    let message = received.expect("stream").and_then(|r| r.message).expect("a message");
+    assert_eq!(message.event_id, "in-term");
+    let sent_under = WriteGuard { election: "guarded".into(), namespace: ns.clone(), term };
+    assert_eq!(message.guard, Some(sent_under), "the claim rode along to the receiver");
+
+    let refused = agent.call("send", send("not-held", term + 1)).await.expect_err("a term the agent does not lead");
+    assert_eq!(refused.code, "FAILED_PRECONDITION", "{refused:?}");
+    assert!(refused.message.starts_with("guard: "), "{refused:?}");
+}

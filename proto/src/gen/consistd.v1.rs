@@ -3085,6 +3085,11 @@ pub struct InboxMessage {
     /// W3C `tracestate` going with traceparent.
     #[prost(string, tag = "10")]
     pub tracestate: ::prost::alloc::string::String,
+    /// The guard the sending app sent it under (its election, the Lease's namespace and the term); unset for
+    /// an unguarded send. Once this daemon stored it, it refuses every message of that election guarded by an
+    /// older term.
+    #[prost(message, optional, tag = "11")]
+    pub guard: ::core::option::Option<WriteGuard>,
 }
 /// ReceiveResponse carries one message.
 #[allow(clippy::all)]

@@ -10,7 +10,7 @@ use std::{
 
 use consistd_client::{
     Action, Client, Error, Event, ReconcileError, ReconcileSpec, Reconciler, Sent, Watch, WorkItem,
-    proto::{CampaignRequest, DeliveryMode, GetRequest, PatchRequest, PatchType, SendRequest},
+    proto::{CampaignRequest, DeliveryMode, GetRequest, PatchRequest, PatchType, SendRequest, WriteGuard},
     to_peer,
 };
 use futures::{Stream, StreamExt as _};
@@ -92,6 +92,16 @@ fn code_name(code: tonic::Code) -> &'static str {
 
 fn field<'a>(command: &'a Value, name: &str) -> Result<&'a str, Failure> {
     command.get(name).and_then(Value::as_str).ok_or_else(|| invalid(format!("{name}: must be a string")))
+}
+
+/// The `guard` field of a command: None when absent or null.
+fn guard(command: &Value) -> Result<Option<WriteGuard>, Failure> {
+    let Some(g) = command.get("guard").filter(|g| !g.is_null()) else { return Ok(None) };
+    Ok(Some(WriteGuard {
+        election: field(g, "election")?.into(),
+        namespace: field(g, "namespace")?.into(),
+        term: g.get("term").and_then(Value::as_u64).ok_or_else(|| invalid("guard.term: must be a number"))?,
+    }))
 }
 
 fn event_json(e: &Event) -> Value {
@@ -210,6 +220,7 @@ impl Agent {
             resource_id: field(c, "resourceId")?.into(),
             event_id: field(c, "eventId")?.into(),
             payload: field(c, "payload")?.as_bytes().to_vec(),
+            guard: guard(c)?,
             ..Default::default()
         };
         let sent = self.client.send(request).await?;

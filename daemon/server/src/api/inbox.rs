@@ -69,6 +69,11 @@ impl InboxService for InboxApi {
                 received_at: Some(m.received_at.into()),
                 traceparent: m.trace.traceparent.clone(),
                 tracestate: m.trace.tracestate.clone(),
+                guard: m.claim.as_ref().map(|c| pb::WriteGuard {
+                    election: c.lease.clone(),
+                    namespace: c.namespace.clone(),
+                    term: c.term,
+                }),
             };
             Some((Ok(pb::ReceiveResponse { message: Some(message) }), receiver))
         });

@@ -77,7 +77,11 @@ type InboxMessage struct {
 	// the receiving app's processing span.
 	Traceparent string `protobuf:"bytes,9,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
 	// W3C `tracestate` going with traceparent.
-	Tracestate    string `protobuf:"bytes,10,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
+	Tracestate string `protobuf:"bytes,10,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
+	// The guard the sending app sent it under (its election, the Lease's namespace and the term); unset for
+	// an unguarded send. Once this daemon stored it, it refuses every message of that election guarded by an
+	// older term.
+	Guard         *WriteGuard `protobuf:"bytes,11,opt,name=guard,proto3" json:"guard,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -180,6 +184,13 @@ func (x *InboxMessage) GetTracestate() string {
 		return x.Tracestate
 	}
 	return ""
+}
+
+func (x *InboxMessage) GetGuard() *WriteGuard {
+	if x != nil {
+		return x.Guard
+	}
+	return nil
 }
 
 // ReceiveResponse carries one message.
@@ -513,8 +524,8 @@ var File_consistd_v1_inbox_proto protoreflect.FileDescriptor
 
 const file_consistd_v1_inbox_proto_rawDesc = "" +
 	"\n" +
-	"\x17consistd/v1/inbox.proto\x12\vconsistd.v1\x1a\x19consistd/v1/refusal.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x10\n" +
-	"\x0eReceiveRequest\"\xe8\x02\n" +
+	"\x17consistd/v1/inbox.proto\x12\vconsistd.v1\x1a\x18consistd/v1/object.proto\x1a\x19consistd/v1/refusal.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x10\n" +
+	"\x0eReceiveRequest\"\x97\x03\n" +
 	"\fInboxMessage\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x01 \x01(\tR\tmessageId\x12\x16\n" +
@@ -531,7 +542,8 @@ const file_consistd_v1_inbox_proto_rawDesc = "" +
 	"\n" +
 	"tracestate\x18\n" +
 	" \x01(\tR\n" +
-	"tracestate\"F\n" +
+	"tracestate\x12-\n" +
+	"\x05guard\x18\v \x01(\v2\x17.consistd.v1.WriteGuardR\x05guard\"F\n" +
 	"\x0fReceiveResponse\x123\n" +
 	"\amessage\x18\x01 \x01(\v2\x19.consistd.v1.InboxMessageR\amessage\"+\n" +
 	"\n" +
@@ -585,27 +597,29 @@ var file_consistd_v1_inbox_proto_goTypes = []any{
 	(*NackRequest)(nil),           // 7: consistd.v1.NackRequest
 	(*NackResponse)(nil),          // 8: consistd.v1.NackResponse
 	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
-	(*Refusal)(nil),               // 10: consistd.v1.Refusal
-	(*durationpb.Duration)(nil),   // 11: google.protobuf.Duration
+	(*WriteGuard)(nil),            // 10: consistd.v1.WriteGuard
+	(*Refusal)(nil),               // 11: consistd.v1.Refusal
+	(*durationpb.Duration)(nil),   // 12: google.protobuf.Duration
 }
 var file_consistd_v1_inbox_proto_depIdxs = []int32{
 	9,  // 0: consistd.v1.InboxMessage.received_at:type_name -> google.protobuf.Timestamp
-	1,  // 1: consistd.v1.ReceiveResponse.message:type_name -> consistd.v1.InboxMessage
-	10, // 2: consistd.v1.AckStreamResponse.refusal:type_name -> consistd.v1.Refusal
-	11, // 3: consistd.v1.NackRequest.retry_after:type_name -> google.protobuf.Duration
-	0,  // 4: consistd.v1.InboxService.Receive:input_type -> consistd.v1.ReceiveRequest
-	3,  // 5: consistd.v1.InboxService.Ack:input_type -> consistd.v1.AckRequest
-	5,  // 6: consistd.v1.InboxService.AckStream:input_type -> consistd.v1.AckStreamRequest
-	7,  // 7: consistd.v1.InboxService.Nack:input_type -> consistd.v1.NackRequest
-	2,  // 8: consistd.v1.InboxService.Receive:output_type -> consistd.v1.ReceiveResponse
-	4,  // 9: consistd.v1.InboxService.Ack:output_type -> consistd.v1.AckResponse
-	6,  // 10: consistd.v1.InboxService.AckStream:output_type -> consistd.v1.AckStreamResponse
-	8,  // 11: consistd.v1.InboxService.Nack:output_type -> consistd.v1.NackResponse
-	8,  // [8:12] is the sub-list for method output_type
-	4,  // [4:8] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	10, // 1: consistd.v1.InboxMessage.guard:type_name -> consistd.v1.WriteGuard
+	1,  // 2: consistd.v1.ReceiveResponse.message:type_name -> consistd.v1.InboxMessage
+	11, // 3: consistd.v1.AckStreamResponse.refusal:type_name -> consistd.v1.Refusal
+	12, // 4: consistd.v1.NackRequest.retry_after:type_name -> google.protobuf.Duration
+	0,  // 5: consistd.v1.InboxService.Receive:input_type -> consistd.v1.ReceiveRequest
+	3,  // 6: consistd.v1.InboxService.Ack:input_type -> consistd.v1.AckRequest
+	5,  // 7: consistd.v1.InboxService.AckStream:input_type -> consistd.v1.AckStreamRequest
+	7,  // 8: consistd.v1.InboxService.Nack:input_type -> consistd.v1.NackRequest
+	2,  // 9: consistd.v1.InboxService.Receive:output_type -> consistd.v1.ReceiveResponse
+	4,  // 10: consistd.v1.InboxService.Ack:output_type -> consistd.v1.AckResponse
+	6,  // 11: consistd.v1.InboxService.AckStream:output_type -> consistd.v1.AckStreamResponse
+	8,  // 12: consistd.v1.InboxService.Nack:output_type -> consistd.v1.NackResponse
+	9,  // [9:13] is the sub-list for method output_type
+	5,  // [5:9] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_consistd_v1_inbox_proto_init() }
@@ -613,6 +627,7 @@ func file_consistd_v1_inbox_proto_init() {
 	if File_consistd_v1_inbox_proto != nil {
 		return
 	}
+	file_consistd_v1_object_proto_init()
 	file_consistd_v1_refusal_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{

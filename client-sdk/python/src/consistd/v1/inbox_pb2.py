@@ -22,36 +22,37 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from consistd.v1 import object_pb2 as consistd_dot_v1_dot_object__pb2
 from consistd.v1 import refusal_pb2 as consistd_dot_v1_dot_refusal__pb2
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x63onsistd/v1/inbox.proto\x12\x0b\x63onsistd.v1\x1a\x19\x63onsistd/v1/refusal.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x10\n\x0eReceiveRequest\"\xf4\x01\n\x0cInboxMessage\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\x0e\n\x06sender\x18\x02 \x01(\t\x12\x13\n\x0bresource_id\x18\x03 \x01(\t\x12\x10\n\x08\x65vent_id\x18\x04 \x01(\t\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\x12\x14\n\x0c\x63ontent_type\x18\x06 \x01(\t\x12\x18\n\x10\x64\x65livery_attempt\x18\x07 \x01(\r\x12/\n\x0breceived_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0btraceparent\x18\t \x01(\t\x12\x12\n\ntracestate\x18\n \x01(\t\"=\n\x0fReceiveResponse\x12*\n\x07message\x18\x01 \x01(\x0b\x32\x19.consistd.v1.InboxMessage\" \n\nAckRequest\x12\x12\n\nmessage_id\x18\x01 \x01(\t\"\r\n\x0b\x41\x63kResponse\"&\n\x10\x41\x63kStreamRequest\x12\x12\n\nmessage_id\x18\x01 \x01(\t\"N\n\x11\x41\x63kStreamResponse\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12%\n\x07refusal\x18\x02 \x01(\x0b\x32\x14.consistd.v1.Refusal\"a\n\x0bNackRequest\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12.\n\x0bretry_after\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\x0e\n\x0cNackResponse2\x9d\x02\n\x0cInboxService\x12\x46\n\x07Receive\x12\x1b.consistd.v1.ReceiveRequest\x1a\x1c.consistd.v1.ReceiveResponse0\x01\x12\x38\n\x03\x41\x63k\x12\x17.consistd.v1.AckRequest\x1a\x18.consistd.v1.AckResponse\x12N\n\tAckStream\x12\x1d.consistd.v1.AckStreamRequest\x1a\x1e.consistd.v1.AckStreamResponse(\x01\x30\x01\x12;\n\x04Nack\x12\x18.consistd.v1.NackRequest\x1a\x19.consistd.v1.NackResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x63onsistd/v1/inbox.proto\x12\x0b\x63onsistd.v1\x1a\x18\x63onsistd/v1/object.proto\x1a\x19\x63onsistd/v1/refusal.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x10\n\x0eReceiveRequest\"\x9c\x02\n\x0cInboxMessage\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\x0e\n\x06sender\x18\x02 \x01(\t\x12\x13\n\x0bresource_id\x18\x03 \x01(\t\x12\x10\n\x08\x65vent_id\x18\x04 \x01(\t\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\x12\x14\n\x0c\x63ontent_type\x18\x06 \x01(\t\x12\x18\n\x10\x64\x65livery_attempt\x18\x07 \x01(\r\x12/\n\x0breceived_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0btraceparent\x18\t \x01(\t\x12\x12\n\ntracestate\x18\n \x01(\t\x12&\n\x05guard\x18\x0b \x01(\x0b\x32\x17.consistd.v1.WriteGuard\"=\n\x0fReceiveResponse\x12*\n\x07message\x18\x01 \x01(\x0b\x32\x19.consistd.v1.InboxMessage\" \n\nAckRequest\x12\x12\n\nmessage_id\x18\x01 \x01(\t\"\r\n\x0b\x41\x63kResponse\"&\n\x10\x41\x63kStreamRequest\x12\x12\n\nmessage_id\x18\x01 \x01(\t\"N\n\x11\x41\x63kStreamResponse\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12%\n\x07refusal\x18\x02 \x01(\x0b\x32\x14.consistd.v1.Refusal\"a\n\x0bNackRequest\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12.\n\x0bretry_after\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\x0e\n\x0cNackResponse2\x9d\x02\n\x0cInboxService\x12\x46\n\x07Receive\x12\x1b.consistd.v1.ReceiveRequest\x1a\x1c.consistd.v1.ReceiveResponse0\x01\x12\x38\n\x03\x41\x63k\x12\x17.consistd.v1.AckRequest\x1a\x18.consistd.v1.AckResponse\x12N\n\tAckStream\x12\x1d.consistd.v1.AckStreamRequest\x1a\x1e.consistd.v1.AckStreamResponse(\x01\x30\x01\x12;\n\x04Nack\x12\x18.consistd.v1.NackRequest\x1a\x19.consistd.v1.NackResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'consistd.v1.inbox_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_RECEIVEREQUEST']._serialized_start=132
-  _globals['_RECEIVEREQUEST']._serialized_end=148
-  _globals['_INBOXMESSAGE']._serialized_start=151
-  _globals['_INBOXMESSAGE']._serialized_end=395
-  _globals['_RECEIVERESPONSE']._serialized_start=397
-  _globals['_RECEIVERESPONSE']._serialized_end=458
-  _globals['_ACKREQUEST']._serialized_start=460
-  _globals['_ACKREQUEST']._serialized_end=492
-  _globals['_ACKRESPONSE']._serialized_start=494
-  _globals['_ACKRESPONSE']._serialized_end=507
-  _globals['_ACKSTREAMREQUEST']._serialized_start=509
-  _globals['_ACKSTREAMREQUEST']._serialized_end=547
-  _globals['_ACKSTREAMRESPONSE']._serialized_start=549
-  _globals['_ACKSTREAMRESPONSE']._serialized_end=627
-  _globals['_NACKREQUEST']._serialized_start=629
-  _globals['_NACKREQUEST']._serialized_end=726
-  _globals['_NACKRESPONSE']._serialized_start=728
-  _globals['_NACKRESPONSE']._serialized_end=742
-  _globals['_INBOXSERVICE']._serialized_start=745
-  _globals['_INBOXSERVICE']._serialized_end=1030
+  _globals['_RECEIVEREQUEST']._serialized_start=158
+  _globals['_RECEIVEREQUEST']._serialized_end=174
+  _globals['_INBOXMESSAGE']._serialized_start=177
+  _globals['_INBOXMESSAGE']._serialized_end=461
+  _globals['_RECEIVERESPONSE']._serialized_start=463
+  _globals['_RECEIVERESPONSE']._serialized_end=524
+  _globals['_ACKREQUEST']._serialized_start=526
+  _globals['_ACKREQUEST']._serialized_end=558
+  _globals['_ACKRESPONSE']._serialized_start=560
+  _globals['_ACKRESPONSE']._serialized_end=573
+  _globals['_ACKSTREAMREQUEST']._serialized_start=575
+  _globals['_ACKSTREAMREQUEST']._serialized_end=613
+  _globals['_ACKSTREAMRESPONSE']._serialized_start=615
+  _globals['_ACKSTREAMRESPONSE']._serialized_end=693
+  _globals['_NACKREQUEST']._serialized_start=695
+  _globals['_NACKREQUEST']._serialized_end=792
+  _globals['_NACKRESPONSE']._serialized_start=794
+  _globals['_NACKRESPONSE']._serialized_end=808
+  _globals['_INBOXSERVICE']._serialized_start=811
+  _globals['_INBOXSERVICE']._serialized_end=1096
 # @@protoc_insertion_point(module_scope)

@@ -1,5 +1,6 @@
 import datetime
 
+from consistd.v1 import object_pb2 as _object_pb2
 from consistd.v1 import refusal_pb2 as _refusal_pb2
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
@@ -15,7 +16,7 @@ class ReceiveRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class InboxMessage(_message.Message):
-    __slots__ = ("message_id", "sender", "resource_id", "event_id", "payload", "content_type", "delivery_attempt", "received_at", "traceparent", "tracestate")
+    __slots__ = ("message_id", "sender", "resource_id", "event_id", "payload", "content_type", "delivery_attempt", "received_at", "traceparent", "tracestate", "guard")
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     SENDER_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -26,6 +27,7 @@ class InboxMessage(_message.Message):
     RECEIVED_AT_FIELD_NUMBER: _ClassVar[int]
     TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     TRACESTATE_FIELD_NUMBER: _ClassVar[int]
+    GUARD_FIELD_NUMBER: _ClassVar[int]
     message_id: str
     sender: str
     resource_id: str
@@ -36,7 +38,8 @@ class InboxMessage(_message.Message):
     received_at: _timestamp_pb2.Timestamp
     traceparent: str
     tracestate: str
-    def __init__(self, message_id: _Optional[str] = ..., sender: _Optional[str] = ..., resource_id: _Optional[str] = ..., event_id: _Optional[str] = ..., payload: _Optional[bytes] = ..., content_type: _Optional[str] = ..., delivery_attempt: _Optional[int] = ..., received_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ...) -> None: ...
+    guard: _object_pb2.WriteGuard
+    def __init__(self, message_id: _Optional[str] = ..., sender: _Optional[str] = ..., resource_id: _Optional[str] = ..., event_id: _Optional[str] = ..., payload: _Optional[bytes] = ..., content_type: _Optional[str] = ..., delivery_attempt: _Optional[int] = ..., received_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ..., guard: _Optional[_Union[_object_pb2.WriteGuard, _Mapping]] = ...) -> None: ...
 
 class ReceiveResponse(_message.Message):
     __slots__ = ("message",)

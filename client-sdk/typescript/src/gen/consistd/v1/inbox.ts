@@ -24,6 +24,7 @@ import {
 } from "@grpc/grpc-js";
 import { Duration } from "../../google/protobuf/duration.js";
 import { Timestamp } from "../../google/protobuf/timestamp.js";
+import { WriteGuard } from "./object.js";
 import { Refusal } from "./refusal.js";
 
 /** ReceiveRequest starts receiving. */
@@ -51,6 +52,12 @@ export interface InboxMessage {
   traceparent: string;
   /** W3C `tracestate` going with traceparent. */
   tracestate: string;
+  /**
+   * The guard the sending app sent it under (its election, the Lease's namespace and the term); unset for
+   * an unguarded send. Once this daemon stored it, it refuses every message of that election guarded by an
+   * older term.
+   */
+  guard: WriteGuard | undefined;
 }
 
 /** ReceiveResponse carries one message. */
@@ -150,6 +157,7 @@ function createBaseInboxMessage(): InboxMessage {
     receivedAt: undefined,
     traceparent: "",
     tracestate: "",
+    guard: undefined,
   };
 }
 
@@ -184,6 +192,9 @@ export const InboxMessage: MessageFns<InboxMessage> = {
     }
     if (message.tracestate !== "") {
       writer.uint32(82).string(message.tracestate);
+    }
+    if (message.guard !== undefined) {
+      WriteGuard.encode(message.guard, writer.uint32(90).fork()).join();
     }
     return writer;
   },
@@ -281,6 +292,14 @@ export const InboxMessage: MessageFns<InboxMessage> = {
             message.tracestate = reader.string();
             continue;
           }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.guard = WriteGuard.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -308,6 +327,9 @@ export const InboxMessage: MessageFns<InboxMessage> = {
     message.receivedAt = object.receivedAt ?? undefined;
     message.traceparent = object.traceparent ?? "";
     message.tracestate = object.tracestate ?? "";
+    message.guard = (object.guard !== undefined && object.guard !== null)
+      ? WriteGuard.fromPartial(object.guard)
+      : undefined;
     return message;
   },
 };
