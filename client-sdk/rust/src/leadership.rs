@@ -9,7 +9,7 @@ use futures::{Stream, StreamExt as _};
 
 use crate::{
     Client, Error,
-    proto::{CampaignRequest, LeadershipState, LeadershipStatus, ObserveRequest},
+    proto::{CampaignRequest, LeadershipState, LeadershipStatus, ObserveRequest, WriteGuard},
     retry::{Backoff, is_retryable},
 };
 
@@ -87,6 +87,12 @@ impl Leadership {
     /// [`Leadership::leader_until`] has passed, even before the stream has yielded the UNKNOWN that follows.
     pub fn is_leader(&self) -> bool {
         self.state == LeadershipState::Leader && self.leader_until().is_none_or(|until| SystemTime::now() < until)
+    }
+
+    /// A guard for this election and term, for a write, a send or a publish: it goes only while this term
+    /// lasts, and whatever checks it later refuses it once a later term has acted there.
+    pub fn guard(&self) -> WriteGuard {
+        WriteGuard { election: self.election.clone(), namespace: self.namespace.clone(), term: self.term }
     }
 
     /// Whether `next` only renews this state (same state, holder and term; a later `leader_until`): the

@@ -216,6 +216,9 @@ async fn leadership_streams_lead_follow_and_hand_over() {
     let taken = next_state(&mut on_b, LeadershipState::Follower).await;
     assert!(taken.is_leader(), "{taken:?}");
     assert!(taken.term > lead.term, "{taken:?} after {lead:?}");
+    let guard = taken.guard();
+    assert_eq!((guard.election.as_str(), guard.term), (election.as_str(), taken.term), "the guard of this term");
+    assert_eq!(guard.namespace, taken.namespace);
 }
 
 #[tokio::test]
