@@ -44,6 +44,9 @@ type Message struct {
 	// was sent under none); Context gives it as a parent for spans.
 	TraceParent string
 	TraceState  string
+	// Guard is the guard the sending app sent the message under (SendRequest.Guard): the election, the
+	// Lease's namespace and the term it led in; nil for an unguarded send.
+	Guard *Guard
 }
 
 // Handler processes one message: returning nil ACKs it, returning an error NACKs it with the error's
@@ -129,6 +132,7 @@ func (in *Inbox) handle(ctx context.Context, h Handler, m *pb.InboxMessage) erro
 		ID: m.GetMessageId(), Sender: m.GetSender(), ResourceID: m.GetResourceId(), EventID: m.GetEventId(),
 		Payload: m.GetPayload(), ContentType: m.GetContentType(), DeliveryAttempt: m.GetDeliveryAttempt(),
 		ReceivedAt: m.GetReceivedAt().AsTime(), TraceParent: m.GetTraceparent(), TraceState: m.GetTracestate(),
+		Guard: guardFrom(m.GetGuard()),
 	}
 	ctx, span := startProcess(ctx, msg)
 	failure := h(ctx, msg)

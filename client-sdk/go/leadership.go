@@ -43,7 +43,7 @@ type Leadership struct {
 	// Holder is the current holder's identity; empty when nobody holds the Lease.
 	Holder string
 	// Term is the fencing term: 1 for an election's first leader, higher on every change of holder; 0 only
-	// in an Unknown state before any Lease was read. Pass it in a write's Guard.
+	// in an Unknown state before any Lease was read. Pass it in a write's or a send's Guard.
 	Term uint64
 	// Identity is this sidecar's identity in the election.
 	Identity string
@@ -83,6 +83,12 @@ func (d *deadline) set(t time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.t = t
+}
+
+// Guard is the guard of this election and term, for a write (WithGuard) or a send (SendRequest.Guard): it
+// goes only while this term lasts, and whatever checks it later refuses it once a later term has acted there.
+func (l Leadership) Guard() *Guard {
+	return &Guard{Election: l.Election, Namespace: l.Namespace, Term: l.Term}
 }
 
 // LeaderUntil is, in a Leader state, the moment (on this node's clock, which the sidecar shares) until

@@ -348,3 +348,14 @@ func TestFollowEndsWithTheDaemonsRefusal(t *testing.T) {
 		t.Fatalf("states %+v, want LEADER then UNKNOWN with INVALID_ARGUMENT", all)
 	}
 }
+
+func TestALeadershipGivesTheGuardOfItsElectionAndTerm(t *testing.T) {
+	l := Leadership{State: Leader, Term: 7, Election: "e", Namespace: "ns"}
+	got := l.Guard()
+	if *got != (Guard{Election: "e", Namespace: "ns", Term: 7}) {
+		t.Fatalf("Guard() = %+v", *got)
+	}
+	if p := got.proto(); p.GetElection() != "e" || p.GetNamespace() != "ns" || p.GetTerm() != 7 {
+		t.Fatalf("on the wire: %v", p)
+	}
+}

@@ -36,8 +36,9 @@ const (
 	Foreground = Propagation(pb.PropagationPolicy_PROPAGATION_POLICY_FOREGROUND)
 )
 
-// Guard fences a write: the daemon refuses it with FAILED_PRECONDITION unless it leads Election in
-// exactly Term when it sends the write.
+// Guard fences a write (WithGuard) or a send (SendRequest.Guard): the daemon refuses it with
+// FAILED_PRECONDITION unless it leads Election in exactly Term when it sends the write or stores the
+// message.
 type Guard struct {
 	// Election is the election's name.
 	Election string
@@ -46,6 +47,22 @@ type Guard struct {
 	// Term is the fencing term the caller was told it leads (Leadership.Term). Terms start at 1: a guard
 	// with Term 0 (what an unset term reads as) is refused with InvalidArgument naming guard.term.
 	Term uint64
+}
+
+// proto is the guard as the protocol's WriteGuard; nil for a nil guard.
+func (g *Guard) proto() *pb.WriteGuard {
+	if g == nil {
+		return nil
+	}
+	return &pb.WriteGuard{Election: g.Election, Namespace: g.Namespace, Term: g.Term}
+}
+
+// guardFrom is the protocol's WriteGuard as a Guard; nil for an unset one.
+func guardFrom(g *pb.WriteGuard) *Guard {
+	if g == nil {
+		return nil
+	}
+	return &Guard{Election: g.GetElection(), Namespace: g.GetNamespace(), Term: g.GetTerm()}
 }
 
 // ObjectOption tunes one object call; each option names the calls it applies to and is ignored by others.
@@ -74,7 +91,7 @@ func collect(opts []ObjectOption) objectOptions {
 // WithGuard makes a write (Create, Update, Patch, Delete) conditional on leading g.Election in g.Term.
 func WithGuard(g Guard) ObjectOption {
 	return func(o *objectOptions) {
-		o.guard = &pb.WriteGuard{Election: g.Election, Namespace: g.Namespace, Term: g.Term}
+		o.guard = g.proto()
 	}
 }
 

@@ -53,6 +53,12 @@ type SendRequest struct {
 	// fills them from the span of its ctx when TraceParent is empty; set them to send under another.
 	TraceParent string
 	TraceState  string
+	// Guard, when set, sends the message only while the sidecar leads Guard.Election in exactly
+	// Guard.Term (else Send fails with FAILED_PRECONDITION, "guard: ..."), and carries that claim to the
+	// receiving sidecar, which hands it to the app (Message.Guard): once that sidecar stored a message of
+	// a later term of the same election, it refuses this one for good and the outcome is Failed, its
+	// Reason naming both terms. nil sends the message unguarded.
+	Guard *Guard
 }
 
 // OutcomeKind is how a message's life ended.
@@ -151,7 +157,7 @@ func (c *Client) Send(ctx context.Context, req SendRequest) (*Sent, error) {
 	r, err := c.sends.call(ctx, &pb.SendStreamRequest{Message: &pb.SendRequest{
 		Destination: req.To.target, ResourceId: req.ResourceID, EventId: req.EventID,
 		Payload: req.Payload, ContentType: req.ContentType,
-		Traceparent: req.TraceParent, Tracestate: req.TraceState,
+		Traceparent: req.TraceParent, Tracestate: req.TraceState, Guard: req.Guard.proto(),
 	}})
 	if err != nil {
 		return nil, err

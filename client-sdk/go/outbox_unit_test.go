@@ -1,11 +1,13 @@
 // Unit tests of Sent.Wait against a fake outbox service: a lost connection is retried with backoff, every
-// other status comes back unchanged, ctx bounds one wait, and an outcome once obtained is kept.
+// other status comes back unchanged, ctx bounds one wait, and an outcome once obtained is kept. And of
+// Send against a fake stream: what it puts on the stream.
 
 package consistd
 
 import (
 	"context"
 	"errors"
+	"io"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/consistd/consistd/client-sdk/go/gen/consistd/v1"
@@ -199,4 +202,64 @@ func TestConcurrentWaitsAllGetTheOutcome(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	close(answer)
 	wg.Wait()
+}
+
+// answeringStream is a streaming call that answers each request at once with answer(request).
+type answeringStream[Req, Resp any] struct {
+	grpc.ClientStream
+	ctx     context.Context
+	answer  func(*Req) *Resp
+	pending chan *Req
+}
+
+// answering opens answeringStreams for a shared stream (newOrdered).
+func answering[Req, Resp any](answer func(*Req) *Resp) func(context.Context) (grpc.BidiStreamingClient[Req, Resp], error) {
+	return func(ctx context.Context) (grpc.BidiStreamingClient[Req, Resp], error) {
+		return &answeringStream[Req, Resp]{ctx: ctx, answer: answer, pending: make(chan *Req, 16)}, nil
+	}
+}
+
+func (s *answeringStream[Req, Resp]) Send(req *Req) error {
+	select {
+	case s.pending <- req:
+		return nil
+	case <-s.ctx.Done():
+		return io.EOF
+	}
+}
+
+func (s *answeringStream[Req, Resp]) Recv() (*Resp, error) {
+	select {
+	case req := <-s.pending:
+		return s.answer(req), nil
+	case <-s.ctx.Done():
+		return nil, status.FromContextError(s.ctx.Err()).Err()
+	}
+}
+
+func TestSendPutsTheGuardOnTheStreamAndNoneWithoutOne(t *testing.T) {
+	sentOut := make(chan *pb.SendRequest, 1)
+	c := &Client{sends: newOrdered("send", answering(func(r *pb.SendStreamRequest) *pb.SendStreamResponse {
+		sentOut <- r.GetMessage()
+		return &pb.SendStreamResponse{MessageId: "7"}
+	}))}
+	defer c.sends.close()
+	for _, tc := range []struct {
+		guard *Guard
+		want  *pb.WriteGuard
+	}{
+		{&Guard{Election: "lead", Namespace: "ns", Term: 3}, &pb.WriteGuard{Election: "lead", Namespace: "ns", Term: 3}},
+		{&Guard{Election: "lead", Term: 4}, &pb.WriteGuard{Election: "lead", Term: 4}},
+		{nil, nil},
+	} {
+		sent, err := c.Send(context.Background(), SendRequest{
+			To: ToPeer("b:1"), ResourceID: "r", EventID: "1", Payload: []byte("x"), Guard: tc.guard,
+		})
+		if err != nil || sent.MessageID != "7" {
+			t.Fatalf("Send with guard %+v: %+v, %v; want message 7", tc.guard, sent, err)
+		}
+		if m := <-sentOut; !proto.Equal(m.GetGuard(), tc.want) || m.GetResourceId() != "r" {
+			t.Errorf("Send with guard %+v put %v on the stream, want guard %v", tc.guard, m, tc.want)
+		}
+	}
 }

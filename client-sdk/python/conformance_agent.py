@@ -63,16 +63,18 @@ def failure_of(error: Exception) -> Failure:
 
 
 class Command:
-    """One command's fields, checked for type as they are read."""
+    """One command's fields, checked for type as they are read; ``where`` prefixes the names errors give (the
+    fields of an object inside a command)."""
 
-    def __init__(self, fields: JsonObject) -> None:
+    def __init__(self, fields: JsonObject, where: str = "") -> None:
         self.fields = fields
+        self.where = where
 
     def text(self, name: str) -> str:
         """The string field ``name``, which must be set."""
         value = self.fields.get(name)
         if not isinstance(value, str):
-            raise invalid(f"{name}: must be a string")
+            raise invalid(f"{self.where}{name}: must be a string")
         return value
 
     def number(self, name: str, *, required: bool) -> int:
@@ -82,7 +84,7 @@ class Command:
             return 0
         # bool is an int in Python, not a number in JSON.
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise invalid(f"{name}: must be a non-negative integer")
+            raise invalid(f"{self.where}{name}: must be a non-negative integer")
         return value
 
     def flag(self, name: str) -> bool:
@@ -91,8 +93,21 @@ class Command:
         if value is None:
             return False
         if not isinstance(value, bool):
-            raise invalid(f"{name}: must be a boolean")
+            raise invalid(f"{self.where}{name}: must be a boolean")
         return value
+
+    def guard(self, name: str) -> consistd.Guard | None:
+        """The guard field ``name``, ``{"election", "namespace", "term"}``, as the SDK's Guard; None when absent (or
+        null)."""
+        value = self.fields.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise invalid(f"{self.where}{name}: must be an object or null")
+        g = Command(value, f"{self.where}{name}.")
+        return consistd.Guard(
+            election=g.text("election"), namespace=g.text("namespace"), term=g.number("term", required=True)
+        )
 
 
 class Output:
@@ -285,10 +300,11 @@ class Agent:
         return {}
 
     async def send(self, c: Command) -> JsonObject:
-        """Sends the message and keeps what ``send`` returned under its message id."""
+        """Sends the message, under the guard given through ``send``'s own ``guard``, and keeps what ``send``
+        returned under its message id."""
         peer, resource_id, event_id = c.text("peer"), c.text("resourceId"), c.text("eventId")
-        payload = c.text("payload")
-        sent = await self._client.send(peer, resource_id, event_id, payload)
+        payload, guard = c.text("payload"), c.guard("guard")
+        sent = await self._client.send(peer, resource_id, event_id, payload, guard=guard)
         self._sent[sent.message_id] = sent
         return {"messageId": sent.message_id}
 

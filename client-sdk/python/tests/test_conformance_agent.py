@@ -16,11 +16,13 @@ from typing import Any
 import pytest
 
 import consistd
-from support import configmap
+from support import configmap, unique
 
 AGENT = Path(__file__).resolve().parent.parent / "conformance_agent.py"
 #: A peer address nothing listens on: messages to it stay pending until a newer event supersedes them.
 NOWHERE = "127.0.0.1:1"
+#: A send's fields but its guard, for the sends that are refused.
+SEND = {"peer": NOWHERE, "resourceId": "r", "eventId": "1", "payload": "x"}
 #: What the watches of commands that are refused watch.
 WATCHED = {"resource": "configmaps", "namespace": "n"}
 #: How long an answer may take.
@@ -130,6 +132,10 @@ async def agent() -> AsyncIterator[AgentProcess]:
         {"id": 11, "op": "outcome", "messageId": "never-sent"},
         {"id": 12, "op": "patch", "resource": "configmaps", "namespace": "n", "name": "x"},
         {"id": "thirteen", "op": "send", "peer": NOWHERE, "resourceId": "r", "eventId": 1, "payload": "x"},
+        {"id": 14, "op": "send", **SEND, "guard": "e"},
+        {"id": 15, "op": "send", **SEND, "guard": {"election": "e", "namespace": "n", "term": "1"}},
+        {"id": 16, "op": "send", **SEND, "guard": {"election": "e", "namespace": "n", "term": -1}},
+        {"id": 17, "op": "send", **SEND, "guard": {"namespace": "n", "term": 1}},
     ],
 )
 async def test_a_command_it_cannot_run_is_invalid_argument_under_its_id(
@@ -160,6 +166,19 @@ async def test_answers_carry_what_the_sdk_returned_and_the_code_of_what_it_raise
     assert await agent.fails("outcome", messageId=older, timeoutMs=200) == "DEADLINE_EXCEEDED"
     await agent.call("send", **send, eventId="2")
     assert (await agent.call("outcome", messageId=older, timeoutMs=0))["outcome"] == "SUPERSEDED"
+    assert await agent.close() == 0
+
+
+async def test_a_send_goes_under_the_guard_given_and_under_none_when_it_is_null(
+    agent: AgentProcess, namespace: str
+) -> None:
+    send = {"peer": NOWHERE, "resourceId": f"{namespace}/r", "payload": "x"}
+    # The agent leads no election: a guard reaching the sidecar is refused, naming it.
+    not_led = {"election": unique("sdk-py-not-led"), "namespace": namespace, "term": 1}
+    answer = await asyncio.wait_for(agent.send("send", **send, eventId="1", guard=not_led), WAIT)
+    assert answer.get("error", {}).get("code") == "FAILED_PRECONDITION", answer
+    assert answer["error"]["message"].startswith("guard: "), answer
+    assert (await agent.call("send", **send, eventId="2", guard=None))["messageId"]
     assert await agent.close() == 0
 
 

@@ -12,6 +12,7 @@ import { createInterface } from "node:readline";
 import {
   Client,
   ConsistdError,
+  type Guard,
   Mode,
   PatchType,
   type ReconcileSpec,
@@ -83,6 +84,20 @@ function flag(command: Command, name: string): boolean {
   const value = command[name];
   if (typeof value !== "boolean") throw new InvalidArgument(`${name}: must be a boolean`);
   return value;
+}
+
+/** The `guard` field: `{"election", "namespace", "term"}`, undefined when absent or null. */
+function guard(command: Command): Guard | undefined {
+  const value = command.guard;
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== "object" || Array.isArray(value)) {
+    throw new InvalidArgument("guard: must be a JSON object or null");
+  }
+  const { term } = value;
+  if (typeof term !== "number" || !Number.isInteger(term) || term < 0) {
+    throw new InvalidArgument("guard.term: must be a whole number");
+  }
+  return { election: text(value, "election"), namespace: text(value, "namespace"), term };
 }
 
 /** A watch started with `take` false: its iterator, pulled only by `take`, one `take` at a time. */
@@ -224,14 +239,18 @@ class Agent {
     return {};
   }
 
-  /** Sends the message (its payload as text) to a peer address, keeping what `send` returned for `outcome`. */
+  /**
+   * Sends the message (its payload as text) to a peer address, guarded by `guard` when set (the SDK's own
+   * `{ guard }` option), keeping what `send` returned for `outcome`.
+   */
   private async send(c: Command): Promise<Json> {
-    const sent = await this.client.send({
+    const message = {
       to: { peer: text(c, "peer") },
       resourceId: text(c, "resourceId"),
       eventId: text(c, "eventId"),
       payload: text(c, "payload"),
-    });
+    };
+    const sent = await this.client.send(message, { guard: guard(c) });
     this.sent.set(sent.messageId, sent);
     return { messageId: sent.messageId };
   }

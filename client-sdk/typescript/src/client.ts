@@ -164,7 +164,12 @@ export class Client {
    * outcome (ACKED, SUPERSEDED or FAILED with a reason), which the sidecar keeps until it is asked: waiting
    * starts only then, goes on through lost connections, and `sent.outcome({ signal })` bounds it.
    * The message carries the W3C trace context of the active OpenTelemetry span (or of `options.context`) to
-   * the receiving app, unless it names its own `traceparent`.
+   * the receiving app, unless it names its own `traceparent`. With `options.guard` (a `Leadership`, say) the
+   * message is sent only while this sidecar leads that election in that term (else FAILED_PRECONDITION), and
+   * carries the claim: the receiving app sees it as `delivery.guard`, and a receiving sidecar that has stored
+   * a message of a later term refuses it (its outcome is FAILED).
+   *
+   *     await client.send(message, { guard: leadership });
    */
   send(message: Message, options: SendOptions = {}): Promise<Sent> {
     return this.outbox.send(message, options);

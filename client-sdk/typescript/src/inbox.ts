@@ -9,6 +9,7 @@ import type {
   InboxServiceClient,
 } from "./gen/consistd/v1/inbox.js";
 import { duration } from "./leadership.js";
+import type { Guard } from "./objects.js";
 import { Ordered, refused } from "./ordered.js";
 import { Backoff } from "./retry.js";
 import { context as messageContext, startProcessing } from "./trace.js";
@@ -25,7 +26,7 @@ export interface ServeOptions extends Cancellable {
 /** One message handed to this app; the sidecar redelivers it until it is ACKed. */
 export class Delivery {
   constructor(
-    /** The message: sender, resourceId, eventId, payload, contentType, deliveryAttempt (1 at first). */
+    /** The message: sender, resourceId, eventId, payload, contentType, deliveryAttempt (1 at first), guard. */
     readonly message: InboxMessage,
     private readonly service: InboxServiceClient,
     private readonly acks: Ordered<AckStreamRequest, AckStreamResponse>,
@@ -37,6 +38,15 @@ export class Delivery {
    */
   get context(): Context {
     return messageContext(this.message);
+  }
+
+  /**
+   * The guard the sending app sent the message under (`SendOptions.guard`): its election, the Lease's
+   * namespace and the term (a bigint) it led in; undefined for an unguarded send. This sidecar refuses every
+   * later message of that election guarded by an older term.
+   */
+  get guard(): Guard | undefined {
+    return this.message.guard;
   }
 
   /** Confirms the message was processed; resolves once the ACK is stored (it then travels back to the sender). */

@@ -43,7 +43,8 @@ export class KubeObject<T = any> {
 
 /**
  * Names an election and the term the write is made in: the daemon refuses the write (FAILED_PRECONDITION)
- * unless it leads that election in exactly that term. A `Leadership` from `campaign` is a valid guard.
+ * unless it leads that election in exactly that term. A `Leadership` from `campaign` is a valid guard. Sends
+ * take one too (`SendOptions.guard`).
  */
 export interface Guard {
   /** Election name. */
@@ -294,7 +295,8 @@ export function body(value: JsonBody): Buffer {
   return Buffer.from(JSON.stringify(value), "utf8");
 }
 
-function toGuard(guard: Guard | undefined): WriteGuard | undefined {
+/** The protocol's WriteGuard for `guard`: an unset namespace is empty (the daemon's own); undefined for none. */
+export function toGuard(guard: Guard | undefined): WriteGuard | undefined {
   return guard && { election: guard.election, namespace: guard.namespace ?? "", term: BigInt(guard.term) };
 }
 

@@ -13,7 +13,7 @@ import {
   type SendStreamResponse,
   type WatchAcksResponse,
 } from "./gen/consistd/v1/outbox.js";
-import { body, type JsonBody } from "./objects.js";
+import { body, type Guard, type JsonBody, toGuard } from "./objects.js";
 import { Ordered, refused } from "./ordered.js";
 import { Backoff } from "./retry.js";
 import { inject } from "./trace.js";
@@ -43,6 +43,15 @@ export interface Message {
 export interface SendOptions extends Cancellable {
   /** The OpenTelemetry context whose span the message carries to the receiver; default the active one. */
   context?: Context;
+  /**
+   * Sends only while this sidecar leads `guard.election` in exactly `guard.term`: otherwise the send rejects
+   * with FAILED_PRECONDITION (details starting "guard: ") and nothing is stored. The message carries the
+   * claim to the receiver, whose app sees it (`Delivery.guard`, `InboxMessage.guard`); a receiving sidecar
+   * that has stored a message of a later term of the same election refuses it for good, and its outcome is
+   * FAILED naming both terms. A `Leadership` from `campaign`, or a `WorkItem.guard`, is a valid guard.
+   * Unset, the send is unguarded.
+   */
+  guard?: Guard;
 }
 
 /** How a sent message ended at a receiver. */
@@ -140,7 +149,8 @@ export class Outbox {
 
   /**
    * Stores the message in the sidecar's outbox and returns once it is durable. The message carries the
-   * trace context of `options.context`, else of the context active at the call, unless it names its own.
+   * trace context of `options.context`, else of the context active at the call, unless it names its own,
+   * and is sent only in the term of `options.guard`, when set.
    */
   async send(message: Message, options: SendOptions = {}): Promise<Sent> {
     const isRaw = typeof message.payload === "string" || message.payload instanceof Uint8Array;
@@ -152,6 +162,7 @@ export class Outbox {
       contentType: message.contentType ?? (isRaw ? "" : "application/json"),
       traceparent: message.traceparent ?? "",
       tracestate: message.tracestate ?? "",
+      guard: toGuard(options.guard),
     };
     inject(request, options.context ?? context.active());
     const answer = await this.sends.call({ message: request }, options.signal);

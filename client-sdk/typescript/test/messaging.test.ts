@@ -1,10 +1,19 @@
 // Sends with awaitable outcomes to a peer (daemon b), b's inbox handler (ACK on return, NACK and redelivery on
-// throw), and the OpenTelemetry trace context the messages carry. One file: tests of a file run one after another, files
-// side by side, and b's inbox hands each message to any one of its receivers.
+// throw), and the OpenTelemetry trace context and guard the messages carry. One file: tests of a file run one after
+// another, files side by side, and b's inbox hands each message to any one of its receivers.
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
 import { Metadata, status } from "@grpc/grpc-js";
-import { AckOutcome, Client, ConsistdError, type InboxMessage, type Message, proto, type Sent } from "@consistd/client";
+import {
+  AckOutcome,
+  Client,
+  ConsistdError,
+  type Guard,
+  type InboxMessage,
+  type Message,
+  proto,
+  type Sent,
+} from "@consistd/client";
 import { context, ROOT_CONTEXT, type SpanContext, SpanKind, SpanStatusCode, trace } from "@opentelemetry/api";
 import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
 import {
@@ -13,7 +22,7 @@ import {
   type ReadableSpan,
   SimpleSpanProcessor,
 } from "@opentelemetry/sdk-trace-base";
-import { callsStarted, env, OwnDaemon, Proxy, unique, within } from "./helpers.js";
+import { callsStarted, env, OwnDaemon, Proxy, unique, until, within } from "./helpers.js";
 
 const clients: Client[] = [];
 after(() => clients.forEach((c) => c.close()));
@@ -209,6 +218,51 @@ test("a send under no span, with its own traceparent, or under an explicit conte
   }
   assert.equal(pending.size, 0, `not delivered: ${[...pending].join(", ")}`);
   await Promise.all(sends.map(acked));
+});
+
+test("a guarded send goes only in the term its sender leads, and the receiver sees the guard it was sent under", async () => {
+  const a = new Client();
+  const b = new Client(env("CONSISTD_TEST_PEER_SOCKET"));
+  clients.push(a, b);
+  const election = unique("ts-guarded");
+  const [guarded, unguarded] = ["ts-guarded", "ts-unguarded"].map(unique);
+  const stop = new AbortController();
+  const timer = setTimeout(() => stop.abort(), 30_000);
+  try {
+    const states = a.campaign(election, { signal: stop.signal });
+    const [leading] = (await until(states, "a to lead", (s) => s.isLeader)).slice(-1);
+    // The Leadership is the guard; a term a does not lead (a plain number here) is refused.
+    const sends = [await a.send(toB(guarded), { guard: leading }), await a.send(toB(unguarded))];
+    const notHeld = { election, namespace: leading.namespace, term: Number(leading.term) + 1 };
+    await assert.rejects(a.send(toB(unique("ts-not-held")), { guard: notHeld }), (error: unknown) => {
+      assert.ok(error instanceof ConsistdError, String(error));
+      assert.equal(error.code, status.FAILED_PRECONDITION, error.message);
+      assert.match(error.details, /^guard: /);
+      return true;
+    });
+
+    const seen = new Map<string, Guard | undefined>();
+    for await (const delivery of b.inbox.receive({ signal: stop.signal })) {
+      const m = delivery.message;
+      if (m.resourceId === guarded || m.resourceId === unguarded) {
+        assert.equal(delivery.guard, m.guard, "the delivery's guard is its message's");
+        seen.set(m.resourceId, delivery.guard);
+      }
+      await delivery.ack();
+      if (seen.size === 2) break;
+    }
+    assert.deepEqual(
+      seen.get(guarded),
+      { election, namespace: leading.namespace, term: leading.term },
+      "the claim rode along to the receiver",
+    );
+    assert.ok(seen.has(unguarded), "the unguarded message was delivered");
+    assert.equal(seen.get(unguarded), undefined, "no guard on an unguarded send");
+    await Promise.all(sends.map(acked));
+  } finally {
+    clearTimeout(timer);
+    stop.abort();
+  }
 });
 
 test("concurrent sends and ACKs go out on one stream each, and a refused send fails alone", async () => {

@@ -209,6 +209,23 @@ func (c command) decode(name string, v any, required bool) error {
 	return json.Unmarshal(raw, v)
 }
 
+// guard is the guard field, {"election", "namespace", "term"}; nil when absent or null.
+func (c command) guard() (*consistd.Guard, error) {
+	var g *struct {
+		Election  *string `json:"election"`
+		Namespace *string `json:"namespace"`
+		Term      *uint64 `json:"term"`
+	}
+	err := c.decode("guard", &g, false)
+	if err != nil || g != nil && (g.Election == nil || g.Namespace == nil || g.Term == nil) {
+		return nil, invalid(`guard: must be {"election", "namespace", "term"} (two strings and a non-negative integer) or null`)
+	}
+	if g == nil {
+		return nil, nil
+	}
+	return &consistd.Guard{Election: *g.Election, Namespace: *g.Namespace, Term: *g.Term}, nil
+}
+
 // print writes one line (v as JSON) to standard output, whole, and flushes it.
 func (a *agent) print(v any) {
 	line, err := json.Marshal(v)
@@ -427,7 +444,8 @@ func (a *agent) take(c command) (any, error) {
 	return empty{}, nil
 }
 
-// send sends the message and keeps what Send returned under its message id.
+// send sends the message, under the guard when one is given (SendRequest.Guard), and keeps what Send
+// returned under its message id.
 func (a *agent) send(ctx context.Context, c command) (any, error) {
 	peer, err := c.text("peer")
 	if err != nil {
@@ -445,6 +463,9 @@ func (a *agent) send(ctx context.Context, c command) (any, error) {
 		return nil, err
 	}
 	req.Payload = []byte(payload)
+	if req.Guard, err = c.guard(); err != nil {
+		return nil, err
+	}
 	sent, err := a.client.Send(ctx, req)
 	if err != nil {
 		return nil, err

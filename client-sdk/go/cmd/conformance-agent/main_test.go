@@ -54,6 +54,9 @@ func TestCommandsItCannotRunAreInvalidArgument(t *testing.T) {
 		`{"id": 9, "op": "outcome", "messageId": "m", "timeoutMs": "soon"}`,
 		`{"id": 10, "op": "outcome", "messageId": "never-sent"}`,
 		`{"id": 11, "op": "patch", "resource": "configmaps", "namespace": "n", "name": "x"}`,
+		`{"id": 12, "op": "send", "peer": "b:1", "resourceId": "r", "eventId": "1", "payload": "x", "guard": "lead"}`,
+		`{"id": 13, "op": "send", "peer": "b:1", "resourceId": "r", "eventId": "1", "payload": "x", "guard": {"election": "lead", "namespace": "n"}}`,
+		`{"id": 14, "op": "send", "peer": "b:1", "resourceId": "r", "eventId": "1", "payload": "x", "guard": {"election": "lead", "namespace": "n", "term": "3"}}`,
 	} {
 		var out bytes.Buffer
 		a := &agent{out: bufio.NewWriter(&out), sent: map[string]*consistd.Sent{}, paused: map[string]*pausedWatch{}}
@@ -75,6 +78,28 @@ func TestCommandsItCannotRunAreInvalidArgument(t *testing.T) {
 		}
 		if got.ID.String() != string(c["id"]) || got.OK != nil || got.Error == nil || got.Error.Code != "INVALID_ARGUMENT" {
 			t.Errorf("%s: answered %s, want INVALID_ARGUMENT under its id", line, out.String())
+		}
+	}
+}
+
+// The guard of a send is the SDK's Guard, with every field as given; absent or null, there is none.
+func TestTheGuardFieldIsAGuardOrNone(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want *consistd.Guard
+	}{
+		{`{"guard": {"election": "lead", "namespace": "n", "term": 3}}`, &consistd.Guard{Election: "lead", Namespace: "n", Term: 3}},
+		{`{"guard": {"election": "lead", "namespace": "", "term": 0}}`, &consistd.Guard{Election: "lead"}},
+		{`{"guard": null}`, nil},
+		{`{}`, nil},
+	} {
+		var c command
+		if err := json.Unmarshal([]byte(tc.line), &c); err != nil {
+			t.Fatal(err)
+		}
+		got, err := c.guard()
+		if err != nil || (got == nil) != (tc.want == nil) || got != nil && *got != *tc.want {
+			t.Errorf("%s: guard %+v, %v; want %+v", tc.line, got, err, tc.want)
 		}
 	}
 }

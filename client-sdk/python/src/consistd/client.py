@@ -16,7 +16,7 @@ from ._own_writes import OwnWrites
 from .errors import NotReadyError, unary
 from .inbox import Inbox, acked
 from .leadership import Campaign, LeadershipStatus, LeaseTiming, Observation
-from .objects import Object, Objects
+from .objects import Guard, Object, Objects
 from .ordered import Ordered
 from .outbox import Destination, Outbox, SentMessage, destination_to_proto, encode_payload
 from .reconcile import ReconcileHandler, Reconciler, ReconcileSpec
@@ -205,6 +205,7 @@ class Client:
         context: Context | None = None,
         traceparent: str = "",
         tracestate: str = "",
+        guard: Guard | None = None,
     ) -> SentMessage:
         """Sends ``payload`` about ``resource_id`` to a peer (``"host:port"`` or Peer), every endpoint
         of a Service (ServiceEndpoints) or every member of an election (ElectionMembers), and returns
@@ -216,7 +217,13 @@ class Client:
 
         The message carries the W3C trace context of the current OpenTelemetry span, or of ``context``'s
         span, to the receiving app (none when there is no valid span); a ``traceparent`` given (with its
-        ``tracestate``) is carried instead."""
+        ``tracestate``) is carried instead.
+
+        With ``guard`` (``status.guard()`` of the LEADER status the app acts on), the sidecar stores the message
+        only while it leads that election in that term, else it raises ConsistdError FAILED_PRECONDITION
+        ("guard: ..."); the message carries the claim, and the receiving app sees it as ``message.guard``. A
+        receiving sidecar that has stored a message of a later term of that election refuses it for good: its
+        outcome is FAILED, the reason naming both terms."""
         body, kind = encode_payload(payload, content_type)
         request = outbox_pb2.SendRequest(
             destination=destination_to_proto(to),
@@ -226,6 +233,7 @@ class Client:
             content_type=kind,
             traceparent=traceparent,
             tracestate=tracestate,
+            guard=guard.to_proto() if guard is not None else None,
         )
         trace.inject(request, context)
         if self._outbox is None:

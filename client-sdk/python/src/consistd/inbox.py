@@ -19,6 +19,7 @@ from opentelemetry.trace import StatusCode
 from . import trace
 from ._retry import Backoff, is_retryable
 from .errors import ConsistdError, unary
+from .objects import Guard
 from .ordered import Ordered, refused
 from .v1 import inbox_pb2
 
@@ -51,6 +52,10 @@ class InboxMessage:
     #: The W3C trace context the message was sent under (empty when none): see ``context``.
     traceparent: str = ""
     tracestate: str = ""
+    #: The guard the sending app sent it under (its election, the Lease's namespace and the term); None for an
+    #: unguarded send. Once this sidecar stored it, it refuses every later message of that election guarded by
+    #: an older term.
+    guard: Guard | None = None
 
     @property
     def context(self) -> Context:
@@ -81,6 +86,7 @@ class InboxMessage:
             received_at=m.received_at.ToDatetime(tzinfo=timezone.utc) if m.HasField("received_at") else None,
             traceparent=m.traceparent,
             tracestate=m.tracestate,
+            guard=Guard.from_proto(m.guard) if m.HasField("guard") else None,
         )
 
 

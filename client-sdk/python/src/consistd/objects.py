@@ -52,8 +52,8 @@ class PropagationPolicy(enum.IntEnum):
 
 @dataclass(frozen=True)
 class Guard:
-    """Fences a write: the daemon refuses it (FAILED_PRECONDITION) unless it leads ``election`` in
-    exactly ``term``. ``LeadershipStatus.guard()`` builds one from the status that made you leader.
+    """Fences a write or a send (``Client.send``): the daemon refuses it (FAILED_PRECONDITION) unless it leads
+    ``election`` in exactly ``term``. ``LeadershipStatus.guard()`` builds one from the status that made you leader.
     Terms start at 1: a guard with ``term`` 0 (what an unset term reads as) is refused with
     INVALID_ARGUMENT naming ``guard.term``."""
 
@@ -65,6 +65,11 @@ class Guard:
     def to_proto(self) -> object_pb2.WriteGuard:
         """The protocol message."""
         return object_pb2.WriteGuard(election=self.election, namespace=self.namespace, term=self.term)
+
+    @classmethod
+    def from_proto(cls, g: object_pb2.WriteGuard) -> Guard:
+        """The guard carried by a protocol message."""
+        return cls(election=g.election, namespace=g.namespace, term=g.term)
 
 
 @dataclass(frozen=True)
