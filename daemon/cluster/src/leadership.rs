@@ -15,7 +15,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use consistd_core::{config::Timing, names, tasks::Tasks};
+use consistd_core::{claim::Claim, config::Timing, names, tasks::Tasks};
 use consistd_observe::metrics::Metrics;
 use tokio::{sync::watch, time::Instant};
 
@@ -32,6 +32,13 @@ pub struct Key {
     pub namespace: String,
     /// Name of the Lease.
     pub name: String,
+}
+
+impl Key {
+    /// The claim of an action taken while leading this election in `term`.
+    pub fn claim(&self, term: u64) -> Claim {
+        Claim { namespace: self.namespace.clone(), lease: self.name.clone(), term }
+    }
 }
 
 /// "namespace/name", as reports, metrics and messages name an election.
@@ -366,9 +373,10 @@ impl Leadership {
         out
     }
 
-    /// Whether this daemon leads `key` in exactly `term` now: what a guarded write needs. A refusal names
-    /// the election, this daemon's view of it, and the guard's term.
-    pub fn leads(&self, key: &Key, term: u64) -> Result<(), String> {
+    /// Whether this daemon leads `key` in exactly `term` now, what a guarded write, send or publish needs:
+    /// the claim it then carries. A refusal names the election, this daemon's view of it, and the guard's
+    /// term.
+    pub fn claim(&self, key: &Key, term: u64) -> Result<Claim, String> {
         let election = self.lock().get(key).cloned();
         let (namespace, name) = (&key.namespace, &key.name);
         let Some(election) = election else {
@@ -385,7 +393,7 @@ impl Leadership {
                 "this daemon's leadership of election {namespace}/{name} in term {now} lapsed: not renewed within \
                  the renew deadline"
             ),
-            Role::Leader if now == term => return Ok(()),
+            Role::Leader if now == term => return Ok(key.claim(term)),
             Role::Leader => format!("this daemon leads election {namespace}/{name} in term {now}"),
             role => format!("this daemon is {role:?} in election {namespace}/{name} (term {now})"),
         };

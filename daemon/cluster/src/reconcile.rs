@@ -4,6 +4,7 @@
 //! leases. Streams that name the same queue share it; a queue lingers after its last stream like a watch.
 
 mod driver;
+mod gate;
 pub mod keys;
 pub mod limiter;
 pub mod queue;
@@ -283,9 +284,9 @@ impl Reconciler {
     }
 
     /// A write that names `lease_id` may go only while the lease is held; when its queue follows an
-    /// election it is guarded by the lease's term whatever the app sent: the claim. A lease that is not
-    /// held (completed, timed out, gone back when its term ended, or of an earlier run) is refused,
-    /// naming `reconcile_lease`.
+    /// election it is guarded by the lease's term whatever the app sent: the claim, checked as a guard is
+    /// (this daemon leads that election in that term now). A lease that is not held (completed, timed out,
+    /// gone back when its term ended, or of an earlier run) is refused, naming `reconcile_lease`.
     pub async fn lease_claim(&self, lease_id: &str) -> Result<Option<Claim>, ReconcileError> {
         let not_held = |why: &str| ReconcileError::FailedPrecondition {
             field: "reconcile_lease".to_owned(),
@@ -309,7 +310,13 @@ impl Reconciler {
         };
         let why = "it was completed already, timed out, or went back to the queue when the election's term ended";
         let term = held.await.ok().flatten().ok_or_else(|| not_held(why))?;
-        Ok(election.map(|key| Claim { namespace: key.namespace, lease: key.name, term }))
+        let Some(election) = election else { return Ok(None) };
+        // Held by the queue, and the term still this daemon's: a lease is returned only once the driver
+        // has seen the term end.
+        let claim = self.leadership.claim(&election, term);
+        claim
+            .map(Some)
+            .map_err(|message| ReconcileError::FailedPrecondition { field: "reconcile_lease".into(), message })
     }
 
     /// A write made for `lease_id` produced `obj` of `resource` (as the app named it): the key's next

@@ -11,23 +11,19 @@ use std::{
 use consistd_core::report::QueueReport;
 use consistd_observe::metrics::QueueMetrics;
 use futures::{StreamExt, stream::SelectAll};
-use tokio::{
-    sync::{mpsc, watch},
-    time::Instant,
-};
+use tokio::{sync::mpsc, time::Instant};
 
 use super::{
     DriverCall, QueueSpec, ReconcileError, Reconciler, Work,
+    gate::{Gate, Verdict},
     keys::{MapsBy, PrimaryKind, primary_of},
     queue::{Completion, Origin, Queue},
 };
 use crate::{
-    leadership::{Observation, Role},
+    authority::Authority,
     watch::{
-        expectations::{Expectations, Locator},
         object::{Obj, ObjKey},
         resolve::ResourceId,
-        selector,
         shared::{Change, Item, SharedWatch},
         sleep_until,
     },
@@ -69,26 +65,6 @@ struct Lease {
     granted: Instant,
 }
 
-/// A write made for a lease: the key's next grant waits until watch `watch` shows it.
-#[derive(Debug, Clone)]
-struct LeaseWrite {
-    watch: usize,
-    uid: String,
-    resource_version: String,
-    deadline: Instant,
-}
-
-/// Whether a key may be granted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Gate {
-    /// Its watches show every write of the pod it waits for.
-    Open,
-    /// A write was not seen by its deadline: granted, marked TIMED_OUT.
-    TimedOut,
-    /// Not yet; look again when something changes, or at the deadline.
-    Wait(Option<Instant>),
-}
-
 /// The primary resource: what owner references name, and its plural for own-write locators.
 #[derive(Debug, Clone)]
 struct Primary {
@@ -108,10 +84,10 @@ struct StreamSlot {
 pub(super) struct Driver {
     reconciler: Arc<Reconciler>,
     spec: QueueSpec,
-    /// Whether resourceVersions compare as integers (else: exactly the written version must be seen).
-    comparable: bool,
-    expectations: Expectations,
-    plural: String,
+    /// Who may be handed work, in which term.
+    authority: Authority,
+    /// Holds keys until the watches show the pod's writes.
+    gate: Gate,
     primary_kind: PrimaryKind,
     watched: Vec<Watched>,
     events: Events,
@@ -129,9 +105,6 @@ pub(super) struct Driver {
     held: Vec<ObjKey>,
     /// Deleted primaries' last states, until handed out.
     tombstones: HashMap<ObjKey, Arc<Obj>>,
-    /// Writes made for a key's leases that its next grant waits for.
-    written: HashMap<ObjKey, Vec<LeaseWrite>>,
-    election: Option<watch::Receiver<Observation>>,
     metrics: QueueMetrics,
     last_error: Option<String>,
     adds_reported: u64,
@@ -189,15 +162,21 @@ impl Driver {
         watches: Vec<(Arc<SharedWatch>, Option<MapsBy>)>,
         events: Events,
     ) -> Self {
+        let gate = Gate::new(
+            watches.iter().map(|(watch, _)| watch.clone()).collect(),
+            comparable,
+            reconciler.hub.expectations().clone(),
+            primary.plural,
+        );
         let watched = watches
             .into_iter()
             .map(|(watch, maps_by)| Watched { watch, maps_by, synced: false, resync: None, known: HashMap::new() })
             .collect();
-        let election = spec.election.as_ref().map(|key| reconciler.leadership.observe(key));
+        let authority = Authority::follow(&reconciler.leadership, spec.election.as_ref());
         let now = Instant::now();
         Self {
-            expectations: reconciler.hub.expectations().clone(),
-            plural: primary.plural,
+            authority,
+            gate,
             primary_kind: primary.kind,
             watched,
             events,
@@ -210,12 +189,9 @@ impl Driver {
             next_lease: 1,
             held: Vec::new(),
             tombstones: HashMap::new(),
-            written: HashMap::new(),
-            election,
             metrics: reconciler.metrics.queue(&spec.name),
             last_error: None,
             adds_reported: 0,
-            comparable,
             spec,
             reconciler,
         }
@@ -228,7 +204,7 @@ impl Driver {
         // Whether something happened since the last report; while leases are out their ages grow, so the
         // gauges are brought up to date every REPORT_EVERY anyway (client-go: every 500 ms).
         let mut unreported = true;
-        let mut changes = self.expectations.subscribe();
+        let mut changes = self.gate.expectations().subscribe();
         loop {
             let now = Instant::now();
             self.expire(now);
@@ -259,14 +235,14 @@ impl Driver {
             let wake = [
                 self.queue.tick(now),
                 self.expiries.first().map(|(at, _)| *at),
-                self.held_deadline(now),
+                self.gate.deadline(&self.held, now),
                 (unreported || !self.leases.is_empty()).then_some(next_report),
                 idle_since.map(|since| since + self.reconciler.linger),
             ]
             .into_iter()
             .flatten()
             .min();
-            let holding = !self.held.is_empty() || !self.written.is_empty();
+            let holding = !self.held.is_empty() || self.gate.waits_for_lease_writes();
             tokio::select! {
                 call = calls.recv() => match call {
                     Some(call) => self.call(call, Instant::now()),
@@ -277,7 +253,7 @@ impl Driver {
                     // Every watch stopped: the daemon is shutting down.
                     None => break,
                 },
-                () = election_changed(&mut self.election) => self.election_changed(Instant::now()),
+                () = self.authority.changed() => self.authority_changed(Instant::now()),
                 changed = changes.changed(), if holding => if changed.is_err() { break },
                 () = sleep_until(wake) => {}
             }
@@ -377,21 +353,9 @@ impl Driver {
         }
     }
 
-    /// The term work is handed out in: Some(0) without an election, the term while this daemon leads
-    /// it, None while it does not.
-    fn active_term(&self) -> Option<u64> {
-        match &self.election {
-            None => Some(0),
-            Some(rx) => {
-                let observation = rx.borrow();
-                (observation.role == Role::Leader).then_some(observation.term)
-            }
-        }
-    }
-
-    /// The election changed: leases of a term this daemon no longer leads go back to the queue.
-    fn election_changed(&mut self, now: Instant) {
-        let term = self.active_term();
+    /// Who may act changed: leases of a term this daemon no longer leads go back to the queue.
+    fn authority_changed(&mut self, now: Instant) {
+        let term = self.authority.term();
         let stale: Vec<String> =
             self.leases.iter().filter(|(_, l)| Some(l.term) != term).map(|(id, _)| id.clone()).collect();
         for id in stale {
@@ -402,27 +366,27 @@ impl Driver {
     /// Grants as many keys as the streams have room for: held keys whose watch caught up first, then
     /// the ready line.
     fn pump(&mut self, now: Instant) {
-        let Some(term) = self.active_term() else { return };
+        let Some(term) = self.authority.term() else { return };
         let mut i = 0;
         while i < self.held.len() && self.free_stream().is_some() {
             let key = self.held[i].clone();
-            match self.gate(&key, now) {
-                Gate::Wait(_) => i += 1,
-                gate => {
+            match self.gate.check(&key, now) {
+                Verdict::Wait(_) => i += 1,
+                verdict => {
                     self.held.remove(i);
-                    self.grant(&key, gate == Gate::TimedOut, term, now);
+                    self.grant(&key, verdict == Verdict::TimedOut, term, now);
                 }
             }
         }
         while self.free_stream().is_some() {
             let Some(key) = self.queue.pop() else { break };
-            match self.gate(&key, now) {
-                Gate::Wait(_) => {
+            match self.gate.check(&key, now) {
+                Verdict::Wait(_) => {
                     self.metrics.consistency_holds.inc();
                     tracing::debug!(queue = %self.spec.name, namespace = %key.namespace, name = %key.name, "grant held until the watch shows the pod's writes");
                     self.held.push(key);
                 }
-                gate => self.grant(&key, gate == Gate::TimedOut, term, now),
+                verdict => self.grant(&key, verdict == Verdict::TimedOut, term, now),
             }
         }
     }
@@ -436,84 +400,6 @@ impl Driver {
             .range(self.last_stream + 1..)
             .find_map(has_room)
             .or_else(|| self.streams.range(..=self.last_stream).find_map(has_room))
-    }
-
-    /// The deadline of a write to the primary `key` still in flight, if any.
-    fn write_in_flight(&self, key: &ObjKey) -> Option<Instant> {
-        self.expectations.in_flight(&Locator::new(&self.plural, &key.namespace, &key.name))
-    }
-
-    /// Whether `key` may be granted now: its watch shows every write of the pod to the primary and every
-    /// write made for its leases to related objects.
-    fn gate(&mut self, key: &ObjKey, now: Instant) -> Gate {
-        let Some(primary) = self.watched.first() else { return Gate::Open };
-        let Some(current) = primary.watch.get(key) else {
-            // The primary's list is not through yet: nothing to read.
-            return Gate::Wait(None);
-        };
-        let mut timed_out = false;
-        let mut wait: Option<Instant> = None;
-        let mut pending = |deadline: Instant, timed_out: &mut bool| {
-            if now < deadline {
-                wait = Some(wait.map_or(deadline, |w: Instant| w.min(deadline)));
-            } else {
-                *timed_out = true;
-            }
-        };
-        // A write to the primary still in flight: whatever the cache holds predates it.
-        if let Some(deadline) = self.write_in_flight(key) {
-            pending(deadline, &mut timed_out);
-        }
-        // The pod's newest write to the primary (deletes are never waited for: a tombstone is final).
-        if let Some(obj) = &current
-            && let Some(e) = self.expectations.get(&obj.uid)
-            && !caught_up(self.comparable, &self.expectations, primary, &obj.uid, &e.resource_version)
-        {
-            pending(e.deadline, &mut timed_out);
-        }
-        if let Some(writes) = self.written.get_mut(key) {
-            writes.retain(|w| {
-                self.watched.get(w.watch).is_some_and(|watched| {
-                    !caught_up(self.comparable, &self.expectations, watched, &w.uid, &w.resource_version)
-                })
-            });
-            for w in writes.iter() {
-                pending(w.deadline, &mut timed_out);
-            }
-            writes.retain(|w| now < w.deadline);
-            if writes.is_empty() {
-                self.written.remove(key);
-            }
-        }
-        if let Some(deadline) = wait {
-            return Gate::Wait(Some(deadline));
-        }
-        if timed_out { Gate::TimedOut } else { Gate::Open }
-    }
-
-    /// The earliest deadline a held key waits for.
-    fn held_deadline(&self, now: Instant) -> Option<Instant> {
-        if self.held.is_empty() {
-            return None;
-        }
-        let mut earliest: Option<Instant> = None;
-        let mut consider = |d: Instant| earliest = Some(earliest.map_or(d, |e| e.min(d)));
-        for key in &self.held {
-            if let Some(d) = self.write_in_flight(key) {
-                consider(d);
-            }
-            if let Some(primary) = self.watched.first()
-                && let Some(Some(obj)) = primary.watch.get(key)
-                && let Some(e) = self.expectations.get(&obj.uid)
-            {
-                consider(e.deadline);
-            }
-            for w in self.written.get(key).into_iter().flatten() {
-                consider(w.deadline);
-            }
-        }
-        // Look again soon when nothing has a deadline (a list not through yet).
-        Some(earliest.unwrap_or(now + Duration::from_secs(1)).max(now + Duration::from_millis(1)))
     }
 
     /// Leases `key` to the next stream with room.
@@ -638,22 +524,8 @@ impl Driver {
     /// that holds the object shows it.
     fn wrote(&mut self, lease_id: &str, resource: &ResourceId, obj: &Obj, now: Instant) {
         let Some(lease) = self.leases.get(lease_id) else { return };
-        let key = lease.key.clone();
         let deadline = now + self.reconciler.consistency_timeout.get();
-        for (index, w) in self.watched.iter().enumerate() {
-            let k = &w.watch.key;
-            // Only the watches that select the object will show it; one whose selector cannot be judged
-            // here is waited for (at worst until the timeout).
-            let selected = selector::selects(&k.label_selector, &k.field_selector, obj) != Some(false);
-            if &k.resource == resource && (k.namespace.is_empty() || k.namespace == obj.namespace) && selected {
-                self.written.entry(key.clone()).or_default().push(LeaseWrite {
-                    watch: index,
-                    uid: obj.uid.clone(),
-                    resource_version: obj.resource_version.clone(),
-                    deadline,
-                });
-            }
-        }
+        self.gate.wrote(&lease.key, resource, obj, deadline);
     }
 
     /// Brings the gauges and the status report up to date.
@@ -676,7 +548,7 @@ impl Driver {
             waiting: counts.waiting,
             leased: counts.leased,
             keys: self.queue.len(),
-            active: self.active_term().is_some(),
+            active: self.authority.term().is_some(),
             last_error: self.last_error.clone(),
         };
     }
@@ -684,19 +556,6 @@ impl Driver {
 
 fn query_error(field: &str, source: crate::watch::ResourceError) -> ReconcileError {
     ReconcileError::Query { field: field.to_owned(), source }
-}
-
-/// Whether `watched` shows the write that gave `uid` version `version`: its high-water mark reached
-/// it where versions compare, else it delivered exactly that version (or the write is forgotten).
-fn caught_up(comparable: bool, expectations: &Expectations, watched: &Watched, uid: &str, version: &str) -> bool {
-    if comparable && let Ok(version) = version.parse::<u64>() {
-        return watched.watch.high_water() >= version;
-    }
-    match expectations.get(uid) {
-        Some(e) if e.resource_version == version => e.seen.contains_key(&watched.watch.incarnation),
-        // A newer write replaced it (waited for on its own) or it was forgotten past its deadline.
-        _ => true,
-    }
 }
 
 /// "queue.stream.n" -> (queue, stream).
@@ -710,19 +569,6 @@ pub(super) fn parse_lease_id(id: &str) -> Option<(&str, u64)> {
     Some((queue, stream.parse().ok()?))
 }
 
-/// Resolves when the election's observation changes; never without an election (or once it is gone).
-async fn election_changed(election: &mut Option<watch::Receiver<Observation>>) {
-    match election {
-        Some(rx) => {
-            if rx.changed().await.is_err() {
-                *election = None;
-                std::future::pending::<()>().await;
-            }
-        }
-        None => std::future::pending().await,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use kube::runtime::watcher;
@@ -734,7 +580,12 @@ mod tests {
     use crate::{
         leadership::Leadership,
         reconcile::limiter::RetryPolicy,
-        watch::{Hub, WatchKey, object::RawObject, shared::Limits},
+        watch::{
+            Hub, WatchKey,
+            expectations::{Expectations, Locator},
+            object::RawObject,
+            shared::Limits,
+        },
     };
     use consistd_observe::metrics::Metrics;
 
@@ -960,7 +811,8 @@ mod tests {
         rig.pump();
         assert!(next(&mut rx).is_none());
         // The rig's clock started before the write: its deadline is a little after now + TIMEOUT.
-        let deadline = rig.driver.held_deadline(rig.now).expect("a held key wakes the driver at its deadline");
+        let deadline =
+            rig.driver.gate.deadline(&rig.driver.held, rig.now).expect("a held key wakes the driver at its deadline");
         assert!(deadline > rig.now + TIMEOUT && deadline < rig.now + TIMEOUT + Duration::from_secs(1), "{deadline:?}");
         rig.now = deadline;
         rig.pump();
@@ -999,7 +851,7 @@ mod tests {
         // so a child without the label is waited for on the primary watch only.
         let unlabelled = Obj::from(raw("plain", 20, ""));
         rig.driver.wrote(&first.lease_id, &configmaps(), &unlabelled, rig.now);
-        let waits: Vec<usize> = rig.driver.written.values().flatten().map(|w| w.watch).collect();
+        let waits: Vec<usize> = rig.driver.gate.written.values().flatten().map(|w| w.watch).collect();
         assert_eq!(waits, [0]);
     }
 

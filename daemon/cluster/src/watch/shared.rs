@@ -246,6 +246,19 @@ impl SharedWatch {
         self.high_water.load(Ordering::Acquire)
     }
 
+    /// Whether this watch shows the pod's write in `expectations` that gave `uid` version `version`: its
+    /// high-water mark reached it where versions compare (`comparable`), else it delivered exactly that
+    /// version (or the write is forgotten, or a newer write replaced it, which is waited for on its own).
+    pub(crate) fn shows(&self, expectations: &Expectations, comparable: bool, uid: &str, version: &str) -> bool {
+        if comparable && let Ok(version) = version.parse::<u64>() {
+            return self.high_water() >= version;
+        }
+        match expectations.get(uid) {
+            Some(e) if e.resource_version == version => e.seen.contains_key(&self.incarnation),
+            _ => true,
+        }
+    }
+
     fn raise_high_water(&self, obj: &Obj) {
         if let Ok(version) = obj.resource_version.parse::<u64>() {
             self.high_water.fetch_max(version, Ordering::AcqRel);

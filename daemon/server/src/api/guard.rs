@@ -22,6 +22,5 @@ pub(crate) fn claim(leadership: &Leadership, guard: Option<&pb::WriteGuard>) -> 
         ));
     }
     let key = leadership.key(&g.election, &g.namespace).map_err(status::leadership_error)?;
-    leadership.leads(&key, g.term).map_err(|why| status::failed_precondition("guard", why))?;
-    Ok(Some(Claim { namespace: key.namespace, lease: key.name, term: g.term }))
+    leadership.claim(&key, g.term).map(Some).map_err(|why| status::failed_precondition("guard", why))
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use consistd_cluster::{
     fencing::{Claim, FencedBy},
-    leadership::{Key, Leadership},
+    leadership::Leadership,
     objects::{ObjectRef, Objects, PatchKind, Source},
     reconcile::Reconciler,
     watch::object::Obj,
@@ -64,16 +64,7 @@ impl ObjectsApi {
             return Ok(guarded);
         }
         let leased = self.reconciler.lease_claim(lease).await.map_err(status::reconcile_error)?;
-        match (guarded, leased) {
-            (None, Some(claim)) => {
-                let key = Key { namespace: claim.namespace.clone(), name: claim.lease.clone() };
-                self.leadership
-                    .leads(&key, claim.term)
-                    .map_err(|why| status::failed_precondition("reconcile_lease", why))?;
-                Ok(Some(claim))
-            }
-            (guarded, _) => Ok(guarded),
-        }
+        Ok(guarded.or(leased))
     }
 }
 
