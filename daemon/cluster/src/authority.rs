@@ -55,3 +55,23 @@ impl Authority {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_holder_acts_in_its_term_and_nobody_once_the_election_is_no_longer_followed() {
+        assert_eq!(Authority::Anyone.term(), Some(0));
+        let (tx, rx) = watch::channel(Observation::unknown("me"));
+        let key = Key { namespace: "ns".into(), name: "e".into() };
+        let mut authority = Authority::Elected { key, observation: Some(rx) };
+        assert_eq!(authority.term(), None, "not leading");
+        tx.send_replace(Observation { role: Role::Leader, term: 3, ..Observation::unknown("me") });
+        authority.changed().await;
+        assert_eq!(authority.term(), Some(3));
+        drop(tx);
+        authority.changed().await;
+        assert_eq!(authority.term(), None, "fail closed: never as if there were no election");
+    }
+}

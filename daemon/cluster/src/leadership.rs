@@ -85,7 +85,7 @@ pub struct Observation {
 }
 
 impl Observation {
-    fn unknown(identity: &str) -> Self {
+    pub(crate) fn unknown(identity: &str) -> Self {
         Self {
             role: Role::Unknown,
             holder: String::new(),
