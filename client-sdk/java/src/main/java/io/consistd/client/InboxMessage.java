@@ -4,6 +4,7 @@ package io.consistd.client;
 import java.nio.charset.StandardCharsets;
 import java.time.Instant;
 import java.util.Arrays;
+import java.util.Objects;
 
 /**
  * One message a peer sent to this pod; the sidecar delivers it again until it is ACKed.
@@ -18,11 +19,22 @@ import java.util.Arrays;
  * @param receivedAt when the sidecar received the message
  * @param traceparent the W3C trace context the message was sent under (empty for none)
  * @param tracestate the W3C {@code tracestate} going with traceparent
+ * @param guard the guard the sending app sent it under ({@link SendRequest#guard}: its election, the Lease's namespace
+ *     and the term); null for an unguarded send. Once this sidecar stored it, it refuses every message of that
+ *     election guarded by an older term.
  */
 public record InboxMessage(String id, String sender, String resourceId, String eventId, byte[] payload,
-    String contentType, int deliveryAttempt, Instant receivedAt, String traceparent, String tracestate) {
+    String contentType, int deliveryAttempt, Instant receivedAt, String traceparent, String tracestate,
+    ObjectOption.Guard guard) {
   public InboxMessage {
     payload = payload.clone();
+  }
+
+  /** A message sent unguarded. */
+  public InboxMessage(String id, String sender, String resourceId, String eventId, byte[] payload,
+      String contentType, int deliveryAttempt, Instant receivedAt, String traceparent, String tracestate) {
+    this(id, sender, resourceId, eventId, payload, contentType, deliveryAttempt, receivedAt, traceparent, tracestate,
+        null);
   }
 
   /** A copy of the message body. */
@@ -41,7 +53,8 @@ public record InboxMessage(String id, String sender, String resourceId, String e
     return other instanceof InboxMessage m && id.equals(m.id) && sender.equals(m.sender)
         && resourceId.equals(m.resourceId) && eventId.equals(m.eventId) && Arrays.equals(payload, m.payload)
         && contentType.equals(m.contentType) && deliveryAttempt == m.deliveryAttempt
-        && receivedAt.equals(m.receivedAt) && traceparent.equals(m.traceparent) && tracestate.equals(m.tracestate);
+        && receivedAt.equals(m.receivedAt) && traceparent.equals(m.traceparent) && tracestate.equals(m.tracestate)
+        && Objects.equals(guard, m.guard);
   }
 
   @Override
@@ -52,13 +65,14 @@ public record InboxMessage(String id, String sender, String resourceId, String e
   @Override
   public String toString() {
     return "InboxMessage[" + id + " from " + sender + ": " + resourceId + " event " + eventId + ", "
-        + payload.length + " bytes " + contentType + ", attempt " + deliveryAttempt + "]";
+        + payload.length + " bytes " + contentType + ", attempt " + deliveryAttempt
+        + (guard == null ? "" : ", guard " + guard) + "]";
   }
 
   static InboxMessage from(consistd.v1.Inbox.InboxMessage m) {
     return new InboxMessage(m.getMessageId(), m.getSender(), m.getResourceId(), m.getEventId(),
         m.getPayload().toByteArray(), m.getContentType(), m.getDeliveryAttempt(),
         Instant.ofEpochSecond(m.getReceivedAt().getSeconds(), m.getReceivedAt().getNanos()), m.getTraceparent(),
-        m.getTracestate());
+        m.getTracestate(), m.hasGuard() ? ObjectOption.Guard.from(m.getGuard()) : null);
   }
 }

@@ -23,7 +23,7 @@ import java.util.function.Function;
  * <pre>{@code
  * try (Election election = client.leadership().campaign("controller", "")) {
  *   LeadershipStatus led = election.awaitLeader(Duration.ofMinutes(1));
- *   // write with ObjectOption.guard(new Guard("controller", "", led.term())) while election.isLeader()
+ *   // write with ObjectOption.guard(led.guard()), send with SendRequest.guard(led.guard()), while election.isLeader()
  * }
  * }</pre>
  */

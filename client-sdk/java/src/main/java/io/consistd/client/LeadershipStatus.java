@@ -13,7 +13,7 @@ import java.util.Objects;
  * @param holder the current holder's identity; empty when nobody holds the Lease (and in an UNKNOWN the SDK reports
  *     itself)
  * @param term the fencing token: 1 for an election's first leader, higher on every change of holder; 0 only before
- *     any Lease was read. Pass it in a write's {@link ObjectOption#guard}.
+ *     any Lease was read. Pass it in a write's {@link ObjectOption#guard}, a send's or a publish's: {@link #guard}.
  * @param identity this sidecar's identity in the election (the candidate's name when campaigning)
  * @param leaderUntil in a LEADER state, the moment (on this node's clock, which the sidecar shares) until which the
  *     sidecar says LEADER without renewing the Lease again; null in other states and from daemons that do not send
@@ -57,6 +57,16 @@ public record LeadershipStatus(
     LeadershipStatus status = new LeadershipStatus(
         s.getElection(), s.getNamespace(), state, s.getHolder(), s.getTerm(), s.getIdentity(), until);
     return status.lapsedAt(now) ? status.unknownAfter() : status;
+  }
+
+  /**
+   * The guard of this election and term, for a write ({@link ObjectOption#guard}), a send ({@link
+   * SendRequest#guard}) or a publish ({@link Rollout#publish(String, byte[], String, ObjectOption.Guard)}) made as
+   * this LEADER: it goes only while this term lasts, and whatever checks it later refuses it once a later term has
+   * acted there. From any other state it is refused (FAILED_PRECONDITION; INVALID_ARGUMENT for term 0).
+   */
+  public ObjectOption.Guard guard() {
+    return new ObjectOption.Guard(election, namespace, term);
   }
 
   /** What an election says before the daemon told anything: UNKNOWN, nobody holds it, term 0. */

@@ -9,11 +9,26 @@ import java.util.function.Consumer;
  * An option a call does not use is ignored; of two of the same kind, the later wins.
  */
 public final class ObjectOption {
-  /** Names an election and the term in which a write must be made (the fencing token). */
+  /**
+   * Names an election and the term in which a write, a send ({@link SendRequest#guard}) or a publish ({@link
+   * Rollout#publish(String, byte[], String, Guard)}) must be made (the fencing token): the election's name, its
+   * Lease's namespace (empty: the sidecar's own) and the {@link LeadershipStatus#term} this sidecar was told it leads
+   * in.
+   */
   public record Guard(String election, String namespace, long term) {
     public Guard {
       Objects.requireNonNull(election, "election");
       Objects.requireNonNull(namespace, "namespace");
+    }
+
+    consistd.v1.Object.WriteGuard toProto() {
+      return consistd.v1.Object.WriteGuard.newBuilder()
+          .setElection(election).setNamespace(namespace).setTerm(term).build();
+    }
+
+    /** The guard a received message was sent under. */
+    static Guard from(consistd.v1.Object.WriteGuard g) {
+      return new Guard(g.getElection(), g.getNamespace(), g.getTerm());
     }
   }
 
@@ -45,11 +60,7 @@ public final class ObjectOption {
     }
 
     consistd.v1.Object.WriteGuard guardProto() {
-      return consistd.v1.Object.WriteGuard.newBuilder()
-          .setElection(guard.election())
-          .setNamespace(guard.namespace())
-          .setTerm(guard.term())
-          .build();
+      return guard.toProto();
     }
   }
 

@@ -26,6 +26,11 @@ import java.util.concurrent.ScheduledThreadPoolExecutor;
  * Outcome outcome = sent.await(Duration.ofSeconds(30)); // ACKED, SUPERSEDED or FAILED; or sent.outcome()
  * }</pre>
  *
+ * <p>A send made as an election's leader can be guarded by its term, as a write is: {@code
+ * SendRequest.to(...).guard(led.guard())} (an {@link ObjectOption.Guard}) is stored only while this sidecar leads that
+ * election in that term (else FAILED_PRECONDITION, {@code "guard: ..."}), and a receiving sidecar that has stored a
+ * message of a later term refuses it (its outcome is FAILED naming both terms). See {@link SendRequest#guard}.
+ *
  * <p>Every send of one client goes out on one {@code OutboxService.SendStream} call, opened by the first send and
  * kept open; its answers come back in request order, so sends made together (from any threads) share the
  * sidecar's disk flush. A message the sidecar refuses fails only its own send, with the status a unary Send would
@@ -68,10 +73,10 @@ public final class Outbox {
    * resends it until the receiving app ACKs it. {@link Sent#outcome()} or {@link Sent#await} gives its outcome; a
    * {@code Sent} never asked costs nothing more.
    *
-   * @throws StatusRuntimeException the sidecar's refusal of this message as a unary Send would have answered it;
-   *     UNAVAILABLE when the connection to the sidecar was lost first (the message may or may not be stored);
-   *     CANCELLED if the thread is interrupted while waiting (the message may still be stored; the interrupt flag
-   *     stays set)
+   * @throws StatusRuntimeException the sidecar's refusal of this message as a unary Send would have answered it
+   *     (FAILED_PRECONDITION for a {@link SendRequest#guard} whose term this sidecar does not lead); UNAVAILABLE
+   *     when the connection to the sidecar was lost first (the message may or may not be stored); CANCELLED if the
+   *     thread is interrupted while waiting (the message may still be stored; the interrupt flag stays set)
    */
   public Sent send(SendRequest request) {
     CompletableFuture<Sent> sent = sendAsync(request);

@@ -34,7 +34,7 @@ import java.util.Objects;
  *     rollout.reportApplied("config", v.version());
  *   }
  * }
- * // elsewhere: long v = rollout.publish("config", bytes, "application/json");
+ * // elsewhere: long v = rollout.publish("config", bytes, "application/json"); // or with an ObjectOption.Guard
  * //            rollout.waitApplied("config", v, Duration.ofSeconds(30)).allApplied()
  * }</pre>
  *
@@ -103,9 +103,28 @@ public final class Rollout {
    *     daemon's refusal (INVALID_ARGUMENT naming the field)
    */
   public long publish(String channel, byte[] payload, String contentType) {
-    PublishRequest request = PublishRequest.newBuilder()
-        .setChannel(channel).setPayload(ByteString.copyFrom(payload)).setContentType(contentType).build();
-    return stub.publish(request).getVersion();
+    return stub.publish(publishRequest(channel, payload, contentType).build()).getVersion();
+  }
+
+  /**
+   * {@link #publish(String, byte[], String)} made only while this sidecar leads {@code guard}'s election in exactly
+   * that term, as {@link ObjectOption#guard} does for a write; the claim goes with the version: the channel refuses
+   * it once that election has published on it in a later term, and the members' sidecars refuse the version once
+   * they have stored a message of a later term. The guard of a LEADER status is {@link LeadershipStatus#guard}:
+   * {@code publish("config", bytes, "application/json", led.guard())}.
+   *
+   * @throws StatusRuntimeException FAILED_PRECONDITION, a description starting {@code "guard: "}, when this sidecar
+   *     does not lead that election in that term; FAILED_PRECONDITION naming both terms when the channel has a
+   *     version of a later term of the election; else as {@link #publish(String, byte[], String)}
+   */
+  public long publish(String channel, byte[] payload, String contentType, ObjectOption.Guard guard) {
+    Objects.requireNonNull(guard, "guard");
+    return stub.publish(publishRequest(channel, payload, contentType).setGuard(guard.toProto()).build()).getVersion();
+  }
+
+  private static PublishRequest.Builder publishRequest(String channel, byte[] payload, String contentType) {
+    return PublishRequest.newBuilder()
+        .setChannel(channel).setPayload(ByteString.copyFrom(payload)).setContentType(contentType);
   }
 
   /**

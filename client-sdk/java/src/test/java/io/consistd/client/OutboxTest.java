@@ -1,5 +1,5 @@
 // Sends from daemon a to daemon b against real daemons: outcomes ACKED and SUPERSEDED, a timeout that ends one
-// wait, refusals naming the field, and every send of a client on one ordered SendStream.
+// wait, refusals naming the field, a guarded send, and every send of a client on one ordered SendStream.
 package io.consistd.client;
 
 import static io.consistd.client.Messaging.WAIT;
@@ -8,9 +8,11 @@ import static io.consistd.client.Messaging.toPeer;
 import static io.consistd.client.Messaging.unique;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import consistd.v1.Object.WriteGuard;
 import consistd.v1.Outbox.AckOutcome;
 import consistd.v1.Outbox.SendStreamRequest;
 import consistd.v1.Outbox.SendStreamResponse;
@@ -168,6 +170,46 @@ class OutboxTest {
   }
 
   @Test
+  void aGuardedSendGoesOnlyInTheTermItsSidecarLeadsAndTheReceiverSeesItsGuard() throws Exception {
+    ConsistdClient app = daemons.app();
+    String ns = daemons.namespace(app);
+    String election = unique("java-guarded");
+    String resource = unique("java-guarded");
+    BlockingQueue<InboxMessage> received = new LinkedBlockingQueue<>();
+    try (Election leading = new Leadership(app).campaign(election, ns);
+        Inbox.Handling handling = peerInbox().handle(m -> {
+          if (m.resourceId().equals(resource)) {
+            received.add(m);
+          }
+        })) {
+      LeadershipStatus led = leading.awaitLeader(WAIT);
+      ObjectOption.Guard guard = led.guard();
+      assertEquals(new ObjectOption.Guard(election, ns, led.term()), guard, "the guard of the leader's term");
+      Outbox outbox = outbox();
+
+      Outcome outcome = outbox.send(toPeer(resource, "1", "in its term").guard(guard)).await(WAIT);
+      assertEquals(Outcome.Kind.ACKED, outcome.kind(), outcome.toString());
+      InboxMessage m = receive(received, "the guarded message");
+      assertEquals(guard, m.guard(), "the claim rode along to the receiver: " + m);
+
+      long notHeld = led.term() + 1;
+      ObjectOption.Guard later = new ObjectOption.Guard(election, ns, notHeld);
+      StatusRuntimeException refused = assertThrows(StatusRuntimeException.class,
+          () -> outbox.send(toPeer(resource, "2", "not its term").guard(later)));
+      assertEquals(Status.Code.FAILED_PRECONDITION, refused.getStatus().getCode(), refused.toString());
+      String why = refused.getStatus().getDescription();
+      assertTrue(why.startsWith("guard: ") && why.contains(ns + "/" + election) && why.contains("term " + notHeld),
+          refused.toString());
+
+      assertEquals(Outcome.Kind.ACKED, outbox.send(toPeer(resource, "3", "unguarded")).await(WAIT).kind());
+      InboxMessage unguarded = receive(received, "the unguarded message");
+      assertEquals("3", unguarded.eventId(), "the refused send was not stored: " + unguarded);
+      assertNull(unguarded.guard(), unguarded.toString());
+      Messaging.stop(handling);
+    }
+  }
+
+  @Test
   void sendsShareOneOrderedStreamAndSendsNeverAwaitedCostNothingMore() throws Exception {
     Messaging.CallCounter counter = new Messaging.CallCounter();
     ConsistdClient app = daemons.app();
@@ -316,6 +358,38 @@ class OutboxTest {
       StatusRuntimeException closed = assertThrows(StatusRuntimeException.class,
           () -> outbox.send(request.resourceId("closed")));
       assertEquals(Status.Code.CANCELLED, closed.getStatus().getCode(), closed.toString());
+    }
+  }
+
+  @Test
+  void aSendPutsItsGuardInTheMessageItStreamsAndAnUnguardedOneNone() throws Exception {
+    try (FakeOutboxSidecar sidecar = new FakeOutboxSidecar();
+        ConsistdClient client = new ConsistdClient(sidecar.socket)) {
+      BlockingQueue<SendStreamRequest> streamed = new LinkedBlockingQueue<>();
+      AtomicInteger ids = new AtomicInteger();
+      sidecar.sendStream = n -> out -> new StreamObserver<>() {
+        @Override
+        public void onNext(SendStreamRequest request) {
+          streamed.add(request);
+          out.onNext(SendStreamResponse.newBuilder().setMessageId(String.valueOf(ids.incrementAndGet())).build());
+        }
+
+        @Override
+        public void onError(Throwable t) {}
+
+        @Override
+        public void onCompleted() {
+          out.onCompleted();
+        }
+      };
+      Outbox outbox = new Outbox(client);
+      SendRequest request = SendRequest.to(Destination.peer("p:1")).resourceId("r").eventId("1");
+      outbox.send(request.guard(new ObjectOption.Guard("controller", "ns", 7)));
+      assertEquals(WriteGuard.newBuilder().setElection("controller").setNamespace("ns").setTerm(7).build(),
+          streamed.take().getMessage().getGuard());
+      outbox.send(request);
+      assertFalse(streamed.take().getMessage().hasGuard(), "a send without a guard carries none");
+      outbox.close();
     }
   }
 }

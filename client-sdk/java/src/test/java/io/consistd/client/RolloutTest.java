@@ -1,6 +1,6 @@
-// Rollout channels: refusals naming the field on hack/with-daemons.sh's daemon; and, on two daemons of the test's
-// own with peer addresses, publish, subscribe and report on both, the barrier, and a subscription resumed across a
-// daemon restart.
+// Rollout channels: refusals naming the field or the guard on hack/with-daemons.sh's daemon; and, on two daemons of
+// the test's own with peer addresses, publish, subscribe and report on both, the barrier, and a subscription resumed
+// across a daemon restart.
 package io.consistd.client;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
@@ -72,6 +72,22 @@ class RolloutTest {
       assertEquals(Status.Code.FAILED_PRECONDITION, e.getStatus().getCode(), e.toString());
       assertFalse(versions.hasNext(), "a refused subscription is over");
     }
+  }
+
+  @Test
+  void aGuardedPublishOfATermThisSidecarDoesNotLeadIsRefusedNamingTheGuard() throws InterruptedException {
+    ConsistdClient app = daemons.app();
+    String ns = daemons.namespace(app);
+    Rollout rollout = new Rollout(app);
+    String channel = "java-" + UUID.randomUUID().toString().substring(0, 8);
+    // Unguarded, this publish would be UNAVAILABLE (nobody subscribes, so nobody leads the channel): the guard is
+    // checked first, against an election this sidecar takes no part in.
+    StatusRuntimeException e = assertThrows(StatusRuntimeException.class, () -> rollout.publish(
+        channel, utf8("v1"), "text/plain", new ObjectOption.Guard("java-sdk-nobody-leads", ns, 7)));
+    assertEquals(Status.Code.FAILED_PRECONDITION, e.getStatus().getCode(), e.toString());
+    String why = e.getStatus().getDescription();
+    assertTrue(why.startsWith("guard: ") && why.contains(ns + "/java-sdk-nobody-leads") && why.contains("term 7"),
+        e.toString());
   }
 
   /** A replica of the test's own in {@code ns}: a peer address of its own, a 3 s membership TTL. */

@@ -10,6 +10,7 @@ import io.consistd.client.Election;
 import io.consistd.client.KubeObject;
 import io.consistd.client.LeadershipListener;
 import io.consistd.client.LeadershipStatus;
+import io.consistd.client.ObjectOption.Guard;
 import io.consistd.client.ObjectsClient.PatchType;
 import io.consistd.client.Outcome;
 import io.consistd.client.QueueSpec;
@@ -151,6 +152,19 @@ public final class Agent {
     return value.getAsBoolean();
   }
 
+  /** The {@code guard} field of a command: null when absent or null. */
+  private static Guard guard(JsonObject command) {
+    JsonElement value = command.get("guard");
+    if (value == null || value.isJsonNull()) {
+      return null;
+    }
+    if (!value.isJsonObject()) {
+      throw new BadCommand("field guard must be an object or null");
+    }
+    JsonObject g = value.getAsJsonObject();
+    return new Guard(text(g, "election"), text(g, "namespace"), number(g, "term"));
+  }
+
   private JsonObject run(JsonObject command) throws Exception {
     String op = text(command, "op");
     JsonObject ok = new JsonObject();
@@ -204,9 +218,11 @@ public final class Agent {
         }
       }
       case "send" -> {
-        Sent s = client.outbox().send(SendRequest.to(Destination.peer(text(command, "peer")))
+        SendRequest request = SendRequest.to(Destination.peer(text(command, "peer")))
             .resourceId(text(command, "resourceId")).eventId(text(command, "eventId"))
-            .payload(text(command, "payload")));
+            .payload(text(command, "payload"));
+        Guard guard = guard(command);
+        Sent s = client.outbox().send(guard == null ? request : request.guard(guard));
         sent.put(s.messageId(), s);
         ok.addProperty("messageId", s.messageId());
       }
