@@ -250,17 +250,23 @@ impl Membership {
 
     /// Sets the members this daemon's roll call reached as `key`'s leader, for its member Lease's next
     /// renewal. A daemon that calls the roll renews on its own cadence: nobody else's record is to keep
-    /// its Lease, which carries the record, from being written.
-    pub(super) fn record_reached(&self, key: &Key, reached: Contacts) {
+    /// its Lease, which carries the record, from being written. Returns whether some of them are not in the record this Lease holds yet: they are written at once
+    /// (until a member hears of that record it renews its own Lease), and the caller calls them again soon
+    /// to tell them.
+    pub(super) fn record_reached(&self, key: &Key, reached: Contacts) -> bool {
         let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(h) = held.get(key) {
-            h.vouched.send_if_modified(|v| v.until.take().is_some());
-            h.announced.send_if_modified(|a| {
-                let changed = a.reached != reached;
-                a.reached = reached;
-                changed
-            });
-        }
+        let Some(h) = held.get(key) else { return false };
+        h.vouched.send_if_modified(|v| v.until.take().is_some());
+        let unrecorded = unrecorded(&reached, &h.written.borrow().reached);
+        h.announced.send_if_modified(|a| {
+            let changed = a.reached != reached;
+            a.reached = reached;
+            if unrecorded {
+                a.urgent += 1;
+            }
+            changed || unrecorded
+        });
+        unrecorded
     }
 
     /// The roll call contacts and the record of what every member applied that this daemon's member
@@ -524,6 +530,11 @@ impl Keeper {
     }
 }
 
+/// Whether a member in `reached` is missing from the `written` record, or in it as another run.
+fn unrecorded(reached: &Contacts, written: &Contacts) -> bool {
+    reached.iter().any(|(identity, (incarnation, _))| written.get(identity).is_none_or(|(was, _)| was != incarnation))
+}
+
 /// How long a leaving member waits for the members its roll call record keeps counted to renew their
 /// own Leases (they do within milliseconds unless they cannot write): within the default 5 s shutdown
 /// grace period with the 2 s the delete may take.
@@ -571,6 +582,19 @@ mod tests {
         assert_eq!(next_renewal(renew_at, ttl, vouched, (4, 3, Some(noted_at))), until - ttl / 4, "recorded");
         assert_eq!(next_renewal(renew_at, ttl, vouched, (5, 3, Some(noted_at))), noted_at + ttl / 3, "not recorded");
         assert_eq!(next_renewal(renew_at, ttl, vouched, (5, 5, Some(noted_at))), until - ttl / 4, "written already");
+    }
+
+    #[test]
+    fn a_member_reached_but_not_in_the_written_record_or_as_another_run_is_unrecorded() {
+        let at = Instant::now();
+        let contacts = |entries: &[(&str, &str)]| -> Contacts {
+            entries.iter().map(|(id, run)| ((*id).to_owned(), ((*run).to_owned(), at))).collect()
+        };
+        let written = contacts(&[("a", "1"), ("b", "1")]);
+        assert!(!unrecorded(&contacts(&[("a", "1")]), &written), "all written");
+        assert!(!unrecorded(&contacts(&[]), &written));
+        assert!(unrecorded(&contacts(&[("a", "1"), ("c", "1")]), &written), "a new member");
+        assert!(unrecorded(&contacts(&[("b", "2")]), &written), "a member's next run");
     }
 
     #[test]

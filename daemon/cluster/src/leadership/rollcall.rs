@@ -6,7 +6,9 @@
 //! how old the contact in the leader's written record is, and renews its own Lease only when that record
 //! would lapse within a quarter of the TTL (the leader gone, or unable to write). It is also told the
 //! applied version the leader's record holds for it, so a version it noted for its next renewal is
-//! written by the member only when no leader recorded it.
+//! written by the member only when no leader recorded it. A daemon that becomes leader calls the roll at
+//! once; a member that joins (or comes back as another run) is called a moment later, written into the
+//! record at once, and called again, so it hears of the record before its own first renewal is due.
 
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
@@ -19,6 +21,11 @@ use super::{Key, Leadership, Role, group::GroupReader, member_lease::Contacts};
 
 /// How many members are reached at once.
 const IN_FLIGHT: usize = 32;
+/// A member the roll call has not reached, or reached but its written record lacks, is called after this
+/// fraction of the TTL (1 s at the default 30 s), not a sixth: a member that joins is counted by the
+/// leader's written record, and told so, well before its own first renewal (a third of the TTL after it
+/// joined).
+const FOLLOW_UP: u32 = 30;
 /// How long reaching one member may take.
 pub const REACH_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -50,9 +57,10 @@ pub(super) async fn run(leadership: Arc<Leadership>, key: Key, stop: Cancellatio
     // What this daemon's Lease holds already, so a leader elected again keeps counting its contacts.
     let mut reached = leadership.membership.written_records(&key).0;
     let mut group: Option<GroupReader> = None;
+    let mut election = leadership.observe(&key);
     loop {
         let Some(ttl) = leadership.membership.ttl() else { return };
-        let leading = leadership.lock().get(&key).is_some_and(|e| e.current().role == Role::Leader);
+        let leading = election.borrow_and_update().role == Role::Leader;
         if !leading {
             group = None;
         } else if group.is_none() {
@@ -64,25 +72,42 @@ pub(super) async fn run(leadership: Arc<Leadership>, key: Key, stop: Cancellatio
                 ),
             }
         }
+        let mut unrecorded = false;
         if let Some(g) = group.as_ref().filter(|g| g.synced()) {
             let written = leadership.membership.written_records(&key);
             call_roll(reacher.as_ref(), &key, &leadership.identity, g, &written, &mut reached, ttl).await;
-            leadership.membership.record_reached(&key, reached.clone());
+            unrecorded = leadership.membership.record_reached(&key, reached.clone());
         }
-        // Until the next round, keeping the group current meanwhile.
-        let next = Instant::now() + ttl / 6;
+        // Until the next round, keeping the group current meanwhile. A member not reached yet (one that
+        // joined, or its next run) is called soon, and one reached that the written record did not hold is
+        // written at once and told so soon: until it hears of that record it renews its own Lease.
+        let soon = Instant::now() + ttl / FOLLOW_UP;
+        let mut next = if unrecorded { soon } else { Instant::now() + ttl / 6 };
         loop {
             tokio::select! {
                 () = tokio::time::sleep_until(next) => break,
                 () = stop.cancelled() => return,
+                // Became leader, or no longer is: at once.
+                changed = election.changed() => if changed.is_err() { return } else { break },
                 more = async { match group.as_mut() { Some(g) => g.changed().await, None => std::future::pending().await } } => {
                     if !more {
                         group = None;
+                    } else if group.as_ref().is_some_and(|g| g.synced() && unreached(g, &leadership.identity, &reached)) {
+                        next = next.min(Instant::now() + ttl / FOLLOW_UP);
                     }
                 }
             }
         }
     }
+}
+
+/// Whether `group` has a member but `me` that the roll call has not reached (in its current run).
+fn unreached(group: &GroupReader, me: &str, reached: &Contacts) -> bool {
+    group
+        .members()
+        .map(|m| &m.record)
+        .filter(|r| r.identity != me)
+        .any(|r| reached.get(&r.identity).is_none_or(|(incarnation, _)| *incarnation != r.incarnation))
 }
 
 /// Reaches every member of `group` but `me`, and notes in `reached` each one that answered.
