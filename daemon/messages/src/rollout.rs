@@ -87,6 +87,18 @@ pub enum RolloutError {
     Inbox(#[from] InboxError),
 }
 
+/// One Publish: what the app sent, and the claim its guard made (checked where the app called).
+#[derive(Debug, Clone)]
+pub struct Publication {
+    /// The app's bytes, unchanged.
+    pub payload: Bytes,
+    /// Their MIME type, as the app gave it (may be empty).
+    pub content_type: String,
+    /// The claim of a guarded Publish: the channel refuses it once its election published in a later term,
+    /// and the members' daemons once they stored a later term.
+    pub claim: Option<Claim>,
+}
+
 /// Rollouts of this daemon's channels.
 #[derive(Debug, Clone)]
 pub struct Rollout {
@@ -168,17 +180,11 @@ impl Rollout {
 
     /// Publishes on the channel's leader: here if this daemon leads it, else forwarded to the leader's
     /// peer address (from its member Lease). Returns the assigned version. A guarded Publish carries its
-    /// `claim` (checked by the caller) to the channel and with its version to every member.
-    pub async fn publish(
-        &self,
-        key: &Key,
-        payload: Bytes,
-        content_type: &str,
-        claim: Option<Claim>,
-    ) -> Result<u64, RolloutError> {
+    /// claim to the channel and with its version to every member.
+    pub async fn publish(&self, key: &Key, publication: Publication) -> Result<u64, RolloutError> {
         let status = self.leadership.get(key, FIRST_OBSERVATION).await;
         if status.role == Role::Leader {
-            return self.publish_as_leader(key, payload, content_type, claim).await;
+            return self.publish_as_leader(key, publication).await;
         }
         let no_leader = |why: String| RolloutError::NoLeader { channel: key.name.clone(), why };
         if status.holder.is_empty() {
@@ -191,19 +197,14 @@ impl Rollout {
             .find(|m| m.identity == status.holder && m.live)
             .map(|m| m.peer.clone())
             .ok_or_else(|| no_leader(format!("its leader {:?} has no live member Lease", status.holder)))?;
-        self.forward(key, &leader, payload, content_type, claim).await
+        self.forward(key, &leader, publication).await
     }
 
     /// Takes the next version in the cluster and sends it to every member; refused unless this daemon
-    /// leads the channel, and (in the channel's own write) when `claim`'s election published on it in a
+    /// leads the channel, and (in the channel's own write) when the claim's election published on it in a
     /// later term.
-    pub async fn publish_as_leader(
-        &self,
-        key: &Key,
-        payload: Bytes,
-        content_type: &str,
-        claim: Option<Claim>,
-    ) -> Result<u64, RolloutError> {
+    pub async fn publish_as_leader(&self, key: &Key, publication: Publication) -> Result<u64, RolloutError> {
+        let Publication { payload, content_type, claim } = publication;
         let status = self.leadership.get(key, FIRST_OBSERVATION).await;
         if status.role != Role::Leader {
             return Err(RolloutError::NotLeader { channel: key.name.clone(), holder: status.holder });
@@ -212,7 +213,7 @@ impl Rollout {
         self.outbox.check_payload(payload.len())?;
         // Before the version goes out, so the record sees every member's ACK of it.
         self.keep_progress(key);
-        let version = self.versions.publish(&key.name, payload.to_vec(), content_type, claim.as_ref()).await?;
+        let version = self.versions.publish(&key.name, payload.to_vec(), &content_type, claim.as_ref()).await?;
         self.deliver(key, &version, payload).await?;
         tracing::info!(channel = %key.name, version = version.version, "published");
         Ok(version.version)
@@ -247,14 +248,7 @@ impl Rollout {
         Ok(())
     }
 
-    async fn forward(
-        &self,
-        key: &Key,
-        leader: &str,
-        payload: Bytes,
-        content_type: &str,
-        claim: Option<Claim>,
-    ) -> Result<u64, RolloutError> {
+    async fn forward(&self, key: &Key, leader: &str, publication: Publication) -> Result<u64, RolloutError> {
         let unreachable = |why: String| RolloutError::NoLeader { channel: key.name.clone(), why };
         let transport = self
             .transport
@@ -266,9 +260,9 @@ impl Rollout {
             .map_err(|e| unreachable(format!("its leader: {}", consistd_core::error::chain(&e))))?;
         let request = peer_pb::PublishRequest {
             channel: key.name.clone(),
-            payload,
-            content_type: content_type.to_owned(),
-            claim: claim.map(|c| c.to_string()).unwrap_or_default(),
+            payload: publication.payload,
+            content_type: publication.content_type,
+            claim: publication.claim.map(|c| c.to_string()).unwrap_or_default(),
         };
         match client.publish(request).await {
             Ok(r) => Ok(r.into_inner().version),

@@ -9,7 +9,7 @@ use consistd_cluster::leadership::Leadership;
 use consistd_core::{claim::Claim, tasks::Tasks};
 use consistd_messages::{
     inbox::Inbox,
-    rollout::Rollout,
+    rollout::{Publication, Rollout},
     transport::{MAX_FRAME_BYTES, PeerTls, TlsError},
 };
 use consistd_proto::peer::v1::{
@@ -161,11 +161,8 @@ impl PeerService for PeerApi {
             "" => None,
             text => Some(Claim::parse(text).map_err(|why| status::invalid_argument("claim", why))?),
         };
-        let version = self
-            .rollout
-            .publish_as_leader(&key, r.payload, &r.content_type, claim)
-            .await
-            .map_err(status::rollout_error)?;
+        let publication = Publication { payload: r.payload, content_type: r.content_type, claim };
+        let version = self.rollout.publish_as_leader(&key, publication).await.map_err(status::rollout_error)?;
         Ok(Response::new(PublishResponse { version }))
     }
 

@@ -87,8 +87,15 @@ pub(super) async fn run(leadership: Arc<Leadership>, key: Key, stop: Cancellatio
             tokio::select! {
                 () = tokio::time::sleep_until(next) => break,
                 () = stop.cancelled() => return,
-                // Became leader, or no longer is: at once.
-                changed = election.changed() => if changed.is_err() { return } else { break },
+                // Became leader, or no longer is: at once (a leader's renewals change its observation too).
+                changed = election.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    if (election.borrow_and_update().role == Role::Leader) != leading {
+                        break;
+                    }
+                }
                 more = async { match group.as_mut() { Some(g) => g.changed().await, None => std::future::pending().await } } => {
                     if !more {
                         group = None;

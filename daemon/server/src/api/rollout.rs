@@ -12,7 +12,7 @@ use consistd_core::{
     config::{Service, Timing},
     tasks::Tasks,
 };
-use consistd_messages::rollout::{Arrived, Rollout, barrier::Standing};
+use consistd_messages::rollout::{Arrived, Publication, Rollout, barrier::Standing};
 use consistd_proto::v1::{self as pb, rollout_service_server::RolloutService};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -86,11 +86,8 @@ impl RolloutService for RolloutApi {
         let key = self.channel(&request, "publish", &request.get_ref().channel).await?;
         let r = request.into_inner();
         let claim = guard::claim(self.rollout.leadership(), r.guard.as_ref())?;
-        let version = self
-            .rollout
-            .publish(&key, r.payload.into(), &r.content_type, claim)
-            .await
-            .map_err(status::rollout_error)?;
+        let publication = Publication { payload: r.payload.into(), content_type: r.content_type, claim };
+        let version = self.rollout.publish(&key, publication).await.map_err(status::rollout_error)?;
         Ok(Response::new(pb::PublishResponse { version }))
     }
 
