@@ -30,6 +30,16 @@ impl Claim {
         Ok(Self { namespace: namespace.to_owned(), lease: lease.to_owned(), term })
     }
 
+    /// Reads a claim as a message or a record carries it: the empty string for none.
+    pub fn parse_carried(text: &str) -> Result<Option<Self>, String> {
+        if text.is_empty() { Ok(None) } else { Self::parse(text).map(Some) }
+    }
+
+    /// Writes a claim as a message or a record carries it: the empty string for none.
+    pub fn carried(claim: Option<&Self>) -> String {
+        claim.map(ToString::to_string).unwrap_or_default()
+    }
+
     /// The election, `<lease namespace>/<lease name>`: claims of one election compare by term.
     pub fn election(&self) -> String {
         format!("{}/{}", self.namespace, self.lease)
@@ -63,6 +73,10 @@ mod tests {
         for bad in ["", "ns/e", "ns/e/x", "ns/e/0", "/e/1", "ns//1", "ns/e/-1"] {
             assert!(Claim::parse(bad).is_err(), "{bad:?}");
         }
+        assert_eq!(Claim::parse_carried(""), Ok(None), "carried: none is empty");
+        assert_eq!(Claim::parse_carried(&Claim::carried(Some(&claim))), Ok(Some(claim.clone())));
+        assert_eq!(Claim::carried(None), "");
+        assert!(Claim::parse_carried("ns/e").is_err());
     }
 
     #[test]

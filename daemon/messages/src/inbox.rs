@@ -185,12 +185,9 @@ impl Inbox {
             }
             Err(error) => return Some(answer(Disposition::Refused, error::chain(&error))),
         }
-        let claim = match m.claim.as_str() {
-            "" => None,
-            text => match Claim::parse(text) {
-                Ok(claim) => Some(claim),
-                Err(why) => return Some(answer(Disposition::Fenced, why)),
-            },
+        let claim = match Claim::parse_carried(&m.claim) {
+            Ok(claim) => claim,
+            Err(why) => return Some(answer(Disposition::Fenced, why)),
         };
         let (message, written) = {
             let mut state = self.lock();

@@ -262,7 +262,7 @@ impl Rollout {
             channel: key.name.clone(),
             payload: publication.payload,
             content_type: publication.content_type,
-            claim: publication.claim.map(|c| c.to_string()).unwrap_or_default(),
+            claim: Claim::carried(publication.claim.as_ref()),
         };
         match client.publish(request).await {
             Ok(r) => Ok(r.into_inner().version),

@@ -157,10 +157,7 @@ impl PeerService for PeerApi {
     async fn publish(&self, request: Request<PublishRequest>) -> Result<Response<PublishResponse>, Status> {
         let r = request.into_inner();
         let key = self.rollout.channel(&r.channel).map_err(status::leadership_error)?;
-        let claim = match r.claim.as_str() {
-            "" => None,
-            text => Some(Claim::parse(text).map_err(|why| status::invalid_argument("claim", why))?),
-        };
+        let claim = Claim::parse_carried(&r.claim).map_err(|why| status::invalid_argument("claim", why))?;
         let publication = Publication { payload: r.payload, content_type: r.content_type, claim };
         let version = self.rollout.publish_as_leader(&key, publication).await.map_err(status::rollout_error)?;
         Ok(Response::new(PublishResponse { version }))

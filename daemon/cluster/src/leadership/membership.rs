@@ -250,9 +250,9 @@ impl Membership {
 
     /// Sets the members this daemon's roll call reached as `key`'s leader, for its member Lease's next
     /// renewal. A daemon that calls the roll renews on its own cadence: nobody else's record is to keep
-    /// its Lease, which carries the record, from being written. Returns whether some of them are not in the record this Lease holds yet: they are written at once
-    /// (until a member hears of that record it renews its own Lease), and the caller calls them again soon
-    /// to tell them.
+    /// its Lease, which carries the record, from being written. Returns whether some of them are not in the
+    /// record this Lease holds yet: they are written at once (until a member hears of that record it renews
+    /// its own Lease), and the caller calls them again soon to tell them.
     pub(super) fn record_reached(&self, key: &Key, reached: Contacts) -> bool {
         let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(h) = held.get(key) else { return false };

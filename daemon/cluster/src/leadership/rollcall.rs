@@ -81,8 +81,7 @@ pub(super) async fn run(leadership: Arc<Leadership>, key: Key, stop: Cancellatio
         // Until the next round, keeping the group current meanwhile. A member not reached yet (one that
         // joined, or its next run) is called soon, and one reached that the written record did not hold is
         // written at once and told so soon: until it hears of that record it renews its own Lease.
-        let soon = Instant::now() + ttl / FOLLOW_UP;
-        let mut next = if unrecorded { soon } else { Instant::now() + ttl / 6 };
+        let mut next = Instant::now() + if unrecorded { ttl / FOLLOW_UP } else { ttl / 6 };
         loop {
             tokio::select! {
                 () = tokio::time::sleep_until(next) => break,

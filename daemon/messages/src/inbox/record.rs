@@ -62,7 +62,7 @@ impl InboxRecord {
             received_at_ms: to_millis(m.received_at),
             traceparent: m.trace.traceparent.clone(),
             tracestate: m.trace.tracestate.clone(),
-            claim: m.claim.as_ref().map(ToString::to_string).unwrap_or_default(),
+            claim: Claim::carried(m.claim.as_ref()),
         }
     }
 
@@ -76,7 +76,7 @@ impl InboxRecord {
             payload: self.payload,
             content_type: self.content_type,
             trace: TraceContext { traceparent: self.traceparent, tracestate: self.tracestate },
-            claim: Claim::parse(&self.claim).ok(),
+            claim: Claim::parse_carried(&self.claim).ok().flatten(),
             received_at: from_millis(self.received_at_ms),
         }
     }

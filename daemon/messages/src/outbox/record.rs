@@ -58,7 +58,7 @@ fn encode(m: &Message) -> Vec<u8> {
         enqueued_at_ms: to_millis(m.enqueued_at),
         traceparent: m.trace.traceparent.clone(),
         tracestate: m.trace.tracestate.clone(),
-        claim: m.claim.as_ref().map(ToString::to_string).unwrap_or_default(),
+        claim: Claim::carried(m.claim.as_ref()),
     }
     .encode_to_vec()
 }
@@ -160,15 +160,12 @@ pub(super) fn decode(stored: Stored, namespace: &str) -> Restored {
                 continue;
             }
         };
-        let claim = match record.claim.as_str() {
-            "" => None,
-            text => match Claim::parse(text) {
-                Ok(claim) => Some(claim),
-                Err(error) => {
-                    tracing::error!(sequence, %error, "outbox record with a bad claim kept on disk, not delivered");
-                    continue;
-                }
-            },
+        let claim = match Claim::parse_carried(&record.claim) {
+            Ok(claim) => claim,
+            Err(error) => {
+                tracing::error!(sequence, %error, "outbox record with a bad claim kept on disk, not delivered");
+                continue;
+            }
         };
         let message = Arc::new(Message {
             sequence,

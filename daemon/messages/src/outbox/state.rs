@@ -10,7 +10,10 @@ use std::{
     time::SystemTime,
 };
 
-use consistd_core::config::{BackoffConfig, OutboxConfig};
+use consistd_core::{
+    claim::Claim,
+    config::{BackoffConfig, OutboxConfig},
+};
 use consistd_proto::peer::v1::{self as peer_pb, ExchangeRequest, exchange_request::Frame};
 use tokio::{sync::Notify, time::Instant};
 
@@ -519,7 +522,7 @@ impl OutboxState {
                     attempt,
                     traceparent: m.trace.traceparent.clone(),
                     tracestate: m.trace.tracestate.clone(),
-                    claim: m.claim.as_ref().map(ToString::to_string).unwrap_or_default(),
+                    claim: Claim::carried(m.claim.as_ref()),
                 })),
             });
         }
