@@ -156,7 +156,9 @@ async fn build(config: Config, env: &Environment, source: ConfigSource) -> Resul
     let namespace = config.namespace(env);
     // What a reload may change; each part reads its setting live.
     let tunables = Tunables::new(&config);
-    let hub = Hub::new(client.clone(), config.watch.clone(), metrics.clone(), &tasks);
+    let budget = config.watch_budget(env);
+    tracing::info!(bytes = budget, "memory budget of the watches (watch.maxCacheBytes)");
+    let hub = Hub::new(client.clone(), config.watch.clone(), budget, metrics.clone(), &tasks);
     let fencing = Fencing::new(client.clone(), tunables.fencing.live(), metrics.clone());
     health.attach_fencing(fencing.clone());
     tasks.spawn(fencing.clone().run(tasks.signal().clone()));

@@ -1,15 +1,29 @@
 //! Memory bounds: a daemon in a 128 MiB memory cgroup (the injector's default limit for the sidecar),
 //! sent 200 messages of 1 MiB for a peer that is not up, answers RESOURCE_EXHAUSTED naming
 //! outbox.maxPendingBytes once its outbox holds that many bytes, and is never OOM-killed, also after a
-//! restart reloads everything it had accepted. Needs root (a cgroup of its own, removed afterwards).
+//! restart reloads everything it had accepted; asked to watch more than its memory holds, it refuses the
+//! watch (or ends it as it grows) RESOURCE_EXHAUSTED naming watch.maxCacheBytes, while its election and its
+//! other watches go on. Needs root (a cgroup of its own, removed afterwards).
 
 use std::{
     path::{Path, PathBuf},
     time::Duration,
 };
 
-use consistd_client::proto::{Destination, GetOutboxStatusRequest, SendRequest, destination::Target};
-use consistd_testkit::{Daemon, free_port};
+use consistd_client::proto::{
+    Destination, EventType, GetLeadershipRequest, GetOutboxStatusRequest, LeadershipState, ObserveRequest, SendRequest,
+    SubscribeRequest, destination::Target,
+};
+use consistd_testkit::{
+    Daemon, free_port,
+    watch::{Events, raw},
+};
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::{
+    Api,
+    api::{ListParams, Patch, PatchParams, PostParams},
+};
 use nix::sys::signal::Signal;
 use tonic::Code;
 
@@ -134,4 +148,144 @@ async fn a_daemon_in_128_mib_sent_200_messages_of_1_mib_refuses_at_the_byte_limi
     assert_eq!(refused.code(), Code::ResourceExhausted, "{refused}");
     assert!(alive(&b), "the restarted daemon lives; log:\n{}", b.logs());
     assert_eq!(cgroup.oom_kills(), 0, "never OOM-killed");
+}
+
+/// How big each ConfigMap of the large watches is: 2,000 of them hold about 128 MiB, the cgroup's limit.
+const OBJECT_BYTES: usize = 64 * 1024;
+
+/// Creates `count` ConfigMaps of [`OBJECT_BYTES`] in `api`, the first `in_a` labelled part=a and the rest
+/// part=b, 16 at a time.
+async fn fill(api: &Api<ConfigMap>, count: usize, in_a: usize) {
+    let value = "x".repeat(OBJECT_BYTES);
+    futures::stream::iter(0..count)
+        .for_each_concurrent(16, |i| {
+            let (api, value) = (api.clone(), value.clone());
+            async move {
+                let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+                    "metadata": { "name": format!("big-{i}"), "labels": { "part": if i < in_a { "a" } else { "b" } } },
+                    "data": { "v": value },
+                }))
+                .expect("configmap");
+                api.create(&PostParams::default(), &cm).await.unwrap_or_else(|e| panic!("create big-{i}: {e}"));
+            }
+        })
+        .await;
+}
+
+/// Reads `events` until its stream ends with a status, counting the objects it was sent; fails on an end
+/// without one.
+async fn until_refused(events: &mut Events) -> (tonic::Status, usize) {
+    let mut objects = 0;
+    loop {
+        match events.next_result().await {
+            Ok(Some(event)) => objects += usize::from(event.object.is_some()),
+            Ok(None) => panic!("the watch ended without a status after {objects} objects"),
+            Err(status) => return (status, objects),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_daemon_in_128_mib_asked_to_watch_more_refuses_it_resource_exhausted_and_keeps_its_election() {
+    let cgroup = MemoryCgroup::new(LIMIT);
+    let kube = consistd_testkit::kube_client().await;
+    let (ns, big_ns) = (consistd_testkit::namespace(&kube).await, consistd_testkit::namespace(&kube).await);
+    let big: Api<ConfigMap> = Api::namespaced(kube.clone(), &big_ns);
+    fill(&big, 2_000, 300).await;
+    let config = format!(
+        "identity: bounded-watch\nnamespace: {ns}\nelections:\n- name: held\n  leaseDuration: 4s\n  renewDeadline: 3s\n  retryPeriod: 1s\n"
+    );
+    // Inside the cgroup from its start, so its budget follows the cgroup's limit.
+    let daemon = Daemon::builder(BIN).config(config).cgroup(&cgroup.dir).start().await;
+    let client = daemon.client();
+    let mut observe = client
+        .leadership()
+        .observe(ObserveRequest { election: "held".into(), namespace: String::new() })
+        .await
+        .expect("observe")
+        .into_inner();
+    let term = loop {
+        let status = tokio::time::timeout(Duration::from_secs(30), observe.message())
+            .await
+            .expect("leads within 30 s")
+            .expect("observe stream")
+            .expect("a state")
+            .status
+            .expect("status");
+        if status.state() == LeadershipState::Leader {
+            break status.term;
+        }
+    };
+    let report = consistd_server::admin::fetch_report(daemon.admin_socket()).await.expect("report");
+    let budget = report.watch_budget.expect("the report shows the watch budget");
+    assert_eq!(budget.limit_bytes, 32 * MIB as u64, "(128 MiB - the outbox's and inbox's 32 MiB each) / 2");
+
+    // A small watch of another namespace, to show it goes on.
+    let small: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
+    let mut others = Events::open(&client, raw("configmaps", &ns)).await;
+    others.until_synced().await;
+
+    // Part a fits: 300 objects of 64 KiB, about 19 MiB.
+    let mut part_a =
+        Events::open(&client, SubscribeRequest { label_selector: "part=a".into(), ..raw("configmaps", &big_ns) }).await;
+    let listed = part_a.until_synced().await.iter().filter(|e| e.object.is_some()).count();
+    assert_eq!(listed, 300, "the part that fits is served whole");
+
+    // The whole namespace, about 128 MiB, is refused at its first list, naming the limit and what it needed.
+    let mut whole = Events::open(&client, raw("configmaps", &big_ns)).await;
+    let (refused, sent) = until_refused(&mut whole).await;
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused}; log:\n{}", daemon.logs());
+    assert!(refused.message().contains("watch.maxCacheBytes is 33554432 bytes"), "names the limit: {refused}");
+    assert!(refused.message().contains("needed"), "names what it needed: {refused}");
+    assert_eq!(sent, 0, "nothing of a list that does not fit is sent");
+
+    // Part a grows past the budget: its watch ends for its subscriber, who is told why.
+    let relabel = serde_json::json!({ "metadata": { "labels": { "part": "a" } } });
+    let part_b = big.list(&ListParams::default().labels("part=b").limit(300)).await.expect("list part b");
+    futures::stream::iter(part_b.items)
+        .for_each_concurrent(16, |cm| {
+            let (big, relabel) = (big.clone(), relabel.clone());
+            async move {
+                let name = cm.metadata.name.expect("name");
+                // Once the watch has ended nothing more is asked of it; a patch failing is the test's own.
+                big.patch(&name, &PatchParams::default(), &Patch::Merge(&relabel)).await.expect("relabel");
+            }
+        })
+        .await;
+    let (ended, _) = until_refused(&mut part_a).await;
+    assert_eq!(ended.code(), Code::ResourceExhausted, "{ended}");
+    assert!(ended.message().contains("watch.maxCacheBytes"), "{ended}");
+
+    // Through all of it: the election held, in its term; the other watch delivers; nothing was OOM-killed.
+    while let Ok(told) = tokio::time::timeout(Duration::from_millis(200), observe.message()).await {
+        let status = told.expect("observe stream").expect("a state").status.expect("status");
+        assert_eq!((status.state(), status.term), (LeadershipState::Leader, term), "never anything but leading");
+    }
+    let current = client
+        .leadership()
+        .get_leadership(GetLeadershipRequest { election: "held".into(), namespace: String::new() })
+        .await
+        .expect("get")
+        .into_inner()
+        .status
+        .expect("status");
+    assert_eq!((current.state(), current.term), (LeadershipState::Leader, term), "still leading in its term");
+    small
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": "after"}})).expect("cm"),
+        )
+        .await
+        .expect("create");
+    let event = others.next().await;
+    assert_eq!((event.r#type(), event.object.map(|o| o.name)), (EventType::Added, Some("after".to_owned())));
+    assert!(alive(&daemon), "the daemon lives; log:\n{}", daemon.logs());
+    assert_eq!(cgroup.oom_kills(), 0, "never OOM-killed");
+    let report = consistd_server::admin::fetch_report(daemon.admin_socket()).await.expect("report");
+    let budget = report.watch_budget.expect("budget");
+    assert_eq!(budget.exhausted, 2, "the refused watch and the ended one: {budget:?}");
+    assert!(budget.used_bytes <= budget.limit_bytes, "{budget:?}");
+    let metrics = daemon.metrics().await;
+    assert!(metrics.contains("consistd_watch_exhausted_total 2"), "{metrics}");
+    assert!(metrics.contains("consistd_watch_budget_bytes 33554432"), "{metrics}");
 }

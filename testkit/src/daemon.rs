@@ -22,6 +22,7 @@ pub struct DaemonBuilder {
     dir: Option<PathBuf>,
     store_dir: Option<PathBuf>,
     max_open_files: Option<u64>,
+    cgroup: Option<PathBuf>,
     args: Vec<String>,
     env: Vec<(String, String)>,
     config: Option<String>,
@@ -57,6 +58,14 @@ impl DaemonBuilder {
     /// `prlimit`, which then runs the daemon in its place: the pid is the daemon's).
     pub fn max_open_files(mut self, n: u64) -> Self {
         self.max_open_files = Some(n);
+        self
+    }
+
+    /// Starts the daemon inside the cgroup at `dir` (its pid written to `cgroup.procs` before it runs, by
+    /// a shell that then runs the daemon in its place: the pid is the daemon's), so it reads that cgroup's
+    /// limits from its first instruction.
+    pub fn cgroup(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cgroup = Some(dir.into());
         self
     }
 
@@ -106,14 +115,18 @@ impl DaemonBuilder {
         let admin_socket = dir.join("admin.sock");
         let log = dir.join(format!("consistd-{:08x}.log", rand::random::<u32>()));
         let log_file = std::fs::File::create(&log).unwrap_or_else(|e| panic!("create {}: {e}", log.display()));
-        let mut command = match self.max_open_files {
-            Some(n) => {
-                let mut c = Command::new("prlimit");
-                c.arg(format!("--nofile={n}:{n}")).arg("--").arg(&self.bin);
-                c
-            }
-            None => Command::new(&self.bin),
-        };
+        // The daemon, run in place by prlimit (a descriptor limit) and before that by a shell that moves
+        // itself into the cgroup: whichever are asked for, the pid is the daemon's.
+        let mut argv: Vec<std::ffi::OsString> = vec![self.bin.clone().into()];
+        if let Some(n) = self.max_open_files {
+            argv.splice(0..0, ["prlimit".into(), format!("--nofile={n}:{n}").into(), "--".into()]);
+        }
+        if let Some(dir) = &self.cgroup {
+            let enter = r#"echo $$ > "$0/cgroup.procs" && exec "$@""#;
+            argv.splice(0..0, ["sh".into(), "-c".into(), enter.into(), dir.clone().into()]);
+        }
+        let mut command = Command::new(&argv[0]);
+        command.args(&argv[1..]);
         if let Some(yaml) = &self.config {
             let file = dir.join("consistd.yaml");
             std::fs::write(&file, yaml).unwrap_or_else(|e| panic!("write {}: {e}", file.display()));
@@ -163,6 +176,7 @@ impl Daemon {
             dir: None,
             store_dir: None,
             max_open_files: None,
+            cgroup: None,
             args: Vec::new(),
             env: Vec::new(),
             config: None,

@@ -53,6 +53,7 @@ impl ObjectQuery {
             label_selector: self.label_selector.clone(),
             field_selector: self.field_selector.clone(),
             cursor: None,
+            own: false,
         }
     }
 }
@@ -125,10 +126,23 @@ pub enum ReconcileError {
         /// Why.
         message: String,
     },
+    /// One of the queue's watches would pass the memory budget: refused at its first list, or ended as it
+    /// grew. The queue ends for its streams.
+    #[error("{field}")]
+    Exhausted {
+        /// The query's field, e.g. `spec.related[0].query`.
+        field: String,
+        /// How far past the budget.
+        #[source]
+        source: crate::watch::budget::Exhausted,
+    },
     /// The daemon is shutting down.
     #[error("the reconcile queue {0} stopped: consistd is shutting down")]
     Stopped(String),
 }
+
+/// What a stream is handed: work, or why its queue ended.
+pub type Handed = Result<Work, ReconcileError>;
 
 /// A running queue, as the registry holds it.
 #[derive(Debug)]
@@ -142,7 +156,7 @@ struct RunningQueue {
 #[derive(Debug)]
 enum DriverCall {
     /// A stream joins, holding at most `capacity` leases, its items sent to `items`.
-    Attach { stream: u64, capacity: usize, items: mpsc::UnboundedSender<Work> },
+    Attach { stream: u64, capacity: usize, items: mpsc::UnboundedSender<Handed> },
     /// A stream left: its leases go back to the queue.
     Detach { stream: u64 },
     /// A stream completes a lease.
@@ -235,7 +249,7 @@ impl Reconciler {
         self: &Arc<Self>,
         spec: QueueSpec,
         capacity: usize,
-    ) -> Result<(Worker, mpsc::UnboundedReceiver<Work>), ReconcileError> {
+    ) -> Result<(Worker, mpsc::UnboundedReceiver<Handed>), ReconcileError> {
         let stream = self.next_stream.fetch_add(1, Ordering::Relaxed);
         let (items_tx, items) = mpsc::unbounded_channel();
         let comparable = self.hub.comparable_resource_versions().await;
@@ -274,7 +288,7 @@ impl Reconciler {
         spec: &QueueSpec,
         stream: u64,
         capacity: usize,
-        items: &mpsc::UnboundedSender<Work>,
+        items: &mpsc::UnboundedSender<Handed>,
     ) -> Result<Option<mpsc::UnboundedSender<DriverCall>>, ReconcileError> {
         let queues = self.lock();
         let Some(running) = queues.get(&spec.name).filter(|r| !r.commands.is_closed()) else { return Ok(None) };

@@ -1,6 +1,8 @@
 //! The watch hub: one upstream apiserver watch per distinct query, shared by every local subscriber,
-//! with a cache for snapshots, a bounded history for resuming, and queues that never wait on a subscriber.
+//! with a cache for snapshots, a bounded history for resuming, and queues that never wait on a subscriber,
+//! all within one memory budget in bytes.
 
+pub mod budget;
 pub mod consistent;
 pub mod expectations;
 mod hub;

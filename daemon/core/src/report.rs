@@ -22,6 +22,9 @@ pub struct Report {
     /// Upstream apiserver watches running, one per distinct query however many subscribers share it.
     #[serde(default)]
     pub upstream_watches: usize,
+    /// The watches' memory budget and what each watch holds; absent from daemons that do not report it.
+    #[serde(default)]
+    pub watch_budget: Option<WatchBudgetReport>,
     /// Every election this daemon runs, campaigning or only observing, sorted by Lease.
     #[serde(default)]
     pub elections: Vec<ElectionReport>,
@@ -52,6 +55,28 @@ pub struct Report {
     pub ready: bool,
     /// Why not ready; empty when ready.
     pub not_ready_reasons: Vec<String>,
+}
+
+/// The bytes of watched objects the daemon may hold for its apps (`watch.maxCacheBytes`), and who holds them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WatchBudgetReport {
+    /// The limit.
+    pub limit_bytes: u64,
+    /// Held now, across caches, lists in progress, histories and subscriber queues.
+    pub used_bytes: u64,
+    /// Watches ended or refused RESOURCE_EXHAUSTED since the daemon started.
+    pub exhausted: u64,
+    /// Each watch running and the bytes its cache holds, largest first.
+    pub watches: Vec<WatchBytesReport>,
+}
+
+/// One upstream watch's cached bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WatchBytesReport {
+    /// What it watches: resource, namespace and selectors, as one line.
+    pub watch: String,
+    /// The bytes its cached objects are charged.
+    pub bytes: u64,
 }
 
 /// Where guarded writes are fenced: by the apiserver (the policy installed, this daemon allowed to claim a
@@ -204,6 +229,11 @@ pub struct QueueReport {
     pub last_error: Option<String>,
 }
 
+/// Bytes in MiB for people; "unlimited" for a budget no limit bounds.
+fn mib(bytes: u64) -> String {
+    if bytes == u64::MAX { "unlimited".to_owned() } else { format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0)) }
+}
+
 /// A report as lines for people.
 pub fn render(r: &Report) -> String {
     let mut out = format!("consistd {}: {}\n", r.version, if r.ready { "ready" } else { "NOT READY" });
@@ -220,7 +250,24 @@ pub fn render(r: &Report) -> String {
         format!("UNREACHABLE: {}", a.last_error.as_deref().unwrap_or("not probed yet"))
     };
     out += &format!("  apiserver   {} {version} ({reach})\n", a.url);
-    out += &format!("  watches     {} upstream\n", r.upstream_watches);
+    match &r.watch_budget {
+        Some(b) => {
+            let exhausted = match b.exhausted {
+                0 => String::new(),
+                n => format!(", {n} ended or refused past it"),
+            };
+            out += &format!(
+                "  watches     {} upstream, {} of {} held (watch.maxCacheBytes){exhausted}\n",
+                r.upstream_watches,
+                mib(b.used_bytes),
+                mib(b.limit_bytes)
+            );
+            if let Some(largest) = b.watches.first().filter(|w| w.bytes > 0) {
+                out += &format!("  watches     largest {} ({})\n", largest.watch, mib(largest.bytes));
+            }
+        }
+        None => out += &format!("  watches     {} upstream\n", r.upstream_watches),
+    }
     for e in &r.elections {
         let part = if e.campaigning { "campaigning" } else { "observing" };
         let steps = match (&e.error, e.last_success_seconds_ago) {

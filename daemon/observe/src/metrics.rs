@@ -37,6 +37,15 @@ pub struct Metrics {
     pub watch_upstream_errors: Counter,
     /// Subscribers cut off for falling behind (each then gets RESYNC_REQUIRED and a snapshot).
     pub watch_resyncs: Counter,
+    /// Bytes each watch's cached objects are charged to the memory budget, per watch.
+    pub watch_bytes: Family<WatchLabel, Gauge>,
+    /// Watches ended (or refused at their first list) because they would pass the memory budget.
+    pub watch_exhausted: Counter,
+    /// The memory budget of the watches in bytes (`watch.maxCacheBytes`).
+    pub watch_budget_bytes: Gauge,
+    /// Bytes charged to the budget now, across watches (the cache, a list in progress, the history and the
+    /// subscriber queues).
+    pub watch_budget_used_bytes: Gauge,
     /// Messages the app sent that were stored.
     pub outbox_sends: Counter,
     /// ACKs received from peers' apps (one per peer for Service and election destinations).
@@ -160,6 +169,19 @@ struct GrpcHandled {
     grpc_code: String,
 }
 
+/// The labels of per-watch metrics: what one upstream watch watches.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct WatchLabel {
+    /// group/version/plural, or version/plural for the core group.
+    pub resource: String,
+    /// The namespace; empty for all namespaces or a cluster-scoped resource.
+    pub namespace: String,
+    /// The label selector, as given.
+    pub label_selector: String,
+    /// The field selector, as given.
+    pub field_selector: String,
+}
+
 /// The label of watch delivery latency: the subscriber's mode, raw or consistent.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ModeLabel {
@@ -228,6 +250,30 @@ impl Metrics {
         registry.register("watch_upstream_errors", "Upstream watch failures", watch_upstream_errors.clone());
         let watch_resyncs = Counter::default();
         registry.register("watch_resyncs", "Subscribers cut off for falling behind", watch_resyncs.clone());
+        let watch_bytes = Family::<WatchLabel, Gauge>::default();
+        registry.register(
+            "watch_cache_bytes",
+            "Bytes a watch's cached objects are charged to the memory budget (watch.maxCacheBytes)",
+            watch_bytes.clone(),
+        );
+        let watch_exhausted = Counter::default();
+        registry.register(
+            "watch_exhausted",
+            "Watches ended or refused RESOURCE_EXHAUSTED because they would pass the memory budget",
+            watch_exhausted.clone(),
+        );
+        let watch_budget_bytes = Gauge::default();
+        registry.register(
+            "watch_budget_bytes",
+            "The memory budget of the watches' objects (watch.maxCacheBytes)",
+            watch_budget_bytes.clone(),
+        );
+        let watch_budget_used_bytes = Gauge::default();
+        registry.register(
+            "watch_budget_used_bytes",
+            "Bytes of watched objects held now: caches, lists in progress, histories and subscriber queues",
+            watch_budget_used_bytes.clone(),
+        );
         let outbox_sends = Counter::default();
         registry.register("outbox_sends", "Messages the app sent that were stored", outbox_sends.clone());
         let outbox_acks = Counter::default();
@@ -373,6 +419,10 @@ impl Metrics {
             watch_events,
             watch_upstream_errors,
             watch_resyncs,
+            watch_bytes,
+            watch_exhausted,
+            watch_budget_bytes,
+            watch_budget_used_bytes,
             outbox_sends,
             outbox_acks,
             outbox_retries,

@@ -19,7 +19,10 @@ use consistd_cluster::{
 };
 use consistd_core::{
     config::{FencingMode, HealthConfig},
-    report::{Apiserver, ConfigReport, ElectionReport, FencingReport, PeerReport, Report, StoreReport},
+    report::{
+        Apiserver, ConfigReport, ElectionReport, FencingReport, PeerReport, Report, StoreReport, WatchBudgetReport,
+        WatchBytesReport,
+    },
 };
 use consistd_messages::{inbox::Inbox, outbox::Outbox, store::Store};
 use consistd_observe::metrics::Metrics;
@@ -151,6 +154,26 @@ impl Health {
         if let Err(why) = &verdict {
             reasons.push(NotReady::Apiserver(why.clone()));
         }
+        let watch_budget = inner.parts.as_ref().map(|(hub, _)| WatchBudgetReport {
+            limit_bytes: hub.budget().limit(),
+            used_bytes: hub.budget().used(),
+            exhausted: hub.exhausted(),
+            watches: hub
+                .watch_bytes()
+                .into_iter()
+                .map(|(w, bytes)| {
+                    let mut watch = w.resource;
+                    for (name, value) in
+                        [("namespace", w.namespace), ("labels", w.label_selector), ("fields", w.field_selector)]
+                    {
+                        if !value.is_empty() {
+                            watch += &format!(" {name}={value}");
+                        }
+                    }
+                    WatchBytesReport { watch, bytes }
+                })
+                .collect(),
+        });
         let (upstream_watches, elections) = match &inner.parts {
             Some((hub, leadership)) => {
                 let elections = leadership.snapshot();
@@ -221,6 +244,7 @@ impl Health {
             config: inner.config.clone(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
             upstream_watches,
+            watch_budget,
             elections,
             uptime_seconds: now.saturating_duration_since(self.started).as_secs(),
             socket: self.socket.clone(),

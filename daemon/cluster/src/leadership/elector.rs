@@ -362,6 +362,7 @@ fn lease_watch(namespace: &str) -> Query {
         resource: "coordination.k8s.io/v1/leases".to_owned(),
         namespace: namespace.to_owned(),
         label_selector: format!("!{MEMBER_OF_LABEL}"),
+        own: true,
         ..Query::default()
     }
 }
@@ -860,6 +861,7 @@ mod tests {
             name: name.to_owned(),
             resource_version: rv.to_owned(),
             json: Bytes::from(serde_json::to_vec(&l).expect("json")),
+            charge: crate::watch::budget::Charge::default(),
         })
     }
 

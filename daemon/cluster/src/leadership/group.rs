@@ -120,6 +120,7 @@ impl GroupReader {
             resource: "coordination.k8s.io/v1/leases".to_owned(),
             namespace: namespace.to_owned(),
             label_selector: format!("{MEMBER_OF_LABEL}={}", group_label(election)),
+            own: true,
             ..Query::default()
         };
         Ok(Self { election: election.to_owned(), mirror: Mirror::open(hub, query).await?, reached: ReachedAt::new() })
@@ -217,6 +218,7 @@ mod tests {
             name: format!("web.member.{identity}"),
             resource_version: "1".into(),
             json: serde_json::to_vec(&json).expect("json").into(),
+            charge: crate::watch::budget::Charge::default(),
         }
     }
 

@@ -14,7 +14,7 @@ use futures::{StreamExt, stream::SelectAll};
 use tokio::{sync::mpsc, time::Instant};
 
 use super::{
-    DriverCall, QueueSpec, ReconcileError, Reconciler, Work,
+    DriverCall, Handed, QueueSpec, ReconcileError, Reconciler, Work,
     gate::{Gate, Verdict},
     keys::{MapsBy, PrimaryKind, primary_of},
     queue::{Completion, Origin, Queue},
@@ -22,6 +22,7 @@ use super::{
 use crate::{
     authority::Authority,
     watch::{
+        budget::Exhausted,
         object::{Obj, ObjKey},
         resolve::ResourceId,
         shared::{Change, Item, SharedWatch},
@@ -32,8 +33,9 @@ use crate::{
 /// How often the depth gauges, lease ages and the status report are brought up to date.
 const REPORT_EVERY: Duration = Duration::from_millis(250);
 
-/// Items from all of a queue's watches, tagged with the watch's index (0: the primary).
-type Events = SelectAll<futures::stream::BoxStream<'static, (usize, Item)>>;
+/// Items from all of a queue's watches, tagged with the watch's index (0: the primary); last, if the memory
+/// budget ended a watch, the watch's field and how far past the budget it was.
+type Events = SelectAll<futures::stream::BoxStream<'static, (usize, Result<Item, (String, Exhausted)>)>>;
 
 /// One of the queue's watches.
 #[derive(Debug)]
@@ -77,7 +79,7 @@ struct Primary {
 struct StreamSlot {
     capacity: usize,
     held: usize,
-    items: mpsc::UnboundedSender<Work>,
+    items: mpsc::UnboundedSender<Handed>,
 }
 
 /// The queue's task.
@@ -141,10 +143,17 @@ impl Driver {
         for (index, (query, maps_by, field)) in queries.enumerate() {
             let subscription = reconciler.hub.subscribe(query.to_query()).await.map_err(|e| query_error(&field, e))?;
             watches.push((subscription.watch().clone(), maps_by));
+            // Its items, then, if the memory budget ended the watch, why (the daemon stopping ends it quietly).
             events.push(
-                futures::stream::unfold(subscription, move |mut sub| async move {
-                    let item = sub.next().await?;
-                    Some(((index, item), sub))
+                futures::stream::unfold(Some(subscription), move |sub| {
+                    let field = field.clone();
+                    async move {
+                        let mut sub = sub?;
+                        match sub.next().await {
+                            Some(item) => Some(((index, Ok(item)), Some(sub))),
+                            None => Some(((index, Err((field, sub.ended()?))), None)),
+                        }
+                    }
                 })
                 .boxed(),
             );
@@ -249,7 +258,11 @@ impl Driver {
                     None => break,
                 },
                 event = self.events.next() => match event {
-                    Some((index, item)) => self.event(index, item, Instant::now()),
+                    Some((index, Ok(item))) => self.event(index, item, Instant::now()),
+                    Some((_, Err((field, exhausted)))) => {
+                        self.end(&field, &exhausted);
+                        break;
+                    }
                     // Every watch stopped: the daemon is shutting down.
                     None => break,
                 },
@@ -260,6 +273,17 @@ impl Driver {
             unreported = true;
         }
         self.reconciler.metrics.forget_queue(&self.spec.name);
+    }
+
+    /// One of the queue's watches ended past the memory budget: every stream is told why, naming the
+    /// watch's field, and the queue ends with its keys and leases (a stream that attaches again starts it
+    /// anew, and its watch lists again).
+    fn end(&mut self, field: &str, exhausted: &Exhausted) {
+        tracing::warn!(queue = %self.spec.name, field, limit = exhausted.limit, used = exhausted.used, needed = exhausted.needed, "reconcile queue ended: its watch would pass the memory budget (watch.maxCacheBytes)");
+        for slot in self.streams.values() {
+            let ended = ReconcileError::Exhausted { field: field.to_owned(), source: exhausted.clone() };
+            let _ = slot.items.send(Err(ended));
+        }
     }
 
     /// A stream's call.
@@ -433,7 +457,7 @@ impl Driver {
             last_error: granted.last_error,
         };
         let Some(slot) = self.streams.get_mut(&stream) else { return };
-        if slot.items.send(work).is_err() {
+        if slot.items.send(Ok(work)).is_err() {
             // The stream is going; its Detach follows. The key goes back at once.
             self.queue.release(key, now);
             return;
@@ -636,7 +660,8 @@ mod tests {
             let metrics = Metrics::new();
             let client = unused_client();
             let tasks = Tasks::new();
-            let hub = Hub::new(client.clone(), consistd_core::config::WatchConfig::default(), metrics.clone(), &tasks);
+            let config = consistd_core::config::WatchConfig::default();
+            let hub = Hub::new(client.clone(), config, u64::MAX, metrics.clone(), &tasks);
             let leadership =
                 Leadership::new(client, hub.clone(), "me".into(), "ns".into(), None, metrics.clone(), &tasks);
             let linger = Duration::from_secs(5);
@@ -653,6 +678,7 @@ mod tests {
                 SharedWatch::new(
                     key,
                     Limits { queue: 64, history: 64 },
+                    crate::watch::shared::Budgeted { budget: crate::watch::budget::Budget::new(u64::MAX), own: false },
                     expectations.clone(),
                     &CancellationToken::new(),
                 )
@@ -712,7 +738,7 @@ mod tests {
             }
         }
 
-        fn attach(&mut self, stream: u64, capacity: usize) -> mpsc::UnboundedReceiver<Work> {
+        fn attach(&mut self, stream: u64, capacity: usize) -> mpsc::UnboundedReceiver<Handed> {
             let (items, rx) = mpsc::unbounded_channel();
             self.driver.call(DriverCall::Attach { stream, capacity, items }, self.now);
             rx
@@ -743,8 +769,8 @@ mod tests {
         work.object.as_ref().map(|o| o.resource_version.clone()).unwrap_or_default()
     }
 
-    fn next(rx: &mut mpsc::UnboundedReceiver<Work>) -> Option<Work> {
-        rx.try_recv().ok()
+    fn next(rx: &mut mpsc::UnboundedReceiver<Handed>) -> Option<Work> {
+        rx.try_recv().ok().map(|handed| handed.expect("work, not the queue's end"))
     }
 
     /// The Kopf worker's invariant across the process boundary: after the app's own write, the key's

@@ -81,6 +81,7 @@ mod tests {
             name: "child".into(),
             resource_version: "1".into(),
             json: bytes::Bytes::copy_from_slice(json.as_bytes()),
+            charge: crate::watch::budget::Charge::default(),
         }
     }
 

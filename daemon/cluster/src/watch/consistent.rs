@@ -143,6 +143,11 @@ impl ConsistentSubscription {
         self.sub.incarnation()
     }
 
+    /// Why the watch ended, once [`ConsistentSubscription::next`] returned None ([`Subscription::ended`]).
+    pub fn ended(&self) -> Option<super::budget::Exhausted> {
+        self.sub.ended()
+    }
+
     /// The next delivery; `None` when the watch stopped.
     pub async fn next(&mut self) -> Option<Delivery> {
         loop {
@@ -326,6 +331,7 @@ mod tests {
             name: format!("n-{uid}"),
             resource_version: rv.into(),
             json: bytes::Bytes::new(),
+            charge: crate::watch::budget::Charge::default(),
         })
     }
 

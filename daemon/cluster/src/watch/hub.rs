@@ -17,11 +17,12 @@ use kube::{
 
 use super::{
     Cursor, ResourceError, Subscription, WatchKey,
+    budget::Budget,
     expectations::Expectations,
     object::Obj,
     object::RawObject,
     resolve::{ResolveError, Resolved, Resolver, ResourceId},
-    shared::{Limits, SharedWatch},
+    shared::{Budgeted, Limits, SharedWatch},
 };
 
 /// What an app asks to watch.
@@ -38,6 +39,9 @@ pub struct Query {
     /// Resume after this cursor from the watch's history. None starts with a snapshot; a cursor the
     /// history no longer covers gets RESYNC_REQUIRED and a snapshot.
     pub cursor: Option<Cursor>,
+    /// The daemon's own work asks (an election's Leases, a group's members, a Service's endpoints), not
+    /// an app: the watch's objects are counted in the memory budget but never refused.
+    pub own: bool,
 }
 
 /// Every shared watch of this daemon.
@@ -45,6 +49,8 @@ pub struct Hub {
     client: Client,
     resolver: Resolver,
     config: WatchConfig,
+    /// The bytes every watch's objects are charged to.
+    budget: Arc<Budget>,
     metrics: Metrics,
     /// Runs the upstream watches and their linger timers; its stop signal ends every watch.
     tasks: Tasks,
@@ -89,12 +95,15 @@ impl Drop for WatchClaim {
 }
 
 impl Hub {
-    /// A hub that watches through `client`, its watches run as tasks of `tasks` until it stops.
-    pub fn new(client: Client, config: WatchConfig, metrics: Metrics, tasks: &Tasks) -> Arc<Self> {
+    /// A hub that watches through `client` and may hold `budget` bytes of objects, its watches run as tasks
+    /// of `tasks` until it stops.
+    pub fn new(client: Client, config: WatchConfig, budget: u64, metrics: Metrics, tasks: &Tasks) -> Arc<Self> {
+        metrics.watch_budget_bytes.set(i64::try_from(budget).unwrap_or(i64::MAX));
         Arc::new(Self {
             resolver: Resolver::new(client.clone()),
             client,
             config,
+            budget: Budget::new(budget),
             metrics,
             tasks: tasks.clone(),
             watches: Mutex::new(HashMap::new()),
@@ -111,6 +120,23 @@ impl Hub {
     /// Upstream watches running now: one per distinct query, kept `watch.linger` after its last subscriber.
     pub fn upstream_watches(&self) -> usize {
         self.lock().len()
+    }
+
+    /// The memory budget every watch's objects are charged to.
+    pub fn budget(&self) -> &Budget {
+        &self.budget
+    }
+
+    /// Watches ended or refused because they would pass the budget, since the daemon started.
+    pub fn exhausted(&self) -> u64 {
+        self.metrics.watch_exhausted.get()
+    }
+
+    /// What each watch running now holds, in bytes, largest first.
+    pub fn watch_bytes(&self) -> Vec<(consistd_observe::metrics::WatchLabel, u64)> {
+        let mut sizes: Vec<_> = self.lock().values().map(|h| (h.watch.label(), h.watch.bytes())).collect();
+        sizes.sort_by_key(|(_, bytes)| std::cmp::Reverse(*bytes));
+        sizes
     }
 
     /// Resolves a resource name: built-ins from a static table, the rest through discovery.
@@ -187,7 +213,8 @@ impl Hub {
             label_selector: query.label_selector,
             field_selector: query.field_selector,
         };
-        let watch = match self.acquire(&key) {
+        let own = query.own;
+        let watch = match self.acquire(&key, own) {
             Some(watch) => watch,
             None => {
                 let api = self.api(&key);
@@ -199,7 +226,7 @@ impl Hub {
                     return Err(error);
                 }
                 let config = self.watcher_config(&api, &key).await?;
-                self.acquire_or_start(key, api, config)
+                self.acquire_or_start(key, api, config, own)
             }
         };
         let joined = watch.join(query.cursor);
@@ -215,27 +242,47 @@ impl Hub {
         }
     }
 
-    /// Joins a running watch of `key`, if any.
-    fn acquire(&self, key: &WatchKey) -> Option<Arc<SharedWatch>> {
+    /// Joins a running watch of `key`, if any (the daemon's `own` work marks it so).
+    fn acquire(&self, key: &WatchKey, own: bool) -> Option<Arc<SharedWatch>> {
         let mut watches = self.lock();
         let held = watches.get_mut(key)?;
+        if own {
+            if held.watch.ended().is_some() {
+                // An app's watch the budget ended: the daemon's own work starts it again, never refused.
+                watches.remove(key);
+                self.metrics.watch_upstreams.dec();
+                return None;
+            }
+            held.watch.mark_own();
+        }
         held.subscribers += 1;
         self.metrics.watch_subscribers.inc();
         Some(held.watch.clone())
     }
 
     /// Joins the watch of `key`, starting it unless another subscriber started it meanwhile.
-    fn acquire_or_start(&self, key: WatchKey, api: Api<RawObject>, config: watcher::Config) -> Arc<SharedWatch> {
+    fn acquire_or_start(
+        &self,
+        key: WatchKey,
+        api: Api<RawObject>,
+        config: watcher::Config,
+        own: bool,
+    ) -> Arc<SharedWatch> {
         let mut watches = self.lock();
         self.metrics.watch_subscribers.inc();
         let held = watches.entry(key.clone()).or_insert_with(|| {
             let limits = Limits { queue: self.config.subscriber_queue, history: self.config.history };
-            let watch = SharedWatch::new(key.clone(), limits, self.expectations.clone(), self.tasks.signal());
+            let budgeted = Budgeted { budget: self.budget.clone(), own };
+            let watch =
+                SharedWatch::new(key.clone(), limits, budgeted, self.expectations.clone(), self.tasks.signal());
             tracing::info!(resource = %key.resource.plural, namespace = %key.namespace, label_selector = %key.label_selector, field_selector = %key.field_selector, "starting upstream watch");
             self.metrics.watch_upstreams.inc();
             self.tasks.spawn(watch.clone().run(api, config, self.metrics.clone()));
             Running { watch, subscribers: 0 }
         });
+        if own {
+            held.watch.mark_own();
+        }
         held.subscribers += 1;
         held.watch.clone()
     }

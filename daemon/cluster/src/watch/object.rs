@@ -9,6 +9,8 @@ use kube::{Resource, core::DynamicResourceScope, discovery::ApiResource};
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
+use super::budget::{Budget, Charge};
+
 /// An object of any resource, decoded only as far as its identity.
 #[derive(Debug, Clone)]
 pub struct RawObject {
@@ -91,12 +93,25 @@ pub struct Obj {
     pub resource_version: String,
     /// The whole object as JSON.
     pub json: Bytes,
+    /// Its share of the watches' memory budget while any copy of it lives; none outside a watch's cache.
+    pub charge: Charge,
 }
 
 impl Obj {
     /// The key the cache stores it under.
     pub fn key(&self) -> ObjKey {
         ObjKey { namespace: self.namespace.clone(), name: self.name.clone() }
+    }
+
+    /// What holding it costs the budget.
+    pub fn cost(&self) -> u64 {
+        let identity = self.uid.len() + self.namespace.len() + self.name.len() + self.resource_version.len();
+        Budget::cost(self.json.len(), identity)
+    }
+
+    /// Whether `other` is the same version of the same object.
+    pub fn same_version(&self, other: &Obj) -> bool {
+        self.uid == other.uid && self.resource_version == other.resource_version
     }
 }
 
@@ -109,6 +124,7 @@ impl From<RawObject> for Obj {
             name: m.name.unwrap_or_default(),
             resource_version: m.resource_version.unwrap_or_default(),
             json: raw.json,
+            charge: Charge::default(),
         }
     }
 }

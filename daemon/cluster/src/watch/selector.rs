@@ -113,6 +113,7 @@ mod tests {
             name: "child".into(),
             resource_version: "1".into(),
             json: bytes::Bytes::from(json),
+            charge: crate::watch::budget::Charge::default(),
         }
     }
 

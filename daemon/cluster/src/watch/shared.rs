@@ -9,7 +9,7 @@ use std::{
     },
 };
 
-use consistd_observe::metrics::Metrics;
+use consistd_observe::metrics::{Metrics, WatchLabel};
 use futures::StreamExt;
 use kube::{
     Api,
@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     Cursor, WatchKey,
+    budget::{Budget, Exhausted},
     expectations::Expectations,
     object::{Obj, ObjKey, RawObject},
 };
@@ -91,6 +92,16 @@ pub(crate) struct Limits {
     pub history: usize,
 }
 
+/// What bounds a watch's objects in bytes.
+#[derive(Debug, Clone)]
+pub(crate) struct Budgeted {
+    /// The budget every watch of the daemon charges its objects to.
+    pub budget: Arc<Budget>,
+    /// Whether the daemon's own work (an election, a group, a Service's endpoints) needs this watch: its
+    /// objects are counted but never refused, so no app's watch can starve an election.
+    pub own: bool,
+}
+
 /// How far back a new write's version is looked for among recent entries: the watch event often
 /// arrives before the write's own response.
 const RECENT_SCAN: usize = 1024;
@@ -103,6 +114,9 @@ pub(crate) struct SharedWatch {
     /// What is watched: the resolved resource, namespace and selectors; identical queries share it.
     pub key: WatchKey,
     limits: Limits,
+    budget: Arc<Budget>,
+    /// Set once the daemon's own work joined ([`Budgeted::own`]); never cleared.
+    own: AtomicBool,
     expectations: Expectations,
     state: Mutex<WatchState>,
     stop: CancellationToken,
@@ -115,8 +129,15 @@ pub(crate) struct SharedWatch {
 #[derive(Debug, Default)]
 struct WatchState {
     objects: HashMap<ObjKey, Arc<Obj>>,
+    /// What the cached objects are charged to the budget (the per-watch metric).
+    bytes: u64,
     /// Objects of a list in progress (initial, or a relist after 410 Gone), and when it started.
     relist: Option<(Instant, HashMap<ObjKey, Arc<Obj>>)>,
+    /// Set when the list in progress passed the budget: its objects are dropped and only counted, so the
+    /// refusal names all the list needed; the watch ends when the list does.
+    refused: Option<Exhausted>,
+    /// Why the watch ended for its subscribers, if the budget ended it.
+    ended: Option<Exhausted>,
     synced: bool,
     seq: u64,
     history: VecDeque<Arc<Entry>>,
@@ -137,6 +158,7 @@ impl SharedWatch {
     pub(crate) fn new(
         key: WatchKey,
         limits: Limits,
+        budgeted: Budgeted,
         expectations: Expectations,
         stopping: &CancellationToken,
     ) -> Arc<Self> {
@@ -144,6 +166,8 @@ impl SharedWatch {
             incarnation: rand::random(),
             key,
             limits,
+            budget: budgeted.budget,
+            own: AtomicBool::new(budgeted.own),
             expectations,
             state: Mutex::new(WatchState::default()),
             stop: stopping.child_token(),
@@ -159,6 +183,34 @@ impl SharedWatch {
     /// Stops the upstream watch; subscribers' streams end.
     pub(crate) fn stop(&self) {
         self.stop.cancel();
+    }
+
+    /// Marks the watch as needed by the daemon's own work: from now on its objects are never refused.
+    pub(crate) fn mark_own(&self) {
+        self.own.store(true, Ordering::Release);
+    }
+
+    /// Why the budget ended this watch, if it did: its subscribers' streams end with this.
+    pub(crate) fn ended(&self) -> Option<Exhausted> {
+        self.lock().ended.clone()
+    }
+
+    /// The bytes its cached objects are charged.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.lock().bytes
+    }
+
+    /// The labels of its per-watch metrics.
+    pub(crate) fn label(&self) -> WatchLabel {
+        WatchLabel {
+            resource: match &self.key.resource {
+                r if r.group.is_empty() => format!("{}/{}", r.version, r.plural),
+                r => format!("{}/{}/{}", r.group, r.version, r.plural),
+            },
+            namespace: self.key.namespace.clone(),
+            label_selector: self.key.label_selector.clone(),
+            field_selector: self.key.field_selector.clone(),
+        }
     }
 
     /// Joins a subscriber: from `cursor` when the history still covers it, else from a snapshot.
@@ -215,12 +267,11 @@ impl SharedWatch {
     /// can arrive before the write's response), record where.
     pub(crate) fn note_write(&self, obj: &Obj) {
         let state = self.lock();
-        let same = |o: &Obj| o.uid == obj.uid && o.resource_version == obj.resource_version;
         let found = state.history.iter().rev().take(RECENT_SCAN).find_map(|e| match &e.change {
-            Change::Added(o) | Change::Modified(o) | Change::Deleted(o) if same(o) => Some(e.seq),
+            Change::Added(o) | Change::Modified(o) | Change::Deleted(o) if o.same_version(obj) => Some(e.seq),
             _ => None,
         });
-        let found = found.or_else(|| state.objects.get(&obj.key()).filter(|o| same(o)).map(|_| state.seq));
+        let found = found.or_else(|| state.objects.get(&obj.key()).filter(|o| o.same_version(obj)).map(|_| state.seq));
         tracing::debug!(uid = %obj.uid, resource_version = %obj.resource_version, ?found, "own write noted");
         if let Some(seq) = found {
             self.expectations.seen(self.incarnation, &obj.uid, &obj.resource_version, seq);
@@ -295,20 +346,50 @@ impl SharedWatch {
         state.stopped = true;
         // Dropping the senders ends every subscriber's live stream.
         state.subscribers.clear();
+        drop(state);
+        metrics.watch_bytes.remove(&self.label());
     }
 
     /// Applies one watcher event: cache first, then history and subscribers.
     pub(crate) fn apply(&self, event: watcher::Event<RawObject>, metrics: &Metrics) {
         let mut state = self.lock();
         let state = &mut *state;
+        if state.ended.is_some() {
+            return;
+        }
         let mut changes = Vec::new();
         match event {
-            watcher::Event::Init => state.relist = Some((Instant::now(), HashMap::new())),
+            watcher::Event::Init => {
+                state.relist = Some((Instant::now(), HashMap::new()));
+                state.refused = None;
+            }
             watcher::Event::InitApply(raw) => {
-                let obj = Arc::new(Obj::from(raw));
+                let obj = Obj::from(raw);
+                if let Some(refused) = &mut state.refused {
+                    refused.needed += obj.cost();
+                    return;
+                }
+                // An object the cache holds in this version is held once, not charged again.
+                let cached = state.objects.get(&obj.key()).filter(|o| o.same_version(&obj)).cloned();
+                let obj = match cached {
+                    Some(cached) => cached,
+                    None => match self.charge(state, obj) {
+                        Ok(obj) => obj,
+                        Err(refused) => {
+                            // Drop what the list holds so far; count the rest, to name all it needed.
+                            state.relist = None;
+                            state.refused = Some(refused);
+                            return;
+                        }
+                    },
+                };
                 state.relist.get_or_insert_with(|| (Instant::now(), HashMap::new())).1.insert(obj.key(), obj);
             }
             watcher::Event::InitDone => {
+                if let Some(refused) = state.refused.take() {
+                    self.end(state, refused, metrics);
+                    return;
+                }
                 let (started, listed) = state.relist.take().unwrap_or_else(|| (Instant::now(), HashMap::new()));
                 diff(&state.objects, &listed, &mut changes);
                 let listed_uids: Vec<String> = listed.values().map(|o| o.uid.clone()).collect();
@@ -316,6 +397,8 @@ impl SharedWatch {
                     self.raise_high_water(obj);
                 }
                 state.objects = listed;
+                state.bytes = state.objects.values().map(|o| o.charge.bytes()).sum();
+                metrics.watch_bytes.get_or_create(&self.label()).set(gauge(state.bytes));
                 let first = !state.synced;
                 state.synced = true;
                 if first {
@@ -340,29 +423,85 @@ impl SharedWatch {
                 return;
             }
             watcher::Event::Apply(raw) => {
-                let obj = Arc::new(Obj::from(raw));
+                let obj = Obj::from(raw);
                 self.raise_high_water(&obj);
+                if state.objects.get(&obj.key()).is_some_and(|o| o.same_version(&obj)) {
+                    return;
+                }
+                let obj = match self.charge(state, obj) {
+                    Ok(obj) => obj,
+                    Err(refused) => return self.end(state, refused, metrics),
+                };
+                state.bytes += obj.charge.bytes();
                 match state.objects.insert(obj.key(), obj.clone()) {
                     None => changes.push(Change::Added(obj)),
-                    Some(old) if old.resource_version == obj.resource_version => {}
-                    Some(old) if old.uid != obj.uid => {
-                        changes.push(Change::Deleted(old));
-                        changes.push(Change::Added(obj));
+                    Some(old) => {
+                        state.bytes -= old.charge.bytes();
+                        if old.uid != obj.uid {
+                            changes.push(Change::Deleted(old));
+                            changes.push(Change::Added(obj));
+                        } else {
+                            changes.push(Change::Modified(obj));
+                        }
                     }
-                    Some(_) => changes.push(Change::Modified(obj)),
                 }
             }
             watcher::Event::Delete(raw) => {
-                let obj = Arc::new(Obj::from(raw));
-                state.objects.remove(&obj.key());
+                // Its last state is held in the history and the queues: counted, never refused (it frees
+                // the cached one).
+                let mut obj = Obj::from(raw);
+                obj.charge = self.budget.charge(obj.cost());
+                let obj = Arc::new(obj);
+                if let Some(old) = state.objects.remove(&obj.key()) {
+                    state.bytes -= old.charge.bytes();
+                }
                 self.raise_high_water(&obj);
                 changes.push(Change::Deleted(obj));
             }
         }
+        metrics.watch_bytes.get_or_create(&self.label()).set(gauge(state.bytes));
+        metrics.watch_budget_used_bytes.set(gauge(self.budget.used()));
         for change in changes {
             state.publish(change, self, metrics);
         }
     }
+
+    /// Charges `obj` to the budget. A charge that would pass it (unless the daemon's own work needs the
+    /// watch) first drops this watch's history, oldest first, since resuming from a cursor is only a
+    /// convenience; refused once nothing more can be dropped.
+    fn charge(&self, state: &mut WatchState, mut obj: Obj) -> Result<Arc<Obj>, Exhausted> {
+        let cost = obj.cost();
+        obj.charge = if self.own.load(Ordering::Acquire) {
+            self.budget.charge(cost)
+        } else {
+            loop {
+                match self.budget.try_charge(cost) {
+                    Ok(charge) => break charge,
+                    Err(refused) => {
+                        if state.history.pop_front().is_none() {
+                            return Err(refused);
+                        }
+                    }
+                }
+            }
+        };
+        Ok(Arc::new(obj))
+    }
+
+    /// Ends the watch because the budget refused it: its objects are dropped, its subscribers' streams end
+    /// (they see `refused`), and whoever joins before the hub lets it go is told the same at once.
+    fn end(&self, state: &mut WatchState, refused: Exhausted, metrics: &Metrics) {
+        tracing::warn!(resource = %self.key.resource.plural, namespace = %self.key.namespace, label_selector = %self.key.label_selector, field_selector = %self.key.field_selector, limit = refused.limit, used = refused.used, needed = refused.needed, "watch ended: it would pass the memory budget (watch.maxCacheBytes)");
+        metrics.watch_exhausted.inc();
+        metrics.watch_bytes.remove(&self.label());
+        *state = WatchState { ended: Some(refused), stopped: true, seq: state.seq, ..WatchState::default() };
+        self.stop.cancel();
+    }
+}
+
+/// A byte count as a gauge's value.
+fn gauge(bytes: u64) -> i64 {
+    i64::try_from(bytes).unwrap_or(i64::MAX)
 }
 
 impl WatchState {
@@ -426,6 +565,10 @@ mod tests {
     }
 
     fn watch(queue: usize, history: usize) -> Arc<SharedWatch> {
+        budgeted_watch(queue, history, Budgeted { budget: Budget::new(u64::MAX), own: false })
+    }
+
+    fn budgeted_watch(queue: usize, history: usize, budgeted: Budgeted) -> Arc<SharedWatch> {
         let key = WatchKey {
             resource: ResourceId {
                 group: String::new(),
@@ -437,7 +580,20 @@ mod tests {
             label_selector: String::new(),
             field_selector: String::new(),
         };
-        SharedWatch::new(key, Limits { queue, history }, Expectations::default(), &CancellationToken::new())
+        SharedWatch::new(key, Limits { queue, history }, budgeted, Expectations::default(), &CancellationToken::new())
+    }
+
+    /// An object whose JSON is about `size` bytes.
+    fn sized(name: &str, uid: &str, rv: &str, size: usize) -> RawObject {
+        let pad = "x".repeat(size);
+        let json = format!(
+            r#"{{"metadata":{{"name":"{name}","namespace":"ns","uid":"{uid}","resourceVersion":"{rv}"}},"data":{{"k":"{pad}"}}}}"#
+        );
+        serde_json::from_str(&json).expect("test object decodes")
+    }
+
+    fn cost(raw: &RawObject) -> u64 {
+        Obj::from(raw.clone()).cost()
     }
 
     fn list(w: &SharedWatch, m: &Metrics, objs: Vec<RawObject>) {
@@ -569,5 +725,75 @@ mod tests {
         let other = Some(Cursor { incarnation: w.incarnation ^ 1, seq: 4 });
         assert!(matches!(w.join(other).initial[0], Item::ResyncRequired), "another incarnation");
         assert!(matches!(w.join(at(99)).initial[0], Item::ResyncRequired), "from the future");
+    }
+
+    #[test]
+    fn a_first_list_past_the_budget_ends_the_watch_naming_all_it_needed_and_holds_nothing() {
+        let budget = Budget::new(10_000);
+        let other = budget.try_charge(1_000).expect("another watch's objects");
+        let w = budgeted_watch(16, 16, Budgeted { budget: budget.clone(), own: false });
+        let mut early = w.join(None);
+        let objects: Vec<RawObject> = (0..20).map(|i| sized(&format!("o{i}"), &i.to_string(), "1", 1_000)).collect();
+        let total: u64 = objects.iter().map(cost).sum();
+        let m = Metrics::new();
+        list(&w, &m, objects);
+        let ended = w.ended().expect("ended by the budget");
+        assert_eq!(ended.limit, 10_000);
+        assert!(ended.used <= 10_000 && ended.used >= 1_000, "what was in use when refused: {ended:?}");
+        assert_eq!(ended.used - 1_000 + ended.needed, total, "the refusal names all the list needed");
+        assert_eq!(budget.used(), 1_000, "its objects are given back; the other watch's stay");
+        assert!(early.live.try_recv().is_err(), "its subscriber's stream ends");
+        assert!(!early.first_list_done.load(Ordering::Acquire) && !early.overflowed.load(Ordering::Acquire));
+        let late = w.join(None);
+        assert!(late.initial.is_empty(), "a late joiner gets nothing but the end");
+        assert_eq!(m.watch_exhausted.get(), 1);
+        drop(other);
+    }
+
+    #[test]
+    fn a_watch_that_grows_past_the_budget_drops_its_history_first_then_ends() {
+        let a = sized("a", "1", "1", 1_000);
+        let per = cost(&a);
+        // Room for two versions of the object and a little: the history's old version is dropped first.
+        let budget = Budget::new(2 * per + per / 2);
+        let (w, m) = (budgeted_watch(16, 16, Budgeted { budget: budget.clone(), own: false }), Metrics::new());
+        list(&w, &m, vec![a]);
+        let mut sub = w.join(None);
+        sub.initial.clear(); // its snapshot taken
+        w.apply(watcher::Event::Apply(sized("a", "1", "2", 1_000)), &m);
+        // A version a subscriber has not taken yet is held by its queue, and charged as such.
+        assert_eq!(drain(&mut sub.live), ["MODIFIED a 2"]);
+        w.apply(watcher::Event::Apply(sized("a", "1", "3", 1_000)), &m);
+        assert!(w.ended().is_none(), "room made by dropping the history");
+        assert_eq!(drain(&mut sub.live), ["MODIFIED a 3"]);
+        assert_eq!(w.bytes(), per, "the watch's cache holds one version");
+        w.apply(watcher::Event::Apply(sized("b", "2", "4", 2_000)), &m);
+        let ended = w.ended().expect("nothing more to drop: ended");
+        assert!(ended.needed > per, "{ended:?}");
+        assert!(sub.live.try_recv().is_err(), "its subscriber's stream ends");
+        assert_eq!(budget.used(), 0, "everything given back");
+        w.apply(watcher::Event::Apply(sized("c", "3", "5", 10)), &m);
+        assert!(w.list("").is_none(), "an ended watch takes nothing more");
+    }
+
+    #[test]
+    fn the_daemons_own_watch_is_counted_and_never_refused() {
+        let budget = Budget::new(100);
+        let (w, m) = (budgeted_watch(16, 16, Budgeted { budget: budget.clone(), own: true }), Metrics::new());
+        list(&w, &m, vec![sized("lease", "1", "1", 1_000)]);
+        assert!(w.ended().is_none());
+        assert!(budget.used() > 1_000, "counted");
+    }
+
+    #[test]
+    fn a_relist_holds_an_unchanged_object_once() {
+        let budget = Budget::new(u64::MAX);
+        let (w, m) = (budgeted_watch(16, 0, Budgeted { budget: budget.clone(), own: false }), Metrics::new());
+        let objects = || (0..10).map(|i| sized(&format!("o{i}"), &i.to_string(), "1", 1_000)).collect::<Vec<_>>();
+        list(&w, &m, objects());
+        let once = budget.used();
+        list(&w, &m, objects());
+        assert_eq!(budget.used(), once, "the same versions are not charged again");
+        assert_eq!(w.bytes(), once);
     }
 }

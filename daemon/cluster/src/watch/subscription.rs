@@ -53,12 +53,19 @@ impl Subscription {
         &self.claim.watch().key.resource.plural
     }
 
+    /// Why the watch ended, once [`Subscription::next`] returned None: the memory budget it would have
+    /// passed; None when the daemon is stopping.
+    pub fn ended(&self) -> Option<super::budget::Exhausted> {
+        self.claim.watch().ended()
+    }
+
     /// When the item `next` returned last was received from the apiserver; None unless it came live.
     pub fn live_received(&self) -> Option<Instant> {
         self.live_received
     }
 
-    /// The next item; `None` when the watch stopped (the daemon is shutting down).
+    /// The next item; `None` when the watch stopped (the daemon is shutting down, or the memory budget
+    /// ended it: [`Subscription::ended`]).
     pub async fn next(&mut self) -> Option<Item> {
         self.live_received = None;
         loop {

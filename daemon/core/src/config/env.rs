@@ -20,6 +20,8 @@ pub struct Environment {
     hostname: Option<String>,
     /// The namespace of the mounted service account.
     service_account_namespace: Option<String>,
+    /// The memory the process may use, in bytes ([`crate::memory::limit`]).
+    memory_limit: Option<u64>,
 }
 
 /// The variables an injected sidecar gets from the downward API: each with the pod field it comes from and
@@ -50,7 +52,15 @@ impl Environment {
             vars: std::env::vars().collect(),
             hostname: read("/etc/hostname"),
             service_account_namespace: read(SERVICE_ACCOUNT_NAMESPACE),
+            memory_limit: crate::memory::limit().map(|(bytes, _)| bytes),
         }
+    }
+
+    /// This environment with `bytes` as the memory the process may use.
+    #[must_use]
+    pub fn with_memory_limit(mut self, bytes: u64) -> Self {
+        self.memory_limit = Some(bytes);
+        self
     }
 
     /// Only these variables: no host name, no service account.
@@ -91,6 +101,17 @@ impl Config {
             .filter(|s| !s.is_empty())
             .unwrap_or("default")
             .to_owned()
+    }
+
+    /// The bytes of watched objects the daemon may hold: `watch.maxCacheBytes`, else half of what the memory
+    /// limit leaves after the outbox's and inbox's byte bounds (their payloads are bounded on their own):
+    /// 32 MiB of the injector's default 128 MiB. Unbounded only where no limit could be read.
+    pub fn watch_budget(&self, env: &Environment) -> u64 {
+        let others = (self.outbox.max_pending_bytes as u64).saturating_add(self.inbox.max_pending_bytes as u64);
+        self.watch.max_cache_bytes.unwrap_or_else(|| match env.memory_limit {
+            Some(limit) => limit.saturating_sub(others) / 2,
+            None => u64::MAX,
+        })
     }
 
     /// The address announced to peers: `peer.advertise`, else `POD_IP` with the listen port.
@@ -213,5 +234,20 @@ mod tests {
             set.advertise(&Environment::from_vars([("POD_IP", "10.1.2.3")])).as_deref(),
             Some("peer.example:7000")
         );
+    }
+
+    #[test]
+    fn the_watch_budget_is_half_of_what_the_memory_limit_leaves_after_the_outbox_and_inbox() {
+        const MIB: u64 = 1024 * 1024;
+        let in_128_mib = Environment::default().with_memory_limit(128 * MIB);
+        assert_eq!(Config::default().watch_budget(&in_128_mib), 32 * MIB, "(128 - 32 - 32) / 2");
+        let small = Environment::default().with_memory_limit(48 * MIB);
+        assert_eq!(Config::default().watch_budget(&small), 0, "nothing left: every app's watch is refused");
+        let set = Config {
+            watch: crate::config::WatchConfig { max_cache_bytes: Some(5 * MIB), ..Default::default() },
+            ..Config::default()
+        };
+        assert_eq!(set.watch_budget(&in_128_mib), 5 * MIB, "watch.maxCacheBytes wins");
+        assert_eq!(Config::default().watch_budget(&Environment::default()), u64::MAX, "no limit known");
     }
 }

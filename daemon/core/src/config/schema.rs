@@ -345,11 +345,16 @@ pub struct WatchConfig {
     pub subscriber_queue: usize,
     /// Events each watch keeps for resuming from a cursor (10 000); an older one gets RESYNC_REQUIRED.
     pub history: usize,
+    /// Bytes of watched objects the daemon may hold for its apps, across every watch: caches, lists in
+    /// progress, histories and subscriber queues. A watch that would pass it is refused (or ended)
+    /// RESOURCE_EXHAUSTED instead of the container being OOM-killed. Unset: half of what the container's
+    /// memory limit leaves after the outbox's and inbox's byte bounds ([`super::Config::watch_budget`]).
+    pub max_cache_bytes: Option<u64>,
 }
 
 impl Default for WatchConfig {
     fn default() -> Self {
-        Self { linger: Duration::from_secs(5), subscriber_queue: 1024, history: 10_000 }
+        Self { linger: Duration::from_secs(5), subscriber_queue: 1024, history: 10_000, max_cache_bytes: None }
     }
 }
 

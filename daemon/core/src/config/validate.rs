@@ -32,6 +32,12 @@ impl Config {
         if self.watch.subscriber_queue == 0 {
             return Err(ConfigError::field("watch.subscriberQueue", "must be at least 1"));
         }
+        if self.watch.max_cache_bytes == Some(0) {
+            return Err(ConfigError::field(
+                "watch.maxCacheBytes",
+                "must be at least 1 (leave it unset for the default)",
+            ));
+        }
         if self.consistency.timeout.is_zero() {
             return Err(ConfigError::field("consistency.timeout", "must be greater than 0s"));
         }

@@ -99,6 +99,7 @@ async fn follow_service(hub: &Arc<Hub>, target: &Destination, namespace: &str, n
         resource: "discovery.k8s.io/v1/endpointslices".to_owned(),
         namespace: namespace.to_owned(),
         label_selector: format!("kubernetes.io/service-name={name}"),
+        own: true,
         ..Query::default()
     };
     let mut backoff = Resubscribe(Resubscribe::FIRST);
@@ -230,6 +231,7 @@ mod tests {
             name: "web-abc".into(),
             resource_version: "1".into(),
             json: serde_json::to_vec(&json).expect("json").into(),
+            charge: consistd_cluster::watch::budget::Charge::default(),
         }
     }
 

@@ -123,12 +123,17 @@ impl ReconcileService for ReconcileApi {
             }
             drop(worker);
         });
-        let items = UnboundedReceiverStream::new(items).map(|work| pb::ReconcileResponse {
-            response: Some(pb::reconcile_response::Response::Item(work_item(work))),
+        // Work, until the queue ends with a status (one of its watches past the memory budget): tonic ends
+        // the stream with the first error.
+        let items = UnboundedReceiverStream::new(items).map(|handed| {
+            handed
+                .map(|work| pb::ReconcileResponse {
+                    response: Some(pb::reconcile_response::Response::Item(work_item(work))),
+                })
+                .map_err(status::reconcile_error)
         });
-        let answers = futures::stream::once(async move { started })
-            .chain(futures::stream::select(items, ReceiverStream::new(refused)))
-            .map(Ok);
+        let answers = futures::stream::once(async move { Ok(started) })
+            .chain(futures::stream::select(items, ReceiverStream::new(refused).map(Ok)));
         Ok(Response::new(super::answers_until_shutdown(answers, self.tasks.signal(), "ReconcileService.Reconcile")))
     }
 }

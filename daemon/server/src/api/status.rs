@@ -61,6 +61,12 @@ pub(crate) fn shutting_down(rpc: &'static str) -> Status {
     Status::new(Code::Unavailable, format!("{rpc}: consistd is shutting down; reconnect and resume from your cursor"))
 }
 
+/// A watch ended, or was refused at its first list, because its objects would pass the memory budget:
+/// `rpc: why`, naming the limit and the bytes it needed.
+pub(crate) fn watch_exhausted(rpc: &str, exhausted: &consistd_cluster::watch::budget::Exhausted) -> Status {
+    Status::new(Code::ResourceExhausted, format!("{rpc}: {exhausted}"))
+}
+
 /// A call that waits ended because the daemon is stopping; the client calls again (to its successor).
 pub(crate) fn shutting_down_call(rpc: &'static str) -> Status {
     Status::new(Code::Unavailable, format!("{rpc}: consistd is shutting down; call again"))
@@ -161,6 +167,7 @@ pub(crate) fn reconcile_error(error: ReconcileError) -> Status {
         ReconcileError::InvalidArgument { .. } => from_error(Code::InvalidArgument, &error),
         ReconcileError::FailedPrecondition { .. } => from_error(Code::FailedPrecondition, &error),
         ReconcileError::Stopped(_) => from_error(Code::Unavailable, &error),
+        ReconcileError::Exhausted { .. } => from_error(Code::ResourceExhausted, &error),
         ReconcileError::Query { field, source } => within(&field, resource_error(source)),
     }
 }

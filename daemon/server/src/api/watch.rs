@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use consistd_cluster::watch::{
     Cursor, Hub, Query, Subscription,
+    budget::Exhausted,
     consistent::{self, Consistency, ConsistentSubscription, Delivery, Kind},
     expectations::Expectations,
     object::Obj,
@@ -80,7 +81,11 @@ impl WatchService for WatchApi {
                     item = stream.next() => item,
                 };
                 let Some((item, received)) = item else {
-                    let _ = tx.send(Err(status::shutting_down("WatchService.Subscribe"))).await;
+                    let end = match stream.ended() {
+                        Some(exhausted) => status::watch_exhausted("WatchService.Subscribe", &exhausted),
+                        None => status::shutting_down("WatchService.Subscribe"),
+                    };
+                    let _ = tx.send(Err(end)).await;
                     break;
                 };
                 if tx.send(Ok(item)).await.is_err() {
@@ -102,6 +107,14 @@ enum Feed {
 }
 
 impl Feed {
+    /// Why the watch ended, once `next` returned None: the memory budget, or (None) the daemon stopping.
+    fn ended(&self) -> Option<Exhausted> {
+        match self {
+            Feed::Raw(sub, _) => sub.ended(),
+            Feed::Consistent(sub) => sub.ended(),
+        }
+    }
+
     /// The next message, and when the change it carries was received from the apiserver if it came live.
     async fn next(&mut self) -> Option<(pb::SubscribeResponse, Option<Instant>)> {
         match self {
@@ -147,6 +160,7 @@ fn validate(r: &pb::SubscribeRequest) -> Result<(Query, pb::DeliveryMode), Statu
         label_selector: r.label_selector.clone(),
         field_selector: r.field_selector.clone(),
         cursor,
+        own: false,
     };
     Ok((query, mode))
 }
