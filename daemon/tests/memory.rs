@@ -11,8 +11,9 @@ use std::{
 };
 
 use consistd_client::proto::{
-    Destination, EventType, GetLeadershipRequest, GetOutboxStatusRequest, LeadershipState, ObserveRequest, SendRequest,
-    SubscribeRequest, destination::Target,
+    Destination, EventType, GetLeadershipRequest, GetOutboxStatusRequest, LeadershipState, ObjectQuery, ObserveRequest,
+    QueueSpec, ReconcileRequest, ReconcileResponse, SendRequest, SubscribeRequest, destination::Target,
+    reconcile_request, reconcile_response, reconcile_service_client::ReconcileServiceClient,
 };
 use consistd_testkit::{
     Daemon, free_port,
@@ -239,6 +240,37 @@ async fn a_daemon_in_128_mib_asked_to_watch_more_refuses_it_resource_exhausted_a
     assert!(refused.message().contains("needed"), "names what it needed: {refused}");
     assert_eq!(sent, 0, "nothing of a list that does not fit is sent");
 
+    // A reconcile queue over it (its own watch: another selector) is started, then ends the same way,
+    // naming its query.
+    let (tx, requests) = tokio::sync::mpsc::channel(4);
+    let spec = QueueSpec {
+        name: "too-big".into(),
+        primary: Some(ObjectQuery {
+            resource: "configmaps".into(),
+            namespace: big_ns.clone(),
+            label_selector: "part in (a,b)".into(),
+            ..Default::default()
+        }),
+        max_leases: 1,
+        ..Default::default()
+    };
+    tx.send(ReconcileRequest { request: Some(reconcile_request::Request::Spec(spec)) }).await.expect("queue the spec");
+    let mut queue = ReconcileServiceClient::new(client.channel())
+        .reconcile(tokio_stream::wrappers::ReceiverStream::new(requests))
+        .await
+        .expect("the queue starts")
+        .into_inner();
+    let ended = loop {
+        match tokio::time::timeout(Duration::from_secs(60), queue.message()).await.expect("an answer within 60 s") {
+            Ok(Some(ReconcileResponse { response: Some(reconcile_response::Response::Started(_)) })) => {}
+            Ok(other) => panic!("expected STARTED then the end, got {other:?}"),
+            Err(status) => break status,
+        }
+    };
+    assert_eq!(ended.code(), Code::ResourceExhausted, "{ended}");
+    assert!(ended.message().starts_with("spec.primary: watch.maxCacheBytes"), "names the query: {ended}");
+    drop(tx);
+
     // Part a grows past the budget: its watch ends for its subscriber, who is told why.
     let relabel = serde_json::json!({ "metadata": { "labels": { "part": "a" } } });
     let part_b = big.list(&ListParams::default().labels("part=b").limit(300)).await.expect("list part b");
@@ -283,9 +315,9 @@ async fn a_daemon_in_128_mib_asked_to_watch_more_refuses_it_resource_exhausted_a
     assert_eq!(cgroup.oom_kills(), 0, "never OOM-killed");
     let report = consistd_server::admin::fetch_report(daemon.admin_socket()).await.expect("report");
     let budget = report.watch_budget.expect("budget");
-    assert_eq!(budget.exhausted, 2, "the refused watch and the ended one: {budget:?}");
+    assert_eq!(budget.exhausted, 3, "the refused watch, the queue's and the ended one: {budget:?}");
     assert!(budget.used_bytes <= budget.limit_bytes, "{budget:?}");
     let metrics = daemon.metrics().await;
-    assert!(metrics.contains("consistd_watch_exhausted_total 2"), "{metrics}");
+    assert!(metrics.contains("consistd_watch_exhausted_total 3"), "{metrics}");
     assert!(metrics.contains("consistd_watch_budget_bytes 33554432"), "{metrics}");
 }
