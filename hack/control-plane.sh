@@ -226,7 +226,9 @@ EOF
   # What a cluster admin installs once, so guarded writes are fenced at the apiserver in every test. A
   # node-mode cluster is left without it: the README walkthrough that the node e2e runs installs it.
   if [ "${CONSISTD_CP_NODE:-0}" != 1 ]; then
-    KUBECONFIG=$state/kubeconfig "$("$repo/hack/tools.sh" kubectl)" apply -k "$repo/manifests/fencing" >/dev/null ||
+    # Its discovery cache in the state dir, not ~/.kube/cache: the host is left as it was.
+    KUBECONFIG=$state/kubeconfig KUBECACHEDIR=$state/kubectl-cache \
+      "$("$repo/hack/tools.sh" kubectl)" apply -k "$repo/manifests/fencing" >/dev/null ||
       die "kubectl apply -k manifests/fencing failed"
   fi
   log "ready: $server (KUBECONFIG=$state/kubeconfig)"

@@ -22,7 +22,7 @@ venv=$work/venv
 prometheus=$("$repo/hack/tools.sh" prometheus)
 grpcurl=$("$repo/hack/tools.sh" grpcurl)
 kubectl=$("$repo/hack/tools.sh" kubectl)
-export KUBECONFIG=$CONSISTD_TEST_KUBECONFIG
+export KUBECONFIG=$CONSISTD_TEST_KUBECONFIG KUBECACHEDIR=$work/kube-cache
 log() { printf 'dashboard: %s\n' "$*" >&2; }
 die() { log "FAIL: $*"; exit 1; }
 

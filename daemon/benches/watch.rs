@@ -173,6 +173,8 @@ async fn main() {
     // Measured before the fan-out, whose buffers would otherwise count as cache.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let cached_rss = consistd_testkit::rss_kib(daemon.pid());
+    let report = consistd_server::admin::fetch_report(daemon.admin_socket()).await.expect("report");
+    let charged = report.watch_budget.expect("the watch budget").used_bytes;
     println!();
     println!("| subscribers | events delivered | time | events/s (aggregate) |");
     println!("| --- | --- | --- | --- |");
@@ -220,4 +222,6 @@ async fn main() {
     println!("| RSS with {CACHED} cached 1 KiB ConfigMaps | {:.1} MiB |", cached_rss as f64 / 1024.0);
     println!("| raw JSON of those objects | {:.1} MiB |", raw_bytes as f64 / 1048576.0);
     println!("| (RSS with cache - idle RSS) / raw JSON | {:.2}x |", (added_kib as f64 * 1024.0) / raw_bytes as f64);
+    println!("| charged to the memory budget (watch.maxCacheBytes), every watch | {:.1} MiB |", charged as f64 / 1048576.0);
+    println!("| (RSS with cache - idle RSS) / charged | {:.2}x |", (added_kib as f64 * 1024.0) / charged as f64);
 }
