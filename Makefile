@@ -94,7 +94,9 @@ soak:
 chart-check: control-plane
 	hack/with-control-plane.sh hack/chart-check.sh
 
-# hack/image.sh writes target/images/{consistd,pause,busybox}.tar, which the node imports.
+# hack/image.sh writes target/images/{consistd,pause,busybox}.tar, which the node imports. The node needs a
+# control plane started for it (CONSISTD_CP_NODE=1): one of its own, never the one `make dev` left running.
+e2e: export CONSISTD_CP_DIR := $(CURDIR)/target/e2e/control-plane
 e2e: control-plane
 	hack/image.sh consistd example-python pause busybox
 	hack/node.sh prepare

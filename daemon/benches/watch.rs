@@ -222,6 +222,9 @@ async fn main() {
     println!("| RSS with {CACHED} cached 1 KiB ConfigMaps | {:.1} MiB |", cached_rss as f64 / 1024.0);
     println!("| raw JSON of those objects | {:.1} MiB |", raw_bytes as f64 / 1048576.0);
     println!("| (RSS with cache - idle RSS) / raw JSON | {:.2}x |", (added_kib as f64 * 1024.0) / raw_bytes as f64);
-    println!("| charged to the memory budget (watch.maxCacheBytes), every watch | {:.1} MiB |", charged as f64 / 1048576.0);
+    println!(
+        "| charged to the memory budget (watch.maxCacheBytes), every watch | {:.1} MiB |",
+        charged as f64 / 1048576.0
+    );
     println!("| (RSS with cache - idle RSS) / charged | {:.2}x |", (added_kib as f64 * 1024.0) / charged as f64);
 }

@@ -314,6 +314,8 @@ async fn a_daemon_in_128_mib_asked_to_watch_more_refuses_it_resource_exhausted_a
     assert!(alive(&daemon), "the daemon lives; log:\n{}", daemon.logs());
     assert_eq!(cgroup.oom_kills(), 0, "never OOM-killed");
     let report = consistd_server::admin::fetch_report(daemon.admin_socket()).await.expect("report");
+    let status = consistd_core::report::render(&report);
+    assert!(status.contains("of 32.0 MiB held (watch.maxCacheBytes), 3 ended or refused past it"), "{status}");
     let budget = report.watch_budget.expect("budget");
     assert_eq!(budget.exhausted, 3, "the refused watch, the queue's and the ended one: {budget:?}");
     assert!(budget.used_bytes <= budget.limit_bytes, "{budget:?}");

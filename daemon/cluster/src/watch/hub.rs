@@ -247,8 +247,9 @@ impl Hub {
         let mut watches = self.lock();
         let held = watches.get_mut(key)?;
         if own {
-            if held.watch.ended().is_some() {
-                // An app's watch the budget ended: the daemon's own work starts it again, never refused.
+            if held.watch.refused() {
+                // An app's watch the budget ended (or is ending): the daemon's own work starts it again,
+                // never refused.
                 watches.remove(key);
                 self.metrics.watch_upstreams.dec();
                 return None;
@@ -461,5 +462,42 @@ mod tests {
     async fn a_forbidden_probe_is_an_error_not_a_decision() {
         let forbidden = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"forbidden","reason":"Forbidden","code":403}"#;
         assert!(supports_streaming_lists(&leases(client_answering(403, forbidden))).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn the_daemons_own_work_never_joins_an_apps_watch_the_budget_ended() {
+        let tasks = Tasks::new();
+        let hub = Hub::new(client_answering(200, "{}"), WatchConfig::default(), 100, Metrics::new(), &tasks);
+        let key = WatchKey {
+            resource: ResourceId {
+                group: "coordination.k8s.io".into(),
+                version: "v1".into(),
+                kind: "Lease".into(),
+                plural: "leases".into(),
+            },
+            namespace: "ns".into(),
+            label_selector: String::new(),
+            field_selector: String::new(),
+        };
+        let ended = || {
+            let budgeted = Budgeted { budget: hub.budget.clone(), own: false };
+            let watch = SharedWatch::new(
+                key.clone(),
+                Limits { queue: 4, history: 4 },
+                budgeted,
+                Expectations::default(),
+                tasks.signal(),
+            );
+            let lease = r#"{"metadata":{"name":"l","namespace":"ns","uid":"u","resourceVersion":"1"}}"#;
+            watch.apply(watcher::Event::Init, &hub.metrics);
+            watch.apply(watcher::Event::InitApply(serde_json::from_str(lease).expect("lease")), &hub.metrics);
+            watch.apply(watcher::Event::InitDone, &hub.metrics);
+            assert!(watch.ended().is_some(), "past a budget of 100 bytes");
+            hub.lock().insert(key.clone(), Running { watch, subscribers: 1 });
+        };
+        ended();
+        assert!(hub.acquire(&key, false).is_some(), "an app joins it, and is told it ended at once");
+        assert!(hub.acquire(&key, true).is_none(), "the daemon's own work starts a watch of its own");
+        assert_eq!(hub.upstream_watches(), 0, "the ended one is let go");
     }
 }

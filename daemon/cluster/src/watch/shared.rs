@@ -195,6 +195,12 @@ impl SharedWatch {
         self.lock().ended.clone()
     }
 
+    /// Whether the budget ended this watch, or refused the list it is reading (it ends when the list does).
+    pub(crate) fn refused(&self) -> bool {
+        let state = self.lock();
+        state.ended.is_some() || state.refused.is_some()
+    }
+
     /// The bytes its cached objects are charged.
     pub(crate) fn bytes(&self) -> u64 {
         self.lock().bytes
