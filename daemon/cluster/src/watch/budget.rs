@@ -10,10 +10,11 @@ use std::{
     },
 };
 
-/// What one cached object costs beside its JSON: the `Obj` and its `Arc`, its key's copies of namespace
-/// and name in the cache's map, a history entry, and the allocator's rounding. Measured, not derived:
-/// 10,000 ConfigMaps cost about this much more than their JSON in the daemon's resident memory.
-const OVERHEAD: u64 = 320;
+/// What one cached object costs beside its JSON and its identity strings: the `Obj` and its `Arc`, the
+/// cache's map entry, a history entry, the expectations, and the allocator's rounding. Measured, not
+/// derived: 10,000 ConfigMaps of 1 KiB (1,426 bytes of JSON each) raised the daemon's resident memory by
+/// 2,296 bytes each (`make bench`, the watch bench), about this much more than their JSON and identity.
+const OVERHEAD: u64 = 700;
 
 /// The bytes the daemon may hold for its apps' watches, and how many it holds now.
 #[derive(Debug)]
