@@ -362,3 +362,61 @@ async fn reads_come_from_the_watch_cache_and_see_the_pods_own_writes() {
     assert_eq!(selected.source(), ReadSource::Apiserver, "selectors go to the apiserver");
     assert!(selected.objects.is_empty() && !selected.resource_version.is_empty());
 }
+
+/// A kubeconfig like `via`'s (a proxy's) whose cluster says `disable-compression: true`.
+fn without_compression(via: &std::path::Path) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(via).expect("read the proxy's kubeconfig");
+    let lines: Vec<String> = text
+        .lines()
+        .flat_map(|l| match l.trim_start().starts_with("server: ") {
+            true => vec![l.to_owned(), "    disable-compression: true".to_owned()],
+            false => vec![l.to_owned()],
+        })
+        .collect();
+    let path = via.with_file_name("no-compression.kubeconfig");
+    std::fs::write(&path, lines.join("\n")).expect("write kubeconfig");
+    path
+}
+
+#[tokio::test]
+async fn a_large_list_crosses_the_wire_gzipped_unless_the_kubeconfig_disables_compression() {
+    use consistd_testkit::proxy::DelayProxy;
+    use futures::StreamExt as _;
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let configmaps: kube::Api<k8s_openapi::api::core::v1::ConfigMap> = kube::Api::namespaced(kube, &ns);
+    const COUNT: usize = 1_000;
+    futures::stream::iter(0..COUNT)
+        .for_each_concurrent(16, |i| {
+            let configmaps = configmaps.clone();
+            async move {
+                // Hex of random bytes: about as compressible as a real object's values.
+                let value: String = (0..256).map(|_| format!("{:02x}", rand::random::<u8>())).collect();
+                let cm =
+                    serde_json::from_value(json!({ "metadata": { "name": format!("c{i}") }, "data": { "v": value } }))
+                        .expect("configmap");
+                configmaps.create(&kube::api::PostParams::default(), &cm).await.expect("create");
+            }
+        })
+        .await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut sizes = Vec::new();
+    for compressed in [true, false] {
+        let proxy = DelayProxy::start(consistd_testkit::apiserver_addr()).await;
+        let via = consistd_testkit::kubeconfig_via(proxy.addr(), dir.path());
+        let kubeconfig = if compressed { via } else { without_compression(&via) };
+        let daemon = Daemon::builder(BIN).env("KUBECONFIG", kubeconfig.to_string_lossy()).start().await;
+        let before = proxy.bytes_down();
+        let request = ListRequest { resource: "configmaps".into(), namespace: ns.clone(), ..Default::default() };
+        let listed = daemon.client().objects().list(request).await.expect("list").into_inner();
+        assert_eq!(listed.objects.len(), COUNT);
+        assert_eq!(listed.source(), ReadSource::Apiserver);
+        sizes.push((proxy.bytes_down() - before, listed.objects.iter().map(|o| o.json.len() as u64).sum::<u64>()));
+    }
+    let ((gzipped, json), (plain, _)) = (sizes[0], sizes[1]);
+    eprintln!(
+        "a list of {COUNT} ConfigMaps ({json} bytes of JSON): {gzipped} bytes on the wire gzipped, {plain} without"
+    );
+    assert!(plain > json, "without compression the wire carries the JSON and more: {plain} of {json}");
+    assert!(gzipped * 4 < plain * 3, "gzip: {gzipped} bytes on the wire, against {plain} without");
+}

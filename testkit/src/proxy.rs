@@ -30,6 +30,8 @@ pub struct DelayProxy {
     up_delay_ms: Arc<AtomicU64>,
     /// Connections accepted so far.
     accepted: Arc<AtomicU64>,
+    /// Bytes the upstream sent through the proxy so far: what crossed the wire toward the client.
+    down_bytes: Arc<AtomicU64>,
     /// While true, new connections are closed at once.
     blocked: Arc<AtomicBool>,
     /// Bumped to cut every open connection.
@@ -53,11 +55,12 @@ impl DelayProxy {
         let delay_ms = Arc::new(AtomicU64::new(0));
         let up_delay_ms = Arc::new(AtomicU64::new(0));
         let accepted = Arc::new(AtomicU64::new(0));
+        let down_bytes = Arc::new(AtomicU64::new(0));
         let blocked = Arc::new(AtomicBool::new(false));
         let cuts = Arc::new(tokio::sync::watch::channel(0).0);
         let holding = Arc::new(tokio::sync::watch::channel(false).0);
         let (delay, block, cut, hold) = (delay_ms.clone(), blocked.clone(), cuts.clone(), holding.clone());
-        let (up_delay, count) = (up_delay_ms.clone(), accepted.clone());
+        let (up_delay, count, down_count) = (up_delay_ms.clone(), accepted.clone(), down_bytes.clone());
         let task = tokio::spawn(async move {
             loop {
                 let client = match listener.accept().await {
@@ -77,7 +80,7 @@ impl DelayProxy {
                 }
                 count.fetch_add(1, Ordering::SeqCst);
                 let mut cut = cut.subscribe();
-                let delays = Delays { down: delay.clone(), up: up_delay.clone() };
+                let delays = Delays { down: delay.clone(), up: up_delay.clone(), down_bytes: down_count.clone() };
                 let relay = relay(client, upstream, delays, hold.subscribe());
                 tokio::spawn(async move {
                     tokio::select! {
@@ -87,7 +90,7 @@ impl DelayProxy {
                 });
             }
         });
-        Self { addr, delay_ms, up_delay_ms, accepted, blocked, cuts, holding, task }
+        Self { addr, delay_ms, up_delay_ms, accepted, down_bytes, blocked, cuts, holding, task }
     }
 
     /// While `held`, every connection stays open but nothing the client sends reaches the upstream: a
@@ -120,6 +123,11 @@ impl DelayProxy {
         self.up_delay_ms.store(millis(delay), Ordering::SeqCst);
     }
 
+    /// Bytes the upstream has sent through the proxy so far, as they crossed the wire (TLS included).
+    pub fn bytes_down(&self) -> u64 {
+        self.down_bytes.load(Ordering::SeqCst)
+    }
+
     /// How many connections the proxy has accepted (and relayed) so far.
     pub fn connections(&self) -> u64 {
         self.accepted.load(Ordering::SeqCst)
@@ -136,6 +144,8 @@ struct Delays {
     down: Arc<AtomicU64>,
     /// Client to upstream.
     up: Arc<AtomicU64>,
+    /// Counts the bytes from upstream to client.
+    down_bytes: Arc<AtomicU64>,
 }
 
 async fn relay(client: TcpStream, upstream: SocketAddr, delays: Delays, holding: tokio::sync::watch::Receiver<bool>) {
@@ -150,26 +160,31 @@ async fn relay(client: TcpStream, upstream: SocketAddr, delays: Delays, holding:
     // copying tasks end with this function even when it is cut off (dropped), so a cut closes both
     // directions of both sockets.
     let (up_tx, up_rx) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
-    let up_reader = AbortOnDrop(tokio::spawn(read_timed(client_read, delays.up, up_tx)));
+    let up_reader = AbortOnDrop(tokio::spawn(read_timed(client_read, delays.up, up_tx, None)));
     let up = AbortOnDrop(tokio::spawn(write_released(up_rx, server_write, Some(holding))));
     // Upstream to client: each chunk released `down` after it was read, in order.
     let (tx, rx) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
-    let reader = AbortOnDrop(tokio::spawn(read_timed(server_read, delays.down, tx)));
+    let reader = AbortOnDrop(tokio::spawn(read_timed(server_read, delays.down, tx, Some(delays.down_bytes))));
     write_released(rx, client_write, None).await;
     drop((up_reader, up, reader));
 }
 
-/// Reads chunks from `from` and sends each with the moment it may go on: `delay_ms` after it was read.
+/// Reads chunks from `from` and sends each with the moment it may go on: `delay_ms` after it was read;
+/// adds each chunk's length to `counted`.
 async fn read_timed(
     mut from: tokio::net::tcp::OwnedReadHalf,
     delay_ms: Arc<AtomicU64>,
     to: mpsc::UnboundedSender<(Instant, Vec<u8>)>,
+    counted: Option<Arc<AtomicU64>>,
 ) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         match from.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => {
+                if let Some(counted) = &counted {
+                    counted.fetch_add(n as u64, Ordering::SeqCst);
+                }
                 let release = Instant::now() + Duration::from_millis(delay_ms.load(Ordering::SeqCst));
                 if to.send((release, buf[..n].to_vec())).is_err() {
                     break;

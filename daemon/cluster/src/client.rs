@@ -28,6 +28,7 @@ use hyper_util::{
 use kube::client::{ConfigExt as _, DynBody, retry::RetryPolicy};
 use tokio::time::Instant;
 use tower::{BoxError, Layer, Service, ServiceBuilder, retry::RetryLayer};
+use tower_http::decompression::{DecompressionBody, DecompressionLayer};
 use tracing::Instrument as _;
 
 /// A TCP handshake with the apiserver that takes longer is given up and tried afresh: SYN retransmissions
@@ -87,7 +88,8 @@ pub async fn connect(contact: &ApiContact, env: &Environment) -> Result<(kube::C
     Ok((client(config, contact, http2)?, url))
 }
 
-/// kube's client stack (base URI, retries of 429/503/504, authentication, extra headers) over a connection
+/// kube's client stack (gzip, base URI, retries of 429/503/504 honouring Retry-After, authentication, extra
+/// headers) over a connection
 /// of our own: kube's `ClientBuilder` makes its TCP connector itself with no keepalive, and its TLS
 /// connector offers HTTP/1.1 only, one connection per watch and a new TLS handshake for a write when none
 /// is idle (docs/ARCHITECTURE.md, "The apiserver connection"). With `http2`, TLS offers h2 first (ALPN)
@@ -104,9 +106,12 @@ fn client(config: kube::Config, contact: &ApiContact, http2: bool) -> Result<kub
     let http = builder.build(https);
     let service = ServiceBuilder::new()
         .layer(NoteAnswers(contact.clone()))
-        .map_response(|response: Response<Incoming>| {
+        .map_response(|response: Response<DecompressionBody<Incoming>>| {
             response.map(|body| Box::new(body.map_err(BoxError::from)) as Box<DynBody>)
         })
+        // Asks for gzip, as client-go does, unless the kubeconfig's `disable-compression` says not to: the
+        // apiserver compresses a large list (a page, a List through ObjectsService) to a fraction.
+        .layer(DecompressionLayer::new().gzip(!config.disable_compression))
         .layer(config.base_uri_layer())
         .option_layer(config.default_retry.then(RetryPolicy::server_retry).map(RetryLayer::new))
         .option_layer(config.auth_layer().map_err(ClusterError::Client)?)
