@@ -134,7 +134,7 @@ impl Hub {
 
     /// What each watch running now holds, in bytes, largest first.
     pub fn watch_bytes(&self) -> Vec<(consistd_observe::metrics::WatchLabel, u64)> {
-        let mut sizes: Vec<_> = self.lock().values().map(|h| (h.watch.label(), h.watch.bytes())).collect();
+        let mut sizes: Vec<_> = self.lock().values().map(|h| (h.watch.label().clone(), h.watch.bytes())).collect();
         sizes.sort_by_key(|(_, bytes)| std::cmp::Reverse(*bytes));
         sizes
     }

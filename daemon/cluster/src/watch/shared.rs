@@ -113,6 +113,8 @@ pub(crate) struct SharedWatch {
     pub incarnation: u64,
     /// What is watched: the resolved resource, namespace and selectors; identical queries share it.
     pub key: WatchKey,
+    /// The labels of its per-watch metrics, made once from `key`.
+    label: WatchLabel,
     limits: Limits,
     budget: Arc<Budget>,
     /// Set once the daemon's own work joined ([`Budgeted::own`]); never cleared.
@@ -162,9 +164,19 @@ impl SharedWatch {
         expectations: Expectations,
         stopping: &CancellationToken,
     ) -> Arc<Self> {
+        let label = WatchLabel {
+            resource: match &key.resource {
+                r if r.group.is_empty() => format!("{}/{}", r.version, r.plural),
+                r => format!("{}/{}/{}", r.group, r.version, r.plural),
+            },
+            namespace: key.namespace.clone(),
+            label_selector: key.label_selector.clone(),
+            field_selector: key.field_selector.clone(),
+        };
         Arc::new(Self {
             incarnation: rand::random(),
             key,
+            label,
             limits,
             budget: budgeted.budget,
             own: AtomicBool::new(budgeted.own),
@@ -207,16 +219,8 @@ impl SharedWatch {
     }
 
     /// The labels of its per-watch metrics.
-    pub(crate) fn label(&self) -> WatchLabel {
-        WatchLabel {
-            resource: match &self.key.resource {
-                r if r.group.is_empty() => format!("{}/{}", r.version, r.plural),
-                r => format!("{}/{}/{}", r.group, r.version, r.plural),
-            },
-            namespace: self.key.namespace.clone(),
-            label_selector: self.key.label_selector.clone(),
-            field_selector: self.key.field_selector.clone(),
-        }
+    pub(crate) fn label(&self) -> &WatchLabel {
+        &self.label
     }
 
     /// Joins a subscriber: from `cursor` when the history still covers it, else from a snapshot.
@@ -353,7 +357,7 @@ impl SharedWatch {
         // Dropping the senders ends every subscriber's live stream.
         state.subscribers.clear();
         drop(state);
-        metrics.watch_bytes.remove(&self.label());
+        metrics.watch_bytes.remove(&self.label);
     }
 
     /// Applies one watcher event: cache first, then history and subscribers.
@@ -404,7 +408,7 @@ impl SharedWatch {
                 }
                 state.objects = listed;
                 state.bytes = state.objects.values().map(|o| o.charge.bytes()).sum();
-                metrics.watch_bytes.get_or_create(&self.label()).set(gauge(state.bytes));
+                metrics.watch_bytes.get_or_create(&self.label).set(gauge(state.bytes));
                 let first = !state.synced;
                 state.synced = true;
                 if first {
@@ -465,7 +469,7 @@ impl SharedWatch {
                 changes.push(Change::Deleted(obj));
             }
         }
-        metrics.watch_bytes.get_or_create(&self.label()).set(gauge(state.bytes));
+        metrics.watch_bytes.get_or_create(&self.label).set(gauge(state.bytes));
         metrics.watch_budget_used_bytes.set(gauge(self.budget.used()));
         for change in changes {
             state.publish(change, self, metrics);
@@ -499,7 +503,7 @@ impl SharedWatch {
     fn end(&self, state: &mut WatchState, refused: Exhausted, metrics: &Metrics) {
         tracing::warn!(resource = %self.key.resource.plural, namespace = %self.key.namespace, label_selector = %self.key.label_selector, field_selector = %self.key.field_selector, limit = refused.limit, used = refused.used, needed = refused.needed, "watch ended: it would pass the memory budget (watch.maxCacheBytes)");
         metrics.watch_exhausted.inc();
-        metrics.watch_bytes.remove(&self.label());
+        metrics.watch_bytes.remove(&self.label);
         *state = WatchState { ended: Some(refused), stopped: true, seq: state.seq, ..WatchState::default() };
         self.stop.cancel();
     }
