@@ -10,6 +10,8 @@ use std::{
     },
 };
 
+use prometheus_client::metrics::gauge::Gauge;
+
 /// What one cached object costs beside its JSON and its identity strings: the `Obj` and its `Arc`, the
 /// cache's map entry, a history entry, the expectations, and the allocator's rounding. Measured, not
 /// derived: 10,000 ConfigMaps of 1 KiB (1,426 bytes of JSON each) raised the daemon's resident memory by
@@ -23,6 +25,8 @@ pub struct Budget {
     limit: u64,
     /// Bytes charged by objects alive now.
     used: AtomicU64,
+    /// The same, as a metric (`consistd_watch_budget_used_bytes`), moved with every charge and refund.
+    used_gauge: Gauge,
 }
 
 /// A charge that would take the budget past its limit.
@@ -53,7 +57,12 @@ struct Held {
 impl Budget {
     /// A budget of `limit` bytes, none used.
     pub fn new(limit: u64) -> Arc<Self> {
-        Arc::new(Self { limit, used: AtomicU64::new(0) })
+        Self::reporting(limit, Gauge::default())
+    }
+
+    /// A budget of `limit` bytes whose use `used_gauge` shows.
+    pub fn reporting(limit: u64, used_gauge: Gauge) -> Arc<Self> {
+        Arc::new(Self { limit, used: AtomicU64::new(0), used_gauge })
     }
 
     /// The limit in bytes.
@@ -83,21 +92,28 @@ impl Budget {
             .map_err(|used| Exhausted { limit, used, needed: bytes })
     }
 
+    fn held(self: &Arc<Self>, bytes: u64) -> Charge {
+        self.used_gauge.inc_by(gauge(bytes));
+        Charge(Some(Arc::new(Held { budget: self.clone(), bytes })))
+    }
+
     /// Charges `bytes` whatever the limit: the daemon's own watches (its elections' Leases, its channels),
     /// which an app's watch must never starve, are counted but never refused.
     pub fn charge(self: &Arc<Self>, bytes: u64) -> Charge {
         self.used.fetch_add(bytes, Ordering::AcqRel);
         self.held(bytes)
     }
+}
 
-    fn held(self: &Arc<Self>, bytes: u64) -> Charge {
-        Charge(Some(Arc::new(Held { budget: self.clone(), bytes })))
-    }
+/// A byte count as a gauge's value.
+fn gauge(bytes: u64) -> i64 {
+    i64::try_from(bytes).unwrap_or(i64::MAX)
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
         self.budget.used.fetch_sub(self.bytes, Ordering::AcqRel);
+        self.budget.used_gauge.dec_by(gauge(self.bytes));
     }
 }
 
@@ -148,6 +164,17 @@ mod tests {
         assert!(refused.to_string().starts_with("watch.maxCacheBytes is 1000 bytes, 900 of them in use"), "{refused}");
         assert_eq!(budget.used(), 900, "a refused charge takes nothing");
         let _exact = budget.try_charge(100).expect("up to the limit fits");
+    }
+
+    #[test]
+    fn the_metric_follows_every_charge_and_refund() {
+        let used = Gauge::default();
+        let budget = Budget::reporting(1000, used.clone());
+        let charge = budget.try_charge(600).expect("fits");
+        let own = budget.charge(100);
+        assert_eq!(used.get(), 700);
+        drop((charge, own));
+        assert_eq!(used.get(), 0);
     }
 
     #[test]

@@ -103,7 +103,7 @@ impl Hub {
             resolver: Resolver::new(client.clone()),
             client,
             config,
-            budget: Budget::new(budget),
+            budget: Budget::reporting(budget, metrics.watch_budget_used_bytes.clone()),
             metrics,
             tasks: tasks.clone(),
             watches: Mutex::new(HashMap::new()),

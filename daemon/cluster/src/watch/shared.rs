@@ -470,7 +470,6 @@ impl SharedWatch {
             }
         }
         metrics.watch_bytes.get_or_create(&self.label).set(gauge(state.bytes));
-        metrics.watch_budget_used_bytes.set(gauge(self.budget.used()));
         for change in changes {
             state.publish(change, self, metrics);
         }
