@@ -115,7 +115,11 @@ async fn a_changed_config_file_is_applied_without_a_restart_and_a_bad_one_change
         }
     })
     .await;
-    assert_eq!(report(&daemon).await.inbox_pending, 1);
+    // The refusal can come while the first is still being stored (held, not yet pending): wait for it.
+    until(&daemon, "the first message stored in the inbox", || async {
+        (report(&daemon).await.inbox_pending == 1).then_some(())
+    })
+    .await;
 
     // v2: one election removed and one added, a shorter TTL, debug logs, room in the inbox, a tighter
     // outbox, and a new peer.listen, which needs a restart.
