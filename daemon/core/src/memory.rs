@@ -3,25 +3,13 @@
 
 use std::path::Path;
 
-/// Where a memory limit was read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LimitSource {
-    /// The memory cgroup's limit: v2's smallest `memory.max` from the process's cgroup up to the root, v1's
-    /// `hierarchical_memory_limit`.
-    Cgroup,
-    /// No cgroup limit: the machine's memory (`MemTotal` of /proc/meminfo).
-    Machine,
-}
-
-/// The memory this process may use, in bytes, and where that was read; None where neither the cgroup
-/// nor /proc/meminfo can be read.
-pub fn limit() -> Option<(u64, LimitSource)> {
+/// The memory this process may use, in bytes: its memory cgroup's limit (v2's smallest `memory.max` from the
+/// process's cgroup up to the root, v1's `hierarchical_memory_limit`), else the machine's (`MemTotal` of
+/// /proc/meminfo); None where neither can be read.
+pub fn limit() -> Option<u64> {
     let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-    if let Some(limit) = cgroup_limit(Path::new("/sys/fs/cgroup"), &own) {
-        return Some((limit, LimitSource::Cgroup));
-    }
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
-    mem_total(&meminfo).map(|total| (total, LimitSource::Machine))
+    cgroup_limit(Path::new("/sys/fs/cgroup"), &own)
+        .or_else(|| mem_total(&std::fs::read_to_string("/proc/meminfo").ok()?))
 }
 
 /// The cgroup memory limit of the process whose /proc/self/cgroup is `own`, under the cgroup mount `root`;
@@ -104,6 +92,6 @@ mod tests {
 
     #[test]
     fn this_process_has_a_limit() {
-        assert!(limit().is_some_and(|(bytes, _)| bytes > 0));
+        assert!(limit().is_some_and(|bytes| bytes > 0));
     }
 }

@@ -106,7 +106,7 @@ impl Budget {
 }
 
 /// A byte count as a gauge's value.
-fn gauge(bytes: u64) -> i64 {
+pub(crate) fn gauge(bytes: u64) -> i64 {
     i64::try_from(bytes).unwrap_or(i64::MAX)
 }
 

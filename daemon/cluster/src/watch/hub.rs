@@ -17,7 +17,7 @@ use kube::{
 
 use super::{
     Cursor, ResourceError, Subscription, WatchKey,
-    budget::Budget,
+    budget::{Budget, gauge},
     expectations::Expectations,
     object::Obj,
     object::RawObject,
@@ -98,7 +98,7 @@ impl Hub {
     /// A hub that watches through `client` and may hold `budget` bytes of objects, its watches run as tasks
     /// of `tasks` until it stops.
     pub fn new(client: Client, config: WatchConfig, budget: u64, metrics: Metrics, tasks: &Tasks) -> Arc<Self> {
-        metrics.watch_budget_bytes.set(i64::try_from(budget).unwrap_or(i64::MAX));
+        metrics.watch_budget_bytes.set(gauge(budget));
         Arc::new(Self {
             resolver: Resolver::new(client.clone()),
             client,

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     Cursor, WatchKey,
-    budget::{Budget, Exhausted},
+    budget::{Budget, Exhausted, gauge},
     expectations::Expectations,
     object::{Obj, ObjKey, RawObject},
 };
@@ -506,11 +506,6 @@ impl SharedWatch {
         *state = WatchState { ended: Some(refused), stopped: true, seq: state.seq, ..WatchState::default() };
         self.stop.cancel();
     }
-}
-
-/// A byte count as a gauge's value.
-fn gauge(bytes: u64) -> i64 {
-    i64::try_from(bytes).unwrap_or(i64::MAX)
 }
 
 impl WatchState {

@@ -52,7 +52,7 @@ impl Environment {
             vars: std::env::vars().collect(),
             hostname: read("/etc/hostname"),
             service_account_namespace: read(SERVICE_ACCOUNT_NAMESPACE),
-            memory_limit: crate::memory::limit().map(|(bytes, _)| bytes),
+            memory_limit: crate::memory::limit(),
         }
     }
 
