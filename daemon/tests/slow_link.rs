@@ -168,6 +168,18 @@ async fn queue_app(
         };
         let item = match answer.response {
             Some(reconcile_response::Response::Started(_)) => {
+                // Started answers the spec before the queue's watch has listed: ready once a subscription
+                // of the same query, sharing its upstream watch, is synced, so the list crossed the link
+                // before it slowed (else the list can come back after the third party's patch, and the
+                // queue rightly hands out only the newest state).
+                let request = SubscribeRequest {
+                    resource: "configmaps".into(),
+                    namespace: ns.into(),
+                    field_selector: format!("metadata.name={name}"),
+                    mode: DeliveryMode::Raw.into(),
+                    ..Default::default()
+                };
+                Events::open(&daemon.client(), request).await.until_synced().await;
                 ready.take().map(|ready| ready.send(()));
                 continue;
             }
