@@ -101,6 +101,9 @@ type ReconcileSpec struct {
 	// LabelSelector and FieldSelector narrow the primary objects (Kubernetes selectors; empty for none).
 	LabelSelector string
 	FieldSelector string
+	// View is how much of each primary object the queue's watch keeps and hands out (Item.Object); the
+	// zero View is the whole object without metadata.managedFields.
+	View View
 	// Related are other objects whose changes queue the primary they name.
 	Related []Related
 	// MaxLeases is how many keys are reconciled at once, as controller-runtime's MaxConcurrentReconciles;
@@ -127,6 +130,10 @@ type Related struct {
 	Namespace     string
 	LabelSelector string
 	FieldSelector string
+	// View is how much of each related object the queue's watch keeps. A projection (View.Fields) also
+	// keeps what the mapping reads; a MetadataOnly view can map by ControllerOwner, Label, Annotation, or
+	// a Field under metadata.
+	View View
 	// ControllerOwner maps an object to the owner in its controller ownerReference (controller: true)
 	// whose kind is the primary's.
 	ControllerOwner bool
@@ -155,8 +162,8 @@ type Item struct {
 	// Namespace (empty when cluster-scoped) and Name are the key: the primary object's.
 	Namespace string
 	Name      string
-	// Object is the primary as the sidecar's cache held it when the lease was granted; nil when a
-	// related object queued a key whose primary does not exist.
+	// Object is the primary as the sidecar's cache held it when the lease was granted (as spec.View keeps
+	// it); nil when a related object queued a key whose primary does not exist.
 	Object *Object
 	// Deleted says the primary was deleted: Object is its last known state. A deletion is handed out
 	// once; after it the key is forgotten unless the object is created again.
@@ -281,11 +288,11 @@ func (s ReconcileSpec) request() (*pb.ReconcileRequest, error) {
 	}
 	spec := &pb.QueueSpec{
 		Name:      s.Name,
-		Primary:   &pb.ObjectQuery{Resource: s.Resource, Namespace: s.Namespace, LabelSelector: s.LabelSelector, FieldSelector: s.FieldSelector},
+		Primary:   &pb.ObjectQuery{Resource: s.Resource, Namespace: s.Namespace, LabelSelector: s.LabelSelector, FieldSelector: s.FieldSelector, View: s.View.proto()},
 		MaxLeases: leases,
 	}
 	for i, r := range s.Related {
-		q := &pb.RelatedQuery{Query: &pb.ObjectQuery{Resource: r.Resource, Namespace: r.Namespace, LabelSelector: r.LabelSelector, FieldSelector: r.FieldSelector}}
+		q := &pb.RelatedQuery{Query: &pb.ObjectQuery{Resource: r.Resource, Namespace: r.Namespace, LabelSelector: r.LabelSelector, FieldSelector: r.FieldSelector, View: r.View.proto()}}
 		set := 0
 		if r.ControllerOwner {
 			q.MapsBy, set = &pb.RelatedQuery_ControllerOwner{ControllerOwner: true}, set+1

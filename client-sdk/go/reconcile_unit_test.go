@@ -1,6 +1,6 @@
 // Unit tests of the reconciler without a daemon: how a pass's return becomes its completion, the spec as
-// sent, writes naming the lease, and, against a fake stream, what happens across a lost connection and
-// to a refused completion.
+// sent (its views too), writes naming the lease, and, against a fake stream, what happens across a lost
+// connection and to a refused completion.
 
 package consistd
 
@@ -138,6 +138,45 @@ func TestTheSpecIsSentWithItsDefaultsAndAFieldThatCannotBeSentIsRefusedByName(t 
 		if s := status.Convert(err); err == nil || s.Code() != codes.InvalidArgument || !strings.HasPrefix(s.Message(), field+": ") {
 			t.Errorf("%s: %v, want INVALID_ARGUMENT naming the field", field, err)
 		}
+	}
+}
+
+func TestTheSpecCarriesTheViewOfThePrimaryAndOfEachRelatedQueryAndNoneWhenZero(t *testing.T) {
+	fields := []string{"spec.replicas", "status.conditions"}
+	spec := ReconcileSpec{
+		Name: "q", Resource: "apps/v1/deployments", Namespace: "ns",
+		View: View{Fields: fields},
+		Related: []Related{
+			{Resource: "pods", View: View{MetadataOnly: true}, ControllerOwner: true},
+			{Resource: "configmaps", View: View{ManagedFields: true}, Label: "owner"},
+			{Resource: "secrets", Annotation: "example.com/owner"},
+		},
+	}
+	req, err := spec.request()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &pb.QueueSpec{
+		Name:    "q",
+		Primary: &pb.ObjectQuery{Resource: "apps/v1/deployments", Namespace: "ns", View: &pb.ObjectView{Fields: fields}},
+		Related: []*pb.RelatedQuery{
+			{Query: &pb.ObjectQuery{Resource: "pods", View: &pb.ObjectView{MetadataOnly: true}}, MapsBy: &pb.RelatedQuery_ControllerOwner{ControllerOwner: true}},
+			{Query: &pb.ObjectQuery{Resource: "configmaps", View: &pb.ObjectView{ManagedFields: true}}, MapsBy: &pb.RelatedQuery_Label{Label: "owner"}},
+			{Query: &pb.ObjectQuery{Resource: "secrets"}, MapsBy: &pb.RelatedQuery_Annotation{Annotation: "example.com/owner"}},
+		},
+		MaxLeases: 1,
+	}
+	if !proto.Equal(req.GetSpec(), want) {
+		t.Fatalf("spec %v, want %v", req.GetSpec(), want)
+	}
+	// The zero View sends no view at all, so the spec is equal to one of an SDK that knows no views.
+	if req.GetSpec().GetRelated()[2].GetQuery().View != nil {
+		t.Error("a zero View went out as an empty view")
+	}
+	// What the sidecar refuses (both set, too many paths) goes as is: it names the field.
+	bad := ReconcileSpec{Name: "q", Resource: "configmaps", View: View{MetadataOnly: true, Fields: []string{"data"}}}
+	if req, err := bad.request(); err != nil || !req.GetSpec().GetPrimary().GetView().GetMetadataOnly() || len(req.GetSpec().GetPrimary().GetView().GetFields()) != 1 {
+		t.Errorf("a view the sidecar refuses was not sent as is: %v, %v", req, err)
 	}
 }
 

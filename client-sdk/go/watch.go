@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"iter"
+	"slices"
 	"strings"
 
 	pb "github.com/consistd/consistd/client-sdk/go/gen/consistd/v1"
@@ -79,7 +80,9 @@ type Object struct {
 	// with every change (KEP-5504), so two versions of one object compare as numbers; before 1.35,
 	// compare for equality only.
 	ResourceVersion string
-	// JSON is the whole object (apiVersion, kind, metadata, spec, status, ...).
+	// JSON is the object (apiVersion, kind, metadata, spec, status, ...). A watch's or queue's objects are
+	// as its View keeps them: by default whole but for metadata.managedFields. Get, List and writes answer
+	// with whole objects; one read from a watch's cache has managedFields only if that watch keeps them.
 	JSON json.RawMessage
 }
 
@@ -117,8 +120,44 @@ type WatchRequest struct {
 	FieldSelector string
 	// Mode is ConsistentMode (when zero) or RawMode.
 	Mode Mode
-	// ResumeCursor starts after the event with this cursor instead of from a fresh snapshot.
+	// ResumeCursor starts after the event with this cursor instead of from a fresh snapshot. A cursor
+	// resumes only a watch of the same View.
 	ResumeCursor string
+	// View is how much of each object the watch keeps and delivers; the zero View is the whole object
+	// without metadata.managedFields.
+	View View
+}
+
+// View is how much of each object a watch (or a queue's query) keeps in the sidecar and delivers: less
+// held is less memory in the sidecar. Queries with different views are different upstream watches, each
+// with its own cache; queries with the same view share one. The zero View is the whole object without
+// metadata.managedFields. The sidecar refuses a bad view with INVALID_ARGUMENT naming the field
+// ("view.fields[1]: ...").
+//
+//	consistd.View{MetadataOnly: true}                                     // metadata only
+//	consistd.View{Fields: []string{"spec.replicas", "status.conditions"}} // a projection
+type View struct {
+	// MetadataOnly keeps only each object's metadata, read with the apiserver's metadata-only requests
+	// (PartialObjectMetadata, as client-go's metadata informer and controller-runtime's OnlyMetadata): no
+	// spec, status or data. apiVersion and kind still name the resource. Not with Fields.
+	MetadataOnly bool
+	// Fields keeps only these fields, as dot-separated paths ("spec.replicas", "status.conditions",
+	// "metadata.labels"), beside apiVersion, kind and metadata's name, namespace, uid, resourceVersion,
+	// generation and deletionTimestamp, which every view keeps. An array is kept whole; a path the object
+	// does not have keeps nothing. At most 32 paths; not with MetadataOnly.
+	Fields []string
+	// ManagedFields keeps metadata.managedFields (server-side apply's bookkeeping), dropped otherwise.
+	ManagedFields bool
+}
+
+// proto is the view as sent: nil for the zero View, so that a request without one is as before.
+func (v View) proto() *pb.ObjectView {
+	if !v.MetadataOnly && len(v.Fields) == 0 && !v.ManagedFields {
+		return nil
+	}
+	// A copy of Fields: the request is sent again on every reconnect, after the caller may have changed its
+	// slice.
+	return &pb.ObjectView{MetadataOnly: v.MetadataOnly, Fields: slices.Clone(v.Fields), ManagedFields: v.ManagedFields}
 }
 
 // Event is one change of a watched object, or a marker (Synced, ResyncRequired).
@@ -178,6 +217,7 @@ func (c *Client) Watch(ctx context.Context, req WatchRequest) iter.Seq2[Event, e
 			FieldSelector: req.FieldSelector,
 			Mode:          mode,
 			ResumeCursor:  req.ResumeCursor,
+			View:          req.View.proto(),
 		}
 		var pause backoff
 		for {

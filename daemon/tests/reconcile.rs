@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use consistd_client::proto::{
-    CampaignRequest, Completion, ElectionRef, LeadershipState, ObjectQuery, Outcome, PatchRequest, PatchType,
-    QueueSpec, ReconcileRequest, ReconcileResponse, RelatedQuery, RetryPolicy, WorkItem, reconcile_request,
+    CampaignRequest, Completion, ElectionRef, LeadershipState, ObjectQuery, ObjectView, Outcome, PatchRequest,
+    PatchType, QueueSpec, ReconcileRequest, ReconcileResponse, RelatedQuery, RetryPolicy, WorkItem, reconcile_request,
     reconcile_response, reconcile_service_client::ReconcileServiceClient, related_query,
 };
 use consistd_testkit::{Daemon, proxy::DelayProxy};
@@ -440,6 +440,71 @@ async fn owned_objects_queue_their_controller_and_a_deletion_is_handed_out_once(
     assert_eq!(gone.object.as_ref().expect("last state").uid, uid);
     queue.complete(&gone, Outcome::Done).await;
     assert!(queue.item_within(Duration::from_secs(2)).await.is_none(), "a deletion once");
+}
+
+#[tokio::test]
+async fn a_queue_hands_out_primaries_in_its_view_and_a_projected_related_query_keeps_what_it_maps_by() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let api: Api<ConfigMap> = Api::namespaced(kube, &ns);
+    api.create(&PostParams::default(), &configmap("owner", json!({ "field": "s0", "other": "o" })))
+        .await
+        .expect("create");
+    let daemon = Daemon::builder(BIN).start().await;
+    let projected = |fields: &[&str]| {
+        Some(ObjectView { fields: fields.iter().map(|f| (*f).to_owned()).collect(), ..Default::default() })
+    };
+    let mut s = spec("views", &ns, 1);
+    s.primary = Some(ObjectQuery {
+        resource: "configmaps".into(),
+        namespace: ns.clone(),
+        field_selector: "metadata.name=owner".into(),
+        view: projected(&["data.field"]),
+        ..Default::default()
+    });
+    // The related projection does not name the label it maps by: the daemon keeps it too.
+    s.related = vec![RelatedQuery {
+        query: Some(ObjectQuery {
+            resource: "configmaps".into(),
+            namespace: ns.clone(),
+            label_selector: "role=child".into(),
+            view: projected(&["data.x"]),
+            ..Default::default()
+        }),
+        maps_by: Some(related_query::MapsBy::Label("owner-name".into())),
+    }];
+    let mut queue = open(&daemon, s).await.expect("open");
+    let first = queue.item().await;
+    assert_eq!((first.name.as_str(), data(&first)), ("owner", json!({ "field": "s0" })), "only the named field");
+    queue.complete(&first, Outcome::Done).await;
+    let child: ConfigMap = serde_json::from_value(json!({
+        "metadata": { "name": "child", "labels": { "role": "child", "owner-name": "owner" } },
+        "data": { "x": "1" }
+    }))
+    .expect("child");
+    api.create(&PostParams::default(), &child).await.expect("create the child");
+    let by_child = queue.item().await;
+    assert_eq!(by_child.name, "owner", "the child's label, kept for the mapping, queues its primary");
+    queue.complete(&by_child, Outcome::Done).await;
+
+    // Metadata alone has no data.owner to map by.
+    let mut by_field = spec("views-bad", &ns, 1);
+    by_field.related = vec![RelatedQuery {
+        query: Some(ObjectQuery {
+            resource: "configmaps".into(),
+            namespace: ns.clone(),
+            view: Some(ObjectView { metadata_only: true, ..Default::default() }),
+            ..Default::default()
+        }),
+        maps_by: Some(related_query::MapsBy::Field("data.owner".into())),
+    }];
+    let status = open(&daemon, by_field).await.err().expect("refused");
+    assert_eq!(status.code(), Code::InvalidArgument, "{status}");
+    assert!(status.message().starts_with("spec.related[0].query.view.metadata_only: "), "{status}");
+    let mut bad_path = spec("views-bad", &ns, 1);
+    bad_path.primary.as_mut().expect("primary").view = projected(&["data..x"]);
+    let status = open(&daemon, bad_path).await.err().expect("refused");
+    assert!(status.message().starts_with("spec.primary.view.fields[0]: "), "{status}");
 }
 
 #[tokio::test]

@@ -569,3 +569,31 @@ async def test_a_plain_function_handler_runs_in_a_worker_thread() -> None:
             await task
     assert threads and threads[0] is not threading.main_thread()
     assert call.completions() == [("q.1.1", reconcile_pb2.OUTCOME_REQUEUE)]
+
+
+def test_the_spec_carries_the_view_of_the_primary_and_of_each_related_query_and_none_by_default() -> None:
+    spec = ReconcileSpec(
+        name="q",
+        resource="apps/v1/deployments",
+        namespace="ns",
+        view=consistd.View(fields=("spec.replicas", "status.conditions")),
+        related=[
+            Related("pods", controller_owner=True, view=consistd.View(metadata_only=True)),
+            Related("configmaps", label="owner", view=consistd.View(managed_fields=True)),
+            Related("secrets", annotation="example.com/owner", view=consistd.View()),
+            Related("services", field="spec.selector.app"),
+        ],
+    ).to_proto()
+    assert spec.primary == reconcile_pb2.ObjectQuery(
+        resource="apps/v1/deployments",
+        namespace="ns",
+        view=object_pb2.ObjectView(fields=["spec.replicas", "status.conditions"]),
+    )
+    assert [r.query.view if r.query.HasField("view") else None for r in spec.related] == [
+        object_pb2.ObjectView(metadata_only=True),
+        object_pb2.ObjectView(managed_fields=True),
+        None,  # View() is no view: the spec is as one from an SDK that knows none
+        None,
+    ]
+    assert [r.WhichOneof("maps_by") for r in spec.related] == ["controller_owner", "label", "annotation", "field"]
+    assert not ReconcileSpec(name="q", resource="configmaps").to_proto().primary.HasField("view")

@@ -1,12 +1,18 @@
-"""Watches: the snapshot then live events, resuming after a lost connection, resyncing after a restart."""
+"""Watches: the snapshot then live events, resuming after a lost connection, resyncing after a restart. The
+tests at the end stand in a fake gRPC call for grpcio's, to check the request a watch's view makes."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
 
 import consistd
 from consistd import Consistency, EventType, Mode
+from consistd.v1 import object_pb2, watch_pb2, watch_pb2_grpc
 from support import Daemon, SocketProxy, configmap, next_item, unique
 
 
@@ -115,3 +121,80 @@ async def test_aclose_from_another_task_ends_the_iteration_cleanly(client: consi
     await asyncio.sleep(0.1)  # the reader is waiting for the next event
     await watch.aclose()
     assert await asyncio.wait_for(draining, 5) == [EventType.SYNCED]
+
+
+# Without a daemon.
+
+
+class Subscription:
+    """A Subscribe call that answers ``responses``, then loses its connection (UNAVAILABLE)."""
+
+    def __init__(self, *responses: watch_pb2.SubscribeResponse) -> None:
+        self._responses = list(responses)
+
+    async def read(self) -> Any:
+        if self._responses:
+            return self._responses.pop(0)
+        raise grpc.aio.AioRpcError(
+            grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), details="Socket closed"
+        )
+
+    def cancel(self) -> bool:
+        return True
+
+
+class Subscriber:
+    """Stands in for WatchServiceStub.Subscribe: keeps a copy of each request (the Watch reuses its request and
+    moves its cursor on), answers each with one SYNCED marker, then loses the connection."""
+
+    def __init__(self) -> None:
+        self.requests: list[watch_pb2.SubscribeRequest] = []
+
+    def __call__(self, request: watch_pb2.SubscribeRequest) -> Subscription:
+        copy = watch_pb2.SubscribeRequest()
+        copy.CopyFrom(request)
+        self.requests.append(copy)
+        n = len(self.requests)
+        return Subscription(watch_pb2.SubscribeResponse(type=watch_pb2.EVENT_TYPE_SYNCED, cursor=f"c{n}"))
+
+
+@pytest.mark.parametrize(
+    ("view", "sent"),
+    [
+        pytest.param(None, None, id="none"),
+        pytest.param(consistd.View(), None, id="default-is-none"),
+        pytest.param(consistd.View(metadata_only=True), object_pb2.ObjectView(metadata_only=True), id="metadata-only"),
+        pytest.param(
+            consistd.View(fields=["spec.replicas", "metadata.labels"], managed_fields=True),
+            object_pb2.ObjectView(fields=["spec.replicas", "metadata.labels"], managed_fields=True),
+            id="projection-with-managed-fields",
+        ),
+    ],
+)
+async def test_a_watch_sends_its_view_on_every_subscribe_and_none_by_default(
+    tmp_path: Path, view: consistd.View | None, sent: object_pb2.ObjectView | None
+) -> None:
+    subscribe = Subscriber()
+    async with consistd.Client(tmp_path / "unused.sock") as client:
+        client._stub(watch_pb2_grpc.WatchServiceStub).Subscribe = subscribe
+        async with client.watch("deployments.apps", namespace="ns", view=view) as watch:
+            # The second SYNCED comes from the Subscribe after the first connection was lost.
+            assert [(await next_item(watch, 5)).cursor for _ in range(2)] == ["c1", "c2"]
+    assert [r.resume_cursor for r in subscribe.requests] == ["", "c1"]
+    for request in subscribe.requests:
+        if sent is None:
+            assert not request.HasField("view"), request
+        else:
+            assert request.HasField("view") and request.view == sent, request
+
+
+def test_a_view_keeps_its_fields_as_a_tuple_and_refuses_a_single_string() -> None:
+    paths = ["spec.replicas"]
+    view = consistd.View(fields=paths)
+    paths.append("status")
+    assert view.fields == ("spec.replicas",) and hash(view) == hash(consistd.View(fields=("spec.replicas",)))
+    with pytest.raises(TypeError, match="not one string"):
+        consistd.View(fields="spec.replicas")
+    # What the sidecar refuses (both set, more than 32 paths) goes as it is: the sidecar names the field.
+    both = consistd.View(metadata_only=True, fields=["data"]).to_proto()
+    assert both == object_pb2.ObjectView(metadata_only=True, fields=["data"])

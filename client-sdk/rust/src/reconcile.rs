@@ -23,8 +23,8 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use crate::{
     Client, Error, Objects,
     proto::{
-        Completion, CompletionRefused, Consistency, ElectionRef, KubeObject, ObjectQuery, Outcome, QueueSpec,
-        ReconcileRequest, RelatedQuery, RetryPolicy, WriteGuard, reconcile_request, reconcile_response,
+        Completion, CompletionRefused, Consistency, ElectionRef, KubeObject, ObjectQuery, ObjectView, Outcome,
+        QueueSpec, ReconcileRequest, RelatedQuery, RetryPolicy, WriteGuard, reconcile_request, reconcile_response,
         reconcile_service_client::ReconcileServiceClient, related_query::MapsBy,
     },
     retry::{Backoff, is_retryable},
@@ -92,6 +92,18 @@ impl ReconcileSpec {
     /// Only primary objects matching this field selector.
     pub fn fields(mut self, selector: impl Into<String>) -> Self {
         self.primary().field_selector = selector.into();
+        self
+    }
+
+    /// Hands out only each primary's metadata (see [`Watch::metadata_only`](crate::Watch::metadata_only)).
+    pub fn metadata_only(mut self) -> Self {
+        self.primary().view.get_or_insert_with(ObjectView::default).metadata_only = true;
+        self
+    }
+
+    /// Hands out only these fields of each primary (see [`Watch::project`](crate::Watch::project)).
+    pub fn project<P: Into<String>>(mut self, paths: impl IntoIterator<Item = P>) -> Self {
+        self.primary().view.get_or_insert_with(ObjectView::default).fields.extend(paths.into_iter().map(Into::into));
         self
     }
 
@@ -219,6 +231,18 @@ impl Related {
     /// Only related objects matching this field selector.
     pub fn fields(mut self, selector: impl Into<String>) -> Self {
         self.query().field_selector = selector.into();
+        self
+    }
+
+    /// Keeps only each related object's metadata: enough to map by owner, label or annotation.
+    pub fn metadata_only(mut self) -> Self {
+        self.query().view.get_or_insert_with(ObjectView::default).metadata_only = true;
+        self
+    }
+
+    /// Keeps only these fields of each related object; the daemon adds what the mapping reads.
+    pub fn project<P: Into<String>>(mut self, paths: impl IntoIterator<Item = P>) -> Self {
+        self.query().view.get_or_insert_with(ObjectView::default).fields.extend(paths.into_iter().map(Into::into));
         self
     }
 }
@@ -863,5 +887,19 @@ mod tests {
         let retry = proto.retry.expect("retry");
         assert_eq!(retry.base_delay, Some(prost_types::Duration { seconds: 0, nanos: 200_000_000 }));
         assert_eq!(proto.election.map(|e| e.election), Some("leader".into()));
+    }
+
+    #[test]
+    fn views_go_on_the_query_they_are_asked_of() {
+        let spec = ReconcileSpec::new("web", "configmaps")
+            .project(["data.field", "metadata.labels"])
+            .related(Related::by_label("secrets", "owner").metadata_only())
+            .related(Related::by_field("pods", "spec.configMapName").project(["status.phase"]));
+        let proto = QueueSpec::from(spec);
+        let view = |q: Option<&ObjectQuery>| q.and_then(|q| q.view.clone()).expect("a view");
+        assert_eq!(view(proto.primary.as_ref()).fields, ["data.field", "metadata.labels"]);
+        assert!(view(proto.related[0].query.as_ref()).metadata_only);
+        assert_eq!(view(proto.related[1].query.as_ref()).fields, ["status.phase"]);
+        assert_eq!(QueueSpec::from(ReconcileSpec::new("q", "pods")).primary.and_then(|p| p.view), None, "unset: whole");
     }
 }

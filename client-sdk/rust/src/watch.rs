@@ -5,7 +5,7 @@ use futures::{Stream, StreamExt as _};
 use crate::{
     Client, Error,
     own_writes::OwnWrites,
-    proto::{Consistency, DeliveryMode, EventType, KubeObject, SubscribeRequest, SubscribeResponse},
+    proto::{Consistency, DeliveryMode, EventType, KubeObject, ObjectView, SubscribeRequest, SubscribeResponse},
     retry::{Backoff, is_retryable},
 };
 
@@ -77,6 +77,27 @@ impl Watch {
     /// Only objects matching this field selector.
     pub fn fields(mut self, selector: impl Into<String>) -> Self {
         self.request.field_selector = selector.into();
+        self
+    }
+
+    /// Only each object's metadata, read with the apiserver's metadata-only requests (client-go's metadata
+    /// informer, controller-runtime's `OnlyMetadata`): no spec, status or data, a fraction of the memory.
+    pub fn metadata_only(mut self) -> Self {
+        self.request.view.get_or_insert_with(ObjectView::default).metadata_only = true;
+        self
+    }
+
+    /// Only these fields of each object, as dot-separated paths ("spec.replicas", "status.conditions",
+    /// "metadata.labels"), beside apiVersion, kind and the identity in metadata, which are always kept.
+    pub fn project<P: Into<String>>(mut self, paths: impl IntoIterator<Item = P>) -> Self {
+        let view = self.request.view.get_or_insert_with(ObjectView::default);
+        view.fields.extend(paths.into_iter().map(Into::into));
+        self
+    }
+
+    /// Keeps `metadata.managedFields`, which the daemon drops unless asked.
+    pub fn managed_fields(mut self) -> Self {
+        self.request.view.get_or_insert_with(ObjectView::default).managed_fields = true;
         self
     }
 
@@ -177,6 +198,15 @@ mod tests {
             consistency: Consistency::Consistent,
             predates_own_write: false,
         }
+    }
+
+    #[test]
+    fn a_view_is_unset_unless_asked_and_carries_what_was_asked() {
+        assert_eq!(Watch::new("configmaps").request.view, None, "the whole object without managedFields");
+        let metadata = Watch::new("configmaps").metadata_only().managed_fields().request.view.expect("a view");
+        assert!(metadata.metadata_only && metadata.managed_fields && metadata.fields.is_empty());
+        let projected = Watch::new("pods").project(["spec.nodeName"]).project(["status.phase"]).request.view;
+        assert_eq!(projected.map(|v| v.fields), Some(vec!["spec.nodeName".into(), "status.phase".into()]));
     }
 
     #[test]

@@ -45,7 +45,7 @@ export {
   WorkItem,
 } from "./reconcile.js";
 export { inject as injectTraceContext, context as messageContext, type TraceFields } from "./trace.js";
-export { WatchEvent, type WatchQuery } from "./watch.js";
+export { type ObjectView, WatchEvent, type WatchQuery } from "./watch.js";
 
 // The protocol's enums, by their short names (ts-proto's removeEnumPrefix): EventType.ADDED, Mode.CONSISTENT.
 export type { InboxMessage } from "./gen/consistd/v1/inbox.js";

@@ -9,7 +9,7 @@ import {
 } from "./gen/consistd/v1/objects.js";
 import { OwnWrites } from "./ownwrites.js";
 
-/** A Kubernetes object as the sidecar served it: the fields apps route by, and the whole object. */
+/** A Kubernetes object as the sidecar served it: the fields apps route by, and its JSON. */
 export class KubeObject<T = any> {
   /** metadata.uid: stable for the object's life; a re-created object has a new one. */
   readonly uid: string;
@@ -22,7 +22,11 @@ export class KubeObject<T = any> {
    * (KEP-5504), so two versions of one object compare as numbers; before 1.35, compare for equality only.
    */
   readonly resourceVersion: string;
-  /** The whole object as JSON bytes, as the apiserver served it. */
+  /**
+   * The object as JSON bytes, as the apiserver served it. From a watch or a queue, as its `view` keeps it (by
+   * default whole but for metadata.managedFields); from `objects`, whole (one read from a watch's cache has
+   * managedFields only if that watch keeps them).
+   */
   readonly raw: Uint8Array;
   private parsed?: T;
 
@@ -34,7 +38,7 @@ export class KubeObject<T = any> {
     this.raw = proto.json;
   }
 
-  /** The whole object (apiVersion, kind, metadata, spec, data, status, ...), parsed once on first use. */
+  /** The object (apiVersion, kind, metadata, spec, data, status, ...) of `raw`, parsed once on first use. */
   get json(): T {
     this.parsed ??= JSON.parse(Buffer.from(this.raw.buffer, this.raw.byteOffset, this.raw.byteLength).toString("utf8"));
     return this.parsed as T;

@@ -4,6 +4,7 @@ import { type Cancellable, messages } from "./call.js";
 import { ConsistdError, ended, isRetryable, toConsistdError } from "./errors.js";
 import {
   type Completion,
+  type ObjectQuery,
   Outcome,
   type QueueSpec,
   type ReconcileRequest,
@@ -18,6 +19,7 @@ import { duration } from "./leadership.js";
 import { type Guard, KubeObject, type Objects } from "./objects.js";
 import { refused } from "./ordered.js";
 import { Backoff } from "./retry.js";
+import { type ObjectView, toView } from "./watch.js";
 
 /** Objects of one resource: what a queue's primary or related query names. */
 export interface ReconcileQuery {
@@ -29,6 +31,12 @@ export interface ReconcileQuery {
   labelSelector?: string;
   /** A Kubernetes field selector, e.g. "metadata.name=cfg". */
   fieldSelector?: string;
+  /**
+   * How much of each object the queue's watch keeps and hands out (`WorkItem.object`), as for a watch; unset is
+   * the whole object without managedFields. A related query's projection also keeps what its mapping reads; a
+   * metadata-only one can map by owner, label, annotation or a field under metadata.
+   */
+  view?: ObjectView;
 }
 
 /**
@@ -446,12 +454,13 @@ function toQueueSpec(spec: ReconcileSpec): QueueSpec {
   };
 }
 
-function toQuery(query: ReconcileQuery) {
+function toQuery(query: ReconcileQuery): ObjectQuery {
   return {
     resource: query.resource,
     namespace: query.namespace ?? "",
     labelSelector: query.labelSelector ?? "",
     fieldSelector: query.fieldSelector ?? "",
+    view: toView(query.view),
   };
 }
 

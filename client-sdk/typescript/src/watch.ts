@@ -8,9 +8,37 @@ import {
   type SubscribeResponse,
   type WatchServiceClient,
 } from "./gen/consistd/v1/watch.js";
+import type { ObjectView as ObjectViewProto } from "./gen/consistd/v1/object.js";
 import { KubeObject } from "./objects.js";
 import type { OwnWrites } from "./ownwrites.js";
 import { Backoff } from "./retry.js";
+
+/**
+ * How much of each object a watch (or a queue's query) keeps and delivers: less held is less memory in the
+ * sidecar. Unset, objects come whole but for `metadata.managedFields`. Queries with different views are
+ * different upstream watches, each with its own cache; queries with the same view share one. The daemon
+ * refuses a view it cannot keep with INVALID_ARGUMENT naming the field, e.g. `view.fields[1]`.
+ *
+ *     { metadataOnly: true }                              // metadata only, as client-go's metadata informer
+ *     { fields: ["spec.replicas", "status.conditions"] }  // a projection
+ */
+export interface ObjectView {
+  /**
+   * Only each object's metadata, read with the apiserver's metadata-only requests (PartialObjectMetadata, as
+   * controller-runtime's OnlyMetadata): no spec, status or data; apiVersion and kind still name the resource.
+   * Not with `fields`.
+   */
+  metadataOnly?: boolean;
+  /**
+   * Only these fields, as dot-separated paths ("spec.replicas", "status.conditions", "metadata.labels"; a
+   * leading "." is allowed), beside apiVersion, kind and metadata's name, namespace, uid, resourceVersion,
+   * generation and deletionTimestamp, which every view keeps. An array is kept whole; a path the object does
+   * not have keeps nothing. At most 32 paths; not with `metadataOnly`.
+   */
+  fields?: string[];
+  /** Keep `metadata.managedFields` (server-side apply's bookkeeping), dropped by default. */
+  managedFields?: boolean;
+}
 
 /** What to watch. */
 export interface WatchQuery {
@@ -24,8 +52,10 @@ export interface WatchQuery {
   fieldSelector?: string;
   /** CONSISTENT (the default: states consistent with this pod's own writes) or RAW (every event). */
   mode?: DeliveryMode;
-  /** Start after the event with this cursor instead of from a fresh snapshot. */
+  /** Start after the event with this cursor instead of from a fresh snapshot (only a watch of the same view). */
   resumeCursor?: string;
+  /** How much of each object to keep and deliver; unset is the whole object without managedFields. */
+  view?: ObjectView;
 }
 
 /** One event of a watch, or one of its markers (SYNCED, RESYNC_REQUIRED). */
@@ -80,6 +110,7 @@ export async function* watch(
   const backoff = new Backoff();
   const mode = query.mode ?? DeliveryMode.CONSISTENT;
   let cursor = query.resumeCursor ?? "";
+  const view = toView(query.view);
   while (!signal?.aborted) {
     const call = service.subscribe({
       resource: query.resource,
@@ -88,6 +119,7 @@ export async function* watch(
       fieldSelector: query.fieldSelector ?? "",
       mode,
       resumeCursor: cursor,
+      view,
     });
     let failure: unknown = ended("watch");
     try {
@@ -106,6 +138,17 @@ export async function* watch(
     if (!isRetryable(failure)) throw failure;
     await backoff.wait(signal);
   }
+}
+
+/** The protocol's ObjectView for `view`: unset fields are their defaults; undefined (the default view) for none. */
+export function toView(view: ObjectView | undefined): ObjectViewProto | undefined {
+  return (
+    view && {
+      metadataOnly: view.metadataOnly ?? false,
+      fields: [...(view.fields ?? [])],
+      managedFields: view.managedFields ?? false,
+    }
+  );
 }
 
 /** ADDED and MODIFIED: the events the own-write rule may hold back (never DELETED or a marker). */

@@ -26,7 +26,7 @@ use self::{driver::Driver, keys::MapsBy, limiter::RetryPolicy, queue::Completion
 use crate::{
     fencing::Claim,
     leadership::{self, Leadership},
-    watch::{Hub, Query, ResourceError, object::Obj, resolve::ResourceId},
+    watch::{Hub, Query, ResourceError, object::Obj, resolve::ResourceId, view::View},
 };
 
 /// A lease not completed in this long goes back to the queue, unless the spec says otherwise.
@@ -43,6 +43,8 @@ pub struct ObjectQuery {
     pub label_selector: String,
     /// Field selector, as given.
     pub field_selector: String,
+    /// What of each object the watch keeps.
+    pub view: View,
 }
 
 impl ObjectQuery {
@@ -54,6 +56,7 @@ impl ObjectQuery {
             field_selector: self.field_selector.clone(),
             cursor: None,
             own: false,
+            view: self.view.clone(),
         }
     }
 }

@@ -12,6 +12,7 @@ pub mod resolve;
 pub(crate) mod selector;
 pub mod shared;
 mod subscription;
+pub mod view;
 
 use std::{fmt, str::FromStr};
 
@@ -19,7 +20,10 @@ pub use hub::{Hub, Query};
 pub use mirror::Mirror;
 pub use subscription::Subscription;
 
-use self::resolve::{ResolveError, ResourceId};
+use self::{
+    resolve::{ResolveError, ResourceId},
+    view::View,
+};
 
 /// What makes two subscriptions share one upstream watch.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -32,6 +36,8 @@ pub(crate) struct WatchKey {
     pub label_selector: String,
     /// Field selector, as given.
     pub field_selector: String,
+    /// What of each object is kept.
+    pub view: View,
 }
 
 /// A position in one watch incarnation's history, handed to apps as an opaque string.

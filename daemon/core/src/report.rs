@@ -73,7 +73,7 @@ pub struct WatchBudgetReport {
 /// One upstream watch's cached bytes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WatchBytesReport {
-    /// What it watches: resource, namespace and selectors, as one line.
+    /// What it watches: resource, namespace, selectors and view (unless the whole object), as one line.
     pub watch: String,
     /// The bytes its cached objects are charged.
     pub bytes: u64,

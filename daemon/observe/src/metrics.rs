@@ -180,6 +180,8 @@ pub struct WatchLabel {
     pub label_selector: String,
     /// The field selector, as given.
     pub field_selector: String,
+    /// What of each object it keeps: "full", "metadata", "fields:a.b,c", "+managedFields" when kept.
+    pub view: String,
 }
 
 /// The label of watch delivery latency: the subscriber's mode, raw or consistent.

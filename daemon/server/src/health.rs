@@ -163,10 +163,13 @@ impl Health {
                 .into_iter()
                 .map(|(w, bytes)| {
                     let mut watch = w.resource;
-                    for (name, value) in
-                        [("namespace", w.namespace), ("labels", w.label_selector), ("fields", w.field_selector)]
-                    {
-                        if !value.is_empty() {
+                    for (name, value) in [
+                        ("namespace", w.namespace),
+                        ("labels", w.label_selector),
+                        ("fields", w.field_selector),
+                        ("view", w.view),
+                    ] {
+                        if !value.is_empty() && value != "full" {
                             watch += &format!(" {name}={value}");
                         }
                     }

@@ -18,9 +18,34 @@ pub struct KubeObject {
     /// equality only.
     #[prost(string, tag = "4")]
     pub resource_version: ::prost::alloc::string::String,
-    /// The whole object (apiVersion, kind, metadata, spec, status, ...) as JSON.
+    /// The object (apiVersion, kind, metadata, spec, status, ...) as JSON. A watch's or a queue's objects are
+    /// as its ObjectView keeps them: by default whole but for metadata.managedFields. ObjectsService answers
+    /// with whole objects; one read from a watch's cache has managedFields only if that watch keeps them.
     #[prost(bytes = "bytes", tag = "5")]
     pub json: ::prost::bytes::Bytes,
+}
+/// ObjectView is how much of each object a watch keeps and delivers: less held is less memory in the
+/// sidecar (docs/BENCHMARKS.md). Queries with different views are different upstream watches, each with its
+/// own cache; queries with the same view share one. The default (no view) is the whole object without
+/// metadata.managedFields.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ObjectView {
+    /// Only each object's metadata, read with the apiserver's metadata-only requests (PartialObjectMetadata,
+    /// as client-go's metadata informer and controller-runtime's OnlyMetadata): no spec, status or data.
+    /// apiVersion and kind name the resource, as for a whole object. Not with fields.
+    #[prost(bool, tag = "1")]
+    pub metadata_only: bool,
+    /// Only these fields, as dot-separated paths of object fields ("spec.replicas", "status.conditions",
+    /// "metadata.labels"; a leading "." is allowed), beside apiVersion, kind and metadata's name, namespace,
+    /// uid, resourceVersion, generation and deletionTimestamp, which every view keeps. An array is kept
+    /// whole; a path the object does not have keeps nothing. At most 32 paths; not with metadata_only.
+    #[prost(string, repeated, tag = "2")]
+    pub fields: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    /// Keep metadata.managedFields, dropped otherwise: server-side apply's bookkeeping, often a large part of
+    /// an object's bytes and read by almost no controller.
+    #[prost(bool, tag = "3")]
+    pub managed_fields: bool,
 }
 /// Names an election and the term in which a write must be made. A write carrying a guard is refused
 /// with FAILED_PRECONDITION unless this daemon leads that election in exactly that term when it sends it.
@@ -103,6 +128,10 @@ pub struct SubscribeRequest {
     /// The cursor of the last event this subscriber processed; empty starts from a fresh snapshot.
     #[prost(string, tag = "6")]
     pub resume_cursor: ::prost::alloc::string::String,
+    /// How much of each object to keep and deliver; unset is the whole object without managedFields. A
+    /// cursor resumes only a watch of the same view.
+    #[prost(message, optional, tag = "7")]
+    pub view: ::core::option::Option<ObjectView>,
 }
 /// SubscribeResponse is one event or marker.
 #[allow(clippy::all)]
@@ -4505,6 +4534,11 @@ pub struct ObjectQuery {
     /// Kubernetes field selector; empty for none.
     #[prost(string, tag = "4")]
     pub field_selector: ::prost::alloc::string::String,
+    /// How much of each object the queue's watch keeps and hands out, as in WatchService.Subscribe. A related
+    /// query's projection also keeps what its maps_by reads; a metadata-only one can map by owner, label or
+    /// annotation, or a field under metadata.
+    #[prost(message, optional, tag = "5")]
+    pub view: ::core::option::Option<ObjectView>,
 }
 /// RelatedQuery is a watch whose objects name a primary key: a change to such an object queues that key.
 #[allow(clippy::all)]

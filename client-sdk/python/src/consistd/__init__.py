@@ -21,7 +21,7 @@ from .leadership import Campaign, LeadershipState, LeadershipStatus, LeaseTiming
 from .objects import Guard, Object, ObjectList, Objects, PatchType, PropagationPolicy
 from .outbox import Ack, AckOutcome, Destination, ElectionMembers, Peer, SentMessage, ServiceEndpoints
 from .reconcile import ReconcileHandler, Reconciler, ReconcileSpec, Related, Requeue, Terminal, WorkItem, requeue_after
-from .watch import Consistency, Event, EventType, Mode, Watch
+from .watch import Consistency, Event, EventType, Mode, View, Watch
 
 __all__ = [
     "DEFAULT_SOCKET",
@@ -59,6 +59,7 @@ __all__ = [
     "SentMessage",
     "ServiceEndpoints",
     "Terminal",
+    "View",
     "Watch",
     "WorkItem",
     "requeue_after",

@@ -33,7 +33,7 @@ from .v1 import (
     watch_pb2,
     watch_pb2_grpc,
 )
-from .watch import Mode, Watch
+from .watch import Mode, View, Watch, view_to_proto
 
 #: Where the sidecar listens unless ``CONSISTD_SOCKET`` says otherwise.
 DEFAULT_SOCKET = "/var/run/consistd/consistd.sock"
@@ -141,12 +141,16 @@ class Client:
         field_selector: str = "",
         mode: Mode = Mode.CONSISTENT,
         resume_cursor: str = "",
+        view: View | None = None,
     ) -> Watch:
         """Watches ``resource`` ("configmaps", "apps/v1/deployments", a kind, ...): the current objects
         as ADDED events, then SYNCED, then live changes, reconnecting and resuming on its own (see
         Watch). An empty namespace watches every namespace; ``resume_cursor`` starts after the event
-        with that cursor instead of from a fresh snapshot. An event older than a write this client made
-        to its object is dropped (CONSISTENT) or marked ``predates_own_write`` (RAW) as the app takes it."""
+        with that cursor instead of from a fresh snapshot (a cursor resumes only a watch of the same
+        view). ``view`` is how much of each object the sidecar keeps and delivers
+        (``View(metadata_only=True)``, ``View(fields=("spec.replicas",))``, see View); None is the whole
+        object without ``metadata.managedFields``. An event older than a write this client made to its
+        object is dropped (CONSISTENT) or marked ``predates_own_write`` (RAW) as the app takes it."""
         request = watch_pb2.SubscribeRequest(
             resource=resource,
             namespace=namespace,
@@ -154,6 +158,7 @@ class Client:
             field_selector=field_selector,
             mode=cast("watch_pb2.DeliveryMode", int(mode)),
             resume_cursor=resume_cursor,
+            view=view_to_proto(view),
         )
         return Watch(self._stub(watch_pb2_grpc.WatchServiceStub), request, self._own_writes)
 

@@ -85,12 +85,14 @@ class Object:
     #: metadata.resourceVersion: a decimal integer growing with every change on Kubernetes 1.35+
     #: (KEP-5504), so two versions of one object compare as numbers; before 1.35, compare for equality only.
     resource_version: str
-    #: The whole object as JSON text.
+    #: The object as JSON text. A watch's or a queue's objects are as its View keeps them: by default whole
+    #: but for metadata.managedFields. Reads and writes answer with whole objects; one read from a watch's
+    #: cache has managedFields only if that watch keeps them.
     raw: bytes
 
     @cached_property
     def json(self) -> dict[str, Any]:
-        """The whole object (apiVersion, kind, metadata, spec, ...), parsed once."""
+        """The object (apiVersion, kind, metadata, spec, ...; see ``raw``), parsed once."""
         parsed: dict[str, Any] = json.loads(self.raw)
         return parsed
 

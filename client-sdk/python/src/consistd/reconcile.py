@@ -20,7 +20,7 @@ from .inbox import call_handler
 from .objects import Guard, Object, Objects
 from .ordered import refused
 from .v1 import reconcile_pb2
-from .watch import Consistency
+from .watch import Consistency, View, view_to_proto
 
 if TYPE_CHECKING:
     from .v1.reconcile_pb2_grpc import ReconcileServiceStub
@@ -58,6 +58,10 @@ class Related:
     label: str = ""
     annotation: str = ""
     field: str = ""
+    #: How much of each related object the queue's watch keeps (see View); None: the whole object without
+    #: ``metadata.managedFields``. A projection also keeps what the mapping reads; a metadata-only view can map
+    #: by ``controller_owner``, ``label``, ``annotation``, or a ``field`` under metadata.
+    view: View | None = None
 
     def __post_init__(self) -> None:
         given = [name for name in _MAPS_BY if getattr(self, name)]
@@ -71,6 +75,7 @@ class Related:
             namespace=self.namespace,
             label_selector=self.label_selector,
             field_selector=self.field_selector,
+            view=view_to_proto(self.view),
         )
         maps_by = {name: getattr(self, name) for name in _MAPS_BY if getattr(self, name)}
         return reconcile_pb2.RelatedQuery(query=query, **maps_by)
@@ -92,6 +97,9 @@ class ReconcileSpec:
     namespace: str = ""
     label_selector: str = ""
     field_selector: str = ""
+    #: How much of each primary object the queue's watch keeps and hands out as ``WorkItem.object`` (see View);
+    #: None: the whole object without ``metadata.managedFields``.
+    view: View | None = None
     #: Other objects whose changes queue the primary they name.
     related: Sequence[Related] = ()
     #: How many handlers run at once (controller-runtime's MaxConcurrentReconciles); 1 to 10,000.
@@ -132,6 +140,7 @@ class ReconcileSpec:
                 namespace=self.namespace,
                 label_selector=self.label_selector,
                 field_selector=self.field_selector,
+                view=view_to_proto(self.view),
             ),
             related=[r.to_proto() for r in self.related],
             max_leases=self.max_leases,
@@ -152,8 +161,8 @@ class WorkItem:
     namespace: str
     #: ... and name.
     name: str
-    #: The primary as the sidecar's cache held it when the lease was granted (``.json``, ``.raw``); None
-    #: when a related object queued the key but no such primary exists.
+    #: The primary as the sidecar's cache held it when the lease was granted (``.json``, ``.raw``), as the
+    #: spec's ``view`` keeps it; None when a related object queued the key but no such primary exists.
     object: Object | None
     #: The primary was deleted: ``object`` is its last known state. Handed out once.
     deleted: bool

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -15,7 +16,7 @@ from ._own_writes import OwnWrites
 from ._retry import Backoff, is_retryable, task_cancelled
 from .errors import ConsistdError
 from .objects import Object
-from .v1 import watch_pb2
+from .v1 import object_pb2, watch_pb2
 
 if TYPE_CHECKING:
     from .v1.watch_pb2_grpc import WatchServiceStub
@@ -60,6 +61,50 @@ class Consistency(enum.IntEnum):
     """Exactly the state this pod's own write produced."""
     TIMED_OUT = watch_pb2.CONSISTENCY_TIMED_OUT
     """This pod's write was not seen in time; this is the latest state known."""
+
+
+@dataclass(frozen=True)
+class View:
+    """How much of each object a watch (or a queue's query) keeps in the sidecar and delivers (``ObjectView``):
+    less held is less memory in the sidecar. Queries with different views are different upstream watches, each
+    with its own cache; queries with the same view share one. ``View()`` (as no view) is the whole object
+    without ``metadata.managedFields``. The sidecar refuses a bad view with ConsistdError INVALID_ARGUMENT
+    naming the field (``view.fields[1]: ...``).
+
+    >>> consistd.View(metadata_only=True)                              # metadata only
+    >>> consistd.View(fields=("spec.replicas", "status.conditions"))  # a projection
+    """
+
+    #: Only each object's metadata, read with the apiserver's metadata-only requests (PartialObjectMetadata, as
+    #: client-go's metadata informer and controller-runtime's OnlyMetadata): no spec, status or data;
+    #: apiVersion and kind still name the resource. Not with ``fields``.
+    metadata_only: bool = False
+    #: Only these fields, as dot-separated paths ("spec.replicas", "status.conditions", "metadata.labels"),
+    #: beside apiVersion, kind and metadata's name, namespace, uid, resourceVersion, generation and
+    #: deletionTimestamp, which every view keeps. An array is kept whole; a path the object does not have
+    #: keeps nothing. At most 32 paths; not with ``metadata_only``. Kept as a tuple.
+    fields: Sequence[str] = ()
+    #: Keep ``metadata.managedFields`` (server-side apply's bookkeeping), dropped otherwise.
+    managed_fields: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.fields, str):
+            raise TypeError(f"View(fields={self.fields!r}): give a sequence of paths, not one string")
+        object.__setattr__(self, "fields", tuple(self.fields))
+
+    def to_proto(self) -> object_pb2.ObjectView:
+        """The protocol message."""
+        return object_pb2.ObjectView(
+            metadata_only=self.metadata_only, fields=self.fields, managed_fields=self.managed_fields
+        )
+
+
+def view_to_proto(view: View | None) -> object_pb2.ObjectView | None:
+    """The view as a request carries it: None (no view) for None and for ``View()``, so that such a request is
+    as one without views."""
+    if view is None or view == View():
+        return None
+    return view.to_proto()
 
 
 @dataclass(frozen=True)

@@ -674,6 +674,7 @@ mod tests {
                     namespace: "ns".into(),
                     label_selector: label_selector.into(),
                     field_selector: String::new(),
+                    view: crate::watch::view::View::default(),
                 };
                 SharedWatch::new(
                     key,
@@ -691,6 +692,7 @@ mod tests {
                     namespace: "ns".into(),
                     label_selector: String::new(),
                     field_selector: String::new(),
+                    view: crate::watch::view::View::default(),
                 },
                 related: Vec::new(),
                 retry: RetryPolicy::default(),

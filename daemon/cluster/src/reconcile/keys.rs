@@ -19,6 +19,19 @@ pub enum MapsBy {
     Field(Vec<String>),
 }
 
+impl MapsBy {
+    /// The path of the object it reads, which a projected watch must keep.
+    pub fn reads(&self) -> Vec<String> {
+        let metadata = |field: &str| vec!["metadata".to_owned(), field.to_owned()];
+        match self {
+            Self::ControllerOwner => metadata("ownerReferences"),
+            Self::Label(_) => metadata("labels"),
+            Self::Annotation(_) => metadata("annotations"),
+            Self::Field(path) => path.clone(),
+        }
+    }
+}
+
 /// The primary resource's identity, as owner references name it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct PrimaryKind {

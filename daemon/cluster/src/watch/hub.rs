@@ -8,7 +8,7 @@ use std::{
 
 use consistd_core::{config::WatchConfig, tasks::Tasks};
 use consistd_observe::metrics::Metrics;
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use kube::{
     Api, Client,
     api::{ListParams, WatchParams},
@@ -19,10 +19,10 @@ use super::{
     Cursor, ResourceError, Subscription, WatchKey,
     budget::{Budget, gauge},
     expectations::Expectations,
-    object::Obj,
-    object::RawObject,
+    object::{Obj, RawMetadata, RawObject},
     resolve::{ResolveError, Resolved, Resolver, ResourceId},
-    shared::{Budgeted, Limits, SharedWatch},
+    shared::{Budgeted, Limits, SharedWatch, Upstream},
+    view::View,
 };
 
 /// What an app asks to watch.
@@ -42,6 +42,8 @@ pub struct Query {
     /// The daemon's own work asks (an election's Leases, a group's members, a Service's endpoints), not
     /// an app: the watch's objects are counted in the memory budget but never refused.
     pub own: bool,
+    /// What of each object the watch keeps; queries with different views are different watches.
+    pub view: View,
 }
 
 /// Every shared watch of this daemon.
@@ -191,7 +193,10 @@ impl Hub {
             .values()
             .map(|h| &h.watch)
             .filter(|w| {
-                &w.key.resource == resource && w.key.label_selector.is_empty() && w.key.field_selector.is_empty()
+                &w.key.resource == resource
+                    && w.key.label_selector.is_empty()
+                    && w.key.field_selector.is_empty()
+                    && w.key.view.whole()
             })
             .find(|w| w.key.namespace.is_empty() || w.key.namespace == namespace)
             .filter(|w| w.is_synced())
@@ -212,12 +217,14 @@ impl Hub {
             namespace: query.namespace,
             label_selector: query.label_selector,
             field_selector: query.field_selector,
+            view: query.view,
         };
         let own = query.own;
         let watch = match self.acquire(&key, own) {
             Some(watch) => watch,
             None => {
-                let api = self.api(&key);
+                // The checks ask for metadata only: whatever the view, they need no object's data.
+                let api = self.api::<RawMetadata>(&key);
                 if let Err(error) = check_query(&api, &key).await {
                     if not_served(&error) {
                         // Resolved from a catalog that is out of date: the next resolve fetches it again.
@@ -226,20 +233,41 @@ impl Hub {
                     return Err(error);
                 }
                 let config = self.watcher_config(&api, &key).await?;
-                self.acquire_or_start(key, api, config, own)
+                let upstream = self.upstream(&key, config);
+                self.acquire_or_start(key, upstream, own)
             }
         };
         let joined = watch.join(query.cursor);
         Ok(Subscription::new(WatchClaim { hub: self.clone(), watch }, joined))
     }
 
-    fn api(&self, key: &WatchKey) -> Api<RawObject> {
+    fn api<K>(&self, key: &WatchKey) -> Api<K>
+    where
+        K: kube::Resource<DynamicType = kube::discovery::ApiResource, Scope = kube::core::DynamicResourceScope>,
+    {
         let ar = key.resource.api_resource();
         if key.namespace.is_empty() {
             Api::all_with(self.client.clone(), &ar)
         } else {
             Api::namespaced_with(self.client.clone(), &key.namespace, &ar)
         }
+    }
+
+    /// The upstream watch of `key` with `config`: whole objects, or metadata only with the apiserver's
+    /// metadata requests; each object shaped by the key's view before the watch holds it.
+    fn upstream(&self, key: &WatchKey, config: watcher::Config) -> Upstream {
+        let events = if key.view.metadata_only() {
+            watcher(self.api::<RawMetadata>(key), config).map_ok(unwrap_metadata).boxed()
+        } else {
+            watcher(self.api::<RawObject>(key), config).boxed()
+        };
+        let (view, api_version, kind) =
+            (key.view.clone(), key.resource.api_resource().api_version, key.resource.kind.clone());
+        events
+            .map_ok(move |event| {
+                event.modify(|raw| raw.json = view.shape(std::mem::take(&mut raw.json), &api_version, &kind))
+            })
+            .boxed()
     }
 
     /// Joins a running watch of `key`, if any (the daemon's `own` work marks it so).
@@ -262,13 +290,7 @@ impl Hub {
     }
 
     /// Joins the watch of `key`, starting it unless another subscriber started it meanwhile.
-    fn acquire_or_start(
-        &self,
-        key: WatchKey,
-        api: Api<RawObject>,
-        config: watcher::Config,
-        own: bool,
-    ) -> Arc<SharedWatch> {
+    fn acquire_or_start(&self, key: WatchKey, upstream: Upstream, own: bool) -> Arc<SharedWatch> {
         let mut watches = self.lock();
         self.metrics.watch_subscribers.inc();
         let held = watches.entry(key.clone()).or_insert_with(|| {
@@ -278,7 +300,7 @@ impl Hub {
                 SharedWatch::new(key.clone(), limits, budgeted, self.expectations.clone(), self.tasks.signal());
             tracing::info!(resource = %key.resource.plural, namespace = %key.namespace, label_selector = %key.label_selector, field_selector = %key.field_selector, "starting upstream watch");
             self.metrics.watch_upstreams.inc();
-            self.tasks.spawn(watch.clone().run(api, config, self.metrics.clone()));
+            self.tasks.spawn(watch.clone().run(upstream, self.metrics.clone()));
             Running { watch, subscribers: 0 }
         });
         if own {
@@ -320,7 +342,7 @@ impl Hub {
 
     /// kube-runtime's watcher configuration for `key`: bookmarks on, selectors, and streaming lists
     /// when the apiserver serves them.
-    async fn watcher_config(&self, api: &Api<RawObject>, key: &WatchKey) -> Result<watcher::Config, ResourceError> {
+    async fn watcher_config(&self, api: &Api<RawMetadata>, key: &WatchKey) -> Result<watcher::Config, ResourceError> {
         let known = self.streaming_lists.lock().unwrap_or_else(PoisonError::into_inner).get(&key.resource).copied();
         let streaming = match known {
             Some(streaming) => streaming,
@@ -357,9 +379,20 @@ fn guarantees_comparable_versions(major: &str, minor: &str) -> bool {
     }
 }
 
-/// Asks the apiserver for one object with each selector, so a bad selector, a forbidden resource or a
+/// A metadata-only watch's event, its objects as any other watch's.
+fn unwrap_metadata(event: watcher::Event<RawMetadata>) -> watcher::Event<RawObject> {
+    match event {
+        watcher::Event::Apply(o) => watcher::Event::Apply(o.0),
+        watcher::Event::Delete(o) => watcher::Event::Delete(o.0),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(o) => watcher::Event::InitApply(o.0),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
+}
+
+/// Asks the apiserver for one object's metadata with each selector, so a bad selector, a forbidden resource or a
 /// missing namespace is refused now, naming the field, instead of failing inside the upstream watch.
-async fn check_query(api: &Api<RawObject>, key: &WatchKey) -> Result<(), ResourceError> {
+async fn check_query(api: &Api<RawMetadata>, key: &WatchKey) -> Result<(), ResourceError> {
     // The field is named when the apiserver refused the request as invalid (400, 422): a refusal of the
     // list itself (403 from RBAC, 404) is not about the selector.
     let refused = |field: &str, source: kube::Error| {
@@ -389,7 +422,7 @@ fn not_served(error: &ResourceError) -> bool {
 
 /// Whether the apiserver answers a streaming-list watch (sendInitialEvents); older or restricted ones
 /// refuse it with 4xx, and the hub then lists and watches.
-async fn supports_streaming_lists(api: &Api<RawObject>) -> Result<bool, ResourceError> {
+async fn supports_streaming_lists(api: &Api<RawMetadata>) -> Result<bool, ResourceError> {
     let params = WatchParams::streaming_lists().timeout(1);
     let first = match api.watch(&params, "0").await {
         Ok(stream) => std::pin::pin!(stream).next().await.transpose().map(|_| ()),
@@ -424,7 +457,7 @@ mod tests {
         Client::new(service, "default")
     }
 
-    fn leases(client: Client) -> Api<RawObject> {
+    fn leases(client: Client) -> Api<RawMetadata> {
         let ar = kube::discovery::ApiResource {
             group: "coordination.k8s.io".into(),
             version: "v1".into(),
@@ -478,6 +511,7 @@ mod tests {
             namespace: "ns".into(),
             label_selector: String::new(),
             field_selector: String::new(),
+            view: View::default(),
         };
         let ended = || {
             let budgeted = Budgeted { budget: hub.budget.clone(), own: false };

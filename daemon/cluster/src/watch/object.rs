@@ -16,8 +16,8 @@ use super::budget::{Budget, Charge};
 pub struct RawObject {
     /// name, namespace, uid and resourceVersion only.
     metadata: ObjectMeta,
-    /// The object as the apiserver sent it.
-    json: Bytes,
+    /// The object as the apiserver sent it, until the watch's view shapes it.
+    pub(crate) json: Bytes,
 }
 
 /// The metadata fields the hub reads; everything else stays in the JSON.
@@ -77,6 +77,42 @@ impl Resource for RawObject {
     }
     fn meta_mut(&mut self) -> &mut ObjectMeta {
         &mut self.metadata
+    }
+}
+
+/// An object read with the apiserver's metadata-only requests (PartialObjectMetadata): the same as a
+/// [`RawObject`], but kube asks for metadata alone.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(transparent)]
+pub struct RawMetadata(pub RawObject);
+
+impl Resource for RawMetadata {
+    type DynamicType = ApiResource;
+    type Scope = DynamicResourceScope;
+
+    fn metadata_api() -> bool {
+        true
+    }
+    fn kind(dt: &ApiResource) -> Cow<'_, str> {
+        RawObject::kind(dt)
+    }
+    fn group(dt: &ApiResource) -> Cow<'_, str> {
+        RawObject::group(dt)
+    }
+    fn version(dt: &ApiResource) -> Cow<'_, str> {
+        RawObject::version(dt)
+    }
+    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+        RawObject::api_version(dt)
+    }
+    fn plural(dt: &ApiResource) -> Cow<'_, str> {
+        RawObject::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        self.0.meta()
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        self.0.meta_mut()
     }
 }
 

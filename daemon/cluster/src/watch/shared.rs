@@ -10,11 +10,8 @@ use std::{
 };
 
 use consistd_observe::metrics::{Metrics, WatchLabel};
-use futures::StreamExt;
-use kube::{
-    Api,
-    runtime::{WatchStreamExt, watcher},
-};
+use futures::{StreamExt, stream::BoxStream};
+use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -107,6 +104,9 @@ pub(crate) struct Budgeted {
 const RECENT_SCAN: usize = 1024;
 
 /// One upstream watch and its subscribers.
+/// The upstream watch's events, its objects shaped by the watch's view.
+pub(crate) type Upstream = BoxStream<'static, Result<watcher::Event<RawObject>, watcher::Error>>;
+
 #[derive(Debug)]
 pub(crate) struct SharedWatch {
     /// Random per incarnation, so a cursor from an earlier watch of the same query is recognised.
@@ -172,6 +172,7 @@ impl SharedWatch {
             namespace: key.namespace.clone(),
             label_selector: key.label_selector.clone(),
             field_selector: key.field_selector.clone(),
+            view: key.view.label(),
         };
         Arc::new(Self {
             incarnation: rand::random(),
@@ -333,8 +334,8 @@ impl SharedWatch {
 
     /// Runs the upstream watch until [`SharedWatch::stop`]: kube-runtime's watcher with bookmarks and
     /// backoff with jitter, applying each event to the cache and fanning it out.
-    pub(crate) async fn run(self: Arc<Self>, api: Api<RawObject>, config: watcher::Config, metrics: Metrics) {
-        let mut events = std::pin::pin!(watcher(api, config).default_backoff());
+    pub(crate) async fn run(self: Arc<Self>, upstream: Upstream, metrics: Metrics) {
+        let mut events = std::pin::pin!(upstream.default_backoff());
         loop {
             let event = tokio::select! {
                 () = self.stop.cancelled() => break,
@@ -583,6 +584,7 @@ mod tests {
             namespace: "ns".into(),
             label_selector: String::new(),
             field_selector: String::new(),
+            view: super::super::view::View::default(),
         };
         SharedWatch::new(key, Limits { queue, history }, budgeted, Expectations::default(), &CancellationToken::new())
     }

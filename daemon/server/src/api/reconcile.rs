@@ -155,7 +155,19 @@ impl ReconcileApi {
             .map(|(i, r)| {
                 let field = format!("spec.related[{i}]");
                 let maps_by = maps_by(&field, r.maps_by)?;
-                Ok((query(&format!("{field}.query"), r.query)?, maps_by))
+                let mut query = query(&format!("{field}.query"), r.query)?;
+                // A projection keeps what the mapping reads; metadata alone may not have it.
+                let reads = maps_by.reads();
+                if !query.view.keeps(&reads) {
+                    if query.view.metadata_only() {
+                        return Err(status::invalid_argument(
+                            &format!("{field}.query.view.metadata_only"),
+                            format!("maps_by reads {}, which metadata alone does not have", reads.join(".")),
+                        ));
+                    }
+                    query.view.keep(&reads);
+                }
+                Ok((query, maps_by))
             })
             .collect::<Result<Vec<_>, Status>>()?;
         if s.max_leases == 0 || s.max_leases > MAX_LEASES {
@@ -193,11 +205,13 @@ fn query(field: &str, q: Option<pb::ObjectQuery>) -> Result<ObjectQuery, Status>
             format!("{:?} is not a valid namespace name", q.namespace),
         ));
     }
+    let view = super::watch::view(&format!("{field}.view"), q.view.as_ref())?;
     Ok(ObjectQuery {
         resource: q.resource,
         namespace: q.namespace,
         label_selector: q.label_selector,
         field_selector: q.field_selector,
+        view,
     })
 }
 

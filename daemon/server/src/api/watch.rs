@@ -10,6 +10,7 @@ use consistd_cluster::watch::{
     expectations::Expectations,
     object::Obj,
     shared::{Change, Item},
+    view::View,
 };
 use consistd_core::{config::Service, tasks::Tasks};
 use consistd_observe::metrics::Metrics;
@@ -161,8 +162,16 @@ fn validate(r: &pb::SubscribeRequest) -> Result<(Query, pb::DeliveryMode), Statu
         field_selector: r.field_selector.clone(),
         cursor,
         own: false,
+        view: view("view", r.view.as_ref())?,
     };
     Ok((query, mode))
+}
+
+/// The view a request's `field` asks for; unset is the whole object without managedFields.
+pub(super) fn view(field: &str, v: Option<&pb::ObjectView>) -> Result<View, Status> {
+    let Some(v) = v else { return Ok(View::default()) };
+    View::new(v.metadata_only, &v.fields, v.managed_fields)
+        .map_err(|e| status::invalid_argument(&format!("{field}.{}", e.field), e.message))
 }
 
 /// RFC 1123 label: what Kubernetes accepts as a namespace name.

@@ -93,7 +93,9 @@ type KubeObject struct {
 	// change (KEP-5504), so two versions of one object compare as numbers; before 1.35, compare for
 	// equality only.
 	ResourceVersion string `protobuf:"bytes,4,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
-	// The whole object (apiVersion, kind, metadata, spec, status, ...) as JSON.
+	// The object (apiVersion, kind, metadata, spec, status, ...) as JSON. A watch's or a queue's objects are
+	// as its ObjectView keeps them: by default whole but for metadata.managedFields. ObjectsService answers
+	// with whole objects; one read from a watch's cache has managedFields only if that watch keeps them.
 	Json          []byte `protobuf:"bytes,5,opt,name=json,proto3" json:"json,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -164,6 +166,79 @@ func (x *KubeObject) GetJson() []byte {
 	return nil
 }
 
+// ObjectView is how much of each object a watch keeps and delivers: less held is less memory in the
+// sidecar (docs/BENCHMARKS.md). Queries with different views are different upstream watches, each with its
+// own cache; queries with the same view share one. The default (no view) is the whole object without
+// metadata.managedFields.
+type ObjectView struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only each object's metadata, read with the apiserver's metadata-only requests (PartialObjectMetadata,
+	// as client-go's metadata informer and controller-runtime's OnlyMetadata): no spec, status or data.
+	// apiVersion and kind name the resource, as for a whole object. Not with fields.
+	MetadataOnly bool `protobuf:"varint,1,opt,name=metadata_only,json=metadataOnly,proto3" json:"metadata_only,omitempty"`
+	// Only these fields, as dot-separated paths of object fields ("spec.replicas", "status.conditions",
+	// "metadata.labels"; a leading "." is allowed), beside apiVersion, kind and metadata's name, namespace,
+	// uid, resourceVersion, generation and deletionTimestamp, which every view keeps. An array is kept
+	// whole; a path the object does not have keeps nothing. At most 32 paths; not with metadata_only.
+	Fields []string `protobuf:"bytes,2,rep,name=fields,proto3" json:"fields,omitempty"`
+	// Keep metadata.managedFields, dropped otherwise: server-side apply's bookkeeping, often a large part of
+	// an object's bytes and read by almost no controller.
+	ManagedFields bool `protobuf:"varint,3,opt,name=managed_fields,json=managedFields,proto3" json:"managed_fields,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ObjectView) Reset() {
+	*x = ObjectView{}
+	mi := &file_consistd_v1_object_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObjectView) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObjectView) ProtoMessage() {}
+
+func (x *ObjectView) ProtoReflect() protoreflect.Message {
+	mi := &file_consistd_v1_object_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObjectView.ProtoReflect.Descriptor instead.
+func (*ObjectView) Descriptor() ([]byte, []int) {
+	return file_consistd_v1_object_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ObjectView) GetMetadataOnly() bool {
+	if x != nil {
+		return x.MetadataOnly
+	}
+	return false
+}
+
+func (x *ObjectView) GetFields() []string {
+	if x != nil {
+		return x.Fields
+	}
+	return nil
+}
+
+func (x *ObjectView) GetManagedFields() bool {
+	if x != nil {
+		return x.ManagedFields
+	}
+	return false
+}
+
 // Names an election and the term in which a write must be made. A write carrying a guard is refused
 // with FAILED_PRECONDITION unless this daemon leads that election in exactly that term when it sends it.
 // Where the apiserver fences claims, a guarded write (but a delete) also stamps the object with its claim,
@@ -184,7 +259,7 @@ type WriteGuard struct {
 
 func (x *WriteGuard) Reset() {
 	*x = WriteGuard{}
-	mi := &file_consistd_v1_object_proto_msgTypes[1]
+	mi := &file_consistd_v1_object_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -196,7 +271,7 @@ func (x *WriteGuard) String() string {
 func (*WriteGuard) ProtoMessage() {}
 
 func (x *WriteGuard) ProtoReflect() protoreflect.Message {
-	mi := &file_consistd_v1_object_proto_msgTypes[1]
+	mi := &file_consistd_v1_object_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -209,7 +284,7 @@ func (x *WriteGuard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteGuard.ProtoReflect.Descriptor instead.
 func (*WriteGuard) Descriptor() ([]byte, []int) {
-	return file_consistd_v1_object_proto_rawDescGZIP(), []int{1}
+	return file_consistd_v1_object_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *WriteGuard) GetElection() string {
@@ -244,7 +319,12 @@ const file_consistd_v1_object_proto_rawDesc = "" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x03 \x01(\tR\x04name\x12)\n" +
 	"\x10resource_version\x18\x04 \x01(\tR\x0fresourceVersion\x12\x12\n" +
-	"\x04json\x18\x05 \x01(\fR\x04json\"Z\n" +
+	"\x04json\x18\x05 \x01(\fR\x04json\"p\n" +
+	"\n" +
+	"ObjectView\x12#\n" +
+	"\rmetadata_only\x18\x01 \x01(\bR\fmetadataOnly\x12\x16\n" +
+	"\x06fields\x18\x02 \x03(\tR\x06fields\x12%\n" +
+	"\x0emanaged_fields\x18\x03 \x01(\bR\rmanagedFields\"Z\n" +
 	"\n" +
 	"WriteGuard\x12\x1a\n" +
 	"\belection\x18\x01 \x01(\tR\belection\x12\x1c\n" +
@@ -269,11 +349,12 @@ func file_consistd_v1_object_proto_rawDescGZIP() []byte {
 }
 
 var file_consistd_v1_object_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_consistd_v1_object_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_consistd_v1_object_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_consistd_v1_object_proto_goTypes = []any{
 	(Fence)(0),         // 0: consistd.v1.Fence
 	(*KubeObject)(nil), // 1: consistd.v1.KubeObject
-	(*WriteGuard)(nil), // 2: consistd.v1.WriteGuard
+	(*ObjectView)(nil), // 2: consistd.v1.ObjectView
+	(*WriteGuard)(nil), // 3: consistd.v1.WriteGuard
 }
 var file_consistd_v1_object_proto_depIdxs = []int32{
 	0, // [0:0] is the sub-list for method output_type
@@ -294,7 +375,7 @@ func file_consistd_v1_object_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_consistd_v1_object_proto_rawDesc), len(file_consistd_v1_object_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   2,
+			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -287,6 +287,10 @@ type ObjectQuery struct {
 	LabelSelector string `protobuf:"bytes,3,opt,name=label_selector,json=labelSelector,proto3" json:"label_selector,omitempty"`
 	// Kubernetes field selector; empty for none.
 	FieldSelector string `protobuf:"bytes,4,opt,name=field_selector,json=fieldSelector,proto3" json:"field_selector,omitempty"`
+	// How much of each object the queue's watch keeps and hands out, as in WatchService.Subscribe. A related
+	// query's projection also keeps what its maps_by reads; a metadata-only one can map by owner, label or
+	// annotation, or a field under metadata.
+	View          *ObjectView `protobuf:"bytes,5,opt,name=view,proto3" json:"view,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -347,6 +351,13 @@ func (x *ObjectQuery) GetFieldSelector() string {
 		return x.FieldSelector
 	}
 	return ""
+}
+
+func (x *ObjectQuery) GetView() *ObjectView {
+	if x != nil {
+		return x.View
+	}
+	return nil
 }
 
 // RelatedQuery is a watch whose objects name a primary key: a change to such an object queues that key.
@@ -1048,12 +1059,13 @@ const file_consistd_v1_reconcile_proto_rawDesc = "" +
 	"max_leases\x18\x04 \x01(\rR\tmaxLeases\x12.\n" +
 	"\x05retry\x18\x05 \x01(\v2\x18.consistd.v1.RetryPolicyR\x05retry\x12>\n" +
 	"\rlease_timeout\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\fleaseTimeout\x124\n" +
-	"\belection\x18\a \x01(\v2\x18.consistd.v1.ElectionRefR\belection\"\x95\x01\n" +
+	"\belection\x18\a \x01(\v2\x18.consistd.v1.ElectionRefR\belection\"\xc2\x01\n" +
 	"\vObjectQuery\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12%\n" +
 	"\x0elabel_selector\x18\x03 \x01(\tR\rlabelSelector\x12%\n" +
-	"\x0efield_selector\x18\x04 \x01(\tR\rfieldSelector\"\xc8\x01\n" +
+	"\x0efield_selector\x18\x04 \x01(\tR\rfieldSelector\x12+\n" +
+	"\x04view\x18\x05 \x01(\v2\x17.consistd.v1.ObjectViewR\x04view\"\xc8\x01\n" +
 	"\fRelatedQuery\x12.\n" +
 	"\x05query\x18\x01 \x01(\v2\x18.consistd.v1.ObjectQueryR\x05query\x12+\n" +
 	"\x10controller_owner\x18\x02 \x01(\bH\x00R\x0fcontrollerOwner\x12\x16\n" +
@@ -1142,10 +1154,11 @@ var file_consistd_v1_reconcile_proto_goTypes = []any{
 	(*WorkItem)(nil),              // 10: consistd.v1.WorkItem
 	(*CompletionRefused)(nil),     // 11: consistd.v1.CompletionRefused
 	(*durationpb.Duration)(nil),   // 12: google.protobuf.Duration
-	(*KubeObject)(nil),            // 13: consistd.v1.KubeObject
-	(Consistency)(0),              // 14: consistd.v1.Consistency
-	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
-	(*Refusal)(nil),               // 16: consistd.v1.Refusal
+	(*ObjectView)(nil),            // 13: consistd.v1.ObjectView
+	(*KubeObject)(nil),            // 14: consistd.v1.KubeObject
+	(Consistency)(0),              // 15: consistd.v1.Consistency
+	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
+	(*Refusal)(nil),               // 17: consistd.v1.Refusal
 }
 var file_consistd_v1_reconcile_proto_depIdxs = []int32{
 	2,  // 0: consistd.v1.ReconcileRequest.spec:type_name -> consistd.v1.QueueSpec
@@ -1155,25 +1168,26 @@ var file_consistd_v1_reconcile_proto_depIdxs = []int32{
 	5,  // 4: consistd.v1.QueueSpec.retry:type_name -> consistd.v1.RetryPolicy
 	12, // 5: consistd.v1.QueueSpec.lease_timeout:type_name -> google.protobuf.Duration
 	6,  // 6: consistd.v1.QueueSpec.election:type_name -> consistd.v1.ElectionRef
-	3,  // 7: consistd.v1.RelatedQuery.query:type_name -> consistd.v1.ObjectQuery
-	12, // 8: consistd.v1.RetryPolicy.base_delay:type_name -> google.protobuf.Duration
-	12, // 9: consistd.v1.RetryPolicy.max_delay:type_name -> google.protobuf.Duration
-	0,  // 10: consistd.v1.Completion.outcome:type_name -> consistd.v1.Outcome
-	12, // 11: consistd.v1.Completion.requeue_after:type_name -> google.protobuf.Duration
-	9,  // 12: consistd.v1.ReconcileResponse.started:type_name -> consistd.v1.QueueStarted
-	10, // 13: consistd.v1.ReconcileResponse.item:type_name -> consistd.v1.WorkItem
-	11, // 14: consistd.v1.ReconcileResponse.refused:type_name -> consistd.v1.CompletionRefused
-	13, // 15: consistd.v1.WorkItem.object:type_name -> consistd.v1.KubeObject
-	14, // 16: consistd.v1.WorkItem.consistency:type_name -> consistd.v1.Consistency
-	15, // 17: consistd.v1.WorkItem.expires_at:type_name -> google.protobuf.Timestamp
-	16, // 18: consistd.v1.CompletionRefused.refusal:type_name -> consistd.v1.Refusal
-	1,  // 19: consistd.v1.ReconcileService.Reconcile:input_type -> consistd.v1.ReconcileRequest
-	8,  // 20: consistd.v1.ReconcileService.Reconcile:output_type -> consistd.v1.ReconcileResponse
-	20, // [20:21] is the sub-list for method output_type
-	19, // [19:20] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	13, // 7: consistd.v1.ObjectQuery.view:type_name -> consistd.v1.ObjectView
+	3,  // 8: consistd.v1.RelatedQuery.query:type_name -> consistd.v1.ObjectQuery
+	12, // 9: consistd.v1.RetryPolicy.base_delay:type_name -> google.protobuf.Duration
+	12, // 10: consistd.v1.RetryPolicy.max_delay:type_name -> google.protobuf.Duration
+	0,  // 11: consistd.v1.Completion.outcome:type_name -> consistd.v1.Outcome
+	12, // 12: consistd.v1.Completion.requeue_after:type_name -> google.protobuf.Duration
+	9,  // 13: consistd.v1.ReconcileResponse.started:type_name -> consistd.v1.QueueStarted
+	10, // 14: consistd.v1.ReconcileResponse.item:type_name -> consistd.v1.WorkItem
+	11, // 15: consistd.v1.ReconcileResponse.refused:type_name -> consistd.v1.CompletionRefused
+	14, // 16: consistd.v1.WorkItem.object:type_name -> consistd.v1.KubeObject
+	15, // 17: consistd.v1.WorkItem.consistency:type_name -> consistd.v1.Consistency
+	16, // 18: consistd.v1.WorkItem.expires_at:type_name -> google.protobuf.Timestamp
+	17, // 19: consistd.v1.CompletionRefused.refusal:type_name -> consistd.v1.Refusal
+	1,  // 20: consistd.v1.ReconcileService.Reconcile:input_type -> consistd.v1.ReconcileRequest
+	8,  // 21: consistd.v1.ReconcileService.Reconcile:output_type -> consistd.v1.ReconcileResponse
+	21, // [21:22] is the sub-list for method output_type
+	20, // [20:21] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_consistd_v1_reconcile_proto_init() }

@@ -247,7 +247,10 @@ type SubscribeRequest struct {
 	// RAW or CONSISTENT; UNSPECIFIED is refused.
 	Mode DeliveryMode `protobuf:"varint,5,opt,name=mode,proto3,enum=consistd.v1.DeliveryMode" json:"mode,omitempty"`
 	// The cursor of the last event this subscriber processed; empty starts from a fresh snapshot.
-	ResumeCursor  string `protobuf:"bytes,6,opt,name=resume_cursor,json=resumeCursor,proto3" json:"resume_cursor,omitempty"`
+	ResumeCursor string `protobuf:"bytes,6,opt,name=resume_cursor,json=resumeCursor,proto3" json:"resume_cursor,omitempty"`
+	// How much of each object to keep and deliver; unset is the whole object without managedFields. A
+	// cursor resumes only a watch of the same view.
+	View          *ObjectView `protobuf:"bytes,7,opt,name=view,proto3" json:"view,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -322,6 +325,13 @@ func (x *SubscribeRequest) GetResumeCursor() string {
 		return x.ResumeCursor
 	}
 	return ""
+}
+
+func (x *SubscribeRequest) GetView() *ObjectView {
+	if x != nil {
+		return x.View
+	}
+	return nil
 }
 
 // SubscribeResponse is one event or marker.
@@ -401,14 +411,15 @@ var File_consistd_v1_watch_proto protoreflect.FileDescriptor
 
 const file_consistd_v1_watch_proto_rawDesc = "" +
 	"\n" +
-	"\x17consistd/v1/watch.proto\x12\vconsistd.v1\x1a\x18consistd/v1/object.proto\"\xee\x01\n" +
+	"\x17consistd/v1/watch.proto\x12\vconsistd.v1\x1a\x18consistd/v1/object.proto\"\x9b\x02\n" +
 	"\x10SubscribeRequest\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12%\n" +
 	"\x0elabel_selector\x18\x03 \x01(\tR\rlabelSelector\x12%\n" +
 	"\x0efield_selector\x18\x04 \x01(\tR\rfieldSelector\x12-\n" +
 	"\x04mode\x18\x05 \x01(\x0e2\x19.consistd.v1.DeliveryModeR\x04mode\x12#\n" +
-	"\rresume_cursor\x18\x06 \x01(\tR\fresumeCursor\"\xc4\x01\n" +
+	"\rresume_cursor\x18\x06 \x01(\tR\fresumeCursor\x12+\n" +
+	"\x04view\x18\a \x01(\v2\x17.consistd.v1.ObjectViewR\x04view\"\xc4\x01\n" +
 	"\x11SubscribeResponse\x12*\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x16.consistd.v1.EventTypeR\x04type\x12/\n" +
 	"\x06object\x18\x02 \x01(\v2\x17.consistd.v1.KubeObjectR\x06object\x12\x16\n" +
@@ -456,20 +467,22 @@ var file_consistd_v1_watch_proto_goTypes = []any{
 	(Consistency)(0),          // 2: consistd.v1.Consistency
 	(*SubscribeRequest)(nil),  // 3: consistd.v1.SubscribeRequest
 	(*SubscribeResponse)(nil), // 4: consistd.v1.SubscribeResponse
-	(*KubeObject)(nil),        // 5: consistd.v1.KubeObject
+	(*ObjectView)(nil),        // 5: consistd.v1.ObjectView
+	(*KubeObject)(nil),        // 6: consistd.v1.KubeObject
 }
 var file_consistd_v1_watch_proto_depIdxs = []int32{
 	0, // 0: consistd.v1.SubscribeRequest.mode:type_name -> consistd.v1.DeliveryMode
-	1, // 1: consistd.v1.SubscribeResponse.type:type_name -> consistd.v1.EventType
-	5, // 2: consistd.v1.SubscribeResponse.object:type_name -> consistd.v1.KubeObject
-	2, // 3: consistd.v1.SubscribeResponse.consistency:type_name -> consistd.v1.Consistency
-	3, // 4: consistd.v1.WatchService.Subscribe:input_type -> consistd.v1.SubscribeRequest
-	4, // 5: consistd.v1.WatchService.Subscribe:output_type -> consistd.v1.SubscribeResponse
-	5, // [5:6] is the sub-list for method output_type
-	4, // [4:5] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	5, // 1: consistd.v1.SubscribeRequest.view:type_name -> consistd.v1.ObjectView
+	1, // 2: consistd.v1.SubscribeResponse.type:type_name -> consistd.v1.EventType
+	6, // 3: consistd.v1.SubscribeResponse.object:type_name -> consistd.v1.KubeObject
+	2, // 4: consistd.v1.SubscribeResponse.consistency:type_name -> consistd.v1.Consistency
+	3, // 5: consistd.v1.WatchService.Subscribe:input_type -> consistd.v1.SubscribeRequest
+	4, // 6: consistd.v1.WatchService.Subscribe:output_type -> consistd.v1.SubscribeResponse
+	6, // [6:7] is the sub-list for method output_type
+	5, // [5:6] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_consistd_v1_watch_proto_init() }

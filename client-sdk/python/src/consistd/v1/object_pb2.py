@@ -24,17 +24,19 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x63onsistd/v1/object.proto\x12\x0b\x63onsistd.v1\"b\n\nKubeObject\x12\x0b\n\x03uid\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x18\n\x10resource_version\x18\x04 \x01(\t\x12\x0c\n\x04json\x18\x05 \x01(\x0c\"?\n\nWriteGuard\x12\x10\n\x08\x65lection\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04term\x18\x03 \x01(\x04*E\n\x05\x46\x65nce\x12\x15\n\x11\x46\x45NCE_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x46\x45NCE_APISERVER\x10\x01\x12\x10\n\x0c\x46\x45NCE_DAEMON\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x63onsistd/v1/object.proto\x12\x0b\x63onsistd.v1\"b\n\nKubeObject\x12\x0b\n\x03uid\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x18\n\x10resource_version\x18\x04 \x01(\t\x12\x0c\n\x04json\x18\x05 \x01(\x0c\"K\n\nObjectView\x12\x15\n\rmetadata_only\x18\x01 \x01(\x08\x12\x0e\n\x06\x66ields\x18\x02 \x03(\t\x12\x16\n\x0emanaged_fields\x18\x03 \x01(\x08\"?\n\nWriteGuard\x12\x10\n\x08\x65lection\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04term\x18\x03 \x01(\x04*E\n\x05\x46\x65nce\x12\x15\n\x11\x46\x45NCE_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x46\x45NCE_APISERVER\x10\x01\x12\x10\n\x0c\x46\x45NCE_DAEMON\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'consistd.v1.object_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_FENCE']._serialized_start=206
-  _globals['_FENCE']._serialized_end=275
+  _globals['_FENCE']._serialized_start=283
+  _globals['_FENCE']._serialized_end=352
   _globals['_KUBEOBJECT']._serialized_start=41
   _globals['_KUBEOBJECT']._serialized_end=139
-  _globals['_WRITEGUARD']._serialized_start=141
-  _globals['_WRITEGUARD']._serialized_end=204
+  _globals['_OBJECTVIEW']._serialized_start=141
+  _globals['_OBJECTVIEW']._serialized_end=216
+  _globals['_WRITEGUARD']._serialized_start=218
+  _globals['_WRITEGUARD']._serialized_end=281
 # @@protoc_insertion_point(module_scope)

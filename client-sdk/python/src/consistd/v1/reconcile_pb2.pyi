@@ -54,16 +54,18 @@ class QueueSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., primary: _Optional[_Union[ObjectQuery, _Mapping]] = ..., related: _Optional[_Iterable[_Union[RelatedQuery, _Mapping]]] = ..., max_leases: _Optional[int] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., lease_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., election: _Optional[_Union[ElectionRef, _Mapping]] = ...) -> None: ...
 
 class ObjectQuery(_message.Message):
-    __slots__ = ("resource", "namespace", "label_selector", "field_selector")
+    __slots__ = ("resource", "namespace", "label_selector", "field_selector", "view")
     RESOURCE_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     LABEL_SELECTOR_FIELD_NUMBER: _ClassVar[int]
     FIELD_SELECTOR_FIELD_NUMBER: _ClassVar[int]
+    VIEW_FIELD_NUMBER: _ClassVar[int]
     resource: str
     namespace: str
     label_selector: str
     field_selector: str
-    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., label_selector: _Optional[str] = ..., field_selector: _Optional[str] = ...) -> None: ...
+    view: _object_pb2.ObjectView
+    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., label_selector: _Optional[str] = ..., field_selector: _Optional[str] = ..., view: _Optional[_Union[_object_pb2.ObjectView, _Mapping]] = ...) -> None: ...
 
 class RelatedQuery(_message.Message):
     __slots__ = ("query", "controller_owner", "label", "annotation", "field")

@@ -45,20 +45,22 @@ CONSISTENCY_OWN_WRITE: Consistency
 CONSISTENCY_TIMED_OUT: Consistency
 
 class SubscribeRequest(_message.Message):
-    __slots__ = ("resource", "namespace", "label_selector", "field_selector", "mode", "resume_cursor")
+    __slots__ = ("resource", "namespace", "label_selector", "field_selector", "mode", "resume_cursor", "view")
     RESOURCE_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     LABEL_SELECTOR_FIELD_NUMBER: _ClassVar[int]
     FIELD_SELECTOR_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     RESUME_CURSOR_FIELD_NUMBER: _ClassVar[int]
+    VIEW_FIELD_NUMBER: _ClassVar[int]
     resource: str
     namespace: str
     label_selector: str
     field_selector: str
     mode: DeliveryMode
     resume_cursor: str
-    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., label_selector: _Optional[str] = ..., field_selector: _Optional[str] = ..., mode: _Optional[_Union[DeliveryMode, str]] = ..., resume_cursor: _Optional[str] = ...) -> None: ...
+    view: _object_pb2.ObjectView
+    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., label_selector: _Optional[str] = ..., field_selector: _Optional[str] = ..., mode: _Optional[_Union[DeliveryMode, str]] = ..., resume_cursor: _Optional[str] = ..., view: _Optional[_Union[_object_pb2.ObjectView, _Mapping]] = ...) -> None: ...
 
 class SubscribeResponse(_message.Message):
     __slots__ = ("type", "object", "cursor", "consistency")

@@ -44,8 +44,39 @@ export interface KubeObject {
    * equality only.
    */
   resourceVersion: string;
-  /** The whole object (apiVersion, kind, metadata, spec, status, ...) as JSON. */
+  /**
+   * The object (apiVersion, kind, metadata, spec, status, ...) as JSON. A watch's or a queue's objects are
+   * as its ObjectView keeps them: by default whole but for metadata.managedFields. ObjectsService answers
+   * with whole objects; one read from a watch's cache has managedFields only if that watch keeps them.
+   */
   json: Buffer;
+}
+
+/**
+ * ObjectView is how much of each object a watch keeps and delivers: less held is less memory in the
+ * sidecar (docs/BENCHMARKS.md). Queries with different views are different upstream watches, each with its
+ * own cache; queries with the same view share one. The default (no view) is the whole object without
+ * metadata.managedFields.
+ */
+export interface ObjectView {
+  /**
+   * Only each object's metadata, read with the apiserver's metadata-only requests (PartialObjectMetadata,
+   * as client-go's metadata informer and controller-runtime's OnlyMetadata): no spec, status or data.
+   * apiVersion and kind name the resource, as for a whole object. Not with fields.
+   */
+  metadataOnly: boolean;
+  /**
+   * Only these fields, as dot-separated paths of object fields ("spec.replicas", "status.conditions",
+   * "metadata.labels"; a leading "." is allowed), beside apiVersion, kind and metadata's name, namespace,
+   * uid, resourceVersion, generation and deletionTimestamp, which every view keeps. An array is kept
+   * whole; a path the object does not have keeps nothing. At most 32 paths; not with metadata_only.
+   */
+  fields: string[];
+  /**
+   * Keep metadata.managedFields, dropped otherwise: server-side apply's bookkeeping, often a large part of
+   * an object's bytes and read by almost no controller.
+   */
+  managedFields: boolean;
 }
 
 /**
@@ -166,6 +197,85 @@ export const KubeObject: MessageFns<KubeObject> = {
     message.name = object.name ?? "";
     message.resourceVersion = object.resourceVersion ?? "";
     message.json = object.json ?? Buffer.alloc(0);
+    return message;
+  },
+};
+
+function createBaseObjectView(): ObjectView {
+  return { metadataOnly: false, fields: [], managedFields: false };
+}
+
+export const ObjectView: MessageFns<ObjectView> = {
+  encode(message: ObjectView, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.metadataOnly !== false) {
+      writer.uint32(8).bool(message.metadataOnly);
+    }
+    for (const v of message.fields) {
+      writer.uint32(18).string(v!);
+    }
+    if (message.managedFields !== false) {
+      writer.uint32(24).bool(message.managedFields);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ObjectView {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseObjectView();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.metadataOnly = reader.bool();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.fields.push(reader.string());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.managedFields = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create(base?: DeepPartial<ObjectView>): ObjectView {
+    return ObjectView.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ObjectView>): ObjectView {
+    const message = createBaseObjectView();
+    message.metadataOnly = object.metadataOnly ?? false;
+    message.fields = object.fields?.map((e) => e) || [];
+    message.managedFields = object.managedFields ?? false;
     return message;
   },
 };

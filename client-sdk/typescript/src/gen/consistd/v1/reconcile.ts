@@ -19,7 +19,7 @@ import {
 } from "@grpc/grpc-js";
 import { Duration } from "../../google/protobuf/duration.js";
 import { Timestamp } from "../../google/protobuf/timestamp.js";
-import { KubeObject } from "./object.js";
+import { KubeObject, ObjectView } from "./object.js";
 import { Refusal } from "./refusal.js";
 import { Consistency } from "./watch.js";
 
@@ -99,6 +99,12 @@ export interface ObjectQuery {
   labelSelector: string;
   /** Kubernetes field selector; empty for none. */
   fieldSelector: string;
+  /**
+   * How much of each object the queue's watch keeps and hands out, as in WatchService.Subscribe. A related
+   * query's projection also keeps what its maps_by reads; a metadata-only one can map by owner, label or
+   * annotation, or a field under metadata.
+   */
+  view: ObjectView | undefined;
 }
 
 /** RelatedQuery is a watch whose objects name a primary key: a change to such an object queues that key. */
@@ -459,7 +465,7 @@ export const QueueSpec: MessageFns<QueueSpec> = {
 };
 
 function createBaseObjectQuery(): ObjectQuery {
-  return { resource: "", namespace: "", labelSelector: "", fieldSelector: "" };
+  return { resource: "", namespace: "", labelSelector: "", fieldSelector: "", view: undefined };
 }
 
 export const ObjectQuery: MessageFns<ObjectQuery> = {
@@ -475,6 +481,9 @@ export const ObjectQuery: MessageFns<ObjectQuery> = {
     }
     if (message.fieldSelector !== "") {
       writer.uint32(34).string(message.fieldSelector);
+    }
+    if (message.view !== undefined) {
+      ObjectView.encode(message.view, writer.uint32(42).fork()).join();
     }
     return writer;
   },
@@ -524,6 +533,14 @@ export const ObjectQuery: MessageFns<ObjectQuery> = {
             message.fieldSelector = reader.string();
             continue;
           }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.view = ObjectView.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -545,6 +562,9 @@ export const ObjectQuery: MessageFns<ObjectQuery> = {
     message.namespace = object.namespace ?? "";
     message.labelSelector = object.labelSelector ?? "";
     message.fieldSelector = object.fieldSelector ?? "";
+    message.view = (object.view !== undefined && object.view !== null)
+      ? ObjectView.fromPartial(object.view)
+      : undefined;
     return message;
   },
 };

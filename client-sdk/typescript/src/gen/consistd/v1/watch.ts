@@ -17,7 +17,7 @@ import {
   type Metadata,
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
-import { KubeObject } from "./object.js";
+import { KubeObject, ObjectView } from "./object.js";
 
 /** How a subscription wants its events. */
 export enum DeliveryMode {
@@ -101,6 +101,11 @@ export interface SubscribeRequest {
   mode: DeliveryMode;
   /** The cursor of the last event this subscriber processed; empty starts from a fresh snapshot. */
   resumeCursor: string;
+  /**
+   * How much of each object to keep and deliver; unset is the whole object without managedFields. A
+   * cursor resumes only a watch of the same view.
+   */
+  view: ObjectView | undefined;
 }
 
 /** SubscribeResponse is one event or marker. */
@@ -118,7 +123,15 @@ export interface SubscribeResponse {
 }
 
 function createBaseSubscribeRequest(): SubscribeRequest {
-  return { resource: "", namespace: "", labelSelector: "", fieldSelector: "", mode: 0, resumeCursor: "" };
+  return {
+    resource: "",
+    namespace: "",
+    labelSelector: "",
+    fieldSelector: "",
+    mode: 0,
+    resumeCursor: "",
+    view: undefined,
+  };
 }
 
 export const SubscribeRequest: MessageFns<SubscribeRequest> = {
@@ -140,6 +153,9 @@ export const SubscribeRequest: MessageFns<SubscribeRequest> = {
     }
     if (message.resumeCursor !== "") {
       writer.uint32(50).string(message.resumeCursor);
+    }
+    if (message.view !== undefined) {
+      ObjectView.encode(message.view, writer.uint32(58).fork()).join();
     }
     return writer;
   },
@@ -205,6 +221,14 @@ export const SubscribeRequest: MessageFns<SubscribeRequest> = {
             message.resumeCursor = reader.string();
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.view = ObjectView.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -228,6 +252,9 @@ export const SubscribeRequest: MessageFns<SubscribeRequest> = {
     message.fieldSelector = object.fieldSelector ?? "";
     message.mode = object.mode ?? 0;
     message.resumeCursor = object.resumeCursor ?? "";
+    message.view = (object.view !== undefined && object.view !== null)
+      ? ObjectView.fromPartial(object.view)
+      : undefined;
     return message;
   },
 };

@@ -13,7 +13,9 @@ import java.nio.charset.StandardCharsets;
  * @param resourceVersion metadata.resourceVersion. Kubernetes 1.35+ makes it a decimal integer that grows with
  *     every change (KEP-5504), so two versions of one object compare as numbers; before 1.35, compare for equality
  *     only
- * @param json the whole object (apiVersion, kind, metadata, spec, status, ...) as JSON, for the app's JSON library
+ * @param json the object (apiVersion, kind, metadata, spec, status, ...) as JSON, for the app's JSON library: from a
+ *     watch or a queue as its {@link ObjectView} keeps it (by default whole but for metadata.managedFields); from
+ *     {@link ObjectsClient} whole (one read from a watch's cache has managedFields only if that watch keeps them)
  */
 public record KubeObject(String uid, String namespace, String name, String resourceVersion, String json) {
   static KubeObject from(consistd.v1.Object.KubeObject o) {

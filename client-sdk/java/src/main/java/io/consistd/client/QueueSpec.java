@@ -16,9 +16,11 @@ import java.util.Objects;
 
 /**
  * The work queue a {@link Reconciler} works on, built from its name and primary resource: {@code
- * QueueSpec.of("web", "configmaps").namespace("default").labelSelector("app=web").maxLeases(4)}. Immutable; each
- * method returns a changed copy. Streams that give the same name share one queue in the sidecar (their specs must
- * be equal, else FAILED_PRECONDITION), so two processes of a pod never work on one key at once.
+ * QueueSpec.of("web", "configmaps").namespace("default").labelSelector("app=web").maxLeases(4)}; with {@code
+ * .view(ObjectView.onlyFields("spec", "status.conditions"))} its watch keeps (and its items carry) only those fields
+ * of each primary. Immutable; each method returns a changed copy. Streams that give the same name share one queue
+ * in the sidecar (their specs must be equal, else FAILED_PRECONDITION), so two processes of a pod never work on one
+ * key at once.
  *
  * @param name the queue's name: a DNS label (lowercase letters, digits, '-'), the {@code name} label of its
  *     metrics and the name {@code consistd status} shows
@@ -27,6 +29,8 @@ import java.util.Objects;
  * @param namespace the primary objects' namespace; empty for all namespaces (or a cluster-scoped resource)
  * @param labelSelector narrows the primary objects (a Kubernetes label selector; empty for none)
  * @param fieldSelector narrows the primary objects (a Kubernetes field selector; empty for none)
+ * @param view how much of each primary object the queue's watch keeps and {@link WorkItem#object()} carries;
+ *     {@link ObjectView#DEFAULT} is the whole object without managedFields
  * @param related other objects whose changes queue the primary they name
  * @param maxLeases how many keys are reconciled at once, as controller-runtime's {@code MaxConcurrentReconciles};
  *     0 means 1, at most 10000
@@ -42,6 +46,7 @@ public record QueueSpec(
     String namespace,
     String labelSelector,
     String fieldSelector,
+    ObjectView view,
     List<Related> related,
     int maxLeases,
     Retry retry,
@@ -51,17 +56,28 @@ public record QueueSpec(
   /**
    * A query whose objects name a primary key: a change to such an object queues that key. A value "name" names the
    * primary in the related object's own namespace; "namespace/name" names it anywhere (a cluster-scoped primary by
-   * "name"). Made with {@link #controllerOwner}, {@link #byLabel}, {@link #byAnnotation} or {@link #byField}.
+   * "name"). Made with {@link #controllerOwner}, {@link #byLabel}, {@link #byAnnotation} or {@link #byField}; its
+   * {@link #view(ObjectView)} says how much of each related object the queue's watch keeps: {@code
+   * Related.controllerOwner("pods", "default").view(ObjectView.onlyMetadata())}.
    *
    * @param resource the related resource, in any form a watch accepts
    * @param namespace their namespace; empty for all
    * @param labelSelector a Kubernetes label selector; empty for none
    * @param fieldSelector a Kubernetes field selector; empty for none
+   * @param view how much of each related object the queue's watch keeps; {@link ObjectView#DEFAULT} is the whole
+   *     object without managedFields. A projection also keeps what {@code mapsBy} reads; a metadata-only view can
+   *     map by controller owner, label, annotation or a field under metadata
    * @param mapsBy how an object names its primary; null sends none, which the daemon refuses naming the field
    * @param key the label, annotation or dot-separated field path; empty for {@link MapsBy#CONTROLLER_OWNER}
    */
   public record Related(
-      String resource, String namespace, String labelSelector, String fieldSelector, MapsBy mapsBy, String key) {
+      String resource,
+      String namespace,
+      String labelSelector,
+      String fieldSelector,
+      ObjectView view,
+      MapsBy mapsBy,
+      String key) {
     /** How a related object names its primary. */
     public enum MapsBy {
       /** Its controller ownerReference (controller: true) whose kind is the primary's. */
@@ -79,40 +95,55 @@ public record QueueSpec(
       Objects.requireNonNull(namespace, "namespace");
       Objects.requireNonNull(labelSelector, "labelSelector");
       Objects.requireNonNull(fieldSelector, "fieldSelector");
+      Objects.requireNonNull(view, "view");
       Objects.requireNonNull(key, "key");
+    }
+
+    /** A related query of the default view: the whole object without managedFields. */
+    public Related(
+        String resource, String namespace, String labelSelector, String fieldSelector, MapsBy mapsBy, String key) {
+      this(resource, namespace, labelSelector, fieldSelector, ObjectView.DEFAULT, mapsBy, key);
     }
 
     /** Objects of {@code resource} in {@code namespace} (empty: all) owned by a primary as its controller. */
     public static Related controllerOwner(String resource, String namespace) {
-      return new Related(resource, namespace, "", "", MapsBy.CONTROLLER_OWNER, "");
+      return new Related(resource, namespace, "", "", ObjectView.DEFAULT, MapsBy.CONTROLLER_OWNER, "");
     }
 
     /** Objects of {@code resource} in {@code namespace} (empty: all) naming their primary in label {@code label}. */
     public static Related byLabel(String resource, String namespace, String label) {
-      return new Related(resource, namespace, "", "", MapsBy.LABEL, label);
+      return new Related(resource, namespace, "", "", ObjectView.DEFAULT, MapsBy.LABEL, label);
     }
 
     /** Objects naming their primary in annotation {@code annotation}. */
     public static Related byAnnotation(String resource, String namespace, String annotation) {
-      return new Related(resource, namespace, "", "", MapsBy.ANNOTATION, annotation);
+      return new Related(resource, namespace, "", "", ObjectView.DEFAULT, MapsBy.ANNOTATION, annotation);
     }
 
     /** Objects naming their primary in the string at {@code path}, e.g. "spec.configMapName". */
     public static Related byField(String resource, String namespace, String path) {
-      return new Related(resource, namespace, "", "", MapsBy.FIELD, path);
+      return new Related(resource, namespace, "", "", ObjectView.DEFAULT, MapsBy.FIELD, path);
     }
 
     public Related labelSelector(String labelSelector) {
-      return new Related(resource, namespace, labelSelector, fieldSelector, mapsBy, key);
+      return new Related(resource, namespace, labelSelector, fieldSelector, view, mapsBy, key);
     }
 
     public Related fieldSelector(String fieldSelector) {
-      return new Related(resource, namespace, labelSelector, fieldSelector, mapsBy, key);
+      return new Related(resource, namespace, labelSelector, fieldSelector, view, mapsBy, key);
+    }
+
+    /**
+     * How much of each related object the queue's watch keeps: {@code ObjectView.onlyMetadata()}, {@code
+     * ObjectView.onlyFields("status.phase")}, or {@link ObjectView#DEFAULT}.
+     */
+    public Related view(ObjectView view) {
+      return new Related(resource, namespace, labelSelector, fieldSelector, view, mapsBy, key);
     }
 
     RelatedQuery toProto() {
       RelatedQuery.Builder q = RelatedQuery.newBuilder()
-          .setQuery(query(resource, namespace, labelSelector, fieldSelector));
+          .setQuery(query(resource, namespace, labelSelector, fieldSelector, view));
       if (mapsBy != null) {
         switch (mapsBy) {
           case CONTROLLER_OWNER -> q.setControllerOwner(true);
@@ -170,26 +201,53 @@ public record QueueSpec(
     Objects.requireNonNull(namespace, "namespace");
     Objects.requireNonNull(labelSelector, "labelSelector");
     Objects.requireNonNull(fieldSelector, "fieldSelector");
+    Objects.requireNonNull(view, "view");
     related = List.copyOf(related);
+  }
+
+  /** A spec of the default view of the primary objects: the whole object without managedFields. */
+  public QueueSpec(
+      String name,
+      String resource,
+      String namespace,
+      String labelSelector,
+      String fieldSelector,
+      List<Related> related,
+      int maxLeases,
+      Retry retry,
+      java.time.Duration leaseTimeout,
+      Election election) {
+    this(name, resource, namespace, labelSelector, fieldSelector, ObjectView.DEFAULT, related, maxLeases, retry,
+        leaseTimeout, election);
   }
 
   /** The queue {@code name} of every object of {@code resource} in every namespace, one lease at a time. */
   public static QueueSpec of(String name, String resource) {
-    return new QueueSpec(name, resource, "", "", "", List.of(), 0, null, null, null);
+    return new QueueSpec(name, resource, "", "", "", ObjectView.DEFAULT, List.of(), 0, null, null, null);
   }
 
   public QueueSpec namespace(String namespace) {
-    return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, related, maxLeases, retry,
+    return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
         leaseTimeout, election);
   }
 
   public QueueSpec labelSelector(String labelSelector) {
-    return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, related, maxLeases, retry,
+    return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
         leaseTimeout, election);
   }
 
   public QueueSpec fieldSelector(String fieldSelector) {
-    return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, related, maxLeases, retry,
+    return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
+        leaseTimeout, election);
+  }
+
+  /**
+   * How much of each primary object the queue's watch keeps and {@link WorkItem#object()} carries: {@code
+   * ObjectView.onlyMetadata()}, {@code ObjectView.onlyFields("spec", "status.conditions")}, or {@link
+   * ObjectView#DEFAULT}. A related query's view is its own ({@link Related#view(ObjectView)}).
+   */
+  public QueueSpec view(ObjectView view) {
+    return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
         leaseTimeout, election);
   }
 
@@ -197,28 +255,28 @@ public record QueueSpec(
   public QueueSpec related(Related... more) {
     List<Related> all = new ArrayList<>(related);
     all.addAll(Arrays.asList(more));
-    return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, all, maxLeases, retry,
+    return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, all, maxLeases, retry,
         leaseTimeout, election);
   }
 
   public QueueSpec maxLeases(int maxLeases) {
-    return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, related, maxLeases, retry,
+    return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
         leaseTimeout, election);
   }
 
   public QueueSpec retry(Retry retry) {
-    return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, related, maxLeases, retry,
+    return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
         leaseTimeout, election);
   }
 
   public QueueSpec leaseTimeout(java.time.Duration leaseTimeout) {
-    return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, related, maxLeases, retry,
+    return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
         leaseTimeout, election);
   }
 
   /** Hands out work only while this sidecar leads {@code election} in {@code namespace} (empty: its own). */
   public QueueSpec election(String election, String namespace) {
-    return new QueueSpec(name, resource, namespace(), labelSelector, fieldSelector, related, maxLeases, retry,
+    return new QueueSpec(name, resource, namespace(), labelSelector, fieldSelector, view, related, maxLeases, retry,
         leaseTimeout, new Election(election, namespace));
   }
 
@@ -237,7 +295,7 @@ public record QueueSpec(
     }
     consistd.v1.Reconcile.QueueSpec.Builder spec = consistd.v1.Reconcile.QueueSpec.newBuilder()
         .setName(name)
-        .setPrimary(query(resource, namespace, labelSelector, fieldSelector))
+        .setPrimary(query(resource, namespace, labelSelector, fieldSelector, view))
         .setMaxLeases(leases());
     for (Related r : related) {
       spec.addRelated(r.toProto());
@@ -264,10 +322,14 @@ public record QueueSpec(
     return ReconcileRequest.newBuilder().setSpec(spec).build();
   }
 
-  private static ObjectQuery query(String resource, String namespace, String labelSelector, String fieldSelector) {
-    return ObjectQuery.newBuilder()
-        .setResource(resource).setNamespace(namespace).setLabelSelector(labelSelector).setFieldSelector(fieldSelector)
-        .build();
+  private static ObjectQuery query(
+      String resource, String namespace, String labelSelector, String fieldSelector, ObjectView view) {
+    ObjectQuery.Builder q = ObjectQuery.newBuilder()
+        .setResource(resource).setNamespace(namespace).setLabelSelector(labelSelector).setFieldSelector(fieldSelector);
+    if (!view.isDefault()) {
+      q.setView(view.toProto());
+    }
+    return q.build();
   }
 
   /** Unset (the daemon's default) for null and zero; a negative one is sent, for the daemon to refuse by name. */
