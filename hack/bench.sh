@@ -21,7 +21,11 @@ if [ "$(cat "$venv/.consistd-bench" 2>/dev/null)" != "$want" ] || ! "$venv/bin/p
 fi
 export CONSISTD_BENCH_PYTHON=$venv/bin/python
 
-cargo bench -p consistd --bench watch --bench leadership --bench outbox --bench rollout --bench scale --bench kopf --bench reconcile --bench fencing --bench link
+# The informers' children, built first: the memory bench runs client-go's informer beside the daemon.
+(cd hack/bench/informers && GOTOOLCHAIN=local go build -o "$repo/target/bench/informers" . &&
+  GOTOOLCHAIN=local go build -o "$repo/target/bench/informers-app" ./app)
+export CONSISTD_BENCH_INFORMERS=$repo/target/bench/informers
+cargo bench -p consistd --bench watch --bench memory --bench leadership --bench outbox --bench rollout --bench scale --bench kopf --bench reconcile --bench fencing --bench link
 echo
 cargo build -q --release -p consistd
 CONSISTD_BIN=$repo/target/release/consistd cargo bench -p consistd-client --bench subscriber
@@ -35,8 +39,6 @@ for n in 25 100 250; do
 done
 echo
 echo "64 apps: a client-go informer in each, against one consistd shared by them:"
-(cd hack/bench/informers && GOTOOLCHAIN=local go build -o "$repo/target/bench/informers" . &&
-  GOTOOLCHAIN=local go build -o "$repo/target/bench/informers-app" ./app)
 KUBECONFIG=$CONSISTD_TEST_KUBECONFIG CONSISTD_BIN=$repo/target/release/consistd "$repo/target/bench/informers" run 64
 
 "$venv/bin/python" hack/bench/charts.py "$CONSISTD_BENCH_FIGURES" docs/bench

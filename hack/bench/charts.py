@@ -25,6 +25,8 @@ TITLES = {
     "sends-latency": "ACK-tracked sends: Send -> ACKED at 1,000 messages/s",
     "watch-latency": "One ConfigMap change: write -> arrival",
     "watch-fanout": "Watch fan-out from one shared watch",
+    "watch-memory-1kib": "Memory per watched 1 KiB ConfigMap, by view, beside client-go's informer",
+    "watch-memory-3kib": "Memory per watched 3 KiB ConfigMap, by view, beside client-go's informer",
     "barrier": "Replica barrier against replicas",
     "idle-requests": "apiserver requests of an idle daemon",
     "handover-at-scale": "Leadership change among N daemons",
@@ -47,6 +49,8 @@ DISTRIBUTIONS = {"sends-latency", "watch-latency", "fencing-write"}
 SAMPLES = {"fencing-window"}
 XLABELS = {
     "watch-fanout": "subscribers",
+    "watch-memory-1kib": "ConfigMaps watched",
+    "watch-memory-3kib": "ConfigMaps watched",
     "barrier": "replicas",
     "idle-requests": "daemons (or client-go candidates)",
     "handover-at-scale": "daemons",
@@ -54,7 +58,7 @@ XLABELS = {
 }
 # Lines with more points than this carry no figure at each point.
 ANNOTATED_POINTS = 12
-LOG_X = {"idle-requests", "watch-fanout", "barrier", "handover-at-scale"}
+LOG_X = {"watch-memory-1kib", "watch-memory-3kib", "idle-requests", "watch-fanout", "barrier", "handover-at-scale"}
 LOG_Y = {"handover-at-scale"}
 # Pods the idle load is projected to, from the sizes measured.
 PROJECTED = (1_000, 10_000)

@@ -6,6 +6,11 @@
 //
 //	informers run N              both sides with N app processes; prints table rows
 //	informers informer NS        (child) a client-go ConfigMap informer on NS
+//	informers memory NS MODE     (child of the memory bench, daemon/benches/memory.rs) a ConfigMap informer on
+//	                             NS, MODE plain or transform (dropping managedFields, the usual transform):
+//	                             prints "ready", starts on a line of stdin, prints "synced MS" once it holds
+//	                             the list; on the next line a forced GC, then "collected" (the informer's
+//	                             best case); ends when stdin closes
 //
 // The consistd side's apps are informers-app (./app, built beside this binary). Children print "synced" once
 // they hold the initial state, and their event count when stdin closes.
@@ -20,6 +25,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -27,6 +34,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
@@ -49,8 +57,10 @@ func main() {
 		run(n)
 	case len(os.Args) == 3 && os.Args[1] == "informer":
 		informer(os.Args[2])
+	case len(os.Args) == 4 && os.Args[1] == "memory":
+		memory(os.Args[2], os.Args[3] == "transform")
 	default:
-		fmt.Fprintln(os.Stderr, "usage: informers run N | informer NS")
+		fmt.Fprintln(os.Stderr, "usage: informers run N | informer NS | memory NS plain|transform")
 		os.Exit(2)
 	}
 }
@@ -79,6 +89,40 @@ func informer(ns string) {
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	cancel()
 	fmt.Printf("events %d\n", events.Load())
+}
+
+// memory holds ns's ConfigMaps in a client-go informer (without managedFields when transform) for the memory
+// bench, which reads this process's RSS before it starts, once it has synced and after a forced GC.
+func memory(ns string, transform bool) {
+	options := []informers.SharedInformerOption{informers.WithNamespace(ns)}
+	if transform {
+		options = append(options, informers.WithTransform(func(obj any) (any, error) {
+			if object, err := meta.Accessor(obj); err == nil {
+				object.SetManagedFields(nil)
+			}
+			return obj, nil
+		}))
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(client(), 0, options...)
+	configMaps := factory.Core().V1().ConfigMaps().Informer()
+	stdin := bufio.NewReader(os.Stdin)
+	fmt.Println("ready")
+	_, err := stdin.ReadString('\n')
+	must(err)
+	ctx, cancel := context.WithCancel(context.Background())
+	started := time.Now()
+	factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), configMaps.HasSynced) {
+		panic("the informer did not sync")
+	}
+	fmt.Printf("synced %d\n", time.Since(started).Milliseconds())
+	_, err = stdin.ReadString('\n')
+	must(err)
+	runtime.GC()
+	debug.FreeOSMemory()
+	fmt.Println("collected")
+	_, _ = io.Copy(io.Discard, stdin)
+	cancel()
 }
 
 // process is a running child (or the sidecar) whose resources are measured.

@@ -49,7 +49,9 @@ impl<'de> Deserialize<'de> for RawObject {
             resource_version: m.resource_version,
             ..ObjectMeta::default()
         };
-        Ok(Self { metadata, json: Bytes::copy_from_slice(raw.get().as_bytes()) })
+        // The decoded text becomes the bytes kept: no second copy.
+        let text: Box<str> = raw.into();
+        Ok(Self { metadata, json: Bytes::from(text.into_boxed_bytes()) })
     }
 }
 

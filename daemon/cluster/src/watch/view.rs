@@ -2,7 +2,7 @@
 //! named fields; managedFields only when asked. Shaping rewrites the apiserver's JSON without decoding more
 //! of it than the fields it drops or keeps, and keeps the order of the fields it keeps.
 
-use std::fmt;
+use std::{borrow::Cow, fmt};
 
 use bytes::Bytes;
 use serde::{
@@ -130,7 +130,8 @@ impl View {
 
     /// `json` (an object as the apiserver sent it) shaped by the view; `api_version` and `kind` name the
     /// resource (a metadata-only answer says PartialObjectMetadata, the view says what the object is).
-    /// JSON that is not an object is returned as it is.
+    /// JSON that is not an object is returned as it is. The result holds no spare capacity: it is what the
+    /// cache keeps.
     pub fn shape(&self, json: Bytes, api_version: &str, kind: &str) -> Bytes {
         if self.shape == Shape::Full && (self.managed_fields || !contains(&json, b"\"managedFields\"")) {
             return json;
@@ -138,16 +139,18 @@ impl View {
         let Ok(object) = serde_json::from_slice::<Fields<'_>>(&json) else { return json };
         let kept = object.0.iter().filter_map(|(key, value)| {
             let kept = match (&self.shape, key.as_ref()) {
-                (Shape::Metadata, "apiVersion") => string(api_version),
-                (Shape::Metadata, "kind") => string(kind),
-                (_, "metadata") => self.metadata(value),
-                (_, "apiVersion" | "kind") | (Shape::Full, _) => value.get().as_bytes().to_vec(),
+                (Shape::Metadata, "apiVersion") => Cow::Owned(string(api_version)),
+                (Shape::Metadata, "kind") => Cow::Owned(string(kind)),
+                (_, "metadata") => Cow::Owned(self.metadata(value)),
+                (_, "apiVersion" | "kind") | (Shape::Full, _) => Cow::Borrowed(value.get().as_bytes()),
                 (Shape::Metadata, _) => return None,
                 (Shape::Fields(paths), key) => project(value, key, paths)?,
             };
             Some((key.as_ref(), kept))
         });
-        Bytes::from(object_of(kept))
+        let mut out = object_of(kept, json.len());
+        out.shrink_to_fit();
+        Bytes::from(out)
     }
 
     /// The object's metadata as the view keeps it: all of it (managedFields only when asked), or for a
@@ -166,38 +169,40 @@ impl View {
             }
             let kept = match &under {
                 Some(under) if !IDENTITY.contains(&key.as_ref()) => project(value, key, under)?,
-                _ => value.get().as_bytes().to_vec(),
+                _ => Cow::Borrowed(value.get().as_bytes()),
             };
             Some((key.as_ref(), kept))
         });
-        object_of(kept)
+        object_of(kept, value.get().len())
     }
 }
 
 /// The value of field `key` as `paths` (relative to the object holding it) keep it, if at all.
-fn project(value: &RawValue, key: &str, paths: &[Vec<String>]) -> Option<Vec<u8>> {
+fn project<'a>(value: &'a RawValue, key: &str, paths: &[Vec<String>]) -> Option<Cow<'a, [u8]>> {
     let under: Vec<Vec<String>> = paths.iter().filter(|p| p[0] == key).map(|p| p[1..].to_vec()).collect();
     if under.is_empty() {
         return None;
     }
+    // Named whole, or not an object (an array, a string): kept whole.
+    let whole = Cow::Borrowed(value.get().as_bytes());
     if under.iter().any(Vec::is_empty) {
-        return Some(value.get().as_bytes().to_vec());
+        return Some(whole);
     }
-    // Not an object (an array, a string): kept whole.
-    let Ok(object) = serde_json::from_str::<Fields<'_>>(value.get()) else {
-        return Some(value.get().as_bytes().to_vec());
-    };
-    Some(object_of(object.0.iter().filter_map(|(k, v)| Some((k.as_ref(), project(v, k, &under)?)))))
+    let Ok(object) = serde_json::from_str::<Fields<'_>>(value.get()) else { return Some(whole) };
+    let kept = object.0.iter().filter_map(|(k, v)| Some((k.as_ref(), project(v, k, &under)?)));
+    Some(Cow::Owned(object_of(kept, 64)))
 }
 
-/// A JSON object of `fields`, each value already JSON, in their order.
-fn object_of<'a>(fields: impl Iterator<Item = (&'a str, Vec<u8>)>) -> Vec<u8> {
-    let mut out = vec![b'{'];
+/// A JSON object of `fields`, each value already JSON, in their order; `capacity` is a first guess.
+fn object_of<'a, 'v>(fields: impl Iterator<Item = (&'a str, Cow<'v, [u8]>)>, capacity: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(capacity);
+    out.push(b'{');
     for (i, (key, value)) in fields.enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        out.extend_from_slice(&string(key));
+        // A key is a JSON string: written escaped, as serde_json writes any string.
+        let _ = serde_json::to_writer(&mut out, key);
         out.push(b':');
         out.extend_from_slice(&value);
     }
@@ -238,7 +243,7 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 }
 
 /// A JSON object's fields in the order written, their values undecoded.
-struct Fields<'a>(Vec<(std::borrow::Cow<'a, str>, &'a RawValue)>);
+struct Fields<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
 
 impl<'de: 'a, 'a> Deserialize<'de> for Fields<'a> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -250,7 +255,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Fields<'a> {
             }
             fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Fields<'a>, M::Error> {
                 let mut fields = Vec::with_capacity(map.size_hint().unwrap_or(8));
-                while let Some((key, value)) = map.next_entry::<std::borrow::Cow<'de, str>, &'de RawValue>()? {
+                while let Some((key, value)) = map.next_entry::<Cow<'de, str>, &'de RawValue>()? {
                     fields.push((key, value));
                 }
                 Ok(Fields(fields))
