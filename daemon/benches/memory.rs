@@ -7,7 +7,8 @@
 //! to SYNCED; bytes the apiserver sent (through a counting proxy, gzip as each client negotiates it).
 //!
 //! Not a test: it asserts nothing about memory; it measures and prints. Needs the informer child built by
-//! hack/bench.sh (`CONSISTD_BENCH_INFORMERS`, default target/bench/informers).
+//! hack/bench.sh (`CONSISTD_BENCH_INFORMERS`, default target/bench/informers); `CONSISTD_BENCH_MEMORY_MOST`
+//! keeps only the sets of at most that many objects.
 
 use std::{
     io::{BufRead as _, BufReader, Write as _},
@@ -170,6 +171,10 @@ async fn through_informer(ns: &str, count: usize, who: &'static str, mode: &str)
 #[tokio::main]
 async fn main() {
     let kube = consistd_testkit::kube_client().await;
+    // `CONSISTD_BENCH_MEMORY_MOST=10000`: only the sets of at most that many objects (a quick look).
+    #[allow(clippy::disallowed_methods, reason = "the bench harness's switch, not the daemon's environment")]
+    let most: usize =
+        std::env::var("CONSISTD_BENCH_MEMORY_MOST").ok().and_then(|v| v.parse().ok()).unwrap_or(usize::MAX);
     println!("## Memory per watched object, by view, beside client-go's informer");
     println!();
     println!(
@@ -181,7 +186,7 @@ async fn main() {
         let ns = consistd_testkit::namespace(&kube).await;
         let api: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
         let mut have = 0;
-        for count in COUNTS {
+        for count in COUNTS.into_iter().filter(|c| *c <= most) {
             fill(&api, have, count, size).await;
             have = count;
             let mut rows = Vec::new();

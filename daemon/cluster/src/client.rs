@@ -18,7 +18,6 @@ use consistd_observe::telemetry;
 use futures::future::BoxFuture;
 use http::{Request, Response};
 use http_body_util::BodyExt as _;
-use hyper::body::Incoming;
 use hyper::body::{Body, Frame, SizeHint};
 use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::{
@@ -57,6 +56,10 @@ const PING_TIMEOUT: Duration = Duration::from_secs(20);
 /// connection per concurrent request: client-go's switch of the same name, for a proxy in front of the
 /// apiserver that mishandles HTTP/2.
 const DISABLE_HTTP2: &str = "DISABLE_HTTP2";
+
+mod watch_gzip;
+
+use self::watch_gzip::{WatchBody, WatchGzipLayer};
 
 /// Why no Kubernetes client could be built.
 #[derive(Debug, thiserror::Error)]
@@ -106,12 +109,14 @@ fn client(config: kube::Config, contact: &ApiContact, http2: bool) -> Result<kub
     let http = builder.build(https);
     let service = ServiceBuilder::new()
         .layer(NoteAnswers(contact.clone()))
-        .map_response(|response: Response<DecompressionBody<Incoming>>| {
+        .map_response(|response: Response<DecompressionBody<WatchBody>>| {
             response.map(|body| Box::new(body.map_err(BoxError::from)) as Box<DynBody>)
         })
         // Asks for gzip, as client-go does, unless the kubeconfig's `disable-compression` says not to: the
         // apiserver compresses a large list (a page, a List through ObjectsService) to a fraction.
         .layer(DecompressionLayer::new().gzip(!config.disable_compression))
+        // And for watches, which kube asks for uncompressed (watch_gzip.rs says why).
+        .layer(WatchGzipLayer { enabled: !config.disable_compression })
         .layer(config.base_uri_layer())
         .option_layer(config.default_retry.then(RetryPolicy::server_retry).map(RetryLayer::new))
         .option_layer(config.auth_layer().map_err(ClusterError::Client)?)
