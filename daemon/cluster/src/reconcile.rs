@@ -26,7 +26,7 @@ use self::{driver::Driver, keys::MapsBy, limiter::RetryPolicy, queue::Completion
 use crate::{
     fencing::Claim,
     leadership::{self, Leadership},
-    watch::{Hub, Query, ResourceError, object::Obj, resolve::ResourceId, view::View},
+    watch::{Hub, Query, ResourceError, object::Obj, resolve::ResourceId, view::ObjectView},
 };
 
 /// A lease not completed in this long goes back to the queue, unless the spec says otherwise.
@@ -44,7 +44,7 @@ pub struct ObjectQuery {
     /// Field selector, as given.
     pub field_selector: String,
     /// What of each object the watch keeps.
-    pub view: View,
+    pub view: ObjectView,
 }
 
 impl ObjectQuery {

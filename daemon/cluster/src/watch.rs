@@ -22,7 +22,7 @@ pub use subscription::Subscription;
 
 use self::{
     resolve::{ResolveError, ResourceId},
-    view::View,
+    view::ObjectView,
 };
 
 /// What makes two subscriptions share one upstream watch.
@@ -37,7 +37,7 @@ pub(crate) struct WatchKey {
     /// Field selector, as given.
     pub field_selector: String,
     /// What of each object is kept.
-    pub view: View,
+    pub view: ObjectView,
 }
 
 /// A position in one watch incarnation's history, handed to apps as an opaque string.

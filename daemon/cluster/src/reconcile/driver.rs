@@ -674,7 +674,7 @@ mod tests {
                     namespace: "ns".into(),
                     label_selector: label_selector.into(),
                     field_selector: String::new(),
-                    view: crate::watch::view::View::default(),
+                    view: crate::watch::view::ObjectView::default(),
                 };
                 SharedWatch::new(
                     key,
@@ -692,7 +692,7 @@ mod tests {
                     namespace: "ns".into(),
                     label_selector: String::new(),
                     field_selector: String::new(),
-                    view: crate::watch::view::View::default(),
+                    view: crate::watch::view::ObjectView::default(),
                 },
                 related: Vec::new(),
                 retry: RetryPolicy::default(),

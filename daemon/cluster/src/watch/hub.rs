@@ -22,7 +22,7 @@ use super::{
     object::{Obj, RawMetadata, RawObject},
     resolve::{ResolveError, Resolved, Resolver, ResourceId},
     shared::{Budgeted, Limits, SharedWatch, Upstream},
-    view::View,
+    view::ObjectView,
 };
 
 /// What an app asks to watch.
@@ -43,7 +43,7 @@ pub struct Query {
     /// an app: the watch's objects are counted in the memory budget but never refused.
     pub own: bool,
     /// What of each object the watch keeps; queries with different views are different watches.
-    pub view: View,
+    pub view: ObjectView,
 }
 
 /// Every shared watch of this daemon.
@@ -511,7 +511,7 @@ mod tests {
             namespace: "ns".into(),
             label_selector: String::new(),
             field_selector: String::new(),
-            view: View::default(),
+            view: ObjectView::default(),
         };
         let ended = || {
             let budgeted = Budgeted { budget: hub.budget.clone(), own: false };

@@ -584,7 +584,7 @@ mod tests {
             namespace: "ns".into(),
             label_selector: String::new(),
             field_selector: String::new(),
-            view: super::super::view::View::default(),
+            view: super::super::view::ObjectView::default(),
         };
         SharedWatch::new(key, Limits { queue, history }, budgeted, Expectations::default(), &CancellationToken::new())
     }

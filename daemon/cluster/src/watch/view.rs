@@ -20,7 +20,7 @@ const IDENTITY: [&str; 6] = ["name", "namespace", "uid", "resourceVersion", "gen
 
 /// What a watch keeps of each object. Two queries share an upstream watch only with equal views.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub struct View {
+pub struct ObjectView {
     /// How much of the object.
     pub shape: Shape,
     /// Whether `metadata.managedFields` is kept.
@@ -49,7 +49,7 @@ pub struct ViewError {
     pub message: String,
 }
 
-impl View {
+impl ObjectView {
     /// The view a request asks for: `metadata_only`, or the dot-separated `fields`, or neither; and
     /// whether managedFields are kept.
     pub fn new(metadata_only: bool, fields: &[String], managed_fields: bool) -> Result<Self, ViewError> {
@@ -273,20 +273,20 @@ mod tests {
 
     const OBJECT: &str = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"ns","uid":"u1","resourceVersion":"42","labels":{"app":"web","tier":"db"},"annotations":{"note":"x"},"managedFields":[{"manager":"kubectl"}]},"data":{"field":"s0","big":"xxxxxxxx"},"binaryData":{}}"#;
 
-    fn shaped(view: &View, json: &str) -> Value {
+    fn shaped(view: &ObjectView, json: &str) -> Value {
         serde_json::from_slice(&view.shape(Bytes::copy_from_slice(json.as_bytes()), "v1", "ConfigMap")).expect("JSON")
     }
 
-    fn fields(paths: &[&str]) -> View {
-        View::new(false, &paths.iter().map(|p| (*p).to_owned()).collect::<Vec<_>>(), false).expect("a view")
+    fn fields(paths: &[&str]) -> ObjectView {
+        ObjectView::new(false, &paths.iter().map(|p| (*p).to_owned()).collect::<Vec<_>>(), false).expect("a view")
     }
 
     #[test]
     fn the_default_drops_managed_fields_only_and_keeps_the_rest_byte_for_byte() {
-        let view = View::default();
+        let view = ObjectView::default();
         let out = view.shape(Bytes::from_static(OBJECT.as_bytes()), "v1", "ConfigMap");
         assert_eq!(out, OBJECT.replace(r#","managedFields":[{"manager":"kubectl"}]"#, "").as_bytes());
-        let kept = View { managed_fields: true, ..View::default() };
+        let kept = ObjectView { managed_fields: true, ..ObjectView::default() };
         assert_eq!(kept.shape(Bytes::from_static(OBJECT.as_bytes()), "v1", "ConfigMap"), OBJECT.as_bytes());
         let without = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"b"}}"#;
         assert_eq!(view.shape(Bytes::from_static(without.as_bytes()), "v1", "ConfigMap"), without.as_bytes());
@@ -294,7 +294,7 @@ mod tests {
 
     #[test]
     fn metadata_only_names_the_resource_kind_and_keeps_all_metadata_but_managed_fields() {
-        let view = View::new(true, &[], false).expect("a view");
+        let view = ObjectView::new(true, &[], false).expect("a view");
         let answer = r#"{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"a","uid":"u1","resourceVersion":"42","labels":{"app":"web"},"managedFields":[{}]}}"#;
         assert_eq!(
             shaped(&view, answer),
@@ -337,13 +337,13 @@ mod tests {
 
     #[test]
     fn bad_views_are_refused_naming_the_field() {
-        let err = View::new(true, &["data".into()], false).expect_err("both");
+        let err = ObjectView::new(true, &["data".into()], false).expect_err("both");
         assert_eq!(err.field, "fields");
-        let err = View::new(false, &["data".into(), "spec..x".into()], false).expect_err("empty part");
+        let err = ObjectView::new(false, &["data".into(), "spec..x".into()], false).expect_err("empty part");
         assert_eq!(err.field, "fields[1]");
-        let err = View::new(false, &["status.conditions[0]".into()], false).expect_err("index");
+        let err = ObjectView::new(false, &["status.conditions[0]".into()], false).expect_err("index");
         assert_eq!(err.field, "fields[0]");
         let many: Vec<String> = (0..=MAX_FIELDS).map(|i| format!("f{i}")).collect();
-        assert_eq!(View::new(false, &many, false).expect_err("too many").field, "fields");
+        assert_eq!(ObjectView::new(false, &many, false).expect_err("too many").field, "fields");
     }
 }

@@ -10,7 +10,7 @@ use consistd_cluster::watch::{
     expectations::Expectations,
     object::Obj,
     shared::{Change, Item},
-    view::View,
+    view::ObjectView,
 };
 use consistd_core::{config::Service, tasks::Tasks};
 use consistd_observe::metrics::Metrics;
@@ -168,9 +168,9 @@ fn validate(r: &pb::SubscribeRequest) -> Result<(Query, pb::DeliveryMode), Statu
 }
 
 /// The view a request's `field` asks for; unset is the whole object without managedFields.
-pub(super) fn view(field: &str, v: Option<&pb::ObjectView>) -> Result<View, Status> {
-    let Some(v) = v else { return Ok(View::default()) };
-    View::new(v.metadata_only, &v.fields, v.managed_fields)
+pub(super) fn view(field: &str, v: Option<&pb::ObjectView>) -> Result<ObjectView, Status> {
+    let Some(v) = v else { return Ok(ObjectView::default()) };
+    ObjectView::new(v.metadata_only, &v.fields, v.managed_fields)
         .map_err(|e| status::invalid_argument(&format!("{field}.{}", e.field), e.message))
 }
 
