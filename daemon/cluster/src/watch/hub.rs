@@ -223,16 +223,12 @@ impl Hub {
         let watch = match self.acquire(&key, own) {
             Some(watch) => watch,
             None => {
-                // The checks ask for metadata only: whatever the view, they need no object's data.
-                let api = self.api::<RawMetadata>(&key);
-                if let Err(error) = check_query(&api, &key).await {
-                    if not_served(&error) {
-                        // Resolved from a catalog that is out of date: the next resolve fetches it again.
-                        self.resolver.invalidate().await;
-                    }
-                    return Err(error);
-                }
-                let config = self.watcher_config(&api, &key).await?;
+                // The checks ask as the watch will: a metadata-only watch's never bring an object's data.
+                let config = if key.view.metadata_only() {
+                    self.checked_config(&self.api::<RawMetadata>(&key), &key).await?
+                } else {
+                    self.checked_config(&self.api::<RawObject>(&key), &key).await?
+                };
                 let upstream = self.upstream(&key, config);
                 self.acquire_or_start(key, upstream, own)
             }
@@ -251,6 +247,22 @@ impl Hub {
         } else {
             Api::namespaced_with(self.client.clone(), &key.namespace, &ar)
         }
+    }
+
+    /// The watcher configuration of `key` once the apiserver accepted its query through `api`.
+    async fn checked_config<K: Checkable>(
+        &self,
+        api: &Api<K>,
+        key: &WatchKey,
+    ) -> Result<watcher::Config, ResourceError> {
+        if let Err(error) = check_query(api, key).await {
+            if not_served(&error) {
+                // Resolved from a catalog that is out of date: the next resolve fetches it again.
+                self.resolver.invalidate().await;
+            }
+            return Err(error);
+        }
+        self.watcher_config(api, key).await
     }
 
     /// The upstream watch of `key` with `config`: whole objects, or metadata only with the apiserver's
@@ -342,7 +354,11 @@ impl Hub {
 
     /// kube-runtime's watcher configuration for `key`: bookmarks on, selectors, and streaming lists
     /// when the apiserver serves them.
-    async fn watcher_config(&self, api: &Api<RawMetadata>, key: &WatchKey) -> Result<watcher::Config, ResourceError> {
+    async fn watcher_config<K: Checkable>(
+        &self,
+        api: &Api<K>,
+        key: &WatchKey,
+    ) -> Result<watcher::Config, ResourceError> {
         let known = self.streaming_lists.lock().unwrap_or_else(PoisonError::into_inner).get(&key.resource).copied();
         let streaming = match known {
             Some(streaming) => streaming,
@@ -379,6 +395,19 @@ fn guarantees_comparable_versions(major: &str, minor: &str) -> bool {
     }
 }
 
+/// What a query is checked as before its watch starts: whole objects or metadata only.
+trait Checkable:
+    kube::Resource<DynamicType = kube::discovery::ApiResource>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + Send
+    + 'static
+{
+}
+impl Checkable for RawObject {}
+impl Checkable for RawMetadata {}
+
 /// A metadata-only watch's event, its objects as any other watch's.
 fn unwrap_metadata(event: watcher::Event<RawMetadata>) -> watcher::Event<RawObject> {
     match event {
@@ -390,9 +419,9 @@ fn unwrap_metadata(event: watcher::Event<RawMetadata>) -> watcher::Event<RawObje
     }
 }
 
-/// Asks the apiserver for one object's metadata with each selector, so a bad selector, a forbidden resource or a
+/// Asks the apiserver for one object with each selector, so a bad selector, a forbidden resource or a
 /// missing namespace is refused now, naming the field, instead of failing inside the upstream watch.
-async fn check_query(api: &Api<RawMetadata>, key: &WatchKey) -> Result<(), ResourceError> {
+async fn check_query<K: Checkable>(api: &Api<K>, key: &WatchKey) -> Result<(), ResourceError> {
     // The field is named when the apiserver refused the request as invalid (400, 422): a refusal of the
     // list itself (403 from RBAC, 404) is not about the selector.
     let refused = |field: &str, source: kube::Error| {
@@ -422,7 +451,7 @@ fn not_served(error: &ResourceError) -> bool {
 
 /// Whether the apiserver answers a streaming-list watch (sendInitialEvents); older or restricted ones
 /// refuse it with 4xx, and the hub then lists and watches.
-async fn supports_streaming_lists(api: &Api<RawMetadata>) -> Result<bool, ResourceError> {
+async fn supports_streaming_lists<K: Checkable>(api: &Api<K>) -> Result<bool, ResourceError> {
     let params = WatchParams::streaming_lists().timeout(1);
     let first = match api.watch(&params, "0").await {
         Ok(stream) => std::pin::pin!(stream).next().await.transpose().map(|_| ()),
@@ -457,7 +486,7 @@ mod tests {
         Client::new(service, "default")
     }
 
-    fn leases(client: Client) -> Api<RawMetadata> {
+    fn leases(client: Client) -> Api<RawObject> {
         let ar = kube::discovery::ApiResource {
             group: "coordination.k8s.io".into(),
             version: "v1".into(),
