@@ -2,65 +2,21 @@
 // ObjectsService methods are replaced by fakes the test feeds, so it decides which states arrive, when, and what
 // each write returns.
 import assert from "node:assert/strict";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { after, test } from "node:test";
-import { Client, Consistency, EventType, Mode, proto, type WatchEvent } from "@consistd/client";
-import { next, unique, until, within } from "./helpers.js";
+import { Consistency, EventType, Mode, proto, type WatchEvent } from "@consistd/client";
+import { closeFakeClients, FakeClient } from "./fakes.js";
+import { next, until } from "./helpers.js";
 
-const clients: Client[] = [];
-after(() => clients.forEach((c) => c.close()));
-
-/** A server stream the test feeds: what the fake subscribe returns (messages() iterates it and cancels it). */
-class FakeStream {
-  private readonly queue: (proto.SubscribeResponse | undefined)[] = [];
-  private wake?: () => void;
-
-  /** Sends `response` (it waits in the stream until the watch reads it). */
-  push(...responses: proto.SubscribeResponse[]): void {
-    this.queue.push(...responses);
-    this.wake?.();
-  }
-
-  /** Ends the stream without an error, as a daemon going away does. */
-  end(): void {
-    this.queue.push(undefined);
-    this.wake?.();
-  }
-
-  cancel(): void {
-    this.end();
-  }
-
-  async *[Symbol.asyncIterator](): AsyncGenerator<proto.SubscribeResponse> {
-    for (;;) {
-      while (this.queue.length === 0) await new Promise<void>((resolve) => (this.wake = resolve));
-      const response = this.queue.shift();
-      if (!response) return;
-      yield response;
-    }
-  }
-}
+after(closeFakeClients);
 
 /** A client on a socket nobody serves, whose watches and object writes are fakes. */
-class Fake {
-  readonly client: Client;
-  /** Every subscribe request, and the stream it got, in order. */
-  readonly requests: proto.SubscribeRequest[] = [];
-  readonly streams: FakeStream[] = [];
+class Fake extends FakeClient {
   /** What the next write answers (its object; none for a delete that sent none back). */
   answer?: proto.KubeObject;
 
   constructor() {
-    this.client = new Client(join(tmpdir(), `${unique("consistd-no-daemon")}.sock`));
-    clients.push(this.client);
+    super();
     const services = this.client.services;
-    services.watch.subscribe = ((request: proto.SubscribeRequest) => {
-      this.requests.push(request);
-      const stream = new FakeStream();
-      this.streams.push(stream);
-      return stream;
-    }) as unknown as typeof services.watch.subscribe;
     const write = (_request: unknown, _metadata: unknown, _options: unknown, callback: (e: null, r: object) => void) => {
       const object = this.answer;
       setImmediate(() => callback(null, { object }));
@@ -80,12 +36,6 @@ class Fake {
     else if (how === "delete") await this.client.objects.delete(target);
     else await this.client.objects.patch({ ...target, patch: {} });
   }
-
-  /** The nth stream, once the watch subscribed that often. */
-  async stream(n: number): Promise<FakeStream> {
-    await within(5_000, `subscribe #${n + 1}`, waitFor(() => this.streams.length > n));
-    return this.streams[n];
-  }
 }
 
 function object(uid: string, resourceVersion: string): proto.KubeObject {
@@ -100,10 +50,6 @@ function event(type: EventType, cursor: string, uid?: string, resourceVersion = 
     cursor,
     consistency: Consistency.CONSISTENT,
   };
-}
-
-async function waitFor(condition: () => boolean): Promise<void> {
-  while (!condition()) await new Promise((resolve) => setTimeout(resolve, 5));
 }
 
 /** "TYPE uid@rv" of an event, with "!" when it predates an own write. */

@@ -1,74 +1,20 @@
 // Views (how much of each object a watch or a queue keeps), without a daemon: a client whose generated
 // WatchService.subscribe and ReconcileService.reconcile are replaced by fakes that record what the SDK sends.
 import assert from "node:assert/strict";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { after, test } from "node:test";
-import { Client, Consistency, EventType, type ObjectView, proto, type ReconcileSpec } from "@consistd/client";
-import { next, unique, within } from "./helpers.js";
+import { Consistency, EventType, type ObjectView, proto, type ReconcileSpec } from "@consistd/client";
+import { closeFakeClients, FakeClient, FakeStream, waitFor } from "./fakes.js";
+import { next, within } from "./helpers.js";
 
-const clients: Client[] = [];
-after(() => clients.forEach((c) => c.close()));
-
-/** A stream the test feeds and ends (what the fake subscribe and reconcile return; messages() iterates it). */
-class FakeStream<T> {
-  /** What the SDK wrote to it (a bidirectional stream's requests). */
-  readonly written: unknown[] = [];
-  private readonly queue: (T | undefined)[] = [];
-  private wake?: () => void;
-
-  push(...messages: T[]): void {
-    this.queue.push(...messages);
-    this.wake?.();
-  }
-
-  /** Ends the stream without an error, as a daemon going away does. */
-  end(): void {
-    this.queue.push(undefined);
-    this.wake?.();
-  }
-
-  cancel(): void {
-    this.end();
-  }
-
-  write(message: unknown): boolean {
-    this.written.push(message);
-    return true;
-  }
-
-  on(): this {
-    return this;
-  }
-
-  async *[Symbol.asyncIterator](): AsyncGenerator<T> {
-    for (;;) {
-      while (this.queue.length === 0) await new Promise<void>((resolve) => (this.wake = resolve));
-      const message = this.queue.shift();
-      if (!message) return;
-      yield message;
-    }
-  }
-}
+after(closeFakeClients);
 
 /** A client on a socket nobody serves, whose subscribes and reconcile streams are fakes. */
-class Fake {
-  readonly client: Client;
-  /** Every subscribe request, and the stream it got, in order. */
-  readonly subscribes: proto.SubscribeRequest[] = [];
-  readonly watchStreams: FakeStream<proto.SubscribeResponse>[] = [];
+class Fake extends FakeClient {
   readonly reconcileStreams: FakeStream<proto.ReconcileResponse>[] = [];
 
   constructor() {
-    this.client = new Client(join(tmpdir(), `${unique("consistd-no-daemon")}.sock`));
-    clients.push(this.client);
-    const { watch, reconcile } = this.client.services;
-    watch.subscribe = ((request: proto.SubscribeRequest) => {
-      this.subscribes.push(request);
-      const stream = new FakeStream<proto.SubscribeResponse>();
-      this.watchStreams.push(stream);
-      return stream;
-    }) as unknown as typeof watch.subscribe;
+    super();
+    const reconcile = this.client.services.reconcile;
     reconcile.reconcile = (() => {
       const stream = new FakeStream<proto.ReconcileResponse>();
       this.reconcileStreams.push(stream);
@@ -78,8 +24,8 @@ class Fake {
 
   /** The view the nth subscribe sent, once the watch subscribed that often. */
   async subscribed(n: number): Promise<proto.ObjectView | undefined> {
-    await within(5_000, `subscribe #${n + 1}`, waitFor(() => this.subscribes.length > n));
-    return this.subscribes[n].view;
+    await this.stream(n);
+    return this.requests[n].view;
   }
 
   /** The spec the reconciler's first stream opened the queue with: reconciles `spec` until it wrote one. */
@@ -93,10 +39,6 @@ class Fake {
     assert.ok(request.spec, "the first message is the spec");
     return request.spec;
   }
-}
-
-async function waitFor(condition: () => boolean): Promise<void> {
-  while (!condition()) await new Promise((resolve) => setTimeout(resolve, 5));
 }
 
 /** The first subscribe's view of a watch of `view`. */
@@ -149,16 +91,16 @@ test("a watch that reconnects subscribes again with the same view, from its last
     const first = next(events, "SYNCED");
     await fake.subscribed(0);
     const synced = { type: EventType.SYNCED, object: undefined, cursor: "c1", consistency: Consistency.CONSISTENT };
-    fake.watchStreams[0].push(synced);
+    fake.streams[0].push(synced);
     assert.equal((await first).type, EventType.SYNCED);
     fields.push("spec"); // the query was read when the watch started
-    fake.watchStreams[0].end();
+    fake.streams[0].end();
     void events.next().catch(() => {}); // the app asks for more: the watch subscribes again
 
     const again = await fake.subscribed(1);
-    assert.equal(fake.subscribes[1].resumeCursor, "c1");
+    assert.equal(fake.requests[1].resumeCursor, "c1");
     assert.deepEqual(again, { metadataOnly: false, fields: ["metadata.labels"], managedFields: true });
-    assert.deepEqual(again, fake.subscribes[0].view);
+    assert.deepEqual(again, fake.requests[0].view);
   } finally {
     stop.abort();
   }

@@ -7,19 +7,8 @@ import consistd.v1.Outbox.SendStreamResponse;
 import consistd.v1.Outbox.WaitOutcomeRequest;
 import consistd.v1.Outbox.WaitOutcomeResponse;
 import consistd.v1.OutboxServiceGrpc;
-import io.grpc.Server;
-import io.grpc.netty.NettyServerBuilder;
-import io.netty.channel.ChannelOption;
 import io.grpc.stub.StreamObserver;
-import io.netty.channel.EventLoopGroup;
-import io.netty.channel.MultiThreadIoEventLoopGroup;
-import io.netty.channel.epoll.EpollIoHandler;
-import io.netty.channel.epoll.EpollServerDomainSocketChannel;
-import io.netty.channel.unix.DomainSocketAddress;
 import java.io.IOException;
-import java.nio.file.Files;
-import java.nio.file.Path;
-import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.BiConsumer;
 import java.util.function.Function;
@@ -35,20 +24,11 @@ final class FakeOutboxSidecar extends OutboxServiceGrpc.OutboxServiceImplBase im
   final AtomicInteger waitOutcomeCalls = new AtomicInteger();
   final AtomicInteger sendStreamCalls = new AtomicInteger();
   final String socket;
-  private final EventLoopGroup group = new MultiThreadIoEventLoopGroup(1, EpollIoHandler.newFactory());
-  private final Server server;
+  private final FakeSidecarServer server;
 
   FakeOutboxSidecar() throws IOException {
-    socket = Files.createTempDirectory("consistd-java-fake").resolve("consistd.sock").toString();
-    server = NettyServerBuilder.forAddress(new DomainSocketAddress(socket))
-        .channelType(EpollServerDomainSocketChannel.class)
-        // As the client does: a Unix socket has no SO_KEEPALIVE, which grpc-netty sets on every connection.
-        .withChildOption(ChannelOption.SO_KEEPALIVE, null)
-        .bossEventLoopGroup(group)
-        .workerEventLoopGroup(group)
-        .addService(this)
-        .build()
-        .start();
+    server = new FakeSidecarServer(this);
+    socket = server.socket;
   }
 
   @Override
@@ -63,13 +43,6 @@ final class FakeOutboxSidecar extends OutboxServiceGrpc.OutboxServiceImplBase im
 
   @Override
   public void close() {
-    server.shutdownNow();
-    try {
-      server.awaitTermination(5, TimeUnit.SECONDS);
-    } catch (InterruptedException e) {
-      Thread.currentThread().interrupt();
-    } finally {
-      group.shutdownGracefully(0, 1, TimeUnit.SECONDS);
-    }
+    server.close();
   }
 }

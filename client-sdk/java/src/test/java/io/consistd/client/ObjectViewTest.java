@@ -15,17 +15,7 @@ import consistd.v1.Watch.EventType;
 import consistd.v1.Watch.SubscribeRequest;
 import consistd.v1.Watch.SubscribeResponse;
 import consistd.v1.WatchServiceGrpc;
-import io.grpc.Server;
-import io.grpc.netty.NettyServerBuilder;
 import io.grpc.stub.StreamObserver;
-import io.netty.channel.ChannelOption;
-import io.netty.channel.EventLoopGroup;
-import io.netty.channel.MultiThreadIoEventLoopGroup;
-import io.netty.channel.epoll.EpollIoHandler;
-import io.netty.channel.epoll.EpollServerDomainSocketChannel;
-import io.netty.channel.unix.DomainSocketAddress;
-import java.io.IOException;
-import java.nio.file.Files;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.BlockingQueue;
@@ -152,8 +142,9 @@ class ObjectViewTest {
   @Test
   void aWatchResumedAfterTheStreamEndedAsksForTheSameView() throws Exception {
     ObjectView view = ObjectView.onlyFields("metadata.labels").managedFields(true);
-    try (FakeWatchSidecar sidecar = new FakeWatchSidecar();
-        ConsistdClient client = new ConsistdClient(sidecar.socket);
+    FakeWatchSidecar sidecar = new FakeWatchSidecar();
+    try (FakeSidecarServer server = new FakeSidecarServer(sidecar);
+        ConsistdClient client = new ConsistdClient(server.socket);
         Watch watch = client.watch(WatchRequest.of("configmaps").namespace("ns").view(view))) {
       assertEquals(WatchEvent.Type.SYNCED, watch.next().type());
       // The first stream sent SYNCED at c1 and ended: the watch subscribed again, from c1, with the same view.
@@ -170,24 +161,9 @@ class ObjectViewTest {
   }
 
   /** A WatchService whose every subscription gets SYNCED (cursor c1, then c2, ...) and then ends. */
-  private static final class FakeWatchSidecar extends WatchServiceGrpc.WatchServiceImplBase implements AutoCloseable {
+  private static final class FakeWatchSidecar extends WatchServiceGrpc.WatchServiceImplBase {
     final BlockingQueue<SubscribeRequest> requests = new LinkedBlockingQueue<>();
-    final String socket;
     private final AtomicInteger calls = new AtomicInteger();
-    private final EventLoopGroup group = new MultiThreadIoEventLoopGroup(1, EpollIoHandler.newFactory());
-    private final Server server;
-
-    FakeWatchSidecar() throws IOException {
-      socket = Files.createTempDirectory("consistd-java-fake").resolve("consistd.sock").toString();
-      server = NettyServerBuilder.forAddress(new DomainSocketAddress(socket))
-          .channelType(EpollServerDomainSocketChannel.class)
-          .withChildOption(ChannelOption.SO_KEEPALIVE, null)
-          .bossEventLoopGroup(group)
-          .workerEventLoopGroup(group)
-          .addService(this)
-          .build()
-          .start();
-    }
 
     @Override
     public void subscribe(SubscribeRequest request, StreamObserver<SubscribeResponse> out) {
@@ -195,18 +171,6 @@ class ObjectViewTest {
       out.onNext(SubscribeResponse.newBuilder()
           .setType(EventType.EVENT_TYPE_SYNCED).setCursor("c" + calls.incrementAndGet()).build());
       out.onCompleted();
-    }
-
-    @Override
-    public void close() {
-      server.shutdownNow();
-      try {
-        server.awaitTermination(5, TimeUnit.SECONDS);
-      } catch (InterruptedException e) {
-        Thread.currentThread().interrupt();
-      } finally {
-        group.shutdownGracefully(0, 1, TimeUnit.SECONDS);
-      }
     }
   }
 }
