@@ -3,6 +3,7 @@
 //! all within one memory budget in bytes.
 
 pub mod budget;
+mod cache;
 pub mod consistent;
 pub mod expectations;
 mod hub;

@@ -2,7 +2,7 @@
 //! bounded history for resuming, and the fan-out to subscriber queues that never waits on a subscriber.
 
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::VecDeque,
     sync::{
         Arc, Mutex, MutexGuard, PoisonError,
         atomic::{AtomicBool, AtomicU64, Ordering},
@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::{
     Cursor, WatchKey,
     budget::{Budget, Exhausted, gauge},
+    cache::ObjectCache,
     expectations::Expectations,
     object::{Obj, ObjKey, RawObject},
 };
@@ -130,11 +131,11 @@ pub(crate) struct SharedWatch {
 
 #[derive(Debug, Default)]
 struct WatchState {
-    objects: HashMap<ObjKey, Arc<Obj>>,
+    objects: ObjectCache,
     /// What the cached objects are charged to the budget (the per-watch metric).
     bytes: u64,
     /// Objects of a list in progress (initial, or a relist after 410 Gone), and when it started.
-    relist: Option<(Instant, HashMap<ObjKey, Arc<Obj>>)>,
+    relist: Option<(Instant, ObjectCache)>,
     /// Set when the list in progress passed the budget: its objects are dropped and only counted, so the
     /// refusal names all the list needed; the watch ends when the list does.
     refused: Option<Exhausted>,
@@ -282,7 +283,7 @@ impl SharedWatch {
             Change::Added(o) | Change::Modified(o) | Change::Deleted(o) if o.same_version(obj) => Some(e.seq),
             _ => None,
         });
-        let found = found.or_else(|| state.objects.get(&obj.key()).filter(|o| o.same_version(obj)).map(|_| state.seq));
+        let found = found.or_else(|| state.objects.at(obj).filter(|o| o.same_version(obj)).map(|_| state.seq));
         tracing::debug!(uid = %obj.uid, resource_version = %obj.resource_version, ?found, "own write noted");
         if let Some(seq) = found {
             self.expectations.seen(self.incarnation, &obj.uid, &obj.resource_version, seq);
@@ -371,7 +372,7 @@ impl SharedWatch {
         let mut changes = Vec::new();
         match event {
             watcher::Event::Init => {
-                state.relist = Some((Instant::now(), HashMap::new()));
+                state.relist = Some((Instant::now(), ObjectCache::default()));
                 state.refused = None;
             }
             watcher::Event::InitApply(raw) => {
@@ -381,7 +382,7 @@ impl SharedWatch {
                     return;
                 }
                 // An object the cache holds in this version is held once, not charged again.
-                let cached = state.objects.get(&obj.key()).filter(|o| o.same_version(&obj)).cloned();
+                let cached = state.objects.at(&obj).filter(|o| o.same_version(&obj)).cloned();
                 let obj = match cached {
                     Some(cached) => cached,
                     None => match self.charge(state, obj) {
@@ -394,14 +395,14 @@ impl SharedWatch {
                         }
                     },
                 };
-                state.relist.get_or_insert_with(|| (Instant::now(), HashMap::new())).1.insert(obj.key(), obj);
+                state.relist.get_or_insert_with(|| (Instant::now(), ObjectCache::default())).1.insert(obj);
             }
             watcher::Event::InitDone => {
                 if let Some(refused) = state.refused.take() {
                     self.end(state, refused, metrics);
                     return;
                 }
-                let (started, listed) = state.relist.take().unwrap_or_else(|| (Instant::now(), HashMap::new()));
+                let (started, listed) = state.relist.take().unwrap_or_else(|| (Instant::now(), ObjectCache::default()));
                 diff(&state.objects, &listed, &mut changes);
                 let listed_uids: Vec<String> = listed.values().map(|o| o.uid.clone()).collect();
                 for obj in listed.values() {
@@ -436,7 +437,7 @@ impl SharedWatch {
             watcher::Event::Apply(raw) => {
                 let obj = Obj::from(raw);
                 self.raise_high_water(&obj);
-                if state.objects.get(&obj.key()).is_some_and(|o| o.same_version(&obj)) {
+                if state.objects.at(&obj).is_some_and(|o| o.same_version(&obj)) {
                     return;
                 }
                 let obj = match self.charge(state, obj) {
@@ -444,7 +445,7 @@ impl SharedWatch {
                     Err(refused) => return self.end(state, refused, metrics),
                 };
                 state.bytes += obj.charge.bytes();
-                match state.objects.insert(obj.key(), obj.clone()) {
+                match state.objects.insert(obj.clone()) {
                     None => changes.push(Change::Added(obj)),
                     Some(old) => {
                         state.bytes -= old.charge.bytes();
@@ -463,7 +464,7 @@ impl SharedWatch {
                 let mut obj = Obj::from(raw);
                 obj.charge = self.budget.charge(obj.cost());
                 let obj = Arc::new(obj);
-                if let Some(old) = state.objects.remove(&obj.key()) {
+                if let Some(old) = state.objects.remove(&obj) {
                     state.bytes -= old.charge.bytes();
                 }
                 self.raise_high_water(&obj);
@@ -539,14 +540,14 @@ impl WatchState {
 /// Changes that take the cache from `old` to `new`: ADDED for new objects, MODIFIED for changed ones,
 /// DELETED for vanished ones (and for a same-named object with a new uid, DELETED then ADDED), nothing
 /// for unchanged ones.
-fn diff(old: &HashMap<ObjKey, Arc<Obj>>, new: &HashMap<ObjKey, Arc<Obj>>, changes: &mut Vec<Change>) {
-    for (key, obj) in old {
-        if !new.contains_key(key) {
+fn diff(old: &ObjectCache, new: &ObjectCache, changes: &mut Vec<Change>) {
+    for obj in old.values() {
+        if new.at(obj).is_none() {
             changes.push(Change::Deleted(obj.clone()));
         }
     }
-    for (key, obj) in new {
-        match old.get(key) {
+    for obj in new.values() {
+        match old.at(obj) {
             None => changes.push(Change::Added(obj.clone())),
             Some(prev) if prev.resource_version == obj.resource_version => {}
             Some(prev) if prev.uid != obj.uid => {
