@@ -71,12 +71,6 @@ async fn fill(api: &Api<ConfigMap>, from: usize, to: usize, size: usize) {
         .await;
 }
 
-/// A value of the daemon's metrics.
-async fn metric(daemon: &Daemon, name: &str) -> f64 {
-    let text = daemon.metrics().await;
-    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok()).unwrap_or(f64::NAN)
-}
-
 #[allow(clippy::cast_precision_loss, reason = "figures")]
 async fn through_daemon(ns: &str, count: usize, who: &'static str, view: Option<ObjectView>) -> Row {
     let proxy = DelayProxy::start(consistd_testkit::apiserver_addr()).await;
@@ -91,7 +85,7 @@ async fn through_daemon(ns: &str, count: usize, who: &'static str, view: Option<
     assert_eq!(listed, count, "{who}: the whole set");
     tokio::time::sleep(Duration::from_secs(1)).await;
     let after = consistd_testkit::rss_kib(daemon.pid());
-    let charge = metric(&daemon, "consistd_watch_budget_used_bytes").await;
+    let charge = daemon.metric("consistd_watch_budget_used_bytes", "").await.unwrap_or(f64::NAN);
     Row {
         who,
         rss_per_object: (after.saturating_sub(before) * 1024) as f64 / count as f64,

@@ -283,13 +283,12 @@ async fn seed_timeline(delay: Duration, both_ways: bool) {
 async fn wait_upstreams(daemon: &Daemon, n: u64) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let metrics = daemon.metrics().await;
-        let running =
-            metrics.lines().find_map(|l| l.strip_prefix("consistd_watch_upstreams ")).and_then(|v| v.parse().ok());
-        if running >= Some(n) {
+        let running = daemon.metric("consistd_watch_upstreams", "").await;
+        #[allow(clippy::cast_precision_loss, reason = "a count")]
+        if running >= Some(n as f64) {
             return;
         }
-        assert!(Instant::now() < deadline, "the apps' watches did not start:\n{metrics}");
+        assert!(Instant::now() < deadline, "the apps' watches did not start:\n{}", daemon.metrics().await);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -45,15 +45,6 @@ async fn listed(events: &mut Events) -> Value {
     json_of(added)
 }
 
-/// The value of a daemon metric line starting with `prefix` (labels included), if any.
-async fn metric(daemon: &Daemon, prefix: &str, contains: &str) -> Option<f64> {
-    let text = daemon.metrics().await;
-    text.lines()
-        .find(|l| l.starts_with(prefix) && l.contains(contains))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
-
 #[tokio::test]
 async fn each_view_keeps_what_it_asks_for_in_its_own_shared_watch() {
     let kube = consistd_testkit::kube_client().await;
@@ -95,12 +86,12 @@ async fn each_view_keeps_what_it_asks_for_in_its_own_shared_watch() {
         assert!(object["metadata"].get("labels").is_none(), "labels not named: {object}");
     }
 
-    let upstreams = metric(&daemon, "consistd_watch_upstreams", "").await;
+    let upstreams = daemon.metric("consistd_watch_upstreams", "").await;
     assert_eq!(upstreams, Some(4.0), "four views, four upstream watches; equal projections share one");
     let bytes = |view: &'static str| {
         let daemon = &daemon;
         async move {
-            metric(daemon, "consistd_watch_cache_bytes{", &format!("view=\"{view}\"")).await.expect("a watch's bytes")
+            daemon.metric("consistd_watch_cache_bytes", &format!("view=\"{view}\"")).await.expect("a watch's bytes")
         }
     };
     let (full, meta, fields) = (bytes("full").await, bytes("metadata").await, bytes("fields:data.field").await);

@@ -33,13 +33,10 @@ async fn apiserver_configmap_watches(kube: &Client) -> u64 {
 }
 
 async fn daemon_metric(daemon: &Daemon, name: &str) -> u64 {
-    let (_, body) = consistd_server::admin::get(daemon.admin_socket(), "/metrics").await.expect("daemon metrics");
-    String::from_utf8_lossy(&body)
-        .lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')).map(str::to_owned))
-        .unwrap_or_else(|| panic!("metric {name} missing"))
-        .parse()
-        .expect("metric value")
+    let value = daemon.metric(name, "").await.unwrap_or_else(|| panic!("metric {name} missing"));
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "a count")]
+    let count = value as u64;
+    count
 }
 
 async fn eventually(what: &str, mut ok: impl AsyncFnMut() -> bool) {

@@ -214,6 +214,17 @@ impl Daemon {
             .unwrap_or_else(|| panic!("no started calls of {method} in:\n{metrics}"))
     }
 
+    /// The value of the first sample of metric `name` whose labels contain `labels` (empty: any), if any.
+    pub async fn metric(&self, name: &str, labels: &str) -> Option<f64> {
+        let metrics = self.metrics().await;
+        metrics
+            .lines()
+            .filter(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with(['{', ' '])))
+            .find(|l| l.contains(labels))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    }
+
     /// The daemon's Prometheus exposition, from `GET /metrics` on its admin socket (HTTP/1.0: the
     /// response ends with the connection).
     pub async fn metrics(&self) -> String {
