@@ -62,14 +62,12 @@ impl ObjectView {
         }
         let mut paths = Vec::with_capacity(fields.len());
         for (i, field) in fields.iter().enumerate() {
-            let text = field.strip_prefix('.').unwrap_or(field);
-            let path: Vec<String> = text.split('.').map(str::to_owned).collect();
-            if text.is_empty() || path.iter().any(String::is_empty) {
+            let Some(path) = dot_path(field.strip_prefix('.').unwrap_or(field)) else {
                 return refuse(
                     format!("fields[{i}]"),
                     format!("{field:?} is not a dot-separated path like spec.replicas"),
                 );
-            }
+            };
             if path.iter().any(|p| p.contains(['[', ']', '*'])) {
                 return refuse(
                     format!("fields[{i}]"),
@@ -208,6 +206,12 @@ fn object_of<'a, 'v>(fields: impl Iterator<Item = (&'a str, Cow<'v, [u8]>)>, cap
     }
     out.push(b'}');
     out
+}
+
+/// The parts of a dot-separated path ("spec.replicas"); None when one is empty.
+pub fn dot_path(text: &str) -> Option<Vec<String>> {
+    let parts: Vec<String> = text.split('.').map(str::to_owned).collect();
+    (!parts.iter().any(String::is_empty)).then_some(parts)
 }
 
 /// Sorted, deduplicated paths with none inside another (`spec` keeps `spec.replicas` already).

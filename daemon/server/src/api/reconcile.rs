@@ -9,6 +9,7 @@ use consistd_cluster::{
         DEFAULT_LEASE_TIMEOUT, ObjectQuery, QueueSpec, Reconciler, Work, keys::MapsBy, limiter::RetryPolicy,
         queue::Completion,
     },
+    watch::view::dot_path,
 };
 use consistd_core::{config::Service, names, tasks::Tasks};
 use consistd_proto::v1::{self as pb, reconcile_service_server::ReconcileService};
@@ -231,10 +232,9 @@ fn maps_by(field: &str, m: Option<pb::related_query::MapsBy>) -> Result<MapsBy, 
         Some(M::Annotation(annotation)) => Ok(MapsBy::Annotation(named("annotation", annotation)?)),
         Some(M::Field(path)) => {
             let path = named("field", path)?;
-            let parts: Vec<String> = path.split('.').map(str::to_owned).collect();
-            if parts.iter().any(String::is_empty) {
-                return Err(status::invalid_argument(&format!("{field}.field"), format!("{path:?} has an empty part")));
-            }
+            let parts = dot_path(&path).ok_or_else(|| {
+                status::invalid_argument(&format!("{field}.field"), format!("{path:?} has an empty part"))
+            })?;
             Ok(MapsBy::Field(parts))
         }
         Some(M::ControllerOwner(false)) | None => Err(status::invalid_argument(
