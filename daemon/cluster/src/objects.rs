@@ -196,7 +196,7 @@ impl Objects {
                 if let (Some(body), Some(_)) = (body, version)
                     && let Some(v) = body.pointer_mut("/metadata/resourceVersion")
                 {
-                    *v = obj.resource_version.clone().into();
+                    *v = obj.resource_version().to_owned().into();
                 }
                 self.stamped.record(&key, claim);
                 Ok(())
@@ -238,7 +238,7 @@ impl Objects {
     }
 
     /// One object: from cache when a synced watch covers it, else from the apiserver.
-    pub async fn get(&self, t: &ObjectRef, read_your_writes: bool) -> Result<(Obj, Source), ObjectsError> {
+    pub async fn get(&self, t: &ObjectRef, read_your_writes: bool) -> Result<(Arc<Obj>, Source), ObjectsError> {
         let r = self.resolve(t, true).await?;
         if let Some(watch) = self.hub.covering(&r.api, &t.namespace) {
             if read_your_writes {
@@ -251,13 +251,13 @@ impl Objects {
                     namespace: t.namespace.clone(),
                     name: t.name.clone(),
                 })?;
-                return Ok(((*obj).clone(), Source::Cache));
+                return Ok((obj, Source::Cache));
             }
         }
         let op = format!("get {} {}", r.api.plural, locate(t));
         let raw: RawObject =
             self.send(op, Self::request(&r, &t.namespace).get(&t.name, &GetParams::default()), None).await?;
-        Ok((Obj::from(raw), Source::Apiserver))
+        Ok((Arc::new(Obj::from(raw)), Source::Apiserver))
     }
 
     /// Objects matching selectors: from cache when a synced watch without selectors covers them and
@@ -268,7 +268,7 @@ impl Objects {
         label_selector: &str,
         field_selector: &str,
         read_your_writes: bool,
-    ) -> Result<(Vec<Obj>, String, Source), ObjectsError> {
+    ) -> Result<(Vec<Arc<Obj>>, String, Source), ObjectsError> {
         let r = self.resolve(t, false).await?;
         if label_selector.is_empty()
             && field_selector.is_empty()
@@ -278,9 +278,8 @@ impl Objects {
                 let scope = Scope::Namespace { plural: &r.api.plural, namespace: &t.namespace };
                 self.wait_for_own_writes(&watch, &scope).await;
             }
-            if let Some((objects, _)) = watch.list(&t.namespace) {
-                let mut objects: Vec<Obj> = objects.iter().map(|o| (**o).clone()).collect();
-                objects.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+            if let Some((mut objects, _)) = watch.list(&t.namespace) {
+                objects.sort_by(|a, b| (a.namespace(), a.name()).cmp(&(b.namespace(), b.name())));
                 return Ok((objects, String::new(), Source::Cache));
             }
         }
@@ -288,7 +287,7 @@ impl Objects {
         let list: ObjectList<RawObject> =
             self.send(format!("list {}", r.api.plural), Self::request(&r, &t.namespace).list(&lp), None).await?;
         let version = list.metadata.resource_version.clone().unwrap_or_default();
-        Ok((list.items.into_iter().map(Obj::from).collect(), version, Source::Apiserver))
+        Ok((list.items.into_iter().map(|raw| Arc::new(Obj::from(raw))).collect(), version, Source::Apiserver))
     }
 
     /// Creates an object from its JSON; with a `claim`, also the fence the write went out with (so do the
@@ -299,7 +298,7 @@ impl Objects {
         object: Vec<u8>,
         field_manager: &str,
         claim: Option<&Claim>,
-    ) -> Result<(Obj, Option<FencedBy>), ObjectsError> {
+    ) -> Result<(Arc<Obj>, Option<FencedBy>), ObjectsError> {
         let r = self.resolve(t, true).await?;
         let fence = self.fence(claim, &r, t, true)?;
         let by = fence.as_ref().map(|f| f.by);
@@ -310,7 +309,7 @@ impl Objects {
         let raw: RawObject = self.send(op, Self::request(&r, &t.namespace).create(&pp, object), fence).await?;
         let obj = self.written(&r, raw);
         if let Some(claim) = stamp {
-            self.stamped.record(&stamp_key(&r, &ObjectRef { name: obj.name.clone(), ..t.clone() }), claim);
+            self.stamped.record(&stamp_key(&r, &ObjectRef { name: obj.name().to_owned(), ..t.clone() }), claim);
         }
         Ok((obj, by))
     }
@@ -322,7 +321,7 @@ impl Objects {
         object: Vec<u8>,
         field_manager: &str,
         claim: Option<&Claim>,
-    ) -> Result<(Obj, Option<FencedBy>), ObjectsError> {
+    ) -> Result<(Arc<Obj>, Option<FencedBy>), ObjectsError> {
         let r = self.resolve(t, true).await?;
         let fence = self.fence(claim, &r, t, false)?;
         let by = fence.as_ref().map(|f| f.by);
@@ -360,7 +359,7 @@ impl Objects {
         patch: serde_json::Value,
         field_manager: &str,
         claim: Option<&Claim>,
-    ) -> Result<(Obj, Option<FencedBy>), ObjectsError> {
+    ) -> Result<(Arc<Obj>, Option<FencedBy>), ObjectsError> {
         let r = self.resolve(t, true).await?;
         let fence = self.fence(claim, &r, t, false)?;
         let by = fence.as_ref().map(|f| f.by);
@@ -421,7 +420,7 @@ impl Objects {
         preconditions: Preconditions,
         propagation: Option<PropagationPolicy>,
         claim: Option<&Claim>,
-    ) -> Result<(Option<Obj>, Option<FencedBy>), ObjectsError> {
+    ) -> Result<(Option<Arc<Obj>>, Option<FencedBy>), ObjectsError> {
         let r = self.resolve(t, true).await?;
         let fence = self.fence(claim, &r, t, false)?;
         let by = fence.as_ref().map(|f| f.by);
@@ -441,7 +440,7 @@ impl Objects {
             .await?;
         let obj = Obj::from(raw);
         self.stamped.forget(&stamp_key(&r, t));
-        Ok(((!obj.uid.is_empty()).then_some(obj), by))
+        Ok(((!obj.uid().is_empty()).then(|| Arc::new(obj)), by))
     }
 
     /// Marks a write to `t` as in flight until the returned guard drops (after [`Objects::written`]):
@@ -452,8 +451,8 @@ impl Objects {
 
     /// Records the write's expectation, waited for `consistency.timeout` from now (its answer), and returns
     /// the object.
-    fn written(&self, r: &Resolved, raw: RawObject) -> Obj {
-        let obj = Obj::from(raw);
+    fn written(&self, r: &Resolved, raw: RawObject) -> Arc<Obj> {
+        let obj = Arc::new(Obj::from(raw));
         self.hub.record_write(&r.api, &obj, self.timeout.get());
         obj
     }

@@ -165,7 +165,7 @@ enum DriverCall {
     /// A stream completes a lease.
     Complete { stream: u64, lease_id: String, outcome: Completion, reply: oneshot::Sender<Result<(), ReconcileError>> },
     /// A write made for a lease of this queue: the key's next lease waits for its watch.
-    Wrote { lease_id: String, resource: ResourceId, obj: Obj },
+    Wrote { lease_id: String, resource: ResourceId, obj: Arc<Obj> },
     /// Whether a lease is held now: the term it was granted in.
     Held { lease_id: String, reply: oneshot::Sender<Option<u64>> },
 }
@@ -339,7 +339,7 @@ impl Reconciler {
     /// A write made for `lease_id` produced `obj` of `resource` (as the app named it): the key's next
     /// lease waits until the queue's watch of that resource has caught up with it. A lease of no running
     /// queue, or one no longer held, is ignored: the write itself went through.
-    pub async fn wrote(&self, lease_id: &str, resource: &str, obj: &Obj) {
+    pub async fn wrote(&self, lease_id: &str, resource: &str, obj: &Arc<Obj>) {
         let Some((name, _)) = driver::parse_lease_id(lease_id) else { return };
         let Ok(resolved) = self.hub.resolve(resource).await else { return };
         if let Some(running) = self.lock().get(name) {

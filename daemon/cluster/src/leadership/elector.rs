@@ -392,7 +392,7 @@ impl Default for Follow {
 impl Follow {
     /// Takes one item of the watch into `view`; returns whether the view is now shown current.
     fn take(&mut self, item: Item, name: &str, view: &mut View) -> bool {
-        let ours = |obj: &Obj| obj.name == name;
+        let ours = |obj: &Obj| obj.name() == name;
         match item {
             Item::ResyncRequired => {
                 self.listing = Some(false);
@@ -420,7 +420,7 @@ impl Follow {
                 }
                 Change::Deleted(obj) => {
                     if ours(obj) {
-                        view.gone(&obj.resource_version);
+                        view.gone(obj.resource_version());
                     } else if self.listing.is_none() {
                         view.vouch();
                     }
@@ -443,9 +443,9 @@ impl Follow {
 /// Takes a watched Lease into the view; one that cannot be read leaves the view as it was (it then goes
 /// stale, and a read reports the error).
 fn see_object(view: &mut View, obj: &Obj) {
-    match serde_json::from_slice::<Lease>(&obj.json) {
+    match serde_json::from_slice::<Lease>(obj.json()) {
         Ok(lease) => view.see(Some(lease)),
-        Err(error) => tracing::warn!(%error, lease = %obj.name, "unreadable Lease in the watch; reading it instead"),
+        Err(error) => tracing::warn!(%error, lease = %obj.name(), "unreadable Lease in the watch; reading it instead"),
     }
 }
 
@@ -839,7 +839,6 @@ fn seconds(d: Duration) -> i32 {
 
 #[cfg(test)]
 mod tests {
-    use bytes::Bytes;
 
     use super::*;
     use crate::watch::shared::Entry;
@@ -855,14 +854,7 @@ mod tests {
     fn obj(name: &str, rv: &str, holder: &str) -> Arc<Obj> {
         let mut l = lease(rv, holder);
         l.metadata.name = Some(name.to_owned());
-        Arc::new(Obj {
-            uid: format!("uid-{name}"),
-            namespace: "ns".to_owned(),
-            name: name.to_owned(),
-            resource_version: rv.to_owned(),
-            json: Bytes::from(serde_json::to_vec(&l).expect("json")),
-            charge: crate::watch::budget::Charge::default(),
-        })
+        Arc::new(Obj::new(&format!("uid-{name}"), "ns", name, rv, serde_json::to_vec(&l).expect("json")))
     }
 
     fn entry(change: Change) -> Item {

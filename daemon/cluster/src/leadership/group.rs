@@ -212,14 +212,7 @@ mod tests {
             "metadata": {"name": format!("web.member.{identity}"), "annotations": annotations},
             "spec": {"holderIdentity": identity, "renewTime": renew_time, "leaseDurationSeconds": ttl_seconds},
         });
-        Obj {
-            uid: "u".into(),
-            namespace: "ns".into(),
-            name: format!("web.member.{identity}"),
-            resource_version: "1".into(),
-            json: serde_json::to_vec(&json).expect("json").into(),
-            charge: crate::watch::budget::Charge::default(),
-        }
+        Obj::new("u", "ns", &format!("web.member.{identity}"), "1", serde_json::to_vec(&json).expect("json"))
     }
 
     /// Whether `member` counts at `now`, judged by its own renewals alone.

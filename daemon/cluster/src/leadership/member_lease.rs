@@ -66,10 +66,10 @@ impl MemberRecord {
             renew_time: Option<String>,
             lease_duration_seconds: Option<u64>,
         }
-        let lease: MemberLease = match serde_json::from_slice(&obj.json) {
+        let lease: MemberLease = match serde_json::from_slice(obj.json()) {
             Ok(l) => l,
             Err(error) => {
-                tracing::warn!(lease = %obj.name, %error, "unreadable member Lease ignored");
+                tracing::warn!(lease = %obj.name(), %error, "unreadable member Lease ignored");
                 return None;
             }
         };
@@ -79,7 +79,7 @@ impl MemberRecord {
         }
         let Some(peer) = annotations.get(PEER_ADDRESS_ANNOTATION).filter(|p| names::check_peer_address(p).is_ok())
         else {
-            tracing::warn!(lease = %obj.name, "member Lease without a valid {PEER_ADDRESS_ANNOTATION} ignored");
+            tracing::warn!(lease = %obj.name(), "member Lease without a valid {PEER_ADDRESS_ANNOTATION} ignored");
             return None;
         };
         Some(Self {

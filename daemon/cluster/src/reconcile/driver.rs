@@ -768,7 +768,7 @@ mod tests {
     }
 
     fn version(work: &Work) -> String {
-        work.object.as_ref().map(|o| o.resource_version.clone()).unwrap_or_default()
+        work.object.as_ref().map(|o| o.resource_version().to_owned()).unwrap_or_default()
     }
 
     fn next(rx: &mut mpsc::UnboundedReceiver<Handed>) -> Option<Work> {

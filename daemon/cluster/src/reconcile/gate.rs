@@ -98,8 +98,8 @@ impl Gate {
         }
         // The pod's newest write to the primary (deletes are never waited for: a tombstone is final).
         if let Some(obj) = &current
-            && let Some(e) = self.expectations.get(&obj.uid)
-            && !primary.shows(&self.expectations, self.comparable, &obj.uid, &e.resource_version)
+            && let Some(e) = self.expectations.get(obj.uid())
+            && !primary.shows(&self.expectations, self.comparable, obj.uid(), &e.resource_version)
         {
             pending(e.deadline, &mut timed_out);
         }
@@ -137,7 +137,7 @@ impl Gate {
             }
             if let Some(primary) = self.watches.first()
                 && let Some(Some(obj)) = primary.get(key)
-                && let Some(e) = self.expectations.get(&obj.uid)
+                && let Some(e) = self.expectations.get(obj.uid())
             {
                 consider(e.deadline);
             }
@@ -157,11 +157,11 @@ impl Gate {
             // Only the watches that select the object will show it; one whose selector cannot be judged
             // here is waited for (at worst until the timeout).
             let selected = selector::selects(&k.label_selector, &k.field_selector, obj) != Some(false);
-            if &k.resource == resource && (k.namespace.is_empty() || k.namespace == obj.namespace) && selected {
+            if &k.resource == resource && (k.namespace.is_empty() || k.namespace == obj.namespace()) && selected {
                 self.written.entry(key.clone()).or_default().push(LeaseWrite {
                     watch: index,
-                    uid: obj.uid.clone(),
-                    resource_version: obj.resource_version.clone(),
+                    uid: obj.uid().to_owned(),
+                    resource_version: obj.resource_version().to_owned(),
                     deadline,
                 });
             }

@@ -45,7 +45,7 @@ pub(crate) struct PrimaryKind {
 
 /// The primary key `obj` names under `maps_by`, if any.
 pub(crate) fn primary_of(obj: &Obj, maps_by: &MapsBy, primary: &PrimaryKind) -> Option<ObjKey> {
-    let json: Value = serde_json::from_slice(&obj.json).ok()?;
+    let json: Value = serde_json::from_slice(obj.json()).ok()?;
     let metadata = json.get("metadata")?;
     let value = match maps_by {
         MapsBy::ControllerOwner => {
@@ -56,14 +56,14 @@ pub(crate) fn primary_of(obj: &Obj, maps_by: &MapsBy, primary: &PrimaryKind) -> 
             })?;
             // Owners live in the dependent's namespace (or are cluster-scoped): never "namespace/name".
             let name = owner.get("name")?.as_str()?.to_owned();
-            let namespace = if primary.namespaced { obj.namespace.clone() } else { String::new() };
+            let namespace = if primary.namespaced { obj.namespace().to_owned() } else { String::new() };
             return (!name.is_empty()).then_some(ObjKey { namespace, name });
         }
         MapsBy::Label(label) => metadata.get("labels")?.get(label)?.as_str()?,
         MapsBy::Annotation(annotation) => metadata.get("annotations")?.get(annotation)?.as_str()?,
         MapsBy::Field(path) => path.iter().try_fold(&json, |v, part| v.get(part))?.as_str()?,
     };
-    named(value, &obj.namespace, primary.namespaced)
+    named(value, obj.namespace(), primary.namespaced)
 }
 
 /// The key a value names: "namespace/name", or "name" in `own_namespace` (cluster-scoped: no namespace).
@@ -88,14 +88,7 @@ mod tests {
     use super::*;
 
     fn obj(namespace: &str, json: &str) -> Obj {
-        Obj {
-            uid: "u".into(),
-            namespace: namespace.into(),
-            name: "child".into(),
-            resource_version: "1".into(),
-            json: bytes::Bytes::copy_from_slice(json.as_bytes()),
-            charge: crate::watch::budget::Charge::default(),
-        }
+        Obj::new("u", namespace, "child", "1", json.as_bytes())
     }
 
     fn configmap() -> PrimaryKind {

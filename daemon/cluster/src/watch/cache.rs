@@ -23,7 +23,7 @@ fn hash(hasher: &impl BuildHasher, namespace: &str, name: &str) -> u64 {
 impl ObjectCache {
     /// The object at `namespace`/`name`.
     pub(crate) fn find(&self, namespace: &str, name: &str) -> Option<&Arc<Obj>> {
-        self.table.find(hash(&self.hasher, namespace, name), |o| o.namespace == namespace && o.name == name)
+        self.table.find(hash(&self.hasher, namespace, name), |o| o.namespace() == namespace && o.name() == name)
     }
 
     /// The object at `key`.
@@ -33,17 +33,17 @@ impl ObjectCache {
 
     /// The object at the place of `obj` (its namespace and name), whatever its version.
     pub(crate) fn at(&self, obj: &Obj) -> Option<&Arc<Obj>> {
-        self.find(&obj.namespace, &obj.name)
+        self.find(obj.namespace(), obj.name())
     }
 
     /// Puts `obj` in its place; returns the object that was there.
     pub(crate) fn insert(&mut self, obj: Arc<Obj>) -> Option<Arc<Obj>> {
         let Self { table, hasher } = self;
-        let at = hash(hasher, &obj.namespace, &obj.name);
+        let at = hash(hasher, obj.namespace(), obj.name());
         let entry = table.entry(
             at,
-            |o| o.namespace == obj.namespace && o.name == obj.name,
-            |o| hash(hasher, &o.namespace, &o.name),
+            |o| o.namespace() == obj.namespace() && o.name() == obj.name(),
+            |o| hash(hasher, o.namespace(), o.name()),
         );
         match entry {
             Entry::Occupied(mut e) => Some(std::mem::replace(e.get_mut(), obj)),
@@ -56,8 +56,8 @@ impl ObjectCache {
 
     /// Takes out the object at the place of `obj`.
     pub(crate) fn remove(&mut self, obj: &Obj) -> Option<Arc<Obj>> {
-        let at = hash(&self.hasher, &obj.namespace, &obj.name);
-        let found = self.table.find_entry(at, |o| o.namespace == obj.namespace && o.name == obj.name);
+        let at = hash(&self.hasher, obj.namespace(), obj.name());
+        let found = self.table.find_entry(at, |o| o.namespace() == obj.namespace() && o.name() == obj.name());
         found.ok().map(|e| e.remove().0)
     }
 
@@ -69,19 +69,10 @@ impl ObjectCache {
 
 #[cfg(test)]
 mod tests {
-    use bytes::Bytes;
-
     use super::*;
 
     fn obj(namespace: &str, name: &str, rv: &str) -> Arc<Obj> {
-        Arc::new(Obj {
-            uid: format!("{namespace}/{name}"),
-            namespace: namespace.into(),
-            name: name.into(),
-            resource_version: rv.into(),
-            json: Bytes::new(),
-            charge: super::super::budget::Charge::default(),
-        })
+        Arc::new(Obj::new(&format!("{namespace}/{name}"), namespace, name, rv, Vec::new()))
     }
 
     #[test]
@@ -90,12 +81,12 @@ mod tests {
         assert!(objects.insert(obj("a", "x", "1")).is_none());
         assert!(objects.insert(obj("b", "x", "1")).is_none(), "another namespace, another place");
         let old = objects.insert(obj("a", "x", "2")).expect("replaced");
-        assert_eq!(old.resource_version, "1");
+        assert_eq!(old.resource_version(), "1");
         assert_eq!(objects.values().count(), 2);
         let key = ObjKey { namespace: "a".into(), name: "x".into() };
-        assert_eq!(objects.get(&key).map(|o| o.resource_version.as_str()), Some("2"));
+        assert_eq!(objects.get(&key).map(|o| o.resource_version()), Some("2"));
         assert!(objects.find("a", "y").is_none());
-        assert_eq!(objects.remove(&obj("a", "x", "9")).map(|o| o.resource_version.clone()), Some("2".into()));
+        assert_eq!(objects.remove(&obj("a", "x", "9")).map(|o| o.resource_version().to_owned()), Some("2".into()));
         assert!(objects.get(&key).is_none());
         for i in 0..1000 {
             objects.insert(obj("c", &i.to_string(), "1"));

@@ -81,10 +81,10 @@ pub fn classify(
         if now < deadline { (Consistency::AwaitingOwnWrite, Some(deadline)) } else { (Consistency::TimedOut, None) }
     };
     // A write still in flight: whatever arrives now predates its result.
-    if let Some(deadline) = expectations.in_flight(&Locator::new(plural, &obj.namespace, &obj.name)) {
+    if let Some(deadline) = expectations.in_flight(&Locator::new(plural, obj.namespace(), obj.name())) {
         return pending(deadline);
     }
-    let Some(e) = expectations.get(&obj.uid) else { return (Consistency::Consistent, None) };
+    let Some(e) = expectations.get(obj.uid()) else { return (Consistency::Consistent, None) };
     match e.seen.get(&incarnation) {
         Some(&at) if pos == at => (Consistency::OwnWrite, None),
         Some(&at) if pos > at => (Consistency::Consistent, None),
@@ -232,30 +232,30 @@ impl Filter {
     /// A state at position `pos`: held while it predates a pending own write, else delivered once.
     fn offer(&mut self, obj: Arc<Obj>, pos: u64, seq: Option<u64>, received: Option<Instant>) {
         let (consistency, deadline) = classify(&self.expectations, self.incarnation, &self.plural, &obj, pos);
-        tracing::debug!(uid = %obj.uid, resource_version = %obj.resource_version, pos, ?consistency, held = deadline.is_some(), "consistent: offered");
+        tracing::debug!(uid = %obj.uid(), resource_version = %obj.resource_version(), pos, ?consistency, held = deadline.is_some(), "consistent: offered");
         if let Some(deadline) = deadline {
-            self.held.insert(obj.uid.clone(), HeldState { obj, pos, seq, deadline, received });
+            self.held.insert(obj.uid().to_owned(), HeldState { obj, pos, seq, deadline, received });
             return;
         }
         // The state that ends a wait supersedes what was held.
-        self.held.remove(&obj.uid);
+        self.held.remove(obj.uid());
         self.deliver(obj, seq, consistency, received);
     }
 
     fn deliver(&mut self, obj: Arc<Obj>, seq: Option<u64>, consistency: Consistency, received: Option<Instant>) {
-        let kind = match self.delivered.get(&obj.uid) {
-            Some(prev) if prev.resource_version == obj.resource_version => return,
+        let kind = match self.delivered.get(obj.uid()) {
+            Some(prev) if prev.resource_version() == obj.resource_version() => return,
             Some(_) => Kind::Modified,
             None => Kind::Added,
         };
-        self.delivered.insert(obj.uid.clone(), obj.clone());
+        self.delivered.insert(obj.uid().to_owned(), obj.clone());
         self.out.push_back(Delivery::Object { kind, obj, seq, consistency, received });
     }
 
     /// Delivers a delete at once (deletes are never held), forgetting what was held or delivered for the object.
     fn delete(&mut self, obj: Arc<Obj>, seq: Option<u64>, received: Option<Instant>) {
-        self.held.remove(&obj.uid);
-        self.delivered.remove(&obj.uid);
+        self.held.remove(obj.uid());
+        self.delivered.remove(obj.uid());
         let consistency = Consistency::Consistent;
         self.out.push_back(Delivery::Object { kind: Kind::Deleted, obj, seq, consistency, received });
     }
@@ -273,7 +273,7 @@ impl Filter {
                 }
                 None => {
                     if consistency == Consistency::TimedOut {
-                        tracing::warn!(uid = %uid, resource_version = %held.obj.resource_version, "own write not seen before consistency.timeout; delivering the latest state");
+                        tracing::warn!(uid = %uid, resource_version = %held.obj.resource_version(), "own write not seen before consistency.timeout; delivering the latest state");
                     }
                     let seq = held.seq.or(Some(self.last_seq));
                     self.deliver(held.obj, seq, consistency, held.received);
@@ -284,12 +284,12 @@ impl Filter {
 
     /// After falling behind: deliver the difference between what this subscriber was told and `objects`.
     fn coalesce(&mut self, objects: Vec<Arc<Obj>>, seq: u64) {
-        let present: HashSet<String> = objects.iter().map(|o| o.uid.clone()).collect();
-        let vanished: Vec<Arc<Obj>> = self.delivered.values().filter(|o| !present.contains(&o.uid)).cloned().collect();
+        let present: HashSet<&str> = objects.iter().map(|o| o.uid()).collect();
+        let vanished: Vec<Arc<Obj>> = self.delivered.values().filter(|o| !present.contains(o.uid())).cloned().collect();
         for obj in vanished {
             self.delete(obj, Some(seq), None);
         }
-        self.held.retain(|uid, _| present.contains(uid));
+        self.held.retain(|uid, _| present.contains(uid.as_str()));
         for obj in objects {
             self.offer(obj, seq, Some(seq), None);
         }
@@ -325,14 +325,7 @@ mod tests {
     const INC: u64 = 9;
 
     fn obj(uid: &str, rv: &str) -> Arc<Obj> {
-        Arc::new(Obj {
-            uid: uid.into(),
-            namespace: "ns".into(),
-            name: format!("n-{uid}"),
-            resource_version: rv.into(),
-            json: bytes::Bytes::new(),
-            charge: crate::watch::budget::Charge::default(),
-        })
+        Arc::new(Obj::new(uid, "ns", &format!("n-{uid}"), rv, Vec::new()))
     }
 
     fn entry(seq: u64, change: Change) -> Item {
@@ -346,7 +339,7 @@ mod tests {
                 Delivery::Synced(_) => "SYNCED".to_owned(),
                 Delivery::ResyncRequired => "RESYNC_REQUIRED".to_owned(),
                 Delivery::Object { kind, obj, consistency, .. } => {
-                    format!("{kind:?} {} {} {consistency:?}", obj.uid, obj.resource_version)
+                    format!("{kind:?} {} {} {consistency:?}", obj.uid(), obj.resource_version())
                 }
             })
             .collect()

@@ -174,11 +174,11 @@ impl Hub {
 
     /// Records a write of this pod that produced `obj`, so CONSISTENT subscribers wait for it.
     pub(crate) fn record_write(&self, resource: &super::resolve::ResourceId, obj: &Obj, timeout: std::time::Duration) {
-        if obj.uid.is_empty() || obj.resource_version.is_empty() {
+        if obj.uid().is_empty() || obj.resource_version().is_empty() {
             return;
         }
-        let locator = super::expectations::Locator::new(&resource.plural, &obj.namespace, &obj.name);
-        self.expectations.expect(&obj.uid, &obj.resource_version, locator, timeout);
+        let locator = super::expectations::Locator::new(&resource.plural, obj.namespace(), obj.name());
+        self.expectations.expect(obj.uid(), obj.resource_version(), locator, timeout);
         let watches: Vec<Arc<SharedWatch>> =
             self.lock().values().filter(|h| &h.watch.key.resource == resource).map(|h| h.watch.clone()).collect();
         for watch in watches {
@@ -276,9 +276,7 @@ impl Hub {
         let (view, api_version, kind) =
             (key.view.clone(), key.resource.api_resource().api_version, key.resource.kind.clone());
         events
-            .map_ok(move |event| {
-                event.modify(|raw| raw.json = view.shape(std::mem::take(&mut raw.json), &api_version, &kind))
-            })
+            .map_ok(move |event| event.modify(|raw| raw.reshape(|json| view.shape(json, &api_version, &kind))))
             .boxed()
     }
 

@@ -32,7 +32,7 @@ pub(crate) fn selects(label_selector: &str, field_selector: &str, obj: &Obj) -> 
 }
 
 fn labels(obj: &Obj) -> BTreeMap<String, String> {
-    let json: Value = serde_json::from_slice(&obj.json).unwrap_or_default();
+    let json: Value = serde_json::from_slice(obj.json()).unwrap_or_default();
     let labels = json.get("metadata").and_then(|m| m.get("labels")).and_then(Value::as_object);
     labels.into_iter().flatten().filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned()))).collect()
 }
@@ -94,8 +94,8 @@ fn field_matches(requirement: &str, obj: &Obj) -> Option<bool> {
         (f, v, true)
     };
     let actual = match field.trim() {
-        "metadata.name" => &obj.name,
-        "metadata.namespace" => &obj.namespace,
+        "metadata.name" => obj.name(),
+        "metadata.namespace" => obj.namespace(),
         _ => return None,
     };
     Some((actual == value.trim()) == equal)
@@ -107,14 +107,7 @@ mod tests {
 
     fn obj(labels: &str) -> Obj {
         let json = format!(r#"{{"metadata":{{"name":"child","namespace":"ns","labels":{{{labels}}}}}}}"#);
-        Obj {
-            uid: "u".into(),
-            namespace: "ns".into(),
-            name: "child".into(),
-            resource_version: "1".into(),
-            json: bytes::Bytes::from(json),
-            charge: crate::watch::budget::Charge::default(),
-        }
+        Obj::new("u", "ns", "child", "1", json.into_bytes())
     }
 
     #[test]

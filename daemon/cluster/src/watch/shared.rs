@@ -284,9 +284,9 @@ impl SharedWatch {
             _ => None,
         });
         let found = found.or_else(|| state.objects.at(obj).filter(|o| o.same_version(obj)).map(|_| state.seq));
-        tracing::debug!(uid = %obj.uid, resource_version = %obj.resource_version, ?found, "own write noted");
+        tracing::debug!(uid = %obj.uid(), resource_version = %obj.resource_version(), ?found, "own write noted");
         if let Some(seq) = found {
-            self.expectations.seen(self.incarnation, &obj.uid, &obj.resource_version, seq);
+            self.expectations.seen(self.incarnation, obj.uid(), obj.resource_version(), seq);
         }
     }
 
@@ -300,7 +300,7 @@ impl SharedWatch {
     /// once the initial list is complete.
     pub(crate) fn list(&self, namespace: &str) -> Option<(Vec<Arc<Obj>>, u64)> {
         let state = self.lock();
-        let objects = state.objects.values().filter(|o| namespace.is_empty() || o.namespace == namespace).cloned();
+        let objects = state.objects.values().filter(|o| namespace.is_empty() || o.namespace() == namespace).cloned();
         state.synced.then(|| (objects.collect(), state.seq))
     }
 
@@ -323,7 +323,7 @@ impl SharedWatch {
     }
 
     fn raise_high_water(&self, obj: &Obj) {
-        if let Ok(version) = obj.resource_version.parse::<u64>() {
+        if let Ok(version) = obj.resource_version().parse::<u64>() {
             self.high_water.fetch_max(version, Ordering::AcqRel);
         }
     }
@@ -404,12 +404,12 @@ impl SharedWatch {
                 }
                 let (started, listed) = state.relist.take().unwrap_or_else(|| (Instant::now(), ObjectCache::default()));
                 diff(&state.objects, &listed, &mut changes);
-                let listed_uids: Vec<String> = listed.values().map(|o| o.uid.clone()).collect();
+                let listed_uids: Vec<String> = listed.values().map(|o| o.uid().to_owned()).collect();
                 for obj in listed.values() {
                     self.raise_high_water(obj);
                 }
                 state.objects = listed;
-                state.bytes = state.objects.values().map(|o| o.charge.bytes()).sum();
+                state.bytes = state.objects.values().map(|o| o.charged()).sum();
                 metrics.watch_bytes.get_or_create(&self.label).set(gauge(state.bytes));
                 let first = !state.synced;
                 state.synced = true;
@@ -444,12 +444,12 @@ impl SharedWatch {
                     Ok(obj) => obj,
                     Err(refused) => return self.end(state, refused, metrics),
                 };
-                state.bytes += obj.charge.bytes();
+                state.bytes += obj.charged();
                 match state.objects.insert(obj.clone()) {
                     None => changes.push(Change::Added(obj)),
                     Some(old) => {
-                        state.bytes -= old.charge.bytes();
-                        if old.uid != obj.uid {
+                        state.bytes -= old.charged();
+                        if old.uid() != obj.uid() {
                             changes.push(Change::Deleted(old));
                             changes.push(Change::Added(obj));
                         } else {
@@ -462,10 +462,10 @@ impl SharedWatch {
                 // Its last state is held in the history and the queues: counted, never refused (it frees
                 // the cached one).
                 let mut obj = Obj::from(raw);
-                obj.charge = self.budget.charge(obj.cost());
+                obj.charge(&self.budget);
                 let obj = Arc::new(obj);
                 if let Some(old) = state.objects.remove(&obj) {
-                    state.bytes -= old.charge.bytes();
+                    state.bytes -= old.charged();
                 }
                 self.raise_high_water(&obj);
                 changes.push(Change::Deleted(obj));
@@ -481,21 +481,15 @@ impl SharedWatch {
     /// watch) first drops this watch's history, oldest first, since resuming from a cursor is only a
     /// convenience; refused once nothing more can be dropped.
     fn charge(&self, state: &mut WatchState, mut obj: Obj) -> Result<Arc<Obj>, Exhausted> {
-        let cost = obj.cost();
-        obj.charge = if self.own.load(Ordering::Acquire) {
-            self.budget.charge(cost)
+        if self.own.load(Ordering::Acquire) {
+            obj.charge(&self.budget);
         } else {
-            loop {
-                match self.budget.try_charge(cost) {
-                    Ok(charge) => break charge,
-                    Err(refused) => {
-                        if state.history.pop_front().is_none() {
-                            return Err(refused);
-                        }
-                    }
+            while let Err(refused) = obj.try_charge(&self.budget) {
+                if state.history.pop_front().is_none() {
+                    return Err(refused);
                 }
             }
-        };
+        }
         Ok(Arc::new(obj))
     }
 
@@ -514,7 +508,7 @@ impl WatchState {
     fn publish(&mut self, change: Change, watch: &SharedWatch, metrics: &Metrics) {
         self.seq += 1;
         if let Change::Added(o) | Change::Modified(o) | Change::Deleted(o) = &change {
-            watch.expectations.seen(watch.incarnation, &o.uid, &o.resource_version, self.seq);
+            watch.expectations.seen(watch.incarnation, o.uid(), o.resource_version(), self.seq);
         }
         let entry = Arc::new(Entry { seq: self.seq, change, received: Instant::now() });
         let history = watch.limits.history;
@@ -549,8 +543,8 @@ fn diff(old: &ObjectCache, new: &ObjectCache, changes: &mut Vec<Change>) {
     for obj in new.values() {
         match old.at(obj) {
             None => changes.push(Change::Added(obj.clone())),
-            Some(prev) if prev.resource_version == obj.resource_version => {}
-            Some(prev) if prev.uid != obj.uid => {
+            Some(prev) if prev.resource_version() == obj.resource_version() => {}
+            Some(prev) if prev.uid() != obj.uid() => {
                 changes.push(Change::Deleted(prev.clone()));
                 changes.push(Change::Added(obj.clone()));
             }
@@ -615,9 +609,9 @@ mod tests {
         let mut out = Vec::new();
         while let Ok(e) = rx.try_recv() {
             out.push(match &e.change {
-                Change::Added(o) => format!("ADDED {} {}", o.name, o.resource_version),
-                Change::Modified(o) => format!("MODIFIED {} {}", o.name, o.resource_version),
-                Change::Deleted(o) => format!("DELETED {} {}", o.name, o.resource_version),
+                Change::Added(o) => format!("ADDED {} {}", o.name(), o.resource_version()),
+                Change::Modified(o) => format!("MODIFIED {} {}", o.name(), o.resource_version()),
+                Change::Deleted(o) => format!("DELETED {} {}", o.name(), o.resource_version()),
                 Change::Synced => "SYNCED".to_owned(),
                 Change::Relisted => "RELISTED".to_owned(),
             });
@@ -639,7 +633,7 @@ mod tests {
         assert!(!early.overflowed.load(Ordering::Acquire), "not a resync");
 
         let late = w.join(None);
-        assert!(matches!(late.initial.as_slice(), [Item::Snapshot(o, 2), Item::Synced(2)] if o.name == "a"));
+        assert!(matches!(late.initial.as_slice(), [Item::Snapshot(o, 2), Item::Synced(2)] if o.name() == "a"));
     }
 
     #[test]
@@ -737,7 +731,7 @@ mod tests {
     #[test]
     fn a_first_list_past_the_budget_ends_the_watch_naming_all_it_needed_and_holds_nothing() {
         let budget = Budget::new(10_000);
-        let other = budget.try_charge(1_000).expect("another watch's objects");
+        budget.try_take(1_000).expect("another watch's objects");
         let w = budgeted_watch(16, 16, Budgeted { budget: budget.clone(), own: false });
         let mut early = w.join(None);
         let objects: Vec<RawObject> = (0..20).map(|i| sized(&format!("o{i}"), &i.to_string(), "1", 1_000)).collect();
@@ -754,7 +748,6 @@ mod tests {
         let late = w.join(None);
         assert!(late.initial.is_empty(), "a late joiner gets nothing but the end");
         assert_eq!(m.watch_exhausted.get(), 1);
-        drop(other);
     }
 
     #[test]

@@ -189,10 +189,10 @@ struct Port {
 /// Every ready endpoint of a slice (a missing `ready` means ready, as the API says) as the outbox keys
 /// peers: "pod@address:port" when the endpoint is a Pod, else "address:port".
 pub(crate) fn ready_peers(obj: &Obj) -> BTreeSet<String> {
-    let slice: Slice = match serde_json::from_slice(&obj.json) {
+    let slice: Slice = match serde_json::from_slice(obj.json()) {
         Ok(s) => s,
         Err(error) => {
-            tracing::warn!(slice = %obj.name, %error, "unreadable EndpointSlice ignored");
+            tracing::warn!(slice = %obj.name(), %error, "unreadable EndpointSlice ignored");
             return BTreeSet::new();
         }
     };
@@ -203,7 +203,7 @@ pub(crate) fn ready_peers(obj: &Obj) -> BTreeSet<String> {
         .or_else(|| if ports.len() == 1 { ports.first() } else { None })
         .and_then(|p| p.port);
     let Some(port) = port else {
-        tracing::warn!(slice = %obj.name, "EndpointSlice has no port named {PEER_PORT_NAME:?}; its endpoints are not peers");
+        tracing::warn!(slice = %obj.name(), "EndpointSlice has no port named {PEER_PORT_NAME:?}; its endpoints are not peers");
         return BTreeSet::new();
     };
     slice
@@ -225,14 +225,7 @@ mod tests {
     use super::*;
 
     fn slice(json: serde_json::Value) -> Obj {
-        Obj {
-            uid: "u".into(),
-            namespace: "ns".into(),
-            name: "web-abc".into(),
-            resource_version: "1".into(),
-            json: serde_json::to_vec(&json).expect("json").into(),
-            charge: consistd_cluster::watch::budget::Charge::default(),
-        }
+        Obj::new("u", "ns", "web-abc", "1", serde_json::to_vec(&json).expect("json"))
     }
 
     #[test]

@@ -41,7 +41,7 @@ impl ObjectsApi {
 
     /// Tells the reconcile queue of `lease` (a write request's `reconcile_lease`) that a write for it
     /// produced `obj`, so the key's next lease waits for the watch to show it.
-    async fn made_for(&self, lease: &str, target: &ObjectRef, obj: &Obj) {
+    async fn made_for(&self, lease: &str, target: &ObjectRef, obj: &Arc<Obj>) {
         if !lease.is_empty() {
             self.reconciler.wrote(lease, &target.resource, obj).await;
         }
@@ -78,7 +78,7 @@ impl ObjectsService for ObjectsApi {
         let target = target(&r.resource, &r.namespace, Some(&r.name), "")?;
         self.allowed(&caller, "get", &target).await?;
         let (obj, source) = self.objects.get(&target, r.read_your_writes).await.map_err(status::objects_error)?;
-        Ok(Response::new(pb::GetResponse { object: Some(obj.into()), source: read_source(source).into() }))
+        Ok(Response::new(pb::GetResponse { object: Some(obj.into_proto()), source: read_source(source).into() }))
     }
 
     async fn list(&self, request: Request<pb::ListRequest>) -> Answer<pb::ListResponse> {
@@ -92,7 +92,7 @@ impl ObjectsService for ObjectsApi {
             .await
             .map_err(status::objects_error)?;
         Ok(Response::new(pb::ListResponse {
-            objects: objects.into_iter().map(Into::into).collect(),
+            objects: objects.into_iter().map(Obj::into_proto).collect(),
             resource_version,
             source: read_source(source).into(),
         }))
@@ -111,7 +111,7 @@ impl ObjectsService for ObjectsApi {
             .await
             .map_err(status::objects_error)?;
         self.made_for(&r.reconcile_lease, &target, &obj).await;
-        Ok(Response::new(pb::CreateResponse { object: Some(obj.into()), fence: fence_of(fenced).into() }))
+        Ok(Response::new(pb::CreateResponse { object: Some(obj.into_proto()), fence: fence_of(fenced).into() }))
     }
 
     async fn update(&self, request: Request<pb::UpdateRequest>) -> Answer<pb::UpdateResponse> {
@@ -127,7 +127,7 @@ impl ObjectsService for ObjectsApi {
             .await
             .map_err(status::objects_error)?;
         self.made_for(&r.reconcile_lease, &target, &obj).await;
-        Ok(Response::new(pb::UpdateResponse { object: Some(obj.into()), fence: fence_of(fenced).into() }))
+        Ok(Response::new(pb::UpdateResponse { object: Some(obj.into_proto()), fence: fence_of(fenced).into() }))
     }
 
     async fn patch(&self, request: Request<pb::PatchRequest>) -> Answer<pb::PatchResponse> {
@@ -165,7 +165,7 @@ impl ObjectsService for ObjectsApi {
             .await
             .map_err(status::objects_error)?;
         self.made_for(&r.reconcile_lease, &target, &obj).await;
-        Ok(Response::new(pb::PatchResponse { object: Some(obj.into()), fence: fence_of(fenced).into() }))
+        Ok(Response::new(pb::PatchResponse { object: Some(obj.into_proto()), fence: fence_of(fenced).into() }))
     }
 
     async fn delete(&self, request: Request<pb::DeleteRequest>) -> Answer<pb::DeleteResponse> {
@@ -198,7 +198,7 @@ impl ObjectsService for ObjectsApi {
         if let Some(obj) = &obj {
             self.made_for(&r.reconcile_lease, &target, obj).await;
         }
-        Ok(Response::new(pb::DeleteResponse { object: obj.map(Into::into), fence: fence_of(fenced).into() }))
+        Ok(Response::new(pb::DeleteResponse { object: obj.map(Obj::into_proto), fence: fence_of(fenced).into() }))
     }
 }
 

@@ -9,7 +9,7 @@ use consistd_cluster::{
         DEFAULT_LEASE_TIMEOUT, ObjectQuery, QueueSpec, Reconciler, Work, keys::MapsBy, limiter::RetryPolicy,
         queue::Completion,
     },
-    watch::view::dot_path,
+    watch::{object::Obj, view::dot_path},
 };
 use consistd_core::{config::Service, names, tasks::Tasks};
 use consistd_proto::v1::{self as pb, reconcile_service_server::ReconcileService};
@@ -307,7 +307,7 @@ fn work_item(w: Work) -> pb::WorkItem {
         lease_id: w.lease_id,
         namespace: w.key.namespace,
         name: w.key.name,
-        object: w.object.map(|o| (*o).clone().into()),
+        object: w.object.map(Obj::into_proto),
         deleted: w.deleted,
         consistency: consistency.into(),
         attempt: w.attempt,

@@ -206,7 +206,7 @@ fn raw_response(item: Item, incarnation: u64, plural: &str, expectations: &Expec
     };
     pb::SubscribeResponse {
         r#type: kind.into(),
-        object: obj.map(|o| kube_object(&o)),
+        object: obj.map(Obj::into_proto),
         cursor,
         consistency: consistency.into(),
     }
@@ -235,7 +235,7 @@ fn consistent_response(delivery: Delivery, incarnation: u64) -> pb::SubscribeRes
                 Kind::Deleted => pb::EventType::Deleted,
             }
             .into(),
-            object: Some(kube_object(&obj)),
+            object: Some(obj.into_proto()),
             cursor: cursor(seq),
             consistency: pb_consistency(consistency).into(),
         },
@@ -249,10 +249,6 @@ fn pb_consistency(c: Consistency) -> pb::Consistency {
         Consistency::OwnWrite => pb::Consistency::OwnWrite,
         Consistency::TimedOut => pb::Consistency::TimedOut,
     }
-}
-
-fn kube_object(o: &Obj) -> pb::KubeObject {
-    o.clone().into()
 }
 
 #[cfg(test)]
