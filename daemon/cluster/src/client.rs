@@ -331,4 +331,66 @@ mod tests {
         contact.heard(Via::Probe);
         assert_eq!(contact.last(), Some((Instant::now(), Via::Probe)));
     }
+
+    /// An HTTP/1.1 server on `listener` that answers the first `busy` requests 429 `Retry-After: 1` (as an
+    /// apiserver whose watch cache is still warming does, KEP-4568) and the rest with an empty
+    /// ConfigMapList; it notes the time of every request in `at`.
+    async fn warming_apiserver(listener: tokio::net::TcpListener, busy: usize, at: &std::sync::Mutex<Vec<Instant>>) {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let mut request = Vec::new();
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = conn.read(&mut buf).await {
+                request.extend_from_slice(&buf[..n]);
+                while let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") {
+                    request.drain(..end + 4);
+                    let answered = {
+                        let mut at = at.lock().expect("not poisoned");
+                        at.push(Instant::now());
+                        at.len()
+                    };
+                    let (status, extra, body) = if answered <= busy {
+                        let body = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"storage is (re)initializing","reason":"TooManyRequests","code":429}"#;
+                        ("429 Too Many Requests", "Retry-After: 1\r\n", body)
+                    } else {
+                        (
+                            "200 OK",
+                            "",
+                            r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"7"},"items":[]}"#,
+                        )
+                    };
+                    let answer = format!(
+                        "HTTP/1.1 {status}\r\n{extra}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if conn.write_all(answer.as_bytes()).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn an_apiserver_answering_429_is_asked_again_after_its_retry_after() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("address"));
+        let client =
+            client(kube::Config::new(url.parse().expect("url")), &ApiContact::default(), false).expect("client");
+        let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> = kube::Api::namespaced(client, "ns");
+        let at = std::sync::Mutex::new(Vec::new());
+        let params = kube::api::ListParams::default();
+        let list = tokio::select! {
+            () = warming_apiserver(listener, 2, &at) => unreachable!("the server stopped"),
+            list = api.list(&params) => list.expect("listed once the apiserver is ready"),
+        };
+        assert_eq!(list.metadata.resource_version.as_deref(), Some("7"));
+        let at = at.into_inner().expect("not poisoned");
+        assert_eq!(at.len(), 3, "two answered 429, the third listed");
+        for pair in at.windows(2) {
+            let waited = pair[1] - pair[0];
+            // The retry policy's own backoff starts at 5 ms: only Retry-After makes it wait a second.
+            assert!(waited >= Duration::from_millis(950), "asked again after {waited:?}, not after Retry-After: 1");
+        }
+    }
 }
