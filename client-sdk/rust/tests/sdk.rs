@@ -233,7 +233,15 @@ async fn leadership_reports_unknown_at_once_when_the_sidecar_connection_is_lost_
     proxy.cut();
     let lost = next(&mut states).await;
     assert_eq!(lost.state, LeadershipState::Unknown, "{lost:?}");
-    assert!(next_state(&mut states, LeadershipState::Unknown).await.is_leader(), "campaigns again");
+    // The daemon resigns when the first stream goes; the SDK's new campaign may be told so (FOLLOWER while
+    // the Lease still names this daemon or nobody) before it leads again. Never another holder.
+    loop {
+        let again = next(&mut states).await;
+        if again.is_leader() {
+            break;
+        }
+        assert!(again.holder.is_empty() || again.holder == "sdk-rust-lost", "campaigns again: {again:?}");
+    }
 }
 
 #[tokio::test]
