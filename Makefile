@@ -49,8 +49,9 @@ control-plane:
 
 SDKS := python go typescript java
 
-# The suites that need the real control plane, one after another under one control plane.
-INTEGRATION := $(CARGO) test --workspace --no-fail-fast --test '*' && hack/test-sdks.sh && hack/with-daemons.sh hack/stock-clients.sh && hack/with-daemons.sh hack/check-metrics.sh && hack/monitoring-check.sh && hack/chart-check.sh
+# The suites that need the real control plane, under one control plane: the Rust test binaries side by side in
+# lanes (hack/integration.py), then the other suites one after another.
+INTEGRATION := hack/stage.sh rust-integration env CARGO=$(CARGO) hack/integration.py && hack/stage.sh sdks hack/test-sdks.sh && hack/stage.sh stock-clients hack/with-daemons.sh hack/stock-clients.sh && hack/stage.sh metrics hack/with-daemons.sh hack/check-metrics.sh && hack/stage.sh monitoring hack/monitoring-check.sh && hack/stage.sh chart hack/chart-check.sh
 
 # Every crate's unit tests and doc tests: nothing running needed.
 UNIT := $(CARGO) test --workspace --no-fail-fast --lib --bins && $(CARGO) test --workspace --no-fail-fast --doc
@@ -64,14 +65,19 @@ test-integration: control-plane
 
 # hack/prebuild.sh builds the Go tools, node binaries and images of the later stages at idle priority beside
 # the Rust tests, which leave a core mostly idle; on a failure the trap stops it.
-test: lint control-plane
-	$(UNIT)
+# Each stage's time is printed as it ends and listed at the end (hack/stage.sh; docs/BENCHMARKS.md's build table).
+test:
+	hack/stage.sh reset
+	hack/stage.sh lint $(MAKE) --no-print-directory lint
+	hack/stage.sh control-plane hack/control-plane.sh build
+	hack/stage.sh unit $(SHELL) $(.SHELLFLAGS) "$(UNIT)"
 	hack/prebuild.sh start
 	trap 'hack/prebuild.sh stop' EXIT; \
 	  hack/with-control-plane.sh $(SHELL) $(.SHELLFLAGS) "$(INTEGRATION)"; \
-	  hack/dev.sh check; \
-	  hack/prebuild.sh wait
-	$(MAKE) e2e
+	  hack/stage.sh dev-check hack/dev.sh check; \
+	  hack/stage.sh prebuild-wait hack/prebuild.sh wait
+	$(MAKE) --no-print-directory e2e
+	hack/stage.sh report
 
 lint:
 	$(CARGO) fmt --all --check
@@ -98,9 +104,9 @@ chart-check: control-plane
 # control plane started for it (CONSISTD_CP_NODE=1): one of its own, never the one `make dev` left running.
 e2e: export CONSISTD_CP_DIR := $(CURDIR)/target/e2e/control-plane
 e2e: control-plane
-	hack/image.sh consistd example-python pause busybox
-	hack/node.sh prepare
-	CONSISTD_CP_NODE=1 hack/with-control-plane.sh $(SHELL) $(.SHELLFLAGS) 'hack/test-node.sh && hack/e2e-consistd.sh'
+	hack/stage.sh e2e-images hack/image.sh consistd example-python pause busybox
+	hack/stage.sh e2e-node-prepare hack/node.sh prepare
+	CONSISTD_CP_NODE=1 hack/with-control-plane.sh $(SHELL) $(.SHELLFLAGS) 'hack/stage.sh e2e-node hack/test-node.sh && hack/stage.sh e2e-consistd hack/e2e-consistd.sh'
 
 image:
 	hack/image.sh
