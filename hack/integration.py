@@ -8,7 +8,9 @@ time (default 2, or $CONSISTD_TEST_LANES): most of these tests wait on the apise
 faults, and one binary at a time leaves the cores idle. The longest binaries start first (their times from the
 last run, kept in target/test-durations.json, else a table below), so the lanes end together. Each binary's
 output is printed whole when it ends; every binary runs whatever the others did (cargo's --no-fail-fast), and
-the exit code is 1 if any failed.
+the exit code is 1 if any failed. A binary that changes what every process on the machine sees (EXCLUSIVE: the
+black holes' nftables rules drop a port's packets on every interface, and a port number can be any process's)
+runs alone, before the lanes start.
 """
 
 import argparse
@@ -31,6 +33,8 @@ KNOWN = {
     "reconcile": 13, "discovery": 13, "disk": 12, "consistency": 11, "reload": 10,
 }
 UNKNOWN = 8
+# Binaries run with nothing beside them: their faults are not confined to their own processes.
+EXCLUSIVE = {"blackhole"}
 
 
 def build(cargo: str) -> list[tuple[str, str, pathlib.Path]]:
@@ -70,33 +74,39 @@ def main() -> int:
         durations = json.loads(DURATIONS.read_text())
     except (OSError, ValueError):
         durations = {}
+    alone = [b for b in binaries if b[0].rsplit("/", 1)[-1] in EXCLUSIVE]
     work: queue.Queue = queue.Queue()
-    for b in sorted(binaries, key=lambda b: -expected(durations, b[0])):
+    for b in sorted((b for b in binaries if b not in alone), key=lambda b: -expected(durations, b[0])):
         work.put(b)
     print_lock = threading.Lock()
     failed: list[str] = []
     took: dict[str, float] = {}
 
+    def run(name: str, exe: str, package: pathlib.Path) -> None:
+        start = time.monotonic()
+        with tempfile.TemporaryFile(mode="w+") as log:
+            rc = subprocess.run([exe], cwd=package, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+            log.seek(0)
+            output = log.read()
+        took[name] = time.monotonic() - start
+        with print_lock:
+            outcome = "ok" if rc == 0 else f"FAILED (exit {rc})"
+            print(f"===== {name}: {took[name]:.1f} s, {outcome}", flush=True)
+            sys.stdout.write(output)
+            sys.stdout.flush()
+            if rc != 0:
+                failed.append(name)
+
     def lane() -> None:
         while True:
             try:
-                name, exe, package = work.get_nowait()
+                b = work.get_nowait()
             except queue.Empty:
                 return
-            start = time.monotonic()
-            with tempfile.TemporaryFile(mode="w+") as log:
-                rc = subprocess.run([exe], cwd=package, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
-                log.seek(0)
-                output = log.read()
-            took[name] = time.monotonic() - start
-            with print_lock:
-                outcome = "ok" if rc == 0 else f"FAILED (exit {rc})"
-                print(f"===== {name}: {took[name]:.1f} s, {outcome}", flush=True)
-                sys.stdout.write(output)
-                sys.stdout.flush()
-                if rc != 0:
-                    failed.append(name)
+            run(*b)
 
+    for b in alone:
+        run(*b)
     lanes = [threading.Thread(target=lane) for _ in range(args.lanes)]
     for t in lanes:
         t.start()
