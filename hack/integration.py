@@ -10,7 +10,8 @@ last run, kept in target/test-durations.json, else a table below), so the lanes 
 output is printed whole when it ends; every binary runs whatever the others did (cargo's --no-fail-fast), and
 the exit code is 1 if any failed. A binary that changes what every process on the machine sees (EXCLUSIVE: the
 black holes' nftables rules drop a port's packets on every interface, and a port number can be any process's)
-runs alone, before the lanes start.
+runs alone, before the lanes start; so does one that stops the shared control plane (control_plane pauses etcd and
+restarts the apiserver).
 """
 
 import argparse
@@ -34,7 +35,7 @@ KNOWN = {
 }
 UNKNOWN = 8
 # Binaries run with nothing beside them: their faults are not confined to their own processes.
-EXCLUSIVE = {"blackhole"}
+EXCLUSIVE = {"blackhole", "control_plane"}
 
 
 def build(cargo: str) -> list[tuple[str, str, pathlib.Path]]:
