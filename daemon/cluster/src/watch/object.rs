@@ -55,7 +55,7 @@ impl Identity {
         let span = |text: &Option<Text<'_>>| match text {
             None => Some(Span::default()),
             Some(Text(Cow::Borrowed(s))) => {
-                let start = u32::try_from(s.as_ptr() as usize - base).ok()?;
+                let start = u32::try_from((s.as_ptr() as usize).checked_sub(base)?).ok()?;
                 Some(Span { start, len: u32::try_from(s.len()).ok()? })
             }
             Some(Text(Cow::Owned(_))) => None,
