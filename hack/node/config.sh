@@ -1,7 +1,10 @@
-# Sourced by hack/node.sh: the node's containerd, CNI and kubelet configuration, written under $state.
-# shellcheck shell=bash disable=SC2154 # state, bridge, pod_subnet, ... are hack/node.sh's
+# Sourced by hack/node.sh: one node's containerd, CNI and kubelet configuration, written under its directory.
+# shellcheck shell=bash disable=SC2154 # bridge, ... are hack/node.sh's
 
+# write_configs DIR NAME POD_SUBNET NODE_IP: the configuration of node NAME, whose kubelet listens on NODE_IP
+# (in the node's network namespace), whose pods get POD_SUBNET and whose cgroups live under /NAME.
 write_configs() {
+  local state=$1 name=$2 pod_subnet=$3 node_ip=$4
   mkdir -p "$state/cni/net.d" "$state/logs" "$state/pod-logs" "$state/kubelet"
   cat >"$state/containerd.toml" <<EOF
 version = 2
@@ -41,15 +44,18 @@ EOF
   cat >"$state/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: 127.0.0.1
-port: $(free_port)
+address: $node_ip
+port: 10250
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
-healthzPort: $(free_port)
-# The apiserver has no kubelet client certificate; the kubelet listens on loopback only.
+healthzPort: 10248
+# The apiserver has no kubelet client certificate; the kubelet listens only on the nodes' link, which only
+# this host and the other nodes reach.
 authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}
 authorization: {mode: AlwaysAllow}
 cgroupDriver: cgroupfs
+# Each node's pods in a cgroup tree of its own (created by hack/node.sh, beside its daemons' freezer cgroup).
+cgroupRoot: /$name
 failCgroupV1: false
 failSwapOn: false
 containerRuntimeEndpoint: unix://$state/containerd.sock

@@ -1,5 +1,5 @@
 # Sourced by hack/node.sh: records what starting a node changes on the host, and puts all of it back.
-# shellcheck shell=bash disable=SC2154 # state, bridge, pod_subnet, ... are hack/node.sh's
+# shellcheck shell=bash disable=SC2154 # state, link, tag, ... are hack/node.sh's
 
 # Sysctls kubelet sets (pkg/kubelet/cm setupKernelTunables) and the bridge plugin's ip_forward.
 sysctls="vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys
@@ -8,7 +8,7 @@ kernel.keys.root_maxbytes net.ipv4.ip_forward"
 # container logs) use whatever their config says. Another containerd may share them: stop removes only this
 # node's files there, and the directories themselves only if start made them and they are empty.
 host_dirs="/run/containerd/s /run/containerd /var/lib/cni/results /var/lib/cni /var/log/containers /var/lib/kubelet
-/usr/libexec/kubernetes"
+/usr/libexec/kubernetes /run/netns"
 
 # Everything start changes on the host is recorded first, so stop can put it back even after a crash; stop
 # deletes the record last. The record is host-wide (one node per host), not in $state, and names the state
@@ -18,12 +18,17 @@ host_record=/run/consistd-node
 
 save_host() {
   local h=$host_record k d
-  if ip link show "$bridge" >/dev/null 2>&1; then die "a link named $bridge exists already; not touching it"; fi
+  if ip link show "$link" >/dev/null 2>&1; then die "a link named $link exists already; not touching it"; fi
   mkdir -p "$h"
   echo "$state" >"$h/owner"
   for k in $sysctls; do echo "$k=$(sysctl -n "$k")"; done >"$h/sysctls"
   for d in $host_dirs; do if [ -e "$d" ]; then echo "$d"; fi; done >"$h/dirs"
-  touch "$h/bridge"
+  # `ip netns add` bind-mounts /run/netns on itself the first time.
+  if mountpoint -q /run/netns 2>/dev/null; then touch "$h/netns-mounted"; fi
+  # Each node: its network namespace (with its end of the link, its bridge and rules) and its cgroup trees.
+  local i
+  for i in $(indices); do echo "$(netns "$i") $(node_name "$i")"; done >"$h/nodes"
+  touch "$h/link"
   # iptables (nft backend) creates the nat table for the DNAT rules; it stays, empty, once they are gone.
   if ! nft list table ip nat >/dev/null 2>&1; then touch "$h/no-nat-table"; fi
 }
@@ -34,20 +39,36 @@ recover_host() {
   local owner p
   [ -f "$host_record/owner" ] || return 0
   owner=$(cat "$host_record/owner")
-  [ "$owner" != "$state" ] || return 0 # this node's own: its stop puts it back
-  for p in containerd kubelet controller-manager scheduler; do
-    if pid_alive "$owner/$p.pid"; then
-      die "a node started from $owner runs on this host (one per host): CONSISTD_NODE_DIR=$owner hack/node.sh stop"
+  [ "$owner" != "$state" ] || return 0 # these nodes' own: their stop puts it back
+  # A run killed while a node was frozen leaves its tasks frozen, where no SIGKILL takes them.
+  local ns name
+  if [ -f "$host_record/nodes" ]; then
+    while read -r ns name; do
+      [ ! -f "/sys/fs/cgroup/freezer/$name/freezer.state" ] || echo THAWED >"/sys/fs/cgroup/freezer/$name/freezer.state"
+    done <"$host_record/nodes"
+  fi
+  for p in "$owner"/*.pid "$owner"/*/*.pid; do
+    if pid_alive "$p"; then
+      die "nodes started from $owner run on this host (one set per host): CONSISTD_NODE_DIR=$owner hack/node.sh stop"
     fi
   done
-  log "the node started from $owner was killed without stopping: putting back what it changed on the host"
+  log "the nodes started from $owner were killed without stopping: putting back what they changed on the host"
   CONSISTD_NODE_DIR=$owner "$repo/hack/node.sh" stop
 }
 
 restore_host() {
   local h=$host_record line k v d
   [ "$(cat "$h/owner" 2>/dev/null)" = "$state" ] || return 0
-  if [ -f "$h/bridge" ] && ip link show "$bridge" >/dev/null 2>&1; then ip link delete "$bridge"; fi
+  local ns name
+  # A namespace goes with its links (the node's end of the link, its pods' bridge), routes and rules.
+  if [ -f "$h/nodes" ]; then
+    while read -r ns name; do
+      if [ -e "/run/netns/$ns" ]; then ip netns delete "$ns"; fi
+    done <"$h/nodes"
+  fi
+  if [ ! -f "$h/netns-mounted" ] && mountpoint -q /run/netns 2>/dev/null; then umount /run/netns || umount -l /run/netns; fi
+  # The host's end of each veth goes with the namespace; the link's routes go with the link.
+  if [ -f "$h/link" ] && ip link show "$link" >/dev/null 2>&1; then ip link delete "$link"; fi
   # iptables rules carry $tag as their comment; kubelet's own chains are off (makeIPTablesUtilChains: false).
   for t in nat filter mangle; do
     { iptables-save -t "$t" 2>/dev/null || true; } | { grep -F -- "$tag" || true; } | sed -n 's/^-A /-D /p' |
@@ -56,10 +77,15 @@ restore_host() {
   if [ -f "$h/no-nat-table" ] && ! iptables-save -t nat 2>/dev/null | grep -q '^-A'; then
     nft delete table ip nat 2>/dev/null || true
   fi
-  # cgroups kubelet made (cgroupfs driver): leaves first; they are empty once every container is gone.
-  for d in /sys/fs/cgroup/*/kubepods; do
-    if [ -d "$d" ]; then find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true; fi
-  done
+  # Each node's cgroup trees (its root and what kubelet made under it): leaves first; they are empty once
+  # every container and daemon of the node is gone.
+  if [ -f "$h/nodes" ]; then
+    while read -r ns name; do
+      for d in /sys/fs/cgroup/*/"$name"; do
+        if [ -d "$d" ]; then find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true; fi
+      done
+    done <"$h/nodes"
+  fi
   if [ -f "$h/sysctls" ]; then
     while IFS='=' read -r k v; do
       [ "$(sysctl -n "$k")" = "$v" ] || sysctl -qw "$k=$v"
