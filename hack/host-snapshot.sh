@@ -3,7 +3,7 @@
 #
 #   hack/host-snapshot.sh > before; ...; hack/host-snapshot.sh > after; diff before after
 #
-# Sections: sysctls (less the counters that move on their own), links, iptables rules, mounts, cgroup
+# Sections: sysctls (less the counters that move on their own), links, routes, iptables rules, mounts, cgroup
 # directories, /etc/hosts, network namespaces, and the host paths kubelet, containerd, CNI and kubectl
 # default to (whether each exists and how many entries it holds).
 set -euo pipefail
@@ -12,6 +12,8 @@ echo '## sysctl'
 sysctl -a 2>/dev/null | { grep -Ev "$volatile" || true; } | sort
 echo '## links'
 ip -o link show | awk -F': ' '{print $2}' | sed 's/@.*//' | sort
+echo '## routes'
+ip -4 route show table all | sort
 echo '## iptables'
 if command -v iptables-save >/dev/null; then iptables-save 2>/dev/null | { grep -Ev '^#' || true; } | sed 's/ \[[0-9:]*\]$//'; fi
 echo '## mounts'

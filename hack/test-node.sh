@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end test of hack/node.sh: a real node runs a Deployment and a native-sidecar pod, then leaves the host as it was.
+# End-to-end test of hack/node.sh: two real nodes run a Deployment across both and a native-sidecar pod, then leave the host as it was.
 #
 #   CONSISTD_CP_NODE=1 hack/with-control-plane.sh hack/test-node.sh     (what `make e2e` runs; root)
 #
@@ -48,19 +48,19 @@ serviceaccount
 k run left-behind --image localhost/busybox:local --image-pull-policy Never --restart Never \
   --overrides '{"spec": {"terminationGracePeriodSeconds": 1}}' -- sleep 3600 >/dev/null
 k wait pod/left-behind --for condition=Ready --timeout 60s >/dev/null || die "the pod on the node to be killed is not Ready"
-for p in scheduler controller-manager kubelet containerd; do
-  pid=$(cat "$killed/$p.pid")
+for f in "$killed"/*.pid "$killed"/*/kubelet.pid "$killed"/*/containerd.pid; do
+  pid=$(cat "$f")
   kill -9 "$pid"
   # Gone, or a zombie nobody reaps (the script that started it has exited).
   for _ in $(seq 1 100); do case $(ps -o stat= -p "$pid" || echo Z) in Z*) break ;; esac; sleep 0.1; done
 done
-ip link show cn0 >/dev/null 2>&1 || die "the killed node's bridge is gone already; the test kills nothing"
+ip link show cnlink >/dev/null 2>&1 || die "the killed nodes' link is gone already; the test kills nothing"
 log "killed the node started from $killed with its pod running"
 
 t=$(ms)
 "$node" start
 trap '"$node" stop' EXIT
-log "node Ready $(($(ms) - t)) ms after hack/node.sh start, the killed node's host changes put back first"
+log "nodes Ready $(($(ms) - t)) ms after hack/node.sh start, the killed nodes' host changes put back first"
 eval "$("$node" env)"
 k delete pod left-behind --grace-period 1 --wait=false >/dev/null
 
@@ -76,8 +76,15 @@ spec:
     metadata: {labels: {app: sleepers}}
     spec:
       terminationGracePeriodSeconds: 1
+      # One on each node.
+      topologySpreadConstraints:
+      - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule,
+         labelSelector: {matchLabels: {app: sleepers}}}
       containers:
-      - {name: sleep, image: localhost/busybox:local, imagePullPolicy: Never, command: [sleep, "3600"]}
+      - name: sleep
+        image: localhost/busybox:local
+        imagePullPolicy: Never
+        command: [sh, -c, 'mkdir -p /tmp/w && hostname >/tmp/w/index.html && exec httpd -f -p 8080 -h /tmp/w']
 ---
 apiVersion: v1
 kind: Service
@@ -160,6 +167,19 @@ for _ in $(seq 1 50); do
 done
 [ "$(wc -w <<<"$ready")" = 2 ] || die "EndpointSlice for Service sleepers lists '$ready', not 2 ready pods"
 log "ReplicaSet and EndpointSlice present: ready endpoints $ready"
+# One replica on each node, and the pod network routed between them: the sidecar pod (on one node) and the
+# host reach each replica by its pod IP, and each answers with its own name.
+nodes=$(k get pods -l app=sleepers -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' | sort -u | xargs)
+[ "$nodes" = "$CONSISTD_NODE_NAMES" ] || die "the Deployment's replicas run on '$nodes', not one on each of $CONSISTD_NODE_NAMES"
+here=$(k get pod sidecar -o jsonpath='{.spec.nodeName}')
+for pod in $(k get pods -l app=sleepers -o name); do
+  ip=$(k get "$pod" -o jsonpath='{.status.podIP}') name=${pod#pod/}
+  answer=$(k exec sidecar -c app -- sh -c "printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 $ip 8080 | tail -1") || true
+  [ "$answer" = "$name" ] || die "$name ($ip, on $(k get "$pod" -o jsonpath='{.spec.nodeName}')) answered '$answer' to the pod on $here"
+  answer=$(curl -sf -m 5 "http://$ip:8080/") || true
+  [ "$answer" = "$name" ] || die "$name ($ip) answered '$answer' to the host"
+done
+log "one replica on each node ($nodes); each reached by its pod IP from the pod on $here and from the host"
 
 t=$(ms)
 k delete pod sidecar --wait=true >/dev/null
@@ -172,11 +192,11 @@ log "namespace deleted (Deployment's pods gone) in $(($(ms) - t)) ms"
 trap - EXIT
 t=$(ms)
 "$node" stop
-log "node stopped in $(($(ms) - t)) ms"
+log "nodes stopped in $(($(ms) - t)) ms"
 "$node" stop # idempotent
 "$repo/hack/host-snapshot.sh" >"$out/host.after"
 if ! diff -u "$out/host.before" "$out/host.after" >"$out/host.diff"; then
   cat "$out/host.diff" >&2
-  die "the host is not as it was before the node started (diff above; $out/host.diff)"
+  die "the host is not as it was before the nodes started (diff above; $out/host.diff)"
 fi
-log "PASS: host restored (sysctls, links, iptables, mounts, cgroups, /etc/hosts, netns as before)"
+log "PASS: host restored (sysctls, links, routes, iptables, mounts, cgroups, /etc/hosts, netns as before)"
