@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# End-to-end test of consistd in pods on a real node, the way a cluster runs it:
+# End-to-end test of consistd in pods on two real nodes (hack/node.sh), the way a cluster runs it:
 #
 #   CONSISTD_CP_NODE=1 hack/with-control-plane.sh hack/e2e-consistd.sh     (part of `make e2e`; root)
 #
 #  1. The injector runs in the cluster from its image (manifests/injector through the overlay
 #     hack/e2e/injector: local image, one replica) and publishes its caBundle.
-#  2. hack/e2e/app.yaml, the Python example controller as a 3-replica Deployment, taken through the README's
+#  2. hack/e2e/app.yaml, the Python example controller as a 3-replica Deployment over both nodes, taken through the README's
 #     walkthrough (its "Run it in a cluster" blocks, run as printed): every pod runs the injected native
 #     sidecar, Ready, and `consistd status` in it reports the apiserver reachable through the `kubernetes`
 #     Service. hack/e2e/plain-app.yaml, a busybox container that only needs the socket, takes the same app
@@ -23,7 +23,7 @@
 #  8. The Helm path: the README's `helm install --wait` with the local image, a plain busybox app through the
 #     README's app block (as after step 1 with the kustomize injector), and `helm uninstall`, which leaves
 #     only what the README says it leaves.
-# Then stops the node and checks the host is as it was. Needs target/images/{consistd,example-python,pause,
+# Then stops the nodes and checks the host is as it was. Needs target/images/{consistd,example-python,pause,
 # busybox}.tar (hack/image.sh consistd example-python pause busybox) and helm (hack/tools.sh helm). Prints timings.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -190,6 +190,15 @@ for pod in $pods; do
   grep -q "reachable" <<<"$status" || die "$pod: the apiserver is not reachable from the sidecar: $status"
 done
 log "every replica runs consistd as an injected native sidecar; consistd status in each: ready, apiserver reachable"
+# spread: the replicas of PODS run on every node.
+node_of() { kn get pod "$1" -o jsonpath='{.spec.nodeName}'; }
+spread() {
+  local on
+  on=$(for pod in $1; do node_of "$pod"; echo; done | sort -u | xargs)
+  [ "$on" = "$CONSISTD_NODE_NAMES" ] || die "the replicas $1 run on '$on', not on every node ($CONSISTD_NODE_NAMES)"
+  echo "$on"
+}
+log "the replicas run on both nodes ($(spread "$pods"))"
 
 plain_app kustomize
 log "the README's app block on a plain container (busybox, the socket only): injected, the socket there, consistd status ready"
@@ -333,9 +342,9 @@ v1=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["version"])' "$f
 t=$(ms)
 kn rollout restart deployment/my-app >/dev/null
 kn rollout status deployment/my-app --timeout=180s >/dev/null || die "kubectl rollout restart did not complete"
-log "kubectl rollout restart: 3 new replicas Ready $(($(ms) - t)) ms after it"
 old=$pods
 pods=$(pods)
+log "kubectl rollout restart: 3 new replicas Ready $(($(ms) - t)) ms after it, on both nodes ($(spread "$pods"))"
 for pod in $pods; do
   ! grep -qw -- "$pod" <<<"$old" || die "$pod survived the rollout restart"
   caught_up() { logs "$pod" member | grep -q "^applied app-config $v1 one$"; }
@@ -361,7 +370,8 @@ some_stored() { [ "$(grep -c '^stored ' "$out/burst.log" || true)" -ge 200 ]; }
 wait_until 60 "the burst stored nothing: $(tail -3 "$out/burst.log")" some_stored
 id=$(kn get pod "$sender" -o jsonpath='{.status.initContainerStatuses[?(@.name=="consistd")].containerID}')
 received_at_kill=$(for pod in $pods; do logs "$pod" receiver; done | grep -c '^received burst/' || true)
-ctr tasks kill -s SIGKILL "${id#containerd://}" >/dev/null || die "could not SIGKILL the sidecar of $sender"
+"$node" ctr "$(node_of "$sender")" tasks kill -s SIGKILL "${id#containerd://}" >/dev/null ||
+  die "could not SIGKILL the sidecar of $sender"
 t=$(ms)
 set +e
 wait "$burst"
@@ -425,5 +435,5 @@ log "helm install --wait of an image the node cannot pull: failed after its time
 trap - EXIT
 "$node" stop
 "$repo/hack/host-snapshot.sh" >"$out/host.after"
-diff -u "$out/host.before" "$out/host.after" >&2 || die "the host differs from before the node started"
+diff -u "$out/host.before" "$out/host.after" >&2 || die "the host differs from before the nodes started"
 log "PASS: host restored"
