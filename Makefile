@@ -20,9 +20,10 @@
 #                  then 6-minute black holes to and from the apiserver and a peer (daemon/tests/blackhole.rs)
 #   make chart-check  charts/consistd: helm lint, its values schema, server-side dry runs, no drift from
 #                  manifests/injector (hack/chart-check.sh)
-#   make e2e       a real node (containerd, kubelet, scheduler, controller-manager; hack/node.sh) runs pods
-#                  against the control plane (hack/test-node.sh), then the injector from its image adds consistd
-#                  to a labelled Deployment (hack/e2e-consistd.sh); the host is checked restored (root)
+#   make e2e       two real nodes (containerd and kubelet each in a network namespace, a scheduler and a
+#                  controller-manager; hack/node.sh) run pods against the control plane (hack/test-node.sh), then
+#                  the injector from its image adds consistd to a labelled Deployment over both, which goes
+#                  through a node lost and a partition (hack/e2e-consistd.sh); the host is checked restored (root)
 #   make dashboard manifests/monitoring's Grafana dashboard drawn from a real Prometheus scraping two daemons
 #                  under traffic, into docs/monitoring/dashboard.png (hack/dashboard.sh); fails on a panel with no data
 #   make image     reproducible OCI image tarballs in target/images, no Docker engine (hack/image.sh): consistd,

@@ -20,7 +20,10 @@
 #     replicas catch up, and the barrier (Publish, WaitApplied) completes across exactly the 3 new pods.
 #  7. SIGKILL of one sidecar while its pod's app sends: kubelet restarts the sidecar, every message whose
 #     Send returned reaches every replica, and no app container restarted (the SDK's loops outlive it).
-#  8. The Helm path: the README's `helm install --wait` with the local image, a plain busybox app through the
+#  8. Node faults (hack/e2e/faults.sh): the leader's node powered off (frozen, link down) and on again; the
+#     link between the nodes cut, then the leader's node cut from the apiserver, then healed. In each: who
+#     leads next and when, no two LEADERs, every stored message delivered to every replica exactly once.
+#  9. The Helm path: the README's `helm install --wait` with the local image, a plain busybox app through the
 #     README's app block (as after step 1 with the kustomize injector), and `helm uninstall`, which leaves
 #     only what the README says it leaves.
 # Then stops the nodes and checks the host is as it was. Needs target/images/{consistd,example-python,pause,
@@ -397,7 +400,14 @@ for pod in $pods; do
 done
 log "SIGKILL of a sending sidecar: all $stored messages whose Send returned reached all 3 replicas ($((3 * stored - received_at_kill)) of $((3 * stored)) deliveries after the kill)"
 
-# 8. The Helm path: the kustomize injector removed as the README says (its namespace goes, with the Secret the
+# 8. Node faults, on the replicas the rollout restart left (figures also in $out/faults.txt).
+# shellcheck source=e2e/faults.sh
+source "$repo/hack/e2e/faults.sh"
+rm -f "$out/faults.txt"
+fault_node_lost
+fault_partition
+
+# 9. The Helm path: the kustomize injector removed as the README says (its namespace goes, with the Secret the
 #    injector made), the README's `helm install --wait`, the plain app through the app block, then `helm
 #    uninstall`, which leaves what the README says it leaves.
 k delete namespace "$ns" --wait=true --timeout=120s >/dev/null
@@ -431,7 +441,7 @@ grep -q '^STATUS: failed' <<<"$release" || die "the release of an unpullable ima
 k delete namespace consistd-system --wait=true --timeout=120s >/dev/null
 log "helm install --wait of an image the node cannot pull: failed after its timeout ($(($(ms) - t)) ms), not deployed"
 
-# 9. Leave the host as it was.
+# 10. Leave the host as it was.
 trap - EXIT
 "$node" stop
 "$repo/hack/host-snapshot.sh" >"$out/host.after"

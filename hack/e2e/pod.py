@@ -8,7 +8,7 @@ into the Python example's image and runs it beside the example controller):
 `member` lines: `applied CHANNEL VERSION PAYLOAD`. `burst` sends resource_id `burst/PREFIX-I` for I in
 0..COUNT and prints `stored burst/PREFIX-I` once Send returned (the sidecar has it on disk: it must reach
 every endpoint whatever happens next); when the sidecar goes away it prints `sidecar gone: ...` and exits 3.
-`publish` prints one JSON line (version, all_applied, members, lagging) and exits 0 only when all applied.
+`publish` prints one JSON line (version, all_applied, members, lagging, live) and exits 0 only when all applied.
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ async def publish(client: consistd.Client, channel: str, payload: str, seconds: 
         "all_applied": waited.all_applied,
         "members": members,
         "lagging": list(waited.lagging),
+        "live": sorted(m.member for m in waited.members if m.live),
     }
     print(json.dumps(result, sort_keys=True))
     return bool(waited.all_applied)

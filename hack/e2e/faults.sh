@@ -1,0 +1,139 @@
+# Sourced by hack/e2e-consistd.sh: node faults on the running example (3 replicas over two nodes), each as a
+# machine meets it, with what it cost and what was lost (nothing) printed.
+#
+#   fault_node_lost     the node of the leader powered off (hack/node.sh freeze: link down, kubelet, containerd
+#                       and every pod frozen), then on again
+#   fault_partition     the link between the nodes dropped while both reach the apiserver, then the apiserver
+#                       dropped for the leader's node too, then healed
+# shellcheck shell=bash disable=SC2154 # ns, pods, out, node, ... are hack/e2e-consistd.sh's
+
+# on_node NODE: the replicas (of $pods) on NODE; off_node NODE: the others.
+on_node() { local pod; for pod in $pods; do [ "$(node_of "$pod")" != "$1" ] || echo "$pod"; done | xargs; }
+off_node() { local pod; for pod in $pods; do [ "$(node_of "$pod")" = "$1" ] || echo "$pod"; done | xargs; }
+other_node() { tr ' ' '\n' <<<"$CONSISTD_NODE_NAMES" | grep -vx "$1" | head -1; }
+holder_in() { local h; h=$(holder); [ -n "$h" ] && grep -qw -- "$h" <<<"$1"; }
+# burst_from POD COUNT PREFIX: POD's member container sends COUNT messages to every replica; the ids whose Send
+# returned go to $out/PREFIX.stored.
+burst_from() {
+  kn exec "$1" -c member -- /usr/local/bin/python3 /e2e/pod.py burst app-peers "$2" "$3" >"$out/$3.burst.log" 2>&1 ||
+    die "the burst from $1 failed: $(tail -3 "$out/$3.burst.log")"
+  sed -n 's/^stored //p' "$out/$3.burst.log" | sort >"$out/$3.stored"
+  [ "$(wc -l <"$out/$3.stored")" = "$2" ] || die "the burst from $1 stored $(wc -l <"$out/$3.stored") of $2"
+}
+# received POD PREFIX: the burst ids POD's receiver printed, one line per delivery, sorted.
+received() { logs "$1" receiver | sed -n "s/^received \(burst\/$2-[^ ]*\) .*/\1/p" | sort; }
+# delivered_to PODS PREFIX SECONDS: every stored message of PREFIX reached every one of PODS, each exactly once.
+delivered_to() {
+  local pod prefix=$2 got
+  for pod in $1; do
+    got() { received "$pod" "$prefix" >"$out/$prefix.$pod"; [ -z "$(comm -23 "$out/$prefix.stored" "$out/$prefix.$pod")" ]; }
+    poll "$3" got || die "$pod's receiver misses $(comm -23 "$out/$prefix.stored" "$out/$prefix.$pod" | wc -l) of the" \
+      "$(wc -l <"$out/$prefix.stored") messages of $prefix after $3 s"
+    [ -z "$(uniq -d "$out/$prefix.$pod")" ] ||
+      die "$pod's receiver got $(uniq -d "$out/$prefix.$pod" | wc -l) messages of $prefix twice (first: $(uniq -d "$out/$prefix.$pod" | head -1))"
+  done
+}
+# first_line_after POD CONTAINER NANOS PATTERN: the timestamp (ns) of POD's first log line matching PATTERN
+# at or after NANOS, or nothing.
+first_line_after() {
+  local at line
+  kn logs --timestamps "$1" -c "$2" 2>/dev/null | grep -E "^[^ ]+ $4" | while read -r at line; do
+    if [ "$(nanos "$at")" -ge "$3" ]; then nanos "$at"; break; fi
+  done
+}
+
+fault_node_lost() {
+  local leader lost survivors gone t0 took sender result= members lagging saw_lagging=0 n=0
+  # From a settled channel: a version every replica applied (a sidecar restarted just before may still be
+  # waiting out its previous run's holding of the channel).
+  settled() { result=$(publish "${pods%% *}" settled 5); }
+  wait_until 60 "no version before the fault reached every replica: $result" settled
+  leader=$(holder) lost=$(node_of "$leader")
+  survivors=$(off_node "$lost") gone=$(on_node "$lost")
+  [ -n "$survivors" ] || die "every replica runs on $lost"
+  sender=${survivors%% *}
+  t0=$(date +%s%N)
+  "$node" freeze "$lost"
+  burst_from "$sender" 100 lost
+  wait_until 60 "no replica on another node took over from $leader" holder_in "$survivors"
+  took=$((($(date +%s%N) - t0) / 1000000))
+  local successor
+  successor=$(holder)
+  delivered_to "$survivors" lost 60
+  # The barrier: while the lost pods' member Leases count (their TTL), a version is not applied by all and
+  # names them lagging; then it completes across the survivors alone. A Publish waits for the channel's
+  # leader, which may have been on the lost node.
+  survivors_applied() {
+    n=$((n + 1))
+    result=$(publish "$sender" "lost-$n" 1) && return 0
+    [ -n "$result" ] || return 1 # the Publish itself failed: no channel leader yet
+    lagging=$(python3 -c 'import json,sys; print(" ".join(sorted(json.loads(sys.argv[1])["lagging"])))' "$result")
+    [ "$lagging" = "$(sorted "$gone")" ] || die "with $lost frozen the barrier names '$lagging' lagging, not its pods $gone: $result"
+    saw_lagging=1
+    return 1
+  }
+  wait_until 90 "the barrier never completed without $lost's pods: $result" survivors_applied
+  members=$(python3 -c 'import json,sys; print(" ".join(json.loads(sys.argv[1])["live"]))' "$result")
+  [ "$(sorted "$members")" = "$(sorted "$survivors")" ] || die "with $lost lost the barrier's live members are $members, not $survivors: $result"
+  local barrier_said="counted only $survivors once the lost pods' member Leases lapsed"
+  [ "$saw_lagging" = 0 ] || barrier_said="named $gone lagging, then $barrier_said"
+  local lost_for=$((($(date +%s%N) - t0) / 1000000000))
+  # Power on: its pods rejoin, the old leader follows the successor, and nothing it held was lost.
+  local t1
+  t1=$(date +%s%N)
+  "$node" thaw "$lost"
+  follows() { [ -n "$(first_line_after "$leader" controller "$t1" "leadership (FOLLOWER|UNKNOWN) ")" ]; }
+  wait_until 60 "the old leader $leader never said it no longer leads after $lost came back" follows
+  [ -z "$(first_line_after "$leader" controller "$t1" "leadership LEADER ")" ] ||
+    die "the old leader $leader said LEADER again after $lost came back"
+  [ -z "$(first_line_after "$leader" controller "$t1" "patched ")" ] || die "the old leader $leader wrote after $lost came back"
+  [ "$(holder)" = "$successor" ] || die "the Lease moved from $successor to $(holder) when $lost came back"
+  delivered_to "$gone" lost 90
+  # Its pods are members again: the next version's barrier waits for, and completes across, all of them.
+  local third
+  third=$(publish "$sender" lost-three 60) || die "the barrier after $lost came back did not complete: $third"
+  members=$(python3 -c 'import json,sys; print(" ".join(json.loads(sys.argv[1])["live"]))' "$third")
+  [ "$(sorted "$members")" = "$(sorted "$pods")" ] || die "after $lost came back the barrier's live members are $members, not $pods: $third"
+  for pod in $pods; do app_never_restarted "$pod"; done
+  log "node lost ($lost, with the leader $leader, frozen for $lost_for s): $successor leads $took ms after; the barrier $barrier_said, and all 3 after power-on; all 100 sends reached the survivors, and the lost pods after power-on, each once; the old leader followed $successor, never LEADER again"
+  echo "node-lost new-leader-ms=$took frozen-s=$lost_for messages=100 duplicates=0" >>"$out/faults.txt"
+}
+
+fault_partition() {
+  local leader a b on_a on_b sender t0 t1 successor at_follow at_lead
+  leader=$(holder) a=$(node_of "$leader")
+  b=$(other_node "$a")
+  on_a=$(on_node "$a") on_b=$(on_node "$b")
+  [ -n "$on_b" ] || die "no replica runs on $b"
+  sender=$leader
+  "$node" partition "$a" "$b"
+  burst_from "$sender" 100 part
+  delivered_to "$on_a" part 60
+  # Both sides still reach the apiserver: the Lease stays where it is, nobody else leads.
+  sleep 5
+  [ "$(holder)" = "$leader" ] || die "the Lease moved from $leader to $(holder) while both nodes reached the apiserver"
+  for pod in $on_b; do
+    [ -z "$(received "$pod" part)" ] || die "$pod on $b received messages across the partition"
+  done
+  # Then the apiserver too is dropped for the leader's node: it stops leading before anyone else starts.
+  t0=$(date +%s%N)
+  "$node" cut "$a"
+  wait_until 60 "no replica on $b took over from $leader cut off on $a" holder_in "$on_b"
+  local took=$((($(date +%s%N) - t0) / 1000000))
+  successor=$(holder)
+  t1=$(date +%s%N)
+  "$node" heal
+  # The leader's log is read through its kubelet, reachable again.
+  at_follow=$(first_line_after "$leader" controller "$t0" "leadership (FOLLOWER|UNKNOWN) ")
+  at_lead=$(first_line_after "$successor" controller "$t0" "leadership LEADER ")
+  [ -n "$at_follow" ] || die "$leader never said it no longer leads once cut off"
+  [ -n "$at_lead" ] || die "$successor never said LEADER"
+  [ "$at_follow" -lt "$at_lead" ] ||
+    die "two LEADERs: $successor said LEADER at $at_lead, before $leader stopped at $at_follow"
+  [ -z "$(first_line_after "$leader" controller "$t0" "patched ")" ] || die "the cut-off leader $leader wrote"
+  delivered_to "$on_b" part 90
+  delivered_to "$on_a" part 5
+  for pod in $pods; do app_never_restarted "$pod"; done
+  log "partition of $a from $b, then $a cut from the apiserver: the Lease stayed with $leader while both reached it; cut off, $leader stopped leading $(((at_lead - at_follow) / 1000000)) ms before $successor led ($took ms after the cut); the 100 sends from $a reached $b's pods after the heal, every replica each once"
+  echo "partition new-leader-ms=$took gap-ms=$(((at_lead - at_follow) / 1000000)) messages=100 duplicates=0" >>"$out/faults.txt"
+}
