@@ -44,10 +44,11 @@ first_line_after() {
 
 fault_node_lost() {
   local leader lost survivors gone t0 took sender result= members lagging saw_lagging=0 n=0
+  : >"$out/faults-publish.log"
   # From a settled channel: a version every replica applied (a sidecar restarted just before may still be
   # waiting out its previous run's holding of the channel).
-  settled() { result=$(publish "${pods%% *}" settled 5); }
-  wait_until 60 "no version before the fault reached every replica: $result" settled
+  settled() { result=$(publish "${pods%% *}" settled 5 2>>"$out/faults-publish.log"); }
+  wait_until 60 "no version before the fault reached every replica (Publish errors in $out/faults-publish.log)" settled
   leader=$(holder) lost=$(node_of "$leader")
   survivors=$(off_node "$lost") gone=$(on_node "$lost")
   [ -n "$survivors" ] || die "every replica runs on $lost"
@@ -55,27 +56,31 @@ fault_node_lost() {
   t0=$(date +%s%N)
   "$node" freeze "$lost"
   burst_from "$sender" 100 lost
-  wait_until 60 "no replica on another node took over from $leader" holder_in "$survivors"
-  took=$((($(date +%s%N) - t0) / 1000000))
-  local successor
-  successor=$(holder)
-  delivered_to "$survivors" lost 60
-  # The barrier: while the lost pods' member Leases count (their TTL), a version is not applied by all and
-  # names them lagging; then it completes across the survivors alone. A Publish waits for the channel's
-  # leader, which may have been on the lost node.
+  # The barrier: while the lost pods still count as members, a version is not applied by all and names them
+  # lagging; once they do not (their member Leases lapse, or the roll call finds them gone), it completes
+  # across the survivors alone. A Publish waits for the channel's leader, which may have been on the lost node.
   survivors_applied() {
     n=$((n + 1))
-    result=$(publish "$sender" "lost-$n" 1) && return 0
+    result=$(publish "$sender" "lost-$n" 1 2>>"$out/faults-publish.log") && return 0
     [ -n "$result" ] || return 1 # the Publish itself failed: no channel leader yet
     lagging=$(python3 -c 'import json,sys; print(" ".join(sorted(json.loads(sys.argv[1])["lagging"])))' "$result")
     [ "$lagging" = "$(sorted "$gone")" ] || die "with $lost frozen the barrier names '$lagging' lagging, not its pods $gone: $result"
     saw_lagging=1
     return 1
   }
-  wait_until 90 "the barrier never completed without $lost's pods: $result" survivors_applied
+  wait_until 90 "the barrier never completed without $lost's pods (Publish errors in $out/faults-publish.log)" survivors_applied
   members=$(python3 -c 'import json,sys; print(" ".join(json.loads(sys.argv[1])["live"]))' "$result")
   [ "$(sorted "$members")" = "$(sorted "$survivors")" ] || die "with $lost lost the barrier's live members are $members, not $survivors: $result"
-  local barrier_said="counted only $survivors once the lost pods' member Leases lapsed"
+  local barrier_ms=$((($(date +%s%N) - t0) / 1000000))
+  wait_until 60 "no replica on another node took over from $leader" holder_in "$survivors"
+  local successor at_lead
+  successor=$(holder)
+  # From the successor's app's own log: the moment it was told LEADER.
+  at_lead=$(first_line_after "$successor" controller "$t0" "leadership LEADER ")
+  [ -n "$at_lead" ] || die "$successor holds the Lease but its app never said LEADER"
+  took=$(((at_lead - t0) / 1000000))
+  delivered_to "$survivors" lost 60
+  local barrier_said="completed across $survivors alone $barrier_ms ms after the freeze"
   [ "$saw_lagging" = 0 ] || barrier_said="named $gone lagging, then $barrier_said"
   local lost_for=$((($(date +%s%N) - t0) / 1000000000))
   # Power on: its pods rejoin, the old leader follows the successor, and nothing it held was lost.
@@ -96,11 +101,11 @@ fault_node_lost() {
   [ "$(sorted "$members")" = "$(sorted "$pods")" ] || die "after $lost came back the barrier's live members are $members, not $pods: $third"
   for pod in $pods; do app_never_restarted "$pod"; done
   log "node lost ($lost, with the leader $leader, frozen for $lost_for s): $successor leads $took ms after; the barrier $barrier_said, and all 3 after power-on; all 100 sends reached the survivors, and the lost pods after power-on, each once; the old leader followed $successor, never LEADER again"
-  echo "node-lost new-leader-ms=$took frozen-s=$lost_for messages=100 duplicates=0" >>"$out/faults.txt"
+  echo "node-lost new-leader-ms=$took barrier-without-lost-ms=$barrier_ms frozen-s=$lost_for messages=100 duplicates=0" >>"$out/faults.txt"
 }
 
 fault_partition() {
-  local leader a b on_a on_b sender t0 t1 successor at_follow at_lead
+  local leader a b on_a on_b sender t0 successor at_follow at_lead
   leader=$(holder) a=$(node_of "$leader")
   b=$(other_node "$a")
   on_a=$(on_node "$a") on_b=$(on_node "$b")
@@ -119,15 +124,14 @@ fault_partition() {
   t0=$(date +%s%N)
   "$node" cut "$a"
   wait_until 60 "no replica on $b took over from $leader cut off on $a" holder_in "$on_b"
-  local took=$((($(date +%s%N) - t0) / 1000000))
   successor=$(holder)
-  t1=$(date +%s%N)
   "$node" heal
   # The leader's log is read through its kubelet, reachable again.
   at_follow=$(first_line_after "$leader" controller "$t0" "leadership (FOLLOWER|UNKNOWN) ")
   at_lead=$(first_line_after "$successor" controller "$t0" "leadership LEADER ")
   [ -n "$at_follow" ] || die "$leader never said it no longer leads once cut off"
   [ -n "$at_lead" ] || die "$successor never said LEADER"
+  local took=$(((at_lead - t0) / 1000000))
   [ "$at_follow" -lt "$at_lead" ] ||
     die "two LEADERs: $successor said LEADER at $at_lead, before $leader stopped at $at_follow"
   [ -z "$(first_line_after "$leader" controller "$t0" "patched ")" ] || die "the cut-off leader $leader wrote"
