@@ -20,9 +20,11 @@
 #     replicas catch up, and the barrier (Publish, WaitApplied) completes across exactly the 3 new pods.
 #  7. SIGKILL of one sidecar while its pod's app sends: kubelet restarts the sidecar, every message whose
 #     Send returned reaches every replica, and no app container restarted (the SDK's loops outlive it).
-#  8. Node faults (hack/e2e/faults.sh): the leader's node powered off (frozen, link down) and on again; the
-#     link between the nodes cut, then the leader's node cut from the apiserver, then healed. In each: who
-#     leads next and when, no two LEADERs, every stored message delivered to every replica exactly once.
+#  8. Node faults (hack/e2e/faults.sh): the leader's node powered off (frozen, link down) and on again, and
+#     while it is off a lost replica's pod IP given to a new pod on the other node, which takes and ACKs none
+#     of its messages; the link between the nodes cut, then the leader's node cut from the apiserver, then
+#     healed. In each: who leads next and when, no two LEADERs, every stored message delivered to every
+#     replica exactly once.
 #  9. The Helm path: the README's `helm install --wait` with the local image, a plain busybox app through the
 #     README's app block (as after step 1 with the kustomize injector), and `helm uninstall`, which leaves
 #     only what the README says it leaves.

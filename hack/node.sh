@@ -17,6 +17,10 @@
 #   hack/node.sh partition A B   drop every packet between nodes A and B (their addresses and pod subnets)
 #   hack/node.sh cut NODE        drop every packet between NODE (and its pods) and the apiserver
 #   hack/node.sh heal            undo every partition and cut
+#   hack/node.sh claim-ip NODE IP  NODE's next pod gets IP, a pod address of another node that is down (as a pod
+#                                network handing a lost machine's addresses out again): IP is routed to NODE,
+#                                whose CNI hands out IP alone, on a bridge of its own, until release-ip
+#   hack/node.sh release-ip      IP back to its node (delete the pod that got it first)
 #
 # Needs root and a running hack/control-plane.sh, started with CONSISTD_CP_NODE=1 for ServiceAccount tokens.
 # State lives in $CONSISTD_NODE_DIR (default target/node), a directory per node; images come from
@@ -298,6 +302,7 @@ cmd_stop() {
   local i name dir
   for i in $(indices); do [ ! -d "$(freezer "$i")" ] || cmd_thaw "$i" >/dev/null 2>&1 || true; done
   heal >/dev/null 2>&1 || true
+  cmd_release_ip >/dev/null 2>&1 || true
   stop_pid "$state/scheduler.pid"
   stop_pid "$state/controller-manager.pid"
   for i in $(indices); do
@@ -424,6 +429,49 @@ heal() {
   done
 }
 
+# The claim of another node's pod address, "I IP" in $state/claimed-ip (gone with the nodes' state).
+claim=$state/claimed-ip
+claim_bridge=cr0
+claim_conflist() { echo "$(node_dir "$1")/cni/net.d/05-claimed-ip.conflist"; } # before 10-consistd: used
+# subnet_owner IP: the index of the node whose pod subnet holds IP, or dies.
+subnet_owner() {
+  local i
+  for i in $(indices); do
+    [ "${1%.*}.0/24" != "$(pod_subnet "$i")" ] || { echo "$i"; return 0; }
+  done
+  die "$1 is in no node's pod subnet"
+}
+cmd_claim_ip() {
+  local i j ip=$2
+  i=$(index "$1")
+  [[ $ip =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "claim-ip: $ip is not an IPv4 address"
+  j=$(subnet_owner "$ip")
+  [ "$j" != "$i" ] || die "claim-ip: $ip is $(node_name "$i")'s own"
+  [ "${ip##*.}" -gt 1 ] || die "claim-ip: $ip is $(node_name "$j")'s gateway, not a pod's"
+  [ ! -f "$claim" ] || die "claim-ip: already claimed ($(cat "$claim")): release-ip first"
+  echo "$i $ip" >"$claim"
+  # Node I reaches the rest of J's pods no more (J is down): J's subnet is on I's new bridge instead, the
+  # bridge's gateway address J's, so the pod's default route is as on J.
+  in_node "$i" ip route del "$(pod_subnet "$j")" via "$(node_ip "$j")"
+  ip route add "$ip/32" via "$(node_ip "$i")" dev "$link"
+  cni_conflist consistd-claimed-ip "$claim_bridge" "\"subnet\": \"$(pod_subnet "$j")\", \"rangeStart\": \"$ip\", \"rangeEnd\": \"$ip\"" \
+    "$(node_dir "$i")/cni/ipam-claimed-ip" >"$(claim_conflist "$i").tmp"
+  # containerd reloads its CNI config when the directory changes: one rename, never a half-written file.
+  mv "$(claim_conflist "$i").tmp" "$(claim_conflist "$i")"
+}
+cmd_release_ip() {
+  local i ip j
+  [ -f "$claim" ] || return 0
+  read -r i ip <"$claim"
+  j=$(subnet_owner "$ip")
+  rm -f "$(claim_conflist "$i")"
+  rm -rf "$(node_dir "$i")/cni/ipam-claimed-ip"
+  in_node "$i" ip link del "$claim_bridge" 2>/dev/null || true
+  in_node "$i" ip route replace "$(pod_subnet "$j")" via "$(node_ip "$j")"
+  ip route del "$ip/32" via "$(node_ip "$i")" dev "$link" 2>/dev/null || true
+  rm -f "$claim"
+}
+
 case "${1:-}" in
 build) cmd_build ;;
 prepare) ensure_packages; cmd_build ;;
@@ -438,8 +486,10 @@ thaw) cmd_thaw "${2:?usage: $0 thaw NODE}" ;;
 partition) cmd_partition "${2:?usage: $0 partition NODE NODE}" "${3:?usage: $0 partition NODE NODE}" ;;
 cut) cmd_cut "${2:?usage: $0 cut NODE}" ;;
 heal) heal ;;
+claim-ip) cmd_claim_ip "${2:?usage: $0 claim-ip NODE IP}" "${3:?usage: $0 claim-ip NODE IP}" ;;
+release-ip) cmd_release_ip ;;
 *)
-  echo "usage: $0 build|prepare|start|load FILE...|stop|status|env|ctr NODE ARG...|freeze NODE|thaw NODE|partition A B|cut NODE|heal" >&2
+  echo "usage: $0 build|prepare|start|load FILE...|stop|status|env|ctr NODE ARG...|freeze NODE|thaw NODE|partition A B|cut NODE|heal|claim-ip NODE IP|release-ip" >&2
   exit 2
   ;;
 esac

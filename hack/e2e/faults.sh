@@ -3,6 +3,8 @@
 #
 #   fault_node_lost     the node of the leader powered off (hack/node.sh freeze: link down, kubelet, containerd
 #                       and every pod frozen), then on again
+#                       and, while it is off, a new pod on the other node given a lost pod's address
+#                       (hack/node.sh claim-ip: a pod IP reused on another node)
 #   fault_partition     the link between the nodes dropped while both reach the apiserver, then the apiserver
 #                       dropped for the leader's node too, then healed
 # shellcheck shell=bash disable=SC2154 # ns, pods, out, node, ... are hack/e2e-consistd.sh's
@@ -42,6 +44,46 @@ first_line_after() {
   done
 }
 
+# reuse_start OLD NODE: while OLD's node is down, the pod ip-reuse (hack/e2e/ip-reuse.yaml) starts on NODE with
+# OLD's address. Its sidecar is the replicas' (`kubectl consistd inject`: the same config and peer
+# certificates): only the identity the survivors' links name in their Hello tells it from OLD.
+reuse_start() {
+  reuse_ip=$(kn get pod "$1" -o jsonpath='{.status.podIP}')
+  [ -n "$reuse_ip" ] || die "$1 has no pod IP"
+  "$node" claim-ip "$2" "$reuse_ip"
+  sed "s/NODE_NAME/$2/" "$repo/hack/e2e/ip-reuse.yaml" |
+    "$plugin" inject -f - --image localhost/consistd:0.1.0 2>"$out/ip-reuse.inject.log" | kn apply -f - >/dev/null ||
+    die "the pod given $1's address was not created: $(cat "$out/ip-reuse.inject.log")"
+}
+# reuse_end OLD SENDER: the survivors dialled OLD's address and reached ip-reuse, which refused them: it took
+# none of OLD's messages, ACKed none (SENDER's outbox still holds all 100 of the burst for OLD), and then goes,
+# its address given back before OLD's node comes back.
+reuse_end() {
+  local old=$1 sender=$2 got refusals dialled held
+  kn wait --for=condition=Ready pod/ip-reuse --timeout=60s >/dev/null || die "the pod given $old's address did not become Ready"
+  got=$(kn get pod ip-reuse -o jsonpath='{.status.podIP} {.spec.nodeName}')
+  [ "${got% *}" = "$reuse_ip" ] || die "the pod on ${got#* } got ${got% *}, not $old's $reuse_ip"
+  refused() { logs ip-reuse consistd | grep '"refused a peer meant for another daemon"' | grep -qF "\"recipient\":\"$old\""; }
+  wait_until 60 "no survivor's link to $old dialled its address $reuse_ip, now ip-reuse's (on ${got#* })" refused
+  ! logs ip-reuse receiver | grep -q '^received ' ||
+    die "ip-reuse, on $old's address, received: $(logs ip-reuse receiver | grep '^received ' | head -3)"
+  ! logs ip-reuse consistd | grep -q '"peer connected"' ||
+    die "a peer's exchange with ip-reuse was taken: $(logs ip-reuse consistd | grep '"peer connected"' | head -1)"
+  refusals=$(logs ip-reuse consistd | grep -c '"refused a peer meant for another daemon"')
+  dialled=$(logs ip-reuse consistd | grep '"refused a peer meant for another daemon"' | grep -o '"sender":"[^"]*"' |
+    sed 's/"sender":"\(.*\)"/\1/' | sort -u | xargs)
+  "$plugin" outbox "$sender" -n "$ns" -o json >"$out/reuse-outbox.json" 2>&1 ||
+    die "kubectl consistd outbox $sender failed: $(cat "$out/reuse-outbox.json")"
+  held=$(python3 -c 'import json, sys
+print(sum(p["pending"] for p in json.load(open(sys.argv[1]))["peers"] if p["peer"].startswith(sys.argv[2] + "@")))' \
+    "$out/reuse-outbox.json" "$old")
+  [ "$held" -ge 100 ] || die "$sender's outbox holds $held messages for $old, not the burst's 100: some were ACKed: $(cat "$out/reuse-outbox.json")"
+  kn delete pod ip-reuse --wait=true --timeout=60s >/dev/null || die "the pod ip-reuse was not deleted"
+  "$node" release-ip
+  reuse_said="ip-reuse on ${got#* } at $old's address $reuse_ip refused $refusals Hellos meant for $old (from $dialled), received nothing, ACKed nothing ($sender still held $held for $old)"
+  echo "ip-reused refused-hellos=$refusals received=0 acked=0 held-for-old-pod=$held" >>"$out/faults.txt"
+}
+
 fault_node_lost() {
   local leader lost survivors gone t0 took sender result= members lagging saw_lagging=0 n=0
   : >"$out/faults-publish.log"
@@ -56,6 +98,9 @@ fault_node_lost() {
   t0=$(date +%s%N)
   "$node" freeze "$lost"
   burst_from "$sender" 100 lost
+  # A pod IP reused: while the node is off, a new pod on the survivors' node gets a lost pod's address.
+  local reused=${gone%% *}
+  reuse_start "$reused" "$(node_of "$sender")"
   # The barrier: while the lost pods still count as members, a version is not applied by all and names them
   # lagging; once they do not (their member Leases lapse, or the roll call finds them gone), it completes
   # across the survivors alone. A Publish waits for the channel's leader, which may have been on the lost node.
@@ -82,6 +127,7 @@ fault_node_lost() {
   delivered_to "$survivors" lost 60
   local barrier_said="completed across $survivors alone $barrier_ms ms after the freeze"
   [ "$saw_lagging" = 0 ] || barrier_said="named $gone lagging, then $barrier_said"
+  reuse_end "$reused" "$sender"
   local lost_for=$((($(date +%s%N) - t0) / 1000000000))
   # Power on: its pods rejoin, the old leader follows the successor, and nothing it held was lost.
   local t1
@@ -101,6 +147,7 @@ fault_node_lost() {
   [ "$(sorted "$members")" = "$(sorted "$pods")" ] || die "after $lost came back the barrier's live members are $members, not $pods: $third"
   for pod in $pods; do app_never_restarted "$pod"; done
   log "node lost ($lost, with the leader $leader, frozen for $lost_for s): $successor leads $took ms after; the barrier $barrier_said, and all 3 after power-on; all 100 sends reached the survivors, and the lost pods after power-on, each once; the old leader followed $successor, never LEADER again"
+  log "pod IP reused while $lost was off: $reuse_said; after power-on $reused got all 100, each once"
   echo "node-lost new-leader-ms=$took barrier-without-lost-ms=$barrier_ms frozen-s=$lost_for messages=100 duplicates=0" >>"$out/faults.txt"
 }
 

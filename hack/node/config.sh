@@ -35,12 +35,7 @@ state = "$state/containerd/state"
     bin_dir = "/usr/lib/cni"
     conf_dir = "$state/cni/net.d"
 EOF
-  cat >"$state/cni/net.d/10-consistd.conflist" <<EOF
-{"cniVersion": "0.4.0", "name": "consistd", "plugins": [{
-  "type": "bridge", "bridge": "$bridge", "isGateway": true, "ipMasq": false, "hairpinMode": true,
-  "ipam": {"type": "host-local", "ranges": [[{"subnet": "$pod_subnet"}]], "routes": [{"dst": "0.0.0.0/0"}],
-           "dataDir": "$state/cni/ipam"}}]}
-EOF
+  cni_conflist consistd "$bridge" "\"subnet\": \"$pod_subnet\"" "$state/cni/ipam" >"$state/cni/net.d/10-consistd.conflist"
   cat >"$state/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -67,5 +62,15 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
 clusterDomain: cluster.local
+EOF
+}
+
+# cni_conflist NAME BRIDGE RANGE IPAM_DIR: the CNI network NAME, pods on BRIDGE (in the node's namespace, their
+# gateway) with addresses from the host-local range RANGE (its JSON members: "subnet", maybe "rangeStart", ...).
+cni_conflist() {
+  cat <<EOF
+{"cniVersion": "0.4.0", "name": "$1", "plugins": [{
+  "type": "bridge", "bridge": "$2", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+  "ipam": {"type": "host-local", "ranges": [[{$3}]], "routes": [{"dst": "0.0.0.0/0"}], "dataDir": "$4"}}]}
 EOF
 }
