@@ -51,8 +51,8 @@ control-plane:
 SDKS := python go typescript java
 
 # The suites that need the real control plane, under one control plane: the Rust test binaries side by side in
-# lanes (hack/integration.py), then the other suites one after another.
-INTEGRATION := hack/stage.sh rust-integration env CARGO=$(CARGO) hack/integration.py && hack/stage.sh sdks hack/test-sdks.sh && hack/stage.sh stock-clients hack/with-daemons.sh hack/stock-clients.sh && hack/stage.sh metrics hack/with-daemons.sh hack/check-metrics.sh && hack/stage.sh monitoring hack/monitoring-check.sh && hack/stage.sh chart hack/chart-check.sh
+# lanes (hack/integration.py), the SDKs' suite one more job of those lanes, then the other suites one after another.
+INTEGRATION := hack/stage.sh integration env CARGO=$(CARGO) hack/integration.py --beside 'sdks=hack/stage.sh sdks hack/test-sdks.sh' && hack/stage.sh stock-clients hack/with-daemons.sh hack/stock-clients.sh && hack/stage.sh metrics hack/with-daemons.sh hack/check-metrics.sh && hack/stage.sh monitoring hack/monitoring-check.sh && hack/stage.sh chart hack/chart-check.sh
 
 # Every crate's unit tests and doc tests: nothing running needed.
 UNIT := $(CARGO) test --workspace --no-fail-fast --lib --bins && $(CARGO) test --workspace --no-fail-fast --doc

@@ -31,15 +31,24 @@ class TestBinaries(unittest.TestCase):
             json.dumps({"reason": "build-finished", "success": True}),
         ])
         self.assertEqual(integration.test_binaries(messages, repo), [
-            ("daemon/fencing", "/r/target/debug/deps/fencing-1", pathlib.Path("/r/daemon")),
-            ("client-sdk/rust/reconcile", "/r/target/debug/deps/reconcile-2", pathlib.Path("/r/client-sdk/rust")),
-            ("daemon/reconcile", "/r/target/debug/deps/reconcile-3", pathlib.Path("/r/daemon")),
+            ("daemon/fencing", ["/r/target/debug/deps/fencing-1"], pathlib.Path("/r/daemon")),
+            ("client-sdk/rust/reconcile", ["/r/target/debug/deps/reconcile-2"], pathlib.Path("/r/client-sdk/rust")),
+            ("daemon/reconcile", ["/r/target/debug/deps/reconcile-3"], pathlib.Path("/r/daemon")),
         ])
 
     def test_a_binarys_last_time_counts_first_then_the_table_then_a_default(self) -> None:
         self.assertEqual(integration.expected({"daemon/blackhole": 3.0}, "daemon/blackhole"), 3.0)
         self.assertEqual(integration.expected({}, "daemon/blackhole"), integration.KNOWN["blackhole"])
         self.assertEqual(integration.expected({}, "daemon/new_test"), integration.UNKNOWN)
+
+    def test_a_beside_job_runs_its_command_split_as_a_shell_would_at_a_lower_priority(self) -> None:
+        name, argv, cwd = integration.beside("sdks=hack/stage.sh sdks 'hack/test-sdks.sh'")
+        self.assertEqual(name, "sdks")
+        self.assertEqual(argv, ["nice", "-n", "10", "hack/stage.sh", "sdks", "hack/test-sdks.sh"])
+        self.assertEqual(cwd, integration.REPO)
+        for bad in ["sdks", "=hack/test-sdks.sh", "sdks="]:
+            with self.assertRaisesRegex(ValueError, "must be NAME=COMMAND"):
+                integration.beside(bad)
 
 
 if __name__ == "__main__":
