@@ -163,13 +163,17 @@ all_ready() {
   for i in $(indices); do node_ready "$(node_name "$i")" || return 1; done
 }
 
-cmd_load() {
-  local f i
-  for i in $(indices); do
-    for f in "$@"; do
-      node_ctr "$i" images import "$f" >/dev/null || die "importing $f into $(node_name "$i") failed"
-    done
+# load_into I FILE...: import the image tarballs into node I's containerd.
+load_into() {
+  local i=$1 f
+  shift
+  for f in "$@"; do
+    node_ctr "$i" images import "$f" >/dev/null || die "importing $f into $(node_name "$i") failed"
   done
+}
+cmd_load() {
+  local i
+  for i in $(indices); do load_into "$i" "$@"; done
   log "imported $* into every node"
 }
 
@@ -186,7 +190,7 @@ run_in_node() {
 
 # start_node I: node I's namespace on the link, its routes and Service rule, cgroups, containerd and kubelet.
 start_node() {
-  local i=$1 j name dir ip ns s f
+  local i=$1 j name dir ip ns s
   name=$(node_name "$i") dir=$(node_dir "$i") ip=$(node_ip "$i") ns=$(netns "$i")
   mkdir -p "$dir/logs"
   ip netns add "$ns"
@@ -221,7 +225,7 @@ start_node() {
   run_in_node "$i" "$dir/containerd.pid" "$dir/logs/containerd.log" containerd --config "$dir/containerd.toml"
   wait_for 30 "containerd of $name" "$dir/containerd.pid" -- node_ctr "$i" version
   if [ -f "$images/pause.tar" ]; then
-    for f in "$images"/*.tar; do node_ctr "$i" images import "$f" >/dev/null || die "importing $f into $name failed"; done
+    load_into "$i" "$images"/*.tar
   else
     log "WARNING: $images/pause.tar is missing (hack/image.sh pause): $name gets Ready but runs no pods"
   fi

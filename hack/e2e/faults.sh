@@ -84,6 +84,14 @@ print(sum(p["pending"] for p in json.load(open(sys.argv[1]))["peers"] if p["peer
   echo "ip-reused refused-hellos=$refusals received=0 acked=0 held-for-old-pod=$held" >>"$out/faults.txt"
 }
 
+# channel_live: the members of the channel app-config that count as live (their own renewal or the channel
+# leader's record of reaching them, as the barrier reads them), sorted, from kubectl consistd rollout status.
+channel_live() {
+  "$plugin" rollout status app-config -n "$ns" -o json 2>/dev/null |
+    python3 -c 'import json, sys; print(" ".join(sorted(m["member"] for m in json.load(sys.stdin)["members"])))' || true
+}
+all_live() { [ "$(channel_live)" = "$(sorted "$pods")" ]; }
+
 fault_node_lost() {
   local leader lost survivors gone t0 took sender result= members lagging saw_lagging=0 n=0
   : >"$out/faults-publish.log"
@@ -95,6 +103,12 @@ fault_node_lost() {
   survivors=$(off_node "$lost") gone=$(on_node "$lost")
   [ -n "$survivors" ] || die "every replica runs on $lost"
   sender=${survivors%% *}
+  # Who leads the channel, each change timestamped: a Publish goes to the channel's leader.
+  local channel_was channel_watch channel_moved
+  channel_was=$(kn get lease app-config -o jsonpath='{.spec.holderIdentity}')
+  timeout 300 "$KUBECTL" -n "$ns" get lease app-config --watch -o jsonpath='{.spec.holderIdentity}{"\n"}' 2>/dev/null |
+    while read -r h; do echo "$(date +%s%N) $h"; done >"$out/lost-channel.log" &
+  channel_watch=$!
   t0=$(date +%s%N)
   "$node" freeze "$lost"
   burst_from "$sender" 100 lost
@@ -117,6 +131,9 @@ fault_node_lost() {
   members=$(python3 -c 'import json,sys; print(" ".join(json.loads(sys.argv[1])["live"]))' "$result")
   [ "$(sorted "$members")" = "$(sorted "$survivors")" ] || die "with $lost lost the barrier's live members are $members, not $survivors: $result"
   local barrier_ms=$((($(date +%s%N) - t0) / 1000000))
+  kill "$channel_watch" 2>/dev/null || true
+  channel_moved=$(awk -v was="$channel_was" -v t0="$t0" '$2 != was && $2 != "" { printf "%d", ($1 - t0) / 1e6; exit }' \
+    "$out/lost-channel.log")
   wait_until 60 "no replica on another node took over from $leader" holder_in "$survivors"
   local successor at_lead
   successor=$(holder)
@@ -127,6 +144,11 @@ fault_node_lost() {
   delivered_to "$survivors" lost 60
   local barrier_said="completed across $survivors alone $barrier_ms ms after the freeze"
   [ "$saw_lagging" = 0 ] || barrier_said="named $gone lagging, then $barrier_said"
+  if [ -n "$channel_moved" ]; then
+    barrier_said="$barrier_said (the channel's leader $channel_was, lost, succeeded $channel_moved ms after the freeze)"
+  else
+    barrier_said="$barrier_said (the channel's leader $channel_was stayed)"
+  fi
   reuse_end "$reused" "$sender"
   local lost_for=$((($(date +%s%N) - t0) / 1000000000))
   # Power on: its pods rejoin, the old leader follows the successor, and nothing it held was lost.
@@ -140,15 +162,20 @@ fault_node_lost() {
   [ -z "$(first_line_after "$leader" controller "$t1" "patched ")" ] || die "the old leader $leader wrote after $lost came back"
   [ "$(holder)" = "$successor" ] || die "the Lease moved from $successor to $(holder) when $lost came back"
   delivered_to "$gone" lost 90
-  # Its pods are members again: the next version's barrier waits for, and completes across, all of them.
+  # Its pods rejoin the channel: lapsed while the node was off, they count again once they renew their member
+  # Leases or the channel's leader records reaching them.
+  local rejoined_ms
+  poll 60 all_live || die "60 s after $lost came back the channel's live members are '$(channel_live)', not all of $pods"
+  rejoined_ms=$((($(date +%s%N) - t1) / 1000000))
+  # Then the next version's barrier waits for, and completes across, all of them.
   local third
   third=$(publish "$sender" lost-three 60) || die "the barrier after $lost came back did not complete: $third"
   members=$(python3 -c 'import json,sys; print(" ".join(json.loads(sys.argv[1])["live"]))' "$third")
   [ "$(sorted "$members")" = "$(sorted "$pods")" ] || die "after $lost came back the barrier's live members are $members, not $pods: $third"
   for pod in $pods; do app_never_restarted "$pod"; done
-  log "node lost ($lost, with the leader $leader, frozen for $lost_for s): $successor leads $took ms after; the barrier $barrier_said, and all 3 after power-on; all 100 sends reached the survivors, and the lost pods after power-on, each once; the old leader followed $successor, never LEADER again"
+  log "node lost ($lost, with the leader $leader, frozen for $lost_for s): $successor leads $took ms after; the barrier $barrier_said, and all 3 after power-on (its pods members again $rejoined_ms ms after it); all 100 sends reached the survivors, and the lost pods after power-on, each once; the old leader followed $successor, never LEADER again"
   log "pod IP reused while $lost was off: $reuse_said; after power-on $reused got all 100, each once"
-  echo "node-lost new-leader-ms=$took barrier-without-lost-ms=$barrier_ms frozen-s=$lost_for messages=100 duplicates=0" >>"$out/faults.txt"
+  echo "node-lost new-leader-ms=$took barrier-without-lost-ms=$barrier_ms channel-leader-moved-ms=${channel_moved:-stayed} lagging-seen=$saw_lagging rejoined-ms=$rejoined_ms frozen-s=$lost_for messages=100 duplicates=0" >>"$out/faults.txt"
 }
 
 fault_partition() {
