@@ -99,6 +99,15 @@ fault_node_lost() {
   # waiting out its previous run's holding of the channel).
   settled() { result=$(publish "${pods%% *}" settled 5 2>>"$out/faults-publish.log"); }
   wait_until 60 "no version before the fault reached every replica (Publish errors in $out/faults-publish.log)" settled
+  # From a settled leader: a leader whose sidecar was restarted (step 7) still names itself in the Lease, but
+  # its new run does not lead in the old run's term, and another replica may take over once that holding
+  # lapses. Start once the holder's own app says it leads.
+  leads_now() {
+    local h
+    h=$(holder)
+    [ -n "$h" ] && [ "$(logs "$h" controller | grep '^leadership ' | tail -1 | cut -d' ' -f2-3)" = "LEADER holder=$h" ]
+  }
+  wait_until 60 "the Lease's holder $(holder) never said it leads before the fault" leads_now
   leader=$(holder) lost=$(node_of "$leader")
   survivors=$(off_node "$lost") gone=$(on_node "$lost")
   [ -n "$survivors" ] || die "every replica runs on $lost"
