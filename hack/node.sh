@@ -11,7 +11,7 @@
 #   hack/node.sh status          say whether it runs and whether each node is Ready
 #   hack/node.sh env             print `export KUBECONFIG=...`, the kubectl to use and the nodes' names
 #   hack/node.sh ctr NODE ARG... run ctr against NODE's containerd (k8s.io namespace)
-# Faults, as machines meet them (each undone by its opposite, by `heal`, and by stop):
+# Faults, as machines meet them (each undone by its opposite, partitions and cuts also by `heal`, all by stop):
 #   hack/node.sh freeze NODE     power NODE off: its link goes down, kubelet, containerd and every pod freeze
 #   hack/node.sh thaw NODE       power it on again where it stopped
 #   hack/node.sh partition A B   drop every packet between nodes A and B (their addresses and pod subnets)
@@ -437,6 +437,7 @@ heal() {
 claim=$state/claimed-ip
 claim_bridge=cr0
 claim_conflist() { echo "$(node_dir "$1")/cni/net.d/05-claimed-ip.conflist"; } # before 10-consistd: used
+claim_ipam() { echo "$(node_dir "$1")/cni/ipam-claimed-ip"; }
 # subnet_owner IP: the index of the node whose pod subnet holds IP, or dies.
 subnet_owner() {
   local i
@@ -459,7 +460,7 @@ cmd_claim_ip() {
   in_node "$i" ip route del "$(pod_subnet "$j")" via "$(node_ip "$j")"
   ip route add "$ip/32" via "$(node_ip "$i")" dev "$link"
   cni_conflist consistd-claimed-ip "$claim_bridge" "\"subnet\": \"$(pod_subnet "$j")\", \"rangeStart\": \"$ip\", \"rangeEnd\": \"$ip\"" \
-    "$(node_dir "$i")/cni/ipam-claimed-ip" >"$(claim_conflist "$i").tmp"
+    "$(claim_ipam "$i")" >"$(claim_conflist "$i").tmp"
   # containerd reloads its CNI config when the directory changes: one rename, never a half-written file.
   mv "$(claim_conflist "$i").tmp" "$(claim_conflist "$i")"
 }
@@ -469,7 +470,7 @@ cmd_release_ip() {
   read -r i ip <"$claim"
   j=$(subnet_owner "$ip")
   rm -f "$(claim_conflist "$i")"
-  rm -rf "$(node_dir "$i")/cni/ipam-claimed-ip"
+  rm -rf "$(claim_ipam "$i")"
   in_node "$i" ip link del "$claim_bridge" 2>/dev/null || true
   in_node "$i" ip route replace "$(pod_subnet "$j")" via "$(node_ip "$j")"
   ip route del "$ip/32" via "$(node_ip "$i")" dev "$link" 2>/dev/null || true

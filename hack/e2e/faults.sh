@@ -59,7 +59,7 @@ reuse_start() {
 # none of OLD's messages, ACKed none (SENDER's outbox still holds all 100 of the burst for OLD), and then goes,
 # its address given back before OLD's node comes back.
 reuse_end() {
-  local old=$1 sender=$2 got refusals dialled held
+  local old=$1 sender=$2 got sidecar refusals dialled held
   kn wait --for=condition=Ready pod/ip-reuse --timeout=60s >/dev/null || die "the pod given $old's address did not become Ready"
   got=$(kn get pod ip-reuse -o jsonpath='{.status.podIP} {.spec.nodeName}')
   [ "${got% *}" = "$reuse_ip" ] || die "the pod on ${got#* } got ${got% *}, not $old's $reuse_ip"
@@ -67,10 +67,11 @@ reuse_end() {
   wait_until 60 "no survivor's link to $old dialled its address $reuse_ip, now ip-reuse's (on ${got#* })" refused
   ! logs ip-reuse receiver | grep -q '^received ' ||
     die "ip-reuse, on $old's address, received: $(logs ip-reuse receiver | grep '^received ' | head -3)"
-  ! logs ip-reuse consistd | grep -q '"peer connected"' ||
-    die "a peer's exchange with ip-reuse was taken: $(logs ip-reuse consistd | grep '"peer connected"' | head -1)"
-  refusals=$(logs ip-reuse consistd | grep -c '"refused a peer meant for another daemon"')
-  dialled=$(logs ip-reuse consistd | grep '"refused a peer meant for another daemon"' | grep -o '"sender":"[^"]*"' |
+  sidecar=$(logs ip-reuse consistd)
+  ! grep -q '"peer connected"' <<<"$sidecar" ||
+    die "a peer's exchange with ip-reuse was taken: $(grep '"peer connected"' <<<"$sidecar" | head -1)"
+  refusals=$(grep -c '"refused a peer meant for another daemon"' <<<"$sidecar")
+  dialled=$(grep '"refused a peer meant for another daemon"' <<<"$sidecar" | grep -o '"sender":"[^"]*"' |
     sed 's/"sender":"\(.*\)"/\1/' | sort -u | xargs)
   "$plugin" outbox "$sender" -n "$ns" -o json >"$out/reuse-outbox.json" 2>&1 ||
     die "kubectl consistd outbox $sender failed: $(cat "$out/reuse-outbox.json")"
@@ -107,7 +108,7 @@ fault_node_lost() {
     h=$(holder)
     [ -n "$h" ] && [ "$(logs "$h" controller | grep '^leadership ' | tail -1 | cut -d' ' -f2-3)" = "LEADER holder=$h" ]
   }
-  wait_until 60 "the Lease's holder $(holder) never said it leads before the fault" leads_now
+  poll 60 leads_now || die "the Lease's holder $(holder) did not say it leads within 60 s, before the fault"
   leader=$(holder) lost=$(node_of "$leader")
   survivors=$(off_node "$lost") gone=$(on_node "$lost")
   [ -n "$survivors" ] || die "every replica runs on $lost"
