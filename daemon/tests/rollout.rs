@@ -704,11 +704,7 @@ async fn a_roll_call_names_its_bad_fields_and_reaches_only_the_member_it_means()
     let ns = consistd_testkit::namespace(&kube).await;
     let (daemon, _campaign) = replica(&ns, "a").await;
     channel_formed(&daemon, 1).await;
-    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> = kube::Api::namespaced(kube.clone(), &ns);
-    let lease = leases.get("config.member.a").await.expect("a's member Lease");
-    let annotations = lease.metadata.annotations.unwrap_or_default();
-    let (addr, incarnation) =
-        (&annotations["consistd.io/peer-address"], annotations["consistd.io/member-incarnation"].clone());
+    let (addr, incarnation) = member_of_config(&kube, &ns, "a").await;
 
     let mut peer = PeerServiceClient::connect(format!("http://{addr}")).await.expect("connect to the peer port");
     let reach = |election: &str, namespace: &str, identity: &str| ReachRequest {
@@ -732,4 +728,92 @@ async fn a_roll_call_names_its_bad_fields_and_reaches_only_the_member_it_means()
     }
     let answer = peer.reach(reach("config", &ns, "a")).await.expect("Reach").into_inner();
     assert_eq!(answer.incarnation, incarnation);
+}
+
+/// A member of channel "config" as its member Lease names it: (peer address, incarnation).
+async fn member_of_config(kube: &kube::Client, ns: &str, identity: &str) -> (String, String) {
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> = kube::Api::namespaced(kube.clone(), ns);
+    let lease = leases.get(&format!("config.member.{identity}")).await.expect("the member Lease");
+    let annotations = lease.metadata.annotations.unwrap_or_default();
+    (annotations["consistd.io/peer-address"].clone(), annotations["consistd.io/member-incarnation"].clone())
+}
+
+/// A forwarded Publish names the leader it means: a daemon with another identity at that address (a new
+/// pod given the old leader's address) assigns nothing, and one that does not lead answers UNAVAILABLE too,
+/// so the app's daemon and the app ask again. Before, the new pod answered FAILED_PRECONDITION, which
+/// clients take as final.
+#[tokio::test]
+async fn a_forwarded_publish_is_taken_only_by_the_leader_it_names() {
+    use consistd_proto::peer::v1::{PublishRequest as Forwarded, peer_service_client::PeerServiceClient};
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let (a, _campaign_a) = replica(&ns, "a").await;
+    let (_b, _campaign_b) = replica(&ns, "b").await;
+    let leader = channel_formed(&a, 2).await;
+    let follower = if leader == "a" { "b" } else { "a" };
+    let (at_leader, at_follower) =
+        (member_of_config(&kube, &ns, &leader).await.0, member_of_config(&kube, &ns, follower).await.0);
+    let forwarded = |to: &str| Forwarded {
+        channel: "config".to_owned(),
+        payload: b"forwarded".to_vec().into(),
+        content_type: "text/plain".to_owned(),
+        claim: String::new(),
+        leader: to.to_owned(),
+    };
+    let connect = |addr: String| async move {
+        PeerServiceClient::connect(format!("http://{addr}")).await.expect("connect to the peer port")
+    };
+    for (addr, to, says) in [
+        (&at_leader, "gone-pod", format!("this is consistd {leader}, not gone-pod")),
+        (&at_follower, follower, "does not lead it".to_owned()),
+    ] {
+        let e = connect(addr.clone()).await.publish(forwarded(to)).await.expect_err("refused");
+        assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+        assert!(e.message().contains(&says), "{e:?}");
+    }
+    let taken = connect(at_leader.clone()).await.publish(forwarded(&leader)).await.expect("the leader it names");
+    assert_eq!(taken.into_inner().version, 1, "the refused Publishes took no version");
+}
+
+/// A channel's leader whose daemon is killed and starts again with the same identity (a sidecar
+/// restarted in its pod) finds the Lease naming itself, held by its previous run. A Publish on it says so
+/// at once, UNAVAILABLE, rather than going round to itself and being refused as not the leader; once that
+/// holding lapses, a replica leads and the Publish goes through.
+#[tokio::test]
+async fn a_publish_on_a_restarted_leader_says_its_previous_run_holds_the_channel() {
+    use consistd_client::proto::LeaseTiming;
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let secs = |s: i64| Some(prost_types::Duration { seconds: s, nanos: 0 });
+    let start = |ns: String| async move {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let config = format!(
+            "identity: a\nnamespace: {ns}\npeer:\n  listen: {addr}\n  advertise: {addr}\n  insecure: true\nmembership:\n  ttl: 3s\n"
+        );
+        let daemon = Daemon::builder(BIN).config(config).start().await;
+        let timing = LeaseTiming { lease_duration: secs(4), renew_deadline: secs(3), retry_period: secs(1) };
+        let request = CampaignRequest { election: "config".to_owned(), timing: Some(timing), ..Default::default() };
+        let campaign = daemon.client().leadership().campaign(request).await.expect("Campaign").into_inner();
+        (daemon, campaign)
+    };
+    let (first, _campaign) = start(ns.clone()).await;
+    assert_eq!(channel_formed(&first, 1).await, "a");
+    assert_eq!(publish(&first, "one").await, 1);
+    first.signal(Signal::SIGKILL);
+    let (again, _campaign) = start(ns.clone()).await;
+    let request = || PublishRequest { channel: "config".to_owned(), payload: b"two".to_vec(), ..Default::default() };
+    let e = again.client().rollout().publish(request()).await.expect_err("refused while the old run's holding lasts");
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    assert!(e.message().contains("its Lease names this daemon (a)"), "{e:?}");
+    let started = Instant::now();
+    let version = loop {
+        match again.client().rollout().publish(request()).await {
+            Ok(r) => break r.into_inner().version,
+            Err(e) if e.code() == Code::Unavailable && started.elapsed() < Duration::from_secs(15) => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("Publish once the old run's holding lapsed: {e:?}"),
+        }
+    };
+    assert_eq!(version, 2, "the new run leads and takes the next version");
 }

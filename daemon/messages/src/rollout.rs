@@ -59,10 +59,12 @@ pub enum RolloutError {
         holder: String,
     },
     /// The leader refused or failed the forwarded Publish.
-    #[error("channel {channel}: the leader at {leader} answered {code:?}: {message}")]
+    #[error("channel {channel}: its leader {identity} at {leader} answered {code:?}: {message}")]
     Forwarded {
         /// The channel (its election's name).
         channel: String,
+        /// The leader's identity, the Lease's holder.
+        identity: String,
         /// The leader's peer address, from its member Lease.
         leader: String,
         /// The gRPC code the leader answered with; the status this daemon answers keeps it.
@@ -190,6 +192,16 @@ impl Rollout {
         if status.holder.is_empty() {
             return Err(no_leader("no replica leads it; apps join a channel with SubscribeVersions".to_owned()));
         }
+        // Forwarded, it would come back here and be refused: the Lease names this daemon's identity but
+        // not this run as the leader (its previous run's holding, after a sidecar restart, or one this run
+        // could not renew). Nobody else may lead until that holding lapses.
+        if status.holder == status.identity {
+            return Err(no_leader(format!(
+                "its Lease names this daemon ({}) in term {}, which does not lead it now (a holding of its \
+                 previous run, or one it could not renew): a leader is chosen once that holding lapses",
+                status.holder, status.term
+            )));
+        }
         let standing: Standing = self.barrier.standing(&key.namespace, &key.name, 0).await?;
         let leader = standing
             .members
@@ -197,7 +209,7 @@ impl Rollout {
             .find(|m| m.identity == status.holder && m.live)
             .map(|m| m.peer.clone())
             .ok_or_else(|| no_leader(format!("its leader {:?} has no live member Lease", status.holder)))?;
-        self.forward(key, &leader, publication).await
+        self.forward(key, (&status.holder, &leader), publication).await
     }
 
     /// Takes the next version in the cluster and sends it to every member; refused unless this daemon
@@ -248,7 +260,14 @@ impl Rollout {
         Ok(())
     }
 
-    async fn forward(&self, key: &Key, leader: &str, publication: Publication) -> Result<u64, RolloutError> {
+    /// Forwards to the channel's leader, `(identity, peer address)`: a daemon now at that address with
+    /// another identity (a new pod given the leader's old address) refuses it, assigning nothing.
+    async fn forward(
+        &self,
+        key: &Key,
+        (identity, leader): (&str, &str),
+        publication: Publication,
+    ) -> Result<u64, RolloutError> {
         let unreachable = |why: String| RolloutError::NoLeader { channel: key.name.clone(), why };
         let transport = self
             .transport
@@ -263,11 +282,13 @@ impl Rollout {
             payload: publication.payload,
             content_type: publication.content_type,
             claim: Claim::carried(publication.claim.as_ref()),
+            leader: identity.to_owned(),
         };
         match client.publish(request).await {
             Ok(r) => Ok(r.into_inner().version),
             Err(s) => Err(RolloutError::Forwarded {
                 channel: key.name.clone(),
+                identity: identity.to_owned(),
                 leader: leader.to_owned(),
                 code: s.code(),
                 message: s.message().to_owned(),

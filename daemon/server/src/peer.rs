@@ -150,12 +150,32 @@ struct PeerApi {
     tasks: Tasks,
 }
 
+impl PeerApi {
+    /// Whether a peer that means to reach `recipient` reached this daemon: its identity, the Pod it runs
+    /// in, or nobody named (a peer known only by its address).
+    fn is(&self, recipient: &str) -> bool {
+        recipient.is_empty() || recipient == self.inbox.identity() || self.pod.as_deref() == Some(recipient)
+    }
+}
+
 #[tonic::async_trait]
 impl PeerService for PeerApi {
     type ExchangeStream = futures::stream::BoxStream<'static, Result<ExchangeResponse, Status>>;
 
     async fn publish(&self, request: Request<PublishRequest>) -> Result<Response<PublishResponse>, Status> {
         let r = request.into_inner();
+        // Meant for another daemon (the leader that had this address before): assign nothing.
+        if !self.is(&r.leader) {
+            tracing::info!(channel = r.channel, leader = r.leader, "refused a Publish meant for another daemon");
+            return Err(status::unavailable(
+                "leader",
+                format!(
+                    "this is consistd {}, not {}: the channel's leader is not at this address",
+                    self.inbox.identity(),
+                    r.leader
+                ),
+            ));
+        }
         let key = self.rollout.channel(&r.channel).map_err(status::leadership_error)?;
         let claim = Claim::parse_carried(&r.claim).map_err(|why| status::invalid_argument("claim", why))?;
         let publication = Publication { payload: r.payload, content_type: r.content_type, claim };
@@ -192,8 +212,7 @@ impl PeerService for PeerApi {
             _ => return Err(status::invalid_argument("hello", "the first frame must be a Hello naming the sender")),
         };
         // Meant for another daemon (a pod that had this address before): take nothing, ACK nothing.
-        let me = self.inbox.identity();
-        if !hello.recipient.is_empty() && hello.recipient != me && self.pod.as_deref() != Some(&hello.recipient) {
+        if !self.is(&hello.recipient) {
             tracing::info!(
                 sender = hello.sender,
                 recipient = hello.recipient,
@@ -202,7 +221,7 @@ impl PeerService for PeerApi {
             );
             return Err(status::failed_precondition(
                 "hello.recipient",
-                format!("this is consistd {me}, not {}", hello.recipient),
+                format!("this is consistd {}, not {}", self.inbox.identity(), hello.recipient),
             ));
         }
         let sender = hello.sender;

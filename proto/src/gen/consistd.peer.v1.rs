@@ -43,6 +43,11 @@ pub struct PublishRequest {
     /// The claim the app's guard made, "<lease namespace>/<lease name>/<term>"; empty for an unguarded Publish.
     #[prost(string, tag = "4")]
     pub claim: ::prost::alloc::string::String,
+    /// The identity of the daemon the forwarder means to reach: the channel Lease's holder, as its member
+    /// Lease names it; empty for a daemon named only by its address. A daemon with another identity assigns
+    /// nothing and answers UNAVAILABLE.
+    #[prost(string, tag = "5")]
+    pub leader: ::prost::alloc::string::String,
 }
 /// PublishResponse carries the assigned version.
 #[allow(clippy::all)]
@@ -293,7 +298,8 @@ pub mod peer_service_client {
             self.inner.streaming(req, path, codec).await
         }
         /// Publish asks the daemon leading a rollout channel to assign the next version and deliver it to
-        /// every member; answered FAILED_PRECONDITION by a daemon that does not lead the channel.
+        /// every member; answered UNAVAILABLE by a daemon that does not lead the channel (leadership is moving:
+        /// ask again) or is not the daemon the request names (a new pod on the leader's old address).
         pub async fn publish(
             &mut self,
             request: impl tonic::IntoRequest<super::PublishRequest>,
@@ -372,7 +378,8 @@ pub mod peer_service_server {
             request: tonic::Request<tonic::Streaming<super::ExchangeRequest>>,
         ) -> std::result::Result<tonic::Response<Self::ExchangeStream>, tonic::Status>;
         /// Publish asks the daemon leading a rollout channel to assign the next version and deliver it to
-        /// every member; answered FAILED_PRECONDITION by a daemon that does not lead the channel.
+        /// every member; answered UNAVAILABLE by a daemon that does not lead the channel (leadership is moving:
+        /// ask again) or is not the daemon the request names (a new pod on the leader's old address).
         async fn publish(
             &self,
             request: tonic::Request<super::PublishRequest>,

@@ -3929,6 +3929,7 @@ pub mod rollout_service_client {
             self
         }
         /// Publish forwards the payload to the channel's leader, which assigns and returns the next version.
+        /// UNAVAILABLE while no leader can be asked (nobody leads, or leadership is moving): ask again.
         pub async fn publish(
             &mut self,
             request: impl tonic::IntoRequest<super::PublishRequest>,
@@ -4073,6 +4074,7 @@ pub mod rollout_service_server {
     #[async_trait]
     pub trait RolloutService: std::marker::Send + std::marker::Sync + 'static {
         /// Publish forwards the payload to the channel's leader, which assigns and returns the next version.
+        /// UNAVAILABLE while no leader can be asked (nobody leads, or leadership is moving): ask again.
         async fn publish(
             &self,
             request: tonic::Request<super::PublishRequest>,

@@ -38,6 +38,12 @@ pub(crate) fn failed_precondition(what: &str, why: impl std::fmt::Display) -> St
     Status::new(Code::FailedPrecondition, format!("{what}: {why}"))
 }
 
+/// What was asked cannot be done here now but may be soon, e.g. at another daemon: `what: why`; the
+/// caller asks again.
+pub(crate) fn unavailable(what: &str, why: impl std::fmt::Display) -> Status {
+    Status::new(Code::Unavailable, format!("{what}: {why}"))
+}
+
 /// Something the call waits for did not come in time: `what: why`.
 pub(crate) fn deadline_exceeded(what: &str, why: impl std::fmt::Display) -> Status {
     Status::new(Code::DeadlineExceeded, format!("{what}: {why}"))
@@ -138,13 +144,14 @@ pub(crate) fn versions_error(error: VersionsError) -> Status {
     }
 }
 
-/// A failed rollout request. A cause the rollout wraps keeps its own code, and its message is named
-/// after what the rollout was doing.
+/// A failed rollout request: no leader to ask, or a daemon asked as leader that does not lead (leadership
+/// is moving), UNAVAILABLE, so clients ask again. A cause the rollout wraps keeps its own code, and its
+/// message is named after what the rollout was doing.
 pub(crate) fn rollout_error(error: RolloutError) -> Status {
     let doing = error.to_string();
     match error {
         RolloutError::NoLeader { .. } => from_error(Code::Unavailable, &error),
-        RolloutError::NotLeader { .. } => from_error(Code::FailedPrecondition, &error),
+        RolloutError::NotLeader { .. } => from_error(Code::Unavailable, &error),
         RolloutError::Forwarded { code, .. } => from_error(code, &error),
         RolloutError::Versions(e) => versions_error(e),
         RolloutError::Outbox(e) => within(&doing, outbox_error(e)),

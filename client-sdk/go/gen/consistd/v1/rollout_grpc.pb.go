@@ -34,6 +34,7 @@ const (
 // replica, and answers "has every live replica applied version N?".
 type RolloutServiceClient interface {
 	// Publish forwards the payload to the channel's leader, which assigns and returns the next version.
+	// UNAVAILABLE while no leader can be asked (nobody leads, or leadership is moving): ask again.
 	Publish(ctx context.Context, in *PublishRequest, opts ...grpc.CallOption) (*PublishResponse, error)
 	// SubscribeVersions streams versions for this replica's app to apply: the latest first, then newer ones.
 	SubscribeVersions(ctx context.Context, in *SubscribeVersionsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SubscribeVersionsResponse], error)
@@ -120,6 +121,7 @@ func (c *rolloutServiceClient) WaitApplied(ctx context.Context, in *WaitAppliedR
 // replica, and answers "has every live replica applied version N?".
 type RolloutServiceServer interface {
 	// Publish forwards the payload to the channel's leader, which assigns and returns the next version.
+	// UNAVAILABLE while no leader can be asked (nobody leads, or leadership is moving): ask again.
 	Publish(context.Context, *PublishRequest) (*PublishResponse, error)
 	// SubscribeVersions streams versions for this replica's app to apply: the latest first, then newer ones.
 	SubscribeVersions(*SubscribeVersionsRequest, grpc.ServerStreamingServer[SubscribeVersionsResponse]) error

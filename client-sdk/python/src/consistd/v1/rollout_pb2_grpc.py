@@ -70,6 +70,7 @@ class RolloutServiceServicer:
 
     def Publish(self, request, context):
         """Publish forwards the payload to the channel's leader, which assigns and returns the next version.
+        UNAVAILABLE while no leader can be asked (nobody leads, or leadership is moving): ask again.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -984,7 +984,10 @@ export const WaitAppliedResponse: MessageFns<WaitAppliedResponse> = {
  */
 export type RolloutServiceService = typeof RolloutServiceService;
 export const RolloutServiceService = {
-  /** Publish forwards the payload to the channel's leader, which assigns and returns the next version. */
+  /**
+   * Publish forwards the payload to the channel's leader, which assigns and returns the next version.
+   * UNAVAILABLE while no leader can be asked (nobody leads, or leadership is moving): ask again.
+   */
   publish: {
     path: "/consistd.v1.RolloutService/Publish" as const,
     requestStream: false as const,
@@ -1042,7 +1045,10 @@ export const RolloutServiceService = {
 } as const;
 
 export interface RolloutServiceServer extends UntypedServiceImplementation {
-  /** Publish forwards the payload to the channel's leader, which assigns and returns the next version. */
+  /**
+   * Publish forwards the payload to the channel's leader, which assigns and returns the next version.
+   * UNAVAILABLE while no leader can be asked (nobody leads, or leadership is moving): ask again.
+   */
   publish: handleUnaryCall<PublishRequest, PublishResponse>;
   /** SubscribeVersions streams versions for this replica's app to apply: the latest first, then newer ones. */
   subscribeVersions: handleServerStreamingCall<SubscribeVersionsRequest, SubscribeVersionsResponse>;
@@ -1055,7 +1061,10 @@ export interface RolloutServiceServer extends UntypedServiceImplementation {
 }
 
 export interface RolloutServiceClient extends Client {
-  /** Publish forwards the payload to the channel's leader, which assigns and returns the next version. */
+  /**
+   * Publish forwards the payload to the channel's leader, which assigns and returns the next version.
+   * UNAVAILABLE while no leader can be asked (nobody leads, or leadership is moving): ask again.
+   */
   publish(
     request: PublishRequest,
     callback: (error: ServiceError | null, response: PublishResponse) => void,
