@@ -331,7 +331,8 @@ log "leader pod deleted: app SIGTERM at $sigterm_app, sidecar at $sigterm_sideca
 # 6. The barrier: a version reaches every replica, survives `kubectl rollout restart`, and the next one is
 #    applied by exactly the 3 new pods.
 kn rollout status deployment/my-app --timeout=120s >/dev/null || die "the replacement of $leader did not become Ready"
-publish() { kn exec "$1" -c member -- /usr/local/bin/python3 /e2e/pod.py publish app-config "$2" 60; }
+# publish POD PAYLOAD [SECONDS]: POD's member publishes PAYLOAD on app-config and waits SECONDS (60) for its barrier.
+publish() { kn exec "$1" -c member -- /usr/local/bin/python3 /e2e/pod.py publish app-config "$2" "${3:-60}"; }
 sorted() { tr ' ' '\n' <<<"$1" | grep . | sort | xargs; }
 # The channel's members are the replicas whose member Lease (labelled with the channel) is held.
 members_are_pods() {

@@ -92,9 +92,17 @@ channel_live() {
     python3 -c 'import json, sys; print(" ".join(sorted(m["member"] for m in json.load(sys.stdin)["members"])))' || true
 }
 all_live() { [ "$(channel_live)" = "$(sorted "$pods")" ]; }
+# member_leases: each member Lease of app-config as the apiserver has it (holder, renewTime, TTL, the roll call's
+# record), one line each, for the Publish log.
+member_leases() {
+  kn get leases -l consistd.io/member-of=app-config -o json | python3 -c 'import json, sys
+for l in json.load(sys.stdin)["items"]:
+    s, a = l["spec"], l["metadata"].get("annotations", {})
+    print(" ", s.get("holderIdentity"), s.get("renewTime"), s.get("leaseDurationSeconds"), a.get("consistd.io/reached", ""))'
+}
 
 fault_node_lost() {
-  local leader lost survivors gone t0 took sender result= members lagging saw_lagging=0 n=0
+  local leader lost survivors gone t0 took sender result= members lagging saw_lagging=0 lagging_from= n=0
   : >"$out/faults-publish.log"
   # From a settled channel: a version every replica applied (a sidecar restarted just before may still be
   # waiting out its previous run's holding of the channel).
@@ -125,16 +133,25 @@ fault_node_lost() {
   # A pod IP reused: while the node is off, a new pod on the survivors' node gets a lost pod's address.
   local reused=${gone%% *}
   reuse_start "$reused" "$(node_of "$sender")"
-  # The barrier: while the lost pods still count as members, a version is not applied by all and names them
-  # lagging; once they do not (their member Leases lapse, or the roll call finds them gone), it completes
-  # across the survivors alone. A Publish waits for the channel's leader, which may have been on the lost node.
+  # The barrier: while the lost pods still count as members (a TTL after they were last seen), each version,
+  # waited for 1 s, is not applied by all and names them, and only them, lagging; once they do not, it completes
+  # across the survivors alone. Both are required. A Publish fails UNAVAILABLE until the channel has a leader
+  # it can reach (its leader may have been on the lost node); the member Leases each attempt saw, and what it
+  # got, are in faults-publish.log.
   survivors_applied() {
     n=$((n + 1))
-    result=$(publish "$sender" "lost-$n" 1 2>>"$out/faults-publish.log") && return 0
+    { echo "$((($(date +%s%N) - t0) / 1000000)) ms: lost-$n ($(date -u +%T.%N))"; member_leases; } >>"$out/faults-publish.log"
+    if result=$(publish "$sender" "lost-$n" 1 2>>"$out/faults-publish.log"); then
+      echo "$result" >>"$out/faults-publish.log"
+      [ "$saw_lagging" -gt 0 ] || die "the barrier completed across $survivors without ever naming $gone lagging: $result"
+      return 0
+    fi
+    echo "$result" >>"$out/faults-publish.log"
     [ -n "$result" ] || return 1 # the Publish itself failed: no channel leader yet
     lagging=$(python3 -c 'import json,sys; print(" ".join(sorted(json.loads(sys.argv[1])["lagging"])))' "$result")
     [ "$lagging" = "$(sorted "$gone")" ] || die "with $lost frozen the barrier names '$lagging' lagging, not its pods $gone: $result"
-    saw_lagging=1
+    saw_lagging=$((saw_lagging + 1))
+    [ -n "$lagging_from" ] || lagging_from=$((($(date +%s%N) - t0) / 1000000))
     return 1
   }
   wait_until 90 "the barrier never completed without $lost's pods (Publish errors in $out/faults-publish.log)" survivors_applied
@@ -153,7 +170,7 @@ fault_node_lost() {
   took=$(((at_lead - t0) / 1000000))
   delivered_to "$survivors" lost 60
   local barrier_said="completed across $survivors alone $barrier_ms ms after the freeze"
-  [ "$saw_lagging" = 0 ] || barrier_said="named $gone lagging, then $barrier_said"
+  barrier_said="named $gone lagging from $lagging_from ms after the freeze ($saw_lagging Publishes), then $barrier_said"
   if [ -n "$channel_moved" ]; then
     barrier_said="$barrier_said (the channel's leader $channel_was, lost, succeeded $channel_moved ms after the freeze)"
   else
@@ -185,7 +202,7 @@ fault_node_lost() {
   for pod in $pods; do app_never_restarted "$pod"; done
   log "node lost ($lost, with the leader $leader, frozen for $lost_for s): $successor leads $took ms after; the barrier $barrier_said, and all 3 after power-on (its pods members again $rejoined_ms ms after it); all 100 sends reached the survivors, and the lost pods after power-on, each once; the old leader followed $successor, never LEADER again"
   log "pod IP reused while $lost was off: $reuse_said; after power-on $reused got all 100, each once"
-  echo "node-lost new-leader-ms=$took barrier-without-lost-ms=$barrier_ms channel-leader-moved-ms=${channel_moved:-stayed} lagging-seen=$saw_lagging rejoined-ms=$rejoined_ms frozen-s=$lost_for messages=100 duplicates=0" >>"$out/faults.txt"
+  echo "node-lost new-leader-ms=$took barrier-without-lost-ms=$barrier_ms channel-leader-moved-ms=${channel_moved:-stayed} lagging-from-ms=$lagging_from lagging-named=$saw_lagging rejoined-ms=$rejoined_ms frozen-s=$lost_for messages=100 duplicates=0" >>"$out/faults.txt"
 }
 
 fault_partition() {

@@ -17,6 +17,7 @@ import asyncio
 import json
 import signal
 import sys
+import time
 
 import grpc
 
@@ -62,19 +63,26 @@ async def burst(client: consistd.Client, service: str, count: int, prefix: str) 
 
 async def publish(client: consistd.Client, channel: str, payload: str, seconds: float) -> bool:
     """Publishes ``payload`` and waits for the barrier; True when every live member applied it."""
+    started = time.monotonic()
     published = await unary(
         client.rollout.Publish, rollout_pb2.PublishRequest(channel=channel, payload=payload.encode())
     )
+    publish_ms = round((time.monotonic() - started) * 1000)
     request = rollout_pb2.WaitAppliedRequest(channel=channel, version=published.version)
     request.timeout.FromSeconds(int(seconds))
     waited = await unary(client.rollout.WaitApplied, request)
+    wait_ms = round((time.monotonic() - started) * 1000) - publish_ms
     members = {m.member: m.applied_version for m in waited.members}
     result = {
         "version": published.version,
+        "publish_ms": publish_ms,
+        "wait_ms": wait_ms,
         "all_applied": waited.all_applied,
         "members": members,
         "lagging": list(waited.lagging),
         "live": sorted(m.member for m in waited.members if m.live),
+        # When the sidecar last saw each member (its own renewal, or the channel leader reaching it).
+        "seen": {m.member: m.last_seen.ToJsonString() for m in waited.members if m.HasField("last_seen")},
     }
     print(json.dumps(result, sort_keys=True))
     return bool(waited.all_applied)
