@@ -25,12 +25,22 @@ async fn replica(ns: &str, identity: &str) -> (Daemon, Streaming<CampaignRespons
 
 /// [`replica`] with the membership TTL `ttl`.
 async fn replica_with_ttl(ns: &str, identity: &str, ttl: &str) -> (Daemon, Streaming<CampaignResponse>) {
+    replica_timed(ns, identity, ttl, None).await
+}
+
+/// [`replica_with_ttl`] whose campaign in the channel's election has `timing` (None: the defaults).
+async fn replica_timed(
+    ns: &str,
+    identity: &str,
+    ttl: &str,
+    timing: Option<consistd_client::proto::LeaseTiming>,
+) -> (Daemon, Streaming<CampaignResponse>) {
     let addr = format!("127.0.0.1:{}", free_port());
     let config = format!(
         "identity: {identity}\nnamespace: {ns}\npeer:\n  listen: {addr}\n  advertise: {addr}\n  insecure: true\nmembership:\n  ttl: {ttl}\n"
     );
     let daemon = Daemon::builder(BIN).config(config).start().await;
-    let request = CampaignRequest { election: "config".to_owned(), ..Default::default() };
+    let request = CampaignRequest { election: "config".to_owned(), timing, ..Default::default() };
     let campaign = daemon.client().leadership().campaign(request).await.expect("Campaign").into_inner();
     (daemon, campaign)
 }
@@ -785,22 +795,12 @@ async fn a_publish_on_a_restarted_leader_says_its_previous_run_holds_the_channel
     let kube = consistd_testkit::kube_client().await;
     let ns = consistd_testkit::namespace(&kube).await;
     let secs = |s: i64| Some(prost_types::Duration { seconds: s, nanos: 0 });
-    let start = |ns: String| async move {
-        let addr = format!("127.0.0.1:{}", free_port());
-        let config = format!(
-            "identity: a\nnamespace: {ns}\npeer:\n  listen: {addr}\n  advertise: {addr}\n  insecure: true\nmembership:\n  ttl: 3s\n"
-        );
-        let daemon = Daemon::builder(BIN).config(config).start().await;
-        let timing = LeaseTiming { lease_duration: secs(4), renew_deadline: secs(3), retry_period: secs(1) };
-        let request = CampaignRequest { election: "config".to_owned(), timing: Some(timing), ..Default::default() };
-        let campaign = daemon.client().leadership().campaign(request).await.expect("Campaign").into_inner();
-        (daemon, campaign)
-    };
-    let (first, _campaign) = start(ns.clone()).await;
+    let timing = LeaseTiming { lease_duration: secs(4), renew_deadline: secs(3), retry_period: secs(1) };
+    let (first, _campaign) = replica_timed(&ns, "a", "3s", Some(timing)).await;
     assert_eq!(channel_formed(&first, 1).await, "a");
     assert_eq!(publish(&first, "one").await, 1);
     first.signal(Signal::SIGKILL);
-    let (again, _campaign) = start(ns.clone()).await;
+    let (again, _campaign) = replica_timed(&ns, "a", "3s", Some(timing)).await;
     let request = || PublishRequest { channel: "config".to_owned(), payload: b"two".to_vec(), ..Default::default() };
     let e = again.client().rollout().publish(request()).await.expect_err("refused while the old run's holding lasts");
     assert_eq!(e.code(), Code::Unavailable, "{e:?}");

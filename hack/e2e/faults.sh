@@ -141,12 +141,13 @@ fault_node_lost() {
   survivors_applied() {
     n=$((n + 1))
     { echo "$((($(date +%s%N) - t0) / 1000000)) ms: lost-$n ($(date -u +%T.%N))"; member_leases; } >>"$out/faults-publish.log"
-    if result=$(publish "$sender" "lost-$n" 1 2>>"$out/faults-publish.log"); then
-      echo "$result" >>"$out/faults-publish.log"
+    local code=0
+    result=$(publish "$sender" "lost-$n" 1 2>>"$out/faults-publish.log") || code=$?
+    echo "$result" >>"$out/faults-publish.log"
+    if [ "$code" = 0 ]; then
       [ "$saw_lagging" -gt 0 ] || die "the barrier completed across $survivors without ever naming $gone lagging: $result"
       return 0
     fi
-    echo "$result" >>"$out/faults-publish.log"
     [ -n "$result" ] || return 1 # the Publish itself failed: no channel leader yet
     lagging=$(python3 -c 'import json,sys; print(" ".join(sorted(json.loads(sys.argv[1])["lagging"])))' "$result")
     [ "$lagging" = "$(sorted "$gone")" ] || die "with $lost frozen the barrier names '$lagging' lagging, not its pods $gone: $result"
