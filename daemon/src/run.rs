@@ -236,7 +236,7 @@ async fn build(config: Config, env: &Environment, source: ConfigSource) -> Resul
         hub.clone(),
         leadership.clone(),
         metrics.clone(),
-        tunables.consistency_timeout.live(),
+        (tunables.consistency_timeout.live(), tunables.membership_ttl.live()),
         config.watch.linger,
         &tasks,
     );

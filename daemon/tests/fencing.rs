@@ -837,3 +837,107 @@ async fn a_publish_held_past_a_handover_is_refused_by_the_channel_naming_both_te
     assert_eq!(latest.version, c_version.version, "the successor's version stays the latest");
     assert_eq!(latest.claim.map(|c| c.term), Some(next));
 }
+
+/// A sharded queue's owner whose link holds: its hold lapses on its own, and only then is the key's slot
+/// given to the other member, in the next epoch; the old owner refuses a write naming its lease from then
+/// on, and its write that was already on its way, claiming the slot's old epoch, is refused by the
+/// apiserver once the new owner has written the object (the token names the slot, not the group).
+#[tokio::test]
+async fn a_sharded_owner_cut_off_stops_before_its_slot_moves_and_its_late_write_is_refused() {
+    use consistd_client::proto::{
+        ElectionRef, ObjectQuery, QueueSpec, ReconcileRequest, ReconcileResponse, WorkItem, reconcile_request,
+        reconcile_response, reconcile_service_client::ReconcileServiceClient,
+    };
+    use tokio_stream::wrappers::ReceiverStream;
+
+    /// Opens the sharded queue on `daemon` and waits for its first item.
+    async fn first_item(
+        daemon: &Daemon,
+        ns: &str,
+    ) -> (tokio::sync::mpsc::Sender<ReconcileRequest>, tonic::Streaming<ReconcileResponse>, WorkItem) {
+        let spec = QueueSpec {
+            name: "work".into(),
+            primary: Some(ObjectQuery { resource: "configmaps".into(), namespace: ns.into(), ..Default::default() }),
+            max_leases: 1,
+            election: Some(ElectionRef { election: ELECTION.into(), namespace: String::new() }),
+            sharded: true,
+            ..Default::default()
+        };
+        let (tx, requests) = tokio::sync::mpsc::channel(4);
+        tx.send(ReconcileRequest { request: Some(reconcile_request::Request::Spec(spec)) }).await.expect("spec");
+        let mut answers = ReconcileServiceClient::new(daemon.client().channel())
+            .reconcile(ReceiverStream::new(requests))
+            .await
+            .expect("open the queue")
+            .into_inner();
+        loop {
+            let message =
+                tokio::time::timeout(WAIT * 2, answers.message()).await.expect("a work item").expect("stream");
+            match message.and_then(|m| m.response) {
+                Some(reconcile_response::Response::Item(item)) => return (tx, answers, item),
+                Some(_) => {}
+                None => panic!("the queue's stream ended"),
+            }
+        }
+    }
+
+    let (configmaps, ns) = setup().await;
+    let proxy = DelayProxy::start(consistd_testkit::apiserver_addr()).await;
+    let config = |identity: &str| format!("identity: {identity}\nnamespace: {ns}\nmembership:\n  ttl: 3s\n");
+    let a = Daemon::builder(BIN).config(config("pod-a")).through(&proxy).start().await;
+    let b = Daemon::builder(BIN).config(config("pod-b")).start().await;
+    fenced_at_apiserver(&a).await;
+    fenced_at_apiserver(&b).await;
+    let (_a_requests, _a_answers, item) = first_item(&a, &ns).await;
+    let item_write = |item: &WorkItem, by: &str| PatchRequest {
+        reconcile_lease: item.lease_id.clone(),
+        ..guarded(&ns, by, item.term)
+    };
+    // B joins, and sees A renew for a while: the key's slot stays A's, or moves once A's lease ends.
+    let b = std::sync::Arc::new(b);
+    let b_first = {
+        let (b, ns) = (b.clone(), ns.clone());
+        consistd_testkit::spawn(async move { first_item(&b, &ns).await })
+    };
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let report = consistd_server::admin::fetch_report(b.admin_socket()).await.expect("consistd status");
+        let members = report.queues.iter().find_map(|q| q.ring.as_ref()).map(|r| r.members.len()).unwrap_or(0);
+        if members == 2 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "B never saw both members: {:?}", report.queues);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // A's link holds: its app's write for the item waits on the way, and A can no longer renew.
+    proxy.hold(true);
+    let held = sent_in_background(&a, item_write(&item, "a"));
+    let (_b_requests, _b_answers, taken) =
+        tokio::time::timeout(WAIT * 2, b_first).await.expect("B's item").expect("join");
+    assert_eq!(taken.name, ELECTION);
+    assert!(taken.term > item.term, "the slot moved in a later epoch: {} then {}", item.term, taken.term);
+    // A's hold ended before B was given the slot: A refuses its lease at once, sending nothing.
+    let after = tokio::time::timeout(Duration::from_secs(5), a.client().objects().patch(item_write(&item, "a-after")))
+        .await
+        .expect("A answers a write naming its lease without sending it: A still held the key when B was given it")
+        .expect_err("a lease not held");
+    assert_eq!(after.code(), Code::FailedPrecondition, "{after}");
+    assert!(after.message().starts_with("reconcile_lease: lease"), "{after}");
+    b.client().objects().patch(item_write(&taken, "b")).await.expect("B writes under its item");
+
+    // The link heals: A's write lands after B's, claiming the slot's old epoch.
+    proxy.hold(false);
+    let refused = tokio::time::timeout(WAIT, held)
+        .await
+        .expect("A's write answered")
+        .expect("join")
+        .expect_err("A's late write must not be answered OK");
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused}");
+    let expected =
+        format!("wrote this object in term {}, and this write was guarded by term {}", taken.term, item.term);
+    assert!(refused.message().contains(&format!("election {ns}/{ELECTION}.ring.work.slot-")), "{refused}");
+    assert!(refused.message().contains(&expected), "{refused}");
+    assert_eq!(written_by(&configmaps).await, "b", "the new owner's write stays");
+}

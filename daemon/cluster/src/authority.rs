@@ -1,12 +1,28 @@
 //! Who may act, and in which term: the one notion of authority the reconcile queue hands work out under;
-//! guarded requests are checked against the same elections ([`Leadership::claim`]). Today one kind, the
-//! holder of an election in its term; a sharded queue adds a second (the owner of a range in its epoch).
+//! guarded requests are checked against the same elections ([`Leadership::claim`]). Two kinds: the holder
+//! of an election in its term, and for a sharded queue the owner of a key's slot in its epoch.
 
-use std::sync::Arc;
+use std::{collections::BTreeSet, sync::Arc};
 
-use tokio::sync::watch;
+use consistd_core::claim::Claim;
+use tokio::{sync::watch, time::Instant};
 
-use crate::leadership::{Key, Leadership, Observation, Role};
+use crate::{
+    leadership::{Key, Leadership, Observation, Role},
+    reconcile::shards::{Ownership, ShardMember},
+    watch::{object::ObjKey, sleep_until},
+};
+
+/// Whether a key may be granted now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum May {
+    /// Yes, in this term (or epoch).
+    Grant(u64),
+    /// Not here: its slot is another member's, or moving away; the key waits for the slot.
+    Park(u16),
+    /// Nobody here may act now.
+    Nothing,
+}
 
 /// The authority work is handed out under.
 #[derive(Debug)]
@@ -21,6 +37,13 @@ pub(crate) enum Authority {
         /// nobody here may act.
         observation: Option<watch::Receiver<Observation>>,
     },
+    /// The owner of a key's slot, in the slot's epoch.
+    Sharded {
+        /// This daemon's membership of the queue's ring.
+        member: ShardMember,
+        /// What it owns now; None once the member's task ended (the daemon is stopping).
+        ownership: Option<watch::Receiver<Ownership>>,
+    },
 }
 
 impl Authority {
@@ -32,26 +55,101 @@ impl Authority {
         }
     }
 
+    /// A sharded queue's authority: the slots `member` owns.
+    pub(crate) fn sharded(member: ShardMember) -> Self {
+        let ownership = Some(member.ownership.clone());
+        Self::Sharded { member, ownership }
+    }
+
     /// The term this daemon may act in now: Some(0) for anyone, the term while it leads the election, None
-    /// while it does not.
+    /// while it does not. A sharded queue has no one term: Some(0) while its hold lasts (see [`Self::may`]).
     pub(crate) fn term(&self) -> Option<u64> {
         match self {
             Self::Anyone => Some(0),
-            Self::Elected { observation: None, .. } => None,
+            Self::Elected { observation: None, .. } | Self::Sharded { ownership: None, .. } => None,
             Self::Elected { observation: Some(rx), .. } => {
                 let observation = rx.borrow();
                 (observation.role == Role::Leader).then_some(observation.term)
             }
+            Self::Sharded { ownership: Some(rx), .. } => {
+                rx.borrow().until.is_some_and(|until| Instant::now() < until).then_some(0)
+            }
         }
     }
 
-    /// Resolves when who may act may have changed; never for anyone.
+    /// Whether `key` may be granted at `now`, and in which term.
+    pub(crate) fn may(&self, key: &ObjKey, now: Instant) -> May {
+        match self {
+            Self::Sharded { ownership: Some(rx), .. } => match rx.borrow().of(key, now) {
+                Some((_, epoch, false)) => May::Grant(epoch),
+                Some((slot, _, true)) => May::Park(slot),
+                None if rx.borrow().until.is_some_and(|until| now < until) => {
+                    May::Park(crate::reconcile::ring::slot_of(key))
+                }
+                None => May::Nothing,
+            },
+            _ => self.term().map_or(May::Nothing, May::Grant),
+        }
+    }
+
+    /// Whether a lease on `key` granted in `term` still stands at `now`: the term still this daemon's, or
+    /// the key's slot still owned (moving away or not) in that epoch while the hold lasts.
+    pub(crate) fn holds(&self, key: &ObjKey, term: u64, now: Instant) -> bool {
+        match self {
+            Self::Sharded { ownership: Some(rx), .. } => rx.borrow().of(key, now).is_some_and(|(_, e, _)| e == term),
+            _ => self.term() == Some(term),
+        }
+    }
+
+    /// For a sharded queue, the claim a write for a lease on `key` in epoch `term` carries.
+    pub(crate) fn claim(&self, key: &ObjKey, term: u64) -> Option<Claim> {
+        let Self::Sharded { member, .. } = self else { return None };
+        Some(member.names.claim(crate::reconcile::ring::slot_of(key), term))
+    }
+
+    /// The slots owned and moving away, with their epochs.
+    pub(crate) fn moving(&self) -> BTreeSet<(u16, u64)> {
+        let Self::Sharded { ownership: Some(rx), .. } = self else { return BTreeSet::new() };
+        rx.borrow().slots.iter().filter(|(_, (_, moving))| *moving).map(|(slot, (epoch, _))| (*slot, *epoch)).collect()
+    }
+
+    /// Tells a sharded queue's member that `slots`, moving away, have no lease out.
+    pub(crate) fn drained(&self, slots: BTreeSet<u16>) {
+        if let Self::Sharded { member, .. } = self {
+            member.drained(slots);
+        }
+    }
+
+    /// The sharded queue's member, for status.
+    pub(crate) fn member(&self) -> Option<&ShardMember> {
+        match self {
+            Self::Sharded { member, .. } => Some(member),
+            _ => None,
+        }
+    }
+
+    /// Resolves when who may act may have changed (for a sharded queue, also when its hold lapses); never
+    /// for anyone.
     pub(crate) async fn changed(&mut self) {
-        let Self::Elected { key, observation } = self else { return std::future::pending().await };
-        let Some(rx) = observation else { return std::future::pending().await };
-        if rx.changed().await.is_err() {
-            tracing::debug!(election = %key, "election no longer followed: nobody here may act");
-            *observation = None;
+        match self {
+            Self::Anyone | Self::Elected { observation: None, .. } | Self::Sharded { ownership: None, .. } => {
+                std::future::pending().await
+            }
+            Self::Elected { key, observation } => {
+                let Some(rx) = observation else { return };
+                if rx.changed().await.is_err() {
+                    tracing::debug!(election = %key, "election no longer followed: nobody here may act");
+                    *observation = None;
+                }
+            }
+            Self::Sharded { ownership, .. } => {
+                let Some(rx) = ownership else { return };
+                let until = rx.borrow().until.filter(|until| *until > Instant::now());
+                tokio::select! {
+                    changed = rx.changed() => if changed.is_err() { *ownership = None },
+                    () = sleep_until(until) => {}
+                }
+            }
         }
     }
 }

@@ -262,6 +262,11 @@ impl Leadership {
         self.elections.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// This daemon's identity.
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
     /// The election named by a request: validates the name and defaults the namespace.
     pub fn key(&self, name: &str, namespace: &str) -> Result<Key, LeadershipError> {
         if name.is_empty() {

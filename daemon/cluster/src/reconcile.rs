@@ -2,12 +2,15 @@
 //! primary keys) and are handed leases on keys, one at a time per key, each read from the cache when it
 //! is granted and only once the watch has caught up with the pod's writes made under the key's earlier
 //! leases. Streams that name the same queue share it; a queue lingers after its last stream like a watch.
+//! A sharded queue spreads its keys over every pod of an election group that runs it (`ring`, `shards`).
 
 mod driver;
 mod gate;
 pub mod keys;
 pub mod limiter;
 pub mod queue;
+pub mod ring;
+pub mod shards;
 
 use std::{
     collections::HashMap,
@@ -22,8 +25,15 @@ use consistd_core::{config::Live, report::QueueReport, tasks::Tasks};
 use consistd_observe::metrics::Metrics;
 use tokio::sync::{mpsc, oneshot};
 
-use self::{driver::Driver, keys::MapsBy, limiter::RetryPolicy, queue::Completion};
+use self::{
+    driver::Driver,
+    keys::MapsBy,
+    limiter::RetryPolicy,
+    queue::Completion,
+    shards::{RingNames, ShardMember},
+};
 use crate::{
+    authority::Authority,
     fencing::Claim,
     leadership::{self, Leadership},
     watch::{Hub, Query, ResourceError, object::Obj, resolve::ResourceId, view::ObjectView},
@@ -74,8 +84,49 @@ pub struct QueueSpec {
     pub retry: RetryPolicy,
     /// How long a lease may be held before it goes back to the queue.
     pub lease_timeout: Duration,
-    /// Hand out work only while this daemon leads this election.
+    /// Hand out work only while this daemon leads this election; sharded, the group whose members share
+    /// the keys.
     pub election: Option<leadership::Key>,
+    /// Spread the keys over every member of the election's group that runs this queue, each key's slot
+    /// owned by one member at a time (needs `election`).
+    pub sharded: bool,
+}
+
+impl QueueSpec {
+    /// The spec as every member of a sharded queue must run it, field by field (the request's field
+    /// names), so one that differs is named.
+    pub fn fields(&self) -> std::collections::BTreeMap<String, String> {
+        let mut out = std::collections::BTreeMap::new();
+        let mut query = |prefix: &str, q: &ObjectQuery| {
+            out.insert(format!("{prefix}.resource"), q.resource.clone());
+            out.insert(format!("{prefix}.namespace"), q.namespace.clone());
+            out.insert(format!("{prefix}.label_selector"), q.label_selector.clone());
+            out.insert(format!("{prefix}.field_selector"), q.field_selector.clone());
+            out.insert(format!("{prefix}.view"), format!("{:?}", q.view));
+        };
+        query("spec.primary", &self.primary);
+        for (i, (q, _)) in self.related.iter().enumerate() {
+            query(&format!("spec.related[{i}].query"), q);
+        }
+        for (i, (_, maps_by)) in self.related.iter().enumerate() {
+            out.insert(format!("spec.related[{i}].maps_by"), format!("{maps_by:?}"));
+        }
+        out.insert("spec.retry".into(), format!("{:?}", self.retry));
+        out.insert("spec.lease_timeout".into(), format!("{:?}", self.lease_timeout));
+        out.insert("spec.election".into(), self.election.as_ref().map(ToString::to_string).unwrap_or_default());
+        out
+    }
+}
+
+/// What a write naming a lease carries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeaseClaim {
+    /// The claim: the lease's slot in its epoch (a sharded queue), its election's term (checked now), or
+    /// none (a queue without election).
+    pub claim: Option<Claim>,
+    /// A sharded queue's item guard as the SDKs build it (the queue's election, the lease's epoch): the
+    /// lease's claim stands for it.
+    pub item_guard: Option<(leadership::Key, u64)>,
 }
 
 /// One lease handed to a stream.
@@ -166,8 +217,8 @@ enum DriverCall {
     Complete { stream: u64, lease_id: String, outcome: Completion, reply: oneshot::Sender<Result<(), ReconcileError>> },
     /// A write made for a lease of this queue: the key's next lease waits for its watch.
     Wrote { lease_id: String, resource: ResourceId, obj: Arc<Obj> },
-    /// Whether a lease is held now: the term it was granted in.
-    Held { lease_id: String, reply: oneshot::Sender<Option<u64>> },
+    /// Whether a lease is held now: the term it was granted in, and a sharded queue's claim for it.
+    Held { lease_id: String, reply: oneshot::Sender<Option<(u64, Option<Claim>)>> },
 }
 
 /// Every reconcile queue of this daemon.
@@ -178,6 +229,8 @@ pub struct Reconciler {
     metrics: Metrics,
     /// `consistency.timeout`: how long a grant waits for the watch to show the pod's writes.
     consistency_timeout: Live<Duration>,
+    /// `membership.ttl`: how long a sharded queue's member holds its slots after a renewal.
+    membership_ttl: Live<Duration>,
     /// How long a queue outlives its last stream, so a reconnecting app keeps its backoffs and passes.
     linger: Duration,
     queues: Mutex<HashMap<String, RunningQueue>>,
@@ -219,12 +272,13 @@ impl Worker {
 }
 
 impl Reconciler {
-    /// No queues yet; each queue's driver will run as a task of `tasks`.
+    /// No queues yet; each queue's driver will run as a task of `tasks`. `timing` is `consistency.timeout`
+    /// and `membership.ttl`.
     pub fn new(
         hub: Arc<Hub>,
         leadership: Arc<Leadership>,
         metrics: Metrics,
-        consistency_timeout: Live<Duration>,
+        (consistency_timeout, membership_ttl): (Live<Duration>, Live<Duration>),
         linger: Duration,
         tasks: &Tasks,
     ) -> Arc<Self> {
@@ -233,6 +287,7 @@ impl Reconciler {
             leadership,
             metrics,
             consistency_timeout,
+            membership_ttl,
             linger,
             queues: Mutex::new(HashMap::new()),
             // Random per daemon run, so a lease id of an earlier run (a completion or a write an app sends
@@ -259,9 +314,27 @@ impl Reconciler {
         if let Some(commands) = self.attach(&spec, stream, capacity, &items_tx)? {
             return Ok((Worker { stream, name: spec.name, commands, comparable }, items));
         }
-        // Not running: start its watches (each refusal names its query), then register it unless another
-        // stream started it meanwhile.
-        let driver = Driver::start(self.clone(), spec.clone(), comparable).await?;
+        // Not running: join its ring (sharded), start its watches (each refusal names its query), then
+        // register it unless another stream started it meanwhile.
+        let authority = match (&spec.election, spec.sharded) {
+            (Some(election), true) => {
+                let names = RingNames::new(election, &spec.name);
+                let identity = self.leadership.identity().to_owned();
+                let ttl = self.membership_ttl.clone();
+                Authority::sharded(
+                    ShardMember::join(&self.hub, names, identity, ttl, spec.fields(), &self.tasks).await?,
+                )
+            }
+            (None, true) => {
+                return Err(ReconcileError::InvalidArgument {
+                    field: "spec.sharded".into(),
+                    message: "a sharded queue needs spec.election: the election group whose members share its keys"
+                        .into(),
+                });
+            }
+            (election, false) => Authority::follow(&self.leadership, election.as_ref()),
+        };
+        let driver = Driver::start(self.clone(), spec.clone(), comparable, authority).await?;
         let mut queues = self.lock();
         if let Some(running) = queues.get(&spec.name).filter(|r| !r.commands.is_closed()) {
             same_spec(&running.spec, &spec)?;
@@ -302,9 +375,11 @@ impl Reconciler {
 
     /// A write that names `lease_id` may go only while the lease is held; when its queue follows an
     /// election it is guarded by the lease's term whatever the app sent: the claim, checked as a guard is
-    /// (this daemon leads that election in that term now). A lease that is not held (completed, timed out,
-    /// gone back when its term ended, or of an earlier run) is refused, naming `reconcile_lease`.
-    pub async fn lease_claim(&self, lease_id: &str) -> Result<Option<Claim>, ReconcileError> {
+    /// (this daemon leads that election in that term now); a sharded queue's by the lease's slot in its
+    /// epoch (this member owns that slot in that epoch now). A lease that is not held (completed, timed
+    /// out, gone back when its term or its slot's epoch ended here, or of an earlier run) is refused, naming
+    /// `reconcile_lease`.
+    pub async fn lease_claim(&self, lease_id: &str) -> Result<LeaseClaim, ReconcileError> {
         let not_held = |why: &str| ReconcileError::FailedPrecondition {
             field: "reconcile_lease".to_owned(),
             message: format!("lease {lease_id:?} is not held: {why}"),
@@ -325,14 +400,17 @@ impl Reconciler {
             }
             running.spec.election.clone()
         };
-        let why = "it was completed already, timed out, or went back to the queue when the election's term ended";
-        let term = held.await.ok().flatten().ok_or_else(|| not_held(why))?;
-        let Some(election) = election else { return Ok(None) };
+        let why = "it was completed already, timed out, or went back to the queue when the election's term (or its slot's epoch) ended here";
+        let (term, shard_claim) = held.await.ok().flatten().ok_or_else(|| not_held(why))?;
+        if let Some(claim) = shard_claim {
+            return Ok(LeaseClaim { claim: Some(claim), item_guard: election.map(|e| (e, term)) });
+        }
+        let Some(election) = election else { return Ok(LeaseClaim { claim: None, item_guard: None }) };
         // Held by the queue, and the term still this daemon's: a lease is returned only once the driver
         // has seen the term end.
         let claim = self.leadership.claim(&election, term);
         claim
-            .map(Some)
+            .map(|claim| LeaseClaim { claim: Some(claim), item_guard: None })
             .map_err(|message| ReconcileError::FailedPrecondition { field: "reconcile_lease".into(), message })
     }
 

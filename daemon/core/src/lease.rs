@@ -32,6 +32,17 @@ pub const APPLIED_BY_ANNOTATION: &str = "consistd.io/applied-by";
 /// identity to `incarnation@age`; see [`Reached`]). A member counts for its TTL after its last contact,
 /// whether that was its own renewal or the leader reaching it, so an idle member need not write.
 pub const REACHED_ANNOTATION: &str = "consistd.io/reached";
+/// Annotation on a sharded queue's Leases (its ring Lease and each member's shard Lease): the ring's name,
+/// `<election>.ring.<queue>`.
+pub const RING_ANNOTATION: &str = "consistd.io/ring";
+/// Annotation on a ring Lease: every slot's epoch, owner and next owner (JSON; see the reconcile ring).
+pub const RING_SLOTS_ANNOTATION: &str = "consistd.io/ring-slots";
+/// Annotation on a member's shard Lease: its holding, a random id each time its hold on its slots starts,
+/// so a ring entry naming an earlier holding is never taken for its own again.
+pub const HOLDING_ANNOTATION: &str = "consistd.io/holding";
+/// Annotation on a member's shard Lease: the queue's spec as the member runs it (JSON, field to value), so a
+/// member whose spec differs is refused naming the field.
+pub const QUEUE_SPEC_ANNOTATION: &str = "consistd.io/queue-spec";
 /// How long a member counts after a renewal when its Lease has no leaseDurationSeconds.
 pub const DEFAULT_MEMBER_TTL_SECONDS: u32 = 30;
 

@@ -14,6 +14,12 @@ pub fn is_dns_subdomain(s: &str) -> bool {
         })
 }
 
+/// FNV-1a, 64 bits: a short, stable digest for names too long to be read (and what KEP-5866's
+/// `shardRange` hashes a field with).
+pub fn fnv1a64(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3))
+}
+
 /// A namespace name: an RFC 1123 label (a subdomain without dots, at most 63 characters).
 pub fn is_namespace_name(s: &str) -> bool {
     s.len() <= 63 && !s.contains('.') && is_dns_subdomain(s)

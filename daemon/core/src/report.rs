@@ -227,6 +227,32 @@ pub struct QueueReport {
     /// The newest error an app completed a lease with ("namespace/name: error").
     #[serde(default)]
     pub last_error: Option<String>,
+    /// A sharded queue's ring: who owns what.
+    #[serde(default)]
+    pub ring: Option<RingState>,
+}
+
+/// A sharded queue's ring as one member sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RingState {
+    /// The ring Lease, "namespace/name".
+    pub ring: String,
+    /// Slots in the ring.
+    pub slots: usize,
+    /// Slots this member owns.
+    pub owned: usize,
+    /// Live members by identity, with the slots each owns.
+    pub members: std::collections::BTreeMap<String, usize>,
+    /// Slots nobody owns.
+    pub unowned: usize,
+    /// Slots moving from one owner to the next.
+    pub moving: usize,
+    /// The highest epoch of any slot: the ring's epoch.
+    pub epoch: u64,
+    /// Whether this member coordinates the ring (the live member with the first identity).
+    pub coordinator: bool,
+    /// Slots this member handed on to their next owners since it joined.
+    pub handoffs: u64,
 }
 
 /// Bytes in MiB for people; "unlimited" for a budget no limit bounds.
@@ -287,6 +313,20 @@ pub fn render(r: &Report) -> String {
             "  queue       {} {} ready ({} held for consistency), {} waiting, {} leased, {} keys, {} streams{active}{error}\n",
             q.name, q.depth, q.held, q.waiting, q.leased, q.keys, q.streams
         );
+        if let Some(ring) = &q.ring {
+            let members: Vec<String> = ring.members.iter().map(|(m, n)| format!("{m}={n}")).collect();
+            let coordinator = if ring.coordinator { ", coordinator" } else { "" };
+            out += &format!(
+                "              ring {}: owns {} of {} slots, epoch {}, members {}, {} unowned, {} moving{coordinator}\n",
+                ring.ring,
+                ring.owned,
+                ring.slots,
+                ring.epoch,
+                members.join(" "),
+                ring.unowned,
+                ring.moving
+            );
+        }
     }
     if let Some(store) = &r.store {
         let state = match &store.error {

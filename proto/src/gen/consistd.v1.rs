@@ -4517,8 +4517,18 @@ pub struct QueueSpec {
     pub lease_timeout: ::core::option::Option<::prost_types::Duration>,
     /// When set, work is handed out only while this daemon leads the election, and every item carries the
     /// term to guard writes with. Leases granted in a term the daemon no longer leads go back to the queue.
+    /// With `sharded`, the election names the group whose members share the keys instead.
     #[prost(message, optional, tag = "7")]
     pub election: ::core::option::Option<ElectionRef>,
+    /// Spread the keys over every pod whose sidecar runs this queue (same name, same spec) under `election`:
+    /// each key belongs to one of 1024 slots, each slot is owned by one member at a time, and only its owner
+    /// hands the key out, so a key is leased to one pod at a time across the whole group. A member joining
+    /// or leaving moves only its share; a slot moves only once its owner's leases on it ended, and its new
+    /// owner's items carry the slot's epoch as their term (their writes are fenced by it). Needs `election`
+    /// (INVALID_ARGUMENT naming spec.sharded); a member whose spec differs is refused with FAILED_PRECONDITION
+    /// naming the field and the member.
+    #[prost(bool, tag = "8")]
+    pub sharded: bool,
 }
 /// ObjectQuery names objects of one resource.
 #[allow(clippy::all)]
@@ -4689,7 +4699,9 @@ pub struct WorkItem {
     /// 1 for the first pass after a change; n for the nth pass in a row that follows a RETRY.
     #[prost(uint32, tag = "7")]
     pub attempt: u32,
-    /// The election's term this lease was granted in (guard writes with it); 0 without an election.
+    /// The election's term this lease was granted in (guard writes with it); 0 without an election. In a
+    /// sharded queue, the epoch of the key's slot (a guard naming the queue's election and this term, sent
+    /// with the lease's reconcile_lease, is the item's guard: the write carries the slot's claim).
     #[prost(uint64, tag = "8")]
     pub term: u64,
     /// When the lease times out and goes back to the queue.

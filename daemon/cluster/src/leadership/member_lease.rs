@@ -108,15 +108,11 @@ pub(crate) fn lease_name(election: &str, identity: &str) -> String {
     if consistd_core::names::is_dns_subdomain(&readable) {
         readable
     } else {
-        format!("consistd-member-{:016x}", fnv1a(&format!("{election}/{identity}")))
+        format!("consistd-member-{:016x}", names::fnv1a64(&format!("{election}/{identity}")))
     }
 }
 
 /// The value of [`MEMBER_OF_LABEL`] for an election: its name when it is a valid label value.
 pub(crate) fn group_label(election: &str) -> String {
-    if election.len() <= 63 { election.to_owned() } else { format!("h-{:016x}", fnv1a(election)) }
-}
-
-fn fnv1a(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+    if election.len() <= 63 { election.to_owned() } else { format!("h-{:016x}", names::fnv1a64(election)) }
 }

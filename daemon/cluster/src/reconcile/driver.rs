@@ -18,9 +18,10 @@ use super::{
     gate::{Gate, Verdict},
     keys::{MapsBy, PrimaryKind, primary_of},
     queue::{Completion, Origin, Queue},
+    ring::slot_of,
 };
 use crate::{
-    authority::Authority,
+    authority::{Authority, May},
     watch::{
         budget::Exhausted,
         object::{Obj, ObjKey},
@@ -107,6 +108,11 @@ pub(super) struct Driver {
     held: Vec<ObjKey>,
     /// Deleted primaries' last states, until handed out.
     tombstones: HashMap<ObjKey, Arc<Obj>>,
+    /// A sharded queue's keys taken from the ready line whose slot is another member's or moving away,
+    /// by slot: still queued (changes do not add them again), handed out once the slot is this member's.
+    parked: HashMap<u16, Vec<ObjKey>>,
+    /// Slots moving away (and their epochs) the member was told have no lease out.
+    drained: BTreeSet<(u16, u64)>,
     metrics: QueueMetrics,
     last_error: Option<String>,
     adds_reported: u64,
@@ -119,11 +125,13 @@ impl std::fmt::Debug for Driver {
 }
 
 impl Driver {
-    /// Subscribes to the queue's watches (a refusal names its query) and follows its election.
+    /// Subscribes to the queue's watches (a refusal names its query); work is handed out under
+    /// `authority`.
     pub(super) async fn start(
         reconciler: Arc<Reconciler>,
         spec: QueueSpec,
         comparable: bool,
+        authority: Authority,
     ) -> Result<Self, ReconcileError> {
         let resolved =
             reconciler.hub.resolve(&spec.primary.resource).await.map_err(|e| query_error("spec.primary", e.into()))?;
@@ -158,7 +166,7 @@ impl Driver {
                 .boxed(),
             );
         }
-        Ok(Self::new(reconciler, spec, comparable, primary, watches, events))
+        Ok(Self::new(reconciler, spec, comparable, (primary, authority), watches, events))
     }
 
     /// A driver over `watches` (the primary's first, then the related ones with how they name primaries)
@@ -167,7 +175,7 @@ impl Driver {
         reconciler: Arc<Reconciler>,
         spec: QueueSpec,
         comparable: bool,
-        primary: Primary,
+        (primary, authority): (Primary, Authority),
         watches: Vec<(Arc<SharedWatch>, Option<MapsBy>)>,
         events: Events,
     ) -> Self {
@@ -181,7 +189,6 @@ impl Driver {
             .into_iter()
             .map(|(watch, maps_by)| Watched { watch, maps_by, synced: false, resync: None, known: HashMap::new() })
             .collect();
-        let authority = Authority::follow(&reconciler.leadership, spec.election.as_ref());
         let now = Instant::now();
         Self {
             authority,
@@ -198,6 +205,8 @@ impl Driver {
             next_lease: 1,
             held: Vec::new(),
             tombstones: HashMap::new(),
+            parked: HashMap::new(),
+            drained: BTreeSet::new(),
             metrics: reconciler.metrics.queue(&spec.name),
             last_error: None,
             adds_reported: 0,
@@ -219,6 +228,7 @@ impl Driver {
             self.expire(now);
             self.queue.tick(now);
             self.pump(now);
+            self.hand_off();
             let report_due = unreported || !self.leases.is_empty();
             if report_due && now >= next_report {
                 self.report(&report, now);
@@ -309,7 +319,8 @@ impl Driver {
             }
             DriverCall::Wrote { lease_id, resource, obj } => self.wrote(&lease_id, &resource, &obj, now),
             DriverCall::Held { lease_id, reply } => {
-                let _ = reply.send(self.leases.get(&lease_id).map(|l| l.term));
+                let held = self.leases.get(&lease_id).filter(|l| self.authority.holds(&l.key, l.term, now));
+                let _ = reply.send(held.map(|l| (l.term, self.authority.claim(&l.key, l.term))));
             }
         }
     }
@@ -377,23 +388,73 @@ impl Driver {
         }
     }
 
-    /// Who may act changed: leases of a term this daemon no longer leads go back to the queue.
+    /// Who may act changed: leases of a term this daemon no longer leads (or, sharded, of a slot it no
+    /// longer owns in their epoch) go back to the queue, and parked keys of slots now this member's are
+    /// queued again.
     fn authority_changed(&mut self, now: Instant) {
-        let term = self.authority.term();
-        let stale: Vec<String> =
-            self.leases.iter().filter(|(_, l)| Some(l.term) != term).map(|(id, _)| id.clone()).collect();
+        let stale: Vec<String> = self
+            .leases
+            .iter()
+            .filter(|(_, l)| !self.authority.holds(&l.key, l.term, now))
+            .map(|(id, _)| id.clone())
+            .collect();
         for id in stale {
-            self.release(&id, now, "the election's term it was granted in ended");
+            self.release(&id, now, "the term (or the slot's epoch) it was granted in ended here");
         }
+        let owned: Vec<u16> = self
+            .parked
+            .iter()
+            .filter(|(_, keys)| keys.first().is_some_and(|k| matches!(self.authority.may(k, now), May::Grant(_))))
+            .map(|(slot, _)| *slot)
+            .collect();
+        for slot in owned {
+            for key in self.parked.remove(&slot).unwrap_or_default() {
+                self.queue.unpop(&key);
+            }
+        }
+    }
+
+    /// A sharded queue's slots moving away with no lease out: the member is told once per epoch, and gives
+    /// them on.
+    fn hand_off(&mut self) {
+        let moving = self.authority.moving();
+        self.drained.retain(|s| moving.contains(s));
+        if moving.len() == self.drained.len() {
+            return;
+        }
+        let leased: BTreeSet<u16> = self.leases.values().map(|l| slot_of(&l.key)).collect();
+        let new: BTreeSet<(u16, u64)> =
+            moving.into_iter().filter(|s| !leased.contains(&s.0) && !self.drained.contains(s)).collect();
+        if new.is_empty() {
+            return;
+        }
+        self.authority.drained(new.iter().map(|(slot, _)| *slot).collect());
+        self.drained.extend(new);
+    }
+
+    /// Keeps a key whose slot is not this member's to grant aside until it is.
+    fn park(&mut self, slot: u16, key: ObjKey) {
+        self.parked.entry(slot).or_default().push(key);
     }
 
     /// Grants as many keys as the streams have room for: held keys whose watch caught up first, then
     /// the ready line.
     fn pump(&mut self, now: Instant) {
-        let Some(term) = self.authority.term() else { return };
+        if self.authority.term().is_none() {
+            return;
+        }
         let mut i = 0;
         while i < self.held.len() && self.free_stream().is_some() {
             let key = self.held[i].clone();
+            let term = match self.authority.may(&key, now) {
+                May::Grant(term) => term,
+                May::Park(slot) => {
+                    self.held.remove(i);
+                    self.park(slot, key);
+                    continue;
+                }
+                May::Nothing => return,
+            };
             match self.gate.check(&key, now) {
                 Verdict::Wait(_) => i += 1,
                 verdict => {
@@ -404,6 +465,17 @@ impl Driver {
         }
         while self.free_stream().is_some() {
             let Some(key) = self.queue.pop() else { break };
+            let term = match self.authority.may(&key, now) {
+                May::Grant(term) => term,
+                May::Park(slot) => {
+                    self.park(slot, key);
+                    continue;
+                }
+                May::Nothing => {
+                    self.queue.unpop(&key);
+                    return;
+                }
+            };
             match self.gate.check(&key, now) {
                 Verdict::Wait(_) => {
                     self.metrics.consistency_holds.inc();
@@ -554,7 +626,9 @@ impl Driver {
 
     /// Brings the gauges and the status report up to date.
     fn report(&mut self, report: &Mutex<QueueReport>, now: Instant) {
-        let counts = self.queue.counts();
+        let mut counts = self.queue.counts();
+        // Keys parked for slots that are other members' are theirs to count.
+        counts.depth -= self.parked.values().map(Vec::len).sum::<usize>().min(counts.depth);
         self.metrics.depth.set(i64::try_from(counts.depth).unwrap_or(i64::MAX));
         let adds = self.queue.adds();
         self.metrics.adds.inc_by(adds - self.adds_reported);
@@ -574,6 +648,7 @@ impl Driver {
             keys: self.queue.len(),
             active: self.authority.term().is_some(),
             last_error: self.last_error.clone(),
+            ring: self.authority.member().map(|m| m.report.lock().unwrap_or_else(PoisonError::into_inner).clone()),
         };
     }
 }
@@ -665,8 +740,8 @@ mod tests {
             let leadership =
                 Leadership::new(client, hub.clone(), "me".into(), "ns".into(), None, metrics.clone(), &tasks);
             let linger = Duration::from_secs(5);
-            let reconciler =
-                Reconciler::new(hub.clone(), leadership, metrics.clone(), Live::fixed(TIMEOUT), linger, &tasks);
+            let timing = (Live::fixed(TIMEOUT), Live::fixed(Duration::from_secs(30)));
+            let reconciler = Reconciler::new(hub.clone(), leadership.clone(), metrics.clone(), timing, linger, &tasks);
             let expectations = hub.expectations().clone();
             let watch = |label_selector: &str| {
                 let key = WatchKey {
@@ -698,13 +773,15 @@ mod tests {
                 retry: RetryPolicy::default(),
                 lease_timeout: Duration::from_secs(60),
                 election: None,
+                sharded: false,
             };
             let kind = Primary {
                 kind: PrimaryKind { group: String::new(), kind: "ConfigMap".into(), namespaced: true },
                 plural: "configmaps".into(),
             };
             let watches = vec![(primary.clone(), None), (related.clone(), Some(MapsBy::Label("owner".into())))];
-            let driver = Driver::new(reconciler, spec, comparable, kind, watches, Events::new());
+            let authority = Authority::follow(&leadership, None);
+            let driver = Driver::new(reconciler, spec, comparable, (kind, authority), watches, Events::new());
             let mut rig = Self { driver, primary, related, expectations, metrics, now: Instant::now() };
             rig.list(0, vec![]);
             rig.list(1, vec![]);

@@ -167,6 +167,11 @@ impl Hub {
         }
     }
 
+    /// The apiserver client its watches use, for the daemon's own writes beside them.
+    pub(crate) fn client(&self) -> Client {
+        self.client.clone()
+    }
+
     /// The daemon's own-write expectations.
     pub fn expectations(&self) -> &Expectations {
         &self.expectations

@@ -56,15 +56,25 @@ impl ObjectsApi {
 
     /// The claim a write carries: its guard's, checked as [`guard::claim`] does; else, for a write
     /// naming a lease of a queue that follows an election, the lease's term, checked the same way: the
-    /// daemon guards a work item's writes itself, whatever the SDK sent. A write naming a lease that is not
-    /// held is refused, naming `reconcile_lease`.
+    /// daemon guards a work item's writes itself, whatever the SDK sent. A sharded queue's lease carries
+    /// its slot's claim, and a guard naming the queue's election in the lease's epoch is the item's guard
+    /// (what the SDKs send), which that claim stands for. A write naming a lease that is not held is
+    /// refused, naming `reconcile_lease`.
     async fn claim(&self, guard: Option<&pb::WriteGuard>, lease: &str) -> Result<Option<Claim>, Status> {
-        let guarded = guard::claim(&self.leadership, guard)?;
         if lease.is_empty() {
-            return Ok(guarded);
+            return guard::claim(&self.leadership, guard);
         }
         let leased = self.reconciler.lease_claim(lease).await.map_err(status::reconcile_error)?;
-        Ok(guarded.or(leased))
+        let item_guard = |g: &pb::WriteGuard| {
+            leased.item_guard.as_ref().is_some_and(|(election, epoch)| {
+                self.leadership.key(&g.election, &g.namespace).is_ok_and(|k| k == *election) && g.term == *epoch
+            })
+        };
+        if guard.is_some_and(item_guard) {
+            return Ok(leased.claim);
+        }
+        let guarded = guard::claim(&self.leadership, guard)?;
+        Ok(guarded.or(leased.claim))
     }
 }
 

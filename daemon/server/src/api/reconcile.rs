@@ -189,7 +189,13 @@ impl ReconcileApi {
             }
             Some(e) => Some(self.leadership.key(&e.election, &e.namespace).map_err(status::leadership_error)?),
         };
-        let spec = QueueSpec { name: s.name, primary, related, retry, lease_timeout, election };
+        if s.sharded && election.is_none() {
+            return Err(status::invalid_argument(
+                "spec.sharded",
+                "a sharded queue needs spec.election: the election group whose members share its keys",
+            ));
+        }
+        let spec = QueueSpec { name: s.name, primary, related, retry, lease_timeout, election, sharded: s.sharded };
         Ok((spec, usize::try_from(s.max_leases).unwrap_or(usize::MAX)))
     }
 }

@@ -192,7 +192,16 @@ type QueueSpec struct {
 	LeaseTimeout *durationpb.Duration `protobuf:"bytes,6,opt,name=lease_timeout,json=leaseTimeout,proto3" json:"lease_timeout,omitempty"`
 	// When set, work is handed out only while this daemon leads the election, and every item carries the
 	// term to guard writes with. Leases granted in a term the daemon no longer leads go back to the queue.
-	Election      *ElectionRef `protobuf:"bytes,7,opt,name=election,proto3" json:"election,omitempty"`
+	// With `sharded`, the election names the group whose members share the keys instead.
+	Election *ElectionRef `protobuf:"bytes,7,opt,name=election,proto3" json:"election,omitempty"`
+	// Spread the keys over every pod whose sidecar runs this queue (same name, same spec) under `election`:
+	// each key belongs to one of 1024 slots, each slot is owned by one member at a time, and only its owner
+	// hands the key out, so a key is leased to one pod at a time across the whole group. A member joining
+	// or leaving moves only its share; a slot moves only once its owner's leases on it ended, and its new
+	// owner's items carry the slot's epoch as their term (their writes are fenced by it). Needs `election`
+	// (INVALID_ARGUMENT naming spec.sharded); a member whose spec differs is refused with FAILED_PRECONDITION
+	// naming the field and the member.
+	Sharded       bool `protobuf:"varint,8,opt,name=sharded,proto3" json:"sharded,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -274,6 +283,13 @@ func (x *QueueSpec) GetElection() *ElectionRef {
 		return x.Election
 	}
 	return nil
+}
+
+func (x *QueueSpec) GetSharded() bool {
+	if x != nil {
+		return x.Sharded
+	}
+	return false
 }
 
 // ObjectQuery names objects of one resource.
@@ -876,7 +892,9 @@ type WorkItem struct {
 	Consistency Consistency `protobuf:"varint,6,opt,name=consistency,proto3,enum=consistd.v1.Consistency" json:"consistency,omitempty"`
 	// 1 for the first pass after a change; n for the nth pass in a row that follows a RETRY.
 	Attempt uint32 `protobuf:"varint,7,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	// The election's term this lease was granted in (guard writes with it); 0 without an election.
+	// The election's term this lease was granted in (guard writes with it); 0 without an election. In a
+	// sharded queue, the epoch of the key's slot (a guard naming the queue's election and this term, sent
+	// with the lease's reconcile_lease, is the item's guard: the write carries the slot's claim).
 	Term uint64 `protobuf:"varint,8,opt,name=term,proto3" json:"term,omitempty"`
 	// When the lease times out and goes back to the queue.
 	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
@@ -1050,7 +1068,7 @@ const file_consistd_v1_reconcile_proto_rawDesc = "" +
 	"\x10ReconcileRequest\x12,\n" +
 	"\x04spec\x18\x01 \x01(\v2\x16.consistd.v1.QueueSpecH\x00R\x04spec\x125\n" +
 	"\bcomplete\x18\x02 \x01(\v2\x17.consistd.v1.CompletionH\x00R\bcompleteB\t\n" +
-	"\arequest\"\xcd\x02\n" +
+	"\arequest\"\xe7\x02\n" +
 	"\tQueueSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x122\n" +
 	"\aprimary\x18\x02 \x01(\v2\x18.consistd.v1.ObjectQueryR\aprimary\x123\n" +
@@ -1059,7 +1077,8 @@ const file_consistd_v1_reconcile_proto_rawDesc = "" +
 	"max_leases\x18\x04 \x01(\rR\tmaxLeases\x12.\n" +
 	"\x05retry\x18\x05 \x01(\v2\x18.consistd.v1.RetryPolicyR\x05retry\x12>\n" +
 	"\rlease_timeout\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\fleaseTimeout\x124\n" +
-	"\belection\x18\a \x01(\v2\x18.consistd.v1.ElectionRefR\belection\"\xc2\x01\n" +
+	"\belection\x18\a \x01(\v2\x18.consistd.v1.ElectionRefR\belection\x12\x18\n" +
+	"\asharded\x18\b \x01(\bR\asharded\"\xc2\x01\n" +
 	"\vObjectQuery\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12%\n" +

@@ -36,7 +36,7 @@ class ReconcileRequest(_message.Message):
     def __init__(self, spec: _Optional[_Union[QueueSpec, _Mapping]] = ..., complete: _Optional[_Union[Completion, _Mapping]] = ...) -> None: ...
 
 class QueueSpec(_message.Message):
-    __slots__ = ("name", "primary", "related", "max_leases", "retry", "lease_timeout", "election")
+    __slots__ = ("name", "primary", "related", "max_leases", "retry", "lease_timeout", "election", "sharded")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PRIMARY_FIELD_NUMBER: _ClassVar[int]
     RELATED_FIELD_NUMBER: _ClassVar[int]
@@ -44,6 +44,7 @@ class QueueSpec(_message.Message):
     RETRY_FIELD_NUMBER: _ClassVar[int]
     LEASE_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     ELECTION_FIELD_NUMBER: _ClassVar[int]
+    SHARDED_FIELD_NUMBER: _ClassVar[int]
     name: str
     primary: ObjectQuery
     related: _containers.RepeatedCompositeFieldContainer[RelatedQuery]
@@ -51,7 +52,8 @@ class QueueSpec(_message.Message):
     retry: RetryPolicy
     lease_timeout: _duration_pb2.Duration
     election: ElectionRef
-    def __init__(self, name: _Optional[str] = ..., primary: _Optional[_Union[ObjectQuery, _Mapping]] = ..., related: _Optional[_Iterable[_Union[RelatedQuery, _Mapping]]] = ..., max_leases: _Optional[int] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., lease_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., election: _Optional[_Union[ElectionRef, _Mapping]] = ...) -> None: ...
+    sharded: bool
+    def __init__(self, name: _Optional[str] = ..., primary: _Optional[_Union[ObjectQuery, _Mapping]] = ..., related: _Optional[_Iterable[_Union[RelatedQuery, _Mapping]]] = ..., max_leases: _Optional[int] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., lease_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., election: _Optional[_Union[ElectionRef, _Mapping]] = ..., sharded: _Optional[bool] = ...) -> None: ...
 
 class ObjectQuery(_message.Message):
     __slots__ = ("resource", "namespace", "label_selector", "field_selector", "view")

@@ -85,8 +85,21 @@ export interface QueueSpec {
   /**
    * When set, work is handed out only while this daemon leads the election, and every item carries the
    * term to guard writes with. Leases granted in a term the daemon no longer leads go back to the queue.
+   * With `sharded`, the election names the group whose members share the keys instead.
    */
-  election: ElectionRef | undefined;
+  election:
+    | ElectionRef
+    | undefined;
+  /**
+   * Spread the keys over every pod whose sidecar runs this queue (same name, same spec) under `election`:
+   * each key belongs to one of 1024 slots, each slot is owned by one member at a time, and only its owner
+   * hands the key out, so a key is leased to one pod at a time across the whole group. A member joining
+   * or leaving moves only its share; a slot moves only once its owner's leases on it ended, and its new
+   * owner's items carry the slot's epoch as their term (their writes are fenced by it). Needs `election`
+   * (INVALID_ARGUMENT naming spec.sharded); a member whose spec differs is refused with FAILED_PRECONDITION
+   * naming the field and the member.
+   */
+  sharded: boolean;
 }
 
 /** ObjectQuery names objects of one resource. */
@@ -231,7 +244,11 @@ export interface WorkItem {
   consistency: Consistency;
   /** 1 for the first pass after a change; n for the nth pass in a row that follows a RETRY. */
   attempt: number;
-  /** The election's term this lease was granted in (guard writes with it); 0 without an election. */
+  /**
+   * The election's term this lease was granted in (guard writes with it); 0 without an election. In a
+   * sharded queue, the epoch of the key's slot (a guard naming the queue's election and this term, sent
+   * with the lease's reconcile_lease, is the item's guard: the write carries the slot's claim).
+   */
   term: bigint;
   /** When the lease times out and goes back to the queue. */
   expiresAt:
@@ -330,6 +347,7 @@ function createBaseQueueSpec(): QueueSpec {
     retry: undefined,
     leaseTimeout: undefined,
     election: undefined,
+    sharded: false,
   };
 }
 
@@ -355,6 +373,9 @@ export const QueueSpec: MessageFns<QueueSpec> = {
     }
     if (message.election !== undefined) {
       ElectionRef.encode(message.election, writer.uint32(58).fork()).join();
+    }
+    if (message.sharded !== false) {
+      writer.uint32(64).bool(message.sharded);
     }
     return writer;
   },
@@ -428,6 +449,14 @@ export const QueueSpec: MessageFns<QueueSpec> = {
             message.election = ElectionRef.decode(reader, reader.uint32());
             continue;
           }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.sharded = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -460,6 +489,7 @@ export const QueueSpec: MessageFns<QueueSpec> = {
     message.election = (object.election !== undefined && object.election !== null)
       ? ElectionRef.fromPartial(object.election)
       : undefined;
+    message.sharded = object.sharded ?? false;
     return message;
   },
 };

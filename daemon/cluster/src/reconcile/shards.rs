@@ -1,0 +1,776 @@
+//! A sharded queue's member in this daemon: its shard Lease, the ring read from the group's ring Lease,
+//! the coordinator's plan (written by the live member with the first identity), and the hand-off of
+//! slots the driver has drained. The member's hold on its slots lasts from a renewal's sending until a
+//! tenth of the TTL before the TTL has passed, and only a renewal answered within the hold extends it; the
+//! coordinator takes a member's slots only once a consistent read shows the member's last renewal a TTL
+//! old on the coordinator's clock, or a newer holding of it. So the old owner has stopped before anyone
+//! is given its slots, whatever the network did (docs/ARCHITECTURE.md, "The sharded queue").
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    sync::{Arc, Mutex, PoisonError},
+    time::{Duration, SystemTime},
+};
+
+use consistd_core::{
+    claim::Claim,
+    config::Live,
+    lease::{
+        HOLDING_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL, MEMBER_OF_LABEL, QUEUE_SPEC_ANNOTATION, RING_ANNOTATION,
+        RING_SLOTS_ANNOTATION,
+    },
+    names,
+    report::RingState,
+};
+use k8s_openapi::{
+    api::coordination::v1::{Lease, LeaseSpec},
+    apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
+};
+use kube::api::{Api, DeleteParams, PostParams, Preconditions};
+use serde::Deserialize;
+use tokio::{
+    sync::{mpsc, watch},
+    time::Instant,
+};
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    ReconcileError,
+    ring::{Holder, Ring, SLOTS, slot_of},
+};
+use crate::{
+    leadership::{Key, member_lease::group_label},
+    watch::{Hub, Mirror, Query, object::Obj, object::ObjKey, sleep_until},
+};
+
+/// How long one write or read of the ring's Leases may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The names of a sharded queue's group: its ring Lease, its members' shard Leases, and its claims.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RingNames {
+    /// Namespace of the election, where the ring's Leases live.
+    pub namespace: String,
+    /// `<election>.ring.<queue>`: the ring Lease's name and the prefix of each slot's claim.
+    pub ring: String,
+    /// The member-of label value every Lease of the ring carries.
+    label: String,
+}
+
+impl RingNames {
+    /// The names of `queue`'s ring in `election`'s group.
+    pub fn new(election: &Key, queue: &str) -> Self {
+        let readable = format!("{}.ring.{queue}", election.name);
+        let ring = if names::is_dns_subdomain(&readable) && readable.len() <= 200 {
+            readable
+        } else {
+            format!("consistd-ring-{:016x}", names::fnv1a64(&format!("{election}/{queue}")))
+        };
+        Self { namespace: election.namespace.clone(), label: group_label(&ring), ring }
+    }
+
+    /// A member's shard Lease.
+    fn member(&self, identity: &str) -> String {
+        let readable = format!("{}.{identity}", self.ring);
+        if names::is_dns_subdomain(&readable) {
+            readable
+        } else {
+            format!("consistd-shard-{:016x}", names::fnv1a64(&format!("{}/{identity}", self.ring)))
+        }
+    }
+
+    /// The claim of an action taken while owning `slot` in `epoch`: one "election" per slot, so the
+    /// per-object token compares the epochs of a key's slot, which never changes for the key.
+    pub fn claim(&self, slot: u16, epoch: u64) -> Claim {
+        Claim { namespace: self.namespace.clone(), lease: format!("{}.slot-{slot}", self.ring), term: epoch }
+    }
+}
+
+/// What the driver may grant under, as the member's hold and the ring say.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Ownership {
+    /// Until when this member's hold counts; None: it may grant nothing.
+    pub until: Option<Instant>,
+    /// The slots it owns: epoch, and whether the slot is moving away (no new grants; given on once its
+    /// leases ended).
+    pub slots: BTreeMap<u16, (u64, bool)>,
+}
+
+impl Ownership {
+    /// The epoch this member owns `key`'s slot in at `now`, and whether it is moving away; None when it
+    /// does not own it (or its hold lapsed).
+    pub fn of(&self, key: &ObjKey, now: Instant) -> Option<(u16, u64, bool)> {
+        let slot = slot_of(key);
+        self.until.filter(|until| now < *until)?;
+        self.slots.get(&slot).map(|(epoch, moving)| (slot, *epoch, *moving))
+    }
+}
+
+/// This daemon's membership of one sharded queue; dropping it leaves (its slots go to the others).
+#[derive(Debug)]
+pub struct ShardMember {
+    /// What may be granted.
+    pub ownership: watch::Receiver<Ownership>,
+    /// The ring's names.
+    pub names: Arc<RingNames>,
+    /// Slots the driver drained (moving, no lease out): given on.
+    drained: mpsc::UnboundedSender<BTreeSet<u16>>,
+    /// What status shows.
+    pub report: Arc<Mutex<RingState>>,
+    stop: CancellationToken,
+}
+
+impl Drop for ShardMember {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+impl ShardMember {
+    /// Tells the member that `slots`, moving away, have no lease out: it gives them on.
+    pub fn drained(&self, slots: BTreeSet<u16>) {
+        let _ = self.drained.send(slots);
+    }
+
+    /// Joins `names`' ring as `identity`, running `spec` (field to value): refused naming the field when
+    /// a live member runs another spec, and naming `spec.election` when the apiserver refuses this
+    /// daemon's shard Lease. The member's task runs in `tasks` until dropped or the daemon stops.
+    pub async fn join(
+        hub: &Arc<Hub>,
+        names: RingNames,
+        identity: String,
+        ttl: Live<Duration>,
+        spec: BTreeMap<String, String>,
+        tasks: &consistd_core::tasks::Tasks,
+    ) -> Result<Self, ReconcileError> {
+        let refused = |message: String| ReconcileError::FailedPrecondition { field: "spec.election".into(), message };
+        let query = Query {
+            resource: "coordination.k8s.io/v1/leases".to_owned(),
+            namespace: names.namespace.clone(),
+            label_selector: format!("{MEMBER_OF_LABEL}={}", names.label),
+            own: true,
+            ..Query::default()
+        };
+        let mut mirror = Mirror::open(hub, query)
+            .await
+            .map_err(|e| ReconcileError::Query { field: "spec.election".into(), source: e })?;
+        let ring = names.ring.clone();
+        let read = |obj: &Obj, before: Option<&Seen>| Seen::read(obj, &ring, before);
+        let synced = tokio::time::timeout(CALL_TIMEOUT * 5, async {
+            while !mirror.synced() {
+                if !mirror.next(&read).await {
+                    return false;
+                }
+            }
+            true
+        })
+        .await;
+        if synced != Ok(true) {
+            return Err(refused(format!("could not read the Leases of ring {}/{}", names.namespace, names.ring)));
+        }
+        let encoded = serde_json::to_string(&spec).unwrap_or_default();
+        let now = Instant::now();
+        for seen in mirror.values().values() {
+            if let Seen::Member(m) = seen
+                && m.holder.identity != identity
+                && m.live_until.is_some_and(|until| until > now)
+                && let Some((field, theirs)) = differs(&spec, &m.spec)
+            {
+                return Err(ReconcileError::FailedPrecondition {
+                    field,
+                    message: format!(
+                        "member {} runs sharded queue {} with {theirs}; every member of a sharded queue must send the same spec (or use another queue name)",
+                        m.holder.identity, names.ring
+                    ),
+                });
+            }
+        }
+        let names = Arc::new(names);
+        let (ownership_tx, ownership) = watch::channel(Ownership::default());
+        let (drained, drained_rx) = mpsc::unbounded_channel();
+        let ring = format!("{}/{}", names.namespace, names.ring);
+        let report = Arc::new(Mutex::new(RingState { ring, slots: usize::from(SLOTS), ..RingState::default() }));
+        let stop = tasks.signal().child_token();
+        let mut member = Member {
+            api: Api::namespaced(hub.client(), &names.namespace),
+            names: names.clone(),
+            identity,
+            ttl,
+            spec: encoded,
+            holding: new_holding(),
+            lease_version: None,
+            until: None,
+            renew_at: Instant::now(),
+            mirror,
+            last_renewal: HashMap::new(),
+            ownership: ownership_tx,
+            drained: drained_rx,
+            unreleased: (BTreeSet::new(), Instant::now()),
+            report: report.clone(),
+        };
+        // The first renewal, here, so a refusal (RBAC) reaches the app; a Lease an earlier run of this
+        // daemon left is read and written over.
+        let mut first = member.renew().await;
+        if first.as_ref().is_err_and(|e| matches!(e.code(), Some(404 | 409))) {
+            first = member.renew().await;
+        }
+        if let Err(error) = first {
+            return Err(refused(format!(
+                "this daemon cannot join the group of sharded queue {}/{}: {error}",
+                names.namespace, names.ring
+            )));
+        }
+        tasks.spawn(member.run(stop.clone()));
+        Ok(Self { ownership, names, drained, report, stop })
+    }
+}
+
+/// The first field of `ours` whose value in `theirs` (written) differs: the field and their value.
+fn differs(ours: &BTreeMap<String, String>, theirs: &str) -> Option<(String, String)> {
+    let theirs: BTreeMap<String, String> = serde_json::from_str(theirs).unwrap_or_default();
+    let fields: BTreeSet<&String> = ours.keys().chain(theirs.keys()).collect();
+    fields.into_iter().find_map(|field| {
+        let (a, b) = (ours.get(field), theirs.get(field));
+        (a != b).then(|| (field.clone(), b.map_or_else(|| "no value".to_owned(), |v| format!("{v:?}"))))
+    })
+}
+
+fn new_holding() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}
+
+/// One Lease of the ring, as this daemon saw it.
+#[derive(Debug, Clone)]
+enum Seen {
+    /// A member's shard Lease.
+    Member(SeenShard),
+    /// The ring Lease: the ring (or why it does not read) and the Lease's resourceVersion.
+    Ring(Result<Ring, String>, String),
+}
+
+/// A member's shard Lease.
+#[derive(Debug, Clone)]
+struct SeenShard {
+    holder: Holder,
+    renew_time: String,
+    spec: String,
+    ttl: Duration,
+    /// When this daemon first saw this renewal: what the coordinator counts a TTL from.
+    observed: Instant,
+    /// Until when the member counts as live; None when it was already lapsed at first sight.
+    live_until: Option<Instant>,
+}
+
+impl Seen {
+    fn read(obj: &Obj, ring: &str, before: Option<&Seen>) -> Option<Self> {
+        #[derive(Deserialize)]
+        struct RingLease {
+            metadata: Meta,
+            #[serde(default)]
+            spec: Spec,
+        }
+        #[derive(Deserialize)]
+        struct Meta {
+            #[serde(default)]
+            annotations: HashMap<String, String>,
+        }
+        #[derive(Deserialize, Default)]
+        #[serde(rename_all = "camelCase")]
+        struct Spec {
+            holder_identity: Option<String>,
+            renew_time: Option<String>,
+            lease_duration_seconds: Option<u64>,
+        }
+        let lease: RingLease = serde_json::from_slice(obj.json()).ok()?;
+        let annotations = &lease.metadata.annotations;
+        if annotations.get(RING_ANNOTATION).map(String::as_str) != Some(ring) {
+            return None;
+        }
+        if let Some(slots) = annotations.get(RING_SLOTS_ANNOTATION) {
+            return Some(Self::Ring(Ring::decode(slots), obj.resource_version().to_owned()));
+        }
+        let holder = Holder {
+            identity: lease.spec.holder_identity?,
+            holding: annotations.get(HOLDING_ANNOTATION).cloned().unwrap_or_default(),
+        };
+        let renew_time = lease.spec.renew_time.unwrap_or_default();
+        let ttl = Duration::from_secs(lease.spec.lease_duration_seconds.unwrap_or(30));
+        let now = Instant::now();
+        let (observed, live_until) = match before {
+            Some(Self::Member(b)) if b.renew_time == renew_time && b.holder == holder => (b.observed, b.live_until),
+            Some(_) => (now, Some(now + ttl)),
+            None => {
+                // At first sight, the renewal's age by this machine's wall clock says whether it is live; the
+                // coordinator still counts a whole TTL from now before it takes the member's slots.
+                let age = renew_time
+                    .parse::<k8s_openapi::jiff::Timestamp>()
+                    .ok()
+                    .map(|at| k8s_openapi::jiff::Timestamp::now().duration_since(at))
+                    .map(|age| if age.is_negative() { Duration::ZERO } else { age.unsigned_abs() });
+                (now, age.filter(|age| *age < ttl).map(|age| now + (ttl - age)))
+            }
+        };
+        let spec = annotations.get(QUEUE_SPEC_ANNOTATION).cloned().unwrap_or_default();
+        Some(Self::Member(SeenShard { holder, renew_time, spec, ttl, observed, live_until }))
+    }
+}
+
+/// The member's task.
+struct Member {
+    api: Api<Lease>,
+    names: Arc<RingNames>,
+    identity: String,
+    ttl: Live<Duration>,
+    /// The spec, as written on the shard Lease.
+    spec: String,
+    holding: String,
+    /// The shard Lease's resourceVersion after this member's last write; None before its first.
+    lease_version: Option<String>,
+    /// Until when this member's hold counts.
+    until: Option<Instant>,
+    renew_at: Instant,
+    mirror: Mirror<Seen>,
+    /// Each holder's last renewal this daemon saw (its renewTime, when first seen, and its TTL), kept after
+    /// its Lease is gone: the coordinator counts a TTL from it.
+    last_renewal: HashMap<Holder, (String, Instant, Duration)>,
+    ownership: watch::Sender<Ownership>,
+    drained: mpsc::UnboundedReceiver<BTreeSet<u16>>,
+    /// Drained slots not given on yet (the ring write failed), and when to try again.
+    unreleased: (BTreeSet<u16>, Instant),
+    report: Arc<Mutex<RingState>>,
+}
+
+/// Why a write of the ring's Leases did not land.
+#[derive(Debug, thiserror::Error)]
+enum WriteError {
+    #[error("{0}")]
+    Api(#[from] kube::Error),
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+}
+
+impl WriteError {
+    fn code(&self) -> Option<u16> {
+        match self {
+            Self::Api(kube::Error::Api(status)) => Some(status.code),
+            _ => None,
+        }
+    }
+}
+
+impl Member {
+    fn holder(&self) -> Holder {
+        Holder { identity: self.identity.clone(), holding: self.holding.clone() }
+    }
+
+    fn ring(&self) -> Option<(&Ring, &str)> {
+        self.mirror.values().values().find_map(|seen| match seen {
+            Seen::Ring(Ok(ring), version) => Some((ring, version.as_str())),
+            _ => None,
+        })
+    }
+
+    async fn run(mut self, stop: CancellationToken) {
+        loop {
+            let now = Instant::now();
+            if self.until.is_some_and(|until| until <= now) {
+                self.lapse("its hold lapsed: no renewal was answered in time");
+            }
+            if now >= self.renew_at {
+                let _ = self.renew().await;
+            }
+            self.note_renewals();
+            self.coordinate().await;
+            if !self.unreleased.0.is_empty() && now >= self.unreleased.1 {
+                let slots = std::mem::take(&mut self.unreleased.0);
+                self.release(slots).await;
+            }
+            self.publish();
+            let retry = (!self.unreleased.0.is_empty()).then_some(self.unreleased.1);
+            let wake = [Some(self.renew_at), self.until, self.next_expiry(), retry].into_iter().flatten().min();
+            let ring = self.names.ring.clone();
+            tokio::select! {
+                more = self.mirror.next(|obj, before| Seen::read(obj, &ring, before)) => if !more { break },
+                Some(slots) = self.drained.recv() => self.release(slots).await,
+                () = sleep_until(wake) => {}
+                () = stop.cancelled() => break,
+            }
+        }
+        self.leave().await;
+    }
+
+    /// The hold ended (lapsed, or the Lease was written by someone else): nothing may be granted, and the
+    /// next renewal starts a new holding, so the coordinator may give the old one's slots away at once.
+    fn lapse(&mut self, why: &str) {
+        if self.until.take().is_some() {
+            tracing::warn!(ring = %self.names.ring, holding = %self.holding, why, "sharded queue: this member holds no slot until it renews");
+        }
+        self.holding = new_holding();
+        self.publish();
+    }
+
+    /// Renews the shard Lease; the hold runs from the sending until a tenth of the TTL before the TTL,
+    /// extended only by a renewal answered while the hold lasts.
+    async fn renew(&mut self) -> Result<(), WriteError> {
+        let ttl = self.ttl.get();
+        let sent = Instant::now();
+        let limit = self.until.map_or(ttl / 3, |until| until.saturating_duration_since(sent)).min(CALL_TIMEOUT * 2);
+        let lease = self.shard_lease(ttl);
+        let write = async {
+            match &self.lease_version {
+                Some(_) => self.api.replace(&self.names.member(&self.identity), &PostParams::default(), &lease).await,
+                None => self.api.create(&PostParams::default(), &lease).await,
+            }
+        };
+        let answer = match tokio::time::timeout(limit, write).await {
+            Ok(Ok(written)) => Ok(written),
+            Ok(Err(error)) => Err(WriteError::Api(error)),
+            Err(_) => Err(WriteError::Timeout(limit)),
+        };
+        match answer {
+            Ok(written) => {
+                self.lease_version = written.metadata.resource_version;
+                if self.until.is_none_or(|until| Instant::now() < until) {
+                    self.until = Some(sent + ttl - ttl / 10);
+                }
+                self.renew_at = sent + ttl / 3;
+                Ok(())
+            }
+            Err(error) => {
+                match error.code() {
+                    // Written by someone else (another run of this identity), gone, or there already (this
+                    // identity's earlier run): read it, and hold anew.
+                    Some(404 | 409) => {
+                        self.lapse("its shard Lease was written or deleted by someone else");
+                        self.lease_version = match self.api.get_opt(&self.names.member(&self.identity)).await {
+                            Ok(Some(lease)) => lease.metadata.resource_version,
+                            _ => None,
+                        };
+                        self.renew_at = Instant::now();
+                    }
+                    _ => {
+                        tracing::warn!(ring = %self.names.ring, %error, "sharded queue: could not renew this member's shard Lease; retrying");
+                        self.renew_at = Instant::now() + (ttl / 15).max(Duration::from_millis(200));
+                    }
+                }
+                Err(error)
+            }
+        }
+    }
+
+    fn shard_lease(&self, ttl: Duration) -> Lease {
+        let annotations = BTreeMap::from([
+            (RING_ANNOTATION.to_owned(), self.names.ring.clone()),
+            (HOLDING_ANNOTATION.to_owned(), self.holding.clone()),
+            (QUEUE_SPEC_ANNOTATION.to_owned(), self.spec.clone()),
+        ]);
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(self.names.member(&self.identity)),
+                resource_version: self.lease_version.clone(),
+                labels: Some(ring_labels(&self.names)),
+                annotations: Some(annotations),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(self.identity.clone()),
+                lease_duration_seconds: Some(i32::try_from(ttl.as_secs().max(1)).unwrap_or(i32::MAX)),
+                renew_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
+                ..LeaseSpec::default()
+            }),
+        }
+    }
+
+    /// Remembers every member's newest renewal, so a Lease deleted still has a time its TTL runs from.
+    fn note_renewals(&mut self) {
+        for seen in self.mirror.values().values() {
+            if let Seen::Member(m) = seen {
+                let newer = self.last_renewal.get(&m.holder).is_none_or(|(renewed, _, _)| *renewed != m.renew_time);
+                if newer {
+                    self.last_renewal.insert(m.holder.clone(), (m.renew_time.clone(), m.observed, m.ttl));
+                }
+            }
+        }
+    }
+
+    /// Live members by holder: their renewal within its TTL, and this member while it holds.
+    fn live(&self, now: Instant) -> BTreeSet<Holder> {
+        let mut live: BTreeSet<Holder> = self
+            .mirror
+            .values()
+            .values()
+            .filter_map(|seen| match seen {
+                Seen::Member(m) if m.live_until.is_some_and(|u| u > now) && m.holder.identity != self.identity => {
+                    Some(m.holder.clone())
+                }
+                _ => None,
+            })
+            .collect();
+        if self.until.is_some_and(|u| u > now) {
+            live.insert(self.holder());
+        }
+        live
+    }
+
+    /// When the next member stops being live.
+    fn next_expiry(&self) -> Option<Instant> {
+        let now = Instant::now();
+        let lapses = self.mirror.values().values().filter_map(|seen| match seen {
+            Seen::Member(m) => m.live_until.filter(|u| *u > now),
+            Seen::Ring(..) => None,
+        });
+        let takeable = self.last_renewal.values().map(|(_, observed, ttl)| *observed + *ttl).filter(|at| *at > now);
+        lapses.chain(takeable).min()
+    }
+
+    /// Whether `holder`'s hold has surely ended: its identity's Lease names a newer holding, or a
+    /// consistent read shows no renewal newer than one this daemon saw a TTL ago.
+    async fn gone(&self, holder: &Holder, now: Instant) -> bool {
+        let current = self.mirror.values().values().find_map(|seen| match seen {
+            Seen::Member(m) if m.holder.identity == holder.identity => Some(m.holder.holding.clone()),
+            _ => None,
+        });
+        if current.as_ref().is_some_and(|h| *h != holder.holding) {
+            return true;
+        }
+        let Some((renewed, observed, ttl)) = self.last_renewal.get(holder) else { return false };
+        if now < *observed + *ttl {
+            return false;
+        }
+        let read = tokio::time::timeout(CALL_TIMEOUT, self.api.get_opt(&self.names.member(&holder.identity))).await;
+        match read {
+            Ok(Ok(None)) => true,
+            Ok(Ok(Some(lease))) => {
+                let annotations = lease.metadata.annotations.unwrap_or_default();
+                let holding = annotations.get(HOLDING_ANNOTATION).cloned().unwrap_or_default();
+                let renew_time = lease.spec.and_then(|s| s.renew_time).map(|t| t.0);
+                holding != holder.holding || renew_time == renewed.parse().ok()
+            }
+            // No answer proves nothing: the slots wait.
+            _ => false,
+        }
+    }
+
+    /// As the coordinator (the live member with the first identity, while it holds): takes the slots of
+    /// members whose hold surely ended, balances, and writes the ring when that changes it.
+    async fn coordinate(&mut self) {
+        if !self.mirror.synced() {
+            return;
+        }
+        let now = Instant::now();
+        let live = self.live(now);
+        let first = live.iter().next().map(|h| h.identity.clone());
+        let coordinator = self.until.is_some_and(|u| u > now) && first.as_deref() == Some(self.identity.as_str());
+        self.report.lock().unwrap_or_else(PoisonError::into_inner).coordinator = coordinator;
+        if !coordinator {
+            return;
+        }
+        let (ring, version) = match self.ring() {
+            Some((ring, version)) => (ring.clone(), Some(version.to_owned())),
+            None => {
+                let base = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(1, |d| d.as_millis());
+                (Ring::new(u64::try_from(base).unwrap_or(1)), None)
+            }
+        };
+        let mut gone = BTreeSet::new();
+        for owner in ring.owners() {
+            if !live.contains(owner) && self.gone(owner, now).await {
+                gone.insert(owner.clone());
+            }
+        }
+        let Some(planned) = ring.plan(&live, &|h| gone.contains(h)) else { return };
+        if !gone.is_empty() {
+            let gone: Vec<String> = gone.iter().map(ToString::to_string).collect();
+            tracing::info!(ring = %self.names.ring, ?gone, "sharded queue: the slots of members whose hold ended go to the others");
+        }
+        if let Err(error) = self.write_ring(&planned, version).await
+            && error.code() != Some(409)
+        {
+            tracing::warn!(ring = %self.names.ring, %error, "sharded queue: could not write the ring");
+        }
+    }
+
+    /// Writes the ring Lease as `ring`, over `version` (None: creates it).
+    async fn write_ring(&self, ring: &Ring, version: Option<String>) -> Result<(), WriteError> {
+        let annotations = BTreeMap::from([
+            (RING_ANNOTATION.to_owned(), self.names.ring.clone()),
+            (RING_SLOTS_ANNOTATION.to_owned(), ring.encode()),
+        ]);
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(self.names.ring.clone()),
+                resource_version: version.clone(),
+                labels: Some(ring_labels(&self.names)),
+                annotations: Some(annotations),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec::default()),
+        };
+        let write = async {
+            match version {
+                Some(_) => self.api.replace(&self.names.ring, &PostParams::default(), &lease).await,
+                None => self.api.create(&PostParams::default(), &lease).await,
+            }
+        };
+        match tokio::time::timeout(CALL_TIMEOUT, write).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(error)) => Err(WriteError::Api(error)),
+            Err(_) => Err(WriteError::Timeout(CALL_TIMEOUT)),
+        }
+    }
+
+    /// Reads the ring Lease as it is now.
+    async fn read_ring(&self) -> Option<(Ring, String)> {
+        let lease = tokio::time::timeout(CALL_TIMEOUT, self.api.get_opt(&self.names.ring)).await.ok()?.ok()??;
+        let text = lease.metadata.annotations.as_ref()?.get(RING_SLOTS_ANNOTATION)?.clone();
+        Some((Ring::decode(&text).ok()?, lease.metadata.resource_version?))
+    }
+
+    /// Changes the ring as `change` does, over the newest version (read again after a conflict, a few
+    /// times): Some(true) once written, Some(false) when it changes nothing, None when it could not be written.
+    async fn change_ring(&self, what: &str, change: impl Fn(&mut Ring) -> bool) -> Option<bool> {
+        let mut current = self.ring().map(|(r, v)| (r.clone(), v.to_owned()));
+        for _ in 0..5 {
+            let (mut ring, version) = current.take()?;
+            if !change(&mut ring) {
+                return Some(false);
+            }
+            match self.write_ring(&ring, Some(version)).await {
+                Ok(()) => return Some(true),
+                Err(error) if error.code() == Some(409) => current = self.read_ring().await,
+                Err(error) => {
+                    tracing::warn!(ring = %self.names.ring, %error, what, "sharded queue: could not write the ring");
+                    return None;
+                }
+            }
+        }
+        None
+    }
+
+    /// Gives drained slots (moving, no lease out) to their next owners; those the ring write did not give
+    /// on (and that are still this member's, moving) are tried again a second later.
+    async fn release(&mut self, mut slots: BTreeSet<u16>) {
+        slots.extend(std::mem::take(&mut self.unreleased.0));
+        if self.until.is_none_or(|u| u <= Instant::now()) {
+            return;
+        }
+        let me = self.holder();
+        let moved = slots.len();
+        let ring = self.names.ring.clone();
+        match self.change_ring("hand-off", |r| r.release(&me, &slots)).await {
+            Some(true) => {
+                tracing::debug!(%ring, slots = moved, "sharded queue: slots handed on");
+                self.report.lock().unwrap_or_else(PoisonError::into_inner).handoffs +=
+                    u64::try_from(moved).unwrap_or(0);
+            }
+            Some(false) => {}
+            None => self.unreleased = (slots, Instant::now() + Duration::from_secs(1)),
+        }
+    }
+
+    /// Leaves: grants stop at once, every slot goes to the others, and the shard Lease is deleted.
+    async fn leave(&mut self) {
+        let me = self.holder();
+        self.until = None;
+        self.publish();
+        // The driver returns its leases as it sees the hold end; a write already sent is refused by the
+        // token its successor's first write leaves.
+        tokio::task::yield_now().await;
+        let now = Instant::now();
+        let mut others = self.live(now);
+        others.remove(&me);
+        if self.change_ring("leave", |ring| ring.leave(&me, &others)).await == Some(true) {
+            tracing::info!(ring = %self.names.ring, "sharded queue: left; this member's slots went to the others");
+        }
+        let params = DeleteParams {
+            preconditions: Some(Preconditions { resource_version: self.lease_version.clone(), uid: None }),
+            ..DeleteParams::default()
+        };
+        let name = self.names.member(&self.identity);
+        if let Ok(Err(error)) = tokio::time::timeout(CALL_TIMEOUT, self.api.delete(&name, &params)).await {
+            tracing::info!(ring = %self.names.ring, %error, "sharded queue: shard Lease not deleted; it lapses");
+        }
+    }
+
+    /// Tells the driver what it may grant under, and status what the ring looks like.
+    fn publish(&self) {
+        let now = Instant::now();
+        let until = self.until.filter(|u| *u > now);
+        let ring = self.ring().map(|(r, _)| r);
+        let slots = match (until, ring) {
+            (Some(_), Some(ring)) => ring.owned_by(&self.holder()),
+            _ => BTreeMap::new(),
+        };
+        let ownership = Ownership { until, slots };
+        self.ownership.send_if_modified(|o| {
+            let changed = *o != ownership;
+            *o = ownership.clone();
+            changed
+        });
+        let live = self.live(now);
+        let mut report = self.report.lock().unwrap_or_else(PoisonError::into_inner);
+        report.owned = ownership.slots.len();
+        if let Some(ring) = ring {
+            report.members = live
+                .iter()
+                .map(|h| (h.identity.clone(), ring.slots.iter().filter(|s| s.owner.as_ref() == Some(h)).count()))
+                .collect();
+            report.unowned = ring.unowned();
+            report.moving = ring.slots.iter().filter(|s| s.next.is_some()).count();
+            report.epoch = ring.slots.iter().map(|s| s.epoch).max().unwrap_or(0);
+        }
+    }
+}
+
+/// The labels on every Lease of a ring: managed by consistd, and grouped (so neither the fencing policy's
+/// parameters nor the elections' Lease watch take them for election Leases).
+fn ring_labels(names: &RingNames) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (MEMBER_OF_LABEL.to_owned(), names.label.clone()),
+        (MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned()),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_readable_when_they_fit_and_claims_name_the_slot() {
+        let key = Key { namespace: "ns".into(), name: "web".into() };
+        let names = RingNames::new(&key, "q");
+        assert_eq!(names.ring, "web.ring.q");
+        assert_eq!(names.member("pod-0"), "web.ring.q.pod-0");
+        assert!(names.member("Pod_0").starts_with("consistd-shard-"));
+        assert_eq!(names.claim(17, 9).to_string(), "ns/web.ring.q.slot-17/9");
+        let long = RingNames::new(&Key { namespace: "ns".into(), name: "e".repeat(240) }, "q");
+        assert!(long.ring.starts_with("consistd-ring-") && names::is_dns_subdomain(&long.ring));
+    }
+
+    #[test]
+    fn a_spec_that_differs_is_named_by_its_first_differing_field() {
+        let ours = BTreeMap::from([
+            ("spec.primary.resource".to_owned(), "configmaps".to_owned()),
+            ("spec.primary.label_selector".to_owned(), "app=a".to_owned()),
+        ]);
+        let same = serde_json::to_string(&ours).expect("encodes");
+        assert_eq!(differs(&ours, &same), None);
+        let mut other = ours.clone();
+        other.insert("spec.primary.label_selector".into(), "app=b".into());
+        let theirs = serde_json::to_string(&other).expect("encodes");
+        assert_eq!(differs(&ours, &theirs), Some(("spec.primary.label_selector".into(), "\"app=b\"".into())));
+    }
+
+    #[test]
+    fn ownership_counts_only_while_the_hold_lasts() {
+        let key = ObjKey { namespace: "ns".into(), name: "a".into() };
+        let now = Instant::now();
+        let slot = slot_of(&key);
+        let mut ownership =
+            Ownership { until: Some(now + Duration::from_secs(1)), slots: BTreeMap::from([(slot, (4, false))]) };
+        assert_eq!(ownership.of(&key, now), Some((slot, 4, false)));
+        assert_eq!(ownership.of(&key, now + Duration::from_secs(1)), None, "lapsed");
+        ownership.slots.clear();
+        assert_eq!(ownership.of(&key, now), None, "not owned");
+    }
+}
