@@ -116,9 +116,15 @@ type ReconcileSpec struct {
 	LeaseTimeout time.Duration
 	// Election, when set, hands out work only while this sidecar leads that election; each item then
 	// carries the term (Item.Term, and the guard ForItem adds to writes). ElectionNamespace is its Lease's
-	// namespace; empty means the sidecar's own.
+	// namespace; empty means the sidecar's own. With Sharded, the election names the group whose members
+	// share the keys instead.
 	Election          string
 	ElectionNamespace string
+	// Sharded spreads the keys over every pod whose sidecar runs this queue (the same Name and spec) under
+	// Election: a key is leased to one pod at a time across the whole group. It needs Election (without one
+	// the sidecar refuses the spec, INVALID_ARGUMENT naming spec.sharded). Each item's Term is then the
+	// epoch of the key's slot, and the guard ForItem adds works unchanged.
+	Sharded bool
 }
 
 // Related is a query whose objects name a primary key: a change to such an object queues that key. Set
@@ -177,7 +183,7 @@ type Item struct {
 	// LastError is the previous pass's error when this pass follows a failure.
 	LastError string
 	// Term is the election's term this lease was granted in (guard writes with it); 0 without an
-	// election.
+	// election. In a Sharded queue, the epoch of the key's slot.
 	Term uint64
 	// LeaseID names the lease; pass it to writes made for this item (ForItem, WithReconcileLease).
 	LeaseID string
@@ -200,7 +206,8 @@ func (i Item) String() string {
 // ForItem marks a write (Create, Update, Patch, Delete) as made for item: it names the item's lease
 // (WithReconcileLease), so the key's next pass waits until the queue's watches show the write, and when
 // the queue has an election it guards the write with the item's term (WithGuard), so it is refused once
-// this sidecar no longer leads in that term. Options given after it override either.
+// this sidecar no longer leads in that term (in a Sharded queue the term is the slot's epoch, and the
+// write carries the slot's claim). Options given after it override either.
 //
 //	obj, err := client.Patch(ctx, "configmaps", item.Namespace, item.Name+"-child", consistd.MergePatch, patch,
 //		consistd.ForItem(item))
@@ -322,6 +329,8 @@ func (s ReconcileSpec) request() (*pb.ReconcileRequest, error) {
 	if s.Election != "" || s.ElectionNamespace != "" {
 		spec.Election = &pb.ElectionRef{Election: s.Election, Namespace: s.ElectionNamespace}
 	}
+	// Sharded without an election goes to the daemon as is: it refuses it naming spec.sharded.
+	spec.Sharded = s.Sharded
 	return &pb.ReconcileRequest{Request: &pb.ReconcileRequest_Spec{Spec: spec}}, nil
 }
 

@@ -1,6 +1,6 @@
 // Unit tests of the reconciler without a daemon: how a pass's return becomes its completion, the spec as
-// sent (its views too), writes naming the lease, and, against a fake stream, what happens across a lost
-// connection and to a refused completion.
+// sent (its views too, and a sharded queue's), writes naming the lease, and, against a fake stream, what
+// happens across a lost connection and to a refused completion.
 
 package consistd
 
@@ -138,6 +138,33 @@ func TestTheSpecIsSentWithItsDefaultsAndAFieldThatCannotBeSentIsRefusedByName(t 
 		if s := status.Convert(err); err == nil || s.Code() != codes.InvalidArgument || !strings.HasPrefix(s.Message(), field+": ") {
 			t.Errorf("%s: %v, want INVALID_ARGUMENT naming the field", field, err)
 		}
+	}
+}
+
+func TestAShardedSpecIsSentWithItsElectionAndItsItemsGuardIsThatElectionInTheSlotsEpoch(t *testing.T) {
+	spec := ReconcileSpec{Name: "q", Resource: "configmaps", Election: "web", ElectionNamespace: "leases", Sharded: true}
+	req, err := spec.request()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &pb.QueueSpec{
+		Name: "q", Primary: &pb.ObjectQuery{Resource: "configmaps"}, MaxLeases: 1,
+		Election: &pb.ElectionRef{Election: "web", Namespace: "leases"}, Sharded: true,
+	}
+	if !proto.Equal(req.GetSpec(), want) {
+		t.Fatalf("spec %v, want %v", req.GetSpec(), want)
+	}
+	// An item's term is its slot's epoch; ForItem guards its writes with the spec's election and that term.
+	item := itemFrom(&pb.WorkItem{LeaseId: "q.1.1", Namespace: "ns", Name: "a", Term: 42}, &spec)
+	var o objectOptions
+	ForItem(item)(&o)
+	if guard := (&pb.WriteGuard{Election: "web", Namespace: "leases", Term: 42}); o.reconcileLease != "q.1.1" || !proto.Equal(o.guard, guard) {
+		t.Errorf("ForItem: lease %q, guard %v; want q.1.1 with %v", o.reconcileLease, o.guard, guard)
+	}
+	// Without an election it goes as it is: the daemon refuses it, naming spec.sharded.
+	req, err = ReconcileSpec{Name: "q", Resource: "configmaps", Sharded: true}.request()
+	if err != nil || !req.GetSpec().GetSharded() || req.GetSpec().GetElection() != nil {
+		t.Errorf("sharded without an election: %v, %v; want it sent as is", req.GetSpec(), err)
 	}
 }
 

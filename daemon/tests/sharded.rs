@@ -177,7 +177,11 @@ async fn handle(client: &consistd_client::Client, ns: &str, item: &WorkItem) {
 
 /// The ring as `daemon`'s status shows it: members and their slots, slots unowned, slots moving.
 async fn ring(daemon: &Daemon) -> Option<consistd_core::report::RingState> {
-    let report = consistd_server::admin::fetch_report(daemon.admin_socket()).await.expect("consistd status");
+    let report =
+        tokio::time::timeout(Duration::from_secs(10), consistd_server::admin::fetch_report(daemon.admin_socket()))
+            .await
+            .expect("consistd status answered within 10 s")
+            .expect("consistd status");
     report.queues.into_iter().find(|q| q.name == "work").and_then(|q| q.ring)
 }
 
@@ -311,4 +315,108 @@ async fn a_sharded_queue_without_an_election_or_with_a_spec_that_differs_is_refu
     // The same spec joins.
     let _joined = open(&b, spec(&ns)).await.expect("open on B with A's spec");
     settled(&a, &["pod-a", "pod-b"]).await;
+}
+
+/// One item as an app saw it: its pod, key, attempt, and when it came.
+type Seen = Arc<Mutex<Vec<(String, String, u32, Instant)>>>;
+
+/// The app of a pod that completes each key as its name says: "failing" RETRY, "later" REQUEUE in an
+/// hour, "terminal" TERMINAL, anything else DONE; every item is recorded in `seen`.
+fn outcomes_app(
+    pod: &str,
+    queue: (mpsc::Sender<ReconcileRequest>, Streaming<ReconcileResponse>),
+    seen: Seen,
+) -> tokio::task::JoinHandle<()> {
+    let (tx, mut rx) = queue;
+    let pod = pod.to_owned();
+    consistd_testkit::spawn(async move {
+        while let Ok(Some(message)) = rx.message().await {
+            let Some(reconcile_response::Response::Item(item)) = message.response else { continue };
+            seen.lock().expect("seen").push((pod.clone(), item.name.clone(), item.attempt, Instant::now()));
+            let (outcome, requeue_after, error) = match item.name.as_str() {
+                "failing" => (Outcome::Retry, None, "still failing"),
+                "later" => (Outcome::Requeue, Some(prost_types::Duration { seconds: 3600, nanos: 0 }), ""),
+                "terminal" => (Outcome::Terminal, None, "bad spec"),
+                _ => (Outcome::Done, None, ""),
+            };
+            let completion = Completion {
+                lease_id: item.lease_id.clone(),
+                outcome: outcome.into(),
+                requeue_after,
+                error: error.into(),
+            };
+            let _ = tx.send(ReconcileRequest { request: Some(reconcile_request::Request::Complete(completion)) }).await;
+        }
+    })
+}
+
+/// The items `seen` of `pod` for `key`: (attempt, when).
+fn items(seen: &Seen, pod: &str, key: &str) -> Vec<(u32, Instant)> {
+    let seen = seen.lock().expect("seen");
+    seen.iter().filter(|(p, k, _, _)| p == pod && k == key).map(|(_, _, attempt, at)| (*attempt, *at)).collect()
+}
+
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < WAIT, "{what} within {WAIT:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A member that leaves hands each slot on with its keys' state: the next owner retries a failing key
+/// after its backoff and counting its failures (not at once, as a first attempt), keeps an hour's requeue,
+/// and leaves a TERMINAL key and a DONE one alone until they change.
+#[tokio::test]
+async fn a_key_carries_its_backoff_requeue_and_terminal_mark_to_the_pod_its_slot_moves_to() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let api: Api<ConfigMap> = Api::namespaced(kube, &ns);
+    for name in ["failing", "later", "terminal", "done"] {
+        let cm: ConfigMap =
+            serde_json::from_value(json!({ "metadata": { "name": name }, "data": { "v": "0" } })).expect("configmap");
+        api.create(&PostParams::default(), &cm).await.expect("create");
+    }
+    let spec = QueueSpec {
+        retry: Some(consistd_client::proto::RetryPolicy {
+            base_delay: Some(prost_types::Duration { seconds: 2, nanos: 0 }),
+            ..Default::default()
+        }),
+        ..spec(&ns)
+    };
+    let seen: Seen = Arc::default();
+    let mut a = member("pod-a", &ns).await;
+    let _app_a = outcomes_app("pod-a", open(&a, spec.clone()).await.expect("open on A"), seen.clone());
+    // The failing key's second attempt, 2 s after its first: its next waits 4 s.
+    until("A tried the failing key twice", || items(&seen, "pod-a", "failing").len() >= 2).await;
+    let (_, second) = items(&seen, "pod-a", "failing")[1];
+    for key in ["later", "terminal", "done"] {
+        assert_eq!(items(&seen, "pod-a", key).len(), 1, "{key} once on A");
+    }
+    let b = member("pod-b", &ns).await;
+    let _app_b = outcomes_app("pod-b", open(&b, spec.clone()).await.expect("open on B"), seen.clone());
+    // A leaves: every slot goes to B with its keys' state.
+    a.signal(Signal::SIGTERM);
+    a.wait_exit(WAIT).await;
+    settled(&b, &["pod-b"]).await;
+
+    until("B retried the failing key", || !items(&seen, "pod-b", "failing").is_empty()).await;
+    let (attempt, at) = items(&seen, "pod-b", "failing")[0];
+    assert_eq!(attempt, 3, "the failures came with the key");
+    assert!(
+        at >= second + Duration::from_secs(3),
+        "retried {:?} after the second attempt: its 4 s backoff came with it",
+        at - second
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for key in ["later", "terminal", "done"] {
+        assert!(
+            items(&seen, "pod-b", key).is_empty(),
+            "{key} was handed out again on B: its state did not come with it"
+        );
+    }
+    // A change still reaches the terminal key, once.
+    let patch = json!({ "data": { "v": "1" } });
+    api.patch("terminal", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("change");
+    until("B handled the changed terminal key", || !items(&seen, "pod-b", "terminal").is_empty()).await;
 }

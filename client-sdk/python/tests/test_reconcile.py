@@ -23,7 +23,7 @@ import pytest
 
 import consistd
 from consistd import ConsistdError, ReconcileSpec, Related, Terminal, WorkItem, requeue_after
-from consistd.objects import Objects
+from consistd.objects import Guard, Objects
 from consistd.reconcile import Reconciler
 from consistd.v1 import object_pb2, objects_pb2, reconcile_pb2
 from support import Daemon, configmap, unique
@@ -597,3 +597,29 @@ def test_the_spec_carries_the_view_of_the_primary_and_of_each_related_query_and_
     ]
     assert [r.WhichOneof("maps_by") for r in spec.related] == ["controller_owner", "label", "annotation", "field"]
     assert not ReconcileSpec(name="q", resource="configmaps").to_proto().primary.HasField("view")
+
+
+async def test_a_sharded_spec_is_sent_with_its_election_and_each_items_guard_is_it_in_the_slots_epoch() -> None:
+    assert not ReconcileSpec(name="q", resource="configmaps").to_proto().sharded, "not sharded by default"
+    spec = ReconcileSpec(name="q", resource="configmaps", election="web", election_namespace="leases", sharded=True)
+    granted = reconcile_pb2.WorkItem(lease_id="q.1.1", namespace="ns", name="a", attempt=1, term=42)
+    call = FakeCall(STARTED, reconcile_pb2.ReconcileResponse(item=granted))
+    seen: list[tuple[int, Guard | None]] = []
+
+    async def handler(item: WorkItem) -> None:
+        seen.append((item.term, item.guard))
+
+    objects = Objects(ObjectsStub())  # type: ignore[arg-type]
+    task = asyncio.create_task(Reconciler(ReconcileStub(call), objects, spec, handler).run())  # type: ignore[arg-type]
+    try:
+        await until("the completion", lambda: bool(call.completions()), task, 5)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    sent = call.written[0].spec
+    assert (sent.sharded, sent.election) == (True, reconcile_pb2.ElectionRef(election="web", namespace="leases"))
+    assert seen == [(42, Guard(election="web", namespace="leases", term=42))], "the spec's election, the slot's epoch"
+    # Without an election the spec goes as it is: the sidecar refuses it, naming spec.sharded.
+    alone = ReconcileSpec(name="q", resource="configmaps", sharded=True).to_proto()
+    assert alone.sharded and not alone.HasField("election")

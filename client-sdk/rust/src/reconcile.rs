@@ -147,8 +147,18 @@ impl ReconcileSpec {
     /// Work is handed out only while this pod leads `election` (a Lease in `namespace`, empty for the
     /// daemon's own), and each item carries the term it was granted in and the guard of that term for
     /// its writes ([`WorkItem::guard`]). The app campaigns in the election itself ([`Client::campaign`]).
+    /// With [`sharded`](Self::sharded), the election names the group whose members share the keys instead.
     pub fn election(mut self, election: impl Into<String>, namespace: impl Into<String>) -> Self {
         self.spec.election = Some(ElectionRef { election: election.into(), namespace: namespace.into() });
+        self
+    }
+
+    /// Spreads the keys over every pod whose daemon runs this queue (the same name and spec) under its
+    /// [`election`](Self::election): a key is leased to one pod at a time across the whole group. Needs the
+    /// election (without one the daemon refuses the spec, INVALID_ARGUMENT naming `spec.sharded`). Each
+    /// item's [`WorkItem::term`] is then the epoch of the key's slot, and [`WorkItem::guard`] works unchanged.
+    pub fn sharded(mut self) -> Self {
+        self.spec.sharded = true;
         self
     }
 
@@ -271,12 +281,14 @@ pub struct WorkItem {
     pub consistency: Consistency,
     /// 1 for the first pass after a change; n for the nth pass in a row after a failure.
     pub attempt: u32,
-    /// The election's term the lease was granted in; 0 without an election.
+    /// The election's term the lease was granted in; 0 without an election. In a
+    /// [sharded](ReconcileSpec::sharded) queue, the epoch of the key's slot.
     pub term: u64,
     /// In a queue with an election ([`ReconcileSpec::election`]), the guard of the term the lease was
     /// granted in: the spec's election and namespace (empty, as in the spec, for the daemon's own) and
-    /// [`WorkItem::term`]. A write passing it succeeds only while this pod still leads in that term.
-    /// `None` without an election.
+    /// [`WorkItem::term`]. A write passing it succeeds only while this pod still leads in that term; in a
+    /// [sharded](ReconcileSpec::sharded) queue, a write naming the lease ([`WorkItem::objects`]) that
+    /// passes it carries the slot's claim. `None` without an election.
     pub guard: Option<WriteGuard>,
     /// The lease: what writes made for this item name ([`WorkItem::objects`] does that).
     pub lease_id: String,
@@ -887,6 +899,17 @@ mod tests {
         let retry = proto.retry.expect("retry");
         assert_eq!(retry.base_delay, Some(prost_types::Duration { seconds: 0, nanos: 200_000_000 }));
         assert_eq!(proto.election.map(|e| e.election), Some("leader".into()));
+        assert!(!proto.sharded, "not sharded unless asked");
+    }
+
+    #[test]
+    fn a_sharded_queue_sends_sharded_with_its_election() {
+        let proto = QueueSpec::from(ReconcileSpec::new("web", "configmaps").election("leader", "leases").sharded());
+        assert!(proto.sharded);
+        assert_eq!(proto.election, Some(ElectionRef { election: "leader".into(), namespace: "leases".into() }));
+        // Without an election the spec goes as it is: the daemon refuses it, naming spec.sharded.
+        let alone = QueueSpec::from(ReconcileSpec::new("web", "configmaps").sharded());
+        assert!(alone.sharded && alone.election.is_none());
     }
 
     #[test]

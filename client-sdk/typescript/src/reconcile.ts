@@ -89,9 +89,17 @@ export interface ReconcileSpec extends ReconcileQuery {
   leaseTimeoutMs?: number;
   /**
    * Work only while this pod leads this election (`namespace`: its Lease's; empty or unset means the daemon's
-   * own); every item then carries its term and the `guard` to pass to its writes.
+   * own); every item then carries its term and the `guard` to pass to its writes. With `sharded`, it names the
+   * group whose members share the keys instead.
    */
   election?: { name: string; namespace?: string };
+  /**
+   * Spread the keys over every pod whose daemon runs this queue (same name, same spec) under `election`: a key
+   * is leased to one pod at a time across the whole group. Needs `election` (without one the daemon refuses the
+   * spec, `INVALID_ARGUMENT` naming spec.sharded). Each item's `term` is then the epoch of the key's slot, and
+   * its `guard` works unchanged. Default false.
+   */
+  sharded?: boolean;
 }
 
 /** How `reconcile` runs. */
@@ -162,12 +170,16 @@ export class WorkItem<T = any> {
   readonly consistency: Consistency;
   /** 1 for the first pass after a change; n for the nth pass in a row after the handler threw. */
   readonly attempt: number;
-  /** The election term the lease was granted in (a write guard's term); 0n without an election. */
+  /**
+   * The election term the lease was granted in (a write guard's term); 0n without an election. In a `sharded`
+   * queue, the epoch of the key's slot.
+   */
   readonly term: bigint;
   /**
    * With an election (`ReconcileSpec.election`), the write guard of the term the lease was granted in: its
    * election and namespace (empty: the daemon's own) are the spec's, its term is `term`. A write that passes
-   * `guard: item.guard` succeeds only while this daemon still leads in that term (else FAILED_PRECONDITION).
+   * `guard: item.guard` succeeds only while this daemon still leads in that term (else FAILED_PRECONDITION). In
+   * a `sharded` queue, a write through `objects` (it names the lease) that passes it carries the slot's claim.
    * Undefined without an election.
    */
   readonly guard?: Guard;
@@ -451,6 +463,8 @@ function toQueueSpec(spec: ReconcileSpec): QueueSpec {
     },
     leaseTimeout: duration(spec.leaseTimeoutMs),
     election: spec.election && { election: spec.election.name, namespace: spec.election.namespace ?? "" },
+    // Without an election it goes as it is: the daemon refuses it, naming spec.sharded.
+    sharded: spec.sharded ?? false,
   };
 }
 

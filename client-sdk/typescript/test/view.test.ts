@@ -1,5 +1,6 @@
-// Views (how much of each object a watch or a queue keeps), without a daemon: a client whose generated
-// WatchService.subscribe and ReconcileService.reconcile are replaced by fakes that record what the SDK sends.
+// Views (how much of each object a watch or a queue keeps), and a sharded queue's spec, without a daemon: a client
+// whose generated WatchService.subscribe and ReconcileService.reconcile are replaced by fakes that record what the
+// SDK sends.
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
 import { Consistency, EventType, type ObjectView, proto, type ReconcileSpec } from "@consistd/client";
@@ -151,4 +152,19 @@ test("a queue without views sends none", async () => {
   });
   assert.equal(spec.primary?.view, undefined);
   assert.equal(spec.related[0].query?.view, undefined);
+});
+
+test("a sharded queue is sent sharded with its election; a queue is not sharded unless asked", async () => {
+  const spec = await new Fake().queueSpec({
+    name: "q",
+    resource: "configmaps",
+    election: { name: "web", namespace: "leases" },
+    sharded: true,
+  });
+  assert.equal(spec.sharded, true);
+  assert.deepEqual(spec.election, { election: "web", namespace: "leases" });
+  assert.equal((await new Fake().queueSpec({ name: "q", resource: "configmaps" })).sharded, false);
+  // Without an election it goes as it is: the daemon refuses it, naming spec.sharded.
+  const alone = await new Fake().queueSpec({ name: "q", resource: "configmaps", sharded: true });
+  assert.deepEqual([alone.sharded, alone.election], [true, undefined]);
 });

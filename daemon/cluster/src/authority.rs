@@ -2,14 +2,17 @@
 //! guarded requests are checked against the same elections ([`Leadership::claim`]). Two kinds: the holder
 //! of an election in its term, and for a sharded queue the owner of a key's slot in its epoch.
 
-use std::{collections::BTreeSet, sync::Arc};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+};
 
 use consistd_core::claim::Claim;
 use tokio::{sync::watch, time::Instant};
 
 use crate::{
     leadership::{Key, Leadership, Observation, Role},
-    reconcile::shards::{Ownership, ShardMember},
+    reconcile::shards::{Handoff, Ownership, ShardMember},
     watch::{object::ObjKey, sleep_until},
 };
 
@@ -43,6 +46,8 @@ pub(crate) enum Authority {
         member: ShardMember,
         /// What it owns now; None once the member's task ended (the daemon is stopping).
         ownership: Option<watch::Receiver<Ownership>>,
+        /// What it owned when the driver last took the ownership in: what it grants under.
+        seen: Ownership,
     },
 }
 
@@ -57,8 +62,23 @@ impl Authority {
 
     /// A sharded queue's authority: the slots `member` owns.
     pub(crate) fn sharded(member: ShardMember) -> Self {
-        let ownership = Some(member.ownership.clone());
-        Self::Sharded { member, ownership }
+        let mut ownership = member.ownership.clone();
+        let seen = ownership.borrow_and_update().clone();
+        Self::Sharded { member, ownership: Some(ownership), seen }
+    }
+
+    /// A sharded queue's ownership as the driver last took it in (see [`Self::changed`]), while the hold
+    /// it was published under lasts: the member's current hold is that holding, not lapsed. None while
+    /// this member may grant nothing.
+    fn hold(&self, now: Instant) -> Option<&Ownership> {
+        let Self::Sharded { ownership: Some(rx), seen, .. } = self else { return None };
+        // One borrow at a time: a second read lock behind a waiting writer (the member publishing)
+        // deadlocks both.
+        let lasts = {
+            let live = rx.borrow();
+            live.holding == seen.holding && live.until.is_some_and(|until| now < until)
+        };
+        (lasts && seen.until.is_some_and(|until| now < until)).then_some(seen)
     }
 
     /// The term this daemon may act in now: Some(0) for anyone, the term while it leads the election, None
@@ -66,27 +86,26 @@ impl Authority {
     pub(crate) fn term(&self) -> Option<u64> {
         match self {
             Self::Anyone => Some(0),
-            Self::Elected { observation: None, .. } | Self::Sharded { ownership: None, .. } => None,
+            Self::Elected { observation: None, .. } => None,
             Self::Elected { observation: Some(rx), .. } => {
                 let observation = rx.borrow();
                 (observation.role == Role::Leader).then_some(observation.term)
             }
-            Self::Sharded { ownership: Some(rx), .. } => {
-                rx.borrow().until.is_some_and(|until| Instant::now() < until).then_some(0)
-            }
+            Self::Sharded { .. } => self.hold(Instant::now()).map(|_| 0),
         }
     }
 
-    /// Whether `key` may be granted at `now`, and in which term.
+    /// Whether `key` may be granted at `now`, and in which term. A sharded queue's slots are those the
+    /// driver took in, so a slot given to this member is granted from only once the driver took it over.
     pub(crate) fn may(&self, key: &ObjKey, now: Instant) -> May {
         match self {
-            Self::Sharded { ownership: Some(rx), .. } => match rx.borrow().of(key, now) {
-                Some((_, epoch, false)) => May::Grant(epoch),
-                Some((slot, _, true)) => May::Park(slot),
-                None if rx.borrow().until.is_some_and(|until| now < until) => {
-                    May::Park(crate::reconcile::ring::slot_of(key))
-                }
+            Self::Sharded { .. } => match self.hold(now) {
                 None => May::Nothing,
+                Some(ownership) => match ownership.of(key, now) {
+                    Some((_, epoch, false)) => May::Grant(epoch),
+                    Some((slot, _, true)) => May::Park(slot),
+                    None => May::Park(crate::reconcile::ring::slot_of(key)),
+                },
             },
             _ => self.term().map_or(May::Nothing, May::Grant),
         }
@@ -96,7 +115,9 @@ impl Authority {
     /// the key's slot still owned (moving away or not) in that epoch while the hold lasts.
     pub(crate) fn holds(&self, key: &ObjKey, term: u64, now: Instant) -> bool {
         match self {
-            Self::Sharded { ownership: Some(rx), .. } => rx.borrow().of(key, now).is_some_and(|(_, e, _)| e == term),
+            Self::Sharded { .. } => {
+                self.hold(now).and_then(|o| o.of(key, now)).is_some_and(|(_, epoch, _)| epoch == term)
+            }
             _ => self.term() == Some(term),
         }
     }
@@ -109,12 +130,37 @@ impl Authority {
 
     /// The slots owned and moving away, with their epochs.
     pub(crate) fn moving(&self) -> BTreeSet<(u16, u64)> {
-        let Self::Sharded { ownership: Some(rx), .. } = self else { return BTreeSet::new() };
-        rx.borrow().slots.iter().filter(|(_, (_, moving))| *moving).map(|(slot, (epoch, _))| (*slot, *epoch)).collect()
+        let Some(ownership) = self.hold(Instant::now()) else { return BTreeSet::new() };
+        ownership.slots.iter().filter(|(_, (_, moving))| *moving).map(|(slot, (epoch, _))| (*slot, *epoch)).collect()
     }
 
-    /// Tells a sharded queue's member that `slots`, moving away, have no lease out.
-    pub(crate) fn drained(&self, slots: BTreeSet<u16>) {
+    /// The slots owned (moving away or not), with their epochs; empty for a queue that is not sharded.
+    pub(crate) fn owned(&self) -> BTreeMap<u16, u64> {
+        let Some(ownership) = self.hold(Instant::now()) else { return BTreeMap::new() };
+        ownership.slots.iter().map(|(slot, (epoch, _))| (*slot, *epoch)).collect()
+    }
+
+    /// What the last owner of `slot` handed on with it for the epoch it is owned in now.
+    pub(crate) fn handoff(&self, slot: u16) -> Option<Arc<Handoff>> {
+        self.hold(Instant::now()).and_then(|o| o.handoffs.get(&slot).cloned())
+    }
+
+    /// Whether a key that changed now would wait for another member's slot (so the change is noted for a
+    /// hand-off of it).
+    pub(crate) fn elsewhere(&self, key: &ObjKey, now: Instant) -> bool {
+        matches!(self, Self::Sharded { .. }) && !matches!(self.may(key, now), May::Grant(_))
+    }
+
+    /// Tells a sharded queue's member that its queue ends with no lease out: it leaves, every slot carrying
+    /// its keys' state.
+    pub(crate) fn leaving(&self, slots: Vec<Handoff>) {
+        if let Self::Sharded { member, .. } = self {
+            member.leaving(slots);
+        }
+    }
+
+    /// Tells a sharded queue's member that slots moving away have no lease out, with their keys' state.
+    pub(crate) fn drained(&self, slots: Vec<Handoff>) {
         if let Self::Sharded { member, .. } = self {
             member.drained(slots);
         }
@@ -133,7 +179,7 @@ impl Authority {
     pub(crate) async fn changed(&mut self) {
         match self {
             Self::Anyone | Self::Elected { observation: None, .. } | Self::Sharded { ownership: None, .. } => {
-                std::future::pending().await
+                std::future::pending::<()>().await;
             }
             Self::Elected { key, observation } => {
                 let Some(rx) = observation else { return };
@@ -142,11 +188,14 @@ impl Authority {
                     *observation = None;
                 }
             }
-            Self::Sharded { ownership, .. } => {
+            Self::Sharded { ownership, seen, .. } => {
                 let Some(rx) = ownership else { return };
-                let until = rx.borrow().until.filter(|until| *until > Instant::now());
+                let until = seen.until.filter(|until| *until > Instant::now());
                 tokio::select! {
-                    changed = rx.changed() => if changed.is_err() { *ownership = None },
+                    changed = rx.changed() => match changed {
+                        Ok(()) => *seen = rx.borrow_and_update().clone(),
+                        Err(_) => *ownership = None,
+                    },
                     () = sleep_until(until) => {}
                 }
             }

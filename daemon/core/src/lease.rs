@@ -37,6 +37,9 @@ pub const REACHED_ANNOTATION: &str = "consistd.io/reached";
 pub const RING_ANNOTATION: &str = "consistd.io/ring";
 /// Annotation on a ring Lease: every slot's epoch, owner and next owner (JSON; see the reconcile ring).
 pub const RING_SLOTS_ANNOTATION: &str = "consistd.io/ring-slots";
+/// Annotation on a slot's hand-off Lease: the state of the slot's keys its last owner handed on with it (JSON;
+/// see the reconcile shards).
+pub const RING_HANDOFF_ANNOTATION: &str = "consistd.io/ring-handoff";
 /// Annotation on a member's shard Lease: its holding, a random id each time its hold on its slots starts,
 /// so a ring entry naming an earlier holding is never taken for its own again.
 pub const HOLDING_ANNOTATION: &str = "consistd.io/holding";

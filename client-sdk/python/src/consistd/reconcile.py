@@ -115,10 +115,16 @@ class ReconcileSpec:
     #: refused); None: 10 minutes.
     lease_timeout: Seconds | None = None
     #: When set, work is handed out only while this sidecar leads the election (a Lease name), and every
-    #: item carries the term and a ``guard`` for its writes.
+    #: item carries the term and a ``guard`` for its writes. With ``sharded``, it names the group whose members
+    #: share the keys instead.
     election: str = ""
     #: The election Lease's namespace; empty for the sidecar's own.
     election_namespace: str = ""
+    #: Spread the keys over every pod whose sidecar runs this queue (same name, same spec) under ``election``,
+    #: which then names the group whose members share them: each key is leased to one pod at a time across the
+    #: group. Needs ``election`` (the sidecar refuses it without one, INVALID_ARGUMENT naming ``spec.sharded``).
+    #: Each item's ``term`` is then the epoch of the key's slot, and its ``guard`` works unchanged.
+    sharded: bool = False
 
     def to_proto(self) -> reconcile_pb2.QueueSpec:
         """The protocol message."""
@@ -147,6 +153,7 @@ class ReconcileSpec:
             retry=retry,
             lease_timeout=_duration(self.lease_timeout),
             election=election,
+            sharded=self.sharded,
         )
 
 
@@ -171,7 +178,8 @@ class WorkItem:
     consistency: Consistency
     #: 1 for the first pass after a change; n for the nth pass in a row after the handler raised.
     attempt: int
-    #: The election's term the lease was granted in; 0 without an election.
+    #: The election's term the lease was granted in; 0 without an election. In a ``sharded`` queue, the epoch
+    #: of the key's slot.
     term: int
     #: When the lease times out and goes back to the queue.
     expires_at: datetime | None
@@ -182,7 +190,9 @@ class WorkItem:
     #: lease's term (and refuses one naming a lease no longer held).
     objects: Objects = dataclasses.field(repr=False, compare=False)
     #: With an election, the guard of the term the lease was granted in: a write carrying it succeeds
-    #: only while this sidecar still leads in that term. None without an election.
+    #: only while this sidecar still leads in that term. In a ``sharded`` queue, the same guard (the spec's
+    #: election, the item's term: the slot's epoch) on a write naming the lease, as ``objects``' do, carries the
+    #: slot's claim. None without an election.
     guard: Guard | None = None
 
     @property

@@ -19,6 +19,7 @@ use super::{
     keys::{MapsBy, PrimaryKind, primary_of},
     queue::{Completion, Origin, Queue},
     ring::slot_of,
+    shards::Handoff,
 };
 use crate::{
     authority::{Authority, May},
@@ -52,6 +53,9 @@ struct Watched {
     /// Every object it showed, and the primary each names: a change of the mapping queues the old
     /// primary too, and an object gone during a resync is known.
     known: HashMap<ObjKey, (Arc<Obj>, Option<ObjKey>)>,
+    /// The newest resourceVersion among the objects of its items this driver has taken in: every change
+    /// of this watch up to it has reached the queue (its cache may be ahead of that).
+    taken_in: u64,
 }
 
 /// A lease out.
@@ -113,6 +117,16 @@ pub(super) struct Driver {
     parked: HashMap<u16, Vec<ObjKey>>,
     /// Slots moving away (and their epochs) the member was told have no lease out.
     drained: BTreeSet<(u16, u64)>,
+    /// Slots taken over (and their epochs): their keys are this member's to grant.
+    taken: BTreeMap<u16, u64>,
+    /// While a relist's deletions are noted: they happened at no version this driver knows.
+    relisting: bool,
+    /// Keys of slots that are not this member's: per watch, the resourceVersion of the newest change seen
+    /// (None: a deletion a relist found, at no known version), so a slot taken over knows which of its
+    /// keys changed after its last owner's last look.
+    changed_since: HashMap<ObjKey, BTreeMap<usize, Option<u64>>>,
+    /// Whether resourceVersions compare on this apiserver.
+    comparable: bool,
     metrics: QueueMetrics,
     last_error: Option<String>,
     adds_reported: u64,
@@ -187,7 +201,14 @@ impl Driver {
         );
         let watched = watches
             .into_iter()
-            .map(|(watch, maps_by)| Watched { watch, maps_by, synced: false, resync: None, known: HashMap::new() })
+            .map(|(watch, maps_by)| Watched {
+                watch,
+                maps_by,
+                synced: false,
+                resync: None,
+                known: HashMap::new(),
+                taken_in: 0,
+            })
             .collect();
         let now = Instant::now();
         Self {
@@ -207,6 +228,10 @@ impl Driver {
             tombstones: HashMap::new(),
             parked: HashMap::new(),
             drained: BTreeSet::new(),
+            taken: BTreeMap::new(),
+            relisting: false,
+            changed_since: HashMap::new(),
+            comparable,
             metrics: reconciler.metrics.queue(&spec.name),
             last_error: None,
             adds_reported: 0,
@@ -282,6 +307,7 @@ impl Driver {
             }
             unreported = true;
         }
+        self.leave();
         self.reconciler.metrics.forget_queue(&self.spec.name);
     }
 
@@ -335,13 +361,13 @@ impl Driver {
                 if let Some(seen) = &mut w.resync {
                     seen.insert(obj.key());
                 }
-                self.touch(index, &obj, false, Origin::Initial, now);
+                self.touch(index, &obj, (false, Origin::Initial), now);
             }
             Item::Synced(_) => self.synced(index, now),
             Item::Entry(entry) => match &entry.change {
                 Change::Synced => self.synced(index, now),
-                Change::Added(obj) | Change::Modified(obj) => self.touch(index, obj, false, origin, now),
-                Change::Deleted(obj) => self.touch(index, obj, true, origin, now),
+                Change::Added(obj) | Change::Modified(obj) => self.touch(index, obj, (false, origin), now),
+                Change::Deleted(obj) => self.touch(index, obj, (true, origin), now),
                 // The difference that follows touches every key that changed.
                 Change::Relisted => {}
             },
@@ -356,14 +382,22 @@ impl Driver {
         let gone: Vec<Arc<Obj>> =
             w.known.iter().filter(|(key, _)| !seen.contains(*key)).map(|(_, (obj, _))| obj.clone()).collect();
         for obj in gone {
-            self.touch(index, &obj, true, Origin::Live, now);
+            // Deleted at no version this driver knows: later than any other member's last look.
+            self.relisting = true;
+            self.touch(index, &obj, (true, Origin::Live), now);
+            self.relisting = false;
         }
     }
 
-    /// `obj` of watch `index` changed (or was deleted): queue the primary key(s) it concerns.
-    fn touch(&mut self, index: usize, obj: &Arc<Obj>, deleted: bool, origin: Origin, now: Instant) {
+    /// `obj` of watch `index` changed (or was `deleted`): queue the primary key(s) it concerns.
+    fn touch(&mut self, index: usize, obj: &Arc<Obj>, (deleted, origin): (bool, Origin), now: Instant) {
+        let version = obj.resource_version().parse::<u64>().unwrap_or(u64::MAX);
+        let at = (!self.relisting).then_some(version);
         let key = obj.key();
         let Some(w) = self.watched.get_mut(index) else { return };
+        if !self.relisting {
+            w.taken_in = w.taken_in.max(version);
+        }
         let Some(maps_by) = &w.maps_by else {
             // The primary itself.
             if deleted {
@@ -374,6 +408,7 @@ impl Driver {
                 self.tombstones.remove(&key);
             }
             self.queue.changed(&key, origin, now);
+            self.note_change(&key, (index, at), now);
             return;
         };
         let named = if deleted { None } else { primary_of(obj, maps_by, &self.primary_kind) };
@@ -385,7 +420,21 @@ impl Driver {
         let before = before.filter(|b| Some(b) != named.as_ref());
         for primary in named.iter().chain(before.iter()) {
             self.queue.changed(primary, origin, now);
+            self.note_change(primary, (index, at), now);
         }
+    }
+
+    /// A change of `key` seen by watch `index` at resourceVersion `at`: noted while its slot is another
+    /// member's, for when this member takes the slot over.
+    fn note_change(&mut self, key: &ObjKey, (index, at): (usize, Option<u64>), now: Instant) {
+        if !self.authority.elsewhere(key, now) {
+            return;
+        }
+        let noted = self.changed_since.entry(key.clone()).or_default().entry(index).or_insert(Some(0));
+        *noted = match (*noted, at) {
+            (Some(before), Some(at)) => Some(before.max(at)),
+            _ => None,
+        };
     }
 
     /// Who may act changed: leases of a term this daemon no longer leads (or, sharded, of a slot it no
@@ -401,21 +450,63 @@ impl Driver {
         for id in stale {
             self.release(&id, now, "the term (or the slot's epoch) it was granted in ended here");
         }
-        let owned: Vec<u16> = self
-            .parked
-            .iter()
-            .filter(|(_, keys)| keys.first().is_some_and(|k| matches!(self.authority.may(k, now), May::Grant(_))))
-            .map(|(slot, _)| *slot)
-            .collect();
-        for slot in owned {
-            for key in self.parked.remove(&slot).unwrap_or_default() {
-                self.queue.unpop(&key);
+        self.take_over(now);
+    }
+
+    /// Takes over the slots this member was given since it last looked: keys its last owner handed on
+    /// carry their state (the rest were idle there), and a key that changed after the last owner's last
+    /// look is queued; without a hand-off (a new ring, or an owner whose hold lapsed) every key of the slot
+    /// waiting here is handed out once, as a new queue's list would be.
+    fn take_over(&mut self, now: Instant) {
+        let owned = self.authority.owned();
+        self.taken.retain(|slot, epoch| owned.get(slot) == Some(epoch));
+        let new: BTreeMap<u16, u64> = owned.into_iter().filter(|(slot, _)| !self.taken.contains_key(slot)).collect();
+        if new.is_empty() {
+            return;
+        }
+        let handoffs: HashMap<u16, Arc<Handoff>> =
+            new.keys().filter_map(|slot| self.authority.handoff(*slot).map(|h| (*slot, h))).collect();
+        let mut keys: HashMap<u16, Vec<ObjKey>> = HashMap::new();
+        for key in self.queue.keys() {
+            let slot = slot_of(key);
+            if handoffs.contains_key(&slot) {
+                keys.entry(slot).or_default().push(key.clone());
+            }
+        }
+        let wall = SystemTime::now();
+        for (slot, epoch) in new {
+            self.taken.insert(slot, epoch);
+            let parked = self.parked.remove(&slot).unwrap_or_default();
+            let Some(handoff) = handoffs.get(&slot) else {
+                for key in parked {
+                    self.queue.unpop(&key);
+                }
+                continue;
+            };
+            self.held.retain(|k| slot_of(k) != slot);
+            let carried: HashMap<ObjKey, &super::queue::Carried> = handoff
+                .keys
+                .iter()
+                .map(|c| (ObjKey { namespace: c.namespace.clone(), name: c.name.clone() }, c))
+                .collect();
+            let known = keys.remove(&slot).unwrap_or_default();
+            let all: HashSet<ObjKey> = known.into_iter().chain(carried.keys().cloned()).collect();
+            for key in all {
+                let noted = self.changed_since.remove(&key).unwrap_or_default();
+                let changed = match &handoff.cut {
+                    _ if handoff.overflow && !carried.contains_key(&key) => true,
+                    None => true,
+                    Some(cuts) => {
+                        noted.iter().any(|(watch, at)| at.is_none_or(|at| at > cuts.get(*watch).copied().unwrap_or(0)))
+                    }
+                };
+                self.queue.take_over(&key, carried.get(&key).copied(), changed, (now, wall));
             }
         }
     }
 
-    /// A sharded queue's slots moving away with no lease out: the member is told once per epoch, and gives
-    /// them on.
+    /// A sharded queue's slots moving away with no lease out: the member is told once per epoch, with
+    /// their keys' state, and gives them on.
     fn hand_off(&mut self) {
         let moving = self.authority.moving();
         self.drained.retain(|s| moving.contains(s));
@@ -428,8 +519,43 @@ impl Driver {
         if new.is_empty() {
             return;
         }
-        self.authority.drained(new.iter().map(|(slot, _)| *slot).collect());
+        let slots: BTreeSet<u16> = new.iter().map(|(slot, _)| *slot).collect();
+        self.authority.drained(self.handoffs(&slots));
         self.drained.extend(new);
+    }
+
+    /// What `slots` carry to their next owners: each key's state, as of the newest change each of the
+    /// queue's watches has brought this driver.
+    fn handoffs(&self, slots: &BTreeSet<u16>) -> Vec<Handoff> {
+        let (now, wall) = (Instant::now(), SystemTime::now());
+        let cut = self.comparable.then(|| self.watched.iter().map(|w| w.taken_in).collect::<Vec<u64>>());
+        let mut handoffs: BTreeMap<u16, Handoff> = slots
+            .iter()
+            .map(|slot| (*slot, Handoff { slot: *slot, epoch: 0, cut: cut.clone(), overflow: false, keys: Vec::new() }))
+            .collect();
+        for key in self.queue.keys() {
+            if let Some(h) = handoffs.get_mut(&slot_of(key))
+                && let Some(carried) = self.queue.carry(key, now, wall)
+            {
+                h.keys.push(carried);
+            }
+        }
+        handoffs.into_values().collect()
+    }
+
+    /// The queue ends: a sharded queue's leases go back, and its member leaves, every slot it owns
+    /// carrying its keys' state to the next owner.
+    fn leave(&mut self) {
+        if self.authority.member().is_none() {
+            return;
+        }
+        let now = Instant::now();
+        let leased: Vec<String> = self.leases.keys().cloned().collect();
+        for id in leased {
+            self.release(&id, now, "the queue ended");
+        }
+        let slots: BTreeSet<u16> = self.authority.owned().into_keys().collect();
+        self.authority.leaving(self.handoffs(&slots));
     }
 
     /// Keeps a key whose slot is not this member's to grant aside until it is.

@@ -1,10 +1,16 @@
 //! The work queue as state without I/O, client-go's workqueue semantics per key: one pending entry
 //! however many changes arrive, never two leases out for one key, a change during a lease queues one more
 //! pass after it, retries spaced by the limiter (changes during a backoff neither shorten it nor count as
-//! failures), and keys of initial lists behind live changes. Time is handed in, so tests drive it.
+//! failures), and keys of initial lists behind live changes. Time is handed in, so tests drive it. A
+//! sharded queue's key carries its state (failures and backoff, requeue time, terminal error) to the pod
+//! its slot moves to.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::{
+    collections::{BTreeSet, HashMap, VecDeque},
+    time::{Duration, SystemTime},
+};
 
+use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use super::limiter::{Limiter, RetryPolicy};
@@ -108,6 +114,48 @@ pub(crate) struct Finished {
     pub worked_for: std::time::Duration,
     /// Whether the key was queued for a retry.
     pub retried: bool,
+}
+
+/// A key's state as it moves to another pod with its slot: what it waits for, and its failures.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Carried {
+    /// The key's namespace.
+    pub namespace: String,
+    /// The key's name.
+    pub name: String,
+    /// Whether it needs a pass, or waits, and until when.
+    pub place: CarriedPlace,
+    /// RETRYs in a row.
+    pub failures: u32,
+    /// The last RETRY's or TERMINAL's error.
+    pub last_error: Option<String>,
+}
+
+/// Where a carried key is: its waits as wall-clock times (milliseconds since the Unix epoch), for another
+/// machine's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CarriedPlace {
+    /// Nothing to do (a TERMINAL key waiting for a change, or a failure count alone).
+    Idle,
+    /// It needs a pass.
+    Ready,
+    /// A RETRY's backoff, until then; changes leave it waiting.
+    Retry(u64),
+    /// A REQUEUE, until then; a change makes it ready at once.
+    Requeue(u64),
+}
+
+fn wall_ms(at: Instant, now: Instant, wall: SystemTime) -> u64 {
+    let at = if at >= now { wall + (at - now) } else { wall.checked_sub(now - at).unwrap_or(wall) };
+    at.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn instant_of(ms: u64, now: Instant, wall: SystemTime) -> Instant {
+    let at = SystemTime::UNIX_EPOCH + Duration::from_millis(ms);
+    match at.duration_since(wall) {
+        Ok(ahead) => now + ahead,
+        Err(_) => now,
+    }
 }
 
 /// The queue.
@@ -318,6 +366,68 @@ impl Queue {
         }
     }
 
+    /// Every key the queue knows.
+    pub(crate) fn keys(&self) -> impl Iterator<Item = &ObjKey> {
+        self.keys.keys()
+    }
+
+    /// What `key` carries to the pod its slot moves to (at `now`, on `wall`'s clock); None when it carries
+    /// nothing (idle, no failures) or is leased (a slot moves only once its leases ended).
+    pub(crate) fn carry(&self, key: &ObjKey, now: Instant, wall: SystemTime) -> Option<Carried> {
+        let state = self.keys.get(key)?;
+        let place = match state.place {
+            Place::Leased => return None,
+            Place::Idle if state.failures == 0 && state.last_error.is_none() => return None,
+            Place::Idle => CarriedPlace::Idle,
+            Place::Ready(_) | Place::Held => CarriedPlace::Ready,
+            Place::Waiting(at, Wait::Retry) => CarriedPlace::Retry(wall_ms(at, now, wall)),
+            Place::Waiting(at, Wait::Requeue) => CarriedPlace::Requeue(wall_ms(at, now, wall)),
+        };
+        Some(Carried {
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+            place,
+            failures: state.failures,
+            last_error: state.last_error.clone(),
+        })
+    }
+
+    /// Takes `key` over from the pod its slot came from: its state becomes what it carried (None: idle,
+    /// no failures), then, if it `changed` after the other pod's last look, the change is applied as a
+    /// live one. A leased key is left alone.
+    pub(crate) fn take_over(
+        &mut self,
+        key: &ObjKey,
+        carried: Option<&Carried>,
+        changed: bool,
+        (now, wall): (Instant, SystemTime),
+    ) {
+        let state = self.keys.entry(key.clone()).or_insert_with(KeyState::new);
+        match state.place {
+            Place::Leased => return,
+            Place::Ready(Origin::Live) => self.live.retain(|k| k != key),
+            Place::Ready(Origin::Initial) => self.initial.retain(|k| k != key),
+            Place::Waiting(at, _) => {
+                self.timers.remove(&(at, key.clone()));
+            }
+            Place::Idle | Place::Held => {}
+        }
+        let Some(state) = self.keys.get_mut(key) else { return };
+        state.place = Place::Idle;
+        state.ready_since = None;
+        state.failures = carried.map_or(0, |c| c.failures);
+        state.last_error = carried.and_then(|c| c.last_error.clone());
+        match carried.map(|c| c.place) {
+            None | Some(CarriedPlace::Idle) => {}
+            Some(CarriedPlace::Ready) => self.make_ready(key, Origin::Live, now),
+            Some(CarriedPlace::Retry(ms)) => self.wait(key, instant_of(ms, now, wall), Wait::Retry),
+            Some(CarriedPlace::Requeue(ms)) => self.wait(key, instant_of(ms, now, wall), Wait::Requeue),
+        }
+        if changed {
+            self.changed(key, Origin::Live, now);
+        }
+    }
+
     /// Forgets an idle key (a deleted object handed out and done); a key still queued or leased stays.
     pub(crate) fn forget(&mut self, key: &ObjKey) {
         if self.keys.get(key).is_some_and(|s| s.place == Place::Idle) {
@@ -345,6 +455,63 @@ mod tests {
         let k = q.pop()?;
         let g = q.grant(&k, now).expect("a popped key is granted");
         Some((k, g))
+    }
+
+    #[test]
+    fn a_key_carries_its_backoff_requeue_and_terminal_error_to_the_pod_its_slot_moves_to() {
+        let (now, wall) = (Instant::now(), SystemTime::now());
+        let mut giver = queue(now);
+        for name in ["failing", "later", "terminal", "done", "pending"] {
+            giver.changed(&key(name), Origin::Live, now);
+        }
+        while let Some((k, _)) = take(&mut giver, now) {
+            let outcome = match k.name.as_str() {
+                "failing" => Completion::Retry("boom".into()),
+                "later" => Completion::Requeue(Duration::from_secs(3600)),
+                "terminal" => Completion::Terminal("bad spec".into()),
+                _ => Completion::Done,
+            };
+            giver.complete(&k, outcome, now).expect("leased");
+        }
+        giver.changed(&key("pending"), Origin::Live, now);
+        let carried: Vec<Carried> = giver.keys().filter_map(|k| giver.carry(k, now, wall)).collect();
+        let by_name = |name: &str| carried.iter().find(|c| c.name == name).cloned();
+        assert_eq!(by_name("done"), None, "an idle key without failures carries nothing");
+        assert!(matches!(by_name("failing").map(|c| (c.place, c.failures)), Some((CarriedPlace::Retry(_), 1))));
+        assert!(matches!(by_name("later").map(|c| c.place), Some(CarriedPlace::Requeue(_))));
+        assert_eq!(
+            by_name("terminal").map(|c| (c.place, c.last_error)),
+            Some((CarriedPlace::Idle, Some("bad spec".into())))
+        );
+        assert_eq!(by_name("pending").map(|c| c.place), Some(CarriedPlace::Ready));
+
+        // Another pod, a second later by its clocks, had every key queued from its own list.
+        let (then, wall_then) = (now + Duration::from_secs(1), wall + Duration::from_secs(1));
+        let mut taker = queue(then);
+        for name in ["failing", "later", "terminal", "done", "pending"] {
+            taker.changed(&key(name), Origin::Initial, then);
+        }
+        for name in ["failing", "later", "terminal", "done", "pending"] {
+            let c = by_name(name);
+            taker.take_over(&key(name), c.as_ref(), false, (then, wall_then));
+        }
+        let order: Vec<(String, u32)> =
+            std::iter::from_fn(|| take(&mut taker, then).map(|(k, g)| (k.name, g.attempt))).collect();
+        assert_eq!(order, [("pending".to_owned(), 1)], "only the pending key is handed out at once");
+        // The requeue of an hour stands (an hour less the second that passed); the retry waits its backoff.
+        let requeued = taker.timers.iter().find(|(_, k)| k.name == "later").map(|(at, _)| *at).expect("waits");
+        assert!(requeued > then + Duration::from_secs(3590), "{:?}", requeued - then);
+        // The retry's 5 ms backoff is over by now: it comes next, as its second attempt.
+        taker.tick(then);
+        assert_eq!(take(&mut taker, then).map(|(k, g)| (k.name, g.attempt)), Some(("failing".into(), 2)));
+        assert!(take(&mut taker, then).is_none(), "the terminal and the done key wait for a change");
+        // A change after the giver's last look still queues the terminal key, and once only.
+        let mut changed = queue(then);
+        changed.take_over(&key("terminal"), by_name("terminal").as_ref(), true, (then, wall_then));
+        assert_eq!(
+            take(&mut changed, then).map(|(k, g)| (k.name, g.last_error)),
+            Some(("terminal".into(), Some("bad spec".into())))
+        );
     }
 
     #[test]

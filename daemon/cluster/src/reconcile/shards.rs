@@ -4,7 +4,8 @@
 //! tenth of the TTL before the TTL has passed, and only a renewal answered within the hold extends it; the
 //! coordinator takes a member's slots only once a consistent read shows the member's last renewal a TTL
 //! old on the coordinator's clock, or a newer holding of it. So the old owner has stopped before anyone
-//! is given its slots, whatever the network did (docs/ARCHITECTURE.md, "The sharded queue").
+//! is given its slots, whatever the network did (docs/ARCHITECTURE.md, "The sharded queue"). A slot
+//! handed on carries its keys' state in a hand-off Lease written before the ring gives the slot on.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -17,7 +18,7 @@ use consistd_core::{
     config::Live,
     lease::{
         HOLDING_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL, MEMBER_OF_LABEL, QUEUE_SPEC_ANNOTATION, RING_ANNOTATION,
-        RING_SLOTS_ANNOTATION,
+        RING_HANDOFF_ANNOTATION, RING_SLOTS_ANNOTATION,
     },
     names,
     report::RingState,
@@ -27,7 +28,7 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
 };
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use tokio::{
     sync::{mpsc, watch},
     time::Instant,
@@ -36,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     ReconcileError,
+    queue::Carried,
     ring::{Holder, Ring, SLOTS, slot_of},
 };
 use crate::{
@@ -45,6 +47,9 @@ use crate::{
 
 /// How long one write or read of the ring's Leases may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
+/// The most a hand-off Lease carries (the apiserver takes 256 KiB of annotations per object); the keys
+/// beyond it are handed out once by the next owner instead.
+const HANDOFF_BYTES: usize = 200 * 1024;
 
 /// The names of a sharded queue's group: its ring Lease, its members' shard Leases, and its claims.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,6 +74,11 @@ impl RingNames {
         Self { namespace: election.namespace.clone(), label: group_label(&ring), ring }
     }
 
+    /// A Lease carrying slots' keys to their next owners.
+    fn handoff(&self, id: &str) -> String {
+        format!("{}.handoff-{id}", self.ring)
+    }
+
     /// A member's shard Lease.
     fn member(&self, identity: &str) -> String {
         let readable = format!("{}.{identity}", self.ring);
@@ -86,14 +96,37 @@ impl RingNames {
     }
 }
 
+/// What a slot's last owner handed on with it: its keys' state, as of when each of that owner's watches
+/// had brought it every change up to its `cut`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Handoff {
+    /// The slot.
+    pub slot: u16,
+    /// The epoch the next owner holds it in: the hand-off is for that owner's tenure only.
+    pub epoch: u64,
+    /// Per watch of the queue (the primary first, then the related ones, as the spec lists them): the
+    /// resourceVersion up to which its changes had reached the giver; a later change may not have. None
+    /// where resourceVersions do not compare: then every key counts as changed.
+    pub cut: Option<Vec<u64>>,
+    /// More keys carried state than a Lease holds: those left out count as changed.
+    pub overflow: bool,
+    /// Keys that carry something (idle keys without failures carry nothing).
+    pub keys: Vec<Carried>,
+}
+
 /// What the driver may grant under, as the member's hold and the ring say.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Ownership {
     /// Until when this member's hold counts; None: it may grant nothing.
     pub until: Option<Instant>,
+    /// The holding it counts for: a driver that took in an earlier holding's slots grants nothing under
+    /// a later one until it takes that in.
+    pub holding: String,
     /// The slots it owns: epoch, and whether the slot is moving away (no new grants; given on once its
     /// leases ended).
     pub slots: BTreeMap<u16, (u64, bool)>,
+    /// What the last owner of an owned slot handed on with it, for this epoch.
+    pub handoffs: BTreeMap<u16, Arc<Handoff>>,
 }
 
 impl Ownership {
@@ -113,8 +146,8 @@ pub struct ShardMember {
     pub ownership: watch::Receiver<Ownership>,
     /// The ring's names.
     pub names: Arc<RingNames>,
-    /// Slots the driver drained (moving, no lease out): given on.
-    drained: mpsc::UnboundedSender<BTreeSet<u16>>,
+    /// Slots the driver drained (moving, no lease out), and at its end every slot, with their keys' state.
+    drained: mpsc::UnboundedSender<ToMember>,
     /// What status shows.
     pub report: Arc<Mutex<RingState>>,
     stop: CancellationToken,
@@ -127,9 +160,16 @@ impl Drop for ShardMember {
 }
 
 impl ShardMember {
-    /// Tells the member that `slots`, moving away, have no lease out: it gives them on.
-    pub fn drained(&self, slots: BTreeSet<u16>) {
-        let _ = self.drained.send(slots);
+    /// Tells the member that `slots`, moving away, have no lease out: it gives them on, with their keys'
+    /// state.
+    pub fn drained(&self, slots: Vec<Handoff>) {
+        let _ = self.drained.send(ToMember::Drained(slots));
+    }
+
+    /// Tells the member that its queue ends with no lease out: it leaves, every slot carrying its keys'
+    /// state to its next owner.
+    pub fn leaving(&self, slots: Vec<Handoff>) {
+        let _ = self.drained.send(ToMember::Leaving(slots));
     }
 
     /// Joins `names`' ring as `identity`, running `spec` (field to value): refused naming the field when
@@ -190,7 +230,9 @@ impl ShardMember {
         let (drained, drained_rx) = mpsc::unbounded_channel();
         let ring = format!("{}/{}", names.namespace, names.ring);
         let report = Arc::new(Mutex::new(RingState { ring, slots: usize::from(SLOTS), ..RingState::default() }));
-        let stop = tasks.signal().child_token();
+        // Cancelled when the queue's driver drops this membership, after telling it what every slot carries;
+        // the daemon's stop signal alone makes the member wait a moment for that.
+        let stop = CancellationToken::new();
         let mut member = Member {
             api: Api::namespaced(hub.client(), &names.namespace),
             names: names.clone(),
@@ -205,7 +247,9 @@ impl ShardMember {
             last_renewal: HashMap::new(),
             ownership: ownership_tx,
             drained: drained_rx,
-            unreleased: (BTreeSet::new(), Instant::now()),
+            unreleased: (Vec::new(), Instant::now()),
+            carried: BTreeMap::new(),
+            planned_over: None,
             report: report.clone(),
         };
         // The first renewal, here, so a refusal (RBAC) reaches the app; a Lease an earlier run of this
@@ -220,7 +264,7 @@ impl ShardMember {
                 names.namespace, names.ring
             )));
         }
-        tasks.spawn(member.run(stop.clone()));
+        tasks.spawn(member.run(stop.clone(), tasks.signal().clone()));
         Ok(Self { ownership, names, drained, report, stop })
     }
 }
@@ -246,6 +290,8 @@ enum Seen {
     Member(SeenShard),
     /// The ring Lease: the ring (or why it does not read) and the Lease's resourceVersion.
     Ring(Result<Ring, String>, String),
+    /// A hand-off Lease: the slots it carries, and when it was made.
+    Handoff(Arc<Vec<Handoff>>, SystemTime),
 }
 
 /// A member's shard Lease.
@@ -270,9 +316,11 @@ impl Seen {
             spec: Spec,
         }
         #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
         struct Meta {
             #[serde(default)]
             annotations: HashMap<String, String>,
+            creation_timestamp: Option<String>,
         }
         #[derive(Deserialize, Default)]
         #[serde(rename_all = "camelCase")]
@@ -288,6 +336,16 @@ impl Seen {
         }
         if let Some(slots) = annotations.get(RING_SLOTS_ANNOTATION) {
             return Some(Self::Ring(Ring::decode(slots), obj.resource_version().to_owned()));
+        }
+        if let Some(handoffs) = annotations.get(RING_HANDOFF_ANNOTATION) {
+            let handoffs: Vec<Handoff> = serde_json::from_str(handoffs).ok()?;
+            let made = lease
+                .metadata
+                .creation_timestamp
+                .as_deref()
+                .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok());
+            let made = made.map_or_else(SystemTime::now, SystemTime::from);
+            return Some(Self::Handoff(Arc::new(handoffs), made));
         }
         let holder = Holder {
             identity: lease.spec.holder_identity?,
@@ -334,11 +392,29 @@ struct Member {
     /// its Lease is gone: the coordinator counts a TTL from it.
     last_renewal: HashMap<Holder, (String, Instant, Duration)>,
     ownership: watch::Sender<Ownership>,
-    drained: mpsc::UnboundedReceiver<BTreeSet<u16>>,
-    /// Drained slots not given on yet (the ring write failed), and when to try again.
-    unreleased: (BTreeSet<u16>, Instant),
+    drained: mpsc::UnboundedReceiver<ToMember>,
+    /// Drained slots not given on yet (a write failed), and when to try again.
+    unreleased: (Vec<Handoff>, Instant),
+    /// What the last owners of owned slots handed on, kept while the slot is owned in that epoch (the
+    /// hand-off Lease is deleted once read).
+    carried: BTreeMap<u16, Arc<Handoff>>,
+    /// The ring version (empty: none) the coordinator's last plan was written over: it plans again once
+    /// the watch shows another.
+    planned_over: Option<String>,
     report: Arc<Mutex<RingState>>,
 }
+
+/// What the queue's driver tells its member.
+#[derive(Debug)]
+enum ToMember {
+    /// Slots moving away have no lease out: give them on.
+    Drained(Vec<Handoff>),
+    /// The queue ends with no lease out: leave, each slot carrying this.
+    Leaving(Vec<Handoff>),
+}
+
+/// How long a member whose daemon stops waits for its queue's last word before it leaves without it.
+const LAST_WORD: Duration = Duration::from_secs(2);
 
 /// Why a write of the ring's Leases did not land.
 #[derive(Debug, thiserror::Error)]
@@ -370,7 +446,7 @@ impl Member {
         })
     }
 
-    async fn run(mut self, stop: CancellationToken) {
+    async fn run(mut self, stop: CancellationToken, signal: CancellationToken) {
         loop {
             let now = Instant::now();
             if self.until.is_some_and(|until| until <= now) {
@@ -391,12 +467,29 @@ impl Member {
             let ring = self.names.ring.clone();
             tokio::select! {
                 more = self.mirror.next(|obj, before| Seen::read(obj, &ring, before)) => if !more { break },
-                Some(slots) = self.drained.recv() => self.release(slots).await,
+                Some(told) = self.drained.recv() => match told {
+                    ToMember::Drained(slots) => self.release(slots).await,
+                    ToMember::Leaving(slots) => {
+                        self.leave(slots).await;
+                        return;
+                    }
+                },
                 () = sleep_until(wake) => {}
                 () = stop.cancelled() => break,
+                () = signal.cancelled() => {
+                    let _ = tokio::time::timeout(LAST_WORD, stop.cancelled()).await;
+                    break;
+                }
             }
         }
-        self.leave().await;
+        // The driver's last word, if it came.
+        let mut last = Vec::new();
+        while let Ok(told) = self.drained.try_recv() {
+            if let ToMember::Leaving(slots) = told {
+                last = slots;
+            }
+        }
+        self.leave(last).await;
     }
 
     /// The hold ended (lapsed, or the Lease was written by someone else): nothing may be granted, and the
@@ -517,7 +610,7 @@ impl Member {
         let now = Instant::now();
         let lapses = self.mirror.values().values().filter_map(|seen| match seen {
             Seen::Member(m) => m.live_until.filter(|u| *u > now),
-            Seen::Ring(..) => None,
+            Seen::Ring(..) | Seen::Handoff(..) => None,
         });
         let takeable = self.last_renewal.values().map(|(_, observed, ttl)| *observed + *ttl).filter(|at| *at > now);
         lapses.chain(takeable).min()
@@ -565,6 +658,11 @@ impl Member {
         if !coordinator {
             return;
         }
+        let seen = self.ring().map(|(_, version)| version.to_owned()).unwrap_or_default();
+        if self.planned_over.as_ref() == Some(&seen) {
+            return;
+        }
+        self.collect_handoffs().await;
         let (ring, version) = match self.ring() {
             Some((ring, version)) => (ring.clone(), Some(version.to_owned())),
             None => {
@@ -579,15 +677,20 @@ impl Member {
             }
         }
         let Some(planned) = ring.plan(&live, &|h| gone.contains(h)) else { return };
-        if !gone.is_empty() {
-            let gone: Vec<String> = gone.iter().map(ToString::to_string).collect();
-            tracing::info!(ring = %self.names.ring, ?gone, "sharded queue: the slots of members whose hold ended go to the others");
+        match self.write_ring(&planned, version.clone()).await {
+            Ok(()) if !gone.is_empty() => {
+                let gone: Vec<String> = gone.iter().map(ToString::to_string).collect();
+                tracing::info!(ring = %self.names.ring, ?gone, "sharded queue: the slots of members whose hold ended went to the others");
+            }
+            Ok(()) => {}
+            Err(error) if error.code() == Some(409) => {}
+            Err(error) => {
+                tracing::warn!(ring = %self.names.ring, %error, "sharded queue: could not write the ring");
+                return;
+            }
         }
-        if let Err(error) = self.write_ring(&planned, version).await
-            && error.code() != Some(409)
-        {
-            tracing::warn!(ring = %self.names.ring, %error, "sharded queue: could not write the ring");
-        }
+        // Written, or someone wrote first: the next plan waits for the watch to show a newer ring.
+        self.planned_over = Some(version.unwrap_or_default());
     }
 
     /// Writes the ring Lease as `ring`, over `version` (None: creates it).
@@ -647,40 +750,158 @@ impl Member {
         None
     }
 
-    /// Gives drained slots (moving, no lease out) to their next owners; those the ring write did not give
-    /// on (and that are still this member's, moving) are tried again a second later.
-    async fn release(&mut self, mut slots: BTreeSet<u16>) {
-        slots.extend(std::mem::take(&mut self.unreleased.0));
+    /// Gives drained slots (moving, no lease out) to their next owners: first each slot's keys' state in
+    /// its hand-off Lease (for the epoch the next owner will hold it in), then the ring. What a write did
+    /// not give on (and is still this member's, moving) is tried again a second later.
+    async fn release(&mut self, mut handoffs: Vec<Handoff>) {
+        handoffs.extend(std::mem::take(&mut self.unreleased.0));
         if self.until.is_none_or(|u| u <= Instant::now()) {
             return;
         }
         let me = self.holder();
+        let Some(ring) = self.ring().map(|(r, _)| r.clone()) else { return };
+        // Only what is still this member's and moving, each for the epoch its next owner will hold.
+        let mut giving: BTreeMap<u16, Handoff> = BTreeMap::new();
+        for mut h in handoffs {
+            let Some(slot) = ring.slots.get(usize::from(h.slot)) else { continue };
+            if slot.owner.as_ref() == Some(&me) && slot.next.is_some() {
+                h.epoch = slot.epoch + 1;
+                giving.insert(h.slot, h);
+            }
+        }
+        if giving.is_empty() {
+            return;
+        }
+        let carried: Vec<Handoff> = giving.values().cloned().collect();
+        if let Err(error) = self.write_handoffs(&carried).await {
+            tracing::warn!(ring = %self.names.ring, %error, "sharded queue: could not write the slots' hand-off; trying again");
+            self.unreleased = (giving.into_values().collect(), Instant::now() + Duration::from_secs(1));
+            return;
+        }
+        let slots: BTreeSet<u16> = giving.keys().copied().collect();
         let moved = slots.len();
-        let ring = self.names.ring.clone();
         match self.change_ring("hand-off", |r| r.release(&me, &slots)).await {
             Some(true) => {
-                tracing::debug!(%ring, slots = moved, "sharded queue: slots handed on");
+                tracing::debug!(ring = %self.names.ring, slots = moved, "sharded queue: slots handed on");
                 self.report.lock().unwrap_or_else(PoisonError::into_inner).handoffs +=
                     u64::try_from(moved).unwrap_or(0);
             }
             Some(false) => {}
-            None => self.unreleased = (slots, Instant::now() + Duration::from_secs(1)),
+            None => self.unreleased = (giving.into_values().collect(), Instant::now() + Duration::from_secs(1)),
         }
     }
 
-    /// Leaves: grants stop at once, every slot goes to the others, and the shard Lease is deleted.
-    async fn leave(&mut self) {
+    /// Writes `handoffs` (every slot of one release, those whose keys carry nothing too: their next owner
+    /// learns that every key it knows of them was idle) in hand-off Leases of their own, as many as their
+    /// size needs. A slot's keys beyond a Lease's size are left out and count as changed.
+    async fn write_handoffs(&self, handoffs: &[Handoff]) -> Result<(), WriteError> {
+        let mut batches: Vec<Vec<Handoff>> = vec![Vec::new()];
+        let mut size = 0;
+        for h in handoffs {
+            let mut h = h.clone();
+            let mut len = serde_json::to_string(&h).map_or(0, |t| t.len());
+            while len > HANDOFF_BYTES && !h.keys.is_empty() {
+                // Keep what waits (a backoff, a requeue) and what failed; the rest is handed out once anyway.
+                h.overflow = true;
+                h.keys.sort_by_key(|c| c.failures == 0 && c.last_error.is_none());
+                h.keys.truncate(h.keys.len() / 2);
+                len = serde_json::to_string(&h).map_or(0, |t| t.len());
+            }
+            if size + len > HANDOFF_BYTES {
+                batches.push(Vec::new());
+                size = 0;
+            }
+            size += len;
+            if let Some(batch) = batches.last_mut() {
+                batch.push(h);
+            }
+        }
+        for batch in batches.into_iter().filter(|b| !b.is_empty()) {
+            let annotations = BTreeMap::from([
+                (RING_ANNOTATION.to_owned(), self.names.ring.clone()),
+                (RING_HANDOFF_ANNOTATION.to_owned(), serde_json::to_string(&batch).unwrap_or_default()),
+            ]);
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(self.names.handoff(&new_holding())),
+                    labels: Some(ring_labels(&self.names)),
+                    annotations: Some(annotations),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(LeaseSpec::default()),
+            };
+            match tokio::time::timeout(CALL_TIMEOUT, self.api.create(&PostParams::default(), &lease)).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(error)) => return Err(WriteError::Api(error)),
+                Err(_) => return Err(WriteError::Timeout(CALL_TIMEOUT)),
+            }
+        }
+        Ok(())
+    }
+
+    /// As the coordinator, deletes hand-off Leases two TTLs old: their next owners read them when the ring
+    /// gave them the slots (the Lease comes first, on the same watch); one that reads the ring later than
+    /// that hands each key of the slot out once instead.
+    async fn collect_handoffs(&self) {
+        let old = SystemTime::now().checked_sub(self.ttl.get() * 2);
+        let stale: Vec<String> = self
+            .mirror
+            .values()
+            .iter()
+            .filter_map(|(key, seen)| match seen {
+                Seen::Handoff(_, made) if old.is_some_and(|old| *made < old) => Some(key.name.clone()),
+                _ => None,
+            })
+            .collect();
+        for name in stale {
+            let _ = tokio::time::timeout(CALL_TIMEOUT, self.api.delete(&name, &DeleteParams::default())).await;
+        }
+    }
+
+    /// Leaves: grants stop at once, every slot goes to the others (each carrying its keys' state from
+    /// `handoffs`, written in its hand-off Lease for the epoch its next owner holds it in before the ring
+    /// gives it on), and the shard Lease is deleted.
+    async fn leave(&mut self, handoffs: Vec<Handoff>) {
         let me = self.holder();
         self.until = None;
         self.publish();
         // The driver returns its leases as it sees the hold end; a write already sent is refused by the
         // token its successor's first write leaves.
         tokio::task::yield_now().await;
-        let now = Instant::now();
-        let mut others = self.live(now);
+        let mut others = self.live(Instant::now());
         others.remove(&me);
-        if self.change_ring("leave", |ring| ring.leave(&me, &others)).await == Some(true) {
-            tracing::info!(ring = %self.names.ring, "sharded queue: left; this member's slots went to the others");
+        let handoffs: BTreeMap<u16, Handoff> = handoffs.into_iter().map(|h| (h.slot, h)).collect();
+        let mut current = self.ring().map(|(r, v)| (r.clone(), v.to_owned()));
+        for _ in 0..5 {
+            let Some((before, version)) = current.take() else { break };
+            let mut after = before.clone();
+            if !after.leave(&me, &others) {
+                break;
+            }
+            let carried: Vec<Handoff> = before
+                .owned_by(&me)
+                .into_keys()
+                .filter_map(|slot| {
+                    let h = handoffs.get(&slot)?;
+                    let next = after.slots.get(usize::from(slot))?;
+                    next.owner.as_ref()?;
+                    Some(Handoff { epoch: next.epoch, ..h.clone() })
+                })
+                .collect();
+            if let Err(error) = self.write_handoffs(&carried).await {
+                tracing::warn!(ring = %self.names.ring, %error, "sharded queue: leaving without handing on the slots' keys; their next owners hand each key out once");
+            }
+            match self.write_ring(&after, Some(version)).await {
+                Ok(()) => {
+                    tracing::info!(ring = %self.names.ring, carried = carried.len(), "sharded queue: left; this member's slots went to the others");
+                    break;
+                }
+                Err(error) if error.code() == Some(409) => current = self.read_ring().await,
+                Err(error) => {
+                    tracing::warn!(ring = %self.names.ring, %error, "sharded queue: could not give this member's slots on as it left; they go once its hold has surely ended");
+                    break;
+                }
+            }
         }
         let params = DeleteParams {
             preconditions: Some(Preconditions { resource_version: self.lease_version.clone(), uid: None }),
@@ -693,15 +914,37 @@ impl Member {
     }
 
     /// Tells the driver what it may grant under, and status what the ring looks like.
-    fn publish(&self) {
+    /// A slot and what its last owner handed on with it go out together: a driver that saw the slot
+    /// without it would hand each of its keys out at once, as a new queue's.
+    fn publish(&mut self) {
         let now = Instant::now();
         let until = self.until.filter(|u| *u > now);
-        let ring = self.ring().map(|(r, _)| r);
-        let slots = match (until, ring) {
-            (Some(_), Some(ring)) => ring.owned_by(&self.holder()),
+        let slots = match (until, self.ring()) {
+            (Some(_), Some((ring, _))) => ring.owned_by(&self.holder()),
             _ => BTreeMap::new(),
         };
-        let ownership = Ownership { until, slots };
+        // What the last owners of owned slots handed on, kept while the slot is owned in that epoch (a
+        // hand-off is for one tenure only).
+        self.carried.retain(|slot, h| slots.get(slot).is_some_and(|(epoch, _)| *epoch == h.epoch));
+        let mut found = Vec::new();
+        for seen in self.mirror.values().values() {
+            let Seen::Handoff(batch, _) = seen else { continue };
+            for h in batch.iter() {
+                if slots.get(&h.slot).is_some_and(|(epoch, _)| *epoch == h.epoch) && !self.carried.contains_key(&h.slot)
+                {
+                    found.push(Arc::new(h.clone()));
+                }
+            }
+        }
+        self.carried.extend(found.into_iter().map(|h| (h.slot, h)));
+        let ring = self.ring().map(|(r, _)| r);
+        let handoffs = self
+            .carried
+            .iter()
+            .filter(|(slot, h)| slots.get(slot).is_some_and(|(epoch, _)| *epoch == h.epoch))
+            .map(|(slot, h)| (*slot, h.clone()))
+            .collect();
+        let ownership = Ownership { until, holding: self.holding.clone(), slots, handoffs };
         self.ownership.send_if_modified(|o| {
             let changed = *o != ownership;
             *o = ownership.clone();
@@ -766,8 +1009,11 @@ mod tests {
         let key = ObjKey { namespace: "ns".into(), name: "a".into() };
         let now = Instant::now();
         let slot = slot_of(&key);
-        let mut ownership =
-            Ownership { until: Some(now + Duration::from_secs(1)), slots: BTreeMap::from([(slot, (4, false))]) };
+        let mut ownership = Ownership {
+            until: Some(now + Duration::from_secs(1)),
+            slots: BTreeMap::from([(slot, (4, false))]),
+            ..Ownership::default()
+        };
         assert_eq!(ownership.of(&key, now), Some((slot, 4, false)));
         assert_eq!(ownership.of(&key, now + Duration::from_secs(1)), None, "lapsed");
         ownership.slots.clear();

@@ -38,7 +38,12 @@ import java.util.Objects;
  * @param leaseTimeout how long one pass may take before its lease goes back to the queue; null (or zero) is the
  *     daemon's default, 10 minutes; at least 1 second
  * @param election when set, work is handed out only while this sidecar leads that election, and each item carries
- *     the term it was granted in (its {@link WorkItem#objects()} guard their writes with it); null for none
+ *     the term it was granted in (its {@link WorkItem#objects()} guard their writes with it); null for none. With
+ *     {@code sharded}, it names the group whose members share the keys instead
+ * @param sharded spread the keys over every pod whose sidecar runs this queue (same name, same spec) under {@code
+ *     election}: a key is leased to one pod at a time across the whole group. Needs {@code election} (without one
+ *     the sidecar refuses the spec, INVALID_ARGUMENT naming spec.sharded). Each item's {@link WorkItem#term()} is
+ *     then the epoch of the key's slot, and the guard its {@link WorkItem#objects()} add works unchanged
  */
 public record QueueSpec(
     String name,
@@ -51,7 +56,8 @@ public record QueueSpec(
     int maxLeases,
     Retry retry,
     java.time.Duration leaseTimeout,
-    Election election) {
+    Election election,
+    boolean sharded) {
 
   /**
    * A query whose objects name a primary key: a change to such an object queues that key. A value "name" names the
@@ -205,7 +211,24 @@ public record QueueSpec(
     related = List.copyOf(related);
   }
 
-  /** A spec of the default view of the primary objects: the whole object without managedFields. */
+  /** A spec that is not sharded. */
+  public QueueSpec(
+      String name,
+      String resource,
+      String namespace,
+      String labelSelector,
+      String fieldSelector,
+      ObjectView view,
+      List<Related> related,
+      int maxLeases,
+      Retry retry,
+      java.time.Duration leaseTimeout,
+      Election election) {
+    this(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry, leaseTimeout,
+        election, false);
+  }
+
+  /** A spec of the default view of the primary objects (the whole object without managedFields), not sharded. */
   public QueueSpec(
       String name,
       String resource,
@@ -218,27 +241,27 @@ public record QueueSpec(
       java.time.Duration leaseTimeout,
       Election election) {
     this(name, resource, namespace, labelSelector, fieldSelector, ObjectView.DEFAULT, related, maxLeases, retry,
-        leaseTimeout, election);
+        leaseTimeout, election, false);
   }
 
   /** The queue {@code name} of every object of {@code resource} in every namespace, one lease at a time. */
   public static QueueSpec of(String name, String resource) {
-    return new QueueSpec(name, resource, "", "", "", ObjectView.DEFAULT, List.of(), 0, null, null, null);
+    return new QueueSpec(name, resource, "", "", "", ObjectView.DEFAULT, List.of(), 0, null, null, null, false);
   }
 
   public QueueSpec namespace(String namespace) {
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, election);
+        leaseTimeout, election, sharded);
   }
 
   public QueueSpec labelSelector(String labelSelector) {
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, election);
+        leaseTimeout, election, sharded);
   }
 
   public QueueSpec fieldSelector(String fieldSelector) {
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, election);
+        leaseTimeout, election, sharded);
   }
 
   /**
@@ -248,7 +271,7 @@ public record QueueSpec(
    */
   public QueueSpec view(ObjectView view) {
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, election);
+        leaseTimeout, election, sharded);
   }
 
   /** These related queries, after the ones already given. */
@@ -256,28 +279,43 @@ public record QueueSpec(
     List<Related> all = new ArrayList<>(related);
     all.addAll(Arrays.asList(more));
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, all, maxLeases, retry,
-        leaseTimeout, election);
+        leaseTimeout, election, sharded);
   }
 
   public QueueSpec maxLeases(int maxLeases) {
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, election);
+        leaseTimeout, election, sharded);
   }
 
   public QueueSpec retry(Retry retry) {
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, election);
+        leaseTimeout, election, sharded);
   }
 
   public QueueSpec leaseTimeout(java.time.Duration leaseTimeout) {
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, election);
+        leaseTimeout, election, sharded);
   }
 
-  /** Hands out work only while this sidecar leads {@code election} in {@code namespace} (empty: its own). */
+  /**
+   * Hands out work only while this sidecar leads {@code election} in {@code namespace} (empty: its own); with
+   * {@link #sharded(boolean)}, the election names the group whose members share the keys instead.
+   */
   public QueueSpec election(String election, String namespace) {
     return new QueueSpec(name, resource, namespace(), labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, new Election(election, namespace));
+        leaseTimeout, new Election(election, namespace), sharded);
+  }
+
+  /**
+   * Spreads the keys over every pod whose sidecar runs this queue (same name, same spec) under its {@link
+   * #election(String, String) election}: {@code QueueSpec.of("web", "configmaps").election("web", "").sharded(true)}.
+   * A key is leased to one pod at a time across the whole group. Needs the election (without one the sidecar
+   * refuses the spec, INVALID_ARGUMENT naming spec.sharded). Each item's {@link WorkItem#term()} is then the epoch of
+   * the key's slot, and the guard its {@link WorkItem#objects()} add works unchanged.
+   */
+  public QueueSpec sharded(boolean sharded) {
+    return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
+        leaseTimeout, election, sharded);
   }
 
   /** How many passes run at once: maxLeases, 0 meaning 1. */
@@ -319,6 +357,8 @@ public record QueueSpec(
     if (election != null) {
       spec.setElection(ElectionRef.newBuilder().setElection(election.election()).setNamespace(election.namespace()));
     }
+    // Sharded without an election goes to the daemon as is: it refuses it naming spec.sharded.
+    spec.setSharded(sharded);
     return ReconcileRequest.newBuilder().setSpec(spec).build();
   }
 

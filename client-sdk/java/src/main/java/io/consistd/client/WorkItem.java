@@ -107,7 +107,10 @@ public final class WorkItem {
     return attempt;
   }
 
-  /** The election's term this lease was granted in (guard writes with it); 0 without an election. */
+  /**
+   * The election's term this lease was granted in (guard writes with it); 0 without an election. In a {@link
+   * QueueSpec#sharded(boolean) sharded} queue, the epoch of the key's slot.
+   */
   public long term() {
     return term;
   }

@@ -1,6 +1,6 @@
 // The reconciler against real daemons: each key once, done, requeue, retry with the error, terminal, the
-// maxLeases bound, a pass seeing what the pass before wrote under its lease, refused specs; and how a pass's end
-// becomes its completion.
+// maxLeases bound, a pass seeing what the pass before wrote under its lease, refused specs; and, without a daemon,
+// how a pass's end becomes its completion and how a sharded spec is sent.
 package io.consistd.client;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -541,6 +541,24 @@ class ReconcilerTest {
       assertFalse(running.result.isDone(), "run ended across the restart: " + running.result.getNow(null));
       rec.noOverlaps();
     }
+  }
+
+  @Test
+  void aShardedSpecIsSentWithItsElectionAndAQueueIsNotShardedUnlessAsked() {
+    QueueSpec spec = QueueSpec.of("web", "configmaps").election("web", "leases").sharded(true).namespace("ns");
+    assertTrue(spec.sharded(), "the other options keep it");
+    consistd.v1.Reconcile.QueueSpec sent = spec.toProto().getSpec();
+    assertTrue(sent.getSharded());
+    assertEquals("web", sent.getElection().getElection());
+    assertEquals("leases", sent.getElection().getNamespace());
+    assertFalse(QueueSpec.of("web", "configmaps").election("web", "").toProto().getSpec().getSharded());
+    assertFalse(spec.sharded(false).toProto().getSpec().getSharded());
+    assertFalse(new QueueSpec("web", "configmaps", "", "", "", List.of(), 0, null, null, null).sharded(),
+        "the constructors without it make a spec that is not sharded");
+    // Without an election it goes as it is: the daemon refuses it, naming spec.sharded.
+    consistd.v1.Reconcile.QueueSpec alone = QueueSpec.of("web", "configmaps").sharded(true).toProto().getSpec();
+    assertTrue(alone.getSharded());
+    assertFalse(alone.hasElection());
   }
 
   @Test
