@@ -47,7 +47,12 @@ fn spec(ns: &str) -> QueueSpec {
 
 /// A daemon of the group: its namespace `ns`, members counting for 3 s after a renewal.
 async fn member(identity: &str, ns: &str) -> Daemon {
-    let config = format!("identity: {identity}\nnamespace: {ns}\nmembership:\n  ttl: 3s\n");
+    member_for(identity, ns, "3s").await
+}
+
+/// A daemon of the group whose members count for `ttl` after a renewal.
+async fn member_for(identity: &str, ns: &str, ttl: &str) -> Daemon {
+    let config = format!("identity: {identity}\nnamespace: {ns}\nmembership:\n  ttl: {ttl}\n");
     Daemon::builder(BIN).config(config).start().await
 }
 
@@ -281,12 +286,25 @@ async fn keys_spread_over_the_members_and_none_is_leased_to_two_pods_at_once_thr
 
     writer.abort();
     all_handled(&api).await;
-    let audit = audit.lock().expect("audit");
-    let overlaps = audit.overlaps();
+    let (overlaps, per_pod) = {
+        let audit = audit.lock().expect("audit");
+        (audit.overlaps(), audit.per_pod())
+    };
     assert!(overlaps.is_empty(), "{} moments two pods held one key, e.g. {:?}", overlaps.len(), overlaps.first());
-    let per_pod = audit.per_pod();
     eprintln!("grants per pod: {per_pod:?}");
     assert!(per_pod.len() == 3 && per_pod.values().all(|n| *n > 0), "every member handled keys: {per_pod:?}");
+
+    // A's metrics: it owns every slot and key now, handed slots on when B and C joined, and, as the
+    // coordinator, counted the slot-seconds B's slots had no owner granting after the kill.
+    let metric = |name: &'static str| {
+        let a = &a;
+        async move { a.metric(name, "name=\"work\"").await.unwrap_or_else(|| panic!("{name} on A")) }
+    };
+    assert_eq!(metric("consistd_workqueue_shard_slots").await, 1024.0);
+    assert_eq!(metric("consistd_workqueue_shard_keys").await, KEYS as f64);
+    assert!(metric("consistd_workqueue_shard_handoffs_total").await >= 600.0, "A handed about 2/3 of its slots on");
+    let ownerless = metric("consistd_workqueue_shard_ownerless_slot_seconds_total").await;
+    assert!(ownerless > 300.0, "B's ~341 slots waited about a TTL for an owner: {ownerless} slot-seconds");
 }
 
 #[tokio::test]
@@ -385,7 +403,9 @@ async fn a_key_carries_its_backoff_requeue_and_terminal_mark_to_the_pod_its_slot
         ..spec(&ns)
     };
     let seen: Seen = Arc::default();
-    let mut a = member("pod-a", &ns).await;
+    // Holds of 10 s: a renewal late on a busy machine must not end A's hold (its slots would then go on
+    // with nothing carried, which is what this test tells apart).
+    let mut a = member_for("pod-a", &ns, "10s").await;
     let _app_a = outcomes_app("pod-a", open(&a, spec.clone()).await.expect("open on A"), seen.clone());
     // The failing key's second attempt, 2 s after its first: its next waits 4 s.
     until("A tried the failing key twice", || items(&seen, "pod-a", "failing").len() >= 2).await;
@@ -393,7 +413,7 @@ async fn a_key_carries_its_backoff_requeue_and_terminal_mark_to_the_pod_its_slot
     for key in ["later", "terminal", "done"] {
         assert_eq!(items(&seen, "pod-a", key).len(), 1, "{key} once on A");
     }
-    let b = member("pod-b", &ns).await;
+    let b = member_for("pod-b", &ns, "10s").await;
     let _app_b = outcomes_app("pod-b", open(&b, spec.clone()).await.expect("open on B"), seen.clone());
     // A leaves: every slot goes to B with its keys' state.
     a.signal(Signal::SIGTERM);

@@ -4,7 +4,6 @@
 //! stale terms), [`leadership`] (Lease elections and election groups), [`authority`] (who may act, in which
 //! term) and [`reconcile`] queues.
 
-pub(crate) mod authority;
 pub mod client;
 pub mod fencing;
 pub mod leadership;

@@ -4,6 +4,7 @@
 //! leases. Streams that name the same queue share it; a queue lingers after its last stream like a watch.
 //! A sharded queue spreads its keys over every pod of an election group that runs it (`ring`, `shards`).
 
+mod authority;
 mod driver;
 mod gate;
 pub mod keys;
@@ -26,6 +27,7 @@ use consistd_observe::metrics::Metrics;
 use tokio::sync::{mpsc, oneshot};
 
 use self::{
+    authority::Authority,
     driver::Driver,
     keys::MapsBy,
     limiter::RetryPolicy,
@@ -33,7 +35,6 @@ use self::{
     shards::{RingNames, ShardMember},
 };
 use crate::{
-    authority::Authority,
     fencing::Claim,
     leadership::{self, Leadership},
     watch::{Hub, Query, ResourceError, object::Obj, resolve::ResourceId, view::ObjectView},
@@ -321,9 +322,10 @@ impl Reconciler {
                 let names = RingNames::new(election, &spec.name);
                 let identity = self.leadership.identity().to_owned();
                 let ttl = self.membership_ttl.clone();
-                Authority::sharded(
-                    ShardMember::join(&self.hub, names, identity, ttl, spec.fields(), &self.tasks).await?,
-                )
+                let ownerless = self.metrics.queue(&spec.name).shard_ownerless;
+                let joined =
+                    ShardMember::join(&self.hub, names, identity, ttl, spec.fields(), (ownerless, &self.tasks));
+                Authority::sharded(joined.await?)
             }
             (None, true) => {
                 return Err(ReconcileError::InvalidArgument {

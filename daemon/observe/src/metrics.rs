@@ -115,6 +115,10 @@ struct WorkqueueFamilies {
     retries: Family<QueueLabel, Counter>,
     consistency_holds: Family<QueueLabel, Counter>,
     consistency_timeouts: Family<QueueLabel, Counter>,
+    shard_slots: Family<QueueLabel, Gauge>,
+    shard_keys: Family<QueueLabel, Gauge>,
+    shard_handoffs: Family<QueueLabel, Counter>,
+    shard_ownerless: Family<QueueLabel, Counter<f64, AtomicU64>>,
 }
 
 /// One reconcile queue's metrics.
@@ -138,6 +142,15 @@ pub struct QueueMetrics {
     pub consistency_holds: Counter,
     /// Grants made after `consistency.timeout` without the watch showing a write (TIMED_OUT).
     pub consistency_timeouts: Counter,
+    /// A sharded queue: slots of its ring this member owns.
+    pub shard_slots: Gauge,
+    /// A sharded queue: keys in the slots this member owns.
+    pub shard_keys: Gauge,
+    /// A sharded queue: slots this member handed on to their next owners.
+    pub shard_handoffs: Counter,
+    /// A sharded queue: slot-seconds no member granted from (unowned, moving, or its owner no longer live),
+    /// as the coordinator counts.
+    pub shard_ownerless: Counter<f64, AtomicU64>,
 }
 
 /// The label of per-queue metrics, as client-go's workqueue names it.
@@ -379,6 +392,10 @@ impl Metrics {
             retries: Family::default(),
             consistency_holds: Family::default(),
             consistency_timeouts: Family::default(),
+            shard_slots: Family::default(),
+            shard_keys: Family::default(),
+            shard_handoffs: Family::default(),
+            shard_ownerless: Family::default(),
         };
         registry.register("workqueue_depth", "Keys a reconcile queue holds ready", workqueue.depth.clone());
         registry.register("workqueue_adds", "Keys added to a reconcile queue's ready line", workqueue.adds.clone());
@@ -412,6 +429,26 @@ impl Metrics {
             "workqueue_consistency_timeouts",
             "Grants made TIMED_OUT: a write was not seen within consistency.timeout",
             workqueue.consistency_timeouts.clone(),
+        );
+        registry.register(
+            "workqueue_shard_slots",
+            "Slots of a sharded queue's ring this member owns",
+            workqueue.shard_slots.clone(),
+        );
+        registry.register(
+            "workqueue_shard_keys",
+            "Keys in the slots of a sharded queue this member owns",
+            workqueue.shard_keys.clone(),
+        );
+        registry.register(
+            "workqueue_shard_handoffs",
+            "Slots of a sharded queue this member handed on to their next owners",
+            workqueue.shard_handoffs.clone(),
+        );
+        registry.register(
+            "workqueue_shard_ownerless_slot_seconds",
+            "Slot-seconds of a sharded queue's ring no member granted from (unowned, moving between owners, or owned by a member no longer live), counted by its coordinator",
+            workqueue.shard_ownerless.clone(),
         );
         Self {
             registry: Arc::new(root),
@@ -467,6 +504,10 @@ impl Metrics {
             retries: w.retries.get_or_create(&label).clone(),
             consistency_holds: w.consistency_holds.get_or_create(&label).clone(),
             consistency_timeouts: w.consistency_timeouts.get_or_create(&label).clone(),
+            shard_slots: w.shard_slots.get_or_create(&label).clone(),
+            shard_keys: w.shard_keys.get_or_create(&label).clone(),
+            shard_handoffs: w.shard_handoffs.get_or_create(&label).clone(),
+            shard_ownerless: w.shard_ownerless.get_or_create(&label).clone(),
         }
     }
 
@@ -483,6 +524,10 @@ impl Metrics {
         w.retries.remove(&label);
         w.consistency_holds.remove(&label);
         w.consistency_timeouts.remove(&label);
+        w.shard_slots.remove(&label);
+        w.shard_keys.remove(&label);
+        w.shard_handoffs.remove(&label);
+        w.shard_ownerless.remove(&label);
     }
 
     /// Creates the started series of `call` at 0, so a method shows before its first call.

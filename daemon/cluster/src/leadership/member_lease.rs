@@ -48,25 +48,7 @@ impl MemberRecord {
     /// Reads a member Lease of `election` (None for one of another election sharing a hashed label, or
     /// one without a valid peer address).
     pub(crate) fn parse(obj: &Obj, election: &str) -> Option<Self> {
-        #[derive(Deserialize)]
-        struct MemberLease {
-            metadata: Meta,
-            #[serde(default)]
-            spec: Spec,
-        }
-        #[derive(Deserialize)]
-        struct Meta {
-            #[serde(default)]
-            annotations: HashMap<String, String>,
-        }
-        #[derive(Deserialize, Default)]
-        #[serde(rename_all = "camelCase")]
-        struct Spec {
-            holder_identity: Option<String>,
-            renew_time: Option<String>,
-            lease_duration_seconds: Option<u64>,
-        }
-        let lease: MemberLease = match serde_json::from_slice(obj.json()) {
+        let lease: LeaseJson = match serde_json::from_slice(obj.json()) {
             Ok(l) => l,
             Err(error) => {
                 tracing::warn!(lease = %obj.name(), %error, "unreadable member Lease ignored");
@@ -100,6 +82,32 @@ impl MemberRecord {
     pub fn renewed_at(&self) -> Option<k8s_openapi::jiff::Timestamp> {
         self.renew_time.parse().ok()
     }
+}
+
+/// The parts of a Lease that group members' Leases (member Leases, a sharded queue's) are read by.
+#[derive(Deserialize)]
+pub(crate) struct LeaseJson {
+    pub metadata: LeaseMeta,
+    #[serde(default)]
+    pub spec: LeaseSpecJson,
+}
+
+/// A Lease's metadata, as [`LeaseJson`] reads it.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct LeaseMeta {
+    #[serde(default)]
+    pub annotations: HashMap<String, String>,
+    pub creation_timestamp: Option<String>,
+}
+
+/// A Lease's spec, as [`LeaseJson`] reads it.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct LeaseSpecJson {
+    pub holder_identity: Option<String>,
+    pub renew_time: Option<String>,
+    pub lease_duration_seconds: Option<u64>,
 }
 
 /// The member Lease's name: readable when it fits, else a hash.

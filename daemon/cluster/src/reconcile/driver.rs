@@ -15,21 +15,19 @@ use tokio::{sync::mpsc, time::Instant};
 
 use super::{
     DriverCall, Handed, QueueSpec, ReconcileError, Reconciler, Work,
+    authority::{Authority, May},
     gate::{Gate, Verdict},
     keys::{MapsBy, PrimaryKind, primary_of},
     queue::{Completion, Origin, Queue},
     ring::slot_of,
     shards::Handoff,
 };
-use crate::{
-    authority::{Authority, May},
-    watch::{
-        budget::Exhausted,
-        object::{Obj, ObjKey},
-        resolve::ResourceId,
-        shared::{Change, Item, SharedWatch},
-        sleep_until,
-    },
+use crate::watch::{
+    budget::Exhausted,
+    object::{Obj, ObjKey},
+    resolve::ResourceId,
+    shared::{Change, Item, SharedWatch},
+    sleep_until,
 };
 
 /// How often the depth gauges, lease ages and the status report are brought up to date.
@@ -520,6 +518,7 @@ impl Driver {
             return;
         }
         let slots: BTreeSet<u16> = new.iter().map(|(slot, _)| *slot).collect();
+        self.metrics.shard_handoffs.inc_by(u64::try_from(slots.len()).unwrap_or(0));
         self.authority.drained(self.handoffs(&slots));
         self.drained.extend(new);
     }
@@ -555,6 +554,7 @@ impl Driver {
             self.release(&id, now, "the queue ended");
         }
         let slots: BTreeSet<u16> = self.authority.owned().into_keys().collect();
+        self.metrics.shard_handoffs.inc_by(u64::try_from(slots.len()).unwrap_or(0));
         self.authority.leaving(self.handoffs(&slots));
     }
 
@@ -752,6 +752,12 @@ impl Driver {
 
     /// Brings the gauges and the status report up to date.
     fn report(&mut self, report: &Mutex<QueueReport>, now: Instant) {
+        if self.authority.member().is_some() {
+            let owned = self.authority.owned();
+            self.metrics.shard_slots.set(i64::try_from(owned.len()).unwrap_or(i64::MAX));
+            let keys = self.queue.keys().filter(|k| owned.contains_key(&slot_of(k))).count();
+            self.metrics.shard_keys.set(i64::try_from(keys).unwrap_or(i64::MAX));
+        }
         let mut counts = self.queue.counts();
         // Keys parked for slots that are other members' are theirs to count.
         counts.depth -= self.parked.values().map(Vec::len).sum::<usize>().min(counts.depth);

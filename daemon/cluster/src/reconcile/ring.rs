@@ -49,7 +49,7 @@ impl std::fmt::Display for Holder {
 
 /// One slot of the ring.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Slot {
+pub struct RingSlot {
     /// Its epoch: grows by one each time an owner is given it, so a claim names one owner's tenure.
     pub epoch: u64,
     /// Who owns it; None while nobody does.
@@ -62,7 +62,7 @@ pub struct Slot {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ring {
     /// Indexed by slot.
-    pub slots: Vec<Slot>,
+    pub slots: Vec<RingSlot>,
 }
 
 /// The ring as its Lease annotation holds it: a table of holders, and per slot (epoch, owner, next) as
@@ -77,7 +77,7 @@ impl Ring {
     /// A ring nobody owns yet, every epoch at `base`. A new ring starts its epochs at the time it is made
     /// (in milliseconds), so a ring deleted and made again never hands out an epoch an earlier ring did.
     pub fn new(base: u64) -> Self {
-        Self { slots: (0..SLOTS).map(|_| Slot { epoch: base, owner: None, next: None }).collect() }
+        Self { slots: (0..SLOTS).map(|_| RingSlot { epoch: base, owner: None, next: None }).collect() }
     }
 
     /// Reads the ring from its written form.
@@ -95,7 +95,7 @@ impl Ring {
         let slots = encoded
             .slots
             .iter()
-            .map(|&(epoch, owner, next)| Ok(Slot { epoch, owner: holder(owner)?, next: holder(next)? }))
+            .map(|&(epoch, owner, next)| Ok(RingSlot { epoch, owner: holder(owner)?, next: holder(next)? }))
             .collect::<Result<_, String>>()?;
         Ok(Self { slots })
     }
@@ -366,11 +366,11 @@ mod tests {
     #[test]
     fn a_release_gives_only_moving_slots_of_their_owner_in_the_next_epoch() {
         let mut ring = Ring::new(7);
-        ring.slots[0] = Slot { epoch: 8, owner: Some(holder("a")), next: Some(holder("b")) };
-        ring.slots[1] = Slot { epoch: 8, owner: Some(holder("a")), next: None };
-        ring.slots[2] = Slot { epoch: 8, owner: Some(holder("c")), next: Some(holder("b")) };
+        ring.slots[0] = RingSlot { epoch: 8, owner: Some(holder("a")), next: Some(holder("b")) };
+        ring.slots[1] = RingSlot { epoch: 8, owner: Some(holder("a")), next: None };
+        ring.slots[2] = RingSlot { epoch: 8, owner: Some(holder("c")), next: Some(holder("b")) };
         assert!(ring.release(&holder("a"), &BTreeSet::from([0, 1, 2])));
-        assert_eq!(ring.slots[0], Slot { epoch: 9, owner: Some(holder("b")), next: None });
+        assert_eq!(ring.slots[0], RingSlot { epoch: 9, owner: Some(holder("b")), next: None });
         assert_eq!(ring.slots[1].owner, Some(holder("a")), "not moving");
         assert_eq!(ring.slots[2].owner, Some(holder("c")), "not a's");
         assert!(!ring.release(&holder("a"), &BTreeSet::from([0])), "no longer a's");

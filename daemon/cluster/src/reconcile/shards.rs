@@ -9,7 +9,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
-    sync::{Arc, Mutex, PoisonError},
+    sync::{Arc, Mutex, PoisonError, atomic::AtomicU64},
     time::{Duration, SystemTime},
 };
 
@@ -28,6 +28,7 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
 };
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
+use prometheus_client::metrics::counter::Counter;
 use serde::{Deserialize, Serialize};
 use tokio::{
     sync::{mpsc, watch},
@@ -41,7 +42,10 @@ use super::{
     ring::{Holder, Ring, SLOTS, slot_of},
 };
 use crate::{
-    leadership::{Key, member_lease::group_label},
+    leadership::{
+        Key,
+        member_lease::{LeaseJson, group_label},
+    },
     watch::{Hub, Mirror, Query, object::Obj, object::ObjKey, sleep_until},
 };
 
@@ -181,7 +185,7 @@ impl ShardMember {
         identity: String,
         ttl: Live<Duration>,
         spec: BTreeMap<String, String>,
-        tasks: &consistd_core::tasks::Tasks,
+        (ownerless, tasks): (Counter<f64, AtomicU64>, &consistd_core::tasks::Tasks),
     ) -> Result<Self, ReconcileError> {
         let refused = |message: String| ReconcileError::FailedPrecondition { field: "spec.election".into(), message };
         let query = Query {
@@ -250,6 +254,7 @@ impl ShardMember {
             unreleased: (Vec::new(), Instant::now()),
             carried: BTreeMap::new(),
             planned_over: None,
+            ownerless: (ownerless, Instant::now()),
             report: report.clone(),
         };
         // The first renewal, here, so a refusal (RBAC) reaches the app; a Lease an earlier run of this
@@ -309,27 +314,7 @@ struct SeenShard {
 
 impl Seen {
     fn read(obj: &Obj, ring: &str, before: Option<&Seen>) -> Option<Self> {
-        #[derive(Deserialize)]
-        struct RingLease {
-            metadata: Meta,
-            #[serde(default)]
-            spec: Spec,
-        }
-        #[derive(Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Meta {
-            #[serde(default)]
-            annotations: HashMap<String, String>,
-            creation_timestamp: Option<String>,
-        }
-        #[derive(Deserialize, Default)]
-        #[serde(rename_all = "camelCase")]
-        struct Spec {
-            holder_identity: Option<String>,
-            renew_time: Option<String>,
-            lease_duration_seconds: Option<u64>,
-        }
-        let lease: RingLease = serde_json::from_slice(obj.json()).ok()?;
+        let lease: LeaseJson = serde_json::from_slice(obj.json()).ok()?;
         let annotations = &lease.metadata.annotations;
         if annotations.get(RING_ANNOTATION).map(String::as_str) != Some(ring) {
             return None;
@@ -401,6 +386,8 @@ struct Member {
     /// The ring version (empty: none) the coordinator's last plan was written over: it plans again once
     /// the watch shows another.
     planned_over: Option<String>,
+    /// Slot-seconds no member granted from, counted while this member coordinates, and when it last counted.
+    ownerless: (Counter<f64, AtomicU64>, Instant),
     report: Arc<Mutex<RingState>>,
 }
 
@@ -655,8 +642,18 @@ impl Member {
         let first = live.iter().next().map(|h| h.identity.clone());
         let coordinator = self.until.is_some_and(|u| u > now) && first.as_deref() == Some(self.identity.as_str());
         self.report.lock().unwrap_or_else(PoisonError::into_inner).coordinator = coordinator;
+        let since = std::mem::replace(&mut self.ownerless.1, now);
         if !coordinator {
             return;
+        }
+        if let Some((ring, _)) = self.ring() {
+            // Unowned, moving, or owned by a member no longer live.
+            let without = ring
+                .slots
+                .iter()
+                .filter(|s| s.next.is_some() || s.owner.as_ref().is_none_or(|o| !live.contains(o)))
+                .count();
+            self.ownerless.0.inc_by(now.saturating_duration_since(since).as_secs_f64() * without as f64);
         }
         let seen = self.ring().map(|(_, version)| version.to_owned()).unwrap_or_default();
         if self.planned_over.as_ref() == Some(&seen) {

@@ -12,7 +12,10 @@ use tokio::{sync::watch, time::Instant};
 
 use crate::{
     leadership::{Key, Leadership, Observation, Role},
-    reconcile::shards::{Handoff, Ownership, ShardMember},
+    reconcile::{
+        ring::slot_of,
+        shards::{Handoff, Ownership, ShardMember},
+    },
     watch::{object::ObjKey, sleep_until},
 };
 
@@ -104,7 +107,7 @@ impl Authority {
                 Some(ownership) => match ownership.of(key, now) {
                     Some((_, epoch, false)) => May::Grant(epoch),
                     Some((slot, _, true)) => May::Park(slot),
-                    None => May::Park(crate::reconcile::ring::slot_of(key)),
+                    None => May::Park(slot_of(key)),
                 },
             },
             _ => self.term().map_or(May::Nothing, May::Grant),
@@ -125,7 +128,7 @@ impl Authority {
     /// For a sharded queue, the claim a write for a lease on `key` in epoch `term` carries.
     pub(crate) fn claim(&self, key: &ObjKey, term: u64) -> Option<Claim> {
         let Self::Sharded { member, .. } = self else { return None };
-        Some(member.names.claim(crate::reconcile::ring::slot_of(key), term))
+        Some(member.names.claim(slot_of(key), term))
     }
 
     /// The slots owned and moving away, with their epochs.
