@@ -440,3 +440,29 @@ async fn a_key_carries_its_backoff_requeue_and_terminal_mark_to_the_pod_its_slot
     api.patch("terminal", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("change");
     until("B handled the changed terminal key", || !items(&seen, "pod-b", "terminal").is_empty()).await;
 }
+
+/// A ring that names a member this daemon never saw (its shard Lease deleted, and the coordinator started
+/// after): the member's slots go to the others a TTL after the coordinator first found them, not never.
+#[tokio::test]
+async fn the_slots_of_a_member_whose_lease_is_gone_go_to_the_others_after_a_ttl() {
+    use k8s_openapi::api::coordination::v1::Lease;
+
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let a = member("pod-a", &ns).await;
+    let queue_a = open(&a, spec(&ns)).await.expect("open on A");
+    let mut b = member("pod-b", &ns).await;
+    let _queue_b = open(&b, spec(&ns)).await.expect("open on B");
+    settled(&a, &["pod-a", "pod-b"]).await;
+    // B dies, its shard Lease is deleted, and A restarts: the ring names B, whom the new A never saw.
+    b.signal(Signal::SIGKILL);
+    b.wait_exit(WAIT).await;
+    let leases: Api<Lease> = Api::namespaced(kube, &ns);
+    leases.delete(&format!("{GROUP}.ring.work.pod-b"), &Default::default()).await.expect("delete B's shard Lease");
+    drop(queue_a);
+    drop(a);
+    let a = member("pod-a", &ns).await;
+    let _queue_a = open(&a, spec(&ns)).await.expect("open on the new A");
+    let taken = settled(&a, &["pod-a"]).await;
+    eprintln!("the slots of a member never seen went to the others {taken:?} after the coordinator opened");
+}

@@ -667,6 +667,14 @@ impl Member {
                 (Ring::new(u64::try_from(base).unwrap_or(1)), None)
             }
         };
+        // An owner this daemon never saw a renewal of (its Lease deleted before this daemon started): its TTL
+        // counts from now.
+        let ttl = self.ttl.get();
+        for owner in ring.owners() {
+            if !live.contains(owner) {
+                self.last_renewal.entry(owner.clone()).or_insert_with(|| (String::new(), now, ttl));
+            }
+        }
         let mut gone = BTreeSet::new();
         for owner in ring.owners() {
             if !live.contains(owner) && self.gone(owner, now).await {
