@@ -9,13 +9,13 @@
 use std::{
     collections::{HashMap, HashSet},
     sync::Arc,
-    time::{Duration, SystemTime},
+    time::SystemTime,
 };
 
 use consistd_core::lease::{AppliedBy, MEMBER_OF_LABEL};
 use tokio::time::Instant;
 
-use super::member_lease::{MemberRecord, group_label};
+use super::member_lease::{MemberRecord, age_of, group_label};
 use crate::watch::{Hub, Mirror, Query, ResourceError, object::Obj, sleep_until};
 
 /// One member Lease as this daemon last saw it.
@@ -36,11 +36,7 @@ impl SeenMember {
             Some(before) if before.record.renew_time == record.renew_time => before.renewed,
             Some(_) => Some(Instant::now()),
             None => {
-                let age = record.renewed_at().map(|at| {
-                    let age = k8s_openapi::jiff::Timestamp::now().duration_since(at);
-                    // A renewal in the future (a fast clock elsewhere) is as fresh as one just now.
-                    if age.is_negative() { Duration::ZERO } else { age.unsigned_abs() }
-                });
+                let age = record.renewed_at().map(age_of);
                 age.filter(|age| *age < record.ttl).and_then(|age| Instant::now().checked_sub(age))
             }
         };
@@ -192,6 +188,8 @@ impl GroupReader {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn lease(renew_time: &str, ttl_seconds: u64) -> Obj {

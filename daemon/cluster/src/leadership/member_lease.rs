@@ -110,6 +110,13 @@ pub(crate) struct LeaseSpecJson {
     pub lease_duration_seconds: Option<u64>,
 }
 
+/// How long ago `at` (a Lease's renewTime) was by this machine's wall clock; a renewal in the future (a
+/// fast clock elsewhere) is as fresh as one just now.
+pub(crate) fn age_of(at: k8s_openapi::jiff::Timestamp) -> Duration {
+    let age = k8s_openapi::jiff::Timestamp::now().duration_since(at);
+    if age.is_negative() { Duration::ZERO } else { age.unsigned_abs() }
+}
+
 /// The member Lease's name: readable when it fits, else a hash.
 pub(crate) fn lease_name(election: &str, identity: &str) -> String {
     let readable = format!("{election}.member.{identity}");

@@ -44,7 +44,7 @@ use super::{
 use crate::{
     leadership::{
         Key,
-        member_lease::{LeaseJson, group_label},
+        member_lease::{LeaseJson, age_of, group_label},
     },
     watch::{Hub, Mirror, Query, object::Obj, object::ObjKey, sleep_until},
 };
@@ -345,11 +345,7 @@ impl Seen {
             None => {
                 // At first sight, the renewal's age by this machine's wall clock says whether it is live; the
                 // coordinator still counts a whole TTL from now before it takes the member's slots.
-                let age = renew_time
-                    .parse::<k8s_openapi::jiff::Timestamp>()
-                    .ok()
-                    .map(|at| k8s_openapi::jiff::Timestamp::now().duration_since(at))
-                    .map(|age| if age.is_negative() { Duration::ZERO } else { age.unsigned_abs() });
+                let age = renew_time.parse::<k8s_openapi::jiff::Timestamp>().ok().map(age_of);
                 (now, age.filter(|age| *age < ttl).map(|age| now + (ttl - age)))
             }
         };
