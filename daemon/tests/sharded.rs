@@ -207,29 +207,32 @@ async fn settled(daemon: &Daemon, members: &[&str]) -> Duration {
     }
 }
 
-/// Waits until every ConfigMap's `handled` annotation shows its `data.v`: every change was handled.
-async fn all_handled(api: &Api<ConfigMap>) {
+/// Waits until every ConfigMap's `handled` annotation shows its `data.v`: every change was handled; else
+/// fails with what `explain` says of the keys behind.
+async fn all_handled(api: &Api<ConfigMap>, explain: &dyn Fn(&[String]) -> String) {
     let started = Instant::now();
     loop {
         let list = api.list(&Default::default()).await.expect("list");
         let behind: Vec<String> = list
             .items
             .iter()
-            .filter(|cm| {
+            .filter_map(|cm| {
                 let v = cm.data.as_ref().and_then(|d| d.get("v"));
                 let handled = cm.metadata.annotations.as_ref().and_then(|a| a.get("handled"));
-                v != handled
+                let name = cm.metadata.name.clone()?;
+                let rv = cm.metadata.resource_version.clone().unwrap_or_default();
+                (v != handled).then(|| format!("{name} (v {v:?}, handled {handled:?}, at {rv})"))
             })
-            .filter_map(|cm| cm.metadata.name.clone())
             .collect();
         if behind.is_empty() {
             return;
         }
         assert!(
             started.elapsed() < WAIT,
-            "{} keys never handled their newest change: {:?}",
+            "{} keys never handled their newest change: {:?}\n{}",
             behind.len(),
-            &behind[..behind.len().min(10)]
+            &behind[..behind.len().min(10)],
+            explain(&behind)
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -285,7 +288,18 @@ async fn keys_spread_over_the_members_and_none_is_leased_to_two_pods_at_once_thr
     eprintln!("pod-c left: A owned every slot {left:?} after");
 
     writer.abort();
-    all_handled(&api).await;
+    let explain = |behind: &[String]| {
+        let audit = audit.lock().expect("audit");
+        let t0 = audit.grants.first().map_or_else(Instant::now, |g| g.start);
+        let grants: Vec<String> = audit
+            .grants
+            .iter()
+            .filter(|g| behind.iter().any(|b| b.split(' ').next() == Some(g.key.as_str())))
+            .map(|g| format!("{} {} at {:?} for {:?}", g.key, g.pod, g.start - t0, g.end.map(|e| e - g.start)))
+            .collect();
+        format!("their grants:\n{}\nA's log:\n{}\nC's log:\n{}", grants.join("\n"), a.logs(), c.logs())
+    };
+    all_handled(&api, &explain).await;
     let (overlaps, per_pod) = {
         let audit = audit.lock().expect("audit");
         (audit.overlaps(), audit.per_pod())
@@ -300,11 +314,22 @@ async fn keys_spread_over_the_members_and_none_is_leased_to_two_pods_at_once_thr
         let a = &a;
         async move { a.metric(name, "name=\"work\"").await.unwrap_or_else(|| panic!("{name} on A")) }
     };
+    // The gauges follow the ring within the driver's report interval (250 ms).
+    let started = Instant::now();
+    while metric("consistd_workqueue_shard_slots").await != 1024.0 && started.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_eq!(metric("consistd_workqueue_shard_slots").await, 1024.0);
     assert_eq!(metric("consistd_workqueue_shard_keys").await, KEYS as f64);
     assert!(metric("consistd_workqueue_shard_handoffs_total").await >= 600.0, "A handed about 2/3 of its slots on");
     let ownerless = metric("consistd_workqueue_shard_ownerless_slot_seconds_total").await;
-    assert!(ownerless > 300.0, "B's ~341 slots waited about a TTL for an owner: {ownerless} slot-seconds");
+    // From when B stopped counting as live (a TTL after its last renewal) until the coordinator gave its
+    // slots away (a consistent read a TTL after that renewal, and a plan): a part of a TTL, for ~341 slots.
+    eprintln!("B's slots went without an owner for {ownerless:.0} slot-seconds");
+    assert!(
+        (34.0..341.0 * 6.0).contains(&ownerless),
+        "B's ~341 slots waited between 0.1 s and two TTLs for an owner: {ownerless} slot-seconds"
+    );
 }
 
 #[tokio::test]
@@ -382,11 +407,30 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// When the pod a key's slot moves to opens the queue: before its last owner leaves (a rollout that
+/// surges), or after (a single replica restarted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Handover {
+    JoinThenLeave,
+    LeaveThenJoin,
+}
+
 /// A member that leaves hands each slot on with its keys' state: the next owner retries a failing key
 /// after its backoff and counting its failures (not at once, as a first attempt), keeps an hour's requeue,
 /// and leaves a TERMINAL key and a DONE one alone until they change.
 #[tokio::test]
 async fn a_key_carries_its_backoff_requeue_and_terminal_mark_to_the_pod_its_slot_moves_to() {
+    carries_its_state(Handover::JoinThenLeave).await;
+}
+
+/// A member that leaves with no other member live leaves its slots to nobody, their keys' state kept
+/// for the next member to open the queue.
+#[tokio::test]
+async fn a_key_carries_its_state_to_the_next_pod_to_open_the_queue_after_the_last_one_left() {
+    carries_its_state(Handover::LeaveThenJoin).await;
+}
+
+async fn carries_its_state(handover: Handover) {
     let kube = consistd_testkit::kube_client().await;
     let ns = consistd_testkit::namespace(&kube).await;
     let api: Api<ConfigMap> = Api::namespaced(kube, &ns);
@@ -413,16 +457,27 @@ async fn a_key_carries_its_backoff_requeue_and_terminal_mark_to_the_pod_its_slot
     for key in ["later", "terminal", "done"] {
         assert_eq!(items(&seen, "pod-a", key).len(), 1, "{key} once on A");
     }
-    let b = member_for("pod-b", &ns, "10s").await;
-    let _app_b = outcomes_app("pod-b", open(&b, spec.clone()).await.expect("open on B"), seen.clone());
-    // A leaves: every slot goes to B with its keys' state.
+    let join = async || {
+        let b = member_for("pod-b", &ns, "10s").await;
+        let app = outcomes_app("pod-b", open(&b, spec.clone()).await.expect("open on B"), seen.clone());
+        (b, app)
+    };
+    let mut joined = None;
+    if handover == Handover::JoinThenLeave {
+        joined = Some(join().await);
+    }
+    // A leaves: every slot goes to B with its keys' state (or, B not there yet, waits for it).
     a.signal(Signal::SIGTERM);
     a.wait_exit(WAIT).await;
+    let (b, _app_b) = match joined {
+        Some(joined) => joined,
+        None => join().await,
+    };
     settled(&b, &["pod-b"]).await;
 
     until("B retried the failing key", || !items(&seen, "pod-b", "failing").is_empty()).await;
     let (attempt, at) = items(&seen, "pod-b", "failing")[0];
-    assert_eq!(attempt, 3, "the failures came with the key");
+    assert_eq!(attempt, 3, "the failures came with the key; A's log:\n{}\nB's log:\n{}", a.logs(), b.logs());
     assert!(
         at >= second + Duration::from_secs(3),
         "retried {:?} after the second attempt: its 4 s backoff came with it",

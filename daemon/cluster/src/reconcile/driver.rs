@@ -405,8 +405,7 @@ impl Driver {
                 w.known.insert(key.clone(), (obj.clone(), Some(key.clone())));
                 self.tombstones.remove(&key);
             }
-            self.queue.changed(&key, origin, now);
-            self.note_change(&key, (index, at), now);
+            self.key_changed(&key, (index, at), origin, now);
             return;
         };
         let named = if deleted { None } else { primary_of(obj, maps_by, &self.primary_kind) };
@@ -417,9 +416,24 @@ impl Driver {
         };
         let before = before.filter(|b| Some(b) != named.as_ref());
         for primary in named.iter().chain(before.iter()) {
-            self.queue.changed(primary, origin, now);
-            self.note_change(primary, (index, at), now);
+            self.key_changed(primary, (index, at), origin, now);
         }
+    }
+
+    /// Queues `key` for a change watch `index` brought at resourceVersion `at`, unless the pod that handed
+    /// the key's slot on to this one had already taken that change in (its hand-off holds the outcome):
+    /// the list a driver starts with brings again what the last owner handled.
+    fn key_changed(&mut self, key: &ObjKey, (index, at): (usize, Option<u64>), origin: Origin, now: Instant) {
+        let handed_on = at.is_some_and(|at| {
+            self.authority.handoff(slot_of(key)).is_some_and(|h| {
+                !h.overflow && h.cut.as_ref().and_then(|cut| cut.get(index)).is_some_and(|cut| at <= *cut)
+            })
+        });
+        if handed_on {
+            return;
+        }
+        self.queue.changed(key, origin, now);
+        self.note_change(key, (index, at), now);
     }
 
     /// A change of `key` seen by watch `index` at resourceVersion `at`: noted while its slot is another
@@ -449,12 +463,30 @@ impl Driver {
             self.release(&id, now, "the term (or the slot's epoch) it was granted in ended here");
         }
         self.take_over(now);
+        self.unpark();
+    }
+
+    /// Queues again the keys parked for slots this member may grant from once more in the epoch it
+    /// already held them in: a move away that the coordinator called off (its next owner left first).
+    fn unpark(&mut self) {
+        if self.parked.is_empty() {
+            return;
+        }
+        let moving: BTreeSet<u16> = self.authority.moving().into_iter().map(|(slot, _)| slot).collect();
+        let owned = self.authority.owned();
+        let back: Vec<u16> =
+            self.parked.keys().filter(|slot| owned.contains_key(slot) && !moving.contains(slot)).copied().collect();
+        for slot in back {
+            for key in self.parked.remove(&slot).unwrap_or_default() {
+                self.queue.unpop(&key);
+            }
+        }
     }
 
     /// Takes over the slots this member was given since it last looked: keys its last owner handed on
     /// carry their state (the rest were idle there), and a key that changed after the last owner's last
     /// look is queued; without a hand-off (a new ring, or an owner whose hold lapsed) every key of the slot
-    /// waiting here is handed out once, as a new queue's list would be.
+    /// this queue knows is handed out once, as a new queue's list would be.
     fn take_over(&mut self, now: Instant) {
         let owned = self.authority.owned();
         self.taken.retain(|slot, epoch| owned.get(slot) == Some(epoch));
@@ -467,17 +499,21 @@ impl Driver {
         let mut keys: HashMap<u16, Vec<ObjKey>> = HashMap::new();
         for key in self.queue.keys() {
             let slot = slot_of(key);
-            if handoffs.contains_key(&slot) {
+            if new.contains_key(&slot) {
                 keys.entry(slot).or_default().push(key.clone());
             }
         }
+        tracing::debug!(queue = %self.spec.name, slots = new.len(), handed_on = handoffs.len(), "slots taken over");
         let wall = SystemTime::now();
         for (slot, epoch) in new {
             self.taken.insert(slot, epoch);
             let parked = self.parked.remove(&slot).unwrap_or_default();
             let Some(handoff) = handoffs.get(&slot) else {
-                for key in parked {
-                    self.queue.unpop(&key);
+                // Nothing handed on: every key of the slot once, including keys idle (or failing) here
+                // from an earlier tenure of it, whose state since is unknown.
+                for key in parked.iter().chain(keys.remove(&slot).unwrap_or_default().iter()) {
+                    self.changed_since.remove(key);
+                    self.queue.restart(key, now);
                 }
                 continue;
             };
@@ -498,6 +534,7 @@ impl Driver {
                         noted.iter().any(|(watch, at)| at.is_none_or(|at| at > cuts.get(*watch).copied().unwrap_or(0)))
                     }
                 };
+                tracing::trace!(queue = %self.spec.name, slot, epoch, name = %key.name, carried = ?carried.get(&key).map(|c| c.place), changed, "key taken over with its slot");
                 self.queue.take_over(&key, carried.get(&key).copied(), changed, (now, wall));
             }
         }
@@ -536,6 +573,7 @@ impl Driver {
             if let Some(h) = handoffs.get_mut(&slot_of(key))
                 && let Some(carried) = self.queue.carry(key, now, wall)
             {
+                tracing::trace!(queue = %self.spec.name, slot = h.slot, name = %key.name, place = ?carried.place, "key handed on with its slot");
                 h.keys.push(carried);
             }
         }
@@ -554,6 +592,7 @@ impl Driver {
             self.release(&id, now, "the queue ended");
         }
         let slots: BTreeSet<u16> = self.authority.owned().into_keys().collect();
+        tracing::debug!(queue = %self.spec.name, slots = slots.len(), "queue ended: its member leaves");
         self.metrics.shard_handoffs.inc_by(u64::try_from(slots.len()).unwrap_or(0));
         self.authority.leaving(self.handoffs(&slots));
     }
@@ -820,6 +859,11 @@ mod tests {
     };
     use consistd_observe::metrics::Metrics;
 
+    use crate::reconcile::{
+        queue::{Carried, CarriedPlace},
+        shards::{Ownership, RingNames, ShardMember},
+    };
+
     const TIMEOUT: Duration = Duration::from_secs(5);
 
     #[test]
@@ -864,6 +908,20 @@ mod tests {
 
     impl Rig {
         fn new(comparable: bool) -> Self {
+            let mut rig = Self::build(comparable, None);
+            rig.list(0, vec![]);
+            rig.list(1, vec![]);
+            rig
+        }
+
+        /// A rig whose queue is sharded, its ownership published by hand; nothing listed yet.
+        fn sharded() -> (Self, tokio::sync::watch::Sender<Ownership>) {
+            let election = crate::leadership::Key { namespace: "ns".into(), name: "e".into() };
+            let (member, publish) = ShardMember::by_hand(RingNames::new(&election, "q"));
+            (Self::build(true, Some(Authority::sharded(member))), publish)
+        }
+
+        fn build(comparable: bool, sharded: Option<Authority>) -> Self {
             let metrics = Metrics::new();
             let client = unused_client();
             let tasks = Tasks::new();
@@ -912,12 +970,27 @@ mod tests {
                 plural: "configmaps".into(),
             };
             let watches = vec![(primary.clone(), None), (related.clone(), Some(MapsBy::Label("owner".into())))];
-            let authority = Authority::follow(&leadership, None);
+            let authority = sharded.unwrap_or_else(|| Authority::follow(&leadership, None));
             let driver = Driver::new(reconciler, spec, comparable, (kind, authority), watches, Events::new());
-            let mut rig = Self { driver, primary, related, expectations, metrics, now: Instant::now() };
-            rig.list(0, vec![]);
-            rig.list(1, vec![]);
-            rig
+            Self { driver, primary, related, expectations, metrics, now: Instant::now() }
+        }
+
+        /// Publishes that this member owns `slots` (each in its epoch, none moving) with `handoffs`, and
+        /// lets the driver take it in.
+        async fn own(
+            &mut self,
+            publish: &tokio::sync::watch::Sender<Ownership>,
+            slots: BTreeMap<u16, (u64, bool)>,
+            handoffs: Vec<Handoff>,
+        ) {
+            publish.send_replace(Ownership {
+                until: Some(Instant::now() + Duration::from_secs(60)),
+                holding: "h".into(),
+                slots,
+                handoffs: handoffs.into_iter().map(|h| (h.slot, Arc::new(h))).collect(),
+            });
+            tokio::time::timeout(TIMEOUT, self.driver.authority.changed()).await.expect("ownership taken in");
+            self.driver.authority_changed(self.now);
         }
 
         fn watch(&self, index: usize) -> Arc<SharedWatch> {
@@ -974,6 +1047,83 @@ mod tests {
                 TIMEOUT,
             );
         }
+    }
+
+    fn key(name: &str) -> ObjKey {
+        ObjKey { namespace: "ns".into(), name: name.into() }
+    }
+
+    /// A slot taken over with its keys' state: the list the driver starts with brings again what the last
+    /// owner had taken in (not a change: an hour's requeue stands), while a change past the last owner's
+    /// cut is handed out.
+    #[tokio::test]
+    async fn a_list_after_a_take_over_requeues_only_what_changed_past_the_last_owners_cut() {
+        let (mut rig, publish) = Rig::sharded();
+        let (a, b) = (key("a"), key("b"));
+        let wall = SystemTime::now();
+        let hour = wall.duration_since(SystemTime::UNIX_EPOCH).expect("after 1970").as_millis() + 3_600_000;
+        let later = Carried {
+            namespace: "ns".into(),
+            name: "a".into(),
+            place: CarriedPlace::Requeue(u64::try_from(hour).expect("fits")),
+            failures: 0,
+            last_error: None,
+        };
+        let handoff =
+            |slot: u16, keys: Vec<Carried>| Handoff { slot, epoch: 5, cut: Some(vec![10, 0]), overflow: false, keys };
+        let mut handoffs = vec![handoff(slot_of(&a), vec![later])];
+        if slot_of(&b) != slot_of(&a) {
+            handoffs.push(handoff(slot_of(&b), Vec::new()));
+        }
+        let slots = handoffs.iter().map(|h| (h.slot, (5, false))).collect();
+        rig.own(&publish, slots, handoffs).await;
+        rig.list(0, vec![raw("a", 7, ""), raw("b", 12, "")]);
+        rig.list(1, vec![]);
+        let mut rx = rig.attach(1, 4);
+        rig.pump();
+        let work = next(&mut rx).expect("b changed past the cut");
+        assert_eq!(work.object.as_ref().map(|o| o.key()), Some(b));
+        assert!(next(&mut rx).is_none(), "a's requeue was cut short by the list that brought it again");
+    }
+
+    /// A slot that comes back with nothing handed on (its owner was lost) hands each of its keys out once,
+    /// also a key that was done here in an earlier tenure of the slot.
+    #[tokio::test]
+    async fn a_slot_back_with_nothing_handed_on_hands_out_a_key_done_here_before() {
+        let (mut rig, publish) = Rig::sharded();
+        let a = key("a");
+        let slot = slot_of(&a);
+        rig.own(&publish, BTreeMap::from([(slot, (1, false))]), Vec::new()).await;
+        rig.list(0, vec![raw("a", 7, "")]);
+        rig.list(1, vec![]);
+        let mut rx = rig.attach(1, 4);
+        rig.pump();
+        let first = next(&mut rx).expect("a handed out");
+        rig.complete(1, &first.lease_id, Completion::Done).expect("completed");
+        // The slot goes to another member, then comes back without a hand-off.
+        rig.own(&publish, BTreeMap::new(), Vec::new()).await;
+        rig.own(&publish, BTreeMap::from([(slot, (3, false))]), Vec::new()).await;
+        rig.pump();
+        let again = next(&mut rx).expect("a handed out again: its state since is unknown");
+        assert_eq!(again.attempt, 1, "its failures start afresh");
+        assert!(next(&mut rx).is_none(), "once");
+    }
+
+    /// A key parked while its slot was moving away is handed out here once the move is called off (the
+    /// member it was moving to left first), though the slot's epoch did not change.
+    #[tokio::test]
+    async fn a_key_parked_for_a_move_called_off_is_handed_out_here() {
+        let (mut rig, publish) = Rig::sharded();
+        let slot = slot_of(&key("a"));
+        rig.own(&publish, BTreeMap::from([(slot, (1, true))]), Vec::new()).await;
+        rig.list(0, vec![raw("a", 7, "")]);
+        rig.list(1, vec![]);
+        let mut rx = rig.attach(1, 4);
+        rig.pump();
+        assert!(next(&mut rx).is_none(), "a moving slot hands out nothing");
+        rig.own(&publish, BTreeMap::from([(slot, (1, false))]), Vec::new()).await;
+        rig.pump();
+        assert!(next(&mut rx).is_some(), "the move was called off: a is this member's to hand out");
     }
 
     fn version(work: &Work) -> String {

@@ -428,6 +428,27 @@ impl Queue {
         }
     }
 
+    /// Starts `key` afresh: its slot came to this pod with nothing handed on (a new ring, or an owner that
+    /// was lost), so what this queue held for it from an earlier tenure is stale and the last owner's state
+    /// is unknown. Unless already queued or leased, it is handed out once, behind live changes, as a new
+    /// queue's list would be, counting no failures.
+    pub(crate) fn restart(&mut self, key: &ObjKey, now: Instant) {
+        let Some(state) = self.keys.get_mut(key) else { return };
+        match state.place {
+            Place::Held => self.unpop(key),
+            Place::Ready(_) | Place::Leased => {}
+            Place::Idle | Place::Waiting(..) => {
+                if let Place::Waiting(at, _) = state.place {
+                    self.timers.remove(&(at, key.clone()));
+                }
+                state.place = Place::Idle;
+                state.failures = 0;
+                state.last_error = None;
+                self.make_ready(key, Origin::Initial, now);
+            }
+        }
+    }
+
     /// Forgets an idle key (a deleted object handed out and done); a key still queued or leased stays.
     pub(crate) fn forget(&mut self, key: &ObjKey) {
         if self.keys.get(key).is_some_and(|s| s.place == Place::Idle) {

@@ -164,6 +164,15 @@ impl Drop for ShardMember {
 }
 
 impl ShardMember {
+    /// A member fed by hand, for the driver's unit tests: they publish its ownership themselves.
+    #[cfg(test)]
+    pub(crate) fn by_hand(names: RingNames) -> (Self, watch::Sender<Ownership>) {
+        let (publish, ownership) = watch::channel(Ownership::default());
+        let (drained, _) = mpsc::unbounded_channel();
+        let report = Arc::new(Mutex::new(RingState::default()));
+        (Self { ownership, names: Arc::new(names), drained, report, stop: CancellationToken::new() }, publish)
+    }
+
     /// Tells the member that `slots`, moving away, have no lease out: it gives them on, with their keys'
     /// state.
     pub fn drained(&self, slots: Vec<Handoff>) {
@@ -459,13 +468,15 @@ impl Member {
                 },
                 () = sleep_until(wake) => {}
                 () = stop.cancelled() => break,
-                () = signal.cancelled() => {
-                    let _ = tokio::time::timeout(LAST_WORD, stop.cancelled()).await;
-                    break;
-                }
+                () = signal.cancelled() => break,
             }
         }
-        // The driver's last word, if it came.
+        // The driver's last word comes before `stop` (the driver dropping this membership). The daemon's
+        // stop signal (which also ends the mirror) gives the driver a moment to say it: leaving first would
+        // end the hold the driver reads its slots under, and hand nothing on.
+        if !stop.is_cancelled() {
+            let _ = tokio::time::timeout(LAST_WORD, stop.cancelled()).await;
+        }
         let mut last = Vec::new();
         while let Ok(told) = self.drained.try_recv() {
             if let ToMember::Leaving(slots) = told {
@@ -754,8 +765,10 @@ impl Member {
     /// Gives drained slots (moving, no lease out) to their next owners: first each slot's keys' state in
     /// its hand-off Lease (for the epoch the next owner will hold it in), then the ring. What a write did
     /// not give on (and is still this member's, moving) is tried again a second later.
-    async fn release(&mut self, mut handoffs: Vec<Handoff>) {
-        handoffs.extend(std::mem::take(&mut self.unreleased.0));
+    async fn release(&mut self, fresh: Vec<Handoff>) {
+        // A slot drained again since an earlier try carries what the driver said last.
+        let mut handoffs = std::mem::take(&mut self.unreleased.0);
+        handoffs.extend(fresh);
         if self.until.is_none_or(|u| u <= Instant::now()) {
             return;
         }
@@ -842,15 +855,25 @@ impl Member {
 
     /// As the coordinator, deletes hand-off Leases two TTLs old: their next owners read them when the ring
     /// gave them the slots (the Lease comes first, on the same watch); one that reads the ring later than
-    /// that hands each key of the slot out once instead.
+    /// that hands each key of the slot out once instead. A hand-off for a slot its last member left to
+    /// nobody is kept until the slot has an owner again.
     async fn collect_handoffs(&self) {
         let old = SystemTime::now().checked_sub(self.ttl.get() * 2);
+        let ring = self.ring().map(|(r, _)| r);
+        let waiting = |batch: &[Handoff]| {
+            batch.iter().any(|h| {
+                ring.and_then(|r| r.slots.get(usize::from(h.slot)))
+                    .is_some_and(|s| s.owner.is_none() && s.epoch + 1 == h.epoch)
+            })
+        };
         let stale: Vec<String> = self
             .mirror
             .values()
             .iter()
             .filter_map(|(key, seen)| match seen {
-                Seen::Handoff(_, made) if old.is_some_and(|old| *made < old) => Some(key.name.clone()),
+                Seen::Handoff(batch, made) if old.is_some_and(|old| *made < old) && !waiting(batch) => {
+                    Some(key.name.clone())
+                }
                 _ => None,
             })
             .collect();
@@ -873,6 +896,7 @@ impl Member {
         others.remove(&me);
         let handoffs: BTreeMap<u16, Handoff> = handoffs.into_iter().map(|h| (h.slot, h)).collect();
         let mut current = self.ring().map(|(r, v)| (r.clone(), v.to_owned()));
+        tracing::debug!(ring = %self.names.ring, handoffs = handoffs.len(), owned = current.as_ref().map(|(r, _)| r.owned_by(&me).len()), others = others.len(), holding = %me.holding, "sharded queue: leaving");
         for _ in 0..5 {
             let Some((before, version)) = current.take() else { break };
             let mut after = before.clone();
@@ -885,8 +909,10 @@ impl Member {
                 .filter_map(|slot| {
                     let h = handoffs.get(&slot)?;
                     let next = after.slots.get(usize::from(slot))?;
-                    next.owner.as_ref()?;
-                    Some(Handoff { epoch: next.epoch, ..h.clone() })
+                    // A slot left to nobody (no other member seen live) goes in the next epoch to whoever
+                    // the coordinator gives it to: the hand-off waits for it there (for 2 TTLs).
+                    let epoch = if next.owner.is_some() { next.epoch } else { next.epoch + 1 };
+                    Some(Handoff { epoch, ..h.clone() })
                 })
                 .collect();
             if let Err(error) = self.write_handoffs(&carried).await {
@@ -894,7 +920,8 @@ impl Member {
             }
             match self.write_ring(&after, Some(version)).await {
                 Ok(()) => {
-                    tracing::info!(ring = %self.names.ring, carried = carried.len(), "sharded queue: left; this member's slots went to the others");
+                    let unowned = after.unowned();
+                    tracing::info!(ring = %self.names.ring, carried = carried.len(), unowned, "sharded queue: left; this member's slots went to the others (or, unowned, wait for the next member)");
                     break;
                 }
                 Err(error) if error.code() == Some(409) => current = self.read_ring().await,
