@@ -52,8 +52,11 @@ struct Watched {
     /// primary too, and an object gone during a resync is known.
     known: HashMap<ObjKey, (Arc<Obj>, Option<ObjKey>)>,
     /// The newest resourceVersion among the objects of its items this driver has taken in: every change
-    /// of this watch up to it has reached the queue (its cache may be ahead of that).
+    /// of this watch up to it has reached the queue (its cache may be ahead of that). A list's objects come
+    /// in no such order, so they count only once the list is through.
     taken_in: u64,
+    /// The newest resourceVersion of the list being taken in.
+    listing: u64,
 }
 
 /// A lease out.
@@ -206,6 +209,7 @@ impl Driver {
                 resync: None,
                 known: HashMap::new(),
                 taken_in: 0,
+                listing: 0,
             })
             .collect();
         let now = Instant::now();
@@ -376,6 +380,7 @@ impl Driver {
     fn synced(&mut self, index: usize, now: Instant) {
         let Some(w) = self.watched.get_mut(index) else { return };
         w.synced = true;
+        w.taken_in = w.taken_in.max(std::mem::take(&mut w.listing));
         let Some(seen) = w.resync.take() else { return };
         let gone: Vec<Arc<Obj>> =
             w.known.iter().filter(|(key, _)| !seen.contains(*key)).map(|(_, (obj, _))| obj.clone()).collect();
@@ -393,8 +398,11 @@ impl Driver {
         let at = (!self.relisting).then_some(version);
         let key = obj.key();
         let Some(w) = self.watched.get_mut(index) else { return };
-        if !self.relisting {
-            w.taken_in = w.taken_in.max(version);
+        match (self.relisting, origin) {
+            // A deletion found by a resync has no version of its own.
+            (true, _) => {}
+            (false, Origin::Initial) => w.listing = w.listing.max(version),
+            (false, Origin::Live) => w.taken_in = w.taken_in.max(version),
         }
         let Some(maps_by) = &w.maps_by else {
             // The primary itself.
@@ -1107,6 +1115,31 @@ mod tests {
         let again = next(&mut rx).expect("a handed out again: its state since is unknown");
         assert_eq!(again.attempt, 1, "its failures start afresh");
         assert!(next(&mut rx).is_none(), "once");
+    }
+
+    /// A hand-off's cut counts a list's objects only once the list is through: they come in no
+    /// resourceVersion order, so a newer one taken in says nothing of an older one still to come.
+    #[tokio::test]
+    async fn a_hand_off_during_a_list_cuts_only_at_what_is_surely_taken_in() {
+        let (mut rig, publish) = Rig::sharded();
+        let slots: BTreeSet<u16> = [slot_of(&key("a")), slot_of(&key("b"))].into();
+        rig.own(&publish, slots.iter().map(|s| (*s, (1, false))).collect(), Vec::new()).await;
+        let watch = rig.watch(0);
+        watch.apply(watcher::Event::Init, &rig.metrics);
+        for o in [raw("a", 7, ""), raw("b", 12, "")] {
+            watch.apply(watcher::Event::InitApply(o), &rig.metrics);
+        }
+        watch.apply(watcher::Event::InitDone, &rig.metrics);
+        let (objects, at) = watch.list("").expect("synced");
+        let (b, a): (Vec<_>, Vec<_>) = objects.into_iter().partition(|o| o.key().name == "b");
+        rig.driver.event(0, Item::Snapshot(b[0].clone(), at), rig.now);
+        let cut = |rig: &Rig| rig.driver.handoffs(&slots)[0].cut.clone();
+        assert_eq!(cut(&rig), Some(vec![0, 0]), "mid-list, b at 12 says nothing of a at 7");
+        rig.driver.event(0, Item::Snapshot(a[0].clone(), at), rig.now);
+        rig.driver.event(0, Item::Synced(at), rig.now);
+        assert_eq!(cut(&rig), Some(vec![12, 0]), "the list is through");
+        rig.apply(0, watcher::Event::Apply(raw("a", 13, "")));
+        assert_eq!(cut(&rig), Some(vec![13, 0]), "a live change, in order");
     }
 
     /// A key parked while its slot was moving away is handed out here once the move is called off (the

@@ -460,7 +460,27 @@ impl Member {
             tokio::select! {
                 more = self.mirror.next(|obj, before| Seen::read(obj, &ring, before)) => if !more { break },
                 Some(told) = self.drained.recv() => match told {
-                    ToMember::Drained(slots) => self.release(slots).await,
+                    ToMember::Drained(mut slots) => {
+                        // Slots drained meanwhile go in the same writes: under load they drain one by one,
+                        // and a ring write each made the members' compare-and-swaps collide.
+                        let mut leaving = None;
+                        while let Ok(more) = self.drained.try_recv() {
+                            match more {
+                                ToMember::Drained(more) => slots.extend(more),
+                                ToMember::Leaving(last) => {
+                                    leaving = Some(last);
+                                    break;
+                                }
+                            }
+                        }
+                        match leaving {
+                            None => self.release(slots).await,
+                            Some(last) => {
+                                self.leave(last).await;
+                                return;
+                            }
+                        }
+                    }
                     ToMember::Leaving(slots) => {
                         self.leave(slots).await;
                         return;

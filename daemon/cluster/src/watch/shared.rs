@@ -534,7 +534,10 @@ impl WatchState {
 /// Changes that take the cache from `old` to `new`: ADDED for new objects, MODIFIED for changed ones,
 /// DELETED for vanished ones (and for a same-named object with a new uid, DELETED then ADDED), nothing
 /// for unchanged ones.
+/// The changes from `old` to `new`, in resourceVersion order (a deletion at the gone object's last one): a
+/// subscriber that has taken in some of them has taken in every change up to the newest it took in.
 fn diff(old: &ObjectCache, new: &ObjectCache, changes: &mut Vec<Change>) {
+    let from = changes.len();
     for obj in old.values() {
         if new.at(obj).is_none() {
             changes.push(Change::Deleted(obj.clone()));
@@ -551,6 +554,10 @@ fn diff(old: &ObjectCache, new: &ObjectCache, changes: &mut Vec<Change>) {
             Some(_) => changes.push(Change::Modified(obj.clone())),
         }
     }
+    changes[from..].sort_by_key(|change| match change {
+        Change::Added(o) | Change::Modified(o) | Change::Deleted(o) => o.resource_version().parse::<u64>().ok(),
+        _ => None,
+    });
 }
 
 #[cfg(test)]
@@ -674,10 +681,11 @@ mod tests {
         );
         let mut got = drain(&mut sub.live);
         assert_eq!(got.remove(0), "RELISTED", "the difference comes marked");
-        got.sort();
+        // In resourceVersion order (a deletion at the object's last): a subscriber that took in some has
+        // taken in every change up to the newest it took in (the sharded queue's hand-off cut).
         assert_eq!(
             got,
-            ["ADDED new 50", "ADDED recreated 40", "DELETED gone 3", "DELETED recreated 4", "MODIFIED changed 20"]
+            ["DELETED gone 3", "DELETED recreated 4", "MODIFIED changed 20", "ADDED recreated 40", "ADDED new 50"]
         );
     }
 
