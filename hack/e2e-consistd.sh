@@ -77,7 +77,7 @@ walkthrough() {
     # shellcheck disable=SC2016 # expanded by the walkthrough's shell
     printf '%s\n' 'kubectl() { "$KUBECTL" "$@"; }' 'helm() { "$HELM" "$@"; }'
     for block in "$@"; do
-      readme_block "$block" | grep -q . || die "README.md has no block $block in \"Run it in a cluster\""
+      grep -q . <<<"$(readme_block "$block")" || die "README.md has no block $block in \"Run it in a cluster\""
       readme_block "$block"
     done
   } | sed -e "s/-n my-app/-n $namespace/g" -e 's|manifests/injector|hack/e2e/injector|' \
@@ -93,7 +93,7 @@ plain_app() {
   k create namespace "$namespace" >/dev/null
   k -n "$namespace" apply -f "$repo/hack/e2e/plain-app.yaml" >/dev/null
   walkthrough "plain-$1" "$namespace" "$APP_BLOCK"
-  socket() { k -n "$namespace" logs deployment/my-app -c app 2>/dev/null | grep -qx 'socket /var/run/consistd/consistd.sock'; }
+  socket() { grep -qx 'socket /var/run/consistd/consistd.sock' <<<"$(k -n "$namespace" logs deployment/my-app -c app 2>/dev/null)"; }
   wait_until 60 "the plain app ($1) never saw the sidecar's socket" socket
   grep -q '^consistd .*: ready$' "$out/plain-$1.log" || die "consistd status in the plain app's sidecar ($1) did not say ready"
   k delete namespace "$namespace" --wait=true --timeout=120s >/dev/null
@@ -212,20 +212,20 @@ log "the README's app block on a plain container (busybox, the socket only): inj
 leader_is_a_pod() { local h; h=$(holder); [ -n "$h" ] && grep -qw -- "$h" <<<"$pods"; }
 wait_until 60 "no replica leads configmap-controller" leader_is_a_pod
 leader=$(holder)
-notified() { logs "$leader" controller | grep -q '^notified service/app-peers ACKED '; }
+notified() { grep -q '^notified service/app-peers ACKED ' <<<"$(logs "$leader" controller)"; }
 wait_until 60 "the leader $leader did not report its notification ACKed" notified
 leaders=0
 for pod in $pods; do
   leaders=$((leaders + $(logs "$pod" controller | grep -c '^leadership LEADER ' || true)))
   if [ "$pod" != "$leader" ]; then
-    follows() { logs "$pod" controller | grep -q "^leadership FOLLOWER holder=$leader "; }
+    follows() { grep -q "^leadership FOLLOWER holder=$leader " <<<"$(logs "$pod" controller)"; }
     wait_until 30 "$pod does not report FOLLOWER of $leader" follows
   fi
 done
 [ "$leaders" = 1 ] || die "$leaders replicas reported LEADER, expected exactly 1 ($leader)"
-logs "$leader" controller | grep -q "^patched $ns/settings keys=greeting,target " || die "the leader did not patch settings"
+grep -q "^patched $ns/settings keys=greeting,target " <<<"$(logs "$leader" controller)" || die "the leader did not patch settings"
 for pod in $pods; do
-  got() { logs "$pod" receiver | grep -q "^received configmaps/$ns/settings "; }
+  got() { grep -q "^received configmaps/$ns/settings " <<<"$(logs "$pod" receiver)"; }
   wait_until 30 "$pod's receiver got no notification" got
 done
 sleep 2 # time for a second, wrong write to show
@@ -241,7 +241,7 @@ for pod in $pods; do
   want=0 && [ "$pod" != "$leader" ] || want=1
   # The sidecar runs the election (and has its gauge) once its app campaigns: a follower's app may
   # still be starting when the leader has written.
-  campaigning() { logs "$pod" controller | grep -qE '^leadership (LEADER|FOLLOWER) '; }
+  campaigning() { grep -qE '^leadership (LEADER|FOLLOWER) ' <<<"$(logs "$pod" controller)"; }
   wait_until 60 "$pod's controller never saw who leads" campaigning
   gauge="consistd_leader_election_master_status{election=\"$ns/configmap-controller\"} $want"
   # Read whole before grep: under pipefail, `curl | grep -q` fails when grep stops reading at its match while
@@ -286,7 +286,7 @@ t=$(ms)
 kn apply -f "$out/configmap.yaml" >/dev/null
 applied() {
   local pod
-  for pod in $pods; do grep '"applied config change"' <<<"$(logs "$pod" consistd)" | grep -q elections || return 1; done
+  for pod in $pods; do grep '"applied config change"' <<<"$(logs "$pod" consistd)" | grep elections >/dev/null || return 1; done
 }
 wait_until 180 "the changed ConfigMap did not reach every sidecar" applied
 reload=$(($(ms) - t))
@@ -353,7 +353,7 @@ pods=$(pods)
 log "kubectl rollout restart: 3 new replicas Ready $(($(ms) - t)) ms after it, on both nodes ($(spread "$pods"))"
 for pod in $pods; do
   ! grep -qw -- "$pod" <<<"$old" || die "$pod survived the rollout restart"
-  caught_up() { logs "$pod" member | grep -q "^applied app-config $v1 one$"; }
+  caught_up() { grep -q "^applied app-config $v1 one$" <<<"$(logs "$pod" member)"; }
   wait_until 30 "the new replica $pod did not catch up to version $v1" caught_up
 done
 wait_until 30 "the old replicas' member Leases were not removed: the members are not the new pods $pods" members_are_pods
