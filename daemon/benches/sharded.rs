@@ -31,11 +31,10 @@ use consistd_client::proto::{
     reconcile_service_client::ReconcileServiceClient,
 };
 use consistd_testkit::{Daemon, figures};
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
     Api,
-    api::{Patch, PatchParams, PostParams},
+    api::{Patch, PatchParams},
 };
 use nix::sys::signal::Signal;
 use serde_json::json;
@@ -479,19 +478,12 @@ async fn main() {
     let ns = consistd_testkit::namespace(&kube).await;
     let api: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
     let started = Instant::now();
-    futures::stream::iter(0..KEYS)
-        .map(|i| {
-            let api = api.clone();
-            async move {
-                let cm: ConfigMap =
-                    serde_json::from_value(json!({ "metadata": { "name": key(i) }, "data": { "v": "0" } }))
-                        .expect("configmap");
-                api.create(&PostParams::default(), &cm).await.expect("create");
-            }
-        })
-        .buffer_unordered(32)
-        .collect::<Vec<()>>()
-        .await;
+    consistd_testkit::create_configmaps(
+        &api,
+        KEYS,
+        |i| json!({ "metadata": { "name": key(i) }, "data": { "v": "0" } }),
+    )
+    .await;
     println!("sharded: {KEYS} ConfigMaps created in {:.1} s", started.elapsed().as_secs_f64());
 
     let mut rows = Vec::new();

@@ -276,6 +276,24 @@ where
     tokio::spawn(task)
 }
 
+/// Creates `count` ConfigMaps through `api`, 32 at a time, the `i`th from `object(i)` (a benchmark's keys).
+pub async fn create_configmaps(
+    api: &Api<k8s_openapi::api::core::v1::ConfigMap>,
+    count: usize,
+    object: impl Fn(usize) -> serde_json::Value,
+) {
+    use futures::StreamExt;
+    futures::stream::iter(0..count)
+        .map(|i| {
+            let cm: k8s_openapi::api::core::v1::ConfigMap =
+                serde_json::from_value(object(i)).expect("a ConfigMap's JSON");
+            async move { api.create(&PostParams::default(), &cm).await.expect("create a ConfigMap") }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await;
+}
+
 /// A TCP port on 127.0.0.1 that was free a moment ago (for a daemon's peer listener).
 pub fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind a free port: {e}"));

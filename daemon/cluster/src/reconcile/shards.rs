@@ -460,27 +460,13 @@ impl Member {
             tokio::select! {
                 more = self.mirror.next(|obj, before| Seen::read(obj, &ring, before)) => if !more { break },
                 Some(told) = self.drained.recv() => match told {
-                    ToMember::Drained(mut slots) => {
-                        // Slots drained meanwhile go in the same writes: under load they drain one by one,
-                        // and a ring write each made the members' compare-and-swaps collide.
-                        let mut leaving = None;
-                        while let Ok(more) = self.drained.try_recv() {
-                            match more {
-                                ToMember::Drained(more) => slots.extend(more),
-                                ToMember::Leaving(last) => {
-                                    leaving = Some(last);
-                                    break;
-                                }
-                            }
+                    ToMember::Drained(mut slots) => match self.drained_meanwhile(&mut slots) {
+                        None => self.release(slots).await,
+                        Some(last) => {
+                            self.leave(last).await;
+                            return;
                         }
-                        match leaving {
-                            None => self.release(slots).await,
-                            Some(last) => {
-                                self.leave(last).await;
-                                return;
-                            }
-                        }
-                    }
+                    },
                     ToMember::Leaving(slots) => {
                         self.leave(slots).await;
                         return;
@@ -504,6 +490,18 @@ impl Member {
             }
         }
         self.leave(last).await;
+    }
+
+    /// Adds to `slots` the slots the driver drained since (under load they drain one by one, and a ring
+    /// write each made the members' compare-and-swaps collide); its last word, if it came meanwhile.
+    fn drained_meanwhile(&mut self, slots: &mut Vec<Handoff>) -> Option<Vec<Handoff>> {
+        while let Ok(more) = self.drained.try_recv() {
+            match more {
+                ToMember::Drained(more) => slots.extend(more),
+                ToMember::Leaving(last) => return Some(last),
+            }
+        }
+        None
     }
 
     /// The hold ended (lapsed, or the Lease was written by someone else): nothing may be granted, and the
@@ -930,7 +928,8 @@ impl Member {
                     let h = handoffs.get(&slot)?;
                     let next = after.slots.get(usize::from(slot))?;
                     // A slot left to nobody (no other member seen live) goes in the next epoch to whoever
-                    // the coordinator gives it to: the hand-off waits for it there (for 2 TTLs).
+                    // the coordinator gives it to: the hand-off waits for it there (the coordinator keeps
+                    // it while the slot has no owner).
                     let epoch = if next.owner.is_some() { next.epoch } else { next.epoch + 1 };
                     Some(Handoff { epoch, ..h.clone() })
                 })
