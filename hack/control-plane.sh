@@ -20,6 +20,10 @@
 # controller-manager that hack/node.sh runs no namespace has a `default` ServiceAccount and every pod
 # would be refused. The serving certificate always names the `kubernetes` Service (10.96.0.1 and its DNS
 # names) as well as 127.0.0.1, so pods can reach the apiserver through the Service IP.
+#
+# CONSISTD_CP_FEATURE_GATES at start: the apiserver's --feature-gates, default ShardedListAndWatch=true
+# (KEP-5866, alpha in 1.37: list and watch a shard of a resource); empty for the defaults, as an apiserver
+# without sharded watches (the daemon then filters a shard itself).
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,6 +31,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 source "$repo/hack/versions.env"
 cache=${CONSISTD_CACHE:-$HOME/.cache/consistd}
 state=${CONSISTD_CP_DIR:-$repo/target/control-plane}
+feature_gates=${CONSISTD_CP_FEATURE_GATES-ShardedListAndWatch=true}
 apiserver_bin=$cache/kube-apiserver/$KUBERNETES_VERSION/kube-apiserver
 etcd_bin=$cache/etcd/$ETCD_VERSION/etcd
 
@@ -127,6 +132,8 @@ start_apiserver() {
   etcd=$(cat "$state/etcd")
   local admission=(--disable-admission-plugins ServiceAccount)
   [ -f "$state/node-mode" ] && admission=(--enable-aggregator-routing=true)
+  local gates=()
+  [ -s "$state/feature-gates" ] && gates=(--feature-gates "$(cat "$state/feature-gates")")
   # podtemplates#0: no watch cache for PodTemplates, so their watches are served from etcd and a watch
   # resumed from a compacted revision gets 410 Gone (tests of the relist path use them).
   "$apiserver_bin" \
@@ -139,7 +146,7 @@ start_apiserver() {
     --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
     --service-cluster-ip-range 10.96.0.0/16 \
     --authorization-mode RBAC \
-    "${admission[@]}" \
+    "${admission[@]}" "${gates[@]}" \
     --allow-privileged=true \
     --watch-cache-sizes podtemplates#0 \
     --audit-policy-file "$state/audit-policy.yaml" --audit-log-path "$state/audit.log" \
@@ -185,6 +192,10 @@ cmd_restart_apiserver() {
 
 cmd_start() {
   if running; then
+    local running_gates
+    running_gates=$(cat "$state/feature-gates" 2>/dev/null || true)
+    [ "$running_gates" = "$feature_gates" ] ||
+      die "already running with feature gates '$running_gates', not '$feature_gates': stop it, or give another CONSISTD_CP_DIR"
     log "already running (KUBECONFIG=$state/kubeconfig)"
     return 0
   fi
@@ -192,6 +203,7 @@ cmd_start() {
   cmd_build
   rm -rf "$state"
   mkdir -p "$state"
+  printf '%s' "$feature_gates" >"$state/feature-gates"
   make_pki
   local etcd_client etcd_peer api_port
   etcd_client=$(free_port)

@@ -8,6 +8,9 @@ started=0
 if ! "$cp" status >/dev/null 2>&1; then
   "$cp" start
   started=1
+else
+  # Already running: start only checks that it runs with the feature gates asked for.
+  "$cp" start
 fi
 stop() { if [ "$started" = 1 ]; then "$cp" stop; fi; }
 trap stop EXIT

@@ -196,8 +196,7 @@ async fn count_discovery_requests(kube: &Client, user: &str) {
     loop {
         let schema = Api::<FlowSchema>::all(kube.clone()).get(user).await.expect("read FlowSchema");
         let conditions = schema.status.and_then(|s| s.conditions).unwrap_or_default();
-        let dangling =
-            conditions.iter().any(|c| c.type_.as_deref() == Some("Dangling") && c.status.as_deref() == Some("True"));
+        let dangling = conditions.iter().any(|c| c.type_ == "Dangling" && c.status.as_deref() == Some("True"));
         if !conditions.is_empty() && !dangling {
             return;
         }

@@ -663,8 +663,7 @@ async fn the_policy_takes_election_leases_as_parameters_and_leaves_member_leases
     let ns = consistd_testkit::namespace(&kube).await;
     let binding =
         Api::<ValidatingAdmissionPolicyBinding>::all(kube.clone()).get("consistd-fence").await.expect("binding");
-    let selector =
-        binding.spec.and_then(|s| s.param_ref).and_then(|p| p.selector).expect("the binding selects its params");
+    let selector = binding.spec.param_ref.and_then(|p| p.selector).expect("the binding selects its params");
     // The selector as the apiserver's list takes it.
     let mut terms: Vec<String> =
         selector.match_labels.unwrap_or_default().into_iter().map(|(k, v)| format!("{k}={v}")).collect();

@@ -161,14 +161,17 @@ pub async fn kubeconfig_for_service_account(client: &Client, ns: &str, name: &st
     };
     // No audiences: the apiserver's own, which is what it accepts for API calls.
     let request = TokenRequest {
-        spec: TokenRequestSpec { expiration_seconds: Some(3600), ..TokenRequestSpec::default() },
+        spec: Some(TokenRequestSpec { expiration_seconds: Some(3600), ..TokenRequestSpec::default() }),
         ..TokenRequest::default()
     };
     let answer = Api::<ServiceAccount>::namespaced(client.clone(), ns)
         .create_token_request(name, &PostParams::default(), &request)
         .await
         .unwrap_or_else(|e| panic!("request a token for ServiceAccount {ns}/{name}: {e}"));
-    let token = answer.status.unwrap_or_else(|| panic!("TokenRequest for {ns}/{name} answered no status")).token;
+    let token = answer
+        .status
+        .and_then(|status| status.token)
+        .unwrap_or_else(|| panic!("TokenRequest for {ns}/{name} answered no token"));
     let admin = kubeconfig();
     let text = std::fs::read_to_string(&admin).unwrap_or_else(|e| panic!("read {}: {e}", admin.display()));
     // The admin's cluster and context, with the token in place of the admin's client certificate.

@@ -281,7 +281,7 @@ impl Fencing {
                 .await
                 .map_err(|e| CheckError::Read("Binding", name, e))?
                 .ok_or(CheckError::NotInstalled("Binding", name))?;
-            let actions = binding.spec.and_then(|s| s.validation_actions).unwrap_or_default();
+            let actions = binding.spec.validation_actions;
             if !actions.iter().any(|a| a == "Deny") {
                 return Err(CheckError::NotDenying(name, actions));
             }

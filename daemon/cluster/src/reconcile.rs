@@ -68,6 +68,7 @@ impl ObjectQuery {
             cursor: None,
             own: false,
             view: self.view.clone(),
+            shard: None,
         }
     }
 }

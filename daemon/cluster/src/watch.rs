@@ -11,6 +11,7 @@ mod mirror;
 pub mod object;
 pub mod resolve;
 pub(crate) mod selector;
+pub mod shard;
 pub mod shared;
 mod subscription;
 pub mod view;
@@ -39,6 +40,25 @@ pub(crate) struct WatchKey {
     pub field_selector: String,
     /// What of each object is kept.
     pub view: ObjectView,
+    /// The share of the objects watched; None for all.
+    pub shard: Option<shard::ShardSelector>,
+}
+
+impl WatchKey {
+    /// The watch's metric labels.
+    pub(crate) fn label(&self) -> consistd_observe::metrics::WatchLabel {
+        consistd_observe::metrics::WatchLabel {
+            resource: match &self.resource {
+                r if r.group.is_empty() => format!("{}/{}", r.version, r.plural),
+                r => format!("{}/{}/{}", r.group, r.version, r.plural),
+            },
+            namespace: self.namespace.clone(),
+            label_selector: self.label_selector.clone(),
+            field_selector: self.field_selector.clone(),
+            view: self.view.label(),
+            shard: self.shard.as_ref().map(shard::ShardSelector::label).unwrap_or_default(),
+        }
+    }
 }
 
 /// A position in one watch incarnation's history, handed to apps as an opaque string.

@@ -41,6 +41,11 @@ pub struct Metrics {
     pub watch_bytes: Family<WatchLabel, Gauge>,
     /// Watches ended (or refused at their first list) because they would pass the memory budget.
     pub watch_exhausted: Counter,
+    /// Per watch of a shard: 1 when the apiserver honours its shard selector, 0 when the daemon applies it.
+    pub watch_shard_honoured: Family<WatchLabel, Gauge>,
+    /// Per watch of a shard: objects the apiserver sent from outside the shard (it does not honour the
+    /// selector), dropped by the daemon.
+    pub watch_shard_dropped: Family<WatchLabel, Counter>,
     /// The memory budget of the watches in bytes (`watch.maxCacheBytes`).
     pub watch_budget_bytes: Gauge,
     /// Bytes charged to the budget now, across watches (the cache, a list in progress, the history and the
@@ -195,6 +200,8 @@ pub struct WatchLabel {
     pub field_selector: String,
     /// What of each object it keeps: "full", "metadata", "fields:a.b,c", "+managedFields" when kept.
     pub view: String,
+    /// Its share of the objects (a KEP-5866 shard selector, named short); empty for all of them.
+    pub shard: String,
 }
 
 /// The label of watch delivery latency: the subscriber's mode, raw or consistent.
@@ -270,6 +277,18 @@ impl Metrics {
             "watch_cache_bytes",
             "Bytes a watch's cached objects are charged to the memory budget (watch.maxCacheBytes)",
             watch_bytes.clone(),
+        );
+        let watch_shard_honoured = Family::<WatchLabel, Gauge>::default();
+        registry.register(
+            "watch_shard_honoured",
+            "1 when the apiserver honours a watch's shard selector (KEP-5866), 0 when the daemon applies it",
+            watch_shard_honoured.clone(),
+        );
+        let watch_shard_dropped = Family::<WatchLabel, Counter>::default();
+        registry.register(
+            "watch_shard_dropped",
+            "Objects the apiserver sent a shard's watch from outside the shard, dropped by the daemon",
+            watch_shard_dropped.clone(),
         );
         let watch_exhausted = Counter::default();
         registry.register(
@@ -459,6 +478,8 @@ impl Metrics {
             watch_upstream_errors,
             watch_resyncs,
             watch_bytes,
+            watch_shard_honoured,
+            watch_shard_dropped,
             watch_exhausted,
             watch_budget_bytes,
             watch_budget_used_bytes,

@@ -948,6 +948,7 @@ mod tests {
                     label_selector: label_selector.into(),
                     field_selector: String::new(),
                     view: crate::watch::view::ObjectView::default(),
+                    shard: None,
                 };
                 SharedWatch::new(
                     key,

@@ -156,7 +156,8 @@ impl Gate {
             let k = &watch.key;
             // Only the watches that select the object will show it; one whose selector cannot be judged
             // here is waited for (at worst until the timeout).
-            let selected = selector::selects(&k.label_selector, &k.field_selector, obj) != Some(false);
+            let selected = selector::selects(&k.label_selector, &k.field_selector, obj) != Some(false)
+                && k.shard.as_ref().is_none_or(|shard| shard.selects(obj));
             if &k.resource == resource && (k.namespace.is_empty() || k.namespace == obj.namespace()) && selected {
                 self.written.entry(key.clone()).or_default().push(LeaseWrite {
                     watch: index,

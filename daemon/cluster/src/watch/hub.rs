@@ -21,6 +21,7 @@ use super::{
     expectations::Expectations,
     object::{Obj, RawMetadata, RawObject},
     resolve::{ResolveError, Resolved, Resolver, ResourceId},
+    shard::{ShardSelector, sharded_client},
     shared::{Budgeted, Limits, SharedWatch, Upstream},
     view::ObjectView,
 };
@@ -44,6 +45,9 @@ pub struct Query {
     pub own: bool,
     /// What of each object the watch keeps; queries with different views are different watches.
     pub view: ObjectView,
+    /// Only the objects of this share (KEP-5866): asked of the apiserver, and applied here when it does not
+    /// honour it. None for every object.
+    pub shard: Option<ShardSelector>,
 }
 
 /// Every shared watch of this daemon.
@@ -202,6 +206,7 @@ impl Hub {
                     && w.key.label_selector.is_empty()
                     && w.key.field_selector.is_empty()
                     && w.key.view.whole()
+                    && w.key.shard.is_none()
             })
             .find(|w| w.key.namespace.is_empty() || w.key.namespace == namespace)
             .filter(|w| w.is_synced())
@@ -223,18 +228,19 @@ impl Hub {
             label_selector: query.label_selector,
             field_selector: query.field_selector,
             view: query.view,
+            shard: query.shard,
         };
         let own = query.own;
         let watch = match self.acquire(&key, own) {
             Some(watch) => watch,
             None => {
                 // The checks ask as the watch will: a metadata-only watch's never bring an object's data.
-                let config = if key.view.metadata_only() {
+                let (config, honoured) = if key.view.metadata_only() {
                     self.checked_config(&self.api::<RawMetadata>(&key), &key).await?
                 } else {
                     self.checked_config(&self.api::<RawObject>(&key), &key).await?
                 };
-                let upstream = self.upstream(&key, config);
+                let upstream = self.upstream(&key, config, honoured);
                 self.acquire_or_start(key, upstream, own)
             }
         };
@@ -247,36 +253,79 @@ impl Hub {
         K: kube::Resource<DynamicType = kube::discovery::ApiResource, Scope = kube::core::DynamicResourceScope>,
     {
         let ar = key.resource.api_resource();
+        let client = match &key.shard {
+            Some(shard) => sharded_client(self.client.clone(), shard),
+            None => self.client.clone(),
+        };
         if key.namespace.is_empty() {
-            Api::all_with(self.client.clone(), &ar)
+            Api::all_with(client, &ar)
         } else {
-            Api::namespaced_with(self.client.clone(), &key.namespace, &ar)
+            Api::namespaced_with(client, &key.namespace, &ar)
         }
     }
 
-    /// The watcher configuration of `key` once the apiserver accepted its query through `api`.
+    /// The watcher configuration of `key` once the apiserver accepted its query through `api`, and
+    /// whether the apiserver honours the key's shard selector (true without one).
     async fn checked_config<K: Checkable>(
         &self,
         api: &Api<K>,
         key: &WatchKey,
-    ) -> Result<watcher::Config, ResourceError> {
-        if let Err(error) = check_query(api, key).await {
-            if not_served(&error) {
-                // Resolved from a catalog that is out of date: the next resolve fetches it again.
-                self.resolver.invalidate().await;
+    ) -> Result<(watcher::Config, bool), ResourceError> {
+        let honoured = match check_query(api, key).await {
+            Ok(honoured) => honoured,
+            Err(error) => {
+                if not_served(&error) {
+                    // Resolved from a catalog that is out of date: the next resolve fetches it again.
+                    self.resolver.invalidate().await;
+                }
+                return Err(error);
             }
-            return Err(error);
-        }
-        self.watcher_config(api, key).await
+        };
+        Ok((self.watcher_config(api, key).await?, honoured))
     }
 
     /// The upstream watch of `key` with `config`: whole objects, or metadata only with the apiserver's
-    /// metadata requests; each object shaped by the key's view before the watch holds it.
-    fn upstream(&self, key: &WatchKey, config: watcher::Config) -> Upstream {
+    /// metadata requests; each object shaped by the key's view before the watch holds it. A shard the
+    /// apiserver does not honour is applied here: an object's uid and namespace never change, so an
+    /// object outside the share is dropped from every event and never enters the watch.
+    fn upstream(&self, key: &WatchKey, config: watcher::Config, honoured: bool) -> Upstream {
         let events = if key.view.metadata_only() {
             watcher(self.api::<RawMetadata>(key), config).map_ok(unwrap_metadata).boxed()
         } else {
             watcher(self.api::<RawObject>(key), config).boxed()
+        };
+        let filter = key.shard.clone().filter(|_| !honoured);
+        if let Some(shard) = &key.shard {
+            self.metrics.watch_shard_honoured.get_or_create(&key.label()).set(i64::from(honoured));
+            tracing::info!(resource = %key.resource.plural, shard = %shard.label(), ranges = shard.ranges().len(), honoured, "shard selector {}", if honoured { "honoured by the apiserver" } else { "not honoured by the apiserver (no shardInfo on its list): applied here" });
+        }
+        let events = match filter {
+            None => events,
+            Some(shard) => {
+                let dropped = self.metrics.watch_shard_dropped.get_or_create(&key.label()).clone();
+                events
+                    .try_filter_map(move |event| {
+                        let outside =
+                            |o: &RawObject| {
+                                let meta = kube::Resource::meta(o);
+                                !shard.holds(shard.value_of(
+                                    meta.uid.as_deref().unwrap_or(""),
+                                    meta.namespace.as_deref().unwrap_or(""),
+                                ))
+                            };
+                        let kept = match &event {
+                            watcher::Event::Apply(o) | watcher::Event::Delete(o) | watcher::Event::InitApply(o) => {
+                                !outside(o)
+                            }
+                            watcher::Event::Init | watcher::Event::InitDone => true,
+                        };
+                        if !kept {
+                            dropped.inc();
+                        }
+                        futures::future::ready(Ok(kept.then_some(event)))
+                    })
+                    .boxed()
+            }
         };
         let (view, api_version, kind) =
             (key.view.clone(), key.resource.api_resource().api_version, key.resource.kind.clone());
@@ -350,6 +399,9 @@ impl Hub {
                 watches.remove(&watch.key);
                 watch.stop();
                 hub.metrics.watch_upstreams.dec();
+                if watch.key.shard.is_some() {
+                    hub.metrics.watch_shard_honoured.remove(&watch.key.label());
+                }
                 tracing::info!(resource = %watch.key.resource.plural, namespace = %watch.key.namespace, "stopped idle upstream watch");
             }
         });
@@ -424,7 +476,9 @@ fn unwrap_metadata(event: watcher::Event<RawMetadata>) -> watcher::Event<RawObje
 
 /// Asks the apiserver for one object with each selector, so a bad selector, a forbidden resource or a
 /// missing namespace is refused now, naming the field, instead of failing inside the upstream watch.
-async fn check_query<K: Checkable>(api: &Api<K>, key: &WatchKey) -> Result<(), ResourceError> {
+/// Answers whether the apiserver honours the key's shard selector: its list says so in `shardInfo`
+/// (true for a key without one).
+async fn check_query<K: Checkable>(api: &Api<K>, key: &WatchKey) -> Result<bool, ResourceError> {
     // The field is named when the apiserver refused the request as invalid (400, 422): a refusal of the
     // list itself (403 from RBAC, 404) is not about the selector.
     let refused = |field: &str, source: kube::Error| {
@@ -435,15 +489,16 @@ async fn check_query<K: Checkable>(api: &Api<K>, key: &WatchKey) -> Result<(), R
         };
         ResourceError::Apiserver { op, source }
     };
-    api.list(&ListParams::default().limit(1).labels(&key.label_selector))
+    let listed = api
+        .list(&ListParams::default().limit(1).labels(&key.label_selector))
         .await
-        .map_err(|e| refused("label_selector", e))?;
+        .map_err(|e| refused(if key.shard.is_some() { "label_selector or shard" } else { "label_selector" }, e))?;
     if !key.field_selector.is_empty() {
         api.list(&ListParams::default().limit(1).fields(&key.field_selector))
             .await
             .map_err(|e| refused("field_selector", e))?;
     }
-    Ok(())
+    Ok(key.shard.is_none() || listed.metadata.shard_info.is_some())
 }
 
 /// Whether `error` says the apiserver does not serve the resource at all: a list (a collection, never
@@ -544,6 +599,7 @@ mod tests {
             label_selector: String::new(),
             field_selector: String::new(),
             view: ObjectView::default(),
+            shard: None,
         };
         let ended = || {
             let budgeted = Budgeted { budget: hub.budget.clone(), own: false };

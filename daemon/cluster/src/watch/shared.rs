@@ -165,16 +165,7 @@ impl SharedWatch {
         expectations: Expectations,
         stopping: &CancellationToken,
     ) -> Arc<Self> {
-        let label = WatchLabel {
-            resource: match &key.resource {
-                r if r.group.is_empty() => format!("{}/{}", r.version, r.plural),
-                r => format!("{}/{}/{}", r.group, r.version, r.plural),
-            },
-            namespace: key.namespace.clone(),
-            label_selector: key.label_selector.clone(),
-            field_selector: key.field_selector.clone(),
-            view: key.view.label(),
-        };
+        let label = key.label();
         Arc::new(Self {
             incarnation: rand::random(),
             key,
@@ -587,6 +578,7 @@ mod tests {
             label_selector: String::new(),
             field_selector: String::new(),
             view: super::super::view::ObjectView::default(),
+            shard: None,
         };
         SharedWatch::new(key, Limits { queue, history }, budgeted, Expectations::default(), &CancellationToken::new())
     }

@@ -163,6 +163,7 @@ fn validate(r: &pb::SubscribeRequest) -> Result<(Query, pb::DeliveryMode), Statu
         cursor,
         own: false,
         view: view("view", r.view.as_ref())?,
+        shard: None,
     };
     Ok((query, mode))
 }
