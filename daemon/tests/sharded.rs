@@ -11,7 +11,7 @@ use std::{
 
 use consistd_client::proto::{
     Completion, ElectionRef, ObjectQuery, Outcome, PatchRequest, PatchType, QueueSpec, ReconcileRequest,
-    ReconcileResponse, WorkItem, WriteGuard, reconcile_request, reconcile_response,
+    ReconcileResponse, ShardBy, WorkItem, WriteGuard, reconcile_request, reconcile_response,
     reconcile_service_client::ReconcileServiceClient,
 };
 use consistd_testkit::Daemon;
@@ -180,21 +180,28 @@ async fn handle(client: &consistd_client::Client, ns: &str, item: &WorkItem) {
     let _ = client.objects().patch(patch).await;
 }
 
-/// The ring as `daemon`'s status shows it: members and their slots, slots unowned, slots moving.
-async fn ring(daemon: &Daemon) -> Option<consistd_core::report::RingState> {
+/// The ring of `queue` as `daemon`'s status shows it: members and their slots, slots unowned, slots moving.
+async fn ring_of(daemon: &Daemon, queue: &str) -> Option<consistd_core::report::RingState> {
     let report =
         tokio::time::timeout(Duration::from_secs(10), consistd_server::admin::fetch_report(daemon.admin_socket()))
             .await
             .expect("consistd status answered within 10 s")
             .expect("consistd status");
-    report.queues.into_iter().find(|q| q.name == "work").and_then(|q| q.ring)
+    report.queues.into_iter().find(|q| q.name == queue).and_then(|q| q.ring)
 }
 
-/// Waits until `daemon` sees exactly `members` owning every slot between them, evenly, nothing moving.
+/// Waits until `daemon` sees exactly `members` owning every slot of the queue "work" between them,
+/// evenly, nothing moving.
 async fn settled(daemon: &Daemon, members: &[&str]) -> Duration {
+    settled_of(daemon, "work", members).await
+}
+
+/// Waits until `daemon` sees exactly `members` owning every slot of `queue` between them, evenly, nothing
+/// moving.
+async fn settled_of(daemon: &Daemon, queue: &str, members: &[&str]) -> Duration {
     let started = Instant::now();
     loop {
-        if let Some(r) = ring(daemon).await {
+        if let Some(r) = ring_of(daemon, queue).await {
             let names: Vec<&str> = r.members.keys().map(String::as_str).collect();
             let share = r.slots / members.len();
             let even = r.members.values().all(|n| *n == share || *n == share + 1);
@@ -360,6 +367,56 @@ async fn a_sharded_queue_without_an_election_or_with_a_spec_that_differs_is_refu
     settled(&a, &["pod-a", "pod-b"]).await;
 }
 
+#[tokio::test]
+async fn a_queue_sharded_by_namespace_is_refused_where_a_namespace_cannot_spread_its_keys() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let a = member("pod-a", &ns).await;
+    let by_ns = |spec: QueueSpec| QueueSpec { shard_by: ShardBy::Namespace.into(), ..spec };
+    let all = by_namespace("refusals");
+    let cases = [
+        (
+            "not sharded",
+            QueueSpec { sharded: false, ..all.clone() },
+            Code::InvalidArgument,
+            "spec.shard_by: only a sharded queue",
+        ),
+        (
+            "one namespace",
+            by_ns(spec(&ns)),
+            Code::InvalidArgument,
+            "spec.shard_by: spec.primary.namespace names one namespace",
+        ),
+        (
+            "cluster-scoped",
+            QueueSpec {
+                primary: Some(ObjectQuery { resource: "namespaces".into(), ..Default::default() }),
+                ..all.clone()
+            },
+            Code::InvalidArgument,
+            "spec.shard_by: namespaces is cluster-scoped",
+        ),
+        (
+            "unknown",
+            QueueSpec { shard_by: 7, ..all.clone() },
+            Code::InvalidArgument,
+            "spec.shard_by: 7 is not a ShardBy",
+        ),
+    ];
+    for (what, spec, code, message) in cases {
+        let refused = open(&a, spec).await.expect_err(what);
+        assert_eq!(refused.code(), code, "{what}: {refused}");
+        assert!(refused.message().starts_with(message), "{what}: {refused}");
+    }
+    // Members must agree on it: one sharded by key where another shards by namespace is refused.
+    let _queue = open(&a, all.clone()).await.expect("open on A");
+    let b = member("pod-b", &ns).await;
+    let refused =
+        open(&b, QueueSpec { shard_by: ShardBy::Key.into(), ..all }).await.expect_err("by key beside by namespace");
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused}");
+    assert!(refused.message().starts_with("spec.shard_by: member pod-a runs sharded queue"), "{refused}");
+}
+
 /// One item as an app saw it: its pod, key, attempt, and when it came.
 type Seen = Arc<Mutex<Vec<(String, String, u32, Instant)>>>;
 
@@ -520,4 +577,115 @@ async fn the_slots_of_a_member_whose_lease_is_gone_go_to_the_others_after_a_ttl(
     let _queue_a = open(&a, spec(&ns)).await.expect("open on the new A");
     let taken = settled(&a, &["pod-a"]).await;
     eprintln!("the slots of a member never seen went to the others {taken:?} after the coordinator opened");
+}
+
+/// A queue of every namespace's ConfigMaps labelled for run `run`, sharded by namespace.
+fn by_namespace(run: &str) -> QueueSpec {
+    let mut spec = spec("");
+    spec.name = "by-ns".into();
+    spec.primary =
+        Some(ObjectQuery { resource: "configmaps".into(), label_selector: format!("run={run}"), ..Default::default() });
+    spec.shard_by = ShardBy::Namespace.into();
+    spec
+}
+
+#[tokio::test]
+async fn a_queue_sharded_by_namespace_lists_and_watches_only_each_members_namespaces() {
+    let kube = consistd_testkit::kube_client().await;
+    let run = format!("{:08x}", rand::random::<u32>());
+    const NAMESPACES: usize = 12;
+    const PER_NAMESPACE: usize = 5;
+    let mut namespaces = Vec::new();
+    for _ in 0..NAMESPACES {
+        let ns = consistd_testkit::namespace(&kube).await;
+        let api: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
+        for i in 0..PER_NAMESPACE {
+            let cm: ConfigMap = serde_json::from_value(json!({
+                "metadata": { "name": format!("cm-{i}"), "labels": { "run": run } }, "data": { "v": "0" },
+            }))
+            .expect("configmap");
+            api.create(&PostParams::default(), &cm).await.expect("create");
+        }
+        namespaces.push((ns, api));
+    }
+    let home = namespaces[0].0.clone();
+    let audit_from = consistd_testkit::audit_offset();
+    let audit = Arc::new(Mutex::new(Audit::default()));
+    // A third party changes every key in turn, 50 changes a second.
+    let writer = {
+        let apis: Vec<Api<ConfigMap>> = namespaces.iter().map(|(_, api)| api.clone()).collect();
+        consistd_testkit::spawn(async move {
+            for n in 1usize.. {
+                let api = &apis[n % NAMESPACES];
+                let patch = json!({ "data": { "v": n.to_string() } });
+                let _ = api
+                    .patch(
+                        &format!("cm-{}", (n / NAMESPACES) % PER_NAMESPACE),
+                        &PatchParams::default(),
+                        &Patch::Merge(&patch),
+                    )
+                    .await;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    // Each app writes to the namespace of its item: `handle` is given the item's own namespace.
+    let app = |pod: &'static str, daemon: &Daemon, queue| {
+        let (tx, mut rx): (mpsc::Sender<ReconcileRequest>, Streaming<ReconcileResponse>) = queue;
+        let (client, audit) = (daemon.client(), audit.clone());
+        consistd_testkit::spawn(async move {
+            while let Ok(Some(message)) = rx.message().await {
+                let Some(reconcile_response::Response::Item(item)) = message.response else { continue };
+                let key = format!("{}/{}", item.namespace, item.name);
+                let index = {
+                    let mut audit = audit.lock().expect("audit");
+                    audit.grants.push(Grant { pod: pod.into(), key, start: Instant::now(), end: None });
+                    audit.grants.len() - 1
+                };
+                let (tx, client, audit) = (tx.clone(), client.clone(), audit.clone());
+                consistd_testkit::spawn(async move {
+                    handle(&client, &item.namespace.clone(), &item).await;
+                    tokio::time::sleep(HANDLER).await;
+                    audit.lock().expect("audit").grants[index].end.get_or_insert(Instant::now());
+                    let done =
+                        Completion { lease_id: item.lease_id, outcome: Outcome::Done.into(), ..Default::default() };
+                    let _ =
+                        tx.send(ReconcileRequest { request: Some(reconcile_request::Request::Complete(done)) }).await;
+                });
+            }
+        })
+    };
+    let a = member("pod-a", &home).await;
+    let _app_a = app("pod-a", &a, open(&a, by_namespace(&run)).await.expect("open on A"));
+    settled_of(&a, "by-ns", &["pod-a"]).await;
+    let b = member("pod-b", &home).await;
+    let _app_b = app("pod-b", &b, open(&b, by_namespace(&run)).await.expect("open on B"));
+    settled_of(&a, "by-ns", &["pod-a", "pod-b"]).await;
+    // Some changes under two members.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    writer.abort();
+    for (_, api) in &namespaces {
+        all_handled(api, &|_| format!("A's log:\n{}\nB's log:\n{}", a.logs(), b.logs())).await;
+    }
+
+    let (overlaps, per_pod) = {
+        let audit = audit.lock().expect("audit");
+        (audit.overlaps(), audit.per_pod())
+    };
+    assert!(overlaps.is_empty(), "{} moments two pods held one key, e.g. {:?}", overlaps.len(), overlaps.first());
+    assert!(per_pod.len() == 2, "both members handled keys: {per_pod:?}");
+    // Every list and watch of the queue's ConfigMaps named a shard: no daemon read every namespace's.
+    let selector = format!("labelSelector=run%3D{run}");
+    let requests: Vec<String> = consistd_testkit::audit_events(audit_from)
+        .iter()
+        .filter_map(|e| e["requestURI"].as_str().map(str::to_owned))
+        .filter(|uri| uri.starts_with("/api/v1/configmaps?") && uri.contains(&selector))
+        .collect();
+    let whole: Vec<&String> = requests.iter().filter(|uri| !uri.contains("shardSelector=")).collect();
+    eprintln!("{} lists and watches of the queue's ConfigMaps, {} without a shard", requests.len(), whole.len());
+    assert!(requests.len() >= 4, "both members listed and watched: {requests:?}");
+    assert!(whole.is_empty(), "lists or watches of every namespace: {whole:?}");
+    let honoured = a.metric("consistd_watch_shard_honoured", "resource=\"v1/configmaps\"").await;
+    eprintln!("A's share honoured by the apiserver: {honoured:?}");
+    assert!(honoured.is_some(), "A's metrics show its watch of a share");
 }

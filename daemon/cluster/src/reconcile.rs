@@ -32,6 +32,7 @@ use self::{
     keys::MapsBy,
     limiter::RetryPolicy,
     queue::Completion,
+    ring::ShardBy,
     shards::{RingNames, ShardMember},
 };
 use crate::{
@@ -92,6 +93,8 @@ pub struct QueueSpec {
     /// Spread the keys over every member of the election's group that runs this queue, each key's slot
     /// owned by one member at a time (needs `election`).
     pub sharded: bool,
+    /// What a sharded queue's keys are hashed by: by namespace, each member watches only its share.
+    pub shard_by: ShardBy,
 }
 
 impl QueueSpec {
@@ -116,6 +119,7 @@ impl QueueSpec {
         out.insert("spec.retry".into(), format!("{:?}", self.retry));
         out.insert("spec.lease_timeout".into(), format!("{:?}", self.lease_timeout));
         out.insert("spec.election".into(), self.election.as_ref().map(ToString::to_string).unwrap_or_default());
+        out.insert("spec.shard_by".into(), format!("{:?}", self.shard_by));
         out
     }
 }
@@ -326,7 +330,7 @@ impl Reconciler {
                 let ownerless = self.metrics.queue(&spec.name).shard_ownerless;
                 let joined =
                     ShardMember::join(&self.hub, names, identity, ttl, spec.fields(), (ownerless, &self.tasks));
-                Authority::sharded(joined.await?)
+                Authority::sharded(joined.await?, spec.shard_by)
             }
             (None, true) => {
                 return Err(ReconcileError::InvalidArgument {

@@ -13,7 +13,7 @@ use tokio::{sync::watch, time::Instant};
 use crate::{
     leadership::{Key, Leadership, Observation, Role},
     reconcile::{
-        ring::slot_of,
+        ring::ShardBy,
         shards::{Handoff, Ownership, ShardMember},
     },
     watch::{object::ObjKey, sleep_until},
@@ -47,6 +47,8 @@ pub(crate) enum Authority {
     Sharded {
         /// This daemon's membership of the queue's ring.
         member: ShardMember,
+        /// What a key's slot is hashed from.
+        by: ShardBy,
         /// What it owns now; None once the member's task ended (the daemon is stopping).
         ownership: Option<watch::Receiver<Ownership>>,
         /// What it owned when the driver last took the ownership in: what it grants under.
@@ -63,11 +65,11 @@ impl Authority {
         }
     }
 
-    /// A sharded queue's authority: the slots `member` owns.
-    pub(crate) fn sharded(member: ShardMember) -> Self {
+    /// A sharded queue's authority: the slots `member` owns, a key's slot hashed `by` its key or namespace.
+    pub(crate) fn sharded(member: ShardMember, by: ShardBy) -> Self {
         let mut ownership = member.ownership.clone();
         let seen = ownership.borrow_and_update().clone();
-        Self::Sharded { member, ownership: Some(ownership), seen }
+        Self::Sharded { member, by, ownership: Some(ownership), seen }
     }
 
     /// A sharded queue's ownership as the driver last took it in (see [`Self::changed`]), while the hold
@@ -102,12 +104,12 @@ impl Authority {
     /// driver took in, so a slot given to this member is granted from only once the driver took it over.
     pub(crate) fn may(&self, key: &ObjKey, now: Instant) -> May {
         match self {
-            Self::Sharded { .. } => match self.hold(now) {
+            Self::Sharded { by, .. } => match self.hold(now) {
                 None => May::Nothing,
-                Some(ownership) => match ownership.of(key, now) {
+                Some(ownership) => match ownership.of(by.slot(key), now) {
                     Some((_, epoch, false)) => May::Grant(epoch),
                     Some((slot, _, true)) => May::Park(slot),
-                    None => May::Park(slot_of(key)),
+                    None => May::Park(by.slot(key)),
                 },
             },
             _ => self.term().map_or(May::Nothing, May::Grant),
@@ -118,8 +120,8 @@ impl Authority {
     /// the key's slot still owned (moving away or not) in that epoch while the hold lasts.
     pub(crate) fn holds(&self, key: &ObjKey, term: u64, now: Instant) -> bool {
         match self {
-            Self::Sharded { .. } => {
-                self.hold(now).and_then(|o| o.of(key, now)).is_some_and(|(_, epoch, _)| epoch == term)
+            Self::Sharded { by, .. } => {
+                self.hold(now).and_then(|o| o.of(by.slot(key), now)).is_some_and(|(_, epoch, _)| epoch == term)
             }
             _ => self.term() == Some(term),
         }
@@ -127,8 +129,8 @@ impl Authority {
 
     /// For a sharded queue, the claim a write for a lease on `key` in epoch `term` carries.
     pub(crate) fn claim(&self, key: &ObjKey, term: u64) -> Option<Claim> {
-        let Self::Sharded { member, .. } = self else { return None };
-        Some(member.names.claim(slot_of(key), term))
+        let Self::Sharded { member, by, .. } = self else { return None };
+        Some(member.names.claim(by.slot(key), term))
     }
 
     /// The slots owned and moving away, with their epochs.

@@ -10,8 +10,13 @@ use std::{
 
 use consistd_core::report::QueueReport;
 use consistd_observe::metrics::QueueMetrics;
-use futures::{StreamExt, stream::SelectAll};
+use futures::{
+    StreamExt,
+    future::BoxFuture,
+    stream::{BoxStream, SelectAll},
+};
 use tokio::{sync::mpsc, time::Instant};
+use tokio_util::sync::CancellationToken;
 
 use super::{
     DriverCall, Handed, QueueSpec, ReconcileError, Reconciler, Work,
@@ -19,13 +24,15 @@ use super::{
     gate::{Gate, Verdict},
     keys::{MapsBy, PrimaryKind, primary_of},
     queue::{Completion, Origin, Queue},
-    ring::slot_of,
+    ring::ShardBy,
     shards::Handoff,
 };
 use crate::watch::{
+    ResourceError, Subscription,
     budget::Exhausted,
     object::{Obj, ObjKey},
     resolve::ResourceId,
+    shard::ShardSelector,
     shared::{Change, Item, SharedWatch},
     sleep_until,
 };
@@ -33,9 +40,47 @@ use crate::watch::{
 /// How often the depth gauges, lease ages and the status report are brought up to date.
 const REPORT_EVERY: Duration = Duration::from_millis(250);
 
-/// Items from all of a queue's watches, tagged with the watch's index (0: the primary); last, if the memory
-/// budget ended a watch, the watch's field and how far past the budget it was.
-type Events = SelectAll<futures::stream::BoxStream<'static, (usize, Result<Item, (String, Exhausted)>)>>;
+/// After a new share's watch was refused, how long until it is asked for again.
+const RESHARD_RETRY: Duration = Duration::from_secs(1);
+
+/// One watch's items, tagged with the watch's index (0: the primary); last, if the memory budget ended the
+/// watch, the watch's field and how far past the budget it was.
+type Items = BoxStream<'static, (usize, Result<Item, (String, Exhausted)>)>;
+
+/// Items from all of a queue's watches.
+type Events = SelectAll<Items>;
+
+/// Watch `index`'s items from `subscription` (`field` names the watch) until `stop`; the daemon stopping,
+/// or `stop`, ends them quietly.
+fn items(index: usize, field: String, subscription: Subscription, stop: CancellationToken) -> Items {
+    futures::stream::unfold(Some(subscription), move |sub| {
+        let field = field.clone();
+        async move {
+            let mut sub = sub?;
+            match sub.next().await {
+                Some(item) => Some(((index, Ok(item)), Some(sub))),
+                None => Some(((index, Err((field, sub.ended()?))), None)),
+            }
+        }
+    })
+    .take_until(stop.cancelled_owned())
+    .boxed()
+}
+
+/// A queue sharded by namespace: the watch of the primary objects of a new share, being subscribed to.
+struct Resharing {
+    share: ShardSelector,
+    subscribed: BoxFuture<'static, Result<Subscription, ResourceError>>,
+}
+
+/// Resolves when the new share's subscription is made or refused; never while none is being made.
+async fn resubscribed(resharing: &mut Option<Resharing>) -> (ShardSelector, Result<Subscription, ResourceError>) {
+    let Some(r) = resharing else { return std::future::pending().await };
+    let answer = r.subscribed.as_mut().await;
+    let share = r.share.clone();
+    *resharing = None;
+    (share, answer)
+}
 
 /// One of the queue's watches.
 #[derive(Debug)]
@@ -128,6 +173,14 @@ pub(super) struct Driver {
     changed_since: HashMap<ObjKey, BTreeMap<usize, Option<u64>>>,
     /// Whether resourceVersions compare on this apiserver.
     comparable: bool,
+    /// A queue sharded by namespace: the share of the primary objects its watch holds (the namespaces of
+    /// the slots this member owns, moving away or not), and the watch of a new share being made.
+    share: Option<ShardSelector>,
+    resharing: Option<Resharing>,
+    /// When a refused new share is asked for again.
+    reshard_after: Option<Instant>,
+    /// Ends the primary watch's items, when a new share's watch replaces it.
+    primary_stop: CancellationToken,
     metrics: QueueMetrics,
     last_error: Option<String>,
     adds_reported: u64,
@@ -158,30 +211,38 @@ impl Driver {
             },
             plural: resolved.api.plural.clone(),
         };
+        if spec.shard_by == ShardBy::Namespace && !resolved.namespaced {
+            return Err(ReconcileError::InvalidArgument {
+                field: "spec.shard_by".into(),
+                message: format!(
+                    "{} is cluster-scoped: its objects have no namespace to shard by",
+                    resolved.api.plural
+                ),
+            });
+        }
+        // Sharded by namespace, the primary watch holds the share of the slots owned now.
+        let share = spec.shard_by.share(authority.owned().into_keys());
         let mut watches = Vec::new();
         let mut events = Events::new();
+        let primary_stop = CancellationToken::new();
         let queries = std::iter::once((&spec.primary, None, "spec.primary".to_owned())).chain(
             spec.related.iter().enumerate().map(|(i, (q, m))| (q, Some(m.clone()), format!("spec.related[{i}].query"))),
         );
         for (index, (query, maps_by, field)) in queries.enumerate() {
-            let subscription = reconciler.hub.subscribe(query.to_query()).await.map_err(|e| query_error(&field, e))?;
+            let mut query = query.to_query();
+            if index == 0 {
+                query.shard.clone_from(&share);
+            }
+            let subscription = reconciler.hub.subscribe(query).await.map_err(|e| query_error(&field, e))?;
             watches.push((subscription.watch().clone(), maps_by));
-            // Its items, then, if the memory budget ended the watch, why (the daemon stopping ends it quietly).
-            events.push(
-                futures::stream::unfold(Some(subscription), move |sub| {
-                    let field = field.clone();
-                    async move {
-                        let mut sub = sub?;
-                        match sub.next().await {
-                            Some(item) => Some(((index, Ok(item)), Some(sub))),
-                            None => Some(((index, Err((field, sub.ended()?))), None)),
-                        }
-                    }
-                })
-                .boxed(),
-            );
+            // Only the primary's watch is ever replaced (by a new share's).
+            let stop = if index == 0 { primary_stop.clone() } else { CancellationToken::new() };
+            events.push(items(index, field, subscription, stop));
         }
-        Ok(Self::new(reconciler, spec, comparable, (primary, authority), watches, events))
+        let mut driver = Self::new(reconciler, spec, comparable, (primary, authority), watches, events);
+        driver.share = share;
+        driver.primary_stop = primary_stop;
+        Ok(driver)
     }
 
     /// A driver over `watches` (the primary's first, then the related ones with how they name primaries)
@@ -234,6 +295,10 @@ impl Driver {
             relisting: false,
             changed_since: HashMap::new(),
             comparable,
+            share: None,
+            resharing: None,
+            reshard_after: None,
+            primary_stop: CancellationToken::new(),
             metrics: reconciler.metrics.queue(&spec.name),
             last_error: None,
             adds_reported: 0,
@@ -256,6 +321,7 @@ impl Driver {
             self.queue.tick(now);
             self.pump(now);
             self.hand_off();
+            self.reshard(now);
             let report_due = unreported || !self.leases.is_empty();
             if report_due && now >= next_report {
                 self.report(&report, now);
@@ -284,6 +350,7 @@ impl Driver {
                 self.gate.deadline(&self.held, now),
                 (unreported || !self.leases.is_empty()).then_some(next_report),
                 idle_since.map(|since| since + self.reconciler.linger),
+                self.reshard_after,
             ]
             .into_iter()
             .flatten()
@@ -304,6 +371,7 @@ impl Driver {
                     None => break,
                 },
                 () = self.authority.changed() => self.authority_changed(Instant::now()),
+                (share, answer) = resubscribed(&mut self.resharing) => self.reshared(share, answer, Instant::now()),
                 changed = changes.changed(), if holding => if changed.is_err() { break },
                 () = sleep_until(wake) => {}
             }
@@ -359,21 +427,83 @@ impl Driver {
         let origin = if w.synced { Origin::Live } else { Origin::Initial };
         match item {
             Item::ResyncRequired => w.resync = Some(HashSet::new()),
-            Item::Snapshot(obj, _) => {
-                if let Some(seen) = &mut w.resync {
-                    seen.insert(obj.key());
-                }
-                self.touch(index, &obj, (false, Origin::Initial), now);
-            }
+            Item::Snapshot(obj, _) => self.listed(index, &obj, now),
             Item::Synced(_) => self.synced(index, now),
             Item::Entry(entry) => match &entry.change {
                 Change::Synced => self.synced(index, now),
+                // A new share's list, joined before it was through, comes as its entries.
+                Change::Added(obj) if !w.synced && w.resync.is_some() => self.listed(index, obj, now),
                 Change::Added(obj) | Change::Modified(obj) => self.touch(index, obj, (false, origin), now),
                 Change::Deleted(obj) => self.touch(index, obj, (true, origin), now),
                 // The difference that follows touches every key that changed.
                 Change::Relisted => {}
             },
         }
+    }
+
+    /// An object of a list of watch `index`: after a resync (or of a new share), a key at the version this
+    /// driver took in before is unchanged, and queues nothing.
+    fn listed(&mut self, index: usize, obj: &Arc<Obj>, now: Instant) {
+        let Some(w) = self.watched.get_mut(index) else { return };
+        let key = obj.key();
+        let Some(seen) = &mut w.resync else {
+            self.touch(index, obj, (false, Origin::Initial), now);
+            return;
+        };
+        seen.insert(key.clone());
+        let unchanged = w.known.get(&key).is_some_and(|(o, _)| o.resource_version() == obj.resource_version());
+        if !unchanged {
+            self.touch(index, obj, (false, Origin::Initial), now);
+        }
+    }
+
+    /// A queue sharded by namespace whose slots changed: the watch of the new share's primary objects is
+    /// asked for (while this member's hold lasts; the old watch serves until it is made).
+    fn reshard(&mut self, now: Instant) {
+        if self.spec.shard_by != ShardBy::Namespace
+            || self.authority.term().is_none()
+            || self.reshard_after.is_some_and(|at| now < at)
+        {
+            return;
+        }
+        let Some(want) = self.spec.shard_by.share(self.authority.owned().into_keys()) else { return };
+        let asked = self.resharing.as_ref().map_or(self.share.as_ref(), |r| Some(&r.share));
+        if asked == Some(&want) {
+            return;
+        }
+        tracing::debug!(queue = %self.spec.name, ranges = want.ranges().len(), "watching the primary objects of a new share");
+        let hub = self.reconciler.hub.clone();
+        let mut query = self.spec.primary.to_query();
+        query.shard = Some(want.clone());
+        self.resharing =
+            Some(Resharing { share: want, subscribed: Box::pin(async move { hub.subscribe(query).await }) });
+    }
+
+    /// The watch of a new share was made (or refused: asked again after RESHARD_RETRY): it replaces the
+    /// primary watch, its list taken in as a resync's. What the old one showed outside the new share is
+    /// forgotten, not deleted: those keys are other members' now.
+    fn reshared(&mut self, share: ShardSelector, answer: Result<Subscription, ResourceError>, now: Instant) {
+        let subscription = match answer {
+            Ok(subscription) => subscription,
+            Err(error) => {
+                tracing::warn!(queue = %self.spec.name, error = %consistd_core::error::chain(&error), "could not watch the primary objects of a new share; asking again");
+                self.reshard_after = Some(now + RESHARD_RETRY);
+                return;
+            }
+        };
+        self.reshard_after = None;
+        let watch = subscription.watch().clone();
+        self.primary_stop.cancel();
+        self.primary_stop = CancellationToken::new();
+        self.events.push(items(0, "spec.primary".into(), subscription, self.primary_stop.clone()));
+        self.gate.replace_primary(watch.clone());
+        let Some(w) = self.watched.first_mut() else { return };
+        w.watch = watch;
+        w.known.retain(|key, _| share.holds(&key.namespace));
+        w.synced = false;
+        w.resync = Some(HashSet::new());
+        w.listing = 0;
+        self.share = Some(share);
     }
 
     /// Watch `index` finished a list: after a resync, what it no longer holds was deleted meanwhile.
@@ -433,7 +563,7 @@ impl Driver {
     /// the list a driver starts with brings again what the last owner handled.
     fn key_changed(&mut self, key: &ObjKey, (index, at): (usize, Option<u64>), origin: Origin, now: Instant) {
         let handed_on = at.is_some_and(|at| {
-            self.authority.handoff(slot_of(key)).is_some_and(|h| {
+            self.authority.handoff(self.slot(key)).is_some_and(|h| {
                 !h.overflow && h.cut.as_ref().and_then(|cut| cut.get(index)).is_some_and(|cut| at <= *cut)
             })
         });
@@ -506,7 +636,7 @@ impl Driver {
             new.keys().filter_map(|slot| self.authority.handoff(*slot).map(|h| (*slot, h))).collect();
         let mut keys: HashMap<u16, Vec<ObjKey>> = HashMap::new();
         for key in self.queue.keys() {
-            let slot = slot_of(key);
+            let slot = self.slot(key);
             if new.contains_key(&slot) {
                 keys.entry(slot).or_default().push(key.clone());
             }
@@ -525,7 +655,8 @@ impl Driver {
                 }
                 continue;
             };
-            self.held.retain(|k| slot_of(k) != slot);
+            let by = self.spec.shard_by;
+            self.held.retain(|k| by.slot(k) != slot);
             let carried: HashMap<ObjKey, &super::queue::Carried> = handoff
                 .keys
                 .iter()
@@ -556,7 +687,7 @@ impl Driver {
         if moving.len() == self.drained.len() {
             return;
         }
-        let leased: BTreeSet<u16> = self.leases.values().map(|l| slot_of(&l.key)).collect();
+        let leased: BTreeSet<u16> = self.leases.values().map(|l| self.slot(&l.key)).collect();
         let new: BTreeSet<(u16, u64)> =
             moving.into_iter().filter(|s| !leased.contains(&s.0) && !self.drained.contains(s)).collect();
         if new.is_empty() {
@@ -578,7 +709,7 @@ impl Driver {
             .map(|slot| (*slot, Handoff { slot: *slot, epoch: 0, cut: cut.clone(), overflow: false, keys: Vec::new() }))
             .collect();
         for key in self.queue.keys() {
-            if let Some(h) = handoffs.get_mut(&slot_of(key))
+            if let Some(h) = handoffs.get_mut(&self.slot(key))
                 && let Some(carried) = self.queue.carry(key, now, wall)
             {
                 tracing::trace!(queue = %self.spec.name, slot = h.slot, name = %key.name, place = ?carried.place, "key handed on with its slot");
@@ -603,6 +734,11 @@ impl Driver {
         tracing::debug!(queue = %self.spec.name, slots = slots.len(), "queue ended: its member leaves");
         self.metrics.shard_handoffs.inc_by(u64::try_from(slots.len()).unwrap_or(0));
         self.authority.leaving(self.handoffs(&slots));
+    }
+
+    /// The slot of `key` (a sharded queue's).
+    fn slot(&self, key: &ObjKey) -> u16 {
+        self.spec.shard_by.slot(key)
     }
 
     /// Keeps a key whose slot is not this member's to grant aside until it is.
@@ -802,7 +938,7 @@ impl Driver {
         if self.authority.member().is_some() {
             let owned = self.authority.owned();
             self.metrics.shard_slots.set(i64::try_from(owned.len()).unwrap_or(i64::MAX));
-            let keys = self.queue.keys().filter(|k| owned.contains_key(&slot_of(k))).count();
+            let keys = self.queue.keys().filter(|k| owned.contains_key(&self.slot(k))).count();
             self.metrics.shard_keys.set(i64::try_from(keys).unwrap_or(i64::MAX));
         }
         let mut counts = self.queue.counts();
@@ -853,7 +989,8 @@ mod tests {
 
     use super::*;
     use consistd_core::{config::Live, tasks::Tasks};
-    use tokio_util::sync::CancellationToken;
+
+    use crate::reconcile::ring::slot_of;
 
     use crate::{
         leadership::Leadership,
@@ -926,7 +1063,7 @@ mod tests {
         fn sharded() -> (Self, tokio::sync::watch::Sender<Ownership>) {
             let election = crate::leadership::Key { namespace: "ns".into(), name: "e".into() };
             let (member, publish) = ShardMember::by_hand(RingNames::new(&election, "q"));
-            (Self::build(true, Some(Authority::sharded(member))), publish)
+            (Self::build(true, Some(Authority::sharded(member, ShardBy::Key))), publish)
         }
 
         fn build(comparable: bool, sharded: Option<Authority>) -> Self {
@@ -973,6 +1110,7 @@ mod tests {
                 lease_timeout: Duration::from_secs(60),
                 election: None,
                 sharded: false,
+                shard_by: ShardBy::Key,
             };
             let kind = Primary {
                 kind: PrimaryKind { group: String::new(), kind: "ConfigMap".into(), namespaced: true },
@@ -1356,6 +1494,33 @@ mod tests {
         let again = next(&mut rx).expect("handed out again");
         assert_ne!(again.lease_id, work.lease_id);
         assert!(rig.complete(1, &work.lease_id, Completion::Done).is_err(), "the timed-out lease is not held");
+    }
+
+    #[tokio::test]
+    async fn a_list_taken_again_queues_only_the_keys_that_changed_or_went_meanwhile() {
+        let mut rig = Rig::new(true);
+        rig.list(0, vec![raw("a", 10, ""), raw("b", 11, ""), raw("c", 12, "")]);
+        let mut rx = rig.attach(1, 3);
+        rig.pump();
+        for _ in 0..3 {
+            let work = next(&mut rx).expect("granted");
+            rig.complete(1, &work.lease_id, Completion::Done).expect("completed");
+        }
+        // A resync (or a new share's watch) lists again: a as it was, b changed, c gone.
+        rig.driver.event(0, Item::ResyncRequired, rig.now);
+        let watch = rig.watch(0);
+        watch.apply(watcher::Event::Delete(raw("c", 13, "")), &rig.metrics);
+        watch.apply(watcher::Event::Apply(raw("b", 14, "")), &rig.metrics);
+        let (objects, at) = watch.list("").expect("synced");
+        for o in objects {
+            rig.driver.event(0, Item::Snapshot(o, at), rig.now);
+        }
+        rig.driver.event(0, Item::Synced(at), rig.now);
+        rig.pump();
+        let mut handed: Vec<(String, bool)> =
+            std::iter::from_fn(|| next(&mut rx)).map(|w| (w.key.name, w.deleted)).collect();
+        handed.sort();
+        assert_eq!(handed, [("b".to_owned(), false), ("c".to_owned(), true)], "a, unchanged, queues nothing");
     }
 
     #[tokio::test]

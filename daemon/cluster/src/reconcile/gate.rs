@@ -60,6 +60,13 @@ impl Gate {
         Self { watches, comparable, expectations, plural, written: HashMap::new() }
     }
 
+    /// A new watch of the primary objects (a sharded queue's new share) in place of the one before.
+    pub(super) fn replace_primary(&mut self, watch: Arc<SharedWatch>) {
+        if let Some(primary) = self.watches.first_mut() {
+            *primary = watch;
+        }
+    }
+
     /// The pod's writes the gate judges against; a change may open it.
     pub(super) fn expectations(&self) -> &Expectations {
         &self.expectations

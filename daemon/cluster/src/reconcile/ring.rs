@@ -8,7 +8,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use consistd_core::names::fnv1a64;
 use serde::{Deserialize, Serialize};
 
-use crate::watch::object::ObjKey;
+use crate::watch::{
+    object::ObjKey,
+    shard::{ShardField, ShardSelector},
+};
 
 /// How many slots the key space is cut into: at 100 members, about 10 each.
 pub const SLOTS: u16 = 1024;
@@ -29,6 +32,43 @@ fn mix(mut z: u64) -> u64 {
 pub fn slot_of(key: &ObjKey) -> u16 {
     let hash = mix(fnv1a64(&format!("{}/{}", key.namespace, key.name)));
     u16::try_from(hash >> SHIFT).unwrap_or(u16::MAX)
+}
+
+/// What a sharded queue's keys are hashed by to find their slots.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum ShardBy {
+    /// The key, namespace and name ([`slot_of`]): keys spread evenly over the slots, and every member
+    /// watches every object (no apiserver field hashes a name).
+    #[default]
+    Key,
+    /// The key's namespace, hashed as KEP-5866 hashes `object.metadata.namespace` (FNV-1a 64, its high bits
+    /// the slot, unmixed): a namespace's keys share one slot, so a slot's objects are a range of the
+    /// apiserver's hash and a member lists and watches only its slots' namespaces. Namespaces named alike
+    /// but for their last character land in one slot (FNV-1a's high bits hardly depend on it).
+    Namespace,
+}
+
+impl ShardBy {
+    /// The slot of `key`.
+    pub fn slot(self, key: &ObjKey) -> u16 {
+        match self {
+            Self::Key => slot_of(key),
+            Self::Namespace => u16::try_from(fnv1a64(&key.namespace) >> SHIFT).unwrap_or(u16::MAX),
+        }
+    }
+
+    /// The objects whose keys fall in `slots`, as a shard selector the apiserver can apply; None when keys
+    /// are hashed by key. No slot at all is the single hash 0, which (one in 2^64) holds nothing: a selector
+    /// cannot be empty.
+    pub fn share(self, slots: impl IntoIterator<Item = u16>) -> Option<ShardSelector> {
+        let Self::Namespace = self else { return None };
+        let mut ranges: Vec<(u64, u128)> =
+            slots.into_iter().map(|s| (u64::from(s) << SHIFT, (u128::from(s) + 1) << SHIFT)).collect();
+        if ranges.is_empty() {
+            ranges.push((0, 1));
+        }
+        ShardSelector::new(ShardField::Namespace, ranges).ok()
+    }
 }
 
 /// One member's holding: its identity and the id of this holding (a new one each time a member's hold
@@ -304,6 +344,25 @@ mod tests {
         let slot = slot_of(&key);
         assert_eq!(u64::from(slot), mix(fnv1a64("ns/a")) >> 54);
         assert!(slot < SLOTS);
+    }
+
+    #[test]
+    fn a_slot_by_namespace_is_the_range_of_the_apiservers_hash_its_share_selects() {
+        let key = |ns: &str, name: &str| ObjKey { namespace: ns.into(), name: name.into() };
+        let by = ShardBy::Namespace;
+        assert_eq!(u64::from(by.slot(&key("team-a", "x"))), fnv1a64("team-a") >> 54, "FNV-1a 64 unmixed");
+        assert_eq!(by.slot(&key("team-a", "x")), by.slot(&key("team-a", "y")), "a namespace's keys share a slot");
+        let slot = by.slot(&key("team-a", "x"));
+        let share = by.share([slot]).expect("a share");
+        assert!(share.holds("team-a"));
+        let others: Vec<String> =
+            (0..200).map(|i| format!("ns-{i}")).filter(|ns| by.slot(&key(ns, "x")) != slot).collect();
+        assert!(others.len() > 150 && others.iter().all(|ns| !share.holds(ns)), "only its slot's namespaces");
+        let all = by.share(0..SLOTS).expect("a share");
+        assert_eq!(all.ranges(), &[(0, crate::watch::shard::HASH_END)], "every slot: the whole space, merged");
+        assert_eq!(by.share([]).expect("a share").ranges(), &[(0, 1)], "no slot: one hash");
+        assert_eq!(ShardBy::Key.share([slot]), None, "no apiserver field hashes a key");
+        assert_eq!(ShardBy::Key.slot(&key("ns", "a")), slot_of(&key("ns", "a")));
     }
 
     #[test]

@@ -39,14 +39,14 @@ use tokio_util::sync::CancellationToken;
 use super::{
     ReconcileError,
     queue::Carried,
-    ring::{Holder, Ring, SLOTS, slot_of},
+    ring::{Holder, Ring, SLOTS},
 };
 use crate::{
     leadership::{
         Key,
         member_lease::{LeaseJson, age_of, group_label},
     },
-    watch::{Hub, Mirror, Query, object::Obj, object::ObjKey, sleep_until},
+    watch::{Hub, Mirror, Query, object::Obj, sleep_until},
 };
 
 /// How long one write or read of the ring's Leases may take.
@@ -134,10 +134,9 @@ pub struct Ownership {
 }
 
 impl Ownership {
-    /// The epoch this member owns `key`'s slot in at `now`, and whether it is moving away; None when it
+    /// The epoch this member owns `slot` in at `now`, and whether it is moving away; None when it
     /// does not own it (or its hold lapsed).
-    pub fn of(&self, key: &ObjKey, now: Instant) -> Option<(u16, u64, bool)> {
-        let slot = slot_of(key);
+    pub fn of(&self, slot: u16, now: Instant) -> Option<(u16, u64, bool)> {
         self.until.filter(|until| now < *until)?;
         self.slots.get(&slot).map(|(epoch, moving)| (slot, *epoch, *moving))
     }
@@ -1053,17 +1052,16 @@ mod tests {
 
     #[test]
     fn ownership_counts_only_while_the_hold_lasts() {
-        let key = ObjKey { namespace: "ns".into(), name: "a".into() };
         let now = Instant::now();
-        let slot = slot_of(&key);
+        let slot = 7;
         let mut ownership = Ownership {
             until: Some(now + Duration::from_secs(1)),
             slots: BTreeMap::from([(slot, (4, false))]),
             ..Ownership::default()
         };
-        assert_eq!(ownership.of(&key, now), Some((slot, 4, false)));
-        assert_eq!(ownership.of(&key, now + Duration::from_secs(1)), None, "lapsed");
+        assert_eq!(ownership.of(slot, now), Some((slot, 4, false)));
+        assert_eq!(ownership.of(slot, now + Duration::from_secs(1)), None, "lapsed");
         ownership.slots.clear();
-        assert_eq!(ownership.of(&key, now), None, "not owned");
+        assert_eq!(ownership.of(slot, now), None, "not owned");
     }
 }

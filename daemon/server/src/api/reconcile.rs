@@ -7,7 +7,7 @@ use consistd_cluster::{
     leadership::Leadership,
     reconcile::{
         DEFAULT_LEASE_TIMEOUT, ObjectQuery, QueueSpec, Reconciler, Work, keys::MapsBy, limiter::RetryPolicy,
-        queue::Completion,
+        queue::Completion, ring::ShardBy,
     },
     watch::{object::Obj, view::dot_path},
 };
@@ -195,7 +195,30 @@ impl ReconcileApi {
                 "a sharded queue needs spec.election: the election group whose members share its keys",
             ));
         }
-        let spec = QueueSpec { name: s.name, primary, related, retry, lease_timeout, election, sharded: s.sharded };
+        let shard_by = match pb::ShardBy::try_from(s.shard_by) {
+            Err(_) => {
+                return Err(status::invalid_argument("spec.shard_by", format!("{} is not a ShardBy", s.shard_by)));
+            }
+            Ok(pb::ShardBy::Unspecified | pb::ShardBy::Key) => ShardBy::Key,
+            Ok(pb::ShardBy::Namespace) if !s.sharded => {
+                return Err(status::invalid_argument(
+                    "spec.shard_by",
+                    "only a sharded queue (spec.sharded) is sharded by anything",
+                ));
+            }
+            Ok(pb::ShardBy::Namespace) if !primary.namespace.is_empty() => {
+                return Err(status::invalid_argument(
+                    "spec.shard_by",
+                    format!(
+                        "spec.primary.namespace names one namespace ({}): sharded by namespace, all its keys would be one member's",
+                        primary.namespace
+                    ),
+                ));
+            }
+            Ok(pb::ShardBy::Namespace) => ShardBy::Namespace,
+        };
+        let spec =
+            QueueSpec { name: s.name, primary, related, retry, lease_timeout, election, sharded: s.sharded, shard_by };
         Ok((spec, usize::try_from(s.max_leases).unwrap_or(usize::MAX)))
     }
 }
