@@ -71,7 +71,7 @@ async fn serves_health_and_reflection_against_the_real_apiserver() {
     let report = wait_for_report(&daemon, |r| r.ready && r.apiserver.version.is_some()).await;
     assert!(report.apiserver.reachable, "{report:?}");
     let version = report.apiserver.version.unwrap_or_default();
-    assert!(version.starts_with("v1.35."), "apiserver version {version:?}");
+    assert_eq!(version, kubernetes_version(), "the apiserver's version");
 
     let mode = std::fs::metadata(daemon.socket()).expect("socket exists").permissions().mode() & 0o777;
     assert_eq!(mode, 0o660, "socket mode");
@@ -85,6 +85,14 @@ async fn the_admin_socket_takes_its_own_mode_not_the_app_sockets() {
     let mode_of = |path: &std::path::Path| std::fs::metadata(path).expect("socket exists").permissions().mode() & 0o777;
     assert_eq!(mode_of(daemon.socket()), 0o600);
     assert_eq!(mode_of(daemon.admin_socket()), 0o640);
+}
+
+/// The Kubernetes version of the test control plane, as hack/versions.env pins it.
+fn kubernetes_version() -> &'static str {
+    include_str!("../../hack/versions.env")
+        .lines()
+        .find_map(|line| line.strip_prefix("KUBERNETES_VERSION="))
+        .expect("hack/versions.env pins KUBERNETES_VERSION")
 }
 
 async fn wait_for_report(
@@ -127,7 +135,7 @@ async fn admin_socket_serves_probes_and_metrics() {
         .expect("run consistd status");
     let stdout = String::from_utf8_lossy(&status.stdout);
     assert!(status.status.success(), "consistd status: {stdout}");
-    assert!(stdout.contains("ready") && stdout.contains("v1.35."), "{stdout}");
+    assert!(stdout.contains("ready") && stdout.contains(kubernetes_version()), "{stdout}");
 }
 
 #[tokio::test]
