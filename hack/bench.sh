@@ -25,7 +25,7 @@ export CONSISTD_BENCH_PYTHON=$venv/bin/python
 (cd hack/bench/informers && GOTOOLCHAIN=local go build -o "$repo/target/bench/informers" . &&
   GOTOOLCHAIN=local go build -o "$repo/target/bench/informers-app" ./app)
 export CONSISTD_BENCH_INFORMERS=$repo/target/bench/informers
-cargo bench -p consistd --bench watch --bench memory --bench leadership --bench outbox --bench rollout --bench scale --bench kopf --bench reconcile --bench fencing --bench link --bench sharded
+cargo bench -p consistd --bench watch --bench memory --bench leadership --bench outbox --bench rollout --bench scale --bench kopf --bench reconcile --bench fencing --bench link --bench sharded --bench shard_watch
 echo
 cargo build -q --release -p consistd
 CONSISTD_BIN=$repo/target/release/consistd cargo bench -p consistd-client --bench subscriber

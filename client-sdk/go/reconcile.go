@@ -10,6 +10,7 @@ import (
 	"io"
 	"math"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -125,6 +126,34 @@ type ReconcileSpec struct {
 	// the sidecar refuses the spec, INVALID_ARGUMENT naming spec.sharded). Each item's Term is then the
 	// epoch of the key's slot, and the guard ForItem adds works unchanged.
 	Sharded bool
+	// ShardBy is what a Sharded queue hashes a key by to find its slot: the zero ShardBy (as ShardByKey)
+	// hashes the key, namespace and name; ShardByNamespace hashes its namespace, so that each member lists
+	// and watches only its slots' namespaces (for a primary of a namespaced resource in all namespaces
+	// only). It needs Sharded (without it the sidecar refuses the spec, INVALID_ARGUMENT naming
+	// spec.shard_by).
+	ShardBy ShardBy
+}
+
+// ShardBy is what a Sharded queue hashes a key by to find its slot (ReconcileSpec.ShardBy). The zero
+// ShardBy is ShardByKey's.
+type ShardBy int32
+
+const (
+	// ShardByKey hashes the key, namespace and name: keys spread evenly over the slots, and every member
+	// watches every object.
+	ShardByKey = ShardBy(pb.ShardBy_SHARD_BY_KEY)
+	// ShardByNamespace hashes the key's namespace, as Kubernetes' sharded list and watch (KEP-5866) hashes
+	// object.metadata.namespace: a namespace's keys are owned together, and each member lists and watches
+	// only the namespaces of its slots (where the apiserver honours shard selectors; elsewhere the sidecar
+	// drops the rest itself). Only for a primary of a namespaced resource in all namespaces (the sidecar
+	// refuses the spec otherwise, INVALID_ARGUMENT naming spec.shard_by); related queries are watched whole.
+	ShardByNamespace = ShardBy(pb.ShardBy_SHARD_BY_NAMESPACE)
+)
+
+// String gives the protocol's name without its prefix: "KEY", "NAMESPACE" ("UNSPECIFIED" for the zero
+// ShardBy).
+func (s ShardBy) String() string {
+	return strings.TrimPrefix(pb.ShardBy(s).String(), "SHARD_BY_")
 }
 
 // Related is a query whose objects name a primary key: a change to such an object queues that key. Set
@@ -331,6 +360,8 @@ func (s ReconcileSpec) request() (*pb.ReconcileRequest, error) {
 	}
 	// Sharded without an election goes to the daemon as is: it refuses it naming spec.sharded.
 	spec.Sharded = s.Sharded
+	// So does a ShardBy without Sharded (or one the primary cannot be sharded by), naming spec.shard_by.
+	spec.ShardBy = pb.ShardBy(s.ShardBy)
 	return &pb.ReconcileRequest{Request: &pb.ReconcileRequest_Spec{Spec: spec}}, nil
 }
 

@@ -168,6 +168,45 @@ func TestAShardedSpecIsSentWithItsElectionAndItsItemsGuardIsThatElectionInTheSlo
 	}
 }
 
+func TestAShardedSpecIsSentWithItsShardByAndByKeyWhenZero(t *testing.T) {
+	spec := ReconcileSpec{
+		Name: "q", Resource: "configmaps", MaxLeases: 4, LeaseTimeout: time.Minute,
+		Election: "web", ElectionNamespace: "leases", Sharded: true, ShardBy: ShardByNamespace,
+	}
+	req, err := spec.request()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &pb.QueueSpec{
+		Name: "q", Primary: &pb.ObjectQuery{Resource: "configmaps"}, MaxLeases: 4, LeaseTimeout: durationpb.New(time.Minute),
+		Election: &pb.ElectionRef{Election: "web", Namespace: "leases"}, Sharded: true, ShardBy: pb.ShardBy_SHARD_BY_NAMESPACE,
+	}
+	if !proto.Equal(req.GetSpec(), want) {
+		t.Fatalf("spec %v, want %v", req.GetSpec(), want)
+	}
+	// The zero ShardBy sends none (UNSPECIFIED, by key), the rest unchanged; ShardByKey sends SHARD_BY_KEY.
+	spec.ShardBy = 0
+	if req, err = spec.request(); err != nil || req.GetSpec().GetShardBy() != pb.ShardBy_SHARD_BY_UNSPECIFIED {
+		t.Fatalf("zero ShardBy: %v, %v; want SHARD_BY_UNSPECIFIED", req.GetSpec(), err)
+	}
+	want.ShardBy = pb.ShardBy_SHARD_BY_UNSPECIFIED
+	if !proto.Equal(req.GetSpec(), want) {
+		t.Errorf("spec %v, want %v", req.GetSpec(), want)
+	}
+	spec.ShardBy = ShardByKey
+	if req, err = spec.request(); err != nil || req.GetSpec().GetShardBy() != pb.ShardBy_SHARD_BY_KEY {
+		t.Errorf("ShardByKey: %v, %v; want SHARD_BY_KEY", req.GetSpec(), err)
+	}
+	// Without Sharded it goes as it is: the daemon refuses it, naming spec.shard_by.
+	req, err = ReconcileSpec{Name: "q", Resource: "configmaps", ShardBy: ShardByNamespace}.request()
+	if err != nil || req.GetSpec().GetShardBy() != pb.ShardBy_SHARD_BY_NAMESPACE || req.GetSpec().GetSharded() {
+		t.Errorf("shard_by without sharded: %v, %v; want it sent as is", req.GetSpec(), err)
+	}
+	if got := ShardByNamespace.String(); got != "NAMESPACE" {
+		t.Errorf("ShardByNamespace.String() = %q, want NAMESPACE", got)
+	}
+}
+
 func TestTheSpecCarriesTheViewOfThePrimaryAndOfEachRelatedQueryAndNoneWhenZero(t *testing.T) {
 	fields := []string{"spec.replicas", "status.conditions"}
 	spec := ReconcileSpec{

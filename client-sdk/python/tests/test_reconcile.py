@@ -623,3 +623,19 @@ async def test_a_sharded_spec_is_sent_with_its_election_and_each_items_guard_is_
     # Without an election the spec goes as it is: the sidecar refuses it, naming spec.sharded.
     alone = ReconcileSpec(name="q", resource="configmaps", sharded=True).to_proto()
     assert alone.sharded and not alone.HasField("election")
+
+
+def test_a_sharded_spec_is_sent_sharded_by_namespace_when_asked_and_by_key_unless_asked() -> None:
+    by_key = ReconcileSpec(name="q", resource="configmaps", election="web", sharded=True).to_proto()
+    assert by_key.shard_by == reconcile_pb2.SHARD_BY_UNSPECIFIED, "by key unless asked"
+    spec = ReconcileSpec(
+        name="q", resource="configmaps", election="web", sharded=True, shard_by=consistd.ShardBy.NAMESPACE
+    ).to_proto()
+    assert spec.shard_by == reconcile_pb2.SHARD_BY_NAMESPACE
+    assert (spec.sharded, spec.election.election) == (True, "web"), "the other options kept"
+    assert ReconcileSpec(name="q", resource="configmaps", shard_by=consistd.ShardBy.KEY).to_proto().shard_by == (
+        reconcile_pb2.SHARD_BY_KEY
+    )
+    # Without sharded it goes as it is: the sidecar refuses it, naming spec.shard_by.
+    alone = ReconcileSpec(name="q", resource="configmaps", shard_by=consistd.ShardBy.NAMESPACE).to_proto()
+    assert (alone.sharded, alone.shard_by) == (False, reconcile_pb2.SHARD_BY_NAMESPACE)

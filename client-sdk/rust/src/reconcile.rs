@@ -162,6 +162,19 @@ impl ReconcileSpec {
         self
     }
 
+    /// What a [`sharded`](Self::sharded) queue hashes a key by to find its slot: [`ShardBy::Key`] (the
+    /// default) spreads keys evenly; [`ShardBy::Namespace`] keeps a namespace's keys together, and each pod's
+    /// daemon then lists and watches only its share of the namespaces (on an apiserver with Kubernetes'
+    /// sharded watches, KEP-5866). Needs `sharded` and a primary of every namespace (else the daemon refuses
+    /// the spec, INVALID_ARGUMENT naming `spec.shard_by`).
+    ///
+    /// [`ShardBy::Key`]: crate::proto::ShardBy::Key
+    /// [`ShardBy::Namespace`]: crate::proto::ShardBy::Namespace
+    pub fn shard_by(mut self, by: crate::proto::ShardBy) -> Self {
+        self.spec.shard_by = by.into();
+        self
+    }
+
     /// The queue's name.
     pub fn name(&self) -> &str {
         &self.spec.name
@@ -910,6 +923,15 @@ mod tests {
         // Without an election the spec goes as it is: the daemon refuses it, naming spec.sharded.
         let alone = QueueSpec::from(ReconcileSpec::new("web", "configmaps").sharded());
         assert!(alone.sharded && alone.election.is_none());
+        assert_eq!(alone.shard_by(), crate::proto::ShardBy::Unspecified, "by key unless asked");
+        let by_namespace = QueueSpec::from(
+            ReconcileSpec::new("web", "configmaps")
+                .election("leader", "")
+                .sharded()
+                .shard_by(crate::proto::ShardBy::Namespace),
+        );
+        assert_eq!(by_namespace.shard_by(), crate::proto::ShardBy::Namespace);
+        assert!(by_namespace.sharded, "the other options kept");
     }
 
     #[test]

@@ -52,6 +52,7 @@ export type { InboxMessage } from "./gen/consistd/v1/inbox.js";
 export { LeadershipState } from "./gen/consistd/v1/leadership.js";
 export { PatchType, PropagationPolicy, ReadSource } from "./gen/consistd/v1/objects.js";
 export { AckOutcome } from "./gen/consistd/v1/outbox.js";
+export { ShardBy } from "./gen/consistd/v1/reconcile.js";
 export { Consistency, DeliveryMode, DeliveryMode as Mode, EventType } from "./gen/consistd/v1/watch.js";
 export { status } from "@grpc/grpc-js";
 

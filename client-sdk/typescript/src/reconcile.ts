@@ -11,6 +11,7 @@ import {
   type ReconcileResponse,
   type ReconcileServiceClient,
   type RelatedQuery,
+  ShardBy,
   type WorkItem as WorkItemProto,
 } from "./gen/consistd/v1/reconcile.js";
 import { Consistency } from "./gen/consistd/v1/watch.js";
@@ -100,6 +101,14 @@ export interface ReconcileSpec extends ReconcileQuery {
    * its `guard` works unchanged. Default false.
    */
   sharded?: boolean;
+  /**
+   * What a `sharded` queue hashes a key by to find its slot: `ShardBy.KEY` (as the default) spreads the keys
+   * evenly; `ShardBy.NAMESPACE` keeps a namespace's keys together, and each pod's daemon then lists and watches
+   * only its share of the namespaces (Kubernetes' sharded list and watch, KEP-5866). Needs `sharded` and a primary
+   * of a namespaced resource in every namespace (otherwise the daemon refuses the spec, `INVALID_ARGUMENT` naming
+   * spec.shard_by). Default: by key (sent unset, `ShardBy.UNSPECIFIED`).
+   */
+  shardBy?: ShardBy;
 }
 
 /** How `reconcile` runs. */
@@ -465,6 +474,8 @@ function toQueueSpec(spec: ReconcileSpec): QueueSpec {
     election: spec.election && { election: spec.election.name, namespace: spec.election.namespace ?? "" },
     // Without an election it goes as it is: the daemon refuses it, naming spec.sharded.
     sharded: spec.sharded ?? false,
+    // Without sharded it goes as it is: the daemon refuses it, naming spec.shard_by.
+    shardBy: spec.shardBy ?? ShardBy.UNSPECIFIED,
   };
 }
 

@@ -3,7 +3,7 @@
 // SDK sends.
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
-import { Consistency, EventType, type ObjectView, proto, type ReconcileSpec } from "@consistd/client";
+import { Consistency, EventType, type ObjectView, proto, type ReconcileSpec, ShardBy } from "@consistd/client";
 import { closeFakeClients, FakeClient, FakeStream, waitFor } from "./fakes.js";
 import { next, within } from "./helpers.js";
 
@@ -167,4 +167,15 @@ test("a sharded queue is sent sharded with its election; a queue is not sharded 
   // Without an election it goes as it is: the daemon refuses it, naming spec.sharded.
   const alone = await new Fake().queueSpec({ name: "q", resource: "configmaps", sharded: true });
   assert.deepEqual([alone.sharded, alone.election], [true, undefined]);
+});
+
+test("a sharded queue is sent sharded by namespace when asked, by key (unset) unless asked", async () => {
+  const sharded: ReconcileSpec = { name: "q", resource: "configmaps", election: { name: "web" }, sharded: true };
+  assert.equal((await new Fake().queueSpec(sharded)).shardBy, ShardBy.UNSPECIFIED);
+  const byNamespace = await new Fake().queueSpec({ ...sharded, shardBy: ShardBy.NAMESPACE });
+  assert.equal(byNamespace.shardBy, ShardBy.NAMESPACE);
+  assert.deepEqual([byNamespace.sharded, byNamespace.election?.election], [true, "web"], "the other options kept");
+  // Without sharded it goes as it is: the daemon refuses it, naming spec.shard_by.
+  const alone = await new Fake().queueSpec({ name: "q", resource: "configmaps", shardBy: ShardBy.NAMESPACE });
+  assert.deepEqual([alone.sharded, alone.shardBy], [false, ShardBy.NAMESPACE]);
 });

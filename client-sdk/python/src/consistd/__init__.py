@@ -20,7 +20,17 @@ from .inbox import Handler, Inbox, InboxMessage
 from .leadership import Campaign, LeadershipState, LeadershipStatus, LeaseTiming, Observation
 from .objects import Guard, Object, ObjectList, Objects, PatchType, PropagationPolicy
 from .outbox import Ack, AckOutcome, Destination, ElectionMembers, Peer, SentMessage, ServiceEndpoints
-from .reconcile import ReconcileHandler, Reconciler, ReconcileSpec, Related, Requeue, Terminal, WorkItem, requeue_after
+from .reconcile import (
+    ReconcileHandler,
+    Reconciler,
+    ReconcileSpec,
+    Related,
+    Requeue,
+    ShardBy,
+    Terminal,
+    WorkItem,
+    requeue_after,
+)
 from .watch import Consistency, Event, EventType, Mode, View, Watch
 
 __all__ = [
@@ -58,6 +68,7 @@ __all__ = [
     "Requeue",
     "SentMessage",
     "ServiceEndpoints",
+    "ShardBy",
     "Terminal",
     "View",
     "Watch",

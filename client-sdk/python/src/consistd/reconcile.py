@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import enum
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import grpc
 from google.protobuf import duration_pb2
@@ -39,6 +40,20 @@ Seconds = float | timedelta
 
 #: How a related object names its primary: exactly one of these fields of Related is set.
 _MAPS_BY = ("controller_owner", "label", "annotation", "field")
+
+
+class ShardBy(enum.IntEnum):
+    """What a ``sharded`` queue hashes a key by to find its slot."""
+
+    DEFAULT = reconcile_pb2.SHARD_BY_UNSPECIFIED
+    """The key, as KEY."""
+    KEY = reconcile_pb2.SHARD_BY_KEY
+    """The key, namespace and name: keys spread evenly over the slots; every member watches every object."""
+    NAMESPACE = reconcile_pb2.SHARD_BY_NAMESPACE
+    """The key's namespace, as Kubernetes' sharded list and watch (KEP-5866) hashes ``metadata.namespace``: a
+    namespace's keys are owned together, and each member lists and watches only its slots' namespaces (where the
+    apiserver honours shard selectors; elsewhere the sidecar drops the rest itself). Only for a primary of a
+    namespaced resource in every namespace; related queries are watched whole."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +140,12 @@ class ReconcileSpec:
     #: group. Needs ``election`` (the sidecar refuses it without one, INVALID_ARGUMENT naming ``spec.sharded``).
     #: Each item's ``term`` is then the epoch of the key's slot, and its ``guard`` works unchanged.
     sharded: bool = False
+    #: What a ``sharded`` queue hashes a key by to find its slot: ``ShardBy.KEY`` (as the default) spreads the keys
+    #: evenly; ``ShardBy.NAMESPACE`` keeps a namespace's keys together, and each pod's sidecar then lists and
+    #: watches only its share of the namespaces (Kubernetes' sharded list and watch, KEP-5866). Needs ``sharded``
+    #: and a primary of a namespaced resource in every namespace (the sidecar refuses it otherwise,
+    #: INVALID_ARGUMENT naming ``spec.shard_by``).
+    shard_by: ShardBy = ShardBy.DEFAULT
 
     def to_proto(self) -> reconcile_pb2.QueueSpec:
         """The protocol message."""
@@ -154,6 +175,8 @@ class ReconcileSpec:
             lease_timeout=_duration(self.lease_timeout),
             election=election,
             sharded=self.sharded,
+            # Without sharded it goes as it is: the sidecar refuses it, naming spec.shard_by.
+            shard_by=cast("reconcile_pb2.ShardBy", int(self.shard_by)),
         )
 
 

@@ -23,6 +23,64 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ShardBy is what a sharded queue's keys are hashed by.
+type ShardBy int32
+
+const (
+	// The key, as SHARD_BY_KEY.
+	ShardBy_SHARD_BY_UNSPECIFIED ShardBy = 0
+	// The key, namespace and name: keys spread evenly over the slots; every member watches every object.
+	ShardBy_SHARD_BY_KEY ShardBy = 1
+	// The key's namespace, as Kubernetes' sharded list and watch (KEP-5866) hashes object.metadata.namespace:
+	// a namespace's keys are owned together, and each member lists and watches only the namespaces of its
+	// slots where the apiserver honours shard selectors (1.36+ with the ShardedListAndWatch gate; elsewhere
+	// the sidecar drops the rest itself). Namespaces named alike but for their last character share a slot.
+	// Only for a primary of a namespaced resource in all namespaces (INVALID_ARGUMENT naming spec.shard_by
+	// otherwise). Related queries are watched whole.
+	ShardBy_SHARD_BY_NAMESPACE ShardBy = 2
+)
+
+// Enum value maps for ShardBy.
+var (
+	ShardBy_name = map[int32]string{
+		0: "SHARD_BY_UNSPECIFIED",
+		1: "SHARD_BY_KEY",
+		2: "SHARD_BY_NAMESPACE",
+	}
+	ShardBy_value = map[string]int32{
+		"SHARD_BY_UNSPECIFIED": 0,
+		"SHARD_BY_KEY":         1,
+		"SHARD_BY_NAMESPACE":   2,
+	}
+)
+
+func (x ShardBy) Enum() *ShardBy {
+	p := new(ShardBy)
+	*p = x
+	return p
+}
+
+func (x ShardBy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ShardBy) Descriptor() protoreflect.EnumDescriptor {
+	return file_consistd_v1_reconcile_proto_enumTypes[0].Descriptor()
+}
+
+func (ShardBy) Type() protoreflect.EnumType {
+	return &file_consistd_v1_reconcile_proto_enumTypes[0]
+}
+
+func (x ShardBy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ShardBy.Descriptor instead.
+func (ShardBy) EnumDescriptor() ([]byte, []int) {
+	return file_consistd_v1_reconcile_proto_rawDescGZIP(), []int{0}
+}
+
 // How a lease ended.
 type Outcome int32
 
@@ -69,11 +127,11 @@ func (x Outcome) String() string {
 }
 
 func (Outcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_consistd_v1_reconcile_proto_enumTypes[0].Descriptor()
+	return file_consistd_v1_reconcile_proto_enumTypes[1].Descriptor()
 }
 
 func (Outcome) Type() protoreflect.EnumType {
-	return &file_consistd_v1_reconcile_proto_enumTypes[0]
+	return &file_consistd_v1_reconcile_proto_enumTypes[1]
 }
 
 func (x Outcome) Number() protoreflect.EnumNumber {
@@ -82,7 +140,7 @@ func (x Outcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Outcome.Descriptor instead.
 func (Outcome) EnumDescriptor() ([]byte, []int) {
-	return file_consistd_v1_reconcile_proto_rawDescGZIP(), []int{0}
+	return file_consistd_v1_reconcile_proto_rawDescGZIP(), []int{1}
 }
 
 // What the app sends: the spec first, then completions.
@@ -201,7 +259,10 @@ type QueueSpec struct {
 	// owner's items carry the slot's epoch as their term (their writes are fenced by it). Needs `election`
 	// (INVALID_ARGUMENT naming spec.sharded); a member whose spec differs is refused with FAILED_PRECONDITION
 	// naming the field and the member.
-	Sharded       bool `protobuf:"varint,8,opt,name=sharded,proto3" json:"sharded,omitempty"`
+	Sharded bool `protobuf:"varint,8,opt,name=sharded,proto3" json:"sharded,omitempty"`
+	// What a sharded queue hashes a key by to find its slot; needs `sharded` (INVALID_ARGUMENT naming
+	// spec.shard_by otherwise).
+	ShardBy       ShardBy `protobuf:"varint,9,opt,name=shard_by,json=shardBy,proto3,enum=consistd.v1.ShardBy" json:"shard_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -290,6 +351,13 @@ func (x *QueueSpec) GetSharded() bool {
 		return x.Sharded
 	}
 	return false
+}
+
+func (x *QueueSpec) GetShardBy() ShardBy {
+	if x != nil {
+		return x.ShardBy
+	}
+	return ShardBy_SHARD_BY_UNSPECIFIED
 }
 
 // ObjectQuery names objects of one resource.
@@ -1068,7 +1136,7 @@ const file_consistd_v1_reconcile_proto_rawDesc = "" +
 	"\x10ReconcileRequest\x12,\n" +
 	"\x04spec\x18\x01 \x01(\v2\x16.consistd.v1.QueueSpecH\x00R\x04spec\x125\n" +
 	"\bcomplete\x18\x02 \x01(\v2\x17.consistd.v1.CompletionH\x00R\bcompleteB\t\n" +
-	"\arequest\"\xe7\x02\n" +
+	"\arequest\"\x98\x03\n" +
 	"\tQueueSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x122\n" +
 	"\aprimary\x18\x02 \x01(\v2\x18.consistd.v1.ObjectQueryR\aprimary\x123\n" +
@@ -1078,7 +1146,8 @@ const file_consistd_v1_reconcile_proto_rawDesc = "" +
 	"\x05retry\x18\x05 \x01(\v2\x18.consistd.v1.RetryPolicyR\x05retry\x12>\n" +
 	"\rlease_timeout\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\fleaseTimeout\x124\n" +
 	"\belection\x18\a \x01(\v2\x18.consistd.v1.ElectionRefR\belection\x12\x18\n" +
-	"\asharded\x18\b \x01(\bR\asharded\"\xc2\x01\n" +
+	"\asharded\x18\b \x01(\bR\asharded\x12/\n" +
+	"\bshard_by\x18\t \x01(\x0e2\x14.consistd.v1.ShardByR\ashardBy\"\xc2\x01\n" +
 	"\vObjectQuery\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12%\n" +
@@ -1134,7 +1203,11 @@ const file_consistd_v1_reconcile_proto_rawDesc = "" +
 	" \x01(\tR\tlastError\"^\n" +
 	"\x11CompletionRefused\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12.\n" +
-	"\arefusal\x18\x02 \x01(\v2\x14.consistd.v1.RefusalR\arefusal*r\n" +
+	"\arefusal\x18\x02 \x01(\v2\x14.consistd.v1.RefusalR\arefusal*M\n" +
+	"\aShardBy\x12\x18\n" +
+	"\x14SHARD_BY_UNSPECIFIED\x10\x00\x12\x10\n" +
+	"\fSHARD_BY_KEY\x10\x01\x12\x16\n" +
+	"\x12SHARD_BY_NAMESPACE\x10\x02*r\n" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fOUTCOME_DONE\x10\x01\x12\x13\n" +
@@ -1157,56 +1230,58 @@ func file_consistd_v1_reconcile_proto_rawDescGZIP() []byte {
 	return file_consistd_v1_reconcile_proto_rawDescData
 }
 
-var file_consistd_v1_reconcile_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_consistd_v1_reconcile_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_consistd_v1_reconcile_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_consistd_v1_reconcile_proto_goTypes = []any{
-	(Outcome)(0),                  // 0: consistd.v1.Outcome
-	(*ReconcileRequest)(nil),      // 1: consistd.v1.ReconcileRequest
-	(*QueueSpec)(nil),             // 2: consistd.v1.QueueSpec
-	(*ObjectQuery)(nil),           // 3: consistd.v1.ObjectQuery
-	(*RelatedQuery)(nil),          // 4: consistd.v1.RelatedQuery
-	(*RetryPolicy)(nil),           // 5: consistd.v1.RetryPolicy
-	(*ElectionRef)(nil),           // 6: consistd.v1.ElectionRef
-	(*Completion)(nil),            // 7: consistd.v1.Completion
-	(*ReconcileResponse)(nil),     // 8: consistd.v1.ReconcileResponse
-	(*QueueStarted)(nil),          // 9: consistd.v1.QueueStarted
-	(*WorkItem)(nil),              // 10: consistd.v1.WorkItem
-	(*CompletionRefused)(nil),     // 11: consistd.v1.CompletionRefused
-	(*durationpb.Duration)(nil),   // 12: google.protobuf.Duration
-	(*ObjectView)(nil),            // 13: consistd.v1.ObjectView
-	(*KubeObject)(nil),            // 14: consistd.v1.KubeObject
-	(Consistency)(0),              // 15: consistd.v1.Consistency
-	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
-	(*Refusal)(nil),               // 17: consistd.v1.Refusal
+	(ShardBy)(0),                  // 0: consistd.v1.ShardBy
+	(Outcome)(0),                  // 1: consistd.v1.Outcome
+	(*ReconcileRequest)(nil),      // 2: consistd.v1.ReconcileRequest
+	(*QueueSpec)(nil),             // 3: consistd.v1.QueueSpec
+	(*ObjectQuery)(nil),           // 4: consistd.v1.ObjectQuery
+	(*RelatedQuery)(nil),          // 5: consistd.v1.RelatedQuery
+	(*RetryPolicy)(nil),           // 6: consistd.v1.RetryPolicy
+	(*ElectionRef)(nil),           // 7: consistd.v1.ElectionRef
+	(*Completion)(nil),            // 8: consistd.v1.Completion
+	(*ReconcileResponse)(nil),     // 9: consistd.v1.ReconcileResponse
+	(*QueueStarted)(nil),          // 10: consistd.v1.QueueStarted
+	(*WorkItem)(nil),              // 11: consistd.v1.WorkItem
+	(*CompletionRefused)(nil),     // 12: consistd.v1.CompletionRefused
+	(*durationpb.Duration)(nil),   // 13: google.protobuf.Duration
+	(*ObjectView)(nil),            // 14: consistd.v1.ObjectView
+	(*KubeObject)(nil),            // 15: consistd.v1.KubeObject
+	(Consistency)(0),              // 16: consistd.v1.Consistency
+	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
+	(*Refusal)(nil),               // 18: consistd.v1.Refusal
 }
 var file_consistd_v1_reconcile_proto_depIdxs = []int32{
-	2,  // 0: consistd.v1.ReconcileRequest.spec:type_name -> consistd.v1.QueueSpec
-	7,  // 1: consistd.v1.ReconcileRequest.complete:type_name -> consistd.v1.Completion
-	3,  // 2: consistd.v1.QueueSpec.primary:type_name -> consistd.v1.ObjectQuery
-	4,  // 3: consistd.v1.QueueSpec.related:type_name -> consistd.v1.RelatedQuery
-	5,  // 4: consistd.v1.QueueSpec.retry:type_name -> consistd.v1.RetryPolicy
-	12, // 5: consistd.v1.QueueSpec.lease_timeout:type_name -> google.protobuf.Duration
-	6,  // 6: consistd.v1.QueueSpec.election:type_name -> consistd.v1.ElectionRef
-	13, // 7: consistd.v1.ObjectQuery.view:type_name -> consistd.v1.ObjectView
-	3,  // 8: consistd.v1.RelatedQuery.query:type_name -> consistd.v1.ObjectQuery
-	12, // 9: consistd.v1.RetryPolicy.base_delay:type_name -> google.protobuf.Duration
-	12, // 10: consistd.v1.RetryPolicy.max_delay:type_name -> google.protobuf.Duration
-	0,  // 11: consistd.v1.Completion.outcome:type_name -> consistd.v1.Outcome
-	12, // 12: consistd.v1.Completion.requeue_after:type_name -> google.protobuf.Duration
-	9,  // 13: consistd.v1.ReconcileResponse.started:type_name -> consistd.v1.QueueStarted
-	10, // 14: consistd.v1.ReconcileResponse.item:type_name -> consistd.v1.WorkItem
-	11, // 15: consistd.v1.ReconcileResponse.refused:type_name -> consistd.v1.CompletionRefused
-	14, // 16: consistd.v1.WorkItem.object:type_name -> consistd.v1.KubeObject
-	15, // 17: consistd.v1.WorkItem.consistency:type_name -> consistd.v1.Consistency
-	16, // 18: consistd.v1.WorkItem.expires_at:type_name -> google.protobuf.Timestamp
-	17, // 19: consistd.v1.CompletionRefused.refusal:type_name -> consistd.v1.Refusal
-	1,  // 20: consistd.v1.ReconcileService.Reconcile:input_type -> consistd.v1.ReconcileRequest
-	8,  // 21: consistd.v1.ReconcileService.Reconcile:output_type -> consistd.v1.ReconcileResponse
-	21, // [21:22] is the sub-list for method output_type
-	20, // [20:21] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	3,  // 0: consistd.v1.ReconcileRequest.spec:type_name -> consistd.v1.QueueSpec
+	8,  // 1: consistd.v1.ReconcileRequest.complete:type_name -> consistd.v1.Completion
+	4,  // 2: consistd.v1.QueueSpec.primary:type_name -> consistd.v1.ObjectQuery
+	5,  // 3: consistd.v1.QueueSpec.related:type_name -> consistd.v1.RelatedQuery
+	6,  // 4: consistd.v1.QueueSpec.retry:type_name -> consistd.v1.RetryPolicy
+	13, // 5: consistd.v1.QueueSpec.lease_timeout:type_name -> google.protobuf.Duration
+	7,  // 6: consistd.v1.QueueSpec.election:type_name -> consistd.v1.ElectionRef
+	0,  // 7: consistd.v1.QueueSpec.shard_by:type_name -> consistd.v1.ShardBy
+	14, // 8: consistd.v1.ObjectQuery.view:type_name -> consistd.v1.ObjectView
+	4,  // 9: consistd.v1.RelatedQuery.query:type_name -> consistd.v1.ObjectQuery
+	13, // 10: consistd.v1.RetryPolicy.base_delay:type_name -> google.protobuf.Duration
+	13, // 11: consistd.v1.RetryPolicy.max_delay:type_name -> google.protobuf.Duration
+	1,  // 12: consistd.v1.Completion.outcome:type_name -> consistd.v1.Outcome
+	13, // 13: consistd.v1.Completion.requeue_after:type_name -> google.protobuf.Duration
+	10, // 14: consistd.v1.ReconcileResponse.started:type_name -> consistd.v1.QueueStarted
+	11, // 15: consistd.v1.ReconcileResponse.item:type_name -> consistd.v1.WorkItem
+	12, // 16: consistd.v1.ReconcileResponse.refused:type_name -> consistd.v1.CompletionRefused
+	15, // 17: consistd.v1.WorkItem.object:type_name -> consistd.v1.KubeObject
+	16, // 18: consistd.v1.WorkItem.consistency:type_name -> consistd.v1.Consistency
+	17, // 19: consistd.v1.WorkItem.expires_at:type_name -> google.protobuf.Timestamp
+	18, // 20: consistd.v1.CompletionRefused.refusal:type_name -> consistd.v1.Refusal
+	2,  // 21: consistd.v1.ReconcileService.Reconcile:input_type -> consistd.v1.ReconcileRequest
+	9,  // 22: consistd.v1.ReconcileService.Reconcile:output_type -> consistd.v1.ReconcileResponse
+	22, // [22:23] is the sub-list for method output_type
+	21, // [21:22] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_consistd_v1_reconcile_proto_init() }
@@ -1237,7 +1312,7 @@ func file_consistd_v1_reconcile_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_consistd_v1_reconcile_proto_rawDesc), len(file_consistd_v1_reconcile_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -14,6 +14,12 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ShardBy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SHARD_BY_UNSPECIFIED: _ClassVar[ShardBy]
+    SHARD_BY_KEY: _ClassVar[ShardBy]
+    SHARD_BY_NAMESPACE: _ClassVar[ShardBy]
+
 class Outcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     OUTCOME_UNSPECIFIED: _ClassVar[Outcome]
@@ -21,6 +27,9 @@ class Outcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OUTCOME_REQUEUE: _ClassVar[Outcome]
     OUTCOME_RETRY: _ClassVar[Outcome]
     OUTCOME_TERMINAL: _ClassVar[Outcome]
+SHARD_BY_UNSPECIFIED: ShardBy
+SHARD_BY_KEY: ShardBy
+SHARD_BY_NAMESPACE: ShardBy
 OUTCOME_UNSPECIFIED: Outcome
 OUTCOME_DONE: Outcome
 OUTCOME_REQUEUE: Outcome
@@ -36,7 +45,7 @@ class ReconcileRequest(_message.Message):
     def __init__(self, spec: _Optional[_Union[QueueSpec, _Mapping]] = ..., complete: _Optional[_Union[Completion, _Mapping]] = ...) -> None: ...
 
 class QueueSpec(_message.Message):
-    __slots__ = ("name", "primary", "related", "max_leases", "retry", "lease_timeout", "election", "sharded")
+    __slots__ = ("name", "primary", "related", "max_leases", "retry", "lease_timeout", "election", "sharded", "shard_by")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PRIMARY_FIELD_NUMBER: _ClassVar[int]
     RELATED_FIELD_NUMBER: _ClassVar[int]
@@ -45,6 +54,7 @@ class QueueSpec(_message.Message):
     LEASE_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     ELECTION_FIELD_NUMBER: _ClassVar[int]
     SHARDED_FIELD_NUMBER: _ClassVar[int]
+    SHARD_BY_FIELD_NUMBER: _ClassVar[int]
     name: str
     primary: ObjectQuery
     related: _containers.RepeatedCompositeFieldContainer[RelatedQuery]
@@ -53,7 +63,8 @@ class QueueSpec(_message.Message):
     lease_timeout: _duration_pb2.Duration
     election: ElectionRef
     sharded: bool
-    def __init__(self, name: _Optional[str] = ..., primary: _Optional[_Union[ObjectQuery, _Mapping]] = ..., related: _Optional[_Iterable[_Union[RelatedQuery, _Mapping]]] = ..., max_leases: _Optional[int] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., lease_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., election: _Optional[_Union[ElectionRef, _Mapping]] = ..., sharded: _Optional[bool] = ...) -> None: ...
+    shard_by: ShardBy
+    def __init__(self, name: _Optional[str] = ..., primary: _Optional[_Union[ObjectQuery, _Mapping]] = ..., related: _Optional[_Iterable[_Union[RelatedQuery, _Mapping]]] = ..., max_leases: _Optional[int] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., lease_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., election: _Optional[_Union[ElectionRef, _Mapping]] = ..., sharded: _Optional[bool] = ..., shard_by: _Optional[_Union[ShardBy, str]] = ...) -> None: ...
 
 class ObjectQuery(_message.Message):
     __slots__ = ("resource", "namespace", "label_selector", "field_selector", "view")

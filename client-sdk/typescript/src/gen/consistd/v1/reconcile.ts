@@ -23,6 +23,24 @@ import { KubeObject, ObjectView } from "./object.js";
 import { Refusal } from "./refusal.js";
 import { Consistency } from "./watch.js";
 
+/** ShardBy is what a sharded queue's keys are hashed by. */
+export enum ShardBy {
+  /** UNSPECIFIED - The key, as SHARD_BY_KEY. */
+  UNSPECIFIED = 0,
+  /** KEY - The key, namespace and name: keys spread evenly over the slots; every member watches every object. */
+  KEY = 1,
+  /**
+   * NAMESPACE - The key's namespace, as Kubernetes' sharded list and watch (KEP-5866) hashes object.metadata.namespace:
+   * a namespace's keys are owned together, and each member lists and watches only the namespaces of its
+   * slots where the apiserver honours shard selectors (1.36+ with the ShardedListAndWatch gate; elsewhere
+   * the sidecar drops the rest itself). Namespaces named alike but for their last character share a slot.
+   * Only for a primary of a namespaced resource in all namespaces (INVALID_ARGUMENT naming spec.shard_by
+   * otherwise). Related queries are watched whole.
+   */
+  NAMESPACE = 2,
+  UNRECOGNIZED = -1,
+}
+
 /** How a lease ended. */
 export enum Outcome {
   UNSPECIFIED = 0,
@@ -100,6 +118,11 @@ export interface QueueSpec {
    * naming the field and the member.
    */
   sharded: boolean;
+  /**
+   * What a sharded queue hashes a key by to find its slot; needs `sharded` (INVALID_ARGUMENT naming
+   * spec.shard_by otherwise).
+   */
+  shardBy: ShardBy;
 }
 
 /** ObjectQuery names objects of one resource. */
@@ -348,6 +371,7 @@ function createBaseQueueSpec(): QueueSpec {
     leaseTimeout: undefined,
     election: undefined,
     sharded: false,
+    shardBy: 0,
   };
 }
 
@@ -376,6 +400,9 @@ export const QueueSpec: MessageFns<QueueSpec> = {
     }
     if (message.sharded !== false) {
       writer.uint32(64).bool(message.sharded);
+    }
+    if (message.shardBy !== 0) {
+      writer.uint32(72).int32(message.shardBy);
     }
     return writer;
   },
@@ -457,6 +484,14 @@ export const QueueSpec: MessageFns<QueueSpec> = {
             message.sharded = reader.bool();
             continue;
           }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.shardBy = reader.int32() as any;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -490,6 +525,7 @@ export const QueueSpec: MessageFns<QueueSpec> = {
       ? ElectionRef.fromPartial(object.election)
       : undefined;
     message.sharded = object.sharded ?? false;
+    message.shardBy = object.shardBy ?? 0;
     return message;
   },
 };

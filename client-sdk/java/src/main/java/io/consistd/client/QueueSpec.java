@@ -44,6 +44,10 @@ import java.util.Objects;
  *     election}: a key is leased to one pod at a time across the whole group. Needs {@code election} (without one
  *     the sidecar refuses the spec, INVALID_ARGUMENT naming spec.sharded). Each item's {@link WorkItem#term()} is
  *     then the epoch of the key's slot, and the guard its {@link WorkItem#objects()} add works unchanged
+ * @param shardBy what a sharded queue hashes a key by to find its slot: null (the default, as {@link ShardBy#KEY})
+ *     its namespace and name, {@link ShardBy#NAMESPACE} its namespace, so that each member lists and watches only its
+ *     slots' namespaces. Needs {@code sharded} (without it the sidecar refuses the spec, INVALID_ARGUMENT naming
+ *     spec.shard_by)
  */
 public record QueueSpec(
     String name,
@@ -57,7 +61,22 @@ public record QueueSpec(
     Retry retry,
     java.time.Duration leaseTimeout,
     Election election,
-    boolean sharded) {
+    boolean sharded,
+    ShardBy shardBy) {
+
+  /** What a sharded queue hashes a key by to find its slot ({@link #shardBy(ShardBy)}). */
+  public enum ShardBy {
+    /** The key, namespace and name: keys spread evenly over the slots; every member watches every object. */
+    KEY,
+    /**
+     * The key's namespace, as Kubernetes' sharded list and watch (KEP-5866) hashes object.metadata.namespace: a
+     * namespace's keys are owned together, and each member lists and watches only the namespaces of its slots (where
+     * the apiserver honours shard selectors; elsewhere the sidecar drops the rest itself). Only for a primary of a
+     * namespaced resource in all namespaces (the sidecar refuses the spec otherwise, INVALID_ARGUMENT naming
+     * spec.shard_by); related queries are watched whole.
+     */
+    NAMESPACE
+  }
 
   /**
    * A query whose objects name a primary key: a change to such an object queues that key. A value "name" names the
@@ -211,6 +230,24 @@ public record QueueSpec(
     related = List.copyOf(related);
   }
 
+  /** A spec whose keys, when {@code sharded}, are hashed by key (the default {@code shardBy}). */
+  public QueueSpec(
+      String name,
+      String resource,
+      String namespace,
+      String labelSelector,
+      String fieldSelector,
+      ObjectView view,
+      List<Related> related,
+      int maxLeases,
+      Retry retry,
+      java.time.Duration leaseTimeout,
+      Election election,
+      boolean sharded) {
+    this(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry, leaseTimeout,
+        election, sharded, null);
+  }
+
   /** A spec that is not sharded. */
   public QueueSpec(
       String name,
@@ -225,7 +262,7 @@ public record QueueSpec(
       java.time.Duration leaseTimeout,
       Election election) {
     this(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry, leaseTimeout,
-        election, false);
+        election, false, null);
   }
 
   /** A spec of the default view of the primary objects (the whole object without managedFields), not sharded. */
@@ -241,27 +278,27 @@ public record QueueSpec(
       java.time.Duration leaseTimeout,
       Election election) {
     this(name, resource, namespace, labelSelector, fieldSelector, ObjectView.DEFAULT, related, maxLeases, retry,
-        leaseTimeout, election, false);
+        leaseTimeout, election, false, null);
   }
 
   /** The queue {@code name} of every object of {@code resource} in every namespace, one lease at a time. */
   public static QueueSpec of(String name, String resource) {
-    return new QueueSpec(name, resource, "", "", "", ObjectView.DEFAULT, List.of(), 0, null, null, null, false);
+    return new QueueSpec(name, resource, "", "", "", ObjectView.DEFAULT, List.of(), 0, null, null, null, false, null);
   }
 
   public QueueSpec namespace(String namespace) {
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, election, sharded);
+        leaseTimeout, election, sharded, shardBy);
   }
 
   public QueueSpec labelSelector(String labelSelector) {
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, election, sharded);
+        leaseTimeout, election, sharded, shardBy);
   }
 
   public QueueSpec fieldSelector(String fieldSelector) {
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, election, sharded);
+        leaseTimeout, election, sharded, shardBy);
   }
 
   /**
@@ -271,7 +308,7 @@ public record QueueSpec(
    */
   public QueueSpec view(ObjectView view) {
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, election, sharded);
+        leaseTimeout, election, sharded, shardBy);
   }
 
   /** These related queries, after the ones already given. */
@@ -279,22 +316,22 @@ public record QueueSpec(
     List<Related> all = new ArrayList<>(related);
     all.addAll(Arrays.asList(more));
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, all, maxLeases, retry,
-        leaseTimeout, election, sharded);
+        leaseTimeout, election, sharded, shardBy);
   }
 
   public QueueSpec maxLeases(int maxLeases) {
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, election, sharded);
+        leaseTimeout, election, sharded, shardBy);
   }
 
   public QueueSpec retry(Retry retry) {
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, election, sharded);
+        leaseTimeout, election, sharded, shardBy);
   }
 
   public QueueSpec leaseTimeout(java.time.Duration leaseTimeout) {
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, election, sharded);
+        leaseTimeout, election, sharded, shardBy);
   }
 
   /**
@@ -303,7 +340,7 @@ public record QueueSpec(
    */
   public QueueSpec election(String election, String namespace) {
     return new QueueSpec(name, resource, namespace(), labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, new Election(election, namespace), sharded);
+        leaseTimeout, new Election(election, namespace), sharded, shardBy);
   }
 
   /**
@@ -315,7 +352,19 @@ public record QueueSpec(
    */
   public QueueSpec sharded(boolean sharded) {
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, election, sharded);
+        leaseTimeout, election, sharded, shardBy);
+  }
+
+  /**
+   * What the keys of a {@link #sharded(boolean) sharded} queue are hashed by to find their slot: {@code
+   * QueueSpec.of("web", "configmaps").election("web", "").sharded(true).shardBy(QueueSpec.ShardBy.NAMESPACE)}
+   * hashes each key's namespace, so that each member lists and watches only its slots' namespaces; null (the
+   * default) or {@link ShardBy#KEY} hashes the key. Needs {@code sharded} (without it the sidecar refuses the spec,
+   * INVALID_ARGUMENT naming spec.shard_by).
+   */
+  public QueueSpec shardBy(ShardBy shardBy) {
+    return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
+        leaseTimeout, election, sharded, shardBy);
   }
 
   /** How many passes run at once: maxLeases, 0 meaning 1. */
@@ -359,6 +408,14 @@ public record QueueSpec(
     }
     // Sharded without an election goes to the daemon as is: it refuses it naming spec.sharded.
     spec.setSharded(sharded);
+    // So does a shardBy without sharded (or one the primary cannot be sharded by), naming spec.shard_by; null is
+    // SHARD_BY_UNSPECIFIED, by key.
+    if (shardBy != null) {
+      spec.setShardBy(switch (shardBy) {
+        case KEY -> consistd.v1.Reconcile.ShardBy.SHARD_BY_KEY;
+        case NAMESPACE -> consistd.v1.Reconcile.ShardBy.SHARD_BY_NAMESPACE;
+      });
+    }
     return ReconcileRequest.newBuilder().setSpec(spec).build();
   }
 

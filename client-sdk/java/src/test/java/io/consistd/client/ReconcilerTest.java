@@ -562,6 +562,41 @@ class ReconcilerTest {
   }
 
   @Test
+  void aShardedSpecIsSentWithItsShardByAndByKeyUnlessAsked() {
+    QueueSpec spec = QueueSpec.of("web", "configmaps").election("web", "leases").sharded(true)
+        .shardBy(QueueSpec.ShardBy.NAMESPACE).maxLeases(4).labelSelector("app=web");
+    assertEquals(QueueSpec.ShardBy.NAMESPACE, spec.shardBy());
+    assertEquals(QueueSpec.ShardBy.NAMESPACE, spec.leaseTimeout(Duration.ofMinutes(1)).view(ObjectView.onlyMetadata())
+        .related(QueueSpec.Related.controllerOwner("pods", "")).retry(QueueSpec.Retry.DEFAULTS.burst(5)).namespace("")
+        .fieldSelector("").election("web", "other").sharded(true).shardBy(), "the other options keep it");
+    consistd.v1.Reconcile.QueueSpec sent = spec.toProto().getSpec();
+    assertEquals(consistd.v1.Reconcile.ShardBy.SHARD_BY_NAMESPACE, sent.getShardBy());
+    assertTrue(sent.getSharded(), "it keeps the other options");
+    assertEquals("web", sent.getElection().getElection());
+    assertEquals("leases", sent.getElection().getNamespace());
+    assertEquals(4, sent.getMaxLeases());
+    assertEquals("app=web", sent.getPrimary().getLabelSelector());
+    assertEquals(consistd.v1.Reconcile.ShardBy.SHARD_BY_KEY,
+        spec.shardBy(QueueSpec.ShardBy.KEY).toProto().getSpec().getShardBy());
+    // By default, and with null, none is sent (SHARD_BY_UNSPECIFIED: by key), and the spec is otherwise the same.
+    QueueSpec byDefault = QueueSpec.of("web", "configmaps").election("web", "leases").sharded(true).maxLeases(4)
+        .labelSelector("app=web");
+    assertNull(byDefault.shardBy());
+    assertEquals(consistd.v1.Reconcile.ShardBy.SHARD_BY_UNSPECIFIED, byDefault.toProto().getSpec().getShardBy());
+    assertEquals(sent.toBuilder().clearShardBy().build(), byDefault.toProto().getSpec());
+    assertEquals(byDefault, spec.shardBy(null));
+    assertNull(new QueueSpec("web", "configmaps", "", "", "", List.of(), 0, null, null, null).shardBy(),
+        "the constructors without it hash by key");
+    assertNull(new QueueSpec("web", "configmaps", "", "", "", ObjectView.DEFAULT, List.of(), 0, null, null, null, true)
+        .shardBy());
+    // Without sharded it goes as it is: the daemon refuses it, naming spec.shard_by.
+    consistd.v1.Reconcile.QueueSpec alone =
+        QueueSpec.of("web", "configmaps").shardBy(QueueSpec.ShardBy.NAMESPACE).toProto().getSpec();
+    assertEquals(consistd.v1.Reconcile.ShardBy.SHARD_BY_NAMESPACE, alone.getShardBy());
+    assertFalse(alone.getSharded());
+  }
+
+  @Test
   void aPassesEndIsItsCompletion() {
     Completion done = Reconciler.completion("l", Reconciler.Result.done(), null);
     assertEquals(Outcome.OUTCOME_DONE, done.getOutcome());
