@@ -18,6 +18,9 @@
 #     another replica leads (handover time printed).
 #  6. A version published on the rollout channel reaches every replica; `kubectl rollout restart`; the new
 #     replicas catch up, and the barrier (Publish, WaitApplied) completes across exactly the 3 new pods.
+#     Through the same restart, the example's `sharded` container in each replica works on its share of 24
+#     ConfigMaps in one sharded queue while they change: every change handled, by old and new replicas, and
+#     the audit of every pass (hack/e2e/shard_audit.py) finds no moment two pods held one key.
 #  7. SIGKILL of one sidecar while its pod's app sends: kubelet restarts the sidecar, every message whose
 #     Send returned reaches every replica, and no app container restarted (the SDK's loops outlive it).
 #  8. Node faults (hack/e2e/faults.sh): the leader's node powered off (frozen, link down) and on again, and
@@ -345,12 +348,55 @@ first=$(publish "${pods%% *}" one) || die "the barrier of version one did not co
 members=$(python3 -c 'import json,sys; print(" ".join(sorted(json.loads(sys.argv[1])["members"])))' "$first")
 [ "$members" = "$(sorted "$pods")" ] || die "version one's members are $members, not the pods $pods"
 v1=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["version"])' "$first")
+# The sharded queue (issue 45): each replica's `sharded` container works on its share of 24 ConfigMaps, changed
+# all through the rollout restart. Every pod's log of grants is kept from before its first pass to its end.
+shards=24
+mkdir -p "$out/sharded"
+for i in $(seq 1 "$shards"); do
+  printf -- '---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: shard-%s\n  labels: {example.consistd.io/shard: "true"}\ndata: {k0: v}\n' "$i"
+done | kn apply -f - >/dev/null
+# shard_handled: every sharded ConfigMap's observed-keys annotation names its data keys.
+shard_handled() {
+  kn get configmaps -l example.consistd.io/shard=true -o json | python3 -c '
+import json, sys
+cms = json.load(sys.stdin)["items"]
+behind = [c["metadata"]["name"] for c in cms
+          if (c["metadata"].get("annotations") or {}).get("example.consistd.io/observed-keys") != ",".join(sorted(c.get("data") or {}))]
+sys.exit(1 if behind or len(cms) != int(sys.argv[1]) else 0)' "$shards"
+}
+followers=
+follow_sharded() {
+  for pod in $1; do
+    kn logs -f "$pod" -c sharded >"$out/sharded/$pod.log" 2>&1 &
+    followers="$followers $!"
+  done
+}
+follow_sharded "$pods"
+wait_until 60 "the 3 replicas' sharded queue did not handle its $shards ConfigMaps" shard_handled
+(for n in $(seq 1 60); do
+  kn patch configmap "shard-$((n % shards + 1))" --type merge -p "{\"data\":{\"k$n\":\"v\"}}" >/dev/null 2>&1
+  sleep 0.2
+done) &
+changer=$!
 t=$(ms)
 kn rollout restart deployment/my-app >/dev/null
 kn rollout status deployment/my-app --timeout=180s >/dev/null || die "kubectl rollout restart did not complete"
 old=$pods
 pods=$(pods)
 log "kubectl rollout restart: 3 new replicas Ready $(($(ms) - t)) ms after it, on both nodes ($(spread "$pods"))"
+follow_sharded "$pods"
+wait "$changer" || true
+# One more change to each, for the new replicas alone.
+for i in $(seq 1 "$shards"); do kn patch configmap "shard-$i" --type merge -p '{"data":{"after":"v"}}' >/dev/null; done
+wait_until 90 "the sharded queue did not handle every change to its $shards ConfigMaps through the rollout restart" shard_handled
+sleep 1
+# shellcheck disable=SC2086 # the followers' PIDs, one word each
+kill $followers 2>/dev/null || true
+audit=$(python3 "$repo/hack/e2e/shard_audit.py" "$out/sharded") ||
+  die "two pods held one key of the sharded queue through the rollout restart: $audit (logs in $out/sharded)"
+served=$(python3 -c 'import json,sys; print(sum(1 for n in json.loads(sys.argv[1])["passes"].values() if n))' "$audit")
+[ "$served" -ge 4 ] || die "the sharded queue's keys went to $served pods, not to old and new replicas both: $audit"
+log "sharded queue through kubectl rollout restart: every change to its $shards ConfigMaps handled, never by two pods at once ($audit)"
 for pod in $pods; do
   ! grep -qw -- "$pod" <<<"$old" || die "$pod survived the rollout restart"
   caught_up() { grep -q "^applied app-config $v1 one$" <<<"$(logs "$pod" member)"; }

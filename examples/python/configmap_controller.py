@@ -4,13 +4,14 @@ consistent with its own writes; it writes fenced by its term, notifies a peer an
 
     python examples/python/configmap_controller.py controller   # campaign; while LEADER, annotate ConfigMaps
     python examples/python/configmap_controller.py receive      # print and ACK the notifications
+    python examples/python/configmap_controller.py sharded      # work on this replica's share of a sharded queue
 
 Environment: CONSISTD_SOCKET (the sidecar; SDK default), EXAMPLE_NAMESPACE (default "default"),
 EXAMPLE_ELECTION ("configmap-controller"), EXAMPLE_SELECTOR ("example.consistd.io/watch=true"),
 EXAMPLE_PEER (whom to notify: "host:port" of a peer's sidecar, or "service/NAME" for every ready endpoint
 of the Service NAME in the sidecar's namespace; unset: no notification), EXAMPLE_EXIT_AFTER (exit 0 after
 this many ConfigMaps handled or messages received; unset: run until SIGTERM or SIGINT, then resign and
-exit 0).
+exit 0), EXAMPLE_SHARD_SELECTOR (`sharded`'s ConfigMaps, "example.consistd.io/shard=true").
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -36,6 +38,7 @@ class Settings:
     namespace: str
     election: str
     selector: str
+    shard_selector: str
     peer: consistd.Destination | None
     exit_after: int | None
 
@@ -46,6 +49,7 @@ class Settings:
             namespace=os.environ.get("EXAMPLE_NAMESPACE", "default"),
             election=os.environ.get("EXAMPLE_ELECTION", "configmap-controller"),
             selector=os.environ.get("EXAMPLE_SELECTOR", "example.consistd.io/watch=true"),
+            shard_selector=os.environ.get("EXAMPLE_SHARD_SELECTOR", "example.consistd.io/shard=true"),
             peer=destination(os.environ.get("EXAMPLE_PEER", "")),
             exit_after=int(exit_after) if exit_after else None,
         )
@@ -134,6 +138,40 @@ def handler(
     return handle
 
 
+async def sharded(client: consistd.Client, settings: Settings) -> None:
+    """Works on this replica's share of the namespace's ConfigMaps that EXAMPLE_SHARD_SELECTOR selects: one queue
+    sharded over every replica that runs it (the election group EXAMPLE_ELECTION-shards), so each ConfigMap is
+    handed to one replica at a time and a replica joining or leaving moves only its share. Each pass annotates
+    the ConfigMap with its data keys, fenced by the slot's epoch, and holds its lease 200 ms; it prints
+    `grant KEY MS` when it starts and `done KEY MS` when it ends (wall-clock milliseconds), which the
+    end-to-end test audits for two replicas holding one key at once."""
+    spec = consistd.ReconcileSpec(
+        name=f"{settings.election}-sharded",
+        resource="configmaps",
+        namespace=settings.namespace,
+        label_selector=settings.shard_selector,
+        max_leases=4,
+        election=f"{settings.election}-shards",
+        election_namespace=settings.namespace,
+        sharded=True,
+    )
+
+    async def handle(item: consistd.WorkItem) -> None:
+        print(f"grant {item.key} {time.time_ns() // 1_000_000} term={item.term}")
+        try:
+            if not item.deleted and item.object is not None:
+                cm = item.object
+                joined = ",".join(sorted((cm.json.get("data") or {}).keys()))
+                if (cm.json["metadata"].get("annotations") or {}).get(OBSERVED_KEYS) != joined:
+                    patch = {"metadata": {"annotations": {OBSERVED_KEYS: joined, HANDLED_BY: "python-example-sharded"}}}
+                    await item.objects.patch("configmaps", cm.name, patch, namespace=cm.namespace, guard=item.guard)
+            await asyncio.sleep(0.2)
+        finally:
+            print(f"done {item.key} {time.time_ns() // 1_000_000}")
+
+    await client.reconcile(spec, handle)
+
+
 async def receive(client: consistd.Client, settings: Settings) -> None:
     """Prints each notification and ACKs it by returning; returns once EXAMPLE_EXIT_AFTER were ACKed."""
 
@@ -154,7 +192,7 @@ async def main(command: str) -> None:
     try:
         async with consistd.Client() as client:
             await client.wait_ready(30)
-            await (controller if command == "controller" else receive)(client, settings)
+            await {"controller": controller, "receive": receive, "sharded": sharded}[command](client, settings)
     except asyncio.CancelledError:
         print("stopped")
 
@@ -166,8 +204,8 @@ def stop(job: asyncio.Task[None], name: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2 or sys.argv[1] not in ("controller", "receive"):
-        sys.exit(f"usage: {sys.argv[0]} controller|receive")
+    if len(sys.argv) != 2 or sys.argv[1] not in ("controller", "receive", "sharded"):
+        sys.exit(f"usage: {sys.argv[0]} controller|receive|sharded")
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # each line as it is printed
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     asyncio.run(main(sys.argv[1]))
