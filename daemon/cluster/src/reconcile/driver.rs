@@ -176,6 +176,9 @@ pub(super) struct Driver {
     /// A queue sharded by namespace: the share of the primary objects its watch holds (the namespaces of
     /// the slots this member owns, moving away or not), and the watch of a new share being made.
     share: Option<ShardSelector>,
+    /// The share whose list the primary watch is through: only its keys are granted (the watch's cache
+    /// says nothing of a key outside it, and a key of a slot just taken over would be read as absent).
+    covered: Option<ShardSelector>,
     resharing: Option<Resharing>,
     /// When a refused new share is asked for again.
     reshard_after: Option<Instant>,
@@ -296,6 +299,7 @@ impl Driver {
             changed_since: HashMap::new(),
             comparable,
             share: None,
+            covered: None,
             resharing: None,
             reshard_after: None,
             primary_stop: CancellationToken::new(),
@@ -497,6 +501,7 @@ impl Driver {
         self.primary_stop = CancellationToken::new();
         self.events.push(items(0, "spec.primary".into(), subscription, self.primary_stop.clone()));
         self.gate.replace_primary(watch.clone());
+        self.covered = None;
         let Some(w) = self.watched.first_mut() else { return };
         w.watch = watch;
         w.known.retain(|key, _| share.holds(&key.namespace));
@@ -508,6 +513,9 @@ impl Driver {
 
     /// Watch `index` finished a list: after a resync, what it no longer holds was deleted meanwhile.
     fn synced(&mut self, index: usize, now: Instant) {
+        if index == 0 {
+            self.covered.clone_from(&self.share);
+        }
         let Some(w) = self.watched.get_mut(index) else { return };
         w.synced = true;
         w.taken_in = w.taken_in.max(std::mem::take(&mut w.listing));
@@ -736,6 +744,12 @@ impl Driver {
         self.authority.leaving(self.handoffs(&slots));
     }
 
+    /// Whether the primary watch's cache can tell `key`'s state: always, but for a queue sharded by
+    /// namespace, whose watch holds only the share it has listed.
+    fn covers(&self, key: &ObjKey) -> bool {
+        self.spec.shard_by != ShardBy::Namespace || self.covered.as_ref().is_some_and(|s| s.holds(&key.namespace))
+    }
+
     /// The slot of `key` (a sharded queue's).
     fn slot(&self, key: &ObjKey) -> u16 {
         self.spec.shard_by.slot(key)
@@ -764,6 +778,10 @@ impl Driver {
                 }
                 May::Nothing => return,
             };
+            if !self.covers(&key) {
+                i += 1;
+                continue;
+            }
             match self.gate.check(&key, now) {
                 Verdict::Wait(_) => i += 1,
                 verdict => {
@@ -785,6 +803,11 @@ impl Driver {
                     return;
                 }
             };
+            if !self.covers(&key) {
+                tracing::debug!(queue = %self.spec.name, namespace = %key.namespace, name = %key.name, "grant held until the watch of this member's share lists the key's slot");
+                self.held.push(key);
+                continue;
+            }
             match self.gate.check(&key, now) {
                 Verdict::Wait(_) => {
                     self.metrics.consistency_holds.inc();
@@ -1061,9 +1084,15 @@ mod tests {
 
         /// A rig whose queue is sharded, its ownership published by hand; nothing listed yet.
         fn sharded() -> (Self, tokio::sync::watch::Sender<Ownership>) {
+            Self::sharded_by(ShardBy::Key)
+        }
+
+        fn sharded_by(by: ShardBy) -> (Self, tokio::sync::watch::Sender<Ownership>) {
             let election = crate::leadership::Key { namespace: "ns".into(), name: "e".into() };
             let (member, publish) = ShardMember::by_hand(RingNames::new(&election, "q"));
-            (Self::build(true, Some(Authority::sharded(member, ShardBy::Key))), publish)
+            let mut rig = Self::build(true, Some(Authority::sharded(member, by)));
+            rig.driver.spec.shard_by = by;
+            (rig, publish)
         }
 
         fn build(comparable: bool, sharded: Option<Authority>) -> Self {
@@ -1235,6 +1264,39 @@ mod tests {
 
     /// A slot that comes back with nothing handed on (its owner was lost) hands each of its keys out once,
     /// also a key that was done here in an earlier tenure of the slot.
+    /// Sharded by namespace, a slot taken over is granted from only once the watch of the member's share
+    /// has listed it: before, a key handed on as pending was granted from a watch that did not hold its
+    /// slot, handed out as absent, and its change was lost (one CI run).
+    #[tokio::test]
+    async fn a_key_of_a_slot_its_share_has_not_listed_yet_is_not_handed_out_as_absent() {
+        let (mut rig, publish) = Rig::sharded_by(ShardBy::Namespace);
+        let a = key("a");
+        let slot = ShardBy::Namespace.slot(&a);
+        // The watch holds another slot's share when the slot comes with a as pending.
+        rig.driver.share = ShardBy::Namespace.share([slot ^ 1]);
+        rig.list(0, vec![]);
+        rig.list(1, vec![]);
+        let pending = Carried {
+            namespace: "ns".into(),
+            name: "a".into(),
+            place: CarriedPlace::Ready,
+            failures: 0,
+            last_error: None,
+        };
+        let handoff = Handoff { slot, epoch: 5, cut: Some(vec![10, 0]), overflow: false, keys: vec![pending] };
+        rig.own(&publish, BTreeMap::from([(slot, (5, false))]), vec![handoff]).await;
+        let mut rx = rig.attach(1, 4);
+        rig.pump();
+        assert!(next(&mut rx).is_none(), "not handed out before the watch of its share lists its slot");
+        // The watch of the share with the slot lists a, at a version the last owner had taken in.
+        rig.driver.share = ShardBy::Namespace.share([slot]);
+        rig.list(0, vec![raw("a", 9, "")]);
+        rig.pump();
+        let work = next(&mut rx).expect("handed out once its slot is listed");
+        assert_eq!(work.object.as_ref().map(|o| o.resource_version().to_owned()), Some("9".into()), "with its object");
+        assert!(next(&mut rx).is_none(), "once");
+    }
+
     #[tokio::test]
     async fn a_slot_back_with_nothing_handed_on_hands_out_a_key_done_here_before() {
         let (mut rig, publish) = Rig::sharded();
