@@ -52,10 +52,9 @@ SDKS := python go typescript java
 
 # The suites that need the real control plane, under one control plane: the Rust test binaries side by side in
 # lanes (hack/integration.py), the SDKs' suite one more job of those lanes, then the other suites one after another.
-# Last, the watches of a shard once more against an apiserver without sharded watches (KEP-5866's gate off), of
-# its own: the daemon then applies the shard itself.
-NO_SHARD_GATE := env CONSISTD_CP_FEATURE_GATES= CONSISTD_CP_DIR=$(CURDIR)/target/control-plane-no-shard-gate hack/with-control-plane.sh sh -c '$(CARGO) test -p consistd --test shard_watch && $(CARGO) test -p consistd --test sharded by_namespace'
-INTEGRATION := hack/stage.sh integration env CARGO=$(CARGO) hack/integration.py --beside 'sdks=hack/stage.sh sdks hack/test-sdks.sh' && hack/stage.sh stock-clients hack/with-daemons.sh hack/stock-clients.sh && hack/stage.sh metrics hack/with-daemons.sh hack/check-metrics.sh && hack/stage.sh monitoring hack/monitoring-check.sh && hack/stage.sh chart hack/chart-check.sh && hack/stage.sh no-shard-gate $(NO_SHARD_GATE)
+# Beside them too, the watches of a shard once more against an apiserver without sharded watches (KEP-5866's gate
+# off) of its own (hack/no-shard-gate.sh): the daemon then applies the shard itself.
+INTEGRATION := hack/stage.sh integration env CARGO=$(CARGO) hack/integration.py --beside 'sdks=hack/stage.sh sdks hack/test-sdks.sh' --beside 'no-shard-gate=hack/stage.sh no-shard-gate hack/no-shard-gate.sh' && hack/stage.sh stock-clients hack/with-daemons.sh hack/stock-clients.sh && hack/stage.sh metrics hack/with-daemons.sh hack/check-metrics.sh && hack/stage.sh monitoring hack/monitoring-check.sh && hack/stage.sh chart hack/chart-check.sh
 
 # Every crate's unit tests and doc tests: nothing running needed.
 UNIT := $(CARGO) test --workspace --no-fail-fast --lib --bins && $(CARGO) test --workspace --no-fail-fast --doc
