@@ -305,14 +305,13 @@ impl Hub {
                 let dropped = self.metrics.watch_shard_dropped.get_or_create(&key.label()).clone();
                 events
                     .try_filter_map(move |event| {
-                        let outside =
-                            |o: &RawObject| {
-                                let meta = kube::Resource::meta(o);
-                                !shard.holds(shard.value_of(
-                                    meta.uid.as_deref().unwrap_or(""),
-                                    meta.namespace.as_deref().unwrap_or(""),
-                                ))
-                            };
+                        let outside = |o: &RawObject| {
+                            let meta = kube::Resource::meta(o);
+                            !shard.holds_object(
+                                meta.uid.as_deref().unwrap_or(""),
+                                meta.namespace.as_deref().unwrap_or(""),
+                            )
+                        };
                         let kept = match &event {
                             watcher::Event::Apply(o) | watcher::Event::Delete(o) | watcher::Event::InitApply(o) => {
                                 !outside(o)

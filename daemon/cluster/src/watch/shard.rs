@@ -81,15 +81,15 @@ impl ShardSelector {
 
     /// Whether the share holds `obj`.
     pub fn selects(&self, obj: &Obj) -> bool {
-        self.holds(self.value_of(obj.uid(), obj.namespace()))
+        self.holds_object(obj.uid(), obj.namespace())
     }
 
-    /// The hashed field's value of an object with `uid` in `namespace`.
-    pub fn value_of<'a>(&self, uid: &'a str, namespace: &'a str) -> &'a str {
-        match self.field {
+    /// Whether the share holds an object with `uid` in `namespace` (the hashed field's value is one of them).
+    pub fn holds_object(&self, uid: &str, namespace: &str) -> bool {
+        self.holds(match self.field {
             ShardField::Uid => uid,
             ShardField::Namespace => namespace,
-        }
+        })
     }
 
     /// A short name of the share for logs and metric labels (a selector of many ranges is long):
