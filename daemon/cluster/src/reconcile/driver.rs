@@ -182,6 +182,10 @@ pub(super) struct Driver {
     resharing: Option<Resharing>,
     /// When a refused new share is asked for again.
     reshard_after: Option<Instant>,
+    /// Whether the share to watch may have changed since [`Self::reshard`] last looked: the slots owned
+    /// change only with the authority (or at start, or when a refused share is due again), so the share is
+    /// not worked out again on every event.
+    reshard_due: bool,
     /// Ends the primary watch's items, when a new share's watch replaces it.
     primary_stop: CancellationToken,
     metrics: QueueMetrics,
@@ -302,6 +306,7 @@ impl Driver {
             covered: None,
             resharing: None,
             reshard_after: None,
+            reshard_due: true,
             primary_stop: CancellationToken::new(),
             metrics: reconciler.metrics.queue(&spec.name),
             last_error: None,
@@ -325,7 +330,13 @@ impl Driver {
             self.queue.tick(now);
             self.pump(now);
             self.hand_off();
-            self.reshard(now);
+            if self.reshard_after.is_some_and(|at| now >= at) {
+                self.reshard_after = None;
+                self.reshard_due = true;
+            }
+            if std::mem::take(&mut self.reshard_due) {
+                self.reshard();
+            }
             let report_due = unreported || !self.leases.is_empty();
             if report_due && now >= next_report {
                 self.report(&report, now);
@@ -463,11 +474,8 @@ impl Driver {
 
     /// A queue sharded by namespace whose slots changed: the watch of the new share's primary objects is
     /// asked for (while this member's hold lasts; the old watch serves until it is made).
-    fn reshard(&mut self, now: Instant) {
-        if self.spec.shard_by != ShardBy::Namespace
-            || self.authority.term().is_none()
-            || self.reshard_after.is_some_and(|at| now < at)
-        {
+    fn reshard(&mut self) {
+        if self.spec.shard_by != ShardBy::Namespace || self.authority.term().is_none() {
             return;
         }
         let Some(want) = self.spec.shard_by.share(self.authority.owned().into_keys()) else { return };
@@ -610,6 +618,7 @@ impl Driver {
         }
         self.take_over(now);
         self.unpark();
+        self.reshard_due = true;
     }
 
     /// Queues again the keys parked for slots this member may grant from once more in the epoch it
