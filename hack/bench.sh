@@ -26,6 +26,10 @@ export CONSISTD_BENCH_PYTHON=$venv/bin/python
   GOTOOLCHAIN=local go build -o "$repo/target/bench/informers-app" ./app)
 export CONSISTD_BENCH_INFORMERS=$repo/target/bench/informers
 cargo bench -p consistd --bench watch --bench memory --bench leadership --bench outbox --bench rollout --bench scale --bench kopf --bench reconcile --bench fencing --bench link --bench sharded --bench shard_watch
+# The watch of a shard once more against an apiserver without sharded watches (KEP-5866's gate off), on a control
+# plane of its own: the daemon applies the shard itself. The shard-watch charts set both apiservers side by side.
+CONSISTD_CP_FEATURE_GATES= CONSISTD_CP_DIR=$repo/target/control-plane-no-shard-gate \
+  hack/with-control-plane.sh cargo bench -p consistd --bench shard_watch
 echo
 cargo build -q --release -p consistd
 CONSISTD_BIN=$repo/target/release/consistd cargo bench -p consistd-client --bench subscriber

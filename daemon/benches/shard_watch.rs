@@ -13,7 +13,7 @@ use consistd_client::proto::{
     Completion, ElectionRef, ObjectQuery, Outcome, QueueSpec, ReconcileRequest, ShardBy, reconcile_request,
     reconcile_response, reconcile_service_client::ReconcileServiceClient,
 };
-use consistd_testkit::{Daemon, proxy::DelayProxy};
+use consistd_testkit::{Daemon, figures, proxy::DelayProxy};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
     Api,
@@ -150,10 +150,19 @@ async fn main() {
          {CHANGES} changes; apiserver feature gates: {:?}",
         gates.trim()
     );
+    // The charts set both apiservers side by side: `make bench` runs this once against each (hack/bench.sh).
+    let apiserver = if gates.contains("ShardedListAndWatch=true") {
+        "apiserver with sharded watches"
+    } else {
+        "apiserver without them (the daemon filters)"
+    };
     println!("| sharded by | MiB from the apiserver per daemon | watch events per daemon |");
     println!("| --- | ---: | ---: |");
-    for by in [ShardBy::Key, ShardBy::Namespace] {
+    for (by, x) in [(ShardBy::Key, "by key"), (ShardBy::Namespace, "by namespace")] {
         let (bytes, events) = measure(by, &run, &namespaces).await;
-        println!("| {} | {:.2} | {events:.0} |", by.as_str_name(), bytes / (1024.0 * 1024.0));
+        let mib = bytes / (1024.0 * 1024.0);
+        println!("| {} | {mib:.2} | {events:.0} |", by.as_str_name());
+        figures::record("shard-watch-bytes", "MiB from the apiserver per daemon", apiserver, x, mib);
+        figures::record("shard-watch-events", "watch events per daemon", apiserver, x, events);
     }
 }

@@ -521,7 +521,9 @@ async fn main() {
 /// labelled for it, and the sharder watches every object and writes the shard label on each object it
 /// assigns or moves (two writes per moved object while the old shard lives: the drain label, then the new
 /// shard's). consistd: each member renews every third of `membership.ttl` (30 s by default), watches every
-/// object of the queue, and moves a slot with one ring write and one hand-off Lease per batch of slots.
+/// object of the queue sharded by key (this bench) or only its slots' namespaces sharded by namespace
+/// (daemon/benches/shard_watch.rs), and moves a slot with one ring write and one hand-off Lease per batch of
+/// slots.
 fn project(rows: &[Figures]) {
     let eight = rows.last().expect("rows");
     // The watch events per daemon under the live changes, as measured, scale with the change rate.
@@ -531,7 +533,7 @@ fn project(rows: &[Figures]) {
         "\nsharded: beside timebertt's design (modelled), per daemon, at a change rate of C per second over N replicas"
     );
     println!(
-        "  consistd:  requests/s = 1/10 (renewal at membership.ttl 30 s) + moves (measured here at {TTL}: {:.2} idle); watch events/s = C x {events_per_change:.2} (every member sees every change; measured at 8)",
+        "  consistd:  requests/s = 1/10 (renewal at membership.ttl 30 s) + moves (measured here at {TTL}: {:.2} idle); watch events/s = C x {events_per_change:.2} sharded by key (every member sees every change; measured at 8), about C / N sharded by namespace on an apiserver with sharded watches (bench shard_watch)",
         eight.idle.0
     );
     println!(
@@ -543,9 +545,10 @@ fn project(rows: &[Figures]) {
     let (n, keys, c) = (100.0_f64, 1_000_000.0_f64, 1_000.0_f64);
     let moved = keys / (n + 1.0);
     println!(
-        "    consistd:  {:.2} requests/s per daemon idle, {:.0} watch events/s per daemon; a join moves ~{:.0} slots of 1024 with ~{:.0} ring and hand-off writes in all",
+        "    consistd:  {:.2} requests/s per daemon idle, {:.0} watch events/s per daemon by key ({:.0} by namespace); a join moves ~{:.0} slots of 1024 with ~{:.0} ring and hand-off writes in all",
         0.1,
         c * events_per_change,
+        c / n,
         1024.0 / (n + 1.0),
         2.0 + (1024.0 / (n + 1.0) / 16.0).ceil()
     );
@@ -556,7 +559,7 @@ fn project(rows: &[Figures]) {
         2.0 * moved
     );
     println!(
-        "    memory: each consistd member queues every key (~{:.0} MB for 1,000,000 keys at the reconcile bench's 647 bytes per key, beside the watch's cache of every object); a timebertt shard keeps 1/N of both",
+        "    memory: sharded by key, each consistd member queues every key (~{:.0} MB for 1,000,000 keys at the reconcile bench's 647 bytes per key, beside the watch's cache of every object); by namespace, and a timebertt shard, 1/N of both",
         keys * 647.0 / 1e6
     );
 }

@@ -43,6 +43,11 @@ TITLES = {
     "reconcile-memory": "Reconcile queue: memory per key",
     "fencing-window": "Fencing: from a Lease write's answer to the old term's first refusal",
     "fencing-write": "A patch through the daemon: unguarded or fenced at the apiserver",
+    "sharded-passes": "Sharded queue: passes/s over 10,000 keys, 20 ms handler",
+    "sharded-latency": "Sharded queue: change -> handler at 200 changes/s",
+    "sharded-moves": "Sharded queue under load: until every slot has an owner again",
+    "shard-watch-bytes": "Sharded queue, 4 daemons: bytes the apiserver sent each",
+    "shard-watch-events": "Sharded queue, 4 daemons: watch events each took in",
 }
 DISTRIBUTIONS = {"sends-latency", "watch-latency", "fencing-write"}
 # Charts recorded one sample per round (x: the round): drawn as their distribution.
@@ -55,6 +60,8 @@ XLABELS = {
     "idle-requests": "daemons (or client-go candidates)",
     "handover-at-scale": "daemons",
     "reconcile-grants": "leases the app holds at once",
+    "sharded-passes": "replicas",
+    "sharded-latency": "replicas",
 }
 # Lines with more points than this carry no figure at each point.
 ANNOTATED_POINTS = 12
