@@ -1,7 +1,8 @@
 //! ReconcileService against the real apiserver: keys handed out once each and never twice at a time,
-//! one more pass for a change during a lease, the app's own write seen by the key's next pass (through a
-//! delaying network), retries, leases returned by a vanished app, work only while the pod leads its
-//! election, a deletion handed out once, bad input refused naming the field, metrics and status.
+//! one more pass for a change during a lease and none for the app's own write under it, the app's own
+//! write seen by the key's next pass (through a delaying network), retries, leases returned by a vanished
+//! app, work only while the pod leads its election, a deletion handed out once, bad input refused naming
+//! the field, metrics and status.
 
 use std::time::Duration;
 
@@ -231,6 +232,54 @@ async fn a_write_still_in_flight_when_its_lease_ends_holds_the_next_pass_until_t
     assert!(rv(&next) >= written, "granted {} while the app's write {written} was in flight", rv(&next));
     assert_eq!(data(&next)["handled"], "yes");
     assert_eq!(next.consistency(), consistd_client::proto::Consistency::Consistent);
+}
+
+/// A write the app makes under a lease (naming it) queues no pass of its key by itself: each round's
+/// patch is answered, the lease ends DONE, and nothing follows. A third party's change during a lease that
+/// also wrote still gives one more pass, exactly one.
+#[tokio::test]
+async fn a_write_under_a_lease_queues_no_pass_but_a_change_by_anyone_else_still_does() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let api: Api<ConfigMap> = Api::namespaced(kube, &ns);
+    api.create(&PostParams::default(), &configmap("obj", json!({ "v": "0" }))).await.expect("create");
+    let daemon = Daemon::builder(BIN).start().await;
+    let client = daemon.client();
+    let mut queue = open(&daemon, spec("lean", &ns, 1)).await.expect("open");
+    let own = |item: &WorkItem, value: String| PatchRequest {
+        resource: "configmaps".into(),
+        namespace: ns.clone(),
+        name: "obj".into(),
+        patch_type: PatchType::Merge.into(),
+        patch: json!({ "data": { "handled": value } }).to_string().into_bytes(),
+        reconcile_lease: item.lease_id.clone(),
+        ..Default::default()
+    };
+    let mut item = queue.item().await;
+    for round in 0..3 {
+        client.objects().patch(own(&item, round.to_string())).await.expect("the app's patch");
+        queue.complete(&item, Outcome::Done).await;
+        assert!(
+            queue.item_within(Duration::from_secs(2)).await.is_none(),
+            "round {round}: the lease's own write queued a pass"
+        );
+        // Anyone else's change queues one.
+        let third = json!({ "data": { "third": round.to_string() } });
+        api.patch("obj", &PatchParams::default(), &Patch::Merge(&third)).await.expect("third-party patch");
+        item = queue.item().await;
+        assert_eq!(data(&item)["third"], round.to_string(), "round {round}");
+    }
+    // During a lease: a third party's change, then the app's own write.
+    let third = json!({ "data": { "third": "during" } });
+    api.patch("obj", &PatchParams::default(), &Patch::Merge(&third)).await.expect("third-party patch");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    client.objects().patch(own(&item, "during".into())).await.expect("the app's patch");
+    queue.complete(&item, Outcome::Done).await;
+    let again = queue.item().await;
+    assert_eq!(data(&again)["third"], "during", "the third party's change during the lease was lost");
+    assert_eq!(data(&again)["handled"], "during", "granted with the app's own write");
+    queue.complete(&again, Outcome::Done).await;
+    assert!(queue.item_within(Duration::from_secs(2)).await.is_none(), "one more pass, not two");
 }
 
 #[tokio::test]

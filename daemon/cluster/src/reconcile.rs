@@ -9,6 +9,7 @@ mod driver;
 mod gate;
 pub mod keys;
 pub mod limiter;
+mod own;
 pub mod queue;
 pub mod ring;
 pub mod shards;

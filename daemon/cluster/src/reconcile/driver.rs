@@ -1,6 +1,7 @@
 //! One queue's task: feeds the queue from its watches (the primary's keys, related objects mapped to
-//! theirs), grants ready keys to the attached streams once the watch has caught up with the pod's writes,
-//! takes completions, times leases out, follows the election, and lingers after its last stream.
+//! theirs; a lease's own writes queue nothing), grants ready keys to the attached streams once the watch has
+//! caught up with the pod's writes, takes completions, times leases out, follows the election, and
+//! lingers after its last stream.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap, HashSet},
@@ -23,6 +24,7 @@ use super::{
     authority::{Authority, May},
     gate::{Gate, Verdict},
     keys::{MapsBy, PrimaryKind, primary_of},
+    own::{OwnWrites, WriteResult, version_of},
     queue::{Completion, Origin, Queue},
     ring::ShardBy,
     shards::Handoff,
@@ -116,6 +118,19 @@ struct Lease {
     term: u64,
     expires: Instant,
     granted: Instant,
+    /// Watch events of its key while it is out, each one more pass after it unless it shows the lease's
+    /// own write (whose answer may come after its event): the change, and where it came from.
+    changes: Vec<Deferred>,
+}
+
+/// A change of a leased key waiting for the lease to end, or for its own write's answer to show it was
+/// the lease's.
+#[derive(Debug)]
+struct Deferred {
+    /// The state the event showed.
+    version: WriteResult,
+    /// The watch that showed it, and its resourceVersion as a number.
+    at: (usize, Option<u64>),
 }
 
 /// The primary resource: what owner references name, and its plural for own-write locators.
@@ -191,6 +206,8 @@ pub(super) struct Driver {
     metrics: QueueMetrics,
     last_error: Option<String>,
     adds_reported: u64,
+    /// Writes made under leases whose events may still come: such an event queues no pass of its key.
+    own: OwnWrites,
 }
 
 impl std::fmt::Debug for Driver {
@@ -311,6 +328,7 @@ impl Driver {
             metrics: reconciler.metrics.queue(&spec.name),
             last_error: None,
             adds_reported: 0,
+            own: OwnWrites::default(),
             spec,
             reconciler,
         }
@@ -448,8 +466,10 @@ impl Driver {
                 Change::Synced => self.synced(index, now),
                 // A new share's list, joined before it was through, comes as its entries.
                 Change::Added(obj) if !w.synced && w.resync.is_some() => self.listed(index, obj, now),
-                Change::Added(obj) | Change::Modified(obj) => self.touch(index, obj, (false, origin), now),
-                Change::Deleted(obj) => self.touch(index, obj, (true, origin), now),
+                Change::Added(obj) | Change::Modified(obj) => {
+                    self.touch(index, obj, (false, origin, !entry.listed), now);
+                }
+                Change::Deleted(obj) => self.touch(index, obj, (true, origin, !entry.listed), now),
                 // The difference that follows touches every key that changed.
                 Change::Relisted => {}
             },
@@ -462,13 +482,13 @@ impl Driver {
         let Some(w) = self.watched.get_mut(index) else { return };
         let key = obj.key();
         let Some(seen) = &mut w.resync else {
-            self.touch(index, obj, (false, Origin::Initial), now);
+            self.touch(index, obj, (false, Origin::Initial, false), now);
             return;
         };
         seen.insert(key.clone());
         let unchanged = w.known.get(&key).is_some_and(|(o, _)| o.resource_version() == obj.resource_version());
         if !unchanged {
-            self.touch(index, obj, (false, Origin::Initial), now);
+            self.touch(index, obj, (false, Origin::Initial, false), now);
         }
     }
 
@@ -533,15 +553,17 @@ impl Driver {
         for obj in gone {
             // Deleted at no version this driver knows: later than any other member's last look.
             self.relisting = true;
-            self.touch(index, &obj, (true, Origin::Live), now);
+            self.touch(index, &obj, (true, Origin::Live, false), now);
             self.relisting = false;
         }
     }
 
-    /// `obj` of watch `index` changed (or was `deleted`): queue the primary key(s) it concerns.
-    fn touch(&mut self, index: usize, obj: &Arc<Obj>, (deleted, origin): (bool, Origin), now: Instant) {
+    /// `obj` of watch `index` changed (or was `deleted`): queue the primary key(s) it concerns. `event`:
+    /// it came as a watch event, not from a list, so it shows one write (maybe a lease's own).
+    fn touch(&mut self, index: usize, obj: &Arc<Obj>, (deleted, origin, event): (bool, Origin, bool), now: Instant) {
         let version = obj.resource_version().parse::<u64>().unwrap_or(u64::MAX);
         let at = (!self.relisting).then_some(version);
+        let one_write = (event && origin == Origin::Live && !self.relisting).then_some(obj.as_ref());
         let key = obj.key();
         let Some(w) = self.watched.get_mut(index) else { return };
         match (self.relisting, origin) {
@@ -559,7 +581,7 @@ impl Driver {
                 w.known.insert(key.clone(), (obj.clone(), Some(key.clone())));
                 self.tombstones.remove(&key);
             }
-            self.key_changed(&key, (index, at), origin, now);
+            self.key_changed(&key, (index, at), origin, one_write, now);
             return;
         };
         let named = if deleted { None } else { primary_of(obj, maps_by, &self.primary_kind) };
@@ -570,14 +592,23 @@ impl Driver {
         };
         let before = before.filter(|b| Some(b) != named.as_ref());
         for primary in named.iter().chain(before.iter()) {
-            self.key_changed(primary, (index, at), origin, now);
+            self.key_changed(primary, (index, at), origin, one_write, now);
         }
     }
 
     /// Queues `key` for a change watch `index` brought at resourceVersion `at`, unless the pod that handed
     /// the key's slot on to this one had already taken that change in (its hand-off holds the outcome):
-    /// the list a driver starts with brings again what the last owner handled.
-    fn key_changed(&mut self, key: &ObjKey, (index, at): (usize, Option<u64>), origin: Origin, now: Instant) {
+    /// the list a driver starts with brings again what the last owner handled. A watch event showing one
+    /// write (`one_write`) that a lease of the key made is no change for the key's next pass; while the
+    /// key is leased, such an event waits for the lease's end (or its write's answer) to tell.
+    fn key_changed(
+        &mut self,
+        key: &ObjKey,
+        (index, at): (usize, Option<u64>),
+        origin: Origin,
+        one_write: Option<&Obj>,
+        now: Instant,
+    ) {
         let handed_on = at.is_some_and(|at| {
             self.authority.handoff(self.slot(key)).is_some_and(|h| {
                 !h.overflow && h.cut.as_ref().and_then(|cut| cut.get(index)).is_some_and(|cut| at <= *cut)
@@ -586,8 +617,31 @@ impl Driver {
         if handed_on {
             return;
         }
+        if let Some(obj) = one_write {
+            if self.own.made(key, obj) {
+                tracing::trace!(queue = %self.spec.name, namespace = %key.namespace, name = %key.name, resource_version = obj.resource_version(), "a lease's own write: no pass for it");
+                return;
+            }
+            if let Some(lease) = self.leases.values_mut().find(|l| l.key == *key) {
+                lease.changes.push(Deferred { version: version_of(obj), at: (index, at) });
+                return;
+            }
+        }
+        self.queue_change(key, (index, at), origin, now);
+    }
+
+    /// Queues a change of `key` (during a lease: one more pass after it).
+    fn queue_change(&mut self, key: &ObjKey, (index, at): (usize, Option<u64>), origin: Origin, now: Instant) {
         self.queue.changed(key, origin, now);
         self.note_change(key, (index, at), now);
+    }
+
+    /// The changes of a lease's key that waited for its end and were not its own writes: each queues (one
+    /// more pass, however many).
+    fn settle(&mut self, lease: &mut Lease, now: Instant) {
+        for change in std::mem::take(&mut lease.changes) {
+            self.queue_change(&lease.key, change.at, Origin::Live, now);
+        }
     }
 
     /// A change of `key` seen by watch `index` at resourceVersion `at`: noted while its slot is another
@@ -882,7 +936,10 @@ impl Driver {
         }
         self.metrics.queue_duration.observe(granted.queued_for.as_secs_f64());
         self.expiries.insert((expires, lease_id.clone()));
-        self.leases.insert(lease_id, Lease { key: key.clone(), stream, deleted, absent, term, expires, granted: now });
+        self.leases.insert(
+            lease_id,
+            Lease { key: key.clone(), stream, deleted, absent, term, expires, granted: now, changes: Vec::new() },
+        );
     }
 
     /// A stream completes a lease.
@@ -908,7 +965,7 @@ impl Driver {
         if granted_to != stream {
             return Err(refused(format!("lease {lease_id:?} was granted to another stream")));
         }
-        let Some(lease) = self.leases.remove(lease_id) else {
+        let Some(mut lease) = self.leases.remove(lease_id) else {
             return Err(refused(format!(
                 "lease {lease_id:?} is not held: it was completed already, timed out, or went back to the queue when the election's term ended"
             )));
@@ -921,6 +978,7 @@ impl Driver {
             self.last_error = Some(format!("{}/{}: {error}", lease.key.namespace, lease.key.name));
         }
         let finishes = matches!(outcome, Completion::Done | Completion::Terminal(_));
+        self.settle(&mut lease, now);
         if let Some(finished) = self.queue.complete(&lease.key, outcome, now) {
             self.metrics.work_duration.observe(finished.worked_for.as_secs_f64());
             if finished.retried {
@@ -938,17 +996,19 @@ impl Driver {
 
     /// A lease ends without an outcome: the key is queued again.
     fn release(&mut self, lease_id: &str, now: Instant, why: &str) {
-        let Some(lease) = self.leases.remove(lease_id) else { return };
+        let Some(mut lease) = self.leases.remove(lease_id) else { return };
         tracing::info!(queue = %self.spec.name, lease = %lease_id, namespace = %lease.key.namespace, name = %lease.key.name, why, "lease returned to the queue");
         self.expiries.remove(&(lease.expires, lease_id.to_owned()));
         if let Some(slot) = self.streams.get_mut(&lease.stream) {
             slot.held = slot.held.saturating_sub(1);
         }
+        self.settle(&mut lease, now);
         self.queue.release(&lease.key, now);
     }
 
-    /// Returns leases past their timeout to the queue.
+    /// Returns leases past their timeout to the queue, and forgets own writes whose events are overdue.
     fn expire(&mut self, now: Instant) {
+        self.own.forget_due(now);
         while let Some((at, id)) = self.expiries.first().cloned() {
             if at > now {
                 break;
@@ -958,10 +1018,14 @@ impl Driver {
     }
 
     /// A write made for `lease_id`: the key's next grant waits until the queue's watch of `resource`
-    /// that holds the object shows it.
+    /// that holds the object shows it, and that event queues no pass of the key (nor did it if it came
+    /// first, while the lease is out).
     fn wrote(&mut self, lease_id: &str, resource: &ResourceId, obj: &Obj, now: Instant) {
-        let Some(lease) = self.leases.get(lease_id) else { return };
+        let Some(lease) = self.leases.get_mut(lease_id) else { return };
         let deadline = now + self.reconciler.consistency_timeout.get();
+        let version = version_of(obj);
+        lease.changes.retain(|c| c.version != version);
+        self.own.insert(&lease.key, obj, deadline);
         self.gate.wrote(&lease.key, resource, obj, deadline);
     }
 
@@ -1426,6 +1490,89 @@ mod tests {
         rig.complete(1, &first.lease_id, Completion::Done).expect("completed");
         rig.pump();
         assert_eq!(version(&next(&mut rx).expect("not held")), "11");
+    }
+
+    /// A lease that wrote its key: the write's event queues no pass, whether it comes after the write's
+    /// answer or before it (while the lease is out), and whether the lease is still out or ended.
+    #[tokio::test]
+    async fn a_write_made_under_a_lease_queues_no_pass_of_its_key() {
+        for (event_first, done_first) in [(false, false), (false, true), (true, false)] {
+            let case = format!("event first {event_first}, done first {done_first}");
+            let mut rig = Rig::new(true);
+            rig.list(0, vec![raw("a", 10, "")]);
+            let mut rx = rig.attach(1, 1);
+            rig.pump();
+            let first = next(&mut rx).expect("granted");
+            let written = Obj::from(raw("a", 11, ""));
+            if event_first {
+                rig.apply(0, watcher::Event::Apply(raw("a", 11, "")));
+            }
+            rig.driver.wrote(&first.lease_id, &configmaps(), &written, rig.now);
+            if done_first {
+                rig.complete(1, &first.lease_id, Completion::Done).expect("completed");
+            }
+            if !event_first {
+                rig.apply(0, watcher::Event::Apply(raw("a", 11, "")));
+            }
+            if !done_first {
+                rig.complete(1, &first.lease_id, Completion::Done).expect("completed");
+            }
+            rig.pump();
+            assert!(next(&mut rx).is_none(), "{case}: its own write queued a pass");
+            assert_eq!(rig.driver.queue.counts().depth, 0, "{case}");
+            // Anyone else's change afterwards still queues one.
+            rig.apply(0, watcher::Event::Apply(raw("a", 12, "")));
+            rig.pump();
+            assert_eq!(version(&next(&mut rx).expect("a change by anyone else")), "12", "{case}");
+        }
+    }
+
+    /// A third party's change during a lease that also wrote: one more pass, exactly one.
+    #[tokio::test]
+    async fn a_change_by_anyone_else_during_a_lease_gives_one_more_pass_beside_its_own_write() {
+        for third_party_first in [true, false] {
+            let mut rig = Rig::new(true);
+            rig.list(0, vec![raw("a", 10, "")]);
+            let mut rx = rig.attach(1, 1);
+            rig.pump();
+            let first = next(&mut rx).expect("granted");
+            let (own, theirs) = if third_party_first { (12, 11) } else { (11, 12) };
+            rig.apply(0, watcher::Event::Apply(raw("a", 11, "")));
+            rig.apply(0, watcher::Event::Apply(raw("a", 12, "")));
+            rig.driver.wrote(&first.lease_id, &configmaps(), &Obj::from(raw("a", own, "")), rig.now);
+            rig.complete(1, &first.lease_id, Completion::Done).expect("completed");
+            rig.pump();
+            let again = next(&mut rx).unwrap_or_else(|| panic!("the change at {theirs} was lost"));
+            assert_eq!(version(&again), "12");
+            rig.complete(1, &again.lease_id, Completion::Done).expect("completed");
+            rig.pump();
+            assert!(next(&mut rx).is_none(), "one more pass, not one per change");
+        }
+    }
+
+    /// Where the write's event cannot be told from someone else's change, the pass is queued: an event
+    /// whose answer never came (the write failed, or the app ended the lease first), and a relist's
+    /// difference showing the written version (the writes before it were never seen one by one).
+    #[tokio::test]
+    async fn a_change_that_may_hide_anyone_elses_queues_a_pass_though_it_shows_the_leases_write() {
+        let mut rig = Rig::new(true);
+        rig.list(0, vec![raw("a", 10, "")]);
+        let mut rx = rig.attach(1, 1);
+        rig.pump();
+        let first = next(&mut rx).expect("granted");
+        rig.apply(0, watcher::Event::Apply(raw("a", 11, "")));
+        rig.complete(1, &first.lease_id, Completion::Done).expect("completed");
+        rig.pump();
+        let second = next(&mut rx).expect("no answer named 11 the lease's own");
+        assert_eq!(version(&second), "11");
+        rig.driver.wrote(&second.lease_id, &configmaps(), &Obj::from(raw("a", 13, "")), rig.now);
+        rig.complete(1, &second.lease_id, Completion::Done).expect("completed");
+        // The watch's resume is refused: its list shows 13, the write, over a change at 12 never seen.
+        rig.apply(0, watcher::Event::Init);
+        rig.apply(0, watcher::Event::InitApply(raw("a", 13, "")));
+        rig.apply(0, watcher::Event::InitDone);
+        rig.pump();
+        assert_eq!(version(&next(&mut rx).expect("a relist's difference may hide a change")), "13");
     }
 
     #[tokio::test]

@@ -329,7 +329,7 @@ mod tests {
     }
 
     fn entry(seq: u64, change: Change) -> Item {
-        Item::Entry(Arc::new(super::super::shared::Entry { seq, change, received: Instant::now() }))
+        Item::Entry(Arc::new(super::super::shared::Entry { seq, change, received: Instant::now(), listed: false }))
     }
 
     fn drain(f: &mut Filter) -> Vec<String> {

@@ -51,6 +51,9 @@ pub struct Entry {
     pub change: Change,
     /// When the daemon received it from the apiserver.
     pub received: Instant,
+    /// Whether it came from a list (the first, or a relist's difference) rather than a watch event: the
+    /// writes between the object's state before and this one were never seen, so it may stand for several.
+    pub listed: bool,
 }
 
 /// What a subscriber is handed when it joins.
@@ -411,13 +414,13 @@ impl SharedWatch {
                         slot.first_list_done.store(true, Ordering::Release);
                     }
                 } else {
-                    state.publish(Change::Relisted, self, metrics);
+                    state.publish(Change::Relisted, false, self, metrics);
                 }
                 for change in changes {
-                    state.publish(change, self, metrics);
+                    state.publish(change, true, self, metrics);
                 }
                 if first {
-                    state.publish(Change::Synced, self, metrics);
+                    state.publish(Change::Synced, false, self, metrics);
                 }
                 // A list that started after a write includes it: from here on it is met.
                 for uid in listed_uids {
@@ -464,7 +467,7 @@ impl SharedWatch {
         }
         metrics.watch_bytes.get_or_create(&self.label).set(gauge(state.bytes));
         for change in changes {
-            state.publish(change, self, metrics);
+            state.publish(change, false, self, metrics);
         }
     }
 
@@ -496,12 +499,13 @@ impl SharedWatch {
 }
 
 impl WatchState {
-    fn publish(&mut self, change: Change, watch: &SharedWatch, metrics: &Metrics) {
+    /// Publishes `change` (`listed`: from a list, see [`Entry::listed`]) to the history and every subscriber.
+    fn publish(&mut self, change: Change, listed: bool, watch: &SharedWatch, metrics: &Metrics) {
         self.seq += 1;
         if let Change::Added(o) | Change::Modified(o) | Change::Deleted(o) = &change {
             watch.expectations.seen(watch.incarnation, o.uid(), o.resource_version(), self.seq);
         }
-        let entry = Arc::new(Entry { seq: self.seq, change, received: Instant::now() });
+        let entry = Arc::new(Entry { seq: self.seq, change, received: Instant::now(), listed });
         let history = watch.limits.history;
         if history > 0 {
             if self.history.len() == history {
