@@ -127,6 +127,9 @@ func (s *Sent) Wait(ctx context.Context) (Outcome, error) {
 			return *s.outcome.Load(), nil
 		case ctx.Err() != nil:
 			return Outcome{}, ctx.Err()
+		case atDeadline(ctx, err):
+			<-ctx.Done()
+			return Outcome{}, ctx.Err()
 		case !retryable(err):
 			return Outcome{}, err
 		case !pause.wait(ctx):

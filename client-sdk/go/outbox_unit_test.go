@@ -129,6 +129,32 @@ func TestWaitReturnsEveryOtherStatusAsTheSidecarSentIt(t *testing.T) {
 	}
 }
 
+// The sidecar ends a call when the grpc-timeout it carries runs out, answering CANCELLED, which can come a
+// moment before ctx's own deadline: Wait still ends with ctx's DeadlineExceeded, at the deadline. A CANCELLED
+// far from the deadline is the sidecar's answer and goes to the caller as it is.
+func TestACancelledAnswerAtTheDeadlineIsTheDeadline(t *testing.T) {
+	cancelled := func(context.Context, int) (*pb.WaitOutcomeResponse, error) {
+		return nil, status.Error(codes.Canceled, "Timeout expired")
+	}
+	sent := &Sent{MessageID: "7", outbox: &fakeOutbox{t: t, answer: cancelled}}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := waitErr(t, sent, ctx)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait: %v; want context.DeadlineExceeded", err)
+	}
+	if elapsed := time.Since(start); elapsed < 300*time.Millisecond {
+		t.Fatalf("Wait ended after %s, before its deadline", elapsed)
+	}
+	far, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	sent = &Sent{MessageID: "7", outbox: &fakeOutbox{t: t, answer: cancelled}}
+	if err := waitErr(t, sent, far); status.Code(err) != codes.Canceled {
+		t.Fatalf("Wait an hour before its deadline: %v; want the sidecar's CANCELLED", err)
+	}
+}
+
 func TestCtxEndsOneWaitAndWaitingAgainGetsTheOutcome(t *testing.T) {
 	answer := make(chan struct{})
 	outbox := &fakeOutbox{t: t, answer: func(ctx context.Context, call int) (*pb.WaitOutcomeResponse, error) {

@@ -18,7 +18,18 @@ const (
 	backoffInitial = 100 * time.Millisecond
 	// backoffCap is the longest pause between reconnects.
 	backoffCap = 5 * time.Second
+	// deadlineSlack is how long before ctx's deadline a CANCELLED from the sidecar still counts as that
+	// deadline: a call carries what was left of it when it went out, so the sidecar's timer may fire first.
+	deadlineSlack = time.Second
 )
+
+// atDeadline reports whether err is the sidecar ending a call at ctx's deadline. A gRPC server answers
+// CANCELLED ("Timeout expired") when the grpc-timeout the client sent runs out, which may be a moment
+// before ctx's own timer fires; the caller then waits for ctx and returns its DeadlineExceeded.
+func atDeadline(ctx context.Context, err error) bool {
+	deadline, ok := ctx.Deadline()
+	return ok && status.Code(err) == codes.Canceled && time.Until(deadline) < deadlineSlack
+}
 
 // retryable reports whether a failed stream is worth opening again: the sidecar restarted, shut down or
 // was not reachable (UNAVAILABLE). Every other code is the daemon's answer to the request and goes to

@@ -190,19 +190,30 @@ async fn a_stalled_subscriber_is_resynced_and_never_slows_a_fast_one() {
     let mut fast = Events::open(&daemon.client(), raw("configmaps", &ns)).await;
     fast.until_synced().await;
     // Enough data to fill the stalled subscriber's queue, its stream buffer and the client's HTTP/2
-    // windows (hyper's defaults: 2 MiB per stream, 5 MiB per connection): 400 changes of 16 KiB.
+    // windows (hyper's defaults: 2 MiB per stream, 5 MiB per connection): 400 changes of 16 KiB. Each
+    // change is made once the fast subscriber has the one before: a hub that waited for the stalled one
+    // would stop the fast one, and the writer with it (the test would time out), while the fast one's own
+    // queue of 4 never holds more than one change, however busy the machine (written ahead of a reader
+    // the machine starved, it overflowed in one CI run).
     const CHANGES: usize = 400;
+    let (taken, mut taken_rx) = tokio::sync::mpsc::channel::<()>(1);
     let writer = {
         let api = api.clone();
         consistd_testkit::spawn(async move {
             for i in 1..=CHANGES {
                 set(&api, "a", &format!("{i}-{}", "x".repeat(16 * 1024))).await;
+                if taken_rx.recv().await.is_none() {
+                    return;
+                }
             }
         })
     };
     for i in 1..=CHANGES {
-        let event = fast.next().await;
+        let event = tokio::time::timeout(Duration::from_secs(20), fast.next())
+            .await
+            .unwrap_or_else(|_| panic!("the fast subscriber waited 20 s for change {i}"));
         assert_eq!(describe(&event), "MODIFIED a", "fast subscriber gets change {i}");
+        taken.send(()).await.expect("the writer waits for each change to be taken");
     }
     writer.await.expect("writer");
 
