@@ -291,7 +291,18 @@ async fn a_daemon_in_128_mib_asked_to_watch_more_refuses_it_resource_exhausted_a
     // Through all of it: the election held, in its term; the other watch delivers; nothing was OOM-killed.
     while let Ok(told) = tokio::time::timeout(Duration::from_millis(200), observe.message()).await {
         let status = told.expect("observe stream").expect("a state").status.expect("status");
-        assert_eq!((status.state(), status.term), (LeadershipState::Leader, term), "never anything but leading");
+        let election: Vec<String> = daemon
+            .logs()
+            .lines()
+            .filter(|l| l.contains("election") || l.contains("Lease"))
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(
+            (status.state(), status.term),
+            (LeadershipState::Leader, term),
+            "never anything but leading; the daemon's log of its election:\n{}",
+            election.join("\n")
+        );
     }
     let current = client
         .leadership()
