@@ -1271,6 +1271,17 @@ mod tests {
             }
         }
 
+        /// A rig whose primary watch listed `a` at resourceVersion 10, granted to stream 1 (room for one
+        /// lease): the rig, the stream's items, and a's work item.
+        fn with_a_leased(comparable: bool) -> (Self, mpsc::UnboundedReceiver<Handed>, Work) {
+            let mut rig = Self::new(comparable);
+            rig.list(0, vec![raw("a", 10, "")]);
+            let mut rx = rig.attach(1, 1);
+            rig.pump();
+            let first = next(&mut rx).expect("a is granted");
+            (rig, rx, first)
+        }
+
         fn attach(&mut self, stream: u64, capacity: usize) -> mpsc::UnboundedReceiver<Handed> {
             let (items, rx) = mpsc::unbounded_channel();
             self.driver.call(DriverCall::Attach { stream, capacity, items }, self.now);
@@ -1445,11 +1456,7 @@ mod tests {
     /// next pass is granted only with a state at least that new, though a third party's change made
     /// during the lease queued it at once.
     fn a_key_is_granted_only_once_its_watch_shows_the_write_its_previous_lease_made(comparable: bool) {
-        let mut rig = Rig::new(comparable);
-        rig.list(0, vec![raw("a", 10, "")]);
-        let mut rx = rig.attach(1, 1);
-        rig.pump();
-        let first = next(&mut rx).expect("a is granted");
+        let (mut rig, mut rx, first) = Rig::with_a_leased(comparable);
         assert_eq!(version(&first), "10");
         // During the lease: a third party's change (queues one more pass), then the app's own write.
         rig.apply(0, watcher::Event::Apply(raw("a", 11, "")));
@@ -1478,11 +1485,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_no_op_write_or_a_later_version_never_stalls_a_key_where_versions_compare() {
-        let mut rig = Rig::new(true);
-        rig.list(0, vec![raw("a", 10, "")]);
-        let mut rx = rig.attach(1, 1);
-        rig.pump();
-        let first = next(&mut rx).expect("granted");
+        let (mut rig, mut rx, first) = Rig::with_a_leased(true);
         // A no-op write answers the version the watch already has; another object's change moves the
         // high-water mark past a write whose own event was coalesced away.
         rig.own_write("a", 10);
@@ -1498,11 +1501,7 @@ mod tests {
     async fn a_write_made_under_a_lease_queues_no_pass_of_its_key() {
         for (event_first, done_first) in [(false, false), (false, true), (true, false)] {
             let case = format!("event first {event_first}, done first {done_first}");
-            let mut rig = Rig::new(true);
-            rig.list(0, vec![raw("a", 10, "")]);
-            let mut rx = rig.attach(1, 1);
-            rig.pump();
-            let first = next(&mut rx).expect("granted");
+            let (mut rig, mut rx, first) = Rig::with_a_leased(true);
             let written = Obj::from(raw("a", 11, ""));
             if event_first {
                 rig.apply(0, watcher::Event::Apply(raw("a", 11, "")));
@@ -1531,11 +1530,7 @@ mod tests {
     #[tokio::test]
     async fn a_change_by_anyone_else_during_a_lease_gives_one_more_pass_beside_its_own_write() {
         for third_party_first in [true, false] {
-            let mut rig = Rig::new(true);
-            rig.list(0, vec![raw("a", 10, "")]);
-            let mut rx = rig.attach(1, 1);
-            rig.pump();
-            let first = next(&mut rx).expect("granted");
+            let (mut rig, mut rx, first) = Rig::with_a_leased(true);
             let (own, theirs) = if third_party_first { (12, 11) } else { (11, 12) };
             rig.apply(0, watcher::Event::Apply(raw("a", 11, "")));
             rig.apply(0, watcher::Event::Apply(raw("a", 12, "")));
@@ -1555,11 +1550,7 @@ mod tests {
     /// difference showing the written version (the writes before it were never seen one by one).
     #[tokio::test]
     async fn a_change_that_may_hide_anyone_elses_queues_a_pass_though_it_shows_the_leases_write() {
-        let mut rig = Rig::new(true);
-        rig.list(0, vec![raw("a", 10, "")]);
-        let mut rx = rig.attach(1, 1);
-        rig.pump();
-        let first = next(&mut rx).expect("granted");
+        let (mut rig, mut rx, first) = Rig::with_a_leased(true);
         rig.apply(0, watcher::Event::Apply(raw("a", 11, "")));
         rig.complete(1, &first.lease_id, Completion::Done).expect("completed");
         rig.pump();
@@ -1577,11 +1568,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_write_never_shown_is_granted_timed_out_after_the_consistency_timeout() {
-        let mut rig = Rig::new(true);
-        rig.list(0, vec![raw("a", 10, "")]);
-        let mut rx = rig.attach(1, 1);
-        rig.pump();
-        let first = next(&mut rx).expect("granted");
+        let (mut rig, mut rx, first) = Rig::with_a_leased(true);
         rig.apply(0, watcher::Event::Apply(raw("a", 11, "")));
         rig.own_write("a", 12);
         rig.complete(1, &first.lease_id, Completion::Done).expect("completed");
@@ -1600,11 +1587,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_grant_waits_for_the_related_watch_to_show_a_write_made_for_the_lease() {
-        let mut rig = Rig::new(true);
-        rig.list(0, vec![raw("a", 10, "")]);
-        let mut rx = rig.attach(1, 1);
-        rig.pump();
-        let first = next(&mut rx).expect("granted");
+        let (mut rig, mut rx, first) = Rig::with_a_leased(true);
         // The app creates a child named for the lease; its watch has not shown it yet.
         let child = Obj::from(raw("child", 20, r#""owner":"a""#));
         rig.driver.wrote(&first.lease_id, &configmaps(), &child, rig.now);
@@ -1619,11 +1602,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_write_is_waited_for_only_on_the_watches_that_select_it() {
-        let mut rig = Rig::new(true);
-        rig.list(0, vec![raw("a", 10, "")]);
-        let mut rx = rig.attach(1, 1);
-        rig.pump();
-        let first = next(&mut rx).expect("granted");
+        let (mut rig, _rx, first) = Rig::with_a_leased(true);
         // The related watch selects `owner` labels; the primary watch (no selector) selects everything,
         // so a child without the label is waited for on the primary watch only.
         let unlabelled = Obj::from(raw("plain", 20, ""));
