@@ -322,7 +322,14 @@ test("the pass after a handler's own patch through item.objects carries that pat
       calls.wrap(async (item) => {
         const round = calls.passes.length;
         if (round > 3) return;
-        // A change of the primary during the pass: it comes once more, after its own write.
+        // Someone else's change during the pass brings the key once more (the pass's own write would not),
+        // and that next pass must carry the own write made after it.
+        await c.objects.patch({
+          resource: "configmaps",
+          namespace: item.namespace,
+          name: item.name,
+          patch: { data: { third: String(round) } },
+        });
         const patched = await item.objects.patch({
           resource: "configmaps",
           namespace: item.namespace,
@@ -660,8 +667,10 @@ test("with an election, work is handed out only while this daemon leads, each it
     assert.equal(first.data?.v, "1", "the change made while daemon b led");
     await calls.until("the first pass's write", () => writes.length >= 1);
     assert.equal(typeof writes[0], "string", `the guarded write failed: ${writes[0]}`);
-    // Its own write gives one more pass, in the same term, which has nothing to write.
-    await calls.until("the pass after the write", () => passes() >= 2);
+    // Its own write (naming its lease) gives no pass by itself; anyone else's change gives one more, in the
+    // same term, which has nothing to write.
+    await c.objects.patch({ ...target, name: "obj", patch: { data: { other: "yes" } } });
+    await calls.until("the pass after another's change", () => passes() >= 2);
     assert.equal(calls.passes[1].term, leading.term);
     assert.equal(calls.passes[1].data?.by, String(leading.term));
     let stored = await c.objects.get<{ data: Record<string, string> }>({ ...target, name: "obj" });
