@@ -118,13 +118,10 @@ struct Lease {
     term: u64,
     expires: Instant,
     granted: Instant,
-    /// Watch events of its key while it is out, each one more pass after it unless it shows the lease's
-    /// own write (whose answer may come after its event): the change, and where it came from.
-    changes: Vec<Deferred>,
 }
 
-/// A change of a leased key waiting for the lease to end, or for its own write's answer to show it was
-/// the lease's.
+/// A watch event of a leased key waiting for the lease to end (then one more pass, however many) or for
+/// its own write's answer to show it was the lease's (then none): the answer may come after its event.
 #[derive(Debug)]
 struct Deferred {
     /// The state the event showed.
@@ -208,6 +205,8 @@ pub(super) struct Driver {
     adds_reported: u64,
     /// Writes made under leases whose events may still come: such an event queues no pass of its key.
     own: OwnWrites,
+    /// The changes of leased keys that wait for their lease to end or their write's answer.
+    deferred: HashMap<ObjKey, Vec<Deferred>>,
 }
 
 impl std::fmt::Debug for Driver {
@@ -329,6 +328,7 @@ impl Driver {
             last_error: None,
             adds_reported: 0,
             own: OwnWrites::default(),
+            deferred: HashMap::new(),
             spec,
             reconciler,
         }
@@ -622,8 +622,11 @@ impl Driver {
                 tracing::trace!(queue = %self.spec.name, namespace = %key.namespace, name = %key.name, resource_version = obj.resource_version(), "a lease's own write: no pass for it");
                 return;
             }
-            if let Some(lease) = self.leases.values_mut().find(|l| l.key == *key) {
-                lease.changes.push(Deferred { version: version_of(obj), at: (index, at) });
+            if self.queue.is_leased(key) {
+                self.deferred
+                    .entry(key.clone())
+                    .or_default()
+                    .push(Deferred { version: version_of(obj), at: (index, at) });
                 return;
             }
         }
@@ -638,9 +641,9 @@ impl Driver {
 
     /// The changes of a lease's key that waited for its end and were not its own writes: each queues (one
     /// more pass, however many).
-    fn settle(&mut self, lease: &mut Lease, now: Instant) {
-        for change in std::mem::take(&mut lease.changes) {
-            self.queue_change(&lease.key, change.at, Origin::Live, now);
+    fn settle(&mut self, key: &ObjKey, now: Instant) {
+        for change in self.deferred.remove(key).unwrap_or_default() {
+            self.queue_change(key, change.at, Origin::Live, now);
         }
     }
 
@@ -936,10 +939,7 @@ impl Driver {
         }
         self.metrics.queue_duration.observe(granted.queued_for.as_secs_f64());
         self.expiries.insert((expires, lease_id.clone()));
-        self.leases.insert(
-            lease_id,
-            Lease { key: key.clone(), stream, deleted, absent, term, expires, granted: now, changes: Vec::new() },
-        );
+        self.leases.insert(lease_id, Lease { key: key.clone(), stream, deleted, absent, term, expires, granted: now });
     }
 
     /// A stream completes a lease.
@@ -965,7 +965,7 @@ impl Driver {
         if granted_to != stream {
             return Err(refused(format!("lease {lease_id:?} was granted to another stream")));
         }
-        let Some(mut lease) = self.leases.remove(lease_id) else {
+        let Some(lease) = self.leases.remove(lease_id) else {
             return Err(refused(format!(
                 "lease {lease_id:?} is not held: it was completed already, timed out, or went back to the queue when the election's term ended"
             )));
@@ -978,7 +978,7 @@ impl Driver {
             self.last_error = Some(format!("{}/{}: {error}", lease.key.namespace, lease.key.name));
         }
         let finishes = matches!(outcome, Completion::Done | Completion::Terminal(_));
-        self.settle(&mut lease, now);
+        self.settle(&lease.key, now);
         if let Some(finished) = self.queue.complete(&lease.key, outcome, now) {
             self.metrics.work_duration.observe(finished.worked_for.as_secs_f64());
             if finished.retried {
@@ -996,13 +996,13 @@ impl Driver {
 
     /// A lease ends without an outcome: the key is queued again.
     fn release(&mut self, lease_id: &str, now: Instant, why: &str) {
-        let Some(mut lease) = self.leases.remove(lease_id) else { return };
+        let Some(lease) = self.leases.remove(lease_id) else { return };
         tracing::info!(queue = %self.spec.name, lease = %lease_id, namespace = %lease.key.namespace, name = %lease.key.name, why, "lease returned to the queue");
         self.expiries.remove(&(lease.expires, lease_id.to_owned()));
         if let Some(slot) = self.streams.get_mut(&lease.stream) {
             slot.held = slot.held.saturating_sub(1);
         }
-        self.settle(&mut lease, now);
+        self.settle(&lease.key, now);
         self.queue.release(&lease.key, now);
     }
 
@@ -1021,11 +1021,13 @@ impl Driver {
     /// that holds the object shows it, and that event queues no pass of the key (nor did it if it came
     /// first, while the lease is out).
     fn wrote(&mut self, lease_id: &str, resource: &ResourceId, obj: &Obj, now: Instant) {
-        let Some(lease) = self.leases.get_mut(lease_id) else { return };
+        let Some(lease) = self.leases.get(lease_id) else { return };
         let deadline = now + self.reconciler.consistency_timeout.get();
         let version = version_of(obj);
-        lease.changes.retain(|c| c.version != version);
-        self.own.insert(&lease.key, obj, deadline);
+        if let Some(changes) = self.deferred.get_mut(&lease.key) {
+            changes.retain(|c| c.version != version);
+        }
+        self.own.insert(&lease.key, version, deadline);
         self.gate.wrote(&lease.key, resource, obj, deadline);
     }
 

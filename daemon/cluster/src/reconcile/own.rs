@@ -21,9 +21,8 @@ pub(super) struct OwnWrites {
 }
 
 impl OwnWrites {
-    /// A lease of `key` wrote `obj`; its event is expected until `until`.
-    pub(super) fn insert(&mut self, key: &ObjKey, obj: &Obj, until: Instant) {
-        let version = version_of(obj);
+    /// A lease of `key` wrote the state `version`; its event is expected until `until`.
+    pub(super) fn insert(&mut self, key: &ObjKey, version: WriteResult, until: Instant) {
         self.made.insert(version.clone(), key.clone());
         self.until.push_back((until, version));
     }
@@ -73,7 +72,7 @@ mod tests {
     fn a_write_is_its_leases_own_at_its_version_only_and_until_its_time() {
         let now = Instant::now();
         let mut own = OwnWrites::default();
-        own.insert(&key("a"), &obj("a", 7), now + Duration::from_secs(5));
+        own.insert(&key("a"), version_of(&obj("a", 7)), now + Duration::from_secs(5));
         assert!(own.made(&key("a"), &obj("a", 7)));
         assert!(!own.made(&key("a"), &obj("a", 8)), "another version is someone else's change");
         assert!(!own.made(&key("b"), &obj("a", 7)), "a write under a's lease is no write of b's");

@@ -264,6 +264,11 @@ impl Queue {
         Some(key)
     }
 
+    /// Whether `key` is leased out.
+    pub(crate) fn is_leased(&self, key: &ObjKey) -> bool {
+        self.keys.get(key).is_some_and(|s| s.place == Place::Leased)
+    }
+
     /// Leases a held key.
     pub(crate) fn grant(&mut self, key: &ObjKey, now: Instant) -> Option<Granted> {
         let state = self.keys.get_mut(key)?;
