@@ -1,7 +1,10 @@
 //! Reads and writes of Kubernetes objects for the pod's apps. Reads come from the watch hub's cache
 //! when a synced watch covers them (optionally waiting for the pod's own writes), else from the
 //! apiserver. Writes go to the apiserver as the app sent them, a guarded one stamped with its fencing
-//! token, and each records an own-write expectation.
+//! token, and each records an own-write expectation; an update or patch the cache shows would change
+//! nothing is answered from it instead.
+
+mod unchanged;
 
 use std::{sync::Arc, time::Duration};
 
@@ -72,6 +75,17 @@ pub enum Source {
     Cache,
     /// A request to the apiserver: no such watch runs, or the list has selectors.
     Apiserver,
+}
+
+/// An update's or a patch's answer.
+#[derive(Debug)]
+pub struct Updated {
+    /// The object as stored (as cached, when `unchanged`).
+    pub object: Arc<Obj>,
+    /// How its guard was checked; None for a write without one.
+    pub fenced: Option<FencedBy>,
+    /// It would change nothing and was not sent: the cache showed the object as it would leave it.
+    pub unchanged: bool,
 }
 
 /// Why a read or write failed.
@@ -314,18 +328,25 @@ impl Objects {
         Ok((obj, by))
     }
 
-    /// Replaces an object (or its status).
+    /// Replaces an object (or its status); unless `send_unchanged`, one the cache shows would change nothing
+    /// is answered from it.
     pub async fn update(
         &self,
         t: &ObjectRef,
         object: Vec<u8>,
         field_manager: &str,
         claim: Option<&Claim>,
-    ) -> Result<(Arc<Obj>, Option<FencedBy>), ObjectsError> {
+        send_unchanged: bool,
+    ) -> Result<Updated, ObjectsError> {
         let r = self.resolve(t, true).await?;
         let fence = self.fence(claim, &r, t, false)?;
         let by = fence.as_ref().map(|f| f.by);
         let stamp = stamping(claim, fence.as_ref());
+        if !send_unchanged
+            && let Some(cached) = self.unchanged(&r, t, claim, stamp, |_| serde_json::from_slice(&object).ok())
+        {
+            return Ok(cached);
+        }
         let _in_flight = self.begin(&r, t);
         let pp = PostParams { field_manager: Some(manager(field_manager)), ..PostParams::default() };
         let request = Self::request(&r, &t.namespace);
@@ -348,10 +369,11 @@ impl Objects {
         if let Some(claim) = stamp {
             self.stamped.record(&stamp_key(&r, t), claim);
         }
-        Ok((self.written(&r, raw), by))
+        Ok(Updated { object: self.written(&r, raw), fenced: by, unchanged: false })
     }
 
-    /// Patches an object (or its status).
+    /// Patches an object (or its status); unless `send_unchanged`, a merge or JSON patch the cache shows
+    /// would change nothing is answered from it.
     pub async fn patch(
         &self,
         t: &ObjectRef,
@@ -359,11 +381,17 @@ impl Objects {
         patch: serde_json::Value,
         field_manager: &str,
         claim: Option<&Claim>,
-    ) -> Result<(Arc<Obj>, Option<FencedBy>), ObjectsError> {
+        send_unchanged: bool,
+    ) -> Result<Updated, ObjectsError> {
         let r = self.resolve(t, true).await?;
         let fence = self.fence(claim, &r, t, false)?;
         let by = fence.as_ref().map(|f| f.by);
         let stamp = stamping(claim, fence.as_ref());
+        if !send_unchanged
+            && let Some(cached) = self.unchanged(&r, t, claim, stamp, |cached| unchanged::patched(cached, kind, &patch))
+        {
+            return Ok(cached);
+        }
         let _in_flight = self.begin(&r, t);
         let mut patch = patch;
         if let Some(claim) = stamp {
@@ -408,7 +436,7 @@ impl Objects {
         if let Some(claim) = stamp {
             self.stamped.record(&stamp_key(&r, t), claim);
         }
-        Ok((self.written(&r, raw), by))
+        Ok(Updated { object: self.written(&r, raw), fenced: by, unchanged: false })
     }
 
     /// Deletes an object; returns its last state when the apiserver returns one (it may be kept by
@@ -441,6 +469,39 @@ impl Objects {
         let obj = Obj::from(raw);
         self.stamped.forget(&stamp_key(&r, t));
         Ok(((!obj.uid().is_empty()).then(|| Arc::new(obj)), by))
+    }
+
+    /// The answer to a write to `t` that would leave the object as `written(cached)` (None: cannot tell),
+    /// stamped with `stamp` when it carries one, when that changes nothing: the freshest cached state showing
+    /// every write of this pod to it, while none is in flight. None when the write must go to the apiserver.
+    /// A guard (`claim`) was checked by this daemon alone: the apiserver is not asked.
+    fn unchanged(
+        &self,
+        r: &Resolved,
+        t: &ObjectRef,
+        claim: Option<&Claim>,
+        stamp: Option<&Claim>,
+        written: impl FnOnce(&serde_json::Value) -> Option<serde_json::Value>,
+    ) -> Option<Updated> {
+        let locator = locator(r, t);
+        if self.hub.expectations().in_flight(&locator).is_some() {
+            return None;
+        }
+        let key = ObjKey { namespace: t.namespace.clone(), name: t.name.clone() };
+        let cached = self.hub.cached(&r.api, &key, &Scope::Object(&locator))?;
+        let current: serde_json::Value = serde_json::from_slice(cached.json()).ok()?;
+        let mut written = written(&current)?;
+        if let Some(claim) = stamp
+            && !token::stamp(&mut written, claim)
+        {
+            return None;
+        }
+        if !unchanged::same(&current, &written) {
+            return None;
+        }
+        tracing::debug!(resource = %r.api.plural, namespace = %t.namespace, name = %t.name, resource_version = cached.resource_version(), "a write that would change nothing: answered from the cache");
+        self.hub.metrics().unchanged_writes.inc();
+        Some(Updated { object: cached, fenced: claim.map(|_| FencedBy::Daemon), unchanged: true })
     }
 
     /// Marks a write to `t` as in flight until the returned guard drops (after [`Objects::written`]):

@@ -91,6 +91,8 @@ pub struct Metrics {
     /// Guarded writes by the fence they went out with: "apiserver", "daemon", or "refused" (under
     /// `fencing.mode: require`, one the apiserver could not check).
     guarded_writes: Family<FenceLabel, Counter>,
+    /// Updates and patches answered from a watch's cache without the apiserver: they would change nothing.
+    pub unchanged_writes: Counter,
     /// 1 while this daemon leads the election, else 0, per election it runs (client-go's
     /// `leader_election_master_status`, the one people alert on).
     leader: Family<ElectionLabel, Gauge>,
@@ -374,6 +376,12 @@ impl Metrics {
             "Guarded writes by the fence they went out with: apiserver, daemon, or refused (fencing.mode require)",
             guarded_writes.clone(),
         );
+        let unchanged_writes = Counter::default();
+        registry.register(
+            "unchanged_writes",
+            "Updates and patches answered from a watch's cache without the apiserver: they would change nothing",
+            unchanged_writes.clone(),
+        );
         let leader = Family::<ElectionLabel, Gauge>::default();
         registry.register(
             "leader_election_master_status",
@@ -502,6 +510,7 @@ impl Metrics {
             api_calls,
             api_calls_refused,
             guarded_writes,
+            unchanged_writes,
             leader,
             grpc_started,
             grpc_handled,

@@ -712,6 +712,11 @@ pub struct UpdateRequest {
     /// write without a guard is guarded by the lease's term, as if it carried one.
     #[prost(string, tag = "8")]
     pub reconcile_lease: ::prost::alloc::string::String,
+    /// Send the write to the apiserver even when the cached object shows it would change nothing (see
+    /// UpdateResponse.unchanged): for an app that wants the apiserver's own answer (its admission, its
+    /// resourceVersion check) every time.
+    #[prost(bool, tag = "9")]
+    pub send_unchanged: bool,
 }
 /// UpdateResponse carries the object as stored.
 #[allow(clippy::all)]
@@ -722,6 +727,16 @@ pub struct UpdateResponse {
     /// Which fence the write's guard went out with; UNSPECIFIED for a write without a guard.
     #[prost(enumeration = "Fence", tag = "2")]
     pub fence: i32,
+    /// The write would change nothing, and was not sent: a synced watch's cache shows the object already as
+    /// the write would leave it (a merge or JSON patch applied to the cached object, or an update's object
+    /// compared with it, the fields the server owns aside), and that cache shows every write of this pod to
+    /// it. `object` is the cached object; a guard was checked by this daemon alone (fence is FENCE_DAEMON),
+    /// and a reconcile_lease waits for nothing. A change by someone else that the watch has not shown yet is
+    /// not seen: its event follows, as if that change came just after this write. Strategic merge patches
+    /// and server-side apply are always sent; so is any write when no synced watch of the resource holds the
+    /// object, and any write with send_unchanged.
+    #[prost(bool, tag = "3")]
+    pub unchanged: bool,
 }
 /// PatchRequest patches an object.
 #[allow(clippy::all)]
@@ -756,6 +771,11 @@ pub struct PatchRequest {
     /// write without a guard is guarded by the lease's term, as if it carried one.
     #[prost(string, tag = "10")]
     pub reconcile_lease: ::prost::alloc::string::String,
+    /// Send the write to the apiserver even when the cached object shows it would change nothing (see
+    /// PatchResponse.unchanged): for an app that wants the apiserver's own answer (its admission, its
+    /// resourceVersion check) every time.
+    #[prost(bool, tag = "11")]
+    pub send_unchanged: bool,
 }
 /// PatchResponse carries the object as stored.
 #[allow(clippy::all)]
@@ -766,6 +786,16 @@ pub struct PatchResponse {
     /// Which fence the write's guard went out with; UNSPECIFIED for a write without a guard.
     #[prost(enumeration = "Fence", tag = "2")]
     pub fence: i32,
+    /// The write would change nothing, and was not sent: a synced watch's cache shows the object already as
+    /// the write would leave it (a merge or JSON patch applied to the cached object, or an update's object
+    /// compared with it, the fields the server owns aside), and that cache shows every write of this pod to
+    /// it. `object` is the cached object; a guard was checked by this daemon alone (fence is FENCE_DAEMON),
+    /// and a reconcile_lease waits for nothing. A change by someone else that the watch has not shown yet is
+    /// not seen: its event follows, as if that change came just after this write. Strategic merge patches
+    /// and server-side apply are always sent; so is any write when no synced watch of the resource holds the
+    /// object, and any write with send_unchanged.
+    #[prost(bool, tag = "3")]
+    pub unchanged: bool,
 }
 /// DeleteRequest deletes an object, optionally only if it still has a given uid or resourceVersion.
 #[allow(clippy::all)]

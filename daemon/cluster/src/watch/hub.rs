@@ -19,7 +19,7 @@ use super::{
     Cursor, ResourceError, Subscription, WatchKey,
     budget::{Budget, gauge},
     expectations::Expectations,
-    object::{Obj, RawMetadata, RawObject},
+    object::{Obj, ObjKey, RawMetadata, RawObject},
     resolve::{ResolveError, Resolved, Resolver, ResourceId},
     shard::{ShardSelector, sharded_client},
     shared::{Budgeted, Limits, SharedWatch, Upstream},
@@ -181,6 +181,11 @@ impl Hub {
         &self.expectations
     }
 
+    /// The daemon's metrics.
+    pub(crate) fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
     /// Records a write of this pod that produced `obj`, so CONSISTENT subscribers wait for it.
     pub(crate) fn record_write(&self, resource: &super::resolve::ResourceId, obj: &Obj, timeout: std::time::Duration) {
         if obj.uid().is_empty() || obj.resource_version().is_empty() {
@@ -211,6 +216,33 @@ impl Hub {
             .find(|w| w.key.namespace.is_empty() || w.key.namespace == namespace)
             .filter(|w| w.is_synced())
             .cloned()
+    }
+
+    /// The object at `key` of `resource` as the freshest running, synced watch of it that keeps objects whole
+    /// shows it, among those that show every write of this pod within `scope`; None when none holds it.
+    /// Selectors do not matter here: an object a watch holds is as fresh as that watch.
+    pub(crate) fn cached(
+        &self,
+        resource: &super::resolve::ResourceId,
+        key: &ObjKey,
+        scope: &super::expectations::Scope<'_>,
+    ) -> Option<Arc<Obj>> {
+        let watches: Vec<Arc<SharedWatch>> = self
+            .lock()
+            .values()
+            .map(|h| &h.watch)
+            .filter(|w| {
+                &w.key.resource == resource
+                    && w.key.view.whole()
+                    && (w.key.namespace.is_empty() || w.key.namespace == key.namespace)
+            })
+            .cloned()
+            .collect();
+        watches
+            .iter()
+            .filter(|w| !self.expectations.any_unseen(scope, w.incarnation))
+            .filter_map(|w| w.get(key).flatten())
+            .max_by_key(|o| o.resource_version().parse::<u64>().unwrap_or(0))
     }
 
     /// Subscribes to `query`, sharing the upstream watch of an identical query.
@@ -620,5 +652,78 @@ mod tests {
         assert!(hub.acquire(&key, false).is_some(), "an app joins it, and is told it ended at once");
         assert!(hub.acquire(&key, true).is_none(), "the daemon's own work starts a watch of its own");
         assert_eq!(hub.upstream_watches(), 0, "the ended one is let go");
+    }
+
+    /// A running watch of ConfigMaps in "ns" in `hub`, with `selector`, its cache listed with `objects`.
+    fn cm_watch(hub: &Hub, tasks: &Tasks, selector: &str, view: ObjectView, objects: &[&str]) -> Arc<SharedWatch> {
+        let key = WatchKey {
+            resource: ResourceId {
+                group: String::new(),
+                version: "v1".into(),
+                kind: "ConfigMap".into(),
+                plural: "configmaps".into(),
+            },
+            namespace: "ns".into(),
+            label_selector: selector.into(),
+            field_selector: String::new(),
+            view,
+            shard: None,
+        };
+        let budgeted = Budgeted { budget: hub.budget.clone(), own: false };
+        let watch = SharedWatch::new(
+            key.clone(),
+            Limits { queue: 16, history: 16 },
+            budgeted,
+            hub.expectations.clone(),
+            tasks.signal(),
+        );
+        watch.apply(watcher::Event::Init, &hub.metrics);
+        for object in objects {
+            watch.apply(watcher::Event::InitApply(serde_json::from_str(object).expect("object")), &hub.metrics);
+        }
+        watch.apply(watcher::Event::InitDone, &hub.metrics);
+        hub.lock().insert(key, Running { watch: watch.clone(), subscribers: 1 });
+        watch
+    }
+
+    fn cm(rv: u64) -> String {
+        format!(
+            r#"{{"metadata":{{"name":"a","namespace":"ns","uid":"u","resourceVersion":"{rv}"}},"data":{{"k":"{rv}"}}}}"#
+        )
+    }
+
+    #[tokio::test]
+    async fn a_write_is_judged_on_the_freshest_whole_cache_that_shows_the_pods_own_writes() {
+        let tasks = Tasks::new();
+        let hub = Hub::new(client_answering(200, "{}"), WatchConfig::default(), u64::MAX, Metrics::new(), &tasks);
+        let resource = ResourceId {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "ConfigMap".into(),
+            plural: "configmaps".into(),
+        };
+        let key = ObjKey { namespace: "ns".into(), name: "a".into() };
+        let locator = super::super::expectations::Locator::new("configmaps", "ns", "a");
+        let scope = super::super::expectations::Scope::Object(&locator);
+        let version = |hub: &Hub| hub.cached(&resource, &key, &scope).map(|o| o.resource_version().to_owned());
+        assert_eq!(version(&hub), None, "no watch holds it");
+
+        let whole = cm_watch(&hub, &tasks, "", ObjectView::default(), &[&cm(5)]);
+        let metadata_only = ObjectView::new(true, &[], false).expect("a metadata view");
+        cm_watch(&hub, &tasks, "app=other", metadata_only, &[&cm(9)]);
+        assert_eq!(
+            version(&hub).as_deref(),
+            Some("5"),
+            "a view that does not keep objects whole is no cache to judge on"
+        );
+
+        hub.expectations.expect("u", "6", locator.clone(), std::time::Duration::from_secs(30));
+        assert_eq!(version(&hub), None, "the pod wrote version 6, which the cache does not show yet");
+        whole.apply(watcher::Event::Apply(serde_json::from_str(&cm(6)).expect("object")), &hub.metrics);
+        assert_eq!(version(&hub).as_deref(), Some("6"), "shown: the cache answers");
+
+        let selected = cm_watch(&hub, &tasks, "app=x", ObjectView::default(), &[&cm(6)]);
+        selected.apply(watcher::Event::Apply(serde_json::from_str(&cm(7)).expect("object")), &hub.metrics);
+        assert_eq!(version(&hub).as_deref(), Some("7"), "the freshest watch holding it, selectors or not");
     }
 }

@@ -131,13 +131,19 @@ impl ObjectsService for ObjectsApi {
         self.allowed(&caller, "update", &target).await?;
         let fence = self.claim(r.guard.as_ref(), &r.reconcile_lease).await?;
         json_object("object", &r.object)?;
-        let (obj, fenced) = self
+        let updated = self
             .objects
-            .update(&target, r.object, &r.field_manager, fence.as_ref())
+            .update(&target, r.object, &r.field_manager, fence.as_ref(), r.send_unchanged)
             .await
             .map_err(status::objects_error)?;
-        self.made_for(&r.reconcile_lease, &target, &obj).await;
-        Ok(Response::new(pb::UpdateResponse { object: Some(obj.into_proto()), fence: fence_of(fenced).into() }))
+        if !updated.unchanged {
+            self.made_for(&r.reconcile_lease, &target, &updated.object).await;
+        }
+        Ok(Response::new(pb::UpdateResponse {
+            object: Some(updated.object.into_proto()),
+            fence: fence_of(updated.fenced).into(),
+            unchanged: updated.unchanged,
+        }))
     }
 
     async fn patch(&self, request: Request<pb::PatchRequest>) -> Answer<pb::PatchResponse> {
@@ -169,13 +175,19 @@ impl ObjectsService for ObjectsApi {
             let want = if kind == PatchKind::Json { "a JSON array of operations" } else { "a JSON object" };
             return Err(status::invalid_argument("patch", format!("must be {want}")));
         }
-        let (obj, fenced) = self
+        let patched = self
             .objects
-            .patch(&target, kind, patch, &r.field_manager, fence.as_ref())
+            .patch(&target, kind, patch, &r.field_manager, fence.as_ref(), r.send_unchanged)
             .await
             .map_err(status::objects_error)?;
-        self.made_for(&r.reconcile_lease, &target, &obj).await;
-        Ok(Response::new(pb::PatchResponse { object: Some(obj.into_proto()), fence: fence_of(fenced).into() }))
+        if !patched.unchanged {
+            self.made_for(&r.reconcile_lease, &target, &patched.object).await;
+        }
+        Ok(Response::new(pb::PatchResponse {
+            object: Some(patched.object.into_proto()),
+            fence: fence_of(patched.fenced).into(),
+            unchanged: patched.unchanged,
+        }))
     }
 
     async fn delete(&self, request: Request<pb::DeleteRequest>) -> Answer<pb::DeleteResponse> {
