@@ -619,8 +619,12 @@ type UpdateRequest struct {
 	// is sent (else FAILED_PRECONDITION naming reconcile_lease), and when its queue follows an election a
 	// write without a guard is guarded by the lease's term, as if it carried one.
 	ReconcileLease string `protobuf:"bytes,8,opt,name=reconcile_lease,json=reconcileLease,proto3" json:"reconcile_lease,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Send the write to the apiserver even when the cached object shows it would change nothing (see
+	// UpdateResponse.unchanged): for an app that wants the apiserver's own answer (its admission, its
+	// resourceVersion check) every time.
+	SendUnchanged bool `protobuf:"varint,9,opt,name=send_unchanged,json=sendUnchanged,proto3" json:"send_unchanged,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UpdateRequest) Reset() {
@@ -709,12 +713,28 @@ func (x *UpdateRequest) GetReconcileLease() string {
 	return ""
 }
 
+func (x *UpdateRequest) GetSendUnchanged() bool {
+	if x != nil {
+		return x.SendUnchanged
+	}
+	return false
+}
+
 // UpdateResponse carries the object as stored.
 type UpdateResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Object *KubeObject            `protobuf:"bytes,1,opt,name=object,proto3" json:"object,omitempty"`
 	// Which fence the write's guard went out with; UNSPECIFIED for a write without a guard.
-	Fence         Fence `protobuf:"varint,2,opt,name=fence,proto3,enum=consistd.v1.Fence" json:"fence,omitempty"`
+	Fence Fence `protobuf:"varint,2,opt,name=fence,proto3,enum=consistd.v1.Fence" json:"fence,omitempty"`
+	// The write would change nothing, and was not sent: a synced watch's cache shows the object already as
+	// the write would leave it (a merge or JSON patch applied to the cached object, or an update's object
+	// compared with it, the fields the server owns aside), and that cache shows every write of this pod to
+	// it. `object` is the cached object; a guard was checked by this daemon alone (fence is FENCE_DAEMON),
+	// and a reconcile_lease waits for nothing. A change by someone else that the watch has not shown yet is
+	// not seen: its event follows, as if that change came just after this write. Strategic merge patches
+	// and server-side apply are always sent; so is any write when no synced watch of the resource holds the
+	// object, and any write with send_unchanged.
+	Unchanged     bool `protobuf:"varint,3,opt,name=unchanged,proto3" json:"unchanged,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -763,6 +783,13 @@ func (x *UpdateResponse) GetFence() Fence {
 	return Fence_FENCE_UNSPECIFIED
 }
 
+func (x *UpdateResponse) GetUnchanged() bool {
+	if x != nil {
+		return x.Unchanged
+	}
+	return false
+}
+
 // PatchRequest patches an object.
 type PatchRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -785,8 +812,12 @@ type PatchRequest struct {
 	// is sent (else FAILED_PRECONDITION naming reconcile_lease), and when its queue follows an election a
 	// write without a guard is guarded by the lease's term, as if it carried one.
 	ReconcileLease string `protobuf:"bytes,10,opt,name=reconcile_lease,json=reconcileLease,proto3" json:"reconcile_lease,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Send the write to the apiserver even when the cached object shows it would change nothing (see
+	// PatchResponse.unchanged): for an app that wants the apiserver's own answer (its admission, its
+	// resourceVersion check) every time.
+	SendUnchanged bool `protobuf:"varint,11,opt,name=send_unchanged,json=sendUnchanged,proto3" json:"send_unchanged,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PatchRequest) Reset() {
@@ -889,12 +920,28 @@ func (x *PatchRequest) GetReconcileLease() string {
 	return ""
 }
 
+func (x *PatchRequest) GetSendUnchanged() bool {
+	if x != nil {
+		return x.SendUnchanged
+	}
+	return false
+}
+
 // PatchResponse carries the object as stored.
 type PatchResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Object *KubeObject            `protobuf:"bytes,1,opt,name=object,proto3" json:"object,omitempty"`
 	// Which fence the write's guard went out with; UNSPECIFIED for a write without a guard.
-	Fence         Fence `protobuf:"varint,2,opt,name=fence,proto3,enum=consistd.v1.Fence" json:"fence,omitempty"`
+	Fence Fence `protobuf:"varint,2,opt,name=fence,proto3,enum=consistd.v1.Fence" json:"fence,omitempty"`
+	// The write would change nothing, and was not sent: a synced watch's cache shows the object already as
+	// the write would leave it (a merge or JSON patch applied to the cached object, or an update's object
+	// compared with it, the fields the server owns aside), and that cache shows every write of this pod to
+	// it. `object` is the cached object; a guard was checked by this daemon alone (fence is FENCE_DAEMON),
+	// and a reconcile_lease waits for nothing. A change by someone else that the watch has not shown yet is
+	// not seen: its event follows, as if that change came just after this write. Strategic merge patches
+	// and server-side apply are always sent; so is any write when no synced watch of the resource holds the
+	// object, and any write with send_unchanged.
+	Unchanged     bool `protobuf:"varint,3,opt,name=unchanged,proto3" json:"unchanged,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -941,6 +988,13 @@ func (x *PatchResponse) GetFence() Fence {
 		return x.Fence
 	}
 	return Fence_FENCE_UNSPECIFIED
+}
+
+func (x *PatchResponse) GetUnchanged() bool {
+	if x != nil {
+		return x.Unchanged
+	}
+	return false
 }
 
 // DeleteRequest deletes an object, optionally only if it still has a given uid or resourceVersion.
@@ -1139,7 +1193,7 @@ const file_consistd_v1_objects_proto_rawDesc = "" +
 	"\x0freconcile_lease\x18\x06 \x01(\tR\x0ereconcileLease\"k\n" +
 	"\x0eCreateResponse\x12/\n" +
 	"\x06object\x18\x01 \x01(\v2\x17.consistd.v1.KubeObjectR\x06object\x12(\n" +
-	"\x05fence\x18\x02 \x01(\x0e2\x12.consistd.v1.FenceR\x05fence\"\x94\x02\n" +
+	"\x05fence\x18\x02 \x01(\x0e2\x12.consistd.v1.FenceR\x05fence\"\xbb\x02\n" +
 	"\rUpdateRequest\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
@@ -1148,10 +1202,12 @@ const file_consistd_v1_objects_proto_rawDesc = "" +
 	"\vsubresource\x18\x05 \x01(\tR\vsubresource\x12#\n" +
 	"\rfield_manager\x18\x06 \x01(\tR\ffieldManager\x12-\n" +
 	"\x05guard\x18\a \x01(\v2\x17.consistd.v1.WriteGuardR\x05guard\x12'\n" +
-	"\x0freconcile_lease\x18\b \x01(\tR\x0ereconcileLease\"k\n" +
+	"\x0freconcile_lease\x18\b \x01(\tR\x0ereconcileLease\x12%\n" +
+	"\x0esend_unchanged\x18\t \x01(\bR\rsendUnchanged\"\x89\x01\n" +
 	"\x0eUpdateResponse\x12/\n" +
 	"\x06object\x18\x01 \x01(\v2\x17.consistd.v1.KubeObjectR\x06object\x12(\n" +
-	"\x05fence\x18\x02 \x01(\x0e2\x12.consistd.v1.FenceR\x05fence\"\xde\x02\n" +
+	"\x05fence\x18\x02 \x01(\x0e2\x12.consistd.v1.FenceR\x05fence\x12\x1c\n" +
+	"\tunchanged\x18\x03 \x01(\bR\tunchanged\"\x85\x03\n" +
 	"\fPatchRequest\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
@@ -1164,10 +1220,12 @@ const file_consistd_v1_objects_proto_rawDesc = "" +
 	"\x05force\x18\b \x01(\bR\x05force\x12-\n" +
 	"\x05guard\x18\t \x01(\v2\x17.consistd.v1.WriteGuardR\x05guard\x12'\n" +
 	"\x0freconcile_lease\x18\n" +
-	" \x01(\tR\x0ereconcileLease\"j\n" +
+	" \x01(\tR\x0ereconcileLease\x12%\n" +
+	"\x0esend_unchanged\x18\v \x01(\bR\rsendUnchanged\"\x88\x01\n" +
 	"\rPatchResponse\x12/\n" +
 	"\x06object\x18\x01 \x01(\v2\x17.consistd.v1.KubeObjectR\x06object\x12(\n" +
-	"\x05fence\x18\x02 \x01(\x0e2\x12.consistd.v1.FenceR\x05fence\"\xf3\x02\n" +
+	"\x05fence\x18\x02 \x01(\x0e2\x12.consistd.v1.FenceR\x05fence\x12\x1c\n" +
+	"\tunchanged\x18\x03 \x01(\bR\tunchanged\"\xf3\x02\n" +
 	"\rDeleteRequest\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +

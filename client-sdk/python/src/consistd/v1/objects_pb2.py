@@ -25,19 +25,19 @@ _sym_db = _symbol_database.Default()
 from consistd.v1 import object_pb2 as consistd_dot_v1_dot_object__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x63onsistd/v1/objects.proto\x12\x0b\x63onsistd.v1\x1a\x18\x63onsistd/v1/object.proto\"Y\n\nGetRequest\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x18\n\x10read_your_writes\x18\x04 \x01(\x08\"_\n\x0bGetResponse\x12\'\n\x06object\x18\x01 \x01(\x0b\x32\x17.consistd.v1.KubeObject\x12\'\n\x06source\x18\x02 \x01(\x0e\x32\x17.consistd.v1.ReadSource\"|\n\x0bListRequest\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x16\n\x0elabel_selector\x18\x03 \x01(\t\x12\x16\n\x0e\x66ield_selector\x18\x04 \x01(\t\x12\x18\n\x10read_your_writes\x18\x05 \x01(\x08\"{\n\x0cListResponse\x12(\n\x07objects\x18\x01 \x03(\x0b\x32\x17.consistd.v1.KubeObject\x12\x18\n\x10resource_version\x18\x02 \x01(\t\x12\'\n\x06source\x18\x03 \x01(\x0e\x32\x17.consistd.v1.ReadSource\"\x9c\x01\n\rCreateRequest\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0e\n\x06object\x18\x03 \x01(\x0c\x12\x15\n\rfield_manager\x18\x04 \x01(\t\x12&\n\x05guard\x18\x05 \x01(\x0b\x32\x17.consistd.v1.WriteGuard\x12\x17\n\x0freconcile_lease\x18\x06 \x01(\t\"\\\n\x0e\x43reateResponse\x12\'\n\x06object\x18\x01 \x01(\x0b\x32\x17.consistd.v1.KubeObject\x12!\n\x05\x66\x65nce\x18\x02 \x01(\x0e\x32\x12.consistd.v1.Fence\"\xbf\x01\n\rUpdateRequest\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0e\n\x06object\x18\x04 \x01(\x0c\x12\x13\n\x0bsubresource\x18\x05 \x01(\t\x12\x15\n\rfield_manager\x18\x06 \x01(\t\x12&\n\x05guard\x18\x07 \x01(\x0b\x32\x17.consistd.v1.WriteGuard\x12\x17\n\x0freconcile_lease\x18\x08 \x01(\t\"\\\n\x0eUpdateResponse\x12\'\n\x06object\x18\x01 \x01(\x0b\x32\x17.consistd.v1.KubeObject\x12!\n\x05\x66\x65nce\x18\x02 \x01(\x0e\x32\x12.consistd.v1.Fence\"\xf8\x01\n\x0cPatchRequest\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12*\n\npatch_type\x18\x04 \x01(\x0e\x32\x16.consistd.v1.PatchType\x12\r\n\x05patch\x18\x05 \x01(\x0c\x12\x13\n\x0bsubresource\x18\x06 \x01(\t\x12\x15\n\rfield_manager\x18\x07 \x01(\t\x12\r\n\x05\x66orce\x18\x08 \x01(\x08\x12&\n\x05guard\x18\t \x01(\x0b\x32\x17.consistd.v1.WriteGuard\x12\x17\n\x0freconcile_lease\x18\n \x01(\t\"[\n\rPatchResponse\x12\'\n\x06object\x18\x01 \x01(\x0b\x32\x17.consistd.v1.KubeObject\x12!\n\x05\x66\x65nce\x18\x02 \x01(\x0e\x32\x12.consistd.v1.Fence\"\x80\x02\n\rDeleteRequest\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x18\n\x10precondition_uid\x18\x04 \x01(\t\x12%\n\x1dprecondition_resource_version\x18\x05 \x01(\t\x12:\n\x12propagation_policy\x18\x06 \x01(\x0e\x32\x1e.consistd.v1.PropagationPolicy\x12&\n\x05guard\x18\x07 \x01(\x0b\x32\x17.consistd.v1.WriteGuard\x12\x17\n\x0freconcile_lease\x18\x08 \x01(\t\"\\\n\x0e\x44\x65leteResponse\x12\'\n\x06object\x18\x01 \x01(\x0b\x32\x17.consistd.v1.KubeObject\x12!\n\x05\x66\x65nce\x18\x02 \x01(\x0e\x32\x12.consistd.v1.Fence*[\n\nReadSource\x12\x1b\n\x17READ_SOURCE_UNSPECIFIED\x10\x00\x12\x15\n\x11READ_SOURCE_CACHE\x10\x01\x12\x19\n\x15READ_SOURCE_APISERVER\x10\x02*\x82\x01\n\tPatchType\x12\x1a\n\x16PATCH_TYPE_UNSPECIFIED\x10\x00\x12\x13\n\x0fPATCH_TYPE_JSON\x10\x01\x12\x14\n\x10PATCH_TYPE_MERGE\x10\x02\x12\x18\n\x14PATCH_TYPE_STRATEGIC\x10\x03\x12\x14\n\x10PATCH_TYPE_APPLY\x10\x04*\x9c\x01\n\x11PropagationPolicy\x12\"\n\x1ePROPAGATION_POLICY_UNSPECIFIED\x10\x00\x12\x1d\n\x19PROPAGATION_POLICY_ORPHAN\x10\x01\x12!\n\x1dPROPAGATION_POLICY_BACKGROUND\x10\x02\x12!\n\x1dPROPAGATION_POLICY_FOREGROUND\x10\x03\x32\x90\x03\n\x0eObjectsService\x12\x38\n\x03Get\x12\x17.consistd.v1.GetRequest\x1a\x18.consistd.v1.GetResponse\x12;\n\x04List\x12\x18.consistd.v1.ListRequest\x1a\x19.consistd.v1.ListResponse\x12\x41\n\x06\x43reate\x12\x1a.consistd.v1.CreateRequest\x1a\x1b.consistd.v1.CreateResponse\x12\x41\n\x06Update\x12\x1a.consistd.v1.UpdateRequest\x1a\x1b.consistd.v1.UpdateResponse\x12>\n\x05Patch\x12\x19.consistd.v1.PatchRequest\x1a\x1a.consistd.v1.PatchResponse\x12\x41\n\x06\x44\x65lete\x12\x1a.consistd.v1.DeleteRequest\x1a\x1b.consistd.v1.DeleteResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x63onsistd/v1/objects.proto\x12\x0b\x63onsistd.v1\x1a\x18\x63onsistd/v1/object.proto\"Y\n\nGetRequest\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x18\n\x10read_your_writes\x18\x04 \x01(\x08\"_\n\x0bGetResponse\x12\'\n\x06object\x18\x01 \x01(\x0b\x32\x17.consistd.v1.KubeObject\x12\'\n\x06source\x18\x02 \x01(\x0e\x32\x17.consistd.v1.ReadSource\"|\n\x0bListRequest\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x16\n\x0elabel_selector\x18\x03 \x01(\t\x12\x16\n\x0e\x66ield_selector\x18\x04 \x01(\t\x12\x18\n\x10read_your_writes\x18\x05 \x01(\x08\"{\n\x0cListResponse\x12(\n\x07objects\x18\x01 \x03(\x0b\x32\x17.consistd.v1.KubeObject\x12\x18\n\x10resource_version\x18\x02 \x01(\t\x12\'\n\x06source\x18\x03 \x01(\x0e\x32\x17.consistd.v1.ReadSource\"\x9c\x01\n\rCreateRequest\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0e\n\x06object\x18\x03 \x01(\x0c\x12\x15\n\rfield_manager\x18\x04 \x01(\t\x12&\n\x05guard\x18\x05 \x01(\x0b\x32\x17.consistd.v1.WriteGuard\x12\x17\n\x0freconcile_lease\x18\x06 \x01(\t\"\\\n\x0e\x43reateResponse\x12\'\n\x06object\x18\x01 \x01(\x0b\x32\x17.consistd.v1.KubeObject\x12!\n\x05\x66\x65nce\x18\x02 \x01(\x0e\x32\x12.consistd.v1.Fence\"\xd7\x01\n\rUpdateRequest\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0e\n\x06object\x18\x04 \x01(\x0c\x12\x13\n\x0bsubresource\x18\x05 \x01(\t\x12\x15\n\rfield_manager\x18\x06 \x01(\t\x12&\n\x05guard\x18\x07 \x01(\x0b\x32\x17.consistd.v1.WriteGuard\x12\x17\n\x0freconcile_lease\x18\x08 \x01(\t\x12\x16\n\x0esend_unchanged\x18\t \x01(\x08\"o\n\x0eUpdateResponse\x12\'\n\x06object\x18\x01 \x01(\x0b\x32\x17.consistd.v1.KubeObject\x12!\n\x05\x66\x65nce\x18\x02 \x01(\x0e\x32\x12.consistd.v1.Fence\x12\x11\n\tunchanged\x18\x03 \x01(\x08\"\x90\x02\n\x0cPatchRequest\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12*\n\npatch_type\x18\x04 \x01(\x0e\x32\x16.consistd.v1.PatchType\x12\r\n\x05patch\x18\x05 \x01(\x0c\x12\x13\n\x0bsubresource\x18\x06 \x01(\t\x12\x15\n\rfield_manager\x18\x07 \x01(\t\x12\r\n\x05\x66orce\x18\x08 \x01(\x08\x12&\n\x05guard\x18\t \x01(\x0b\x32\x17.consistd.v1.WriteGuard\x12\x17\n\x0freconcile_lease\x18\n \x01(\t\x12\x16\n\x0esend_unchanged\x18\x0b \x01(\x08\"n\n\rPatchResponse\x12\'\n\x06object\x18\x01 \x01(\x0b\x32\x17.consistd.v1.KubeObject\x12!\n\x05\x66\x65nce\x18\x02 \x01(\x0e\x32\x12.consistd.v1.Fence\x12\x11\n\tunchanged\x18\x03 \x01(\x08\"\x80\x02\n\rDeleteRequest\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x18\n\x10precondition_uid\x18\x04 \x01(\t\x12%\n\x1dprecondition_resource_version\x18\x05 \x01(\t\x12:\n\x12propagation_policy\x18\x06 \x01(\x0e\x32\x1e.consistd.v1.PropagationPolicy\x12&\n\x05guard\x18\x07 \x01(\x0b\x32\x17.consistd.v1.WriteGuard\x12\x17\n\x0freconcile_lease\x18\x08 \x01(\t\"\\\n\x0e\x44\x65leteResponse\x12\'\n\x06object\x18\x01 \x01(\x0b\x32\x17.consistd.v1.KubeObject\x12!\n\x05\x66\x65nce\x18\x02 \x01(\x0e\x32\x12.consistd.v1.Fence*[\n\nReadSource\x12\x1b\n\x17READ_SOURCE_UNSPECIFIED\x10\x00\x12\x15\n\x11READ_SOURCE_CACHE\x10\x01\x12\x19\n\x15READ_SOURCE_APISERVER\x10\x02*\x82\x01\n\tPatchType\x12\x1a\n\x16PATCH_TYPE_UNSPECIFIED\x10\x00\x12\x13\n\x0fPATCH_TYPE_JSON\x10\x01\x12\x14\n\x10PATCH_TYPE_MERGE\x10\x02\x12\x18\n\x14PATCH_TYPE_STRATEGIC\x10\x03\x12\x14\n\x10PATCH_TYPE_APPLY\x10\x04*\x9c\x01\n\x11PropagationPolicy\x12\"\n\x1ePROPAGATION_POLICY_UNSPECIFIED\x10\x00\x12\x1d\n\x19PROPAGATION_POLICY_ORPHAN\x10\x01\x12!\n\x1dPROPAGATION_POLICY_BACKGROUND\x10\x02\x12!\n\x1dPROPAGATION_POLICY_FOREGROUND\x10\x03\x32\x90\x03\n\x0eObjectsService\x12\x38\n\x03Get\x12\x17.consistd.v1.GetRequest\x1a\x18.consistd.v1.GetResponse\x12;\n\x04List\x12\x18.consistd.v1.ListRequest\x1a\x19.consistd.v1.ListResponse\x12\x41\n\x06\x43reate\x12\x1a.consistd.v1.CreateRequest\x1a\x1b.consistd.v1.CreateResponse\x12\x41\n\x06Update\x12\x1a.consistd.v1.UpdateRequest\x1a\x1b.consistd.v1.UpdateResponse\x12>\n\x05Patch\x12\x19.consistd.v1.PatchRequest\x1a\x1a.consistd.v1.PatchResponse\x12\x41\n\x06\x44\x65lete\x12\x1a.consistd.v1.DeleteRequest\x1a\x1b.consistd.v1.DeleteResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'consistd.v1.objects_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_READSOURCE']._serialized_start=1745
-  _globals['_READSOURCE']._serialized_end=1836
-  _globals['_PATCHTYPE']._serialized_start=1839
-  _globals['_PATCHTYPE']._serialized_end=1969
-  _globals['_PROPAGATIONPOLICY']._serialized_start=1972
-  _globals['_PROPAGATIONPOLICY']._serialized_end=2128
+  _globals['_READSOURCE']._serialized_start=1831
+  _globals['_READSOURCE']._serialized_end=1922
+  _globals['_PATCHTYPE']._serialized_start=1925
+  _globals['_PATCHTYPE']._serialized_end=2055
+  _globals['_PROPAGATIONPOLICY']._serialized_start=2058
+  _globals['_PROPAGATIONPOLICY']._serialized_end=2214
   _globals['_GETREQUEST']._serialized_start=68
   _globals['_GETREQUEST']._serialized_end=157
   _globals['_GETRESPONSE']._serialized_start=159
@@ -51,17 +51,17 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CREATERESPONSE']._serialized_start=666
   _globals['_CREATERESPONSE']._serialized_end=758
   _globals['_UPDATEREQUEST']._serialized_start=761
-  _globals['_UPDATEREQUEST']._serialized_end=952
-  _globals['_UPDATERESPONSE']._serialized_start=954
-  _globals['_UPDATERESPONSE']._serialized_end=1046
-  _globals['_PATCHREQUEST']._serialized_start=1049
-  _globals['_PATCHREQUEST']._serialized_end=1297
-  _globals['_PATCHRESPONSE']._serialized_start=1299
-  _globals['_PATCHRESPONSE']._serialized_end=1390
-  _globals['_DELETEREQUEST']._serialized_start=1393
-  _globals['_DELETEREQUEST']._serialized_end=1649
-  _globals['_DELETERESPONSE']._serialized_start=1651
-  _globals['_DELETERESPONSE']._serialized_end=1743
-  _globals['_OBJECTSSERVICE']._serialized_start=2131
-  _globals['_OBJECTSSERVICE']._serialized_end=2531
+  _globals['_UPDATEREQUEST']._serialized_end=976
+  _globals['_UPDATERESPONSE']._serialized_start=978
+  _globals['_UPDATERESPONSE']._serialized_end=1089
+  _globals['_PATCHREQUEST']._serialized_start=1092
+  _globals['_PATCHREQUEST']._serialized_end=1364
+  _globals['_PATCHRESPONSE']._serialized_start=1366
+  _globals['_PATCHRESPONSE']._serialized_end=1476
+  _globals['_DELETEREQUEST']._serialized_start=1479
+  _globals['_DELETEREQUEST']._serialized_end=1735
+  _globals['_DELETERESPONSE']._serialized_start=1737
+  _globals['_DELETERESPONSE']._serialized_end=1829
+  _globals['_OBJECTSSERVICE']._serialized_start=2217
+  _globals['_OBJECTSSERVICE']._serialized_end=2617
 # @@protoc_insertion_point(module_scope)

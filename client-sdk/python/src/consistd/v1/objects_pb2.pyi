@@ -110,7 +110,7 @@ class CreateResponse(_message.Message):
     def __init__(self, object: _Optional[_Union[_object_pb2.KubeObject, _Mapping]] = ..., fence: _Optional[_Union[_object_pb2.Fence, str]] = ...) -> None: ...
 
 class UpdateRequest(_message.Message):
-    __slots__ = ("resource", "namespace", "name", "object", "subresource", "field_manager", "guard", "reconcile_lease")
+    __slots__ = ("resource", "namespace", "name", "object", "subresource", "field_manager", "guard", "reconcile_lease", "send_unchanged")
     RESOURCE_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -119,6 +119,7 @@ class UpdateRequest(_message.Message):
     FIELD_MANAGER_FIELD_NUMBER: _ClassVar[int]
     GUARD_FIELD_NUMBER: _ClassVar[int]
     RECONCILE_LEASE_FIELD_NUMBER: _ClassVar[int]
+    SEND_UNCHANGED_FIELD_NUMBER: _ClassVar[int]
     resource: str
     namespace: str
     name: str
@@ -127,18 +128,21 @@ class UpdateRequest(_message.Message):
     field_manager: str
     guard: _object_pb2.WriteGuard
     reconcile_lease: str
-    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., object: _Optional[bytes] = ..., subresource: _Optional[str] = ..., field_manager: _Optional[str] = ..., guard: _Optional[_Union[_object_pb2.WriteGuard, _Mapping]] = ..., reconcile_lease: _Optional[str] = ...) -> None: ...
+    send_unchanged: bool
+    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., object: _Optional[bytes] = ..., subresource: _Optional[str] = ..., field_manager: _Optional[str] = ..., guard: _Optional[_Union[_object_pb2.WriteGuard, _Mapping]] = ..., reconcile_lease: _Optional[str] = ..., send_unchanged: _Optional[bool] = ...) -> None: ...
 
 class UpdateResponse(_message.Message):
-    __slots__ = ("object", "fence")
+    __slots__ = ("object", "fence", "unchanged")
     OBJECT_FIELD_NUMBER: _ClassVar[int]
     FENCE_FIELD_NUMBER: _ClassVar[int]
+    UNCHANGED_FIELD_NUMBER: _ClassVar[int]
     object: _object_pb2.KubeObject
     fence: _object_pb2.Fence
-    def __init__(self, object: _Optional[_Union[_object_pb2.KubeObject, _Mapping]] = ..., fence: _Optional[_Union[_object_pb2.Fence, str]] = ...) -> None: ...
+    unchanged: bool
+    def __init__(self, object: _Optional[_Union[_object_pb2.KubeObject, _Mapping]] = ..., fence: _Optional[_Union[_object_pb2.Fence, str]] = ..., unchanged: _Optional[bool] = ...) -> None: ...
 
 class PatchRequest(_message.Message):
-    __slots__ = ("resource", "namespace", "name", "patch_type", "patch", "subresource", "field_manager", "force", "guard", "reconcile_lease")
+    __slots__ = ("resource", "namespace", "name", "patch_type", "patch", "subresource", "field_manager", "force", "guard", "reconcile_lease", "send_unchanged")
     RESOURCE_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -149,6 +153,7 @@ class PatchRequest(_message.Message):
     FORCE_FIELD_NUMBER: _ClassVar[int]
     GUARD_FIELD_NUMBER: _ClassVar[int]
     RECONCILE_LEASE_FIELD_NUMBER: _ClassVar[int]
+    SEND_UNCHANGED_FIELD_NUMBER: _ClassVar[int]
     resource: str
     namespace: str
     name: str
@@ -159,15 +164,18 @@ class PatchRequest(_message.Message):
     force: bool
     guard: _object_pb2.WriteGuard
     reconcile_lease: str
-    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., patch_type: _Optional[_Union[PatchType, str]] = ..., patch: _Optional[bytes] = ..., subresource: _Optional[str] = ..., field_manager: _Optional[str] = ..., force: _Optional[bool] = ..., guard: _Optional[_Union[_object_pb2.WriteGuard, _Mapping]] = ..., reconcile_lease: _Optional[str] = ...) -> None: ...
+    send_unchanged: bool
+    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., patch_type: _Optional[_Union[PatchType, str]] = ..., patch: _Optional[bytes] = ..., subresource: _Optional[str] = ..., field_manager: _Optional[str] = ..., force: _Optional[bool] = ..., guard: _Optional[_Union[_object_pb2.WriteGuard, _Mapping]] = ..., reconcile_lease: _Optional[str] = ..., send_unchanged: _Optional[bool] = ...) -> None: ...
 
 class PatchResponse(_message.Message):
-    __slots__ = ("object", "fence")
+    __slots__ = ("object", "fence", "unchanged")
     OBJECT_FIELD_NUMBER: _ClassVar[int]
     FENCE_FIELD_NUMBER: _ClassVar[int]
+    UNCHANGED_FIELD_NUMBER: _ClassVar[int]
     object: _object_pb2.KubeObject
     fence: _object_pb2.Fence
-    def __init__(self, object: _Optional[_Union[_object_pb2.KubeObject, _Mapping]] = ..., fence: _Optional[_Union[_object_pb2.Fence, str]] = ...) -> None: ...
+    unchanged: bool
+    def __init__(self, object: _Optional[_Union[_object_pb2.KubeObject, _Mapping]] = ..., fence: _Optional[_Union[_object_pb2.Fence, str]] = ..., unchanged: _Optional[bool] = ...) -> None: ...
 
 class DeleteRequest(_message.Message):
     __slots__ = ("resource", "namespace", "name", "precondition_uid", "precondition_resource_version", "propagation_policy", "guard", "reconcile_lease")

@@ -143,6 +143,12 @@ export interface UpdateRequest {
    * write without a guard is guarded by the lease's term, as if it carried one.
    */
   reconcileLease: string;
+  /**
+   * Send the write to the apiserver even when the cached object shows it would change nothing (see
+   * UpdateResponse.unchanged): for an app that wants the apiserver's own answer (its admission, its
+   * resourceVersion check) every time.
+   */
+  sendUnchanged: boolean;
 }
 
 /** UpdateResponse carries the object as stored. */
@@ -152,6 +158,17 @@ export interface UpdateResponse {
     | undefined;
   /** Which fence the write's guard went out with; UNSPECIFIED for a write without a guard. */
   fence: Fence;
+  /**
+   * The write would change nothing, and was not sent: a synced watch's cache shows the object already as
+   * the write would leave it (a merge or JSON patch applied to the cached object, or an update's object
+   * compared with it, the fields the server owns aside), and that cache shows every write of this pod to
+   * it. `object` is the cached object; a guard was checked by this daemon alone (fence is FENCE_DAEMON),
+   * and a reconcile_lease waits for nothing. A change by someone else that the watch has not shown yet is
+   * not seen: its event follows, as if that change came just after this write. Strategic merge patches
+   * and server-side apply are always sent; so is any write when no synced watch of the resource holds the
+   * object, and any write with send_unchanged.
+   */
+  unchanged: boolean;
 }
 
 /** PatchRequest patches an object. */
@@ -179,6 +196,12 @@ export interface PatchRequest {
    * write without a guard is guarded by the lease's term, as if it carried one.
    */
   reconcileLease: string;
+  /**
+   * Send the write to the apiserver even when the cached object shows it would change nothing (see
+   * PatchResponse.unchanged): for an app that wants the apiserver's own answer (its admission, its
+   * resourceVersion check) every time.
+   */
+  sendUnchanged: boolean;
 }
 
 /** PatchResponse carries the object as stored. */
@@ -188,6 +211,17 @@ export interface PatchResponse {
     | undefined;
   /** Which fence the write's guard went out with; UNSPECIFIED for a write without a guard. */
   fence: Fence;
+  /**
+   * The write would change nothing, and was not sent: a synced watch's cache shows the object already as
+   * the write would leave it (a merge or JSON patch applied to the cached object, or an update's object
+   * compared with it, the fields the server owns aside), and that cache shows every write of this pod to
+   * it. `object` is the cached object; a guard was checked by this daemon alone (fence is FENCE_DAEMON),
+   * and a reconcile_lease waits for nothing. A change by someone else that the watch has not shown yet is
+   * not seen: its event follows, as if that change came just after this write. Strategic merge patches
+   * and server-side apply are always sent; so is any write when no synced watch of the resource holds the
+   * object, and any write with send_unchanged.
+   */
+  unchanged: boolean;
 }
 
 /** DeleteRequest deletes an object, optionally only if it still has a given uid or resourceVersion. */
@@ -770,6 +804,7 @@ function createBaseUpdateRequest(): UpdateRequest {
     fieldManager: "",
     guard: undefined,
     reconcileLease: "",
+    sendUnchanged: false,
   };
 }
 
@@ -798,6 +833,9 @@ export const UpdateRequest: MessageFns<UpdateRequest> = {
     }
     if (message.reconcileLease !== "") {
       writer.uint32(66).string(message.reconcileLease);
+    }
+    if (message.sendUnchanged !== false) {
+      writer.uint32(72).bool(message.sendUnchanged);
     }
     return writer;
   },
@@ -879,6 +917,14 @@ export const UpdateRequest: MessageFns<UpdateRequest> = {
             message.reconcileLease = reader.string();
             continue;
           }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.sendUnchanged = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -906,12 +952,13 @@ export const UpdateRequest: MessageFns<UpdateRequest> = {
       ? WriteGuard.fromPartial(object.guard)
       : undefined;
     message.reconcileLease = object.reconcileLease ?? "";
+    message.sendUnchanged = object.sendUnchanged ?? false;
     return message;
   },
 };
 
 function createBaseUpdateResponse(): UpdateResponse {
-  return { object: undefined, fence: 0 };
+  return { object: undefined, fence: 0, unchanged: false };
 }
 
 export const UpdateResponse: MessageFns<UpdateResponse> = {
@@ -921,6 +968,9 @@ export const UpdateResponse: MessageFns<UpdateResponse> = {
     }
     if (message.fence !== 0) {
       writer.uint32(16).int32(message.fence);
+    }
+    if (message.unchanged !== false) {
+      writer.uint32(24).bool(message.unchanged);
     }
     return writer;
   },
@@ -954,6 +1004,14 @@ export const UpdateResponse: MessageFns<UpdateResponse> = {
             message.fence = reader.int32() as any;
             continue;
           }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.unchanged = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -975,6 +1033,7 @@ export const UpdateResponse: MessageFns<UpdateResponse> = {
       ? KubeObject.fromPartial(object.object)
       : undefined;
     message.fence = object.fence ?? 0;
+    message.unchanged = object.unchanged ?? false;
     return message;
   },
 };
@@ -991,6 +1050,7 @@ function createBasePatchRequest(): PatchRequest {
     force: false,
     guard: undefined,
     reconcileLease: "",
+    sendUnchanged: false,
   };
 }
 
@@ -1025,6 +1085,9 @@ export const PatchRequest: MessageFns<PatchRequest> = {
     }
     if (message.reconcileLease !== "") {
       writer.uint32(82).string(message.reconcileLease);
+    }
+    if (message.sendUnchanged !== false) {
+      writer.uint32(88).bool(message.sendUnchanged);
     }
     return writer;
   },
@@ -1122,6 +1185,14 @@ export const PatchRequest: MessageFns<PatchRequest> = {
             message.reconcileLease = reader.string();
             continue;
           }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.sendUnchanged = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1151,12 +1222,13 @@ export const PatchRequest: MessageFns<PatchRequest> = {
       ? WriteGuard.fromPartial(object.guard)
       : undefined;
     message.reconcileLease = object.reconcileLease ?? "";
+    message.sendUnchanged = object.sendUnchanged ?? false;
     return message;
   },
 };
 
 function createBasePatchResponse(): PatchResponse {
-  return { object: undefined, fence: 0 };
+  return { object: undefined, fence: 0, unchanged: false };
 }
 
 export const PatchResponse: MessageFns<PatchResponse> = {
@@ -1166,6 +1238,9 @@ export const PatchResponse: MessageFns<PatchResponse> = {
     }
     if (message.fence !== 0) {
       writer.uint32(16).int32(message.fence);
+    }
+    if (message.unchanged !== false) {
+      writer.uint32(24).bool(message.unchanged);
     }
     return writer;
   },
@@ -1199,6 +1274,14 @@ export const PatchResponse: MessageFns<PatchResponse> = {
             message.fence = reader.int32() as any;
             continue;
           }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.unchanged = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1220,6 +1303,7 @@ export const PatchResponse: MessageFns<PatchResponse> = {
       ? KubeObject.fromPartial(object.object)
       : undefined;
     message.fence = object.fence ?? 0;
+    message.unchanged = object.unchanged ?? false;
     return message;
   },
 };
