@@ -1,5 +1,6 @@
 //! The suite's side of the agent protocol (README.md): starts an SDK's agent on a socket, sends it
-//! commands and hands back their answers and the items of the streams it prints.
+//! commands and hands back their answers and the items of the streams it prints; and [`HoldProxy`], which
+//! holds back a stream's next event while new calls pass.
 
 use std::{
     collections::HashMap,
@@ -18,6 +19,10 @@ use tokio::{
     process::{Child, ChildStdin, Command},
     sync::{mpsc, oneshot},
 };
+
+mod hold;
+
+pub use hold::HoldProxy;
 
 /// The variable naming the agent's command; unset, the Rust SDK's agent runs.
 pub const AGENT_VARIABLE: &str = "CONSISTD_CONFORMANCE_AGENT";

@@ -4,7 +4,7 @@
 
 use std::{path::Path, pin::pin, time::Duration};
 
-use consistd_conformance::{Agent, AgentError, Stream, WAIT};
+use consistd_conformance::{Agent, AgentError, HoldProxy, Stream, WAIT};
 use consistd_testkit::{Daemon, consistd_bin, free_port, kube_client, namespace, unix_proxy::UnixProxy};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -361,4 +361,92 @@ async fn a_guarded_send_goes_only_in_its_term_and_carries_its_claim() {
     let refused = agent.call("send", send("not-held", term + 1)).await.expect_err("a term the agent does not lead");
     assert_eq!(refused.code, "FAILED_PRECONDITION", "{refused:?}");
     assert!(refused.message.starts_with("guard: "), "{refused:?}");
+}
+
+/// Deletes ConfigMap `name` as a writer other than the app.
+async fn delete(cms: &Api<ConfigMap>, name: &str) {
+    cms.delete(name, &kube::api::DeleteParams::default()).await.expect("delete");
+}
+
+#[tokio::test]
+async fn a_worker_on_the_newest_state_is_handed_no_state_older_than_its_own_write_and_no_object_another_holds() {
+    let kube = kube_client().await;
+    let ns = namespace(&kube).await;
+    let cms: Api<ConfigMap> = Api::namespaced(kube, &ns);
+    let a = sender(None).await;
+    let proxy = HoldProxy::start(a.socket());
+    let agent = agent(proxy.path());
+    let created = write(&cms, "slow", "0", true).await;
+    let latest = json!({ "stream": "l", "resource": "configmaps", "namespace": ns });
+    agent.call("latest", latest).await.expect("latest");
+    let worker = |name: &str| json!({ "stream": "l", "worker": name });
+    let next = async |name: &str| agent.call("next", worker(name)).await.expect("next");
+    let done = async |name: &str| agent.call("done", worker(name)).await.expect("done");
+    // Another object, changed after `slow` and handed to a worker of its own: once it is handed out, the
+    // agent's SDK has read every state of `slow` written before it.
+    let mut probes = 0;
+    let mut probed = async || {
+        let rv = write(&cms, "probe", &probes.to_string(), probes == 0).await;
+        probes += 1;
+        let item = next("probe").await;
+        assert_eq!((text(&item, "name"), text(&item, "resourceVersion")), ("probe", rv.as_str()), "{item}");
+        done("probe").await;
+    };
+
+    // w1 is handed `slow`; another writer changes it twice while w1 works on it.
+    assert_eq!(event(&next("w1").await), ("ADDED".into(), created));
+    write(&cms, "slow", "1", false).await;
+    let theirs = write(&cms, "slow", "2", false).await;
+    probed().await;
+    // w2 asks meanwhile: `slow` is w1's until w1 is done.
+    let mut w2 = pin!(agent.send("next", worker("w2")).await);
+    let early = tokio::time::timeout(Duration::from_millis(500), &mut w2).await;
+    assert!(early.is_err(), "w2 was handed the object w1 holds: {early:?}");
+
+    // w1 writes, and is done, while what the sidecar sends on the watch is held back (a watch event still on
+    // its way when the write returns): the state waiting for `slow` is older than w1's write.
+    proxy.hold();
+    let patch =
+        json!({ "resource": "configmaps", "namespace": ns, "name": "slow", "patch": { "data": { "v": "mine" } } });
+    let mine = text(&agent.call("patch", patch).await.expect("w1's write"), "resourceVersion").to_owned();
+    done("w1").await;
+    let stale = tokio::time::timeout(Duration::from_secs(1), &mut w2).await;
+    assert!(
+        stale.is_err(),
+        "w2 was handed a state older than the write w1 made (theirs {theirs}, mine {mine}): {stale:?}"
+    );
+    // The write's own state comes once the watch goes on.
+    proxy.release();
+    let handed = tokio::time::timeout(WAIT, w2).await.expect("w2 is handed a state in time").expect("next");
+    assert_eq!(event(&handed), ("MODIFIED".into(), mine), "{handed}");
+
+    // Two more changes while w2 works: only the newest is handed out after it.
+    write(&cms, "slow", "3", false).await;
+    let newest = write(&cms, "slow", "4", false).await;
+    probed().await;
+    done("w2").await;
+    assert_eq!(event(&next("w3").await), ("MODIFIED".into(), newest));
+
+    // A change, then the deletion, while w3 works: the deletion is handed out.
+    write(&cms, "slow", "5", false).await;
+    delete(&cms, "slow").await;
+    probed().await;
+    done("w3").await;
+    let deleted = next("w4").await;
+    assert_eq!((text(&deleted, "type"), text(&deleted, "name")), ("DELETED", "slow"), "{deleted}");
+    done("w4").await;
+    let extra = tokio::time::timeout(Duration::from_millis(500), agent.call("next", worker("w5"))).await;
+    assert!(extra.is_err(), "nothing more to hand out: {extra:?}");
+}
+
+#[tokio::test]
+async fn the_error_that_ends_a_newest_state_watch_reaches_the_worker() {
+    let a = sender(None).await;
+    let agent = agent(a.socket());
+    let latest = json!({ "stream": "l", "resource": "nosuchthings", "namespace": "default" });
+    agent.call("latest", latest).await.expect("latest");
+    let Err(refused) = agent.call("next", json!({ "stream": "l", "worker": "w" })).await else {
+        panic!("a worker was handed a state of a resource that does not exist");
+    };
+    assert_eq!(refused.code, "NOT_FOUND", "{refused:?}");
 }

@@ -1,6 +1,7 @@
 //! Rust client for the consistd sidecar: connect to its Unix socket (the default path, or
 //! `CONSISTD_SOCKET`), wait until it is ready, then watch, read and write objects, lead, send and receive,
-//! and reconcile the items of a work queue ([`Client::reconcile`]).
+//! and reconcile the items of a work queue ([`Client::reconcile`]). A slow handler takes the newest state
+//! of each object of a watch from [`Client::subscribe_latest`].
 //!
 //! ```no_run
 //! use consistd_client::{Client, Watch, proto::CampaignRequest};
@@ -23,6 +24,7 @@
 //! ```
 
 mod inbox;
+mod latest;
 mod leadership;
 mod objects;
 mod ordered;
@@ -47,6 +49,7 @@ use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus,
 /// The generated protocol: messages and service clients.
 pub use consistd_proto::v1 as proto;
 pub use inbox::{DEFAULT_RETRY_AFTER, Delivery};
+pub use latest::{Latest, Taken};
 pub use leadership::Leadership;
 pub use objects::Objects;
 use ordered::Ordered;

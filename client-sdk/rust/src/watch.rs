@@ -134,6 +134,17 @@ impl Client {
     /// (a channel, `ready_chunks`) takes an event when it dequeues it, and can check it again then with
     /// [`Client::predates_own_write`].
     pub fn subscribe(&self, watch: Watch) -> impl Stream<Item = Result<Event, Error>> + Send + 'static {
+        self.events(watch, true)
+    }
+
+    /// The watch's events, with the own-write rule applied as the app takes each one when `judge` (what
+    /// [`Client::subscribe`] hands out), or not at all: the reader of [`Client::subscribe_latest`] applies
+    /// it where its app takes a state, and must see every state the daemon sent to keep its books.
+    pub(crate) fn events(
+        &self,
+        watch: Watch,
+        judge: bool,
+    ) -> impl Stream<Item = Result<Event, Error>> + Send + 'static {
         let mut service = self.watch();
         let mut request = watch.request;
         let writes = self.writes.clone();
@@ -154,7 +165,7 @@ impl Client {
                                     }
                                     // The take: the app's poll runs this, and nothing awaits before the yield.
                                     let mut event = Event::from_proto(r);
-                                    if predates_own_write(&event, &writes) {
+                                    if judge && predates_own_write(&event, &writes) {
                                         if consistent {
                                             continue; // dropped; the cursor above already moved past it
                                         }
@@ -180,7 +191,7 @@ impl Client {
 
 /// Whether `event` is an ADDED or MODIFIED state older than a write this client made (the own-write
 /// rule); DELETED and the markers never are.
-fn predates_own_write(event: &Event, writes: &OwnWrites) -> bool {
+pub(crate) fn predates_own_write(event: &Event, writes: &OwnWrites) -> bool {
     matches!(event.kind, EventType::Added | EventType::Modified)
         && event.object.as_ref().is_some_and(|o| writes.predates(o))
 }

@@ -9,7 +9,7 @@ use std::{
 };
 
 use consistd_client::{
-    Action, Client, Error, Event, ReconcileError, ReconcileSpec, Reconciler, Sent, Watch, WorkItem,
+    Action, Client, Error, Event, Latest, ReconcileError, ReconcileSpec, Reconciler, Sent, Taken, Watch, WorkItem,
     proto::{CampaignRequest, DeliveryMode, GetRequest, PatchRequest, PatchType, SendRequest, WriteGuard},
     to_peer,
 };
@@ -31,6 +31,10 @@ struct Agent {
     paused: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<Events>>>>>,
     /// Reconcile handlers waiting for their `handle`, by (stream, item name).
     handlers: Arc<Mutex<HashMap<(String, String), Waiting>>>,
+    /// The latest-state watches, by stream name.
+    latest: Arc<Mutex<HashMap<String, Latest>>>,
+    /// What each worker of a latest-state watch holds, by (stream, worker).
+    held: Arc<Mutex<HashMap<(String, String), Taken>>>,
     out: Arc<tokio::sync::Mutex<tokio::io::Stdout>>,
 }
 
@@ -139,6 +143,9 @@ impl Agent {
             "campaign" => self.campaign(&command),
             "reconcile" => self.reconcile(&command),
             "handle" => self.handle(&command).await,
+            "latest" => self.latest(&command),
+            "next" => self.next(&command).await,
+            "done" => self.done(&command),
             other => Err(invalid(format!("op: unknown op {other:?}"))),
         };
         self.print(match answer {
@@ -342,6 +349,40 @@ impl Agent {
     }
 }
 
+impl Agent {
+    /// Opens the SDK's latest-state consumer of a CONSISTENT watch.
+    fn latest(&self, c: &Value) -> Result<Value, Failure> {
+        let stream = field(c, "stream")?.to_owned();
+        let watch = Watch::new(field(c, "resource")?).namespace(field(c, "namespace")?);
+        let latest = self.client.subscribe_latest(watch);
+        self.latest.lock().unwrap_or_else(PoisonError::into_inner).insert(stream, latest);
+        Ok(json!({}))
+    }
+
+    /// A worker asks for the next object's newest state, and holds it until its `done`.
+    async fn next(&self, c: &Value) -> Result<Value, Failure> {
+        let key = (field(c, "stream")?.to_owned(), field(c, "worker")?.to_owned());
+        let latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner).get(&key.0).cloned();
+        let latest = latest.ok_or_else(|| invalid(format!("stream: no latest-state watch {:?}", key.0)))?;
+        let taken = latest.next().await?;
+        let item = event_json(&taken);
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        if held.contains_key(&key) {
+            return Err(invalid(format!("worker: {:?} holds an object already", key.1)));
+        }
+        held.insert(key, taken);
+        Ok(item)
+    }
+
+    /// The worker is done with the object it holds.
+    fn done(&self, c: &Value) -> Result<Value, Failure> {
+        let key = (field(c, "stream")?.to_owned(), field(c, "worker")?.to_owned());
+        let taken = self.held.lock().unwrap_or_else(PoisonError::into_inner).remove(&key);
+        taken.ok_or_else(|| invalid(format!("worker: {:?} holds nothing", key.1)))?.done();
+        Ok(json!({}))
+    }
+}
+
 fn stream_line(stream: &str, next: Result<Event, Error>) -> Value {
     match next {
         Ok(e) => json!({ "stream": stream, "item": event_json(&e) }),
@@ -356,6 +397,8 @@ async fn main() {
         sent: Arc::default(),
         paused: Arc::default(),
         handlers: Arc::default(),
+        latest: Arc::default(),
+        held: Arc::default(),
         out: Arc::new(tokio::sync::Mutex::new(tokio::io::stdout())),
     };
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
