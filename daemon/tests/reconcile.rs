@@ -282,6 +282,52 @@ async fn a_write_under_a_lease_queues_no_pass_but_a_change_by_anyone_else_still_
     assert!(queue.item_within(Duration::from_secs(2)).await.is_none(), "one more pass, not two");
 }
 
+/// Issue 46: a handler that writes unconditionally costs nothing on a pass with nothing to do: its write,
+/// which would change nothing, is answered from the cache (`unchanged`), never reaches the apiserver, and
+/// queues no pass; a third party's change is handed out next, consistent.
+#[tokio::test]
+async fn a_write_under_a_lease_that_would_change_nothing_is_not_sent_and_queues_nothing() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let api: Api<ConfigMap> = Api::namespaced(kube, &ns);
+    api.create(&PostParams::default(), &configmap("obj", json!({ "v": "0" }))).await.expect("create");
+    let daemon = Daemon::builder(BIN).start().await;
+    let client = daemon.client();
+    let mut queue = open(&daemon, spec("unchanged", &ns, 1)).await.expect("open");
+    let handle = |item: &WorkItem| PatchRequest {
+        resource: "configmaps".into(),
+        namespace: ns.clone(),
+        name: "obj".into(),
+        patch_type: PatchType::Merge.into(),
+        patch: json!({ "data": { "handled": "yes" } }).to_string().into_bytes(),
+        reconcile_lease: item.lease_id.clone(),
+        ..Default::default()
+    };
+    let first = queue.item().await;
+    let wrote = client.objects().patch(handle(&first)).await.expect("the first pass's patch").into_inner();
+    assert!(!wrote.unchanged, "the first pass changes the object");
+    queue.complete(&first, Outcome::Done).await;
+    for round in 0..3 {
+        let third = json!({ "data": { "third": round.to_string() } });
+        api.patch("obj", &PatchParams::default(), &Patch::Merge(&third)).await.expect("third-party patch");
+        let item = queue.item().await;
+        assert_eq!(data(&item)["third"], round.to_string(), "round {round}");
+        assert_ne!(item.consistency(), consistd_client::proto::Consistency::TimedOut, "round {round}");
+        let offset = consistd_testkit::audit_offset();
+        let again = client.objects().patch(handle(&item)).await.expect("the handler's patch").into_inner();
+        assert!(again.unchanged, "round {round}: the object already shows it");
+        queue.complete(&item, Outcome::Done).await;
+        assert!(queue.item_within(Duration::from_secs(1)).await.is_none(), "round {round}: no pass follows");
+        let sent = consistd_testkit::audit_events(offset)
+            .iter()
+            .filter(|e| {
+                e["stage"] == "ResponseComplete" && e["verb"] == "patch" && e["objectRef"]["namespace"] == ns.as_str()
+            })
+            .count();
+        assert_eq!(sent, 0, "round {round}: the unchanged write reached the apiserver");
+    }
+}
+
 #[tokio::test]
 async fn a_retry_comes_back_with_its_attempt_and_error_and_the_queue_shows_in_metrics_and_status() {
     let kube = consistd_testkit::kube_client().await;
