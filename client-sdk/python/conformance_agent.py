@@ -195,6 +195,10 @@ class Agent:
         self._paused: dict[str, PausedWatch] = {}
         #: The reconcile handlers waiting for their ``handle``, by (stream, item name).
         self._handlers: dict[tuple[str, str], asyncio.Future[Handle]] = {}
+        #: The newest-state watches, by stream name.
+        self._latest: dict[str, consistd.Latest] = {}
+        #: What each worker of a newest-state watch holds, by (stream, worker).
+        self._held: dict[tuple[str, str], consistd.Taken] = {}
         #: The commands running and the streams printing (the loop keeps only weak references to tasks).
         self._tasks: set[asyncio.Task[None]] = set()
         self._ops: dict[str, Callable[[Command], Awaitable[JsonObject]]] = {
@@ -207,6 +211,9 @@ class Agent:
             "campaign": self.campaign,
             "reconcile": self.reconcile,
             "handle": self.handle,
+            "latest": self.latest,
+            "next": self.next,
+            "done": self.done,
         }
 
     def start(self, command: JsonObject) -> None:
@@ -242,6 +249,8 @@ class Agent:
         await asyncio.gather(*tasks, return_exceptions=True)
         for paused in self._paused.values():
             await paused.events.aclose()
+        for latest in self._latest.values():
+            await latest.aclose()
 
     async def get(self, c: Command) -> JsonObject:
         """Reads the object."""
@@ -408,6 +417,35 @@ class Agent:
         answer: asyncio.Future[JsonObject] = asyncio.get_running_loop().create_future()
         told.set_result(Handle(patch=c.fields.get("patch"), done=outcome == "DONE", answer=answer))
         return await answer
+
+    async def latest(self, c: Command) -> JsonObject:
+        """Opens the SDK's newest-state consumer of a CONSISTENT watch."""
+        stream, resource, namespace = c.text("stream"), c.text("resource"), c.text("namespace")
+        latest = self._client.watch_latest(resource, namespace=namespace)
+        await latest.__aenter__()  # the reader starts; stop() closes it
+        self._latest[stream] = latest
+        return {}
+
+    async def next(self, c: Command) -> JsonObject:
+        """A worker asks for the next object's newest state, and holds it until its ``done``."""
+        stream, worker = c.text("stream"), c.text("worker")
+        latest = self._latest.get(stream)
+        if latest is None:
+            raise invalid(f"stream: no newest-state watch {stream!r}")
+        if (stream, worker) in self._held:
+            raise invalid(f"worker: {worker!r} holds an object already")
+        taken = await latest.next()
+        self._held[(stream, worker)] = taken
+        return event_item(taken.event)
+
+    async def done(self, c: Command) -> JsonObject:
+        """The worker is done with the object it holds."""
+        stream, worker = c.text("stream"), c.text("worker")
+        taken = self._held.pop((stream, worker), None)
+        if taken is None:
+            raise invalid(f"worker: {worker!r} holds nothing")
+        taken.done()
+        return {}
 
     async def _print_stream(self, stream: str, items: AsyncIterator[Any], to_json: Callable[[Any], JsonObject]) -> None:
         """Prints every item of a watch or a campaign as it comes, then the error that ended it, if any."""

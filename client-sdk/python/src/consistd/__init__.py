@@ -17,6 +17,7 @@ from . import trace
 from .client import DEFAULT_SOCKET, Client
 from .errors import ConsistdError, NotReadyError
 from .inbox import Handler, Inbox, InboxMessage
+from .latest import Latest, Taken
 from .leadership import Campaign, LeadershipState, LeadershipStatus, LeaseTiming, Observation
 from .objects import Guard, Object, ObjectList, Objects, PatchType, PropagationPolicy
 from .outbox import Ack, AckOutcome, Destination, ElectionMembers, Peer, SentMessage, ServiceEndpoints
@@ -49,6 +50,7 @@ __all__ = [
     "Handler",
     "Inbox",
     "InboxMessage",
+    "Latest",
     "LeadershipState",
     "LeadershipStatus",
     "LeaseTiming",
@@ -69,6 +71,7 @@ __all__ = [
     "SentMessage",
     "ServiceEndpoints",
     "ShardBy",
+    "Taken",
     "Terminal",
     "View",
     "Watch",

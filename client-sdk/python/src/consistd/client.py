@@ -15,6 +15,7 @@ from . import trace
 from ._own_writes import OwnWrites
 from .errors import NotReadyError, unary
 from .inbox import Inbox, acked
+from .latest import Latest
 from .leadership import Campaign, LeadershipStatus, LeaseTiming, Observation
 from .objects import Guard, Object, Objects
 from .ordered import Ordered
@@ -161,6 +162,35 @@ class Client:
             view=view_to_proto(view),
         )
         return Watch(self._stub(watch_pb2_grpc.WatchServiceStub), request, self._own_writes)
+
+    def watch_latest(
+        self,
+        resource: str,
+        *,
+        namespace: str = "",
+        label_selector: str = "",
+        field_selector: str = "",
+        view: View | None = None,
+    ) -> Latest:
+        """The newest state of each object ``resource`` has (in ``namespace``, matching the selectors, as ``view``
+        keeps it), from a CONSISTENT watch, handed to workers as they ask (see Latest): the way to consume a
+        CONSISTENT watch when the handler is slow. A worker never handles a state older than this client's own
+        write to the object, and never an object another worker holds.
+
+        >>> async with client.watch_latest("configmaps", namespace="default") as latest:
+        ...     async with latest.take() as event:  # ADDED, MODIFIED or DELETED: the object's newest state
+        ...         ...
+        """
+        request = watch_pb2.SubscribeRequest(
+            resource=resource,
+            namespace=namespace,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            mode=watch_pb2.DELIVERY_MODE_CONSISTENT,
+            view=view_to_proto(view),
+        )
+        watch = Watch(self._stub(watch_pb2_grpc.WatchServiceStub), request, self._own_writes, judged=False)
+        return Latest(watch, self._own_writes)
 
     def predates_own_write(self, obj: Object) -> bool:
         """Whether ``obj`` is older than a write this client made to it and saw return: the own-write rule a

@@ -155,12 +155,20 @@ class Watch:
     """
 
     def __init__(
-        self, stub: WatchServiceStub, request: watch_pb2.SubscribeRequest, own_writes: OwnWrites | None = None
+        self,
+        stub: WatchServiceStub,
+        request: watch_pb2.SubscribeRequest,
+        own_writes: OwnWrites | None = None,
+        *,
+        judged: bool = True,
     ) -> None:
         self._stub = stub
         self._request = request
         # The client's record of its writes, shared with its objects client and its other watches.
         self._own_writes = own_writes if own_writes is not None else OwnWrites()
+        # Whether the own-write rule is applied here; not for the reader of a Latest, which applies it where its
+        # worker takes a state and must see every state the daemon sent to keep its books.
+        self._judged = judged
         # The open subscription; None before the first read and between reconnects.
         self._call: grpc.aio.UnaryStreamCall | None = None
         self._backoff = Backoff()
@@ -213,8 +221,10 @@ class Watch:
         """The event the app takes now, or None when the own-write rule drops it (CONSISTENT). The rule
         is applied here, as the app takes the event, and not when it arrived: a write the app made while
         the event waited unread must count."""
-        predates = response.type in _JUDGED and self._own_writes.predates(
-            response.object.uid, response.object.resource_version
+        predates = (
+            self._judged
+            and response.type in _JUDGED
+            and self._own_writes.predates(response.object.uid, response.object.resource_version)
         )
         if predates and self._request.mode == watch_pb2.DELIVERY_MODE_CONSISTENT:
             log.debug(
