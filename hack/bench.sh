@@ -3,7 +3,10 @@
 # subscribers, then client-go's leader election and 64 informers on the same control plane, so the figures compare
 # side by side in one run. Every benchmark also records its figures in target/bench/figures.jsonl;
 # hack/bench/charts.py draws them into docs/bench/*.png (matplotlib from PyPI). The venv target/bench/venv holds matplotlib, the Kopf comparison's Kopf
-# (hack/bench/kopf/requirements.txt) and the consistd Python SDK; it is made again when either list changes.
+# (hack/bench/kopf/requirements.txt) and the consistd Python SDK; it is made again when either list changes. The Kopf
+# comparison's Java sides run from one jar, target/bench/josdk/kopf-bench-java.jar (hack/bench/josdk: the Java Operator
+# SDK and the consistd Java SDK, from Maven Central and client-sdk/java); it is built again when its sources, the Java
+# SDK's or the protocol change.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -20,6 +23,20 @@ if [ "$(cat "$venv/.consistd-bench" 2>/dev/null)" != "$want" ] || ! "$venv/bin/p
   echo "$want" >"$venv/.consistd-bench"
 fi
 export CONSISTD_BENCH_PYTHON=$venv/bin/python
+
+# The Kopf comparison's Java sides: the consistd Java SDK installed into the local Maven repository as hack/sdk/java.sh
+# example installs it (built in a folder of its own, target/bench/sdk-java, so a concurrent SDK build in
+# target/sdk/java is left alone), then the jar hack/bench/josdk shades it into.
+jar=$repo/target/bench/josdk/kopf-bench-java.jar
+want=$(find client-sdk/java/pom.xml client-sdk/java/src/main proto/consistd/v1 hack/bench/josdk -type f | LC_ALL=C sort |
+  xargs sha256sum | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$jar.consistd-bench" 2>/dev/null)" != "$want" ] || [ ! -f "$jar" ]; then
+  mvn -B -q --no-transfer-progress -f client-sdk/java/pom.xml install -Dmaven.test.skip=true \
+    -Dsdk.out="$repo/target/bench/sdk-java" >&2
+  mvn -B -q --no-transfer-progress -f hack/bench/josdk/pom.xml package >&2
+  echo "$want" >"$jar.consistd-bench"
+fi
+export CONSISTD_BENCH_JOSDK_JAR=$jar
 
 # The informers' children, built first: the memory bench runs client-go's informer beside the daemon.
 (cd hack/bench/informers && GOTOOLCHAIN=local go build -o "$repo/target/bench/informers" . &&

@@ -39,6 +39,8 @@ TITLES = {
     "kopf-latency-p50": "Kopf or consistd: ConfigMap change -> handler, median",
     "kopf-latency-p99": "Kopf or consistd: ConfigMap change -> handler, p99",
     "kopf-watches": "Kopf or consistd: apiserver watches one app opened",
+    "kopf-passes": "Kopf, JOSDK or consistd: passes per ConfigMap change, by handler time",
+    "kopf-writes": "Kopf, JOSDK or consistd: apiserver writes per ConfigMap change",
     "reconcile-grants": "Reconcile queue: leases granted to one app, 10,000 keys",
     "reconcile-memory": "Reconcile queue: memory per key",
     "fencing-window": "Fencing: from a Lease write's answer to the old term's first refusal",

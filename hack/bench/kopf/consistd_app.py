@@ -15,7 +15,9 @@ figures look like when a state older than the handler's own patch is handled.
 Environment: CONSISTD_SOCKET (the sidecar), BENCH_NAMESPACE, BENCH_HANDLER_MS, BENCH_EXECUTIONS (the file each
 execution is appended to as one JSON line {name, value, at, consistency}; at: wall-clock seconds;
 consistency: how the state handled relates to the app's own writes, TIMED_OUT when the sidecar gave up
-waiting for one).
+waiting for one), BENCH_PASSES (the file each pass is appended to as one JSON line {name, value, at,
+executed}: on the queue every work item handed to the handler, on a stream every state a worker takes from
+its buffer; executed: whether it ran the handler).
 """
 
 import asyncio
@@ -39,11 +41,17 @@ def unhandled(cm: dict[str, Any]) -> str | None:
 
 
 class Handler:
-    """The job: record the execution, work, patch the handled value back."""
+    """The job: record the execution, work, patch the handled value back; and the record of every pass."""
 
-    def __init__(self, executions: TextIO, work: float) -> None:
+    def __init__(self, executions: TextIO, passes: TextIO, work: float) -> None:
         self._executions = executions
+        self._passes = passes
         self._work = work
+
+    def passed(self, name: str, cm: dict[str, Any] | None, executed: bool) -> None:
+        """Records a pass over ConfigMap ``name`` in state ``cm`` (None: deleted or absent)."""
+        value = ((cm or {}).get("data") or {}).get("value") or ""
+        self._passes.write(json.dumps({"name": name, "value": value, "at": time.time(), "executed": executed}) + "\n")
 
     async def __call__(
         self, objects: consistd.Objects, namespace: str, name: str, value: str, consistency: consistd.Consistency
@@ -59,8 +67,10 @@ async def queue(client: consistd.Client, namespace: str, handler: Handler) -> No
 
     async def handle(item: consistd.WorkItem) -> None:
         if item.deleted or item.object is None:
+            handler.passed(item.name, None, False)
             return
         value = unhandled(item.object.json)
+        handler.passed(item.name, item.object.json, value is not None)
         if value is not None:
             await handler(item.objects, item.namespace, item.name, value, item.consistency)
 
@@ -82,8 +92,10 @@ async def stream(client: consistd.Client, namespace: str, handler: Handler, rech
             event = newest.pop(name)
             assert event.object is not None
             if recheck and client.predates_own_write(event.object):
+                handler.passed(name, event.object.json, False)
                 continue  # taken before this worker's own patch returned: older than it
             value = unhandled(event.object.json)
+            handler.passed(name, event.object.json, value is not None)
             if value is not None:
                 await handler(client.objects, namespace, name, value, event.consistency)
         del workers[name]
@@ -92,7 +104,9 @@ async def stream(client: consistd.Client, namespace: str, handler: Handler, rech
         if not task.cancelled() and task.exception() is not None and not failed.done():
             failed.set_exception(task.exception())  # type: ignore[arg-type]
 
-    watch = client.watch("configmaps", namespace=namespace, label_selector=f"{LABEL}=true", mode=consistd.Mode.CONSISTENT)
+    watch = client.watch(
+        "configmaps", namespace=namespace, label_selector=f"{LABEL}=true", mode=consistd.Mode.CONSISTENT
+    )
     async with watch:
         async for event in watch:
             if event.object is None:
@@ -112,7 +126,8 @@ async def stream(client: consistd.Client, namespace: str, handler: Handler, rech
 async def main(how: str) -> None:
     namespace = os.environ["BENCH_NAMESPACE"]
     executions = open(os.environ["BENCH_EXECUTIONS"], "a", buffering=1)  # noqa: SIM115 (open for the whole run)
-    handler = Handler(executions, int(os.environ.get("BENCH_HANDLER_MS", "0")) / 1000)
+    passes = open(os.environ["BENCH_PASSES"], "a", buffering=1)  # noqa: SIM115 (open for the whole run)
+    handler = Handler(executions, passes, int(os.environ.get("BENCH_HANDLER_MS", "0")) / 1000)
     async with consistd.Client() as client:
         await client.wait_ready(30)
         # Until SIGTERM or an error.
