@@ -93,6 +93,7 @@ func (w *ownWrites) predates(o *Object) bool {
 // returned a larger resourceVersion of obj's object than obj has: obj is older than what the app itself
 // already wrote. Watch applies this check when the app takes each event; an app that forwards events to
 // a queue of its own before handling them takes them later than Watch hands them over, and can ask again
-// with this when it takes one from its queue. False for nil and for a resourceVersion that is not a
-// decimal integer (those are never compared).
+// with this when it takes one from its queue (WatchLatest is that queue, with this check where its worker
+// takes a state). False for nil and for a resourceVersion that is not a decimal integer (those are never
+// compared).
 func (c *Client) PredatesOwnWrite(obj *Object) bool { return c.writes.predates(obj) }

@@ -203,6 +203,13 @@ type Event struct {
 // that forwards events to a queue of its own takes them when it dequeues them: check them again then
 // with PredatesOwnWrite.
 func (c *Client) Watch(ctx context.Context, req WatchRequest) iter.Seq2[Event, error] {
+	return c.events(ctx, req, true)
+}
+
+// events is Watch, with the own-write rule applied as the loop takes each event when judged (what Watch
+// hands out), or not at all: the reader of WatchLatest applies it where its app's worker takes a state,
+// and must see every state the daemon sent to keep its books.
+func (c *Client) events(ctx context.Context, req WatchRequest, judged bool) iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
@@ -237,7 +244,7 @@ func (c *Client) Watch(ctx context.Context, req WatchRequest) iter.Seq2[Event, e
 					}
 					ev := Event{Type: EventType(r.GetType()), Object: objectFrom(r.GetObject()), Cursor: r.GetCursor(), Consistency: Consistency(r.GetConsistency())}
 					// The take: nothing runs between this check and the loop body but this goroutine.
-					if (ev.Type == Added || ev.Type == Modified) && c.writes.predates(ev.Object) {
+					if judged && ev.predatesOwnWrite(c.writes) {
 						if mode == pb.DeliveryMode_DELIVERY_MODE_CONSISTENT {
 							// Dropped; the cursor above already moved past it.
 							continue
@@ -260,4 +267,10 @@ func (c *Client) Watch(ctx context.Context, req WatchRequest) iter.Seq2[Event, e
 			}
 		}
 	}
+}
+
+// predatesOwnWrite is the own-write rule: an Added or Modified state older than what a write recorded in
+// writes returned. Deleted and the markers never are.
+func (ev Event) predatesOwnWrite(writes *ownWrites) bool {
+	return (ev.Type == Added || ev.Type == Modified) && writes.predates(ev.Object)
 }

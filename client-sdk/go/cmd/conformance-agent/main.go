@@ -44,6 +44,8 @@ func main() {
 		sent:     map[string]*consistd.Sent{},
 		paused:   map[string]*pausedWatch{},
 		handlers: map[handlerKey]chan handleCommand{},
+		latest:   map[string]*consistd.Latest{},
+		held:     map[workerKey]*consistd.Taken{},
 	}
 	if err := a.serve(context.Background(), os.Stdin); err != nil {
 		log.Fatalf("reading commands: %v", err)
@@ -58,7 +60,7 @@ type agent struct {
 	outMu sync.Mutex
 	out   *bufio.Writer
 
-	// mu guards sent, paused and handlers.
+	// mu guards sent, paused, handlers, latest and held.
 	mu sync.Mutex
 	// sent is each send's result by message id, for outcome.
 	sent map[string]*consistd.Sent
@@ -66,7 +68,14 @@ type agent struct {
 	paused map[string]*pausedWatch
 	// handlers are the reconcile passes waiting for their handle, by reconcile stream and item name.
 	handlers map[handlerKey]chan handleCommand
+	// latest are the newest-state watches, by stream name.
+	latest map[string]*consistd.Latest
+	// held is what each worker of a newest-state watch holds, by stream and worker.
+	held map[workerKey]*consistd.Taken
 }
+
+// workerKey names a worker of a newest-state watch: the watch's stream and the worker's name.
+type workerKey struct{ stream, worker string }
 
 // handlerKey names a waiting reconcile pass: the reconcile's stream and the item's name.
 type handlerKey struct{ stream, name string }
@@ -289,6 +298,12 @@ func (a *agent) run(ctx context.Context, c command) {
 		ok, err = a.reconcile(ctx, c)
 	case "handle":
 		ok, err = a.handle(c)
+	case "latest":
+		ok, err = a.openLatest(ctx, c)
+	case "next":
+		ok, err = a.next(ctx, c)
+	case "done":
+		ok, err = a.done(c)
 	default:
 		err = invalid("op: unknown op %q", op)
 	}
@@ -684,4 +699,78 @@ func (a *agent) handle(c command) (any, error) {
 	}
 	r := <-answer
 	return r.ok, r.err
+}
+
+// openLatest opens the SDK's newest-state consumer of a ConsistentMode watch.
+func (a *agent) openLatest(ctx context.Context, c command) (any, error) {
+	stream, err := c.text("stream")
+	if err != nil {
+		return nil, err
+	}
+	var req consistd.WatchRequest
+	if req.Resource, err = c.text("resource"); err != nil {
+		return nil, err
+	}
+	if req.Namespace, err = c.text("namespace"); err != nil {
+		return nil, err
+	}
+	// It lives as long as the agent.
+	latest := a.client.WatchLatest(ctx, req)
+	a.mu.Lock()
+	a.latest[stream] = latest
+	a.mu.Unlock()
+	return empty{}, nil
+}
+
+// worker is the stream and worker fields of next and done.
+func worker(c command) (workerKey, error) {
+	stream, err := c.text("stream")
+	if err != nil {
+		return workerKey{}, err
+	}
+	name, err := c.text("worker")
+	return workerKey{stream, name}, err
+}
+
+// next has a worker ask for the next object's newest state, and hold it until its done.
+func (a *agent) next(ctx context.Context, c command) (any, error) {
+	key, err := worker(c)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	latest := a.latest[key.stream]
+	_, holding := a.held[key]
+	a.mu.Unlock()
+	if latest == nil {
+		return nil, invalid("stream: no newest-state watch %q", key.stream)
+	}
+	if holding {
+		return nil, invalid("worker: %q holds an object already", key.worker)
+	}
+	taken, err := latest.Next(ctx)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	a.held[key] = taken
+	a.mu.Unlock()
+	return eventLine("", taken.Event, nil).Item, nil
+}
+
+// done tells the SDK the worker is done with the object it holds.
+func (a *agent) done(c command) (any, error) {
+	key, err := worker(c)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	taken := a.held[key]
+	delete(a.held, key)
+	a.mu.Unlock()
+	if taken == nil {
+		return nil, invalid("worker: %q holds nothing", key.worker)
+	}
+	taken.Done()
+	return empty{}, nil
 }
