@@ -13,11 +13,13 @@ import {
   Client,
   ConsistdError,
   type Guard,
+  type Latest,
   Mode,
   PatchType,
   type ReconcileSpec,
   type Sent,
   status,
+  type Taken,
   type WatchEvent,
   type WorkItem,
 } from "@consistd/client";
@@ -130,6 +132,10 @@ class Agent {
   private readonly paused = new Map<string, Paused>();
   /** Reconcile handlers waiting for their `handle`, by `waitingKey(stream, item name)`. */
   private readonly waiting = new Map<string, (handle: Handle) => void>();
+  /** The newest-state watches, by stream name. */
+  private readonly latest = new Map<string, Latest>();
+  /** What each worker of a newest-state watch holds, by `waitingKey(stream, worker)`. */
+  private readonly held = new Map<string, Taken>();
 
   constructor(private readonly client: Client) {}
 
@@ -163,9 +169,45 @@ class Agent {
         return this.reconcile(c);
       case "handle":
         return this.handle(c);
+      case "latest":
+        return this.openLatest(c);
+      case "next":
+        return this.next(c);
+      case "done":
+        return this.done(c);
       default:
         return Promise.reject(new InvalidArgument(`op: unknown op ${JSON.stringify(c.op ?? null)}`));
     }
+  }
+
+  /** Opens the SDK's newest-state consumer of a CONSISTENT watch. */
+  private async openLatest(c: Command): Promise<Json> {
+    const stream = text(c, "stream");
+    this.latest.set(stream, this.client.watchLatest({ resource: text(c, "resource"), namespace: text(c, "namespace") }));
+    return {};
+  }
+
+  /** A worker asks for the next object's newest state, and holds it until its `done`. */
+  private async next(c: Command): Promise<Json> {
+    const stream = text(c, "stream");
+    const worker = text(c, "worker");
+    const latest = this.latest.get(stream);
+    if (!latest) throw new InvalidArgument(`stream: no newest-state watch ${JSON.stringify(stream)}`);
+    const key = waitingKey(stream, worker);
+    if (this.held.has(key)) throw new InvalidArgument(`worker: ${JSON.stringify(worker)} holds an object already`);
+    const taken = await latest.next();
+    this.held.set(key, taken);
+    return eventItem(taken.event);
+  }
+
+  /** The worker is done with the object it holds. */
+  private async done(c: Command): Promise<Json> {
+    const key = waitingKey(text(c, "stream"), text(c, "worker"));
+    const taken = this.held.get(key);
+    if (!taken) throw new InvalidArgument(`worker: ${JSON.stringify(text(c, "worker"))} holds nothing`);
+    this.held.delete(key);
+    taken.done();
+    return {};
   }
 
   /** Reads the object. */
@@ -384,7 +426,7 @@ lines.on("line", (line) => {
     console.error(`conformance agent: not a JSON object: ${line}`);
     return;
   }
-  // Not awaited: a command that waits (outcome, take) must not hold up the next one.
+  // Not awaited: a command that waits (outcome, take, next) must not hold up the next one.
   const run = agent.run(command as Command).finally(() => running.delete(run));
   running.add(run);
 });

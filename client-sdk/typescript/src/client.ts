@@ -9,9 +9,10 @@ import { ObjectsServiceClient } from "./gen/consistd/v1/objects.js";
 import { OutboxServiceClient } from "./gen/consistd/v1/outbox.js";
 import { ReconcileServiceClient } from "./gen/consistd/v1/reconcile.js";
 import { RolloutServiceClient } from "./gen/consistd/v1/rollout.js";
-import { WatchServiceClient } from "./gen/consistd/v1/watch.js";
+import { DeliveryMode, WatchServiceClient } from "./gen/consistd/v1/watch.js";
 import { checkHealth, ServingStatus } from "./health.js";
 import { Inbox } from "./inbox.js";
+import { Latest } from "./latest.js";
 import { type CampaignOptions, elect, type Leadership, type ObserveOptions } from "./leadership.js";
 import { Objects } from "./objects.js";
 import { type Message, Outbox, type SendOptions, type Sent } from "./outbox.js";
@@ -131,6 +132,26 @@ export class Client {
    */
   watch(query: WatchQuery, options: Cancellable = {}): AsyncGenerator<WatchEvent, void> {
     return watch(this.services.watch, query, this.ownWrites, { signal: this.signal(options) });
+  }
+
+  /**
+   * The newest state of each object `query` names, from a CONSISTENT watch, handed to workers as they ask (see
+   * Latest): the way to consume a CONSISTENT watch when the handler is slow. A worker never handles a state older
+   * than this client's own write to the object, and never an object another worker holds. The reader starts at
+   * once and runs until `latest.close()`, the signal's abort or the client's close.
+   *
+   *     const latest = client.watchLatest({ resource: "configmaps", namespace: "default" });
+   *     const taken = await latest.next(); // ADDED, MODIFIED or DELETED: the object's newest state
+   *     try { ... } finally { taken.done(); }
+   */
+  watchLatest(query: Omit<WatchQuery, "mode" | "resumeCursor">, options: Cancellable = {}): Latest {
+    const stop = new AbortController();
+    const signal = AbortSignal.any([stop.signal, this.signal(options)]);
+    const consistent = { ...query, mode: DeliveryMode.CONSISTENT, resumeCursor: "" };
+    const events = watch(this.services.watch, consistent, this.ownWrites, { signal }, false);
+    const latest = new Latest(events, this.ownWrites, () => stop.abort());
+    signal.addEventListener("abort", () => latest.close(), { once: true });
+    return latest;
   }
 
   /**

@@ -16,6 +16,7 @@ export type { Cancellable } from "./call.js";
 export { ConsistdError, NotReadyError } from "./errors.js";
 export { ServingStatus } from "./health.js";
 export { DEFAULT_RETRY_AFTER_MS, Delivery, Inbox, type ServeOptions } from "./inbox.js";
+export { Latest, Taken } from "./latest.js";
 export { type CampaignOptions, Leadership, type LeadershipFields, type ObserveOptions, type Timing } from "./leadership.js";
 export {
   type CreateRequest,

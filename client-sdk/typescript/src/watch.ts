@@ -98,13 +98,15 @@ export class WatchEvent {
  * The own-write rule: when the app takes an event (this generator runs only inside the app's `next()`, so
  * the check below happens then, not when the event arrived and waited in a buffer), an ADDED or MODIFIED
  * state older than one `ownWrites` recorded for its uid is dropped in CONSISTENT mode and marked
- * `predatesOwnWrite` in RAW mode. The daemon judged it before the app's write reached the daemon.
+ * `predatesOwnWrite` in RAW mode. The daemon judged it before the app's write reached the daemon. With `judged`
+ * false the rule is not applied here.
  */
 export async function* watch(
   service: WatchServiceClient,
   query: WatchQuery,
   ownWrites: OwnWrites,
   options: Cancellable = {},
+  judged = true,
 ): AsyncGenerator<WatchEvent, void> {
   const { signal } = options;
   const backoff = new Backoff();
@@ -127,7 +129,9 @@ export async function* watch(
         backoff.reset();
         // A dropped event moves the resume position too, so a reconnect does not bring it back.
         if (response.cursor) cursor = response.cursor;
-        const predates = isState(response.type) && ownWrites.predates(response.object);
+        // Not `judged`: the reader of a Latest, which applies the rule where its worker takes a state and must see
+        // every state the daemon sent to keep its books.
+        const predates = judged && isState(response.type) && ownWrites.predates(response.object);
         if (predates && mode === DeliveryMode.CONSISTENT) continue;
         yield new WatchEvent(response, predates);
       }
