@@ -146,10 +146,29 @@ public final class ConsistdClient implements AutoCloseable {
   }
 
   /**
+   * The newest state of each object {@code request} names (always in CONSISTENT mode, from a fresh snapshot), handed
+   * to workers as they ask: see {@link Latest}. The way to consume a CONSISTENT watch when the handler is slow: a
+   * worker never handles a state older than this client's own write to the object, and never an object another
+   * worker holds. Its reader thread runs until it is closed (or this client is).
+   *
+   * <pre>{@code
+   * try (Latest latest = client.watchLatest(WatchRequest.of("configmaps").namespace("default"));
+   *     Latest.Taken taken = latest.take()) {
+   *   handle(taken.event()); // ADDED, MODIFIED or DELETED: the object's newest state
+   * }
+   * }</pre>
+   */
+  public Latest watchLatest(WatchRequest request) {
+    Watch watch = new Watch(this, request.mode(WatchRequest.Mode.CONSISTENT).resumeCursor(""), false);
+    return new Latest(watch, watch, writes);
+  }
+
+  /**
    * Whether a write through this client returned a larger resourceVersion of {@code object}'s object than it has:
    * it is older than what the app itself already wrote. {@link Watch} applies this when the app takes each event;
-   * an app that keeps events in a queue of its own asks again when its worker takes one. False for null and for a
-   * resourceVersion that is not a decimal integer (those are never compared).
+   * an app that keeps events in a queue of its own asks again when its worker takes one ({@link #watchLatest} is that
+   * queue, with this check where its worker takes a state). False for null and for a resourceVersion that is not a
+   * decimal integer (those are never compared).
    */
   public boolean predatesOwnWrite(KubeObject object) {
     return writes.predates(object);

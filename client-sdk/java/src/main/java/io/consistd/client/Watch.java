@@ -28,6 +28,11 @@ import java.util.NoSuchElementException;
 public final class Watch implements Iterator<WatchEvent>, Iterable<WatchEvent>, AutoCloseable {
   private final ConsistdClient client;
   private final boolean consistent;
+  /**
+   * Whether the own-write rule is applied here; not for the reader of a {@link Latest}, which applies it where its
+   * worker takes a state and must see every state the daemon sent to keep its books.
+   */
+  private final boolean judged;
   /** The next subscription's request: after each response, its cursor is the one to resume from. */
   private SubscribeRequest request;
   private final ResumingStream<SubscribeRequest, SubscribeResponse> stream;
@@ -35,7 +40,12 @@ public final class Watch implements Iterator<WatchEvent>, Iterable<WatchEvent>, 
   private boolean iterated;
 
   Watch(ConsistdClient client, WatchRequest request) {
+    this(client, request, true);
+  }
+
+  Watch(ConsistdClient client, WatchRequest request, boolean judged) {
     this.client = client;
+    this.judged = judged;
     this.request = request.toProto();
     this.consistent = request.mode() == WatchRequest.Mode.CONSISTENT;
     // Callbacks on the transport's thread: they only queue.
@@ -82,7 +92,7 @@ public final class Watch implements Iterator<WatchEvent>, Iterable<WatchEvent>, 
       pending = null;
       // The take: nothing runs between this check and the app's use of the event but the app's own thread.
       boolean state = event.type() == WatchEvent.Type.ADDED || event.type() == WatchEvent.Type.MODIFIED;
-      if (state && client.writes().predates(event.object())) {
+      if (judged && state && client.writes().predates(event.object())) {
         if (consistent) {
           continue; // dropped; the cursor has moved past it already
         }

@@ -8,6 +8,7 @@ import io.consistd.client.ConsistdClient;
 import io.consistd.client.Destination;
 import io.consistd.client.Election;
 import io.consistd.client.KubeObject;
+import io.consistd.client.Latest;
 import io.consistd.client.LeadershipListener;
 import io.consistd.client.LeadershipStatus;
 import io.consistd.client.ObjectOption.Guard;
@@ -69,6 +70,10 @@ public final class Agent {
    * stopped waiting (its pass was cancelled).
    */
   private final Map<String, CompletableFuture<Handle>> handlers = new ConcurrentHashMap<>();
+  /** The newest-state watches, by stream name, closed when stdin closes. */
+  private final Map<String, Latest> latest = new ConcurrentHashMap<>();
+  /** What each worker of a newest-state watch holds, by stream and worker. */
+  private final Map<String, Latest.Taken> held = new ConcurrentHashMap<>();
   private final ExecutorService commands = Executors.newCachedThreadPool(runnable -> {
     Thread thread = new Thread(runnable, "agent-command");
     thread.setDaemon(true);
@@ -87,6 +92,7 @@ public final class Agent {
       }
     }
     agent.reconcilers.values().forEach(Reconciler::close);
+    agent.latest.values().forEach(Latest::close);
     agent.client.close();
     System.exit(0);
   }
@@ -304,6 +310,31 @@ public final class Agent {
         }
         written.entrySet().forEach(field -> ok.add(field.getKey(), field.getValue()));
       }
+      case "latest" -> latest.put(text(command, "stream"), client.watchLatest(
+          WatchRequest.of(text(command, "resource")).namespace(text(command, "namespace"))));
+      case "next" -> {
+        String stream = text(command, "stream");
+        String worker = text(command, "worker");
+        Latest consumer = latest.get(stream);
+        if (consumer == null) {
+          throw new BadCommand("no newest-state watch " + stream);
+        }
+        String key = stream + "\0" + worker;
+        if (held.containsKey(key)) {
+          throw new BadCommand("worker " + worker + " holds an object already");
+        }
+        Latest.Taken taken = consumer.take();
+        held.put(key, taken);
+        return eventItem(taken.event());
+      }
+      case "done" -> {
+        String worker = text(command, "worker");
+        Latest.Taken taken = held.remove(text(command, "stream") + "\0" + worker);
+        if (taken == null) {
+          throw new BadCommand("worker " + worker + " holds nothing");
+        }
+        taken.done();
+      }
       default -> throw new BadCommand("unknown op " + op);
     }
     return ok;
@@ -375,12 +406,17 @@ public final class Agent {
   }
 
   private static void printEvent(String stream, WatchEvent event) {
+    printItem(stream, eventItem(event));
+  }
+
+  /** A watch event as the protocol prints it. */
+  private static JsonObject eventItem(WatchEvent event) {
     JsonObject item = new JsonObject();
     item.addProperty("type", event.type().name());
     item.addProperty("name", event.object() == null ? "" : event.object().name());
     item.addProperty("resourceVersion", event.object() == null ? "" : event.object().resourceVersion());
     item.addProperty("predatesOwnWrite", event.predatesOwnWrite());
-    printItem(stream, item);
+    return item;
   }
 
   private static void printError(String stream, StatusRuntimeException e) {
