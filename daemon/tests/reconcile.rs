@@ -7,9 +7,9 @@
 use std::time::Duration;
 
 use consistd_client::proto::{
-    CampaignRequest, Completion, ElectionRef, LeadershipState, ObjectQuery, ObjectView, Outcome, PatchRequest,
-    PatchType, QueueSpec, ReconcileRequest, ReconcileResponse, RelatedQuery, RetryPolicy, WorkItem, reconcile_request,
-    reconcile_response, reconcile_service_client::ReconcileServiceClient, related_query,
+    CampaignRequest, Completion, CreateRequest, ElectionRef, LeadershipState, ObjectQuery, ObjectView, Outcome,
+    PatchRequest, PatchType, QueueSpec, ReconcileRequest, ReconcileResponse, RelatedQuery, RetryPolicy, WorkItem,
+    reconcile_request, reconcile_response, reconcile_service_client::ReconcileServiceClient, related_query,
 };
 use consistd_testkit::{Daemon, proxy::DelayProxy};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -326,6 +326,81 @@ async fn a_write_under_a_lease_that_would_change_nothing_is_not_sent_and_queues_
             .count();
         assert_eq!(sent, 0, "round {round}: the unchanged write reached the apiserver");
     }
+}
+
+/// Issue 46: a write the queue's quiet watch will never show holds the key's next pass only until the
+/// apiserver's next bookmark on that watch, not for `consistency.timeout`. The app, under a lease, creates an
+/// Opaque Secret; the queue's related watch of Secrets selects `type=kubernetes.io/tls`, a field the daemon
+/// cannot judge, so the next pass waits until that watch is past the write; nothing else happens in the
+/// namespace, so only a bookmark (the apiserver sends one about every minute) can show it is. With a timeout
+/// of 150 s, the pass is handed out CONSISTENT, never TIMED_OUT: kube's watcher drops bookmarks, and without
+/// the daemon's own handling of them this test waits the whole timeout and fails. (It takes up to a minute.)
+#[tokio::test]
+async fn a_quiet_watch_holds_a_key_only_until_its_next_bookmark() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let api: Api<ConfigMap> = Api::namespaced(kube, &ns);
+    api.create(&PostParams::default(), &configmap("obj", json!({ "v": "0" }))).await.expect("create");
+    let daemon = Daemon::builder(BIN).config("consistency:\n  timeout: 150s\n").start().await;
+    let client = daemon.client();
+    let mut s = spec("bookmarks", &ns, 1);
+    s.related = vec![RelatedQuery {
+        query: Some(ObjectQuery {
+            resource: "secrets".into(),
+            namespace: ns.clone(),
+            field_selector: "type=kubernetes.io/tls".into(),
+            ..Default::default()
+        }),
+        maps_by: Some(related_query::MapsBy::Label("owner".into())),
+    }];
+    let mut queue = open(&daemon, s).await.expect("open");
+    let first = queue.item().await;
+    // The Secrets watch is through its list (its position is the list's version) before the write: only a
+    // later bookmark can show it past the write.
+    let listed = |metrics: &str| {
+        metrics.lines().any(|l| {
+            l.starts_with("consistd_watch_resource_version{resource=\"v1/secrets\"")
+                && l.rsplit(' ').next().and_then(|n| n.parse::<u64>().ok()).is_some_and(|n| n > 0)
+        })
+    };
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !listed(&daemon.metrics().await) {
+        assert!(tokio::time::Instant::now() < deadline, "the Secrets watch listed within {WAIT:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let secret = json!({ "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+        "metadata": { "name": "child", "labels": { "owner": "obj" } }, "stringData": { "k": "v" } });
+    client
+        .objects()
+        .create(CreateRequest {
+            resource: "secrets".into(),
+            namespace: ns.clone(),
+            object: secret.to_string().into_bytes(),
+            reconcile_lease: first.lease_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("the app's Secret");
+    queue.complete(&first, Outcome::Done).await;
+    let third = json!({ "data": { "v": "1" } });
+    api.patch("obj", &PatchParams::default(), &Patch::Merge(&third)).await.expect("third-party patch");
+    let next = match queue.message(Duration::from_secs(140)).await {
+        Some(reconcile_response::Response::Item(item)) => item,
+        other => panic!("expected the next pass within 140 s, got {other:?}"),
+    };
+    assert_eq!(data(&next)["v"], "1");
+    assert_eq!(
+        next.consistency(),
+        consistd_client::proto::Consistency::Consistent,
+        "handed out once a bookmark showed the watch past the app's write, before the timeout"
+    );
+    let metrics = daemon.metrics().await;
+    let bookmarks = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("consistd_watch_bookmarks_total "))
+        .and_then(|n| n.trim().parse::<u64>().ok())
+        .expect("consistd_watch_bookmarks_total");
+    assert!(bookmarks >= 2, "the list's end and a bookmark after the write: {bookmarks}");
 }
 
 #[tokio::test]

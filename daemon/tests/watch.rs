@@ -330,3 +330,64 @@ async fn label_and_field_selectors_filter_upstream() {
         Events::open(&daemon.client(), by_field).await.until_synced().await.iter().map(describe).collect();
     assert_eq!(items, ["ADDED web", "SYNCED"]);
 }
+
+/// The value of the watch of configmaps in `ns`'s gauge `name` in `metrics`, if shown.
+fn watch_gauge(metrics: &str, name: &str, ns: &str) -> Option<f64> {
+    let prefix = format!("{name}{{resource=\"v1/configmaps\",namespace=\"{ns}\",");
+    metrics.lines().find(|l| l.starts_with(&prefix)).and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// Issue 46: each watch shows how far behind the apiserver's store it is. Every `watch.stalenessCheck` a
+/// consistent read gives the store's version (`consistd_watch_store_resource_version`); a quiet watch, while
+/// other namespaces change, has not reached it and counts up (`consistd_watch_staleness_seconds`) until an
+/// event of its own (or a bookmark) takes it past, and then shows 0.
+#[tokio::test]
+async fn a_watch_shows_how_long_it_has_been_behind_the_store() {
+    let kube = consistd_testkit::kube_client().await;
+    let (quiet, busy) = (consistd_testkit::namespace(&kube).await, consistd_testkit::namespace(&kube).await);
+    let quiet_api: Api<ConfigMap> = Api::namespaced(kube.clone(), &quiet);
+    quiet_api.create(&PostParams::default(), &config_map("q", "0")).await.expect("create");
+    let busy_api: Api<ConfigMap> = Api::namespaced(kube.clone(), &busy);
+    busy_api.create(&PostParams::default(), &config_map("b", "0")).await.expect("create");
+    let daemon = Daemon::builder(BIN).config("watch:\n  stalenessCheck: 1s\n").start().await;
+    let mut events = Events::open(&daemon.client(), raw("configmaps", &quiet)).await;
+    events.until_synced().await;
+
+    // Elsewhere, the store moves on; the quiet watch shows none of it.
+    let writer = consistd_testkit::spawn(async move {
+        for i in 0.. {
+            let patch = serde_json::json!({ "data": { "i": i.to_string() } });
+            busy_api.patch("b", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch elsewhere");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let behind = loop {
+        let metrics = daemon.metrics().await;
+        if let Some(seconds) = watch_gauge(&metrics, "consistd_watch_staleness_seconds", &quiet)
+            && seconds >= 1.5
+        {
+            let store = watch_gauge(&metrics, "consistd_watch_store_resource_version", &quiet).expect("store version");
+            let mark = watch_gauge(&metrics, "consistd_watch_resource_version", &quiet).expect("watch version");
+            assert!(store > mark, "behind: the store at {store}, the watch at {mark}");
+            break seconds;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the quiet watch never showed itself behind:\n{metrics}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    writer.abort();
+
+    // An event of its own takes it past every read so far.
+    let patch = serde_json::json!({ "data": { "mine": "1" } });
+    quiet_api.patch("q", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch the quiet namespace");
+    events.next().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let metrics = daemon.metrics().await;
+        if watch_gauge(&metrics, "consistd_watch_staleness_seconds", &quiet) == Some(0.0) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "behind {behind} s, and still after its own event:\n{metrics}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

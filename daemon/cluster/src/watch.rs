@@ -2,6 +2,7 @@
 //! with a cache for snapshots, a bounded history for resuming, and queues that never wait on a subscriber,
 //! all within one memory budget in bytes.
 
+pub(crate) mod bookmarks;
 pub mod budget;
 mod cache;
 pub mod consistent;
@@ -13,6 +14,7 @@ pub mod resolve;
 pub(crate) mod selector;
 pub mod shard;
 pub mod shared;
+mod staleness;
 mod subscription;
 pub mod view;
 

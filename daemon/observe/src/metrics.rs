@@ -41,6 +41,15 @@ pub struct Metrics {
     pub watch_bytes: Family<WatchLabel, Gauge>,
     /// Watches ended (or refused at their first list) because they would pass the memory budget.
     pub watch_exhausted: Counter,
+    /// Bookmarks the apiserver sent on running watches, each moving its watch's high-water mark.
+    pub watch_bookmarks: Counter,
+    /// Per watch: the largest resourceVersion its cache reflects (its high-water mark), raised by its
+    /// events and bookmarks: how far it has read the apiserver's history.
+    pub watch_resource_version: Family<WatchLabel, Gauge>,
+    /// Per watch: the store's resourceVersion at the latest consistent read (`watch.stalenessCheck`).
+    pub watch_store_resource_version: Family<WatchLabel, Gauge>,
+    /// Per watch: how long its high-water mark has not reached the oldest consistent read's version.
+    pub watch_staleness: Family<WatchLabel, Gauge<f64, AtomicU64>>,
     /// Per watch of a shard: 1 when the apiserver honours its shard selector, 0 when the daemon applies it.
     pub watch_shard_honoured: Family<WatchLabel, Gauge>,
     /// Per watch of a shard: objects the apiserver sent from outside the shard (it does not honour the
@@ -280,6 +289,30 @@ impl Metrics {
             "Bytes a watch's cached objects are charged to the memory budget (watch.maxCacheBytes)",
             watch_bytes.clone(),
         );
+        let watch_bookmarks = Counter::default();
+        registry.register(
+            "watch_bookmarks",
+            "Bookmarks the apiserver sent on running watches, each moving its watch's high-water mark",
+            watch_bookmarks.clone(),
+        );
+        let watch_resource_version = Family::<WatchLabel, Gauge>::default();
+        registry.register(
+            "watch_resource_version",
+            "The largest resourceVersion a watch's cache reflects (its high-water mark), raised by events and bookmarks",
+            watch_resource_version.clone(),
+        );
+        let watch_store_resource_version = Family::<WatchLabel, Gauge>::default();
+        registry.register(
+            "watch_store_resource_version",
+            "The store's resourceVersion at a watch's latest consistent read (watch.stalenessCheck)",
+            watch_store_resource_version.clone(),
+        );
+        let watch_staleness = Family::<WatchLabel, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "watch_staleness_seconds",
+            "How long a watch's high-water mark has not reached the version of the oldest consistent read it is behind (0: caught up)",
+            watch_staleness.clone(),
+        );
         let watch_shard_honoured = Family::<WatchLabel, Gauge>::default();
         registry.register(
             "watch_shard_honoured",
@@ -489,6 +522,10 @@ impl Metrics {
             watch_shard_honoured,
             watch_shard_dropped,
             watch_exhausted,
+            watch_bookmarks,
+            watch_resource_version,
+            watch_store_resource_version,
+            watch_staleness,
             watch_budget_bytes,
             watch_budget_used_bytes,
             outbox_sends,

@@ -130,7 +130,8 @@ impl Expectations {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn notify(&self) {
+    /// Wakes whoever waits on [`Expectations::subscribe`]: an expectation, or a watch's position, changed.
+    pub(crate) fn notify(&self) {
         self.changed.send_modify(|generation| *generation += 1);
     }
 

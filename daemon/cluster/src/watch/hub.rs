@@ -17,12 +17,14 @@ use kube::{
 
 use super::{
     Cursor, ResourceError, Subscription, WatchKey,
+    bookmarks::{bookmarking_client, is_marker},
     budget::{Budget, gauge},
     expectations::Expectations,
     object::{Obj, ObjKey, RawMetadata, RawObject},
     resolve::{ResolveError, Resolved, Resolver, ResourceId},
     shard::{ShardSelector, sharded_client},
     shared::{Budgeted, Limits, SharedWatch, Upstream},
+    staleness,
     view::ObjectView,
 };
 
@@ -268,9 +270,9 @@ impl Hub {
             None => {
                 // The checks ask as the watch will: a metadata-only watch's never bring an object's data.
                 let (config, honoured) = if key.view.metadata_only() {
-                    self.checked_config(&self.api::<RawMetadata>(&key), &key).await?
+                    self.checked_config(&self.api::<RawMetadata>(&key, false), &key).await?
                 } else {
-                    self.checked_config(&self.api::<RawObject>(&key), &key).await?
+                    self.checked_config(&self.api::<RawObject>(&key, false), &key).await?
                 };
                 let upstream = self.upstream(&key, config, honoured);
                 self.acquire_or_start(key, upstream, own)
@@ -280,7 +282,9 @@ impl Hub {
         Ok(Subscription::new(WatchClaim { hub: self.clone(), watch }, joined))
     }
 
-    fn api<K>(&self, key: &WatchKey) -> Api<K>
+    /// The API of `key`'s resource and namespace, through its shard's client; with `bookmarks`, one whose watch
+    /// responses hand on their bookmarks (see [`super::bookmarks`]).
+    fn api<K>(&self, key: &WatchKey, bookmarks: bool) -> Api<K>
     where
         K: kube::Resource<DynamicType = kube::discovery::ApiResource, Scope = kube::core::DynamicResourceScope>,
     {
@@ -289,6 +293,7 @@ impl Hub {
             Some(shard) => sharded_client(self.client.clone(), shard),
             None => self.client.clone(),
         };
+        let client = if bookmarks { bookmarking_client(client) } else { client };
         if key.namespace.is_empty() {
             Api::all_with(client, &ar)
         } else {
@@ -322,9 +327,9 @@ impl Hub {
     /// object outside the share is dropped from every event and never enters the watch.
     fn upstream(&self, key: &WatchKey, config: watcher::Config, honoured: bool) -> Upstream {
         let events = if key.view.metadata_only() {
-            watcher(self.api::<RawMetadata>(key), config).map_ok(unwrap_metadata).boxed()
+            watcher(self.api::<RawMetadata>(key, true), config).map_ok(unwrap_metadata).boxed()
         } else {
-            watcher(self.api::<RawObject>(key), config).boxed()
+            watcher(self.api::<RawObject>(key, true), config).boxed()
         };
         let filter = key.shard.clone().filter(|_| !honoured);
         if let Some(shard) = &key.shard {
@@ -345,6 +350,7 @@ impl Hub {
                             )
                         };
                         let kept = match &event {
+                            watcher::Event::Apply(o) if is_marker(kube::Resource::meta(o)) => true,
                             watcher::Event::Apply(o) | watcher::Event::Delete(o) | watcher::Event::InitApply(o) => {
                                 !outside(o)
                             }
@@ -396,6 +402,10 @@ impl Hub {
             tracing::info!(resource = %key.resource.plural, namespace = %key.namespace, label_selector = %key.label_selector, field_selector = %key.field_selector, "starting upstream watch");
             self.metrics.watch_upstreams.inc();
             self.tasks.spawn(watch.clone().run(upstream, self.metrics.clone()));
+            if !self.config.staleness_check.is_zero() {
+                let api = self.api::<RawObject>(&key, false);
+                self.tasks.spawn(staleness::run(watch.clone(), api, self.config.staleness_check, self.metrics.clone()));
+            }
             Running { watch, subscribers: 0 }
         });
         if own {

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     Cursor, WatchKey,
+    bookmarks::is_marker,
     budget::{Budget, Exhausted, gauge},
     cache::ObjectCache,
     expectations::Expectations,
@@ -193,6 +194,11 @@ impl SharedWatch {
         self.stop.cancel();
     }
 
+    /// Returns once the watch is stopped (by [`SharedWatch::stop`] or the daemon's shutdown).
+    pub(crate) async fn stopped(&self) {
+        self.stop.cancelled().await;
+    }
+
     /// Marks the watch as needed by the daemon's own work: from now on its objects are never refused.
     pub(crate) fn mark_own(&self) {
         self.own.store(true, Ordering::Release);
@@ -354,6 +360,7 @@ impl SharedWatch {
         state.subscribers.clear();
         drop(state);
         metrics.watch_bytes.remove(&self.label);
+        metrics.watch_resource_version.remove(&self.label);
     }
 
     /// Applies one watcher event: cache first, then history and subscribers.
@@ -369,6 +376,9 @@ impl SharedWatch {
                 state.relist = Some((Instant::now(), ObjectCache::default()));
                 state.refused = None;
             }
+            // A bookmark's marker during a list stands for no object, and a list's position counts once it is
+            // through (see `super::bookmarks`).
+            watcher::Event::InitApply(raw) if is_marker(kube::Resource::meta(&raw)) => return,
             watcher::Event::InitApply(raw) => {
                 let obj = Obj::from(raw);
                 if let Some(refused) = &mut state.refused {
@@ -428,6 +438,17 @@ impl SharedWatch {
                 }
                 return;
             }
+            // A bookmark: every change up to its version has been delivered, so the cache shows them all. Whoever
+            // waits for a write this watch may never show (the gate) looks again.
+            watcher::Event::Apply(raw) if is_marker(kube::Resource::meta(&raw)) => {
+                if state.synced {
+                    self.raise_high_water(&Obj::from(raw));
+                    metrics.watch_bookmarks.inc();
+                    metrics.watch_resource_version.get_or_create(&self.label).set(gauge(self.high_water()));
+                    self.expectations.notify();
+                }
+                return;
+            }
             watcher::Event::Apply(raw) => {
                 let obj = Obj::from(raw);
                 self.raise_high_water(&obj);
@@ -466,6 +487,7 @@ impl SharedWatch {
             }
         }
         metrics.watch_bytes.get_or_create(&self.label).set(gauge(state.bytes));
+        metrics.watch_resource_version.get_or_create(&self.label).set(gauge(self.high_water()));
         for change in changes {
             state.publish(change, false, self, metrics);
         }
@@ -493,6 +515,7 @@ impl SharedWatch {
         tracing::warn!(resource = %self.key.resource.plural, namespace = %self.key.namespace, label_selector = %self.key.label_selector, field_selector = %self.key.field_selector, limit = refused.limit, used = refused.used, needed = refused.needed, "watch ended: it would pass the memory budget (watch.maxCacheBytes)");
         metrics.watch_exhausted.inc();
         metrics.watch_bytes.remove(&self.label);
+        metrics.watch_resource_version.remove(&self.label);
         *state = WatchState { ended: Some(refused), stopped: true, seq: state.seq, ..WatchState::default() };
         self.stop.cancel();
     }
@@ -696,6 +719,34 @@ mod tests {
         w.apply(watcher::Event::Delete(raw("a", "1", "3")), &m);
         assert_eq!(drain(&mut sub.live), ["ADDED a 1", "MODIFIED a 2", "DELETED a 3"]);
         assert!(w.list("").expect("synced").0.is_empty());
+    }
+
+    /// A bookmark's marker (see `super::bookmarks`) moves the watch's high-water mark and wakes whoever waits on
+    /// the pod's writes; it is no object: the cache, its subscribers and a list in progress never see it.
+    #[tokio::test]
+    async fn a_bookmark_moves_the_high_water_mark_and_nothing_else() {
+        let (w, m) = (watch(16, 16), Metrics::new());
+        let marker = |rv: &str| {
+            serde_json::from_str::<RawObject>(&format!(r#"{{"metadata":{{"resourceVersion":"{rv}"}}}}"#))
+                .expect("marker")
+        };
+        w.apply(watcher::Event::Init, &m);
+        w.apply(watcher::Event::InitApply(raw("a", "1", "5")), &m);
+        w.apply(watcher::Event::InitApply(marker("40")), &m);
+        w.apply(watcher::Event::InitDone, &m);
+        assert_eq!(w.list("").expect("synced").0.len(), 1, "the marker in the list is no object");
+        assert_eq!(w.high_water(), 5, "a list's position counts once it is through");
+        let mut sub = w.join(None);
+        drain(&mut sub.live);
+        let mut woken = w.expectations.subscribe();
+        woken.borrow_and_update();
+        w.apply(watcher::Event::Apply(marker("50")), &m);
+        assert_eq!(w.high_water(), 50);
+        assert!(woken.has_changed().expect("expectations live"), "waiters on the pod's writes look again");
+        assert!(drain(&mut sub.live).is_empty(), "subscribers see nothing");
+        assert_eq!(w.list("").expect("synced").0.len(), 1, "the cache holds no marker");
+        let shown = m.watch_resource_version.get_or_create(&w.label).get();
+        assert_eq!(shown, 50, "the watch's resourceVersion gauge");
     }
 
     #[test]

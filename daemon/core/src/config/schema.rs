@@ -350,11 +350,22 @@ pub struct WatchConfig {
     /// RESOURCE_EXHAUSTED instead of the container being OOM-killed. Unset: half of what the container's
     /// memory limit leaves after the outbox's and inbox's byte bounds ([`super::Config::watch_budget`]).
     pub max_cache_bytes: Option<u64>,
+    /// How often each watch's staleness is measured: a consistent read of at most one object of its resource
+    /// gives the store's version, which the watch's high-water mark must reach (60 s; 0 turns it off). A
+    /// request per watch per interval, answered from the apiserver's watch cache.
+    #[serde(with = "humantime_serde")]
+    pub staleness_check: Duration,
 }
 
 impl Default for WatchConfig {
     fn default() -> Self {
-        Self { linger: Duration::from_secs(5), subscriber_queue: 1024, history: 10_000, max_cache_bytes: None }
+        Self {
+            linger: Duration::from_secs(5),
+            subscriber_queue: 1024,
+            history: 10_000,
+            max_cache_bytes: None,
+            staleness_check: Duration::from_secs(60),
+        }
     }
 }
 
