@@ -11,10 +11,12 @@
 //! - the consistd Python SDK's reconciler (hack/bench/kopf/consistd_app.py `queue`): the sidecar's work
 //!   queue hands out each ConfigMap, consistent with the app's own patches when it is handed out;
 //! - the consistd Java SDK's reconciler on the same queue (hack/bench/josdk, `java -jar … consistd`);
-//! - the same job on the SDK's CONSISTENT watch (`stream`), with a worker per ConfigMap on the newest state,
-//!   as Kopf has; the worker asks `client.predates_own_write` of each state it takes from its buffer;
-//! - that stream app without the worker's question (`stream-unchecked`): a control, to show what the figures
-//!   look like when states older than the handler's own patch are handled.
+//! - the same job on the Python SDK's newest state per object (`stream`: `client.watch_latest` on a CONSISTENT
+//!   watch), with a worker per ConfigMap, as Kopf has; the SDK applies the own-write rule when it hands a state
+//!   to a worker;
+//! - a CONSISTENT stream into a buffer of the app's own, its workers not asking `client.predates_own_write`
+//!   (`stream-unchecked`): a control, to show what the figures look like when states older than the handler's
+//!   own patch are handled.
 //!
 //! For each it prints passes per change (a pass: a call of the side's reconciler or handler, or a work item
 //! handed to it, whether or not it found work to do; each side appends one line per pass to BENCH_PASSES),
@@ -94,8 +96,8 @@ impl Side {
             Self::Josdk => format!("Java Operator SDK {}", versions.josdk),
             Self::Queue => "consistd queue (Python SDK)".to_owned(),
             Self::JavaQueue => "consistd queue (Java SDK)".to_owned(),
-            Self::Stream => "consistd CONSISTENT stream (Python SDK)".to_owned(),
-            Self::StreamUnchecked => "the same stream, worker not rechecking (control)".to_owned(),
+            Self::Stream => "consistd newest state per ConfigMap (Python SDK watch_latest)".to_owned(),
+            Self::StreamUnchecked => "a CONSISTENT stream into the app's own buffer, no recheck (control)".to_owned(),
         }
     }
 

@@ -4,20 +4,21 @@ consistd Python SDK, through a sidecar. For each ConfigMap labelled bench.consis
 BENCH_HANDLER_MS (an asyncio sleep), then patches the value into that annotation. Two ways:
 
     python consistd_app.py queue    # the SDK's reconciler: the sidecar's work queue hands out each key
-    python consistd_app.py stream   # a CONSISTENT watch, a worker per ConfigMap on the newest state (as Kopf)
-    python consistd_app.py stream-unchecked   # the same, its worker not asking predates_own_write (a control)
+    python consistd_app.py stream   # the SDK's newest state per ConfigMap (watch_latest), a worker each (as Kopf)
+    python consistd_app.py stream-unchecked   # a hand-written buffer of the newest states, no recheck (a control)
 
-The stream app keeps the states it took in a buffer of its own (the newest per ConfigMap) while a worker
-works, so its worker asks `client.predates_own_write` when it takes one: the watch judged the state when the
-app took it, before the worker's own patch returned. `stream-unchecked` leaves that out, to show what the
-figures look like when a state older than the handler's own patch is handled.
+`stream` is the way the SDK offers to consume a CONSISTENT watch with a slow handler: the SDK keeps the newest
+state of each ConfigMap and applies the own-write rule when it hands one to a worker. `stream-unchecked` keeps
+the newest states in a buffer of the app's own and applies the rule only when its reader takes a state,
+before the worker's own patch returned: it shows what the figures look like when a state older than the
+handler's own patch is handled.
 
 Environment: CONSISTD_SOCKET (the sidecar), BENCH_NAMESPACE, BENCH_HANDLER_MS, BENCH_EXECUTIONS (the file each
 execution is appended to as one JSON line {name, value, at, consistency}; at: wall-clock seconds;
 consistency: how the state handled relates to the app's own writes, TIMED_OUT when the sidecar gave up
 waiting for one), BENCH_PASSES (the file each pass is appended to as one JSON line {name, value, at,
-executed}: on the queue every work item handed to the handler, on a stream every state a worker takes from
-its buffer; executed: whether it ran the handler).
+executed}: on the queue every work item handed to the handler, on a stream every state a worker takes;
+executed: whether it ran the handler).
 """
 
 import asyncio
@@ -30,6 +31,8 @@ from typing import Any, TextIO
 import consistd
 
 LABEL = "bench.consistd.io/kopf"
+#: Workers on the newest-state watch: as many as the bench's ConfigMaps, so each has one, as in Kopf.
+WORKERS = 10
 HANDLED = "bench.consistd.io/handled"
 
 
@@ -80,9 +83,33 @@ async def queue(client: consistd.Client, namespace: str, handler: Handler) -> No
     await client.reconcile(spec, handle)
 
 
-async def stream(client: consistd.Client, namespace: str, handler: Handler, recheck: bool = True) -> None:
-    """A CONSISTENT watch feeding a worker per ConfigMap, each on the newest state it took (judged again
-    against the app's own writes when the worker takes it, unless ``recheck`` is False)."""
+async def latest(client: consistd.Client, namespace: str, handler: Handler) -> None:
+    """The SDK's newest state per ConfigMap (``client.watch_latest``): a worker per ConfigMap, as Kopf has, each
+    handed the newest state when it asks, never one older than its own patch and never a ConfigMap another
+    worker holds (the SDK applies the own-write rule at the hand-out)."""
+
+    async def worker(latest: consistd.Latest) -> None:
+        while True:
+            async with latest.take() as event:
+                assert event.object is not None
+                name = event.object.name
+                value = None if event.type == consistd.EventType.DELETED else unhandled(event.object.json)
+                handler.passed(name, event.object.json, value is not None)
+                if value is not None:
+                    await handler(client.objects, namespace, name, value, event.consistency)
+
+    async with client.watch_latest("configmaps", namespace=namespace, label_selector=f"{LABEL}=true") as latest:
+        workers = [asyncio.create_task(worker(latest)) for _ in range(WORKERS)]
+        # Until SIGTERM or an error: the first worker's error ends the process.
+        done, _ = await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            task.result()
+
+
+async def unchecked(client: consistd.Client, namespace: str, handler: Handler) -> None:
+    """The control: a CONSISTENT watch feeding a worker per ConfigMap from a buffer of the app's own (the newest
+    state of each), its worker not asking ``client.predates_own_write`` of what it takes: the own-write rule was
+    applied when the reader took the state, before the worker's own patch returned."""
     newest: dict[str, consistd.Event] = {}  # the newest unhandled state of each ConfigMap
     workers: dict[str, asyncio.Task[None]] = {}
     failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -91,9 +118,6 @@ async def stream(client: consistd.Client, namespace: str, handler: Handler, rech
         while name in newest:
             event = newest.pop(name)
             assert event.object is not None
-            if recheck and client.predates_own_write(event.object):
-                handler.passed(name, event.object.json, False)
-                continue  # taken before this worker's own patch returned: older than it
             value = unhandled(event.object.json)
             handler.passed(name, event.object.json, value is not None)
             if value is not None:
@@ -133,8 +157,10 @@ async def main(how: str) -> None:
         # Until SIGTERM or an error.
         if how == "queue":
             await queue(client, namespace, handler)
+        elif how == "stream":
+            await latest(client, namespace, handler)
         else:
-            await stream(client, namespace, handler, recheck=how == "stream")
+            await unchecked(client, namespace, handler)
 
 
 if __name__ == "__main__":
