@@ -28,14 +28,22 @@ export class KubeObject<T = any> {
    * managedFields only if that watch keeps them).
    */
   readonly raw: Uint8Array;
+  /**
+   * True when an `update` or `patch` would have changed nothing and was not sent: the sidecar's synced watch
+   * cache already showed the object as the write would leave it, and this is that cached object (its
+   * resourceVersion unchanged). False for every object not returned by such a write, and for a write sent with
+   * `sendUnchanged`.
+   */
+  readonly unchanged: boolean;
   private parsed?: T;
 
-  constructor(proto: KubeObjectProto) {
+  constructor(proto: KubeObjectProto, unchanged = false) {
     this.uid = proto.uid;
     this.namespace = proto.namespace;
     this.name = proto.name;
     this.resourceVersion = proto.resourceVersion;
     this.raw = proto.json;
+    this.unchanged = unchanged;
   }
 
   /** The object (apiVersion, kind, metadata, spec, data, status, ...) of `raw`, parsed once on first use. */
@@ -119,6 +127,12 @@ export interface UpdateRequest extends Target {
   guard?: Guard;
   /** The reconcile lease (`WorkItem.leaseId`) this write is made for; see `WorkItem.objects`. */
   reconcileLease?: string;
+  /**
+   * Send the write to the apiserver even when the sidecar's watch cache shows it would change nothing (the answer
+   * is then never `unchanged`): for an app that wants the apiserver's own answer (its admission, its
+   * resourceVersion check) every time. Default false: such a write is answered from the cache, `unchanged`.
+   */
+  sendUnchanged?: boolean;
 }
 
 /** A patch of an object. */
@@ -137,6 +151,12 @@ export interface PatchRequest extends Target {
   guard?: Guard;
   /** The reconcile lease (`WorkItem.leaseId`) this write is made for; see `WorkItem.objects`. */
   reconcileLease?: string;
+  /**
+   * Send the write to the apiserver even when the sidecar's watch cache shows it would change nothing (the answer
+   * is then never `unchanged`): for an app that wants the apiserver's own answer (its admission, its
+   * resourceVersion check) every time. Default false: such a write is answered from the cache, `unchanged`.
+   */
+  sendUnchanged?: boolean;
 }
 
 /** An object to delete, optionally only while it still has a given uid or resourceVersion. */
@@ -217,7 +237,11 @@ export class Objects {
     return this.written(toObject<T>(response.object));
   }
 
-  /** Replaces an object (or its status) and returns it as stored. */
+  /**
+   * Replaces an object (or its status) and returns it as stored; when the sidecar's watch cache shows the update
+   * would change nothing, it is not sent and the cached object comes back marked `unchanged` (see
+   * `sendUnchanged`).
+   */
   async update<T = any>(request: UpdateRequest, options?: Cancellable): Promise<KubeObject<T>> {
     const { resource, namespace = "", object, subresource = "", fieldManager = "", guard } = request;
     const name = request.name ?? (object as { metadata?: { name?: string } }).metadata?.name ?? "";
@@ -232,13 +256,18 @@ export class Objects {
         fieldManager,
         guard: toGuard(guard),
         reconcileLease: this.leaseOf(request),
+        sendUnchanged: request.sendUnchanged ?? false,
       },
       options,
     );
-    return this.written(toObject<T>(response.object));
+    return this.written(toObject<T>(response.object, response.unchanged));
   }
 
-  /** Patches an object (a JSON merge patch unless `type` says otherwise) and returns it as stored. */
+  /**
+   * Patches an object (a JSON merge patch unless `type` says otherwise) and returns it as stored; a merge or JSON
+   * patch that the sidecar's watch cache shows would change nothing is not sent, and the cached object comes back
+   * marked `unchanged` (see `sendUnchanged`).
+   */
   async patch<T = any>(request: PatchRequest, options?: Cancellable): Promise<KubeObject<T>> {
     const { resource, namespace = "", name, patch, type = PatchType.MERGE, subresource = "" } = request;
     const response = await unary(
@@ -254,10 +283,11 @@ export class Objects {
         force: request.force ?? false,
         guard: toGuard(request.guard),
         reconcileLease: this.leaseOf(request),
+        sendUnchanged: request.sendUnchanged ?? false,
       },
       options,
     );
-    return this.written(toObject<T>(response.object));
+    return this.written(toObject<T>(response.object, response.unchanged));
   }
 
   /** Deletes an object; returns its last state when the apiserver sent it back. */
@@ -285,7 +315,11 @@ export class Objects {
     return request.reconcileLease ?? this.lease;
   }
 
-  /** Records the state a write returned, for the own-write rule of the client's watches. */
+  /**
+   * Records the state a write returned, for the own-write rule of the client's watches. An `unchanged` answer is
+   * recorded like any other: the cached object is a state the object really has, never older than this pod's own
+   * writes to it, so a state older than it is rightly held back; the record keeps the largest version either way.
+   */
   private written<T>(object: KubeObject<T>): KubeObject<T> {
     this.ownWrites.record(object);
     return object;
@@ -304,7 +338,7 @@ export function toGuard(guard: Guard | undefined): WriteGuard | undefined {
   return guard && { election: guard.election, namespace: guard.namespace ?? "", term: BigInt(guard.term) };
 }
 
-function toObject<T>(proto: KubeObjectProto | undefined): KubeObject<T> {
+function toObject<T>(proto: KubeObjectProto | undefined, unchanged = false): KubeObject<T> {
   if (!proto) throw new Error("consistd answered without an object");
-  return new KubeObject<T>(proto);
+  return new KubeObject<T>(proto, unchanged);
 }

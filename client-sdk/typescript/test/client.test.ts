@@ -2,8 +2,8 @@
 import assert from "node:assert/strict";
 import { resolve } from "node:path";
 import { after, test } from "node:test";
-import { Client, ConsistdError, connect, NotReadyError, status } from "@consistd/client";
-import { configMap, dropNamespace, env, freshNamespace } from "./helpers.js";
+import { Client, Consistency, ConsistdError, connect, EventType, Mode, NotReadyError, status } from "@consistd/client";
+import { configMap, dropNamespace, env, freshNamespace, until } from "./helpers.js";
 
 const clients: Client[] = [];
 after(() => clients.forEach((c) => c.close()));
@@ -93,6 +93,50 @@ test("objects are written and read as JSON, and a missing one is NOT_FOUND", asy
     );
     assert.ok(error instanceof ConsistdError && error.code === status.NOT_FOUND, `not NOT_FOUND: ${error}`);
   } finally {
+    await dropNamespace(client, ns);
+  }
+});
+
+test("an update or patch that would change nothing comes back unchanged, unless sent anyway; a change never does", async () => {
+  const client = new Client();
+  clients.push(client);
+  const ns = await freshNamespace(client);
+  const stop = new AbortController();
+  try {
+    const target = { resource: "configmaps", namespace: ns };
+    const created = await client.objects.create({ ...target, object: configMap("cfg", { a: "1" }) });
+    assert.equal(created.unchanged, false);
+    // The sidecar answers a no-op write from a synced watch's cache only, when one holds the object.
+    const events = client.watch({ ...target, mode: Mode.CONSISTENT }, { signal: stop.signal });
+    await until(events, "SYNCED", (e) => e.type === EventType.SYNCED);
+
+    const patched = await client.objects.patch({ ...target, name: "cfg", patch: { data: { a: "1" } } });
+    assert.equal(patched.unchanged, true, "a merge patch that changes nothing is answered from the cache");
+    assert.equal(patched.resourceVersion, created.resourceVersion, "the cached object");
+    assert.deepEqual(patched.json.data, { a: "1" });
+    const updated = await client.objects.update({ ...target, object: created.json });
+    assert.equal(updated.unchanged, true, "the object as created, written back, changes nothing");
+    // Recorded as an own write at the cached version: it predates nothing, and holds back nothing newer.
+    assert.equal(client.predatesOwnWrite(updated), false);
+
+    const sentPatch = await client.objects.patch({ ...target, name: "cfg", patch: { data: { a: "1" } }, sendUnchanged: true });
+    assert.equal(sentPatch.unchanged, false, "sendUnchanged: the apiserver answered the patch");
+    const sentUpdate = await client.objects.update({ ...target, object: created.json, sendUnchanged: true });
+    assert.equal(sentUpdate.unchanged, false, "sendUnchanged: the apiserver answered the update");
+
+    const changed = await client.objects.patch({ ...target, name: "cfg", patch: { data: { a: "2" } } });
+    assert.equal(changed.unchanged, false);
+    assert.ok(BigInt(changed.resourceVersion) > BigInt(created.resourceVersion), "a new version");
+    // The watch hands the app the change's state after the unchanged answers, as its own write.
+    const taken = await until(events, "the change", (e) => e.object?.resourceVersion === changed.resourceVersion);
+    const last = taken[taken.length - 1];
+    assert.equal(last.consistency, Consistency.OWN_WRITE);
+    assert.equal(last.object!.unchanged, false, "only a write's answer is ever unchanged");
+    assert.deepEqual(last.object!.json.data, { a: "2" });
+    const got = await client.objects.get({ ...target, name: "cfg" });
+    assert.equal(got.unchanged, false);
+  } finally {
+    stop.abort();
     await dropNamespace(client, ns);
   }
 });

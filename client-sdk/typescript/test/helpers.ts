@@ -177,11 +177,8 @@ export class OwnDaemon {
   }
 }
 
-/**
- * How many calls of gRPC `method` (e.g. "SendStream") the daemon has started, from
- * `consistd_grpc_server_started_total` on its admin socket's /metrics (HTTP/1.0: the answer ends with the connection).
- */
-export async function callsStarted(adminSocket: string, method: string): Promise<number> {
+/** The daemon's Prometheus text from its admin socket's /metrics (HTTP/1.0: the answer ends with the connection). */
+export async function metrics(adminSocket: string): Promise<string> {
   const response = await new Promise<string>((resolve, reject) => {
     const chunks: Buffer[] = [];
     const socket = createConnection(adminSocket, () => socket.write("GET /metrics HTTP/1.0\r\nHost: consistd\r\n\r\n"));
@@ -191,8 +188,46 @@ export async function callsStarted(adminSocket: string, method: string): Promise
   });
   const [head, body = ""] = response.split("\r\n\r\n", 2);
   assert.match(head, /^HTTP\/1\.[01] 200/, `/metrics answered ${head}`);
-  return body
+  return body;
+}
+
+/** The values of the samples of `family` (e.g. "consistd_grpc_server_started_total") whose labels include every one of `labels`. */
+async function samples(adminSocket: string, family: string, ...labels: string[]): Promise<number[]> {
+  return (await metrics(adminSocket))
     .split("\n")
-    .filter((line) => line.startsWith("consistd_grpc_server_started_total{") && line.includes(`grpc_method="${method}"`))
-    .reduce((sum, line) => sum + Number(line.slice(line.lastIndexOf(" ") + 1)), 0);
+    .filter((line) => line.startsWith(`${family}{`) && labels.every((label) => line.includes(label)))
+    .map((line) => Number(line.slice(line.lastIndexOf(" ") + 1)));
+}
+
+/**
+ * How many calls of gRPC `method` (e.g. "SendStream") the daemon has started, from
+ * `consistd_grpc_server_started_total` on its admin socket's /metrics.
+ */
+export async function callsStarted(adminSocket: string, method: string): Promise<number> {
+  const started = await samples(adminSocket, "consistd_grpc_server_started_total", `grpc_method="${method}"`);
+  return started.reduce((sum, n) => sum + n, 0);
+}
+
+/**
+ * How many grants of the reconcile queue `queue` the daemon held back until its watches showed the pod's writes
+ * under the key's earlier leases (`consistd_workqueue_consistency_holds_total`); 0 when none was. The daemon drops a
+ * queue's series when the queue stops: read it while the reconciler runs.
+ */
+export async function consistencyHolds(adminSocket: string, queue: string): Promise<number> {
+  const holds = await samples(adminSocket, "consistd_workqueue_consistency_holds_total", `name="${queue}"`);
+  return holds.reduce((sum, n) => sum + n, 0);
+}
+
+/**
+ * The highest position (`consistd_watch_resource_version`, the resourceVersion its cache reflects) of the daemon's
+ * watches of `resource` (as the daemon names it: "v1/secrets") in `namespace`; 0 while none has listed.
+ */
+export async function watchPosition(adminSocket: string, resource: string, namespace: string): Promise<number> {
+  const positions = await samples(
+    adminSocket,
+    "consistd_watch_resource_version",
+    `resource="${resource}"`,
+    `namespace="${namespace}"`,
+  );
+  return Math.max(0, ...positions);
 }
