@@ -1,11 +1,14 @@
-"""Objects as JSON through the sidecar, and writes fenced by a leader's term."""
+"""Objects as JSON through the sidecar, writes fenced by a leader's term, and no-op writes answered unchanged."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import grpc
 import pytest
 
 import consistd
+from consistd import Consistency, EventType, Mode
 from support import configmap, next_matching, unique
 
 
@@ -71,3 +74,42 @@ async def test_a_list_answer_larger_than_4_mib_comes_back_whole(client: consistd
             except consistd.ConsistdError as e:
                 if e.code != grpc.StatusCode.NOT_FOUND:
                     raise
+
+
+async def test_an_update_or_patch_that_would_change_nothing_comes_back_unchanged_unless_sent_anyway(
+    client: consistd.Client, namespace: str
+) -> None:
+    """With a synced watch of the namespace open (the sidecar answers a no-op write from a watch's cache only), a
+    merge patch and an update that change nothing come back ``unchanged``, the cached object; with
+    ``send_unchanged`` the apiserver answers them; a patch that changes something is never ``unchanged``. Each
+    answer is recorded as an own write, and the change's state still reaches the watch as OWN_WRITE."""
+    objects = client.objects
+    created = await objects.create("configmaps", configmap("cfg", {"a": "1"}), namespace=namespace)
+    assert not created.unchanged
+    async with client.watch("configmaps", namespace=namespace, mode=Mode.CONSISTENT) as watch:
+        await next_matching(watch, lambda e: e.type == EventType.SYNCED)
+
+        patched = await objects.patch("configmaps", "cfg", {"data": {"a": "1"}}, namespace=namespace)
+        assert patched.unchanged, "a merge patch that changes nothing is answered from the cache"
+        assert (patched.resource_version, patched.json["data"]) == (created.resource_version, {"a": "1"})
+        updated = await objects.update("configmaps", "cfg", created.json, namespace=namespace)
+        assert updated.unchanged, "the object as created, written back, changes nothing"
+        assert updated.resource_version == created.resource_version
+        assert dataclasses.replace(updated, unchanged=False) == updated, "unchanged is not part of equality"
+        # Recorded at the cached version: it predates no write of this client's.
+        assert not client.predates_own_write(updated)
+
+        sent = await objects.patch("configmaps", "cfg", {"data": {"a": "1"}}, namespace=namespace, send_unchanged=True)
+        assert not sent.unchanged, "send_unchanged: the apiserver answered the patch"
+        sent = await objects.update("configmaps", "cfg", created.json, namespace=namespace, send_unchanged=True)
+        assert not sent.unchanged, "send_unchanged: the apiserver answered the update"
+
+        changed = await objects.patch("configmaps", "cfg", {"data": {"a": "2"}}, namespace=namespace)
+        assert not changed.unchanged
+        assert int(changed.resource_version) > int(created.resource_version)
+        own = await next_matching(
+            watch, lambda e: e.object is not None and e.object.resource_version == changed.resource_version
+        )
+        assert own.consistency == Consistency.OWN_WRITE and own.object is not None
+        assert not own.object.unchanged and own.object.json["data"] == {"a": "2"}
+    assert not (await objects.get("configmaps", "cfg", namespace=namespace)).unchanged

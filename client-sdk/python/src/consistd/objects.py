@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, cast
 
@@ -89,6 +89,11 @@ class Object:
     #: but for metadata.managedFields. Reads and writes answer with whole objects; one read from a watch's
     #: cache has managedFields only if that watch keeps them.
     raw: bytes
+    #: True when ``update`` or ``patch`` would have changed nothing and was not sent: a synced watch's cache in the
+    #: sidecar already showed the object as the write would leave it, and this is that cached object (its
+    #: resource_version unchanged). False on every other object, and on a write sent with ``send_unchanged``. Not
+    #: part of equality: it says how the object was answered, not what it is.
+    unchanged: bool = field(default=False, compare=False)
 
     @cached_property
     def json(self) -> dict[str, Any]:
@@ -97,9 +102,16 @@ class Object:
         return parsed
 
     @classmethod
-    def from_proto(cls, o: object_pb2.KubeObject) -> Object:
-        """The object carried by a protocol message."""
-        return cls(uid=o.uid, namespace=o.namespace, name=o.name, resource_version=o.resource_version, raw=o.json)
+    def from_proto(cls, o: object_pb2.KubeObject, *, unchanged: bool = False) -> Object:
+        """The object carried by a protocol message (``unchanged``: the write's answer said so)."""
+        return cls(
+            uid=o.uid,
+            namespace=o.namespace,
+            name=o.name,
+            resource_version=o.resource_version,
+            raw=o.json,
+            unchanged=unchanged,
+        )
 
 
 @dataclass(frozen=True)
@@ -206,9 +218,12 @@ class Objects:
         field_manager: str = "",
         guard: Guard | None = None,
         reconcile_lease: str = "",
+        send_unchanged: bool = False,
     ) -> Object:
         """Replaces the object (or its ``"status"`` subresource) with ``body``; a
-        metadata.resourceVersion in it makes the update conditional (ABORTED on conflict)."""
+        metadata.resourceVersion in it makes the update conditional (ABORTED on conflict). When a synced watch's
+        cache in the sidecar shows the update would change nothing, it is not sent: the cached object comes back
+        with ``unchanged`` set. ``send_unchanged`` sends it to the apiserver anyway."""
         request = objects_pb2.UpdateRequest(
             resource=resource,
             namespace=namespace,
@@ -218,9 +233,10 @@ class Objects:
             field_manager=field_manager,
             guard=_guard(guard),
             reconcile_lease=reconcile_lease or self._reconcile_lease,
+            send_unchanged=send_unchanged,
         )
         response = await unary(self._stub.Update, request)
-        return self._written(response.object)
+        return self._written(response.object, unchanged=response.unchanged)
 
     async def patch(
         self,
@@ -235,9 +251,12 @@ class Objects:
         force: bool = False,
         guard: Guard | None = None,
         reconcile_lease: str = "",
+        send_unchanged: bool = False,
     ) -> Object:
         """Patches the object (a JSON merge patch unless ``patch_type`` says otherwise); returns it as
-        stored."""
+        stored. A merge or JSON patch that a synced watch's cache in the sidecar shows would change nothing is not
+        sent: the cached object comes back with ``unchanged`` set. ``send_unchanged`` sends it to the apiserver
+        anyway (strategic merge patches and apply always go)."""
         request = objects_pb2.PatchRequest(
             resource=resource,
             namespace=namespace,
@@ -249,9 +268,10 @@ class Objects:
             force=force,
             guard=_guard(guard),
             reconcile_lease=reconcile_lease or self._reconcile_lease,
+            send_unchanged=send_unchanged,
         )
         response = await unary(self._stub.Patch, request)
-        return self._written(response.object)
+        return self._written(response.object, unchanged=response.unchanged)
 
     async def delete(
         self,
@@ -280,11 +300,13 @@ class Objects:
         response = await unary(self._stub.Delete, request)
         return self._written(response.object) if response.HasField("object") else None
 
-    def _written(self, o: object_pb2.KubeObject) -> Object:
+    def _written(self, o: object_pb2.KubeObject, *, unchanged: bool = False) -> Object:
         """The object a write returned, recorded first, so that an event the app takes after the write
-        returns is judged against it."""
+        returns is judged against it. An ``unchanged`` answer is recorded like any other: the cached object is a
+        state the object has, never older than this pod's own writes to it, so a state older than it is rightly
+        held back; the record keeps the largest version either way."""
         self._own_writes.record(o.uid, o.resource_version)
-        return Object.from_proto(o)
+        return Object.from_proto(o, unchanged=unchanged)
 
 
 def _guard(guard: Guard | None) -> object_pb2.WriteGuard | None:
