@@ -78,6 +78,7 @@ type objectOptions struct {
 	version        string
 	propagation    pb.PropagationPolicy
 	reconcileLease string
+	sendUnchanged  bool
 }
 
 func collect(opts []ObjectOption) objectOptions {
@@ -101,6 +102,13 @@ func WithGuard(g Guard) ObjectOption {
 // it. Inside a Reconciler, ForItem(item) gives this option and, when the queue has an election, the guard.
 func WithReconcileLease(leaseID string) ObjectOption {
 	return func(o *objectOptions) { o.reconcileLease = leaseID }
+}
+
+// WithSendUnchanged sends an Update or Patch to the apiserver even when the sidecar's watch cache shows it would
+// change nothing, for an app that wants the apiserver's own answer (its admission, its resourceVersion check)
+// every time. Without it, such a write is answered from the cache: the cached object, with Unchanged set.
+func WithSendUnchanged() ObjectOption {
+	return func(o *objectOptions) { o.sendUnchanged = true }
 }
 
 // WithFieldManager sets the field manager the apiserver records (Create, Update, Patch); default
@@ -181,26 +189,30 @@ func (c *Client) Create(ctx context.Context, resource, namespace string, obj any
 	if err != nil {
 		return nil, err
 	}
-	return c.written(r.GetObject()), nil
+	return c.written(r.GetObject(), false), nil
 }
 
 // Update replaces an object with obj (as for Create); metadata.resourceVersion in obj makes it
-// conditional. Options: WithGuard, WithFieldManager, WithSubresource, WithReconcileLease (ForItem).
+// conditional. When a synced watch's cache in the sidecar shows the update would change nothing, it is not
+// sent, and the cached object comes back with Unchanged set. Options: WithGuard, WithFieldManager,
+// WithSubresource, WithReconcileLease (ForItem), WithSendUnchanged.
 func (c *Client) Update(ctx context.Context, resource, namespace, name string, obj any, opts ...ObjectOption) (*Object, error) {
 	body, err := toJSON(obj)
 	if err != nil {
 		return nil, err
 	}
 	o := collect(opts)
-	r, err := c.objects.Update(ctx, &pb.UpdateRequest{Resource: resource, Namespace: namespace, Name: name, Object: body, Subresource: o.subresource, FieldManager: o.fieldManager, Guard: o.guard, ReconcileLease: o.reconcileLease})
+	r, err := c.objects.Update(ctx, &pb.UpdateRequest{Resource: resource, Namespace: namespace, Name: name, Object: body, Subresource: o.subresource, FieldManager: o.fieldManager, Guard: o.guard, ReconcileLease: o.reconcileLease, SendUnchanged: o.sendUnchanged})
 	if err != nil {
 		return nil, err
 	}
-	return c.written(r.GetObject()), nil
+	return c.written(r.GetObject(), r.GetUnchanged()), nil
 }
 
-// Patch patches an object with patch (JSON, as for Create) in the given format. Options: WithGuard,
-// WithFieldManager, WithSubresource, WithForce, WithReconcileLease (ForItem).
+// Patch patches an object with patch (JSON, as for Create) in the given format. When a synced watch's cache in
+// the sidecar shows a MergePatch or JSONPatch would change nothing, it is not sent, and the cached object comes
+// back with Unchanged set (strategic merge and apply patches always go). Options: WithGuard, WithFieldManager,
+// WithSubresource, WithForce, WithReconcileLease (ForItem), WithSendUnchanged.
 func (c *Client) Patch(ctx context.Context, resource, namespace, name string, kind PatchType, patch any, opts ...ObjectOption) (*Object, error) {
 	body, err := toJSON(patch)
 	if err != nil {
@@ -210,12 +222,12 @@ func (c *Client) Patch(ctx context.Context, resource, namespace, name string, ki
 	r, err := c.objects.Patch(ctx, &pb.PatchRequest{
 		Resource: resource, Namespace: namespace, Name: name, PatchType: pb.PatchType(kind), Patch: body,
 		Subresource: o.subresource, FieldManager: o.fieldManager, Force: o.force, Guard: o.guard,
-		ReconcileLease: o.reconcileLease,
+		ReconcileLease: o.reconcileLease, SendUnchanged: o.sendUnchanged,
 	})
 	if err != nil {
 		return nil, err
 	}
-	return c.written(r.GetObject()), nil
+	return c.written(r.GetObject(), r.GetUnchanged()), nil
 }
 
 // Delete deletes an object and returns its last state when the apiserver gave it (else nil). Options:
@@ -230,13 +242,18 @@ func (c *Client) Delete(ctx context.Context, resource, namespace, name string, o
 	if err != nil {
 		return nil, err
 	}
-	return c.written(r.GetObject()), nil
+	return c.written(r.GetObject(), false), nil
 }
 
-// written converts the object a write returned and records its resourceVersion for the own-write rule
-// of this client's watches (Watch).
-func (c *Client) written(o *pb.KubeObject) *Object {
+// written converts the object a write returned (unchanged: the answer said the write was not sent) and
+// records its resourceVersion for the own-write rule of this client's watches (Watch). An unchanged answer is
+// recorded like any other: the cached object is a state the object has, never older than this pod's own writes
+// to it, so a state older than it is rightly held back; the record keeps the largest version either way.
+func (c *Client) written(o *pb.KubeObject, unchanged bool) *Object {
 	obj := objectFrom(o)
+	if obj != nil {
+		obj.Unchanged = unchanged
+	}
 	c.writes.record(obj)
 	return obj
 }

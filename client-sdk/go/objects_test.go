@@ -1,4 +1,5 @@
-// Objects through the sidecar: answers larger than gRPC's default receive limit.
+// Objects through the sidecar: answers larger than gRPC's default receive limit, and writes that would change
+// nothing answered Unchanged.
 
 package consistd_test
 
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	consistd "github.com/consistd/consistd/client-sdk/go"
 )
 
 func TestAListAnswerLargerThan4MiBComesBackWhole(t *testing.T) {
@@ -61,5 +64,76 @@ func TestAListAnswerLargerThan4MiBComesBackWhole(t *testing.T) {
 	}
 	if size <= 4*1024*1024 {
 		t.Fatalf("the objects' JSON adds up to %d bytes, want more than 4 MiB", size)
+	}
+}
+
+// An Update or Patch the sidecar's synced watch cache shows would change nothing comes back Unchanged, the
+// cached object, unless WithSendUnchanged sends it; a write that changes something never does. The sidecar
+// answers a no-op write from a watch's cache only, so a watch of the namespace is open and synced first. Each
+// answer is recorded as an own write: the change's state still reaches the watch, as OwnWrite.
+func TestAWriteThatWouldChangeNothingComesBackUnchangedUnlessSentAnyway(t *testing.T) {
+	c := ready(t, "")
+	ns := freshNamespace(t, c)
+	ctx := testContext(t)
+	created, err := c.Create(ctx, "configmaps", ns, configMap("cfg", map[string]string{"a": "1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if created.Unchanged {
+		t.Fatal("a create came back Unchanged")
+	}
+	w := watch(t, c, consistd.WatchRequest{Resource: "configmaps", Namespace: ns})
+	w.initialState()
+	same := map[string]any{"data": map[string]string{"a": "1"}}
+
+	patched, err := c.Patch(ctx, "configmaps", ns, "cfg", consistd.MergePatch, same)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !patched.Unchanged || patched.ResourceVersion != created.ResourceVersion {
+		t.Fatalf("a merge patch that changes nothing: Unchanged %t at %s, want true at the cached %s", patched.Unchanged, patched.ResourceVersion, created.ResourceVersion)
+	}
+	updated, err := c.Update(ctx, "configmaps", ns, "cfg", created.JSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !updated.Unchanged {
+		t.Fatal("the object as created, written back, did not come back Unchanged")
+	}
+	if c.PredatesOwnWrite(updated) {
+		t.Fatal("the cached object an unchanged write returned predates an own write")
+	}
+
+	sentPatch, err := c.Patch(ctx, "configmaps", ns, "cfg", consistd.MergePatch, same, consistd.WithSendUnchanged())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sentUpdate, err := c.Update(ctx, "configmaps", ns, "cfg", created.JSON, consistd.WithSendUnchanged())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sentPatch.Unchanged || sentUpdate.Unchanged {
+		t.Fatalf("WithSendUnchanged: the apiserver answers, never Unchanged (patch %t, update %t)", sentPatch.Unchanged, sentUpdate.Unchanged)
+	}
+
+	changed, err := c.Patch(ctx, "configmaps", ns, "cfg", consistd.MergePatch, map[string]any{"data": map[string]string{"a": "2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if changed.Unchanged || changed.ResourceVersion == created.ResourceVersion {
+		t.Fatalf("a patch that changes the object: Unchanged %t at %s", changed.Unchanged, changed.ResourceVersion)
+	}
+	for {
+		ev := w.next()
+		if ev.Object == nil || ev.Object.ResourceVersion != changed.ResourceVersion {
+			continue
+		}
+		if ev.Type != consistd.Modified || ev.Consistency != consistd.OwnWrite || ev.Object.Unchanged {
+			t.Fatalf("the change reached the watch as %s %s %s (Unchanged %t), want MODIFIED OWN_WRITE", ev.Type, describe(ev), ev.Consistency, ev.Object.Unchanged)
+		}
+		break
+	}
+	if got, err := c.Get(ctx, "configmaps", ns, "cfg"); err != nil || got.Unchanged {
+		t.Fatalf("a read: %v, Unchanged %t", err, got != nil && got.Unchanged)
 	}
 }

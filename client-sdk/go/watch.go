@@ -84,6 +84,10 @@ type Object struct {
 	// as its View keeps them: by default whole but for metadata.managedFields. Get, List and writes answer
 	// with whole objects; one read from a watch's cache has managedFields only if that watch keeps them.
 	JSON json.RawMessage
+	// Unchanged is true when Update or Patch would have changed nothing and was not sent: a synced watch's cache
+	// in the sidecar already showed the object as the write would leave it, and this is that cached object (its
+	// ResourceVersion unchanged). False on every other object, and on a write sent WithSendUnchanged.
+	Unchanged bool
 }
 
 // String names the object as "namespace/name" ("name" when cluster-scoped, "-" for nil).
