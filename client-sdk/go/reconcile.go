@@ -61,6 +61,9 @@ type Result struct {
 	// RequeueAfter, when more than 0, hands the key out again after this long (sooner if its object
 	// changes). It is sent as at least 1 ms and at most 24 h, the daemon's bounds.
 	RequeueAfter time.Duration
+	// Priority is that of the pass this queues (the requeue, or one for a change during the pass):
+	// a higher one is handed out first, as controller-runtime 0.23's Result.Priority. Default 0.
+	Priority int32
 }
 
 // terminalError marks a Reconciler's error as one retrying cannot mend.
@@ -179,6 +182,9 @@ type Related struct {
 	// Field maps an object to the primary named by the string at this dot-separated path, e.g.
 	// "spec.configMapName".
 	Field string
+	// Priority is that of the passes this query's changes queue (the primary's changes: 0): a higher one
+	// is handed out first, and a key already queued rises to it.
+	Priority int32
 }
 
 // RetryPolicy: a key's nth retry in a row waits BaseDelay * 2^(n-1), at most MaxDelay, and a token of a
@@ -328,7 +334,7 @@ func (s ReconcileSpec) request() (*pb.ReconcileRequest, error) {
 		MaxLeases: leases,
 	}
 	for i, r := range s.Related {
-		q := &pb.RelatedQuery{Query: &pb.ObjectQuery{Resource: r.Resource, Namespace: r.Namespace, LabelSelector: r.LabelSelector, FieldSelector: r.FieldSelector, View: r.View.proto()}}
+		q := &pb.RelatedQuery{Query: &pb.ObjectQuery{Resource: r.Resource, Namespace: r.Namespace, LabelSelector: r.LabelSelector, FieldSelector: r.FieldSelector, View: r.View.proto()}, Priority: r.Priority}
 		set := 0
 		if r.ControllerOwner {
 			q.MapsBy, set = &pb.RelatedQuery_ControllerOwner{ControllerOwner: true}, set+1
@@ -375,7 +381,7 @@ func optionalDuration(d time.Duration) *durationpb.Duration {
 
 // completion is the lease's end that a pass's return asks for.
 func completion(leaseID string, res Result, err error) *pb.Completion {
-	c := &pb.Completion{LeaseId: leaseID}
+	c := &pb.Completion{LeaseId: leaseID, Priority: res.Priority}
 	var terminal *terminalError
 	switch {
 	case errors.As(err, &terminal):

@@ -42,6 +42,8 @@ func TestAPassesReturnIsItsCompletion(t *testing.T) {
 		{"requeue", Result{RequeueAfter: 2 * time.Second}, nil, pb.Outcome_OUTCOME_REQUEUE, 2 * time.Second, ""},
 		{"requeue under 1 ms", Result{RequeueAfter: time.Nanosecond}, nil, pb.Outcome_OUTCOME_REQUEUE, time.Millisecond, ""},
 		{"requeue over a day", Result{RequeueAfter: 48 * time.Hour}, nil, pb.Outcome_OUTCOME_REQUEUE, 24 * time.Hour, ""},
+		{"a requeue's priority", Result{RequeueAfter: time.Second, Priority: 7}, nil, pb.Outcome_OUTCOME_REQUEUE, time.Second, ""},
+		{"done's priority", Result{Priority: -2}, nil, pb.Outcome_OUTCOME_DONE, 0, ""},
 		{"error", Result{}, failed, pb.Outcome_OUTCOME_RETRY, 0, "the backend said no"},
 		{"an error wins over a requeue", Result{RequeueAfter: time.Second}, failed, pb.Outcome_OUTCOME_RETRY, 0, "the backend said no"},
 		{"terminal", Result{}, TerminalError(failed), pb.Outcome_OUTCOME_TERMINAL, 0, "terminal error: the backend said no"},
@@ -54,6 +56,9 @@ func TestAPassesReturnIsItsCompletion(t *testing.T) {
 		}
 		if c.after != 0 && got.GetRequeueAfter().AsDuration() != c.after {
 			t.Errorf("%s: requeue after %s, want %s", c.name, got.GetRequeueAfter().AsDuration(), c.after)
+		}
+		if got.GetPriority() != c.res.Priority && c.err == nil {
+			t.Errorf("%s: priority %d, want %d", c.name, got.GetPriority(), c.res.Priority)
 		}
 		if c.after == 0 && got.RequeueAfter != nil {
 			t.Errorf("%s: requeue_after set with %s (the daemon refuses it)", c.name, got.GetOutcome())

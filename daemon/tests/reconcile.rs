@@ -352,6 +352,7 @@ async fn a_quiet_watch_holds_a_key_only_until_its_next_bookmark() {
             ..Default::default()
         }),
         maps_by: Some(related_query::MapsBy::Label("owner".into())),
+        priority: 0,
     }];
     let mut queue = open(&daemon, s).await.expect("open");
     let first = queue.item().await;
@@ -401,6 +402,69 @@ async fn a_quiet_watch_holds_a_key_only_until_its_next_bookmark() {
         .and_then(|n| n.trim().parse::<u64>().ok())
         .expect("consistd_watch_bookmarks_total");
     assert!(bookmarks >= 2, "the list's end and a bookmark after the write: {bookmarks}");
+}
+
+/// Issue 46: priorities. A related query's changes queue their primary at its priority, a completion's pass
+/// goes at the completion's, and a higher priority is handed out first (one lease at a time, so the order is
+/// the queue's): a Secret of `c` (priority 10) goes before a change of `b` (0) made earlier, and `c`'s
+/// REQUEUE at priority 20 goes before a change of `a` made before it came due.
+#[tokio::test]
+async fn a_higher_priority_is_handed_out_first_from_a_related_query_or_a_completion() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let api: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
+    for name in ["a", "b", "c"] {
+        api.create(&PostParams::default(), &configmap(name, json!({ "v": "0" }))).await.expect("create");
+    }
+    let daemon = Daemon::builder(BIN).start().await;
+    let mut s = spec("priorities", &ns, 1);
+    s.related = vec![RelatedQuery {
+        query: Some(ObjectQuery { resource: "secrets".into(), namespace: ns.clone(), ..Default::default() }),
+        maps_by: Some(related_query::MapsBy::Label("owner".into())),
+        priority: 10,
+    }];
+    let mut queue = open(&daemon, s).await.expect("open");
+    for _ in 0..3 {
+        let listed = queue.item().await;
+        queue.complete(&listed, Outcome::Done).await;
+    }
+    let change = |name: &str, v: &str| {
+        let api = api.clone();
+        let (name, patch) = (name.to_owned(), json!({ "data": { "v": v } }));
+        async move { api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch") }
+    };
+    change("a", "1").await;
+    let a = queue.item().await;
+    assert_eq!(a.name, "a");
+    // While the one lease is out: b changes, then a Secret of c's.
+    change("b", "1").await;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(kube, &ns);
+    let secret =
+        serde_json::from_value(json!({ "metadata": { "name": "s", "labels": { "owner": "c" } } })).expect("secret");
+    secrets.create(&PostParams::default(), &secret).await.expect("create the Secret");
+    tokio::time::sleep(Duration::from_millis(500)).await; // both seen by the queue's watches
+    queue.complete(&a, Outcome::Done).await;
+    let c = queue.item().await;
+    assert_eq!(c.name, "c", "the related query's priority 10 goes before b's change at 0");
+    // c asks to come back in 300 ms at priority 20; b is handed out meanwhile.
+    let requeue = Completion {
+        lease_id: c.lease_id.clone(),
+        outcome: Outcome::Requeue.into(),
+        requeue_after: Some(prost_types::Duration { seconds: 0, nanos: 300_000_000 }),
+        priority: 20,
+        ..Default::default()
+    };
+    queue.send(reconcile_request::Request::Complete(requeue)).await;
+    let b = queue.item().await;
+    assert_eq!(b.name, "b");
+    tokio::time::sleep(Duration::from_millis(500)).await; // c's requeue is due
+    change("a", "2").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    queue.complete(&b, Outcome::Done).await;
+    let next = queue.item().await;
+    assert_eq!(next.name, "c", "the requeue at 20 goes before a's change at 0");
+    queue.complete(&next, Outcome::Done).await;
+    assert_eq!(queue.item().await.name, "a");
 }
 
 #[tokio::test]
@@ -587,6 +651,7 @@ async fn owned_objects_queue_their_controller_and_a_deletion_is_handed_out_once(
             ..Default::default()
         }),
         maps_by: Some(related_query::MapsBy::ControllerOwner(true)),
+        priority: 0,
     }];
     let mut queue = open(&daemon, s).await.expect("open");
     let first = queue.item().await;
@@ -642,6 +707,7 @@ async fn a_queue_hands_out_primaries_in_its_view_and_a_projected_related_query_k
             ..Default::default()
         }),
         maps_by: Some(related_query::MapsBy::Label("owner-name".into())),
+        priority: 0,
     }];
     let mut queue = open(&daemon, s).await.expect("open");
     let first = queue.item().await;
@@ -667,6 +733,7 @@ async fn a_queue_hands_out_primaries_in_its_view_and_a_projected_related_query_k
             ..Default::default()
         }),
         maps_by: Some(related_query::MapsBy::Field("data.owner".into())),
+        priority: 0,
     }];
     let status = open(&daemon, by_field).await.err().expect("refused");
     assert_eq!(status.code(), Code::InvalidArgument, "{status}");
@@ -701,7 +768,7 @@ async fn bad_specs_and_completions_are_refused_naming_the_field() {
     assert_eq!(status.code(), Code::InvalidArgument, "{status}");
     assert!(status.message().starts_with("spec.primary: list configmaps (label_selector)"), "{status}");
     let mut unmapped = spec("bad", &ns, 1);
-    unmapped.related = vec![RelatedQuery { query: unmapped.primary.clone(), maps_by: None }];
+    unmapped.related = vec![RelatedQuery { query: unmapped.primary.clone(), maps_by: None, priority: 0 }];
     let status = refused(unmapped).await;
     assert!(status.message().starts_with("spec.related[0].maps_by: "), "{status}");
 

@@ -444,6 +444,7 @@ fn outcomes_app(
                 outcome: outcome.into(),
                 requeue_after,
                 error: error.into(),
+                priority: 0,
             };
             let _ = tx.send(ReconcileRequest { request: Some(reconcile_request::Request::Complete(completion)) }).await;
         }

@@ -518,6 +518,7 @@ RETRY, TERMINAL = reconcile_pb2.OUTCOME_RETRY, reconcile_pb2.OUTCOME_TERMINAL
         pytest.param(requeue_after(timedelta(minutes=1)), REQUEUE, "", 60_000_000_000, id="requeue-timedelta"),
         pytest.param(requeue_after(0), REQUEUE, "", 1_000_000, id="requeue-0-is-the-shortest-the-daemon-takes"),
         pytest.param(requeue_after(timedelta(days=3)), REQUEUE, "", 86_400_000_000_000, id="requeue-3d-is-a-day"),
+        pytest.param(requeue_after(1, priority=7), REQUEUE, "", 1_000_000_000, id="requeue-with-priority"),
         pytest.param(RuntimeError("no"), RETRY, "no", None, id="raise"),
         pytest.param(Boom(), RETRY, "Boom", None, id="raise-without-text-is-its-type"),
         pytest.param(RuntimeError("x" * 5000), RETRY, "x" * 4096, None, id="raise-long-is-cut"),
@@ -550,6 +551,13 @@ async def test_how_the_handler_ends_is_the_completion(
         assert not completion.HasField("requeue_after")
     else:
         assert completion.requeue_after.ToNanoseconds() == requeue_after_ns
+    assert completion.priority == (result.priority if isinstance(result, consistd.Requeue) else 0)
+
+
+def test_a_related_querys_priority_goes_in_the_spec() -> None:
+    related = consistd.Related("secrets", namespace="ns", label="owner", priority=5)
+    assert related.to_proto().priority == 5
+    assert consistd.Related("secrets", label="owner").to_proto().priority == 0
 
 
 async def test_a_plain_function_handler_runs_in_a_worker_thread() -> None:

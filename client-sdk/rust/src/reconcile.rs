@@ -210,7 +210,7 @@ pub struct Related {
 impl Related {
     fn new(resource: impl Into<String>, maps_by: MapsBy) -> Self {
         let query = ObjectQuery { resource: resource.into(), ..Default::default() };
-        Self { query: RelatedQuery { query: Some(query), maps_by: Some(maps_by) } }
+        Self { query: RelatedQuery { query: Some(query), maps_by: Some(maps_by), priority: 0 } }
     }
 
     /// Objects of `resource` name their primary by their controller ownerReference (`controller: true`)
@@ -254,6 +254,13 @@ impl Related {
     /// Only related objects matching this field selector.
     pub fn fields(mut self, selector: impl Into<String>) -> Self {
         self.query().field_selector = selector.into();
+        self
+    }
+
+    /// The priority of the passes this query's changes queue (the primary's changes: 0): a higher one is
+    /// handed out first, and a key already queued rises to it.
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.query.priority = priority;
         self
     }
 
@@ -368,25 +375,39 @@ pub const MAX_REQUEUE: Duration = Duration::from_secs(86_400);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Action {
     requeue_after: Option<Duration>,
+    priority: i32,
 }
 
 impl Action {
     /// The key is reconciled (DONE): its failures are forgotten, and it comes again when it changes (once
     /// more if it changed during the pass).
     pub fn done() -> Self {
-        Self { requeue_after: None }
+        Self { requeue_after: None, priority: 0 }
     }
 
     /// Hand the key out again after `after` (REQUEUE), sooner if it changes meanwhile. The daemon takes
     /// [`MIN_REQUEUE`] to [`MAX_REQUEUE`]: a shorter delay (zero included) is sent as the first, a longer
     /// one as the second.
     pub fn requeue(after: Duration) -> Self {
-        Self { requeue_after: Some(after) }
+        Self { requeue_after: Some(after), priority: 0 }
+    }
+
+    /// The pass this queues (the requeue, or one for a change during this pass) goes at `priority`: a
+    /// higher one is handed out first (controller-runtime's `Result.Priority`); default 0.
+    #[must_use]
+    pub fn with_priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
     }
 
     /// The requeue delay, `None` for done.
     pub fn requeue_after(&self) -> Option<Duration> {
         self.requeue_after
+    }
+
+    /// The priority of the pass this queues.
+    pub fn priority(&self) -> i32 {
+        self.priority
     }
 }
 
@@ -740,6 +761,7 @@ impl Running {
 impl Finished {
     /// The completion of the lease, from how its handler ended.
     fn completion(self) -> ReconcileRequest {
+        let priority = self.ended.as_ref().ok().and_then(|e| e.as_ref().ok()).map_or(0, Action::priority);
         let (outcome, requeue_after, error) = match self.ended {
             Ok(Ok(action)) => match action.requeue_after {
                 None => (Outcome::Done, None, String::new()),
@@ -749,7 +771,8 @@ impl Finished {
             Ok(Err(e)) => (Outcome::Retry, None, cut(format!("{e:#}"))),
             Err(panic) => (Outcome::Retry, None, cut(format!("the handler panicked: {}", panic_message(&*panic)))),
         };
-        let completion = Completion { lease_id: self.lease_id, outcome: outcome.into(), requeue_after, error };
+        let completion =
+            Completion { lease_id: self.lease_id, outcome: outcome.into(), requeue_after, error, priority };
         ReconcileRequest { request: Some(reconcile_request::Request::Complete(completion)) }
     }
 }
@@ -807,6 +830,10 @@ mod tests {
         assert_eq!(now.requeue_after, Some(prost_types::Duration { seconds: 0, nanos: 1_000_000 }), "at least 1 ms");
         let long = ended(Ok(Ok(Action::requeue(Duration::from_secs(3 * 86_400)))));
         assert_eq!(long.requeue_after, Some(prost_types::Duration { seconds: 86_400, nanos: 0 }), "at most a day");
+        assert_eq!((done.priority, long.priority), (0, 0), "priority 0 unless asked");
+        let urgent = ended(Ok(Ok(Action::requeue(Duration::from_secs(1)).with_priority(7))));
+        assert_eq!((urgent.outcome(), urgent.priority), (Outcome::Requeue, 7));
+        assert_eq!(ended(Ok(Ok(Action::done().with_priority(-2)))).priority, -2);
         let io = std::io::Error::other("the backend said no");
         let retry = ended(Ok(Err(io.into())));
         assert_eq!((retry.outcome(), retry.error.as_str()), (Outcome::Retry, "the backend said no"));

@@ -54,8 +54,11 @@ export type MapsBy =
   /** The string at this dot-separated path of the object, e.g. "spec.configMapName". */
   | { field: string; controllerOwner?: never; label?: never; annotation?: never };
 
-/** Objects whose changes queue the primary they name (a child, a referenced ConfigMap). */
-export type RelatedSpec = ReconcileQuery & MapsBy;
+/**
+ * Objects whose changes queue the primary they name (a child, a referenced ConfigMap); `priority` is that of
+ * the passes their changes queue (the primary's changes: 0): a higher one is handed out first.
+ */
+export type RelatedSpec = ReconcileQuery & MapsBy & { priority?: number };
 
 /** Retry delays of a queue; unset fields take client-go's defaults. */
 export interface RetryOptions {
@@ -128,11 +131,15 @@ const END_GRACE_MS = 5_000;
 export class Requeue {
   /** The delay in whole milliseconds: at least 1, at most a day. */
   readonly afterMs: number;
+  /** The priority of the pass it queues: a higher one is handed out first (default 0). */
+  readonly priority: number;
 
   /** `afterMs` as `requeueAfter` takes it: throws RangeError unless it is finite and not negative. */
-  constructor(afterMs: number) {
+  constructor(afterMs: number, priority = 0) {
     if (!Number.isFinite(afterMs) || afterMs < 0) throw new RangeError(`requeueAfter: ${afterMs} is not a delay in ms`);
+    if (!Number.isInteger(priority)) throw new RangeError(`requeueAfter: priority ${priority} is not an integer`);
     this.afterMs = Math.min(Math.max(Math.ceil(afterMs), 1), MAX_REQUEUE_MS);
+    this.priority = priority;
   }
 }
 
@@ -140,10 +147,11 @@ export class Requeue {
  * The handler's result that hands the key out again after `ms` milliseconds (OUTCOME_REQUEUE), sooner if the
  * object changes meanwhile: `return requeueAfter(30_000)`. A fraction of a millisecond rounds up, 0 counts as
  * 1 ms and more than a day as a day. A negative `ms`, NaN or ±Infinity throws RangeError (thrown in a handler,
- * it makes the pass a RETRY with that message).
+ * it makes the pass a RETRY with that message). `priority` (an integer, default 0) is the pass's: a higher one
+ * is handed out first (controller-runtime's Result.Priority).
  */
-export function requeueAfter(ms: number): Requeue {
-  return new Requeue(ms);
+export function requeueAfter(ms: number, options?: { priority?: number }): Requeue {
+  return new Requeue(ms, options?.priority);
 }
 
 /**
@@ -444,11 +452,17 @@ class Reconciler {
       const result = await this.handler(new WorkItem(item, this.objects, lost.signal, this.spec.election));
       completion =
         result instanceof Requeue
-          ? { leaseId: item.leaseId, outcome: Outcome.REQUEUE, requeueAfter: duration(result.afterMs), error: "" }
-          : { leaseId: item.leaseId, outcome: Outcome.DONE, requeueAfter: undefined, error: "" };
+          ? {
+              leaseId: item.leaseId,
+              outcome: Outcome.REQUEUE,
+              requeueAfter: duration(result.afterMs),
+              error: "",
+              priority: result.priority,
+            }
+          : { leaseId: item.leaseId, outcome: Outcome.DONE, requeueAfter: undefined, error: "", priority: 0 };
     } catch (error) {
       const outcome = error instanceof TerminalError ? Outcome.TERMINAL : Outcome.RETRY;
-      completion = { leaseId: item.leaseId, outcome, requeueAfter: undefined, error: cut(messageOf(error)) };
+      completion = { leaseId: item.leaseId, outcome, requeueAfter: undefined, error: cut(messageOf(error)), priority: 0 };
     } finally {
       clearTimeout(expired);
       for (const source of sources) source.removeEventListener("abort", onLost);
@@ -492,10 +506,11 @@ function toQuery(query: ReconcileQuery): ObjectQuery {
 /** A related query; its one way of naming the primary (none, or `controllerOwner: false`, is refused). */
 function toRelated(related: RelatedSpec): RelatedQuery {
   const query = toQuery(related);
-  if (related.label !== undefined) return { query, label: related.label };
-  if (related.annotation !== undefined) return { query, annotation: related.annotation };
-  if (related.field !== undefined) return { query, field: related.field };
-  return { query, controllerOwner: related.controllerOwner };
+  const priority = related.priority ?? 0;
+  if (related.label !== undefined) return { query, label: related.label, priority };
+  if (related.annotation !== undefined) return { query, annotation: related.annotation, priority };
+  if (related.field !== undefined) return { query, field: related.field, priority };
+  return { query, controllerOwner: related.controllerOwner, priority };
 }
 
 function keyOf(item: { namespace: string; name: string }): string {

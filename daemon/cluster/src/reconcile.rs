@@ -83,7 +83,7 @@ pub struct QueueSpec {
     /// The primary objects: one key each.
     pub primary: ObjectQuery,
     /// Watches whose objects name a primary key.
-    pub related: Vec<(ObjectQuery, MapsBy)>,
+    pub related: Vec<Relation>,
     /// Retry delays.
     pub retry: RetryPolicy,
     /// How long a lease may be held before it goes back to the queue.
@@ -96,6 +96,17 @@ pub struct QueueSpec {
     pub sharded: bool,
     /// What a sharded queue's keys are hashed by: by namespace, each member watches only its share.
     pub shard_by: ShardBy,
+}
+
+/// A related query of a queue: watches whose objects name a primary key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Relation {
+    /// The related objects.
+    pub query: ObjectQuery,
+    /// How each names its primary.
+    pub maps_by: MapsBy,
+    /// The priority of the passes its changes queue (the primary's changes: 0); higher first.
+    pub priority: i32,
 }
 
 impl QueueSpec {
@@ -111,11 +122,12 @@ impl QueueSpec {
             out.insert(format!("{prefix}.view"), format!("{:?}", q.view));
         };
         query("spec.primary", &self.primary);
-        for (i, (q, _)) in self.related.iter().enumerate() {
-            query(&format!("spec.related[{i}].query"), q);
+        for (i, r) in self.related.iter().enumerate() {
+            query(&format!("spec.related[{i}].query"), &r.query);
         }
-        for (i, (_, maps_by)) in self.related.iter().enumerate() {
-            out.insert(format!("spec.related[{i}].maps_by"), format!("{maps_by:?}"));
+        for (i, r) in self.related.iter().enumerate() {
+            out.insert(format!("spec.related[{i}].maps_by"), format!("{:?}", r.maps_by));
+            out.insert(format!("spec.related[{i}].priority"), r.priority.to_string());
         }
         out.insert("spec.retry".into(), format!("{:?}", self.retry));
         out.insert("spec.lease_timeout".into(), format!("{:?}", self.lease_timeout));
@@ -221,7 +233,13 @@ enum DriverCall {
     /// A stream left: its leases go back to the queue.
     Detach { stream: u64 },
     /// A stream completes a lease.
-    Complete { stream: u64, lease_id: String, outcome: Completion, reply: oneshot::Sender<Result<(), ReconcileError>> },
+    Complete {
+        stream: u64,
+        lease_id: String,
+        outcome: Completion,
+        priority: i32,
+        reply: oneshot::Sender<Result<(), ReconcileError>>,
+    },
     /// A write made for a lease of this queue: the key's next lease waits for its watch.
     Wrote { lease_id: String, resource: ResourceId, obj: Arc<Obj> },
     /// Whether a lease is held now: the term it was granted in, and a sharded queue's claim for it.
@@ -269,10 +287,10 @@ impl Worker {
         &self.name
     }
 
-    /// Ends a lease of this stream with `outcome`.
-    pub async fn complete(&self, lease_id: String, outcome: Completion) -> Result<(), ReconcileError> {
+    /// Ends a lease of this stream with `outcome`; the pass it queues goes at `priority`.
+    pub async fn complete(&self, lease_id: String, outcome: Completion, priority: i32) -> Result<(), ReconcileError> {
         let (reply, answer) = oneshot::channel();
-        let command = DriverCall::Complete { stream: self.stream, lease_id, outcome, reply };
+        let command = DriverCall::Complete { stream: self.stream, lease_id, outcome, priority, reply };
         self.commands.send(command).map_err(|_| ReconcileError::Stopped(self.name.clone()))?;
         answer.await.map_err(|_| ReconcileError::Stopped(self.name.clone()))?
     }

@@ -4593,6 +4593,10 @@ pub struct RelatedQuery {
     /// The related objects.
     #[prost(message, optional, tag = "1")]
     pub query: ::core::option::Option<ObjectQuery>,
+    /// The priority of the passes this query's changes queue (the primary query's changes: 0): a key already
+    /// queued rises to it, never falls. See Completion.priority.
+    #[prost(int32, tag = "6")]
+    pub priority: i32,
     /// How a related object names its primary. A value "name" names the primary in the related object's own
     /// namespace; "namespace/name" names it anywhere (and a cluster-scoped primary by "name").
     #[prost(oneof = "related_query::MapsBy", tags = "2, 3, 4, 5")]
@@ -4664,6 +4668,12 @@ pub struct Completion {
     /// RETRY and TERMINAL: what went wrong, logged and shown by `consistd status`; at most 4096 bytes.
     #[prost(string, tag = "4")]
     pub error: ::prost::alloc::string::String,
+    /// The priority of the pass this completion queues (a REQUEUE's, a RETRY's, or one for a change during the
+    /// lease, which keeps that change's priority when higher): among ready keys, a higher priority is handed out
+    /// first, each priority in arrival order; keys of an initial list wait behind every live one
+    /// (controller-runtime 0.23's Result.Priority). Default 0; negative is below a change's default.
+    #[prost(int32, tag = "5")]
+    pub priority: i32,
 }
 /// What the daemon sends.
 #[allow(clippy::all)]

@@ -77,6 +77,9 @@ class Related:
     #: ``metadata.managedFields``. A projection also keeps what the mapping reads; a metadata-only view can map
     #: by ``controller_owner``, ``label``, ``annotation``, or a ``field`` under metadata.
     view: View | None = None
+    #: The priority of the passes its changes queue (the primary's changes: 0): a higher one is handed out
+    #: first, and a key already queued rises to it.
+    priority: int = 0
 
     def __post_init__(self) -> None:
         given = [name for name in _MAPS_BY if getattr(self, name)]
@@ -93,7 +96,7 @@ class Related:
             view=view_to_proto(self.view),
         )
         maps_by = {name: getattr(self, name) for name in _MAPS_BY if getattr(self, name)}
-        return reconcile_pb2.RelatedQuery(query=query, **maps_by)
+        return reconcile_pb2.RelatedQuery(query=query, priority=self.priority, **maps_by)
 
 
 @dataclass(frozen=True)
@@ -235,12 +238,15 @@ class Requeue:
     changes meanwhile): ``return consistd.requeue_after(30)``."""
 
     after: float
+    #: The priority of the pass it queues: a higher one is handed out first.
+    priority: int = 0
 
 
-def requeue_after(delay: Seconds) -> Requeue:
+def requeue_after(delay: Seconds, *, priority: int = 0) -> Requeue:
     """The handler's result asking for the key again after ``delay`` (seconds or a timedelta), sooner if
-    the object changes; the sidecar takes 1 ms to a day (0 asks for the key again at once)."""
-    return Requeue(after=delay.total_seconds() if isinstance(delay, timedelta) else float(delay))
+    the object changes; the sidecar takes 1 ms to a day (0 asks for the key again at once). ``priority`` is
+    the pass's (controller-runtime's ``Result.Priority``): a higher one is handed out first; default 0."""
+    return Requeue(after=delay.total_seconds() if isinstance(delay, timedelta) else float(delay), priority=priority)
 
 
 class Terminal(Exception):  # noqa: N818 (what it means to the queue, not that it is an error)
@@ -408,7 +414,9 @@ class Reconciler:
             return reconcile_pb2.Completion(lease_id=lease, outcome=reconcile_pb2.OUTCOME_DONE)
         if isinstance(result, Requeue):
             after = _duration(min(max(result.after, MIN_REQUEUE), MAX_REQUEUE))
-            return reconcile_pb2.Completion(lease_id=lease, outcome=reconcile_pb2.OUTCOME_REQUEUE, requeue_after=after)
+            return reconcile_pb2.Completion(
+                lease_id=lease, outcome=reconcile_pb2.OUTCOME_REQUEUE, requeue_after=after, priority=result.priority
+            )
         error = f"the handler returned {result!r}; return None, or consistd.requeue_after(...)"
         log.warning("handler failed on %s (attempt %d); retrying: %s", item.key, item.attempt, error)
         return reconcile_pb2.Completion(lease_id=lease, outcome=reconcile_pb2.OUTCOME_RETRY, error=_text(error))

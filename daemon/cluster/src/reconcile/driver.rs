@@ -249,7 +249,10 @@ impl Driver {
         let mut events = Events::new();
         let primary_stop = CancellationToken::new();
         let queries = std::iter::once((&spec.primary, None, "spec.primary".to_owned())).chain(
-            spec.related.iter().enumerate().map(|(i, (q, m))| (q, Some(m.clone()), format!("spec.related[{i}].query"))),
+            spec.related
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (&r.query, Some(r.maps_by.clone()), format!("spec.related[{i}].query"))),
         );
         for (index, (query, maps_by, field)) in queries.enumerate() {
             let mut query = query.to_query();
@@ -443,8 +446,8 @@ impl Driver {
                     self.release(&id, now, "its stream ended");
                 }
             }
-            DriverCall::Complete { stream, lease_id, outcome, reply } => {
-                let _ = reply.send(self.complete(stream, &lease_id, outcome, now));
+            DriverCall::Complete { stream, lease_id, outcome, priority, reply } => {
+                let _ = reply.send(self.complete(stream, &lease_id, (outcome, priority), now));
             }
             DriverCall::Wrote { lease_id, resource, obj } => self.wrote(&lease_id, &resource, &obj, now),
             DriverCall::Held { lease_id, reply } => {
@@ -635,7 +638,8 @@ impl Driver {
 
     /// Queues a change of `key` (during a lease: one more pass after it).
     fn queue_change(&mut self, key: &ObjKey, (index, at): (usize, Option<u64>), origin: Origin, now: Instant) {
-        self.queue.changed(key, origin, now);
+        let priority = index.checked_sub(1).and_then(|r| self.spec.related.get(r)).map_or(0, |r| r.priority);
+        self.queue.changed_at(key, origin, priority, now);
         self.note_change(key, (index, at), now);
     }
 
@@ -947,7 +951,7 @@ impl Driver {
         &mut self,
         stream: u64,
         lease_id: &str,
-        outcome: Completion,
+        (outcome, priority): (Completion, i32),
         now: Instant,
     ) -> Result<(), ReconcileError> {
         let refused =
@@ -979,7 +983,7 @@ impl Driver {
         }
         let finishes = matches!(outcome, Completion::Done | Completion::Terminal(_));
         self.settle(&lease.key, now);
-        if let Some(finished) = self.queue.complete(&lease.key, outcome, now) {
+        if let Some(finished) = self.queue.complete(&lease.key, outcome, priority, now) {
             self.metrics.work_duration.observe(finished.worked_for.as_secs_f64());
             if finished.retried {
                 self.metrics.retries.inc();
@@ -1291,7 +1295,7 @@ mod tests {
         }
 
         fn complete(&mut self, stream: u64, lease: &str, outcome: Completion) -> Result<(), ReconcileError> {
-            self.driver.complete(stream, lease, outcome, self.now)
+            self.driver.complete(stream, lease, (outcome, 0), self.now)
         }
 
         fn pump(&mut self) {
@@ -1330,6 +1334,7 @@ mod tests {
             place: CarriedPlace::Requeue(u64::try_from(hour).expect("fits")),
             failures: 0,
             last_error: None,
+            priority: 0,
         };
         let handoff =
             |slot: u16, keys: Vec<Carried>| Handoff { slot, epoch: 5, cut: Some(vec![10, 0]), overflow: false, keys };
@@ -1368,6 +1373,7 @@ mod tests {
             place: CarriedPlace::Ready,
             failures: 0,
             last_error: None,
+            priority: 0,
         };
         let handoff = Handoff { slot, epoch: 5, cut: Some(vec![10, 0]), overflow: false, keys: vec![pending] };
         rig.own(&publish, BTreeMap::from([(slot, (5, false))]), vec![handoff]).await;

@@ -1,12 +1,14 @@
 //! The work queue as state without I/O, client-go's workqueue semantics per key: one pending entry
 //! however many changes arrive, never two leases out for one key, a change during a lease queues one more
 //! pass after it, retries spaced by the limiter (changes during a backoff neither shorten it nor count as
-//! failures), and keys of initial lists behind live changes. Time is handed in, so tests drive it. A
+//! failures), and keys of initial lists behind live changes; among live keys, a higher priority first
+//! (controller-runtime 0.23's priority queue), each priority in arrival order. Time is handed in, so tests
+//! drive it. A
 //! sharded queue's key carries its state (failures and backoff, requeue time, terminal error) to the pod
 //! its slot moves to.
 
 use std::{
-    collections::{BTreeSet, HashMap, VecDeque},
+    collections::{BTreeMap, BTreeSet, HashMap, VecDeque},
     time::{Duration, SystemTime},
 };
 
@@ -67,8 +69,11 @@ enum Place {
 #[derive(Debug)]
 struct KeyState {
     place: Place,
-    /// A change arrived while leased: one more pass after the lease.
-    dirty: bool,
+    /// A change arrived while leased: one more pass after the lease, at the highest priority of those
+    /// changes.
+    dirty: Option<i32>,
+    /// The priority of its pending pass: the live line it is in, or the one its wait ends in.
+    priority: i32,
     /// RETRYs in a row; reset by DONE and REQUEUE.
     failures: u32,
     /// The last RETRY's or TERMINAL's error, shown with the next pass and by `consistd status`.
@@ -81,7 +86,15 @@ struct KeyState {
 
 impl KeyState {
     fn new() -> Self {
-        Self { place: Place::Idle, dirty: false, failures: 0, last_error: None, ready_since: None, leased_at: None }
+        Self {
+            place: Place::Idle,
+            dirty: None,
+            priority: 0,
+            failures: 0,
+            last_error: None,
+            ready_since: None,
+            leased_at: None,
+        }
     }
 }
 
@@ -129,6 +142,9 @@ pub struct Carried {
     pub failures: u32,
     /// The last RETRY's or TERMINAL's error.
     pub last_error: Option<String>,
+    /// The priority of its pending pass (absent from a pod that did not know priorities: 0).
+    #[serde(default)]
+    pub priority: i32,
 }
 
 /// Where a carried key is: its waits as wall-clock times (milliseconds since the Unix epoch), for another
@@ -162,7 +178,8 @@ fn instant_of(ms: u64, now: Instant, wall: SystemTime) -> Instant {
 #[derive(Debug)]
 pub(crate) struct Queue {
     keys: HashMap<ObjKey, KeyState>,
-    live: VecDeque<ObjKey>,
+    /// Keys of live changes by priority, each line in arrival order; the highest is handed out first.
+    live: BTreeMap<i32, VecDeque<ObjKey>>,
     initial: VecDeque<ObjKey>,
     /// Waiting keys by their time (a key's entry is removed when it leaves the wait).
     timers: BTreeSet<(Instant, ObjKey)>,
@@ -176,7 +193,7 @@ impl Queue {
     pub(crate) fn new(policy: RetryPolicy, now: Instant) -> Self {
         Self {
             keys: HashMap::new(),
-            live: VecDeque::new(),
+            live: BTreeMap::new(),
             initial: VecDeque::new(),
             timers: BTreeSet::new(),
             limiter: Limiter::new(policy, now),
@@ -209,33 +226,50 @@ impl Queue {
     }
 
     /// The key's object changed: queue it unless it is queued already; during a lease, one more pass
-    /// after it; during a RETRY's backoff, nothing (the backoff stands).
+    /// after it; during a RETRY's backoff, nothing (the backoff stands). At priority 0.
     pub(crate) fn changed(&mut self, key: &ObjKey, origin: Origin, now: Instant) {
+        self.changed_at(key, origin, 0, now);
+    }
+
+    /// [`Queue::changed`], the pass it queues at `priority` (a queued key's priority only rises).
+    pub(crate) fn changed_at(&mut self, key: &ObjKey, origin: Origin, priority: i32, now: Instant) {
         let state = self.keys.entry(key.clone()).or_insert_with(KeyState::new);
         match state.place {
-            Place::Leased => state.dirty = true,
+            Place::Leased => state.dirty = Some(state.dirty.map_or(priority, |p| p.max(priority))),
             Place::Ready(Origin::Initial) if origin == Origin::Live => {
                 // A live change overtakes the initial list.
                 self.initial.retain(|k| k != key);
-                state.place = Place::Ready(Origin::Live);
-                self.live.push_back(key.clone());
+                state.place = Place::Idle;
+                self.make_ready(key, Origin::Live, priority, now);
             }
-            Place::Ready(_) | Place::Held | Place::Waiting(_, Wait::Retry) => {}
+            Place::Ready(Origin::Live) if priority > state.priority => {
+                // A change of a higher priority moves the key up to its line.
+                let from = state.priority;
+                state.priority = priority;
+                if let Some(line) = self.live.get_mut(&from) {
+                    line.retain(|k| k != key);
+                }
+                self.live.entry(priority).or_default().push_back(key.clone());
+            }
+            Place::Held | Place::Waiting(_, Wait::Retry) => state.priority = state.priority.max(priority),
+            Place::Ready(_) => {}
             Place::Waiting(at, Wait::Requeue) => {
+                let priority = state.priority.max(priority);
                 self.timers.remove(&(at, key.clone()));
-                self.make_ready(key, origin, now);
+                self.make_ready(key, origin, priority, now);
             }
-            Place::Idle => self.make_ready(key, origin, now),
+            Place::Idle => self.make_ready(key, origin, priority, now),
         }
     }
 
-    fn make_ready(&mut self, key: &ObjKey, origin: Origin, now: Instant) {
+    fn make_ready(&mut self, key: &ObjKey, origin: Origin, priority: i32, now: Instant) {
         let Some(state) = self.keys.get_mut(key) else { return };
         state.place = Place::Ready(origin);
+        state.priority = priority;
         state.ready_since = Some(now);
         self.adds += 1;
         match origin {
-            Origin::Live => self.live.push_back(key.clone()),
+            Origin::Live => self.live.entry(priority).or_default().push_back(key.clone()),
             Origin::Initial => self.initial.push_back(key.clone()),
         }
     }
@@ -247,17 +281,26 @@ impl Queue {
                 return Some(at);
             }
             self.timers.pop_first();
-            if matches!(self.keys.get(&key).map(|s| s.place), Some(Place::Waiting(t, _)) if t == at) {
-                self.make_ready(&key, Origin::Live, now);
+            if let Some(state) = self.keys.get(&key)
+                && matches!(state.place, Place::Waiting(t, _) if t == at)
+            {
+                self.make_ready(&key, Origin::Live, state.priority, now);
             }
         }
         None
     }
 
-    /// The next ready key, live ones first, now held until [`Queue::grant`] or [`Queue::hold`]'s caller
-    /// grants it.
+    /// The next ready key, live ones first (the highest priority first), now held until [`Queue::grant`]
+    /// or [`Queue::hold`]'s caller grants it.
     pub(crate) fn pop(&mut self) -> Option<ObjKey> {
-        let key = self.live.pop_front().or_else(|| self.initial.pop_front())?;
+        let live = loop {
+            let Some(mut line) = self.live.last_entry() else { break None };
+            if let Some(key) = line.get_mut().pop_front() {
+                break Some(key);
+            }
+            line.remove();
+        };
+        let key = live.or_else(|| self.initial.pop_front())?;
         if let Some(state) = self.keys.get_mut(&key) {
             state.place = Place::Held;
         }
@@ -276,7 +319,7 @@ impl Queue {
             return None;
         }
         state.place = Place::Leased;
-        state.dirty = false;
+        state.dirty = None;
         state.leased_at = Some(now);
         let queued_for = state.ready_since.take().map(|t| now.saturating_duration_since(t)).unwrap_or_default();
         Some(Granted { queued_for, attempt: state.failures + 1, last_error: state.last_error.clone() })
@@ -288,34 +331,42 @@ impl Queue {
             && state.place == Place::Held
         {
             state.place = Place::Ready(Origin::Live);
-            self.live.push_front(key.clone());
+            self.live.entry(state.priority).or_default().push_front(key.clone());
         }
     }
 
-    /// Ends a lease with the app's outcome.
-    pub(crate) fn complete(&mut self, key: &ObjKey, outcome: Completion, now: Instant) -> Option<Finished> {
+    /// Ends a lease with the app's outcome; the pass it queues (a REQUEUE's, a RETRY's, one for a change
+    /// during the lease) goes at `priority`, or at that change's priority if higher.
+    pub(crate) fn complete(
+        &mut self,
+        key: &ObjKey,
+        outcome: Completion,
+        priority: i32,
+        now: Instant,
+    ) -> Option<Finished> {
         let state = self.keys.get_mut(key)?;
         if state.place != Place::Leased {
             return None;
         }
         let worked_for = state.leased_at.take().map(|t| now.saturating_duration_since(t)).unwrap_or_default();
-        let dirty = std::mem::take(&mut state.dirty);
+        let dirty = state.dirty.take().map(|p| p.max(priority));
+        state.priority = priority;
         let mut retried = false;
         match outcome {
             Completion::Done => {
                 state.failures = 0;
                 state.last_error = None;
                 state.place = Place::Idle;
-                if dirty {
-                    self.make_ready(key, Origin::Live, now);
+                if let Some(priority) = dirty {
+                    self.make_ready(key, Origin::Live, priority, now);
                 }
             }
             Completion::Requeue(after) => {
                 state.failures = 0;
                 state.last_error = None;
-                if dirty {
+                if let Some(priority) = dirty {
                     state.place = Place::Idle;
-                    self.make_ready(key, Origin::Live, now);
+                    self.make_ready(key, Origin::Live, priority, now);
                 } else {
                     self.wait(key, now + after, Wait::Requeue);
                 }
@@ -323,6 +374,7 @@ impl Queue {
             Completion::Retry(error) => {
                 state.failures = state.failures.saturating_add(1);
                 state.last_error = Some(error);
+                state.priority = dirty.unwrap_or(priority);
                 let failures = state.failures;
                 let at = self.limiter.retry_at(failures, now);
                 self.wait(key, at, Wait::Retry);
@@ -332,8 +384,8 @@ impl Queue {
                 state.failures = 0;
                 state.last_error = Some(error);
                 state.place = Place::Idle;
-                if dirty {
-                    self.make_ready(key, Origin::Live, now);
+                if let Some(priority) = dirty {
+                    self.make_ready(key, Origin::Live, priority, now);
                 }
             }
         }
@@ -347,10 +399,10 @@ impl Queue {
         if state.place != Place::Leased {
             return;
         }
-        state.dirty = false;
+        let priority = state.dirty.take().map_or(state.priority, |p| p.max(state.priority));
         state.leased_at = None;
         state.place = Place::Idle;
-        self.make_ready(key, Origin::Live, now);
+        self.make_ready(key, Origin::Live, priority, now);
     }
 
     fn wait(&mut self, key: &ObjKey, at: Instant, why: Wait) {
@@ -367,7 +419,7 @@ impl Queue {
         let idle: Vec<ObjKey> =
             self.keys.iter().filter(|(_, s)| s.place == Place::Idle).map(|(k, _)| k.clone()).collect();
         for key in idle {
-            self.make_ready(&key, Origin::Initial, now);
+            self.make_ready(&key, Origin::Initial, 0, now);
         }
     }
 
@@ -394,6 +446,7 @@ impl Queue {
             place,
             failures: state.failures,
             last_error: state.last_error.clone(),
+            priority: state.priority,
         })
     }
 
@@ -410,7 +463,11 @@ impl Queue {
         let state = self.keys.entry(key.clone()).or_insert_with(KeyState::new);
         match state.place {
             Place::Leased => return,
-            Place::Ready(Origin::Live) => self.live.retain(|k| k != key),
+            Place::Ready(Origin::Live) => {
+                if let Some(line) = self.live.get_mut(&state.priority) {
+                    line.retain(|k| k != key);
+                }
+            }
             Place::Ready(Origin::Initial) => self.initial.retain(|k| k != key),
             Place::Waiting(at, _) => {
                 self.timers.remove(&(at, key.clone()));
@@ -422,9 +479,11 @@ impl Queue {
         state.ready_since = None;
         state.failures = carried.map_or(0, |c| c.failures);
         state.last_error = carried.and_then(|c| c.last_error.clone());
+        state.priority = carried.map_or(0, |c| c.priority);
+        let priority = state.priority;
         match carried.map(|c| c.place) {
             None | Some(CarriedPlace::Idle) => {}
-            Some(CarriedPlace::Ready) => self.make_ready(key, Origin::Live, now),
+            Some(CarriedPlace::Ready) => self.make_ready(key, Origin::Live, priority, now),
             Some(CarriedPlace::Retry(ms)) => self.wait(key, instant_of(ms, now, wall), Wait::Retry),
             Some(CarriedPlace::Requeue(ms)) => self.wait(key, instant_of(ms, now, wall), Wait::Requeue),
         }
@@ -449,7 +508,7 @@ impl Queue {
                 state.place = Place::Idle;
                 state.failures = 0;
                 state.last_error = None;
-                self.make_ready(key, Origin::Initial, now);
+                self.make_ready(key, Origin::Initial, 0, now);
             }
         }
     }
@@ -497,7 +556,7 @@ mod tests {
                 "terminal" => Completion::Terminal("bad spec".into()),
                 _ => Completion::Done,
             };
-            giver.complete(&k, outcome, now).expect("leased");
+            giver.complete(&k, outcome, 0, now).expect("leased");
         }
         giver.changed(&key("pending"), Origin::Live, now);
         let carried: Vec<Carried> = giver.keys().filter_map(|k| giver.carry(k, now, wall)).collect();
@@ -540,6 +599,60 @@ mod tests {
         );
     }
 
+    fn names(q: &mut Queue, now: Instant) -> Vec<String> {
+        std::iter::from_fn(|| take(q, now).map(|(k, _)| k.name)).collect()
+    }
+
+    #[test]
+    fn a_higher_priority_goes_first_each_in_arrival_order_and_initial_lists_stay_behind_every_live_change() {
+        let now = Instant::now();
+        let mut q = queue(now);
+        q.changed_at(&key("listed"), Origin::Initial, 9, now);
+        q.changed_at(&key("a0"), Origin::Live, 0, now);
+        q.changed_at(&key("low"), Origin::Live, -1, now);
+        q.changed_at(&key("b5"), Origin::Live, 5, now);
+        q.changed_at(&key("c0"), Origin::Live, 0, now);
+        q.changed_at(&key("d5"), Origin::Live, 5, now);
+        assert_eq!(names(&mut q, now), ["b5", "d5", "a0", "c0", "low", "listed"]);
+    }
+
+    #[test]
+    fn a_queued_key_rises_to_a_higher_priority_and_never_falls() {
+        let now = Instant::now();
+        let mut q = queue(now);
+        for name in ["a", "b", "c"] {
+            q.changed(&key(name), Origin::Live, now);
+        }
+        q.changed_at(&key("c"), Origin::Live, 3, now);
+        q.changed_at(&key("c"), Origin::Live, -3, now);
+        q.changed_at(&key("a"), Origin::Live, -3, now);
+        assert_eq!(names(&mut q, now), ["c", "a", "b"], "one entry each, c raised, none lowered");
+        assert!(q.pop().is_none());
+    }
+
+    #[test]
+    fn a_completions_priority_goes_with_the_pass_it_queues_or_a_changes_if_higher() {
+        let now = Instant::now();
+        let mut q = queue(now);
+        q.changed(&key("a"), Origin::Live, now);
+        let (a, _) = take(&mut q, now).expect("a");
+        q.complete(&a, Completion::Requeue(Duration::from_millis(10)), 7, now).expect("leased");
+        q.changed(&key("b"), Origin::Live, now);
+        let later = now + Duration::from_millis(10);
+        q.tick(later);
+        assert_eq!(names(&mut q, later), ["a", "b"], "the requeue at 7 goes before b at 0");
+        // During a lease, a change at 4: the pass after it goes at 4 though the completion says 1.
+        for name in ["a", "b"] {
+            q.complete(&key(name), Completion::Done, 0, later).expect("leased");
+        }
+        q.changed(&a, Origin::Live, later);
+        let (a, _) = take(&mut q, later).expect("a");
+        q.changed_at(&a, Origin::Live, 4, later);
+        q.changed_at(&key("c"), Origin::Live, 2, later);
+        q.complete(&a, Completion::Done, 1, later).expect("leased");
+        assert_eq!(names(&mut q, later), ["a", "c"]);
+    }
+
     #[test]
     fn many_changes_make_one_pending_entry() {
         let now = Instant::now();
@@ -564,9 +677,9 @@ mod tests {
         }
         assert!(q.pop().is_none(), "never two leases out for one key");
         assert_eq!(q.counts(), Counts { depth: 0, waiting: 0, leased: 1 });
-        q.complete(&a, Completion::Done, now).expect("leased");
+        q.complete(&a, Completion::Done, 0, now).expect("leased");
         assert_eq!(take(&mut q, now).map(|(k, _)| k), Some(a.clone()), "one more pass after the lease");
-        q.complete(&a, Completion::Done, now).expect("leased");
+        q.complete(&a, Completion::Done, 0, now).expect("leased");
         assert!(q.pop().is_none(), "and only one");
     }
 
@@ -591,7 +704,7 @@ mod tests {
         }
         while let Some((k, _)) = take(&mut q, now) {
             let outcome = if k.name == "failing" { Completion::Retry("no".into()) } else { Completion::Done };
-            q.complete(&k, outcome, now).expect("leased");
+            q.complete(&k, outcome, 0, now).expect("leased");
         }
         q.changed(&key("live"), Origin::Live, now);
         q.relist(now);
@@ -606,7 +719,7 @@ mod tests {
         q.changed(&key("a"), Origin::Live, now);
         let (a, g) = take(&mut q, now).expect("granted");
         assert_eq!(g.attempt, 1);
-        q.complete(&a, Completion::Retry("boom".into()), now).expect("leased");
+        q.complete(&a, Completion::Retry("boom".into()), 0, now).expect("leased");
         // Changes during the backoff.
         q.changed(&a, Origin::Live, now);
         q.changed(&a, Origin::Live, now + Duration::from_millis(1));
@@ -619,13 +732,13 @@ mod tests {
         assert_eq!(g.last_error.as_deref(), Some("boom"));
         // The second failure doubles the delay.
         let t = now + Duration::from_millis(5);
-        q.complete(&a, Completion::Retry("again".into()), t).expect("leased");
+        q.complete(&a, Completion::Retry("again".into()), 0, t).expect("leased");
         q.tick(t + Duration::from_millis(9));
         assert!(q.pop().is_none(), "10 ms the second time");
         q.tick(t + Duration::from_millis(10));
         let (_, g) = take(&mut q, t + Duration::from_millis(10)).expect("ready");
         assert_eq!(g.attempt, 3);
-        q.complete(&a, Completion::Done, t).expect("leased");
+        q.complete(&a, Completion::Done, 0, t).expect("leased");
         q.changed(&a, Origin::Live, t);
         assert_eq!(take(&mut q, t).expect("granted").1.attempt, 1, "done forgets the failures");
     }
@@ -636,12 +749,12 @@ mod tests {
         let mut q = queue(now);
         q.changed(&key("a"), Origin::Live, now);
         let (a, _) = take(&mut q, now).expect("granted");
-        q.complete(&a, Completion::Requeue(Duration::from_secs(30)), now).expect("leased");
+        q.complete(&a, Completion::Requeue(Duration::from_secs(30)), 0, now).expect("leased");
         assert_eq!(q.counts().waiting, 1);
         assert_eq!(q.tick(now), Some(now + Duration::from_secs(30)));
         q.tick(now + Duration::from_secs(30));
         let (a, _) = take(&mut q, now + Duration::from_secs(30)).expect("after 30 s");
-        q.complete(&a, Completion::Requeue(Duration::from_secs(30)), now).expect("leased");
+        q.complete(&a, Completion::Requeue(Duration::from_secs(30)), 0, now).expect("leased");
         q.changed(&a, Origin::Live, now);
         assert!(take(&mut q, now).is_some(), "a change does not wait for a requeue");
     }
@@ -652,7 +765,7 @@ mod tests {
         let mut q = queue(now);
         q.changed(&key("a"), Origin::Live, now);
         let (a, _) = take(&mut q, now).expect("granted");
-        q.complete(&a, Completion::Terminal("bad spec".into()), now).expect("leased");
+        q.complete(&a, Completion::Terminal("bad spec".into()), 0, now).expect("leased");
         assert_eq!(q.tick(now + Duration::from_secs(3600)), None);
         assert!(q.pop().is_none());
         q.changed(&a, Origin::Live, now);
@@ -667,7 +780,7 @@ mod tests {
         q.changed(&key("a"), Origin::Live, now);
         let (a, _) = take(&mut q, now).expect("granted");
         q.release(&a, now);
-        assert!(q.complete(&a, Completion::Done, now).is_none(), "not leased any more");
+        assert!(q.complete(&a, Completion::Done, 0, now).is_none(), "not leased any more");
         assert!(take(&mut q, now).is_some(), "handed out again");
     }
 
@@ -692,7 +805,7 @@ mod tests {
         q.forget(&key("a"));
         assert_eq!(q.len(), 1, "still queued");
         let (a, _) = take(&mut q, now).expect("granted");
-        q.complete(&a, Completion::Done, now).expect("leased");
+        q.complete(&a, Completion::Done, 0, now).expect("leased");
         q.forget(&a);
         assert_eq!(q.len(), 0);
     }

@@ -6,7 +6,7 @@ use std::{sync::Arc, time::Duration};
 use consistd_cluster::{
     leadership::Leadership,
     reconcile::{
-        DEFAULT_LEASE_TIMEOUT, ObjectQuery, QueueSpec, Reconciler, Work, keys::MapsBy, limiter::RetryPolicy,
+        DEFAULT_LEASE_TIMEOUT, ObjectQuery, QueueSpec, Reconciler, Relation, Work, keys::MapsBy, limiter::RetryPolicy,
         queue::Completion, ring::ShardBy,
     },
     watch::{object::Obj, view::dot_path},
@@ -51,7 +51,7 @@ impl ReconcileApi {
 
     /// A queue's queries are watches: access rules for WatchService's `watch` apply to each.
     async fn allowed(&self, caller: &Caller, spec: &QueueSpec) -> Result<(), Status> {
-        let queries = std::iter::once(&spec.primary).chain(spec.related.iter().map(|(q, _)| q));
+        let queries = std::iter::once(&spec.primary).chain(spec.related.iter().map(|r| &r.query));
         for q in queries {
             let namespace = (!q.namespace.is_empty()).then_some(q.namespace.as_str());
             let ask = Ask { service: Service::Watch, verb: "watch", resource: Resource::Kube(&q.resource), namespace };
@@ -94,10 +94,12 @@ impl ReconcileService for ReconcileApi {
                 let answer = match request.request {
                     Some(pb::reconcile_request::Request::Complete(c)) => {
                         let lease_id = c.lease_id.clone();
+                        let priority = c.priority;
                         let done = match completion(c) {
-                            Ok(outcome) => {
-                                worker.complete(lease_id.clone(), outcome).await.map_err(status::reconcile_error)
-                            }
+                            Ok(outcome) => worker
+                                .complete(lease_id.clone(), outcome, priority)
+                                .await
+                                .map_err(status::reconcile_error),
                             Err(refused) => Err(refused),
                         };
                         done.err().map(|refused| (lease_id, refused))
@@ -168,7 +170,7 @@ impl ReconcileApi {
                     }
                     query.view.keep(&reads);
                 }
-                Ok((query, maps_by))
+                Ok(Relation { query, maps_by, priority: r.priority })
             })
             .collect::<Result<Vec<_>, Status>>()?;
         if s.max_leases == 0 || s.max_leases > MAX_LEASES {

@@ -458,7 +458,10 @@ type RelatedQuery struct {
 	//	*RelatedQuery_Label
 	//	*RelatedQuery_Annotation
 	//	*RelatedQuery_Field
-	MapsBy        isRelatedQuery_MapsBy `protobuf_oneof:"maps_by"`
+	MapsBy isRelatedQuery_MapsBy `protobuf_oneof:"maps_by"`
+	// The priority of the passes this query's changes queue (the primary query's changes: 0): a key already
+	// queued rises to it, never falls. See Completion.priority.
+	Priority      int32 `protobuf:"varint,6,opt,name=priority,proto3" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -541,6 +544,13 @@ func (x *RelatedQuery) GetField() string {
 		}
 	}
 	return ""
+}
+
+func (x *RelatedQuery) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
 }
 
 type isRelatedQuery_MapsBy interface {
@@ -714,7 +724,12 @@ type Completion struct {
 	// REQUEUE only: when to hand the key out again; more than 0.
 	RequeueAfter *durationpb.Duration `protobuf:"bytes,3,opt,name=requeue_after,json=requeueAfter,proto3" json:"requeue_after,omitempty"`
 	// RETRY and TERMINAL: what went wrong, logged and shown by `consistd status`; at most 4096 bytes.
-	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	// The priority of the pass this completion queues (a REQUEUE's, a RETRY's, or one for a change during the
+	// lease, which keeps that change's priority when higher): among ready keys, a higher priority is handed out
+	// first, each priority in arrival order; keys of an initial list wait behind every live one
+	// (controller-runtime 0.23's Result.Priority). Default 0; negative is below a change's default.
+	Priority      int32 `protobuf:"varint,5,opt,name=priority,proto3" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -775,6 +790,13 @@ func (x *Completion) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *Completion) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
 }
 
 // What the daemon sends.
@@ -1153,7 +1175,7 @@ const file_consistd_v1_reconcile_proto_rawDesc = "" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12%\n" +
 	"\x0elabel_selector\x18\x03 \x01(\tR\rlabelSelector\x12%\n" +
 	"\x0efield_selector\x18\x04 \x01(\tR\rfieldSelector\x12+\n" +
-	"\x04view\x18\x05 \x01(\v2\x17.consistd.v1.ObjectViewR\x04view\"\xc8\x01\n" +
+	"\x04view\x18\x05 \x01(\v2\x17.consistd.v1.ObjectViewR\x04view\"\xe4\x01\n" +
 	"\fRelatedQuery\x12.\n" +
 	"\x05query\x18\x01 \x01(\v2\x18.consistd.v1.ObjectQueryR\x05query\x12+\n" +
 	"\x10controller_owner\x18\x02 \x01(\bH\x00R\x0fcontrollerOwner\x12\x16\n" +
@@ -1161,7 +1183,8 @@ const file_consistd_v1_reconcile_proto_rawDesc = "" +
 	"\n" +
 	"annotation\x18\x04 \x01(\tH\x00R\n" +
 	"annotation\x12\x16\n" +
-	"\x05field\x18\x05 \x01(\tH\x00R\x05fieldB\t\n" +
+	"\x05field\x18\x05 \x01(\tH\x00R\x05field\x12\x1a\n" +
+	"\bpriority\x18\x06 \x01(\x05R\bpriorityB\t\n" +
 	"\amaps_by\"\xa9\x01\n" +
 	"\vRetryPolicy\x128\n" +
 	"\n" +
@@ -1171,13 +1194,14 @@ const file_consistd_v1_reconcile_proto_rawDesc = "" +
 	"\x05burst\x18\x04 \x01(\rR\x05burst\"G\n" +
 	"\vElectionRef\x12\x1a\n" +
 	"\belection\x18\x01 \x01(\tR\belection\x12\x1c\n" +
-	"\tnamespace\x18\x02 \x01(\tR\tnamespace\"\xad\x01\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\"\xc9\x01\n" +
 	"\n" +
 	"Completion\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12.\n" +
 	"\aoutcome\x18\x02 \x01(\x0e2\x14.consistd.v1.OutcomeR\aoutcome\x12>\n" +
 	"\rrequeue_after\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\frequeueAfter\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05error\"\xbf\x01\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\x12\x1a\n" +
+	"\bpriority\x18\x05 \x01(\x05R\bpriority\"\xbf\x01\n" +
 	"\x11ReconcileResponse\x125\n" +
 	"\astarted\x18\x01 \x01(\v2\x19.consistd.v1.QueueStartedH\x00R\astarted\x12+\n" +
 	"\x04item\x18\x02 \x01(\v2\x15.consistd.v1.WorkItemH\x00R\x04item\x12:\n" +

@@ -81,18 +81,20 @@ class ObjectQuery(_message.Message):
     def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., label_selector: _Optional[str] = ..., field_selector: _Optional[str] = ..., view: _Optional[_Union[_object_pb2.ObjectView, _Mapping]] = ...) -> None: ...
 
 class RelatedQuery(_message.Message):
-    __slots__ = ("query", "controller_owner", "label", "annotation", "field")
+    __slots__ = ("query", "controller_owner", "label", "annotation", "field", "priority")
     QUERY_FIELD_NUMBER: _ClassVar[int]
     CONTROLLER_OWNER_FIELD_NUMBER: _ClassVar[int]
     LABEL_FIELD_NUMBER: _ClassVar[int]
     ANNOTATION_FIELD_NUMBER: _ClassVar[int]
     FIELD_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     query: ObjectQuery
     controller_owner: bool
     label: str
     annotation: str
     field: str
-    def __init__(self, query: _Optional[_Union[ObjectQuery, _Mapping]] = ..., controller_owner: _Optional[bool] = ..., label: _Optional[str] = ..., annotation: _Optional[str] = ..., field: _Optional[str] = ...) -> None: ...
+    priority: int
+    def __init__(self, query: _Optional[_Union[ObjectQuery, _Mapping]] = ..., controller_owner: _Optional[bool] = ..., label: _Optional[str] = ..., annotation: _Optional[str] = ..., field: _Optional[str] = ..., priority: _Optional[int] = ...) -> None: ...
 
 class RetryPolicy(_message.Message):
     __slots__ = ("base_delay", "max_delay", "rate", "burst")
@@ -115,16 +117,18 @@ class ElectionRef(_message.Message):
     def __init__(self, election: _Optional[str] = ..., namespace: _Optional[str] = ...) -> None: ...
 
 class Completion(_message.Message):
-    __slots__ = ("lease_id", "outcome", "requeue_after", "error")
+    __slots__ = ("lease_id", "outcome", "requeue_after", "error", "priority")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     REQUEUE_AFTER_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     lease_id: str
     outcome: Outcome
     requeue_after: _duration_pb2.Duration
     error: str
-    def __init__(self, lease_id: _Optional[str] = ..., outcome: _Optional[_Union[Outcome, str]] = ..., requeue_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., error: _Optional[str] = ...) -> None: ...
+    priority: int
+    def __init__(self, lease_id: _Optional[str] = ..., outcome: _Optional[_Union[Outcome, str]] = ..., requeue_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., error: _Optional[str] = ..., priority: _Optional[int] = ...) -> None: ...
 
 class ReconcileResponse(_message.Message):
     __slots__ = ("started", "item", "refused")

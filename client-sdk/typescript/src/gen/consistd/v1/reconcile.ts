@@ -162,7 +162,14 @@ export interface RelatedQuery {
     | string
     | undefined;
   /** The string at this dot-separated path of the object, e.g. "spec.configMapName". */
-  field?: string | undefined;
+  field?:
+    | string
+    | undefined;
+  /**
+   * The priority of the passes this query's changes queue (the primary query's changes: 0): a key already
+   * queued rises to it, never falls. See Completion.priority.
+   */
+  priority: number;
 }
 
 /**
@@ -204,6 +211,13 @@ export interface Completion {
     | undefined;
   /** RETRY and TERMINAL: what went wrong, logged and shown by `consistd status`; at most 4096 bytes. */
   error: string;
+  /**
+   * The priority of the pass this completion queues (a REQUEUE's, a RETRY's, or one for a change during the
+   * lease, which keeps that change's priority when higher): among ready keys, a higher priority is handed out
+   * first, each priority in arrival order; keys of an initial list wait behind every live one
+   * (controller-runtime 0.23's Result.Priority). Default 0; negative is below a change's default.
+   */
+  priority: number;
 }
 
 /** What the daemon sends. */
@@ -636,7 +650,14 @@ export const ObjectQuery: MessageFns<ObjectQuery> = {
 };
 
 function createBaseRelatedQuery(): RelatedQuery {
-  return { query: undefined, controllerOwner: undefined, label: undefined, annotation: undefined, field: undefined };
+  return {
+    query: undefined,
+    controllerOwner: undefined,
+    label: undefined,
+    annotation: undefined,
+    field: undefined,
+    priority: 0,
+  };
 }
 
 export const RelatedQuery: MessageFns<RelatedQuery> = {
@@ -655,6 +676,9 @@ export const RelatedQuery: MessageFns<RelatedQuery> = {
     }
     if (message.field !== undefined) {
       writer.uint32(42).string(message.field);
+    }
+    if (message.priority !== 0) {
+      writer.uint32(48).int32(message.priority);
     }
     return writer;
   },
@@ -712,6 +736,14 @@ export const RelatedQuery: MessageFns<RelatedQuery> = {
             message.field = reader.string();
             continue;
           }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.priority = reader.int32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -736,6 +768,7 @@ export const RelatedQuery: MessageFns<RelatedQuery> = {
     message.label = object.label ?? undefined;
     message.annotation = object.annotation ?? undefined;
     message.field = object.field ?? undefined;
+    message.priority = object.priority ?? 0;
     return message;
   },
 };
@@ -903,7 +936,7 @@ export const ElectionRef: MessageFns<ElectionRef> = {
 };
 
 function createBaseCompletion(): Completion {
-  return { leaseId: "", outcome: 0, requeueAfter: undefined, error: "" };
+  return { leaseId: "", outcome: 0, requeueAfter: undefined, error: "", priority: 0 };
 }
 
 export const Completion: MessageFns<Completion> = {
@@ -919,6 +952,9 @@ export const Completion: MessageFns<Completion> = {
     }
     if (message.error !== "") {
       writer.uint32(34).string(message.error);
+    }
+    if (message.priority !== 0) {
+      writer.uint32(40).int32(message.priority);
     }
     return writer;
   },
@@ -968,6 +1004,14 @@ export const Completion: MessageFns<Completion> = {
             message.error = reader.string();
             continue;
           }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.priority = reader.int32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -991,6 +1035,7 @@ export const Completion: MessageFns<Completion> = {
       ? Duration.fromPartial(object.requeueAfter)
       : undefined;
     message.error = object.error ?? "";
+    message.priority = object.priority ?? 0;
     return message;
   },
 };

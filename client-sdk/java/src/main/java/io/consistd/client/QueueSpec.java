@@ -94,6 +94,8 @@ public record QueueSpec(
    *     map by controller owner, label, annotation or a field under metadata
    * @param mapsBy how an object names its primary; null sends none, which the daemon refuses naming the field
    * @param key the label, annotation or dot-separated field path; empty for {@link MapsBy#CONTROLLER_OWNER}
+   * @param priority the priority of the passes this query's changes queue (the primary's changes: 0): a higher one
+   *     is handed out first, and a key already queued rises to it
    */
   public record Related(
       String resource,
@@ -102,7 +104,8 @@ public record QueueSpec(
       String fieldSelector,
       ObjectView view,
       MapsBy mapsBy,
-      String key) {
+      String key,
+      int priority) {
     /** How a related object names its primary. */
     public enum MapsBy {
       /** Its controller ownerReference (controller: true) whose kind is the primary's. */
@@ -122,6 +125,18 @@ public record QueueSpec(
       Objects.requireNonNull(fieldSelector, "fieldSelector");
       Objects.requireNonNull(view, "view");
       Objects.requireNonNull(key, "key");
+    }
+
+    /** A related query at priority 0. */
+    public Related(
+        String resource,
+        String namespace,
+        String labelSelector,
+        String fieldSelector,
+        ObjectView view,
+        MapsBy mapsBy,
+        String key) {
+      this(resource, namespace, labelSelector, fieldSelector, view, mapsBy, key, 0);
     }
 
     /** A related query of the default view: the whole object without managedFields. */
@@ -151,11 +166,11 @@ public record QueueSpec(
     }
 
     public Related labelSelector(String labelSelector) {
-      return new Related(resource, namespace, labelSelector, fieldSelector, view, mapsBy, key);
+      return new Related(resource, namespace, labelSelector, fieldSelector, view, mapsBy, key, priority);
     }
 
     public Related fieldSelector(String fieldSelector) {
-      return new Related(resource, namespace, labelSelector, fieldSelector, view, mapsBy, key);
+      return new Related(resource, namespace, labelSelector, fieldSelector, view, mapsBy, key, priority);
     }
 
     /**
@@ -163,12 +178,18 @@ public record QueueSpec(
      * ObjectView.onlyFields("status.phase")}, or {@link ObjectView#DEFAULT}.
      */
     public Related view(ObjectView view) {
-      return new Related(resource, namespace, labelSelector, fieldSelector, view, mapsBy, key);
+      return new Related(resource, namespace, labelSelector, fieldSelector, view, mapsBy, key, priority);
+    }
+
+    /** The priority of the passes this query's changes queue: a higher one is handed out first (default 0). */
+    public Related priority(int priority) {
+      return new Related(resource, namespace, labelSelector, fieldSelector, view, mapsBy, key, priority);
     }
 
     RelatedQuery toProto() {
       RelatedQuery.Builder q = RelatedQuery.newBuilder()
-          .setQuery(query(resource, namespace, labelSelector, fieldSelector, view));
+          .setQuery(query(resource, namespace, labelSelector, fieldSelector, view))
+          .setPriority(priority);
       if (mapsBy != null) {
         switch (mapsBy) {
           case CONTROLLER_OWNER -> q.setControllerOwner(true);

@@ -92,9 +92,11 @@ public final class Reconciler implements AutoCloseable {
    *
    * @param requeueAfter when more than zero, hand the key out again after this long (sooner if its object changes);
    *     sent as at least 1 ms and at most 24 h, the daemon's bounds. Null or zero: done
+   * @param priority the priority of the pass this queues (the requeue, or one for a change during the pass): a
+   *     higher one is handed out first, as controller-runtime 0.23's {@code Result.Priority}; default 0
    */
-  public record Result(Duration requeueAfter) {
-    private static final Result DONE = new Result(null);
+  public record Result(Duration requeueAfter, int priority) {
+    private static final Result DONE = new Result(null, 0);
 
     /** The key is reconciled: it comes again when its object (or a related one) changes. */
     public static Result done() {
@@ -104,7 +106,12 @@ public final class Reconciler implements AutoCloseable {
     /** Hand the key out again after {@code after} (sooner if its object changes). */
     public static Result requeue(Duration after) {
       Objects.requireNonNull(after, "after");
-      return new Result(after);
+      return new Result(after, 0);
+    }
+
+    /** This result, the pass it queues at {@code priority}. */
+    public Result withPriority(int priority) {
+      return new Result(requeueAfter, priority);
     }
   }
 
@@ -379,7 +386,7 @@ public final class Reconciler implements AutoCloseable {
 
   /** The completion a pass's end asks for. */
   static Completion completion(String leaseId, Result result, Throwable error) {
-    Completion.Builder c = Completion.newBuilder().setLeaseId(leaseId);
+    Completion.Builder c = Completion.newBuilder().setLeaseId(leaseId).setPriority(result == null ? 0 : result.priority());
     if (error != null) {
       return c.setOutcome(terminal(error) ? Outcome.OUTCOME_TERMINAL : Outcome.OUTCOME_RETRY)
           .setError(truncate(describe(error), MAX_COMPLETION_ERROR))

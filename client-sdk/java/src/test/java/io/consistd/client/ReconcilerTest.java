@@ -613,6 +613,12 @@ class ReconcilerTest {
     assertEquals(1_000_000, tiny.getRequeueAfter().getNanos(), "at least 1 ms");
     Completion huge = Reconciler.completion("l", Reconciler.Result.requeue(Duration.ofDays(3)), null);
     assertEquals(Duration.ofHours(24).getSeconds(), huge.getRequeueAfter().getSeconds(), "at most 24 h");
+    assertEquals(0, huge.getPriority(), "priority 0 unless asked");
+    Completion urgent =
+        Reconciler.completion("l", Reconciler.Result.requeue(Duration.ofSeconds(1)).withPriority(7), null);
+    assertEquals(7, urgent.getPriority());
+    assertEquals(-2, Reconciler.completion("l", Reconciler.Result.done().withPriority(-2), null).getPriority());
+    assertEquals(5, QueueSpec.Related.byLabel("secrets", "ns", "owner").priority(5).toProto().getPriority());
     Completion retry = Reconciler.completion("l", Reconciler.Result.requeue(Duration.ofHours(1)),
         new IllegalStateException("no"));
     assertEquals(Outcome.OUTCOME_RETRY, retry.getOutcome(), "an exception wins");
