@@ -16,12 +16,27 @@ import java.nio.charset.StandardCharsets;
  * @param json the object (apiVersion, kind, metadata, spec, status, ...) as JSON, for the app's JSON library: from a
  *     watch or a queue as its {@link ObjectView} keeps it (by default whole but for metadata.managedFields); from
  *     {@link ObjectsClient} whole (one read from a watch's cache has managedFields only if that watch keeps them)
+ * @param unchanged true when {@link ObjectsClient#update} or {@link ObjectsClient#patch} would have changed nothing
+ *     and was not sent: a synced watch's cache in the sidecar already showed the object as the write would leave it,
+ *     and this is that cached object (its resourceVersion unchanged). False on every other object, and on a write sent
+ *     with {@link ObjectOption#sendUnchanged()}
  */
-public record KubeObject(String uid, String namespace, String name, String resourceVersion, String json) {
+public record KubeObject(
+    String uid, String namespace, String name, String resourceVersion, String json, boolean unchanged) {
+  /** An object that no write answered unchanged: {@code unchanged} false. */
+  public KubeObject(String uid, String namespace, String name, String resourceVersion, String json) {
+    this(uid, namespace, name, resourceVersion, json, false);
+  }
+
   static KubeObject from(consistd.v1.Object.KubeObject o) {
+    return from(o, false);
+  }
+
+  /** The object a message carries; {@code unchanged}: the write's answer said it was not sent. */
+  static KubeObject from(consistd.v1.Object.KubeObject o, boolean unchanged) {
     return new KubeObject(
         o.getUid(), o.getNamespace(), o.getName(), o.getResourceVersion(),
-        o.getJson().toString(StandardCharsets.UTF_8));
+        o.getJson().toString(StandardCharsets.UTF_8), unchanged);
   }
 
   /** "namespace/name", or "name" when cluster-scoped. */

@@ -43,6 +43,7 @@ public final class ObjectOption {
   static final class Settings {
     Guard guard;
     String reconcileLease = "";
+    boolean sendUnchanged;
     String fieldManager = "";
     String subresource = "";
     boolean force;
@@ -86,6 +87,15 @@ public final class ObjectOption {
   public static ObjectOption reconcileLease(String leaseId) {
     Objects.requireNonNull(leaseId, "leaseId");
     return new ObjectOption(s -> s.reconcileLease = leaseId);
+  }
+
+  /**
+   * An update or patch sent to the apiserver even when the sidecar's watch cache shows it would change nothing, for
+   * an app that wants the apiserver's own answer (its admission, its resourceVersion check) every time. Without it,
+   * such a write is answered from the cache: the cached object, {@link KubeObject#unchanged()} true.
+   */
+  public static ObjectOption sendUnchanged() {
+    return new ObjectOption(s -> s.sendUnchanged = true);
   }
 
   /** The field manager of a write (required for an APPLY patch; "consistd" otherwise). */

@@ -9,8 +9,10 @@ import consistd.v1.Objects.GetRequest;
 import consistd.v1.Objects.ListRequest;
 import consistd.v1.Objects.ListResponse;
 import consistd.v1.Objects.PatchRequest;
+import consistd.v1.Objects.PatchResponse;
 import consistd.v1.Objects.PropagationPolicy;
 import consistd.v1.Objects.UpdateRequest;
+import consistd.v1.Objects.UpdateResponse;
 import consistd.v1.ObjectsServiceGrpc;
 import io.grpc.ManagedChannel;
 import io.grpc.StatusRuntimeException;
@@ -106,19 +108,30 @@ public final class ObjectsClient {
     return written(stub.create(request.build()).getObject());
   }
 
-  /** Replaces the object (or its subresource); guard, field manager and reconcile lease apply. */
+  /**
+   * Replaces the object (or its subresource); guard, field manager, reconcile lease and {@link
+   * ObjectOption#sendUnchanged()} apply. When a synced watch's cache in the sidecar shows the update would change
+   * nothing, it is not sent, and the cached object comes back with {@link KubeObject#unchanged()} true.
+   */
   public KubeObject update(String resource, String namespace, String name, String json, ObjectOption... options) {
     ObjectOption.Settings s = settings(options);
     UpdateRequest.Builder request = UpdateRequest.newBuilder()
         .setResource(resource).setNamespace(namespace).setName(name).setObject(utf8(json))
-        .setSubresource(s.subresource).setFieldManager(s.fieldManager).setReconcileLease(s.reconcileLease);
+        .setSubresource(s.subresource).setFieldManager(s.fieldManager).setReconcileLease(s.reconcileLease)
+        .setSendUnchanged(s.sendUnchanged);
     if (s.guard != null) {
       request.setGuard(s.guardProto());
     }
-    return written(stub.update(request.build()).getObject());
+    UpdateResponse response = stub.update(request.build());
+    return written(response.getObject(), response.getUnchanged());
   }
 
-  /** Patches the object (or its subresource); guard, field manager, force and reconcile lease apply. */
+  /**
+   * Patches the object (or its subresource); guard, field manager, force, reconcile lease and {@link
+   * ObjectOption#sendUnchanged()} apply. When a synced watch's cache in the sidecar shows a MERGE or JSON patch would
+   * change nothing, it is not sent, and the cached object comes back with {@link KubeObject#unchanged()} true
+   * (STRATEGIC and APPLY patches always go).
+   */
   public KubeObject patch(
       String resource, String namespace, String name, PatchType type, String patch, ObjectOption... options) {
     ObjectOption.Settings s = settings(options);
@@ -131,11 +144,12 @@ public final class ObjectsClient {
           case APPLY -> consistd.v1.Objects.PatchType.PATCH_TYPE_APPLY;
         })
         .setPatch(utf8(patch)).setSubresource(s.subresource).setFieldManager(s.fieldManager).setForce(s.force)
-        .setReconcileLease(s.reconcileLease);
+        .setReconcileLease(s.reconcileLease).setSendUnchanged(s.sendUnchanged);
     if (s.guard != null) {
       request.setGuard(s.guardProto());
     }
-    return written(stub.patch(request.build()).getObject());
+    PatchResponse response = stub.patch(request.build());
+    return written(response.getObject(), response.getUnchanged());
   }
 
   /**
@@ -163,7 +177,16 @@ public final class ObjectsClient {
   }
 
   private KubeObject written(consistd.v1.Object.KubeObject object) {
-    KubeObject o = KubeObject.from(object);
+    return written(object, false);
+  }
+
+  /**
+   * The object a write returned, recorded for the own-write rule. An unchanged answer is recorded like any other: the
+   * cached object is a state the object has, never older than this pod's own writes to it, so a state older than it
+   * is rightly held back; the record keeps the largest version either way.
+   */
+  private KubeObject written(consistd.v1.Object.KubeObject object, boolean unchanged) {
+    KubeObject o = KubeObject.from(object, unchanged);
     writes.record(o);
     return o;
   }

@@ -1,20 +1,26 @@
-// The client against real daemons: waiting until ready, reads and writes, errors as the daemon sent them.
+// The client against real daemons: waiting until ready, reads and writes, writes that would change nothing answered
+// unchanged, errors as the daemon sent them.
 package io.consistd.client;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.consistd.client.ObjectOption.Guard;
 import io.consistd.client.ObjectsClient.PatchType;
+import io.consistd.client.WatchEvent.Consistency;
+import io.consistd.client.WatchEvent.Type;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.Optional;
+import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
 
 class ClientTest {
   private static final Daemons daemons = new Daemons();
@@ -71,6 +77,48 @@ class ClientTest {
     StatusRuntimeException gone = assertThrows(
         StatusRuntimeException.class, () -> objects.get("configmaps", ns, "settings", ObjectOption.readYourWrites()));
     assertEquals(Status.Code.NOT_FOUND, gone.getStatus().getCode(), gone.toString());
+  }
+
+  // The sidecar answers a write that would change nothing from a synced watch's cache only, so a watch of the namespace
+  // is open and synced first. Each answer is recorded as an own write: the change's state still reaches the watch.
+  @Test
+  @Timeout(value = 60, unit = TimeUnit.SECONDS)
+  void aWriteThatWouldChangeNothingComesBackUnchangedUnlessSentAnyway() throws InterruptedException {
+    ConsistdClient client = daemons.app();
+    String ns = daemons.namespace(client);
+    ObjectsClient objects = client.objects();
+    KubeObject created = objects.create("configmaps", ns, Daemons.configMap("cfg", "one"));
+    assertFalse(created.unchanged(), "a create");
+    String same = "{\"data\":{\"k\":\"one\"}}";
+    try (Watch watch = client.watch(WatchRequest.of("configmaps").namespace(ns).labelSelector(Daemons.LABEL))) {
+      while (watch.next().type() != Type.SYNCED) {
+        // the snapshot
+      }
+      KubeObject patched = objects.patch("configmaps", ns, "cfg", PatchType.MERGE, same);
+      assertTrue(patched.unchanged(), "a merge patch that changes nothing is answered from the cache");
+      assertEquals(created.resourceVersion(), patched.resourceVersion(), "the cached object");
+      KubeObject updated = objects.update("configmaps", ns, "cfg", created.json());
+      assertTrue(updated.unchanged(), "the object as created, written back, changes nothing");
+      assertFalse(client.predatesOwnWrite(updated), "the cached object predates no own write");
+
+      KubeObject sentPatch =
+          objects.patch("configmaps", ns, "cfg", PatchType.MERGE, same, ObjectOption.sendUnchanged());
+      assertFalse(sentPatch.unchanged(), "sendUnchanged: the apiserver answered the patch");
+      KubeObject sentUpdate = objects.update("configmaps", ns, "cfg", created.json(), ObjectOption.sendUnchanged());
+      assertFalse(sentUpdate.unchanged(), "sendUnchanged: the apiserver answered the update");
+
+      KubeObject changed = objects.patch("configmaps", ns, "cfg", PatchType.MERGE, "{\"data\":{\"k\":\"two\"}}");
+      assertFalse(changed.unchanged(), "a patch that changes the object");
+      assertTrue(Long.parseLong(changed.resourceVersion()) > Long.parseLong(created.resourceVersion()));
+      WatchEvent own;
+      do {
+        own = watch.next();
+      } while (own.object() == null || !own.object().resourceVersion().equals(changed.resourceVersion()));
+      assertEquals(Type.MODIFIED, own.type(), own.toString());
+      assertEquals(Consistency.OWN_WRITE, own.consistency(), own.toString());
+      assertFalse(own.object().unchanged(), "only a write's answer is ever unchanged");
+    }
+    assertFalse(objects.get("configmaps", ns, "cfg").unchanged(), "a read");
   }
 
   @Test
