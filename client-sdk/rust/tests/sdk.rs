@@ -1,13 +1,13 @@
-//! The Rust SDK against real daemons and the real control plane: reconnecting watches, leadership
-//! streams, sends with awaitable ACKs and the inbox handler.
+//! The Rust SDK against real daemons and the real control plane: reconnecting watches, writes that would
+//! change nothing answered unchanged, leadership streams, sends with awaitable ACKs and the inbox handler.
 
 use std::{pin::pin, time::Duration};
 
 use consistd_client::{
     Client, Error, Event, Leadership, Watch,
     proto::{
-        CampaignRequest, Consistency, CreateRequest, DeliveryMode, EventType, GetOutboxStatusRequest, LeadershipState,
-        PatchRequest, PatchType, SendRequest,
+        CampaignRequest, Consistency, CreateRequest, DeliveryMode, EventType, GetOutboxStatusRequest, GetRequest,
+        LeadershipState, PatchRequest, PatchType, SendRequest, UpdateRequest,
     },
     to_peer,
 };
@@ -80,6 +80,74 @@ async fn a_consistent_watch_delivers_the_snapshot_then_this_pods_own_write() {
     assert_eq!(own.object.as_ref().map(|o| o.resource_version.clone()), Some(rv));
     let json = own.json().expect("an object").expect("valid JSON");
     assert_eq!(json["data"]["v"], "1");
+}
+
+/// The SDK passes the protocol's requests and answers through: `send_unchanged` as the app set it, `unchanged` as
+/// the daemon answered. With a synced watch of the namespace open (the daemon answers a no-op write from a watch's
+/// cache only), a merge patch and an update that change nothing come back unchanged, the cached object, which the
+/// own-write record takes without holding anything back; with `send_unchanged` the apiserver answers; a patch that
+/// changes something is never unchanged, and its state reaches the watch as the pod's own write.
+#[tokio::test]
+async fn a_write_that_would_change_nothing_comes_back_unchanged_unless_sent_anyway() {
+    let d = daemon("sdk-rust-unchanged").await;
+    let ns = namespace(&kube_client().await).await;
+    let client = d.client();
+    create_configmap(&client, &ns, "cfg").await;
+    let mut events = pin!(client.subscribe(Watch::new("configmaps").namespace(&ns)));
+    while next(&mut events).await.kind != EventType::Synced {}
+    let created = client
+        .objects()
+        .get(GetRequest {
+            resource: "configmaps".into(),
+            namespace: ns.clone(),
+            name: "cfg".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("get")
+        .into_inner()
+        .object
+        .expect("the object");
+    let patch = |send_unchanged: bool| PatchRequest {
+        resource: "configmaps".into(),
+        namespace: ns.clone(),
+        name: "cfg".into(),
+        patch_type: PatchType::Merge.into(),
+        patch: serde_json::json!({ "data": { "v": "0" } }).to_string().into_bytes(),
+        send_unchanged,
+        ..Default::default()
+    };
+    let update = |send_unchanged: bool| UpdateRequest {
+        resource: "configmaps".into(),
+        namespace: ns.clone(),
+        name: "cfg".into(),
+        object: created.json.to_vec(),
+        send_unchanged,
+        ..Default::default()
+    };
+
+    let patched = client.objects().patch(patch(false)).await.expect("a no-op patch").into_inner();
+    assert!(patched.unchanged, "a merge patch that changes nothing is answered from the cache");
+    let cached = patched.object.expect("the cached object");
+    assert_eq!(cached.resource_version, created.resource_version);
+    let updated = client.objects().update(update(false)).await.expect("a no-op update").into_inner();
+    assert!(updated.unchanged, "the object as read, written back, changes nothing");
+    assert!(!client.predates_own_write(&updated.object.expect("the cached object")), "recorded at its own version");
+
+    let sent = client.objects().patch(patch(true)).await.expect("a patch sent anyway").into_inner();
+    assert!(!sent.unchanged, "send_unchanged: the apiserver answered the patch");
+    let sent = client.objects().update(update(true)).await.expect("an update sent anyway").into_inner();
+    assert!(!sent.unchanged, "send_unchanged: the apiserver answered the update");
+
+    let rv = set_value(&client, &ns, "cfg", "1").await;
+    assert!(rv.parse::<u64>().expect("an integer") > created.resource_version.parse().expect("an integer"));
+    let own = loop {
+        let event = next(&mut events).await;
+        if event.object.as_ref().is_some_and(|o| o.resource_version == rv) {
+            break event;
+        }
+    };
+    assert_eq!((describe(&own), own.consistency), ("MODIFIED cfg".to_owned(), Consistency::OwnWrite));
 }
 
 #[tokio::test]
