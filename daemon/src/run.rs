@@ -21,7 +21,7 @@ use consistd_messages::{
     inbox::Inbox,
     outbox::{self, Members, Outbox},
     rollout::{self, Rollout, barrier::Barrier},
-    store::{OpenError, Store, StoreError},
+    store::{OpenError, Store, StoreError, StoredTimers},
     transport::{PeerReacher, PeerTls, TlsError, Transport},
 };
 use consistd_observe::metrics::Metrics;
@@ -188,6 +188,8 @@ async fn build(config: Config, env: &Environment, source: ConfigSource) -> Resul
     health.attach_store(store.clone());
     let (interval, timeout) = (config.health.probe_interval, config.health.probe_timeout);
     tasks.spawn(store.clone().check(interval, timeout, tasks.signal().clone()));
+    // The reconcile queues' REQUEUE times and TERMINAL marks, kept past a restart.
+    let timers = Arc::new(StoredTimers::new(store.clone()));
     let inbox = Inbox::open(
         store.clone(),
         identity.clone(),
@@ -238,6 +240,7 @@ async fn build(config: Config, env: &Environment, source: ConfigSource) -> Resul
         metrics.clone(),
         (tunables.consistency_timeout.live(), tunables.membership_ttl.live()),
         config.watch.linger,
+        timers,
         &tasks,
     );
     health.attach_reconciler(reconciler.clone());

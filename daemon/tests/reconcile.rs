@@ -467,6 +467,60 @@ async fn a_higher_priority_is_handed_out_first_from_a_related_query_or_a_complet
     assert_eq!(queue.item().await.name, "a");
 }
 
+/// Issue 46: a REQUEUE's time and a TERMINAL mark survive a restart of the daemon (kept in its store).
+/// Before the restart: `a` asks to come back in an hour, `b` fails for good, `c` and `d` are done. While the
+/// daemon is down, `d` changes. After it, the queue hands out `c` (every key once more, as a new queue's list
+/// does) and `d` (changed), but not `a` (its hour is not up) nor `b` (unchanged since it failed); a change of
+/// `b` then hands it out with its error.
+#[tokio::test]
+async fn a_requeue_and_a_terminal_mark_survive_a_restart_of_the_daemon() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let api: Api<ConfigMap> = Api::namespaced(kube, &ns);
+    for name in ["a", "b", "c", "d"] {
+        api.create(&PostParams::default(), &configmap(name, json!({ "v": "0" }))).await.expect("create");
+    }
+    let store = tempfile::tempdir().expect("store dir");
+    let mut daemon = Daemon::builder(BIN).store_dir(store.path()).start().await;
+    let mut queue = open(&daemon, spec("durable", &ns, 4)).await.expect("open");
+    for _ in 0..4 {
+        let item = queue.item().await;
+        let (outcome, requeue_after, error) = match item.name.as_str() {
+            "a" => (Outcome::Requeue, Some(prost_types::Duration { seconds: 3600, nanos: 0 }), ""),
+            "b" => (Outcome::Terminal, None, "bad spec"),
+            _ => (Outcome::Done, None, ""),
+        };
+        let c = Completion {
+            lease_id: item.lease_id.clone(),
+            outcome: outcome.into(),
+            requeue_after,
+            error: error.into(),
+            ..Default::default()
+        };
+        queue.send(reconcile_request::Request::Complete(c)).await;
+    }
+    assert!(queue.item_within(Duration::from_secs(1)).await.is_none(), "nothing more before the restart");
+    drop(queue);
+    daemon.signal(nix::sys::signal::Signal::SIGTERM);
+    assert!(daemon.wait_exit(Duration::from_secs(20)).await.success(), "a clean stop");
+    drop(daemon);
+    let changed = json!({ "data": { "v": "1" } });
+    api.patch("d", &PatchParams::default(), &Patch::Merge(&changed)).await.expect("patch d while the daemon is down");
+
+    let daemon = Daemon::builder(BIN).store_dir(store.path()).start().await;
+    let mut queue = open(&daemon, spec("durable", &ns, 4)).await.expect("open again");
+    let mut handed = Vec::new();
+    while let Some(item) = queue.item_within(Duration::from_secs(3)).await {
+        handed.push(item.name.clone());
+        queue.complete(&item, Outcome::Done).await;
+    }
+    handed.sort();
+    assert_eq!(handed, ["c", "d"], "a waits for its hour and b for a change, as before the restart");
+    api.patch("b", &PatchParams::default(), &Patch::Merge(&changed)).await.expect("patch b");
+    let b = queue.item().await;
+    assert_eq!((b.name.as_str(), b.last_error.as_str()), ("b", "bad spec"), "b, changed, with its error");
+}
+
 #[tokio::test]
 async fn a_retry_comes_back_with_its_attempt_and_error_and_the_queue_shows_in_metrics_and_status() {
     let kube = consistd_testkit::kube_client().await;

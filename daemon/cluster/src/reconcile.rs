@@ -6,6 +6,7 @@
 
 mod authority;
 mod driver;
+pub mod durable;
 mod gate;
 pub mod keys;
 pub mod limiter;
@@ -263,6 +264,8 @@ pub struct Reconciler {
     next_stream: AtomicU64,
     /// Runs the queues' drivers; each ends once its watches stop with the daemon.
     tasks: Tasks,
+    /// Where queues keep their REQUEUE times and TERMINAL marks past a restart of the daemon.
+    timers: Arc<dyn durable::Timers>,
 }
 
 /// One stream's membership of a queue; dropping it returns its leases to the queue.
@@ -305,9 +308,11 @@ impl Reconciler {
         metrics: Metrics,
         (consistency_timeout, membership_ttl): (Live<Duration>, Live<Duration>),
         linger: Duration,
+        timers: Arc<dyn durable::Timers>,
         tasks: &Tasks,
     ) -> Arc<Self> {
         Arc::new(Self {
+            timers,
             hub,
             leadership,
             metrics,

@@ -17,6 +17,10 @@ use tokio::{
 };
 use tokio_util::sync::CancellationToken;
 
+mod timers;
+
+pub use timers::StoredTimers;
+
 /// The file inside the store directory.
 pub(crate) const FILE_NAME: &str = "consistd.redb";
 

@@ -22,10 +22,11 @@ use tokio_util::sync::CancellationToken;
 use super::{
     DriverCall, Handed, QueueSpec, ReconcileError, Reconciler, Work,
     authority::{Authority, May},
+    durable::{Timer, TimerKind},
     gate::{Gate, Verdict},
     keys::{MapsBy, PrimaryKind, primary_of},
     own::{OwnWrites, WriteResult, version_of},
-    queue::{Completion, Origin, Queue},
+    queue::{Completion, Origin, Queue, instant_of, wall_ms},
     ring::ShardBy,
     shards::Handoff,
 };
@@ -118,6 +119,8 @@ struct Lease {
     term: u64,
     expires: Instant,
     granted: Instant,
+    /// The resourceVersion of the object handed out, for a timer the pass's end keeps.
+    version: Option<String>,
 }
 
 /// A watch event of a leased key waiting for the lease to end (then one more pass, however many) or for
@@ -207,6 +210,13 @@ pub(super) struct Driver {
     own: OwnWrites,
     /// The changes of leased keys that wait for their lease to end or their write's answer.
     deferred: HashMap<ObjKey, Vec<Deferred>>,
+    /// Timers kept from before the daemon restarted, by key, until the first lists are through (`durable`).
+    kept: HashMap<ObjKey, Timer>,
+    /// Keys whose kept timer was restored, with its watermark: a related object listed at no later version
+    /// is no change since.
+    restored: HashMap<ObjKey, u64>,
+    /// Keys with a timer in the store, forgotten there once it no longer holds.
+    stored: HashSet<ObjKey>,
 }
 
 impl std::fmt::Debug for Driver {
@@ -281,6 +291,8 @@ impl Driver {
         watches: Vec<(Arc<SharedWatch>, Option<MapsBy>)>,
         events: Events,
     ) -> Self {
+        // A sharded queue's keys carry their state with their slots; a queue of one daemon keeps it in the store.
+        let kept = if spec.sharded { HashMap::new() } else { reconciler.timers.load(&spec.name) };
         let gate = Gate::new(
             watches.iter().map(|(watch, _)| watch.clone()).collect(),
             comparable,
@@ -332,6 +344,9 @@ impl Driver {
             adds_reported: 0,
             own: OwnWrites::default(),
             deferred: HashMap::new(),
+            stored: kept.keys().cloned().collect(),
+            kept,
+            restored: HashMap::new(),
             spec,
             reconciler,
         }
@@ -550,6 +565,10 @@ impl Driver {
         let Some(w) = self.watched.get_mut(index) else { return };
         w.synced = true;
         w.taken_in = w.taken_in.max(std::mem::take(&mut w.listing));
+        if self.watched.iter().all(|w| w.synced) {
+            self.first_lists_through();
+        }
+        let Some(w) = self.watched.get_mut(index) else { return };
         let Some(seen) = w.resync.take() else { return };
         let gone: Vec<Arc<Obj>> =
             w.known.iter().filter(|(key, _)| !seen.contains(*key)).map(|(_, (obj, _))| obj.clone()).collect();
@@ -584,6 +603,9 @@ impl Driver {
                 w.known.insert(key.clone(), (obj.clone(), Some(key.clone())));
                 self.tombstones.remove(&key);
             }
+            if origin == Origin::Initial && !deleted && self.restore(&key, obj, now) {
+                return;
+            }
             self.key_changed(&key, (index, at), origin, one_write, now);
             return;
         };
@@ -595,7 +617,81 @@ impl Driver {
         };
         let before = before.filter(|b| Some(b) != named.as_ref());
         for primary in named.iter().chain(before.iter()) {
+            if origin == Origin::Initial && !self.related_changed_since_kept(primary, version) {
+                continue;
+            }
             self.key_changed(primary, (index, at), origin, one_write, now);
+        }
+    }
+
+    /// Puts `key`, listed as `obj` by the primary watch's first list, back where the timer kept before the
+    /// daemon restarted says, when the object is the one that pass was handed (else it changed since, and the
+    /// timer is forgotten): waiting for its REQUEUE, or TERMINAL (a queue with related queries takes no
+    /// TERMINAL mark back: one of their objects deleted meanwhile would not show). Whether it did.
+    fn restore(&mut self, key: &ObjKey, obj: &Obj, now: Instant) -> bool {
+        let Some(timer) = self.kept.remove(key) else { return false };
+        let to = match timer.kind {
+            _ if obj.resource_version() != timer.resource_version => None,
+            TimerKind::Requeue { at_ms, priority } => Some(Ok((instant_of(at_ms, now, SystemTime::now()), priority))),
+            TimerKind::Terminal { error } if self.spec.related.is_empty() => Some(Err(error)),
+            TimerKind::Terminal { .. } => None,
+        };
+        let Some(to) = to else {
+            self.forget_timer(key);
+            return false;
+        };
+        tracing::debug!(queue = %self.spec.name, namespace = %key.namespace, name = %key.name, requeue = to.is_ok(), "timer kept from before the restart restored");
+        self.queue.restore(key, to);
+        self.restored.insert(key.clone(), timer.watermark);
+        true
+    }
+
+    /// Whether a related object of the first lists, at `version`, is a change of `primary` since the timer
+    /// kept for it; a later one forgets that timer.
+    fn related_changed_since_kept(&mut self, primary: &ObjKey, version: u64) -> bool {
+        if let Some(watermark) = self.restored.get(primary) {
+            return version > *watermark;
+        }
+        if self.kept.get(primary).is_some_and(|t| version > t.watermark) {
+            self.kept.remove(primary);
+            self.forget_timer(primary);
+        }
+        true
+    }
+
+    /// Every watch's first list is through: a timer kept for a key no list showed (its object went while
+    /// the daemon was down) is forgotten.
+    fn first_lists_through(&mut self) {
+        for key in std::mem::take(&mut self.kept).into_keys() {
+            self.forget_timer(&key);
+        }
+        self.restored.clear();
+    }
+
+    /// Keeps in the store what `lease`'s end left its key waiting for (a REQUEUE's time, a TERMINAL
+    /// mark), or forgets what was kept. A sharded queue's keys move with their slots instead.
+    fn keep_timer(&mut self, lease: &Lease, now: Instant) {
+        let key = &lease.key;
+        let kind = if let Some((at, priority)) = self.queue.requeued(key) {
+            Some(TimerKind::Requeue { at_ms: wall_ms(at, now, SystemTime::now()), priority })
+        } else {
+            self.queue.terminal(key).map(|error| TimerKind::Terminal { error: error.to_owned() })
+        };
+        match (kind, &lease.version) {
+            (Some(kind), Some(version)) if !self.spec.sharded => {
+                let watermark = self.watched.iter().map(|w| w.taken_in).max().unwrap_or(0);
+                let timer = Timer { resource_version: version.clone(), watermark, kind };
+                self.reconciler.timers.keep(&self.spec.name, key, Some(&timer));
+                self.stored.insert(key.clone());
+            }
+            _ => self.forget_timer(key),
+        }
+    }
+
+    /// Forgets the timer kept in the store for `key`, if any.
+    fn forget_timer(&mut self, key: &ObjKey) {
+        if self.stored.remove(key) {
+            self.reconciler.timers.keep(&self.spec.name, key, None);
         }
     }
 
@@ -919,6 +1015,7 @@ impl Driver {
         self.next_lease += 1;
         let expires = now + self.spec.lease_timeout;
         let absent = object.is_none();
+        let version = object.as_ref().filter(|_| !deleted).map(|o| o.resource_version().to_owned());
         let work = Work {
             lease_id: lease_id.clone(),
             key: key.clone(),
@@ -943,7 +1040,12 @@ impl Driver {
         }
         self.metrics.queue_duration.observe(granted.queued_for.as_secs_f64());
         self.expiries.insert((expires, lease_id.clone()));
-        self.leases.insert(lease_id, Lease { key: key.clone(), stream, deleted, absent, term, expires, granted: now });
+        // The pass a kept timer stood for is out: its end keeps what follows it.
+        self.forget_timer(key);
+        self.leases.insert(
+            lease_id,
+            Lease { key: key.clone(), stream, deleted, absent, term, expires, granted: now, version },
+        );
     }
 
     /// A stream completes a lease.
@@ -983,7 +1085,9 @@ impl Driver {
         }
         let finishes = matches!(outcome, Completion::Done | Completion::Terminal(_));
         self.settle(&lease.key, now);
-        if let Some(finished) = self.queue.complete(&lease.key, outcome, priority, now) {
+        let finished = self.queue.complete(&lease.key, outcome, priority, now);
+        self.keep_timer(&lease, now);
+        if let Some(finished) = finished {
             self.metrics.work_duration.observe(finished.worked_for.as_secs_f64());
             if finished.retried {
                 self.metrics.retries.inc();
@@ -1107,6 +1211,7 @@ mod tests {
     use consistd_observe::metrics::Metrics;
 
     use crate::reconcile::{
+        durable::Timers,
         queue::{Carried, CarriedPlace},
         shards::{Ownership, RingNames, ShardMember},
     };
@@ -1175,6 +1280,10 @@ mod tests {
         }
 
         fn build(comparable: bool, sharded: Option<Authority>) -> Self {
+            Self::build_with(comparable, sharded, Arc::new(super::super::durable::Volatile))
+        }
+
+        fn build_with(comparable: bool, sharded: Option<Authority>, timers: Arc<dyn Timers>) -> Self {
             let metrics = Metrics::new();
             let client = unused_client();
             let tasks = Tasks::new();
@@ -1184,7 +1293,8 @@ mod tests {
                 Leadership::new(client, hub.clone(), "me".into(), "ns".into(), None, metrics.clone(), &tasks);
             let linger = Duration::from_secs(5);
             let timing = (Live::fixed(TIMEOUT), Live::fixed(Duration::from_secs(30)));
-            let reconciler = Reconciler::new(hub.clone(), leadership.clone(), metrics.clone(), timing, linger, &tasks);
+            let reconciler =
+                Reconciler::new(hub.clone(), leadership.clone(), metrics.clone(), timing, linger, timers, &tasks);
             let expectations = hub.expectations().clone();
             let watch = |label_selector: &str| {
                 let key = WatchKey {
@@ -1458,6 +1568,56 @@ mod tests {
 
     fn next(rx: &mut mpsc::UnboundedReceiver<Handed>) -> Option<Work> {
         rx.try_recv().ok().map(|handed| handed.expect("work, not the queue's end"))
+    }
+
+    /// Timers in memory, as a store would keep them.
+    #[derive(Debug, Default)]
+    struct Kept(Mutex<HashMap<ObjKey, Timer>>);
+
+    impl Timers for Kept {
+        fn keep(&self, _: &str, key: &ObjKey, timer: Option<&Timer>) {
+            let mut kept = self.0.lock().expect("kept");
+            match timer {
+                Some(timer) => kept.insert(key.clone(), timer.clone()),
+                None => kept.remove(key),
+            };
+        }
+
+        fn load(&self, _: &str) -> HashMap<ObjKey, Timer> {
+            self.0.lock().expect("kept").clone()
+        }
+    }
+
+    /// After a restart, a REQUEUE kept for a key is taken back when its first lists show nothing changed
+    /// since: the primary at the version that pass was handed, and no related object past the watermark.
+    /// Otherwise the key is handed out (and the timer forgotten), as is a key of no timer.
+    #[tokio::test]
+    async fn a_kept_requeue_is_restored_unless_its_object_or_a_related_one_changed_since() {
+        let in_an_hour = wall_ms(Instant::now() + Duration::from_secs(3600), Instant::now(), SystemTime::now());
+        let timer = |rv: &str| Timer {
+            resource_version: rv.into(),
+            watermark: 20,
+            kind: TimerKind::Requeue { at_ms: in_an_hour, priority: 0 },
+        };
+        let kept = Arc::new(Kept::default());
+        for name in ["same", "related-changed", "changed", "gone"] {
+            kept.keep("q", &ObjKey { namespace: "ns".into(), name: name.into() }, Some(&timer("10")));
+        }
+        let mut rig = Rig::build_with(true, None, kept.clone());
+        rig.list(
+            0,
+            vec![raw("same", 10, ""), raw("related-changed", 10, ""), raw("changed", 11, ""), raw("new", 5, "")],
+        );
+        rig.list(1, vec![raw("child-1", 15, r#""owner":"same""#), raw("child-2", 25, r#""owner":"related-changed""#)]);
+        let mut rx = rig.attach(1, 10);
+        rig.pump();
+        let mut handed: Vec<String> = std::iter::from_fn(|| next(&mut rx)).map(|w| w.key.name).collect();
+        handed.sort();
+        assert_eq!(handed, ["changed", "new", "related-changed"], "same waits for its hour");
+        let same = ObjKey { namespace: "ns".into(), name: "same".into() };
+        assert!(rig.driver.queue.requeued(&same).is_some());
+        let left: Vec<String> = kept.load("q").into_keys().map(|k| k.name).collect();
+        assert_eq!(left, ["same"], "the others' timers forgotten, the gone one's too");
     }
 
     /// The Kopf worker's invariant across the process boundary: after the app's own write, the key's

@@ -161,12 +161,12 @@ pub enum CarriedPlace {
     Requeue(u64),
 }
 
-fn wall_ms(at: Instant, now: Instant, wall: SystemTime) -> u64 {
+pub(crate) fn wall_ms(at: Instant, now: Instant, wall: SystemTime) -> u64 {
     let at = if at >= now { wall + (at - now) } else { wall.checked_sub(now - at).unwrap_or(wall) };
     at.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-fn instant_of(ms: u64, now: Instant, wall: SystemTime) -> Instant {
+pub(crate) fn instant_of(ms: u64, now: Instant, wall: SystemTime) -> Instant {
     let at = SystemTime::UNIX_EPOCH + Duration::from_millis(ms);
     match at.duration_since(wall) {
         Ok(ahead) => now + ahead,
@@ -513,6 +513,41 @@ impl Queue {
         }
     }
 
+    /// When `key` waits for a REQUEUE's time, that time and the pass's priority.
+    pub(crate) fn requeued(&self, key: &ObjKey) -> Option<(Instant, i32)> {
+        self.keys.get(key).and_then(|s| match s.place {
+            Place::Waiting(at, Wait::Requeue) => Some((at, s.priority)),
+            _ => None,
+        })
+    }
+
+    /// The error `key` ended TERMINAL with, while it waits for a change.
+    pub(crate) fn terminal(&self, key: &ObjKey) -> Option<&str> {
+        self.keys.get(key).filter(|s| s.place == Place::Idle && s.failures == 0).and_then(|s| s.last_error.as_deref())
+    }
+
+    /// Puts `key` back where a kept timer says it was before the daemon restarted: waiting for a REQUEUE's
+    /// time `Some((at, priority))`, or TERMINAL with `Err(error)`. Only a key that is new, idle or queued
+    /// from a list takes it; a live change or a lease stands.
+    pub(crate) fn restore(&mut self, key: &ObjKey, to: Result<(Instant, i32), String>) {
+        let state = self.keys.entry(key.clone()).or_insert_with(KeyState::new);
+        match state.place {
+            Place::Idle => {}
+            Place::Ready(Origin::Initial) => self.initial.retain(|k| k != key),
+            Place::Ready(Origin::Live) | Place::Held | Place::Leased | Place::Waiting(..) => return,
+        }
+        let Some(state) = self.keys.get_mut(key) else { return };
+        state.place = Place::Idle;
+        state.ready_since = None;
+        match to {
+            Ok((at, priority)) => {
+                state.priority = priority;
+                self.wait(key, at, Wait::Requeue);
+            }
+            Err(error) => state.last_error = Some(error),
+        }
+    }
+
     /// Forgets an idle key (a deleted object handed out and done); a key still queued or leased stays.
     pub(crate) fn forget(&mut self, key: &ObjKey) {
         if self.keys.get(key).is_some_and(|s| s.place == Place::Idle) {
@@ -651,6 +686,28 @@ mod tests {
         q.changed_at(&key("c"), Origin::Live, 2, later);
         q.complete(&a, Completion::Done, 1, later).expect("leased");
         assert_eq!(names(&mut q, later), ["a", "c"]);
+    }
+
+    #[test]
+    fn a_restored_timer_takes_a_listed_or_new_key_and_a_live_change_overtakes_it() {
+        let now = Instant::now();
+        let mut q = queue(now);
+        q.changed(&key("listed"), Origin::Initial, now);
+        q.changed(&key("live"), Origin::Live, now);
+        let hour = now + Duration::from_secs(3600);
+        for name in ["listed", "live", "new"] {
+            q.restore(&key(name), Ok((hour, 2)));
+        }
+        q.restore(&key("failed"), Err("bad spec".into()));
+        assert_eq!(names(&mut q, now), ["live"], "only the live change is handed out");
+        assert_eq!(q.requeued(&key("listed")), Some((hour, 2)));
+        assert_eq!(q.requeued(&key("new")), Some((hour, 2)));
+        assert_eq!(q.terminal(&key("failed")), Some("bad spec"));
+        q.changed(&key("new"), Origin::Live, now);
+        q.changed(&key("failed"), Origin::Live, now);
+        assert_eq!(names(&mut q, now), ["new", "failed"], "a change ends a requeue's wait and a terminal mark");
+        q.tick(hour);
+        assert_eq!(names(&mut q, hour), ["listed"]);
     }
 
     #[test]
