@@ -39,7 +39,8 @@ pub(crate) fn bookmarking_client(base: Client) -> Client {
     Client::new(service, namespace)
 }
 
-/// Whether `metadata` (of an object a watch event carries) is a bookmark's marker: no uid.
+/// Whether `metadata` (of an object a watch event carries) is a bookmark's marker: a resourceVersion, and
+/// neither a uid nor a name.
 pub(crate) fn is_marker(metadata: &kube::api::ObjectMeta) -> bool {
     metadata.uid.is_none() && metadata.name.is_none() && metadata.resource_version.is_some()
 }
@@ -80,7 +81,7 @@ impl Lines {
     /// Takes in `chunk`; returns the whole lines it completes, bookmarks rewritten (the rest stays until
     /// its line ends: the watcher's decoder waits for it too).
     fn push(&mut self, chunk: Bytes) -> Bytes {
-        let Some(last) = chunk.iter().rposition(|b| *b == b'\n') else {
+        let Some(last) = memchr::memrchr(b'\n', &chunk) else {
             self.partial.extend_from_slice(&chunk);
             return Bytes::new();
         };
@@ -136,7 +137,7 @@ fn marker_for(line: &[u8]) -> Option<Vec<u8>> {
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
+    memchr::memmem::find(haystack, needle).is_some()
 }
 
 #[cfg(test)]
