@@ -404,6 +404,19 @@ async fn a_quiet_watch_holds_a_key_only_until_its_next_bookmark() {
     assert!(bookmarks >= 2, "the list's end and a bookmark after the write: {bookmarks}");
 }
 
+/// Waits until queue `name` of `daemon` has `keys` keys ready (`consistd_workqueue_depth`), failing the test
+/// after [`WAIT`].
+async fn ready_keys(daemon: &Daemon, name: &str, keys: usize) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let label = format!("name=\"{name}\"");
+    #[allow(clippy::cast_precision_loss, reason = "a handful of keys")]
+    let want = keys as f64;
+    while daemon.metric("consistd_workqueue_depth", &label).await != Some(want) {
+        assert!(tokio::time::Instant::now() < deadline, "queue {name} never had {keys} keys ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Issue 46: priorities. A related query's changes queue their primary at its priority, a completion's pass
 /// goes at the completion's, and a higher priority is handed out first (one lease at a time, so the order is
 /// the queue's): a Secret of `c` (priority 10) goes before a change of `b` (0) made earlier, and `c`'s
@@ -442,7 +455,7 @@ async fn a_higher_priority_is_handed_out_first_from_a_related_query_or_a_complet
     let secret =
         serde_json::from_value(json!({ "metadata": { "name": "s", "labels": { "owner": "c" } } })).expect("secret");
     secrets.create(&PostParams::default(), &secret).await.expect("create the Secret");
-    tokio::time::sleep(Duration::from_millis(500)).await; // both seen by the queue's watches
+    ready_keys(&daemon, "priorities", 2).await; // both seen by the queue's watches, waiting for the one lease
     queue.complete(&a, Outcome::Done).await;
     let c = queue.item().await;
     assert_eq!(c.name, "c", "the related query's priority 10 goes before b's change at 0");
@@ -457,9 +470,11 @@ async fn a_higher_priority_is_handed_out_first_from_a_related_query_or_a_complet
     queue.send(reconcile_request::Request::Complete(requeue)).await;
     let b = queue.item().await;
     assert_eq!(b.name, "b");
-    tokio::time::sleep(Duration::from_millis(500)).await; // c's requeue is due
+    // The gauge is reported a little later than the queue changes: none ready (c waits), then a's change
+    // and c's requeue due.
+    ready_keys(&daemon, "priorities", 0).await;
     change("a", "2").await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    ready_keys(&daemon, "priorities", 2).await;
     queue.complete(&b, Outcome::Done).await;
     let next = queue.item().await;
     assert_eq!(next.name, "c", "the requeue at 20 goes before a's change at 0");
