@@ -4,7 +4,9 @@
 package consistd_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -210,12 +212,46 @@ func (d *daemon) stop() {
 	}
 }
 
-// pause stops the daemon's process (SIGSTOP): its sockets stay open but nothing is answered.
+// pause stops the daemon's process (SIGSTOP): its sockets stay open but nothing is answered. A signal is
+// delivered asynchronously, so pause returns once the kernel shows every thread of the process stopped.
 func (d *daemon) pause() {
 	d.t.Helper()
 	if err := d.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		d.t.Fatalf("pausing the test's daemon: %v", err)
 	}
+	deadline := time.Now().Add(5 * time.Second)
+	for d.state() != "stopped" {
+		if time.Now().After(deadline) {
+			d.t.Fatalf("the test's daemon was not stopped 5 s after SIGSTOP: %s", d.state())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// state is "stopped" when every thread of the daemon's process is stopped, else what /proc shows of them
+// (for a failure's message: a paused daemon that answered was running again).
+func (d *daemon) state() string {
+	dir := fmt.Sprintf("/proc/%d/task", d.cmd.Process.Pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Sprintf("reading %s: %v", dir, err)
+	}
+	var running []string
+	for _, task := range tasks {
+		stat, err := os.ReadFile(filepath.Join(dir, task.Name(), "stat"))
+		if err != nil {
+			continue // the thread ended
+		}
+		// The field after the command name, which is in parentheses and may hold spaces.
+		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(fields) > 0 && fields[0] != "T" {
+			running = append(running, task.Name()+":"+fields[0])
+		}
+	}
+	if len(running) == 0 {
+		return "stopped"
+	}
+	return "threads not stopped (tid:state): " + strings.Join(running, " ")
 }
 
 // resume lets a paused daemon run again (SIGCONT); it does nothing once the daemon was stopped or killed.

@@ -102,7 +102,7 @@ func TestASendWaitingWhenTheSidecarIsLostFailsAsUnavailableAndTheNextOpensANewSt
 	}()
 	select {
 	case err := <-lost:
-		t.Fatalf("a paused sidecar answered a send: %v", err)
+		t.Fatalf("a paused sidecar answered a send: %v (its process: %s)", err, d.state())
 	case <-time.After(300 * time.Millisecond):
 	}
 	d.kill()
