@@ -1,6 +1,6 @@
 //! WatchService against the real apiserver: initial state then SYNCED then live events, late joiners,
 //! resource names in every form (custom resources too), resume from a cursor, a stalled subscriber that
-//! must resync without slowing a fast one, and bad input named by field.
+//! must resync without slowing a fast one, bad input named by field, and the state a MODIFIED follows.
 
 use std::{collections::BTreeMap, time::Duration};
 
@@ -390,4 +390,47 @@ async fn a_watch_shows_how_long_it_has_been_behind_the_store() {
         assert!(tokio::time::Instant::now() < deadline, "behind {behind} s, and still after its own event:\n{metrics}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// A MODIFIED names the state of the object the daemon's watch saw directly before it, in RAW and in
+/// CONSISTENT mode: the first state (ADDED), a deletion and a state from a list name none.
+#[tokio::test]
+async fn a_modified_names_the_state_it_directly_follows() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let api: Api<ConfigMap> = Api::namespaced(kube, &ns);
+    let daemon = Daemon::builder(BIN).start().await;
+    let client = daemon.client();
+    let mut every = Events::open(&client, raw("configmaps", &ns)).await;
+    let mut states = Events::open(&client, consistent("configmaps", &ns)).await;
+    every.until_synced().await;
+    states.until_synced().await;
+
+    let created = api.create(&PostParams::default(), &config_map("a", "0")).await.expect("create a");
+    let mut versions = vec![created.metadata.resource_version.expect("a resourceVersion")];
+    for value in ["1", "2"] {
+        let patch = serde_json::json!({ "data": { "k": value } });
+        let patched = api.patch("a", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch a");
+        versions.push(patched.metadata.resource_version.expect("a resourceVersion"));
+    }
+    api.delete("a", &DeleteParams::default()).await.expect("delete a");
+    for (mode, events) in [("RAW", &mut every), ("CONSISTENT", &mut states)] {
+        let mut got = Vec::new();
+        for _ in 0..4 {
+            let event = events.next().await;
+            got.push((describe(&event), event.previous_resource_version));
+        }
+        let want = [
+            ("ADDED a".to_owned(), String::new()),
+            ("MODIFIED a".to_owned(), versions[0].clone()),
+            ("MODIFIED a".to_owned(), versions[1].clone()),
+            ("DELETED a".to_owned(), String::new()),
+        ];
+        assert_eq!(got, want, "{mode}");
+    }
+    // A late subscriber's snapshot is listed: its ADDED names nothing.
+    api.create(&PostParams::default(), &config_map("b", "0")).await.expect("create b");
+    let mut late = Events::open(&client, consistent("configmaps", &ns)).await;
+    let snapshot = late.until_synced().await;
+    assert!(snapshot.iter().all(|e| e.previous_resource_version.is_empty()), "{snapshot:?}");
 }

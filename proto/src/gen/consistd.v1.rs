@@ -149,6 +149,18 @@ pub struct SubscribeResponse {
     /// The object's consistency state when this event was delivered.
     #[prost(enumeration = "Consistency", tag = "4")]
     pub consistency: i32,
+    /// For a MODIFIED event: the resourceVersion of the state of this object that the daemon's watch saw
+    /// directly before this one, so no write to the object came between the two (a CONSISTENT subscriber may
+    /// not have been sent that state: it names the watch's, not this subscription's, previous state). Empty
+    /// when that is not known: ADDED and DELETED events, and states from a list or a snapshot (the first
+    /// one, a relist after 410 Gone, a resync), where writes in between were never seen.
+    ///
+    /// With it an app can tell the state its own write made on top of a state it had from one that also
+    /// holds someone else's change: if this state's resource_version is the one the app's write returned and
+    /// previous_resource_version is the state the app wrote on, nothing but that write happened in between.
+    /// The SDKs' newest-state watches use it so that a worker is not handed back the state of its own write.
+    #[prost(string, tag = "5")]
+    pub previous_resource_version: ::prost::alloc::string::String,
 }
 /// How a subscription wants its events.
 #[allow(clippy::all)]

@@ -858,7 +858,7 @@ mod tests {
     }
 
     fn entry(change: Change) -> Item {
-        Item::Entry(Arc::new(Entry { seq: 1, change, received: Instant::now(), listed: false }))
+        Item::Entry(Arc::new(Entry { seq: 1, change, received: Instant::now(), listed: false, previous: None }))
     }
 
     fn holder(view: &View) -> Option<&str> {

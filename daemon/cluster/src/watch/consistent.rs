@@ -59,6 +59,8 @@ pub enum Delivery {
         consistency: Consistency,
         /// When the daemon received this state from the apiserver, if it came live (not in a snapshot).
         received: Option<Instant>,
+        /// The state of the object the watch saw directly before this one ([`super::shared::Entry::previous`]).
+        previous: Option<Box<str>>,
     },
     /// The initial state is complete.
     Synced(u64),
@@ -102,6 +104,7 @@ struct HeldState {
     seq: Option<u64>,
     deadline: Instant,
     received: Option<Instant>,
+    previous: Option<Box<str>>,
 }
 
 /// A subscription filtered for CONSISTENT delivery.
@@ -201,7 +204,7 @@ impl Filter {
                 Some(objects) => objects.push(obj),
                 None => {
                     self.last_seq = at;
-                    self.offer(obj, at, None, None);
+                    self.offer(obj, at, None, None, None);
                 }
             },
             Item::Synced(seq) => {
@@ -215,7 +218,7 @@ impl Filter {
                 self.last_seq = entry.seq;
                 match &entry.change {
                     Change::Added(obj) | Change::Modified(obj) => {
-                        self.offer(obj.clone(), entry.seq, Some(entry.seq), received)
+                        self.offer(obj.clone(), entry.seq, Some(entry.seq), received, entry.previous.clone())
                     }
                     Change::Deleted(obj) => self.delete(obj.clone(), Some(entry.seq), received),
                     Change::Synced => {
@@ -230,26 +233,40 @@ impl Filter {
     }
 
     /// A state at position `pos`: held while it predates a pending own write, else delivered once.
-    fn offer(&mut self, obj: Arc<Obj>, pos: u64, seq: Option<u64>, received: Option<Instant>) {
+    fn offer(
+        &mut self,
+        obj: Arc<Obj>,
+        pos: u64,
+        seq: Option<u64>,
+        received: Option<Instant>,
+        previous: Option<Box<str>>,
+    ) {
         let (consistency, deadline) = classify(&self.expectations, self.incarnation, &self.plural, &obj, pos);
         tracing::debug!(uid = %obj.uid(), resource_version = %obj.resource_version(), pos, ?consistency, held = deadline.is_some(), "consistent: offered");
         if let Some(deadline) = deadline {
-            self.held.insert(obj.uid().to_owned(), HeldState { obj, pos, seq, deadline, received });
+            self.held.insert(obj.uid().to_owned(), HeldState { obj, pos, seq, deadline, received, previous });
             return;
         }
         // The state that ends a wait supersedes what was held.
         self.held.remove(obj.uid());
-        self.deliver(obj, seq, consistency, received);
+        self.deliver(obj, seq, consistency, received, previous);
     }
 
-    fn deliver(&mut self, obj: Arc<Obj>, seq: Option<u64>, consistency: Consistency, received: Option<Instant>) {
+    fn deliver(
+        &mut self,
+        obj: Arc<Obj>,
+        seq: Option<u64>,
+        consistency: Consistency,
+        received: Option<Instant>,
+        previous: Option<Box<str>>,
+    ) {
         let kind = match self.delivered.get(obj.uid()) {
             Some(prev) if prev.resource_version() == obj.resource_version() => return,
             Some(_) => Kind::Modified,
             None => Kind::Added,
         };
         self.delivered.insert(obj.uid().to_owned(), obj.clone());
-        self.out.push_back(Delivery::Object { kind, obj, seq, consistency, received });
+        self.out.push_back(Delivery::Object { kind, obj, seq, consistency, received, previous });
     }
 
     /// Delivers a delete at once (deletes are never held), forgetting what was held or delivered for the object.
@@ -257,7 +274,7 @@ impl Filter {
         self.held.remove(obj.uid());
         self.delivered.remove(obj.uid());
         let consistency = Consistency::Consistent;
-        self.out.push_back(Delivery::Object { kind: Kind::Deleted, obj, seq, consistency, received });
+        self.out.push_back(Delivery::Object { kind: Kind::Deleted, obj, seq, consistency, received, previous: None });
     }
 
     /// Classifies every held state again (a write was answered or seen, or a deadline passed):
@@ -276,7 +293,7 @@ impl Filter {
                         tracing::warn!(uid = %uid, resource_version = %held.obj.resource_version(), "own write not seen before consistency.timeout; delivering the latest state");
                     }
                     let seq = held.seq.or(Some(self.last_seq));
-                    self.deliver(held.obj, seq, consistency, held.received);
+                    self.deliver(held.obj, seq, consistency, held.received, held.previous);
                 }
             }
         }
@@ -291,7 +308,7 @@ impl Filter {
         }
         self.held.retain(|uid, _| present.contains(uid.as_str()));
         for obj in objects {
-            self.offer(obj, seq, Some(seq), None);
+            self.offer(obj, seq, Some(seq), None, None);
         }
     }
 }
@@ -329,7 +346,13 @@ mod tests {
     }
 
     fn entry(seq: u64, change: Change) -> Item {
-        Item::Entry(Arc::new(super::super::shared::Entry { seq, change, received: Instant::now(), listed: false }))
+        Item::Entry(Arc::new(super::super::shared::Entry {
+            seq,
+            change,
+            received: Instant::now(),
+            listed: false,
+            previous: None,
+        }))
     }
 
     fn drain(f: &mut Filter) -> Vec<String> {

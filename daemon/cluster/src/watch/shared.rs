@@ -55,6 +55,9 @@ pub struct Entry {
     /// Whether it came from a list (the first, or a relist's difference) rather than a watch event: the
     /// writes between the object's state before and this one were never seen, so it may stand for several.
     pub listed: bool,
+    /// For a MODIFIED from a watch event: the resourceVersion the cache held of the object just before it,
+    /// the state this one directly follows (no write to the object came between them).
+    pub previous: Option<Box<str>>,
 }
 
 /// What a subscriber is handed when it joins.
@@ -371,6 +374,7 @@ impl SharedWatch {
             return;
         }
         let mut changes = Vec::new();
+        let mut previous: Option<Box<str>> = None;
         match event {
             watcher::Event::Init => {
                 state.relist = Some((Instant::now(), ObjectCache::default()));
@@ -424,13 +428,13 @@ impl SharedWatch {
                         slot.first_list_done.store(true, Ordering::Release);
                     }
                 } else {
-                    state.publish(Change::Relisted, false, self, metrics);
+                    state.publish(Change::Relisted, false, None, self, metrics);
                 }
                 for change in changes {
-                    state.publish(change, true, self, metrics);
+                    state.publish(change, true, None, self, metrics);
                 }
                 if first {
-                    state.publish(Change::Synced, false, self, metrics);
+                    state.publish(Change::Synced, false, None, self, metrics);
                 }
                 // A list that started after a write includes it: from here on it is met.
                 for uid in listed_uids {
@@ -468,6 +472,7 @@ impl SharedWatch {
                             changes.push(Change::Deleted(old));
                             changes.push(Change::Added(obj));
                         } else {
+                            previous = Some(old.resource_version().into());
                             changes.push(Change::Modified(obj));
                         }
                     }
@@ -489,7 +494,9 @@ impl SharedWatch {
         metrics.watch_bytes.get_or_create(&self.label).set(gauge(state.bytes));
         metrics.watch_resource_version.get_or_create(&self.label).set(gauge(self.high_water()));
         for change in changes {
-            state.publish(change, false, self, metrics);
+            // Only a MODIFIED follows a state of the same object.
+            let previous = if matches!(change, Change::Modified(_)) { previous.take() } else { None };
+            state.publish(change, false, previous, self, metrics);
         }
     }
 
@@ -522,13 +529,21 @@ impl SharedWatch {
 }
 
 impl WatchState {
-    /// Publishes `change` (`listed`: from a list, see [`Entry::listed`]) to the history and every subscriber.
-    fn publish(&mut self, change: Change, listed: bool, watch: &SharedWatch, metrics: &Metrics) {
+    /// Publishes `change` (`listed`: from a list, see [`Entry::listed`]; `previous`: see [`Entry::previous`])
+    /// to the history and every subscriber.
+    fn publish(
+        &mut self,
+        change: Change,
+        listed: bool,
+        previous: Option<Box<str>>,
+        watch: &SharedWatch,
+        metrics: &Metrics,
+    ) {
         self.seq += 1;
         if let Change::Added(o) | Change::Modified(o) | Change::Deleted(o) = &change {
             watch.expectations.seen(watch.incarnation, o.uid(), o.resource_version(), self.seq);
         }
-        let entry = Arc::new(Entry { seq: self.seq, change, received: Instant::now(), listed });
+        let entry = Arc::new(Entry { seq: self.seq, change, received: Instant::now(), listed, previous });
         let history = watch.limits.history;
         if history > 0 {
             if self.history.len() == history {
@@ -719,6 +734,28 @@ mod tests {
         w.apply(watcher::Event::Delete(raw("a", "1", "3")), &m);
         assert_eq!(drain(&mut sub.live), ["ADDED a 1", "MODIFIED a 2", "DELETED a 3"]);
         assert!(w.list("").expect("synced").0.is_empty());
+    }
+
+    /// A MODIFIED from a watch event names the state it directly follows; one from a relist's difference, an
+    /// ADDED (also a recreation's) and a DELETED name none: what came between was never seen.
+    #[test]
+    fn a_watch_events_modified_names_the_state_it_follows_and_a_lists_does_not() {
+        let (w, m) = (watch(16, 16), Metrics::new());
+        list(&w, &m, vec![raw("a", "1", "1")]);
+        let mut sub = w.join(None);
+        let previous = |rx: &mut mpsc::Receiver<Arc<Entry>>| -> Vec<Option<String>> {
+            std::iter::from_fn(|| rx.try_recv().ok()).map(|e| e.previous.as_deref().map(str::to_owned)).collect()
+        };
+        w.apply(watcher::Event::Apply(raw("a", "1", "2")), &m);
+        w.apply(watcher::Event::Apply(raw("a", "1", "3")), &m);
+        w.apply(watcher::Event::Apply(raw("a", "9", "4")), &m); // recreated: DELETED then ADDED
+        w.apply(watcher::Event::Apply(raw("b", "2", "5")), &m);
+        assert_eq!(previous(&mut sub.live), [Some("1".into()), Some("2".into()), None, None, None]);
+        list(&w, &m, vec![raw("a", "9", "7"), raw("b", "2", "5")]);
+        let listed = previous(&mut sub.live);
+        assert_eq!(listed, [None, None], "RELISTED and the MODIFIED of its difference name nothing: {listed:?}");
+        w.apply(watcher::Event::Apply(raw("a", "9", "8")), &m);
+        assert_eq!(previous(&mut sub.live), [Some("7".into())], "the listed state is the cache's");
     }
 
     /// A bookmark's marker (see `super::bookmarks`) moves the watch's high-water mark and wakes whoever waits on

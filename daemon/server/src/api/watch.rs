@@ -187,6 +187,7 @@ pub(super) fn is_dns_label(s: &str) -> bool {
 fn raw_response(item: Item, incarnation: u64, plural: &str, expectations: &Expectations) -> pb::SubscribeResponse {
     let cursor = |seq| Cursor { incarnation, seq }.to_string();
     let mark = |o: &Obj, pos| pb_consistency(consistent::classify(expectations, incarnation, plural, o, pos).0);
+    let mut previous = String::new();
     let (kind, obj, cursor, consistency) = match item {
         Item::ResyncRequired => (pb::EventType::ResyncRequired, None, String::new(), pb::Consistency::Unspecified),
         Item::Snapshot(obj, at) => {
@@ -196,7 +197,10 @@ fn raw_response(item: Item, incarnation: u64, plural: &str, expectations: &Expec
         Item::Synced(seq) => (pb::EventType::Synced, None, cursor(seq), pb::Consistency::Unspecified),
         Item::Entry(entry) => match &entry.change {
             Change::Added(o) => (pb::EventType::Added, Some(o.clone()), cursor(entry.seq), mark(o, entry.seq)),
-            Change::Modified(o) => (pb::EventType::Modified, Some(o.clone()), cursor(entry.seq), mark(o, entry.seq)),
+            Change::Modified(o) => {
+                previous = entry.previous.as_deref().unwrap_or_default().to_owned();
+                (pb::EventType::Modified, Some(o.clone()), cursor(entry.seq), mark(o, entry.seq))
+            }
             Change::Deleted(o) => {
                 (pb::EventType::Deleted, Some(o.clone()), cursor(entry.seq), pb::Consistency::Consistent)
             }
@@ -210,6 +214,7 @@ fn raw_response(item: Item, incarnation: u64, plural: &str, expectations: &Expec
         object: obj.map(Obj::into_proto),
         cursor,
         consistency: consistency.into(),
+        previous_resource_version: previous,
     }
 }
 
@@ -222,14 +227,16 @@ fn consistent_response(delivery: Delivery, incarnation: u64) -> pb::SubscribeRes
             object: None,
             cursor: cursor(Some(seq)),
             consistency: pb::Consistency::Unspecified.into(),
+            previous_resource_version: String::new(),
         },
         Delivery::ResyncRequired => pb::SubscribeResponse {
             r#type: pb::EventType::ResyncRequired.into(),
             object: None,
             cursor: String::new(),
             consistency: pb::Consistency::Unspecified.into(),
+            previous_resource_version: String::new(),
         },
-        Delivery::Object { kind, obj, seq, consistency, .. } => pb::SubscribeResponse {
+        Delivery::Object { kind, obj, seq, consistency, previous, .. } => pb::SubscribeResponse {
             r#type: match kind {
                 Kind::Added => pb::EventType::Added,
                 Kind::Modified => pb::EventType::Modified,
@@ -239,6 +246,11 @@ fn consistent_response(delivery: Delivery, incarnation: u64) -> pb::SubscribeRes
             object: Some(obj.into_proto()),
             cursor: cursor(seq),
             consistency: pb_consistency(consistency).into(),
+            // Only a MODIFIED names the state it follows (an ADDED is the first this subscriber is told).
+            previous_resource_version: match kind {
+                Kind::Modified => previous.map(String::from).unwrap_or_default(),
+                Kind::Added | Kind::Deleted => String::new(),
+            },
         },
     }
 }

@@ -344,9 +344,20 @@ type SubscribeResponse struct {
 	// Resume position after this event; pass it back as SubscribeRequest.resume_cursor.
 	Cursor string `protobuf:"bytes,3,opt,name=cursor,proto3" json:"cursor,omitempty"`
 	// The object's consistency state when this event was delivered.
-	Consistency   Consistency `protobuf:"varint,4,opt,name=consistency,proto3,enum=consistd.v1.Consistency" json:"consistency,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Consistency Consistency `protobuf:"varint,4,opt,name=consistency,proto3,enum=consistd.v1.Consistency" json:"consistency,omitempty"`
+	// For a MODIFIED event: the resourceVersion of the state of this object that the daemon's watch saw
+	// directly before this one, so no write to the object came between the two (a CONSISTENT subscriber may
+	// not have been sent that state: it names the watch's, not this subscription's, previous state). Empty
+	// when that is not known: ADDED and DELETED events, and states from a list or a snapshot (the first
+	// one, a relist after 410 Gone, a resync), where writes in between were never seen.
+	//
+	// With it an app can tell the state its own write made on top of a state it had from one that also
+	// holds someone else's change: if this state's resource_version is the one the app's write returned and
+	// previous_resource_version is the state the app wrote on, nothing but that write happened in between.
+	// The SDKs' newest-state watches use it so that a worker is not handed back the state of its own write.
+	PreviousResourceVersion string `protobuf:"bytes,5,opt,name=previous_resource_version,json=previousResourceVersion,proto3" json:"previous_resource_version,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
 }
 
 func (x *SubscribeResponse) Reset() {
@@ -407,6 +418,13 @@ func (x *SubscribeResponse) GetConsistency() Consistency {
 	return Consistency_CONSISTENCY_UNSPECIFIED
 }
 
+func (x *SubscribeResponse) GetPreviousResourceVersion() string {
+	if x != nil {
+		return x.PreviousResourceVersion
+	}
+	return ""
+}
+
 var File_consistd_v1_watch_proto protoreflect.FileDescriptor
 
 const file_consistd_v1_watch_proto_rawDesc = "" +
@@ -419,12 +437,13 @@ const file_consistd_v1_watch_proto_rawDesc = "" +
 	"\x0efield_selector\x18\x04 \x01(\tR\rfieldSelector\x12-\n" +
 	"\x04mode\x18\x05 \x01(\x0e2\x19.consistd.v1.DeliveryModeR\x04mode\x12#\n" +
 	"\rresume_cursor\x18\x06 \x01(\tR\fresumeCursor\x12+\n" +
-	"\x04view\x18\a \x01(\v2\x17.consistd.v1.ObjectViewR\x04view\"\xc4\x01\n" +
+	"\x04view\x18\a \x01(\v2\x17.consistd.v1.ObjectViewR\x04view\"\x80\x02\n" +
 	"\x11SubscribeResponse\x12*\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x16.consistd.v1.EventTypeR\x04type\x12/\n" +
 	"\x06object\x18\x02 \x01(\v2\x17.consistd.v1.KubeObjectR\x06object\x12\x16\n" +
 	"\x06cursor\x18\x03 \x01(\tR\x06cursor\x12:\n" +
-	"\vconsistency\x18\x04 \x01(\x0e2\x18.consistd.v1.ConsistencyR\vconsistency*b\n" +
+	"\vconsistency\x18\x04 \x01(\x0e2\x18.consistd.v1.ConsistencyR\vconsistency\x12:\n" +
+	"\x19previous_resource_version\x18\x05 \x01(\tR\x17previousResourceVersion*b\n" +
 	"\fDeliveryMode\x12\x1d\n" +
 	"\x19DELIVERY_MODE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11DELIVERY_MODE_RAW\x10\x01\x12\x1c\n" +

@@ -25,23 +25,23 @@ _sym_db = _symbol_database.Default()
 from consistd.v1 import object_pb2 as consistd_dot_v1_dot_object__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x63onsistd/v1/watch.proto\x12\x0b\x63onsistd.v1\x1a\x18\x63onsistd/v1/object.proto\"\xce\x01\n\x10SubscribeRequest\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x16\n\x0elabel_selector\x18\x03 \x01(\t\x12\x16\n\x0e\x66ield_selector\x18\x04 \x01(\t\x12\'\n\x04mode\x18\x05 \x01(\x0e\x32\x19.consistd.v1.DeliveryMode\x12\x15\n\rresume_cursor\x18\x06 \x01(\t\x12%\n\x04view\x18\x07 \x01(\x0b\x32\x17.consistd.v1.ObjectView\"\xa1\x01\n\x11SubscribeResponse\x12$\n\x04type\x18\x01 \x01(\x0e\x32\x16.consistd.v1.EventType\x12\'\n\x06object\x18\x02 \x01(\x0b\x32\x17.consistd.v1.KubeObject\x12\x0e\n\x06\x63ursor\x18\x03 \x01(\t\x12-\n\x0b\x63onsistency\x18\x04 \x01(\x0e\x32\x18.consistd.v1.Consistency*b\n\x0c\x44\x65liveryMode\x12\x1d\n\x19\x44\x45LIVERY_MODE_UNSPECIFIED\x10\x00\x12\x15\n\x11\x44\x45LIVERY_MODE_RAW\x10\x01\x12\x1c\n\x18\x44\x45LIVERY_MODE_CONSISTENT\x10\x02*\xa5\x01\n\tEventType\x12\x1a\n\x16\x45VENT_TYPE_UNSPECIFIED\x10\x00\x12\x14\n\x10\x45VENT_TYPE_ADDED\x10\x01\x12\x17\n\x13\x45VENT_TYPE_MODIFIED\x10\x02\x12\x16\n\x12\x45VENT_TYPE_DELETED\x10\x03\x12\x15\n\x11\x45VENT_TYPE_SYNCED\x10\x04\x12\x1e\n\x1a\x45VENT_TYPE_RESYNC_REQUIRED\x10\x05*\xa0\x01\n\x0b\x43onsistency\x12\x1b\n\x17\x43ONSISTENCY_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x43ONSISTENCY_CONSISTENT\x10\x01\x12\"\n\x1e\x43ONSISTENCY_AWAITING_OWN_WRITE\x10\x02\x12\x19\n\x15\x43ONSISTENCY_OWN_WRITE\x10\x03\x12\x19\n\x15\x43ONSISTENCY_TIMED_OUT\x10\x04\x32\\\n\x0cWatchService\x12L\n\tSubscribe\x12\x1d.consistd.v1.SubscribeRequest\x1a\x1e.consistd.v1.SubscribeResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x63onsistd/v1/watch.proto\x12\x0b\x63onsistd.v1\x1a\x18\x63onsistd/v1/object.proto\"\xce\x01\n\x10SubscribeRequest\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x16\n\x0elabel_selector\x18\x03 \x01(\t\x12\x16\n\x0e\x66ield_selector\x18\x04 \x01(\t\x12\'\n\x04mode\x18\x05 \x01(\x0e\x32\x19.consistd.v1.DeliveryMode\x12\x15\n\rresume_cursor\x18\x06 \x01(\t\x12%\n\x04view\x18\x07 \x01(\x0b\x32\x17.consistd.v1.ObjectView\"\xc4\x01\n\x11SubscribeResponse\x12$\n\x04type\x18\x01 \x01(\x0e\x32\x16.consistd.v1.EventType\x12\'\n\x06object\x18\x02 \x01(\x0b\x32\x17.consistd.v1.KubeObject\x12\x0e\n\x06\x63ursor\x18\x03 \x01(\t\x12-\n\x0b\x63onsistency\x18\x04 \x01(\x0e\x32\x18.consistd.v1.Consistency\x12!\n\x19previous_resource_version\x18\x05 \x01(\t*b\n\x0c\x44\x65liveryMode\x12\x1d\n\x19\x44\x45LIVERY_MODE_UNSPECIFIED\x10\x00\x12\x15\n\x11\x44\x45LIVERY_MODE_RAW\x10\x01\x12\x1c\n\x18\x44\x45LIVERY_MODE_CONSISTENT\x10\x02*\xa5\x01\n\tEventType\x12\x1a\n\x16\x45VENT_TYPE_UNSPECIFIED\x10\x00\x12\x14\n\x10\x45VENT_TYPE_ADDED\x10\x01\x12\x17\n\x13\x45VENT_TYPE_MODIFIED\x10\x02\x12\x16\n\x12\x45VENT_TYPE_DELETED\x10\x03\x12\x15\n\x11\x45VENT_TYPE_SYNCED\x10\x04\x12\x1e\n\x1a\x45VENT_TYPE_RESYNC_REQUIRED\x10\x05*\xa0\x01\n\x0b\x43onsistency\x12\x1b\n\x17\x43ONSISTENCY_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x43ONSISTENCY_CONSISTENT\x10\x01\x12\"\n\x1e\x43ONSISTENCY_AWAITING_OWN_WRITE\x10\x02\x12\x19\n\x15\x43ONSISTENCY_OWN_WRITE\x10\x03\x12\x19\n\x15\x43ONSISTENCY_TIMED_OUT\x10\x04\x32\\\n\x0cWatchService\x12L\n\tSubscribe\x12\x1d.consistd.v1.SubscribeRequest\x1a\x1e.consistd.v1.SubscribeResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'consistd.v1.watch_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_DELIVERYMODE']._serialized_start=439
-  _globals['_DELIVERYMODE']._serialized_end=537
-  _globals['_EVENTTYPE']._serialized_start=540
-  _globals['_EVENTTYPE']._serialized_end=705
-  _globals['_CONSISTENCY']._serialized_start=708
-  _globals['_CONSISTENCY']._serialized_end=868
+  _globals['_DELIVERYMODE']._serialized_start=474
+  _globals['_DELIVERYMODE']._serialized_end=572
+  _globals['_EVENTTYPE']._serialized_start=575
+  _globals['_EVENTTYPE']._serialized_end=740
+  _globals['_CONSISTENCY']._serialized_start=743
+  _globals['_CONSISTENCY']._serialized_end=903
   _globals['_SUBSCRIBEREQUEST']._serialized_start=67
   _globals['_SUBSCRIBEREQUEST']._serialized_end=273
   _globals['_SUBSCRIBERESPONSE']._serialized_start=276
-  _globals['_SUBSCRIBERESPONSE']._serialized_end=437
-  _globals['_WATCHSERVICE']._serialized_start=870
-  _globals['_WATCHSERVICE']._serialized_end=962
+  _globals['_SUBSCRIBERESPONSE']._serialized_end=472
+  _globals['_WATCHSERVICE']._serialized_start=905
+  _globals['_WATCHSERVICE']._serialized_end=997
 # @@protoc_insertion_point(module_scope)

@@ -63,13 +63,15 @@ class SubscribeRequest(_message.Message):
     def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., label_selector: _Optional[str] = ..., field_selector: _Optional[str] = ..., mode: _Optional[_Union[DeliveryMode, str]] = ..., resume_cursor: _Optional[str] = ..., view: _Optional[_Union[_object_pb2.ObjectView, _Mapping]] = ...) -> None: ...
 
 class SubscribeResponse(_message.Message):
-    __slots__ = ("type", "object", "cursor", "consistency")
+    __slots__ = ("type", "object", "cursor", "consistency", "previous_resource_version")
     TYPE_FIELD_NUMBER: _ClassVar[int]
     OBJECT_FIELD_NUMBER: _ClassVar[int]
     CURSOR_FIELD_NUMBER: _ClassVar[int]
     CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_RESOURCE_VERSION_FIELD_NUMBER: _ClassVar[int]
     type: EventType
     object: _object_pb2.KubeObject
     cursor: str
     consistency: Consistency
-    def __init__(self, type: _Optional[_Union[EventType, str]] = ..., object: _Optional[_Union[_object_pb2.KubeObject, _Mapping]] = ..., cursor: _Optional[str] = ..., consistency: _Optional[_Union[Consistency, str]] = ...) -> None: ...
+    previous_resource_version: str
+    def __init__(self, type: _Optional[_Union[EventType, str]] = ..., object: _Optional[_Union[_object_pb2.KubeObject, _Mapping]] = ..., cursor: _Optional[str] = ..., consistency: _Optional[_Union[Consistency, str]] = ..., previous_resource_version: _Optional[str] = ...) -> None: ...

@@ -120,6 +120,19 @@ export interface SubscribeResponse {
   cursor: string;
   /** The object's consistency state when this event was delivered. */
   consistency: Consistency;
+  /**
+   * For a MODIFIED event: the resourceVersion of the state of this object that the daemon's watch saw
+   * directly before this one, so no write to the object came between the two (a CONSISTENT subscriber may
+   * not have been sent that state: it names the watch's, not this subscription's, previous state). Empty
+   * when that is not known: ADDED and DELETED events, and states from a list or a snapshot (the first
+   * one, a relist after 410 Gone, a resync), where writes in between were never seen.
+   *
+   * With it an app can tell the state its own write made on top of a state it had from one that also
+   * holds someone else's change: if this state's resource_version is the one the app's write returned and
+   * previous_resource_version is the state the app wrote on, nothing but that write happened in between.
+   * The SDKs' newest-state watches use it so that a worker is not handed back the state of its own write.
+   */
+  previousResourceVersion: string;
 }
 
 function createBaseSubscribeRequest(): SubscribeRequest {
@@ -260,7 +273,7 @@ export const SubscribeRequest: MessageFns<SubscribeRequest> = {
 };
 
 function createBaseSubscribeResponse(): SubscribeResponse {
-  return { type: 0, object: undefined, cursor: "", consistency: 0 };
+  return { type: 0, object: undefined, cursor: "", consistency: 0, previousResourceVersion: "" };
 }
 
 export const SubscribeResponse: MessageFns<SubscribeResponse> = {
@@ -276,6 +289,9 @@ export const SubscribeResponse: MessageFns<SubscribeResponse> = {
     }
     if (message.consistency !== 0) {
       writer.uint32(32).int32(message.consistency);
+    }
+    if (message.previousResourceVersion !== "") {
+      writer.uint32(42).string(message.previousResourceVersion);
     }
     return writer;
   },
@@ -325,6 +341,14 @@ export const SubscribeResponse: MessageFns<SubscribeResponse> = {
             message.consistency = reader.int32() as any;
             continue;
           }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.previousResourceVersion = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -348,6 +372,7 @@ export const SubscribeResponse: MessageFns<SubscribeResponse> = {
       : undefined;
     message.cursor = object.cursor ?? "";
     message.consistency = object.consistency ?? 0;
+    message.previousResourceVersion = object.previousResourceVersion ?? "";
     return message;
   },
 };
