@@ -440,6 +440,65 @@ async fn a_worker_on_the_newest_state_is_handed_no_state_older_than_its_own_writ
 }
 
 #[tokio::test]
+async fn a_worker_on_the_newest_state_is_not_handed_back_its_own_write_but_is_handed_anyone_elses_change() {
+    let kube = kube_client().await;
+    let ns = namespace(&kube).await;
+    let cms: Api<ConfigMap> = Api::namespaced(kube, &ns);
+    let a = sender(None).await;
+    let agent = agent(a.socket());
+    let created = write(&cms, "own", "0", true).await;
+    agent.call("latest", json!({ "stream": "l", "resource": "configmaps", "namespace": ns })).await.expect("latest");
+    let worker = |name: &str| json!({ "stream": "l", "worker": name });
+    let next = async |name: &str| agent.call("next", worker(name)).await.expect("next");
+    let done = async |name: &str| agent.call("done", worker(name)).await.expect("done");
+    // The app's write of data.v, through the SDK: its resourceVersion.
+    let own_write = async |value: &str| {
+        let patch =
+            json!({ "resource": "configmaps", "namespace": ns, "name": "own", "patch": { "data": { "v": value } } });
+        text(&agent.call("patch", patch).await.expect("the app's write"), "resourceVersion").to_owned()
+    };
+    // Another object, changed and handed to a worker of its own: once it is handed out, the agent's SDK has
+    // read every state of `own` written before it.
+    let mut probes = 0;
+    let mut probed = async || {
+        let rv = write(&cms, "probe", &probes.to_string(), probes == 0).await;
+        probes += 1;
+        let item = next("probe").await;
+        assert_eq!((text(&item, "name"), text(&item, "resourceVersion")), ("probe", rv.as_str()), "{item}");
+        done("probe").await;
+    };
+
+    // w1 writes on the state it was handed, nothing else in between: that state is not handed back.
+    assert_eq!(event(&next("w1").await), ("ADDED".into(), created));
+    let mine = own_write("mine").await;
+    done("w1").await;
+    probed().await;
+    let mut w2 = pin!(agent.send("next", worker("w2")).await);
+    let early = tokio::time::timeout(Duration::from_secs(1), &mut w2).await;
+    assert!(early.is_err(), "a worker was handed back the state {mine} its own write made: {early:?}");
+
+    // Anyone else's change after it is handed out.
+    let theirs = write(&cms, "own", "theirs", false).await;
+    let handed = tokio::time::timeout(WAIT, w2).await.expect("w2 is handed a state in time").expect("next");
+    assert_eq!(event(&handed), ("MODIFIED".into(), theirs), "{handed}");
+    done("w2").await;
+
+    // So is a state the app wrote on top of a state no worker had: it holds a change no worker saw.
+    write(&cms, "own", "again", false).await;
+    probed().await;
+    let on_again = own_write("mine-2").await;
+    probed().await;
+    assert_eq!(event(&next("w3").await), ("MODIFIED".into(), on_again), "the app wrote on a state no worker had");
+
+    // w3 writes on it: again nothing comes back.
+    let mine = own_write("mine-3").await;
+    done("w3").await;
+    probed().await;
+    let extra = tokio::time::timeout(Duration::from_secs(1), agent.call("next", worker("w4"))).await;
+    assert!(extra.is_err(), "a worker was handed back the state {mine} its own write made: {extra:?}");
+}
+
+#[tokio::test]
 async fn the_error_that_ends_a_newest_state_watch_reaches_the_worker() {
     let a = sender(None).await;
     let agent = agent(a.socket());
