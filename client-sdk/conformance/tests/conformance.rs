@@ -481,13 +481,14 @@ async fn a_worker_on_the_newest_state_is_not_handed_back_its_own_write_but_is_ha
     let theirs = write(&cms, "own", "theirs", false).await;
     let handed = tokio::time::timeout(WAIT, w2).await.expect("w2 is handed a state in time").expect("next");
     assert_eq!(event(&handed), ("MODIFIED".into(), theirs), "{handed}");
-    done("w2").await;
 
-    // So is a state the app wrote on top of a state no worker had: it holds a change no worker saw.
+    // While w2 works, another writer changes the object and then the app writes on that change: the app's
+    // state holds a change no worker saw, so it is handed out after w2.
     write(&cms, "own", "again", false).await;
     probed().await;
     let on_again = own_write("mine-2").await;
     probed().await;
+    done("w2").await;
     assert_eq!(event(&next("w3").await), ("MODIFIED".into(), on_again), "the app wrote on a state no worker had");
 
     // w3 writes on it: again nothing comes back.

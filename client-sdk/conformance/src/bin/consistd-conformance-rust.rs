@@ -115,6 +115,7 @@ fn event_json(e: &Event) -> Value {
         "name": object.map(|o| o.name.as_str()).unwrap_or_default(),
         "resourceVersion": object.map(|o| o.resource_version.as_str()).unwrap_or_default(),
         "predatesOwnWrite": e.predates_own_write,
+        "previousResourceVersion": e.previous_resource_version,
     })
 }
 
