@@ -464,7 +464,12 @@ async fn a_worker_on_the_newest_state_is_not_handed_back_its_own_write_but_is_ha
         let rv = write(&cms, "probe", &probes.to_string(), probes == 0).await;
         probes += 1;
         let item = next("probe").await;
-        assert_eq!((text(&item, "name"), text(&item, "resourceVersion")), ("probe", rv.as_str()), "{item}");
+        let probe = ("probe", rv.as_str());
+        assert_eq!(
+            (text(&item, "name"), text(&item, "resourceVersion")),
+            probe,
+            "handed out instead of the probe: {item}"
+        );
         done("probe").await;
     };
 
