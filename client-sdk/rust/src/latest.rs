@@ -44,6 +44,12 @@ type Key = (String, String);
 /// * **The own-write rule where the worker takes it.** An ADDED or MODIFIED state older than a write this
 ///   client (or a clone) made and saw return is dropped when it would be handed out, however long it
 ///   waited: a worker is never handed a state that predates its own write (the write's own state follows).
+/// * **A worker's own write is not handed back.** A state that this client's own write made directly on
+///   the state the workers last had of the object (its [`Event::previous_resource_version`] is that state,
+///   and its resourceVersion is the one the client's latest write to it returned) is not handed out: the
+///   worker that wrote it has it, and nothing else happened in between. A state that follows another
+///   writer's state, one with no previous state (from a list or a resync) and one made by more than one
+///   write since the last hand-out are handed out as any other.
 /// * **One worker per object at a time.** An object handed out is in progress until its [`Taken`] is
 ///   dropped (or [`Taken::done`]); newer states wait meanwhile and are handed out after. So any number of
 ///   workers can share one `Latest`, each on a different object.
@@ -86,6 +92,9 @@ struct State {
     ready: VecDeque<Key>,
     /// Keys a worker holds.
     taken: HashSet<Key>,
+    /// Per key, the uid and resourceVersion of the last state handed out (or passed over as the workers'
+    /// own write): what a state the client's write made must follow to be passed over. A DELETED forgets it.
+    seen: HashMap<Key, (String, String)>,
     /// The identity of each object the watch says exists (json left empty): what a resync's snapshot is
     /// checked against.
     live: HashMap<Key, KubeObject>,
@@ -271,6 +280,7 @@ impl State {
                 let key = (object.namespace.clone(), object.name.clone());
                 if event.kind == EventType::Deleted {
                     self.live.remove(&key);
+                    self.seen.remove(&key);
                 } else {
                     let identity = KubeObject { json: Default::default(), ..object.clone() };
                     self.live.insert(key.clone(), identity);
@@ -300,13 +310,26 @@ impl State {
         }
     }
 
-    /// The next ready key and its state, now taken; a state older than the client's own write is dropped
-    /// here (the own-write rule at the take).
+    /// The next ready key and its state, now taken. Passed over here: a state older than the client's own
+    /// write (the own-write rule at the take), and the state the client's own write made directly on the
+    /// last one handed out (see [`Latest`]).
     fn hand_out(&mut self, writes: &OwnWrites) -> Option<(Key, Event)> {
         while let Some(key) = self.ready.pop_front() {
             let Some(event) = self.pending.remove(&key) else { continue };
             if predates_own_write(&event, writes) {
                 continue; // its own write's state follows on the watch
+            }
+            let own = self.own_write_on_seen(&key, &event, writes);
+            match &event.object {
+                Some(object) if event.kind != EventType::Deleted => {
+                    self.seen.insert(key.clone(), (object.uid.clone(), object.resource_version.clone()));
+                }
+                _ => {
+                    self.seen.remove(&key);
+                }
+            }
+            if own {
+                continue;
             }
             self.taken.insert(key.clone());
             return Some((key, event));
@@ -314,10 +337,22 @@ impl State {
         None
     }
 
+    /// Whether `event` is the state the client's own write made directly on the last state of `key` handed
+    /// out: the same object, following that state, at the version the client's latest write returned.
+    fn own_write_on_seen(&self, key: &Key, event: &Event, writes: &OwnWrites) -> bool {
+        let (Some(object), Some((uid, version))) = (&event.object, self.seen.get(key)) else { return false };
+        event.kind == EventType::Modified
+            && object.uid == *uid
+            && !event.previous_resource_version.is_empty()
+            && event.previous_resource_version == *version
+            && writes.wrote(object)
+    }
+
     fn fail(&mut self, status: tonic::Status) {
         self.failed = Some(status);
         self.pending.clear();
         self.ready.clear();
+        self.seen.clear();
     }
 }
 
@@ -338,6 +373,7 @@ fn deleted(mut identity: KubeObject, cursor: &str) -> Event {
         cursor: cursor.to_owned(),
         consistency: Consistency::Unspecified,
         predates_own_write: false,
+        previous_resource_version: String::new(),
     }
 }
 
@@ -374,6 +410,7 @@ mod tests {
             cursor: format!("c{rv}"),
             consistency: Consistency::Consistent,
             predates_own_write: false,
+            previous_resource_version: String::new(),
         }
     }
 
@@ -384,6 +421,7 @@ mod tests {
             cursor: String::new(),
             consistency: Consistency::Unspecified,
             predates_own_write: false,
+            previous_resource_version: String::new(),
         }
     }
 
@@ -465,6 +503,68 @@ mod tests {
         // The write's own state is handed out.
         send(&feed, event(EventType::Modified, "a", "3"));
         assert_eq!(seen(&next(&latest).await), (EventType::Modified, "a".into(), "3".into()));
+    }
+
+    /// A MODIFIED of `name` at `rv` that directly follows the state at `previous`.
+    fn following(name: &str, rv: &str, previous: &str) -> Event {
+        Event { previous_resource_version: previous.into(), ..event(EventType::Modified, name, rv) }
+    }
+
+    #[tokio::test]
+    async fn the_state_a_workers_own_write_made_on_the_state_it_had_is_not_handed_back() {
+        let (latest, feed, writes) = latest();
+        send(&feed, event(EventType::Added, "a", "1"));
+        let held = next(&latest).await;
+        writes.record(&object("a", "2"));
+        held.done();
+        send(&feed, following("a", "2", "1"));
+        settle().await;
+        nothing_ready(&latest).await;
+        // Another writer's change on it is handed out; a worker's write on that one again is not.
+        send(&feed, following("a", "3", "2"));
+        let held = next(&latest).await;
+        assert_eq!(seen(&held), (EventType::Modified, "a".into(), "3".into()));
+        writes.record(&object("a", "4"));
+        held.done();
+        send(&feed, following("a", "4", "3"));
+        settle().await;
+        nothing_ready(&latest).await;
+        assert_eq!(latest.pending(), 0);
+    }
+
+    #[tokio::test]
+    async fn an_own_write_on_a_state_no_worker_had_or_on_an_unknown_one_is_handed_out() {
+        let (latest, feed, writes) = latest();
+        send(&feed, event(EventType::Added, "a", "1"));
+        next(&latest).await.done();
+        // Another writer's state (2) came between the state handed out and the client's write (3).
+        writes.record(&object("a", "3"));
+        send(&feed, following("a", "3", "2"));
+        assert_eq!(seen(&next(&latest).await), (EventType::Modified, "a".into(), "3".into()));
+        // A state from a list names no previous one: what came between is unknown.
+        writes.record(&object("a", "4"));
+        send(&feed, event(EventType::Modified, "a", "4"));
+        assert_eq!(seen(&next(&latest).await), (EventType::Modified, "a".into(), "4".into()));
+        // Not the client's latest write: it wrote again since (its own state follows).
+        writes.record(&object("a", "6"));
+        send(&feed, following("a", "5", "4"));
+        settle().await;
+        nothing_ready(&latest).await; // 5 predates the write of 6
+        send(&feed, following("a", "6", "5"));
+        assert_eq!(seen(&next(&latest).await), (EventType::Modified, "a".into(), "6".into()), "5 was never handed out");
+    }
+
+    #[tokio::test]
+    async fn a_deletion_forgets_the_state_handed_out() {
+        let (latest, feed, _) = latest();
+        send(&feed, event(EventType::Added, "a", "1"));
+        send(&feed, event(EventType::Added, "b", "2"));
+        next(&latest).await.done();
+        next(&latest).await.done();
+        assert_eq!(latest.shared.lock().seen.len(), 2);
+        send(&feed, event(EventType::Deleted, "a", "3"));
+        assert_eq!(seen(&next(&latest).await).0, EventType::Deleted);
+        assert_eq!(latest.shared.lock().seen.len(), 1, "what is kept is bounded by the objects that exist");
     }
 
     #[tokio::test]

@@ -71,6 +71,14 @@ impl OwnWrites {
         g.current.insert(object.uid.clone(), version);
     }
 
+    /// Whether `object` is the state the largest write through this client to its object returned: its
+    /// uid is kept with exactly its resourceVersion. False when the version is not an integer.
+    pub(crate) fn wrote(&self, object: &KubeObject) -> bool {
+        let Some(version) = integer_version(&object.resource_version) else { return false };
+        let g = self.generations.lock().unwrap_or_else(PoisonError::into_inner);
+        g.current.get(&object.uid).or_else(|| g.previous.get(&object.uid)).is_some_and(|&written| written == version)
+    }
+
     /// Whether a write through this client returned a larger resourceVersion of `object`'s object than
     /// `object` has. False when either version is not an integer or the uid is not (or no longer) kept.
     pub(crate) fn predates(&self, object: &KubeObject) -> bool {

@@ -24,6 +24,11 @@ pub struct Event {
     /// already returned a larger resourceVersion of the object, so the state is older than what the app
     /// itself wrote. CONSISTENT mode drops such events instead (see [`Client::subscribe`]).
     pub predates_own_write: bool,
+    /// MODIFIED only: the resourceVersion of the state of the object that the daemon's watch saw directly
+    /// before this one (no write to the object came between them); empty when not known (ADDED, DELETED, a
+    /// state from a list or a snapshot). [`crate::Latest`] uses it to tell the state a worker's own write
+    /// made on the state it had from one that also holds another writer's change.
+    pub previous_resource_version: String,
 }
 
 impl Event {
@@ -34,6 +39,7 @@ impl Event {
             object: r.object,
             cursor: r.cursor,
             predates_own_write: false,
+            previous_resource_version: r.previous_resource_version,
         }
     }
 
@@ -208,6 +214,7 @@ mod tests {
             cursor: String::new(),
             consistency: Consistency::Consistent,
             predates_own_write: false,
+            previous_resource_version: String::new(),
         }
     }
 
