@@ -1,6 +1,7 @@
 """The newest state per object (``client.watch_latest``): one pending state per object, handed to workers as they
-ask, the own-write rule applied at the hand-out, one worker per object at a time. The first test runs on a real
-daemon, a third party's writes coming through the peer daemon; the rest feed a fake watch."""
+ask, the own-write rule applied at the hand-out, no worker handed back the state its own write made on the state it
+had, one worker per object at a time. The first test runs on a real daemon, a third party's writes coming through
+the peer daemon; the rest feed a fake watch."""
 
 from __future__ import annotations
 
@@ -86,9 +87,13 @@ class FakeWatch:
         self.closed = True
 
 
-def state(type_: EventType, name: str, rv: str) -> Event:
-    obj = Object(uid=f"uid-{name}", namespace="ns", name=name, resource_version=rv, raw=b"{}")
-    return Event(type=type_, object=obj, cursor=f"c{rv}", consistency=Consistency.CONSISTENT)
+def state(type_: EventType, name: str, rv: str, previous: str = "", uid: str = "") -> Event:
+    """A state of the object ``name`` (uid ``uid-<name>`` unless given); ``previous`` is the state the daemon's watch
+    saw directly before it (MODIFIED only, empty when not known)."""
+    obj = Object(uid=uid or f"uid-{name}", namespace="ns", name=name, resource_version=rv, raw=b"{}")
+    return Event(
+        type=type_, object=obj, cursor=f"c{rv}", consistency=Consistency.CONSISTENT, previous_resource_version=previous
+    )
 
 
 def marker(type_: EventType) -> Event:
@@ -162,6 +167,98 @@ async def test_a_state_older_than_an_own_write_that_returned_while_it_waited_is_
         assert len(latest) == 0, "the older state was dropped"
         watch.feed(state(MODIFIED, "a", "3"))
         assert seen(await handed(latest)) == ("MODIFIED", "a", "3"), "the write's own state is handed out"
+
+
+async def test_a_worker_is_not_handed_back_the_state_its_own_write_made_on_its_state_but_is_handed_anothers() -> None:
+    latest, watch, writes = fake()
+    async with latest:
+        watch.feed(state(ADDED, "a", "1"))
+        async with latest.take():
+            writes.record("uid-a", "2")  # the worker writes on the state it holds
+        watch.feed(state(MODIFIED, "a", "2", previous="1"))
+        await nothing_ready(latest)
+        assert len(latest) == 0, "the own write's state was kept back"
+        # The app writes again on that state, no worker having taken anything since: kept back too (the state kept
+        # back counts as the one the workers have).
+        writes.record("uid-a", "3")
+        watch.feed(state(MODIFIED, "a", "3", previous="2"))
+        await nothing_ready(latest)
+        # Another writer's change on top of it is handed out.
+        watch.feed(state(MODIFIED, "a", "4", previous="3"))
+        assert seen(await handed(latest)) == ("MODIFIED", "a", "4")
+
+
+async def test_an_own_write_on_top_of_another_writers_change_no_worker_had_is_handed_out() -> None:
+    latest, watch, writes = fake()
+    async with latest:
+        watch.feed(state(ADDED, "a", "1"))
+        async with latest.take():
+            watch.feed(state(MODIFIED, "a", "2", previous="1"))  # another writer, while the worker works
+            await settled()
+            writes.record("uid-a", "3")  # the worker's write lands on that change
+            watch.feed(state(MODIFIED, "a", "3", previous="2"))
+            await settled()
+        own = await handed(latest)
+        assert seen(own) == ("MODIFIED", "a", "3"), "it holds a change no worker saw"
+        # The worker's write on the state it now has: kept back.
+        writes.record("uid-a", "4")
+        own.done()
+        watch.feed(state(MODIFIED, "a", "4", previous="3"))
+        await nothing_ready(latest)
+
+
+async def test_an_own_write_with_no_previous_state_known_is_handed_out() -> None:
+    latest, watch, writes = fake()
+    async with latest:
+        watch.feed(state(ADDED, "a", "1"), marker(EventType.SYNCED))
+        async with latest.take():
+            writes.record("uid-a", "2")
+        # The watch could not resume: the write's state comes in a fresh snapshot, with no previous state.
+        watch.feed(marker(EventType.RESYNC_REQUIRED), state(ADDED, "a", "2"), marker(EventType.SYNCED))
+        listed = await handed(latest)
+        assert seen(listed) == ("ADDED", "a", "2"), "writes in between were never seen"
+        writes.record("uid-a", "3")
+        listed.done()
+        watch.feed(state(MODIFIED, "a", "3", previous="2"))
+        await nothing_ready(latest)
+
+
+async def test_after_a_deletion_the_state_last_handed_out_counts_no_more() -> None:
+    latest, watch, writes = fake()
+    async with latest:
+        watch.feed(state(ADDED, "a", "1"))
+        (await handed(latest)).done()
+        watch.feed(state(DELETED, "a", "2"))
+        (await handed(latest)).done()
+        assert latest._seen == {}, "a deleted object is forgotten"
+        # A state naming the one handed out before the deletion as its previous (the same uid only so that nothing
+        # but the deletion tells them apart) is handed out: the deletion came in between.
+        writes.record("uid-a", "3")
+        watch.feed(state(MODIFIED, "a", "3", previous="1"))
+        after = await handed(latest)
+        assert seen(after) == ("MODIFIED", "a", "3")
+        after.done()
+        # Deleted and re-created (a new uid): its first state is handed out, and the rule starts afresh from it.
+        watch.feed(state(DELETED, "a", "4"), state(ADDED, "a", "5", uid="uid-a2"))
+        recreated = await handed(latest)
+        assert seen(recreated) == ("ADDED", "a", "5")
+        writes.record("uid-a2", "6")
+        recreated.done()
+        watch.feed(state(MODIFIED, "a", "6", previous="5", uid="uid-a2"))
+        await nothing_ready(latest)
+
+
+async def test_a_state_of_another_object_of_the_same_name_is_handed_out() -> None:
+    latest, watch, writes = fake()
+    async with latest:
+        watch.feed(state(ADDED, "a", "1"), marker(EventType.SYNCED))
+        (await handed(latest)).done()
+        # Re-created while the watch could not resume: the snapshot holds the new object (a new uid), no deletion
+        # came in between. The state names the old object's as its previous only so that the uid alone tells them
+        # apart.
+        writes.record("uid-a2", "2")
+        watch.feed(marker(EventType.RESYNC_REQUIRED), state(MODIFIED, "a", "2", previous="1", uid="uid-a2"))
+        assert seen(await handed(latest)) == ("MODIFIED", "a", "2")
 
 
 async def test_a_deletion_replaces_the_waiting_state_and_is_handed_out_whatever_the_own_writes() -> None:

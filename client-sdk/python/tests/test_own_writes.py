@@ -305,6 +305,15 @@ def test_by_default_the_record_keeps_the_10000_objects_written_most_recently_how
     assert own_writes.predates("uid-10000", "9")
 
 
+def test_wrote_is_exactly_the_largest_version_the_writes_returned_compared_as_integers() -> None:
+    own_writes = OwnWrites()
+    own_writes.record(UID, "7")
+    own_writes.record(UID, "5")
+    wrote = [own_writes.wrote(UID, v) for v in ("7", "007", "5", "8", "x", "")]
+    assert wrote == [True, True, False, False, False, False]
+    assert not own_writes.wrote("another-object", "7")
+
+
 def test_only_ascii_decimal_integers_are_versions() -> None:
     assert [integer_version(v) for v in ("0", "12", "007", "", "1_0", "-1", "+1", " 1", "1.0", "١٢", "²")] == [
         0, 12, 7, None, None, None, None, None, None, None, None,

@@ -23,6 +23,7 @@ async def test_consistent_watch_sees_the_snapshot_then_its_own_write(client: con
         assert added.type == EventType.ADDED and added.object is not None
         assert (added.object.name, added.object.resource_version) == ("settings", created.resource_version)
         assert added.cursor
+        assert added.previous_resource_version == "", "a listed state has no previous state"
         synced = await next_item(watch)
         assert synced.type == EventType.SYNCED and synced.object is None
 
@@ -32,6 +33,7 @@ async def test_consistent_watch_sees_the_snapshot_then_its_own_write(client: con
         assert own.consistency == Consistency.OWN_WRITE
         assert own.object.resource_version == patched.resource_version
         assert own.object.json["data"] == {"a": "1", "b": "2"}
+        assert own.previous_resource_version == created.resource_version, "the state the watch saw directly before"
         assert watch.cursor == own.cursor
 
 
@@ -198,3 +200,15 @@ def test_a_view_keeps_its_fields_as_a_tuple_and_refuses_a_single_string() -> Non
     # What the sidecar refuses (both set, more than 32 paths) goes as it is: the sidecar names the field.
     both = consistd.View(metadata_only=True, fields=["data"]).to_proto()
     assert both == object_pb2.ObjectView(metadata_only=True, fields=["data"])
+
+
+def test_an_event_carries_the_previous_resource_version_its_message_names() -> None:
+    response = watch_pb2.SubscribeResponse(
+        type=watch_pb2.EVENT_TYPE_MODIFIED,
+        object=object_pb2.KubeObject(uid="u", namespace="ns", name="cm", resource_version="8"),
+        cursor="c1",
+        previous_resource_version="7",
+    )
+    assert consistd.Event.from_proto(response).previous_resource_version == "7"
+    response.ClearField("previous_resource_version")
+    assert consistd.Event.from_proto(response).previous_resource_version == ""

@@ -3,7 +3,9 @@
 The daemon judges a CONSISTENT state when it sends it, so a state it sent just before the app's write
 reached it can still wait, unread, in this process (grpcio's buffers) when that write returns. A watch
 asks this record when the app takes each event, and drops (CONSISTENT) or marks (RAW) a state older
-than the app's own write (proto/consistd/v1/watch.proto, DELIVERY_MODE_CONSISTENT).
+than the app's own write (proto/consistd/v1/watch.proto, DELIVERY_MODE_CONSISTENT). The newest-state
+watch (latest.py) also asks whether a state is exactly the one the app's latest write made, to keep that
+state from the worker that wrote it.
 """
 
 from __future__ import annotations
@@ -60,3 +62,11 @@ class OwnWrites:
         kept = self._versions.get(uid)
         version = integer_version(resource_version)
         return kept is not None and version is not None and version < kept
+
+    def wrote(self, uid: str, resource_version: str) -> bool:
+        """Whether ``resource_version`` is exactly the largest version a write of this client to the object
+        ``uid`` returned: the state of this client's latest write to it. False when either version is not an
+        integer or the uid is not (or no longer) kept. Asking does not count as a write."""
+        kept = self._versions.get(uid)
+        version = integer_version(resource_version)
+        return kept is not None and version is not None and version == kept

@@ -175,7 +175,11 @@ class Client:
         """The newest state of each object ``resource`` has (in ``namespace``, matching the selectors, as ``view``
         keeps it), from a CONSISTENT watch, handed to workers as they ask (see Latest): the way to consume a
         CONSISTENT watch when the handler is slow. A worker never handles a state older than this client's own
-        write to the object, and never an object another worker holds.
+        write to the object, and never an object another worker holds. Nor is it handed back the state this
+        client's own write made directly on the state last handed out for the object (that state's previous one, as
+        the daemon names it, is the one handed out, and its resourceVersion the one the write returned): the worker
+        already has it. A state with another writer's change in between, one with no previous state (from a list
+        or a resync), or one made by more than one write since the last hand-out is handed out.
 
         >>> async with client.watch_latest("configmaps", namespace="default") as latest:
         ...     async with latest.take() as event:  # ADDED, MODIFIED or DELETED: the object's newest state

@@ -1,5 +1,6 @@
 """The newest state per object of a CONSISTENT watch, handed to the app's workers when they ask, with the own-write
-rule applied at that moment: the way to consume a watch whose handler is slow (``client.watch_latest``).
+rule applied at that moment and no worker handed back the state its own write made on the state it had: the way to
+consume a watch whose handler is slow (``client.watch_latest``).
 
 An app that reads a watch into a buffer of its own (the newest state per object) while a worker per object handles
 one state at a time takes each state twice: when its reader takes it from the watch, and when its worker takes it
@@ -7,6 +8,11 @@ from the buffer. The watch applies the own-write rule at the first take; a state
 writing then waits in the buffer, and the worker, once its write returned, handles a state older than it (issue 46,
 item 5: a Kopf-shaped app executed one value twice in 56). Here the buffer is the SDK's, and the rule is applied
 when a worker is handed a state.
+
+A worker that writes on the state it was handed would then be handed its own write's state, a change it made itself,
+and handle the object once more for nothing. The daemon names, with each MODIFIED, the state its watch saw directly
+before it (``Event.previous_resource_version``), so the hand-out can tell that state, made by the worker's write
+alone on the state workers last had, from one that also holds another writer's change, and keeps it back.
 """
 
 from __future__ import annotations
@@ -88,6 +94,15 @@ class Latest:
     * **The own-write rule where the worker takes it.** An ADDED or MODIFIED state older than a write this client
       made and saw return is dropped when it would be handed out, however long it waited: a worker is never handed
       a state that predates its own write (the write's own state follows).
+    * **Not handed back its own write.** An ADDED or MODIFIED state is not handed out either when it is exactly
+      what this client's own write made on top of the state last handed out for that object: the same object
+      (uid), its ``previous_resource_version`` is the state last handed out (or last kept back this way), and its
+      resourceVersion is the largest one this client's writes to it returned. The worker already has that state
+      and nothing else happened in between. Still handed out: a state whose previous one is another writer's (a
+      change no worker saw came between), a state with no previous one (from a list or a resync's snapshot), and
+      a state made by more than one write since the last hand-out (only the newest waits, so the states between
+      were never handed out). Per object, the books keep the uid and resourceVersion of that last state, until
+      the object's deletion.
     * **One worker per object at a time.** An object handed out is in progress until the worker is done with it
       (leaving ``async with latest.take()``, or ``taken.done()``); newer states wait meanwhile and are handed out
       after. So any number of workers can share one ``Latest``, each on a different object.
@@ -113,6 +128,11 @@ class Latest:
         self._ready: deque[Key] = deque()
         #: Keys a worker holds.
         self._taken: set[Key] = set()
+        #: Per object, the (uid, resourceVersion) of the last state handed to a worker, or kept back as the state
+        #: this client's own write made directly on that one: what a state's previous_resource_version is checked
+        #: against when it would be handed out.
+        #: Forgotten at the object's deletion, so it holds at most the live objects.
+        self._seen: dict[Key, tuple[str, str]] = {}
         #: The identity of each object the watch says exists: what a resync's snapshot is checked against.
         self._live: dict[Key, Object] = {}
         #: Since RESYNC_REQUIRED and until its SYNCED, the keys the fresh snapshot held.
@@ -147,9 +167,10 @@ class Latest:
 
     async def next(self) -> Taken:
         """Waits for the next object with a pending state that no worker holds, and hands its newest state out
-        (dropping, at this moment, a state older than this client's own write to it). Call ``done()`` on what it
-        returns when the work is over; ``take()`` does that for you. Raises the ConsistdError that ended the watch.
-        Cancelling a waiting call takes nothing."""
+        (dropping, at this moment, a state older than this client's own write to it, and the state this client's
+        own write made directly on the one last handed out: see Latest). Call ``done()`` on what it returns when
+        the work is over; ``take()`` does that for you. Raises the ConsistdError that ended the watch. Cancelling a
+        waiting call takes nothing."""
         self._start()
         while True:
             if self._failed is not None:
@@ -219,14 +240,17 @@ class Latest:
 
     def _put(self, key: Key, event: Event) -> None:
         """Makes ``event`` the key's pending state, replacing an older one; the key becomes ready unless it already
-        was or a worker holds it."""
+        was or a worker holds it. A deletion forgets the state last handed out."""
+        if event.type == EventType.DELETED:
+            self._seen.pop(key, None)
         if key not in self._pending and key not in self._taken:
             self._ready.append(key)
         self._pending[key] = event
 
     def _hand_out(self) -> Event | None:
         """The next ready key's state, the key now taken; a state older than the client's own write is dropped here
-        (the own-write rule at the take)."""
+        (the own-write rule at the take), and so is the state the client's own write made on the state last handed
+        out."""
         while self._ready:
             key = self._ready.popleft()
             event = self._pending.pop(key, None)
@@ -236,9 +260,31 @@ class Latest:
             if event.type != EventType.DELETED and self._own_writes.predates(obj.uid, obj.resource_version):
                 log.debug("dropped %s/%s@%s: older than this client's own write", *key, obj.resource_version)
                 continue  # its own write's state follows on the watch
+            if event.type != EventType.DELETED:
+                identity = (obj.uid, obj.resource_version)
+                own = self._own_write_on_seen(key, event)
+                self._seen[key] = identity
+                if own:
+                    log.debug("kept back %s/%s@%s: own write on the state last handed out", *key, obj.resource_version)
+                    continue  # the worker already has it
             self._taken.add(key)
             return event
         return None
+
+    def _own_write_on_seen(self, key: Key, event: Event) -> bool:
+        """Whether ``event`` is exactly the state this client's own write made directly on the key's state last
+        handed out (or kept back): the same uid, its previous state that one, and its resourceVersion the largest
+        this client's writes to the object returned."""
+        obj = event.object
+        seen = self._seen.get(key)
+        return (
+            obj is not None
+            and seen is not None
+            and seen[0] == obj.uid
+            and event.previous_resource_version != ""
+            and event.previous_resource_version == seen[1]
+            and self._own_writes.wrote(obj.uid, obj.resource_version)
+        )
 
     def _release(self, key: Key) -> None:
         self._taken.discard(key)
@@ -250,6 +296,7 @@ class Latest:
         self._failed = (code, message)
         self._pending.clear()
         self._ready.clear()
+        self._seen.clear()
         self._wake()
 
     def _wake(self) -> None:

@@ -122,6 +122,14 @@ class Event:
     #: the object had already returned a larger resourceVersion (the state is older than the app's own
     #: write). A CONSISTENT watch drops such events instead.
     predates_own_write: bool = False
+    #: For a MODIFIED event: the resourceVersion of the state of this object that the daemon's watch saw directly
+    #: before this one, so no write to the object came between the two (it names the daemon's watch's previous
+    #: state, which a CONSISTENT watch may not have delivered). Empty when that is not known: ADDED and DELETED
+    #: events, and states from a list or a snapshot (the first one, a relist, a resync), where writes in between
+    #: were never seen. With it an app tells the state its own write made on top of a state it had (this state's
+    #: resourceVersion is the one its write returned, and this is the state it wrote on) from one that also holds
+    #: someone else's change; ``client.watch_latest`` does so (see Latest).
+    previous_resource_version: str = ""
 
     @classmethod
     def from_proto(cls, r: watch_pb2.SubscribeResponse, predates_own_write: bool = False) -> Event:
@@ -132,6 +140,7 @@ class Event:
             cursor=r.cursor,
             consistency=Consistency(r.consistency),
             predates_own_write=predates_own_write,
+            previous_resource_version=r.previous_resource_version,
         )
 
 
