@@ -63,6 +63,7 @@ function eventItem(event: WatchEvent): Json {
     name: event.object?.name ?? "",
     resourceVersion: event.object?.resourceVersion ?? "",
     predatesOwnWrite: event.predatesOwnWrite,
+    previousResourceVersion: event.previousResourceVersion,
   };
 }
 

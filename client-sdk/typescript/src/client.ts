@@ -137,8 +137,12 @@ export class Client {
   /**
    * The newest state of each object `query` names, from a CONSISTENT watch, handed to workers as they ask (see
    * Latest): the way to consume a CONSISTENT watch when the handler is slow. A worker never handles a state older
-   * than this client's own write to the object, and never an object another worker holds. The reader starts at
-   * once and runs until `latest.close()`, the signal's abort or the client's close.
+   * than this client's own write to the object, and never an object another worker holds. Nor is it handed back
+   * the state of this client's own write made directly on the state the workers last had (the watch's
+   * `previousResourceVersion` names it, and its version is the one the write returned): the workers have it
+   * already. Another writer's change is handed out, and so is a state with no previous state (from a list or a
+   * resync) and one that more than one write made since the last hand-out. The reader starts at once and runs
+   * until `latest.close()`, the signal's abort or the client's close.
    *
    *     const latest = client.watchLatest({ resource: "configmaps", namespace: "default" });
    *     const taken = await latest.next(); // ADDED, MODIFIED or DELETED: the object's newest state

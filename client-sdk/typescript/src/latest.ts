@@ -1,5 +1,6 @@
 // The newest state per object of a CONSISTENT watch, handed to the app's workers when they ask, with the own-write
-// rule applied at that moment: the way to consume a watch whose handler is slow (`client.watchLatest`).
+// rule applied at that moment and the state of a worker's own write on the state it had not handed back: the way
+// to consume a watch whose handler is slow (`client.watchLatest`).
 //
 // An app that reads a watch into a buffer of its own (the newest state per object) while a worker per object
 // handles one state at a time takes each state twice: when its reader takes it from the watch, and when its worker
@@ -7,6 +8,11 @@
 // was still writing then waits in the buffer, and the worker, once its write returned, handles a state older than
 // it (issue 46, item 5: a Kopf-shaped app executed one value twice in 56). Here the buffer is the SDK's, and the
 // rule is applied when a worker is handed a state.
+//
+// A worker that writes the object it was handed is then handed the state of that write, which it already knows: a
+// Kopf-shaped app wakes once more for nothing, and a handler that is not idempotent runs twice on one change. The
+// watch's `previousResourceVersion` says when such a state is exactly the worker's write on the state the workers
+// last had, nothing else in between; that one is not handed out.
 import { status } from "@grpc/grpc-js";
 import type { Cancellable } from "./call.js";
 import { ConsistdError, toConsistdError } from "./errors.js";
@@ -20,6 +26,12 @@ interface Identity {
   uid: string;
   namespace: string;
   name: string;
+  resourceVersion: string;
+}
+
+/** A state of an object, by the fields that tell one state from another: its uid and resourceVersion. */
+interface Version {
+  uid: string;
   resourceVersion: string;
 }
 
@@ -77,12 +89,19 @@ export class Taken {
  *   (namespace and name), only the newest state not yet handed out: a DELETED replaces whatever waited, and so does
  *   a later state (a re-created object's ADDED replaces its deletion). That is the bound: one event per object,
  *   plus the identity (namespace, name, uid, resourceVersion) of each object the watch says exists, to tell
- *   deletions after a resync.
+ *   deletions after a resync, and the uid and resourceVersion of the state last handed out per existing object.
  * - Pulled, never pushed. A worker asks for the next object's newest state; a slow worker never holds up the
  *   reader, and is never handed a state that waited in a queue while a newer one came.
  * - The own-write rule where the worker takes it. An ADDED or MODIFIED state older than a write through
  *   `client.objects` that returned is dropped when it would be handed out, however long it waited: a worker is
  *   never handed a state that predates its own write (the write's own state follows).
+ * - Not handed back its own write. An ADDED or MODIFIED state is dropped when it would be handed out if it is
+ *   exactly the state this client's own write (through `client.objects`) returned, and the watch says
+ *   (`previousResourceVersion`) that it came directly after the state of the object last handed to a worker (or
+ *   last dropped so): the workers already have it, and nothing else happened to the object in between. Still handed
+ *   out: a state whose previous state is another writer's (a change no worker saw came between), a state with no
+ *   previous state (from a list, a relist or a resync), and a state made by more than one write since the last
+ *   hand-out (its previous state is not the one the workers had). After a deletion the object starts afresh.
  * - One worker per object at a time. An object handed out is in progress until `taken.done()`; newer states wait
  *   meanwhile and are handed out after. So any number of workers can share one `Latest`, each on a different
  *   object.
@@ -105,6 +124,12 @@ export class Latest {
   private readonly live = new Map<string, Identity>();
   /** Since RESYNC_REQUIRED and until its SYNCED, the keys the fresh snapshot held. */
   private resync?: Set<string>;
+  /**
+   * Per key, the state of the object last handed to a worker, or last dropped as the state of the client's own
+   * write on it: what a state's `previousResourceVersion` is compared with. A deletion (handed out, or arriving)
+   * forgets the key, so this holds no more than the objects that exist.
+   */
+  private readonly seen = new Map<string, Version>();
   /** What ended the watch. */
   private failed?: ConsistdError;
   /** Workers waiting in next(), woken at every change. */
@@ -126,8 +151,9 @@ export class Latest {
 
   /**
    * Waits for the next object with a pending state that no worker holds, and hands its newest state out (dropping,
-   * at this moment, a state older than the client's own write to it). Call `done()` on what it resolves to when the
-   * work is over. Rejects with the ConsistdError that ended the watch, or the signal's reason when it aborts.
+   * at this moment, a state older than the client's own write to it, and the state of the client's own write made
+   * directly on the state the workers last had). Call `done()` on what it resolves to when the work is over.
+   * Rejects with the ConsistdError that ended the watch, or the signal's reason when it aborts.
    */
   async next(options: Cancellable = {}): Promise<Taken> {
     const { signal } = options;
@@ -210,12 +236,13 @@ export class Latest {
   /** Makes `event` the key's pending state, replacing an older one; the key becomes ready unless it already was or
    * a worker holds it. */
   private put(key: string, event: WatchEvent): void {
+    if (event.type === EventType.DELETED) this.seen.delete(key); // a state after it is another object's
     if (!this.pending.has(key) && !this.taken.has(key)) this.ready.push(key);
     this.pending.set(key, event);
   }
 
   /** The next ready key's state, the key now taken; a state older than the client's own write is dropped here (the
-   * own-write rule at the take). */
+   * own-write rule at the take), and so is the state of the client's own write on the state the workers had. */
   private handOut(): Taken | undefined {
     for (;;) {
       const key = this.ready.shift();
@@ -225,9 +252,31 @@ export class Latest {
       this.pending.delete(key);
       const isState = event.type === EventType.ADDED || event.type === EventType.MODIFIED;
       if (isState && this.ownWrites.predates(event.object)) continue; // its own write's state follows
+      if (event.type === EventType.DELETED) this.seen.delete(key);
+      if (isState && event.object) {
+        const { uid, resourceVersion } = event.object;
+        const had = this.seen.get(key);
+        this.seen.set(key, { uid, resourceVersion });
+        if (had && this.ownWriteOn(had, event)) continue; // the workers have it already
+      }
       this.taken.add(key);
       return new Taken(event, () => this.release(key));
     }
+  }
+
+  /**
+   * Whether `event` is the state the client's own write made directly on `had`, the state the workers last had:
+   * same object, its previous state (as the watch saw it) is `had`, and its version is exactly the newest one the
+   * client's own writes returned for it. Nothing but that write happened in between.
+   */
+  private ownWriteOn(had: Version, event: WatchEvent): boolean {
+    const previous = event.previousResourceVersion;
+    return (
+      event.object?.uid === had.uid &&
+      previous !== "" &&
+      previous === had.resourceVersion &&
+      this.ownWrites.wrote(event.object)
+    );
   }
 
   private release(key: string): void {
@@ -240,6 +289,7 @@ export class Latest {
     if (this.failed) return;
     this.failed = error;
     this.pending.clear();
+    this.seen.clear();
     this.ready = [];
     this.wake();
   }
@@ -265,5 +315,6 @@ function deleted(identity: Identity, cursor: string): WatchEvent {
     object: { ...identity, json },
     cursor,
     consistency: Consistency.UNSPECIFIED,
+    previousResourceVersion: "",
   });
 }

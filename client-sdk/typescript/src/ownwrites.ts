@@ -60,6 +60,18 @@ export class OwnWrites {
     return version !== undefined && version < written;
   }
 
+  /**
+   * Whether `object` is exactly the newest state this client's own writes returned for its uid: the uid is
+   * recorded with this very version (compared as integers). A newest-state watch asks it to tell the state of
+   * the app's own write from anyone else's. Unknown uids, other versions and non-integer versions are not.
+   */
+  wrote(object: Versioned | undefined): boolean {
+    if (!object?.uid) return false;
+    const written = this.versions.get(object.uid);
+    if (written === undefined) return false;
+    return versionNumber(object.resourceVersion) === written;
+  }
+
   /** How many objects are recorded. */
   get size(): number {
     return this.versions.size;

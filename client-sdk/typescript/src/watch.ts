@@ -73,12 +73,23 @@ export class WatchEvent {
    * before the app took this event. A CONSISTENT watch never delivers such a state (the own-write rule).
    */
   readonly predatesOwnWrite: boolean;
+  /**
+   * For a MODIFIED event: the resourceVersion of the state of this object that the daemon's watch saw
+   * directly before this one, so no write to the object came between the two (it names the watch's previous
+   * state, which a CONSISTENT watch may not have delivered). Empty when that is not known: ADDED and DELETED
+   * events, and states from a list or a snapshot (the first one, a relist, a resync), where writes in between
+   * were never seen. With it an app can tell the state its own write made on top of a state it had (this
+   * state's resourceVersion is the one the write returned, and this field the state it wrote on) from one
+   * that also holds another writer's change.
+   */
+  readonly previousResourceVersion: string;
 
   constructor(response: SubscribeResponse, predatesOwnWrite = false) {
     this.type = response.type;
     this.object = response.object && new KubeObject(response.object);
     this.cursor = response.cursor;
     this.consistency = response.consistency;
+    this.previousResourceVersion = response.previousResourceVersion;
     this.predatesOwnWrite = predatesOwnWrite;
   }
 

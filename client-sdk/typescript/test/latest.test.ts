@@ -107,13 +107,15 @@ function object(name: string, resourceVersion: string): proto.KubeObject {
 
 const { ADDED, MODIFIED, DELETED, SYNCED, RESYNC_REQUIRED } = EventType;
 
-function state(type: EventType, name: string, resourceVersion: string): proto.SubscribeResponse {
+/** A state of object `name`; `previous` is the version the watch saw directly before it (none: unknown). */
+function state(type: EventType, name: string, resourceVersion: string, previous = ""): proto.SubscribeResponse {
   const consistency = Consistency.CONSISTENT;
-  return { type, object: object(name, resourceVersion), cursor: `c${resourceVersion}`, consistency };
+  const cursor = `c${resourceVersion}`;
+  return { type, object: object(name, resourceVersion), cursor, consistency, previousResourceVersion: previous };
 }
 
 function marker(type: EventType): proto.SubscribeResponse {
-  return { type, object: undefined, cursor: "", consistency: Consistency.UNSPECIFIED };
+  return { type, object: undefined, cursor: "", consistency: Consistency.UNSPECIFIED, previousResourceVersion: "" };
 }
 
 /** A Latest on a fake client, and its (first) watch stream. */
@@ -193,6 +195,120 @@ test("a deletion replaces the waiting state and is handed out whatever the own w
     await f.write("a", "9");
     held.done();
     assert.equal(show(await handed(latest)), "DELETED a@2");
+  } finally {
+    latest.close();
+  }
+});
+
+test("the state a worker's own write made on the state it had is not handed back; the next writer's is", async () => {
+  const { fake: f, latest, stream } = await fake();
+  try {
+    stream.push(state(ADDED, "a", "1"), marker(SYNCED));
+    const held = await handed(latest);
+    // The worker writes on a@1; the write's state arrives while it still holds the object.
+    await f.write("a", "2");
+    stream.push(state(MODIFIED, "a", "2", "1"));
+    await settled();
+    held.done();
+    await nothingReady(latest);
+    assert.equal(latest.size, 0, "the state of the worker's own write was dropped");
+    // The app writes again on the state it dropped: the workers have that one too.
+    await f.write("a", "3");
+    stream.push(state(MODIFIED, "a", "3", "2"));
+    await settled();
+    await nothingReady(latest);
+    // Another writer's change on top of it is handed out.
+    stream.push(state(MODIFIED, "a", "4", "3"));
+    const theirs = await handed(latest);
+    assert.equal(show(theirs), "MODIFIED a@4");
+    assert.equal(theirs.event.previousResourceVersion, "3", "the watch event carries the previous version");
+    // The worker writes on that one and is done before its write's state arrives: dropped all the same.
+    await f.write("a", "5");
+    theirs.done();
+    stream.push(state(MODIFIED, "a", "5", "4"));
+    await settled();
+    await nothingReady(latest);
+    assert.equal(latest.size, 0, "the state of the worker's own write was dropped");
+  } finally {
+    latest.close();
+  }
+});
+
+test("the state of an own write made on top of another writer's change is handed out", async () => {
+  const { fake: f, latest, stream } = await fake();
+  try {
+    stream.push(state(ADDED, "a", "1"), marker(SYNCED));
+    const held = await handed(latest);
+    // Another writer changes a@1 to a@2 before the worker's write, which then is made on a@2, not on a@1.
+    stream.push(state(MODIFIED, "a", "2", "1"));
+    await f.write("a", "3");
+    stream.push(state(MODIFIED, "a", "3", "2"));
+    await settled();
+    held.done();
+    const mine = await handed(latest);
+    assert.equal(show(mine), "MODIFIED a@3", "it holds a change no worker saw");
+    // The worker has a@3 now: its write on it is not handed back.
+    await f.write("a", "4");
+    stream.push(state(MODIFIED, "a", "4", "3"));
+    await settled();
+    mine.done();
+    await nothingReady(latest);
+    assert.equal(latest.size, 0);
+  } finally {
+    latest.close();
+  }
+});
+
+test("the state of an own write with no previous version (from a resync's snapshot) is handed out", async () => {
+  const { fake: f, latest, stream } = await fake();
+  try {
+    stream.push(state(ADDED, "a", "1"), marker(SYNCED));
+    const held = await handed(latest);
+    await f.write("a", "2");
+    // The watch could not resume: the snapshot holds the write's state, with no previous version.
+    stream.push(marker(RESYNC_REQUIRED), state(ADDED, "a", "2"), marker(SYNCED));
+    await settled();
+    held.done();
+    const listed = await handed(latest);
+    assert.equal(show(listed), "ADDED a@2", "writes in between were never seen");
+    // The worker has a@2 now: its write on it is not handed back.
+    await f.write("a", "3");
+    stream.push(state(MODIFIED, "a", "3", "2"));
+    await settled();
+    listed.done();
+    await nothingReady(latest);
+    assert.equal(latest.size, 0);
+  } finally {
+    latest.close();
+  }
+});
+
+test("after a deletion, what the workers had of the object is forgotten", async () => {
+  const { fake: f, latest, stream } = await fake();
+  try {
+    stream.push(state(ADDED, "a", "1"), marker(SYNCED));
+    const held = await handed(latest);
+    await f.write("a", "2");
+    stream.push(state(MODIFIED, "a", "2", "1"));
+    await settled();
+    held.done();
+    await nothingReady(latest);
+    assert.equal(latest.size, 0, "the state of the worker's own write was dropped");
+    stream.push(state(DELETED, "a", "2"));
+    (await handed(latest)).done();
+    // The fake brings back the same uid, on the state before the deletion (a real daemon names no previous state
+    // for a new object): what the workers had before the deletion no longer counts.
+    await f.write("a", "3");
+    stream.push(state(MODIFIED, "a", "3", "2"));
+    const again = await handed(latest);
+    assert.equal(show(again), "MODIFIED a@3", "the rule carried over a deletion handed out");
+    // A deletion that arrives and is replaced before it is handed out forgets it too.
+    stream.push(state(DELETED, "a", "3"));
+    await f.write("a", "4");
+    stream.push(state(MODIFIED, "a", "4", "3"));
+    await settled();
+    again.done();
+    assert.equal(show(await handed(latest)), "MODIFIED a@4", "the rule carried over a deletion that arrived");
   } finally {
     latest.close();
   }

@@ -49,6 +49,7 @@ function event(type: EventType, cursor: string, uid?: string, resourceVersion = 
     object: uid === undefined ? undefined : object(uid, resourceVersion),
     cursor,
     consistency: Consistency.CONSISTENT,
+    previousResourceVersion: "",
   };
 }
 

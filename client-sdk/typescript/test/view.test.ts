@@ -91,7 +91,13 @@ test("a watch that reconnects subscribes again with the same view, from its last
     );
     const first = next(events, "SYNCED");
     await fake.subscribed(0);
-    const synced = { type: EventType.SYNCED, object: undefined, cursor: "c1", consistency: Consistency.CONSISTENT };
+    const synced = {
+      type: EventType.SYNCED,
+      object: undefined,
+      cursor: "c1",
+      consistency: Consistency.CONSISTENT,
+      previousResourceVersion: "",
+    };
     fake.streams[0].push(synced);
     assert.equal((await first).type, EventType.SYNCED);
     fields.push("spec"); // the query was read when the watch started
