@@ -1,15 +1,15 @@
 //! ReconcileService against the real apiserver: keys handed out once each and never twice at a time,
 //! one more pass for a change during a lease and none for the app's own write under it, the app's own
 //! write seen by the key's next pass (through a delaying network), retries, leases returned by a vanished
-//! app, work only while the pod leads its election, a deletion handed out once, bad input refused naming
-//! the field, metrics and status.
+//! app, work only while the pod leads its election, a deletion handed out once, changes a filter passes
+//! over, bad input refused naming the field, metrics and status.
 
 use std::time::Duration;
 
 use consistd_client::proto::{
-    CampaignRequest, Completion, CreateRequest, ElectionRef, LeadershipState, ObjectQuery, ObjectView, Outcome,
-    PatchRequest, PatchType, QueueSpec, ReconcileRequest, ReconcileResponse, RelatedQuery, RetryPolicy, WorkItem,
-    reconcile_request, reconcile_response, reconcile_service_client::ReconcileServiceClient, related_query,
+    CampaignRequest, ChangeFilter, Completion, CreateRequest, ElectionRef, LeadershipState, ObjectQuery, ObjectView,
+    Outcome, PatchRequest, PatchType, QueueSpec, ReconcileRequest, ReconcileResponse, RelatedQuery, RetryPolicy,
+    WorkItem, reconcile_request, reconcile_response, reconcile_service_client::ReconcileServiceClient, related_query,
 };
 use consistd_testkit::{Daemon, proxy::DelayProxy};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -840,6 +840,13 @@ async fn bad_specs_and_completions_are_refused_naming_the_field() {
     unmapped.related = vec![RelatedQuery { query: unmapped.primary.clone(), maps_by: None, priority: 0 }];
     let status = refused(unmapped).await;
     assert!(status.message().starts_with("spec.related[0].maps_by: "), "{status}");
+    let mut unnamed = spec("bad", &ns, 1);
+    unnamed.primary.as_mut().expect("primary").changes = Some(ChangeFilter::default());
+    let status = refused(unnamed).await;
+    assert_eq!(
+        (status.code(), status.message().split(':').next()),
+        (Code::InvalidArgument, Some("spec.primary.changes"))
+    );
 
     // In a running stream: a second spec, an unknown lease and an unset outcome are refused, and the
     // stream goes on.
@@ -858,4 +865,64 @@ async fn bad_specs_and_completions_are_refused_naming_the_field() {
     let api: Api<ConfigMap> = Api::namespaced(kube, &ns);
     api.create(&PostParams::default(), &configmap("late", json!({}))).await.expect("create");
     assert_eq!(queue.item().await.name, "late", "the stream still works");
+}
+
+/// A queue of Deployments that asks for generation changes only: a write of the status subresource (the
+/// generation stays) and one of labels queue nothing; a change of the spec does. Nothing runs Deployments on
+/// the test control plane, so only these writes move them.
+#[tokio::test]
+async fn a_queue_asking_for_generation_changes_passes_over_status_and_label_writes() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let deployments: Api<Deployment> = Api::namespaced(kube, &ns);
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": { "name": "web" },
+        "spec": {
+            "replicas": 1,
+            "selector": { "matchLabels": { "app": "web" } },
+            "template": {
+                "metadata": { "labels": { "app": "web" } },
+                "spec": { "containers": [{ "name": "web", "image": "example.invalid/web:1" }] }
+            }
+        }
+    }))
+    .expect("deployment");
+    deployments.create(&PostParams::default(), &deployment).await.expect("create the deployment");
+    let daemon = Daemon::builder(BIN).start().await;
+    let mut s = spec("generations", &ns, 1);
+    s.primary = Some(ObjectQuery {
+        resource: "deployments.apps".into(),
+        namespace: ns.clone(),
+        changes: Some(ChangeFilter { generation: true, ..Default::default() }),
+        ..Default::default()
+    });
+    let mut q = open(&daemon, s).await.expect("queue opens");
+    let first = q.item().await;
+    q.complete(&first, Outcome::Done).await;
+
+    let patch = |value: Value| Patch::Merge(value);
+    let status = deployments
+        .patch_status("web", &PatchParams::default(), &patch(json!({ "status": { "observedGeneration": 1 } })))
+        .await
+        .expect("write the status");
+    let labelled = deployments
+        .patch("web", &PatchParams::default(), &patch(json!({ "metadata": { "labels": { "seen": "yes" } } })))
+        .await
+        .expect("write a label");
+    assert_eq!(status.metadata.generation, labelled.metadata.generation, "neither moved the generation");
+    let nothing = q.item_within(Duration::from_secs(3)).await;
+    assert!(nothing.is_none(), "a status or label write queued a pass: {nothing:?}");
+
+    let scaled = deployments
+        .patch("web", &PatchParams::default(), &patch(json!({ "spec": { "replicas": 2 } })))
+        .await
+        .expect("change the spec");
+    let item = q.item().await;
+    assert_eq!(
+        item.object.as_ref().map(|o| o.resource_version.clone()),
+        scaled.metadata.resource_version,
+        "the spec's change is handed out"
+    );
+    q.complete(&item, Outcome::Done).await;
 }

@@ -7,6 +7,7 @@
 mod authority;
 mod driver;
 pub mod durable;
+pub mod filter;
 mod gate;
 pub mod keys;
 pub mod limiter;
@@ -31,6 +32,7 @@ use tokio::sync::{mpsc, oneshot};
 use self::{
     authority::Authority,
     driver::Driver,
+    filter::ChangeFilter,
     keys::MapsBy,
     limiter::RetryPolicy,
     queue::Completion,
@@ -59,6 +61,8 @@ pub struct ObjectQuery {
     pub field_selector: String,
     /// What of each object the watch keeps.
     pub view: ObjectView,
+    /// Which changes of its objects queue a pass; `None`: every change.
+    pub changes: Option<ChangeFilter>,
 }
 
 impl ObjectQuery {
@@ -121,6 +125,7 @@ impl QueueSpec {
             out.insert(format!("{prefix}.label_selector"), q.label_selector.clone());
             out.insert(format!("{prefix}.field_selector"), q.field_selector.clone());
             out.insert(format!("{prefix}.view"), format!("{:?}", q.view));
+            out.insert(format!("{prefix}.changes"), format!("{:?}", q.changes));
         };
         query("spec.primary", &self.primary);
         for (i, r) in self.related.iter().enumerate() {

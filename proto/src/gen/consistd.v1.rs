@@ -4597,6 +4597,30 @@ pub struct ObjectQuery {
     /// annotation, or a field under metadata.
     #[prost(message, optional, tag = "5")]
     pub view: ::core::option::Option<ObjectView>,
+    /// Which changes of an object queue a pass (controller-runtime's GenerationChangedPredicate and its label
+    /// and annotation predicates, kube-rs's predicates); unset, every change does. See ChangeFilter.
+    #[prost(message, optional, tag = "6")]
+    pub changes: ::core::option::Option<ChangeFilter>,
+}
+/// ChangeFilter: a change of an object queues its key only when one of the parts named here differs from the
+/// state the queue saw before (or the object's metadata.deletionTimestamp was set). A change that moves only
+/// what is not named (status, resourceVersion, managedFields) queues nothing. An object's first state, its
+/// deletion and a change of the primary it names (a related query's mapping) always queue. At least one part
+/// must be named.
+#[allow(clippy::all)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ChangeFilter {
+    /// metadata.generation, which the apiserver moves on a change of the spec (for most resources, and for
+    /// custom resources with a status subresource) and not on one of status or metadata. An object without a
+    /// generation (a ConfigMap, a Secret) counts every change.
+    #[prost(bool, tag = "1")]
+    pub generation: bool,
+    /// metadata.labels.
+    #[prost(bool, tag = "2")]
+    pub labels: bool,
+    /// metadata.annotations.
+    #[prost(bool, tag = "3")]
+    pub annotations: bool,
 }
 /// RelatedQuery is a watch whose objects name a primary key: a change to such an object queues that key.
 #[allow(clippy::all)]

@@ -23,6 +23,7 @@ use super::{
     DriverCall, Handed, QueueSpec, ReconcileError, Reconciler, Work,
     authority::{Authority, May},
     durable::{Timer, TimerKind},
+    filter::ChangeFilter,
     gate::{Gate, Verdict},
     keys::{MapsBy, PrimaryKind, primary_of},
     own::{OwnWrites, WriteResult, version_of},
@@ -583,6 +584,7 @@ impl Driver {
     /// `obj` of watch `index` changed (or was `deleted`): queue the primary key(s) it concerns. `event`:
     /// it came as a watch event, not from a list, so it shows one write (maybe a lease's own).
     fn touch(&mut self, index: usize, obj: &Arc<Obj>, (deleted, origin, event): (bool, Origin, bool), now: Instant) {
+        let filter = self.change_filter(index);
         let version = obj.resource_version().parse::<u64>().unwrap_or(u64::MAX);
         let at = (!self.relisting).then_some(version);
         let one_write = (event && origin == Origin::Live && !self.relisting).then_some(obj.as_ref());
@@ -600,8 +602,12 @@ impl Driver {
                 w.known.remove(&key);
                 self.tombstones.insert(key.clone(), obj.clone());
             } else {
-                w.known.insert(key.clone(), (obj.clone(), Some(key.clone())));
+                let before = w.known.insert(key.clone(), (obj.clone(), Some(key.clone())));
                 self.tombstones.remove(&key);
+                if filtered_out(filter, before.as_ref().map(|(o, _)| o), obj) {
+                    tracing::trace!(queue = %self.spec.name, namespace = %key.namespace, name = %key.name, resource_version = obj.resource_version(), "a change the queue's filter passes over");
+                    return;
+                }
             }
             if origin == Origin::Initial && !deleted && self.restore(&key, obj, now) {
                 return;
@@ -610,17 +616,27 @@ impl Driver {
             return;
         };
         let named = if deleted { None } else { primary_of(obj, maps_by, &self.primary_kind) };
-        let before = if deleted {
-            w.known.remove(&key).and_then(|(_, p)| p)
-        } else {
-            w.known.insert(key, (obj.clone(), named.clone())).and_then(|(_, p)| p)
-        };
-        let before = before.filter(|b| Some(b) != named.as_ref());
+        let previous = if deleted { w.known.remove(&key) } else { w.known.insert(key, (obj.clone(), named.clone())) };
+        if !deleted
+            && previous.as_ref().is_some_and(|(_, p)| *p == named)
+            && filtered_out(filter, previous.as_ref().map(|(o, _)| o), obj)
+        {
+            return; // the same primary, and nothing the filter names changed
+        }
+        let before = previous.and_then(|(_, p)| p).filter(|b| Some(b) != named.as_ref());
         for primary in named.iter().chain(before.iter()) {
             if origin == Origin::Initial && !self.related_changed_since_kept(primary, version) {
                 continue;
             }
             self.key_changed(primary, (index, at), origin, one_write, now);
+        }
+    }
+
+    /// The change filter of watch `index` (0: the primary query, then the related ones in the spec's order).
+    fn change_filter(&self, index: usize) -> Option<ChangeFilter> {
+        match index.checked_sub(1) {
+            None => self.spec.primary.changes,
+            Some(related) => self.spec.related.get(related).and_then(|r| r.query.changes),
         }
     }
 
@@ -1174,6 +1190,15 @@ impl Driver {
     }
 }
 
+/// Whether `filter` passes over the change from `before` (the state the queue saw; none: the object is new to
+/// it) to `after`.
+fn filtered_out(filter: Option<ChangeFilter>, before: Option<&Arc<Obj>>, after: &Obj) -> bool {
+    match (filter, before) {
+        (Some(filter), Some(before)) => !filter.passes(before, after),
+        _ => false,
+    }
+}
+
 fn query_error(field: &str, source: crate::watch::ResourceError) -> ReconcileError {
     ReconcileError::Query { field: field.to_owned(), source }
 }
@@ -1322,6 +1347,7 @@ mod tests {
                     label_selector: String::new(),
                     field_selector: String::new(),
                     view: crate::watch::view::ObjectView::default(),
+                    changes: None,
                 },
                 related: Vec::new(),
                 retry: RetryPolicy::default(),
@@ -1649,6 +1675,51 @@ mod tests {
     #[tokio::test]
     async fn without_comparable_versions_a_grant_waits_for_exactly_the_written_version() {
         a_key_is_granted_only_once_its_watch_shows_the_write_its_previous_lease_made(false);
+    }
+
+    /// With a change filter, a change of what it does not name queues nothing, on the primary and on a related
+    /// query; one of what it names does, and so does a related object's move to another primary (its old and
+    /// new primaries).
+    #[tokio::test]
+    async fn a_change_the_filter_does_not_name_queues_nothing() {
+        let mut rig = Rig::new(true);
+        let labels = Some(ChangeFilter { labels: true, ..ChangeFilter::default() });
+        rig.driver.spec.primary.changes = labels;
+        // The related query compares annotations: a change of its labels but the one mapping it queues nothing.
+        let annotations = Some(ChangeFilter { annotations: true, ..ChangeFilter::default() });
+        rig.driver.spec.related.push(super::super::Relation {
+            query: super::super::ObjectQuery { changes: annotations, ..rig.driver.spec.primary.clone() },
+            maps_by: MapsBy::Label("owner".into()),
+            priority: 0,
+        });
+        rig.list(0, vec![raw("a", 10, r#""x":"1""#), raw("b", 11, "")]);
+        let mut rx = rig.attach(1, 4);
+        let mut pass = |rig: &mut Rig| {
+            rig.pump();
+            let work = next(&mut rx);
+            if let Some(work) = &work {
+                rig.complete(1, &work.lease_id, Completion::Done).expect("completed");
+            }
+            work.map(|w| (w.key.name.clone(), version(&w)))
+        };
+        assert!(pass(&mut rig).is_some() && pass(&mut rig).is_some() && pass(&mut rig).is_none(), "both listed");
+
+        rig.apply(0, watcher::Event::Apply(raw("a", 12, r#""x":"1""#)));
+        assert_eq!(pass(&mut rig), None, "the same labels: no pass");
+        rig.apply(0, watcher::Event::Apply(raw("a", 13, r#""x":"2""#)));
+        assert_eq!(pass(&mut rig), Some(("a".into(), "13".into())));
+
+        rig.apply(1, watcher::Event::Apply(raw("r", 20, r#""owner":"a""#)));
+        assert_eq!(pass(&mut rig).map(|p| p.0), Some("a".into()), "a related object's first state");
+        rig.apply(1, watcher::Event::Apply(raw("r", 21, r#""owner":"a""#)));
+        assert_eq!(pass(&mut rig), None, "a related object's change of nothing named");
+        rig.apply(1, watcher::Event::Apply(raw("r", 22, r#""owner":"a","y":"1""#)));
+        assert_eq!(pass(&mut rig), None, "a related object's label, not named");
+        rig.apply(1, watcher::Event::Apply(raw("r", 23, r#""owner":"b","y":"1""#)));
+        let (first, second) = (pass(&mut rig).map(|p| p.0), pass(&mut rig).map(|p| p.0));
+        let mut moved = [first, second];
+        moved.sort();
+        assert_eq!(moved, [Some("a".into()), Some("b".into())], "moved: the old primary and the new");
     }
 
     #[tokio::test]

@@ -6,8 +6,8 @@ use std::{sync::Arc, time::Duration};
 use consistd_cluster::{
     leadership::Leadership,
     reconcile::{
-        DEFAULT_LEASE_TIMEOUT, ObjectQuery, QueueSpec, Reconciler, Relation, Work, keys::MapsBy, limiter::RetryPolicy,
-        queue::Completion, ring::ShardBy,
+        DEFAULT_LEASE_TIMEOUT, ObjectQuery, QueueSpec, Reconciler, Relation, Work, filter::ChangeFilter, keys::MapsBy,
+        limiter::RetryPolicy, queue::Completion, ring::ShardBy,
     },
     watch::{object::Obj, view::dot_path},
 };
@@ -237,13 +237,28 @@ fn query(field: &str, q: Option<pb::ObjectQuery>) -> Result<ObjectQuery, Status>
             format!("{:?} is not a valid namespace name", q.namespace),
         ));
     }
-    let view = super::watch::view(&format!("{field}.view"), q.view.as_ref())?;
+    let mut view = super::watch::view(&format!("{field}.view"), q.view.as_ref())?;
+    let changes =
+        q.changes.map(|c| ChangeFilter { generation: c.generation, labels: c.labels, annotations: c.annotations });
+    if let Some(changes) = &changes {
+        if !changes.any() {
+            return Err(status::invalid_argument(
+                &format!("{field}.changes"),
+                "names no part: set generation, labels or annotations (unset queues every change)",
+            ));
+        }
+        // A projection keeps what the filter compares (all of it is metadata, which every other view keeps).
+        for path in changes.reads() {
+            view.keep(&path);
+        }
+    }
     Ok(ObjectQuery {
         resource: q.resource,
         namespace: q.namespace,
         label_selector: q.label_selector,
         field_selector: q.field_selector,
         view,
+        changes,
     })
 }
 

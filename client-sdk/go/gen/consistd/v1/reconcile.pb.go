@@ -374,7 +374,10 @@ type ObjectQuery struct {
 	// How much of each object the queue's watch keeps and hands out, as in WatchService.Subscribe. A related
 	// query's projection also keeps what its maps_by reads; a metadata-only one can map by owner, label or
 	// annotation, or a field under metadata.
-	View          *ObjectView `protobuf:"bytes,5,opt,name=view,proto3" json:"view,omitempty"`
+	View *ObjectView `protobuf:"bytes,5,opt,name=view,proto3" json:"view,omitempty"`
+	// Which changes of an object queue a pass (controller-runtime's GenerationChangedPredicate and its label
+	// and annotation predicates, kube-rs's predicates); unset, every change does. See ChangeFilter.
+	Changes       *ChangeFilter `protobuf:"bytes,6,opt,name=changes,proto3" json:"changes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -444,6 +447,83 @@ func (x *ObjectQuery) GetView() *ObjectView {
 	return nil
 }
 
+func (x *ObjectQuery) GetChanges() *ChangeFilter {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
+// ChangeFilter: a change of an object queues its key only when one of the parts named here differs from the
+// state the queue saw before (or the object's metadata.deletionTimestamp was set). A change that moves only
+// what is not named (status, resourceVersion, managedFields) queues nothing. An object's first state, its
+// deletion and a change of the primary it names (a related query's mapping) always queue. At least one part
+// must be named.
+type ChangeFilter struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// metadata.generation, which the apiserver moves on a change of the spec (for most resources, and for
+	// custom resources with a status subresource) and not on one of status or metadata. An object without a
+	// generation (a ConfigMap, a Secret) counts every change.
+	Generation bool `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	// metadata.labels.
+	Labels bool `protobuf:"varint,2,opt,name=labels,proto3" json:"labels,omitempty"`
+	// metadata.annotations.
+	Annotations   bool `protobuf:"varint,3,opt,name=annotations,proto3" json:"annotations,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangeFilter) Reset() {
+	*x = ChangeFilter{}
+	mi := &file_consistd_v1_reconcile_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangeFilter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangeFilter) ProtoMessage() {}
+
+func (x *ChangeFilter) ProtoReflect() protoreflect.Message {
+	mi := &file_consistd_v1_reconcile_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangeFilter.ProtoReflect.Descriptor instead.
+func (*ChangeFilter) Descriptor() ([]byte, []int) {
+	return file_consistd_v1_reconcile_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ChangeFilter) GetGeneration() bool {
+	if x != nil {
+		return x.Generation
+	}
+	return false
+}
+
+func (x *ChangeFilter) GetLabels() bool {
+	if x != nil {
+		return x.Labels
+	}
+	return false
+}
+
+func (x *ChangeFilter) GetAnnotations() bool {
+	if x != nil {
+		return x.Annotations
+	}
+	return false
+}
+
 // RelatedQuery is a watch whose objects name a primary key: a change to such an object queues that key.
 type RelatedQuery struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -468,7 +548,7 @@ type RelatedQuery struct {
 
 func (x *RelatedQuery) Reset() {
 	*x = RelatedQuery{}
-	mi := &file_consistd_v1_reconcile_proto_msgTypes[3]
+	mi := &file_consistd_v1_reconcile_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -480,7 +560,7 @@ func (x *RelatedQuery) String() string {
 func (*RelatedQuery) ProtoMessage() {}
 
 func (x *RelatedQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_consistd_v1_reconcile_proto_msgTypes[3]
+	mi := &file_consistd_v1_reconcile_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -493,7 +573,7 @@ func (x *RelatedQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelatedQuery.ProtoReflect.Descriptor instead.
 func (*RelatedQuery) Descriptor() ([]byte, []int) {
-	return file_consistd_v1_reconcile_proto_rawDescGZIP(), []int{3}
+	return file_consistd_v1_reconcile_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RelatedQuery) GetQuery() *ObjectQuery {
@@ -603,7 +683,7 @@ type RetryPolicy struct {
 
 func (x *RetryPolicy) Reset() {
 	*x = RetryPolicy{}
-	mi := &file_consistd_v1_reconcile_proto_msgTypes[4]
+	mi := &file_consistd_v1_reconcile_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -615,7 +695,7 @@ func (x *RetryPolicy) String() string {
 func (*RetryPolicy) ProtoMessage() {}
 
 func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_consistd_v1_reconcile_proto_msgTypes[4]
+	mi := &file_consistd_v1_reconcile_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -628,7 +708,7 @@ func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
 func (*RetryPolicy) Descriptor() ([]byte, []int) {
-	return file_consistd_v1_reconcile_proto_rawDescGZIP(), []int{4}
+	return file_consistd_v1_reconcile_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RetryPolicy) GetBaseDelay() *durationpb.Duration {
@@ -672,7 +752,7 @@ type ElectionRef struct {
 
 func (x *ElectionRef) Reset() {
 	*x = ElectionRef{}
-	mi := &file_consistd_v1_reconcile_proto_msgTypes[5]
+	mi := &file_consistd_v1_reconcile_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -684,7 +764,7 @@ func (x *ElectionRef) String() string {
 func (*ElectionRef) ProtoMessage() {}
 
 func (x *ElectionRef) ProtoReflect() protoreflect.Message {
-	mi := &file_consistd_v1_reconcile_proto_msgTypes[5]
+	mi := &file_consistd_v1_reconcile_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -697,7 +777,7 @@ func (x *ElectionRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElectionRef.ProtoReflect.Descriptor instead.
 func (*ElectionRef) Descriptor() ([]byte, []int) {
-	return file_consistd_v1_reconcile_proto_rawDescGZIP(), []int{5}
+	return file_consistd_v1_reconcile_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ElectionRef) GetElection() string {
@@ -736,7 +816,7 @@ type Completion struct {
 
 func (x *Completion) Reset() {
 	*x = Completion{}
-	mi := &file_consistd_v1_reconcile_proto_msgTypes[6]
+	mi := &file_consistd_v1_reconcile_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -748,7 +828,7 @@ func (x *Completion) String() string {
 func (*Completion) ProtoMessage() {}
 
 func (x *Completion) ProtoReflect() protoreflect.Message {
-	mi := &file_consistd_v1_reconcile_proto_msgTypes[6]
+	mi := &file_consistd_v1_reconcile_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -761,7 +841,7 @@ func (x *Completion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Completion.ProtoReflect.Descriptor instead.
 func (*Completion) Descriptor() ([]byte, []int) {
-	return file_consistd_v1_reconcile_proto_rawDescGZIP(), []int{6}
+	return file_consistd_v1_reconcile_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Completion) GetLeaseId() string {
@@ -814,7 +894,7 @@ type ReconcileResponse struct {
 
 func (x *ReconcileResponse) Reset() {
 	*x = ReconcileResponse{}
-	mi := &file_consistd_v1_reconcile_proto_msgTypes[7]
+	mi := &file_consistd_v1_reconcile_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -826,7 +906,7 @@ func (x *ReconcileResponse) String() string {
 func (*ReconcileResponse) ProtoMessage() {}
 
 func (x *ReconcileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_consistd_v1_reconcile_proto_msgTypes[7]
+	mi := &file_consistd_v1_reconcile_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -839,7 +919,7 @@ func (x *ReconcileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileResponse) Descriptor() ([]byte, []int) {
-	return file_consistd_v1_reconcile_proto_rawDescGZIP(), []int{7}
+	return file_consistd_v1_reconcile_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ReconcileResponse) GetResponse() isReconcileResponse_Response {
@@ -916,7 +996,7 @@ type QueueStarted struct {
 
 func (x *QueueStarted) Reset() {
 	*x = QueueStarted{}
-	mi := &file_consistd_v1_reconcile_proto_msgTypes[8]
+	mi := &file_consistd_v1_reconcile_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -928,7 +1008,7 @@ func (x *QueueStarted) String() string {
 func (*QueueStarted) ProtoMessage() {}
 
 func (x *QueueStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_consistd_v1_reconcile_proto_msgTypes[8]
+	mi := &file_consistd_v1_reconcile_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -941,7 +1021,7 @@ func (x *QueueStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStarted.ProtoReflect.Descriptor instead.
 func (*QueueStarted) Descriptor() ([]byte, []int) {
-	return file_consistd_v1_reconcile_proto_rawDescGZIP(), []int{8}
+	return file_consistd_v1_reconcile_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *QueueStarted) GetName() string {
@@ -996,7 +1076,7 @@ type WorkItem struct {
 
 func (x *WorkItem) Reset() {
 	*x = WorkItem{}
-	mi := &file_consistd_v1_reconcile_proto_msgTypes[9]
+	mi := &file_consistd_v1_reconcile_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1008,7 +1088,7 @@ func (x *WorkItem) String() string {
 func (*WorkItem) ProtoMessage() {}
 
 func (x *WorkItem) ProtoReflect() protoreflect.Message {
-	mi := &file_consistd_v1_reconcile_proto_msgTypes[9]
+	mi := &file_consistd_v1_reconcile_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1021,7 +1101,7 @@ func (x *WorkItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkItem.ProtoReflect.Descriptor instead.
 func (*WorkItem) Descriptor() ([]byte, []int) {
-	return file_consistd_v1_reconcile_proto_rawDescGZIP(), []int{9}
+	return file_consistd_v1_reconcile_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *WorkItem) GetLeaseId() string {
@@ -1108,7 +1188,7 @@ type CompletionRefused struct {
 
 func (x *CompletionRefused) Reset() {
 	*x = CompletionRefused{}
-	mi := &file_consistd_v1_reconcile_proto_msgTypes[10]
+	mi := &file_consistd_v1_reconcile_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1120,7 +1200,7 @@ func (x *CompletionRefused) String() string {
 func (*CompletionRefused) ProtoMessage() {}
 
 func (x *CompletionRefused) ProtoReflect() protoreflect.Message {
-	mi := &file_consistd_v1_reconcile_proto_msgTypes[10]
+	mi := &file_consistd_v1_reconcile_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1133,7 +1213,7 @@ func (x *CompletionRefused) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompletionRefused.ProtoReflect.Descriptor instead.
 func (*CompletionRefused) Descriptor() ([]byte, []int) {
-	return file_consistd_v1_reconcile_proto_rawDescGZIP(), []int{10}
+	return file_consistd_v1_reconcile_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CompletionRefused) GetLeaseId() string {
@@ -1169,13 +1249,20 @@ const file_consistd_v1_reconcile_proto_rawDesc = "" +
 	"\rlease_timeout\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\fleaseTimeout\x124\n" +
 	"\belection\x18\a \x01(\v2\x18.consistd.v1.ElectionRefR\belection\x12\x18\n" +
 	"\asharded\x18\b \x01(\bR\asharded\x12/\n" +
-	"\bshard_by\x18\t \x01(\x0e2\x14.consistd.v1.ShardByR\ashardBy\"\xc2\x01\n" +
+	"\bshard_by\x18\t \x01(\x0e2\x14.consistd.v1.ShardByR\ashardBy\"\xf7\x01\n" +
 	"\vObjectQuery\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12%\n" +
 	"\x0elabel_selector\x18\x03 \x01(\tR\rlabelSelector\x12%\n" +
 	"\x0efield_selector\x18\x04 \x01(\tR\rfieldSelector\x12+\n" +
-	"\x04view\x18\x05 \x01(\v2\x17.consistd.v1.ObjectViewR\x04view\"\xe4\x01\n" +
+	"\x04view\x18\x05 \x01(\v2\x17.consistd.v1.ObjectViewR\x04view\x123\n" +
+	"\achanges\x18\x06 \x01(\v2\x19.consistd.v1.ChangeFilterR\achanges\"h\n" +
+	"\fChangeFilter\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\bR\n" +
+	"generation\x12\x16\n" +
+	"\x06labels\x18\x02 \x01(\bR\x06labels\x12 \n" +
+	"\vannotations\x18\x03 \x01(\bR\vannotations\"\xe4\x01\n" +
 	"\fRelatedQuery\x12.\n" +
 	"\x05query\x18\x01 \x01(\v2\x18.consistd.v1.ObjectQueryR\x05query\x12+\n" +
 	"\x10controller_owner\x18\x02 \x01(\bH\x00R\x0fcontrollerOwner\x12\x16\n" +
@@ -1255,57 +1342,59 @@ func file_consistd_v1_reconcile_proto_rawDescGZIP() []byte {
 }
 
 var file_consistd_v1_reconcile_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_consistd_v1_reconcile_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_consistd_v1_reconcile_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_consistd_v1_reconcile_proto_goTypes = []any{
 	(ShardBy)(0),                  // 0: consistd.v1.ShardBy
 	(Outcome)(0),                  // 1: consistd.v1.Outcome
 	(*ReconcileRequest)(nil),      // 2: consistd.v1.ReconcileRequest
 	(*QueueSpec)(nil),             // 3: consistd.v1.QueueSpec
 	(*ObjectQuery)(nil),           // 4: consistd.v1.ObjectQuery
-	(*RelatedQuery)(nil),          // 5: consistd.v1.RelatedQuery
-	(*RetryPolicy)(nil),           // 6: consistd.v1.RetryPolicy
-	(*ElectionRef)(nil),           // 7: consistd.v1.ElectionRef
-	(*Completion)(nil),            // 8: consistd.v1.Completion
-	(*ReconcileResponse)(nil),     // 9: consistd.v1.ReconcileResponse
-	(*QueueStarted)(nil),          // 10: consistd.v1.QueueStarted
-	(*WorkItem)(nil),              // 11: consistd.v1.WorkItem
-	(*CompletionRefused)(nil),     // 12: consistd.v1.CompletionRefused
-	(*durationpb.Duration)(nil),   // 13: google.protobuf.Duration
-	(*ObjectView)(nil),            // 14: consistd.v1.ObjectView
-	(*KubeObject)(nil),            // 15: consistd.v1.KubeObject
-	(Consistency)(0),              // 16: consistd.v1.Consistency
-	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
-	(*Refusal)(nil),               // 18: consistd.v1.Refusal
+	(*ChangeFilter)(nil),          // 5: consistd.v1.ChangeFilter
+	(*RelatedQuery)(nil),          // 6: consistd.v1.RelatedQuery
+	(*RetryPolicy)(nil),           // 7: consistd.v1.RetryPolicy
+	(*ElectionRef)(nil),           // 8: consistd.v1.ElectionRef
+	(*Completion)(nil),            // 9: consistd.v1.Completion
+	(*ReconcileResponse)(nil),     // 10: consistd.v1.ReconcileResponse
+	(*QueueStarted)(nil),          // 11: consistd.v1.QueueStarted
+	(*WorkItem)(nil),              // 12: consistd.v1.WorkItem
+	(*CompletionRefused)(nil),     // 13: consistd.v1.CompletionRefused
+	(*durationpb.Duration)(nil),   // 14: google.protobuf.Duration
+	(*ObjectView)(nil),            // 15: consistd.v1.ObjectView
+	(*KubeObject)(nil),            // 16: consistd.v1.KubeObject
+	(Consistency)(0),              // 17: consistd.v1.Consistency
+	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
+	(*Refusal)(nil),               // 19: consistd.v1.Refusal
 }
 var file_consistd_v1_reconcile_proto_depIdxs = []int32{
 	3,  // 0: consistd.v1.ReconcileRequest.spec:type_name -> consistd.v1.QueueSpec
-	8,  // 1: consistd.v1.ReconcileRequest.complete:type_name -> consistd.v1.Completion
+	9,  // 1: consistd.v1.ReconcileRequest.complete:type_name -> consistd.v1.Completion
 	4,  // 2: consistd.v1.QueueSpec.primary:type_name -> consistd.v1.ObjectQuery
-	5,  // 3: consistd.v1.QueueSpec.related:type_name -> consistd.v1.RelatedQuery
-	6,  // 4: consistd.v1.QueueSpec.retry:type_name -> consistd.v1.RetryPolicy
-	13, // 5: consistd.v1.QueueSpec.lease_timeout:type_name -> google.protobuf.Duration
-	7,  // 6: consistd.v1.QueueSpec.election:type_name -> consistd.v1.ElectionRef
+	6,  // 3: consistd.v1.QueueSpec.related:type_name -> consistd.v1.RelatedQuery
+	7,  // 4: consistd.v1.QueueSpec.retry:type_name -> consistd.v1.RetryPolicy
+	14, // 5: consistd.v1.QueueSpec.lease_timeout:type_name -> google.protobuf.Duration
+	8,  // 6: consistd.v1.QueueSpec.election:type_name -> consistd.v1.ElectionRef
 	0,  // 7: consistd.v1.QueueSpec.shard_by:type_name -> consistd.v1.ShardBy
-	14, // 8: consistd.v1.ObjectQuery.view:type_name -> consistd.v1.ObjectView
-	4,  // 9: consistd.v1.RelatedQuery.query:type_name -> consistd.v1.ObjectQuery
-	13, // 10: consistd.v1.RetryPolicy.base_delay:type_name -> google.protobuf.Duration
-	13, // 11: consistd.v1.RetryPolicy.max_delay:type_name -> google.protobuf.Duration
-	1,  // 12: consistd.v1.Completion.outcome:type_name -> consistd.v1.Outcome
-	13, // 13: consistd.v1.Completion.requeue_after:type_name -> google.protobuf.Duration
-	10, // 14: consistd.v1.ReconcileResponse.started:type_name -> consistd.v1.QueueStarted
-	11, // 15: consistd.v1.ReconcileResponse.item:type_name -> consistd.v1.WorkItem
-	12, // 16: consistd.v1.ReconcileResponse.refused:type_name -> consistd.v1.CompletionRefused
-	15, // 17: consistd.v1.WorkItem.object:type_name -> consistd.v1.KubeObject
-	16, // 18: consistd.v1.WorkItem.consistency:type_name -> consistd.v1.Consistency
-	17, // 19: consistd.v1.WorkItem.expires_at:type_name -> google.protobuf.Timestamp
-	18, // 20: consistd.v1.CompletionRefused.refusal:type_name -> consistd.v1.Refusal
-	2,  // 21: consistd.v1.ReconcileService.Reconcile:input_type -> consistd.v1.ReconcileRequest
-	9,  // 22: consistd.v1.ReconcileService.Reconcile:output_type -> consistd.v1.ReconcileResponse
-	22, // [22:23] is the sub-list for method output_type
-	21, // [21:22] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	15, // 8: consistd.v1.ObjectQuery.view:type_name -> consistd.v1.ObjectView
+	5,  // 9: consistd.v1.ObjectQuery.changes:type_name -> consistd.v1.ChangeFilter
+	4,  // 10: consistd.v1.RelatedQuery.query:type_name -> consistd.v1.ObjectQuery
+	14, // 11: consistd.v1.RetryPolicy.base_delay:type_name -> google.protobuf.Duration
+	14, // 12: consistd.v1.RetryPolicy.max_delay:type_name -> google.protobuf.Duration
+	1,  // 13: consistd.v1.Completion.outcome:type_name -> consistd.v1.Outcome
+	14, // 14: consistd.v1.Completion.requeue_after:type_name -> google.protobuf.Duration
+	11, // 15: consistd.v1.ReconcileResponse.started:type_name -> consistd.v1.QueueStarted
+	12, // 16: consistd.v1.ReconcileResponse.item:type_name -> consistd.v1.WorkItem
+	13, // 17: consistd.v1.ReconcileResponse.refused:type_name -> consistd.v1.CompletionRefused
+	16, // 18: consistd.v1.WorkItem.object:type_name -> consistd.v1.KubeObject
+	17, // 19: consistd.v1.WorkItem.consistency:type_name -> consistd.v1.Consistency
+	18, // 20: consistd.v1.WorkItem.expires_at:type_name -> google.protobuf.Timestamp
+	19, // 21: consistd.v1.CompletionRefused.refusal:type_name -> consistd.v1.Refusal
+	2,  // 22: consistd.v1.ReconcileService.Reconcile:input_type -> consistd.v1.ReconcileRequest
+	10, // 23: consistd.v1.ReconcileService.Reconcile:output_type -> consistd.v1.ReconcileResponse
+	23, // [23:24] is the sub-list for method output_type
+	22, // [22:23] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_consistd_v1_reconcile_proto_init() }
@@ -1320,13 +1409,13 @@ func file_consistd_v1_reconcile_proto_init() {
 		(*ReconcileRequest_Spec)(nil),
 		(*ReconcileRequest_Complete)(nil),
 	}
-	file_consistd_v1_reconcile_proto_msgTypes[3].OneofWrappers = []any{
+	file_consistd_v1_reconcile_proto_msgTypes[4].OneofWrappers = []any{
 		(*RelatedQuery_ControllerOwner)(nil),
 		(*RelatedQuery_Label)(nil),
 		(*RelatedQuery_Annotation)(nil),
 		(*RelatedQuery_Field)(nil),
 	}
-	file_consistd_v1_reconcile_proto_msgTypes[7].OneofWrappers = []any{
+	file_consistd_v1_reconcile_proto_msgTypes[8].OneofWrappers = []any{
 		(*ReconcileResponse_Started)(nil),
 		(*ReconcileResponse_Item)(nil),
 		(*ReconcileResponse_Refused)(nil),
@@ -1337,7 +1426,7 @@ func file_consistd_v1_reconcile_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_consistd_v1_reconcile_proto_rawDesc), len(file_consistd_v1_reconcile_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -67,18 +67,30 @@ class QueueSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., primary: _Optional[_Union[ObjectQuery, _Mapping]] = ..., related: _Optional[_Iterable[_Union[RelatedQuery, _Mapping]]] = ..., max_leases: _Optional[int] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., lease_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., election: _Optional[_Union[ElectionRef, _Mapping]] = ..., sharded: _Optional[bool] = ..., shard_by: _Optional[_Union[ShardBy, str]] = ...) -> None: ...
 
 class ObjectQuery(_message.Message):
-    __slots__ = ("resource", "namespace", "label_selector", "field_selector", "view")
+    __slots__ = ("resource", "namespace", "label_selector", "field_selector", "view", "changes")
     RESOURCE_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     LABEL_SELECTOR_FIELD_NUMBER: _ClassVar[int]
     FIELD_SELECTOR_FIELD_NUMBER: _ClassVar[int]
     VIEW_FIELD_NUMBER: _ClassVar[int]
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
     resource: str
     namespace: str
     label_selector: str
     field_selector: str
     view: _object_pb2.ObjectView
-    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., label_selector: _Optional[str] = ..., field_selector: _Optional[str] = ..., view: _Optional[_Union[_object_pb2.ObjectView, _Mapping]] = ...) -> None: ...
+    changes: ChangeFilter
+    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., label_selector: _Optional[str] = ..., field_selector: _Optional[str] = ..., view: _Optional[_Union[_object_pb2.ObjectView, _Mapping]] = ..., changes: _Optional[_Union[ChangeFilter, _Mapping]] = ...) -> None: ...
+
+class ChangeFilter(_message.Message):
+    __slots__ = ("generation", "labels", "annotations")
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    ANNOTATIONS_FIELD_NUMBER: _ClassVar[int]
+    generation: bool
+    labels: bool
+    annotations: bool
+    def __init__(self, generation: _Optional[bool] = ..., labels: _Optional[bool] = ..., annotations: _Optional[bool] = ...) -> None: ...
 
 class RelatedQuery(_message.Message):
     __slots__ = ("query", "controller_owner", "label", "annotation", "field", "priority")

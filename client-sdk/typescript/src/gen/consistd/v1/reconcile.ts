@@ -140,7 +140,34 @@ export interface ObjectQuery {
    * query's projection also keeps what its maps_by reads; a metadata-only one can map by owner, label or
    * annotation, or a field under metadata.
    */
-  view: ObjectView | undefined;
+  view:
+    | ObjectView
+    | undefined;
+  /**
+   * Which changes of an object queue a pass (controller-runtime's GenerationChangedPredicate and its label
+   * and annotation predicates, kube-rs's predicates); unset, every change does. See ChangeFilter.
+   */
+  changes: ChangeFilter | undefined;
+}
+
+/**
+ * ChangeFilter: a change of an object queues its key only when one of the parts named here differs from the
+ * state the queue saw before (or the object's metadata.deletionTimestamp was set). A change that moves only
+ * what is not named (status, resourceVersion, managedFields) queues nothing. An object's first state, its
+ * deletion and a change of the primary it names (a related query's mapping) always queue. At least one part
+ * must be named.
+ */
+export interface ChangeFilter {
+  /**
+   * metadata.generation, which the apiserver moves on a change of the spec (for most resources, and for
+   * custom resources with a status subresource) and not on one of status or metadata. An object without a
+   * generation (a ConfigMap, a Secret) counts every change.
+   */
+  generation: boolean;
+  /** metadata.labels. */
+  labels: boolean;
+  /** metadata.annotations. */
+  annotations: boolean;
 }
 
 /** RelatedQuery is a watch whose objects name a primary key: a change to such an object queues that key. */
@@ -545,7 +572,7 @@ export const QueueSpec: MessageFns<QueueSpec> = {
 };
 
 function createBaseObjectQuery(): ObjectQuery {
-  return { resource: "", namespace: "", labelSelector: "", fieldSelector: "", view: undefined };
+  return { resource: "", namespace: "", labelSelector: "", fieldSelector: "", view: undefined, changes: undefined };
 }
 
 export const ObjectQuery: MessageFns<ObjectQuery> = {
@@ -564,6 +591,9 @@ export const ObjectQuery: MessageFns<ObjectQuery> = {
     }
     if (message.view !== undefined) {
       ObjectView.encode(message.view, writer.uint32(42).fork()).join();
+    }
+    if (message.changes !== undefined) {
+      ChangeFilter.encode(message.changes, writer.uint32(50).fork()).join();
     }
     return writer;
   },
@@ -621,6 +651,14 @@ export const ObjectQuery: MessageFns<ObjectQuery> = {
             message.view = ObjectView.decode(reader, reader.uint32());
             continue;
           }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.changes = ChangeFilter.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -645,6 +683,88 @@ export const ObjectQuery: MessageFns<ObjectQuery> = {
     message.view = (object.view !== undefined && object.view !== null)
       ? ObjectView.fromPartial(object.view)
       : undefined;
+    message.changes = (object.changes !== undefined && object.changes !== null)
+      ? ChangeFilter.fromPartial(object.changes)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseChangeFilter(): ChangeFilter {
+  return { generation: false, labels: false, annotations: false };
+}
+
+export const ChangeFilter: MessageFns<ChangeFilter> = {
+  encode(message: ChangeFilter, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.generation !== false) {
+      writer.uint32(8).bool(message.generation);
+    }
+    if (message.labels !== false) {
+      writer.uint32(16).bool(message.labels);
+    }
+    if (message.annotations !== false) {
+      writer.uint32(24).bool(message.annotations);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ChangeFilter {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseChangeFilter();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.generation = reader.bool();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.labels = reader.bool();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.annotations = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create(base?: DeepPartial<ChangeFilter>): ChangeFilter {
+    return ChangeFilter.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ChangeFilter>): ChangeFilter {
+    const message = createBaseChangeFilter();
+    message.generation = object.generation ?? false;
+    message.labels = object.labels ?? false;
+    message.annotations = object.annotations ?? false;
     return message;
   },
 };
