@@ -1,5 +1,6 @@
 // The newest state per object of a ConsistentMode watch, handed to the app's workers when they ask, with
-// the own-write rule applied at that moment: the way to consume a watch whose handler is slow.
+// the own-write rule applied at that moment and a worker's own write not handed back to it: the way to
+// consume a watch whose handler is slow.
 //
 // An app that reads a watch into a buffer of its own (the newest state per object) while a worker per
 // object handles one state at a time takes each state twice: when its reader takes it from the watch, and
@@ -31,12 +32,20 @@ var ErrLatestClosed = status.Error(codes.Canceled, "consistd: the newest-state w
 //     object (namespace and name), only the newest state not yet handed out: a Deleted replaces whatever
 //     waited, and so does a later state (a re-created object's Added replaces its deletion). That is the
 //     bound: one event per object, plus the identity (namespace, name, uid, resourceVersion) of each object
-//     the watch says exists, to tell deletions after a resync.
+//     the watch says exists (to tell deletions after a resync) and of its state last handed out (to tell a
+//     worker's own write).
 //   - Pulled, never pushed. A worker asks for the next object's newest state (Next); a slow worker never
 //     holds up the reader, and is never handed a state that waited in a queue while a newer one came.
 //   - The own-write rule where the worker takes it. An Added or Modified state older than a write this
 //     Client made and saw return is dropped when it would be handed out, however long it waited: a worker
 //     is never handed a state that predates its own write (the write's own state follows).
+//   - A worker's own write is not handed back. A Modified state is dropped too when it is the state this
+//     Client's own write made directly on top of the state of that object last handed out: its
+//     PreviousResourceVersion is that state's resourceVersion (same uid), and its resourceVersion is exactly
+//     the largest one this Client's writes returned for the object. The worker already has it and nothing
+//     else happened in between. Still handed out: a state whose previous state is another writer's, a state
+//     with no previous (Added, or from a list or resync), and a state made by more than one write since the
+//     last hand-out. The state last handed out (or dropped so) is kept per object until its deletion.
 //   - One worker per object at a time. An object handed out is in progress until its Taken's Done; newer
 //     states wait meanwhile and are handed out after. So N workers can share one Latest, each on a
 //     different object.
@@ -63,12 +72,19 @@ type Latest struct {
 	live map[objectKey]Object
 	// resync, since ResyncRequired and until its Synced, holds the keys the fresh snapshot held; nil otherwise.
 	resync map[objectKey]bool
+	// seen is, per object, the identity of its last state handed to a worker or dropped as the state of the
+	// Client's own write on it: what a worker has, to tell its own write's state from one holding another
+	// change. A deletion forgets the object, so it holds live objects only.
+	seen map[objectKey]seenState
 	// failed is what ended the watch.
 	failed error
 }
 
 // objectKey names an object: its namespace (empty when cluster-scoped) and name.
 type objectKey struct{ namespace, name string }
+
+// seenState is the state of an object a worker last had: its uid and resourceVersion.
+type seenState struct{ uid, resourceVersion string }
 
 // Taken is the state handed to a worker: the object's newest event when it was handed out. The object
 // stays in progress, handed to no other worker, until Done.
@@ -83,8 +99,9 @@ type Taken struct {
 
 // WatchLatest is the newest state of each object req names, from a ConsistentMode watch (whatever req.Mode
 // says), handed to workers as they ask (see Latest): the way to consume a ConsistentMode watch when the
-// handler is slow. A worker never handles a state older than this Client's own write to the object, and
-// never an object another worker holds. The reader runs until ctx ends or Close.
+// handler is slow. A worker never handles a state older than this Client's own write to the object, is not
+// handed back the state its own write made on the state it had when nothing else changed in between, and
+// never handles an object another worker holds. The reader runs until ctx ends or Close.
 //
 //	latest := client.WatchLatest(ctx, consistd.WatchRequest{Resource: "configmaps", Namespace: "default"})
 //	defer latest.Close()
@@ -115,15 +132,17 @@ func newLatest(cancel context.CancelFunc, events iter.Seq2[Event, error], writes
 		pending: map[objectKey]Event{},
 		taken:   map[objectKey]bool{},
 		live:    map[objectKey]Object{},
+		seen:    map[objectKey]seenState{},
 	}
 	go l.read(events)
 	return l
 }
 
 // Next waits for the next object with a pending state that no worker holds, and hands its newest state
-// out (dropping, at this moment, a state older than the Client's own write to it); call Done on what it
-// returns when the work is over. It returns the error that ended the watch (ErrLatestClosed once closed),
-// or ctx's error if ctx ends first.
+// out (dropping, at this moment, a state older than the Client's own write to it, and the state the
+// Client's own write made directly on the state last handed out); call Done on what it returns when the
+// work is over. It returns the error that ended the watch (ErrLatestClosed once closed), or ctx's error if
+// ctx ends first.
 func (l *Latest) Next(ctx context.Context) (*Taken, error) {
 	for {
 		l.mu.Lock()
@@ -237,16 +256,23 @@ func (l *Latest) arrived(ev Event) {
 }
 
 // put makes ev the key's pending state, replacing an older one; the key becomes ready unless it already
-// was or a worker holds it. l.mu is held.
+// was or a worker holds it. A deletion forgets the state a worker last had. l.mu is held.
 func (l *Latest) put(key objectKey, ev Event) {
+	if ev.Type == Deleted {
+		delete(l.seen, key)
+	}
 	if _, waiting := l.pending[key]; !waiting && !l.taken[key] {
 		l.ready = append(l.ready, key)
 	}
 	l.pending[key] = ev
 }
 
-// handOut takes the next ready key and its state; a state older than the Client's own write is dropped
-// here (the own-write rule at the take). l.mu is held.
+// handOut takes the next ready key and its state. Two kinds of state are dropped here, at the take: one
+// older than the Client's own write (the own-write rule), and the state the Client's own write made
+// directly on the state last handed out for that object (its previous state is that one, same uid, and its
+// resourceVersion is the one the write returned), which the worker that wrote it already has; a state
+// holding any other change since, or with no previous state (a list's, a resync's), is handed out. l.mu is
+// held.
 func (l *Latest) handOut() (objectKey, Event, bool) {
 	for len(l.ready) > 0 {
 		key := l.ready[0]
@@ -258,6 +284,14 @@ func (l *Latest) handOut() (objectKey, Event, bool) {
 		delete(l.pending, key)
 		if ev.predatesOwnWrite(l.writes) {
 			continue // its own write's state follows on the watch
+		}
+		if ev.Type != Deleted { // a deletion forgot the object's entry when it arrived (put)
+			last, had := l.seen[key]
+			l.seen[key] = seenState{ev.Object.UID, ev.Object.ResourceVersion}
+			if had && last.uid == ev.Object.UID && ev.PreviousResourceVersion != "" &&
+				ev.PreviousResourceVersion == last.resourceVersion && l.writes.wrote(ev.Object) {
+				continue // the worker's own write on the state it had: it has this one already
+			}
 		}
 		l.taken[key] = true
 		return key, ev, true
@@ -272,6 +306,7 @@ func (l *Latest) fail(err error) {
 	}
 	l.failed = err
 	clear(l.pending)
+	clear(l.seen)
 	l.ready = nil
 	l.wake()
 }

@@ -227,3 +227,118 @@ func TestTheErrorThatEndsTheWatchReachesEveryWorkerThatAsksAndCloseEndsTheWaits(
 		t.Fatalf("a Next waiting at Close got %v, want ErrLatestClosed", err)
 	}
 }
+
+// on is state, made directly on top of the state of the object at previous (its PreviousResourceVersion).
+func on(previous string, ev Event) Event {
+	ev.PreviousResourceVersion = previous
+	return ev
+}
+
+// wrote records ev's state as one this Client's own write returned.
+func (f *fed) wrote(ev Event) Event {
+	f.writes.record(ev.Object)
+	return ev
+}
+
+// dropped checks that nothing is handed out and nothing waits: the state sent last was dropped.
+func (f *fed) dropped(what string) {
+	f.t.Helper()
+	f.nothingReady()
+	if n := f.latest.Pending(); n != 0 {
+		f.t.Fatalf("%d pending: %s was not dropped", n, what)
+	}
+}
+
+func TestAWorkerIsNotHandedBackTheStateItsOwnWriteMadeOnTheStateItHadButIsHandedAnotherWritersNext(t *testing.T) {
+	f := newFed(t)
+	f.send(state(Added, "a", "1"))
+	held := f.next()
+	// The worker writes on the state it holds; that write's state arrives while it still holds the object.
+	f.send(f.wrote(on("1", state(Modified, "a", "2"))))
+	held.Done()
+	f.dropped("the state of the worker's own write on 1")
+	// Another writer's change on top of it is handed out.
+	f.send(on("2", state(Modified, "a", "3")))
+	held = f.next()
+	if got := seen(held); got != "MODIFIED a 3" {
+		t.Fatalf("handed out %q, want the other writer's MODIFIED a 3", got)
+	}
+	// The worker writes on it and is done before the write's state arrives: not handed back either.
+	write := f.wrote(on("3", state(Modified, "a", "4")))
+	held.Done()
+	f.send(write)
+	f.dropped("the state of the worker's own write on 3, arriving after Done")
+	f.send(on("4", state(Modified, "a", "5")))
+	if got := seen(f.next()); got != "MODIFIED a 5" {
+		t.Fatalf("handed out %q, want the other writer's MODIFIED a 5", got)
+	}
+}
+
+func TestTheStateOfAnOwnWriteOnAnotherWritersStateNoWorkerHadIsHandedOut(t *testing.T) {
+	f := newFed(t)
+	f.send(state(Added, "a", "1"))
+	held := f.next()
+	// Another writer's change comes while the worker writes; the worker's write lands on top of it.
+	f.send(on("1", state(Modified, "a", "2")))
+	f.send(f.wrote(on("2", state(Modified, "a", "3"))))
+	held.Done()
+	held = f.next()
+	if got := seen(held); got != "MODIFIED a 3" {
+		t.Fatalf("handed out %q, want MODIFIED a 3: it holds the change of 2, which no worker had", got)
+	}
+	// On the state it was just handed, the worker's next write is not handed back.
+	f.send(f.wrote(on("3", state(Modified, "a", "4"))))
+	held.Done()
+	f.dropped("the state of the worker's own write on 3")
+}
+
+func TestTheStateOfAnOwnWriteWithNoPreviousStateIsHandedOut(t *testing.T) {
+	f := newFed(t)
+	f.send(state(Added, "a", "1"))
+	held := f.next()
+	f.send(f.wrote(on("1", state(Modified, "a", "2"))))
+	held.Done()
+	f.dropped("the state of the worker's own write on 1")
+	// The app writes again; the watch then relists, and the state comes with no previous: what came
+	// between the lists was never seen.
+	f.send(f.wrote(state(Modified, "a", "3")))
+	if got := seen(f.next()); got != "MODIFIED a 3" {
+		t.Fatalf("handed out %q, want MODIFIED a 3: no previous state, so no telling what came in between", got)
+	}
+}
+
+func TestADeletionForgetsTheStateAWorkerHadAndARecreatedObjectIsJudgedOnItsOwn(t *testing.T) {
+	f := newFed(t)
+	f.send(state(Added, "a", "1"))
+	held := f.next()
+	f.send(f.wrote(on("1", state(Modified, "a", "2"))))
+	held.Done()
+	f.dropped("the state of the worker's own write on 1")
+	f.send(state(Deleted, "a", "2"))
+	gone := f.next()
+	if got := seen(gone); got != "DELETED a 2" {
+		t.Fatalf("handed out %q, want the deletion", got)
+	}
+	gone.Done()
+	f.latest.mu.Lock()
+	remembered := len(f.latest.seen)
+	f.latest.mu.Unlock()
+	if remembered != 0 {
+		t.Fatalf("%d objects remembered after the only one was deleted", remembered)
+	}
+	// Re-created under the same name (a new uid), by this app: its write on the new object's first state,
+	// which no worker had, is handed out; the state after it that the worker writes is not.
+	recreated := func(ev Event) Event {
+		ev.Object.UID = "uid-a-2"
+		return ev
+	}
+	f.send(recreated(state(Added, "a", "3")))
+	f.send(f.wrote(recreated(on("3", state(Modified, "a", "4")))))
+	held = f.next()
+	if got := seen(held); got != "MODIFIED a 4" {
+		t.Fatalf("handed out %q, want MODIFIED a 4", got)
+	}
+	f.send(f.wrote(recreated(on("4", state(Modified, "a", "5")))))
+	held.Done()
+	f.dropped("the state of the worker's own write on 4")
+}

@@ -89,6 +89,26 @@ func (w *ownWrites) predates(o *Object) bool {
 	return ok && written > rv
 }
 
+// wrote reports whether o's resourceVersion is exactly the largest one a write through this client
+// returned for o's object: o is (as far as the record knows) the state the client's latest write to it
+// made. False for nil, for an object without a uid, and for a version that is not a decimal integer.
+func (w *ownWrites) wrote(o *Object) bool {
+	if o == nil || o.UID == "" {
+		return false
+	}
+	rv, ok := resourceVersion(o.ResourceVersion)
+	if !ok {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	written, ok := w.current[o.UID]
+	if !ok {
+		written, ok = w.previous[o.UID]
+	}
+	return ok && written == rv
+}
+
 // PredatesOwnWrite reports whether a write through this client (Create, Update, Patch, Delete) has
 // returned a larger resourceVersion of obj's object than obj has: obj is older than what the app itself
 // already wrote. Watch applies this check when the app takes each event; an app that forwards events to

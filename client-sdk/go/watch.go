@@ -179,6 +179,11 @@ type Event struct {
 	// through this Client had already returned a larger resourceVersion of the object: the state is older
 	// than what the app itself wrote. ConsistentMode drops such events instead (see Watch).
 	PredatesOwnWrite bool
+	// PreviousResourceVersion (Modified only) is the resourceVersion of the state of this object the daemon's
+	// watch saw directly before this one, so no write to the object came between them (this watch may not
+	// have delivered that state). Empty for Added, Deleted and states from a list or snapshot (the first
+	// one, a relist, a resync). WatchLatest uses it to not hand a worker back its own write's state.
+	PreviousResourceVersion string
 }
 
 // Watch streams the request's events: the initial state (Added events, then Synced), then live changes.
@@ -246,7 +251,10 @@ func (c *Client) events(ctx context.Context, req WatchRequest, judged bool) iter
 					if r.GetCursor() != "" {
 						request.ResumeCursor = r.GetCursor()
 					}
-					ev := Event{Type: EventType(r.GetType()), Object: objectFrom(r.GetObject()), Cursor: r.GetCursor(), Consistency: Consistency(r.GetConsistency())}
+					ev := Event{
+						Type: EventType(r.GetType()), Object: objectFrom(r.GetObject()), Cursor: r.GetCursor(),
+						Consistency: Consistency(r.GetConsistency()), PreviousResourceVersion: r.GetPreviousResourceVersion(),
+					}
 					// The take: nothing runs between this check and the loop body but this goroutine.
 					if judged && ev.predatesOwnWrite(c.writes) {
 						if mode == pb.DeliveryMode_DELIVERY_MODE_CONSISTENT {

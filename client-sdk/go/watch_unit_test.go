@@ -81,3 +81,22 @@ func TestAWatchsViewIsItsOwnCopyOfTheFields(t *testing.T) {
 		}
 	}
 }
+
+func TestAnEventCarriesThePreviousResourceVersionTheDaemonNamed(t *testing.T) {
+	on := event(modified, kube("u", "6"), "c2")
+	on.PreviousResourceVersion = "5"
+	c, _, _ := fakeClient([]*pb.SubscribeResponse{event(added, kube("u", "5"), "c1"), on})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	next, stop := iter.Pull2(c.Watch(ctx, WatchRequest{Resource: "configmaps", Namespace: "ns"}))
+	defer stop()
+	for _, want := range []string{"", "5"} {
+		ev, err, ok := next()
+		if !ok || err != nil {
+			t.Fatalf("no event (error %v)", err)
+		}
+		if ev.PreviousResourceVersion != want {
+			t.Errorf("%s %s: previous %q, want %q", ev.Type, ev.Object.ResourceVersion, ev.PreviousResourceVersion, want)
+		}
+	}
+}
