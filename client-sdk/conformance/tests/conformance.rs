@@ -505,6 +505,35 @@ async fn a_worker_on_the_newest_state_is_not_handed_back_its_own_write_but_is_ha
 }
 
 #[tokio::test]
+async fn a_queue_with_a_change_filter_hands_out_only_the_changes_it_names() {
+    let kube = kube_client().await;
+    let ns = namespace(&kube).await;
+    let cms: Api<ConfigMap> = Api::namespaced(kube, &ns);
+    let a = sender(None).await;
+    let agent = agent(a.socket());
+    write(&cms, "filtered", "0", true).await;
+    let mut items = agent.stream("q");
+    let queue = json!({ "stream": "q", "queue": "filtered", "resource": "configmaps", "namespace": ns,
+        "changes": { "labels": true } });
+    agent.call("reconcile", queue).await.expect("reconcile");
+    let done = json!({ "stream": "q", "name": "filtered", "patch": null, "outcome": "DONE" });
+    let first = items.item().await;
+    assert_eq!(text(&first, "name"), "filtered", "an object's first state is handed out: {first}");
+    agent.call("handle", done.clone()).await.expect("handled");
+
+    // A change of the data, which the filter does not name: nothing.
+    write(&cms, "filtered", "1", false).await;
+    let nothing = items.next_within(Duration::from_secs(2)).await;
+    assert!(nothing.is_none(), "a change of nothing the filter names was handed out: {nothing:?}");
+    // A change of a label: handed out.
+    let labelled = json!({ "metadata": { "labels": { "tier": "web" } } });
+    cms.patch("filtered", &PatchParams::default(), &Patch::Merge(labelled)).await.expect("label");
+    let again = items.item().await;
+    assert_eq!(text(&again, "name"), "filtered", "{again}");
+    agent.call("handle", done).await.expect("handled");
+}
+
+#[tokio::test]
 async fn the_error_that_ends_a_newest_state_watch_reaches_the_worker() {
     let a = sender(None).await;
     let agent = agent(a.socket());

@@ -59,7 +59,9 @@ use proto::{
     outbox_service_client::OutboxServiceClient, rollout_service_client::RolloutServiceClient,
     watch_service_client::WatchServiceClient,
 };
-pub use reconcile::{Action, MAX_REQUEUE, MIN_REQUEUE, ReconcileError, ReconcileSpec, Reconciler, Related, WorkItem};
+pub use reconcile::{
+    Action, Changed, MAX_REQUEUE, MIN_REQUEUE, ReconcileError, ReconcileSpec, Reconciler, Related, WorkItem,
+};
 pub use watch::{Event, Watch};
 
 /// Where the sidecar listens unless `CONSISTD_SOCKET` says otherwise.

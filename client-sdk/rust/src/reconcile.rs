@@ -23,9 +23,9 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use crate::{
     Client, Error, Objects,
     proto::{
-        Completion, CompletionRefused, Consistency, ElectionRef, KubeObject, ObjectQuery, ObjectView, Outcome,
-        QueueSpec, ReconcileRequest, RelatedQuery, RetryPolicy, WriteGuard, reconcile_request, reconcile_response,
-        reconcile_service_client::ReconcileServiceClient, related_query::MapsBy,
+        ChangeFilter, Completion, CompletionRefused, Consistency, ElectionRef, KubeObject, ObjectQuery, ObjectView,
+        Outcome, QueueSpec, ReconcileRequest, RelatedQuery, RetryPolicy, WriteGuard, reconcile_request,
+        reconcile_response, reconcile_service_client::ReconcileServiceClient, related_query::MapsBy,
     },
     retry::{Backoff, is_retryable},
 };
@@ -104,6 +104,15 @@ impl ReconcileSpec {
     /// Hands out only these fields of each primary (see [`Watch::project`](crate::Watch::project)).
     pub fn project<P: Into<String>>(mut self, paths: impl IntoIterator<Item = P>) -> Self {
         self.primary().view.get_or_insert_with(ObjectView::default).fields.extend(paths.into_iter().map(Into::into));
+        self
+    }
+
+    /// Only a change of this part of a primary queues a pass (call again to name more; any of them will do),
+    /// as controller-runtime's `GenerationChangedPredicate` and kube-rs's `predicates::generation` filter:
+    /// with [`Changed::Generation`] a write of status or metadata alone hands out nothing. An object's first
+    /// state, its deletion and its deletionTimestamp being set always do. Unnamed: every change.
+    pub fn only_changes_of(mut self, part: Changed) -> Self {
+        part.name(self.primary());
         self
     }
 
@@ -199,6 +208,31 @@ impl From<ReconcileSpec> for QueueSpec {
     }
 }
 
+/// A part of an object whose change queues a pass ([`ReconcileSpec::only_changes_of`],
+/// [`Related::only_changes_of`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Changed {
+    /// `metadata.generation`, which the apiserver moves on a change of the spec (not of status or metadata);
+    /// an object without one (a ConfigMap) counts every change.
+    Generation,
+    /// `metadata.labels`.
+    Labels,
+    /// `metadata.annotations`.
+    Annotations,
+}
+
+impl Changed {
+    /// Names this part in `query`'s change filter.
+    fn name(self, query: &mut ObjectQuery) {
+        let filter = query.changes.get_or_insert_with(ChangeFilter::default);
+        match self {
+            Self::Generation => filter.generation = true,
+            Self::Labels => filter.labels = true,
+            Self::Annotations => filter.annotations = true,
+        }
+    }
+}
+
 /// Objects whose changes queue a primary key of a [`ReconcileSpec`], and how each names its primary: by
 /// its controller ownerReference, or by a label, annotation or field whose value is "name" (in the
 /// related object's namespace) or "namespace/name".
@@ -261,6 +295,13 @@ impl Related {
     /// handed out first, and a key already queued rises to it.
     pub fn priority(mut self, priority: i32) -> Self {
         self.query.priority = priority;
+        self
+    }
+
+    /// Only a change of this part of a related object queues its primary (call again to name more), as
+    /// [`ReconcileSpec::only_changes_of`]; a related object's move to another primary always does.
+    pub fn only_changes_of(mut self, part: Changed) -> Self {
+        part.name(self.query());
         self
     }
 
@@ -940,6 +981,22 @@ mod tests {
         assert_eq!(retry.base_delay, Some(prost_types::Duration { seconds: 0, nanos: 200_000_000 }));
         assert_eq!(proto.election.map(|e| e.election), Some("leader".into()));
         assert!(!proto.sharded, "not sharded unless asked");
+    }
+
+    #[test]
+    fn the_parts_whose_changes_queue_a_pass_go_on_the_query_they_are_asked_of() {
+        let proto = QueueSpec::from(
+            ReconcileSpec::new("web", "deployments.apps")
+                .only_changes_of(Changed::Generation)
+                .only_changes_of(Changed::Labels)
+                .related(Related::owned("pods").only_changes_of(Changed::Annotations))
+                .related(Related::by_label("secrets", "owner")),
+        );
+        let filter =
+            |q: Option<&ObjectQuery>| q.and_then(|q| q.changes).map(|c| (c.generation, c.labels, c.annotations));
+        assert_eq!(filter(proto.primary.as_ref()), Some((true, true, false)));
+        assert_eq!(filter(proto.related[0].query.as_ref()), Some((false, false, true)));
+        assert_eq!(filter(proto.related[1].query.as_ref()), None, "unnamed: every change");
     }
 
     #[test]

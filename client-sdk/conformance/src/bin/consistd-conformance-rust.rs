@@ -9,7 +9,8 @@ use std::{
 };
 
 use consistd_client::{
-    Action, Client, Error, Event, Latest, ReconcileError, ReconcileSpec, Reconciler, Sent, Taken, Watch, WorkItem,
+    Action, Changed, Client, Error, Event, Latest, ReconcileError, ReconcileSpec, Reconciler, Sent, Taken, Watch,
+    WorkItem,
     proto::{CampaignRequest, DeliveryMode, GetRequest, PatchRequest, PatchType, SendRequest, WriteGuard},
     to_peer,
 };
@@ -283,9 +284,21 @@ impl Agent {
 impl Agent {
     fn reconcile(&self, c: &Value) -> Result<Value, Failure> {
         let stream = field(c, "stream")?.to_owned();
-        let spec = ReconcileSpec::new(field(c, "queue")?, field(c, "resource")?)
-            .namespace(field(c, "namespace")?)
-            .election(field(c, "election")?, field(c, "electionNamespace")?);
+        let mut spec = ReconcileSpec::new(field(c, "queue")?, field(c, "resource")?).namespace(field(c, "namespace")?);
+        if let Some(election) = c.get("election").and_then(Value::as_str).filter(|e| !e.is_empty()) {
+            spec = spec.election(election, field(c, "electionNamespace")?);
+        }
+        if let Some(changes) = c.get("changes").filter(|c| !c.is_null()) {
+            for (name, part) in [
+                ("generation", Changed::Generation),
+                ("labels", Changed::Labels),
+                ("annotations", Changed::Annotations),
+            ] {
+                if changes.get(name).and_then(Value::as_bool) == Some(true) {
+                    spec = spec.only_changes_of(part);
+                }
+            }
+        }
         let agent = self.clone();
         let handler = move |item: WorkItem| {
             let (agent, stream) = (agent.clone(), stream.clone());
