@@ -149,7 +149,12 @@ public final class ConsistdClient implements AutoCloseable {
    * The newest state of each object {@code request} names (always in CONSISTENT mode, from a fresh snapshot), handed
    * to workers as they ask: see {@link Latest}. The way to consume a CONSISTENT watch when the handler is slow: a
    * worker never handles a state older than this client's own write to the object, and never an object another
-   * worker holds. Its reader thread runs until it is closed (or this client is).
+   * worker holds. Nor is a worker handed back the state this client's own write made directly on top of the state
+   * the workers last had of the object (the state's {@link WatchEvent#previousResourceVersion} is that state, and its
+   * resourceVersion is the one the client's latest write to it returned): the worker has it, and nothing else
+   * happened in between. Handed out as any other: a state whose previous state is another writer's, a state with no
+   * previous state known (from a list or a resync), and a state made by more than one write since the last hand-out.
+   * Its reader thread runs until it is closed (or this client is).
    *
    * <pre>{@code
    * try (Latest latest = client.watchLatest(WatchRequest.of("configmaps").namespace("default"));

@@ -1,4 +1,5 @@
-// The newest state per object of a CONSISTENT watch, handed to workers as they ask, the own-write rule at the hand-out.
+// The newest state per object of a CONSISTENT watch, handed to workers as they ask, the own-write rule at the hand-out
+// and a worker's own write not handed back.
 package io.consistd.client;
 
 import io.grpc.Status;
@@ -52,6 +53,15 @@ import java.util.Set;
  *   <li><b>The own-write rule where the worker takes it.</b> An ADDED or MODIFIED state older than a write through
  *       {@link ConsistdClient#objects} that returned is dropped when it would be handed out, however long it waited: a
  *       worker is never handed a state that predates its own write (the write's own state follows).
+ *   <li><b>A worker's own write is not handed back.</b> A MODIFIED state that a write through
+ *       {@link ConsistdClient#objects} made directly on top of the state the workers last had of the object is not
+ *       handed out: its {@link WatchEvent#previousResourceVersion} is the resourceVersion of the last state of that
+ *       object handed out (same uid), and its own resourceVersion is the one the client's latest write to the object
+ *       returned. The worker that wrote it already has it, and nothing else happened in between; it counts as had for
+ *       the next state. Still handed out: a state whose previous state is another writer's (it holds a change no worker
+ *       saw), a state with no previous state known (an ADDED, a state from a list or a resync), and a state made by
+ *       more than one write since the last hand-out (its previous state is one no worker had). The bound: per object
+ *       the uid and resourceVersion of the last state handed out, forgotten at the object's deletion.
  *   <li><b>One worker per object at a time.</b> An object handed out is in progress until its {@link Taken} is done
  *       ({@link Taken#done}, or {@link Taken#close} at the end of a try-with-resources); newer states wait meanwhile
  *       and are handed out after. So N workers can share one {@code Latest}, each on a different object.
@@ -73,6 +83,9 @@ public final class Latest implements AutoCloseable {
     }
   }
 
+  /** Which state of an object the workers last had: its uid and resourceVersion. */
+  private record Seen(String uid, String resourceVersion) {}
+
   private final OwnWrites writes;
   /** Ends the watch the reader reads. */
   private final AutoCloseable source;
@@ -84,6 +97,12 @@ public final class Latest implements AutoCloseable {
   private final ArrayDeque<Key> ready = new ArrayDeque<>();
   /** Keys a worker holds. */
   private final Set<Key> taken = new HashSet<>();
+  /**
+   * Per key, the uid and resourceVersion of the last state handed out, or passed over as the workers' own write: what
+   * the state of a write through this client must directly follow to be passed over. Forgotten when the object is
+   * deleted, so bounded by the live objects.
+   */
+  private final Map<Key, Seen> seen = new HashMap<>();
   /** The identity of each object the watch says exists: what a resync's snapshot is checked against. */
   private final Map<Key, KubeObject> live = new HashMap<>();
   /** Since RESYNC_REQUIRED and until its SYNCED, the keys the fresh snapshot held; null otherwise. */
@@ -105,7 +124,8 @@ public final class Latest implements AutoCloseable {
 
   /**
    * Waits for the next object with a pending state that no worker holds, and hands its newest state out (dropping, at
-   * this moment, a state older than the client's own write to it). Close what it returns when the work is over.
+   * this moment, a state older than the client's own write to it, and the state the client's own write made directly
+   * on the last state handed out). Close what it returns when the work is over.
    *
    * @throws StatusRuntimeException the error that ended the watch (CANCELLED once closed)
    * @throws InterruptedException if the thread is interrupted while waiting
@@ -207,6 +227,7 @@ public final class Latest implements AutoCloseable {
           }
         }
         for (Key key : gone) {
+          seen.remove(key);
           put(key, deleted(live.remove(key), event.cursor()));
         }
       }
@@ -218,6 +239,7 @@ public final class Latest implements AutoCloseable {
         Key key = Key.of(o);
         if (event.type() == WatchEvent.Type.DELETED) {
           live.remove(key);
+          seen.remove(key);
         } else {
           live.put(key, new KubeObject(o.uid(), o.namespace(), o.name(), o.resourceVersion(), ""));
           if (resync != null) {
@@ -241,8 +263,9 @@ public final class Latest implements AutoCloseable {
   }
 
   /**
-   * The next ready key's state, the key now taken; a state older than the client's own write is dropped here (the
-   * own-write rule at the take). Holds the lock.
+   * The next ready key's state, the key now taken. Dropped here: a state older than the client's own write (the
+   * own-write rule at the take), and the state the client's own write made directly on the last state handed out (see
+   * {@link Latest}). Holds the lock.
    */
   private Taken handOut() {
     Key key;
@@ -255,10 +278,34 @@ public final class Latest implements AutoCloseable {
       if (state && writes.predates(event.object())) {
         continue; // its own write's state follows on the watch
       }
+      if (state) {
+        boolean own = ownWriteOnSeen(key, event);
+        seen.put(key, new Seen(event.object().uid(), event.object().resourceVersion()));
+        if (own) {
+          continue; // the worker that wrote it has it
+        }
+      } else {
+        seen.remove(key);
+      }
       taken.add(key);
       return new Taken(this, key, event);
     }
     return null;
+  }
+
+  /**
+   * Whether {@code event} is the state the client's own write made directly on the last state of {@code key} the
+   * workers had: the same object (uid), following that state, at the resourceVersion the client's latest write to it
+   * returned. Holds the lock.
+   */
+  private boolean ownWriteOnSeen(Key key, WatchEvent event) {
+    Seen had = seen.get(key);
+    KubeObject o = event.object();
+    return had != null
+        && had.uid().equals(o.uid())
+        && !event.previousResourceVersion().isEmpty()
+        && event.previousResourceVersion().equals(had.resourceVersion())
+        && writes.wrote(o);
   }
 
   private synchronized void release(Key key) {
@@ -277,6 +324,7 @@ public final class Latest implements AutoCloseable {
     failed = error;
     pending.clear();
     ready.clear();
+    seen.clear();
     notifyAll();
   }
 

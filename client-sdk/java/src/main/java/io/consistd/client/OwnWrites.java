@@ -83,4 +83,24 @@ final class OwnWrites {
     }
     return written != null && written > rv.getAsLong();
   }
+
+  /**
+   * Whether {@code o} is exactly the state of the client's latest write to its object: the largest resourceVersion a
+   * write through this client returned for its uid is {@code o}'s (compared as integers, as {@link #predates} does).
+   * False for null, an empty uid and a resourceVersion that is not a decimal integer.
+   */
+  synchronized boolean wrote(KubeObject o) {
+    if (o == null || o.uid().isEmpty()) {
+      return false;
+    }
+    OptionalLong rv = resourceVersion(o.resourceVersion());
+    if (rv.isEmpty()) {
+      return false;
+    }
+    Long written = current.get(o.uid());
+    if (written == null) {
+      written = previous.get(o.uid());
+    }
+    return written != null && written == rv.getAsLong();
+  }
 }

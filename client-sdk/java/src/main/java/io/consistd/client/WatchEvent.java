@@ -10,9 +10,31 @@ package io.consistd.client;
  * @param consistency how the state relates to this pod's own writes when the daemon sent it
  * @param predatesOwnWrite RAW mode only: a write through this client returned a newer version of the object before
  *     the app took this event (in CONSISTENT mode such an event is never handed over)
+ * @param previousResourceVersion for a MODIFIED event, the resourceVersion of the state of this object that the
+ *     daemon's watch saw directly before this one, so no write to the object came between the two (a CONSISTENT
+ *     watch may not have delivered that state: it is the daemon's watch's previous state, not this watch's); empty
+ *     when that is not known: ADDED and DELETED events, markers, and states from a list or a snapshot (the first
+ *     one, a relist, a resync), where writes in between were never seen. With it an app tells the state its own
+ *     write made on top of a state it had (this state's resourceVersion is the one its write returned, and this is
+ *     the state it wrote on) from one that also holds someone else's change
  */
 public record WatchEvent(
-    Type type, KubeObject object, String cursor, Consistency consistency, boolean predatesOwnWrite) {
+    Type type,
+    KubeObject object,
+    String cursor,
+    Consistency consistency,
+    boolean predatesOwnWrite,
+    String previousResourceVersion) {
+  /** Null {@code previousResourceVersion} is empty: none known. */
+  public WatchEvent {
+    previousResourceVersion = previousResourceVersion == null ? "" : previousResourceVersion;
+  }
+
+  /** An event with no previous state known ({@link #previousResourceVersion} empty). */
+  public WatchEvent(Type type, KubeObject object, String cursor, Consistency consistency, boolean predatesOwnWrite) {
+    this(type, object, cursor, consistency, predatesOwnWrite, "");
+  }
+
   /** What a watch event tells. */
   public enum Type {
     /** The object exists (initial state, creation, or reappearance after a relist). */
@@ -58,10 +80,10 @@ public record WatchEvent(
       default -> Consistency.UNSPECIFIED;
     };
     KubeObject object = r.hasObject() ? KubeObject.from(r.getObject()) : null;
-    return new WatchEvent(type, object, r.getCursor(), consistency, false);
+    return new WatchEvent(type, object, r.getCursor(), consistency, false, r.getPreviousResourceVersion());
   }
 
   WatchEvent markedPredatesOwnWrite() {
-    return new WatchEvent(type, object, cursor, consistency, true);
+    return new WatchEvent(type, object, cursor, consistency, true, previousResourceVersion);
   }
 }

@@ -1,6 +1,6 @@
 // The newest state per object: one pending state per object, handed to workers as they ask, the own-write rule at
-// the hand-out, one worker per object at a time. The first tests run on the daemons (a third party writing through
-// daemon b); the rest feed a fake watch.
+// the hand-out, a worker's own write not handed back, one worker per object at a time. The first tests run on the
+// daemons (a third party writing through daemon b); the rest feed a fake watch.
 package io.consistd.client;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -147,6 +147,12 @@ class LatestTest {
     return new WatchEvent(type, o, "c" + rv, Consistency.CONSISTENT, false);
   }
 
+  /** A MODIFIED of {@code name} at {@code rv} that directly follows its state at {@code previous}. */
+  private static WatchEvent following(String name, String rv, String previous) {
+    KubeObject o = new KubeObject("uid-" + name, "ns", name, rv, "{}");
+    return new WatchEvent(Type.MODIFIED, o, "c" + rv, Consistency.CONSISTENT, false, previous);
+  }
+
   private static WatchEvent marker(Type type) {
     return new WatchEvent(type, null, "", Consistency.UNSPECIFIED, false);
   }
@@ -211,6 +217,127 @@ class LatestTest {
       assertEquals(0, latest.pending(), "the older state was dropped");
       fed.feed(state(Type.MODIFIED, "a", "3"));
       assertEquals("MODIFIED a@3", seen(handed(latest)), "the write's own state is handed out");
+    }
+  }
+
+  @Test
+  void theStateAWorkersOwnWriteMadeOnTheStateItHadIsNotHandedBackButTheNextWritersIs() throws InterruptedException {
+    Fed fed = new Fed();
+    OwnWrites writes = new OwnWrites();
+    try (Latest latest = new Latest(fed, fed, writes)) {
+      fed.feed(state(Type.ADDED, "a", "1"));
+      Latest.Taken held = handed(latest);
+      // The worker writes on the state it holds: version 2, directly after 1.
+      written(writes, "a", "2");
+      fed.feed(following("a", "2", "1"));
+      fed.settle();
+      held.done();
+      nothingReady(latest, Duration.ofMillis(50));
+      assertEquals(0, latest.pending(), "the worker's own write was dropped");
+      // Another writer's change on it is handed out.
+      fed.feed(following("a", "3", "2"));
+      held = handed(latest);
+      assertEquals("MODIFIED a@3", seen(held));
+      // A worker's write on that one again is not.
+      written(writes, "a", "4");
+      held.done();
+      fed.feed(following("a", "4", "3"));
+      fed.settle();
+      nothingReady(latest, Duration.ofMillis(50));
+      assertEquals(0, latest.pending());
+    }
+  }
+
+  @Test
+  void aStatePassedOverAsTheWorkersOwnWriteCountsAsHad() throws InterruptedException {
+    Fed fed = new Fed();
+    OwnWrites writes = new OwnWrites();
+    try (Latest latest = new Latest(fed, fed, writes)) {
+      fed.feed(state(Type.ADDED, "a", "1"));
+      ownWriteNotHandedBack(fed, writes, latest, handed(latest), "2");
+      // The app writes again on 2, the state passed over: nothing else happened since the worker's state.
+      written(writes, "a", "3");
+      fed.feed(following("a", "3", "2"));
+      fed.settle();
+      nothingReady(latest, Duration.ofMillis(50));
+      fed.feed(following("a", "4", "3"));
+      assertEquals("MODIFIED a@4", seen(handed(latest)), "another writer's change on it");
+    }
+  }
+
+  /**
+   * The worker that {@code held} was handed to writes {@code rv} directly on it and is done: that state is not handed
+   * back.
+   */
+  private static void ownWriteNotHandedBack(Fed fed, OwnWrites writes, Latest latest, Latest.Taken held, String rv)
+      throws InterruptedException {
+    String name = held.name();
+    String previous = held.event().object().resourceVersion();
+    written(writes, name, rv);
+    held.done();
+    fed.feed(following(name, rv, previous));
+    fed.settle();
+    nothingReady(latest, Duration.ofMillis(50));
+    assertEquals(0, latest.pending(), "the worker's own write was dropped");
+  }
+
+  @Test
+  void anOwnWriteOnAStateNoWorkerHadIsHandedOut() throws InterruptedException {
+    Fed fed = new Fed();
+    OwnWrites writes = new OwnWrites();
+    try (Latest latest = new Latest(fed, fed, writes)) {
+      fed.feed(state(Type.ADDED, "a", "1"));
+      Latest.Taken held = handed(latest);
+      // Another writer's state (2) comes between the state the worker holds and its write (3).
+      fed.feed(following("a", "2", "1"));
+      fed.settle();
+      written(writes, "a", "3");
+      fed.feed(following("a", "3", "2"));
+      fed.settle();
+      held.done();
+      held = handed(latest);
+      assertEquals("MODIFIED a@3", seen(held), "it holds a change no worker saw");
+      // A worker had 3 now: its write on it is not handed back.
+      ownWriteNotHandedBack(fed, writes, latest, held, "4");
+    }
+  }
+
+  @Test
+  void anOwnWriteWithNoPreviousStateIsHandedOut() throws InterruptedException {
+    Fed fed = new Fed();
+    OwnWrites writes = new OwnWrites();
+    try (Latest latest = new Latest(fed, fed, writes)) {
+      fed.feed(state(Type.ADDED, "a", "1"));
+      Latest.Taken held = handed(latest);
+      // The worker's write comes back as a state from a list or a resync: no previous state, what came between is
+      // unknown.
+      written(writes, "a", "2");
+      held.done();
+      fed.feed(state(Type.MODIFIED, "a", "2"));
+      held = handed(latest);
+      assertEquals("MODIFIED a@2", seen(held));
+      ownWriteNotHandedBack(fed, writes, latest, held, "3");
+    }
+  }
+
+  @Test
+  void aDeletionForgetsTheStateHandedOut() throws InterruptedException {
+    Fed fed = new Fed();
+    OwnWrites writes = new OwnWrites();
+    try (Latest latest = new Latest(fed, fed, writes)) {
+      fed.feed(state(Type.ADDED, "a", "1"));
+      handed(latest).done();
+      fed.feed(state(Type.DELETED, "a", "1"));
+      Latest.Taken gone = handed(latest);
+      assertEquals("DELETED a@1", seen(gone));
+      gone.done();
+      // A state of the same uid (as the fake names every "a") following the one handed out before the deletion, at
+      // the version of the client's write: after the deletion no worker had it, so it is handed out.
+      written(writes, "a", "2");
+      fed.feed(following("a", "2", "1"));
+      Latest.Taken held = handed(latest);
+      assertEquals("MODIFIED a@2", seen(held), "the rule carried over the deletion");
+      ownWriteNotHandedBack(fed, writes, latest, held, "3");
     }
   }
 

@@ -56,9 +56,15 @@ class WatchTest {
 
       KubeObject b = daemons.other().objects().create("configmaps", ns, Daemons.configMap("b", "two"));
       expect(watch, Type.ADDED, b.resourceVersion());
+      KubeObject changed =
+          daemons.other().objects().patch("configmaps", ns, "b", PatchType.MERGE, "{\"data\":{\"k\":\"2\"}}");
+      WatchEvent modified = expect(watch, Type.MODIFIED, changed.resourceVersion());
+      assertEquals(b.resourceVersion(), modified.previousResourceVersion(), "a change names the state before it");
       daemons.other().objects().delete("configmaps", ns, "a");
       WatchEvent deleted = expect(watch, Type.DELETED, "");
       assertEquals("a", deleted.object().name());
+      assertEquals("", added.previousResourceVersion(), "a listed state names none");
+      assertEquals("", deleted.previousResourceVersion(), "a deletion names none");
     }
   }
 

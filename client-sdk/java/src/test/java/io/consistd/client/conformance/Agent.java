@@ -416,6 +416,7 @@ public final class Agent {
     item.addProperty("name", event.object() == null ? "" : event.object().name());
     item.addProperty("resourceVersion", event.object() == null ? "" : event.object().resourceVersion());
     item.addProperty("predatesOwnWrite", event.predatesOwnWrite());
+    item.addProperty("previousResourceVersion", event.previousResourceVersion());
     return item;
   }
 
