@@ -143,7 +143,9 @@ pub struct SubscribeResponse {
     /// The object; unset for SYNCED and RESYNC_REQUIRED.
     #[prost(message, optional, tag = "2")]
     pub object: ::core::option::Option<KubeObject>,
-    /// Resume position after this event; pass it back as SubscribeRequest.resume_cursor.
+    /// Resume position after this event; pass it back as SubscribeRequest.resume_cursor. Empty for the objects
+    /// of a snapshot (a subscriber that joins a watch already listed, or one told RESYNC_REQUIRED): a snapshot
+    /// cannot be resumed in the middle, so resume from its SYNCED, which carries one.
     #[prost(string, tag = "3")]
     pub cursor: ::prost::alloc::string::String,
     /// The object's consistency state when this event was delivered.

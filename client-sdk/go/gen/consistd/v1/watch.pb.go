@@ -341,7 +341,9 @@ type SubscribeResponse struct {
 	Type EventType `protobuf:"varint,1,opt,name=type,proto3,enum=consistd.v1.EventType" json:"type,omitempty"`
 	// The object; unset for SYNCED and RESYNC_REQUIRED.
 	Object *KubeObject `protobuf:"bytes,2,opt,name=object,proto3" json:"object,omitempty"`
-	// Resume position after this event; pass it back as SubscribeRequest.resume_cursor.
+	// Resume position after this event; pass it back as SubscribeRequest.resume_cursor. Empty for the objects
+	// of a snapshot (a subscriber that joins a watch already listed, or one told RESYNC_REQUIRED): a snapshot
+	// cannot be resumed in the middle, so resume from its SYNCED, which carries one.
 	Cursor string `protobuf:"bytes,3,opt,name=cursor,proto3" json:"cursor,omitempty"`
 	// The object's consistency state when this event was delivered.
 	Consistency Consistency `protobuf:"varint,4,opt,name=consistency,proto3,enum=consistd.v1.Consistency" json:"consistency,omitempty"`

@@ -116,7 +116,11 @@ export interface SubscribeResponse {
   object:
     | KubeObject
     | undefined;
-  /** Resume position after this event; pass it back as SubscribeRequest.resume_cursor. */
+  /**
+   * Resume position after this event; pass it back as SubscribeRequest.resume_cursor. Empty for the objects
+   * of a snapshot (a subscriber that joins a watch already listed, or one told RESYNC_REQUIRED): a snapshot
+   * cannot be resumed in the middle, so resume from its SYNCED, which carries one.
+   */
   cursor: string;
   /** The object's consistency state when this event was delivered. */
   consistency: Consistency;

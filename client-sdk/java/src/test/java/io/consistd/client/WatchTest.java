@@ -50,15 +50,17 @@ class WatchTest {
         .mode(WatchRequest.Mode.RAW))) {
       WatchEvent added = expect(watch, Type.ADDED, a.resourceVersion());
       assertEquals(a.uid(), added.object().uid());
-      assertFalse(added.cursor().isEmpty(), "an event carries its cursor");
       WatchEvent synced = expect(watch, Type.SYNCED, "");
       assertNull(synced.object());
+      // The ADDED has a cursor only when the watch was new (a snapshot's objects have none): SYNCED always.
+      assertFalse(synced.cursor().isEmpty(), "SYNCED carries its cursor");
 
       KubeObject b = daemons.other().objects().create("configmaps", ns, Daemons.configMap("b", "two"));
       expect(watch, Type.ADDED, b.resourceVersion());
       KubeObject changed =
           daemons.other().objects().patch("configmaps", ns, "b", PatchType.MERGE, "{\"data\":{\"k\":\"2\"}}");
       WatchEvent modified = expect(watch, Type.MODIFIED, changed.resourceVersion());
+      assertFalse(modified.cursor().isEmpty(), "a live event carries its cursor");
       assertEquals(b.resourceVersion(), modified.previousResourceVersion(), "a change names the state before it");
       daemons.other().objects().delete("configmaps", ns, "a");
       WatchEvent deleted = expect(watch, Type.DELETED, "");
