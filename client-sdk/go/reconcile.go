@@ -108,6 +108,11 @@ type ReconcileSpec struct {
 	// View is how much of each primary object the queue's watch keeps and hands out (Item.Object); the
 	// zero View is the whole object without metadata.managedFields.
 	View View
+	// Changes names the parts of a primary object whose change queues a pass, as controller-runtime's
+	// GenerationChangedPredicate and its label and annotation predicates: any part named will do, and an
+	// object's first state, its deletion and its deletionTimestamp being set always queue one. The zero
+	// Changes names none: every change queues a pass.
+	Changes Changes
 	// Related are other objects whose changes queue the primary they name.
 	Related []Related
 	// MaxLeases is how many keys are reconciled at once, as controller-runtime's MaxConcurrentReconciles;
@@ -159,6 +164,29 @@ func (s ShardBy) String() string {
 	return strings.TrimPrefix(pb.ShardBy(s).String(), "SHARD_BY_")
 }
 
+// Changes names parts of an object (ReconcileSpec.Changes, Related.Changes): only a change of one of them
+// queues a pass. The zero Changes names none and sends no filter, so every change queues one.
+type Changes struct {
+	// Generation is metadata.generation, which the apiserver moves on a change of the spec (for most
+	// resources, and custom resources with a status subresource), not on one of status or metadata alone:
+	// a status write then queues nothing. An object without a generation (a ConfigMap, a Secret) counts
+	// every change.
+	Generation bool
+	// Labels is metadata.labels.
+	Labels bool
+	// Annotations is metadata.annotations.
+	Annotations bool
+}
+
+// proto is the filter as sent: nil for the zero Changes, which leaves ObjectQuery.changes unset (every
+// change), never an empty filter (the daemon refuses one).
+func (c Changes) proto() *pb.ChangeFilter {
+	if c == (Changes{}) {
+		return nil
+	}
+	return &pb.ChangeFilter{Generation: c.Generation, Labels: c.Labels, Annotations: c.Annotations}
+}
+
 // Related is a query whose objects name a primary key: a change to such an object queues that key. Set
 // exactly one of ControllerOwner, Label, Annotation and Field. A value "name" names the primary in the
 // related object's own namespace; "namespace/name" names it anywhere.
@@ -172,6 +200,10 @@ type Related struct {
 	// keeps what the mapping reads; a MetadataOnly view can map by ControllerOwner, Label, Annotation, or
 	// a Field under metadata.
 	View View
+	// Changes names the parts of a related object whose change queues its primary, as ReconcileSpec.Changes
+	// (the zero Changes: every change); its first state, its deletion, its deletionTimestamp being set and
+	// its move to another primary always do.
+	Changes Changes
 	// ControllerOwner maps an object to the owner in its controller ownerReference (controller: true)
 	// whose kind is the primary's.
 	ControllerOwner bool
@@ -330,11 +362,11 @@ func (s ReconcileSpec) request() (*pb.ReconcileRequest, error) {
 	}
 	spec := &pb.QueueSpec{
 		Name:      s.Name,
-		Primary:   &pb.ObjectQuery{Resource: s.Resource, Namespace: s.Namespace, LabelSelector: s.LabelSelector, FieldSelector: s.FieldSelector, View: s.View.proto()},
+		Primary:   &pb.ObjectQuery{Resource: s.Resource, Namespace: s.Namespace, LabelSelector: s.LabelSelector, FieldSelector: s.FieldSelector, View: s.View.proto(), Changes: s.Changes.proto()},
 		MaxLeases: leases,
 	}
 	for i, r := range s.Related {
-		q := &pb.RelatedQuery{Query: &pb.ObjectQuery{Resource: r.Resource, Namespace: r.Namespace, LabelSelector: r.LabelSelector, FieldSelector: r.FieldSelector, View: r.View.proto()}, Priority: r.Priority}
+		q := &pb.RelatedQuery{Query: &pb.ObjectQuery{Resource: r.Resource, Namespace: r.Namespace, LabelSelector: r.LabelSelector, FieldSelector: r.FieldSelector, View: r.View.proto(), Changes: r.Changes.proto()}, Priority: r.Priority}
 		set := 0
 		if r.ControllerOwner {
 			q.MapsBy, set = &pb.RelatedQuery_ControllerOwner{ControllerOwner: true}, set+1

@@ -1,6 +1,7 @@
 // Tests of the reconciler against the daemons: each key once, one more pass for a change during a pass,
 // never two passes of a key at once (also across a lost connection), retries, requeues, terminal errors,
-// a pass seeing what the pass before it wrote under its lease, refused specs, and a daemon restart.
+// a pass seeing what the pass before it wrote under its lease, a change filter, refused specs, and a daemon
+// restart.
 
 package consistd_test
 
@@ -319,6 +320,42 @@ func TestReconcileATerminalErrorWaitsForAChange(t *testing.T) {
 	patchData(t, c, ns, "a", "k", "fixed")
 	if again := rec.next(); data(t, again.item)["k"] != "fixed" {
 		t.Fatalf("after the change: a pass with %v, want k=fixed", again.item.Object)
+	}
+	rec.quiet(time.Second)
+}
+
+func TestReconcileAQueueFilteringOnLabelsHandsOutALabelChangeAndNotADataChange(t *testing.T) {
+	c := ready(t, "")
+	ns := freshNamespace(t, c)
+	mustCreate(t, c, ns, "a")
+	rec, handler := recording(t, func(ctx context.Context, item consistd.Item) (consistd.Result, error) {
+		return consistd.Result{}, nil
+	})
+	spec := queueSpec("go-changes", ns)
+	spec.Changes = consistd.Changes{Labels: true}
+	reconciling(t, c, spec, handler)
+	if first := rec.next(); first.item.Name != "a" {
+		t.Fatalf("first pass of %s, want a: an object's first state is handed out", first.item)
+	}
+	// A change of the data, which the filter does not name: nothing.
+	patchData(t, c, ns, "a", "k", "changed")
+	rec.quiet(2 * time.Second)
+	// A change of a label: handed out, with the state that has it.
+	labelled := map[string]any{"metadata": map[string]any{"labels": map[string]string{"tier": "web"}}}
+	if _, err := c.Patch(testContext(t), "configmaps", ns, "a", consistd.MergePatch, labelled); err != nil {
+		t.Fatalf("labelling %s/a: %v", ns, err)
+	}
+	again := rec.next()
+	var cm struct {
+		Metadata struct{ Labels map[string]string }
+	}
+	if again.item.Object != nil {
+		if err := again.item.Object.Decode(&cm); err != nil {
+			t.Fatalf("decoding %s: %v", again.item, err)
+		}
+	}
+	if again.item.Name != "a" || cm.Metadata.Labels["tier"] != "web" {
+		t.Fatalf("after a label change: a pass of %s with labels %v, want a labelled tier=web", again.item, cm.Metadata.Labels)
 	}
 	rec.quiet(time.Second)
 }

@@ -251,6 +251,58 @@ func TestTheSpecCarriesTheViewOfThePrimaryAndOfEachRelatedQueryAndNoneWhenZero(t
 	}
 }
 
+func TestTheChangesGoOnTheQueryTheyAreAskedOfAndNoneWhenZero(t *testing.T) {
+	spec := ReconcileSpec{
+		Name: "q", Resource: "apps/v1/deployments", Namespace: "ns",
+		Changes: Changes{Generation: true, Labels: true},
+		Related: []Related{
+			{Resource: "pods", ControllerOwner: true, Changes: Changes{Annotations: true}},
+			{Resource: "secrets", Label: "owner"},
+		},
+	}
+	req, err := spec.request()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &pb.QueueSpec{
+		Name:    "q",
+		Primary: &pb.ObjectQuery{Resource: "apps/v1/deployments", Namespace: "ns", Changes: &pb.ChangeFilter{Generation: true, Labels: true}},
+		Related: []*pb.RelatedQuery{
+			{Query: &pb.ObjectQuery{Resource: "pods", Changes: &pb.ChangeFilter{Annotations: true}}, MapsBy: &pb.RelatedQuery_ControllerOwner{ControllerOwner: true}},
+			{Query: &pb.ObjectQuery{Resource: "secrets"}, MapsBy: &pb.RelatedQuery_Label{Label: "owner"}},
+		},
+		MaxLeases: 1,
+	}
+	if !proto.Equal(req.GetSpec(), want) {
+		t.Fatalf("spec %v, want %v", req.GetSpec(), want)
+	}
+	// The zero Changes sends no filter at all (every change), never an empty one, which the daemon refuses.
+	if req.GetSpec().GetRelated()[1].GetQuery().Changes != nil {
+		t.Error("a zero Changes went out as an empty filter")
+	}
+	// Each part on its own goes as that part, on the related query as on the primary.
+	for _, c := range []struct {
+		changes Changes
+		want    *pb.ChangeFilter
+	}{
+		{Changes{Generation: true}, &pb.ChangeFilter{Generation: true}},
+		{Changes{Labels: true}, &pb.ChangeFilter{Labels: true}},
+		{Changes{Annotations: true}, &pb.ChangeFilter{Annotations: true}},
+	} {
+		req, err := ReconcileSpec{Name: "q", Resource: "configmaps", Changes: c.changes,
+			Related: []Related{{Resource: "secrets", Label: "owner", Changes: c.changes}}}.request()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := req.GetSpec().GetPrimary().GetChanges(); !proto.Equal(got, c.want) {
+			t.Errorf("%+v on the primary: sent %v, want %v", c.changes, got, c.want)
+		}
+		if got := req.GetSpec().GetRelated()[0].GetQuery().GetChanges(); !proto.Equal(got, c.want) {
+			t.Errorf("%+v on a related query: sent %v, want %v", c.changes, got, c.want)
+		}
+	}
+}
+
 // leaseRecorder is an objects service that keeps every write's reconcile_lease and guard.
 type leaseRecorder struct {
 	pb.ObjectsServiceClient

@@ -577,20 +577,9 @@ func (a *agent) reconcile(ctx context.Context, c command) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	var spec consistd.ReconcileSpec
-	for _, f := range []struct {
-		name string
-		into *string
-	}{
-		{"queue", &spec.Name},
-		{"resource", &spec.Resource},
-		{"namespace", &spec.Namespace},
-		{"election", &spec.Election},
-		{"electionNamespace", &spec.ElectionNamespace},
-	} {
-		if *f.into, err = c.text(f.name); err != nil {
-			return nil, err
-		}
+	spec, err := c.reconcileSpec()
+	if err != nil {
+		return nil, err
 	}
 	handler := consistd.ReconcilerFunc(func(ctx context.Context, item consistd.Item) (consistd.Result, error) {
 		return a.handler(ctx, stream, item)
@@ -601,6 +590,44 @@ func (a *agent) reconcile(ctx context.Context, c command) (any, error) {
 		a.print(streamLine{Stream: stream, Error: failureOf(err)})
 	}()
 	return empty{}, nil
+}
+
+// reconcileSpec is the queue a reconcile command names: queue, resource and namespace; election and
+// electionNamespace unless election is absent, null or empty (no election); and changes, whose parts set
+// to true go into the spec's Changes (absent or null: none, every change).
+func (c command) reconcileSpec() (consistd.ReconcileSpec, error) {
+	var spec consistd.ReconcileSpec
+	var err error
+	for _, f := range []struct {
+		name string
+		into *string
+	}{
+		{"queue", &spec.Name},
+		{"resource", &spec.Resource},
+		{"namespace", &spec.Namespace},
+	} {
+		if *f.into, err = c.text(f.name); err != nil {
+			return spec, err
+		}
+	}
+	if err := c.decode("election", &spec.Election, false); err != nil {
+		return spec, invalid("election: must be a string, or absent or null")
+	}
+	if spec.Election != "" {
+		if spec.ElectionNamespace, err = c.text("electionNamespace"); err != nil {
+			return spec, err
+		}
+	}
+	var changes struct {
+		Generation  bool `json:"generation"`
+		Labels      bool `json:"labels"`
+		Annotations bool `json:"annotations"`
+	}
+	if err := c.decode("changes", &changes, false); err != nil {
+		return spec, invalid(`changes: must be {"generation", "labels", "annotations"} (booleans, each may be absent) or null`)
+	}
+	spec.Changes = consistd.Changes{Generation: changes.Generation, Labels: changes.Labels, Annotations: changes.Annotations}
+	return spec, nil
 }
 
 // handler is the Reconciler's pass: it waits as (stream, item name) before printing the item, takes the

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -57,6 +58,10 @@ func TestCommandsItCannotRunAreInvalidArgument(t *testing.T) {
 		`{"id": 12, "op": "send", "peer": "b:1", "resourceId": "r", "eventId": "1", "payload": "x", "guard": "lead"}`,
 		`{"id": 13, "op": "send", "peer": "b:1", "resourceId": "r", "eventId": "1", "payload": "x", "guard": {"election": "lead", "namespace": "n"}}`,
 		`{"id": 14, "op": "send", "peer": "b:1", "resourceId": "r", "eventId": "1", "payload": "x", "guard": {"election": "lead", "namespace": "n", "term": "3"}}`,
+		`{"id": 15, "op": "reconcile", "stream": "s", "queue": "q", "resource": "configmaps", "namespace": "n", "changes": {"labels": "yes"}}`,
+		`{"id": 16, "op": "reconcile", "stream": "s", "queue": "q", "resource": "configmaps", "namespace": "n", "changes": ["labels"]}`,
+		`{"id": 17, "op": "reconcile", "stream": "s", "queue": "q", "resource": "configmaps", "namespace": "n", "election": 7}`,
+		`{"id": 18, "op": "reconcile", "stream": "s", "queue": "q", "resource": "configmaps", "namespace": "n", "election": "lead"}`,
 	} {
 		var out bytes.Buffer
 		a := &agent{out: bufio.NewWriter(&out), sent: map[string]*consistd.Sent{}, paused: map[string]*pausedWatch{}}
@@ -100,6 +105,40 @@ func TestTheGuardFieldIsAGuardOrNone(t *testing.T) {
 		got, err := c.guard()
 		if err != nil || (got == nil) != (tc.want == nil) || got != nil && *got != *tc.want {
 			t.Errorf("%s: guard %+v, %v; want %+v", tc.line, got, err, tc.want)
+		}
+	}
+}
+
+// A reconcile's queue goes into the SDK's ReconcileSpec: election only when it is set and not empty, and
+// the parts changes sets to true into Changes (absent or null: the zero Changes, every change).
+func TestTheReconcileCommandIsTheSDKsSpec(t *testing.T) {
+	base := consistd.ReconcileSpec{Name: "q", Resource: "configmaps", Namespace: "n"}
+	for _, tc := range []struct {
+		fields string
+		want   func(*consistd.ReconcileSpec)
+	}{
+		{``, func(*consistd.ReconcileSpec) {}},
+		{`, "election": "", "electionNamespace": "n"`, func(*consistd.ReconcileSpec) {}},
+		{`, "election": null, "changes": null`, func(*consistd.ReconcileSpec) {}},
+		{`, "election": "lead", "electionNamespace": "leases"`, func(s *consistd.ReconcileSpec) {
+			s.Election, s.ElectionNamespace = "lead", "leases"
+		}},
+		{`, "changes": {}`, func(*consistd.ReconcileSpec) {}},
+		{`, "changes": {"labels": true}`, func(s *consistd.ReconcileSpec) { s.Changes.Labels = true }},
+		{`, "changes": {"generation": true, "labels": false, "annotations": true}`, func(s *consistd.ReconcileSpec) {
+			s.Changes = consistd.Changes{Generation: true, Annotations: true}
+		}},
+	} {
+		line := `{"stream": "s", "queue": "q", "resource": "configmaps", "namespace": "n"` + tc.fields + `}`
+		var c command
+		if err := json.Unmarshal([]byte(line), &c); err != nil {
+			t.Fatal(err)
+		}
+		want := base
+		tc.want(&want)
+		got, err := c.reconcileSpec()
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: spec %+v, %v; want %+v", line, got, err, want)
 		}
 	}
 }
