@@ -73,19 +73,7 @@ func (w *ownWrites) record(o *Object) {
 // predates reports whether a write through this client returned a larger resourceVersion of o's
 // object than o has. Versions that are not integers never predate anything.
 func (w *ownWrites) predates(o *Object) bool {
-	if o == nil || o.UID == "" {
-		return false
-	}
-	rv, ok := resourceVersion(o.ResourceVersion)
-	if !ok {
-		return false
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	written, ok := w.current[o.UID]
-	if !ok {
-		written, ok = w.previous[o.UID]
-	}
+	written, rv, ok := w.lookup(o)
 	return ok && written > rv
 }
 
@@ -93,20 +81,26 @@ func (w *ownWrites) predates(o *Object) bool {
 // returned for o's object: o is (as far as the record knows) the state the client's latest write to it
 // made. False for nil, for an object without a uid, and for a version that is not a decimal integer.
 func (w *ownWrites) wrote(o *Object) bool {
+	written, rv, ok := w.lookup(o)
+	return ok && written == rv
+}
+
+// lookup is the largest resourceVersion a write through this client returned for o's object and o's own,
+// both as integers; ok is false for nil, an object without a uid, a version that is not a decimal integer
+// and an object the record does not (or no longer) hold.
+func (w *ownWrites) lookup(o *Object) (written, rv uint64, ok bool) {
 	if o == nil || o.UID == "" {
-		return false
+		return 0, 0, false
 	}
-	rv, ok := resourceVersion(o.ResourceVersion)
-	if !ok {
-		return false
+	if rv, ok = resourceVersion(o.ResourceVersion); !ok {
+		return 0, 0, false
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	written, ok := w.current[o.UID]
-	if !ok {
+	if written, ok = w.current[o.UID]; !ok {
 		written, ok = w.previous[o.UID]
 	}
-	return ok && written == rv
+	return written, rv, ok
 }
 
 // PredatesOwnWrite reports whether a write through this client (Create, Update, Patch, Delete) has

@@ -3,6 +3,7 @@ package io.consistd.client;
 
 import java.util.HashMap;
 import java.util.Map;
+import java.util.OptionalInt;
 import java.util.OptionalLong;
 
 /**
@@ -70,18 +71,8 @@ final class OwnWrites {
 
   /** Whether a write through this client returned a larger resourceVersion of {@code o}'s object than it has. */
   synchronized boolean predates(KubeObject o) {
-    if (o == null || o.uid().isEmpty()) {
-      return false;
-    }
-    OptionalLong rv = resourceVersion(o.resourceVersion());
-    if (rv.isEmpty()) {
-      return false;
-    }
-    Long written = current.get(o.uid());
-    if (written == null) {
-      written = previous.get(o.uid());
-    }
-    return written != null && written > rv.getAsLong();
+    OptionalInt order = writtenAgainst(o);
+    return order.isPresent() && order.getAsInt() > 0;
   }
 
   /**
@@ -90,17 +81,27 @@ final class OwnWrites {
    * False for null, an empty uid and a resourceVersion that is not a decimal integer.
    */
   synchronized boolean wrote(KubeObject o) {
+    OptionalInt order = writtenAgainst(o);
+    return order.isPresent() && order.getAsInt() == 0;
+  }
+
+  /**
+   * How the largest resourceVersion a write through this client returned for {@code o}'s object compares with
+   * {@code o}'s ({@link Long#compare}); empty for null, an empty uid, a resourceVersion that is not a decimal integer
+   * and an object the record does not (or no longer) hold.
+   */
+  private OptionalInt writtenAgainst(KubeObject o) {
     if (o == null || o.uid().isEmpty()) {
-      return false;
+      return OptionalInt.empty();
     }
     OptionalLong rv = resourceVersion(o.resourceVersion());
     if (rv.isEmpty()) {
-      return false;
+      return OptionalInt.empty();
     }
     Long written = current.get(o.uid());
     if (written == null) {
       written = previous.get(o.uid());
     }
-    return written != null && written == rv.getAsLong();
+    return written == null ? OptionalInt.empty() : OptionalInt.of(Long.compare(written, rv.getAsLong()));
   }
 }
