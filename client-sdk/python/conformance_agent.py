@@ -31,6 +31,12 @@ JsonObject = dict[str, Any]
 
 #: The watch modes by the name a command gives.
 MODES = {"RAW": consistd.Mode.RAW, "CONSISTENT": consistd.Mode.CONSISTENT}
+#: The parts of a ``reconcile``'s change filter by the name its ``changes`` gives.
+CHANGED = {
+    "generation": consistd.Changed.GENERATION,
+    "labels": consistd.Changed.LABELS,
+    "annotations": consistd.Changed.ANNOTATIONS,
+}
 
 
 class Failure(Exception):
@@ -87,6 +93,10 @@ class Command:
             raise invalid(f"{self.where}{name}: must be a non-negative integer")
         return value
 
+    def optional_text(self, name: str) -> str:
+        """The string field ``name``; empty when absent (or null)."""
+        return "" if self.fields.get(name) is None else self.text(name)
+
     def flag(self, name: str) -> bool:
         """The boolean field ``name``; False when absent (or null)."""
         value = self.fields.get(name, False)
@@ -95,6 +105,21 @@ class Command:
         if not isinstance(value, bool):
             raise invalid(f"{self.where}{name}: must be a boolean")
         return value
+
+    def changes(self, name: str) -> consistd.Changed | None:
+        """The change filter field ``name``, ``{"generation", "labels", "annotations"}`` booleans, as the SDK's
+        Changed; None when absent (or null)."""
+        value = self.fields.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise invalid(f"{self.where}{name}: must be an object or null")
+        c = Command(value, f"{self.where}{name}.")
+        parts = consistd.Changed(0)
+        for field_name, part in CHANGED.items():
+            if c.flag(field_name):
+                parts |= part
+        return parts
 
     def guard(self, name: str) -> consistd.Guard | None:
         """The guard field ``name``, ``{"election", "namespace", "term"}``, as the SDK's Guard; None when absent (or
@@ -343,15 +368,19 @@ class Agent:
             await self._print_stream(stream, campaign, state_item)
 
     async def reconcile(self, c: Command) -> JsonObject:
-        """Runs the SDK's reconciler on a queue whose work is handed out only while the daemon leads the election;
-        its handler prints each work item and waits for a ``handle`` of its name."""
+        """Runs the SDK's reconciler on a queue whose work is handed out only while the daemon leads the election
+        (none when ``election`` is absent or empty), a change of a primary queuing a pass only if it changed a
+        part ``changes`` names (every change when it is absent or null); its handler prints each work item and
+        waits for a ``handle`` of its name."""
         stream = c.text("stream")
+        election = c.optional_text("election")
         spec = consistd.ReconcileSpec(
             name=c.text("queue"),
             resource=c.text("resource"),
             namespace=c.text("namespace"),
-            election=c.text("election"),
-            election_namespace=c.text("electionNamespace"),
+            election=election,
+            election_namespace=c.text("electionNamespace") if election else "",
+            only_changes_of=c.changes("changes"),
         )
 
         async def handler(item: consistd.WorkItem) -> None:

@@ -1,9 +1,10 @@
 """The reconciler (``client.reconcile``) on the daemon's work queue: every key handled once; a change during
 a pass gives exactly one more, never two handlers for one key at once; how the handler ends is the lease's
 outcome (raise: RETRY with its text, ``requeue_after``: REQUEUE, ``Terminal``: TERMINAL); the handler's own
-write is seen by the key's next pass; a bad spec raises; and a SIGKILLed sidecar is reconnected to. The
-tests at the end stand in a fake gRPC call for grpcio's, to lose a stream while a handler runs, to see a
-refused completion, and to check each completion the SDK builds."""
+write is seen by the key's next pass; a queue's change filter hands out only the changes it names; a bad spec
+raises; and a SIGKILLed sidecar is reconnected to. The tests at the end stand in a fake gRPC call for grpcio's,
+to lose a stream while a handler runs, to see a refused completion, and to check each completion the SDK
+builds."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import grpc
 import pytest
 
 import consistd
-from consistd import ConsistdError, ReconcileSpec, Related, Terminal, WorkItem, requeue_after
+from consistd import Changed, ConsistdError, ReconcileSpec, Related, Terminal, WorkItem, requeue_after
 from consistd.objects import Guard, Objects
 from consistd.reconcile import Reconciler
 from consistd.v1 import object_pb2, objects_pb2, reconcile_pb2
@@ -230,6 +231,24 @@ async def test_terminal_waits_until_the_object_changes(
     passes = recorder.of("broken")
     assert [p.data for p in passes] == [{"v": "0"}, {"v": "1"}]
     assert passes[1].attempt == 1
+
+
+async def test_a_queue_filtering_on_labels_hands_out_the_first_state_and_a_label_change_but_not_a_data_change(
+    client: consistd.Client, peer: consistd.Client, namespace: str
+) -> None:
+    await client.objects.create("configmaps", configmap("filtered", {"v": "0"}), namespace=namespace)
+    recorder = Recorder()
+    async with reconciling(client, queue(namespace, only_changes_of=Changed.LABELS), recorder) as task:
+        await until("the first state", lambda: len(recorder.ended("filtered")) >= 1, task)
+        await peer.objects.patch("configmaps", "filtered", {"data": {"v": "1"}}, namespace=namespace)
+        await asyncio.sleep(QUIET)
+        assert len(recorder.of("filtered")) == 1, "a change of the data, which the filter does not name, went out"
+        labelled = {"metadata": {"labels": {"tier": "web"}}}
+        await peer.objects.patch("configmaps", "filtered", labelled, namespace=namespace)
+        await until("a pass after the label change", lambda: len(recorder.ended("filtered")) >= 2, task)
+    passes = recorder.of("filtered")
+    assert [(p.data, p.attempt) for p in passes] == [({"v": "0"}, 1), ({"v": "1"}, 1)], passes
+    assert not recorder.overlaps
 
 
 async def test_the_next_pass_is_at_least_as_new_as_the_handlers_own_patch_through_item_objects(
@@ -605,6 +624,46 @@ def test_the_spec_carries_the_view_of_the_primary_and_of_each_related_query_and_
     ]
     assert [r.WhichOneof("maps_by") for r in spec.related] == ["controller_owner", "label", "annotation", "field"]
     assert not ReconcileSpec(name="q", resource="configmaps").to_proto().primary.HasField("view")
+
+
+def changes(query: reconcile_pb2.ObjectQuery) -> tuple[bool, bool, bool] | None:
+    """A query's change filter as (generation, labels, annotations); None when unset."""
+    if not query.HasField("changes"):
+        return None
+    return (query.changes.generation, query.changes.labels, query.changes.annotations)
+
+
+def test_the_parts_whose_changes_queue_a_pass_go_on_the_query_they_are_asked_of_and_nowhere_else() -> None:
+    spec = ReconcileSpec(
+        name="q",
+        resource="apps/v1/deployments",
+        only_changes_of=Changed.GENERATION | Changed.LABELS,
+        related=[
+            Related("pods", controller_owner=True, only_changes_of=Changed.ANNOTATIONS),
+            Related("secrets", label="owner"),
+            Related("configmaps", label="owner", only_changes_of=Changed(0)),
+        ],
+    ).to_proto()
+    assert changes(spec.primary) == (True, True, False)
+    assert [changes(r.query) for r in spec.related] == [
+        (False, False, True),
+        None,  # unnamed: every change
+        None,  # no part named is none: the spec is as one from an SDK that knows no filter
+    ]
+    # Asked of a related query only, the primary's stays unset; and each part maps to its own field.
+    only_related = ReconcileSpec(
+        name="q", resource="configmaps", related=[Related("secrets", label="owner", only_changes_of=Changed.LABELS)]
+    ).to_proto()
+    assert (changes(only_related.primary), changes(only_related.related[0].query)) == (None, (False, True, False))
+    for part, fields in [
+        (Changed.GENERATION, (True, False, False)),
+        (Changed.LABELS, (False, True, False)),
+        (Changed.ANNOTATIONS, (False, False, True)),
+    ]:
+        assert changes(ReconcileSpec(name="q", resource="configmaps", only_changes_of=part).to_proto().primary) == (
+            fields
+        ), part
+    assert changes(ReconcileSpec(name="q", resource="configmaps").to_proto().primary) is None, "unset by default"
 
 
 async def test_a_sharded_spec_is_sent_with_its_election_and_each_items_guard_is_it_in_the_slots_epoch() -> None:

@@ -22,6 +22,7 @@ from .leadership import Campaign, LeadershipState, LeadershipStatus, LeaseTiming
 from .objects import Guard, Object, ObjectList, Objects, PatchType, PropagationPolicy
 from .outbox import Ack, AckOutcome, Destination, ElectionMembers, Peer, SentMessage, ServiceEndpoints
 from .reconcile import (
+    Changed,
     ReconcileHandler,
     Reconciler,
     ReconcileSpec,
@@ -39,6 +40,7 @@ __all__ = [
     "Ack",
     "AckOutcome",
     "Campaign",
+    "Changed",
     "Client",
     "ConsistdError",
     "Consistency",

@@ -56,6 +56,20 @@ class ShardBy(enum.IntEnum):
     namespaced resource in every namespace; related queries are watched whole."""
 
 
+class Changed(enum.Flag):
+    """Parts of an object whose change queues a pass (``only_changes_of`` of ReconcileSpec and of Related),
+    combined with ``|``: ``Changed.GENERATION | Changed.LABELS``. Any part named will do (controller-runtime's
+    GenerationChangedPredicate and label and annotation predicates, kube-rs's ``predicates``)."""
+
+    GENERATION = enum.auto()
+    """``metadata.generation``, which the apiserver moves on a change of the spec, not of status or metadata
+    alone; an object without one (a ConfigMap, a Secret) counts every change."""
+    LABELS = enum.auto()
+    """``metadata.labels``."""
+    ANNOTATIONS = enum.auto()
+    """``metadata.annotations``."""
+
+
 @dataclass(frozen=True)
 class Related:
     """Objects whose changes queue the primary they name (a ``RelatedQuery``). Set exactly one of
@@ -80,6 +94,10 @@ class Related:
     #: The priority of the passes its changes queue (the primary's changes: 0): a higher one is handed out
     #: first, and a key already queued rises to it.
     priority: int = 0
+    #: Only a change of these parts of a related object queues its primary (see Changed); a related object's
+    #: first state, its deletion, its deletionTimestamp being set and its move to another primary always do.
+    #: None (or no part): every change.
+    only_changes_of: Changed | None = None
 
     def __post_init__(self) -> None:
         given = [name for name in _MAPS_BY if getattr(self, name)]
@@ -94,6 +112,7 @@ class Related:
             label_selector=self.label_selector,
             field_selector=self.field_selector,
             view=view_to_proto(self.view),
+            changes=_change_filter(self.only_changes_of),
         )
         maps_by = {name: getattr(self, name) for name in _MAPS_BY if getattr(self, name)}
         return reconcile_pb2.RelatedQuery(query=query, priority=self.priority, **maps_by)
@@ -149,6 +168,10 @@ class ReconcileSpec:
     #: and a primary of a namespaced resource in every namespace (the sidecar refuses it otherwise,
     #: INVALID_ARGUMENT naming ``spec.shard_by``).
     shard_by: ShardBy = ShardBy.DEFAULT
+    #: Only a change of these parts of a primary queues a pass (``Changed.GENERATION``: a write of status or
+    #: metadata alone hands out nothing; see Changed); an object's first state, its deletion and its
+    #: deletionTimestamp being set always do. None (or no part): every change.
+    only_changes_of: Changed | None = None
 
     def to_proto(self) -> reconcile_pb2.QueueSpec:
         """The protocol message."""
@@ -171,6 +194,7 @@ class ReconcileSpec:
                 label_selector=self.label_selector,
                 field_selector=self.field_selector,
                 view=view_to_proto(self.view),
+                changes=_change_filter(self.only_changes_of),
             ),
             related=[r.to_proto() for r in self.related],
             max_leases=self.max_leases,
@@ -479,6 +503,17 @@ def _text(error: BaseException | str) -> str:
             cause = cause.__cause__
         text = ": ".join(parts)
     return text.encode(errors="replace")[:MAX_ERROR_BYTES].decode(errors="ignore")
+
+
+def _change_filter(parts: Changed | None) -> reconcile_pb2.ChangeFilter | None:
+    """A query's ``changes``: None when no part is named (every change queues a pass)."""
+    if not parts:
+        return None
+    return reconcile_pb2.ChangeFilter(
+        generation=Changed.GENERATION in parts,
+        labels=Changed.LABELS in parts,
+        annotations=Changed.ANNOTATIONS in parts,
+    )
 
 
 def _duration(value: Seconds | None) -> duration_pb2.Duration | None:
