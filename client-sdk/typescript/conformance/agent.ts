@@ -10,6 +10,7 @@
 // agent exits 0 once stdin closes. hack/sdk/typescript.sh conformance runs the suite with it.
 import { createInterface } from "node:readline";
 import {
+  type ChangeFilter,
   Client,
   ConsistdError,
   type Guard,
@@ -101,6 +102,26 @@ function guard(command: Command): Guard | undefined {
     throw new InvalidArgument("guard.term: must be a whole number");
   }
   return { election: text(value, "election"), namespace: text(value, "namespace"), term };
+}
+
+/**
+ * The `changes` field: `{"generation", "labels", "annotations"}` booleans (a missing one false), undefined when
+ * absent or null.
+ */
+function changes(command: Command): ChangeFilter | undefined {
+  const value = command.changes;
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== "object" || Array.isArray(value)) {
+    throw new InvalidArgument("changes: must be a JSON object or null");
+  }
+  const part = (name: string) => {
+    const named = value[name];
+    if (named !== undefined && typeof named !== "boolean") {
+      throw new InvalidArgument(`changes.${name}: must be a boolean`);
+    }
+    return named ?? false;
+  };
+  return { generation: part("generation"), labels: part("labels"), annotations: part("annotations") };
 }
 
 /** A watch started with `take` false: its iterator, pulled only by `take`, one `take` at a time. */
@@ -337,16 +358,20 @@ class Agent {
   }
 
   /**
-   * Runs the SDK's reconciler on the queue, its primaries `resource` in `namespace`, following the election,
-   * in a loop of its own; its handler is `handler`. Answers once it is started.
+   * Runs the SDK's reconciler on the queue, its primaries `resource` in `namespace`, following the election
+   * (none when `election` is absent or empty), a change of a primary queueing a pass only if it moves a part
+   * `changes` names (every change without it), in a loop of its own; its handler is `handler`. Answers once it
+   * is started.
    */
   private async reconcile(c: Command): Promise<Json> {
     const stream = text(c, "stream");
+    const election = c.election === undefined || c.election === null ? "" : text(c, "election");
     const spec: ReconcileSpec = {
       name: text(c, "queue"),
       resource: text(c, "resource"),
       namespace: text(c, "namespace"),
-      election: { name: text(c, "election"), namespace: text(c, "electionNamespace") },
+      election: election === "" ? undefined : { name: election, namespace: text(c, "electionNamespace") },
+      onlyChangesOf: changes(c),
     };
     this.client.reconcile(spec, (item) => this.handler(stream, item)).catch((error) => {
       console.error(`conformance agent: the reconciler ${JSON.stringify(stream)} ended: ${error}`);

@@ -33,6 +33,7 @@ export {
 } from "./objects.js";
 export { type Message, Outcome, type SendOptions, Sent } from "./outbox.js";
 export {
+  type ChangeFilter,
   type MapsBy,
   type ReconcileHandler,
   type ReconcileOptions,

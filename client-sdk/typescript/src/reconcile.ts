@@ -3,6 +3,7 @@ import { type ClientDuplexStream, status } from "@grpc/grpc-js";
 import { type Cancellable, messages } from "./call.js";
 import { ConsistdError, ended, isRetryable, toConsistdError } from "./errors.js";
 import {
+  type ChangeFilter as ChangeFilterProto,
   type Completion,
   type ObjectQuery,
   Outcome,
@@ -38,6 +39,28 @@ export interface ReconcileQuery {
    * metadata-only one can map by owner, label, annotation or a field under metadata.
    */
   view?: ObjectView;
+  /**
+   * Only a change of these parts of an object queues a pass (`ObjectQuery.changes`), as controller-runtime's
+   * GenerationChangedPredicate and label and annotation predicates (kube-rs's predicates): any part named will do,
+   * and a change of nothing named (say a status write under `{ generation: true }`) queues nothing. An object's
+   * first state, its deletion, its deletionTimestamp being set and a related object's move to another primary
+   * always queue one. Unset: every change. Naming no part (`{}`) is sent as it is: the daemon refuses it,
+   * `INVALID_ARGUMENT` naming spec.primary.changes (or spec.related[i].query.changes).
+   */
+  onlyChangesOf?: ChangeFilter;
+}
+
+/** The parts of an object whose change queues a pass (`ReconcileQuery.onlyChangesOf`); unset fields are false. */
+export interface ChangeFilter {
+  /**
+   * `metadata.generation`, which the apiserver moves on a change of the spec (not of status or metadata); an
+   * object without one (a ConfigMap, a Secret) counts every change.
+   */
+  generation?: boolean;
+  /** `metadata.labels`. */
+  labels?: boolean;
+  /** `metadata.annotations`. */
+  annotations?: boolean;
 }
 
 /**
@@ -500,7 +523,19 @@ function toQuery(query: ReconcileQuery): ObjectQuery {
     labelSelector: query.labelSelector ?? "",
     fieldSelector: query.fieldSelector ?? "",
     view: toView(query.view),
+    changes: toChanges(query.onlyChangesOf),
   };
+}
+
+/** The protocol's ChangeFilter for `parts`: unset parts are false; undefined (every change) for none. */
+function toChanges(parts: ChangeFilter | undefined): ChangeFilterProto | undefined {
+  return (
+    parts && {
+      generation: parts.generation ?? false,
+      labels: parts.labels ?? false,
+      annotations: parts.annotations ?? false,
+    }
+  );
 }
 
 /** A related query; its one way of naming the primary (none, or `controllerOwner: false`, is refused). */

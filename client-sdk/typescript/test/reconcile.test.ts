@@ -1,7 +1,8 @@
 // The reconciler against real daemons: each key once and never two passes of one key at a time, one more pass
 // for a change during a pass, RETRY / REQUEUE / TERMINAL from how the handler ends, writes through item.objects
-// naming the lease, a refused spec, a lease that times out, stopping, a daemon restart, and a queue with an election
-// (work only while this daemon leads; each item's term and guard).
+// naming the lease, a refused spec, a lease that times out, stopping, a daemon restart, a queue with a change filter
+// (only a change of a part it names queues a pass), and a queue with an election (work only while this daemon leads;
+// each item's term and guard).
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -300,6 +301,31 @@ test("a TerminalError leaves the key alone until its object changes", async () =
     await c.objects.patch({ ...target, name: "obj", patch: { data: { v: "1" } } });
     await calls.until("the pass after the change", () => calls.passes.length >= 2);
     assert.equal(calls.passes[1].data?.v, "1");
+    assert.equal(calls.passes[1].attempt, 1);
+    running.assertRunning();
+  } finally {
+    await running?.stop();
+    await dropNamespace(c, ns);
+  }
+});
+
+test("a queue filtering on labels hands out an object's first state, then not a change of its data, then a label change", async () => {
+  const c = client();
+  const ns = await freshNamespace(c, "ts-rec");
+  const target = { resource: "configmaps", namespace: ns, name: "obj" };
+  const calls = new Recorder();
+  let running: Running | undefined;
+  try {
+    await c.objects.create({ ...target, object: primary("obj", { v: "0" }) });
+    running = new Running(c, queue(ns, { onlyChangesOf: { labels: true } }), calls.wrap(() => {}));
+    await calls.until("the first state", () => calls.passes.length >= 1);
+    assert.equal(calls.passes[0].data?.v, "0");
+    await c.objects.patch({ ...target, patch: { data: { v: "1" } } });
+    await sleep(2_000);
+    assert.equal(calls.passes.length, 1, `a change of the data (not named) was handed out: ${calls.show()}`);
+    await c.objects.patch({ ...target, patch: { metadata: { labels: { tier: "web" } } } });
+    await calls.until("the pass after the label change", () => calls.passes.length >= 2);
+    assert.equal(calls.passes[1].data?.v, "1", "the state after both changes");
     assert.equal(calls.passes[1].attempt, 1);
     running.assertRunning();
   } finally {

@@ -1,9 +1,18 @@
-// Views (how much of each object a watch or a queue keeps), and a sharded queue's spec, without a daemon: a client
+// Views (how much of each object a watch or a queue keeps), a queue's change filters and a sharded queue's spec,
+// without a daemon: a client
 // whose generated WatchService.subscribe and ReconcileService.reconcile are replaced by fakes that record what the
 // SDK sends.
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
-import { Consistency, EventType, type ObjectView, proto, type ReconcileSpec, ShardBy } from "@consistd/client";
+import {
+  Consistency,
+  EventType,
+  type ObjectView,
+  proto,
+  type ReconcileSpec,
+  type RelatedSpec,
+  ShardBy,
+} from "@consistd/client";
 import { closeFakeClients, FakeClient, FakeStream, waitFor } from "./fakes.js";
 import { next, within } from "./helpers.js";
 
@@ -131,6 +140,7 @@ test("a queue sends its primary's view and each related query's own; one without
     labelSelector: "",
     fieldSelector: "",
     view: { metadataOnly: false, fields: ["spec.replicas", "status.conditions"], managedFields: false },
+    changes: undefined,
   });
   assert.deepEqual(
     spec.related.map((r) => r.query?.view),
@@ -158,6 +168,34 @@ test("a queue without views sends none", async () => {
   });
   assert.equal(spec.primary?.view, undefined);
   assert.equal(spec.related[0].query?.view, undefined);
+});
+
+test("the parts whose change queues a pass go on the query they are asked of; unnamed, the filter is unset", async () => {
+  const spec = await new Fake().queueSpec({
+    name: "q",
+    resource: "deployments.apps",
+    onlyChangesOf: { generation: true, labels: true },
+    related: [
+      { resource: "pods", controllerOwner: true, onlyChangesOf: { annotations: true } },
+      { resource: "secrets", label: "owner" },
+      { resource: "configmaps", field: "metadata.name", onlyChangesOf: { labels: true, annotations: false } },
+    ],
+  });
+  assert.deepEqual(spec.primary?.changes, { generation: true, labels: true, annotations: false });
+  assert.deepEqual(
+    spec.related.map((r) => r.query?.changes),
+    [
+      { generation: false, labels: false, annotations: true },
+      undefined, // unnamed: every change
+      { generation: false, labels: true, annotations: false },
+    ],
+  );
+  const related: RelatedSpec[] = [{ resource: "secrets", label: "owner" }];
+  const unfiltered = await new Fake().queueSpec({ name: "q", resource: "configmaps", related });
+  assert.deepEqual([unfiltered.primary?.changes, unfiltered.related[0].query?.changes], [undefined, undefined]);
+  // Naming no part goes as it is: the daemon refuses it, naming spec.primary.changes.
+  const none = await new Fake().queueSpec({ name: "q", resource: "configmaps", onlyChangesOf: {} });
+  assert.deepEqual(none.primary?.changes, { generation: false, labels: false, annotations: false });
 });
 
 test("a sharded queue is sent sharded with its election; a queue is not sharded unless asked", async () => {
