@@ -2,6 +2,7 @@
 package io.consistd.client;
 
 import com.google.protobuf.Duration;
+import consistd.v1.Reconcile.ChangeFilter;
 import consistd.v1.Reconcile.ElectionRef;
 import consistd.v1.Reconcile.ObjectQuery;
 import consistd.v1.Reconcile.ReconcileRequest;
@@ -11,16 +12,21 @@ import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.Collection;
+import java.util.Collections;
+import java.util.EnumSet;
 import java.util.List;
 import java.util.Objects;
+import java.util.Set;
 
 /**
  * The work queue a {@link Reconciler} works on, built from its name and primary resource: {@code
  * QueueSpec.of("web", "configmaps").namespace("default").labelSelector("app=web").maxLeases(4)}; with {@code
  * .view(ObjectView.onlyFields("spec", "status.conditions"))} its watch keeps (and its items carry) only those fields
- * of each primary. Immutable; each method returns a changed copy. Streams that give the same name share one queue
- * in the sidecar (their specs must be equal, else FAILED_PRECONDITION), so two processes of a pod never work on one
- * key at once.
+ * of each primary; with {@code .onlyChangesOf(QueueSpec.Changed.GENERATION)} only a change of a primary's generation
+ * (its spec) queues a pass. Immutable; each method returns a changed copy. Streams that give the same name share one
+ * queue in the sidecar (their specs must be equal, else FAILED_PRECONDITION), so two processes of a pod never work on
+ * one key at once.
  *
  * @param name the queue's name: a DNS label (lowercase letters, digits, '-'), the {@code name} label of its
  *     metrics and the name {@code consistd status} shows
@@ -48,6 +54,8 @@ import java.util.Objects;
  *     its namespace and name, {@link ShardBy#NAMESPACE} its namespace, so that each member lists and watches only its
  *     slots' namespaces. Needs {@code sharded} (without it the sidecar refuses the spec, INVALID_ARGUMENT naming
  *     spec.shard_by)
+ * @param changes the parts of a primary whose change queues a pass ({@link #onlyChangesOf(Changed...)}); empty (or
+ *     null) for every change
  */
 public record QueueSpec(
     String name,
@@ -62,7 +70,25 @@ public record QueueSpec(
     java.time.Duration leaseTimeout,
     Election election,
     boolean sharded,
-    ShardBy shardBy) {
+    ShardBy shardBy,
+    Set<Changed> changes) {
+
+  /**
+   * A part of an object whose change queues a pass ({@link QueueSpec#onlyChangesOf(Changed...)}, {@link
+   * Related#onlyChangesOf(Changed...)}): controller-runtime's GenerationChangedPredicate and its label and annotation
+   * predicates, kube-rs's predicates.
+   */
+  public enum Changed {
+    /**
+     * metadata.generation, which the apiserver moves on a change of the spec (not of status or metadata); an object
+     * without one (a ConfigMap, a Secret) counts every change.
+     */
+    GENERATION,
+    /** metadata.labels. */
+    LABELS,
+    /** metadata.annotations. */
+    ANNOTATIONS
+  }
 
   /** What a sharded queue hashes a key by to find its slot ({@link #shardBy(ShardBy)}). */
   public enum ShardBy {
@@ -96,6 +122,8 @@ public record QueueSpec(
    * @param key the label, annotation or dot-separated field path; empty for {@link MapsBy#CONTROLLER_OWNER}
    * @param priority the priority of the passes this query's changes queue (the primary's changes: 0): a higher one
    *     is handed out first, and a key already queued rises to it
+   * @param changes the parts of a related object whose change queues its primary ({@link
+   *     #onlyChangesOf(Changed...)}); empty (or null) for every change
    */
   public record Related(
       String resource,
@@ -105,7 +133,8 @@ public record QueueSpec(
       ObjectView view,
       MapsBy mapsBy,
       String key,
-      int priority) {
+      int priority,
+      Set<Changed> changes) {
     /** How a related object names its primary. */
     public enum MapsBy {
       /** Its controller ownerReference (controller: true) whose kind is the primary's. */
@@ -125,6 +154,20 @@ public record QueueSpec(
       Objects.requireNonNull(fieldSelector, "fieldSelector");
       Objects.requireNonNull(view, "view");
       Objects.requireNonNull(key, "key");
+      changes = parts(changes);
+    }
+
+    /** A related query whose every change queues its primary. */
+    public Related(
+        String resource,
+        String namespace,
+        String labelSelector,
+        String fieldSelector,
+        ObjectView view,
+        MapsBy mapsBy,
+        String key,
+        int priority) {
+      this(resource, namespace, labelSelector, fieldSelector, view, mapsBy, key, priority, Set.of());
     }
 
     /** A related query at priority 0. */
@@ -166,11 +209,11 @@ public record QueueSpec(
     }
 
     public Related labelSelector(String labelSelector) {
-      return new Related(resource, namespace, labelSelector, fieldSelector, view, mapsBy, key, priority);
+      return new Related(resource, namespace, labelSelector, fieldSelector, view, mapsBy, key, priority, changes);
     }
 
     public Related fieldSelector(String fieldSelector) {
-      return new Related(resource, namespace, labelSelector, fieldSelector, view, mapsBy, key, priority);
+      return new Related(resource, namespace, labelSelector, fieldSelector, view, mapsBy, key, priority, changes);
     }
 
     /**
@@ -178,17 +221,27 @@ public record QueueSpec(
      * ObjectView.onlyFields("status.phase")}, or {@link ObjectView#DEFAULT}.
      */
     public Related view(ObjectView view) {
-      return new Related(resource, namespace, labelSelector, fieldSelector, view, mapsBy, key, priority);
+      return new Related(resource, namespace, labelSelector, fieldSelector, view, mapsBy, key, priority, changes);
     }
 
     /** The priority of the passes this query's changes queue: a higher one is handed out first (default 0). */
     public Related priority(int priority) {
-      return new Related(resource, namespace, labelSelector, fieldSelector, view, mapsBy, key, priority);
+      return new Related(resource, namespace, labelSelector, fieldSelector, view, mapsBy, key, priority, changes);
+    }
+
+    /**
+     * Only a change of one of these parts of a related object (besides those already named; any of them will do)
+     * queues its primary, as {@link QueueSpec#onlyChangesOf(Changed...)}; a related object's first state, its
+     * deletion, its deletionTimestamp being set and its move to another primary always do. None named: every change.
+     */
+    public Related onlyChangesOf(Changed... parts) {
+      return new Related(resource, namespace, labelSelector, fieldSelector, view, mapsBy, key, priority,
+          union(changes, parts));
     }
 
     RelatedQuery toProto() {
       RelatedQuery.Builder q = RelatedQuery.newBuilder()
-          .setQuery(query(resource, namespace, labelSelector, fieldSelector, view))
+          .setQuery(query(resource, namespace, labelSelector, fieldSelector, view, changes))
           .setPriority(priority);
       if (mapsBy != null) {
         switch (mapsBy) {
@@ -249,6 +302,26 @@ public record QueueSpec(
     Objects.requireNonNull(fieldSelector, "fieldSelector");
     Objects.requireNonNull(view, "view");
     related = List.copyOf(related);
+    changes = parts(changes);
+  }
+
+  /** A spec whose every change of a primary queues a pass. */
+  public QueueSpec(
+      String name,
+      String resource,
+      String namespace,
+      String labelSelector,
+      String fieldSelector,
+      ObjectView view,
+      List<Related> related,
+      int maxLeases,
+      Retry retry,
+      java.time.Duration leaseTimeout,
+      Election election,
+      boolean sharded,
+      ShardBy shardBy) {
+    this(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry, leaseTimeout,
+        election, sharded, shardBy, Set.of());
   }
 
   /** A spec whose keys, when {@code sharded}, are hashed by key (the default {@code shardBy}). */
@@ -304,22 +377,23 @@ public record QueueSpec(
 
   /** The queue {@code name} of every object of {@code resource} in every namespace, one lease at a time. */
   public static QueueSpec of(String name, String resource) {
-    return new QueueSpec(name, resource, "", "", "", ObjectView.DEFAULT, List.of(), 0, null, null, null, false, null);
+    return new QueueSpec(name, resource, "", "", "", ObjectView.DEFAULT, List.of(), 0, null, null, null, false, null,
+        Set.of());
   }
 
   public QueueSpec namespace(String namespace) {
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, election, sharded, shardBy);
+        leaseTimeout, election, sharded, shardBy, changes);
   }
 
   public QueueSpec labelSelector(String labelSelector) {
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, election, sharded, shardBy);
+        leaseTimeout, election, sharded, shardBy, changes);
   }
 
   public QueueSpec fieldSelector(String fieldSelector) {
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, election, sharded, shardBy);
+        leaseTimeout, election, sharded, shardBy, changes);
   }
 
   /**
@@ -329,7 +403,19 @@ public record QueueSpec(
    */
   public QueueSpec view(ObjectView view) {
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, election, sharded, shardBy);
+        leaseTimeout, election, sharded, shardBy, changes);
+  }
+
+  /**
+   * Only a change of one of these parts of a primary (besides those already named; any of them will do) queues a
+   * pass, as controller-runtime's GenerationChangedPredicate and its label and annotation predicates: with {@link
+   * Changed#GENERATION} a write of status or metadata alone hands out nothing. An object's first state, its deletion
+   * and its deletionTimestamp being set always queue one. None named (the default): every change does. A related
+   * query's filter is its own ({@link Related#onlyChangesOf(Changed...)}).
+   */
+  public QueueSpec onlyChangesOf(Changed... parts) {
+    return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
+        leaseTimeout, election, sharded, shardBy, union(changes, parts));
   }
 
   /** These related queries, after the ones already given. */
@@ -337,22 +423,22 @@ public record QueueSpec(
     List<Related> all = new ArrayList<>(related);
     all.addAll(Arrays.asList(more));
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, all, maxLeases, retry,
-        leaseTimeout, election, sharded, shardBy);
+        leaseTimeout, election, sharded, shardBy, changes);
   }
 
   public QueueSpec maxLeases(int maxLeases) {
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, election, sharded, shardBy);
+        leaseTimeout, election, sharded, shardBy, changes);
   }
 
   public QueueSpec retry(Retry retry) {
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, election, sharded, shardBy);
+        leaseTimeout, election, sharded, shardBy, changes);
   }
 
   public QueueSpec leaseTimeout(java.time.Duration leaseTimeout) {
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, election, sharded, shardBy);
+        leaseTimeout, election, sharded, shardBy, changes);
   }
 
   /**
@@ -361,7 +447,7 @@ public record QueueSpec(
    */
   public QueueSpec election(String election, String namespace) {
     return new QueueSpec(name, resource, namespace(), labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, new Election(election, namespace), sharded, shardBy);
+        leaseTimeout, new Election(election, namespace), sharded, shardBy, changes);
   }
 
   /**
@@ -373,7 +459,7 @@ public record QueueSpec(
    */
   public QueueSpec sharded(boolean sharded) {
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, election, sharded, shardBy);
+        leaseTimeout, election, sharded, shardBy, changes);
   }
 
   /**
@@ -385,7 +471,7 @@ public record QueueSpec(
    */
   public QueueSpec shardBy(ShardBy shardBy) {
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, election, sharded, shardBy);
+        leaseTimeout, election, sharded, shardBy, changes);
   }
 
   /** How many passes run at once: maxLeases, 0 meaning 1. */
@@ -403,7 +489,7 @@ public record QueueSpec(
     }
     consistd.v1.Reconcile.QueueSpec.Builder spec = consistd.v1.Reconcile.QueueSpec.newBuilder()
         .setName(name)
-        .setPrimary(query(resource, namespace, labelSelector, fieldSelector, view))
+        .setPrimary(query(resource, namespace, labelSelector, fieldSelector, view, changes))
         .setMaxLeases(leases());
     for (Related r : related) {
       spec.addRelated(r.toProto());
@@ -441,13 +527,43 @@ public record QueueSpec(
   }
 
   private static ObjectQuery query(
-      String resource, String namespace, String labelSelector, String fieldSelector, ObjectView view) {
+      String resource,
+      String namespace,
+      String labelSelector,
+      String fieldSelector,
+      ObjectView view,
+      Set<Changed> changes) {
     ObjectQuery.Builder q = ObjectQuery.newBuilder()
         .setResource(resource).setNamespace(namespace).setLabelSelector(labelSelector).setFieldSelector(fieldSelector);
     if (!view.isDefault()) {
       q.setView(view.toProto());
     }
+    // None named is unset (every change): the daemon refuses a filter naming nothing.
+    if (!changes.isEmpty()) {
+      q.setChanges(ChangeFilter.newBuilder()
+          .setGeneration(changes.contains(Changed.GENERATION))
+          .setLabels(changes.contains(Changed.LABELS))
+          .setAnnotations(changes.contains(Changed.ANNOTATIONS)));
+    }
     return q.build();
+  }
+
+  /** An unmodifiable copy of {@code parts} in declaration order; null is none. */
+  private static Set<Changed> parts(Collection<Changed> parts) {
+    EnumSet<Changed> copy = EnumSet.noneOf(Changed.class);
+    if (parts != null) {
+      for (Changed part : parts) {
+        copy.add(Objects.requireNonNull(part, "changes"));
+      }
+    }
+    return Collections.unmodifiableSet(copy);
+  }
+
+  /** {@code named} and {@code more}. */
+  private static Set<Changed> union(Set<Changed> named, Changed... more) {
+    List<Changed> all = new ArrayList<>(named);
+    all.addAll(Arrays.asList(more));
+    return parts(all);
   }
 
   /** Unset (the daemon's default) for null and zero; a negative one is sent, for the daemon to refuse by name. */

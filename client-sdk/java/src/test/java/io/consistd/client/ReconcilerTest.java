@@ -1,6 +1,6 @@
 // The reconciler against real daemons: each key once, done, requeue, retry with the error, terminal, the
-// maxLeases bound, a pass seeing what the pass before wrote under its lease, refused specs; and, without a daemon,
-// how a pass's end becomes its completion and how a sharded spec is sent.
+// maxLeases bound, a pass seeing what the pass before wrote under its lease, a change filter, refused specs; and,
+// without a daemon, how a pass's end becomes its completion and how a sharded spec and change filters are sent.
 package io.consistd.client;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -11,6 +11,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
+import consistd.v1.Reconcile.ChangeFilter;
 import consistd.v1.Reconcile.Completion;
 import consistd.v1.Reconcile.Outcome;
 import io.consistd.client.ObjectsClient.PatchType;
@@ -523,6 +524,28 @@ class ReconcilerTest {
   }
 
   @Test
+  void aQueueFilteringOnLabelsHandsOutTheFirstStateAndALabelChangeButNotADataChange() throws Exception {
+    ConsistdClient app = daemons.app();
+    String ns = daemons.namespace(app);
+    app.objects().create("configmaps", ns, Daemons.configMap("a", "v"));
+    Passes rec = new Passes(item -> Reconciler.Result.done());
+    reconciling(app, queueSpec("java-changes", ns).onlyChangesOf(QueueSpec.Changed.LABELS), rec);
+    WorkItem first = rec.next().item();
+    assertEquals("a", first.name(), "an object's first state is handed out");
+    assertTrue(hasData(first, "v"), first.object().json());
+
+    patchData(daemons.other(), ns, "a", "changed");
+    rec.quiet(Duration.ofSeconds(2)); // a change of nothing the filter names
+    daemons.other().objects().patch("configmaps", ns, "a", PatchType.MERGE,
+        "{\"metadata\":{\"labels\":{\"tier\":\"web\"}}}");
+    WorkItem labelled = rec.next().item();
+    assertEquals("a", labelled.name());
+    assertTrue(labelled.object().json().contains("\"tier\":\"web\""), labelled.object().json());
+    assertTrue(hasData(labelled, "changed"), "the pass sees the newest state: " + labelled.object().json());
+    rec.quiet(Duration.ofSeconds(1));
+  }
+
+  @Test
   void aRefusedSpecEndsRunWithTheDaemonsStatusNamingTheField() throws Exception {
     ConsistdClient app = daemons.app();
     String ns = daemons.namespace(app);
@@ -620,6 +643,50 @@ class ReconcilerTest {
         QueueSpec.of("web", "configmaps").shardBy(QueueSpec.ShardBy.NAMESPACE).toProto().getSpec();
     assertEquals(consistd.v1.Reconcile.ShardBy.SHARD_BY_NAMESPACE, alone.getShardBy());
     assertFalse(alone.getSharded());
+  }
+
+  @Test
+  void theChangesNamedGoOnTheQueryTheyAreAskedOfAndNoneNamedSendsNoFilter() {
+    QueueSpec spec = QueueSpec.of("web", "deployments.apps")
+        .onlyChangesOf(QueueSpec.Changed.GENERATION)
+        .onlyChangesOf(QueueSpec.Changed.LABELS, QueueSpec.Changed.GENERATION)
+        .related(QueueSpec.Related.controllerOwner("pods", "").onlyChangesOf(QueueSpec.Changed.ANNOTATIONS),
+            QueueSpec.Related.byLabel("configmaps", "", "app"));
+    consistd.v1.Reconcile.QueueSpec sent = spec.toProto().getSpec();
+    assertEquals(ChangeFilter.newBuilder().setGeneration(true).setLabels(true).build(), sent.getPrimary().getChanges(),
+        "the primary's: both parts named, one call after the other");
+    assertEquals(ChangeFilter.newBuilder().setAnnotations(true).build(), sent.getRelated(0).getQuery().getChanges(),
+        "a related query's: its own");
+    assertFalse(sent.getRelated(1).getQuery().hasChanges(), "a related query naming none sends no filter");
+
+    // None named, by default or with an empty call, sends no filter (every change): one naming nothing is refused.
+    assertFalse(QueueSpec.of("web", "configmaps").toProto().getSpec().getPrimary().hasChanges());
+    assertFalse(QueueSpec.of("web", "configmaps").onlyChangesOf().toProto().getSpec().getPrimary().hasChanges());
+    assertFalse(QueueSpec.of("web", "configmaps").related(QueueSpec.Related.byField("secrets", "", "spec.x")
+        .onlyChangesOf()).toProto().getSpec().getRelated(0).getQuery().hasChanges());
+    assertFalse(QueueSpec.of("web", "configmaps").related(QueueSpec.Related.byLabel("pods", "", "app")
+        .onlyChangesOf(QueueSpec.Changed.LABELS)).toProto().getSpec().getPrimary().hasChanges(),
+        "a related query's filter is not the primary's");
+    assertFalse(QueueSpec.of("web", "configmaps").onlyChangesOf(QueueSpec.Changed.LABELS)
+        .related(QueueSpec.Related.byLabel("pods", "", "app")).toProto().getSpec().getRelated(0).getQuery()
+        .hasChanges(), "the primary's filter is not a related query's");
+
+    // The other options keep the parts, and the constructors without them name none.
+    Set<QueueSpec.Changed> named = Set.of(QueueSpec.Changed.GENERATION, QueueSpec.Changed.LABELS);
+    assertEquals(named, spec.namespace("ns").labelSelector("a=b").fieldSelector("c=d").view(ObjectView.onlyMetadata())
+        .related(QueueSpec.Related.byLabel("secrets", "", "app")).maxLeases(3).retry(QueueSpec.Retry.DEFAULTS)
+        .leaseTimeout(Duration.ofMinutes(1)).election("web", "").sharded(true).shardBy(QueueSpec.ShardBy.KEY)
+        .changes());
+    assertEquals(Set.of(QueueSpec.Changed.ANNOTATIONS), QueueSpec.Related.controllerOwner("pods", "")
+        .onlyChangesOf(QueueSpec.Changed.ANNOTATIONS).labelSelector("a=b").fieldSelector("c=d")
+        .view(ObjectView.onlyMetadata()).priority(2).changes());
+    assertEquals(Set.of(), new QueueSpec("web", "configmaps", "", "", "", ObjectView.DEFAULT, List.of(), 0, null, null,
+        null, false, null).changes());
+    assertEquals(Set.of(), new QueueSpec("web", "configmaps", "", "", "", ObjectView.DEFAULT, List.of(), 0, null, null,
+        null, false, null, null).changes(), "null is none");
+    assertEquals(Set.of(), new QueueSpec.Related("pods", "", "", "", ObjectView.DEFAULT,
+        QueueSpec.Related.MapsBy.CONTROLLER_OWNER, "", 0).changes());
+    assertThrows(NullPointerException.class, () -> spec.onlyChangesOf((QueueSpec.Changed) null));
   }
 
   @Test

@@ -28,6 +28,9 @@ import java.io.BufferedReader;
 import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Locale;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
@@ -158,6 +161,36 @@ public final class Agent {
     return value.getAsBoolean();
   }
 
+  /** A string field that may be absent or null: empty then. */
+  private static String optionalText(JsonObject command, String field) {
+    JsonElement value = command.get(field);
+    return value == null || value.isJsonNull() ? "" : text(command, field);
+  }
+
+  /**
+   * The parts the {@code changes} field of a reconcile command names ({@code {"generation", "labels", "annotations"}}
+   * booleans, each absent or null meaning false): none when it is absent or null.
+   */
+  private static QueueSpec.Changed[] changes(JsonObject command) {
+    JsonElement value = command.get("changes");
+    if (value == null || value.isJsonNull()) {
+      return new QueueSpec.Changed[0];
+    }
+    if (!value.isJsonObject()) {
+      throw new BadCommand("field changes must be an object or null");
+    }
+    JsonObject c = value.getAsJsonObject();
+    List<QueueSpec.Changed> parts = new ArrayList<>();
+    for (QueueSpec.Changed part : QueueSpec.Changed.values()) {
+      String name = part.name().toLowerCase(Locale.ROOT);
+      JsonElement named = c.get(name);
+      if (named != null && !named.isJsonNull() && bool(c, name)) {
+        parts.add(part);
+      }
+    }
+    return parts.toArray(QueueSpec.Changed[]::new);
+  }
+
   /** The {@code guard} field of a command: null when absent or null. */
   private static Guard guard(JsonObject command) {
     JsonElement value = command.get("guard");
@@ -268,7 +301,11 @@ public final class Agent {
         String stream = text(command, "stream");
         QueueSpec spec = QueueSpec.of(text(command, "queue"), text(command, "resource"))
             .namespace(text(command, "namespace"))
-            .election(text(command, "election"), text(command, "electionNamespace"));
+            .onlyChangesOf(changes(command));
+        String election = optionalText(command, "election");
+        if (!election.isEmpty()) {
+          spec = spec.election(election, text(command, "electionNamespace"));
+        }
         Reconciler reconciler = client.reconciler(spec, item -> pass(stream, item));
         reconcilers.put(stream, reconciler);
         commands.execute(() -> {
