@@ -534,3 +534,77 @@ async fn a_second_run_of_one_identity_never_shares_its_term() {
     }
     assert_eq!(seen(&second).map(|b| (b.state, b.term)), Some((LeadershipState::Leader, next)));
 }
+
+/// Waits until `c` says LEADER in a term above `above`, never seeing two candidates say LEADER at once;
+/// returns the term.
+async fn leads_after(c: &Candidate, all: &[&Candidate], above: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let states: Vec<Option<Seen>> = all.iter().map(|c| seen(c)).collect();
+        let leaders = states.iter().flatten().filter(|s| s.state == LeadershipState::Leader).count();
+        assert!(leaders <= 1, "two candidates told LEADER at once: {states:?}");
+        if let Some(s) = seen(c).filter(|s| s.state == LeadershipState::Leader && s.term > above) {
+            return s.term;
+        }
+        assert!(Instant::now() < deadline, "{} did not lead above term {above} within 30 s: {states:?}", c.identity);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A handover on request: the Lease's spec.preferredHolder names a follower, and the leader steps down for
+/// it at once (well within the lease duration, so the Lease was released, not left to expire); the follower
+/// leads in a new term and clears the request. A request for a candidate that never comes: the leader still
+/// steps down, a lease duration later a candidate takes the Lease and clears it, and nothing flaps after.
+#[tokio::test]
+async fn a_handover_on_request_moves_the_lease_to_the_preferred_candidate_in_a_new_term() {
+    use consistd_core::lease::PREFERRED_HOLDER_ANNOTATION;
+    use k8s_openapi::api::coordination::v1::Lease;
+    use kube::api::{Api, Patch, PatchParams};
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let a = candidate("pod-a", &ns, "e", 4, 3, 1).await;
+    let b = candidate("pod-b", &ns, "e", 4, 3, 1).await;
+    let all = [&a, &b];
+    let (first, term) = settled(&all).await;
+    let (leader, other) = (all[first], all[1 - first]);
+    let leases: Api<Lease> = Api::namespaced(kube, &ns);
+    // The annotation: the test control plane, as most clusters, drops spec.preferredHolder (it needs the
+    // CoordinatedLeaderElection feature gate); the elector's unit tests read the field.
+    let prefer = |who: &str| {
+        Patch::Merge(serde_json::json!({ "metadata": { "annotations": { PREFERRED_HOLDER_ANNOTATION: who } } }))
+    };
+    let requested = |lease: Lease| lease.metadata.annotations.unwrap_or_default().remove(PREFERRED_HOLDER_ANNOTATION);
+
+    let asked = Instant::now();
+    leases.patch("e", &PatchParams::default(), &prefer(&other.identity)).await.expect("ask for a handover");
+    let term2 = leads_after(other, &all, term).await;
+    let took = asked.elapsed();
+    assert!(took < Duration::from_secs(3), "the handover took {took:?}: the Lease (4 s) was left to expire");
+    let (now, term_now) = settled(&all).await;
+    assert_eq!(
+        (all[now].identity.as_str(), term_now),
+        (other.identity.as_str(), term2),
+        "{leader:?} follows",
+        leader = leader.identity
+    );
+    let lease = leases.get("e").await.expect("the Lease");
+    assert_eq!(lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()), Some(other.identity.as_str()));
+    assert_eq!(requested(lease), None, "the request is done");
+
+    // A candidate that never comes: the Lease is kept for it a lease duration, then taken and the request
+    // cleared; whoever leads then keeps leading.
+    leases.patch("e", &PatchParams::default(), &prefer("pod-gone")).await.expect("ask for a missing candidate");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let term3 = loop {
+        let (now, term_now) = settled(&all).await;
+        if term_now > term2 {
+            break (now, term_now);
+        }
+        assert!(Instant::now() < deadline, "nobody took the Lease back after pod-gone never came");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(requested(leases.get("e").await.expect("the Lease")), None, "the request lapsed and was cleared");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = settled(&all).await;
+    assert_eq!(after, term3, "no flapping once the request lapsed");
+}

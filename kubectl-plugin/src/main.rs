@@ -4,6 +4,7 @@
 
 mod cluster;
 mod elections;
+mod handover;
 mod leases;
 pub mod outbox;
 mod output;
@@ -16,7 +17,8 @@ use std::{path::PathBuf, process::ExitCode};
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 
 use crate::{
-    cluster::ClusterArgs, elections::ElectionsArgs, outbox::OutboxArgs, queues::QueuesArgs, rollout::RolloutCommand,
+    cluster::ClusterArgs, elections::ElectionsArgs, handover::HandoverArgs, outbox::OutboxArgs, queues::QueuesArgs,
+    rollout::RolloutCommand,
 };
 
 /// kubectl consistd: consistd's elections and rollout channels as the cluster holds them, and the
@@ -36,6 +38,9 @@ struct Cli {
 enum Command {
     /// List election Leases: holder, fencing term, last renewal, live members.
     Elections(ElectionsArgs),
+    /// Ask an election's holder to step down for another candidate (the Lease's preferred holder), and wait
+    /// until that candidate leads in a new term.
+    Handover(HandoverArgs),
     /// Rollout channels: `rollout status CHANNEL`.
     #[command(subcommand)]
     Rollout(RolloutCommand),
@@ -105,6 +110,9 @@ fn main() -> ExitCode {
         }),
         Command::Elections(args) => cluster_command("elections", &cli.cluster, async |cluster| {
             elections::run(&cluster, &args).await.map(|()| ExitCode::SUCCESS).map_err(Into::into)
+        }),
+        Command::Handover(args) => cluster_command("handover", &cli.cluster, async |cluster| {
+            handover::run(&cluster, &args).await.map(|()| ExitCode::SUCCESS).map_err(Into::into)
         }),
         Command::Rollout(RolloutCommand::Status(args)) => {
             cluster_command("rollout status", &cli.cluster, async |cluster| {

@@ -183,6 +183,50 @@ async fn elections_show_the_holder_term_and_members_and_none_once_released() {
     assert!(cells.starts_with("web <none> 2 ") && cells.ends_with(" 0"), "{cells}");
 }
 
+/// `handover --to` the follower: the leader steps down, the follower leads in the next term, and the plugin
+/// says so; asking for the holder itself writes nothing; an election that does not exist, a Lease that is not
+/// consistd's and a candidate that never comes fail with exit 1 naming why.
+#[tokio::test]
+async fn handover_moves_an_election_to_the_candidate_asked_for_in_the_next_term() {
+    let kube = consistd_testkit::kube_client().await;
+    let ns = consistd_testkit::namespace(&kube).await;
+    let (a, b) = (daemon(&ns, "a").await, daemon(&ns, "b").await);
+    let _a_campaign = campaign(&a, "web").await;
+    let _b_campaign = campaign(&b, "web").await;
+    let (holder, term) = leadership_seen(&a, "web").await;
+    let next = if holder == "a" { "b" } else { "a" };
+
+    let run = kubectl(&["handover", "web", "--to", next, "-n", &ns]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.starts_with(&format!("web handed over to {next} in term {}", term + 1)), "{run:?}");
+    let json = election_json(&ns, "web", |r| r["holder"] == next).await;
+    assert_eq!(json["term"], term + 1, "{json}");
+    for daemon in [&a, &b] {
+        let started = Instant::now();
+        while leadership(daemon, "web").await != (next.to_owned(), term + 1) {
+            assert!(started.elapsed() < Duration::from_secs(10), "a daemon did not see {next} lead");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    let run = kubectl(&["handover", "web", "--to", next, "-n", &ns]).await;
+    assert_eq!((run.code, run.stdout.trim()), (0, format!("{next} already holds web (term {})", term + 1).as_str()));
+
+    let run = kubectl(&["handover", "nosuch", "--to", next, "-n", &ns]).await;
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains(&format!("no election nosuch in namespace {ns}")), "{run:?}");
+    create_lease(&kube, &ns, "foreign", None, "x", 0, 0).await;
+    let run = kubectl(&["handover", "foreign", "--to", "y", "-n", &ns]).await;
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("is not a consistd election"), "{run:?}");
+
+    // A candidate that is not campaigning: the holder steps down, and a lease duration (4 s) later a
+    // campaigner takes the Lease back in a new term; the plugin names who did.
+    let run = kubectl(&["handover", "web", "--to", "gone", "-n", &ns, "--wait", "20s"]).await;
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("gone did not take web (is it campaigning?)"), "{run:?}");
+}
+
 /// The label consistd puts on the Leases it writes, and `elections` lists by.
 const CONSISTD: (&str, &str) = ("app.kubernetes.io/managed-by", "consistd");
 

@@ -16,6 +16,12 @@ pub const MEMBER_OF_LABEL: &str = "consistd.io/member-of";
 /// same name, a restarted sidecar, two daemons configured with one identity) waits for the Lease to expire
 /// and takes it in a new term, instead of sharing the term of a holding that may still write.
 pub const HOLDER_RUN_ANNOTATION: &str = "consistd.io/holder-run";
+/// Annotation on an election's Lease asking for a handover to the candidate it names, as
+/// `spec.preferredHolder` does (coordinated leader election) on apiservers that keep that field (it needs
+/// the CoordinatedLeaderElection feature gate, off by default; others drop it on write): the holder steps
+/// down for that candidate, and whoever takes the Lease next removes the request. `kubectl consistd
+/// handover` writes it.
+pub const PREFERRED_HOLDER_ANNOTATION: &str = "consistd.io/preferred-holder";
 /// Annotation with the member's peer address ("host:port").
 pub const PEER_ADDRESS_ANNOTATION: &str = "consistd.io/peer-address";
 /// Annotation with the election's full name (labels are limited to 63 characters).

@@ -5,7 +5,11 @@
 //! lease can expire for others; resigning releases the Lease at once. Unlike client-go, a follower
 //! judges the Lease from the namespace's Lease watch (shared through the hub by every election of the
 //! pod) and reads it only when the watch has not shown its view current within the renew deadline; it
-//! says UNKNOWN while it cannot show that.
+//! says UNKNOWN while it cannot show that. A handover on request: a Lease whose `spec.preferredHolder`
+//! names another candidate (coordinated leader election, Kubernetes 1.33+; `kubectl consistd handover`)
+//! makes its holder step down at once (its app is told first, then the Lease is released), and only the
+//! preferred candidate takes it until a lease duration has passed (it may be gone); whoever takes the
+//! Lease clears the request.
 
 use std::{
     sync::{
@@ -17,7 +21,7 @@ use std::{
 
 use consistd_core::{
     config::Timing,
-    lease::{HOLDER_RUN_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL, MEMBER_OF_LABEL},
+    lease::{HOLDER_RUN_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL, MEMBER_OF_LABEL, PREFERRED_HOLDER_ANNOTATION},
 };
 use k8s_openapi::{
     api::coordination::v1::{Lease, LeaseSpec},
@@ -181,6 +185,9 @@ struct Observed {
     holder: String,
     /// The holder's run ([`HOLDER_RUN_ANNOTATION`]); empty on a Lease no consistd run holds.
     run: String,
+    /// The candidate asked to hold the Lease next: `spec.preferredHolder`, else the annotation
+    /// [`PREFERRED_HOLDER_ANNOTATION`] (for apiservers that drop the field); empty for none.
+    preferred: String,
     transitions: u64,
     duration: Option<Duration>,
     acquired_at: Option<SystemTime>,
@@ -196,11 +203,15 @@ impl Observed {
             Some(p) if p.resource_version == resource_version => p.since,
             _ => Instant::now(),
         };
-        let run = lease.metadata.annotations.as_ref().and_then(|a| a.get(HOLDER_RUN_ANNOTATION)).cloned();
+        let annotation = |name: &str| lease.metadata.annotations.as_ref().and_then(|a| a.get(name)).cloned();
+        let run = annotation(HOLDER_RUN_ANNOTATION);
+        let preferred =
+            spec.preferred_holder.clone().filter(|p| !p.is_empty()).or_else(|| annotation(PREFERRED_HOLDER_ANNOTATION));
         Self {
             resource_version,
             holder: spec.holder_identity.unwrap_or_default(),
             run: run.unwrap_or_default(),
+            preferred: preferred.unwrap_or_default(),
             transitions: spec.lease_transitions.and_then(|t| u64::try_from(t).ok()).unwrap_or(0),
             // A missing or non-positive duration is malformed: treated as already expired.
             duration: spec
@@ -217,6 +228,18 @@ impl Observed {
     /// identity is another holder).
     fn held_by(&self, election: &Election) -> bool {
         self.holder == election.identity && self.run == election.run
+    }
+
+    /// Whether the Lease asks for another holder than `me`: its holder, when it is `me`, steps down.
+    fn prefers_other_than(&self, me: &str) -> bool {
+        !self.preferred.is_empty() && self.preferred != me
+    }
+
+    /// Until when a Lease free now is kept for the candidate it prefers, when that is not `me`: a `grace`
+    /// (the candidate's lease duration) after it was first seen in this state, since the preferred
+    /// candidate may be gone. None when `me` may take it as soon as it is free.
+    fn kept_for_another(&self, me: &str, grace: Duration) -> Option<Instant> {
+        self.prefers_other_than(me).then_some(self.since + grace)
     }
 
     /// The fencing term of this holding: the Lease's leaseTransitions + 1, so the first holder of a new
@@ -335,6 +358,16 @@ impl View {
             Some(o) => o.expired(),
             None => self.deleted_until.is_none_or(|at| at <= Instant::now()),
         }
+    }
+
+    /// Whether `me` may take the Lease now: it is free, and not kept for another preferred candidate.
+    fn may_take(&self, me: &str, grace: Duration) -> bool {
+        self.free() && self.kept_until(me, grace).is_none_or(|at| at <= Instant::now())
+    }
+
+    /// Until when the Lease is kept for a candidate it prefers over `me` (see [`Observed::kept_for_another`]).
+    fn kept_until(&self, me: &str, grace: Duration) -> Option<Instant> {
+        self.observed().and_then(|o| o.kept_for_another(me, grace))
     }
 
     /// The state a follower reports: from the view while it is current, else UNKNOWN.
@@ -489,23 +522,31 @@ fn freshness(timing: Timing, watching: bool) -> (Duration, Duration) {
 
 /// Decides what a runner does now: a leader renews every retry period; anyone else reads only when the
 /// view is not current, and writes only to take a free Lease.
-fn next_act(renewed: Option<Instant>, campaigning: bool, view: &View, timing: Timing, read_after: Duration) -> Act {
+fn next_act(
+    renewed: Option<Instant>,
+    campaigning: Option<&str>,
+    view: &View,
+    timing: Timing,
+    read_after: Duration,
+) -> Act {
     match renewed {
         Some(at) if at.elapsed() >= timing.retry_period => Act::Write,
         Some(_) => Act::Wait,
         None if !view.is_current(read_after) => Act::Read,
-        None if campaigning && view.free() => Act::Write,
+        None if campaigning.is_some_and(|me| view.may_take(me, timing.lease_duration)) => Act::Write,
         None => Act::Wait,
     }
 }
 
 /// When a runner next has something to do unless news arrives: a leader's next renewal; a follower's
-/// next read or the holding expiring (a candidate may take it, an observer stops saying FOLLOWER).
-fn next_due(renewed: Option<Instant>, view: &View, timing: Timing, read_after: Duration) -> Instant {
+/// next read, the holding expiring (a candidate may take it, an observer stops saying FOLLOWER) or, for
+/// candidate `me`, the end of the time a free Lease is kept for the candidate it prefers.
+fn next_due(renewed: Option<Instant>, me: Option<&str>, view: &View, timing: Timing, read_after: Duration) -> Instant {
     match renewed {
         Some(at) => (at + timing.retry_period).min(at + timing.renew_deadline),
         None => {
-            let expiry = view.observed().and_then(Observed::expires_at).or(view.deleted_until);
+            let kept = me.filter(|_| view.free()).and_then(|me| view.kept_until(me, timing.lease_duration));
+            let expiry = view.observed().and_then(Observed::expires_at).or(view.deleted_until).or(kept);
             let expiry = expiry.filter(|at| *at > Instant::now());
             let stale = view.stale_at(read_after).unwrap_or_else(Instant::now);
             expiry.map_or(stale, |e| e.min(stale))
@@ -539,11 +580,22 @@ pub(super) async fn run(election: Arc<Election>, client: Client, registry: Arc<L
                 return;
             }
         }
+        if renewed.is_some()
+            && let Some(preferred) = view.observed().filter(|o| o.prefers_other_than(&election.identity))
+        {
+            // A handover on request: the app is told first, then the Lease is released for the candidate
+            // the Lease prefers (who alone may take it for a lease duration).
+            tracing::info!(election = %election.key.name, preferred = %preferred.preferred, term = preferred.term(), "stepping down: the Lease prefers another holder");
+            renewed = None;
+            election.publish(Observation::unknown(&election.identity));
+            release(&api, &election, &mut view).await;
+        }
+        let me = campaign.map(|_| election.identity.as_str());
         let (freshness, read_after) = freshness(timing, watching.is_some());
         let act = if retry_at.is_some_and(|at| Instant::now() < at) {
             Act::Wait
         } else {
-            next_act(renewed, campaign.is_some(), &view, timing, read_after)
+            next_act(renewed, me, &view, timing, read_after)
         };
         if act != Act::Wait {
             retry_at = None;
@@ -595,7 +647,7 @@ pub(super) async fn run(election: Arc<Election>, client: Client, registry: Arc<L
             election.publish(view.status(&election.identity, freshness));
         }
 
-        let mut due = retry_at.unwrap_or_else(|| next_due(renewed, &view, timing, read_after));
+        let mut due = retry_at.unwrap_or_else(|| next_due(renewed, me, &view, timing, read_after));
         if renewed.is_none()
             && let Some(stale) = view.stale_at(freshness).filter(|at| *at > Instant::now())
         {
@@ -721,14 +773,20 @@ async fn write(
         };
     };
     let ours = current.held_by(election);
-    if !ours && !current.expired() {
+    if !ours && !view.may_take(&election.identity, timing.lease_duration) {
         return Ok(Some(Step::NotLeader));
     }
     let previous = current.holder.clone();
     let mut spec = lease.spec.clone().unwrap_or_default();
+    // A handover asked for is done when anyone takes the Lease (its candidate, or another once it did not
+    // come within a lease duration), and when it names the holder.
+    let handed_over = !ours || current.preferred == election.identity;
     if !ours {
         spec.lease_transitions = Some(i32::try_from(current.transitions + 1).unwrap_or(i32::MAX));
         spec.acquire_time = Some(now.clone());
+    }
+    if handed_over {
+        spec.preferred_holder = None;
     }
     spec.holder_identity = Some(election.identity.clone());
     spec.lease_duration_seconds = Some(seconds(timing.lease_duration));
@@ -737,7 +795,11 @@ async fn write(
     // A Lease written before consistd labelled its Leases gets the label here.
     let mut metadata = lease.metadata.clone();
     metadata.labels.get_or_insert_default().entry(MANAGED_BY_LABEL.to_owned()).or_insert_with(|| MANAGED_BY.to_owned());
-    metadata.annotations.get_or_insert_default().insert(HOLDER_RUN_ANNOTATION.to_owned(), election.run.clone());
+    let annotations = metadata.annotations.get_or_insert_default();
+    annotations.insert(HOLDER_RUN_ANNOTATION.to_owned(), election.run.clone());
+    if handed_over {
+        annotations.remove(PREFERRED_HOLDER_ANNOTATION);
+    }
     let updated = Lease { metadata, spec: Some(spec) };
     match api.replace(name, &PostParams::default(), &updated).await {
         Ok(written) => {
@@ -934,23 +996,63 @@ mod tests {
     fn followers_read_only_when_the_view_is_stale_and_write_only_to_take_a_free_lease() {
         let timing = Timing::default();
         let mut view = View::default();
-        assert_eq!(next_act(None, true, &view, timing, FRESH), Act::Read, "nothing seen yet");
+        assert_eq!(next_act(None, Some("me"), &view, timing, FRESH), Act::Read, "nothing seen yet");
         view.see(Some(lease("1", "other")));
-        assert_eq!(next_act(None, true, &view, timing, FRESH), Act::Wait, "a live holder, shown current");
-        assert_eq!(next_act(None, false, &view, timing, FRESH), Act::Wait);
-        let expiry = next_due(None, &view, timing, FRESH);
+        assert_eq!(next_act(None, Some("me"), &view, timing, FRESH), Act::Wait, "a live holder, shown current");
+        assert_eq!(next_act(None, None, &view, timing, FRESH), Act::Wait);
+        let expiry = next_due(None, Some("me"), &view, timing, FRESH);
         assert!(expiry <= Instant::now() + FRESH, "wakes when the view goes stale or the Lease expires");
         view.see(Some(lease("2", "")));
-        assert_eq!(next_act(None, true, &view, timing, FRESH), Act::Write, "released: a candidate takes it");
-        assert_eq!(next_act(None, false, &view, timing, FRESH), Act::Wait, "an observer does not");
+        assert_eq!(next_act(None, Some("me"), &view, timing, FRESH), Act::Write, "released: a candidate takes it");
+        assert_eq!(next_act(None, None, &view, timing, FRESH), Act::Wait, "an observer does not");
         view.current_at = Some(Instant::now() - FRESH);
-        assert_eq!(next_act(None, false, &view, timing, FRESH), Act::Read);
+        assert_eq!(next_act(None, None, &view, timing, FRESH), Act::Read);
 
         let just = Instant::now();
-        assert_eq!(next_act(Some(just), true, &view, timing, FRESH), Act::Wait, "a leader renews per retry period");
+        assert_eq!(
+            next_act(Some(just), Some("me"), &view, timing, FRESH),
+            Act::Wait,
+            "a leader renews per retry period"
+        );
         let before = just - timing.retry_period;
-        assert_eq!(next_act(Some(before), true, &view, timing, FRESH), Act::Write);
-        assert_eq!(next_due(Some(just), &view, timing, FRESH), just + timing.retry_period);
+        assert_eq!(next_act(Some(before), Some("me"), &view, timing, FRESH), Act::Write);
+        assert_eq!(next_due(Some(just), Some("me"), &view, timing, FRESH), just + timing.retry_period);
+    }
+
+    /// A released Lease that prefers another candidate is kept for it a lease duration (it may be gone), then
+    /// any candidate may take it; the preferred one takes it at once. A Lease that prefers `me` is no reason
+    /// for `me` to step down, one that prefers another is.
+    #[test]
+    fn a_free_lease_is_kept_a_lease_duration_for_the_candidate_it_prefers() {
+        let timing = Timing::default();
+        let preferring = |rv: &str, holder: &str, preferred: &str| {
+            let mut l = lease(rv, holder);
+            l.spec.as_mut().expect("spec").preferred_holder = Some(preferred.to_owned());
+            l
+        };
+        let mut view = View::default();
+        view.see(Some(preferring("1", "me", "you")));
+        let held = view.observed().expect("seen");
+        assert!(held.prefers_other_than("me") && !held.prefers_other_than("you"), "its holder steps down, not you");
+        view.see(Some(preferring("2", "", "you")));
+        assert_eq!(next_act(None, Some("you"), &view, timing, FRESH), Act::Write, "the preferred takes it at once");
+        assert_eq!(next_act(None, Some("me"), &view, timing, FRESH), Act::Wait, "another waits");
+        let kept = view.kept_until("me", timing.lease_duration).expect("kept for you");
+        assert_eq!(next_due(None, Some("me"), &view, timing, FRESH), kept.min(view.stale_at(FRESH).expect("seen")));
+        view.lease.as_mut().expect("seen").1.since -= timing.lease_duration;
+        assert_eq!(next_act(None, Some("me"), &view, timing, FRESH), Act::Write, "you did not come: anyone may");
+        view.see(Some(lease("3", "")));
+        assert_eq!(next_act(None, Some("me"), &view, timing, FRESH), Act::Write, "no preference: anyone at once");
+
+        // Where the apiserver drops spec.preferredHolder, the annotation asks the same; the field wins.
+        let mut annotated = lease("4", "me");
+        annotated.metadata.annotations = Some([(PREFERRED_HOLDER_ANNOTATION.to_owned(), "you".to_owned())].into());
+        view.see(Some(annotated.clone()));
+        assert!(view.observed().expect("seen").prefers_other_than("me"));
+        annotated.metadata.resource_version = Some("5".into());
+        annotated.spec.as_mut().expect("spec").preferred_holder = Some("me".into());
+        view.see(Some(annotated));
+        assert!(!view.observed().expect("seen").prefers_other_than("me"), "spec.preferredHolder first");
     }
 
     #[test]
