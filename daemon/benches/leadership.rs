@@ -2,8 +2,11 @@
 //! (lease 15 s, renew deadline 10 s, retry period 2 s), printing:
 //!
 //! 1. graceful handover: the leader's app closes its Campaign stream, until the other app is told LEADER;
-//! 2. crash failover: kill -9 of the leader's daemon, until the other app is told LEADER;
-//! 3. notification latency: from the daemon observing a state (its observed_at) to the app receiving it.
+//! 2. handover on request: the Lease's `consistd.io/preferred-holder` names the follower (as `kubectl consistd
+//!    handover` writes it), until the follower's app is told LEADER (and when the old leader's app was told it
+//!    no longer leads, which must come first);
+//! 3. crash failover: kill -9 of the leader's daemon, until the other app is told LEADER;
+//! 4. notification latency: from the daemon observing a state (its observed_at) to the app receiving it.
 //!
 //! Not a test: it measures and prints.
 
@@ -13,16 +16,21 @@ use std::{
 };
 
 use consistd_client::proto::{CampaignRequest, LeadershipState};
+use consistd_core::lease::PREFERRED_HOLDER_ANNOTATION;
 use consistd_testkit::{Daemon, figures};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, Patch, PatchParams};
 use nix::sys::signal::Signal;
 
 const BIN: &str = env!("CARGO_BIN_EXE_consistd");
 const HANDOVERS: usize = 10;
 
-/// Per daemon: whether its app was last told LEADER, and notification latencies seen (ms).
+/// Per daemon: whether its app was last told LEADER; how often an app was told LEADER while the other's
+/// last state was still LEADER (as this process received them); notification latencies seen (ms).
 #[derive(Default)]
 struct Seen {
     leader: [bool; 2],
+    overlaps: usize,
     latencies_ms: Vec<f64>,
 }
 
@@ -36,7 +44,11 @@ async fn open(daemon: &Daemon, i: usize, seen: Shared) -> tokio::task::JoinHandl
             let received = SystemTime::now();
             let s = m.status.expect("status");
             let mut seen = seen.lock().expect("lock");
-            seen.leader[i] = s.state() == LeadershipState::Leader;
+            let leads = s.state() == LeadershipState::Leader;
+            if leads && !seen.leader[i] && seen.leader[1 - i] {
+                seen.overlaps += 1;
+            }
+            seen.leader[i] = leads;
             if let Some(observed) = s.observed_at.and_then(|t| SystemTime::try_from(t).ok())
                 && let Ok(latency) = received.duration_since(observed)
             {
@@ -92,7 +104,28 @@ async fn main() {
         streams[from] = open(&daemons[from], from, seen.clone()).await;
     }
 
-    // 2. Crash failover: kill -9 the leader's daemon.
+    // 2. Handovers on request: the Lease asks for the follower.
+    let leases: Api<Lease> = Api::namespaced(kube.clone(), &ns);
+    let identities = ["bench-a", "bench-b"];
+    let mut requested = Vec::new();
+    let overlaps_before = seen.lock().expect("lock").overlaps;
+    for _ in 0..HANDOVERS {
+        let from = loop {
+            if let Some(l) = leader(&seen) {
+                break l;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        };
+        let ask =
+            serde_json::json!({ "metadata": { "annotations": { PREFERRED_HOLDER_ANNOTATION: identities[1 - from] } } });
+        let asked = Instant::now();
+        leases.patch("bench", &PatchParams::default(), &Patch::Merge(ask)).await.expect("ask for a handover");
+        wait_leader(&seen, 1 - from).await;
+        requested.push(asked.elapsed().as_secs_f64() * 1e3);
+    }
+    let overlapped = seen.lock().expect("lock").overlaps - overlaps_before;
+
+    // 3. Crash failover: kill -9 the leader's daemon.
     let from = leader(&seen).expect("a leader");
     daemons[from].signal(Signal::SIGKILL);
     let failover = wait_leader(&seen, 1 - from).await;
@@ -106,6 +139,14 @@ async fn main() {
         figures::record("handover", "graceful handover p50, ms", "consistd", "2 candidates", p50);
     }
     println!("| graceful handover (stream closed -> other app told LEADER) | {} |", summary(&handovers));
+    if let Some(p50) = figures::median(&requested) {
+        figures::record("handover", "handover on request p50, ms", "consistd", "2 candidates", p50);
+    }
+    println!(
+        "| handover on request (Lease asks for the follower -> its app told LEADER; told while the other app was still LEADER: {overlapped} of {}) | {} |",
+        requested.len(),
+        summary(&requested)
+    );
     println!("| crash failover (kill -9 -> other app told LEADER) | {:.0} |", failover.as_secs_f64() * 1e3);
     println!("| notification latency (daemon observed -> app received) | {} |", summary(&latencies));
 }
