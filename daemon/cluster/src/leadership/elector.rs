@@ -6,8 +6,9 @@
 //! judges the Lease from the namespace's Lease watch (shared through the hub by every election of the
 //! pod) and reads it only when the watch has not shown its view current within the renew deadline; it
 //! says UNKNOWN while it cannot show that. A handover on request: a Lease whose `spec.preferredHolder`
-//! names another candidate (coordinated leader election, Kubernetes 1.33+; `kubectl consistd handover`)
-//! makes its holder step down at once (its app is told first, then the Lease is released), and only the
+//! (coordinated leader election, Kubernetes 1.33+, kept only with its feature gate) or annotation
+//! [`PREFERRED_HOLDER_ANNOTATION`] (`kubectl consistd handover`) names another candidate makes its holder
+//! step down at once (its app is told first, then the Lease is released), and only the
 //! preferred candidate takes it until a lease duration has passed (it may be gone); whoever takes the
 //! Lease clears the request.
 
