@@ -67,7 +67,7 @@ fn completion_scripts_know_the_subcommands() {
     assert!(bash.status.success(), "{bash:?}");
     let script = String::from_utf8(bash.stdout).expect("UTF-8");
     assert!(script.contains("complete -F _kubectl__consistd") && script.contains("kubectl-consistd"), "{script}");
-    for sub in ["elections", "rollout", "status", "inject", "completion", "outbox", "queues"] {
+    for sub in ["elections", "handover", "rollout", "status", "inject", "completion", "outbox", "queues"] {
         assert!(script.contains(sub), "bash completion does not mention {sub}");
     }
     // bash itself parses it.
@@ -96,6 +96,8 @@ fn usage_errors_exit_2() {
         &["inject"],
         &["outbox"],
         &["queues"],
+        &["handover", "web"],
+        &["handover", "web", "--to", "b", "--wait", "soon"],
         &["nope"],
     ] {
         let out = run(Path::new(BIN), args, None);
