@@ -368,6 +368,18 @@ async fn delete(cms: &Api<ConfigMap>, name: &str) {
     cms.delete(name, &kube::api::DeleteParams::default()).await.expect("delete");
 }
 
+/// Changes another object, `probe`, and has a worker of its own take it from newest-state stream `stream`: once
+/// it is handed out, the agent's SDK has read every state written before it. `probes` counts the probes so far.
+async fn probe(agent: &Agent, cms: &Api<ConfigMap>, stream: &str, probes: &mut usize) {
+    let rv = write(cms, "probe", &probes.to_string(), *probes == 0).await;
+    *probes += 1;
+    let worker = json!({ "stream": stream, "worker": "probe" });
+    let item = agent.call("next", worker.clone()).await.expect("next");
+    let probe = ("probe", rv.as_str());
+    assert_eq!((text(&item, "name"), text(&item, "resourceVersion")), probe, "handed out instead of the probe: {item}");
+    agent.call("done", worker).await.expect("done");
+}
+
 #[tokio::test]
 async fn a_worker_on_the_newest_state_is_handed_no_state_older_than_its_own_write_and_no_object_another_holds() {
     let kube = kube_client().await;
@@ -382,16 +394,8 @@ async fn a_worker_on_the_newest_state_is_handed_no_state_older_than_its_own_writ
     let worker = |name: &str| json!({ "stream": "l", "worker": name });
     let next = async |name: &str| agent.call("next", worker(name)).await.expect("next");
     let done = async |name: &str| agent.call("done", worker(name)).await.expect("done");
-    // Another object, changed after `slow` and handed to a worker of its own: once it is handed out, the
-    // agent's SDK has read every state of `slow` written before it.
     let mut probes = 0;
-    let mut probed = async || {
-        let rv = write(&cms, "probe", &probes.to_string(), probes == 0).await;
-        probes += 1;
-        let item = next("probe").await;
-        assert_eq!((text(&item, "name"), text(&item, "resourceVersion")), ("probe", rv.as_str()), "{item}");
-        done("probe").await;
-    };
+    let mut probed = async || probe(&agent, &cms, "l", &mut probes).await;
 
     // w1 is handed `slow`; another writer changes it twice while w1 works on it.
     assert_eq!(event(&next("w1").await), ("ADDED".into(), created));
@@ -457,21 +461,8 @@ async fn a_worker_on_the_newest_state_is_not_handed_back_its_own_write_but_is_ha
             json!({ "resource": "configmaps", "namespace": ns, "name": "own", "patch": { "data": { "v": value } } });
         text(&agent.call("patch", patch).await.expect("the app's write"), "resourceVersion").to_owned()
     };
-    // Another object, changed and handed to a worker of its own: once it is handed out, the agent's SDK has
-    // read every state of `own` written before it.
     let mut probes = 0;
-    let mut probed = async || {
-        let rv = write(&cms, "probe", &probes.to_string(), probes == 0).await;
-        probes += 1;
-        let item = next("probe").await;
-        let probe = ("probe", rv.as_str());
-        assert_eq!(
-            (text(&item, "name"), text(&item, "resourceVersion")),
-            probe,
-            "handed out instead of the probe: {item}"
-        );
-        done("probe").await;
-    };
+    let mut probed = async || probe(&agent, &cms, "l", &mut probes).await;
 
     // w1 writes on the state it was handed, nothing else in between: that state is not handed back.
     assert_eq!(event(&next("w1").await), ("ADDED".into(), created));
