@@ -74,20 +74,25 @@ impl OwnWrites {
     /// Whether `object` is the state the largest write through this client to its object returned: its
     /// uid is kept with exactly its resourceVersion. False when the version is not an integer.
     pub(crate) fn wrote(&self, object: &KubeObject) -> bool {
-        let Some(version) = integer_version(&object.resource_version) else { return false };
-        let g = self.generations.lock().unwrap_or_else(PoisonError::into_inner);
-        g.current.get(&object.uid).or_else(|| g.previous.get(&object.uid)).is_some_and(|&written| written == version)
+        self.lookup(object).is_some_and(|(written, version)| written == version)
     }
 
     /// Whether a write through this client returned a larger resourceVersion of `object`'s object than
     /// `object` has. False when either version is not an integer or the uid is not (or no longer) kept.
     pub(crate) fn predates(&self, object: &KubeObject) -> bool {
-        let Some(version) = integer_version(&object.resource_version) else { return false };
+        self.lookup(object).is_some_and(|(written, version)| written > version)
+    }
+
+    /// The largest resourceVersion a write through this client returned for `object`'s object, and
+    /// `object`'s own, both as integers; `None` for an object without a uid, a version that is not an integer
+    /// and an object the record does not (or no longer) keep.
+    fn lookup(&self, object: &KubeObject) -> Option<(u64, u64)> {
+        let version = integer_version(&object.resource_version)?;
         if object.uid.is_empty() {
-            return false;
+            return None;
         }
         let g = self.generations.lock().unwrap_or_else(PoisonError::into_inner);
-        g.current.get(&object.uid).or_else(|| g.previous.get(&object.uid)).is_some_and(|&written| written > version)
+        g.current.get(&object.uid).or_else(|| g.previous.get(&object.uid)).map(|&written| (written, version))
     }
 }
 
