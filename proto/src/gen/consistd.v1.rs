@@ -4577,6 +4577,22 @@ pub struct QueueSpec {
     /// spec.shard_by otherwise).
     #[prost(enumeration = "ShardBy", tag = "9")]
     pub shard_by: i32,
+    /// A finalizer the queue keeps on its primary objects (a qualified name, "example.com/cleanup"; empty for
+    /// none), as controller-runtime's controllerutil and kube-rs's finalizer() do, once in the daemon:
+    ///
+    /// * before a key's first pass of an object that does not carry it, the daemon adds it (a JSON patch that
+    ///   checks the object's uid and finalizers, guarded like the item's own writes); the item is handed out
+    ///   with the object as that write returned it. A failed add is a RETRY of the key (last_error names it).
+    /// * an object being deleted (metadata.deletionTimestamp set) that carries it is handed out as a finalize
+    ///   pass (WorkItem.finalizing). Completing it DONE removes the finalizer (guarded the same way: a deposed
+    ///   leader's removal is refused, and the key goes back to the queue); any other outcome keeps it. Once
+    ///   removed, the object's later states and its deletion hand out nothing more.
+    /// * an object being deleted that does not carry it (its finalize pass ran, or it never had one) is not
+    ///   handed out until it is gone.
+    ///   Needs the primary's view to keep metadata (any view does). The primary's resource must let the daemon
+    ///   patch it.
+    #[prost(string, tag = "10")]
+    pub finalizer: ::prost::alloc::string::String,
 }
 /// ObjectQuery names objects of one resource.
 #[allow(clippy::all)]
@@ -4792,6 +4808,11 @@ pub struct WorkItem {
     /// The error of the previous attempt, when this pass follows a RETRY.
     #[prost(string, tag = "10")]
     pub last_error: ::prost::alloc::string::String,
+    /// A finalize pass: the primary is being deleted and still carries the queue's finalizer (QueueSpec.finalizer);
+    /// clean up what it owns outside the cluster and complete DONE, which removes the finalizer, or RETRY to
+    /// keep it.
+    #[prost(bool, tag = "11")]
+    pub finalizing: bool,
 }
 /// CompletionRefused says why a completion was not taken.
 #[allow(clippy::all)]

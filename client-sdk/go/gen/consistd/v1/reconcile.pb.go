@@ -262,7 +262,22 @@ type QueueSpec struct {
 	Sharded bool `protobuf:"varint,8,opt,name=sharded,proto3" json:"sharded,omitempty"`
 	// What a sharded queue hashes a key by to find its slot; needs `sharded` (INVALID_ARGUMENT naming
 	// spec.shard_by otherwise).
-	ShardBy       ShardBy `protobuf:"varint,9,opt,name=shard_by,json=shardBy,proto3,enum=consistd.v1.ShardBy" json:"shard_by,omitempty"`
+	ShardBy ShardBy `protobuf:"varint,9,opt,name=shard_by,json=shardBy,proto3,enum=consistd.v1.ShardBy" json:"shard_by,omitempty"`
+	// A finalizer the queue keeps on its primary objects (a qualified name, "example.com/cleanup"; empty for
+	// none), as controller-runtime's controllerutil and kube-rs's finalizer() do, once in the daemon:
+	//   - before a key's first pass of an object that does not carry it, the daemon adds it (a JSON patch that
+	//     checks the object's uid and finalizers, guarded like the item's own writes); the item is handed out
+	//     with the object as that write returned it. A failed add is a RETRY of the key (last_error names it).
+	//   - an object being deleted (metadata.deletionTimestamp set) that carries it is handed out as a finalize
+	//     pass (WorkItem.finalizing). Completing it DONE removes the finalizer (guarded the same way: a deposed
+	//     leader's removal is refused, and the key goes back to the queue); any other outcome keeps it. Once
+	//     removed, the object's later states and its deletion hand out nothing more.
+	//   - an object being deleted that does not carry it (its finalize pass ran, or it never had one) is not
+	//     handed out until it is gone.
+	//
+	// Needs the primary's view to keep metadata (any view does). The primary's resource must let the daemon
+	// patch it.
+	Finalizer     string `protobuf:"bytes,10,opt,name=finalizer,proto3" json:"finalizer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -358,6 +373,13 @@ func (x *QueueSpec) GetShardBy() ShardBy {
 		return x.ShardBy
 	}
 	return ShardBy_SHARD_BY_UNSPECIFIED
+}
+
+func (x *QueueSpec) GetFinalizer() string {
+	if x != nil {
+		return x.Finalizer
+	}
+	return ""
 }
 
 // ObjectQuery names objects of one resource.
@@ -1069,7 +1091,11 @@ type WorkItem struct {
 	// When the lease times out and goes back to the queue.
 	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	// The error of the previous attempt, when this pass follows a RETRY.
-	LastError     string `protobuf:"bytes,10,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	LastError string `protobuf:"bytes,10,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// A finalize pass: the primary is being deleted and still carries the queue's finalizer (QueueSpec.finalizer);
+	// clean up what it owns outside the cluster and complete DONE, which removes the finalizer, or RETRY to
+	// keep it.
+	Finalizing    bool `protobuf:"varint,11,opt,name=finalizing,proto3" json:"finalizing,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1174,6 +1200,13 @@ func (x *WorkItem) GetLastError() string {
 	return ""
 }
 
+func (x *WorkItem) GetFinalizing() bool {
+	if x != nil {
+		return x.Finalizing
+	}
+	return false
+}
+
 // CompletionRefused says why a completion was not taken.
 type CompletionRefused struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1238,7 +1271,7 @@ const file_consistd_v1_reconcile_proto_rawDesc = "" +
 	"\x10ReconcileRequest\x12,\n" +
 	"\x04spec\x18\x01 \x01(\v2\x16.consistd.v1.QueueSpecH\x00R\x04spec\x125\n" +
 	"\bcomplete\x18\x02 \x01(\v2\x17.consistd.v1.CompletionH\x00R\bcompleteB\t\n" +
-	"\arequest\"\x98\x03\n" +
+	"\arequest\"\xb6\x03\n" +
 	"\tQueueSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x122\n" +
 	"\aprimary\x18\x02 \x01(\v2\x18.consistd.v1.ObjectQueryR\aprimary\x123\n" +
@@ -1249,7 +1282,9 @@ const file_consistd_v1_reconcile_proto_rawDesc = "" +
 	"\rlease_timeout\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\fleaseTimeout\x124\n" +
 	"\belection\x18\a \x01(\v2\x18.consistd.v1.ElectionRefR\belection\x12\x18\n" +
 	"\asharded\x18\b \x01(\bR\asharded\x12/\n" +
-	"\bshard_by\x18\t \x01(\x0e2\x14.consistd.v1.ShardByR\ashardBy\"\xf7\x01\n" +
+	"\bshard_by\x18\t \x01(\x0e2\x14.consistd.v1.ShardByR\ashardBy\x12\x1c\n" +
+	"\tfinalizer\x18\n" +
+	" \x01(\tR\tfinalizer\"\xf7\x01\n" +
 	"\vObjectQuery\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12%\n" +
@@ -1297,7 +1332,7 @@ const file_consistd_v1_reconcile_proto_rawDesc = "" +
 	"\bresponse\"d\n" +
 	"\fQueueStarted\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12@\n" +
-	"\x1ccomparable_resource_versions\x18\x02 \x01(\bR\x1acomparableResourceVersions\"\xe6\x02\n" +
+	"\x1ccomparable_resource_versions\x18\x02 \x01(\bR\x1acomparableResourceVersions\"\x86\x03\n" +
 	"\bWorkItem\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
@@ -1311,7 +1346,10 @@ const file_consistd_v1_reconcile_proto_rawDesc = "" +
 	"expires_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x1d\n" +
 	"\n" +
 	"last_error\x18\n" +
-	" \x01(\tR\tlastError\"^\n" +
+	" \x01(\tR\tlastError\x12\x1e\n" +
+	"\n" +
+	"finalizing\x18\v \x01(\bR\n" +
+	"finalizing\"^\n" +
 	"\x11CompletionRefused\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12.\n" +
 	"\arefusal\x18\x02 \x01(\v2\x14.consistd.v1.RefusalR\arefusal*M\n" +

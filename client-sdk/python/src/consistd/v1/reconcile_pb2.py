@@ -29,41 +29,41 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63onsistd/v1/reconcile.proto\x12\x0b\x63onsistd.v1\x1a\x18\x63onsistd/v1/object.proto\x1a\x19\x63onsistd/v1/refusal.proto\x1a\x17\x63onsistd/v1/watch.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"r\n\x10ReconcileRequest\x12&\n\x04spec\x18\x01 \x01(\x0b\x32\x16.consistd.v1.QueueSpecH\x00\x12+\n\x08\x63omplete\x18\x02 \x01(\x0b\x32\x17.consistd.v1.CompletionH\x00\x42\t\n\x07request\"\xc4\x02\n\tQueueSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12)\n\x07primary\x18\x02 \x01(\x0b\x32\x18.consistd.v1.ObjectQuery\x12*\n\x07related\x18\x03 \x03(\x0b\x32\x19.consistd.v1.RelatedQuery\x12\x12\n\nmax_leases\x18\x04 \x01(\r\x12\'\n\x05retry\x18\x05 \x01(\x0b\x32\x18.consistd.v1.RetryPolicy\x12\x30\n\rlease_timeout\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12*\n\x08\x65lection\x18\x07 \x01(\x0b\x32\x18.consistd.v1.ElectionRef\x12\x0f\n\x07sharded\x18\x08 \x01(\x08\x12&\n\x08shard_by\x18\t \x01(\x0e\x32\x14.consistd.v1.ShardBy\"\xb5\x01\n\x0bObjectQuery\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x16\n\x0elabel_selector\x18\x03 \x01(\t\x12\x16\n\x0e\x66ield_selector\x18\x04 \x01(\t\x12%\n\x04view\x18\x05 \x01(\x0b\x32\x17.consistd.v1.ObjectView\x12*\n\x07\x63hanges\x18\x06 \x01(\x0b\x32\x19.consistd.v1.ChangeFilter\"G\n\x0c\x43hangeFilter\x12\x12\n\ngeneration\x18\x01 \x01(\x08\x12\x0e\n\x06labels\x18\x02 \x01(\x08\x12\x13\n\x0b\x61nnotations\x18\x03 \x01(\x08\"\xa8\x01\n\x0cRelatedQuery\x12\'\n\x05query\x18\x01 \x01(\x0b\x32\x18.consistd.v1.ObjectQuery\x12\x1a\n\x10\x63ontroller_owner\x18\x02 \x01(\x08H\x00\x12\x0f\n\x05label\x18\x03 \x01(\tH\x00\x12\x14\n\nannotation\x18\x04 \x01(\tH\x00\x12\x0f\n\x05\x66ield\x18\x05 \x01(\tH\x00\x12\x10\n\x08priority\x18\x06 \x01(\x05\x42\t\n\x07maps_by\"\x87\x01\n\x0bRetryPolicy\x12-\n\nbase_delay\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12,\n\tmax_delay\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0c\n\x04rate\x18\x03 \x01(\x01\x12\r\n\x05\x62urst\x18\x04 \x01(\r\"2\n\x0b\x45lectionRef\x12\x10\n\x08\x65lection\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\"\x98\x01\n\nCompletion\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12%\n\x07outcome\x18\x02 \x01(\x0e\x32\x14.consistd.v1.Outcome\x12\x30\n\rrequeue_after\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x10\n\x08priority\x18\x05 \x01(\x05\"\xa7\x01\n\x11ReconcileResponse\x12,\n\x07started\x18\x01 \x01(\x0b\x32\x19.consistd.v1.QueueStartedH\x00\x12%\n\x04item\x18\x02 \x01(\x0b\x32\x15.consistd.v1.WorkItemH\x00\x12\x31\n\x07refused\x18\x03 \x01(\x0b\x32\x1e.consistd.v1.CompletionRefusedH\x00\x42\n\n\x08response\"B\n\x0cQueueStarted\x12\x0c\n\x04name\x18\x01 \x01(\t\x12$\n\x1c\x63omparable_resource_versions\x18\x02 \x01(\x08\"\x89\x02\n\x08WorkItem\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\'\n\x06object\x18\x04 \x01(\x0b\x32\x17.consistd.v1.KubeObject\x12\x0f\n\x07\x64\x65leted\x18\x05 \x01(\x08\x12-\n\x0b\x63onsistency\x18\x06 \x01(\x0e\x32\x18.consistd.v1.Consistency\x12\x0f\n\x07\x61ttempt\x18\x07 \x01(\r\x12\x0c\n\x04term\x18\x08 \x01(\x04\x12.\n\nexpires_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nlast_error\x18\n \x01(\t\"L\n\x11\x43ompletionRefused\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12%\n\x07refusal\x18\x02 \x01(\x0b\x32\x14.consistd.v1.Refusal*M\n\x07ShardBy\x12\x18\n\x14SHARD_BY_UNSPECIFIED\x10\x00\x12\x10\n\x0cSHARD_BY_KEY\x10\x01\x12\x16\n\x12SHARD_BY_NAMESPACE\x10\x02*r\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x10\n\x0cOUTCOME_DONE\x10\x01\x12\x13\n\x0fOUTCOME_REQUEUE\x10\x02\x12\x11\n\rOUTCOME_RETRY\x10\x03\x12\x14\n\x10OUTCOME_TERMINAL\x10\x04\x32\x62\n\x10ReconcileService\x12N\n\tReconcile\x12\x1d.consistd.v1.ReconcileRequest\x1a\x1e.consistd.v1.ReconcileResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63onsistd/v1/reconcile.proto\x12\x0b\x63onsistd.v1\x1a\x18\x63onsistd/v1/object.proto\x1a\x19\x63onsistd/v1/refusal.proto\x1a\x17\x63onsistd/v1/watch.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"r\n\x10ReconcileRequest\x12&\n\x04spec\x18\x01 \x01(\x0b\x32\x16.consistd.v1.QueueSpecH\x00\x12+\n\x08\x63omplete\x18\x02 \x01(\x0b\x32\x17.consistd.v1.CompletionH\x00\x42\t\n\x07request\"\xd7\x02\n\tQueueSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12)\n\x07primary\x18\x02 \x01(\x0b\x32\x18.consistd.v1.ObjectQuery\x12*\n\x07related\x18\x03 \x03(\x0b\x32\x19.consistd.v1.RelatedQuery\x12\x12\n\nmax_leases\x18\x04 \x01(\r\x12\'\n\x05retry\x18\x05 \x01(\x0b\x32\x18.consistd.v1.RetryPolicy\x12\x30\n\rlease_timeout\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12*\n\x08\x65lection\x18\x07 \x01(\x0b\x32\x18.consistd.v1.ElectionRef\x12\x0f\n\x07sharded\x18\x08 \x01(\x08\x12&\n\x08shard_by\x18\t \x01(\x0e\x32\x14.consistd.v1.ShardBy\x12\x11\n\tfinalizer\x18\n \x01(\t\"\xb5\x01\n\x0bObjectQuery\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x16\n\x0elabel_selector\x18\x03 \x01(\t\x12\x16\n\x0e\x66ield_selector\x18\x04 \x01(\t\x12%\n\x04view\x18\x05 \x01(\x0b\x32\x17.consistd.v1.ObjectView\x12*\n\x07\x63hanges\x18\x06 \x01(\x0b\x32\x19.consistd.v1.ChangeFilter\"G\n\x0c\x43hangeFilter\x12\x12\n\ngeneration\x18\x01 \x01(\x08\x12\x0e\n\x06labels\x18\x02 \x01(\x08\x12\x13\n\x0b\x61nnotations\x18\x03 \x01(\x08\"\xa8\x01\n\x0cRelatedQuery\x12\'\n\x05query\x18\x01 \x01(\x0b\x32\x18.consistd.v1.ObjectQuery\x12\x1a\n\x10\x63ontroller_owner\x18\x02 \x01(\x08H\x00\x12\x0f\n\x05label\x18\x03 \x01(\tH\x00\x12\x14\n\nannotation\x18\x04 \x01(\tH\x00\x12\x0f\n\x05\x66ield\x18\x05 \x01(\tH\x00\x12\x10\n\x08priority\x18\x06 \x01(\x05\x42\t\n\x07maps_by\"\x87\x01\n\x0bRetryPolicy\x12-\n\nbase_delay\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12,\n\tmax_delay\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0c\n\x04rate\x18\x03 \x01(\x01\x12\r\n\x05\x62urst\x18\x04 \x01(\r\"2\n\x0b\x45lectionRef\x12\x10\n\x08\x65lection\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\"\x98\x01\n\nCompletion\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12%\n\x07outcome\x18\x02 \x01(\x0e\x32\x14.consistd.v1.Outcome\x12\x30\n\rrequeue_after\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x10\n\x08priority\x18\x05 \x01(\x05\"\xa7\x01\n\x11ReconcileResponse\x12,\n\x07started\x18\x01 \x01(\x0b\x32\x19.consistd.v1.QueueStartedH\x00\x12%\n\x04item\x18\x02 \x01(\x0b\x32\x15.consistd.v1.WorkItemH\x00\x12\x31\n\x07refused\x18\x03 \x01(\x0b\x32\x1e.consistd.v1.CompletionRefusedH\x00\x42\n\n\x08response\"B\n\x0cQueueStarted\x12\x0c\n\x04name\x18\x01 \x01(\t\x12$\n\x1c\x63omparable_resource_versions\x18\x02 \x01(\x08\"\x9d\x02\n\x08WorkItem\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\'\n\x06object\x18\x04 \x01(\x0b\x32\x17.consistd.v1.KubeObject\x12\x0f\n\x07\x64\x65leted\x18\x05 \x01(\x08\x12-\n\x0b\x63onsistency\x18\x06 \x01(\x0e\x32\x18.consistd.v1.Consistency\x12\x0f\n\x07\x61ttempt\x18\x07 \x01(\r\x12\x0c\n\x04term\x18\x08 \x01(\x04\x12.\n\nexpires_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nlast_error\x18\n \x01(\t\x12\x12\n\nfinalizing\x18\x0b \x01(\x08\"L\n\x11\x43ompletionRefused\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12%\n\x07refusal\x18\x02 \x01(\x0b\x32\x14.consistd.v1.Refusal*M\n\x07ShardBy\x12\x18\n\x14SHARD_BY_UNSPECIFIED\x10\x00\x12\x10\n\x0cSHARD_BY_KEY\x10\x01\x12\x16\n\x12SHARD_BY_NAMESPACE\x10\x02*r\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x10\n\x0cOUTCOME_DONE\x10\x01\x12\x13\n\x0fOUTCOME_REQUEUE\x10\x02\x12\x11\n\rOUTCOME_RETRY\x10\x03\x12\x14\n\x10OUTCOME_TERMINAL\x10\x04\x32\x62\n\x10ReconcileService\x12N\n\tReconcile\x12\x1d.consistd.v1.ReconcileRequest\x1a\x1e.consistd.v1.ReconcileResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'consistd.v1.reconcile_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SHARDBY']._serialized_start=1987
-  _globals['_SHARDBY']._serialized_end=2064
-  _globals['_OUTCOME']._serialized_start=2066
-  _globals['_OUTCOME']._serialized_end=2180
+  _globals['_SHARDBY']._serialized_start=2026
+  _globals['_SHARDBY']._serialized_end=2103
+  _globals['_OUTCOME']._serialized_start=2105
+  _globals['_OUTCOME']._serialized_end=2219
   _globals['_RECONCILEREQUEST']._serialized_start=187
   _globals['_RECONCILEREQUEST']._serialized_end=301
   _globals['_QUEUESPEC']._serialized_start=304
-  _globals['_QUEUESPEC']._serialized_end=628
-  _globals['_OBJECTQUERY']._serialized_start=631
-  _globals['_OBJECTQUERY']._serialized_end=812
-  _globals['_CHANGEFILTER']._serialized_start=814
-  _globals['_CHANGEFILTER']._serialized_end=885
-  _globals['_RELATEDQUERY']._serialized_start=888
-  _globals['_RELATEDQUERY']._serialized_end=1056
-  _globals['_RETRYPOLICY']._serialized_start=1059
-  _globals['_RETRYPOLICY']._serialized_end=1194
-  _globals['_ELECTIONREF']._serialized_start=1196
-  _globals['_ELECTIONREF']._serialized_end=1246
-  _globals['_COMPLETION']._serialized_start=1249
-  _globals['_COMPLETION']._serialized_end=1401
-  _globals['_RECONCILERESPONSE']._serialized_start=1404
-  _globals['_RECONCILERESPONSE']._serialized_end=1571
-  _globals['_QUEUESTARTED']._serialized_start=1573
-  _globals['_QUEUESTARTED']._serialized_end=1639
-  _globals['_WORKITEM']._serialized_start=1642
-  _globals['_WORKITEM']._serialized_end=1907
-  _globals['_COMPLETIONREFUSED']._serialized_start=1909
-  _globals['_COMPLETIONREFUSED']._serialized_end=1985
-  _globals['_RECONCILESERVICE']._serialized_start=2182
-  _globals['_RECONCILESERVICE']._serialized_end=2280
+  _globals['_QUEUESPEC']._serialized_end=647
+  _globals['_OBJECTQUERY']._serialized_start=650
+  _globals['_OBJECTQUERY']._serialized_end=831
+  _globals['_CHANGEFILTER']._serialized_start=833
+  _globals['_CHANGEFILTER']._serialized_end=904
+  _globals['_RELATEDQUERY']._serialized_start=907
+  _globals['_RELATEDQUERY']._serialized_end=1075
+  _globals['_RETRYPOLICY']._serialized_start=1078
+  _globals['_RETRYPOLICY']._serialized_end=1213
+  _globals['_ELECTIONREF']._serialized_start=1215
+  _globals['_ELECTIONREF']._serialized_end=1265
+  _globals['_COMPLETION']._serialized_start=1268
+  _globals['_COMPLETION']._serialized_end=1420
+  _globals['_RECONCILERESPONSE']._serialized_start=1423
+  _globals['_RECONCILERESPONSE']._serialized_end=1590
+  _globals['_QUEUESTARTED']._serialized_start=1592
+  _globals['_QUEUESTARTED']._serialized_end=1658
+  _globals['_WORKITEM']._serialized_start=1661
+  _globals['_WORKITEM']._serialized_end=1946
+  _globals['_COMPLETIONREFUSED']._serialized_start=1948
+  _globals['_COMPLETIONREFUSED']._serialized_end=2024
+  _globals['_RECONCILESERVICE']._serialized_start=2221
+  _globals['_RECONCILESERVICE']._serialized_end=2319
 # @@protoc_insertion_point(module_scope)

@@ -45,7 +45,7 @@ class ReconcileRequest(_message.Message):
     def __init__(self, spec: _Optional[_Union[QueueSpec, _Mapping]] = ..., complete: _Optional[_Union[Completion, _Mapping]] = ...) -> None: ...
 
 class QueueSpec(_message.Message):
-    __slots__ = ("name", "primary", "related", "max_leases", "retry", "lease_timeout", "election", "sharded", "shard_by")
+    __slots__ = ("name", "primary", "related", "max_leases", "retry", "lease_timeout", "election", "sharded", "shard_by", "finalizer")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PRIMARY_FIELD_NUMBER: _ClassVar[int]
     RELATED_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +55,7 @@ class QueueSpec(_message.Message):
     ELECTION_FIELD_NUMBER: _ClassVar[int]
     SHARDED_FIELD_NUMBER: _ClassVar[int]
     SHARD_BY_FIELD_NUMBER: _ClassVar[int]
+    FINALIZER_FIELD_NUMBER: _ClassVar[int]
     name: str
     primary: ObjectQuery
     related: _containers.RepeatedCompositeFieldContainer[RelatedQuery]
@@ -64,7 +65,8 @@ class QueueSpec(_message.Message):
     election: ElectionRef
     sharded: bool
     shard_by: ShardBy
-    def __init__(self, name: _Optional[str] = ..., primary: _Optional[_Union[ObjectQuery, _Mapping]] = ..., related: _Optional[_Iterable[_Union[RelatedQuery, _Mapping]]] = ..., max_leases: _Optional[int] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., lease_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., election: _Optional[_Union[ElectionRef, _Mapping]] = ..., sharded: _Optional[bool] = ..., shard_by: _Optional[_Union[ShardBy, str]] = ...) -> None: ...
+    finalizer: str
+    def __init__(self, name: _Optional[str] = ..., primary: _Optional[_Union[ObjectQuery, _Mapping]] = ..., related: _Optional[_Iterable[_Union[RelatedQuery, _Mapping]]] = ..., max_leases: _Optional[int] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., lease_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., election: _Optional[_Union[ElectionRef, _Mapping]] = ..., sharded: _Optional[bool] = ..., shard_by: _Optional[_Union[ShardBy, str]] = ..., finalizer: _Optional[str] = ...) -> None: ...
 
 class ObjectQuery(_message.Message):
     __slots__ = ("resource", "namespace", "label_selector", "field_selector", "view", "changes")
@@ -161,7 +163,7 @@ class QueueStarted(_message.Message):
     def __init__(self, name: _Optional[str] = ..., comparable_resource_versions: _Optional[bool] = ...) -> None: ...
 
 class WorkItem(_message.Message):
-    __slots__ = ("lease_id", "namespace", "name", "object", "deleted", "consistency", "attempt", "term", "expires_at", "last_error")
+    __slots__ = ("lease_id", "namespace", "name", "object", "deleted", "consistency", "attempt", "term", "expires_at", "last_error", "finalizing")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -172,6 +174,7 @@ class WorkItem(_message.Message):
     TERM_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    FINALIZING_FIELD_NUMBER: _ClassVar[int]
     lease_id: str
     namespace: str
     name: str
@@ -182,7 +185,8 @@ class WorkItem(_message.Message):
     term: int
     expires_at: _timestamp_pb2.Timestamp
     last_error: str
-    def __init__(self, lease_id: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., object: _Optional[_Union[_object_pb2.KubeObject, _Mapping]] = ..., deleted: _Optional[bool] = ..., consistency: _Optional[_Union[_watch_pb2.Consistency, str]] = ..., attempt: _Optional[int] = ..., term: _Optional[int] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_error: _Optional[str] = ...) -> None: ...
+    finalizing: bool
+    def __init__(self, lease_id: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., object: _Optional[_Union[_object_pb2.KubeObject, _Mapping]] = ..., deleted: _Optional[bool] = ..., consistency: _Optional[_Union[_watch_pb2.Consistency, str]] = ..., attempt: _Optional[int] = ..., term: _Optional[int] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_error: _Optional[str] = ..., finalizing: _Optional[bool] = ...) -> None: ...
 
 class CompletionRefused(_message.Message):
     __slots__ = ("lease_id", "refusal")

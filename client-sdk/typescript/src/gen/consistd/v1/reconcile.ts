@@ -123,6 +123,22 @@ export interface QueueSpec {
    * spec.shard_by otherwise).
    */
   shardBy: ShardBy;
+  /**
+   * A finalizer the queue keeps on its primary objects (a qualified name, "example.com/cleanup"; empty for
+   * none), as controller-runtime's controllerutil and kube-rs's finalizer() do, once in the daemon:
+   * - before a key's first pass of an object that does not carry it, the daemon adds it (a JSON patch that
+   *   checks the object's uid and finalizers, guarded like the item's own writes); the item is handed out
+   *   with the object as that write returned it. A failed add is a RETRY of the key (last_error names it).
+   * - an object being deleted (metadata.deletionTimestamp set) that carries it is handed out as a finalize
+   *   pass (WorkItem.finalizing). Completing it DONE removes the finalizer (guarded the same way: a deposed
+   *   leader's removal is refused, and the key goes back to the queue); any other outcome keeps it. Once
+   *   removed, the object's later states and its deletion hand out nothing more.
+   * - an object being deleted that does not carry it (its finalize pass ran, or it never had one) is not
+   *   handed out until it is gone.
+   * Needs the primary's view to keep metadata (any view does). The primary's resource must let the daemon
+   * patch it.
+   */
+  finalizer: string;
 }
 
 /** ObjectQuery names objects of one resource. */
@@ -320,6 +336,12 @@ export interface WorkItem {
     | undefined;
   /** The error of the previous attempt, when this pass follows a RETRY. */
   lastError: string;
+  /**
+   * A finalize pass: the primary is being deleted and still carries the queue's finalizer (QueueSpec.finalizer);
+   * clean up what it owns outside the cluster and complete DONE, which removes the finalizer, or RETRY to
+   * keep it.
+   */
+  finalizing: boolean;
 }
 
 /** CompletionRefused says why a completion was not taken. */
@@ -413,6 +435,7 @@ function createBaseQueueSpec(): QueueSpec {
     election: undefined,
     sharded: false,
     shardBy: 0,
+    finalizer: "",
   };
 }
 
@@ -444,6 +467,9 @@ export const QueueSpec: MessageFns<QueueSpec> = {
     }
     if (message.shardBy !== 0) {
       writer.uint32(72).int32(message.shardBy);
+    }
+    if (message.finalizer !== "") {
+      writer.uint32(82).string(message.finalizer);
     }
     return writer;
   },
@@ -533,6 +559,14 @@ export const QueueSpec: MessageFns<QueueSpec> = {
             message.shardBy = reader.int32() as any;
             continue;
           }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.finalizer = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -567,6 +601,7 @@ export const QueueSpec: MessageFns<QueueSpec> = {
       : undefined;
     message.sharded = object.sharded ?? false;
     message.shardBy = object.shardBy ?? 0;
+    message.finalizer = object.finalizer ?? "";
     return message;
   },
 };
@@ -1322,6 +1357,7 @@ function createBaseWorkItem(): WorkItem {
     term: 0n,
     expiresAt: undefined,
     lastError: "",
+    finalizing: false,
   };
 }
 
@@ -1359,6 +1395,9 @@ export const WorkItem: MessageFns<WorkItem> = {
     }
     if (message.lastError !== "") {
       writer.uint32(82).string(message.lastError);
+    }
+    if (message.finalizing !== false) {
+      writer.uint32(88).bool(message.finalizing);
     }
     return writer;
   },
@@ -1456,6 +1495,14 @@ export const WorkItem: MessageFns<WorkItem> = {
             message.lastError = reader.string();
             continue;
           }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.finalizing = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1485,6 +1532,7 @@ export const WorkItem: MessageFns<WorkItem> = {
     message.term = (object.term !== undefined && object.term !== null) ? BigInt(object.term) : 0n;
     message.expiresAt = object.expiresAt ?? undefined;
     message.lastError = object.lastError ?? "";
+    message.finalizing = object.finalizing ?? false;
     return message;
   },
 };
