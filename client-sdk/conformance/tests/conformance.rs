@@ -8,7 +8,7 @@ use consistd_conformance::{Agent, AgentError, HoldProxy, Stream, WAIT};
 use consistd_testkit::{Daemon, consistd_bin, free_port, kube_client, namespace, unix_proxy::UnixProxy};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 
@@ -522,6 +522,52 @@ async fn a_queue_with_a_change_filter_hands_out_only_the_changes_it_names() {
     let again = items.item().await;
     assert_eq!(text(&again, "name"), "filtered", "{again}");
     agent.call("handle", done).await.expect("handled");
+}
+
+#[tokio::test]
+async fn a_queue_with_a_finalizer_holds_each_object_until_its_finalize_pass_is_done() {
+    const FINALIZER: &str = "conformance.consistd.io/cleanup";
+    let kube = kube_client().await;
+    let ns = namespace(&kube).await;
+    let cms: Api<ConfigMap> = Api::namespaced(kube, &ns);
+    let a = sender(None).await;
+    let agent = agent(a.socket());
+    write(&cms, "held", "0", true).await;
+    let mut items = agent.stream("q");
+    let queue = json!({ "stream": "q", "queue": "finalized", "resource": "configmaps", "namespace": ns,
+        "finalizer": FINALIZER });
+    agent.call("reconcile", queue).await.expect("reconcile");
+    let handle = |outcome: &str| json!({ "stream": "q", "name": "held", "patch": null, "outcome": outcome });
+    let finalizers = |cm: &ConfigMap| cm.metadata.finalizers.clone().unwrap_or_default();
+
+    // The first pass is handed out only once the object carries the finalizer.
+    let first = items.item().await;
+    assert_eq!((text(&first, "name"), first["finalizing"].as_bool()), ("held", Some(false)), "{first}");
+    let cm = cms.get("held").await.expect("read");
+    assert_eq!(finalizers(&cm), [FINALIZER], "the finalizer was added before the first pass");
+    agent.call("handle", handle("DONE")).await.expect("handled");
+
+    // Deleted, the object stays: it is handed out as a finalize pass. RETRY keeps the finalizer, and the
+    // finalize pass comes again.
+    cms.delete("held", &DeleteParams::default()).await.expect("delete");
+    let finalize = items.item().await;
+    assert_eq!((text(&finalize, "name"), finalize["finalizing"].as_bool()), ("held", Some(true)), "{finalize}");
+    agent.call("handle", handle("RETRY")).await.expect("handled");
+    let again = items.item().await;
+    assert_eq!((again["finalizing"].as_bool(), again["attempt"].as_u64()), (Some(true), Some(2)), "{again}");
+    let cm = cms.get("held").await.expect("a RETRY of the finalize pass keeps the object");
+    assert!(cm.metadata.deletion_timestamp.is_some(), "{cm:?}");
+    assert_eq!(finalizers(&cm), [FINALIZER], "a RETRY keeps the finalizer");
+
+    // DONE removes it: the object goes, and nothing more is handed out for it.
+    agent.call("handle", handle("DONE")).await.expect("handled");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while cms.get_opt("held").await.expect("read").is_some() {
+        assert!(tokio::time::Instant::now() < deadline, "the finalizer was not removed after the finalize pass");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let after = items.next_within(Duration::from_secs(2)).await;
+    assert!(after.is_none(), "a key was handed out again after its finalize pass removed the finalizer: {after:?}");
 }
 
 #[tokio::test]
