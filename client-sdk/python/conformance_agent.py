@@ -179,6 +179,7 @@ def work_item(item: consistd.WorkItem) -> JsonObject:
         "term": item.term,
         "attempt": item.attempt,
         "leaseId": item.lease_id,
+        "finalizing": item.finalizing,
     }
 
 
@@ -370,8 +371,9 @@ class Agent:
     async def reconcile(self, c: Command) -> JsonObject:
         """Runs the SDK's reconciler on a queue whose work is handed out only while the daemon leads the election
         (none when ``election`` is absent or empty), a change of a primary queuing a pass only if it changed a
-        part ``changes`` names (every change when it is absent or null); its handler prints each work item and
-        waits for a ``handle`` of its name."""
+        part ``changes`` names (every change when it is absent or null), keeping the finalizer ``finalizer`` names
+        on its primaries (none when it is absent, null or empty); its handler prints each work item and waits for a
+        ``handle`` of its name."""
         stream = c.text("stream")
         election = c.optional_text("election")
         spec = consistd.ReconcileSpec(
@@ -381,6 +383,7 @@ class Agent:
             election=election,
             election_namespace=c.text("electionNamespace") if election else "",
             only_changes_of=c.changes("changes"),
+            finalizer=c.optional_text("finalizer"),
         )
 
         async def handler(item: consistd.WorkItem) -> None:

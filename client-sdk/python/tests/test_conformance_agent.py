@@ -25,7 +25,7 @@ NOWHERE = "127.0.0.1:1"
 SEND = {"peer": NOWHERE, "resourceId": "r", "eventId": "1", "payload": "x"}
 #: What the watches of commands that are refused watch.
 WATCHED = {"resource": "configmaps", "namespace": "n"}
-#: A reconcile's fields but its election and change filter, for the reconciles that are refused.
+#: A reconcile's fields but its election, change filter and finalizer, for the reconciles that are refused.
 QUEUE = {"stream": "q", "queue": "q", **WATCHED}
 #: How long an answer may take.
 WAIT = 15.0
@@ -142,6 +142,7 @@ async def agent() -> AsyncIterator[AgentProcess]:
         {"id": 19, "op": "reconcile", **QUEUE, "changes": {"labels": "yes"}},
         {"id": 20, "op": "reconcile", **QUEUE, "election": 7},
         {"id": 21, "op": "reconcile", **QUEUE, "election": "e"},
+        {"id": 22, "op": "reconcile", **QUEUE, "finalizer": 7},
     ],
 )
 async def test_a_command_it_cannot_run_is_invalid_argument_under_its_id(

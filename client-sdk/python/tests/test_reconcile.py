@@ -3,8 +3,8 @@ a pass gives exactly one more, never two handlers for one key at once; how the h
 outcome (raise: RETRY with its text, ``requeue_after``: REQUEUE, ``Terminal``: TERMINAL); the handler's own
 write is seen by the key's next pass; a queue's change filter hands out only the changes it names; a bad spec
 raises; and a SIGKILLed sidecar is reconnected to. The tests at the end stand in a fake gRPC call for grpcio's,
-to lose a stream while a handler runs, to see a refused completion, and to check each completion the SDK
-builds."""
+to lose a stream while a handler runs, to see a refused completion, to check each completion the SDK builds,
+and the spec's finalizer it sends and the item's ``finalizing`` it hands out."""
 
 from __future__ import annotations
 
@@ -706,3 +706,38 @@ def test_a_sharded_spec_is_sent_sharded_by_namespace_when_asked_and_by_key_unles
     # Without sharded it goes as it is: the sidecar refuses it, naming spec.shard_by.
     alone = ReconcileSpec(name="q", resource="configmaps", shard_by=consistd.ShardBy.NAMESPACE).to_proto()
     assert (alone.sharded, alone.shard_by) == (False, reconcile_pb2.SHARD_BY_NAMESPACE)
+
+
+async def test_the_queues_finalizer_goes_in_the_spec_it_sends_and_none_unless_named() -> None:
+    spec = ReconcileSpec(name="q", resource="configmaps", finalizer="example.com/cleanup", max_leases=3)
+    call = FakeCall(STARTED)
+    objects = Objects(ObjectsStub())  # type: ignore[arg-type]
+    task = asyncio.create_task(Reconciler(ReconcileStub(call), objects, spec, lambda item: None).run())  # type: ignore[arg-type]
+    try:
+        await until("the spec", lambda: bool(call.written), task, 5)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    sent = call.written[0].spec
+    assert sent.finalizer == "example.com/cleanup"
+    assert (sent.name, sent.primary.resource, sent.max_leases) == ("q", "configmaps", 3), "the other options kept"
+    assert ReconcileSpec(name="q", resource="configmaps").to_proto().finalizer == "", "none unless named"
+
+
+async def test_an_items_finalizing_is_the_work_items_and_false_on_any_other_pass() -> None:
+    finalize = reconcile_pb2.WorkItem(lease_id="q.1.2", namespace="ns", name="b", attempt=2, finalizing=True)
+    call = FakeCall(STARTED, item("q.1.1"), reconcile_pb2.ReconcileResponse(item=finalize))
+    seen: dict[str, tuple[bool, int]] = {}
+
+    async def handler(item: WorkItem) -> None:
+        seen[item.name] = (item.finalizing, item.attempt)
+
+    task = asyncio.create_task(reconciler(ReconcileStub(call), handler).run())
+    try:
+        await until("both completions", lambda: len(call.completions()) == 2, task, 5)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert seen == {"a": (False, 1), "b": (True, 2)}

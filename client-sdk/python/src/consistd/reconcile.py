@@ -172,6 +172,12 @@ class ReconcileSpec:
     #: metadata alone hands out nothing; see Changed); an object's first state, its deletion and its
     #: deletionTimestamp being set always do. None (or no part): every change.
     only_changes_of: Changed | None = None
+    #: A finalizer the queue keeps on its primary objects, a qualified name (``"example.com/cleanup"``; the
+    #: sidecar refuses another, INVALID_ARGUMENT naming ``spec.finalizer``); empty for none. The sidecar adds it
+    #: before an object's first pass, and hands out an object being deleted that still carries it as a finalize
+    #: pass (``WorkItem.finalizing``): DONE removes it (a deposed leader's removal is refused), anything else
+    #: keeps it. Needs a primary the sidecar may patch.
+    finalizer: str = ""
 
     def to_proto(self) -> reconcile_pb2.QueueSpec:
         """The protocol message."""
@@ -204,6 +210,7 @@ class ReconcileSpec:
             sharded=self.sharded,
             # Without sharded it goes as it is: the sidecar refuses it, naming spec.shard_by.
             shard_by=cast("reconcile_pb2.ShardBy", int(self.shard_by)),
+            finalizer=self.finalizer,
         )
 
 
@@ -244,6 +251,8 @@ class WorkItem:
     #: election, the item's term: the slot's epoch) on a write naming the lease, as ``objects``' do, carries the
     #: slot's claim. None without an election.
     guard: Guard | None = None
+    #: A finalize pass: the primary is being deleted and still carries the spec's ``finalizer`` (DONE removes it).
+    finalizing: bool = False
 
     @property
     def key(self) -> str:
@@ -376,6 +385,7 @@ class Reconciler:
             last_error=w.last_error,
             objects=self._objects.for_lease(w.lease_id),
             guard=guard,
+            finalizing=w.finalizing,
         )
 
     def _start(self, stream: _Stream, item: WorkItem) -> None:
