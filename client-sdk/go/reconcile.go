@@ -140,6 +140,13 @@ type ReconcileSpec struct {
 	// only). It needs Sharded (without it the sidecar refuses the spec, INVALID_ARGUMENT naming
 	// spec.shard_by).
 	ShardBy ShardBy
+	// Finalizer is a finalizer the queue keeps on its primary objects (a qualified name,
+	// "example.com/cleanup"; empty for none), as controller-runtime's controllerutil does: the sidecar adds
+	// it before an object's first pass, and hands out an object being deleted that carries it as a finalize
+	// pass (Item.Finalizing). A pass returning Result{} and a nil error (DONE) removes it, any other outcome
+	// keeps it, and a deposed leader's removal is refused; a name without a prefix ("domain/name") is
+	// refused, INVALID_ARGUMENT naming spec.finalizer.
+	Finalizer string
 }
 
 // ShardBy is what a Sharded queue hashes a key by to find its slot (ReconcileSpec.ShardBy). The zero
@@ -249,6 +256,9 @@ type Item struct {
 	Attempt uint32
 	// LastError is the previous pass's error when this pass follows a failure.
 	LastError string
+	// Finalizing marks a finalize pass: the primary is being deleted and still carries spec.Finalizer,
+	// which returning Result{} and a nil error removes.
+	Finalizing bool
 	// Term is the election's term this lease was granted in (guard writes with it); 0 without an
 	// election. In a Sharded queue, the epoch of the key's slot.
 	Term uint64
@@ -400,6 +410,8 @@ func (s ReconcileSpec) request() (*pb.ReconcileRequest, error) {
 	spec.Sharded = s.Sharded
 	// So does a ShardBy without Sharded (or one the primary cannot be sharded by), naming spec.shard_by.
 	spec.ShardBy = pb.ShardBy(s.ShardBy)
+	// A finalizer that is not a qualified name goes as it is: the daemon refuses it naming spec.finalizer.
+	spec.Finalizer = s.Finalizer
 	return &pb.ReconcileRequest{Request: &pb.ReconcileRequest_Spec{Spec: spec}}, nil
 }
 
@@ -434,7 +446,7 @@ func itemFrom(w *pb.WorkItem, spec *ReconcileSpec) Item {
 	item := Item{
 		Namespace: w.GetNamespace(), Name: w.GetName(), Object: objectFrom(w.GetObject()), Deleted: w.GetDeleted(),
 		Consistency: Consistency(w.GetConsistency()), Attempt: w.GetAttempt(), LastError: w.GetLastError(),
-		Term: w.GetTerm(), LeaseID: w.GetLeaseId(),
+		Finalizing: w.GetFinalizing(), Term: w.GetTerm(), LeaseID: w.GetLeaseId(),
 		election: spec.Election, electionNamespace: spec.ElectionNamespace,
 	}
 	if w.GetExpiresAt() != nil {

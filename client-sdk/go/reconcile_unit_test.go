@@ -1,6 +1,6 @@
 // Unit tests of the reconciler without a daemon: how a pass's return becomes its completion, the spec as
-// sent (its views too, and a sharded queue's), writes naming the lease, and, against a fake stream, what
-// happens across a lost connection and to a refused completion.
+// sent (its views too, a sharded queue's, its finalizer), writes naming the lease, and, against a fake
+// stream, an item's finalize pass and what happens across a lost connection and to a refused completion.
 
 package consistd
 
@@ -299,6 +299,59 @@ func TestTheChangesGoOnTheQueryTheyAreAskedOfAndNoneWhenZero(t *testing.T) {
 		}
 		if got := req.GetSpec().GetRelated()[0].GetQuery().GetChanges(); !proto.Equal(got, c.want) {
 			t.Errorf("%+v on a related query: sent %v, want %v", c.changes, got, c.want)
+		}
+	}
+}
+
+func TestTheFinalizerGoesOnTheSpecSentAndNoneWhenUnset(t *testing.T) {
+	req, err := ReconcileSpec{Name: "q", Resource: "configmaps", Namespace: "ns", Finalizer: "example.com/cleanup"}.request()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &pb.QueueSpec{Name: "q", Primary: &pb.ObjectQuery{Resource: "configmaps", Namespace: "ns"}, MaxLeases: 1, Finalizer: "example.com/cleanup"}
+	if !proto.Equal(req.GetSpec(), want) {
+		t.Fatalf("spec %v, want %v", req.GetSpec(), want)
+	}
+	req, err = ReconcileSpec{Name: "q", Resource: "configmaps", Namespace: "ns"}.request()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := req.GetSpec().GetFinalizer(); got != "" {
+		t.Errorf("a spec without a Finalizer sent finalizer %q, want none", got)
+	}
+	// One that is not a qualified name goes as it is: the daemon refuses it, naming spec.finalizer.
+	req, err = ReconcileSpec{Name: "q", Resource: "configmaps", Finalizer: "cleanup"}.request()
+	if err != nil || req.GetSpec().GetFinalizer() != "cleanup" {
+		t.Errorf("an unqualified finalizer: %v, %v; want it sent as is", req.GetSpec(), err)
+	}
+}
+
+func TestAnItemIsFinalizingWhenItsWorkItemIs(t *testing.T) {
+	spec := ReconcileSpec{Name: "q", Resource: "configmaps", Namespace: "ns", Finalizer: "example.com/cleanup"}
+	want, _ := spec.request()
+	passes := make(chan Item, 4)
+	f, _, _ := fakeReconciling(t, spec, func(_ context.Context, item Item) (Result, error) {
+		passes <- item
+		return Result{}, nil
+	})
+	q := f.open(t, want.GetSpec())
+	for _, finalizing := range []bool{false, true} {
+		lease := fmt.Sprintf("q.1.%t", finalizing)
+		q.answer(&pb.ReconcileResponse{Response: &pb.ReconcileResponse_Item{Item: &pb.WorkItem{
+			LeaseId: lease, Namespace: "ns", Name: "a", Attempt: 1, Finalizing: finalizing,
+			ExpiresAt: timestamppb.New(time.Now().Add(time.Minute)),
+		}}})
+		select {
+		case item := <-passes:
+			if item.LeaseID != lease || item.Finalizing != finalizing {
+				t.Errorf("the pass of lease %s was handed %s with Finalizing %t, want %t", lease, item.LeaseID, item.Finalizing, finalizing)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no pass of lease %s within 5 s", lease)
+		}
+		// Returning success completes it DONE, which for a finalize pass removes the finalizer.
+		if c := q.next(t).GetComplete(); c.GetLeaseId() != lease || c.GetOutcome() != pb.Outcome_OUTCOME_DONE {
+			t.Errorf("completion %v, want DONE of %s", c, lease)
 		}
 	}
 }

@@ -562,11 +562,20 @@ func (a *agent) campaign(ctx context.Context, c command) (any, error) {
 
 // workItem is a work item as the protocol prints it.
 type workItem struct {
-	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
-	Term      uint64 `json:"term"`
-	Attempt   uint32 `json:"attempt"`
-	LeaseID   string `json:"leaseId"`
+	Namespace  string `json:"namespace"`
+	Name       string `json:"name"`
+	Term       uint64 `json:"term"`
+	Attempt    uint32 `json:"attempt"`
+	LeaseID    string `json:"leaseId"`
+	Finalizing bool   `json:"finalizing"`
+}
+
+// workItemOf is the item as the protocol prints it.
+func workItemOf(item consistd.Item) workItem {
+	return workItem{
+		Namespace: item.Namespace, Name: item.Name, Term: item.Term, Attempt: item.Attempt, LeaseID: item.LeaseID,
+		Finalizing: item.Finalizing,
+	}
 }
 
 // reconcile runs the SDK's reconciler on the queue, its handler printing each item and then waiting for
@@ -593,8 +602,9 @@ func (a *agent) reconcile(ctx context.Context, c command) (any, error) {
 }
 
 // reconcileSpec is the queue a reconcile command names: queue, resource and namespace; election and
-// electionNamespace unless election is absent, null or empty (no election); and changes, whose parts set
-// to true go into the spec's Changes (absent or null: none, every change).
+// electionNamespace unless election is absent, null or empty (no election); changes, whose parts set to
+// true go into the spec's Changes (absent or null: none, every change); and finalizer, the spec's
+// Finalizer (absent, null or empty: none).
 func (c command) reconcileSpec() (consistd.ReconcileSpec, error) {
 	var spec consistd.ReconcileSpec
 	var err error
@@ -627,6 +637,9 @@ func (c command) reconcileSpec() (consistd.ReconcileSpec, error) {
 		return spec, invalid(`changes: must be {"generation", "labels", "annotations"} (booleans, each may be absent) or null`)
 	}
 	spec.Changes = consistd.Changes{Generation: changes.Generation, Labels: changes.Labels, Annotations: changes.Annotations}
+	if err := c.decode("finalizer", &spec.Finalizer, false); err != nil {
+		return spec, invalid("finalizer: must be a string, or absent or null")
+	}
 	return spec, nil
 }
 
@@ -640,9 +653,7 @@ func (a *agent) handler(ctx context.Context, stream string, item consistd.Item) 
 	a.mu.Lock()
 	a.handlers[key] = told
 	a.mu.Unlock()
-	a.print(streamLine{Stream: stream, Item: workItem{
-		Namespace: item.Namespace, Name: item.Name, Term: item.Term, Attempt: item.Attempt, LeaseID: item.LeaseID,
-	}})
+	a.print(streamLine{Stream: stream, Item: workItemOf(item)})
 	var h handleCommand
 	select {
 	case h = <-told:

@@ -62,6 +62,8 @@ func TestCommandsItCannotRunAreInvalidArgument(t *testing.T) {
 		`{"id": 16, "op": "reconcile", "stream": "s", "queue": "q", "resource": "configmaps", "namespace": "n", "changes": ["labels"]}`,
 		`{"id": 17, "op": "reconcile", "stream": "s", "queue": "q", "resource": "configmaps", "namespace": "n", "election": 7}`,
 		`{"id": 18, "op": "reconcile", "stream": "s", "queue": "q", "resource": "configmaps", "namespace": "n", "election": "lead"}`,
+		`{"id": 19, "op": "reconcile", "stream": "s", "queue": "q", "resource": "configmaps", "namespace": "n", "finalizer": 7}`,
+		`{"id": 20, "op": "reconcile", "stream": "s", "queue": "q", "resource": "configmaps", "namespace": "n", "finalizer": ["example.com/cleanup"]}`,
 	} {
 		var out bytes.Buffer
 		a := &agent{out: bufio.NewWriter(&out), sent: map[string]*consistd.Sent{}, paused: map[string]*pausedWatch{}}
@@ -110,7 +112,8 @@ func TestTheGuardFieldIsAGuardOrNone(t *testing.T) {
 }
 
 // A reconcile's queue goes into the SDK's ReconcileSpec: election only when it is set and not empty, and
-// the parts changes sets to true into Changes (absent or null: the zero Changes, every change).
+// the parts changes sets to true into Changes (absent or null: the zero Changes, every change), and
+// finalizer into Finalizer (absent, null or empty: none).
 func TestTheReconcileCommandIsTheSDKsSpec(t *testing.T) {
 	base := consistd.ReconcileSpec{Name: "q", Resource: "configmaps", Namespace: "n"}
 	for _, tc := range []struct {
@@ -128,6 +131,11 @@ func TestTheReconcileCommandIsTheSDKsSpec(t *testing.T) {
 		{`, "changes": {"generation": true, "labels": false, "annotations": true}`, func(s *consistd.ReconcileSpec) {
 			s.Changes = consistd.Changes{Generation: true, Annotations: true}
 		}},
+		{`, "finalizer": null`, func(*consistd.ReconcileSpec) {}},
+		{`, "finalizer": ""`, func(*consistd.ReconcileSpec) {}},
+		{`, "finalizer": "conformance.consistd.io/cleanup"`, func(s *consistd.ReconcileSpec) {
+			s.Finalizer = "conformance.consistd.io/cleanup"
+		}},
 	} {
 		line := `{"stream": "s", "queue": "q", "resource": "configmaps", "namespace": "n"` + tc.fields + `}`
 		var c command
@@ -139,6 +147,21 @@ func TestTheReconcileCommandIsTheSDKsSpec(t *testing.T) {
 		got, err := c.reconcileSpec()
 		if err != nil || !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: spec %+v, %v; want %+v", line, got, err, want)
+		}
+	}
+}
+
+// A work item prints the SDK item's key, term, attempt, lease and finalizing under the protocol's names.
+func TestAWorkItemPrintsItsFinalizing(t *testing.T) {
+	for _, finalizing := range []bool{false, true} {
+		item := consistd.Item{Namespace: "n", Name: "held", Term: 3, Attempt: 2, LeaseID: "q.1.2", Finalizing: finalizing}
+		line, err := json.Marshal(workItemOf(item))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf(`{"namespace":"n","name":"held","term":3,"attempt":2,"leaseId":"q.1.2","finalizing":%t}`, finalizing)
+		if string(line) != want {
+			t.Errorf("printed %s, want %s", line, want)
 		}
 	}
 }
