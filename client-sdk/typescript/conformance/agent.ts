@@ -360,18 +360,20 @@ class Agent {
   /**
    * Runs the SDK's reconciler on the queue, its primaries `resource` in `namespace`, following the election
    * (none when `election` is absent or empty), a change of a primary queueing a pass only if it moves a part
-   * `changes` names (every change without it), in a loop of its own; its handler is `handler`. Answers once it
-   * is started.
+   * `changes` names (every change without it), keeping the finalizer `finalizer` on them (none when absent,
+   * null or empty), in a loop of its own; its handler is `handler`. Answers once it is started.
    */
   private async reconcile(c: Command): Promise<Json> {
     const stream = text(c, "stream");
     const election = c.election === undefined || c.election === null ? "" : text(c, "election");
+    const finalizer = c.finalizer === undefined || c.finalizer === null ? "" : text(c, "finalizer");
     const spec: ReconcileSpec = {
       name: text(c, "queue"),
       resource: text(c, "resource"),
       namespace: text(c, "namespace"),
       election: election === "" ? undefined : { name: election, namespace: text(c, "electionNamespace") },
       onlyChangesOf: changes(c),
+      finalizer: finalizer === "" ? undefined : finalizer,
     };
     this.client.reconcile(spec, (item) => this.handler(stream, item)).catch((error) => {
       console.error(`conformance agent: the reconciler ${JSON.stringify(stream)} ended: ${error}`);
@@ -393,6 +395,7 @@ class Agent {
       term: Number(item.term),
       attempt: item.attempt,
       leaseId: item.leaseId,
+      finalizing: item.finalizing,
     };
     print({ stream, item: line });
     const handle = await told;

@@ -135,6 +135,15 @@ export interface ReconcileSpec extends ReconcileQuery {
    * spec.shard_by). Default: by key (sent unset, `ShardBy.UNSPECIFIED`).
    */
   shardBy?: ShardBy;
+  /**
+   * A finalizer the queue keeps on its primaries (unset or empty: none), a qualified name such as
+   * "example.com/cleanup", as controller-runtime's controllerutil and kube-rs's finalizer() keep one: the daemon adds
+   * it before an object's first pass, and an object being deleted that still carries it is handed out as a finalize
+   * pass (`item.finalizing`). Completing that pass DONE removes it, any other outcome keeps it, and a deposed
+   * leader's removal is refused (the key goes back to the queue). The daemon must be allowed to patch the primaries;
+   * a name without a "domain/" prefix is refused, `INVALID_ARGUMENT` naming spec.finalizer.
+   */
+  finalizer?: string;
 }
 
 /** How `reconcile` runs. */
@@ -227,6 +236,8 @@ export class WorkItem<T = any> {
   readonly expiresAt?: Date;
   /** The previous attempt's error message, when this pass follows one that threw. */
   readonly lastError: string;
+  /** A finalize pass: the primary is being deleted and still carries the spec's `finalizer`; DONE removes it. */
+  readonly finalizing: boolean;
   /**
    * The client's objects with every write naming this lease (`Objects.forLease`): the key's next pass waits
    * until the queue's watches show these writes (say a child this pass created), not only writes to the
@@ -253,6 +264,7 @@ export class WorkItem<T = any> {
     this.guard = election && { election: election.name, namespace: election.namespace ?? "", term: item.term };
     this.expiresAt = item.expiresAt;
     this.lastError = item.lastError;
+    this.finalizing = item.finalizing;
     this.objects = objects.forLease(item.leaseId);
     this.signal = signal;
   }
@@ -513,6 +525,7 @@ function toQueueSpec(spec: ReconcileSpec): QueueSpec {
     sharded: spec.sharded ?? false,
     // Without sharded it goes as it is: the daemon refuses it, naming spec.shard_by.
     shardBy: spec.shardBy ?? ShardBy.UNSPECIFIED,
+    finalizer: spec.finalizer ?? "",
   };
 }
 

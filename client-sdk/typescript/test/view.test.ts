@@ -1,7 +1,7 @@
-// Views (how much of each object a watch or a queue keeps), a queue's change filters and a sharded queue's spec,
-// without a daemon: a client
-// whose generated WatchService.subscribe and ReconcileService.reconcile are replaced by fakes that record what the
-// SDK sends.
+// Views (how much of each object a watch or a queue keeps), a queue's change filters, its finalizer and a sharded
+// queue's spec, and a work item's finalize pass, without a daemon: a client whose generated WatchService.subscribe
+// and ReconcileService.reconcile are replaced by fakes that record what the SDK sends (and hand out what a test
+// pushes).
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
 import {
@@ -222,4 +222,38 @@ test("a sharded queue is sent sharded by namespace when asked, by key (unset) un
   // Without sharded it goes as it is: the daemon refuses it, naming spec.shard_by.
   const alone = await new Fake().queueSpec({ name: "q", resource: "configmaps", shardBy: ShardBy.NAMESPACE });
   assert.deepEqual([alone.sharded, alone.shardBy], [false, ShardBy.NAMESPACE]);
+});
+
+test("a queue's finalizer is sent on its spec; unset or empty, none is", async () => {
+  const spec = await new Fake().queueSpec({ name: "q", resource: "configmaps", finalizer: "example.com/cleanup" });
+  assert.equal(spec.finalizer, "example.com/cleanup");
+  assert.equal((await new Fake().queueSpec({ name: "q", resource: "configmaps" })).finalizer, "");
+  assert.equal((await new Fake().queueSpec({ name: "q", resource: "configmaps", finalizer: "" })).finalizer, "");
+  // A name without a prefix goes as it is: the daemon refuses it, naming spec.finalizer.
+  const bare = await new Fake().queueSpec({ name: "q", resource: "configmaps", finalizer: "cleanup" });
+  assert.equal(bare.finalizer, "cleanup");
+});
+
+test("an item is a finalize pass when its WorkItem says so, and only then", async () => {
+  const fake = new Fake();
+  const stop = new AbortController();
+  const finalizing = new Map<string, boolean>();
+  const spec: ReconcileSpec = { name: "q", resource: "configmaps", finalizer: "example.com/cleanup" };
+  const run = fake.client.reconcile(spec, (item) => void finalizing.set(item.name, item.finalizing), {
+    signal: stop.signal,
+  });
+  await within(5_000, "the reconcile stream", waitFor(() => fake.reconcileStreams.length > 0));
+  const item = (name: string, finalize: boolean) =>
+    proto.ReconcileResponse.fromPartial({
+      item: { leaseId: `lease-${name}`, namespace: "ns", name, attempt: 1, finalizing: finalize },
+    });
+  fake.reconcileStreams[0].push(
+    proto.ReconcileResponse.fromPartial({ started: { name: "q" } }),
+    item("deleting", true),
+    item("live", false),
+  );
+  await within(5_000, "both passes", waitFor(() => finalizing.size === 2));
+  stop.abort();
+  await within(5_000, "the reconciler to stop", run);
+  assert.deepEqual(Object.fromEntries(finalizing), { deleting: true, live: false });
 });
