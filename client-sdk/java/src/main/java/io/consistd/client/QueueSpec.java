@@ -24,9 +24,10 @@ import java.util.Set;
  * QueueSpec.of("web", "configmaps").namespace("default").labelSelector("app=web").maxLeases(4)}; with {@code
  * .view(ObjectView.onlyFields("spec", "status.conditions"))} its watch keeps (and its items carry) only those fields
  * of each primary; with {@code .onlyChangesOf(QueueSpec.Changed.GENERATION)} only a change of a primary's generation
- * (its spec) queues a pass. Immutable; each method returns a changed copy. Streams that give the same name share one
- * queue in the sidecar (their specs must be equal, else FAILED_PRECONDITION), so two processes of a pod never work on
- * one key at once.
+ * (its spec) queues a pass; with {@code .finalizer("example.com/cleanup")} a deleted primary stays until its finalize
+ * pass ({@link WorkItem#finalizing()}) is done. Immutable; each method returns a changed copy. Streams that give the
+ * same name share one queue in the sidecar (their specs must be equal, else FAILED_PRECONDITION), so two processes of a
+ * pod never work on one key at once.
  *
  * @param name the queue's name: a DNS label (lowercase letters, digits, '-'), the {@code name} label of its
  *     metrics and the name {@code consistd status} shows
@@ -56,6 +57,9 @@ import java.util.Set;
  *     spec.shard_by)
  * @param changes the parts of a primary whose change queues a pass ({@link #onlyChangesOf(Changed...)}); empty (or
  *     null) for every change
+ * @param finalizer a finalizer the queue keeps on its primary objects, a qualified name ("example.com/cleanup"), so
+ *     that a deleted one is handed out as a finalize pass before it goes ({@link #finalizer(String)}); empty (or
+ *     null) for none
  */
 public record QueueSpec(
     String name,
@@ -71,7 +75,8 @@ public record QueueSpec(
     Election election,
     boolean sharded,
     ShardBy shardBy,
-    Set<Changed> changes) {
+    Set<Changed> changes,
+    String finalizer) {
 
   /**
    * A part of an object whose change queues a pass ({@link QueueSpec#onlyChangesOf(Changed...)}, {@link
@@ -303,6 +308,27 @@ public record QueueSpec(
     Objects.requireNonNull(view, "view");
     related = List.copyOf(related);
     changes = parts(changes);
+    finalizer = finalizer == null ? "" : finalizer;
+  }
+
+  /** A spec without a finalizer. */
+  public QueueSpec(
+      String name,
+      String resource,
+      String namespace,
+      String labelSelector,
+      String fieldSelector,
+      ObjectView view,
+      List<Related> related,
+      int maxLeases,
+      Retry retry,
+      java.time.Duration leaseTimeout,
+      Election election,
+      boolean sharded,
+      ShardBy shardBy,
+      Set<Changed> changes) {
+    this(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry, leaseTimeout,
+        election, sharded, shardBy, changes, "");
   }
 
   /** A spec whose every change of a primary queues a pass. */
@@ -378,22 +404,22 @@ public record QueueSpec(
   /** The queue {@code name} of every object of {@code resource} in every namespace, one lease at a time. */
   public static QueueSpec of(String name, String resource) {
     return new QueueSpec(name, resource, "", "", "", ObjectView.DEFAULT, List.of(), 0, null, null, null, false, null,
-        Set.of());
+        Set.of(), "");
   }
 
   public QueueSpec namespace(String namespace) {
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, election, sharded, shardBy, changes);
+        leaseTimeout, election, sharded, shardBy, changes, finalizer);
   }
 
   public QueueSpec labelSelector(String labelSelector) {
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, election, sharded, shardBy, changes);
+        leaseTimeout, election, sharded, shardBy, changes, finalizer);
   }
 
   public QueueSpec fieldSelector(String fieldSelector) {
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, election, sharded, shardBy, changes);
+        leaseTimeout, election, sharded, shardBy, changes, finalizer);
   }
 
   /**
@@ -403,7 +429,7 @@ public record QueueSpec(
    */
   public QueueSpec view(ObjectView view) {
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, election, sharded, shardBy, changes);
+        leaseTimeout, election, sharded, shardBy, changes, finalizer);
   }
 
   /**
@@ -415,7 +441,20 @@ public record QueueSpec(
    */
   public QueueSpec onlyChangesOf(Changed... parts) {
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, election, sharded, shardBy, union(changes, parts));
+        leaseTimeout, election, sharded, shardBy, union(changes, parts), finalizer);
+  }
+
+  /**
+   * The finalizer the queue keeps on its primary objects, a qualified name ({@code "example.com/cleanup"}; empty or
+   * null for none, the default), as controller-runtime's controllerutil and kube-rs's finalizer() do: the sidecar adds
+   * it before a key's first pass, and a primary being deleted that still carries it comes as a finalize pass ({@link
+   * WorkItem#finalizing()}). Completing that pass DONE removes the finalizer, so the object goes; any other outcome
+   * keeps it, and a deposed leader's removal is refused. A name without a prefix is refused by the sidecar,
+   * INVALID_ARGUMENT naming spec.finalizer.
+   */
+  public QueueSpec finalizer(String finalizer) {
+    return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
+        leaseTimeout, election, sharded, shardBy, changes, finalizer);
   }
 
   /** These related queries, after the ones already given. */
@@ -423,22 +462,22 @@ public record QueueSpec(
     List<Related> all = new ArrayList<>(related);
     all.addAll(Arrays.asList(more));
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, all, maxLeases, retry,
-        leaseTimeout, election, sharded, shardBy, changes);
+        leaseTimeout, election, sharded, shardBy, changes, finalizer);
   }
 
   public QueueSpec maxLeases(int maxLeases) {
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, election, sharded, shardBy, changes);
+        leaseTimeout, election, sharded, shardBy, changes, finalizer);
   }
 
   public QueueSpec retry(Retry retry) {
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, election, sharded, shardBy, changes);
+        leaseTimeout, election, sharded, shardBy, changes, finalizer);
   }
 
   public QueueSpec leaseTimeout(java.time.Duration leaseTimeout) {
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, election, sharded, shardBy, changes);
+        leaseTimeout, election, sharded, shardBy, changes, finalizer);
   }
 
   /**
@@ -447,7 +486,7 @@ public record QueueSpec(
    */
   public QueueSpec election(String election, String namespace) {
     return new QueueSpec(name, resource, namespace(), labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, new Election(election, namespace), sharded, shardBy, changes);
+        leaseTimeout, new Election(election, namespace), sharded, shardBy, changes, finalizer);
   }
 
   /**
@@ -459,7 +498,7 @@ public record QueueSpec(
    */
   public QueueSpec sharded(boolean sharded) {
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, election, sharded, shardBy, changes);
+        leaseTimeout, election, sharded, shardBy, changes, finalizer);
   }
 
   /**
@@ -471,7 +510,7 @@ public record QueueSpec(
    */
   public QueueSpec shardBy(ShardBy shardBy) {
     return new QueueSpec(name, resource, namespace, labelSelector, fieldSelector, view, related, maxLeases, retry,
-        leaseTimeout, election, sharded, shardBy, changes);
+        leaseTimeout, election, sharded, shardBy, changes, finalizer);
   }
 
   /** How many passes run at once: maxLeases, 0 meaning 1. */
@@ -523,6 +562,8 @@ public record QueueSpec(
         case NAMESPACE -> consistd.v1.Reconcile.ShardBy.SHARD_BY_NAMESPACE;
       });
     }
+    // Empty is none; a name that is not qualified goes as is, for the daemon to refuse naming spec.finalizer.
+    spec.setFinalizer(finalizer);
     return ReconcileRequest.newBuilder().setSpec(spec).build();
   }
 

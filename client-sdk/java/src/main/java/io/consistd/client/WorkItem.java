@@ -24,6 +24,7 @@ public final class WorkItem {
   private final String leaseId;
   private final Instant expiresAt;
   private final String lastError;
+  private final boolean finalizing;
   private final ObjectsClient objects;
   /** The pass's context: cancelled when the lease is lost, times out, or the reconciler is closed. */
   private volatile Context.CancellableContext context;
@@ -47,6 +48,7 @@ public final class WorkItem {
         ? Instant.ofEpochSecond(w.getExpiresAt().getSeconds(), w.getExpiresAt().getNanos())
         : null;
     this.lastError = w.getLastError();
+    this.finalizing = w.getFinalizing();
     this.objects = objects;
   }
 
@@ -128,6 +130,11 @@ public final class WorkItem {
   /** The previous pass's error when this pass follows a failure; empty otherwise. */
   public String lastError() {
     return lastError;
+  }
+
+  /** A finalize pass: the primary is being deleted and still carries the queue's finalizer (done removes it). */
+  public boolean finalizing() {
+    return finalizing;
   }
 
   /**

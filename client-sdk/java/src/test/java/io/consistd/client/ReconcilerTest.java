@@ -1,6 +1,7 @@
 // The reconciler against real daemons: each key once, done, requeue, retry with the error, terminal, the
-// maxLeases bound, a pass seeing what the pass before wrote under its lease, a change filter, refused specs; and,
-// without a daemon, how a pass's end becomes its completion and how a sharded spec and change filters are sent.
+// maxLeases bound, a pass seeing what the pass before wrote under its lease, a change filter, a finalizer, refused
+// specs; and, without a daemon, how a pass's end becomes its completion, how a sharded spec, change filters and a
+// finalizer are sent, and how an item's finalize pass is read.
 package io.consistd.client;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -546,6 +547,54 @@ class ReconcilerTest {
   }
 
   @Test
+  void aQueueWithAFinalizerHoldsADeletedObjectUntilItsFinalizePassIsDone() throws Exception {
+    String finalizer = "sdk.consistd.io/java-cleanup";
+    ConsistdClient app = daemons.app();
+    String ns = daemons.namespace(app);
+    app.objects().create("configmaps", ns, Daemons.configMap("a", "v"));
+    AtomicInteger finalizePasses = new AtomicInteger();
+    Passes rec = new Passes(item -> {
+      if (item.finalizing() && finalizePasses.incrementAndGet() == 1) {
+        throw new IllegalStateException("the cleanup failed");
+      }
+      return Reconciler.Result.done();
+    });
+    reconciling(app, queueSpec("java-finalizer", ns).finalizer(finalizer), rec);
+    WorkItem first = rec.next().item();
+    assertFalse(first.finalizing(), first.toString());
+    assertTrue(first.object().json().contains("\"finalizers\":[\"" + finalizer + "\"]"),
+        "the first pass comes once the object carries the finalizer: " + first.object().json());
+
+    // Deleted, the object stays and comes as a finalize pass; a failed one keeps the finalizer and comes again.
+    daemons.other().objects().delete("configmaps", ns, "a");
+    WorkItem failed = rec.next().item();
+    assertTrue(failed.finalizing(), failed.toString());
+    assertFalse(failed.deleted(), "the object is still there: " + failed);
+    assertTrue(failed.object().json().contains("deletionTimestamp"), failed.object().json());
+    WorkItem again = rec.next().item();
+    assertTrue(again.finalizing(), again.toString());
+    assertEquals(2, again.attempt());
+    assertEquals("the cleanup failed", again.lastError());
+    assertTrue(again.object().json().contains(finalizer), "a RETRY keeps the finalizer: " + again.object().json());
+
+    // Done removes it: the object goes, and nothing more is handed out for it.
+    Instant deadline = Instant.now().plus(WAIT_FOR);
+    while (true) {
+      try {
+        app.objects().get("configmaps", ns, "a");
+      } catch (StatusRuntimeException e) {
+        assertEquals(Status.Code.NOT_FOUND, e.getStatus().getCode(), e.toString());
+        break;
+      }
+      assertTrue(Instant.now().isBefore(deadline), "the finalizer was not removed after the finalize pass");
+      Thread.sleep(50);
+    }
+    rec.quiet(Duration.ofSeconds(2));
+    assertEquals(2, finalizePasses.get());
+    rec.noOverlaps();
+  }
+
+  @Test
   void aRefusedSpecEndsRunWithTheDaemonsStatusNamingTheField() throws Exception {
     ConsistdClient app = daemons.app();
     String ns = daemons.namespace(app);
@@ -558,6 +607,7 @@ class ReconcilerTest {
         new Bad(good.leaseTimeout(Duration.ofMillis(1)), Status.Code.INVALID_ARGUMENT, "spec.lease_timeout"),
         new Bad(good.related(new QueueSpec.Related("configmaps", "", "", "", null, "")),
             Status.Code.INVALID_ARGUMENT, "spec.related[0].maps_by"),
+        new Bad(good.finalizer("cleanup"), Status.Code.INVALID_ARGUMENT, "spec.finalizer"),
         new Bad(QueueSpec.of(good.name(), "nosuchthings").namespace(ns), Status.Code.NOT_FOUND, "spec.primary"));
     for (Bad b : bad) {
       Reconciler reconciler = new Reconciler(app, b.spec(), item -> {
@@ -687,6 +737,49 @@ class ReconcilerTest {
     assertEquals(Set.of(), new QueueSpec.Related("pods", "", "", "", ObjectView.DEFAULT,
         QueueSpec.Related.MapsBy.CONTROLLER_OWNER, "", 0).changes());
     assertThrows(NullPointerException.class, () -> spec.onlyChangesOf((QueueSpec.Changed) null));
+  }
+
+  @Test
+  void theFinalizerNamedGoesOnTheSpecSentAndNoneSendsItEmpty() {
+    QueueSpec spec = QueueSpec.of("web", "configmaps").finalizer("example.com/cleanup");
+    assertEquals("example.com/cleanup", spec.toProto().getSpec().getFinalizer());
+    assertEquals("example.com/other", spec.finalizer("example.com/other").toProto().getSpec().getFinalizer(),
+        "the last one named");
+    // A name the daemon refuses goes as is, for it to refuse naming spec.finalizer.
+    assertEquals("cleanup", spec.finalizer("cleanup").toProto().getSpec().getFinalizer());
+
+    // None by default, with null and with empty: the field is empty.
+    assertEquals("", QueueSpec.of("web", "configmaps").toProto().getSpec().getFinalizer());
+    assertEquals("", spec.finalizer(null).toProto().getSpec().getFinalizer());
+    assertEquals("", spec.finalizer("").toProto().getSpec().getFinalizer());
+    assertEquals(QueueSpec.of("web", "configmaps"), spec.finalizer(null), "null is none");
+
+    // The other options keep it, and the constructors without it name none.
+    QueueSpec all = spec.namespace("ns").labelSelector("a=b").fieldSelector("c=d").view(ObjectView.onlyMetadata())
+        .onlyChangesOf(QueueSpec.Changed.GENERATION).related(QueueSpec.Related.byLabel("secrets", "", "app"))
+        .maxLeases(3).retry(QueueSpec.Retry.DEFAULTS).leaseTimeout(Duration.ofMinutes(1)).election("web", "")
+        .sharded(true).shardBy(QueueSpec.ShardBy.KEY);
+    assertEquals("example.com/cleanup", all.finalizer());
+    assertEquals("example.com/cleanup", all.toProto().getSpec().getFinalizer());
+    assertEquals("", new QueueSpec("web", "configmaps", "", "", "", ObjectView.DEFAULT, List.of(), 0, null, null,
+        null, false, null, Set.of()).finalizer());
+    assertEquals("", new QueueSpec("web", "configmaps", "", "", "", List.of(), 0, null, null, null).finalizer());
+  }
+
+  @Test
+  void anItemIsAFinalizePassWhenTheDaemonSaysSo() {
+    try (ConsistdClient client = new ConsistdClient("/nonexistent/consistd.sock")) {
+      consistd.v1.Reconcile.WorkItem sent = consistd.v1.Reconcile.WorkItem.newBuilder()
+          .setLeaseId("l").setNamespace("ns").setName("a").setAttempt(2).setLastError("no").setFinalizing(true)
+          .build();
+      WorkItem finalize = WorkItem.from(sent, client, null);
+      assertTrue(finalize.finalizing(), finalize.toString());
+      assertEquals(2, finalize.attempt());
+      assertEquals("no", finalize.lastError());
+      assertFalse(WorkItem.from(sent.toBuilder().setFinalizing(false).build(), client, null).finalizing());
+      assertFalse(WorkItem.from(sent.toBuilder().clearFinalizing().setDeleted(true).build(), client, null)
+          .finalizing(), "a deletion is no finalize pass");
+    }
   }
 
   @Test

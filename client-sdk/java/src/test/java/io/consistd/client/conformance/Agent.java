@@ -301,7 +301,8 @@ public final class Agent {
         String stream = text(command, "stream");
         QueueSpec spec = QueueSpec.of(text(command, "queue"), text(command, "resource"))
             .namespace(text(command, "namespace"))
-            .onlyChangesOf(changes(command));
+            .onlyChangesOf(changes(command))
+            .finalizer(optionalText(command, "finalizer"));
         String election = optionalText(command, "election");
         if (!election.isEmpty()) {
           spec = spec.election(election, text(command, "electionNamespace"));
@@ -391,6 +392,7 @@ public final class Agent {
     printed.addProperty("term", item.term());
     printed.addProperty("attempt", item.attempt());
     printed.addProperty("leaseId", item.leaseId());
+    printed.addProperty("finalizing", item.finalizing());
     printItem(stream, printed);
     Handle handle;
     try {
