@@ -235,7 +235,7 @@ async fn build(config: Config, env: &Environment, source: ConfigSource) -> Resul
     };
     health.attach_messages(outbox.clone(), inbox.clone());
     let reconciler = Reconciler::new(
-        hub.clone(),
+        (hub.clone(), objects.clone()),
         leadership.clone(),
         metrics.clone(),
         (tunables.consistency_timeout.live(), tunables.membership_ttl.live()),

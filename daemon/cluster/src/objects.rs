@@ -118,6 +118,17 @@ pub enum ObjectsError {
     },
 }
 
+impl ObjectsError {
+    /// Whether the object was not found (in the cache, or by the apiserver).
+    pub fn is_not_found(&self) -> bool {
+        match self {
+            Self::NotFound { .. } => true,
+            Self::Resource(ResourceError::Apiserver { source: kube::Error::Api(status), .. }) => status.code == 404,
+            _ => false,
+        }
+    }
+}
+
 /// Object reads and writes for ObjectsService: reads from a covering watch's cache when there is one,
 /// writes that record own-write expectations.
 #[derive(Clone)]

@@ -8,6 +8,7 @@ mod authority;
 mod driver;
 pub mod durable;
 pub mod filter;
+mod finalizer;
 mod gate;
 pub mod keys;
 pub mod limiter;
@@ -42,6 +43,7 @@ use self::{
 use crate::{
     fencing::Claim,
     leadership::{self, Leadership},
+    objects::Objects,
     watch::{Hub, Query, ResourceError, object::Obj, resolve::ResourceId, view::ObjectView},
 };
 
@@ -101,6 +103,9 @@ pub struct QueueSpec {
     pub sharded: bool,
     /// What a sharded queue's keys are hashed by: by namespace, each member watches only its share.
     pub shard_by: ShardBy,
+    /// A finalizer the queue adds to each primary before its first pass and removes when the object's
+    /// finalize pass (it is being deleted) is done.
+    pub finalizer: Option<String>,
 }
 
 /// A related query of a queue: watches whose objects name a primary key.
@@ -139,6 +144,7 @@ impl QueueSpec {
         out.insert("spec.lease_timeout".into(), format!("{:?}", self.lease_timeout));
         out.insert("spec.election".into(), self.election.as_ref().map(ToString::to_string).unwrap_or_default());
         out.insert("spec.shard_by".into(), format!("{:?}", self.shard_by));
+        out.insert("spec.finalizer".into(), self.finalizer.clone().unwrap_or_default());
         out
     }
 }
@@ -175,6 +181,8 @@ pub struct Work {
     pub expires_at: std::time::SystemTime,
     /// The previous pass's error, after a RETRY.
     pub last_error: Option<String>,
+    /// A finalize pass: the primary is being deleted and carries the queue's finalizer.
+    pub finalizing: bool,
 }
 
 /// Why a queue could not be opened or a completion was refused.
@@ -256,6 +264,8 @@ enum DriverCall {
 #[derive(Debug)]
 pub struct Reconciler {
     hub: Arc<Hub>,
+    /// Writes the queues' finalizers, as ObjectsService writes an app's.
+    objects: Objects,
     leadership: Arc<Leadership>,
     metrics: Metrics,
     /// `consistency.timeout`: how long a grant waits for the watch to show the pod's writes.
@@ -305,10 +315,10 @@ impl Worker {
 }
 
 impl Reconciler {
-    /// No queues yet; each queue's driver will run as a task of `tasks`. `timing` is `consistency.timeout`
-    /// and `membership.ttl`.
+    /// No queues yet; each queue's driver will run as a task of `tasks`, reading from `hub` and writing
+    /// finalizers through `objects`. `timing` is `consistency.timeout` and `membership.ttl`.
     pub fn new(
-        hub: Arc<Hub>,
+        (hub, objects): (Arc<Hub>, Objects),
         leadership: Arc<Leadership>,
         metrics: Metrics,
         (consistency_timeout, membership_ttl): (Live<Duration>, Live<Duration>),
@@ -319,6 +329,7 @@ impl Reconciler {
         Arc::new(Self {
             timers,
             hub,
+            objects,
             leadership,
             metrics,
             consistency_timeout,

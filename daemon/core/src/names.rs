@@ -1,4 +1,4 @@
-//! The names Kubernetes and the peer transport accept: Lease, Service and namespace names, and the
+//! The names Kubernetes and the peer transport accept: Lease, Service and namespace names, finalizers, and the
 //! "host:port" peer addresses daemons announce and dial. Checked where requests and config arrive, so a
 //! bad name is refused naming its field instead of failing later at the apiserver.
 
@@ -12,6 +12,19 @@ pub fn is_dns_subdomain(s: &str) -> bool {
                 && !label.starts_with('-')
                 && !label.ends_with('-')
         })
+}
+
+/// A qualified name with a prefix, "example.com/cleanup": what Kubernetes asks a finalizer's name to be (a
+/// DNS subdomain, '/', and a name of at most 63 letters, digits, '-', '_' and '.' that starts and ends
+/// alphanumeric).
+pub fn is_prefixed_qualified_name(s: &str) -> bool {
+    let Some((prefix, name)) = s.split_once('/') else { return false };
+    let alnum = |b: Option<&u8>| b.is_some_and(u8::is_ascii_alphanumeric);
+    is_dns_subdomain(prefix)
+        && name.len() <= 63
+        && alnum(name.as_bytes().first())
+        && alnum(name.as_bytes().last())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
 /// FNV-1a, 64 bits: a short, stable digest for names too long to be read (and what KEP-5866's
@@ -44,6 +57,17 @@ pub fn check_peer_address(address: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finalizers_are_qualified_names_with_a_prefix() {
+        for good in ["example.com/cleanup", "a.b/c", "x/Y_z.1-2"] {
+            assert!(is_prefixed_qualified_name(good), "{good}");
+        }
+        let long = format!("example.com/{}", "n".repeat(64));
+        for bad in ["cleanup", "/cleanup", "example.com/", "Example.com/x", "a/-x", "a/x-", "a/b/c", long.as_str()] {
+            assert!(!is_prefixed_qualified_name(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn lease_names_are_dns_subdomains() {

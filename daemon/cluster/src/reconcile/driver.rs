@@ -1,7 +1,7 @@
 //! One queue's task: feeds the queue from its watches (the primary's keys, related objects mapped to
 //! theirs; a lease's own writes queue nothing), grants ready keys to the attached streams once the watch has
-//! caught up with the pod's writes, takes completions, times leases out, follows the election, and
-//! lingers after its last stream.
+//! caught up with the pod's writes, takes completions, times leases out, follows the election, keeps the
+//! queue's finalizer on its primaries, and lingers after its last stream.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap, HashSet},
@@ -12,11 +12,14 @@ use std::{
 use consistd_core::report::QueueReport;
 use consistd_observe::metrics::QueueMetrics;
 use futures::{
-    StreamExt,
+    FutureExt as _, StreamExt,
     future::BoxFuture,
-    stream::{BoxStream, SelectAll},
+    stream::{BoxStream, FuturesUnordered, SelectAll},
 };
-use tokio::{sync::mpsc, time::Instant};
+use tokio::{
+    sync::{mpsc, oneshot},
+    time::Instant,
+};
 use tokio_util::sync::CancellationToken;
 
 use super::{
@@ -24,6 +27,7 @@ use super::{
     authority::{Authority, May},
     durable::{Timer, TimerKind},
     filter::ChangeFilter,
+    finalizer::{self, Step},
     gate::{Gate, Verdict},
     keys::{MapsBy, PrimaryKind, primary_of},
     own::{OwnWrites, WriteResult, version_of},
@@ -31,6 +35,7 @@ use super::{
     ring::ShardBy,
     shards::Handoff,
 };
+use crate::objects::{DEFAULT_FIELD_MANAGER, ObjectRef, PatchKind};
 use crate::watch::{
     ResourceError, Subscription,
     budget::Exhausted,
@@ -122,6 +127,39 @@ struct Lease {
     granted: Instant,
     /// The resourceVersion of the object handed out, for a timer the pass's end keeps.
     version: Option<String>,
+    /// The uid of the object handed out (empty: none): a finalizer is removed from that object only.
+    uid: String,
+    /// A finalize pass: DONE removes the queue's finalizer first.
+    finalizing: bool,
+    /// Its item, while the finalizer is being added before it is handed out.
+    adding: Option<Work>,
+    /// Whether its DONE waits for the finalizer's removal.
+    removing: bool,
+}
+
+/// A finalizer write the driver made for a lease, answered.
+struct Written {
+    lease_id: String,
+    /// The key, and the uid of the object written to.
+    key: ObjKey,
+    uid: String,
+    /// The removal a finalize pass's DONE waits for (the completion's answer and its priority); None: the
+    /// add before a first pass.
+    removal: Option<(Reply, i32)>,
+    answer: Answer,
+}
+
+/// Where a completion's answer goes.
+type Reply = oneshot::Sender<Result<(), ReconcileError>>;
+
+/// How a finalizer write went.
+enum Answer {
+    /// It landed: the object as it left it.
+    Wrote(Arc<Obj>),
+    /// A removal found the object gone: nothing is left to remove.
+    Gone,
+    /// It did not land, and why.
+    Failed(String),
 }
 
 /// A watch event of a leased key waiting for the lease to end (then one more pass, however many) or for
@@ -134,11 +172,13 @@ struct Deferred {
     at: (usize, Option<u64>),
 }
 
-/// The primary resource: what owner references name, and its plural for own-write locators.
+/// The primary resource: what owner references name, its plural for own-write locators, and how the queue's
+/// watches name it (for its own finalizer writes).
 #[derive(Debug, Clone)]
 struct Primary {
     kind: PrimaryKind,
     plural: String,
+    api: ResourceId,
 }
 
 /// A stream attached to the queue.
@@ -158,6 +198,7 @@ pub(super) struct Driver {
     /// Holds keys until the watches show the pod's writes.
     gate: Gate,
     primary_kind: PrimaryKind,
+    primary_api: ResourceId,
     watched: Vec<Watched>,
     events: Events,
     queue: Queue,
@@ -218,6 +259,11 @@ pub(super) struct Driver {
     restored: HashMap<ObjKey, u64>,
     /// Keys with a timer in the store, forgotten there once it no longer holds.
     stored: HashSet<ObjKey>,
+    /// The queue's finalizer writes in flight.
+    writes: FuturesUnordered<BoxFuture<'static, Written>>,
+    /// Keys whose finalizer this queue removed after their finalize pass, with the object's uid: that
+    /// object's later states and its deletion queue nothing.
+    finalized: HashMap<ObjKey, String>,
 }
 
 impl std::fmt::Debug for Driver {
@@ -244,6 +290,7 @@ impl Driver {
                 namespaced: resolved.namespaced,
             },
             plural: resolved.api.plural.clone(),
+            api: resolved.api.clone(),
         };
         if spec.shard_by == ShardBy::Namespace && !resolved.namespaced {
             return Err(ReconcileError::InvalidArgument {
@@ -298,7 +345,7 @@ impl Driver {
             watches.iter().map(|(watch, _)| watch.clone()).collect(),
             comparable,
             reconciler.hub.expectations().clone(),
-            primary.plural,
+            primary.plural.clone(),
         );
         let watched = watches
             .into_iter()
@@ -317,6 +364,7 @@ impl Driver {
             authority,
             gate,
             primary_kind: primary.kind,
+            primary_api: primary.api,
             watched,
             events,
             queue: Queue::new(spec.retry, now),
@@ -348,6 +396,8 @@ impl Driver {
             stored: kept.keys().cloned().collect(),
             kept,
             restored: HashMap::new(),
+            writes: FuturesUnordered::new(),
+            finalized: HashMap::new(),
             spec,
             reconciler,
         }
@@ -425,6 +475,7 @@ impl Driver {
                 () = self.authority.changed() => self.authority_changed(Instant::now()),
                 (share, answer) = resubscribed(&mut self.resharing) => self.reshared(share, answer, Instant::now()),
                 changed = changes.changed(), if holding => if changed.is_err() { break },
+                Some(written) = self.writes.next(), if !self.writes.is_empty() => self.written(written, Instant::now()),
                 () = sleep_until(wake) => {}
             }
             unreported = true;
@@ -463,7 +514,15 @@ impl Driver {
                 }
             }
             DriverCall::Complete { stream, lease_id, outcome, priority, reply } => {
-                let _ = reply.send(self.complete(stream, &lease_id, (outcome, priority), now));
+                match self.removal(stream, &lease_id, &outcome) {
+                    Ok(Some(patch)) => self.write_finalizer(&lease_id, patch, Some((reply, priority))),
+                    Ok(None) => {
+                        let _ = reply.send(self.complete(stream, &lease_id, (outcome, priority), now));
+                    }
+                    Err(refused) => {
+                        let _ = reply.send(Err(refused));
+                    }
+                }
             }
             DriverCall::Wrote { lease_id, resource, obj } => self.wrote(&lease_id, &resource, &obj, now),
             DriverCall::Held { lease_id, reply } => {
@@ -597,13 +656,25 @@ impl Driver {
             (false, Origin::Live) => w.taken_in = w.taken_in.max(version),
         }
         let Some(maps_by) = &w.maps_by else {
-            // The primary itself.
+            // The primary itself; once this queue removed its finalizer, nothing of that object queues.
+            let finalized = self.finalized.get(&key).map(|uid| uid == obj.uid());
             if deleted {
                 w.known.remove(&key);
+                if finalized == Some(true) {
+                    self.forget_finalized(&key);
+                    return;
+                }
                 self.tombstones.insert(key.clone(), obj.clone());
             } else {
                 let before = w.known.insert(key.clone(), (obj.clone(), Some(key.clone())));
                 self.tombstones.remove(&key);
+                match finalized {
+                    Some(true) => return,
+                    Some(false) => {
+                        self.finalized.remove(&key);
+                    }
+                    None => {}
+                }
                 if filtered_out(filter, before.as_ref().map(|(o, _)| o), obj) {
                     tracing::trace!(queue = %self.spec.name, namespace = %key.namespace, name = %key.name, resource_version = obj.resource_version(), "a change the queue's filter passes over");
                     return;
@@ -1012,7 +1083,9 @@ impl Driver {
             .or_else(|| self.streams.range(..=self.last_stream).find_map(has_room))
     }
 
-    /// Leases `key` to the next stream with room.
+    /// Leases `key` to the next stream with room. Under a finalizer, an object that lacks it is handed out
+    /// once the finalizer is added (the lease holds the key meanwhile), and one being deleted past its
+    /// finalize pass, or gone after it, is not handed out.
     fn grant(&mut self, key: &ObjKey, timed_out: bool, term: u64, now: Instant) {
         let Some(stream) = self.free_stream() else {
             self.queue.unpop(key);
@@ -1027,11 +1100,32 @@ impl Driver {
                 None => (None, false),
             },
         };
+        let step = match (&self.spec.finalizer, &object) {
+            (Some(finalizer), Some(obj)) if !deleted => finalizer::step(obj, finalizer),
+            _ => Step::Pass,
+        };
+        // Gone after its finalize pass removed the finalizer (its deletion may have come before the removal's
+        // answer, while the lease was out).
+        let gone_after_finalize = match &object {
+            None => self.finalized.contains_key(key),
+            Some(last) => deleted && self.finalized.get(key).is_some_and(|uid| uid == last.uid()),
+        };
+        if step == Step::Skip || gone_after_finalize {
+            tracing::debug!(queue = %self.spec.name, namespace = %key.namespace, name = %key.name, "nothing handed out: the object is being deleted past its finalize pass, or gone after it");
+            self.queue.complete(key, Completion::Done, 0, now);
+            if gone_after_finalize {
+                self.tombstones.remove(key);
+                self.forget_finalized(key);
+            }
+            return;
+        }
         let lease_id = format!("{}.{stream}.{}", self.spec.name, self.next_lease);
         self.next_lease += 1;
         let expires = now + self.spec.lease_timeout;
         let absent = object.is_none();
         let version = object.as_ref().filter(|_| !deleted).map(|o| o.resource_version().to_owned());
+        let uid = object.as_ref().map(|o| o.uid().to_owned()).unwrap_or_default();
+        let finalizing = step == Step::Finalize;
         let work = Work {
             lease_id: lease_id.clone(),
             key: key.clone(),
@@ -1042,13 +1136,21 @@ impl Driver {
             term,
             expires_at: SystemTime::now() + self.spec.lease_timeout,
             last_error: granted.last_error,
+            finalizing,
         };
         let Some(slot) = self.streams.get_mut(&stream) else { return };
-        if slot.items.send(Ok(work)).is_err() {
-            // The stream is going; its Detach follows. The key goes back at once.
-            self.queue.release(key, now);
-            return;
-        }
+        let (adding, add) = match step {
+            // Handed out once the finalizer is on the object.
+            Step::Add(patch) => (Some(work), Some(patch)),
+            _ => {
+                if slot.items.send(Ok(work)).is_err() {
+                    // The stream is going; its Detach follows. The key goes back at once.
+                    self.queue.release(key, now);
+                    return;
+                }
+                (None, None)
+            }
+        };
         slot.held += 1;
         self.last_stream = stream;
         if timed_out {
@@ -1058,10 +1160,186 @@ impl Driver {
         self.expiries.insert((expires, lease_id.clone()));
         // The pass a kept timer stood for is out: its end keeps what follows it.
         self.forget_timer(key);
-        self.leases.insert(
-            lease_id,
-            Lease { key: key.clone(), stream, deleted, absent, term, expires, granted: now, version },
+        let lease = Lease {
+            key: key.clone(),
+            stream,
+            deleted,
+            absent,
+            term,
+            expires,
+            granted: now,
+            version,
+            uid,
+            finalizing,
+            adding,
+            removing: false,
+        };
+        self.leases.insert(lease_id.clone(), lease);
+        if let Some(patch) = add {
+            self.write_finalizer(&lease_id, patch, None);
+        }
+    }
+
+    /// Sends the queue's finalizer `patch` for the key of `lease_id`, with the lease's claim as a write the
+    /// app made for the lease would carry; the answer comes back to [`Self::written`], with `removal` (a
+    /// finalize pass's DONE waiting for it).
+    fn write_finalizer(&mut self, lease_id: &str, patch: serde_json::Value, removal: Option<(Reply, i32)>) {
+        let Some(lease) = self.leases.get(lease_id) else { return };
+        let (key, uid) = (lease.key.clone(), lease.uid.clone());
+        let target = ObjectRef {
+            resource: self.spec.primary.resource.clone(),
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+            subresource: String::new(),
+        };
+        let reconciler = self.reconciler.clone();
+        let lease_id = lease_id.to_owned();
+        let removes = removal.is_some();
+        self.writes.push(
+            async move {
+                let answer = match reconciler.lease_claim(&lease_id).await {
+                    Err(refused) => Answer::Failed(consistd_core::error::chain(&refused)),
+                    Ok(leased) => {
+                        let claim = leased.claim.as_ref();
+                        let patched = reconciler.objects.patch(
+                            &target,
+                            PatchKind::Json,
+                            patch,
+                            DEFAULT_FIELD_MANAGER,
+                            claim,
+                            true,
+                        );
+                        match patched.await {
+                            Ok(updated) => Answer::Wrote(updated.object),
+                            Err(e) if removes && e.is_not_found() => Answer::Gone,
+                            Err(e) => Answer::Failed(consistd_core::error::chain(&e)),
+                        }
+                    }
+                };
+                Written { lease_id, key, uid, removal, answer }
+            }
+            .boxed(),
         );
+    }
+
+    /// A finalizer write of the queue was answered.
+    fn written(&mut self, w: Written, now: Instant) {
+        match w.removal {
+            None => self.added(&w.lease_id, w.answer, now),
+            Some((reply, priority)) => {
+                let done = self.removed(&w.lease_id, (&w.key, &w.uid), w.answer, priority, now);
+                let _ = reply.send(done);
+            }
+        }
+    }
+
+    /// The finalizer was added (or not) before `lease_id`'s pass: its item goes out with the object as the
+    /// write left it; a write that did not land is a RETRY of the key, its error the next item's
+    /// `last_error`.
+    fn added(&mut self, lease_id: &str, answer: Answer, now: Instant) {
+        let Some(lease) = self.leases.get_mut(lease_id) else { return };
+        let Some(mut work) = lease.adding.take() else { return };
+        let stream = lease.stream;
+        let obj = match answer {
+            Answer::Wrote(obj) => obj,
+            Answer::Gone | Answer::Failed(_) => {
+                let why = match answer {
+                    Answer::Failed(why) => why,
+                    _ => "the object is gone".to_owned(),
+                };
+                let error =
+                    format!("adding the finalizer {}: {why}", self.spec.finalizer.as_deref().unwrap_or_default());
+                tracing::warn!(queue = %self.spec.name, namespace = %work.key.namespace, name = %work.key.name, error = %error, "finalizer not added: the key is retried");
+                let _ = self.complete(stream, lease_id, (Completion::Retry(error), 0), now);
+                return;
+            }
+        };
+        lease.version = Some(obj.resource_version().to_owned());
+        work.object = Some(obj.clone());
+        let api = self.primary_api.clone();
+        self.wrote(lease_id, &api, &obj, now);
+        let sent = self.streams.get(&stream).is_some_and(|slot| slot.items.send(Ok(work)).is_ok());
+        if !sent {
+            self.release(lease_id, now, "its stream ended");
+        }
+    }
+
+    /// A DONE of a finalize pass whose object still carries the queue's finalizer: the patch that removes
+    /// it, the lease marked as waiting for it. None: the completion goes ahead at once (any other outcome
+    /// or pass, the object gone or without the finalizer, a lease this stream does not hold, which
+    /// [`Self::complete`] refuses).
+    fn removal(
+        &mut self,
+        stream: u64,
+        lease_id: &str,
+        outcome: &Completion,
+    ) -> Result<Option<serde_json::Value>, ReconcileError> {
+        let Some(finalizer) = self.spec.finalizer.as_deref() else { return Ok(None) };
+        if *outcome != Completion::Done {
+            return Ok(None);
+        }
+        let Some(lease) = self.leases.get_mut(lease_id).filter(|l| l.finalizing && l.stream == stream) else {
+            return Ok(None);
+        };
+        if lease.removing {
+            return Err(ReconcileError::FailedPrecondition {
+                field: "complete.lease_id".into(),
+                message: format!("lease {lease_id:?} is being completed already: its finalizer is being removed"),
+            });
+        }
+        let current = self.watched.first().and_then(|w| w.watch.get(&lease.key)).flatten();
+        // The object handed out; one created again under the name is not its to touch.
+        let patch = current.filter(|o| o.uid() == lease.uid).and_then(|o| finalizer::remove(&o, finalizer));
+        lease.removing = patch.is_some();
+        Ok(patch)
+    }
+
+    /// The finalizer's removal a finalize pass's DONE waited for was answered: removed (or the object gone),
+    /// the lease completes DONE and the object's later states queue nothing; not removed, the key is retried
+    /// (the finalize pass comes again), its error the next item's `last_error`.
+    fn removed(
+        &mut self,
+        lease_id: &str,
+        (key, uid): (&ObjKey, &str),
+        answer: Answer,
+        priority: i32,
+        now: Instant,
+    ) -> Result<(), ReconcileError> {
+        if !matches!(answer, Answer::Failed(_)) {
+            self.finalized.insert(key.clone(), uid.to_owned());
+        }
+        let Some(lease) = self.leases.get(lease_id) else {
+            return Err(ReconcileError::FailedPrecondition {
+                field: "complete.lease_id".into(),
+                message: format!(
+                    "lease {lease_id:?} went back to the queue (it timed out, or its term ended) while its finalizer was being removed"
+                ),
+            });
+        };
+        let stream = lease.stream;
+        let outcome = match answer {
+            Answer::Wrote(obj) => {
+                let api = self.primary_api.clone();
+                self.wrote(lease_id, &api, &obj, now);
+                Completion::Done
+            }
+            Answer::Gone => Completion::Done,
+            Answer::Failed(why) => {
+                let error =
+                    format!("removing the finalizer {}: {why}", self.spec.finalizer.as_deref().unwrap_or_default());
+                tracing::warn!(queue = %self.spec.name, namespace = %key.namespace, name = %key.name, error = %error, "finalizer not removed: the finalize pass is retried");
+                Completion::Retry(error)
+            }
+        };
+        self.complete(stream, lease_id, (outcome, priority), now)
+    }
+
+    /// Forgets that `key`'s finalizer was removed, once the key is no longer queued.
+    fn forget_finalized(&mut self, key: &ObjKey) {
+        self.queue.forget(key);
+        if !self.queue.holds(key) {
+            self.finalized.remove(key);
+        }
     }
 
     /// A stream completes a lease.
@@ -1315,11 +1593,21 @@ mod tests {
             let config = consistd_core::config::WatchConfig::default();
             let hub = Hub::new(client.clone(), config, u64::MAX, metrics.clone(), &tasks);
             let leadership =
-                Leadership::new(client, hub.clone(), "me".into(), "ns".into(), None, metrics.clone(), &tasks);
+                Leadership::new(client.clone(), hub.clone(), "me".into(), "ns".into(), None, metrics.clone(), &tasks);
             let linger = Duration::from_secs(5);
             let timing = (Live::fixed(TIMEOUT), Live::fixed(Duration::from_secs(30)));
-            let reconciler =
-                Reconciler::new(hub.clone(), leadership.clone(), metrics.clone(), timing, linger, timers, &tasks);
+            let fencing =
+                crate::fencing::Fencing::new(client.clone(), Live::fixed(Default::default()), metrics.clone());
+            let objects = crate::objects::Objects::new(client.clone(), hub.clone(), Live::fixed(TIMEOUT), fencing);
+            let reconciler = Reconciler::new(
+                (hub.clone(), objects),
+                leadership.clone(),
+                metrics.clone(),
+                timing,
+                linger,
+                timers,
+                &tasks,
+            );
             let expectations = hub.expectations().clone();
             let watch = |label_selector: &str| {
                 let key = WatchKey {
@@ -1355,10 +1643,12 @@ mod tests {
                 election: None,
                 sharded: false,
                 shard_by: ShardBy::Key,
+                finalizer: None,
             };
             let kind = Primary {
                 kind: PrimaryKind { group: String::new(), kind: "ConfigMap".into(), namespaced: true },
                 plural: "configmaps".into(),
+                api: configmaps(),
             };
             let watches = vec![(primary.clone(), None), (related.clone(), Some(MapsBy::Label("owner".into())))];
             let authority = sharded.unwrap_or_else(|| Authority::follow(&leadership, None));

@@ -307,6 +307,11 @@ impl Queue {
         Some(key)
     }
 
+    /// Whether `key` is known: queued, waiting, leased, or idle after a pass.
+    pub(crate) fn holds(&self, key: &ObjKey) -> bool {
+        self.keys.contains_key(key)
+    }
+
     /// Whether `key` is leased out.
     pub(crate) fn is_leased(&self, key: &ObjKey) -> bool {
         self.keys.get(key).is_some_and(|s| s.place == Place::Leased)

@@ -150,7 +150,23 @@ impl ReconcileApi {
                 format!("{:?} is not a DNS label (lowercase letters, digits and '-', at most 63)", s.name),
             ));
         }
-        let primary = query("spec.primary", s.primary)?;
+        let mut primary = query("spec.primary", s.primary)?;
+        let finalizer = match s.finalizer {
+            f if f.is_empty() => None,
+            f if names::is_prefixed_qualified_name(&f) => Some(f),
+            f => {
+                return Err(status::invalid_argument(
+                    "spec.finalizer",
+                    format!(
+                        "{f:?} is not a finalizer name: a DNS subdomain prefix, '/', and a name of at most 63 letters, digits, '-', '_' and '.' (\"example.com/cleanup\")"
+                    ),
+                ));
+            }
+        };
+        if finalizer.is_some() {
+            // The queue reads the primary's finalizers to know which pass an object calls for.
+            primary.view.keep(&["metadata".to_owned(), "finalizers".to_owned()]);
+        }
         let related = s
             .related
             .into_iter()
@@ -219,8 +235,17 @@ impl ReconcileApi {
             }
             Ok(pb::ShardBy::Namespace) => ShardBy::Namespace,
         };
-        let spec =
-            QueueSpec { name: s.name, primary, related, retry, lease_timeout, election, sharded: s.sharded, shard_by };
+        let spec = QueueSpec {
+            name: s.name,
+            primary,
+            related,
+            retry,
+            lease_timeout,
+            election,
+            sharded: s.sharded,
+            shard_by,
+            finalizer,
+        };
         Ok((spec, usize::try_from(s.max_leases).unwrap_or(usize::MAX)))
     }
 }
@@ -360,6 +385,7 @@ fn work_item(w: Work) -> pb::WorkItem {
         term: w.term,
         expires_at: Some(w.expires_at.into()),
         last_error: w.last_error.unwrap_or_default(),
+        finalizing: w.finalizing,
     }
 }
 
