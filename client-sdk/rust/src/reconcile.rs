@@ -184,6 +184,15 @@ impl ReconcileSpec {
         self
     }
 
+    /// A finalizer the daemon keeps on every primary (a prefixed name, "example.com/cleanup"), as
+    /// controller-runtime's `controllerutil` and kube-rs's `finalizer()` do: it is added before an object's
+    /// first pass, a deleted object is handed out as a finalize pass ([`WorkItem::finalizing`]), and
+    /// [`Action::done`] on that pass removes it (any other end keeps it). A deposed leader's removal is refused.
+    pub fn finalizer(mut self, finalizer: impl Into<String>) -> Self {
+        self.spec.finalizer = finalizer.into();
+        self
+    }
+
     /// The queue's name.
     pub fn name(&self) -> &str {
         &self.spec.name
@@ -336,6 +345,9 @@ pub struct WorkItem {
     pub object: Option<KubeObject>,
     /// The primary was deleted: `object` is its last known state. Handed out once.
     pub deleted: bool,
+    /// A finalize pass: the primary is being deleted and still carries the spec's
+    /// [finalizer](ReconcileSpec::finalizer); clean up and return [`Action::done`] to remove it.
+    pub finalizing: bool,
     /// CONSISTENT: the state is at least as new as every write this pod made to it and, naming a lease
     /// of this key, to its related objects. TIMED_OUT: a write was not seen in time and this is the
     /// latest state known.
@@ -374,6 +386,7 @@ impl WorkItem {
             name: item.name,
             object: item.object,
             deleted: item.deleted,
+            finalizing: item.finalizing,
             consistency,
             attempt: item.attempt,
             term: item.term,
@@ -981,6 +994,17 @@ mod tests {
         assert_eq!(retry.base_delay, Some(prost_types::Duration { seconds: 0, nanos: 200_000_000 }));
         assert_eq!(proto.election.map(|e| e.election), Some("leader".into()));
         assert!(!proto.sharded, "not sharded unless asked");
+        assert_eq!(proto.finalizer, "", "no finalizer unless asked");
+    }
+
+    #[tokio::test]
+    async fn a_finalizer_goes_on_the_spec_and_a_finalize_pass_shows_on_its_item() {
+        let proto = QueueSpec::from(ReconcileSpec::new("web", "configmaps").finalizer("example.com/cleanup"));
+        assert_eq!(proto.finalizer, "example.com/cleanup");
+        let objects = crate::Client::new("/nonexistent/consistd.sock").objects();
+        let finalize = crate::proto::WorkItem { finalizing: true, ..Default::default() };
+        assert!(WorkItem::from_proto(finalize, None, &objects).finalizing);
+        assert!(!WorkItem::from_proto(crate::proto::WorkItem::default(), None, &objects).finalizing);
     }
 
     #[test]

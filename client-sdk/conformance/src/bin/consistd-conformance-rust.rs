@@ -299,6 +299,9 @@ impl Agent {
                 }
             }
         }
+        if let Some(finalizer) = c.get("finalizer").and_then(Value::as_str).filter(|f| !f.is_empty()) {
+            spec = spec.finalizer(finalizer);
+        }
         let agent = self.clone();
         let handler = move |item: WorkItem| {
             let (agent, stream) = (agent.clone(), stream.clone());
@@ -320,7 +323,7 @@ impl Agent {
         let key = (stream.to_owned(), item.name.clone());
         self.handlers.lock().unwrap_or_else(PoisonError::into_inner).insert(key, told);
         let line = json!({ "namespace": item.namespace, "name": item.name, "term": item.term,
-            "attempt": item.attempt, "leaseId": item.lease_id });
+            "attempt": item.attempt, "leaseId": item.lease_id, "finalizing": item.finalizing });
         self.print(json!({ "stream": stream, "item": line })).await;
         let Ok(handle) = handle.await else { return Err(ReconcileError::retry("the agent stopped")) };
         let written = match handle.patch {
