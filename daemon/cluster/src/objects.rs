@@ -4,6 +4,7 @@
 //! token, and each records an own-write expectation; an update or patch the cache shows would change
 //! nothing is answered from it instead.
 
+pub mod condition;
 mod unchanged;
 
 use std::{sync::Arc, time::Duration};
@@ -448,6 +449,36 @@ impl Objects {
             self.stamped.record(&stamp_key(&r, t), claim);
         }
         Ok(Updated { object: self.written(&r, raw), fenced: by, unchanged: false })
+    }
+
+    /// Sets `c` in the status.conditions of the object `t` names (its subresource is taken as "status"), as
+    /// `meta.SetStatusCondition` does: read with the pod's own writes in it, nothing is written when the
+    /// object has the condition already (the answer is `unchanged`, the object as read); else the condition
+    /// alone is applied to the status subresource under the field manager "<field_manager>/<type>", its
+    /// lastTransitionTime kept while its status stays. Also returns the condition's lastTransitionTime.
+    pub async fn set_condition(
+        &self,
+        t: &ObjectRef,
+        c: &condition::Condition,
+        field_manager: &str,
+        claim: Option<&Claim>,
+    ) -> Result<(Updated, String), ObjectsError> {
+        let object = ObjectRef { subresource: String::new(), ..t.clone() };
+        let (current, _) = self.get(&object, true).await?;
+        let json: serde_json::Value = serde_json::from_slice(current.json()).unwrap_or_default();
+        let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+        match condition::plan(&json, c, &now) {
+            condition::Plan::Unchanged { last_transition_time } => {
+                Ok((Updated { object: current, fenced: None, unchanged: true }, last_transition_time))
+            }
+            condition::Plan::Apply { body, last_transition_time } => {
+                let status = ObjectRef { subresource: "status".into(), ..object };
+                let manager = format!("{}/{}", manager(field_manager), c.kind);
+                let kind = PatchKind::Apply { force: true };
+                let updated = self.patch(&status, kind, body, &manager, claim, true).await?;
+                Ok((updated, last_transition_time))
+            }
+        }
     }
 
     /// Deletes an object; returns its last state when the apiserver returns one (it may be kept by

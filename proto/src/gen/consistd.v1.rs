@@ -850,6 +850,75 @@ pub struct DeleteResponse {
     #[prost(enumeration = "Fence", tag = "2")]
     pub fence: i32,
 }
+/// One condition, as metav1.Condition has it; lastTransitionTime is the daemon's to set.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct Condition {
+    /// The condition's type, e.g. "Ready" (metav1.Condition's rules: a name of at most 316 characters, with an
+    /// optional DNS subdomain prefix and '/').
+    #[prost(string, tag = "1")]
+    pub r#type: ::prost::alloc::string::String,
+    /// UNSPECIFIED is refused.
+    #[prost(enumeration = "ConditionStatus", tag = "2")]
+    pub status: i32,
+    /// Why, in CamelCase (a letter, then letters, digits, '\_', ',' and ':'; at most 1024 characters).
+    #[prost(string, tag = "3")]
+    pub reason: ::prost::alloc::string::String,
+    /// For humans; at most 32768 bytes.
+    #[prost(string, tag = "4")]
+    pub message: ::prost::alloc::string::String,
+    /// The metadata.generation the condition was judged on (a work item's object's); 0: the generation of the
+    /// object as the daemon reads it.
+    #[prost(int64, tag = "5")]
+    pub observed_generation: i64,
+}
+/// SetConditionRequest: the daemon reads the object (from a covering watch's cache with the pod's own writes
+/// in it, else from the apiserver) and compares the condition of that type there. The same status, reason,
+/// message and observed generation: nothing is written (`changed` false). Otherwise it applies
+/// {apiVersion, kind, metadata.name/namespace, status.conditions: \[the condition\]} to the status subresource
+/// with server-side apply (force), lastTransitionTime kept from the condition there when its status is the
+/// same, else now. Each condition type is applied under a field manager of its own,
+/// "\<field_manager>/<type>", so setting one condition never drops another: status.conditions must be a list
+/// map keyed by type (`x-kubernetes-list-type: map`, `x-kubernetes-list-map-keys: \[type\]`, as Go's
+/// \[\]metav1.Condition with `+listType=map` and `+listMapKey=type` generates); on an atomic list the write
+/// replaces every other condition. A resource without a status subresource answers NOT_FOUND.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct SetConditionRequest {
+    #[prost(string, tag = "1")]
+    pub resource: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub namespace: ::prost::alloc::string::String,
+    #[prost(string, tag = "3")]
+    pub name: ::prost::alloc::string::String,
+    #[prost(message, optional, tag = "4")]
+    pub condition: ::core::option::Option<Condition>,
+    /// The field manager's prefix; default "consistd".
+    #[prost(string, tag = "5")]
+    pub field_manager: ::prost::alloc::string::String,
+    #[prost(message, optional, tag = "6")]
+    pub guard: ::core::option::Option<WriteGuard>,
+    /// As PatchRequest.reconcile_lease: the write is made for this lease (and, in a queue that follows an
+    /// election, guarded by its term).
+    #[prost(string, tag = "7")]
+    pub reconcile_lease: ::prost::alloc::string::String,
+}
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct SetConditionResponse {
+    /// The object as the write left it, or as read when nothing was written.
+    #[prost(message, optional, tag = "1")]
+    pub object: ::core::option::Option<KubeObject>,
+    /// Whether a write was sent.
+    #[prost(bool, tag = "2")]
+    pub changed: bool,
+    /// The condition's lastTransitionTime (RFC 3339) as written, or as it was when nothing was written.
+    #[prost(string, tag = "3")]
+    pub last_transition_time: ::prost::alloc::string::String,
+    /// Which fence the write's guard went out with; UNSPECIFIED for a write without a guard or none sent.
+    #[prost(enumeration = "Fence", tag = "4")]
+    pub fence: i32,
+}
 /// Where a read was answered from.
 #[allow(clippy::all)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
@@ -955,6 +1024,43 @@ impl PropagationPolicy {
             "PROPAGATION_POLICY_ORPHAN" => Some(Self::Orphan),
             "PROPAGATION_POLICY_BACKGROUND" => Some(Self::Background),
             "PROPAGATION_POLICY_FOREGROUND" => Some(Self::Foreground),
+            _ => None,
+        }
+    }
+}
+/// A condition's status, as metav1.Condition spells it.
+#[allow(clippy::all)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum ConditionStatus {
+    Unspecified = 0,
+    /// "True".
+    True = 1,
+    /// "False".
+    False = 2,
+    /// "Unknown".
+    Unknown = 3,
+}
+impl ConditionStatus {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::Unspecified => "CONDITION_STATUS_UNSPECIFIED",
+            Self::True => "CONDITION_STATUS_TRUE",
+            Self::False => "CONDITION_STATUS_FALSE",
+            Self::Unknown => "CONDITION_STATUS_UNKNOWN",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "CONDITION_STATUS_UNSPECIFIED" => Some(Self::Unspecified),
+            "CONDITION_STATUS_TRUE" => Some(Self::True),
+            "CONDITION_STATUS_FALSE" => Some(Self::False),
+            "CONDITION_STATUS_UNKNOWN" => Some(Self::Unknown),
             _ => None,
         }
     }
@@ -1186,6 +1292,32 @@ pub mod objects_service_client {
                 .insert(GrpcMethod::new("consistd.v1.ObjectsService", "Delete"));
             self.inner.unary(req, path, codec).await
         }
+        /// Set one condition of an object's status.conditions, as apimachinery's meta.SetStatusCondition does, and
+        /// write it through the status subresource with server-side apply: see SetConditionRequest.
+        pub async fn set_condition(
+            &mut self,
+            request: impl tonic::IntoRequest<super::SetConditionRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::SetConditionResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/consistd.v1.ObjectsService/SetCondition",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("consistd.v1.ObjectsService", "SetCondition"));
+            self.inner.unary(req, path, codec).await
+        }
     }
 }
 /// Generated server implementations.
@@ -1231,6 +1363,15 @@ pub mod objects_service_server {
             &self,
             request: tonic::Request<super::DeleteRequest>,
         ) -> std::result::Result<tonic::Response<super::DeleteResponse>, tonic::Status>;
+        /// Set one condition of an object's status.conditions, as apimachinery's meta.SetStatusCondition does, and
+        /// write it through the status subresource with server-side apply: see SetConditionRequest.
+        async fn set_condition(
+            &self,
+            request: tonic::Request<super::SetConditionRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::SetConditionResponse>,
+            tonic::Status,
+        >;
     }
     /// ObjectsService reads and writes Kubernetes objects. Reads are served from the watch hub's cache when a
     /// watch covers the query; every write records an expectation so CONSISTENT subscribers see the pod's own
@@ -1564,6 +1705,51 @@ pub mod objects_service_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = DeleteSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/consistd.v1.ObjectsService/SetCondition" => {
+                    #[allow(non_camel_case_types)]
+                    struct SetConditionSvc<T: ObjectsService>(pub Arc<T>);
+                    impl<
+                        T: ObjectsService,
+                    > tonic::server::UnaryService<super::SetConditionRequest>
+                    for SetConditionSvc<T> {
+                        type Response = super::SetConditionResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::SetConditionRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as ObjectsService>::set_condition(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = SetConditionSvc(inner);
                         let codec = tonic_prost::ProstCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(

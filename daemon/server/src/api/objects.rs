@@ -5,7 +5,10 @@ use std::sync::Arc;
 use consistd_cluster::{
     fencing::{Claim, FencedBy},
     leadership::Leadership,
-    objects::{ObjectRef, Objects, PatchKind, Source},
+    objects::{
+        ObjectRef, Objects, PatchKind, Source,
+        condition::{self, Condition},
+    },
     reconcile::Reconciler,
     watch::object::Obj,
 };
@@ -222,6 +225,74 @@ impl ObjectsService for ObjectsApi {
         }
         Ok(Response::new(pb::DeleteResponse { object: obj.map(Obj::into_proto), fence: fence_of(fenced).into() }))
     }
+
+    async fn set_condition(&self, request: Request<pb::SetConditionRequest>) -> Answer<pb::SetConditionResponse> {
+        let caller = Caller::from_request(&request);
+        let r = request.into_inner();
+        let target = target(&r.resource, &r.namespace, Some(&r.name), "status")?;
+        self.allowed(&caller, "patch", &target).await?;
+        let wanted = condition(r.condition)?;
+        let fence = self.claim(r.guard.as_ref(), &r.reconcile_lease).await?;
+        let (set, last_transition_time) = self
+            .objects
+            .set_condition(&target, &wanted, &r.field_manager, fence.as_ref())
+            .await
+            .map_err(status::objects_error)?;
+        if !set.unchanged {
+            self.made_for(&r.reconcile_lease, &target, &set.object).await;
+        }
+        Ok(Response::new(pb::SetConditionResponse {
+            object: Some(set.object.into_proto()),
+            changed: !set.unchanged,
+            last_transition_time,
+            fence: fence_of(set.fenced).into(),
+        }))
+    }
+}
+
+/// Checks a SetCondition's condition, naming the field that is wrong.
+fn condition(c: Option<pb::Condition>) -> Result<Condition, Status> {
+    let c = c.ok_or_else(|| status::invalid_argument("condition", "must be set"))?;
+    if !condition::is_condition_type(&c.r#type) {
+        return Err(status::invalid_argument(
+            "condition.type",
+            format!(
+                "{:?} is not a condition type: an optional DNS subdomain and '/', then at most 316 letters, digits, '-', '_' and '.' that start and end alphanumeric (\"Ready\")",
+                c.r#type
+            ),
+        ));
+    }
+    let status = match pb::ConditionStatus::try_from(c.status) {
+        Ok(pb::ConditionStatus::True) => "True",
+        Ok(pb::ConditionStatus::False) => "False",
+        Ok(pb::ConditionStatus::Unknown) => "Unknown",
+        Ok(pb::ConditionStatus::Unspecified) => {
+            return Err(status::invalid_argument("condition.status", "must be TRUE, FALSE or UNKNOWN"));
+        }
+        Err(_) => return Err(status::invalid_argument("condition.status", format!("unknown value {}", c.status))),
+    };
+    if !condition::is_condition_reason(&c.reason) {
+        return Err(status::invalid_argument(
+            "condition.reason",
+            format!(
+                "{:?} is not a condition reason: CamelCase, a letter then letters, digits, '_', ',' or ':', at most 1024 (\"Available\")",
+                c.reason
+            ),
+        ));
+    }
+    if c.message.len() > 32_768 {
+        return Err(status::invalid_argument("condition.message", "at most 32768 bytes"));
+    }
+    if c.observed_generation < 0 {
+        return Err(status::invalid_argument("condition.observed_generation", "must not be negative"));
+    }
+    Ok(Condition {
+        kind: c.r#type,
+        status,
+        reason: c.reason,
+        message: c.message,
+        observed_generation: c.observed_generation,
+    })
 }
 
 /// A write's answer says which fence its guard went out with.

@@ -187,6 +187,62 @@ func (PropagationPolicy) EnumDescriptor() ([]byte, []int) {
 	return file_consistd_v1_objects_proto_rawDescGZIP(), []int{2}
 }
 
+// A condition's status, as metav1.Condition spells it.
+type ConditionStatus int32
+
+const (
+	ConditionStatus_CONDITION_STATUS_UNSPECIFIED ConditionStatus = 0
+	// "True".
+	ConditionStatus_CONDITION_STATUS_TRUE ConditionStatus = 1
+	// "False".
+	ConditionStatus_CONDITION_STATUS_FALSE ConditionStatus = 2
+	// "Unknown".
+	ConditionStatus_CONDITION_STATUS_UNKNOWN ConditionStatus = 3
+)
+
+// Enum value maps for ConditionStatus.
+var (
+	ConditionStatus_name = map[int32]string{
+		0: "CONDITION_STATUS_UNSPECIFIED",
+		1: "CONDITION_STATUS_TRUE",
+		2: "CONDITION_STATUS_FALSE",
+		3: "CONDITION_STATUS_UNKNOWN",
+	}
+	ConditionStatus_value = map[string]int32{
+		"CONDITION_STATUS_UNSPECIFIED": 0,
+		"CONDITION_STATUS_TRUE":        1,
+		"CONDITION_STATUS_FALSE":       2,
+		"CONDITION_STATUS_UNKNOWN":     3,
+	}
+)
+
+func (x ConditionStatus) Enum() *ConditionStatus {
+	p := new(ConditionStatus)
+	*p = x
+	return p
+}
+
+func (x ConditionStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ConditionStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_consistd_v1_objects_proto_enumTypes[3].Descriptor()
+}
+
+func (ConditionStatus) Type() protoreflect.EnumType {
+	return &file_consistd_v1_objects_proto_enumTypes[3]
+}
+
+func (x ConditionStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ConditionStatus.Descriptor instead.
+func (ConditionStatus) EnumDescriptor() ([]byte, []int) {
+	return file_consistd_v1_objects_proto_rawDescGZIP(), []int{3}
+}
+
 // GetRequest names one object.
 type GetRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1160,6 +1216,267 @@ func (x *DeleteResponse) GetFence() Fence {
 	return Fence_FENCE_UNSPECIFIED
 }
 
+// One condition, as metav1.Condition has it; lastTransitionTime is the daemon's to set.
+type Condition struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The condition's type, e.g. "Ready" (metav1.Condition's rules: a name of at most 316 characters, with an
+	// optional DNS subdomain prefix and '/').
+	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	// UNSPECIFIED is refused.
+	Status ConditionStatus `protobuf:"varint,2,opt,name=status,proto3,enum=consistd.v1.ConditionStatus" json:"status,omitempty"`
+	// Why, in CamelCase (a letter, then letters, digits, '_', ',' and ':'; at most 1024 characters).
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// For humans; at most 32768 bytes.
+	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// The metadata.generation the condition was judged on (a work item's object's); 0: the generation of the
+	// object as the daemon reads it.
+	ObservedGeneration int64 `protobuf:"varint,5,opt,name=observed_generation,json=observedGeneration,proto3" json:"observed_generation,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *Condition) Reset() {
+	*x = Condition{}
+	mi := &file_consistd_v1_objects_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Condition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Condition) ProtoMessage() {}
+
+func (x *Condition) ProtoReflect() protoreflect.Message {
+	mi := &file_consistd_v1_objects_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Condition.ProtoReflect.Descriptor instead.
+func (*Condition) Descriptor() ([]byte, []int) {
+	return file_consistd_v1_objects_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Condition) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *Condition) GetStatus() ConditionStatus {
+	if x != nil {
+		return x.Status
+	}
+	return ConditionStatus_CONDITION_STATUS_UNSPECIFIED
+}
+
+func (x *Condition) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Condition) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *Condition) GetObservedGeneration() int64 {
+	if x != nil {
+		return x.ObservedGeneration
+	}
+	return 0
+}
+
+// SetConditionRequest: the daemon reads the object (from a covering watch's cache with the pod's own writes
+// in it, else from the apiserver) and compares the condition of that type there. The same status, reason,
+// message and observed generation: nothing is written (`changed` false). Otherwise it applies
+// {apiVersion, kind, metadata.name/namespace, status.conditions: [the condition]} to the status subresource
+// with server-side apply (force), lastTransitionTime kept from the condition there when its status is the
+// same, else now. Each condition type is applied under a field manager of its own,
+// "<field_manager>/<type>", so setting one condition never drops another: status.conditions must be a list
+// map keyed by type (`x-kubernetes-list-type: map`, `x-kubernetes-list-map-keys: [type]`, as Go's
+// []metav1.Condition with `+listType=map` and `+listMapKey=type` generates); on an atomic list the write
+// replaces every other condition. A resource without a status subresource answers NOT_FOUND.
+type SetConditionRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Resource  string                 `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"`
+	Namespace string                 `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name      string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Condition *Condition             `protobuf:"bytes,4,opt,name=condition,proto3" json:"condition,omitempty"`
+	// The field manager's prefix; default "consistd".
+	FieldManager string      `protobuf:"bytes,5,opt,name=field_manager,json=fieldManager,proto3" json:"field_manager,omitempty"`
+	Guard        *WriteGuard `protobuf:"bytes,6,opt,name=guard,proto3" json:"guard,omitempty"`
+	// As PatchRequest.reconcile_lease: the write is made for this lease (and, in a queue that follows an
+	// election, guarded by its term).
+	ReconcileLease string `protobuf:"bytes,7,opt,name=reconcile_lease,json=reconcileLease,proto3" json:"reconcile_lease,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *SetConditionRequest) Reset() {
+	*x = SetConditionRequest{}
+	mi := &file_consistd_v1_objects_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetConditionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetConditionRequest) ProtoMessage() {}
+
+func (x *SetConditionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_consistd_v1_objects_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetConditionRequest.ProtoReflect.Descriptor instead.
+func (*SetConditionRequest) Descriptor() ([]byte, []int) {
+	return file_consistd_v1_objects_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SetConditionRequest) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *SetConditionRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *SetConditionRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetConditionRequest) GetCondition() *Condition {
+	if x != nil {
+		return x.Condition
+	}
+	return nil
+}
+
+func (x *SetConditionRequest) GetFieldManager() string {
+	if x != nil {
+		return x.FieldManager
+	}
+	return ""
+}
+
+func (x *SetConditionRequest) GetGuard() *WriteGuard {
+	if x != nil {
+		return x.Guard
+	}
+	return nil
+}
+
+func (x *SetConditionRequest) GetReconcileLease() string {
+	if x != nil {
+		return x.ReconcileLease
+	}
+	return ""
+}
+
+type SetConditionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The object as the write left it, or as read when nothing was written.
+	Object *KubeObject `protobuf:"bytes,1,opt,name=object,proto3" json:"object,omitempty"`
+	// Whether a write was sent.
+	Changed bool `protobuf:"varint,2,opt,name=changed,proto3" json:"changed,omitempty"`
+	// The condition's lastTransitionTime (RFC 3339) as written, or as it was when nothing was written.
+	LastTransitionTime string `protobuf:"bytes,3,opt,name=last_transition_time,json=lastTransitionTime,proto3" json:"last_transition_time,omitempty"`
+	// Which fence the write's guard went out with; UNSPECIFIED for a write without a guard or none sent.
+	Fence         Fence `protobuf:"varint,4,opt,name=fence,proto3,enum=consistd.v1.Fence" json:"fence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetConditionResponse) Reset() {
+	*x = SetConditionResponse{}
+	mi := &file_consistd_v1_objects_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetConditionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetConditionResponse) ProtoMessage() {}
+
+func (x *SetConditionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_consistd_v1_objects_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetConditionResponse.ProtoReflect.Descriptor instead.
+func (*SetConditionResponse) Descriptor() ([]byte, []int) {
+	return file_consistd_v1_objects_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *SetConditionResponse) GetObject() *KubeObject {
+	if x != nil {
+		return x.Object
+	}
+	return nil
+}
+
+func (x *SetConditionResponse) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
+func (x *SetConditionResponse) GetLastTransitionTime() string {
+	if x != nil {
+		return x.LastTransitionTime
+	}
+	return ""
+}
+
+func (x *SetConditionResponse) GetFence() Fence {
+	if x != nil {
+		return x.Fence
+	}
+	return Fence_FENCE_UNSPECIFIED
+}
+
 var File_consistd_v1_objects_proto protoreflect.FileDescriptor
 
 const file_consistd_v1_objects_proto_rawDesc = "" +
@@ -1237,7 +1554,26 @@ const file_consistd_v1_objects_proto_rawDesc = "" +
 	"\x0freconcile_lease\x18\b \x01(\tR\x0ereconcileLease\"k\n" +
 	"\x0eDeleteResponse\x12/\n" +
 	"\x06object\x18\x01 \x01(\v2\x17.consistd.v1.KubeObjectR\x06object\x12(\n" +
-	"\x05fence\x18\x02 \x01(\x0e2\x12.consistd.v1.FenceR\x05fence*[\n" +
+	"\x05fence\x18\x02 \x01(\x0e2\x12.consistd.v1.FenceR\x05fence\"\xb8\x01\n" +
+	"\tCondition\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x124\n" +
+	"\x06status\x18\x02 \x01(\x0e2\x1c.consistd.v1.ConditionStatusR\x06status\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12/\n" +
+	"\x13observed_generation\x18\x05 \x01(\x03R\x12observedGeneration\"\x96\x02\n" +
+	"\x13SetConditionRequest\x12\x1a\n" +
+	"\bresource\x18\x01 \x01(\tR\bresource\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x124\n" +
+	"\tcondition\x18\x04 \x01(\v2\x16.consistd.v1.ConditionR\tcondition\x12#\n" +
+	"\rfield_manager\x18\x05 \x01(\tR\ffieldManager\x12-\n" +
+	"\x05guard\x18\x06 \x01(\v2\x17.consistd.v1.WriteGuardR\x05guard\x12'\n" +
+	"\x0freconcile_lease\x18\a \x01(\tR\x0ereconcileLease\"\xbd\x01\n" +
+	"\x14SetConditionResponse\x12/\n" +
+	"\x06object\x18\x01 \x01(\v2\x17.consistd.v1.KubeObjectR\x06object\x12\x18\n" +
+	"\achanged\x18\x02 \x01(\bR\achanged\x120\n" +
+	"\x14last_transition_time\x18\x03 \x01(\tR\x12lastTransitionTime\x12(\n" +
+	"\x05fence\x18\x04 \x01(\x0e2\x12.consistd.v1.FenceR\x05fence*[\n" +
 	"\n" +
 	"ReadSource\x12\x1b\n" +
 	"\x17READ_SOURCE_UNSPECIFIED\x10\x00\x12\x15\n" +
@@ -1253,14 +1589,20 @@ const file_consistd_v1_objects_proto_rawDesc = "" +
 	"\x1ePROPAGATION_POLICY_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19PROPAGATION_POLICY_ORPHAN\x10\x01\x12!\n" +
 	"\x1dPROPAGATION_POLICY_BACKGROUND\x10\x02\x12!\n" +
-	"\x1dPROPAGATION_POLICY_FOREGROUND\x10\x032\x90\x03\n" +
+	"\x1dPROPAGATION_POLICY_FOREGROUND\x10\x03*\x88\x01\n" +
+	"\x0fConditionStatus\x12 \n" +
+	"\x1cCONDITION_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15CONDITION_STATUS_TRUE\x10\x01\x12\x1a\n" +
+	"\x16CONDITION_STATUS_FALSE\x10\x02\x12\x1c\n" +
+	"\x18CONDITION_STATUS_UNKNOWN\x10\x032\xe5\x03\n" +
 	"\x0eObjectsService\x128\n" +
 	"\x03Get\x12\x17.consistd.v1.GetRequest\x1a\x18.consistd.v1.GetResponse\x12;\n" +
 	"\x04List\x12\x18.consistd.v1.ListRequest\x1a\x19.consistd.v1.ListResponse\x12A\n" +
 	"\x06Create\x12\x1a.consistd.v1.CreateRequest\x1a\x1b.consistd.v1.CreateResponse\x12A\n" +
 	"\x06Update\x12\x1a.consistd.v1.UpdateRequest\x1a\x1b.consistd.v1.UpdateResponse\x12>\n" +
 	"\x05Patch\x12\x19.consistd.v1.PatchRequest\x1a\x1a.consistd.v1.PatchResponse\x12A\n" +
-	"\x06Delete\x12\x1a.consistd.v1.DeleteRequest\x1a\x1b.consistd.v1.DeleteResponseB\xb3\x01\n" +
+	"\x06Delete\x12\x1a.consistd.v1.DeleteRequest\x1a\x1b.consistd.v1.DeleteResponse\x12S\n" +
+	"\fSetCondition\x12 .consistd.v1.SetConditionRequest\x1a!.consistd.v1.SetConditionResponseB\xb3\x01\n" +
 	"\x0fcom.consistd.v1B\fObjectsProtoP\x01ZEgithub.com/consistd/consistd/client-sdk/go/gen/consistd/v1;consistdv1\xa2\x02\x03CXX\xaa\x02\vConsistd.V1\xca\x02\vConsistd\\V1\xe2\x02\x17Consistd\\V1\\GPBMetadata\xea\x02\fConsistd::V1b\x06proto3"
 
 var (
@@ -1275,64 +1617,75 @@ func file_consistd_v1_objects_proto_rawDescGZIP() []byte {
 	return file_consistd_v1_objects_proto_rawDescData
 }
 
-var file_consistd_v1_objects_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_consistd_v1_objects_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_consistd_v1_objects_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_consistd_v1_objects_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_consistd_v1_objects_proto_goTypes = []any{
-	(ReadSource)(0),        // 0: consistd.v1.ReadSource
-	(PatchType)(0),         // 1: consistd.v1.PatchType
-	(PropagationPolicy)(0), // 2: consistd.v1.PropagationPolicy
-	(*GetRequest)(nil),     // 3: consistd.v1.GetRequest
-	(*GetResponse)(nil),    // 4: consistd.v1.GetResponse
-	(*ListRequest)(nil),    // 5: consistd.v1.ListRequest
-	(*ListResponse)(nil),   // 6: consistd.v1.ListResponse
-	(*CreateRequest)(nil),  // 7: consistd.v1.CreateRequest
-	(*CreateResponse)(nil), // 8: consistd.v1.CreateResponse
-	(*UpdateRequest)(nil),  // 9: consistd.v1.UpdateRequest
-	(*UpdateResponse)(nil), // 10: consistd.v1.UpdateResponse
-	(*PatchRequest)(nil),   // 11: consistd.v1.PatchRequest
-	(*PatchResponse)(nil),  // 12: consistd.v1.PatchResponse
-	(*DeleteRequest)(nil),  // 13: consistd.v1.DeleteRequest
-	(*DeleteResponse)(nil), // 14: consistd.v1.DeleteResponse
-	(*KubeObject)(nil),     // 15: consistd.v1.KubeObject
-	(*WriteGuard)(nil),     // 16: consistd.v1.WriteGuard
-	(Fence)(0),             // 17: consistd.v1.Fence
+	(ReadSource)(0),              // 0: consistd.v1.ReadSource
+	(PatchType)(0),               // 1: consistd.v1.PatchType
+	(PropagationPolicy)(0),       // 2: consistd.v1.PropagationPolicy
+	(ConditionStatus)(0),         // 3: consistd.v1.ConditionStatus
+	(*GetRequest)(nil),           // 4: consistd.v1.GetRequest
+	(*GetResponse)(nil),          // 5: consistd.v1.GetResponse
+	(*ListRequest)(nil),          // 6: consistd.v1.ListRequest
+	(*ListResponse)(nil),         // 7: consistd.v1.ListResponse
+	(*CreateRequest)(nil),        // 8: consistd.v1.CreateRequest
+	(*CreateResponse)(nil),       // 9: consistd.v1.CreateResponse
+	(*UpdateRequest)(nil),        // 10: consistd.v1.UpdateRequest
+	(*UpdateResponse)(nil),       // 11: consistd.v1.UpdateResponse
+	(*PatchRequest)(nil),         // 12: consistd.v1.PatchRequest
+	(*PatchResponse)(nil),        // 13: consistd.v1.PatchResponse
+	(*DeleteRequest)(nil),        // 14: consistd.v1.DeleteRequest
+	(*DeleteResponse)(nil),       // 15: consistd.v1.DeleteResponse
+	(*Condition)(nil),            // 16: consistd.v1.Condition
+	(*SetConditionRequest)(nil),  // 17: consistd.v1.SetConditionRequest
+	(*SetConditionResponse)(nil), // 18: consistd.v1.SetConditionResponse
+	(*KubeObject)(nil),           // 19: consistd.v1.KubeObject
+	(*WriteGuard)(nil),           // 20: consistd.v1.WriteGuard
+	(Fence)(0),                   // 21: consistd.v1.Fence
 }
 var file_consistd_v1_objects_proto_depIdxs = []int32{
-	15, // 0: consistd.v1.GetResponse.object:type_name -> consistd.v1.KubeObject
+	19, // 0: consistd.v1.GetResponse.object:type_name -> consistd.v1.KubeObject
 	0,  // 1: consistd.v1.GetResponse.source:type_name -> consistd.v1.ReadSource
-	15, // 2: consistd.v1.ListResponse.objects:type_name -> consistd.v1.KubeObject
+	19, // 2: consistd.v1.ListResponse.objects:type_name -> consistd.v1.KubeObject
 	0,  // 3: consistd.v1.ListResponse.source:type_name -> consistd.v1.ReadSource
-	16, // 4: consistd.v1.CreateRequest.guard:type_name -> consistd.v1.WriteGuard
-	15, // 5: consistd.v1.CreateResponse.object:type_name -> consistd.v1.KubeObject
-	17, // 6: consistd.v1.CreateResponse.fence:type_name -> consistd.v1.Fence
-	16, // 7: consistd.v1.UpdateRequest.guard:type_name -> consistd.v1.WriteGuard
-	15, // 8: consistd.v1.UpdateResponse.object:type_name -> consistd.v1.KubeObject
-	17, // 9: consistd.v1.UpdateResponse.fence:type_name -> consistd.v1.Fence
+	20, // 4: consistd.v1.CreateRequest.guard:type_name -> consistd.v1.WriteGuard
+	19, // 5: consistd.v1.CreateResponse.object:type_name -> consistd.v1.KubeObject
+	21, // 6: consistd.v1.CreateResponse.fence:type_name -> consistd.v1.Fence
+	20, // 7: consistd.v1.UpdateRequest.guard:type_name -> consistd.v1.WriteGuard
+	19, // 8: consistd.v1.UpdateResponse.object:type_name -> consistd.v1.KubeObject
+	21, // 9: consistd.v1.UpdateResponse.fence:type_name -> consistd.v1.Fence
 	1,  // 10: consistd.v1.PatchRequest.patch_type:type_name -> consistd.v1.PatchType
-	16, // 11: consistd.v1.PatchRequest.guard:type_name -> consistd.v1.WriteGuard
-	15, // 12: consistd.v1.PatchResponse.object:type_name -> consistd.v1.KubeObject
-	17, // 13: consistd.v1.PatchResponse.fence:type_name -> consistd.v1.Fence
+	20, // 11: consistd.v1.PatchRequest.guard:type_name -> consistd.v1.WriteGuard
+	19, // 12: consistd.v1.PatchResponse.object:type_name -> consistd.v1.KubeObject
+	21, // 13: consistd.v1.PatchResponse.fence:type_name -> consistd.v1.Fence
 	2,  // 14: consistd.v1.DeleteRequest.propagation_policy:type_name -> consistd.v1.PropagationPolicy
-	16, // 15: consistd.v1.DeleteRequest.guard:type_name -> consistd.v1.WriteGuard
-	15, // 16: consistd.v1.DeleteResponse.object:type_name -> consistd.v1.KubeObject
-	17, // 17: consistd.v1.DeleteResponse.fence:type_name -> consistd.v1.Fence
-	3,  // 18: consistd.v1.ObjectsService.Get:input_type -> consistd.v1.GetRequest
-	5,  // 19: consistd.v1.ObjectsService.List:input_type -> consistd.v1.ListRequest
-	7,  // 20: consistd.v1.ObjectsService.Create:input_type -> consistd.v1.CreateRequest
-	9,  // 21: consistd.v1.ObjectsService.Update:input_type -> consistd.v1.UpdateRequest
-	11, // 22: consistd.v1.ObjectsService.Patch:input_type -> consistd.v1.PatchRequest
-	13, // 23: consistd.v1.ObjectsService.Delete:input_type -> consistd.v1.DeleteRequest
-	4,  // 24: consistd.v1.ObjectsService.Get:output_type -> consistd.v1.GetResponse
-	6,  // 25: consistd.v1.ObjectsService.List:output_type -> consistd.v1.ListResponse
-	8,  // 26: consistd.v1.ObjectsService.Create:output_type -> consistd.v1.CreateResponse
-	10, // 27: consistd.v1.ObjectsService.Update:output_type -> consistd.v1.UpdateResponse
-	12, // 28: consistd.v1.ObjectsService.Patch:output_type -> consistd.v1.PatchResponse
-	14, // 29: consistd.v1.ObjectsService.Delete:output_type -> consistd.v1.DeleteResponse
-	24, // [24:30] is the sub-list for method output_type
-	18, // [18:24] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	20, // 15: consistd.v1.DeleteRequest.guard:type_name -> consistd.v1.WriteGuard
+	19, // 16: consistd.v1.DeleteResponse.object:type_name -> consistd.v1.KubeObject
+	21, // 17: consistd.v1.DeleteResponse.fence:type_name -> consistd.v1.Fence
+	3,  // 18: consistd.v1.Condition.status:type_name -> consistd.v1.ConditionStatus
+	16, // 19: consistd.v1.SetConditionRequest.condition:type_name -> consistd.v1.Condition
+	20, // 20: consistd.v1.SetConditionRequest.guard:type_name -> consistd.v1.WriteGuard
+	19, // 21: consistd.v1.SetConditionResponse.object:type_name -> consistd.v1.KubeObject
+	21, // 22: consistd.v1.SetConditionResponse.fence:type_name -> consistd.v1.Fence
+	4,  // 23: consistd.v1.ObjectsService.Get:input_type -> consistd.v1.GetRequest
+	6,  // 24: consistd.v1.ObjectsService.List:input_type -> consistd.v1.ListRequest
+	8,  // 25: consistd.v1.ObjectsService.Create:input_type -> consistd.v1.CreateRequest
+	10, // 26: consistd.v1.ObjectsService.Update:input_type -> consistd.v1.UpdateRequest
+	12, // 27: consistd.v1.ObjectsService.Patch:input_type -> consistd.v1.PatchRequest
+	14, // 28: consistd.v1.ObjectsService.Delete:input_type -> consistd.v1.DeleteRequest
+	17, // 29: consistd.v1.ObjectsService.SetCondition:input_type -> consistd.v1.SetConditionRequest
+	5,  // 30: consistd.v1.ObjectsService.Get:output_type -> consistd.v1.GetResponse
+	7,  // 31: consistd.v1.ObjectsService.List:output_type -> consistd.v1.ListResponse
+	9,  // 32: consistd.v1.ObjectsService.Create:output_type -> consistd.v1.CreateResponse
+	11, // 33: consistd.v1.ObjectsService.Update:output_type -> consistd.v1.UpdateResponse
+	13, // 34: consistd.v1.ObjectsService.Patch:output_type -> consistd.v1.PatchResponse
+	15, // 35: consistd.v1.ObjectsService.Delete:output_type -> consistd.v1.DeleteResponse
+	18, // 36: consistd.v1.ObjectsService.SetCondition:output_type -> consistd.v1.SetConditionResponse
+	30, // [30:37] is the sub-list for method output_type
+	23, // [23:30] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_consistd_v1_objects_proto_init() }
@@ -1346,8 +1699,8 @@ func file_consistd_v1_objects_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_consistd_v1_objects_proto_rawDesc), len(file_consistd_v1_objects_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   12,
+			NumEnums:      4,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,12 +19,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ObjectsService_Get_FullMethodName    = "/consistd.v1.ObjectsService/Get"
-	ObjectsService_List_FullMethodName   = "/consistd.v1.ObjectsService/List"
-	ObjectsService_Create_FullMethodName = "/consistd.v1.ObjectsService/Create"
-	ObjectsService_Update_FullMethodName = "/consistd.v1.ObjectsService/Update"
-	ObjectsService_Patch_FullMethodName  = "/consistd.v1.ObjectsService/Patch"
-	ObjectsService_Delete_FullMethodName = "/consistd.v1.ObjectsService/Delete"
+	ObjectsService_Get_FullMethodName          = "/consistd.v1.ObjectsService/Get"
+	ObjectsService_List_FullMethodName         = "/consistd.v1.ObjectsService/List"
+	ObjectsService_Create_FullMethodName       = "/consistd.v1.ObjectsService/Create"
+	ObjectsService_Update_FullMethodName       = "/consistd.v1.ObjectsService/Update"
+	ObjectsService_Patch_FullMethodName        = "/consistd.v1.ObjectsService/Patch"
+	ObjectsService_Delete_FullMethodName       = "/consistd.v1.ObjectsService/Delete"
+	ObjectsService_SetCondition_FullMethodName = "/consistd.v1.ObjectsService/SetCondition"
 )
 
 // ObjectsServiceClient is the client API for ObjectsService service.
@@ -48,6 +49,9 @@ type ObjectsServiceClient interface {
 	Patch(ctx context.Context, in *PatchRequest, opts ...grpc.CallOption) (*PatchResponse, error)
 	// Delete an object.
 	Delete(ctx context.Context, in *DeleteRequest, opts ...grpc.CallOption) (*DeleteResponse, error)
+	// Set one condition of an object's status.conditions, as apimachinery's meta.SetStatusCondition does, and
+	// write it through the status subresource with server-side apply: see SetConditionRequest.
+	SetCondition(ctx context.Context, in *SetConditionRequest, opts ...grpc.CallOption) (*SetConditionResponse, error)
 }
 
 type objectsServiceClient struct {
@@ -118,6 +122,16 @@ func (c *objectsServiceClient) Delete(ctx context.Context, in *DeleteRequest, op
 	return out, nil
 }
 
+func (c *objectsServiceClient) SetCondition(ctx context.Context, in *SetConditionRequest, opts ...grpc.CallOption) (*SetConditionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetConditionResponse)
+	err := c.cc.Invoke(ctx, ObjectsService_SetCondition_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ObjectsServiceServer is the server API for ObjectsService service.
 // All implementations must embed UnimplementedObjectsServiceServer
 // for forward compatibility.
@@ -139,6 +153,9 @@ type ObjectsServiceServer interface {
 	Patch(context.Context, *PatchRequest) (*PatchResponse, error)
 	// Delete an object.
 	Delete(context.Context, *DeleteRequest) (*DeleteResponse, error)
+	// Set one condition of an object's status.conditions, as apimachinery's meta.SetStatusCondition does, and
+	// write it through the status subresource with server-side apply: see SetConditionRequest.
+	SetCondition(context.Context, *SetConditionRequest) (*SetConditionResponse, error)
 	mustEmbedUnimplementedObjectsServiceServer()
 }
 
@@ -166,6 +183,9 @@ func (UnimplementedObjectsServiceServer) Patch(context.Context, *PatchRequest) (
 }
 func (UnimplementedObjectsServiceServer) Delete(context.Context, *DeleteRequest) (*DeleteResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Delete not implemented")
+}
+func (UnimplementedObjectsServiceServer) SetCondition(context.Context, *SetConditionRequest) (*SetConditionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetCondition not implemented")
 }
 func (UnimplementedObjectsServiceServer) mustEmbedUnimplementedObjectsServiceServer() {}
 func (UnimplementedObjectsServiceServer) testEmbeddedByValue()                        {}
@@ -296,6 +316,24 @@ func _ObjectsService_Delete_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ObjectsService_SetCondition_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetConditionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ObjectsServiceServer).SetCondition(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ObjectsService_SetCondition_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ObjectsServiceServer).SetCondition(ctx, req.(*SetConditionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ObjectsService_ServiceDesc is the grpc.ServiceDesc for ObjectsService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -326,6 +364,10 @@ var ObjectsService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Delete",
 			Handler:    _ObjectsService_Delete_Handler,
+		},
+		{
+			MethodName: "SetCondition",
+			Handler:    _ObjectsService_SetCondition_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -28,6 +28,13 @@ class PropagationPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PROPAGATION_POLICY_ORPHAN: _ClassVar[PropagationPolicy]
     PROPAGATION_POLICY_BACKGROUND: _ClassVar[PropagationPolicy]
     PROPAGATION_POLICY_FOREGROUND: _ClassVar[PropagationPolicy]
+
+class ConditionStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CONDITION_STATUS_UNSPECIFIED: _ClassVar[ConditionStatus]
+    CONDITION_STATUS_TRUE: _ClassVar[ConditionStatus]
+    CONDITION_STATUS_FALSE: _ClassVar[ConditionStatus]
+    CONDITION_STATUS_UNKNOWN: _ClassVar[ConditionStatus]
 READ_SOURCE_UNSPECIFIED: ReadSource
 READ_SOURCE_CACHE: ReadSource
 READ_SOURCE_APISERVER: ReadSource
@@ -40,6 +47,10 @@ PROPAGATION_POLICY_UNSPECIFIED: PropagationPolicy
 PROPAGATION_POLICY_ORPHAN: PropagationPolicy
 PROPAGATION_POLICY_BACKGROUND: PropagationPolicy
 PROPAGATION_POLICY_FOREGROUND: PropagationPolicy
+CONDITION_STATUS_UNSPECIFIED: ConditionStatus
+CONDITION_STATUS_TRUE: ConditionStatus
+CONDITION_STATUS_FALSE: ConditionStatus
+CONDITION_STATUS_UNKNOWN: ConditionStatus
 
 class GetRequest(_message.Message):
     __slots__ = ("resource", "namespace", "name", "read_your_writes")
@@ -204,3 +215,47 @@ class DeleteResponse(_message.Message):
     object: _object_pb2.KubeObject
     fence: _object_pb2.Fence
     def __init__(self, object: _Optional[_Union[_object_pb2.KubeObject, _Mapping]] = ..., fence: _Optional[_Union[_object_pb2.Fence, str]] = ...) -> None: ...
+
+class Condition(_message.Message):
+    __slots__ = ("type", "status", "reason", "message", "observed_generation")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    OBSERVED_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    status: ConditionStatus
+    reason: str
+    message: str
+    observed_generation: int
+    def __init__(self, type: _Optional[str] = ..., status: _Optional[_Union[ConditionStatus, str]] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., observed_generation: _Optional[int] = ...) -> None: ...
+
+class SetConditionRequest(_message.Message):
+    __slots__ = ("resource", "namespace", "name", "condition", "field_manager", "guard", "reconcile_lease")
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CONDITION_FIELD_NUMBER: _ClassVar[int]
+    FIELD_MANAGER_FIELD_NUMBER: _ClassVar[int]
+    GUARD_FIELD_NUMBER: _ClassVar[int]
+    RECONCILE_LEASE_FIELD_NUMBER: _ClassVar[int]
+    resource: str
+    namespace: str
+    name: str
+    condition: Condition
+    field_manager: str
+    guard: _object_pb2.WriteGuard
+    reconcile_lease: str
+    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., condition: _Optional[_Union[Condition, _Mapping]] = ..., field_manager: _Optional[str] = ..., guard: _Optional[_Union[_object_pb2.WriteGuard, _Mapping]] = ..., reconcile_lease: _Optional[str] = ...) -> None: ...
+
+class SetConditionResponse(_message.Message):
+    __slots__ = ("object", "changed", "last_transition_time", "fence")
+    OBJECT_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    LAST_TRANSITION_TIME_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    object: _object_pb2.KubeObject
+    changed: bool
+    last_transition_time: str
+    fence: _object_pb2.Fence
+    def __init__(self, object: _Optional[_Union[_object_pb2.KubeObject, _Mapping]] = ..., changed: _Optional[bool] = ..., last_transition_time: _Optional[str] = ..., fence: _Optional[_Union[_object_pb2.Fence, str]] = ...) -> None: ...

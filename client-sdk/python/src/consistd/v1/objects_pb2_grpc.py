@@ -68,6 +68,11 @@ class ObjectsServiceStub:
                 request_serializer=consistd_dot_v1_dot_objects__pb2.DeleteRequest.SerializeToString,
                 response_deserializer=consistd_dot_v1_dot_objects__pb2.DeleteResponse.FromString,
                 _registered_method=True)
+        self.SetCondition = channel.unary_unary(
+                '/consistd.v1.ObjectsService/SetCondition',
+                request_serializer=consistd_dot_v1_dot_objects__pb2.SetConditionRequest.SerializeToString,
+                response_deserializer=consistd_dot_v1_dot_objects__pb2.SetConditionResponse.FromString,
+                _registered_method=True)
 
 
 class ObjectsServiceServicer:
@@ -119,6 +124,14 @@ class ObjectsServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetCondition(self, request, context):
+        """Set one condition of an object's status.conditions, as apimachinery's meta.SetStatusCondition does, and
+        write it through the status subresource with server-side apply: see SetConditionRequest.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ObjectsServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -151,6 +164,11 @@ def add_ObjectsServiceServicer_to_server(servicer, server):
                     servicer.Delete,
                     request_deserializer=consistd_dot_v1_dot_objects__pb2.DeleteRequest.FromString,
                     response_serializer=consistd_dot_v1_dot_objects__pb2.DeleteResponse.SerializeToString,
+            ),
+            'SetCondition': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetCondition,
+                    request_deserializer=consistd_dot_v1_dot_objects__pb2.SetConditionRequest.FromString,
+                    response_serializer=consistd_dot_v1_dot_objects__pb2.SetConditionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -319,6 +337,33 @@ class ObjectsService:
             '/consistd.v1.ObjectsService/Delete',
             consistd_dot_v1_dot_objects__pb2.DeleteRequest.SerializeToString,
             consistd_dot_v1_dot_objects__pb2.DeleteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetCondition(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/consistd.v1.ObjectsService/SetCondition',
+            consistd_dot_v1_dot_objects__pb2.SetConditionRequest.SerializeToString,
+            consistd_dot_v1_dot_objects__pb2.SetConditionResponse.FromString,
             options,
             channel_credentials,
             insecure,

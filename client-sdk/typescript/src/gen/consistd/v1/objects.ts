@@ -54,6 +54,18 @@ export enum PropagationPolicy {
   UNRECOGNIZED = -1,
 }
 
+/** A condition's status, as metav1.Condition spells it. */
+export enum ConditionStatus {
+  UNSPECIFIED = 0,
+  /** TRUE - "True". */
+  TRUE = 1,
+  /** FALSE - "False". */
+  FALSE = 2,
+  /** UNKNOWN - "Unknown". */
+  UNKNOWN = 3,
+  UNRECOGNIZED = -1,
+}
+
 /** GetRequest names one object. */
 export interface GetRequest {
   /** The resource, in any form WatchService.Subscribe accepts. */
@@ -256,6 +268,70 @@ export interface DeleteResponse {
     | KubeObject
     | undefined;
   /** Which fence the write's guard went out with; UNSPECIFIED for a write without a guard. */
+  fence: Fence;
+}
+
+/** One condition, as metav1.Condition has it; lastTransitionTime is the daemon's to set. */
+export interface Condition {
+  /**
+   * The condition's type, e.g. "Ready" (metav1.Condition's rules: a name of at most 316 characters, with an
+   * optional DNS subdomain prefix and '/').
+   */
+  type: string;
+  /** UNSPECIFIED is refused. */
+  status: ConditionStatus;
+  /** Why, in CamelCase (a letter, then letters, digits, '_', ',' and ':'; at most 1024 characters). */
+  reason: string;
+  /** For humans; at most 32768 bytes. */
+  message: string;
+  /**
+   * The metadata.generation the condition was judged on (a work item's object's); 0: the generation of the
+   * object as the daemon reads it.
+   */
+  observedGeneration: bigint;
+}
+
+/**
+ * SetConditionRequest: the daemon reads the object (from a covering watch's cache with the pod's own writes
+ * in it, else from the apiserver) and compares the condition of that type there. The same status, reason,
+ * message and observed generation: nothing is written (`changed` false). Otherwise it applies
+ * {apiVersion, kind, metadata.name/namespace, status.conditions: [the condition]} to the status subresource
+ * with server-side apply (force), lastTransitionTime kept from the condition there when its status is the
+ * same, else now. Each condition type is applied under a field manager of its own,
+ * "<field_manager>/<type>", so setting one condition never drops another: status.conditions must be a list
+ * map keyed by type (`x-kubernetes-list-type: map`, `x-kubernetes-list-map-keys: [type]`, as Go's
+ * []metav1.Condition with `+listType=map` and `+listMapKey=type` generates); on an atomic list the write
+ * replaces every other condition. A resource without a status subresource answers NOT_FOUND.
+ */
+export interface SetConditionRequest {
+  resource: string;
+  namespace: string;
+  name: string;
+  condition:
+    | Condition
+    | undefined;
+  /** The field manager's prefix; default "consistd". */
+  fieldManager: string;
+  guard:
+    | WriteGuard
+    | undefined;
+  /**
+   * As PatchRequest.reconcile_lease: the write is made for this lease (and, in a queue that follows an
+   * election, guarded by its term).
+   */
+  reconcileLease: string;
+}
+
+export interface SetConditionResponse {
+  /** The object as the write left it, or as read when nothing was written. */
+  object:
+    | KubeObject
+    | undefined;
+  /** Whether a write was sent. */
+  changed: boolean;
+  /** The condition's lastTransitionTime (RFC 3339) as written, or as it was when nothing was written. */
+  lastTransitionTime: string;
+  /** Which fence the write's guard went out with; UNSPECIFIED for a write without a guard or none sent. */
   fence: Fence;
 }
 
@@ -1527,6 +1603,346 @@ export const DeleteResponse: MessageFns<DeleteResponse> = {
   },
 };
 
+function createBaseCondition(): Condition {
+  return { type: "", status: 0, reason: "", message: "", observedGeneration: 0n };
+}
+
+export const Condition: MessageFns<Condition> = {
+  encode(message: Condition, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.type !== "") {
+      writer.uint32(10).string(message.type);
+    }
+    if (message.status !== 0) {
+      writer.uint32(16).int32(message.status);
+    }
+    if (message.reason !== "") {
+      writer.uint32(26).string(message.reason);
+    }
+    if (message.message !== "") {
+      writer.uint32(34).string(message.message);
+    }
+    if (message.observedGeneration !== 0n) {
+      if (BigInt.asIntN(64, message.observedGeneration) !== message.observedGeneration) {
+        throw new globalThis.Error("value provided for field message.observedGeneration of type int64 too large");
+      }
+      writer.uint32(40).int64(message.observedGeneration);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Condition {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCondition();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.type = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.status = reader.int32() as any;
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.message = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.observedGeneration = reader.int64() as bigint;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create(base?: DeepPartial<Condition>): Condition {
+    return Condition.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<Condition>): Condition {
+    const message = createBaseCondition();
+    message.type = object.type ?? "";
+    message.status = object.status ?? 0;
+    message.reason = object.reason ?? "";
+    message.message = object.message ?? "";
+    message.observedGeneration = (object.observedGeneration !== undefined && object.observedGeneration !== null)
+      ? BigInt(object.observedGeneration)
+      : 0n;
+    return message;
+  },
+};
+
+function createBaseSetConditionRequest(): SetConditionRequest {
+  return {
+    resource: "",
+    namespace: "",
+    name: "",
+    condition: undefined,
+    fieldManager: "",
+    guard: undefined,
+    reconcileLease: "",
+  };
+}
+
+export const SetConditionRequest: MessageFns<SetConditionRequest> = {
+  encode(message: SetConditionRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.resource !== "") {
+      writer.uint32(10).string(message.resource);
+    }
+    if (message.namespace !== "") {
+      writer.uint32(18).string(message.namespace);
+    }
+    if (message.name !== "") {
+      writer.uint32(26).string(message.name);
+    }
+    if (message.condition !== undefined) {
+      Condition.encode(message.condition, writer.uint32(34).fork()).join();
+    }
+    if (message.fieldManager !== "") {
+      writer.uint32(42).string(message.fieldManager);
+    }
+    if (message.guard !== undefined) {
+      WriteGuard.encode(message.guard, writer.uint32(50).fork()).join();
+    }
+    if (message.reconcileLease !== "") {
+      writer.uint32(58).string(message.reconcileLease);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SetConditionRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSetConditionRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.resource = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.namespace = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.condition = Condition.decode(reader, reader.uint32());
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.fieldManager = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.guard = WriteGuard.decode(reader, reader.uint32());
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.reconcileLease = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create(base?: DeepPartial<SetConditionRequest>): SetConditionRequest {
+    return SetConditionRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<SetConditionRequest>): SetConditionRequest {
+    const message = createBaseSetConditionRequest();
+    message.resource = object.resource ?? "";
+    message.namespace = object.namespace ?? "";
+    message.name = object.name ?? "";
+    message.condition = (object.condition !== undefined && object.condition !== null)
+      ? Condition.fromPartial(object.condition)
+      : undefined;
+    message.fieldManager = object.fieldManager ?? "";
+    message.guard = (object.guard !== undefined && object.guard !== null)
+      ? WriteGuard.fromPartial(object.guard)
+      : undefined;
+    message.reconcileLease = object.reconcileLease ?? "";
+    return message;
+  },
+};
+
+function createBaseSetConditionResponse(): SetConditionResponse {
+  return { object: undefined, changed: false, lastTransitionTime: "", fence: 0 };
+}
+
+export const SetConditionResponse: MessageFns<SetConditionResponse> = {
+  encode(message: SetConditionResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.object !== undefined) {
+      KubeObject.encode(message.object, writer.uint32(10).fork()).join();
+    }
+    if (message.changed !== false) {
+      writer.uint32(16).bool(message.changed);
+    }
+    if (message.lastTransitionTime !== "") {
+      writer.uint32(26).string(message.lastTransitionTime);
+    }
+    if (message.fence !== 0) {
+      writer.uint32(32).int32(message.fence);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SetConditionResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSetConditionResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.object = KubeObject.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.changed = reader.bool();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.lastTransitionTime = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.fence = reader.int32() as any;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create(base?: DeepPartial<SetConditionResponse>): SetConditionResponse {
+    return SetConditionResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<SetConditionResponse>): SetConditionResponse {
+    const message = createBaseSetConditionResponse();
+    message.object = (object.object !== undefined && object.object !== null)
+      ? KubeObject.fromPartial(object.object)
+      : undefined;
+    message.changed = object.changed ?? false;
+    message.lastTransitionTime = object.lastTransitionTime ?? "";
+    message.fence = object.fence ?? 0;
+    return message;
+  },
+};
+
 /**
  * ObjectsService reads and writes Kubernetes objects. Reads are served from the watch hub's cache when a
  * watch covers the query; every write records an expectation so CONSISTENT subscribers see the pod's own
@@ -1595,6 +2011,20 @@ export const ObjectsServiceService = {
     responseSerialize: (value: DeleteResponse): Buffer => Buffer.from(DeleteResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): DeleteResponse => DeleteResponse.decode(value),
   },
+  /**
+   * Set one condition of an object's status.conditions, as apimachinery's meta.SetStatusCondition does, and
+   * write it through the status subresource with server-side apply: see SetConditionRequest.
+   */
+  setCondition: {
+    path: "/consistd.v1.ObjectsService/SetCondition" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: SetConditionRequest): Buffer => Buffer.from(SetConditionRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): SetConditionRequest => SetConditionRequest.decode(value),
+    responseSerialize: (value: SetConditionResponse): Buffer =>
+      Buffer.from(SetConditionResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): SetConditionResponse => SetConditionResponse.decode(value),
+  },
 } as const;
 
 export interface ObjectsServiceServer extends UntypedServiceImplementation {
@@ -1610,6 +2040,11 @@ export interface ObjectsServiceServer extends UntypedServiceImplementation {
   patch: handleUnaryCall<PatchRequest, PatchResponse>;
   /** Delete an object. */
   delete: handleUnaryCall<DeleteRequest, DeleteResponse>;
+  /**
+   * Set one condition of an object's status.conditions, as apimachinery's meta.SetStatusCondition does, and
+   * write it through the status subresource with server-side apply: see SetConditionRequest.
+   */
+  setCondition: handleUnaryCall<SetConditionRequest, SetConditionResponse>;
 }
 
 export interface ObjectsServiceClient extends Client {
@@ -1702,6 +2137,25 @@ export interface ObjectsServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: DeleteResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Set one condition of an object's status.conditions, as apimachinery's meta.SetStatusCondition does, and
+   * write it through the status subresource with server-side apply: see SetConditionRequest.
+   */
+  setCondition(
+    request: SetConditionRequest,
+    callback: (error: ServiceError | null, response: SetConditionResponse) => void,
+  ): ClientUnaryCall;
+  setCondition(
+    request: SetConditionRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: SetConditionResponse) => void,
+  ): ClientUnaryCall;
+  setCondition(
+    request: SetConditionRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: SetConditionResponse) => void,
   ): ClientUnaryCall;
 }
 
