@@ -10,62 +10,15 @@ use consistd_client::proto::{
     objects_service_client::ObjectsServiceClient,
 };
 use consistd_testkit::Daemon;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{
     Api,
-    api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams},
+    api::{DynamicObject, Patch, PatchParams, PostParams},
 };
 use serde_json::{Value, json};
 use tonic::Code;
 
 const BIN: &str = env!("CARGO_BIN_EXE_consistd");
 const OLD: &str = "2020-01-01T00:00:00Z";
-
-/// A Widget CRD of a group of its own, as Go's []metav1.Condition with +listType=map generates its conditions;
-/// its resource name once it is served.
-async fn widgets(kube: &kube::Client, ns: &str) -> (String, ApiResource) {
-    let group = format!("{ns}.example.com");
-    let condition = json!({
-        "type": "object",
-        "required": ["type", "status", "reason", "message", "lastTransitionTime"],
-        "properties": {
-            "type": { "type": "string" }, "status": { "type": "string" }, "reason": { "type": "string" },
-            "message": { "type": "string" }, "lastTransitionTime": { "type": "string", "format": "date-time" },
-            "observedGeneration": { "type": "integer", "format": "int64" },
-        },
-    });
-    let schema = json!({
-        "type": "object",
-        "properties": {
-            "spec": { "type": "object", "x-kubernetes-preserve-unknown-fields": true },
-            "status": { "type": "object", "properties": { "conditions": {
-                "type": "array", "items": condition,
-                "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"],
-            } } },
-        },
-    });
-    let crd: CustomResourceDefinition = serde_json::from_value(json!({
-        "metadata": { "name": format!("widgets.{group}") },
-        "spec": {
-            "group": group,
-            "names": { "plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList" },
-            "scope": "Namespaced",
-            "versions": [{ "name": "v1", "served": true, "storage": true, "subresources": { "status": {} },
-                "schema": { "openAPIV3Schema": schema } }],
-        },
-    }))
-    .expect("CRD object");
-    Api::<CustomResourceDefinition>::all(kube.clone()).create(&PostParams::default(), &crd).await.expect("create CRD");
-    let resource = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(&group, "v1", "Widget"), "widgets");
-    // The CRD takes a moment to be established and served.
-    let api: Api<DynamicObject> = Api::namespaced_with(kube.clone(), ns, &resource);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while api.list(&Default::default()).await.is_err() {
-        assert!(tokio::time::Instant::now() < deadline, "the Widget CRD was not served");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    (format!("widgets.{group}"), resource)
-}
 
 fn condition(kind: &str, status: ConditionStatus, reason: &str) -> Condition {
     Condition {
@@ -100,7 +53,7 @@ fn json_of(answer: &SetConditionResponse) -> Value {
 async fn a_condition_is_applied_alone_and_written_only_when_it_changes() {
     let kube = consistd_testkit::kube_client().await;
     let ns = consistd_testkit::namespace(&kube).await;
-    let (resource, ar) = widgets(&kube, &ns).await;
+    let (resource, ar) = consistd_testkit::crd::widgets(&kube, &ns).await;
     let api: Api<DynamicObject> = Api::namespaced_with(kube.clone(), &ns, &ar);
     let widget: DynamicObject = serde_json::from_value(json!({
         "apiVersion": ar.api_version, "kind": "Widget", "metadata": { "name": "w" }, "spec": { "size": 1 },

@@ -6,6 +6,7 @@
 
 pub mod blackhole;
 mod control_plane;
+pub mod crd;
 mod daemon;
 pub mod figures;
 pub mod proxy;

@@ -571,6 +571,70 @@ async fn a_queue_with_a_finalizer_holds_each_object_until_its_finalize_pass_is_d
 }
 
 #[tokio::test]
+async fn a_status_condition_set_on_an_item_moves_its_transition_time_only_when_its_status_changes() {
+    use kube::api::DynamicObject;
+
+    let kube = kube_client().await;
+    let ns = namespace(&kube).await;
+    let (resource, ar) = consistd_testkit::crd::widgets(&kube, &ns).await;
+    let widgets: Api<DynamicObject> = Api::namespaced_with(kube, &ns, &ar);
+    let widget = json!({ "apiVersion": ar.api_version, "kind": "Widget", "metadata": { "name": "w" },
+        "spec": { "size": 1 } });
+    let widget: DynamicObject = serde_json::from_value(widget).expect("widget");
+    widgets.create(&PostParams::default(), &widget).await.expect("create the widget");
+    let a = sender(None).await;
+    let agent = agent(a.socket());
+    let mut items = agent.stream("q");
+    let queue = json!({ "stream": "q", "queue": "conditions", "resource": resource, "namespace": ns });
+    agent.call("reconcile", queue).await.expect("reconcile");
+    // Each pass sets a condition through the SDK's helper and ends DONE; the answer says whether it wrote.
+    let mut pass = async |status: &str, reason: &str| {
+        let item = items.item().await;
+        assert_eq!(text(&item, "name"), "w", "{item}");
+        let condition = json!({ "type": "Ready", "status": status, "reason": reason, "message": "m" });
+        let handle = json!({ "stream": "q", "name": "w", "patch": null, "outcome": "DONE", "condition": condition });
+        let answer = agent.call("handle", handle).await.expect("handled");
+        let set = &answer["condition"];
+        (
+            set["changed"].as_bool().unwrap_or_else(|| panic!("no changed in {answer}")),
+            text(set, "lastTransitionTime").to_owned(),
+        )
+    };
+    let ready = async || {
+        let stored = serde_json::to_value(widgets.get("w").await.expect("read")).expect("json");
+        let conditions = stored.pointer("/status/conditions").and_then(Value::as_array).cloned().unwrap_or_default();
+        let [ready] = conditions.as_slice() else { panic!("one condition: {stored}") };
+        (text(ready, "status").to_owned(), text(ready, "reason").to_owned(), ready["observedGeneration"].as_i64())
+    };
+
+    // The first pass sets it, with the generation the item was handed.
+    let (changed, created) = pass("False", "Creating").await;
+    assert!(changed, "a new condition is written");
+    assert_eq!(ready().await, ("False".into(), "Creating".into(), Some(1)));
+
+    // The spec moves the generation: the same condition is written again for it, its transition time kept.
+    let spec = Patch::Merge(json!({ "spec": { "size": 2 } }));
+    widgets.patch("w", &PatchParams::default(), &spec).await.expect("the spec");
+    assert_eq!(pass("False", "Creating").await, (true, created.clone()), "a new generation, the same status");
+    assert_eq!(ready().await, ("False".into(), "Creating".into(), Some(2)));
+
+    // A label moves nothing the condition says: nothing is written.
+    let label = |v: &str| Patch::Merge(json!({ "metadata": { "labels": { "pass": v } } }));
+    widgets.patch("w", &PatchParams::default(), &label("3")).await.expect("a label");
+    assert_eq!(pass("False", "Creating").await, (false, created.clone()), "nothing changed");
+
+    // A new status, a second later (the apiserver keeps seconds): the transition time moves.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    widgets.patch("w", &PatchParams::default(), &label("4")).await.expect("a label");
+    let (changed, up) = pass("True", "Available").await;
+    assert!(changed && up != created, "the status changed at {up}, first set at {created}");
+    assert_eq!(ready().await, ("True".into(), "Available".into(), Some(2)));
+    // The condition writes were the items' own: they queued no pass.
+    let extra = items.next_within(Duration::from_secs(2)).await;
+    assert!(extra.is_none(), "a condition write queued a pass: {extra:?}");
+}
+
+#[tokio::test]
 async fn the_error_that_ends_a_newest_state_watch_reaches_the_worker() {
     let a = sender(None).await;
     let agent = agent(a.socket());

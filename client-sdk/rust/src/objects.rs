@@ -10,8 +10,8 @@ use crate::{
     own_writes::OwnWrites,
     proto::{
         CreateRequest, CreateResponse, DeleteRequest, DeleteResponse, GetRequest, GetResponse, KubeObject, ListRequest,
-        ListResponse, PatchRequest, PatchResponse, UpdateRequest, UpdateResponse,
-        objects_service_client::ObjectsServiceClient,
+        ListResponse, PatchRequest, PatchResponse, SetConditionRequest, SetConditionResponse, UpdateRequest,
+        UpdateResponse, objects_service_client::ObjectsServiceClient,
     },
     retry::cut_off,
 };
@@ -20,7 +20,7 @@ use crate::{
 ///
 /// The same calls as the generated [`ObjectsServiceClient`], taking the same requests (or a
 /// `tonic::Request` of one, with metadata) and answering the same responses, so code written against
-/// the generated client keeps working. What it adds: every create, update, patch and delete that returns
+/// the generated client keeps working. What it adds: every create, update, patch, delete and condition set that returns
 /// an object records, per uid, the largest resourceVersion returned, and the watches of the same
 /// [`crate::Client`] (and its clones) check each event against that record when the app takes it (the
 /// own-write rule, see [`crate::Client::subscribe`]). Writes made through the generated client itself
@@ -112,6 +112,24 @@ impl Objects {
         name_lease(&mut request.get_mut().reconcile_lease, &self.lease);
         let response = self.service.delete(request).await.map_err(cut_off)?;
         self.record(response.get_ref().object.as_ref());
+        Ok(response)
+    }
+
+    /// Sets one condition of an object's status.conditions, as apimachinery's `meta.SetStatusCondition` does,
+    /// in the daemon: written (server-side apply to the status subresource, under the field manager
+    /// `<field_manager>/<type>`) only when it changes, its lastTransitionTime kept while its status stays
+    /// (see `SetConditionRequest`). A write is recorded; an answer that wrote nothing is not.
+    /// [`crate::WorkItem::set_condition`] fills the request in for an item's primary.
+    pub async fn set_condition(
+        &mut self,
+        request: impl IntoRequest<SetConditionRequest>,
+    ) -> Result<Response<SetConditionResponse>, Status> {
+        let mut request = request.into_request();
+        name_lease(&mut request.get_mut().reconcile_lease, &self.lease);
+        let response = self.service.set_condition(request).await.map_err(cut_off)?;
+        if response.get_ref().changed {
+            self.record(response.get_ref().object.as_ref());
+        }
         Ok(response)
     }
 

@@ -23,9 +23,10 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use crate::{
     Client, Error, Objects,
     proto::{
-        ChangeFilter, Completion, CompletionRefused, Consistency, ElectionRef, KubeObject, ObjectQuery, ObjectView,
-        Outcome, QueueSpec, ReconcileRequest, RelatedQuery, RetryPolicy, WriteGuard, reconcile_request,
-        reconcile_response, reconcile_service_client::ReconcileServiceClient, related_query::MapsBy,
+        ChangeFilter, Completion, CompletionRefused, Condition, ConditionStatus, Consistency, ElectionRef, KubeObject,
+        ObjectQuery, ObjectView, Outcome, QueueSpec, ReconcileRequest, RelatedQuery, RetryPolicy, SetConditionRequest,
+        SetConditionResponse, WriteGuard, reconcile_request, reconcile_response,
+        reconcile_service_client::ReconcileServiceClient, related_query::MapsBy,
     },
     retry::{Backoff, is_retryable},
 };
@@ -369,11 +370,17 @@ pub struct WorkItem {
     pub last_error: Option<String>,
     /// When the lease times out and the key goes back to the queue.
     pub expires_at: Option<SystemTime>,
+    /// The queue's primary resource, as the spec names it.
+    resource: String,
     objects: Objects,
 }
 
 impl WorkItem {
-    fn from_proto(item: crate::proto::WorkItem, election: Option<&ElectionRef>, objects: &Objects) -> Self {
+    fn from_proto(
+        item: crate::proto::WorkItem,
+        (election, resource): (Option<&ElectionRef>, &str),
+        objects: &Objects,
+    ) -> Self {
         let consistency = item.consistency();
         let objects = objects.clone().for_lease(&item.lease_id);
         let guard = election.filter(|e| !e.election.is_empty()).map(|e| WriteGuard {
@@ -394,6 +401,7 @@ impl WorkItem {
             last_error: (!item.last_error.is_empty()).then_some(item.last_error),
             expires_at: item.expires_at.and_then(|t| SystemTime::try_from(t).ok()),
             lease_id: item.lease_id,
+            resource: resource.to_owned(),
             objects,
         }
     }
@@ -416,6 +424,42 @@ impl WorkItem {
     /// Whether a write of this pod was not seen in time, so the state may not show it yet.
     pub fn timed_out(&self) -> bool {
         self.consistency == Consistency::TimedOut
+    }
+
+    /// Sets the status condition `kind` of this item's primary, as apimachinery's `meta.SetStatusCondition`
+    /// does, in the daemon: its observedGeneration the generation of the object this pass was handed, its
+    /// lastTransitionTime kept while its status stays, written through the status subresource with
+    /// server-side apply (a field manager per type, so one condition never drops another) only when
+    /// something changed, and made for this item's lease like every write of [`WorkItem::objects`] (guarded
+    /// by the lease's term when the queue follows an election). The answer says whether it wrote
+    /// (`changed`) and the lastTransitionTime. The primary's `status.conditions` must be a list map keyed
+    /// by type, as Go's `[]metav1.Condition` with `+listType=map` generates it.
+    pub async fn set_condition(
+        &self,
+        kind: &str,
+        status: ConditionStatus,
+        reason: &str,
+        message: &str,
+    ) -> Result<SetConditionResponse, tonic::Status> {
+        let generation = self
+            .json()
+            .and_then(Result::ok)
+            .and_then(|o| o.pointer("/metadata/generation").and_then(serde_json::Value::as_i64))
+            .unwrap_or(0);
+        let request = SetConditionRequest {
+            resource: self.resource.clone(),
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            condition: Some(Condition {
+                r#type: kind.to_owned(),
+                status: status.into(),
+                reason: reason.to_owned(),
+                message: message.to_owned(),
+                observed_generation: generation,
+            }),
+            ..SetConditionRequest::default()
+        };
+        Ok(self.objects().set_condition(request).await?.into_inner())
     }
 }
 
@@ -626,7 +670,8 @@ impl Reconciler {
                                     backoff.reset();
                                     match message.response {
                                         Some(reconcile_response::Response::Item(item)) if !stopping => {
-                                            let item = WorkItem::from_proto(item, spec.election.as_ref(), &objects);
+                                            let resource = spec.primary.as_ref().map_or("", |p| p.resource.as_str());
+                                            let item = WorkItem::from_proto(item, (spec.election.as_ref(), resource), &objects);
                                             running.start(generation, item, &mut handler);
                                         }
                                         Some(reconcile_response::Response::Refused(refused)) => {
@@ -963,16 +1008,16 @@ mod tests {
         let granted =
             crate::proto::WorkItem { namespace: "ns".into(), name: "a".into(), term: 7, ..Default::default() };
         let own = ElectionRef { election: "leader".into(), namespace: String::new() };
-        let item = WorkItem::from_proto(granted.clone(), Some(&own), &objects);
+        let item = WorkItem::from_proto(granted.clone(), (Some(&own), "configmaps"), &objects);
         assert_eq!(
             item.guard,
             Some(WriteGuard { election: "leader".into(), namespace: String::new(), term: 7 }),
             "the spec's election, its empty namespace (the daemon's own) and the item's term"
         );
         let elsewhere = ElectionRef { election: "leader".into(), namespace: "leases".into() };
-        let item = WorkItem::from_proto(granted.clone(), Some(&elsewhere), &objects);
+        let item = WorkItem::from_proto(granted.clone(), (Some(&elsewhere), "configmaps"), &objects);
         assert_eq!(item.guard.map(|g| (g.namespace, g.term)), Some(("leases".into(), 7)));
-        assert_eq!(WorkItem::from_proto(granted, None, &objects).guard, None, "no election, no guard");
+        assert_eq!(WorkItem::from_proto(granted, (None, "configmaps"), &objects).guard, None, "no election, no guard");
     }
 
     #[test]
@@ -1003,8 +1048,8 @@ mod tests {
         assert_eq!(proto.finalizer, "example.com/cleanup");
         let objects = crate::Client::new("/nonexistent/consistd.sock").objects();
         let finalize = crate::proto::WorkItem { finalizing: true, ..Default::default() };
-        assert!(WorkItem::from_proto(finalize, None, &objects).finalizing);
-        assert!(!WorkItem::from_proto(crate::proto::WorkItem::default(), None, &objects).finalizing);
+        assert!(WorkItem::from_proto(finalize, (None, "configmaps"), &objects).finalizing);
+        assert!(!WorkItem::from_proto(crate::proto::WorkItem::default(), (None, "configmaps"), &objects).finalizing);
     }
 
     #[test]

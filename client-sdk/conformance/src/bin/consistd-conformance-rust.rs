@@ -11,7 +11,9 @@ use std::{
 use consistd_client::{
     Action, Changed, Client, Error, Event, Latest, ReconcileError, ReconcileSpec, Reconciler, Sent, Taken, Watch,
     WorkItem,
-    proto::{CampaignRequest, DeliveryMode, GetRequest, PatchRequest, PatchType, SendRequest, WriteGuard},
+    proto::{
+        CampaignRequest, ConditionStatus, DeliveryMode, GetRequest, PatchRequest, PatchType, SendRequest, WriteGuard,
+    },
     to_peer,
 };
 use futures::{Stream, StreamExt as _};
@@ -43,6 +45,8 @@ struct Agent {
 /// answer with the write's result.
 struct Handle {
     patch: Option<Value>,
+    /// A status condition to set first: type, status, reason, message.
+    condition: Option<(String, ConditionStatus, String, String)>,
     done: bool,
     answer: tokio::sync::oneshot::Sender<Result<Value, Failure>>,
 }
@@ -326,8 +330,21 @@ impl Agent {
             "attempt": item.attempt, "leaseId": item.lease_id, "finalizing": item.finalizing });
         self.print(json!({ "stream": stream, "item": line })).await;
         let Ok(handle) = handle.await else { return Err(ReconcileError::retry("the agent stopped")) };
+        let mut answer = json!({});
+        if let Some((kind, status, reason, message)) = &handle.condition {
+            match item.set_condition(kind, *status, reason, message).await {
+                Ok(set) => {
+                    answer["condition"] =
+                        json!({ "changed": set.changed, "lastTransitionTime": set.last_transition_time });
+                }
+                Err(status) => {
+                    let _ = handle.answer.send(Err(Failure::from(status)));
+                    return Err(ReconcileError::retry("the condition was not set"));
+                }
+            }
+        }
         let written = match handle.patch {
-            None => Ok(json!({})),
+            None => Ok(answer),
             Some(patch) => {
                 let request = PatchRequest {
                     resource: "configmaps".into(),
@@ -338,9 +355,10 @@ impl Agent {
                     ..Default::default()
                 };
                 match item.objects().patch(request).await {
-                    Ok(answer) => {
-                        let version = answer.into_inner().object.unwrap_or_default().resource_version;
-                        Ok(json!({ "resourceVersion": version }))
+                    Ok(patched) => {
+                        answer["resourceVersion"] =
+                            patched.into_inner().object.unwrap_or_default().resource_version.into();
+                        Ok(answer)
                     }
                     Err(status) => Err(Failure::from(status)),
                 }
@@ -358,10 +376,23 @@ impl Agent {
             other => return Err(invalid(format!("outcome: {other:?} is neither DONE nor RETRY"))),
         };
         let patch = c.get("patch").filter(|p| !p.is_null()).cloned();
+        let condition = match c.get("condition").filter(|c| !c.is_null()) {
+            None => None,
+            Some(set) => {
+                let status = match field(set, "status")? {
+                    "True" => ConditionStatus::True,
+                    "False" => ConditionStatus::False,
+                    "Unknown" => ConditionStatus::Unknown,
+                    other => return Err(invalid(format!("condition.status: {other:?} is not True, False or Unknown"))),
+                };
+                let text = |name: &str| field(set, name).map(str::to_owned);
+                Some((text("type")?, status, text("reason")?, text("message")?))
+            }
+        };
         let waiting = self.handlers.lock().unwrap_or_else(PoisonError::into_inner).remove(&key);
         let waiting = waiting.ok_or_else(|| invalid(format!("name: no handler waits with item {:?}", key.1)))?;
         let (answer, written) = tokio::sync::oneshot::channel();
-        waiting.send(Handle { patch, done, answer }).map_err(|_| invalid("name: that handler is gone"))?;
+        waiting.send(Handle { patch, condition, done, answer }).map_err(|_| invalid("name: that handler is gone"))?;
         written.await.map_err(|_| Failure { code: "UNKNOWN", message: "the handler ended without answering".into() })?
     }
 }
