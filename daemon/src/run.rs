@@ -162,7 +162,7 @@ async fn build(config: Config, env: &Environment, source: ConfigSource) -> Resul
     let fencing = Fencing::new(client.clone(), tunables.fencing.live(), metrics.clone());
     health.attach_fencing(fencing.clone());
     tasks.spawn(fencing.clone().run(tasks.signal().clone()));
-    let objects = Objects::new(client.clone(), hub.clone(), tunables.consistency_timeout.live(), fencing);
+    let objects = Objects::new(client.clone(), hub.clone(), tunables.consistency_timeout.live(), fencing, &identity);
     let tls = config.peer.tls.as_ref().map(PeerTls::load).transpose()?;
     if let Some(tls) = &tls {
         tls.spawn_watch(&tasks);

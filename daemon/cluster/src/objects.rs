@@ -5,6 +5,7 @@
 //! nothing is answered from it instead.
 
 pub mod condition;
+mod events;
 mod unchanged;
 
 use std::{sync::Arc, time::Duration};
@@ -142,6 +143,8 @@ pub struct Objects {
     fencing: Arc<Fencing>,
     /// The objects this daemon stamped with a claim.
     stamped: Arc<Stamped>,
+    /// Records the apps' events.
+    events: Arc<events::Recorders>,
 }
 
 impl std::fmt::Debug for Objects {
@@ -152,9 +155,10 @@ impl std::fmt::Debug for Objects {
 
 impl Objects {
     /// Objects backed by `client`, caching through `hub`, with `timeout` for own-write expectations, and
-    /// guarded writes fenced as `fencing` says.
-    pub fn new(client: Client, hub: Arc<Hub>, timeout: Live<Duration>, fencing: Arc<Fencing>) -> Self {
-        Self { client, hub, timeout, fencing, stamped: Arc::default() }
+    /// guarded writes fenced as `fencing` says; events are reported by `instance` (this daemon's identity).
+    pub fn new(client: Client, hub: Arc<Hub>, timeout: Live<Duration>, fencing: Arc<Fencing>, instance: &str) -> Self {
+        let events = Arc::new(events::Recorders::new(client.clone(), instance.to_owned()));
+        Self { client, hub, timeout, fencing, stamped: Arc::default(), events }
     }
 
     async fn resolve(&self, t: &ObjectRef, need_namespace: bool) -> Result<Resolved, ObjectsError> {
@@ -479,6 +483,42 @@ impl Objects {
                 Ok((updated, last_transition_time))
             }
         }
+    }
+
+    /// Records `event` (events.k8s.io/v1) about the object `t` names, reported by `controller`: its uid is
+    /// `uid`, or read (an object that is gone is named without one). A repeat within 6 minutes is counted on
+    /// the first one's series. Ok(false): the rate limit of `controller`'s events about that object dropped it.
+    pub async fn record_event(
+        &self,
+        t: &ObjectRef,
+        uid: &str,
+        controller: &str,
+        event: &kube::runtime::events::Event,
+    ) -> Result<bool, ObjectsError> {
+        let r = self.resolve(t, true).await?;
+        let uid = match uid {
+            "" => match self.get(t, false).await {
+                Ok((obj, _)) => obj.uid().to_owned(),
+                Err(gone) if gone.is_not_found() => String::new(),
+                Err(e) => return Err(e),
+            },
+            uid => uid.to_owned(),
+        };
+        let api_version =
+            if r.api.group.is_empty() { r.api.version.clone() } else { format!("{}/{}", r.api.group, r.api.version) };
+        let some = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+        let regarding = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some(api_version),
+            kind: Some(r.api.kind.clone()),
+            name: Some(t.name.clone()),
+            namespace: some(&t.namespace),
+            uid: some(&uid),
+            ..Default::default()
+        };
+        self.events.record(controller, event, &regarding).await.map_err(|source| {
+            let op = format!("record an event about {} {}", r.api.plural, locate(t));
+            ResourceError::Apiserver { op, source }.into()
+        })
     }
 
     /// Deletes an object; returns its last state when the apiserver returns one (it may be kept by

@@ -919,6 +919,51 @@ pub struct SetConditionResponse {
     #[prost(enumeration = "Fence", tag = "4")]
     pub fence: i32,
 }
+/// RecordEventRequest: an event about one object (its "regarding"), written to the object's namespace
+/// ("default" for a cluster-scoped one) as events.k8s.io/v1, reported by `reporting_controller` from this
+/// daemon's identity (reportingInstance). Every app of the pod records through one recorder per reporting
+/// controller, so their repeats aggregate as client-go's do: an event whose type, reason, action, reporting
+/// controller and object match one recorded within 6 minutes is counted on that one's series (its count and
+/// lastObservedTime patched; its note stays the first's), not written anew. A reporting controller's events
+/// about one object pass a rate limit (client-go's spam filter: a burst of 25, then one per 5 minutes); one
+/// over it is dropped and answered `recorded: false`.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct RecordEventRequest {
+    /// The object: its resource (any form discovery resolves), namespace and name.
+    #[prost(string, tag = "1")]
+    pub resource: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub namespace: ::prost::alloc::string::String,
+    #[prost(string, tag = "3")]
+    pub name: ::prost::alloc::string::String,
+    /// Its uid, when the app has it (a work item's object does); else the daemon reads it, and names an object
+    /// that is gone without one.
+    #[prost(string, tag = "4")]
+    pub uid: ::prost::alloc::string::String,
+    /// UNSPECIFIED is refused.
+    #[prost(enumeration = "EventSeverity", tag = "5")]
+    pub severity: i32,
+    /// Why, in CamelCase ("ScalingReplicaSet"); 1 to 128 characters.
+    #[prost(string, tag = "6")]
+    pub reason: ::prost::alloc::string::String,
+    /// What was done or failed, in CamelCase ("Scale"); 1 to 128 characters.
+    #[prost(string, tag = "7")]
+    pub action: ::prost::alloc::string::String,
+    /// For humans; at most 1024 bytes.
+    #[prost(string, tag = "8")]
+    pub note: ::prost::alloc::string::String,
+    /// The controller reporting it ("example.com/bucket-operator"); default "consistd"; at most 128 characters.
+    #[prost(string, tag = "9")]
+    pub reporting_controller: ::prost::alloc::string::String,
+}
+#[allow(clippy::all)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct RecordEventResponse {
+    /// False when the rate limit of the reporting controller's events about this object dropped it.
+    #[prost(bool, tag = "1")]
+    pub recorded: bool,
+}
 /// Where a read was answered from.
 #[allow(clippy::all)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
@@ -1061,6 +1106,39 @@ impl ConditionStatus {
             "CONDITION_STATUS_TRUE" => Some(Self::True),
             "CONDITION_STATUS_FALSE" => Some(Self::False),
             "CONDITION_STATUS_UNKNOWN" => Some(Self::Unknown),
+            _ => None,
+        }
+    }
+}
+/// An event's type, as events.k8s.io spells it.
+#[allow(clippy::all)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum EventSeverity {
+    Unspecified = 0,
+    /// "Normal": something happened, nothing to worry about.
+    Normal = 1,
+    /// "Warning": something is not as it should be.
+    Warning = 2,
+}
+impl EventSeverity {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::Unspecified => "EVENT_SEVERITY_UNSPECIFIED",
+            Self::Normal => "EVENT_SEVERITY_NORMAL",
+            Self::Warning => "EVENT_SEVERITY_WARNING",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "EVENT_SEVERITY_UNSPECIFIED" => Some(Self::Unspecified),
+            "EVENT_SEVERITY_NORMAL" => Some(Self::Normal),
+            "EVENT_SEVERITY_WARNING" => Some(Self::Warning),
             _ => None,
         }
     }
@@ -1318,6 +1396,32 @@ pub mod objects_service_client {
                 .insert(GrpcMethod::new("consistd.v1.ObjectsService", "SetCondition"));
             self.inner.unary(req, path, codec).await
         }
+        /// Record an event (events.k8s.io/v1) about an object, correlated in the daemon for every app of the pod as
+        /// client-go does: see RecordEventRequest.
+        pub async fn record_event(
+            &mut self,
+            request: impl tonic::IntoRequest<super::RecordEventRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::RecordEventResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/consistd.v1.ObjectsService/RecordEvent",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("consistd.v1.ObjectsService", "RecordEvent"));
+            self.inner.unary(req, path, codec).await
+        }
     }
 }
 /// Generated server implementations.
@@ -1370,6 +1474,15 @@ pub mod objects_service_server {
             request: tonic::Request<super::SetConditionRequest>,
         ) -> std::result::Result<
             tonic::Response<super::SetConditionResponse>,
+            tonic::Status,
+        >;
+        /// Record an event (events.k8s.io/v1) about an object, correlated in the daemon for every app of the pod as
+        /// client-go does: see RecordEventRequest.
+        async fn record_event(
+            &self,
+            request: tonic::Request<super::RecordEventRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::RecordEventResponse>,
             tonic::Status,
         >;
     }
@@ -1750,6 +1863,51 @@ pub mod objects_service_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = SetConditionSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/consistd.v1.ObjectsService/RecordEvent" => {
+                    #[allow(non_camel_case_types)]
+                    struct RecordEventSvc<T: ObjectsService>(pub Arc<T>);
+                    impl<
+                        T: ObjectsService,
+                    > tonic::server::UnaryService<super::RecordEventRequest>
+                    for RecordEventSvc<T> {
+                        type Response = super::RecordEventResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::RecordEventRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as ObjectsService>::record_event(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = RecordEventSvc(inner);
                         let codec = tonic_prost::ProstCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(

@@ -1598,7 +1598,8 @@ mod tests {
             let timing = (Live::fixed(TIMEOUT), Live::fixed(Duration::from_secs(30)));
             let fencing =
                 crate::fencing::Fencing::new(client.clone(), Live::fixed(Default::default()), metrics.clone());
-            let objects = crate::objects::Objects::new(client.clone(), hub.clone(), Live::fixed(TIMEOUT), fencing);
+            let objects =
+                crate::objects::Objects::new(client.clone(), hub.clone(), Live::fixed(TIMEOUT), fencing, "me");
             let reconciler = Reconciler::new(
                 (hub.clone(), objects),
                 leadership.clone(),

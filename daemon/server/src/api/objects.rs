@@ -14,7 +14,10 @@ use consistd_cluster::{
 };
 use consistd_core::config::Service;
 use consistd_proto::v1::{self as pb, objects_service_server::ObjectsService};
-use kube::api::{Preconditions, PropagationPolicy};
+use kube::{
+    api::{Preconditions, PropagationPolicy},
+    runtime::events::{Event, EventType},
+};
 use tonic::{Request, Response, Status};
 
 use super::{
@@ -22,6 +25,11 @@ use super::{
     caller::Caller,
     guard, status,
 };
+
+/// The resource RecordEvent writes, as access rules name it.
+const EVENTS: &str = "events.events.k8s.io";
+/// The reporting controller of an event that names none.
+const DEFAULT_REPORTING_CONTROLLER: &str = "consistd";
 
 /// The ObjectsService implementation.
 #[derive(Debug, Clone)]
@@ -226,6 +234,20 @@ impl ObjectsService for ObjectsApi {
         Ok(Response::new(pb::DeleteResponse { object: obj.map(Obj::into_proto), fence: fence_of(fenced).into() }))
     }
 
+    async fn record_event(&self, request: Request<pb::RecordEventRequest>) -> Answer<pb::RecordEventResponse> {
+        let caller = Caller::from_request(&request);
+        let r = request.into_inner();
+        let target = target(&r.resource, &r.namespace, Some(&r.name), "")?;
+        let (event, controller) = event(&r)?;
+        // The app writes an Event: access rules for creating events apply.
+        let namespace = (!r.namespace.is_empty()).then_some(r.namespace.as_str());
+        let ask = Ask { service: Service::Objects, verb: "create", resource: Resource::Kube(EVENTS), namespace };
+        self.access.check(&caller, ask).await?;
+        let recorded =
+            self.objects.record_event(&target, &r.uid, &controller, &event).await.map_err(status::objects_error)?;
+        Ok(Response::new(pb::RecordEventResponse { recorded }))
+    }
+
     async fn set_condition(&self, request: Request<pb::SetConditionRequest>) -> Answer<pb::SetConditionResponse> {
         let caller = Caller::from_request(&request);
         let r = request.into_inner();
@@ -293,6 +315,40 @@ fn condition(c: Option<pb::Condition>) -> Result<Condition, Status> {
         message: c.message,
         observed_generation: c.observed_generation,
     })
+}
+
+/// The longest reason, action and reporting controller of an event (events.k8s.io's limits).
+const EVENT_NAME_CHARS: usize = 128;
+/// The longest note of an event, in bytes.
+const EVENT_NOTE_BYTES: usize = 1024;
+
+/// Checks a RecordEvent's event, naming the field that is wrong; returns it and its reporting controller.
+fn event(r: &pb::RecordEventRequest) -> Result<(Event, String), Status> {
+    let type_ = match pb::EventSeverity::try_from(r.severity) {
+        Ok(pb::EventSeverity::Normal) => EventType::Normal,
+        Ok(pb::EventSeverity::Warning) => EventType::Warning,
+        Ok(pb::EventSeverity::Unspecified) => {
+            return Err(status::invalid_argument("severity", "must be NORMAL or WARNING"));
+        }
+        Err(_) => return Err(status::invalid_argument("severity", format!("unknown value {}", r.severity))),
+    };
+    let name = |field: &str, value: &str| {
+        if value.is_empty() || value.chars().count() > EVENT_NAME_CHARS {
+            return Err(status::invalid_argument(field, format!("must be 1 to {EVENT_NAME_CHARS} characters")));
+        }
+        Ok(value.to_owned())
+    };
+    let reason = name("reason", &r.reason)?;
+    let action = name("action", &r.action)?;
+    let controller = match r.reporting_controller.as_str() {
+        "" => DEFAULT_REPORTING_CONTROLLER.to_owned(),
+        c => name("reporting_controller", c)?,
+    };
+    if r.note.len() > EVENT_NOTE_BYTES {
+        return Err(status::invalid_argument("note", format!("at most {EVENT_NOTE_BYTES} bytes")));
+    }
+    let note = (!r.note.is_empty()).then(|| r.note.clone());
+    Ok((Event { type_, reason, note, action, secondary: None }, controller))
 }
 
 /// A write's answer says which fence its guard went out with.

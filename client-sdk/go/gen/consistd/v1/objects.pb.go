@@ -243,6 +243,58 @@ func (ConditionStatus) EnumDescriptor() ([]byte, []int) {
 	return file_consistd_v1_objects_proto_rawDescGZIP(), []int{3}
 }
 
+// An event's type, as events.k8s.io spells it.
+type EventSeverity int32
+
+const (
+	EventSeverity_EVENT_SEVERITY_UNSPECIFIED EventSeverity = 0
+	// "Normal": something happened, nothing to worry about.
+	EventSeverity_EVENT_SEVERITY_NORMAL EventSeverity = 1
+	// "Warning": something is not as it should be.
+	EventSeverity_EVENT_SEVERITY_WARNING EventSeverity = 2
+)
+
+// Enum value maps for EventSeverity.
+var (
+	EventSeverity_name = map[int32]string{
+		0: "EVENT_SEVERITY_UNSPECIFIED",
+		1: "EVENT_SEVERITY_NORMAL",
+		2: "EVENT_SEVERITY_WARNING",
+	}
+	EventSeverity_value = map[string]int32{
+		"EVENT_SEVERITY_UNSPECIFIED": 0,
+		"EVENT_SEVERITY_NORMAL":      1,
+		"EVENT_SEVERITY_WARNING":     2,
+	}
+)
+
+func (x EventSeverity) Enum() *EventSeverity {
+	p := new(EventSeverity)
+	*p = x
+	return p
+}
+
+func (x EventSeverity) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (EventSeverity) Descriptor() protoreflect.EnumDescriptor {
+	return file_consistd_v1_objects_proto_enumTypes[4].Descriptor()
+}
+
+func (EventSeverity) Type() protoreflect.EnumType {
+	return &file_consistd_v1_objects_proto_enumTypes[4]
+}
+
+func (x EventSeverity) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use EventSeverity.Descriptor instead.
+func (EventSeverity) EnumDescriptor() ([]byte, []int) {
+	return file_consistd_v1_objects_proto_rawDescGZIP(), []int{4}
+}
+
 // GetRequest names one object.
 type GetRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1477,6 +1529,175 @@ func (x *SetConditionResponse) GetFence() Fence {
 	return Fence_FENCE_UNSPECIFIED
 }
 
+// RecordEventRequest: an event about one object (its "regarding"), written to the object's namespace
+// ("default" for a cluster-scoped one) as events.k8s.io/v1, reported by `reporting_controller` from this
+// daemon's identity (reportingInstance). Every app of the pod records through one recorder per reporting
+// controller, so their repeats aggregate as client-go's do: an event whose type, reason, action, reporting
+// controller and object match one recorded within 6 minutes is counted on that one's series (its count and
+// lastObservedTime patched; its note stays the first's), not written anew. A reporting controller's events
+// about one object pass a rate limit (client-go's spam filter: a burst of 25, then one per 5 minutes); one
+// over it is dropped and answered `recorded: false`.
+type RecordEventRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The object: its resource (any form discovery resolves), namespace and name.
+	Resource  string `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"`
+	Namespace string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name      string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// Its uid, when the app has it (a work item's object does); else the daemon reads it, and names an object
+	// that is gone without one.
+	Uid string `protobuf:"bytes,4,opt,name=uid,proto3" json:"uid,omitempty"`
+	// UNSPECIFIED is refused.
+	Severity EventSeverity `protobuf:"varint,5,opt,name=severity,proto3,enum=consistd.v1.EventSeverity" json:"severity,omitempty"`
+	// Why, in CamelCase ("ScalingReplicaSet"); 1 to 128 characters.
+	Reason string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	// What was done or failed, in CamelCase ("Scale"); 1 to 128 characters.
+	Action string `protobuf:"bytes,7,opt,name=action,proto3" json:"action,omitempty"`
+	// For humans; at most 1024 bytes.
+	Note string `protobuf:"bytes,8,opt,name=note,proto3" json:"note,omitempty"`
+	// The controller reporting it ("example.com/bucket-operator"); default "consistd"; at most 128 characters.
+	ReportingController string `protobuf:"bytes,9,opt,name=reporting_controller,json=reportingController,proto3" json:"reporting_controller,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *RecordEventRequest) Reset() {
+	*x = RecordEventRequest{}
+	mi := &file_consistd_v1_objects_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordEventRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordEventRequest) ProtoMessage() {}
+
+func (x *RecordEventRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_consistd_v1_objects_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordEventRequest.ProtoReflect.Descriptor instead.
+func (*RecordEventRequest) Descriptor() ([]byte, []int) {
+	return file_consistd_v1_objects_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *RecordEventRequest) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *RecordEventRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *RecordEventRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RecordEventRequest) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *RecordEventRequest) GetSeverity() EventSeverity {
+	if x != nil {
+		return x.Severity
+	}
+	return EventSeverity_EVENT_SEVERITY_UNSPECIFIED
+}
+
+func (x *RecordEventRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RecordEventRequest) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *RecordEventRequest) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+func (x *RecordEventRequest) GetReportingController() string {
+	if x != nil {
+		return x.ReportingController
+	}
+	return ""
+}
+
+type RecordEventResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when the rate limit of the reporting controller's events about this object dropped it.
+	Recorded      bool `protobuf:"varint,1,opt,name=recorded,proto3" json:"recorded,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordEventResponse) Reset() {
+	*x = RecordEventResponse{}
+	mi := &file_consistd_v1_objects_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordEventResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordEventResponse) ProtoMessage() {}
+
+func (x *RecordEventResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_consistd_v1_objects_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordEventResponse.ProtoReflect.Descriptor instead.
+func (*RecordEventResponse) Descriptor() ([]byte, []int) {
+	return file_consistd_v1_objects_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *RecordEventResponse) GetRecorded() bool {
+	if x != nil {
+		return x.Recorded
+	}
+	return false
+}
+
 var File_consistd_v1_objects_proto protoreflect.FileDescriptor
 
 const file_consistd_v1_objects_proto_rawDesc = "" +
@@ -1573,7 +1794,19 @@ const file_consistd_v1_objects_proto_rawDesc = "" +
 	"\x06object\x18\x01 \x01(\v2\x17.consistd.v1.KubeObjectR\x06object\x12\x18\n" +
 	"\achanged\x18\x02 \x01(\bR\achanged\x120\n" +
 	"\x14last_transition_time\x18\x03 \x01(\tR\x12lastTransitionTime\x12(\n" +
-	"\x05fence\x18\x04 \x01(\x0e2\x12.consistd.v1.FenceR\x05fence*[\n" +
+	"\x05fence\x18\x04 \x01(\x0e2\x12.consistd.v1.FenceR\x05fence\"\xa3\x02\n" +
+	"\x12RecordEventRequest\x12\x1a\n" +
+	"\bresource\x18\x01 \x01(\tR\bresource\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x10\n" +
+	"\x03uid\x18\x04 \x01(\tR\x03uid\x126\n" +
+	"\bseverity\x18\x05 \x01(\x0e2\x1a.consistd.v1.EventSeverityR\bseverity\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x12\x16\n" +
+	"\x06action\x18\a \x01(\tR\x06action\x12\x12\n" +
+	"\x04note\x18\b \x01(\tR\x04note\x121\n" +
+	"\x14reporting_controller\x18\t \x01(\tR\x13reportingController\"1\n" +
+	"\x13RecordEventResponse\x12\x1a\n" +
+	"\brecorded\x18\x01 \x01(\bR\brecorded*[\n" +
 	"\n" +
 	"ReadSource\x12\x1b\n" +
 	"\x17READ_SOURCE_UNSPECIFIED\x10\x00\x12\x15\n" +
@@ -1594,7 +1827,11 @@ const file_consistd_v1_objects_proto_rawDesc = "" +
 	"\x1cCONDITION_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15CONDITION_STATUS_TRUE\x10\x01\x12\x1a\n" +
 	"\x16CONDITION_STATUS_FALSE\x10\x02\x12\x1c\n" +
-	"\x18CONDITION_STATUS_UNKNOWN\x10\x032\xe5\x03\n" +
+	"\x18CONDITION_STATUS_UNKNOWN\x10\x03*f\n" +
+	"\rEventSeverity\x12\x1e\n" +
+	"\x1aEVENT_SEVERITY_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15EVENT_SEVERITY_NORMAL\x10\x01\x12\x1a\n" +
+	"\x16EVENT_SEVERITY_WARNING\x10\x022\xb7\x04\n" +
 	"\x0eObjectsService\x128\n" +
 	"\x03Get\x12\x17.consistd.v1.GetRequest\x1a\x18.consistd.v1.GetResponse\x12;\n" +
 	"\x04List\x12\x18.consistd.v1.ListRequest\x1a\x19.consistd.v1.ListResponse\x12A\n" +
@@ -1602,7 +1839,8 @@ const file_consistd_v1_objects_proto_rawDesc = "" +
 	"\x06Update\x12\x1a.consistd.v1.UpdateRequest\x1a\x1b.consistd.v1.UpdateResponse\x12>\n" +
 	"\x05Patch\x12\x19.consistd.v1.PatchRequest\x1a\x1a.consistd.v1.PatchResponse\x12A\n" +
 	"\x06Delete\x12\x1a.consistd.v1.DeleteRequest\x1a\x1b.consistd.v1.DeleteResponse\x12S\n" +
-	"\fSetCondition\x12 .consistd.v1.SetConditionRequest\x1a!.consistd.v1.SetConditionResponseB\xb3\x01\n" +
+	"\fSetCondition\x12 .consistd.v1.SetConditionRequest\x1a!.consistd.v1.SetConditionResponse\x12P\n" +
+	"\vRecordEvent\x12\x1f.consistd.v1.RecordEventRequest\x1a .consistd.v1.RecordEventResponseB\xb3\x01\n" +
 	"\x0fcom.consistd.v1B\fObjectsProtoP\x01ZEgithub.com/consistd/consistd/client-sdk/go/gen/consistd/v1;consistdv1\xa2\x02\x03CXX\xaa\x02\vConsistd.V1\xca\x02\vConsistd\\V1\xe2\x02\x17Consistd\\V1\\GPBMetadata\xea\x02\fConsistd::V1b\x06proto3"
 
 var (
@@ -1617,75 +1855,81 @@ func file_consistd_v1_objects_proto_rawDescGZIP() []byte {
 	return file_consistd_v1_objects_proto_rawDescData
 }
 
-var file_consistd_v1_objects_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_consistd_v1_objects_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_consistd_v1_objects_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_consistd_v1_objects_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_consistd_v1_objects_proto_goTypes = []any{
 	(ReadSource)(0),              // 0: consistd.v1.ReadSource
 	(PatchType)(0),               // 1: consistd.v1.PatchType
 	(PropagationPolicy)(0),       // 2: consistd.v1.PropagationPolicy
 	(ConditionStatus)(0),         // 3: consistd.v1.ConditionStatus
-	(*GetRequest)(nil),           // 4: consistd.v1.GetRequest
-	(*GetResponse)(nil),          // 5: consistd.v1.GetResponse
-	(*ListRequest)(nil),          // 6: consistd.v1.ListRequest
-	(*ListResponse)(nil),         // 7: consistd.v1.ListResponse
-	(*CreateRequest)(nil),        // 8: consistd.v1.CreateRequest
-	(*CreateResponse)(nil),       // 9: consistd.v1.CreateResponse
-	(*UpdateRequest)(nil),        // 10: consistd.v1.UpdateRequest
-	(*UpdateResponse)(nil),       // 11: consistd.v1.UpdateResponse
-	(*PatchRequest)(nil),         // 12: consistd.v1.PatchRequest
-	(*PatchResponse)(nil),        // 13: consistd.v1.PatchResponse
-	(*DeleteRequest)(nil),        // 14: consistd.v1.DeleteRequest
-	(*DeleteResponse)(nil),       // 15: consistd.v1.DeleteResponse
-	(*Condition)(nil),            // 16: consistd.v1.Condition
-	(*SetConditionRequest)(nil),  // 17: consistd.v1.SetConditionRequest
-	(*SetConditionResponse)(nil), // 18: consistd.v1.SetConditionResponse
-	(*KubeObject)(nil),           // 19: consistd.v1.KubeObject
-	(*WriteGuard)(nil),           // 20: consistd.v1.WriteGuard
-	(Fence)(0),                   // 21: consistd.v1.Fence
+	(EventSeverity)(0),           // 4: consistd.v1.EventSeverity
+	(*GetRequest)(nil),           // 5: consistd.v1.GetRequest
+	(*GetResponse)(nil),          // 6: consistd.v1.GetResponse
+	(*ListRequest)(nil),          // 7: consistd.v1.ListRequest
+	(*ListResponse)(nil),         // 8: consistd.v1.ListResponse
+	(*CreateRequest)(nil),        // 9: consistd.v1.CreateRequest
+	(*CreateResponse)(nil),       // 10: consistd.v1.CreateResponse
+	(*UpdateRequest)(nil),        // 11: consistd.v1.UpdateRequest
+	(*UpdateResponse)(nil),       // 12: consistd.v1.UpdateResponse
+	(*PatchRequest)(nil),         // 13: consistd.v1.PatchRequest
+	(*PatchResponse)(nil),        // 14: consistd.v1.PatchResponse
+	(*DeleteRequest)(nil),        // 15: consistd.v1.DeleteRequest
+	(*DeleteResponse)(nil),       // 16: consistd.v1.DeleteResponse
+	(*Condition)(nil),            // 17: consistd.v1.Condition
+	(*SetConditionRequest)(nil),  // 18: consistd.v1.SetConditionRequest
+	(*SetConditionResponse)(nil), // 19: consistd.v1.SetConditionResponse
+	(*RecordEventRequest)(nil),   // 20: consistd.v1.RecordEventRequest
+	(*RecordEventResponse)(nil),  // 21: consistd.v1.RecordEventResponse
+	(*KubeObject)(nil),           // 22: consistd.v1.KubeObject
+	(*WriteGuard)(nil),           // 23: consistd.v1.WriteGuard
+	(Fence)(0),                   // 24: consistd.v1.Fence
 }
 var file_consistd_v1_objects_proto_depIdxs = []int32{
-	19, // 0: consistd.v1.GetResponse.object:type_name -> consistd.v1.KubeObject
+	22, // 0: consistd.v1.GetResponse.object:type_name -> consistd.v1.KubeObject
 	0,  // 1: consistd.v1.GetResponse.source:type_name -> consistd.v1.ReadSource
-	19, // 2: consistd.v1.ListResponse.objects:type_name -> consistd.v1.KubeObject
+	22, // 2: consistd.v1.ListResponse.objects:type_name -> consistd.v1.KubeObject
 	0,  // 3: consistd.v1.ListResponse.source:type_name -> consistd.v1.ReadSource
-	20, // 4: consistd.v1.CreateRequest.guard:type_name -> consistd.v1.WriteGuard
-	19, // 5: consistd.v1.CreateResponse.object:type_name -> consistd.v1.KubeObject
-	21, // 6: consistd.v1.CreateResponse.fence:type_name -> consistd.v1.Fence
-	20, // 7: consistd.v1.UpdateRequest.guard:type_name -> consistd.v1.WriteGuard
-	19, // 8: consistd.v1.UpdateResponse.object:type_name -> consistd.v1.KubeObject
-	21, // 9: consistd.v1.UpdateResponse.fence:type_name -> consistd.v1.Fence
+	23, // 4: consistd.v1.CreateRequest.guard:type_name -> consistd.v1.WriteGuard
+	22, // 5: consistd.v1.CreateResponse.object:type_name -> consistd.v1.KubeObject
+	24, // 6: consistd.v1.CreateResponse.fence:type_name -> consistd.v1.Fence
+	23, // 7: consistd.v1.UpdateRequest.guard:type_name -> consistd.v1.WriteGuard
+	22, // 8: consistd.v1.UpdateResponse.object:type_name -> consistd.v1.KubeObject
+	24, // 9: consistd.v1.UpdateResponse.fence:type_name -> consistd.v1.Fence
 	1,  // 10: consistd.v1.PatchRequest.patch_type:type_name -> consistd.v1.PatchType
-	20, // 11: consistd.v1.PatchRequest.guard:type_name -> consistd.v1.WriteGuard
-	19, // 12: consistd.v1.PatchResponse.object:type_name -> consistd.v1.KubeObject
-	21, // 13: consistd.v1.PatchResponse.fence:type_name -> consistd.v1.Fence
+	23, // 11: consistd.v1.PatchRequest.guard:type_name -> consistd.v1.WriteGuard
+	22, // 12: consistd.v1.PatchResponse.object:type_name -> consistd.v1.KubeObject
+	24, // 13: consistd.v1.PatchResponse.fence:type_name -> consistd.v1.Fence
 	2,  // 14: consistd.v1.DeleteRequest.propagation_policy:type_name -> consistd.v1.PropagationPolicy
-	20, // 15: consistd.v1.DeleteRequest.guard:type_name -> consistd.v1.WriteGuard
-	19, // 16: consistd.v1.DeleteResponse.object:type_name -> consistd.v1.KubeObject
-	21, // 17: consistd.v1.DeleteResponse.fence:type_name -> consistd.v1.Fence
+	23, // 15: consistd.v1.DeleteRequest.guard:type_name -> consistd.v1.WriteGuard
+	22, // 16: consistd.v1.DeleteResponse.object:type_name -> consistd.v1.KubeObject
+	24, // 17: consistd.v1.DeleteResponse.fence:type_name -> consistd.v1.Fence
 	3,  // 18: consistd.v1.Condition.status:type_name -> consistd.v1.ConditionStatus
-	16, // 19: consistd.v1.SetConditionRequest.condition:type_name -> consistd.v1.Condition
-	20, // 20: consistd.v1.SetConditionRequest.guard:type_name -> consistd.v1.WriteGuard
-	19, // 21: consistd.v1.SetConditionResponse.object:type_name -> consistd.v1.KubeObject
-	21, // 22: consistd.v1.SetConditionResponse.fence:type_name -> consistd.v1.Fence
-	4,  // 23: consistd.v1.ObjectsService.Get:input_type -> consistd.v1.GetRequest
-	6,  // 24: consistd.v1.ObjectsService.List:input_type -> consistd.v1.ListRequest
-	8,  // 25: consistd.v1.ObjectsService.Create:input_type -> consistd.v1.CreateRequest
-	10, // 26: consistd.v1.ObjectsService.Update:input_type -> consistd.v1.UpdateRequest
-	12, // 27: consistd.v1.ObjectsService.Patch:input_type -> consistd.v1.PatchRequest
-	14, // 28: consistd.v1.ObjectsService.Delete:input_type -> consistd.v1.DeleteRequest
-	17, // 29: consistd.v1.ObjectsService.SetCondition:input_type -> consistd.v1.SetConditionRequest
-	5,  // 30: consistd.v1.ObjectsService.Get:output_type -> consistd.v1.GetResponse
-	7,  // 31: consistd.v1.ObjectsService.List:output_type -> consistd.v1.ListResponse
-	9,  // 32: consistd.v1.ObjectsService.Create:output_type -> consistd.v1.CreateResponse
-	11, // 33: consistd.v1.ObjectsService.Update:output_type -> consistd.v1.UpdateResponse
-	13, // 34: consistd.v1.ObjectsService.Patch:output_type -> consistd.v1.PatchResponse
-	15, // 35: consistd.v1.ObjectsService.Delete:output_type -> consistd.v1.DeleteResponse
-	18, // 36: consistd.v1.ObjectsService.SetCondition:output_type -> consistd.v1.SetConditionResponse
-	30, // [30:37] is the sub-list for method output_type
-	23, // [23:30] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	17, // 19: consistd.v1.SetConditionRequest.condition:type_name -> consistd.v1.Condition
+	23, // 20: consistd.v1.SetConditionRequest.guard:type_name -> consistd.v1.WriteGuard
+	22, // 21: consistd.v1.SetConditionResponse.object:type_name -> consistd.v1.KubeObject
+	24, // 22: consistd.v1.SetConditionResponse.fence:type_name -> consistd.v1.Fence
+	4,  // 23: consistd.v1.RecordEventRequest.severity:type_name -> consistd.v1.EventSeverity
+	5,  // 24: consistd.v1.ObjectsService.Get:input_type -> consistd.v1.GetRequest
+	7,  // 25: consistd.v1.ObjectsService.List:input_type -> consistd.v1.ListRequest
+	9,  // 26: consistd.v1.ObjectsService.Create:input_type -> consistd.v1.CreateRequest
+	11, // 27: consistd.v1.ObjectsService.Update:input_type -> consistd.v1.UpdateRequest
+	13, // 28: consistd.v1.ObjectsService.Patch:input_type -> consistd.v1.PatchRequest
+	15, // 29: consistd.v1.ObjectsService.Delete:input_type -> consistd.v1.DeleteRequest
+	18, // 30: consistd.v1.ObjectsService.SetCondition:input_type -> consistd.v1.SetConditionRequest
+	20, // 31: consistd.v1.ObjectsService.RecordEvent:input_type -> consistd.v1.RecordEventRequest
+	6,  // 32: consistd.v1.ObjectsService.Get:output_type -> consistd.v1.GetResponse
+	8,  // 33: consistd.v1.ObjectsService.List:output_type -> consistd.v1.ListResponse
+	10, // 34: consistd.v1.ObjectsService.Create:output_type -> consistd.v1.CreateResponse
+	12, // 35: consistd.v1.ObjectsService.Update:output_type -> consistd.v1.UpdateResponse
+	14, // 36: consistd.v1.ObjectsService.Patch:output_type -> consistd.v1.PatchResponse
+	16, // 37: consistd.v1.ObjectsService.Delete:output_type -> consistd.v1.DeleteResponse
+	19, // 38: consistd.v1.ObjectsService.SetCondition:output_type -> consistd.v1.SetConditionResponse
+	21, // 39: consistd.v1.ObjectsService.RecordEvent:output_type -> consistd.v1.RecordEventResponse
+	32, // [32:40] is the sub-list for method output_type
+	24, // [24:32] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_consistd_v1_objects_proto_init() }
@@ -1699,8 +1943,8 @@ func file_consistd_v1_objects_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_consistd_v1_objects_proto_rawDesc), len(file_consistd_v1_objects_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   15,
+			NumEnums:      5,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,6 +26,7 @@ const (
 	ObjectsService_Patch_FullMethodName        = "/consistd.v1.ObjectsService/Patch"
 	ObjectsService_Delete_FullMethodName       = "/consistd.v1.ObjectsService/Delete"
 	ObjectsService_SetCondition_FullMethodName = "/consistd.v1.ObjectsService/SetCondition"
+	ObjectsService_RecordEvent_FullMethodName  = "/consistd.v1.ObjectsService/RecordEvent"
 )
 
 // ObjectsServiceClient is the client API for ObjectsService service.
@@ -52,6 +53,9 @@ type ObjectsServiceClient interface {
 	// Set one condition of an object's status.conditions, as apimachinery's meta.SetStatusCondition does, and
 	// write it through the status subresource with server-side apply: see SetConditionRequest.
 	SetCondition(ctx context.Context, in *SetConditionRequest, opts ...grpc.CallOption) (*SetConditionResponse, error)
+	// Record an event (events.k8s.io/v1) about an object, correlated in the daemon for every app of the pod as
+	// client-go does: see RecordEventRequest.
+	RecordEvent(ctx context.Context, in *RecordEventRequest, opts ...grpc.CallOption) (*RecordEventResponse, error)
 }
 
 type objectsServiceClient struct {
@@ -132,6 +136,16 @@ func (c *objectsServiceClient) SetCondition(ctx context.Context, in *SetConditio
 	return out, nil
 }
 
+func (c *objectsServiceClient) RecordEvent(ctx context.Context, in *RecordEventRequest, opts ...grpc.CallOption) (*RecordEventResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RecordEventResponse)
+	err := c.cc.Invoke(ctx, ObjectsService_RecordEvent_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ObjectsServiceServer is the server API for ObjectsService service.
 // All implementations must embed UnimplementedObjectsServiceServer
 // for forward compatibility.
@@ -156,6 +170,9 @@ type ObjectsServiceServer interface {
 	// Set one condition of an object's status.conditions, as apimachinery's meta.SetStatusCondition does, and
 	// write it through the status subresource with server-side apply: see SetConditionRequest.
 	SetCondition(context.Context, *SetConditionRequest) (*SetConditionResponse, error)
+	// Record an event (events.k8s.io/v1) about an object, correlated in the daemon for every app of the pod as
+	// client-go does: see RecordEventRequest.
+	RecordEvent(context.Context, *RecordEventRequest) (*RecordEventResponse, error)
 	mustEmbedUnimplementedObjectsServiceServer()
 }
 
@@ -186,6 +203,9 @@ func (UnimplementedObjectsServiceServer) Delete(context.Context, *DeleteRequest)
 }
 func (UnimplementedObjectsServiceServer) SetCondition(context.Context, *SetConditionRequest) (*SetConditionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetCondition not implemented")
+}
+func (UnimplementedObjectsServiceServer) RecordEvent(context.Context, *RecordEventRequest) (*RecordEventResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RecordEvent not implemented")
 }
 func (UnimplementedObjectsServiceServer) mustEmbedUnimplementedObjectsServiceServer() {}
 func (UnimplementedObjectsServiceServer) testEmbeddedByValue()                        {}
@@ -334,6 +354,24 @@ func _ObjectsService_SetCondition_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ObjectsService_RecordEvent_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecordEventRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ObjectsServiceServer).RecordEvent(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ObjectsService_RecordEvent_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ObjectsServiceServer).RecordEvent(ctx, req.(*RecordEventRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ObjectsService_ServiceDesc is the grpc.ServiceDesc for ObjectsService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -368,6 +406,10 @@ var ObjectsService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetCondition",
 			Handler:    _ObjectsService_SetCondition_Handler,
+		},
+		{
+			MethodName: "RecordEvent",
+			Handler:    _ObjectsService_RecordEvent_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -35,6 +35,12 @@ class ConditionStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CONDITION_STATUS_TRUE: _ClassVar[ConditionStatus]
     CONDITION_STATUS_FALSE: _ClassVar[ConditionStatus]
     CONDITION_STATUS_UNKNOWN: _ClassVar[ConditionStatus]
+
+class EventSeverity(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EVENT_SEVERITY_UNSPECIFIED: _ClassVar[EventSeverity]
+    EVENT_SEVERITY_NORMAL: _ClassVar[EventSeverity]
+    EVENT_SEVERITY_WARNING: _ClassVar[EventSeverity]
 READ_SOURCE_UNSPECIFIED: ReadSource
 READ_SOURCE_CACHE: ReadSource
 READ_SOURCE_APISERVER: ReadSource
@@ -51,6 +57,9 @@ CONDITION_STATUS_UNSPECIFIED: ConditionStatus
 CONDITION_STATUS_TRUE: ConditionStatus
 CONDITION_STATUS_FALSE: ConditionStatus
 CONDITION_STATUS_UNKNOWN: ConditionStatus
+EVENT_SEVERITY_UNSPECIFIED: EventSeverity
+EVENT_SEVERITY_NORMAL: EventSeverity
+EVENT_SEVERITY_WARNING: EventSeverity
 
 class GetRequest(_message.Message):
     __slots__ = ("resource", "namespace", "name", "read_your_writes")
@@ -259,3 +268,31 @@ class SetConditionResponse(_message.Message):
     last_transition_time: str
     fence: _object_pb2.Fence
     def __init__(self, object: _Optional[_Union[_object_pb2.KubeObject, _Mapping]] = ..., changed: _Optional[bool] = ..., last_transition_time: _Optional[str] = ..., fence: _Optional[_Union[_object_pb2.Fence, str]] = ...) -> None: ...
+
+class RecordEventRequest(_message.Message):
+    __slots__ = ("resource", "namespace", "name", "uid", "severity", "reason", "action", "note", "reporting_controller")
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    UID_FIELD_NUMBER: _ClassVar[int]
+    SEVERITY_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    REPORTING_CONTROLLER_FIELD_NUMBER: _ClassVar[int]
+    resource: str
+    namespace: str
+    name: str
+    uid: str
+    severity: EventSeverity
+    reason: str
+    action: str
+    note: str
+    reporting_controller: str
+    def __init__(self, resource: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., uid: _Optional[str] = ..., severity: _Optional[_Union[EventSeverity, str]] = ..., reason: _Optional[str] = ..., action: _Optional[str] = ..., note: _Optional[str] = ..., reporting_controller: _Optional[str] = ...) -> None: ...
+
+class RecordEventResponse(_message.Message):
+    __slots__ = ("recorded",)
+    RECORDED_FIELD_NUMBER: _ClassVar[int]
+    recorded: bool
+    def __init__(self, recorded: _Optional[bool] = ...) -> None: ...

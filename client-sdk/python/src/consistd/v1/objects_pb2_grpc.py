@@ -73,6 +73,11 @@ class ObjectsServiceStub:
                 request_serializer=consistd_dot_v1_dot_objects__pb2.SetConditionRequest.SerializeToString,
                 response_deserializer=consistd_dot_v1_dot_objects__pb2.SetConditionResponse.FromString,
                 _registered_method=True)
+        self.RecordEvent = channel.unary_unary(
+                '/consistd.v1.ObjectsService/RecordEvent',
+                request_serializer=consistd_dot_v1_dot_objects__pb2.RecordEventRequest.SerializeToString,
+                response_deserializer=consistd_dot_v1_dot_objects__pb2.RecordEventResponse.FromString,
+                _registered_method=True)
 
 
 class ObjectsServiceServicer:
@@ -132,6 +137,14 @@ class ObjectsServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RecordEvent(self, request, context):
+        """Record an event (events.k8s.io/v1) about an object, correlated in the daemon for every app of the pod as
+        client-go does: see RecordEventRequest.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ObjectsServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -169,6 +182,11 @@ def add_ObjectsServiceServicer_to_server(servicer, server):
                     servicer.SetCondition,
                     request_deserializer=consistd_dot_v1_dot_objects__pb2.SetConditionRequest.FromString,
                     response_serializer=consistd_dot_v1_dot_objects__pb2.SetConditionResponse.SerializeToString,
+            ),
+            'RecordEvent': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordEvent,
+                    request_deserializer=consistd_dot_v1_dot_objects__pb2.RecordEventRequest.FromString,
+                    response_serializer=consistd_dot_v1_dot_objects__pb2.RecordEventResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -364,6 +382,33 @@ class ObjectsService:
             '/consistd.v1.ObjectsService/SetCondition',
             consistd_dot_v1_dot_objects__pb2.SetConditionRequest.SerializeToString,
             consistd_dot_v1_dot_objects__pb2.SetConditionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordEvent(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/consistd.v1.ObjectsService/RecordEvent',
+            consistd_dot_v1_dot_objects__pb2.RecordEventRequest.SerializeToString,
+            consistd_dot_v1_dot_objects__pb2.RecordEventResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -66,6 +66,16 @@ export enum ConditionStatus {
   UNRECOGNIZED = -1,
 }
 
+/** An event's type, as events.k8s.io spells it. */
+export enum EventSeverity {
+  UNSPECIFIED = 0,
+  /** NORMAL - "Normal": something happened, nothing to worry about. */
+  NORMAL = 1,
+  /** WARNING - "Warning": something is not as it should be. */
+  WARNING = 2,
+  UNRECOGNIZED = -1,
+}
+
 /** GetRequest names one object. */
 export interface GetRequest {
   /** The resource, in any form WatchService.Subscribe accepts. */
@@ -333,6 +343,43 @@ export interface SetConditionResponse {
   lastTransitionTime: string;
   /** Which fence the write's guard went out with; UNSPECIFIED for a write without a guard or none sent. */
   fence: Fence;
+}
+
+/**
+ * RecordEventRequest: an event about one object (its "regarding"), written to the object's namespace
+ * ("default" for a cluster-scoped one) as events.k8s.io/v1, reported by `reporting_controller` from this
+ * daemon's identity (reportingInstance). Every app of the pod records through one recorder per reporting
+ * controller, so their repeats aggregate as client-go's do: an event whose type, reason, action, reporting
+ * controller and object match one recorded within 6 minutes is counted on that one's series (its count and
+ * lastObservedTime patched; its note stays the first's), not written anew. A reporting controller's events
+ * about one object pass a rate limit (client-go's spam filter: a burst of 25, then one per 5 minutes); one
+ * over it is dropped and answered `recorded: false`.
+ */
+export interface RecordEventRequest {
+  /** The object: its resource (any form discovery resolves), namespace and name. */
+  resource: string;
+  namespace: string;
+  name: string;
+  /**
+   * Its uid, when the app has it (a work item's object does); else the daemon reads it, and names an object
+   * that is gone without one.
+   */
+  uid: string;
+  /** UNSPECIFIED is refused. */
+  severity: EventSeverity;
+  /** Why, in CamelCase ("ScalingReplicaSet"); 1 to 128 characters. */
+  reason: string;
+  /** What was done or failed, in CamelCase ("Scale"); 1 to 128 characters. */
+  action: string;
+  /** For humans; at most 1024 bytes. */
+  note: string;
+  /** The controller reporting it ("example.com/bucket-operator"); default "consistd"; at most 128 characters. */
+  reportingController: string;
+}
+
+export interface RecordEventResponse {
+  /** False when the rate limit of the reporting controller's events about this object dropped it. */
+  recorded: boolean;
 }
 
 function createBaseGetRequest(): GetRequest {
@@ -1943,6 +1990,222 @@ export const SetConditionResponse: MessageFns<SetConditionResponse> = {
   },
 };
 
+function createBaseRecordEventRequest(): RecordEventRequest {
+  return {
+    resource: "",
+    namespace: "",
+    name: "",
+    uid: "",
+    severity: 0,
+    reason: "",
+    action: "",
+    note: "",
+    reportingController: "",
+  };
+}
+
+export const RecordEventRequest: MessageFns<RecordEventRequest> = {
+  encode(message: RecordEventRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.resource !== "") {
+      writer.uint32(10).string(message.resource);
+    }
+    if (message.namespace !== "") {
+      writer.uint32(18).string(message.namespace);
+    }
+    if (message.name !== "") {
+      writer.uint32(26).string(message.name);
+    }
+    if (message.uid !== "") {
+      writer.uint32(34).string(message.uid);
+    }
+    if (message.severity !== 0) {
+      writer.uint32(40).int32(message.severity);
+    }
+    if (message.reason !== "") {
+      writer.uint32(50).string(message.reason);
+    }
+    if (message.action !== "") {
+      writer.uint32(58).string(message.action);
+    }
+    if (message.note !== "") {
+      writer.uint32(66).string(message.note);
+    }
+    if (message.reportingController !== "") {
+      writer.uint32(74).string(message.reportingController);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RecordEventRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRecordEventRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.resource = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.namespace = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.uid = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.severity = reader.int32() as any;
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.action = reader.string();
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.note = reader.string();
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.reportingController = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create(base?: DeepPartial<RecordEventRequest>): RecordEventRequest {
+    return RecordEventRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<RecordEventRequest>): RecordEventRequest {
+    const message = createBaseRecordEventRequest();
+    message.resource = object.resource ?? "";
+    message.namespace = object.namespace ?? "";
+    message.name = object.name ?? "";
+    message.uid = object.uid ?? "";
+    message.severity = object.severity ?? 0;
+    message.reason = object.reason ?? "";
+    message.action = object.action ?? "";
+    message.note = object.note ?? "";
+    message.reportingController = object.reportingController ?? "";
+    return message;
+  },
+};
+
+function createBaseRecordEventResponse(): RecordEventResponse {
+  return { recorded: false };
+}
+
+export const RecordEventResponse: MessageFns<RecordEventResponse> = {
+  encode(message: RecordEventResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.recorded !== false) {
+      writer.uint32(8).bool(message.recorded);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RecordEventResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRecordEventResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.recorded = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create(base?: DeepPartial<RecordEventResponse>): RecordEventResponse {
+    return RecordEventResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<RecordEventResponse>): RecordEventResponse {
+    const message = createBaseRecordEventResponse();
+    message.recorded = object.recorded ?? false;
+    return message;
+  },
+};
+
 /**
  * ObjectsService reads and writes Kubernetes objects. Reads are served from the watch hub's cache when a
  * watch covers the query; every write records an expectation so CONSISTENT subscribers see the pod's own
@@ -2025,6 +2288,19 @@ export const ObjectsServiceService = {
       Buffer.from(SetConditionResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): SetConditionResponse => SetConditionResponse.decode(value),
   },
+  /**
+   * Record an event (events.k8s.io/v1) about an object, correlated in the daemon for every app of the pod as
+   * client-go does: see RecordEventRequest.
+   */
+  recordEvent: {
+    path: "/consistd.v1.ObjectsService/RecordEvent" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: RecordEventRequest): Buffer => Buffer.from(RecordEventRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): RecordEventRequest => RecordEventRequest.decode(value),
+    responseSerialize: (value: RecordEventResponse): Buffer => Buffer.from(RecordEventResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): RecordEventResponse => RecordEventResponse.decode(value),
+  },
 } as const;
 
 export interface ObjectsServiceServer extends UntypedServiceImplementation {
@@ -2045,6 +2321,11 @@ export interface ObjectsServiceServer extends UntypedServiceImplementation {
    * write it through the status subresource with server-side apply: see SetConditionRequest.
    */
   setCondition: handleUnaryCall<SetConditionRequest, SetConditionResponse>;
+  /**
+   * Record an event (events.k8s.io/v1) about an object, correlated in the daemon for every app of the pod as
+   * client-go does: see RecordEventRequest.
+   */
+  recordEvent: handleUnaryCall<RecordEventRequest, RecordEventResponse>;
 }
 
 export interface ObjectsServiceClient extends Client {
@@ -2156,6 +2437,25 @@ export interface ObjectsServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: SetConditionResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Record an event (events.k8s.io/v1) about an object, correlated in the daemon for every app of the pod as
+   * client-go does: see RecordEventRequest.
+   */
+  recordEvent(
+    request: RecordEventRequest,
+    callback: (error: ServiceError | null, response: RecordEventResponse) => void,
+  ): ClientUnaryCall;
+  recordEvent(
+    request: RecordEventRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: RecordEventResponse) => void,
+  ): ClientUnaryCall;
+  recordEvent(
+    request: RecordEventRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: RecordEventResponse) => void,
   ): ClientUnaryCall;
 }
 
