@@ -121,6 +121,21 @@ class Command:
                 parts |= part
         return parts
 
+    def condition(self, name: str) -> Condition | None:
+        """The status condition field ``name``, ``{"type", "status", "reason", "message"}`` with a status of
+        ``"True"``, ``"False"`` or ``"Unknown"`` (the SDK's ConditionStatus); None when absent (or null)."""
+        value = self.fields.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise invalid(f"{self.where}{name}: must be an object or null")
+        c = Command(value, f"{self.where}{name}.")
+        try:
+            status = consistd.ConditionStatus.of(c.text("status"))
+        except ValueError:
+            raise invalid(f"{c.where}status: {value['status']!r} is not True, False or Unknown") from None
+        return Condition(type=c.text("type"), status=status, reason=c.text("reason"), message=c.text("message"))
+
     def guard(self, name: str) -> consistd.Guard | None:
         """The guard field ``name``, ``{"election", "namespace", "term"}``, as the SDK's Guard; None when absent (or
         null)."""
@@ -188,10 +203,22 @@ class Retry(Exception):  # noqa: N818 (what it asks of the reconciler)
 
 
 @dataclass
-class Handle:
-    """What a ``handle`` tells the reconcile handler waiting for it: the merge patch to write (None: no write),
-    whether to end DONE (else RETRY), and where to answer with the write's result or its failure."""
+class Condition:
+    """A status condition a ``handle`` sets on the item's primary first."""
 
+    type: str
+    status: consistd.ConditionStatus
+    reason: str
+    message: str
+
+
+@dataclass
+class Handle:
+    """What a ``handle`` tells the reconcile handler waiting for it: the status condition to set first (None:
+    none), the merge patch to write (None: no write), whether to end DONE (else RETRY), and where to answer with
+    the result or the first failure."""
+
+    condition: Condition | None
     patch: Any
     done: bool
     answer: asyncio.Future[JsonObject]
@@ -399,8 +426,9 @@ class Agent:
             log.error("the reconciler of queue %s ended: %s", spec.name, e)
 
     async def _handler(self, stream: str, item: consistd.WorkItem) -> None:
-        """The reconcile handler: prints the item, waits for its ``handle``, writes as told through the item's
-        objects client, answers with the write's result and ends as told."""
+        """The reconcile handler: prints the item, waits for its ``handle``, sets the condition through the item's
+        helper and writes as told through the item's objects client, answers with the results and ends as told
+        (with a retry when the condition was not set)."""
         key = (stream, item.name)
         told: asyncio.Future[Handle] = asyncio.get_running_loop().create_future()
         # Waiting before the item is printed: the suite may send the handle as soon as it reads the line.
@@ -411,16 +439,31 @@ class Agent:
         finally:
             if self._handlers.get(key) is told:
                 del self._handlers[key]
+        condition_set = handle.condition is None
         try:
-            handle.answer.set_result(await self._write(item, handle.patch))
+            answer: JsonObject = {}
+            if handle.condition is not None:
+                answer["condition"] = await self._set_condition(item, handle.condition)
+                condition_set = True
+            answer.update(await self._write(item, handle.patch))
+            handle.answer.set_result(answer)
         except Exception as e:
             handle.answer.set_exception(failure_of(e))
         finally:
             # Cancelled meanwhile (the agent stopping): the handle still gets an answer.
             if not handle.answer.done():
                 handle.answer.set_exception(Failure("UNKNOWN", "the handler ended without answering"))
+        if not condition_set:
+            raise Retry("the condition was not set")
         if not handle.done:
             raise Retry("the suite asked for a retry")
+
+    @staticmethod
+    async def _set_condition(item: consistd.WorkItem, condition: Condition) -> JsonObject:
+        """Sets the status condition on the item's primary through the SDK's item helper; whether it wrote and the
+        condition's lastTransitionTime."""
+        set_ = await item.set_condition(condition.type, condition.status, condition.reason, condition.message)
+        return {"changed": set_.changed, "lastTransitionTime": set_.last_transition_time}
 
     @staticmethod
     async def _write(item: consistd.WorkItem, patch: Any) -> JsonObject:
@@ -438,16 +481,17 @@ class Agent:
         return {"resourceVersion": obj.resource_version}
 
     async def handle(self, c: Command) -> JsonObject:
-        """Tells the reconcile handler waiting with the item ``name`` what to write and how to end; answers with
-        the write's result, or fails with its error."""
+        """Tells the reconcile handler waiting with the item ``name`` which status condition to set, what to write
+        and how to end; answers with the results, or fails with the first error."""
         stream, name, outcome = c.text("stream"), c.text("name"), c.text("outcome")
         if outcome not in ("DONE", "RETRY"):
             raise invalid(f"outcome: {outcome!r} is neither DONE nor RETRY")
+        condition = c.condition("condition")
         told = self._handlers.pop((stream, name), None)
         if told is None or told.done():
             raise invalid(f"name: no handler waits with item {name!r}")
         answer: asyncio.Future[JsonObject] = asyncio.get_running_loop().create_future()
-        told.set_result(Handle(patch=c.fields.get("patch"), done=outcome == "DONE", answer=answer))
+        told.set_result(Handle(condition=condition, patch=c.fields.get("patch"), done=outcome == "DONE", answer=answer))
         return await answer
 
     async def latest(self, c: Command) -> JsonObject:

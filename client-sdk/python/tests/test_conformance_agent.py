@@ -27,6 +27,8 @@ SEND = {"peer": NOWHERE, "resourceId": "r", "eventId": "1", "payload": "x"}
 WATCHED = {"resource": "configmaps", "namespace": "n"}
 #: A reconcile's fields but its election, change filter and finalizer, for the reconciles that are refused.
 QUEUE = {"stream": "q", "queue": "q", **WATCHED}
+#: A handle's status condition.
+CONDITION = {"type": "Ready", "status": "True", "reason": "Available", "message": "m"}
 #: How long an answer may take.
 WAIT = 15.0
 
@@ -154,6 +156,26 @@ async def test_a_command_it_cannot_run_is_invalid_argument_under_its_id(
     [answer] = agent.lines
     assert answer["id"] == command["id"] and "ok" not in answer, answer
     assert answer["error"]["code"] == "INVALID_ARGUMENT", answer
+
+
+@pytest.mark.parametrize(
+    ("condition", "named"),
+    [
+        pytest.param("Ready", "condition: must be an object or null", id="not-an-object"),
+        pytest.param({**CONDITION, "status": "true"}, "condition.status: 'true' is not True", id="status-lowercase"),
+        pytest.param({**CONDITION, "status": True}, "condition.status: must be a string", id="status-a-boolean"),
+        pytest.param({"type": "Ready", "status": "True", "reason": "R"}, "condition.message: ", id="no-message"),
+    ],
+)
+async def test_a_handle_whose_condition_it_cannot_set_is_invalid_argument_naming_it(
+    agent: AgentProcess, condition: Any, named: str
+) -> None:
+    """Checked before the handler is looked for (none waits here), so the error names the condition."""
+    handle = {"stream": "q", "name": "a", "patch": None, "outcome": "DONE", "condition": condition}
+    answer = await asyncio.wait_for(agent.send("handle", **handle), WAIT)
+    assert answer.get("error", {}).get("code") == "INVALID_ARGUMENT", answer
+    assert answer["error"]["message"].startswith(named), answer
+    assert await agent.close() == 0
 
 
 async def test_answers_carry_what_the_sdk_returned_and_the_code_of_what_it_raised(

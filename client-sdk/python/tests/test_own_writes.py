@@ -173,6 +173,12 @@ class ObjectsStub:
     async def Delete(self, request: Any) -> objects_pb2.DeleteResponse:  # noqa: N802
         return objects_pb2.DeleteResponse(object=self._object()) if self.answer else objects_pb2.DeleteResponse()
 
+    async def SetCondition(self, request: Any) -> objects_pb2.SetConditionResponse:  # noqa: N802
+        # Whether it wrote: the answer's version is odd (a write) or even (as read, nothing written).
+        changed = int(self.answer) % 2 == 1
+        time = "2026-01-02T03:04:05Z"
+        return objects_pb2.SetConditionResponse(object=self._object(), changed=changed, last_transition_time=time)
+
 
 def watch_of(stub: WatchStub, mode: Mode, own_writes: OwnWrites) -> consistd.Watch:
     delivery = cast("watch_pb2.DeliveryMode", int(mode))
@@ -272,6 +278,27 @@ async def test_every_write_records_the_largest_version_it_returned() -> None:
         await write()
         largest.append(next(v for v in range(20) if not own_writes.predates(UID, str(v))))
     assert largest == [3, 5, 5, 7, 9, 9]
+
+
+async def test_a_set_condition_is_recorded_only_when_it_wrote() -> None:
+    """A condition the sidecar wrote (``changed``) is recorded for the own-write rule; an answer that wrote nothing
+    (the object as the sidecar read it) is not: no write of this pod's made that state."""
+    own_writes, stub = OwnWrites(), ObjectsStub()
+    objects = Objects(stub, own_writes)  # type: ignore[arg-type]
+    answers = []
+    largest = []
+    for answer in ["4", "3", "8", "9"]:  # odd: written; even: nothing written
+        stub.answer = answer
+        answers.append(await objects.set_condition("widgets", "cm", "Ready", "True", "Done", namespace="ns"))
+        largest.append(next(v for v in range(20) if not own_writes.predates(UID, str(v))))
+    assert [(a.changed, a.object.resource_version) for a in answers] == [
+        (False, "4"),
+        (True, "3"),
+        (False, "8"),
+        (True, "9"),
+    ]
+    assert largest == [0, 3, 3, 9], "only the answers that wrote were recorded"
+    assert not own_writes.wrote(UID, "8") and own_writes.wrote(UID, "9")
 
 
 def test_the_record_keeps_the_objects_written_most_recently_and_forgets_the_least_recently_written() -> None:

@@ -4,7 +4,8 @@ outcome (raise: RETRY with its text, ``requeue_after``: REQUEUE, ``Terminal``: T
 write is seen by the key's next pass; a queue's change filter hands out only the changes it names; a bad spec
 raises; and a SIGKILLed sidecar is reconnected to. The tests at the end stand in a fake gRPC call for grpcio's,
 to lose a stream while a handler runs, to see a refused completion, to check each completion the SDK builds,
-and the spec's finalizer it sends and the item's ``finalizing`` it hands out."""
+the spec's finalizer it sends and the item's ``finalizing`` it hands out, and the request ``item.set_condition``
+sends."""
 
 from __future__ import annotations
 
@@ -430,6 +431,13 @@ class ObjectsStub:
     async def Delete(self, request: Any) -> Any:  # noqa: N802
         return await self._answer(request, objects_pb2.DeleteResponse)
 
+    async def SetCondition(self, request: Any) -> Any:  # noqa: N802
+        self.requests.append(request)
+        written = object_pb2.KubeObject(uid="u", name="w", resource_version="8", json=b"{}")
+        return objects_pb2.SetConditionResponse(
+            object=written, changed=True, last_transition_time="2026-01-02T03:04:05Z"
+        )
+
 
 def reconciler(stub: ReconcileStub, handler: consistd.ReconcileHandler, objects: Objects | None = None) -> Reconciler:
     objects = objects if objects is not None else Objects(ObjectsStub())  # type: ignore[arg-type]
@@ -519,6 +527,96 @@ async def test_item_objects_writes_name_the_lease() -> None:
         with contextlib.suppress(asyncio.CancelledError):
             await task
     assert [r.reconcile_lease for r in objects_stub.requests] == ["q.1.7"] * 4 + ["", "q.1.7"]
+
+
+def widget(lease_id: str, json: bytes | None) -> reconcile_pb2.ReconcileResponse:
+    """An item of the widget "w" in "ns", handed its object as ``json`` (None: no object)."""
+    w = reconcile_pb2.WorkItem(lease_id=lease_id, namespace="ns", name="w", attempt=1)
+    if json is not None:
+        w.object.CopyFrom(object_pb2.KubeObject(uid="u", namespace="ns", name="w", resource_version="5", json=json))
+    return reconcile_pb2.ReconcileResponse(item=w)
+
+
+@pytest.mark.parametrize(
+    ("status", "sent"),
+    [
+        pytest.param("True", objects_pb2.CONDITION_STATUS_TRUE, id="True"),
+        pytest.param("False", objects_pb2.CONDITION_STATUS_FALSE, id="False"),
+        pytest.param("Unknown", objects_pb2.CONDITION_STATUS_UNKNOWN, id="Unknown"),
+        pytest.param(consistd.ConditionStatus.TRUE, objects_pb2.CONDITION_STATUS_TRUE, id="enum-TRUE"),
+        pytest.param(consistd.ConditionStatus.FALSE, objects_pb2.CONDITION_STATUS_FALSE, id="enum-FALSE"),
+        pytest.param(consistd.ConditionStatus.UNKNOWN, objects_pb2.CONDITION_STATUS_UNKNOWN, id="enum-UNKNOWN"),
+    ],
+)
+async def test_an_items_set_condition_sends_its_primary_the_condition_judged_on_the_handed_generation_for_its_lease(
+    status: consistd.ConditionStatus | str, sent: int
+) -> None:
+    """The request names the queue's primary resource, the item's namespace and name, the condition with its
+    status mapped, the generation of the object the item was handed (0 with none) and the item's lease; the
+    answer is the sidecar's."""
+    objects_stub = ObjectsStub()
+    handed = b'{"metadata":{"name":"w","namespace":"ns","generation":3},"spec":{"size":2}}'
+    call = FakeCall(STARTED, widget("q.1.4", handed), widget("q.1.5", None), widget("q.1.6", b'{"metadata":{}}'))
+    answers: list[consistd.SetConditionResult] = []
+
+    async def handler(item: WorkItem) -> None:
+        answers.append(await item.set_condition("example.com/Ready", status, "Available", "3 of 3"))
+
+    spec = ReconcileSpec(name="q", resource="example.com/v1/widgets")
+    objects = Objects(objects_stub)  # type: ignore[arg-type]
+    task = asyncio.create_task(Reconciler(ReconcileStub(call), objects, spec, handler).run())  # type: ignore[arg-type]
+    try:
+        await until("the completions", lambda: len(call.completions()) == 3, task, 5)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert [c[1] for c in call.completions()] == [DONE] * 3, call.written
+    first, *others = objects_stub.requests
+    assert isinstance(first, objects_pb2.SetConditionRequest)
+    assert (first.resource, first.namespace, first.name) == ("example.com/v1/widgets", "ns", "w")
+    condition = first.condition
+    assert (condition.type, condition.status, condition.reason, condition.message) == (
+        "example.com/Ready",
+        sent,
+        "Available",
+        "3 of 3",
+    )
+    assert condition.observed_generation == 3, "the generation of the object the item was handed"
+    assert first.reconcile_lease == "q.1.4", "made for the item's lease"
+    assert (first.field_manager, first.HasField("guard")) == ("", False), "the sidecar's default manager, no guard"
+    assert [(r.condition.observed_generation, r.reconcile_lease) for r in others] == [(0, "q.1.5"), (0, "q.1.6")]
+    assert [(a.changed, a.last_transition_time, a.object.resource_version) for a in answers] == [
+        (True, "2026-01-02T03:04:05Z", "8")
+    ] * 3
+
+
+@pytest.mark.parametrize("status", ["true", "TRUE", "", "Ready", True, None])
+async def test_a_condition_status_that_is_not_true_false_or_unknown_is_a_value_error_and_sends_nothing(
+    status: Any,
+) -> None:
+    objects_stub = ObjectsStub()
+    objects = Objects(objects_stub)  # type: ignore[arg-type]
+    call = FakeCall(STARTED, widget("q.1.1", None))
+    raised: list[BaseException] = []
+
+    async def handler(item: WorkItem) -> None:
+        try:
+            await item.set_condition("Ready", status, "Available")
+        except ValueError as e:
+            raised.append(e)
+
+    task = asyncio.create_task(reconciler(ReconcileStub(call), handler, objects).run())
+    try:
+        await until("the completion", lambda: bool(call.completions()), task, 5)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert [str(e) for e in raised] == [f"status: {status!r} is not True, False or Unknown"]
+    with pytest.raises(ValueError, match="is not True, False or Unknown"):
+        await objects.set_condition("widgets", "w", "Ready", status, "Available", namespace="ns")
+    assert objects_stub.requests == [], "nothing was sent"
 
 
 class Boom(Exception):

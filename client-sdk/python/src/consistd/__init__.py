@@ -19,7 +19,16 @@ from .errors import ConsistdError, NotReadyError
 from .inbox import Handler, Inbox, InboxMessage
 from .latest import Latest, Taken
 from .leadership import Campaign, LeadershipState, LeadershipStatus, LeaseTiming, Observation
-from .objects import Guard, Object, ObjectList, Objects, PatchType, PropagationPolicy
+from .objects import (
+    ConditionStatus,
+    Guard,
+    Object,
+    ObjectList,
+    Objects,
+    PatchType,
+    PropagationPolicy,
+    SetConditionResult,
+)
 from .outbox import Ack, AckOutcome, Destination, ElectionMembers, Peer, SentMessage, ServiceEndpoints
 from .reconcile import (
     Changed,
@@ -42,6 +51,7 @@ __all__ = [
     "Campaign",
     "Changed",
     "Client",
+    "ConditionStatus",
     "ConsistdError",
     "Consistency",
     "Destination",
@@ -72,6 +82,7 @@ __all__ = [
     "Requeue",
     "SentMessage",
     "ServiceEndpoints",
+    "SetConditionResult",
     "ShardBy",
     "Taken",
     "Terminal",

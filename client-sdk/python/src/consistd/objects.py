@@ -50,6 +50,35 @@ class PropagationPolicy(enum.IntEnum):
     FOREGROUND = objects_pb2.PROPAGATION_POLICY_FOREGROUND
 
 
+class ConditionStatus(str, enum.Enum):
+    """A status condition's status, as Kubernetes spells it (metav1.ConditionStatus). A member equals its
+    string, and ``set_condition`` takes either: ``ConditionStatus.TRUE`` or ``"True"``."""
+
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+    @classmethod
+    def of(cls, status: ConditionStatus | str) -> ConditionStatus:
+        """The member ``status`` is, or names (``"True"``, ``"False"``, ``"Unknown"``, spelled so); ValueError
+        for anything else, before anything is sent."""
+        try:
+            return cls(status)
+        except ValueError:
+            raise ValueError(f"status: {status!r} is not True, False or Unknown") from None
+
+    def to_proto(self) -> objects_pb2.ConditionStatus:
+        """The protocol's enum value."""
+        return _CONDITION_STATUSES[self]
+
+
+_CONDITION_STATUSES = {
+    ConditionStatus.TRUE: objects_pb2.CONDITION_STATUS_TRUE,
+    ConditionStatus.FALSE: objects_pb2.CONDITION_STATUS_FALSE,
+    ConditionStatus.UNKNOWN: objects_pb2.CONDITION_STATUS_UNKNOWN,
+}
+
+
 @dataclass(frozen=True)
 class Guard:
     """Fences a write or a send (``Client.send``): the daemon refuses it (FAILED_PRECONDITION) unless it leads
@@ -123,6 +152,20 @@ class ObjectList:
     resource_version: str
     #: True when the watch hub's cache answered, False when the apiserver did.
     from_cache: bool
+
+
+@dataclass(frozen=True)
+class SetConditionResult:
+    """What ``set_condition`` answered."""
+
+    #: Whether a write was sent: False when the object already had the condition (same status, reason, message
+    #: and observedGeneration), and nothing was written.
+    changed: bool
+    #: The condition's lastTransitionTime (RFC 3339, as the apiserver keeps it: to the second) as written, or as
+    #: it was when nothing was written: it moves only when the status does.
+    last_transition_time: str
+    #: The object as the write left it, or as the sidecar read it when nothing was written.
+    object: Object
 
 
 class Objects:
@@ -299,6 +342,53 @@ class Objects:
         )
         response = await unary(self._stub.Delete, request)
         return self._written(response.object) if response.HasField("object") else None
+
+    async def set_condition(
+        self,
+        resource: str,
+        name: str,
+        type: str,
+        status: ConditionStatus | str,
+        reason: str,
+        message: str = "",
+        *,
+        namespace: str = "",
+        observed_generation: int = 0,
+        field_manager: str = "",
+        guard: Guard | None = None,
+        reconcile_lease: str = "",
+    ) -> SetConditionResult:
+        """Sets the condition ``type`` of the object's status.conditions, as apimachinery's
+        ``meta.SetStatusCondition`` does, in the sidecar (``ObjectsService.SetCondition``): it is written only when
+        its status, reason, message or observedGeneration differ from the object's (server-side apply of the
+        condition alone to the status subresource, under the field manager ``<field_manager>/<type>``, default
+        ``consistd/<type>``, so one condition never drops another: status.conditions must be a list map keyed by
+        type), its lastTransitionTime kept while its status stays, else now. ``observed_generation`` 0 is the
+        generation of the object as the sidecar reads it. ``status`` is a ConditionStatus or its string; anything
+        else raises ValueError before anything is sent. A resource without a status subresource is NOT_FOUND. A
+        write is recorded for the own-write rule; an answer that wrote nothing is not. ``WorkItem.set_condition``
+        fills this in for an item's primary."""
+        condition = objects_pb2.Condition(
+            type=type,
+            status=ConditionStatus.of(status).to_proto(),
+            reason=reason,
+            message=message,
+            observed_generation=observed_generation,
+        )
+        request = objects_pb2.SetConditionRequest(
+            resource=resource,
+            namespace=namespace,
+            name=name,
+            condition=condition,
+            field_manager=field_manager,
+            guard=_guard(guard),
+            reconcile_lease=reconcile_lease or self._reconcile_lease,
+        )
+        response = await unary(self._stub.SetCondition, request)
+        obj = self._written(response.object) if response.changed else Object.from_proto(response.object)
+        return SetConditionResult(
+            changed=response.changed, last_transition_time=response.last_transition_time, object=obj
+        )
 
     def _written(self, o: object_pb2.KubeObject, *, unchanged: bool = False) -> Object:
         """The object a write returned, recorded first, so that an event the app takes after the write

@@ -18,7 +18,7 @@ from google.protobuf import duration_pb2
 from ._retry import Backoff, is_retryable, task_cancelled
 from .errors import ConsistdError
 from .inbox import call_handler
-from .objects import Guard, Object, Objects
+from .objects import ConditionStatus, Guard, Object, Objects, SetConditionResult
 from .ordered import refused
 from .v1 import reconcile_pb2
 from .watch import Consistency, View, view_to_proto
@@ -253,6 +253,9 @@ class WorkItem:
     guard: Guard | None = None
     #: A finalize pass: the primary is being deleted and still carries the spec's ``finalizer`` (DONE removes it).
     finalizing: bool = False
+    #: The queue's primary resource, as the spec names it (``ReconcileSpec.resource``): what ``set_condition``
+    #: writes to.
+    resource: str = ""
 
     @property
     def key(self) -> str:
@@ -263,6 +266,36 @@ class WorkItem:
     def timed_out(self) -> bool:
         """Whether a write of this pod was not seen in time (``consistency`` TIMED_OUT)."""
         return self.consistency == Consistency.TIMED_OUT
+
+    async def set_condition(
+        self,
+        type: str,
+        status: ConditionStatus | str,
+        reason: str,
+        message: str = "",
+    ) -> SetConditionResult:
+        """Sets the status condition ``type`` of this item's primary, as apimachinery's ``meta.SetStatusCondition``
+        does, in the sidecar (``Objects.set_condition``): its observedGeneration is the metadata.generation of the
+        ``object`` this pass was handed (0 when there is none: the sidecar then takes the generation it reads), its
+        lastTransitionTime is kept while its status stays, and it is written only when something changed, with
+        server-side apply to the status subresource under a field manager per condition type, so one condition
+        never drops another (the primary's status.conditions must be a list map keyed by type, as Go's
+        ``[]metav1.Condition`` with ``+listType=map`` and ``+listMapKey=type`` generates it). The write goes
+        through ``objects``: it names this item's lease (the key's next pass waits until it shows, and the
+        handler's own write queues no pass), and when the queue follows an election the sidecar guards it with the
+        lease's term. ``status`` is a ConditionStatus or ``"True"``, ``"False"``, ``"Unknown"``; anything else
+        raises ValueError before anything is sent. The answer says whether it wrote (``changed``) and the
+        ``last_transition_time``."""
+        return await self.objects.set_condition(
+            self.resource,
+            self.name,
+            type,
+            status,
+            reason,
+            message,
+            namespace=self.namespace,
+            observed_generation=_generation(self.object),
+        )
 
 
 @dataclass(frozen=True)
@@ -386,6 +419,7 @@ class Reconciler:
             objects=self._objects.for_lease(w.lease_id),
             guard=guard,
             finalizing=w.finalizing,
+            resource=self._spec.resource,
         )
 
     def _start(self, stream: _Stream, item: WorkItem) -> None:
@@ -513,6 +547,14 @@ def _text(error: BaseException | str) -> str:
             cause = cause.__cause__
         text = ": ".join(parts)
     return text.encode(errors="replace")[:MAX_ERROR_BYTES].decode(errors="ignore")
+
+
+def _generation(obj: Object | None) -> int:
+    """The object's metadata.generation; 0 when there is no object or it has none (a view without it)."""
+    if obj is None:
+        return 0
+    generation = obj.json.get("metadata", {}).get("generation")
+    return generation if isinstance(generation, int) and not isinstance(generation, bool) else 0
 
 
 def _change_filter(parts: Changed | None) -> reconcile_pb2.ChangeFilter | None:
