@@ -635,6 +635,43 @@ async fn a_status_condition_set_on_an_item_moves_its_transition_time_only_when_i
 }
 
 #[tokio::test]
+async fn an_event_recorded_on_an_item_names_its_object_and_a_repeat_joins_its_series() {
+    use k8s_openapi::api::events::v1::Event;
+
+    let kube = kube_client().await;
+    let ns = namespace(&kube).await;
+    let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
+    write(&cms, "evented", "0", true).await;
+    let a = sender(None).await;
+    let agent = agent(a.socket());
+    let mut items = agent.stream("q");
+    let queue = json!({ "stream": "q", "queue": "eventful", "resource": "configmaps", "namespace": ns });
+    agent.call("reconcile", queue).await.expect("reconcile");
+    let event = json!({ "severity": "Warning", "reason": "Drifted", "action": "Reconcile", "note": "data moved" });
+    let handle = json!({ "stream": "q", "name": "evented", "patch": null, "outcome": "DONE", "event": event });
+    let events: Api<Event> = Api::namespaced(kube, &ns);
+
+    // The first pass records it: an Event about the object, reported by the queue.
+    items.item().await;
+    let answer = agent.call("handle", handle.clone()).await.expect("handled");
+    assert_eq!(answer["event"]["recorded"].as_bool(), Some(true), "{answer}");
+    let cm = cms.get("evented").await.expect("read");
+    let [recorded] = events.list(&Default::default()).await.expect("list").items.try_into().expect("one Event");
+    let regarding = recorded.regarding.clone().expect("regarding");
+    assert_eq!((regarding.name.as_deref(), regarding.uid.as_deref()), (Some("evented"), cm.metadata.uid.as_deref()));
+    assert_eq!((recorded.type_.as_deref(), recorded.reason.as_deref()), (Some("Warning"), Some("Drifted")));
+    assert_eq!((recorded.action.as_deref(), recorded.note.as_deref()), (Some("Reconcile"), Some("data moved")));
+    assert_eq!(recorded.reporting_controller.as_deref(), Some("eventful"), "the queue's name");
+
+    // The next pass records it again: the same Event, its series counting two.
+    write(&cms, "evented", "1", false).await;
+    items.item().await;
+    agent.call("handle", handle).await.expect("handled");
+    let [again] = events.list(&Default::default()).await.expect("list").items.try_into().expect("still one Event");
+    assert_eq!(again.series.map(|s| s.count), Some(2));
+}
+
+#[tokio::test]
 async fn the_error_that_ends_a_newest_state_watch_reaches_the_worker() {
     let a = sender(None).await;
     let agent = agent(a.socket());

@@ -10,8 +10,8 @@ use crate::{
     own_writes::OwnWrites,
     proto::{
         CreateRequest, CreateResponse, DeleteRequest, DeleteResponse, GetRequest, GetResponse, KubeObject, ListRequest,
-        ListResponse, PatchRequest, PatchResponse, SetConditionRequest, SetConditionResponse, UpdateRequest,
-        UpdateResponse, objects_service_client::ObjectsServiceClient,
+        ListResponse, PatchRequest, PatchResponse, RecordEventRequest, RecordEventResponse, SetConditionRequest,
+        SetConditionResponse, UpdateRequest, UpdateResponse, objects_service_client::ObjectsServiceClient,
     },
     retry::cut_off,
 };
@@ -131,6 +131,17 @@ impl Objects {
             self.record(response.get_ref().object.as_ref());
         }
         Ok(response)
+    }
+
+    /// Records an event (events.k8s.io/v1) about an object, correlated in the daemon for every app of the pod
+    /// as client-go does (see `RecordEventRequest`): `recorded` is false when the rate limit of the reporting
+    /// controller's events about that object dropped it. [`crate::WorkItem::record_event`] fills the request
+    /// in for an item's primary.
+    pub async fn record_event(
+        &mut self,
+        request: impl IntoRequest<RecordEventRequest>,
+    ) -> Result<Response<RecordEventResponse>, Status> {
+        self.service.record_event(request).await.map_err(cut_off)
     }
 
     fn record(&self, object: Option<&KubeObject>) {

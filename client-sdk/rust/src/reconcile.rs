@@ -23,10 +23,10 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use crate::{
     Client, Error, Objects,
     proto::{
-        ChangeFilter, Completion, CompletionRefused, Condition, ConditionStatus, Consistency, ElectionRef, KubeObject,
-        ObjectQuery, ObjectView, Outcome, QueueSpec, ReconcileRequest, RelatedQuery, RetryPolicy, SetConditionRequest,
-        SetConditionResponse, WriteGuard, reconcile_request, reconcile_response,
-        reconcile_service_client::ReconcileServiceClient, related_query::MapsBy,
+        ChangeFilter, Completion, CompletionRefused, Condition, ConditionStatus, Consistency, ElectionRef,
+        EventSeverity, KubeObject, ObjectQuery, ObjectView, Outcome, QueueSpec, ReconcileRequest, RecordEventRequest,
+        RelatedQuery, RetryPolicy, SetConditionRequest, SetConditionResponse, WriteGuard, reconcile_request,
+        reconcile_response, reconcile_service_client::ReconcileServiceClient, related_query::MapsBy,
     },
     retry::{Backoff, is_retryable},
 };
@@ -372,15 +372,15 @@ pub struct WorkItem {
     pub expires_at: Option<SystemTime>,
     /// The queue's primary resource, as the spec names it.
     resource: String,
+    /// The queue's name: the reporting controller of the item's events.
+    queue: String,
     objects: Objects,
 }
 
 impl WorkItem {
-    fn from_proto(
-        item: crate::proto::WorkItem,
-        (election, resource): (Option<&ElectionRef>, &str),
-        objects: &Objects,
-    ) -> Self {
+    fn from_proto(item: crate::proto::WorkItem, spec: &QueueSpec, objects: &Objects) -> Self {
+        let election = spec.election.as_ref();
+        let resource = spec.primary.as_ref().map_or("", |p| p.resource.as_str());
         let consistency = item.consistency();
         let objects = objects.clone().for_lease(&item.lease_id);
         let guard = election.filter(|e| !e.election.is_empty()).map(|e| WriteGuard {
@@ -402,6 +402,7 @@ impl WorkItem {
             expires_at: item.expires_at.and_then(|t| SystemTime::try_from(t).ok()),
             lease_id: item.lease_id,
             resource: resource.to_owned(),
+            queue: spec.name.clone(),
             objects,
         }
     }
@@ -460,6 +461,33 @@ impl WorkItem {
             ..SetConditionRequest::default()
         };
         Ok(self.objects().set_condition(request).await?.into_inner())
+    }
+
+    /// Records an event (events.k8s.io/v1) about this item's primary, reported by the queue (its name is
+    /// the reporting controller), as kube-rs's `Recorder` and controller-runtime's event recorder do, once in
+    /// the daemon for every app of the pod: a repeat within 6 minutes (the same severity, reason, action,
+    /// controller and object) is counted on the first one's series, and the queue's events about one object
+    /// pass client-go's rate limit (a burst of 25, then one per 5 minutes). `Ok(false)`: the rate limit
+    /// dropped it. [`Objects::record_event`] records one about any object.
+    pub async fn record_event(
+        &self,
+        severity: EventSeverity,
+        reason: &str,
+        action: &str,
+        note: &str,
+    ) -> Result<bool, tonic::Status> {
+        let request = RecordEventRequest {
+            resource: self.resource.clone(),
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            uid: self.object.as_ref().map(|o| o.uid.clone()).unwrap_or_default(),
+            severity: severity.into(),
+            reason: reason.to_owned(),
+            action: action.to_owned(),
+            note: note.to_owned(),
+            reporting_controller: self.queue.clone(),
+        };
+        Ok(self.objects().record_event(request).await?.into_inner().recorded)
     }
 }
 
@@ -670,8 +698,7 @@ impl Reconciler {
                                     backoff.reset();
                                     match message.response {
                                         Some(reconcile_response::Response::Item(item)) if !stopping => {
-                                            let resource = spec.primary.as_ref().map_or("", |p| p.resource.as_str());
-                                            let item = WorkItem::from_proto(item, (spec.election.as_ref(), resource), &objects);
+                                            let item = WorkItem::from_proto(item, &spec, &objects);
                                             running.start(generation, item, &mut handler);
                                         }
                                         Some(reconcile_response::Response::Refused(refused)) => {
@@ -1007,17 +1034,18 @@ mod tests {
         let objects = crate::Client::new("/nonexistent/consistd.sock").objects();
         let granted =
             crate::proto::WorkItem { namespace: "ns".into(), name: "a".into(), term: 7, ..Default::default() };
+        let spec = |election: Option<ElectionRef>| QueueSpec { election, ..QueueSpec::default() };
         let own = ElectionRef { election: "leader".into(), namespace: String::new() };
-        let item = WorkItem::from_proto(granted.clone(), (Some(&own), "configmaps"), &objects);
+        let item = WorkItem::from_proto(granted.clone(), &spec(Some(own)), &objects);
         assert_eq!(
             item.guard,
             Some(WriteGuard { election: "leader".into(), namespace: String::new(), term: 7 }),
             "the spec's election, its empty namespace (the daemon's own) and the item's term"
         );
         let elsewhere = ElectionRef { election: "leader".into(), namespace: "leases".into() };
-        let item = WorkItem::from_proto(granted.clone(), (Some(&elsewhere), "configmaps"), &objects);
+        let item = WorkItem::from_proto(granted.clone(), &spec(Some(elsewhere)), &objects);
         assert_eq!(item.guard.map(|g| (g.namespace, g.term)), Some(("leases".into(), 7)));
-        assert_eq!(WorkItem::from_proto(granted, (None, "configmaps"), &objects).guard, None, "no election, no guard");
+        assert_eq!(WorkItem::from_proto(granted, &spec(None), &objects).guard, None, "no election, no guard");
     }
 
     #[test]
@@ -1048,8 +1076,9 @@ mod tests {
         assert_eq!(proto.finalizer, "example.com/cleanup");
         let objects = crate::Client::new("/nonexistent/consistd.sock").objects();
         let finalize = crate::proto::WorkItem { finalizing: true, ..Default::default() };
-        assert!(WorkItem::from_proto(finalize, (None, "configmaps"), &objects).finalizing);
-        assert!(!WorkItem::from_proto(crate::proto::WorkItem::default(), (None, "configmaps"), &objects).finalizing);
+        let spec = QueueSpec::default();
+        assert!(WorkItem::from_proto(finalize, &spec, &objects).finalizing);
+        assert!(!WorkItem::from_proto(crate::proto::WorkItem::default(), &spec, &objects).finalizing);
     }
 
     #[test]

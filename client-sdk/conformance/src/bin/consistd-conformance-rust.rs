@@ -12,7 +12,8 @@ use consistd_client::{
     Action, Changed, Client, Error, Event, Latest, ReconcileError, ReconcileSpec, Reconciler, Sent, Taken, Watch,
     WorkItem,
     proto::{
-        CampaignRequest, ConditionStatus, DeliveryMode, GetRequest, PatchRequest, PatchType, SendRequest, WriteGuard,
+        CampaignRequest, ConditionStatus, DeliveryMode, EventSeverity, GetRequest, PatchRequest, PatchType,
+        SendRequest, WriteGuard,
     },
     to_peer,
 };
@@ -47,6 +48,8 @@ struct Handle {
     patch: Option<Value>,
     /// A status condition to set first: type, status, reason, message.
     condition: Option<(String, ConditionStatus, String, String)>,
+    /// An event to record next: severity, reason, action, note.
+    event: Option<(EventSeverity, String, String, String)>,
     done: bool,
     answer: tokio::sync::oneshot::Sender<Result<Value, Failure>>,
 }
@@ -343,6 +346,15 @@ impl Agent {
                 }
             }
         }
+        if let Some((severity, reason, action, note)) = &handle.event {
+            match item.record_event(*severity, reason, action, note).await {
+                Ok(recorded) => answer["event"] = json!({ "recorded": recorded }),
+                Err(status) => {
+                    let _ = handle.answer.send(Err(Failure::from(status)));
+                    return Err(ReconcileError::retry("the event was not recorded"));
+                }
+            }
+        }
         let written = match handle.patch {
             None => Ok(answer),
             Some(patch) => {
@@ -392,7 +404,20 @@ impl Agent {
         let waiting = self.handlers.lock().unwrap_or_else(PoisonError::into_inner).remove(&key);
         let waiting = waiting.ok_or_else(|| invalid(format!("name: no handler waits with item {:?}", key.1)))?;
         let (answer, written) = tokio::sync::oneshot::channel();
-        waiting.send(Handle { patch, condition, done, answer }).map_err(|_| invalid("name: that handler is gone"))?;
+        let event = match c.get("event").filter(|e| !e.is_null()) {
+            None => None,
+            Some(e) => {
+                let severity = match field(e, "severity")? {
+                    "Normal" => EventSeverity::Normal,
+                    "Warning" => EventSeverity::Warning,
+                    other => return Err(invalid(format!("event.severity: {other:?} is not Normal or Warning"))),
+                };
+                let text = |name: &str| field(e, name).map(str::to_owned);
+                Some((severity, text("reason")?, text("action")?, text("note")?))
+            }
+        };
+        let handle = Handle { patch, condition, event, done, answer };
+        waiting.send(handle).map_err(|_| invalid("name: that handler is gone"))?;
         written.await.map_err(|_| Failure { code: "UNKNOWN", message: "the handler ended without answering".into() })?
     }
 }
