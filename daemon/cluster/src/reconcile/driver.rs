@@ -172,12 +172,11 @@ struct Deferred {
     at: (usize, Option<u64>),
 }
 
-/// The primary resource: what owner references name, its plural for own-write locators, and how the queue's
-/// watches name it (for its own finalizer writes).
+/// The primary resource: what owner references name, and its resource (its plural for own-write locators;
+/// the queue's own finalizer writes are waited for on it).
 #[derive(Debug, Clone)]
 struct Primary {
     kind: PrimaryKind,
-    plural: String,
     api: ResourceId,
 }
 
@@ -289,7 +288,6 @@ impl Driver {
                 kind: resolved.api.kind.clone(),
                 namespaced: resolved.namespaced,
             },
-            plural: resolved.api.plural.clone(),
             api: resolved.api.clone(),
         };
         if spec.shard_by == ShardBy::Namespace && !resolved.namespaced {
@@ -345,7 +343,7 @@ impl Driver {
             watches.iter().map(|(watch, _)| watch.clone()).collect(),
             comparable,
             reconciler.hub.expectations().clone(),
-            primary.plural.clone(),
+            primary.api.plural.clone(),
         );
         let watched = watches
             .into_iter()
@@ -1648,7 +1646,6 @@ mod tests {
             };
             let kind = Primary {
                 kind: PrimaryKind { group: String::new(), kind: "ConfigMap".into(), namespaced: true },
-                plural: "configmaps".into(),
                 api: configmaps(),
             };
             let watches = vec![(primary.clone(), None), (related.clone(), Some(MapsBy::Label("owner".into())))];
@@ -2268,5 +2265,38 @@ mod tests {
         assert!(next(&mut rx).is_none(), "once");
         assert_eq!(rig.driver.queue.len(), 0, "forgotten");
         assert!(rig.driver.tombstones.is_empty());
+    }
+
+    /// A ConfigMap with `finalizers`, being deleted when `deleting`.
+    fn marked(name: &str, rv: u64, finalizers: &[&str], deleting: bool) -> RawObject {
+        let deletion = if deleting { r#","deletionTimestamp":"2026-12-07T00:00:00Z""# } else { "" };
+        let json = format!(
+            r#"{{"metadata":{{"name":"{name}","namespace":"ns","uid":"uid-{name}","resourceVersion":"{rv}","finalizers":{}{deletion}}}}}"#,
+            serde_json::json!(finalizers)
+        );
+        serde_json::from_str(&json).expect("test object decodes")
+    }
+
+    #[tokio::test]
+    async fn under_a_finalizer_a_deleted_object_is_a_finalize_pass_and_one_past_it_is_not_handed_out() {
+        const F: &str = "example.com/cleanup";
+        let mut rig = Rig::new(true);
+        rig.driver.spec.finalizer = Some(F.into());
+        rig.list(0, vec![marked("held", 10, &[F], false)]);
+        let mut rx = rig.attach(1, 4);
+        rig.pump();
+        let first = next(&mut rx).expect("granted");
+        assert!(!first.finalizing, "it carries the finalizer: an ordinary pass");
+        rig.complete(1, &first.lease_id, Completion::Done).expect("completed");
+
+        // Deleted while it carries the finalizer: a finalize pass; another controller's object being deleted
+        // without it: nothing handed out.
+        rig.apply(0, watcher::Event::Apply(marked("held", 11, &[F, "other/keep"], true)));
+        rig.apply(0, watcher::Event::Apply(marked("theirs", 12, &["other/keep"], true)));
+        rig.pump();
+        let finalize = next(&mut rx).expect("the finalize pass");
+        assert_eq!((finalize.key.name.as_str(), finalize.finalizing, finalize.deleted), ("held", true, false));
+        assert!(next(&mut rx).is_none(), "an object being deleted without the finalizer is not handed out");
+        assert!(!rig.driver.queue.is_leased(&key("theirs")), "and its key is not held");
     }
 }
