@@ -6,6 +6,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/consistd/consistd/client-sdk/go/gen/consistd/v1"
 )
@@ -89,17 +93,19 @@ func collect(opts []ObjectOption) objectOptions {
 	return o
 }
 
-// WithGuard makes a write (Create, Update, Patch, Delete) conditional on leading g.Election in g.Term.
+// WithGuard makes a write (Create, Update, Patch, Delete, SetCondition) conditional on leading g.Election
+// in g.Term.
 func WithGuard(g Guard) ObjectOption {
 	return func(o *objectOptions) {
 		o.guard = g.proto()
 	}
 }
 
-// WithReconcileLease marks a write (Create, Update, Patch, Delete) as made for the work item holding this
-// lease (Item.LeaseID): the key's next pass waits until the queue's watch of the written object (the
-// primary's, or a related query's) shows this write. Writes to the primary itself are waited for without
-// it. Inside a Reconciler, ForItem(item) gives this option and, when the queue has an election, the guard.
+// WithReconcileLease marks a write (Create, Update, Patch, Delete, SetCondition) as made for the work item
+// holding this lease (Item.LeaseID): the key's next pass waits until the queue's watch of the written object
+// (the primary's, or a related query's) shows this write. Writes to the primary itself are waited for
+// without it. Inside a Reconciler, ForItem(item) gives this option and, when the queue has an election, the
+// guard.
 func WithReconcileLease(leaseID string) ObjectOption {
 	return func(o *objectOptions) { o.reconcileLease = leaseID }
 }
@@ -112,7 +118,7 @@ func WithSendUnchanged() ObjectOption {
 }
 
 // WithFieldManager sets the field manager the apiserver records (Create, Update, Patch); default
-// "consistd", required for ApplyPatch.
+// "consistd", required for ApplyPatch. For SetCondition it is the prefix of each type's field manager.
 func WithFieldManager(name string) ObjectOption {
 	return func(o *objectOptions) { o.fieldManager = name }
 }
@@ -243,6 +249,103 @@ func (c *Client) Delete(ctx context.Context, resource, namespace, name string, o
 		return nil, err
 	}
 	return c.written(r.GetObject(), false), nil
+}
+
+// ConditionStatus is a condition's status, as metav1.ConditionStatus: ConditionTrue, ConditionFalse or
+// ConditionUnknown. SetCondition refuses any other value.
+type ConditionStatus string
+
+const (
+	// ConditionTrue is "True".
+	ConditionTrue ConditionStatus = "True"
+	// ConditionFalse is "False".
+	ConditionFalse ConditionStatus = "False"
+	// ConditionUnknown is "Unknown".
+	ConditionUnknown ConditionStatus = "Unknown"
+)
+
+// proto is the status as the protocol's ConditionStatus; false for a value that is none of the three.
+func (s ConditionStatus) proto() (pb.ConditionStatus, bool) {
+	switch s {
+	case ConditionTrue:
+		return pb.ConditionStatus_CONDITION_STATUS_TRUE, true
+	case ConditionFalse:
+		return pb.ConditionStatus_CONDITION_STATUS_FALSE, true
+	case ConditionUnknown:
+		return pb.ConditionStatus_CONDITION_STATUS_UNKNOWN, true
+	}
+	return pb.ConditionStatus_CONDITION_STATUS_UNSPECIFIED, false
+}
+
+// Condition is one condition of an object's status.conditions, as metav1.Condition has it but for
+// lastTransitionTime, which is the sidecar's to set.
+type Condition struct {
+	// Type is the condition's type, e.g. "Ready" (metav1.Condition's rules: at most 316 characters, with an
+	// optional DNS subdomain prefix and '/').
+	Type string
+	// Status is ConditionTrue, ConditionFalse or ConditionUnknown.
+	Status ConditionStatus
+	// Reason says why, in CamelCase ("Available"; at most 1024 characters).
+	Reason string
+	// Message is for humans (at most 32768 bytes).
+	Message string
+	// ObservedGeneration is the metadata.generation the condition was judged on; 0 means the generation of
+	// the object as the sidecar reads it. Item.SetCondition sets it from the object the item was handed.
+	ObservedGeneration int64
+}
+
+// SetConditionResult is the sidecar's answer to SetCondition.
+type SetConditionResult struct {
+	// Object is the object as the write left it, or as read when nothing was written.
+	Object *Object
+	// Changed says a write was sent; false when the object had the condition already.
+	Changed bool
+	// LastTransitionTime is the condition's lastTransitionTime as written, or as it was when nothing was
+	// written: it moves only when the status does. Zero if the object holds one that is not RFC 3339.
+	LastTransitionTime time.Time
+}
+
+// SetCondition sets one condition of an object's status.conditions, as apimachinery's
+// meta.SetStatusCondition does, in the sidecar: it reads the object (from a covering watch's cache with
+// this pod's own writes in it, else from the apiserver), and when the condition of that type there has the
+// same status, reason, message and observed generation it writes nothing (Changed false). Otherwise it
+// applies the condition alone to the status subresource with server-side apply, its lastTransitionTime
+// kept while its status stays, else now. Each type is applied under a field manager of its own,
+// "<field manager>/<type>" (WithFieldManager sets the prefix, default "consistd"), so setting one
+// condition never drops another: status.conditions must be a list map keyed by type
+// (x-kubernetes-list-type: map, x-kubernetes-list-map-keys: [type], as []metav1.Condition with
+// +listType=map and +listMapKey=type generates); on an atomic list the write replaces every other
+// condition. A resource without a status subresource answers NOT_FOUND. A status that is none of
+// ConditionTrue, ConditionFalse and ConditionUnknown is refused here, INVALID_ARGUMENT naming
+// condition.status. The object is recorded for the own-write rule only when it was written. Options:
+// WithGuard, WithFieldManager, WithReconcileLease (ForItem); Item.SetCondition sets one on an item's
+// primary.
+func (c *Client) SetCondition(ctx context.Context, resource, namespace, name string, cond Condition, opts ...ObjectOption) (*SetConditionResult, error) {
+	s, ok := cond.Status.proto()
+	if !ok {
+		return nil, status.Errorf(codes.InvalidArgument, "condition.status: %q is not True, False or Unknown", string(cond.Status))
+	}
+	o := collect(opts)
+	r, err := c.objects.SetCondition(ctx, &pb.SetConditionRequest{
+		Resource: resource, Namespace: namespace, Name: name,
+		Condition: &pb.Condition{
+			Type: cond.Type, Status: s, Reason: cond.Reason, Message: cond.Message,
+			ObservedGeneration: cond.ObservedGeneration,
+		},
+		FieldManager: o.fieldManager, Guard: o.guard, ReconcileLease: o.reconcileLease,
+	})
+	if err != nil {
+		return nil, err
+	}
+	res := &SetConditionResult{Object: objectFrom(r.GetObject()), Changed: r.GetChanged()}
+	if res.Changed {
+		c.writes.record(res.Object)
+	}
+	// Parsing takes fractional seconds too; one that does not parse stays zero.
+	if t, err := time.Parse(time.RFC3339, r.GetLastTransitionTime()); err == nil {
+		res.LastTransitionTime = t
+	}
+	return res, nil
 }
 
 // written converts the object a write returned (unchanged: the answer said the write was not sent) and

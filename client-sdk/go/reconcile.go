@@ -5,6 +5,7 @@ package consistd
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -270,6 +271,10 @@ type Item struct {
 	// election and electionNamespace are the queue's election, for ForItem's guard.
 	election          string
 	electionNamespace string
+	// resource is the queue's primary resource and client the Client whose Reconcile handed the item out,
+	// for SetCondition.
+	resource string
+	client   *Client
 }
 
 // String names the key as "namespace/name" ("name" when cluster-scoped).
@@ -280,8 +285,8 @@ func (i Item) String() string {
 	return i.Namespace + "/" + i.Name
 }
 
-// ForItem marks a write (Create, Update, Patch, Delete) as made for item: it names the item's lease
-// (WithReconcileLease), so the key's next pass waits until the queue's watches show the write, and when
+// ForItem marks a write (Create, Update, Patch, Delete, SetCondition) as made for item: it names the item's
+// lease (WithReconcileLease), so the key's next pass waits until the queue's watches show the write, and when
 // the queue has an election it guards the write with the item's term (WithGuard), so it is refused once
 // this sidecar no longer leads in that term (in a Sharded queue the term is the slot's epoch, and the
 // write carries the slot's claim). Options given after it override either.
@@ -295,6 +300,55 @@ func ForItem(item Item) ObjectOption {
 			o.guard = &pb.WriteGuard{Election: item.election, Namespace: item.electionNamespace, Term: item.Term}
 		}
 	}
+}
+
+// SetCondition sets the status condition c of the item's primary (the queue's Resource, the item's
+// Namespace and Name), as apimachinery's meta.SetStatusCondition does, in the sidecar (Client.SetCondition):
+//
+//   - it is written only when it changes (SetConditionResult.Changed): the same status, reason, message and
+//     observed generation write nothing;
+//   - its lastTransitionTime is kept while its status stays, and is now when the status changes;
+//   - its observedGeneration is the metadata.generation of the object the item was handed (Item.Object)
+//     unless c.ObservedGeneration is set; 0 when the item has no object or its View left the generation
+//     out, and the sidecar then takes the generation it reads;
+//   - it goes to the status subresource with server-side apply under a field manager per condition type,
+//     "consistd/<type>" (WithFieldManager sets the prefix), so setting one condition never drops another:
+//     the primary's status.conditions must be a list map keyed by type, as []metav1.Condition with
+//     +listType=map and +listMapKey=type generates (on an atomic list it replaces every other condition);
+//   - it is made for the item (ForItem): the key's next pass waits until the queue's watch shows it, and
+//     when the queue follows an election it is guarded by the lease's term, refused once this sidecar no
+//     longer leads in it.
+//
+// Options after the item's own override them. Only an item handed out by Reconcile can set a condition.
+//
+//	if _, err := item.SetCondition(ctx, consistd.Condition{Type: "Ready", Status: consistd.ConditionTrue,
+//		Reason: "Available", Message: "3 of 3 replicas"}); err != nil {
+//		return consistd.Result{}, err
+//	}
+func (i Item) SetCondition(ctx context.Context, c Condition, opts ...ObjectOption) (*SetConditionResult, error) {
+	if i.client == nil {
+		return nil, errors.New("consistd: Item.SetCondition needs an item handed out by Reconcile")
+	}
+	if c.ObservedGeneration == 0 {
+		c.ObservedGeneration = i.generation()
+	}
+	return i.client.SetCondition(ctx, i.resource, i.Namespace, i.Name, c, append([]ObjectOption{ForItem(i)}, opts...)...)
+}
+
+// generation is the metadata.generation of the object the item was handed; 0 when there is none.
+func (i Item) generation() int64 {
+	if i.Object == nil {
+		return 0
+	}
+	var o struct {
+		Metadata struct {
+			Generation int64 `json:"generation"`
+		} `json:"metadata"`
+	}
+	if json.Unmarshal(i.Object.JSON, &o) != nil {
+		return 0
+	}
+	return o.Metadata.Generation
 }
 
 // Reconcile works on the queue spec names, calling r for each item the sidecar hands out, until ctx ends
@@ -447,7 +501,7 @@ func itemFrom(w *pb.WorkItem, spec *ReconcileSpec) Item {
 		Namespace: w.GetNamespace(), Name: w.GetName(), Object: objectFrom(w.GetObject()), Deleted: w.GetDeleted(),
 		Consistency: Consistency(w.GetConsistency()), Attempt: w.GetAttempt(), LastError: w.GetLastError(),
 		Finalizing: w.GetFinalizing(), Term: w.GetTerm(), LeaseID: w.GetLeaseId(),
-		election: spec.Election, electionNamespace: spec.ElectionNamespace,
+		election: spec.Election, electionNamespace: spec.ElectionNamespace, resource: spec.Resource,
 	}
 	if w.GetExpiresAt() != nil {
 		item.ExpiresAt = w.GetExpiresAt().AsTime()
@@ -500,7 +554,9 @@ func (run *reconcileRun) stream(ctx context.Context, spec *pb.ReconcileRequest, 
 		}
 		switch m := r.GetResponse().(type) {
 		case *pb.ReconcileResponse_Item:
-			run.start(ctx, itemFrom(m.Item, &run.spec), out)
+			item := itemFrom(m.Item, &run.spec)
+			item.client = run.client
+			run.start(ctx, item, out)
 		case *pb.ReconcileResponse_Refused:
 			refusal := m.Refused.GetRefusal()
 			run.client.logger().Warn("consistd: the sidecar refused a reconcile completion",

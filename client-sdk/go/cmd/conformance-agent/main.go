@@ -80,12 +80,14 @@ type workerKey struct{ stream, worker string }
 // handlerKey names a waiting reconcile pass: the reconcile's stream and the item's name.
 type handlerKey struct{ stream, name string }
 
-// handleCommand is what a handle tells a waiting pass: the merge patch to write (nil for none), whether
-// to end DONE (else RETRY), and where to answer with the write's result.
+// handleCommand is what a handle tells a waiting pass: the status condition to set first (nil for none),
+// the merge patch to write (nil for none), whether to end DONE (else RETRY), and where to answer with the
+// writes' result.
 type handleCommand struct {
-	patch  json.RawMessage
-	done   bool
-	answer chan<- handled
+	condition *consistd.Condition
+	patch     json.RawMessage
+	done      bool
+	answer    chan<- handled
 }
 
 // handled is the result of a pass's write: the handle's answer or its error.
@@ -644,9 +646,11 @@ func (c command) reconcileSpec() (consistd.ReconcileSpec, error) {
 }
 
 // handler is the Reconciler's pass: it waits as (stream, item name) before printing the item, takes the
-// item's handle, writes the patch it gives (if any) to the item's primary through the objects client with
-// ForItem (as an app would, with whatever guard the SDK adds), answers with the write's result and ends
-// as told: DONE returns success, RETRY an error, which the SDK retries.
+// item's handle, sets the condition it gives (if any) through the item (Item.SetCondition), writes the
+// patch it gives (if any) to the item's primary through the objects client with ForItem (as an app would,
+// with whatever guard the SDK adds), answers with the writes' result and ends as told: DONE returns
+// success, RETRY an error, which the SDK retries. A condition that could not be set is the answer, and the
+// pass ends with an error (a retry).
 func (a *agent) handler(ctx context.Context, stream string, item consistd.Item) (consistd.Result, error) {
 	key := handlerKey{stream, item.Name}
 	told := make(chan handleCommand, 1)
@@ -671,11 +675,23 @@ func (a *agent) handler(ctx context.Context, stream string, item consistd.Item) 
 		}
 		h = <-told
 	}
-	var result handled
-	if h.patch == nil {
-		result.ok = empty{}
-	} else {
-		result.ok, result.err = a.writeForItem(ctx, item, h.patch)
+	answer := map[string]any{}
+	if h.condition != nil {
+		set, err := item.SetCondition(ctx, *h.condition)
+		if err != nil {
+			h.answer <- handled{err: err}
+			return consistd.Result{}, fmt.Errorf("the condition was not set: %w", err)
+		}
+		answer["condition"] = conditionSet{Changed: set.Changed, LastTransitionTime: transitionTime(set.LastTransitionTime)}
+	}
+	result := handled{ok: answer}
+	if h.patch != nil {
+		rv, err := a.writeForItem(ctx, item, h.patch)
+		if err != nil {
+			result = handled{err: err}
+		} else {
+			answer["resourceVersion"] = rv
+		}
 	}
 	h.answer <- result
 	if !h.done {
@@ -684,20 +700,59 @@ func (a *agent) handler(ctx context.Context, stream string, item consistd.Item) 
 	return consistd.Result{}, nil
 }
 
+// conditionSet is a handle's answer about the condition it set: whether it was written, and its
+// lastTransitionTime.
+type conditionSet struct {
+	Changed            bool   `json:"changed"`
+	LastTransitionTime string `json:"lastTransitionTime"`
+}
+
+// transitionTime is a lastTransitionTime as RFC 3339 ("" for the zero time).
+func transitionTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.Format(time.RFC3339Nano)
+}
+
 // writeForItem merge-patches the item's primary, a ConfigMap, for the item, and answers with the written
 // resourceVersion.
-func (a *agent) writeForItem(ctx context.Context, item consistd.Item, patch json.RawMessage) (any, error) {
+func (a *agent) writeForItem(ctx context.Context, item consistd.Item, patch json.RawMessage) (string, error) {
 	obj, err := a.client.Patch(ctx, "configmaps", item.Namespace, item.Name, consistd.MergePatch, []byte(patch),
 		consistd.ForItem(item))
 	if err != nil {
-		return nil, err
+		return "", err
 	}
-	return struct {
-		ResourceVersion string `json:"resourceVersion"`
-	}{obj.ResourceVersion}, nil
+	return obj.ResourceVersion, nil
 }
 
-// handle hands the pass waiting with item name its patch and outcome, and answers with its write's result.
+// condition is the handle's condition field, {"type", "status", "reason", "message"} with a status of
+// "True", "False" or "Unknown", as the SDK's Condition; nil when absent or null.
+func (c command) condition() (*consistd.Condition, error) {
+	var set *struct {
+		Type    *string `json:"type"`
+		Status  *string `json:"status"`
+		Reason  *string `json:"reason"`
+		Message *string `json:"message"`
+	}
+	err := c.decode("condition", &set, false)
+	if err != nil || set != nil && (set.Type == nil || set.Status == nil || set.Reason == nil || set.Message == nil) {
+		return nil, invalid(`condition: must be {"type", "status", "reason", "message"} (four strings) or null`)
+	}
+	if set == nil {
+		return nil, nil
+	}
+	value := consistd.ConditionStatus(*set.Status)
+	switch value {
+	case consistd.ConditionTrue, consistd.ConditionFalse, consistd.ConditionUnknown:
+	default:
+		return nil, invalid("condition.status: %q is not True, False or Unknown", *set.Status)
+	}
+	return &consistd.Condition{Type: *set.Type, Status: value, Reason: *set.Reason, Message: *set.Message}, nil
+}
+
+// handle hands the pass waiting with item name its condition, patch and outcome, and answers with its
+// writes' result.
 func (a *agent) handle(c command) (any, error) {
 	stream, err := c.text("stream")
 	if err != nil {
@@ -723,13 +778,17 @@ func (a *agent) handle(c command) (any, error) {
 	if raw, ok := c["patch"]; ok && string(raw) != "null" {
 		patch = raw
 	}
+	condition, err := c.condition()
+	if err != nil {
+		return nil, err
+	}
 	answer := make(chan handled, 1)
 	a.mu.Lock()
 	told, waiting := a.handlers[handlerKey{stream, name}]
 	if waiting {
 		delete(a.handlers, handlerKey{stream, name})
 		// told has room for this one command, the only one it is sent.
-		told <- handleCommand{patch: patch, done: done, answer: answer}
+		told <- handleCommand{condition: condition, patch: patch, done: done, answer: answer}
 	}
 	a.mu.Unlock()
 	if !waiting {

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -162,6 +163,66 @@ func TestAWorkItemPrintsItsFinalizing(t *testing.T) {
 		want := fmt.Sprintf(`{"namespace":"n","name":"held","term":3,"attempt":2,"leaseId":"q.1.2","finalizing":%t}`, finalizing)
 		if string(line) != want {
 			t.Errorf("printed %s, want %s", line, want)
+		}
+	}
+}
+
+// A handle's condition is the SDK's Condition, its status one of the SDK's three; absent or null, there is
+// none, and anything else is INVALID_ARGUMENT naming the field.
+func TestTheHandlesConditionIsTheSDKsCondition(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want *consistd.Condition
+	}{
+		{`{"condition": {"type": "Ready", "status": "True", "reason": "Available", "message": "3 of 3"}}`,
+			&consistd.Condition{Type: "Ready", Status: consistd.ConditionTrue, Reason: "Available", Message: "3 of 3"}},
+		{`{"condition": {"type": "Ready", "status": "False", "reason": "Creating", "message": ""}}`,
+			&consistd.Condition{Type: "Ready", Status: consistd.ConditionFalse, Reason: "Creating"}},
+		{`{"condition": {"type": "Synced", "status": "Unknown", "reason": "Pending", "message": "m"}}`,
+			&consistd.Condition{Type: "Synced", Status: consistd.ConditionUnknown, Reason: "Pending", Message: "m"}},
+		{`{"condition": null}`, nil},
+		{`{}`, nil},
+	} {
+		var c command
+		if err := json.Unmarshal([]byte(tc.line), &c); err != nil {
+			t.Fatal(err)
+		}
+		got, err := c.condition()
+		if err != nil || !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: condition %+v, %v; want %+v", tc.line, got, err, tc.want)
+		}
+	}
+	for _, line := range []string{
+		`{"condition": {"type": "Ready", "status": "true", "reason": "R", "message": ""}}`,
+		`{"condition": {"type": "Ready", "status": "Yes", "reason": "R", "message": ""}}`,
+		`{"condition": {"type": "Ready", "status": "True", "reason": "R"}}`,
+		`{"condition": {"type": "Ready", "status": true, "reason": "R", "message": ""}}`,
+		`{"condition": "Ready"}`,
+	} {
+		var c command
+		if err := json.Unmarshal([]byte(line), &c); err != nil {
+			t.Fatal(err)
+		}
+		got, err := c.condition()
+		if f := failureOf(err); err == nil || f.Code != "INVALID_ARGUMENT" || !strings.HasPrefix(f.Message, "condition") {
+			t.Errorf("%s: condition %+v, %v; want INVALID_ARGUMENT naming condition", line, got, err)
+		}
+	}
+}
+
+// The condition's answer is {"changed", "lastTransitionTime"}, the time as RFC 3339 (empty when zero).
+func TestAConditionSetIsAnsweredWithChangedAndItsTransitionTime(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, tc := range []struct {
+		set  conditionSet
+		want string
+	}{
+		{conditionSet{Changed: true, LastTransitionTime: transitionTime(at)}, `{"changed":true,"lastTransitionTime":"2026-01-02T03:04:05Z"}`},
+		{conditionSet{LastTransitionTime: transitionTime(time.Time{})}, `{"changed":false,"lastTransitionTime":""}`},
+	} {
+		line, err := json.Marshal(tc.set)
+		if err != nil || string(line) != tc.want {
+			t.Errorf("printed %s, %v; want %s", line, err, tc.want)
 		}
 	}
 }
