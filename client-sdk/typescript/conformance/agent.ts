@@ -12,6 +12,7 @@ import { createInterface } from "node:readline";
 import {
   type ChangeFilter,
   Client,
+  type Condition,
   ConsistdError,
   type Guard,
   type Latest,
@@ -124,6 +125,31 @@ function changes(command: Command): ChangeFilter | undefined {
   return { generation: part("generation"), labels: part("labels"), annotations: part("annotations") };
 }
 
+/** A condition the `handle` op sets: type, status, reason and message. */
+type ItemCondition = Omit<Condition, "observedGeneration">;
+
+/**
+ * The `condition` field: `{"type", "status": "True" | "False" | "Unknown", "reason", "message"}`, null when absent
+ * or null.
+ */
+function condition(command: Command): ItemCondition | null {
+  const value = command.condition;
+  if (value === undefined || value === null) return null;
+  if (typeof value !== "object" || Array.isArray(value)) {
+    throw new InvalidArgument("condition: must be a JSON object or null");
+  }
+  const part = (name: string) => {
+    const named = value[name];
+    if (typeof named !== "string") throw new InvalidArgument(`condition.${name}: must be a string`);
+    return named;
+  };
+  const status = part("status");
+  if (status !== "True" && status !== "False" && status !== "Unknown") {
+    throw new InvalidArgument(`condition.status: ${JSON.stringify(status)} is not True, False or Unknown`);
+  }
+  return { type: part("type"), status, reason: part("reason"), message: part("message") };
+}
+
 /** A watch started with `take` false: its iterator, pulled only by `take`, one `take` at a time. */
 interface Paused {
   events: AsyncIterator<WatchEvent, void>;
@@ -135,6 +161,8 @@ interface Paused {
 interface Handle {
   /** The JSON merge patch to write to the item's primary; null for none. */
   patch: { [key: string]: Json } | Json[] | null;
+  /** The status condition to set first, through the item's helper; null for none. */
+  condition: ItemCondition | null;
   /** DONE (the handler resolves) or RETRY (it throws). */
   done: boolean;
   /** Answers the `handle` with the write's result. */
@@ -384,8 +412,9 @@ class Agent {
 
   /**
    * The reconcile handler: waits (registered before it prints the item, so a `handle` that follows the line
-   * finds it) for the `handle` of its item's name, writes as told through the item's own objects client,
-   * answers the `handle` with the write's result, then ends as told: DONE resolves, RETRY throws.
+   * finds it) for the `handle` of its item's name, sets the condition as told through `item.setCondition` (an
+   * error of it answers the `handle` and ends the pass with a retry), writes as told through the item's own
+   * objects client, answers the `handle` with the results, then ends as told: DONE resolves, RETRY throws.
    */
   private async handler(stream: string, item: WorkItem): Promise<void> {
     const told = new Promise<Handle>((resolve) => this.waiting.set(waitingKey(stream, item.name), resolve));
@@ -399,22 +428,35 @@ class Agent {
     };
     print({ stream, item: line });
     const handle = await told;
+    const answer: { [key: string]: Json } = {};
+    if (handle.condition !== null) {
+      try {
+        const set = await item.setCondition(handle.condition);
+        answer.condition = { changed: set.changed, lastTransitionTime: set.lastTransitionTime };
+      } catch (error) {
+        handle.answer(Promise.reject(error));
+        throw new Error("the condition was not set");
+      }
+    }
     // The write settles before the handler does: the lease is completed only after it.
-    const written = this.write(item, handle.patch);
+    const written = this.write(item, handle.patch).then((result) => ({ ...answer, ...result }));
     handle.answer(written);
     await written.catch(() => {});
     if (!handle.done) throw new Error("the suite asked for a retry");
   }
 
   /** Patches the item's primary through `item.objects` (no guard of the agent's own); `{}` without a patch. */
-  private async write(item: WorkItem, patch: Handle["patch"]): Promise<Json> {
+  private async write(item: WorkItem, patch: Handle["patch"]): Promise<{ [key: string]: Json }> {
     if (patch === null) return {};
     const target = { resource: "configmaps", namespace: item.namespace, name: item.name };
     const object = await item.objects.patch({ ...target, patch, type: PatchType.MERGE });
     return { resourceVersion: object.resourceVersion };
   }
 
-  /** Hands the handler waiting with item `name` its patch and outcome; answers with the write's result. */
+  /**
+   * Hands the handler waiting with item `name` its condition, patch and outcome; answers with the results (or the
+   * first error).
+   */
   private async handle(c: Command): Promise<Json> {
     const stream = text(c, "stream");
     const name = text(c, "name");
@@ -424,12 +466,13 @@ class Agent {
     }
     const patch = c.patch ?? null;
     if (patch !== null && typeof patch !== "object") throw new InvalidArgument("patch: must be a JSON object or null");
+    const set = condition(c);
     const key = waitingKey(stream, name);
     const waiting = this.waiting.get(key);
     if (!waiting) throw new InvalidArgument(`name: no handler waits with item ${JSON.stringify(name)}`);
     this.waiting.delete(key);
     return new Promise<Json>((resolve, reject) => {
-      waiting({ patch, done: outcome === "DONE", answer: (written) => written.then(resolve, reject) });
+      waiting({ patch, condition: set, done: outcome === "DONE", answer: (written) => written.then(resolve, reject) });
     });
   }
 }

@@ -19,6 +19,7 @@ export { DEFAULT_RETRY_AFTER_MS, Delivery, Inbox, type ServeOptions } from "./in
 export { Latest, Taken } from "./latest.js";
 export { type CampaignOptions, Leadership, type LeadershipFields, type ObserveOptions, type Timing } from "./leadership.js";
 export {
+  type Condition,
   type CreateRequest,
   type DeleteRequest,
   type GetRequest,
@@ -29,6 +30,8 @@ export {
   type ListResult,
   Objects,
   type PatchRequest,
+  type SetConditionRequest,
+  type SetConditionResult,
   type UpdateRequest,
 } from "./objects.js";
 export { type Message, Outcome, type SendOptions, Sent } from "./outbox.js";

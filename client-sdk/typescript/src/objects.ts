@@ -1,7 +1,11 @@
 // Reads and writes of Kubernetes objects through the sidecar, as JSON, optionally fenced by a leader's term.
+import { status as grpcStatus } from "@grpc/grpc-js";
 import { type Cancellable, unary } from "./call.js";
+import { ConsistdError } from "./errors.js";
 import type { KubeObject as KubeObjectProto, WriteGuard } from "./gen/consistd/v1/object.js";
 import {
+  type Condition as ConditionProto,
+  ConditionStatus,
   type ObjectsServiceClient,
   PatchType,
   type PropagationPolicy,
@@ -171,10 +175,56 @@ export interface DeleteRequest extends Target {
 }
 
 /**
+ * One status condition, as metav1.Condition has it; its lastTransitionTime is the daemon's to set. The daemon
+ * checks each field as metav1.Condition's rules say and refuses a wrong one, `INVALID_ARGUMENT` naming it
+ * ("condition.reason: ...").
+ */
+export interface Condition {
+  /** The condition's type, e.g. "Ready" (at most 316 characters, an optional DNS subdomain prefix and '/'). */
+  type: string;
+  /**
+   * "True", "False" or "Unknown", as Kubernetes spells it. Anything else is refused before it is sent, with a
+   * `ConsistdError` `INVALID_ARGUMENT` naming `condition.status`.
+   */
+  status: "True" | "False" | "Unknown";
+  /** Why, in CamelCase, e.g. "Available" (a letter, then letters, digits, '_', ',' and ':'). */
+  reason: string;
+  /** For humans; default empty. */
+  message?: string;
+  /**
+   * The metadata.generation the condition was judged on; unset or 0: the generation of the object as the daemon
+   * reads it. `WorkItem.setCondition` sets it to the generation of the object the pass was handed.
+   */
+  observedGeneration?: bigint | number;
+}
+
+/** A status condition to set on one object (`Objects.setCondition`). */
+export interface SetConditionRequest extends Target {
+  name: string;
+  condition: Condition;
+  /** The prefix of the field managers; default "consistd". Each condition type is applied as "<prefix>/<type>". */
+  fieldManager?: string;
+  guard?: Guard;
+  /** The reconcile lease (`WorkItem.leaseId`) this write is made for; see `WorkItem.objects`. */
+  reconcileLease?: string;
+}
+
+/** What setting a status condition did. */
+export interface SetConditionResult<T> {
+  /** Whether a write was sent: false when the object already had the condition as asked. */
+  changed: boolean;
+  /** The condition's lastTransitionTime (RFC 3339), as written, or as it was when nothing was written. */
+  lastTransitionTime: string;
+  /** The object as the write left it, or as the daemon read it when nothing was written. */
+  object: KubeObject<T>;
+}
+
+/**
  * Kubernetes objects through the sidecar. Every write records an expectation, so CONSISTENT watchers
  * of this pod see its own write; apiserver errors keep their meaning (conflict is ABORTED, 404 NOT_FOUND).
  * Every write also records the state it returned in `ownWrites` (the client's), so that the client's
- * watches hold back a state older than it that was already on its way (the own-write rule).
+ * watches hold back a state older than it that was already on its way (the own-write rule); a `setCondition`
+ * that wrote nothing records nothing.
  */
 export class Objects {
   /**
@@ -310,6 +360,39 @@ export class Objects {
     return response.object && this.written(new KubeObject<T>(response.object));
   }
 
+  /**
+   * Sets one condition of an object's status.conditions, as apimachinery's meta.SetStatusCondition does, in the
+   * daemon (`ObjectsService.SetCondition`): it reads the object and writes nothing when the condition of that type
+   * is already there with the same status, reason, message and observedGeneration (`changed` false); otherwise it
+   * applies that condition alone to the status subresource with server-side apply, under a field manager of its
+   * own per type ("<fieldManager>/<type>") so that setting one condition never drops another, its
+   * lastTransitionTime kept while its status stays, else now. status.conditions must therefore be a list map keyed
+   * by type (`x-kubernetes-list-type: map`, `x-kubernetes-list-map-keys: [type]`, what Go's []metav1.Condition with
+   * `+listType=map` and `+listMapKey=type` generates): on an atomic list the write replaces every other condition. A
+   * resource without a status subresource is NOT_FOUND. A write is recorded for the own-write rule; an answer that
+   * wrote nothing is not (its object is only as the daemon read it). `WorkItem.setCondition` fills the request in
+   * for an item's primary.
+   */
+  async setCondition<T = any>(request: SetConditionRequest, options?: Cancellable): Promise<SetConditionResult<T>> {
+    const { resource, namespace = "", name, fieldManager = "", guard } = request;
+    const response = await unary(
+      this.service.setCondition.bind(this.service),
+      {
+        resource,
+        namespace,
+        name,
+        condition: toCondition(request.condition),
+        fieldManager,
+        guard: toGuard(guard),
+        reconcileLease: this.leaseOf(request),
+      },
+      options,
+    );
+    const object = toObject<T>(response.object);
+    if (response.changed) this.written(object);
+    return { changed: response.changed, lastTransitionTime: response.lastTransitionTime, object };
+  }
+
   /** The lease a write names: its request's, else this view's. */
   private leaseOf(request: { reconcileLease?: string }): string {
     return request.reconcileLease ?? this.lease;
@@ -336,6 +419,36 @@ export function body(value: JsonBody): Buffer {
 /** The protocol's WriteGuard for `guard`: an unset namespace is empty (the daemon's own); undefined for none. */
 export function toGuard(guard: Guard | undefined): WriteGuard | undefined {
   return guard && { election: guard.election, namespace: guard.namespace ?? "", term: BigInt(guard.term) };
+}
+
+/**
+ * The protocol's Condition for `condition`; a status other than "True", "False" or "Unknown", or an observedGeneration
+ * that is not a whole number, is refused here as the daemon would refuse it: INVALID_ARGUMENT naming the field.
+ */
+function toCondition(condition: Condition): ConditionProto {
+  const { type, reason, message = "", observedGeneration = 0 } = condition;
+  const generation = typeof observedGeneration === "bigint" ? observedGeneration : Number(observedGeneration);
+  if (typeof generation === "number" && !Number.isSafeInteger(generation)) {
+    const why = `${String(observedGeneration)} is not a whole number`;
+    throw new ConsistdError(grpcStatus.INVALID_ARGUMENT, `condition.observedGeneration: ${why}`);
+  }
+  return { type, status: toConditionStatus(condition.status), reason, message, observedGeneration: BigInt(generation) };
+}
+
+/** The protocol's ConditionStatus for a status as Kubernetes spells it. */
+function toConditionStatus(status: unknown): ConditionStatus {
+  switch (status) {
+    case "True":
+      return ConditionStatus.TRUE;
+    case "False":
+      return ConditionStatus.FALSE;
+    case "Unknown":
+      return ConditionStatus.UNKNOWN;
+    default: {
+      const why = `${JSON.stringify(status) ?? String(status)} is not "True", "False" or "Unknown"`;
+      throw new ConsistdError(grpcStatus.INVALID_ARGUMENT, `condition.status: ${why}`);
+    }
+  }
 }
 
 function toObject<T>(proto: KubeObjectProto | undefined, unchanged = false): KubeObject<T> {

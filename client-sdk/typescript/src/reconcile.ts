@@ -18,7 +18,7 @@ import {
 import { Consistency } from "./gen/consistd/v1/watch.js";
 import { cut } from "./inbox.js";
 import { duration } from "./leadership.js";
-import { type Guard, KubeObject, type Objects } from "./objects.js";
+import { type Condition, type Guard, KubeObject, type Objects, type SetConditionResult } from "./objects.js";
 import { refused } from "./ordered.js";
 import { Backoff } from "./retry.js";
 import { type ObjectView, toView } from "./watch.js";
@@ -250,9 +250,20 @@ export class WorkItem<T = any> {
    * queue), the lease timed out, or the reconciler is stopping. Pass it to long calls.
    */
   readonly signal: AbortSignal;
+  /** The queue's primary resource, as its spec names it (`ReconcileSpec.resource`): what `setCondition` sets on. */
+  private readonly resource: string;
 
-  /** `election`: the queue's (`ReconcileSpec.election`), for `guard`. */
-  constructor(item: WorkItemProto, objects: Objects, signal: AbortSignal, election?: ReconcileSpec["election"]) {
+  /**
+   * `election`: the queue's (`ReconcileSpec.election`), for `guard`; `resource`: the queue's primary resource
+   * (`ReconcileSpec.resource`), for `setCondition`.
+   */
+  constructor(
+    item: WorkItemProto,
+    objects: Objects,
+    signal: AbortSignal,
+    election?: ReconcileSpec["election"],
+    resource = "",
+  ) {
     this.leaseId = item.leaseId;
     this.namespace = item.namespace;
     this.name = item.name;
@@ -267,6 +278,36 @@ export class WorkItem<T = any> {
     this.finalizing = item.finalizing;
     this.objects = objects.forLease(item.leaseId);
     this.signal = signal;
+    this.resource = resource;
+  }
+
+  /**
+   * Sets one status condition of this item's primary (the queue's `resource`, this key), as apimachinery's
+   * meta.SetStatusCondition does, in the daemon (`Objects.setCondition`):
+   *
+   *     await item.setCondition({ type: "Ready", status: "True", reason: "Available", message: "3 of 3 replicas" });
+   *
+   * Its observedGeneration is the metadata.generation of the object this pass was handed (`object`; 0 when there is
+   * none or it has no generation, and the daemon then takes the generation it reads). The daemon writes only when
+   * something changed (`changed`; false when the condition of that type already says the same for the same
+   * generation), and keeps the lastTransitionTime while the status stays (a new status: now). It applies the
+   * condition alone to the status subresource with server-side apply under a field manager per condition type
+   * ("consistd/Ready"), so setting one condition never drops another: the primary's status.conditions must be a list
+   * map keyed by type, as Go's []metav1.Condition with `+listType=map` and `+listMapKey=type` generates it. The write
+   * goes through `objects`, so it names this lease (the next pass waits for it, and it queues none of its own) and,
+   * when the queue follows an election, is guarded by the lease's term. A `status` other than "True", "False" or
+   * "Unknown" rejects with a `ConsistdError` `INVALID_ARGUMENT` naming `condition.status`, before anything is sent;
+   * the daemon's refusals (a reason that is not CamelCase, a resource without a status subresource: NOT_FOUND)
+   * reject as every write's do.
+   */
+  setCondition(condition: Omit<Condition, "observedGeneration">, options?: Cancellable): Promise<SetConditionResult<T>> {
+    const request = {
+      resource: this.resource,
+      namespace: this.namespace,
+      name: this.name,
+      condition: { ...condition, observedGeneration: generationOf(this.object) },
+    };
+    return this.objects.setCondition<T>(request, options);
   }
 
   /** "namespace/name", or "name" when cluster-scoped. */
@@ -484,7 +525,8 @@ class Reconciler {
     );
     let completion: Completion;
     try {
-      const result = await this.handler(new WorkItem(item, this.objects, lost.signal, this.spec.election));
+      const handed = new WorkItem(item, this.objects, lost.signal, this.spec.election, this.spec.resource);
+      const result = await this.handler(handed);
       completion =
         result instanceof Requeue
           ? {
@@ -559,6 +601,16 @@ function toRelated(related: RelatedSpec): RelatedQuery {
   if (related.annotation !== undefined) return { query, annotation: related.annotation, priority };
   if (related.field !== undefined) return { query, field: related.field, priority };
   return { query, controllerOwner: related.controllerOwner, priority };
+}
+
+/** The metadata.generation of `object`; 0n when there is none (no object, none in it, or not JSON). */
+function generationOf(object: KubeObject | undefined): bigint {
+  try {
+    const generation: unknown = object?.json?.metadata?.generation;
+    return typeof generation === "number" && Number.isSafeInteger(generation) ? BigInt(generation) : 0n;
+  } catch {
+    return 0n;
+  }
 }
 
 function keyOf(item: { namespace: string; name: string }): string {
