@@ -136,6 +136,21 @@ class Command:
             raise invalid(f"{c.where}status: {value['status']!r} is not True, False or Unknown") from None
         return Condition(type=c.text("type"), status=status, reason=c.text("reason"), message=c.text("message"))
 
+    def event(self, name: str) -> EventToRecord | None:
+        """The event field ``name``, ``{"severity", "reason", "action", "note"}`` with a severity of ``"Normal"`` or
+        ``"Warning"`` (the SDK's EventSeverity); None when absent (or null)."""
+        value = self.fields.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise invalid(f"{self.where}{name}: must be an object or null")
+        c = Command(value, f"{self.where}{name}.")
+        try:
+            severity = consistd.EventSeverity.of(c.text("severity"))
+        except ValueError:
+            raise invalid(f"{c.where}severity: {value['severity']!r} is not Normal or Warning") from None
+        return EventToRecord(severity=severity, reason=c.text("reason"), action=c.text("action"), note=c.text("note"))
+
     def guard(self, name: str) -> consistd.Guard | None:
         """The guard field ``name``, ``{"election", "namespace", "term"}``, as the SDK's Guard; None when absent (or
         null)."""
@@ -213,12 +228,23 @@ class Condition:
 
 
 @dataclass
+class EventToRecord:
+    """An event a ``handle`` records about the item's primary, after its condition and before its patch."""
+
+    severity: consistd.EventSeverity
+    reason: str
+    action: str
+    note: str
+
+
+@dataclass
 class Handle:
     """What a ``handle`` tells the reconcile handler waiting for it: the status condition to set first (None:
-    none), the merge patch to write (None: no write), whether to end DONE (else RETRY), and where to answer with
-    the result or the first failure."""
+    none), the event to record next (None: none), the merge patch to write (None: no write), whether to end DONE
+    (else RETRY), and where to answer with the result or the first failure."""
 
     condition: Condition | None
+    event: EventToRecord | None
     patch: Any
     done: bool
     answer: asyncio.Future[JsonObject]
@@ -426,9 +452,9 @@ class Agent:
             log.error("the reconciler of queue %s ended: %s", spec.name, e)
 
     async def _handler(self, stream: str, item: consistd.WorkItem) -> None:
-        """The reconcile handler: prints the item, waits for its ``handle``, sets the condition through the item's
-        helper and writes as told through the item's objects client, answers with the results and ends as told
-        (with a retry when the condition was not set)."""
+        """The reconcile handler: prints the item, waits for its ``handle``, sets the condition and records the event
+        through the item's helpers and writes as told through the item's objects client, answers with the results
+        and ends as told (with a retry when the condition was not set or the event not recorded)."""
         key = (stream, item.name)
         told: asyncio.Future[Handle] = asyncio.get_running_loop().create_future()
         # Waiting before the item is printed: the suite may send the handle as soon as it reads the line.
@@ -440,11 +466,15 @@ class Agent:
             if self._handlers.get(key) is told:
                 del self._handlers[key]
         condition_set = handle.condition is None
+        event_recorded = handle.event is None
         try:
             answer: JsonObject = {}
             if handle.condition is not None:
                 answer["condition"] = await self._set_condition(item, handle.condition)
                 condition_set = True
+            if handle.event is not None:
+                answer["event"] = await self._record_event(item, handle.event)
+                event_recorded = True
             answer.update(await self._write(item, handle.patch))
             handle.answer.set_result(answer)
         except Exception as e:
@@ -455,6 +485,8 @@ class Agent:
                 handle.answer.set_exception(Failure("UNKNOWN", "the handler ended without answering"))
         if not condition_set:
             raise Retry("the condition was not set")
+        if not event_recorded:
+            raise Retry("the event was not recorded")
         if not handle.done:
             raise Retry("the suite asked for a retry")
 
@@ -464,6 +496,13 @@ class Agent:
         condition's lastTransitionTime."""
         set_ = await item.set_condition(condition.type, condition.status, condition.reason, condition.message)
         return {"changed": set_.changed, "lastTransitionTime": set_.last_transition_time}
+
+    @staticmethod
+    async def _record_event(item: consistd.WorkItem, event: EventToRecord) -> JsonObject:
+        """Records the event about the item's primary through the SDK's item helper; whether it was recorded (False:
+        the rate limit dropped it)."""
+        recorded = await item.record_event(event.severity, event.reason, event.action, event.note)
+        return {"recorded": recorded}
 
     @staticmethod
     async def _write(item: consistd.WorkItem, patch: Any) -> JsonObject:
@@ -481,17 +520,19 @@ class Agent:
         return {"resourceVersion": obj.resource_version}
 
     async def handle(self, c: Command) -> JsonObject:
-        """Tells the reconcile handler waiting with the item ``name`` which status condition to set, what to write
-        and how to end; answers with the results, or fails with the first error."""
+        """Tells the reconcile handler waiting with the item ``name`` which status condition to set, which event to
+        record, what to write and how to end; answers with the results, or fails with the first error."""
         stream, name, outcome = c.text("stream"), c.text("name"), c.text("outcome")
         if outcome not in ("DONE", "RETRY"):
             raise invalid(f"outcome: {outcome!r} is neither DONE nor RETRY")
         condition = c.condition("condition")
+        event = c.event("event")
         told = self._handlers.pop((stream, name), None)
         if told is None or told.done():
             raise invalid(f"name: no handler waits with item {name!r}")
         answer: asyncio.Future[JsonObject] = asyncio.get_running_loop().create_future()
-        told.set_result(Handle(condition=condition, patch=c.fields.get("patch"), done=outcome == "DONE", answer=answer))
+        done = outcome == "DONE"
+        told.set_result(Handle(condition=condition, event=event, patch=c.fields.get("patch"), done=done, answer=answer))
         return await answer
 
     async def latest(self, c: Command) -> JsonObject:

@@ -29,6 +29,8 @@ WATCHED = {"resource": "configmaps", "namespace": "n"}
 QUEUE = {"stream": "q", "queue": "q", **WATCHED}
 #: A handle's status condition.
 CONDITION = {"type": "Ready", "status": "True", "reason": "Available", "message": "m"}
+#: A handle's event.
+EVENT = {"severity": "Warning", "reason": "Drifted", "action": "Reconcile", "note": "n"}
 #: How long an answer may take.
 WAIT = 15.0
 
@@ -172,6 +174,27 @@ async def test_a_handle_whose_condition_it_cannot_set_is_invalid_argument_naming
 ) -> None:
     """Checked before the handler is looked for (none waits here), so the error names the condition."""
     handle = {"stream": "q", "name": "a", "patch": None, "outcome": "DONE", "condition": condition}
+    answer = await asyncio.wait_for(agent.send("handle", **handle), WAIT)
+    assert answer.get("error", {}).get("code") == "INVALID_ARGUMENT", answer
+    assert answer["error"]["message"].startswith(named), answer
+    assert await agent.close() == 0
+
+
+@pytest.mark.parametrize(
+    ("event", "named"),
+    [
+        pytest.param("Warning", "event: must be an object or null", id="not-an-object"),
+        pytest.param({**EVENT, "severity": "warning"}, "event.severity: 'warning' is not Normal", id="lowercase"),
+        pytest.param({**EVENT, "severity": "Error"}, "event.severity: 'Error' is not Normal", id="not-a-severity"),
+        pytest.param({**EVENT, "severity": 1}, "event.severity: must be a string", id="severity-a-number"),
+        pytest.param({"severity": "Normal", "reason": "R", "action": "A"}, "event.note: ", id="no-note"),
+    ],
+)
+async def test_a_handle_whose_event_it_cannot_record_is_invalid_argument_naming_it(
+    agent: AgentProcess, event: Any, named: str
+) -> None:
+    """Checked before the handler is looked for (none waits here), so the error names the event."""
+    handle = {"stream": "q", "name": "a", "patch": None, "outcome": "DONE", "event": event}
     answer = await asyncio.wait_for(agent.send("handle", **handle), WAIT)
     assert answer.get("error", {}).get("code") == "INVALID_ARGUMENT", answer
     assert answer["error"]["message"].startswith(named), answer

@@ -4,8 +4,8 @@ outcome (raise: RETRY with its text, ``requeue_after``: REQUEUE, ``Terminal``: T
 write is seen by the key's next pass; a queue's change filter hands out only the changes it names; a bad spec
 raises; and a SIGKILLed sidecar is reconnected to. The tests at the end stand in a fake gRPC call for grpcio's,
 to lose a stream while a handler runs, to see a refused completion, to check each completion the SDK builds,
-the spec's finalizer it sends and the item's ``finalizing`` it hands out, and the request ``item.set_condition``
-sends."""
+the spec's finalizer it sends and the item's ``finalizing`` it hands out, and the requests ``item.set_condition``
+and ``item.record_event`` send."""
 
 from __future__ import annotations
 
@@ -438,6 +438,11 @@ class ObjectsStub:
             object=written, changed=True, last_transition_time="2026-01-02T03:04:05Z"
         )
 
+    async def RecordEvent(self, request: Any) -> Any:  # noqa: N802
+        # Recorded, then dropped (the rate limit), by turns: the answer is the sidecar's.
+        self.requests.append(request)
+        return objects_pb2.RecordEventResponse(recorded=len(self.requests) % 2 == 1)
+
 
 def reconciler(stub: ReconcileStub, handler: consistd.ReconcileHandler, objects: Objects | None = None) -> Reconciler:
     objects = objects if objects is not None else Objects(ObjectsStub())  # type: ignore[arg-type]
@@ -616,6 +621,78 @@ async def test_a_condition_status_that_is_not_true_false_or_unknown_is_a_value_e
     assert [str(e) for e in raised] == [f"status: {status!r} is not True, False or Unknown"]
     with pytest.raises(ValueError, match="is not True, False or Unknown"):
         await objects.set_condition("widgets", "w", "Ready", status, "Available", namespace="ns")
+    assert objects_stub.requests == [], "nothing was sent"
+
+
+@pytest.mark.parametrize(
+    ("severity", "sent"),
+    [
+        pytest.param("Normal", objects_pb2.EVENT_SEVERITY_NORMAL, id="Normal"),
+        pytest.param("Warning", objects_pb2.EVENT_SEVERITY_WARNING, id="Warning"),
+        pytest.param(consistd.EventSeverity.NORMAL, objects_pb2.EVENT_SEVERITY_NORMAL, id="enum-NORMAL"),
+        pytest.param(consistd.EventSeverity.WARNING, objects_pb2.EVENT_SEVERITY_WARNING, id="enum-WARNING"),
+    ],
+)
+async def test_an_items_record_event_names_its_primary_by_uid_reported_by_the_queue(
+    severity: consistd.EventSeverity | str, sent: int
+) -> None:
+    """The request names the queue's primary resource, the item's namespace and name, the uid of the object the
+    item was handed (empty with none: the sidecar reads it), the severity mapped, the reason, action and note, and
+    the queue's name as the reporting controller; the answer is the sidecar's ``recorded``."""
+    objects_stub = ObjectsStub()
+    handed = b'{"metadata":{"name":"w","namespace":"ns","uid":"u"}}'
+    call = FakeCall(STARTED, widget("eventful.1.4", handed), widget("eventful.1.5", None))
+    answers: list[bool] = []
+
+    async def handler(item: WorkItem) -> None:
+        answers.append(await item.record_event(severity, "Drifted", "Reconcile", "data moved"))
+
+    spec = ReconcileSpec(name="eventful", resource="example.com/v1/widgets")
+    objects = Objects(objects_stub)  # type: ignore[arg-type]
+    task = asyncio.create_task(Reconciler(ReconcileStub(call), objects, spec, handler).run())  # type: ignore[arg-type]
+    try:
+        await until("the completions", lambda: len(call.completions()) == 2, task, 5)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert [c[1] for c in call.completions()] == [DONE] * 2, call.written
+    assert all(isinstance(r, objects_pb2.RecordEventRequest) for r in objects_stub.requests), objects_stub.requests
+    assert [
+        (r.resource, r.namespace, r.name, r.uid, r.severity, r.reason, r.action, r.note, r.reporting_controller)
+        for r in objects_stub.requests
+    ] == [
+        ("example.com/v1/widgets", "ns", "w", uid, sent, "Drifted", "Reconcile", "data moved", "eventful")
+        for uid in ("u", "")
+    ]
+    assert answers == [True, False], "the sidecar's answers: recorded, then dropped by the rate limit"
+
+
+@pytest.mark.parametrize("severity", ["normal", "WARNING", "", "Error", True, None, 1])
+async def test_an_event_severity_that_is_not_normal_or_warning_is_a_value_error_and_sends_nothing(
+    severity: Any,
+) -> None:
+    objects_stub = ObjectsStub()
+    objects = Objects(objects_stub)  # type: ignore[arg-type]
+    call = FakeCall(STARTED, widget("q.1.1", b'{"metadata":{"name":"w","namespace":"ns","uid":"u"}}'))
+    raised: list[BaseException] = []
+
+    async def handler(item: WorkItem) -> None:
+        try:
+            await item.record_event(severity, "Drifted", "Reconcile")
+        except ValueError as e:
+            raised.append(e)
+
+    task = asyncio.create_task(reconciler(ReconcileStub(call), handler, objects).run())
+    try:
+        await until("the completion", lambda: bool(call.completions()), task, 5)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert [str(e) for e in raised] == [f"severity: {severity!r} is not Normal or Warning"]
+    with pytest.raises(ValueError, match="is not Normal or Warning"):
+        await objects.record_event("widgets", "w", severity, "Drifted", "Reconcile", namespace="ns")
     assert objects_stub.requests == [], "nothing was sent"
 
 

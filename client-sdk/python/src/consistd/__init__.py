@@ -21,6 +21,7 @@ from .latest import Latest, Taken
 from .leadership import Campaign, LeadershipState, LeadershipStatus, LeaseTiming, Observation
 from .objects import (
     ConditionStatus,
+    EventSeverity,
     Guard,
     Object,
     ObjectList,
@@ -57,6 +58,7 @@ __all__ = [
     "Destination",
     "ElectionMembers",
     "Event",
+    "EventSeverity",
     "EventType",
     "Guard",
     "Handler",

@@ -79,6 +79,35 @@ _CONDITION_STATUSES = {
 }
 
 
+class EventSeverity(str, enum.Enum):
+    """An event's severity, as Kubernetes spells an Event's type. A member equals its string, and
+    ``record_event`` takes either: ``EventSeverity.WARNING`` or ``"Warning"``."""
+
+    NORMAL = "Normal"
+    """Something happened, nothing to worry about."""
+    WARNING = "Warning"
+    """Something is not as it should be."""
+
+    @classmethod
+    def of(cls, severity: EventSeverity | str) -> EventSeverity:
+        """The member ``severity`` is, or names (``"Normal"``, ``"Warning"``, spelled so); ValueError for anything
+        else, before anything is sent."""
+        try:
+            return cls(severity)
+        except ValueError:
+            raise ValueError(f"severity: {severity!r} is not Normal or Warning") from None
+
+    def to_proto(self) -> objects_pb2.EventSeverity:
+        """The protocol's enum value."""
+        return _EVENT_SEVERITIES[self]
+
+
+_EVENT_SEVERITIES = {
+    EventSeverity.NORMAL: objects_pb2.EVENT_SEVERITY_NORMAL,
+    EventSeverity.WARNING: objects_pb2.EVENT_SEVERITY_WARNING,
+}
+
+
 @dataclass(frozen=True)
 class Guard:
     """Fences a write or a send (``Client.send``): the daemon refuses it (FAILED_PRECONDITION) unless it leads
@@ -389,6 +418,43 @@ class Objects:
         return SetConditionResult(
             changed=response.changed, last_transition_time=response.last_transition_time, object=obj
         )
+
+    async def record_event(
+        self,
+        resource: str,
+        name: str,
+        severity: EventSeverity | str,
+        reason: str,
+        action: str,
+        note: str = "",
+        *,
+        namespace: str = "",
+        uid: str = "",
+        reporting_controller: str = "",
+    ) -> bool:
+        """Records an event (events.k8s.io/v1) about the object, in its namespace (``"default"`` for a
+        cluster-scoped one), reported by ``reporting_controller`` (default ``"consistd"``), as client-go's event
+        recorder does, once in the sidecar for every app of the pod (``ObjectsService.RecordEvent``): a repeat
+        within 6 minutes (the same severity, reason, action, reporting controller and object) is counted on the
+        first one's series, not written anew; a reporting controller's events about one object pass client-go's
+        rate limit (a burst of 25, then one per 5 minutes). Returns False when that limit dropped it. ``reason``
+        and ``action`` are CamelCase, 1 to 128 characters; ``note`` at most 1024 bytes. ``uid`` is the object's
+        when the app has it; else the sidecar reads it. ``severity`` is an EventSeverity or its string; anything
+        else raises ValueError before anything is sent. Nothing is recorded for the own-write rule (the object is
+        not written). ``WorkItem.record_event`` fills this in for an item's primary."""
+        request = objects_pb2.RecordEventRequest(
+            resource=resource,
+            namespace=namespace,
+            name=name,
+            uid=uid,
+            severity=EventSeverity.of(severity).to_proto(),
+            reason=reason,
+            action=action,
+            note=note,
+            reporting_controller=reporting_controller,
+        )
+        response: objects_pb2.RecordEventResponse = await unary(self._stub.RecordEvent, request)
+        return response.recorded
 
     def _written(self, o: object_pb2.KubeObject, *, unchanged: bool = False) -> Object:
         """The object a write returned, recorded first, so that an event the app takes after the write

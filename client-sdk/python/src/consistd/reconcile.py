@@ -18,7 +18,7 @@ from google.protobuf import duration_pb2
 from ._retry import Backoff, is_retryable, task_cancelled
 from .errors import ConsistdError
 from .inbox import call_handler
-from .objects import ConditionStatus, Guard, Object, Objects, SetConditionResult
+from .objects import ConditionStatus, EventSeverity, Guard, Object, Objects, SetConditionResult
 from .ordered import refused
 from .v1 import reconcile_pb2
 from .watch import Consistency, View, view_to_proto
@@ -254,8 +254,10 @@ class WorkItem:
     #: A finalize pass: the primary is being deleted and still carries the spec's ``finalizer`` (DONE removes it).
     finalizing: bool = False
     #: The queue's primary resource, as the spec names it (``ReconcileSpec.resource``): what ``set_condition``
-    #: writes to.
+    #: writes to and ``record_event`` reports about.
     resource: str = ""
+    #: The queue's name (``ReconcileSpec.name``): the reporting controller of the events ``record_event`` records.
+    queue: str = ""
 
     @property
     def key(self) -> str:
@@ -295,6 +297,37 @@ class WorkItem:
             message,
             namespace=self.namespace,
             observed_generation=_generation(self.object),
+        )
+
+    async def record_event(
+        self,
+        severity: EventSeverity | str,
+        reason: str,
+        action: str,
+        note: str = "",
+    ) -> bool:
+        """Records an event (events.k8s.io/v1) about this item's primary, reported by the queue: its name
+        (``queue``) is the event's reporting controller. As client-go's event recorder does, in the sidecar
+        (``Objects.record_event``), once for every app of the pod: a repeat within 6 minutes (the same severity,
+        reason, action, reporting controller and object), from this app or another of the pod, is counted on the
+        first one's series (its count and lastObservedTime; its note stays the first's), not written anew; and the
+        queue's events about one object pass client-go's rate limit (a burst of 25, then one per 5 minutes).
+        Returns whether it was recorded: False when that limit dropped it. The event names the ``object`` this pass
+        was handed by its uid (when there is none the sidecar reads it). ``severity`` is an EventSeverity or
+        ``"Normal"``, ``"Warning"``; anything else raises ValueError before anything is sent. ``reason`` and
+        ``action`` are CamelCase (``"Drifted"``, ``"Reconcile"``), 1 to 128 characters; ``note``, for humans, at
+        most 1024 bytes. The event is not a write of the primary: it names no lease. RBAC: the sidecar's service
+        account needs create and patch on ``events.k8s.io`` ``events``."""
+        return await self.objects.record_event(
+            self.resource,
+            self.name,
+            severity,
+            reason,
+            action,
+            note,
+            namespace=self.namespace,
+            uid=self.object.uid if self.object is not None else "",
+            reporting_controller=self.queue,
         )
 
 
@@ -420,6 +453,7 @@ class Reconciler:
             guard=guard,
             finalizing=w.finalizing,
             resource=self._spec.resource,
+            queue=self._spec.name,
         )
 
     def _start(self, stream: _Stream, item: WorkItem) -> None:
