@@ -27,7 +27,7 @@ use super::{
     authority::{Authority, May},
     durable::{Timer, TimerKind},
     filter::ChangeFilter,
-    finalizer::{self, Step},
+    finalizer::{self, FinalizerStep},
     gate::{Gate, Verdict},
     keys::{MapsBy, PrimaryKind, primary_of},
     own::{OwnWrites, WriteResult, version_of},
@@ -138,7 +138,7 @@ struct Lease {
 }
 
 /// A finalizer write the driver made for a lease, answered.
-struct Written {
+struct FinalizerWrite {
     lease_id: String,
     /// The key, and the uid of the object written to.
     key: ObjKey,
@@ -146,14 +146,14 @@ struct Written {
     /// The removal a finalize pass's DONE waits for (the completion's answer and its priority); None: the
     /// add before a first pass.
     removal: Option<(Reply, i32)>,
-    answer: Answer,
+    answer: WriteOutcome,
 }
 
 /// Where a completion's answer goes.
 type Reply = oneshot::Sender<Result<(), ReconcileError>>;
 
 /// How a finalizer write went.
-enum Answer {
+enum WriteOutcome {
     /// It landed: the object as it left it.
     Wrote(Arc<Obj>),
     /// A removal found the object gone: nothing is left to remove.
@@ -259,7 +259,7 @@ pub(super) struct Driver {
     /// Keys with a timer in the store, forgotten there once it no longer holds.
     stored: HashSet<ObjKey>,
     /// The queue's finalizer writes in flight.
-    writes: FuturesUnordered<BoxFuture<'static, Written>>,
+    writes: FuturesUnordered<BoxFuture<'static, FinalizerWrite>>,
     /// Keys whose finalizer this queue removed after their finalize pass, with the object's uid: that
     /// object's later states and its deletion queue nothing.
     finalized: HashMap<ObjKey, String>,
@@ -1100,7 +1100,7 @@ impl Driver {
         };
         let step = match (&self.spec.finalizer, &object) {
             (Some(finalizer), Some(obj)) if !deleted => finalizer::step(obj, finalizer),
-            _ => Step::Pass,
+            _ => FinalizerStep::Pass,
         };
         // Gone after its finalize pass removed the finalizer (its deletion may have come before the removal's
         // answer, while the lease was out).
@@ -1108,7 +1108,7 @@ impl Driver {
             None => self.finalized.contains_key(key),
             Some(last) => deleted && self.finalized.get(key).is_some_and(|uid| uid == last.uid()),
         };
-        if step == Step::Skip || gone_after_finalize {
+        if step == FinalizerStep::Skip || gone_after_finalize {
             tracing::debug!(queue = %self.spec.name, namespace = %key.namespace, name = %key.name, "nothing handed out: the object is being deleted past its finalize pass, or gone after it");
             self.queue.complete(key, Completion::Done, 0, now);
             if gone_after_finalize {
@@ -1123,7 +1123,7 @@ impl Driver {
         let absent = object.is_none();
         let version = object.as_ref().filter(|_| !deleted).map(|o| o.resource_version().to_owned());
         let uid = object.as_ref().map(|o| o.uid().to_owned()).unwrap_or_default();
-        let finalizing = step == Step::Finalize;
+        let finalizing = step == FinalizerStep::Finalize;
         let work = Work {
             lease_id: lease_id.clone(),
             key: key.clone(),
@@ -1139,7 +1139,7 @@ impl Driver {
         let Some(slot) = self.streams.get_mut(&stream) else { return };
         let (adding, add) = match step {
             // Handed out once the finalizer is on the object.
-            Step::Add(patch) => (Some(work), Some(patch)),
+            FinalizerStep::Add(patch) => (Some(work), Some(patch)),
             _ => {
                 if slot.items.send(Ok(work)).is_err() {
                     // The stream is going; its Detach follows. The key goes back at once.
@@ -1196,7 +1196,7 @@ impl Driver {
         self.writes.push(
             async move {
                 let answer = match reconciler.lease_claim(&lease_id).await {
-                    Err(refused) => Answer::Failed(consistd_core::error::chain(&refused)),
+                    Err(refused) => WriteOutcome::Failed(consistd_core::error::chain(&refused)),
                     Ok(leased) => {
                         let claim = leased.claim.as_ref();
                         let patched = reconciler.objects.patch(
@@ -1208,20 +1208,20 @@ impl Driver {
                             true,
                         );
                         match patched.await {
-                            Ok(updated) => Answer::Wrote(updated.object),
-                            Err(e) if removes && e.is_not_found() => Answer::Gone,
-                            Err(e) => Answer::Failed(consistd_core::error::chain(&e)),
+                            Ok(updated) => WriteOutcome::Wrote(updated.object),
+                            Err(e) if removes && e.is_not_found() => WriteOutcome::Gone,
+                            Err(e) => WriteOutcome::Failed(consistd_core::error::chain(&e)),
                         }
                     }
                 };
-                Written { lease_id, key, uid, removal, answer }
+                FinalizerWrite { lease_id, key, uid, removal, answer }
             }
             .boxed(),
         );
     }
 
     /// A finalizer write of the queue was answered.
-    fn written(&mut self, w: Written, now: Instant) {
+    fn written(&mut self, w: FinalizerWrite, now: Instant) {
         match w.removal {
             None => self.added(&w.lease_id, w.answer, now),
             Some((reply, priority)) => {
@@ -1234,15 +1234,15 @@ impl Driver {
     /// The finalizer was added (or not) before `lease_id`'s pass: its item goes out with the object as the
     /// write left it; a write that did not land is a RETRY of the key, its error the next item's
     /// `last_error`.
-    fn added(&mut self, lease_id: &str, answer: Answer, now: Instant) {
+    fn added(&mut self, lease_id: &str, answer: WriteOutcome, now: Instant) {
         let Some(lease) = self.leases.get_mut(lease_id) else { return };
         let Some(mut work) = lease.adding.take() else { return };
         let stream = lease.stream;
         let obj = match answer {
-            Answer::Wrote(obj) => obj,
-            Answer::Gone | Answer::Failed(_) => {
+            WriteOutcome::Wrote(obj) => obj,
+            WriteOutcome::Gone | WriteOutcome::Failed(_) => {
                 let why = match answer {
-                    Answer::Failed(why) => why,
+                    WriteOutcome::Failed(why) => why,
                     _ => "the object is gone".to_owned(),
                 };
                 let error =
@@ -1299,11 +1299,11 @@ impl Driver {
         &mut self,
         lease_id: &str,
         (key, uid): (&ObjKey, &str),
-        answer: Answer,
+        answer: WriteOutcome,
         priority: i32,
         now: Instant,
     ) -> Result<(), ReconcileError> {
-        if !matches!(answer, Answer::Failed(_)) {
+        if !matches!(answer, WriteOutcome::Failed(_)) {
             self.finalized.insert(key.clone(), uid.to_owned());
         }
         let Some(lease) = self.leases.get(lease_id) else {
@@ -1316,13 +1316,13 @@ impl Driver {
         };
         let stream = lease.stream;
         let outcome = match answer {
-            Answer::Wrote(obj) => {
+            WriteOutcome::Wrote(obj) => {
                 let api = self.primary_api.clone();
                 self.wrote(lease_id, &api, &obj, now);
                 Completion::Done
             }
-            Answer::Gone => Completion::Done,
-            Answer::Failed(why) => {
+            WriteOutcome::Gone => Completion::Done,
+            WriteOutcome::Failed(why) => {
                 let error =
                     format!("removing the finalizer {}: {why}", self.spec.finalizer.as_deref().unwrap_or_default());
                 tracing::warn!(queue = %self.spec.name, namespace = %key.namespace, name = %key.name, error = %error, "finalizer not removed: the finalize pass is retried");

@@ -10,7 +10,7 @@ use crate::watch::object::Obj;
 
 /// What a granted key's primary calls for, under a queue with a finalizer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Step {
+pub(super) enum FinalizerStep {
     /// The object lacks the finalizer and is not being deleted: add it (this patch), then hand the pass out.
     Add(Value),
     /// The object carries it: an ordinary pass.
@@ -32,24 +32,24 @@ struct Marks {
 }
 
 #[derive(Debug, Default, Deserialize)]
-struct Metadata {
+struct Finalizable {
     #[serde(default)]
     metadata: Marks,
 }
 
 fn marks(obj: &Obj) -> Marks {
-    serde_json::from_slice::<Metadata>(obj.json()).map(|m| m.metadata).unwrap_or_default()
+    serde_json::from_slice::<Finalizable>(obj.json()).map(|m| m.metadata).unwrap_or_default()
 }
 
 /// The step `obj` calls for under `finalizer`.
-pub(super) fn step(obj: &Obj, finalizer: &str) -> Step {
+pub(super) fn step(obj: &Obj, finalizer: &str) -> FinalizerStep {
     let m = marks(obj);
     let carries = m.finalizers.as_ref().is_some_and(|f| f.iter().any(|f| f == finalizer));
     match (m.deletion_timestamp.is_some(), carries) {
-        (false, true) => Step::Pass,
-        (false, false) => Step::Add(add(&m, finalizer)),
-        (true, true) => Step::Finalize,
-        (true, false) => Step::Skip,
+        (false, true) => FinalizerStep::Pass,
+        (false, false) => FinalizerStep::Add(add(&m, finalizer)),
+        (true, true) => FinalizerStep::Finalize,
+        (true, false) => FinalizerStep::Skip,
     }
 }
 
@@ -102,17 +102,17 @@ mod tests {
 
     #[test]
     fn each_state_calls_for_its_step() {
-        assert_eq!(step(&obj(&format!(r#","finalizers":["{F}"]"#)), F), Step::Pass);
+        assert_eq!(step(&obj(&format!(r#","finalizers":["{F}"]"#)), F), FinalizerStep::Pass);
         let deleting = r#","deletionTimestamp":"2026-12-07T00:00:00Z""#;
-        assert_eq!(step(&obj(&format!(r#","finalizers":["other/x","{F}"]{deleting}"#)), F), Step::Finalize);
-        assert_eq!(step(&obj(&format!(r#","finalizers":["other/x"]{deleting}"#)), F), Step::Skip);
-        assert_eq!(step(&obj(deleting), F), Step::Skip);
-        assert!(matches!(step(&obj(r#","finalizers":["other/x"]"#), F), Step::Add(_)));
+        assert_eq!(step(&obj(&format!(r#","finalizers":["other/x","{F}"]{deleting}"#)), F), FinalizerStep::Finalize);
+        assert_eq!(step(&obj(&format!(r#","finalizers":["other/x"]{deleting}"#)), F), FinalizerStep::Skip);
+        assert_eq!(step(&obj(deleting), F), FinalizerStep::Skip);
+        assert!(matches!(step(&obj(r#","finalizers":["other/x"]"#), F), FinalizerStep::Add(_)));
     }
 
     #[test]
     fn an_add_tests_the_uid_and_the_finalizers_it_read_or_the_version_when_there_are_none() {
-        let Step::Add(patch) = step(&obj(r#","finalizers":["other/x"]"#), F) else { panic!("an add") };
+        let FinalizerStep::Add(patch) = step(&obj(r#","finalizers":["other/x"]"#), F) else { panic!("an add") };
         assert_eq!(
             patch,
             json!([
@@ -121,7 +121,7 @@ mod tests {
                 { "op": "add", "path": "/metadata/finalizers/-", "value": F },
             ])
         );
-        let Step::Add(patch) = step(&obj(""), F) else { panic!("an add") };
+        let FinalizerStep::Add(patch) = step(&obj(""), F) else { panic!("an add") };
         assert_eq!(
             patch,
             json!([
