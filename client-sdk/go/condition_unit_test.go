@@ -69,7 +69,8 @@ func passesSettingConditions(t *testing.T, spec ReconcileSpec, cond func(Item) C
 	return f.open(t, want.GetSpec()), objects, set
 }
 
-// handOut grants the item and waits for its pass's SetCondition.
+// handOut grants the item and waits for its pass's call (SetCondition, RecordEvent), whose error the pass
+// sends on set.
 func handOut(t *testing.T, q *fakeQueue, set <-chan error, item *pb.WorkItem) {
 	t.Helper()
 	item.ExpiresAt = timestamppb.New(time.Now().Add(time.Minute))
@@ -77,10 +78,10 @@ func handOut(t *testing.T, q *fakeQueue, set <-chan error, item *pb.WorkItem) {
 	select {
 	case err := <-set:
 		if err != nil {
-			t.Fatalf("SetCondition of %s: %v", item.GetLeaseId(), err)
+			t.Fatalf("the call of pass %s: %v", item.GetLeaseId(), err)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatalf("no SetCondition of %s within 5 s", item.GetLeaseId())
+		t.Fatalf("no call of pass %s within 5 s", item.GetLeaseId())
 	}
 	q.next(t) // its completion
 }

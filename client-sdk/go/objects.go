@@ -348,6 +348,75 @@ func (c *Client) SetCondition(ctx context.Context, resource, namespace, name str
 	return res, nil
 }
 
+// EventSeverity is an event's type, as an events.k8s.io/v1 Event has it (corev1.EventTypeNormal and
+// EventTypeWarning): EventNormal or EventWarning. RecordEvent refuses any other value.
+type EventSeverity string
+
+const (
+	// EventNormal is "Normal": something happened, nothing to worry about.
+	EventNormal EventSeverity = "Normal"
+	// EventWarning is "Warning": something is not as it should be.
+	EventWarning EventSeverity = "Warning"
+)
+
+// proto is the severity as the protocol's EventSeverity; false for a value that is neither of the two.
+func (s EventSeverity) proto() (pb.EventSeverity, bool) {
+	switch s {
+	case EventNormal:
+		return pb.EventSeverity_EVENT_SEVERITY_NORMAL, true
+	case EventWarning:
+		return pb.EventSeverity_EVENT_SEVERITY_WARNING, true
+	}
+	return pb.EventSeverity_EVENT_SEVERITY_UNSPECIFIED, false
+}
+
+// EventRecord is an event to record about an object (RecordEvent): the fields of an events.k8s.io/v1
+// Event an app chooses. The sidecar fills in the rest (regarding, reportingInstance, eventTime, series).
+// (Event is a watch's event.)
+type EventRecord struct {
+	// Severity is EventNormal or EventWarning.
+	Severity EventSeverity
+	// Reason says why, in CamelCase ("Drifted"); 1 to 128 characters.
+	Reason string
+	// Action says what was done or failed, in CamelCase ("Reconcile"); 1 to 128 characters.
+	Action string
+	// Note is for humans; at most 1024 bytes.
+	Note string
+	// UID is the object's metadata.uid, when the app has it; empty: the sidecar reads it (and names an
+	// object that is gone without one). Item.RecordEvent takes the uid of the object the item was handed.
+	UID string
+	// ReportingController names the controller reporting the event ("example.com/bucket-operator"; at most
+	// 128 characters); empty: "consistd". Item.RecordEvent reports as the queue (its spec's Name) unless
+	// it is set.
+	ReportingController string
+}
+
+// RecordEvent records an event (events.k8s.io/v1) about an object, in the object's namespace ("default"
+// for a cluster-scoped one), correlated in the sidecar as client-go's recorder does, once for every app of
+// the pod: an event with the same severity, reason, action, reporting controller and object as one
+// recorded within 6 minutes is counted on that one's series (its count and lastObservedTime; its note
+// stays the first's), not written anew; and a reporting controller's events about one object pass
+// client-go's rate limit, a burst of 25, then one per 5 minutes. It answers false when that limit dropped
+// the event. A severity that is neither EventNormal nor EventWarning is refused here, INVALID_ARGUMENT
+// naming severity; other errors are the sidecar's, as for the other calls. The sidecar needs RBAC to
+// create and patch events (events.k8s.io). Nothing is written to the object, so nothing is recorded for the
+// own-write rule; Item.RecordEvent records one about an item's primary.
+func (c *Client) RecordEvent(ctx context.Context, resource, namespace, name string, e EventRecord) (bool, error) {
+	s, ok := e.Severity.proto()
+	if !ok {
+		return false, status.Errorf(codes.InvalidArgument, "severity: %q is not Normal or Warning", string(e.Severity))
+	}
+	r, err := c.objects.RecordEvent(ctx, &pb.RecordEventRequest{
+		Resource: resource, Namespace: namespace, Name: name, Uid: e.UID,
+		Severity: s, Reason: e.Reason, Action: e.Action, Note: e.Note,
+		ReportingController: e.ReportingController,
+	})
+	if err != nil {
+		return false, err
+	}
+	return r.GetRecorded(), nil
+}
+
 // written converts the object a write returned (unchanged: the answer said the write was not sent) and
 // records its resourceVersion for the own-write rule of this client's watches (Watch). An unchanged answer is
 // recorded like any other: the cached object is a state the object has, never older than this pod's own writes

@@ -272,9 +272,10 @@ type Item struct {
 	election          string
 	electionNamespace string
 	// resource is the queue's primary resource and client the Client whose Reconcile handed the item out,
-	// for SetCondition.
+	// for SetCondition and RecordEvent; queue is the queue's name, RecordEvent's reporting controller.
 	resource string
 	client   *Client
+	queue    string
 }
 
 // String names the key as "namespace/name" ("name" when cluster-scoped).
@@ -333,6 +334,38 @@ func (i Item) SetCondition(ctx context.Context, c Condition, opts ...ObjectOptio
 		c.ObservedGeneration = i.generation()
 	}
 	return i.client.SetCondition(ctx, i.resource, i.Namespace, i.Name, c, append([]ObjectOption{ForItem(i)}, opts...)...)
+}
+
+// RecordEvent records an event (events.k8s.io/v1) about the item's primary (the queue's Resource, the
+// item's Namespace and Name, and the uid of the object the item was handed, Item.Object), reported by the
+// queue: its name (the spec's Name) is the event's reportingController unless e.ReportingController is
+// set. It is recorded once in the sidecar for every app of the pod, as client-go's and controller-runtime's
+// recorders do (Client.RecordEvent):
+//
+//   - a repeat within 6 minutes (the same severity, reason, action, reporting controller and object) is
+//     counted on the first one's series, not written anew, whichever app of the pod records it;
+//   - the reporting controller's events about one object pass client-go's rate limit, a burst of 25, then
+//     one per 5 minutes: an event over it is dropped, and RecordEvent answers false.
+//
+// An event is not a write to the item's primary: it names no lease and no guard. The sidecar needs RBAC to
+// create and patch events in the events.k8s.io group. Only an item handed out by Reconcile can record one.
+//
+//	if err := syncWidget(ctx, item); err != nil {
+//		_, _ = item.RecordEvent(ctx, consistd.EventRecord{Severity: consistd.EventWarning,
+//			Reason: "SyncFailed", Action: "Reconcile", Note: err.Error()})
+//		return consistd.Result{}, err
+//	}
+func (i Item) RecordEvent(ctx context.Context, e EventRecord) (bool, error) {
+	if i.client == nil {
+		return false, errors.New("consistd: Item.RecordEvent needs an item handed out by Reconcile")
+	}
+	if e.UID == "" && i.Object != nil {
+		e.UID = i.Object.UID
+	}
+	if e.ReportingController == "" {
+		e.ReportingController = i.queue
+	}
+	return i.client.RecordEvent(ctx, i.resource, i.Namespace, i.Name, e)
 }
 
 // generation is the metadata.generation of the object the item was handed; 0 when there is none.
@@ -502,6 +535,7 @@ func itemFrom(w *pb.WorkItem, spec *ReconcileSpec) Item {
 		Consistency: Consistency(w.GetConsistency()), Attempt: w.GetAttempt(), LastError: w.GetLastError(),
 		Finalizing: w.GetFinalizing(), Term: w.GetTerm(), LeaseID: w.GetLeaseId(),
 		election: spec.Election, electionNamespace: spec.ElectionNamespace, resource: spec.Resource,
+		queue: spec.Name,
 	}
 	if w.GetExpiresAt() != nil {
 		item.ExpiresAt = w.GetExpiresAt().AsTime()

@@ -81,10 +81,11 @@ type workerKey struct{ stream, worker string }
 type handlerKey struct{ stream, name string }
 
 // handleCommand is what a handle tells a waiting pass: the status condition to set first (nil for none),
-// the merge patch to write (nil for none), whether to end DONE (else RETRY), and where to answer with the
-// writes' result.
+// the event to record next (nil for none), the merge patch to write last (nil for none), whether to end
+// DONE (else RETRY), and where to answer with the writes' result.
 type handleCommand struct {
 	condition *consistd.Condition
+	event     *consistd.EventRecord
 	patch     json.RawMessage
 	done      bool
 	answer    chan<- handled
@@ -646,11 +647,12 @@ func (c command) reconcileSpec() (consistd.ReconcileSpec, error) {
 }
 
 // handler is the Reconciler's pass: it waits as (stream, item name) before printing the item, takes the
-// item's handle, sets the condition it gives (if any) through the item (Item.SetCondition), writes the
-// patch it gives (if any) to the item's primary through the objects client with ForItem (as an app would,
-// with whatever guard the SDK adds), answers with the writes' result and ends as told: DONE returns
-// success, RETRY an error, which the SDK retries. A condition that could not be set is the answer, and the
-// pass ends with an error (a retry).
+// item's handle, sets the condition it gives (if any) through the item (Item.SetCondition), records the
+// event it gives (if any) through the item (Item.RecordEvent), writes the patch it gives (if any) to the
+// item's primary through the objects client with ForItem (as an app would, with whatever guard the SDK
+// adds), answers with the writes' result and ends as told: DONE returns success, RETRY an error, which the
+// SDK retries. A condition that could not be set, or an event that could not be recorded, is the answer,
+// and the pass ends with an error (a retry).
 func (a *agent) handler(ctx context.Context, stream string, item consistd.Item) (consistd.Result, error) {
 	key := handlerKey{stream, item.Name}
 	told := make(chan handleCommand, 1)
@@ -684,6 +686,14 @@ func (a *agent) handler(ctx context.Context, stream string, item consistd.Item) 
 		}
 		answer["condition"] = conditionSet{Changed: set.Changed, LastTransitionTime: transitionTime(set.LastTransitionTime)}
 	}
+	if h.event != nil {
+		recorded, err := item.RecordEvent(ctx, *h.event)
+		if err != nil {
+			h.answer <- handled{err: err}
+			return consistd.Result{}, fmt.Errorf("the event was not recorded: %w", err)
+		}
+		answer["event"] = eventRecorded{Recorded: recorded}
+	}
 	result := handled{ok: answer}
 	if h.patch != nil {
 		rv, err := a.writeForItem(ctx, item, h.patch)
@@ -705,6 +715,11 @@ func (a *agent) handler(ctx context.Context, stream string, item consistd.Item) 
 type conditionSet struct {
 	Changed            bool   `json:"changed"`
 	LastTransitionTime string `json:"lastTransitionTime"`
+}
+
+// eventRecorded is a handle's answer about the event it recorded: false when the rate limit dropped it.
+type eventRecorded struct {
+	Recorded bool `json:"recorded"`
 }
 
 // transitionTime is a lastTransitionTime as RFC 3339 ("" for the zero time).
@@ -751,8 +766,33 @@ func (c command) condition() (*consistd.Condition, error) {
 	return &consistd.Condition{Type: *set.Type, Status: value, Reason: *set.Reason, Message: *set.Message}, nil
 }
 
-// handle hands the pass waiting with item name its condition, patch and outcome, and answers with its
-// writes' result.
+// event is the handle's event field, {"severity", "reason", "action", "note"} with a severity of "Normal"
+// or "Warning", as the SDK's EventRecord; nil when absent or null.
+func (c command) event() (*consistd.EventRecord, error) {
+	var e *struct {
+		Severity *string `json:"severity"`
+		Reason   *string `json:"reason"`
+		Action   *string `json:"action"`
+		Note     *string `json:"note"`
+	}
+	err := c.decode("event", &e, false)
+	if err != nil || e != nil && (e.Severity == nil || e.Reason == nil || e.Action == nil || e.Note == nil) {
+		return nil, invalid(`event: must be {"severity", "reason", "action", "note"} (four strings) or null`)
+	}
+	if e == nil {
+		return nil, nil
+	}
+	severity := consistd.EventSeverity(*e.Severity)
+	switch severity {
+	case consistd.EventNormal, consistd.EventWarning:
+	default:
+		return nil, invalid("event.severity: %q is not Normal or Warning", *e.Severity)
+	}
+	return &consistd.EventRecord{Severity: severity, Reason: *e.Reason, Action: *e.Action, Note: *e.Note}, nil
+}
+
+// handle hands the pass waiting with item name its condition, event, patch and outcome, and answers with
+// its writes' result.
 func (a *agent) handle(c command) (any, error) {
 	stream, err := c.text("stream")
 	if err != nil {
@@ -782,13 +822,17 @@ func (a *agent) handle(c command) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	event, err := c.event()
+	if err != nil {
+		return nil, err
+	}
 	answer := make(chan handled, 1)
 	a.mu.Lock()
 	told, waiting := a.handlers[handlerKey{stream, name}]
 	if waiting {
 		delete(a.handlers, handlerKey{stream, name})
 		// told has room for this one command, the only one it is sent.
-		told <- handleCommand{condition: condition, patch: patch, done: done, answer: answer}
+		told <- handleCommand{condition: condition, event: event, patch: patch, done: done, answer: answer}
 	}
 	a.mu.Unlock()
 	if !waiting {

@@ -226,3 +226,54 @@ func TestAConditionSetIsAnsweredWithChangedAndItsTransitionTime(t *testing.T) {
 		}
 	}
 }
+
+// A handle's event is the SDK's EventRecord, its severity one of the SDK's two; absent or null, there is
+// none, and anything else is INVALID_ARGUMENT naming the field.
+func TestTheHandlesEventIsTheSDKsEventRecord(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want *consistd.EventRecord
+	}{
+		{`{"event": {"severity": "Warning", "reason": "Drifted", "action": "Reconcile", "note": "data moved"}}`,
+			&consistd.EventRecord{Severity: consistd.EventWarning, Reason: "Drifted", Action: "Reconcile", Note: "data moved"}},
+		{`{"event": {"severity": "Normal", "reason": "Synced", "action": "Sync", "note": ""}}`,
+			&consistd.EventRecord{Severity: consistd.EventNormal, Reason: "Synced", Action: "Sync"}},
+		{`{"event": null}`, nil},
+		{`{}`, nil},
+	} {
+		var c command
+		if err := json.Unmarshal([]byte(tc.line), &c); err != nil {
+			t.Fatal(err)
+		}
+		got, err := c.event()
+		if err != nil || !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: event %+v, %v; want %+v", tc.line, got, err, tc.want)
+		}
+	}
+	for _, line := range []string{
+		`{"event": {"severity": "normal", "reason": "R", "action": "A", "note": ""}}`,
+		`{"event": {"severity": "Error", "reason": "R", "action": "A", "note": ""}}`,
+		`{"event": {"severity": "Normal", "reason": "R", "action": "A"}}`,
+		`{"event": {"severity": 1, "reason": "R", "action": "A", "note": ""}}`,
+		`{"event": "Drifted"}`,
+	} {
+		var c command
+		if err := json.Unmarshal([]byte(line), &c); err != nil {
+			t.Fatal(err)
+		}
+		got, err := c.event()
+		if f := failureOf(err); err == nil || f.Code != "INVALID_ARGUMENT" || !strings.HasPrefix(f.Message, "event") {
+			t.Errorf("%s: event %+v, %v; want INVALID_ARGUMENT naming event", line, got, err)
+		}
+	}
+}
+
+// The event's answer is {"recorded"}.
+func TestAnEventIsAnsweredWithWhetherItWasRecorded(t *testing.T) {
+	for recorded, want := range map[bool]string{true: `{"recorded":true}`, false: `{"recorded":false}`} {
+		line, err := json.Marshal(eventRecorded{Recorded: recorded})
+		if err != nil || string(line) != want {
+			t.Errorf("printed %s, %v; want %s", line, err, want)
+		}
+	}
+}
