@@ -11,6 +11,8 @@ import consistd.v1.Objects.ListResponse;
 import consistd.v1.Objects.PatchRequest;
 import consistd.v1.Objects.PatchResponse;
 import consistd.v1.Objects.PropagationPolicy;
+import consistd.v1.Objects.SetConditionRequest;
+import consistd.v1.Objects.SetConditionResponse;
 import consistd.v1.Objects.UpdateRequest;
 import consistd.v1.Objects.UpdateResponse;
 import consistd.v1.ObjectsServiceGrpc;
@@ -19,13 +21,15 @@ import io.grpc.StatusRuntimeException;
 import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 import java.util.List;
+import java.util.Objects;
 import java.util.Optional;
 
 /**
  * Reads and writes Kubernetes objects as JSON. Reads are served from the sidecar's watch cache when a watch covers
  * the query. Every write records, per object uid, the resourceVersion it returned, so the client's watches never
- * hand the app a state older than its own write (see {@link Watch}). Apiserver errors keep their meaning as
- * {@link StatusRuntimeException}: a conflict is ABORTED, 403 PERMISSION_DENIED, 404 NOT_FOUND.
+ * hand the app a state older than its own write (see {@link Watch}); a condition set records only a write it made.
+ * Apiserver errors keep their meaning as {@link StatusRuntimeException}: a conflict is ABORTED, 403
+ * PERMISSION_DENIED, 404 NOT_FOUND.
  */
 public final class ObjectsClient {
   /** The patch formats the apiserver accepts. */
@@ -42,6 +46,50 @@ public final class ObjectsClient {
 
   /** A list of objects and the resourceVersion it was read at. */
   public record ObjectList(List<KubeObject> objects, String resourceVersion) {}
+
+  /**
+   * One condition of an object's status.conditions, as metav1.Condition has it; its lastTransitionTime is the
+   * daemon's to set ({@link #setCondition}).
+   *
+   * @param type the condition's type, e.g. "Ready" (metav1.Condition's rules: a name of at most 316 characters, with
+   *     an optional DNS subdomain prefix and '/')
+   * @param status True, False or Unknown
+   * @param reason why, in CamelCase (a letter, then letters, digits, '_', ',' and ':'; at most 1024 characters)
+   * @param message for humans; at most 32768 bytes
+   * @param observedGeneration the metadata.generation the condition was judged on (a work item's object's); 0: the
+   *     generation of the object as the daemon reads it
+   */
+  public record Condition(
+      String type, ConditionStatus status, String reason, String message, long observedGeneration) {
+    public Condition {
+      Objects.requireNonNull(type, "type");
+      Objects.requireNonNull(status, "status");
+      Objects.requireNonNull(reason, "reason");
+      Objects.requireNonNull(message, "message");
+    }
+
+    /** A condition judged on the generation of the object as the daemon reads it ({@code observedGeneration} 0). */
+    public Condition(String type, ConditionStatus status, String reason, String message) {
+      this(type, status, reason, message, 0);
+    }
+
+    consistd.v1.Objects.Condition toProto() {
+      return consistd.v1.Objects.Condition.newBuilder()
+          .setType(type).setStatus(status.toProto()).setReason(reason).setMessage(message)
+          .setObservedGeneration(observedGeneration).build();
+    }
+  }
+
+  /**
+   * What {@link #setCondition} did.
+   *
+   * @param object the object as the write left it, or as the daemon read it when nothing was written
+   * @param changed whether a write was sent: false when the object already had the condition (the same status,
+   *     reason, message and observedGeneration)
+   * @param lastTransitionTime the condition's lastTransitionTime (RFC 3339) as written, or as it was when nothing was
+   *     written
+   */
+  public record ConditionSet(KubeObject object, boolean changed, String lastTransitionTime) {}
 
   private final ObjectsServiceGrpc.ObjectsServiceBlockingStub stub;
   private final OwnWrites writes;
@@ -174,6 +222,33 @@ public final class ObjectsClient {
     }
     DeleteResponse response = stub.delete(request.build());
     return response.hasObject() ? Optional.of(written(response.getObject())) : Optional.empty();
+  }
+
+  /**
+   * Sets one condition of the object's status.conditions, as apimachinery's {@code meta.SetStatusCondition} does, in
+   * the daemon: it reads the object (from a covering watch's cache, else the apiserver) and writes nothing when the
+   * condition is there already; otherwise it applies the condition alone to the status subresource with server-side
+   * apply under the field manager {@code <field manager>/<type>} ("consistd/Ready" by default), so setting one
+   * condition never drops another, the lastTransitionTime kept while the status stays, else now. status.conditions
+   * must be a list map keyed by type (Go's {@code []metav1.Condition} with {@code +listType=map} and {@code
+   * +listMapKey=type}); on an atomic list the write replaces every other condition. Guard, field manager (the prefix)
+   * and reconcile lease apply. A write is recorded for the own-write rule; an answer that wrote nothing is not. A
+   * resource without a status subresource is NOT_FOUND. {@link WorkItem#setCondition} fills it in for an item's
+   * primary.
+   */
+  public ConditionSet setCondition(
+      String resource, String namespace, String name, Condition condition, ObjectOption... options) {
+    Objects.requireNonNull(condition, "condition");
+    ObjectOption.Settings s = settings(options);
+    SetConditionRequest.Builder request = SetConditionRequest.newBuilder()
+        .setResource(resource).setNamespace(namespace).setName(name).setCondition(condition.toProto())
+        .setFieldManager(s.fieldManager).setReconcileLease(s.reconcileLease);
+    if (s.guard != null) {
+      request.setGuard(s.guardProto());
+    }
+    SetConditionResponse response = stub.setCondition(request.build());
+    KubeObject object = response.getChanged() ? written(response.getObject()) : KubeObject.from(response.getObject());
+    return new ConditionSet(object, response.getChanged(), response.getLastTransitionTime());
   }
 
   private KubeObject written(consistd.v1.Object.KubeObject object) {

@@ -25,11 +25,13 @@ public final class WorkItem {
   private final Instant expiresAt;
   private final String lastError;
   private final boolean finalizing;
+  /** The queue's primary resource, as its spec names it: what {@link #setCondition} writes. */
+  private final String resource;
   private final ObjectsClient objects;
   /** The pass's context: cancelled when the lease is lost, times out, or the reconciler is closed. */
   private volatile Context.CancellableContext context;
 
-  private WorkItem(consistd.v1.Reconcile.WorkItem w, ObjectsClient objects) {
+  private WorkItem(consistd.v1.Reconcile.WorkItem w, String resource, ObjectsClient objects) {
     this.namespace = w.getNamespace();
     this.name = w.getName();
     this.object = w.hasObject() ? KubeObject.from(w.getObject()) : null;
@@ -49,20 +51,22 @@ public final class WorkItem {
         : null;
     this.lastError = w.getLastError();
     this.finalizing = w.getFinalizing();
+    this.resource = resource;
     this.objects = objects;
   }
 
   /**
-   * The item the daemon sent, with objects of {@code client} that name its lease on every write and, with an
-   * election, guard it with the item's term.
+   * The item the daemon sent for a queue of primary {@code resource}, with objects of {@code client} that name its
+   * lease on every write and, with an election, guard it with the item's term.
    */
-  static WorkItem from(consistd.v1.Reconcile.WorkItem w, ConsistdClient client, QueueSpec.Election election) {
+  static WorkItem from(
+      consistd.v1.Reconcile.WorkItem w, ConsistdClient client, QueueSpec.Election election, String resource) {
     ObjectsClient objects = client.objects().withDefaults(ObjectOption.reconcileLease(w.getLeaseId()));
     if (election != null && w.getTerm() != 0) {
       objects = objects.withDefaults(ObjectOption.guard(
           new ObjectOption.Guard(election.election(), election.namespace(), w.getTerm())));
     }
-    return new WorkItem(w, objects);
+    return new WorkItem(w, resource, objects);
   }
 
   void bind(Context.CancellableContext context) {
@@ -144,6 +148,40 @@ public final class WorkItem {
    */
   public ObjectsClient objects() {
     return objects;
+  }
+
+  /**
+   * Sets the status condition {@code type} of this item's primary, as apimachinery's {@code meta.SetStatusCondition}
+   * does, in the daemon ({@link ObjectsClient#setCondition} on the queue's primary resource, this item's namespace and
+   * name, through {@link #objects()}). Its observedGeneration is the metadata.generation of the object this pass was
+   * handed ({@link #object()}; 0, the object's generation as the daemon reads it, when there is none). The daemon
+   * writes it only when something changed (the same status, reason, message and observedGeneration there already:
+   * nothing is written, {@code changed} false), keeps its lastTransitionTime while its status stays (else now), and
+   * applies it alone to the status subresource with server-side apply under a field manager per condition type, so
+   * setting one condition never drops another: the primary's status.conditions must be a list map keyed by type, as
+   * Go's {@code []metav1.Condition} with {@code +listType=map} and {@code +listMapKey=type} generates (on an atomic
+   * list the write replaces every other condition). Like every write of {@link #objects()}, it is made for this item's
+   * lease (the key's next pass waits until the queue's watch shows it, and it queues no pass of its own) and, when the
+   * queue follows an election, guarded by the item's term (FAILED_PRECONDITION once this sidecar no longer leads in
+   * it).
+   *
+   * <pre>{@code
+   * item.setCondition("Ready", ConditionStatus.TRUE, "Available", "3 of 3 replicas");
+   * }</pre>
+   *
+   * @return whether it wrote ({@code changed}), the condition's lastTransitionTime and the object as written or read
+   * @throws io.grpc.StatusRuntimeException as the daemon answered: INVALID_ARGUMENT naming the field of a condition
+   *     metav1.Condition's rules refuse, NOT_FOUND for a resource without a status subresource, ...
+   */
+  public ObjectsClient.ConditionSet setCondition(
+      String type, ConditionStatus status, String reason, String message) {
+    return objects.setCondition(
+        resource, namespace, name, new ObjectsClient.Condition(type, status, reason, message, observedGeneration()));
+  }
+
+  /** The metadata.generation of the object this pass was handed; 0 when none (or it has none). */
+  private long observedGeneration() {
+    return object == null ? 0 : JsonFields.integer(object.json(), "metadata", "generation").orElse(0);
   }
 
   /**

@@ -4,6 +4,7 @@ package io.consistd.client.conformance;
 import com.google.gson.JsonElement;
 import com.google.gson.JsonObject;
 import com.google.gson.JsonParser;
+import io.consistd.client.ConditionStatus;
 import io.consistd.client.ConsistdClient;
 import io.consistd.client.Destination;
 import io.consistd.client.Election;
@@ -12,6 +13,7 @@ import io.consistd.client.Latest;
 import io.consistd.client.LeadershipListener;
 import io.consistd.client.LeadershipStatus;
 import io.consistd.client.ObjectOption.Guard;
+import io.consistd.client.ObjectsClient;
 import io.consistd.client.ObjectsClient.PatchType;
 import io.consistd.client.Outcome;
 import io.consistd.client.QueueSpec;
@@ -55,10 +57,14 @@ public final class Agent {
   }
 
   /**
-   * What a handle op tells the reconcile handler waiting for it: the merge patch to write (null: none), whether to
-   * end DONE (else RETRY), and where to answer with the write's result.
+   * What a handle op tells the reconcile handler waiting for it: the status condition to set first (null: none), the
+   * merge patch to write (null: none), whether to end DONE (else RETRY), and where to answer with the writes' result.
    */
-  private record Handle(JsonElement patch, boolean done, CompletableFuture<JsonObject> answer) {}
+  private record Handle(
+      Condition condition, JsonElement patch, boolean done, CompletableFuture<JsonObject> answer) {}
+
+  /** A handle op's condition: type, status, reason, message. */
+  private record Condition(String type, ConditionStatus status, String reason, String message) {}
 
   private final ConsistdClient client = new ConsistdClient();
   private final Map<String, Watch> pulled = new ConcurrentHashMap<>();
@@ -332,11 +338,12 @@ public final class Agent {
         if (patch != null && patch.isJsonNull()) {
           patch = null;
         }
+        Condition condition = condition(command);
         CompletableFuture<Handle> waiting = handlers.remove(stream + "\0" + name);
         if (waiting == null) {
           throw new BadCommand("name: no handler of stream " + stream + " waits with item " + name);
         }
-        Handle handle = new Handle(patch, done, new CompletableFuture<>());
+        Handle handle = new Handle(condition, patch, done, new CompletableFuture<>());
         if (!waiting.complete(handle)) {
           throw new BadCommand("name: the handler of item " + name + " is gone");
         }
@@ -378,9 +385,29 @@ public final class Agent {
     return ok;
   }
 
+  /** A handle op's {@code condition}: absent or null is none. */
+  private static Condition condition(JsonObject command) {
+    JsonElement value = command.get("condition");
+    if (value == null || value.isJsonNull()) {
+      return null;
+    }
+    if (!value.isJsonObject()) {
+      throw new BadCommand("field condition must be an object");
+    }
+    JsonObject c = value.getAsJsonObject();
+    String status = text(c, "status");
+    return new Condition(text(c, "type"), switch (status) {
+      case "True" -> ConditionStatus.TRUE;
+      case "False" -> ConditionStatus.FALSE;
+      case "Unknown" -> ConditionStatus.UNKNOWN;
+      default -> throw new BadCommand("condition.status must be True, False or Unknown, not " + status);
+    }, text(c, "reason"), text(c, "message"));
+  }
+
   /**
-   * The reconcile handler: prints the item, waits for its handle op, patches the item's primary through the item's
-   * own objects client as told, answers the handle op with the write's result and ends as told.
+   * The reconcile handler: prints the item, waits for its handle op, sets the condition through the item's helper
+   * and patches the item's primary through the item's own objects client as told, answers the handle op with the
+   * writes' result and ends as told; a condition that was not set answers its error and ends with a retry.
    */
   private Reconciler.Result pass(String stream, WorkItem item) throws Exception {
     String key = stream + "\0" + item.name();
@@ -409,8 +436,21 @@ public final class Agent {
       }
       throw e;
     }
+    JsonObject written = new JsonObject();
+    if (handle.condition() != null) {
+      Condition c = handle.condition();
+      try {
+        ObjectsClient.ConditionSet set = item.setCondition(c.type(), c.status(), c.reason(), c.message());
+        JsonObject answer = new JsonObject();
+        answer.addProperty("changed", set.changed());
+        answer.addProperty("lastTransitionTime", set.lastTransitionTime());
+        written.add("condition", answer);
+      } catch (RuntimeException e) {
+        handle.answer().completeExceptionally(e);
+        throw new Exception("the condition was not set", e);
+      }
+    }
     try {
-      JsonObject written = new JsonObject();
       if (handle.patch() != null) {
         KubeObject o = item.objects().patch(
             "configmaps", item.namespace(), item.name(), PatchType.MERGE, handle.patch().toString());
