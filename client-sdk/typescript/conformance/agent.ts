@@ -17,6 +17,7 @@ import {
   type Guard,
   type Latest,
   Mode,
+  type ObjectEvent,
   PatchType,
   type ReconcileSpec,
   type Sent,
@@ -150,6 +151,27 @@ function condition(command: Command): ItemCondition | null {
   return { type: part("type"), status, reason: part("reason"), message: part("message") };
 }
 
+/**
+ * The `event` field: `{"severity": "Normal" | "Warning", "reason", "action", "note"}`, null when absent or null.
+ */
+function event(command: Command): Required<ObjectEvent> | null {
+  const value = command.event;
+  if (value === undefined || value === null) return null;
+  if (typeof value !== "object" || Array.isArray(value)) {
+    throw new InvalidArgument("event: must be a JSON object or null");
+  }
+  const part = (name: string) => {
+    const named = value[name];
+    if (typeof named !== "string") throw new InvalidArgument(`event.${name}: must be a string`);
+    return named;
+  };
+  const severity = part("severity");
+  if (severity !== "Normal" && severity !== "Warning") {
+    throw new InvalidArgument(`event.severity: ${JSON.stringify(severity)} is not Normal or Warning`);
+  }
+  return { severity, reason: part("reason"), action: part("action"), note: part("note") };
+}
+
 /** A watch started with `take` false: its iterator, pulled only by `take`, one `take` at a time. */
 interface Paused {
   events: AsyncIterator<WatchEvent, void>;
@@ -163,6 +185,8 @@ interface Handle {
   patch: { [key: string]: Json } | Json[] | null;
   /** The status condition to set first, through the item's helper; null for none. */
   condition: ItemCondition | null;
+  /** The event to record next, through the item's helper; null for none. */
+  event: Required<ObjectEvent> | null;
   /** DONE (the handler resolves) or RETRY (it throws). */
   done: boolean;
   /** Answers the `handle` with the write's result. */
@@ -412,9 +436,10 @@ class Agent {
 
   /**
    * The reconcile handler: waits (registered before it prints the item, so a `handle` that follows the line
-   * finds it) for the `handle` of its item's name, sets the condition as told through `item.setCondition` (an
-   * error of it answers the `handle` and ends the pass with a retry), writes as told through the item's own
-   * objects client, answers the `handle` with the results, then ends as told: DONE resolves, RETRY throws.
+   * finds it) for the `handle` of its item's name, sets the condition as told through `item.setCondition`, records
+   * the event as told through `item.recordEvent` (an error of either answers the `handle` and ends the pass with a
+   * retry), writes as told through the item's own objects client, answers the `handle` with the results, then ends
+   * as told: DONE resolves, RETRY throws.
    */
   private async handler(stream: string, item: WorkItem): Promise<void> {
     const told = new Promise<Handle>((resolve) => this.waiting.set(waitingKey(stream, item.name), resolve));
@@ -438,6 +463,14 @@ class Agent {
         throw new Error("the condition was not set");
       }
     }
+    if (handle.event !== null) {
+      try {
+        answer.event = { recorded: await item.recordEvent(handle.event) };
+      } catch (error) {
+        handle.answer(Promise.reject(error));
+        throw new Error("the event was not recorded");
+      }
+    }
     // The write settles before the handler does: the lease is completed only after it.
     const written = this.write(item, handle.patch).then((result) => ({ ...answer, ...result }));
     handle.answer(written);
@@ -454,8 +487,8 @@ class Agent {
   }
 
   /**
-   * Hands the handler waiting with item `name` its condition, patch and outcome; answers with the results (or the
-   * first error).
+   * Hands the handler waiting with item `name` its condition, event, patch and outcome; answers with the results (or
+   * the first error).
    */
   private async handle(c: Command): Promise<Json> {
     const stream = text(c, "stream");
@@ -467,12 +500,14 @@ class Agent {
     const patch = c.patch ?? null;
     if (patch !== null && typeof patch !== "object") throw new InvalidArgument("patch: must be a JSON object or null");
     const set = condition(c);
+    const record = event(c);
     const key = waitingKey(stream, name);
     const waiting = this.waiting.get(key);
     if (!waiting) throw new InvalidArgument(`name: no handler waits with item ${JSON.stringify(name)}`);
     this.waiting.delete(key);
     return new Promise<Json>((resolve, reject) => {
-      waiting({ patch, condition: set, done: outcome === "DONE", answer: (written) => written.then(resolve, reject) });
+      const answer = (written: Promise<Json>) => written.then(resolve, reject);
+      waiting({ patch, condition: set, event: record, done: outcome === "DONE", answer });
     });
   }
 }

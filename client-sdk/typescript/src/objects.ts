@@ -6,6 +6,7 @@ import type { KubeObject as KubeObjectProto, WriteGuard } from "./gen/consistd/v
 import {
   type Condition as ConditionProto,
   ConditionStatus,
+  EventSeverity,
   type ObjectsServiceClient,
   PatchType,
   type PropagationPolicy,
@@ -220,6 +221,46 @@ export interface SetConditionResult<T> {
 }
 
 /**
+ * An event about an object, as events.k8s.io/v1 has it: what `WorkItem.recordEvent` takes. The daemon checks each
+ * field and refuses a wrong one, `INVALID_ARGUMENT` naming it.
+ */
+export interface ObjectEvent {
+  /**
+   * "Normal" (something happened, nothing to worry about) or "Warning" (something is not as it should be), as
+   * Kubernetes spells an event's type. Anything else is refused before it is sent, with a `ConsistdError`
+   * `INVALID_ARGUMENT` naming `severity`.
+   */
+  severity: "Normal" | "Warning";
+  /** Why, in CamelCase, e.g. "ScalingReplicaSet" (1 to 128 characters). */
+  reason: string;
+  /** What was done or failed, in CamelCase, e.g. "Scale" (1 to 128 characters). */
+  action: string;
+  /** For humans (at most 1024 bytes); default empty. */
+  note?: string;
+}
+
+/** An event to record about one object (`Objects.recordEvent`). */
+export interface RecordEventRequest extends Target, ObjectEvent {
+  name: string;
+  /**
+   * The object's metadata.uid, when the app has it; unset or empty: the daemon reads it (and names an object that
+   * is gone without one). `WorkItem.recordEvent` sends the uid of the object the pass was handed.
+   */
+  uid?: string;
+  /**
+   * The controller reporting it, e.g. "example.com/bucket-operator" (at most 128 characters); default "consistd".
+   * `WorkItem.recordEvent` sends the queue's name.
+   */
+  reportingController?: string;
+}
+
+/** What recording an event did. */
+export interface RecordEventResult {
+  /** False when the rate limit of the reporting controller's events about the object dropped it. */
+  recorded: boolean;
+}
+
+/**
  * Kubernetes objects through the sidecar. Every write records an expectation, so CONSISTENT watchers
  * of this pod see its own write; apiserver errors keep their meaning (conflict is ABORTED, 404 NOT_FOUND).
  * Every write also records the state it returned in `ownWrites` (the client's), so that the client's
@@ -393,6 +434,38 @@ export class Objects {
     return { changed: response.changed, lastTransitionTime: response.lastTransitionTime, object };
   }
 
+  /**
+   * Records an event (events.k8s.io/v1) about an object, correlated in the daemon (`ObjectsService.RecordEvent`) as
+   * client-go's event recorder does, once for every app of the pod: an event whose severity, reason, action,
+   * reporting controller and object match one recorded within 6 minutes is counted on that one's series (its count
+   * and lastObservedTime; its note stays the first's), not written anew; and a reporting controller's events about
+   * one object pass client-go's rate limit (a burst of 25, then one per 5 minutes), one over it dropped and answered
+   * `recorded: false`. It is written to the object's namespace ("default" for a cluster-scoped one). It is not a
+   * write of the object: it names no lease and records nothing for the own-write rule. A `severity` other than
+   * "Normal" or "Warning" rejects with a `ConsistdError` `INVALID_ARGUMENT` naming `severity`, before anything is
+   * sent; the daemon's refusals reject as every call's do. The sidecar needs RBAC to create and patch
+   * events.k8s.io events. `WorkItem.recordEvent` fills the request in for an item's primary.
+   */
+  async recordEvent(request: RecordEventRequest, options?: Cancellable): Promise<RecordEventResult> {
+    const { resource, namespace = "", name, uid = "", reason, action, note = "", reportingController = "" } = request;
+    const response = await unary(
+      this.service.recordEvent.bind(this.service),
+      {
+        resource,
+        namespace,
+        name,
+        uid,
+        severity: toEventSeverity(request.severity),
+        reason,
+        action,
+        note,
+        reportingController,
+      },
+      options,
+    );
+    return { recorded: response.recorded };
+  }
+
   /** The lease a write names: its request's, else this view's. */
   private leaseOf(request: { reconcileLease?: string }): string {
     return request.reconcileLease ?? this.lease;
@@ -447,6 +520,23 @@ function toConditionStatus(status: unknown): ConditionStatus {
     default: {
       const why = `${JSON.stringify(status) ?? String(status)} is not "True", "False" or "Unknown"`;
       throw new ConsistdError(grpcStatus.INVALID_ARGUMENT, `condition.status: ${why}`);
+    }
+  }
+}
+
+/**
+ * The protocol's EventSeverity for a severity as Kubernetes spells an event's type; anything else is refused here
+ * as the daemon would refuse it: INVALID_ARGUMENT naming `severity`.
+ */
+function toEventSeverity(severity: unknown): EventSeverity {
+  switch (severity) {
+    case "Normal":
+      return EventSeverity.NORMAL;
+    case "Warning":
+      return EventSeverity.WARNING;
+    default: {
+      const why = `${JSON.stringify(severity) ?? String(severity)} is not "Normal" or "Warning"`;
+      throw new ConsistdError(grpcStatus.INVALID_ARGUMENT, `severity: ${why}`);
     }
   }
 }

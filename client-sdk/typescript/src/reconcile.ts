@@ -18,7 +18,14 @@ import {
 import { Consistency } from "./gen/consistd/v1/watch.js";
 import { cut } from "./inbox.js";
 import { duration } from "./leadership.js";
-import { type Condition, type Guard, KubeObject, type Objects, type SetConditionResult } from "./objects.js";
+import {
+  type Condition,
+  type Guard,
+  KubeObject,
+  type ObjectEvent,
+  type Objects,
+  type SetConditionResult,
+} from "./objects.js";
 import { refused } from "./ordered.js";
 import { Backoff } from "./retry.js";
 import { type ObjectView, toView } from "./watch.js";
@@ -252,10 +259,13 @@ export class WorkItem<T = any> {
   readonly signal: AbortSignal;
   /** The queue's primary resource, as its spec names it (`ReconcileSpec.resource`): what `setCondition` sets on. */
   private readonly resource: string;
+  /** The queue's name (`ReconcileSpec.name`): the reporting controller of `recordEvent`'s events. */
+  private readonly queue: string;
 
   /**
    * `election`: the queue's (`ReconcileSpec.election`), for `guard`; `resource`: the queue's primary resource
-   * (`ReconcileSpec.resource`), for `setCondition`.
+   * (`ReconcileSpec.resource`), for `setCondition` and `recordEvent`; `queue`: the queue's name
+   * (`ReconcileSpec.name`), the reporting controller of `recordEvent`.
    */
   constructor(
     item: WorkItemProto,
@@ -263,6 +273,7 @@ export class WorkItem<T = any> {
     signal: AbortSignal,
     election?: ReconcileSpec["election"],
     resource = "",
+    queue = "",
   ) {
     this.leaseId = item.leaseId;
     this.namespace = item.namespace;
@@ -279,6 +290,7 @@ export class WorkItem<T = any> {
     this.objects = objects.forLease(item.leaseId);
     this.signal = signal;
     this.resource = resource;
+    this.queue = queue;
   }
 
   /**
@@ -308,6 +320,39 @@ export class WorkItem<T = any> {
       condition: { ...condition, observedGeneration: generationOf(this.object) },
     };
     return this.objects.setCondition<T>(request, options);
+  }
+
+  /**
+   * Records an event (events.k8s.io/v1) about this item's primary (the queue's `resource`, this key, the uid of the
+   * object this pass was handed), reported by the queue: its name is the reporting controller. It resolves to
+   * whether it was recorded:
+   *
+   *     await item.recordEvent({ severity: "Warning", reason: "Drifted", action: "Reconcile", note: "data moved" });
+   *
+   * The daemon records it as client-go's event recorder does (`Objects.recordEvent`), once for every app of the
+   * pod: a repeat within 6 minutes (the same severity, reason, action, reporting controller and object) is counted
+   * on the first one's series (its count), not written anew, whichever app of the pod recorded the first; and the
+   * queue's events about one object pass client-go's rate limit (a burst of 25, then one per 5 minutes): one over
+   * it is dropped, and this resolves to false. An event is not a write of the primary: no lease, no guard. The
+   * sidecar's service account needs create and patch on events.k8s.io events. A `severity` other than "Normal" or
+   * "Warning" rejects with a `ConsistdError` `INVALID_ARGUMENT` naming `severity`, before anything is sent; the
+   * daemon's refusals (an empty reason or action, or one over 128 characters; a note over 1024 bytes) reject as
+   * every call's do.
+   */
+  async recordEvent(event: ObjectEvent, options?: Cancellable): Promise<boolean> {
+    const { severity, reason, action, note } = event;
+    const request = {
+      resource: this.resource,
+      namespace: this.namespace,
+      name: this.name,
+      uid: this.object?.uid ?? "",
+      severity,
+      reason,
+      action,
+      note,
+      reportingController: this.queue,
+    };
+    return (await this.objects.recordEvent(request, options)).recorded;
   }
 
   /** "namespace/name", or "name" when cluster-scoped. */
@@ -525,7 +570,8 @@ class Reconciler {
     );
     let completion: Completion;
     try {
-      const handed = new WorkItem(item, this.objects, lost.signal, this.spec.election, this.spec.resource);
+      const { election, resource, name } = this.spec;
+      const handed = new WorkItem(item, this.objects, lost.signal, election, resource, name);
       const result = await this.handler(handed);
       completion =
         result instanceof Requeue
