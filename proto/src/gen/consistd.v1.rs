@@ -944,10 +944,10 @@ pub struct RecordEventRequest {
     /// UNSPECIFIED is refused.
     #[prost(enumeration = "EventSeverity", tag = "5")]
     pub severity: i32,
-    /// Why, in CamelCase ("ScalingReplicaSet"); 1 to 128 characters.
+    /// Why: 1 to 128 characters, by convention CamelCase ("ScalingReplicaSet").
     #[prost(string, tag = "6")]
     pub reason: ::prost::alloc::string::String,
-    /// What was done or failed, in CamelCase ("Scale"); 1 to 128 characters.
+    /// What was done or failed: 1 to 128 characters, by convention CamelCase ("Scale").
     #[prost(string, tag = "7")]
     pub action: ::prost::alloc::string::String,
     /// For humans; at most 1024 bytes.

@@ -1548,9 +1548,9 @@ type RecordEventRequest struct {
 	Uid string `protobuf:"bytes,4,opt,name=uid,proto3" json:"uid,omitempty"`
 	// UNSPECIFIED is refused.
 	Severity EventSeverity `protobuf:"varint,5,opt,name=severity,proto3,enum=consistd.v1.EventSeverity" json:"severity,omitempty"`
-	// Why, in CamelCase ("ScalingReplicaSet"); 1 to 128 characters.
+	// Why: 1 to 128 characters, by convention CamelCase ("ScalingReplicaSet").
 	Reason string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
-	// What was done or failed, in CamelCase ("Scale"); 1 to 128 characters.
+	// What was done or failed: 1 to 128 characters, by convention CamelCase ("Scale").
 	Action string `protobuf:"bytes,7,opt,name=action,proto3" json:"action,omitempty"`
 	// For humans; at most 1024 bytes.
 	Note string `protobuf:"bytes,8,opt,name=note,proto3" json:"note,omitempty"`

@@ -367,9 +367,9 @@ export interface RecordEventRequest {
   uid: string;
   /** UNSPECIFIED is refused. */
   severity: EventSeverity;
-  /** Why, in CamelCase ("ScalingReplicaSet"); 1 to 128 characters. */
+  /** Why: 1 to 128 characters, by convention CamelCase ("ScalingReplicaSet"). */
   reason: string;
-  /** What was done or failed, in CamelCase ("Scale"); 1 to 128 characters. */
+  /** What was done or failed: 1 to 128 characters, by convention CamelCase ("Scale"). */
   action: string;
   /** For humans; at most 1024 bytes. */
   note: string;
