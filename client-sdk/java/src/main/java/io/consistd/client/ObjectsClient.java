@@ -11,6 +11,7 @@ import consistd.v1.Objects.ListResponse;
 import consistd.v1.Objects.PatchRequest;
 import consistd.v1.Objects.PatchResponse;
 import consistd.v1.Objects.PropagationPolicy;
+import consistd.v1.Objects.RecordEventRequest;
 import consistd.v1.Objects.SetConditionRequest;
 import consistd.v1.Objects.SetConditionResponse;
 import consistd.v1.Objects.UpdateRequest;
@@ -27,9 +28,9 @@ import java.util.Optional;
 /**
  * Reads and writes Kubernetes objects as JSON. Reads are served from the sidecar's watch cache when a watch covers
  * the query. Every write records, per object uid, the resourceVersion it returned, so the client's watches never
- * hand the app a state older than its own write (see {@link Watch}); a condition set records only a write it made.
- * Apiserver errors keep their meaning as {@link StatusRuntimeException}: a conflict is ABORTED, 403
- * PERMISSION_DENIED, 404 NOT_FOUND.
+ * hand the app a state older than its own write (see {@link Watch}); a condition set records only a write it made,
+ * and an event recorded ({@link #recordEvent}) is no write to its object. Apiserver errors keep their meaning as
+ * {@link StatusRuntimeException}: a conflict is ABORTED, 403 PERMISSION_DENIED, 404 NOT_FOUND.
  */
 public final class ObjectsClient {
   /** The patch formats the apiserver accepts. */
@@ -90,6 +91,35 @@ public final class ObjectsClient {
    *     written
    */
   public record ConditionSet(KubeObject object, boolean changed, String lastTransitionTime) {}
+
+  /**
+   * An event (events.k8s.io/v1) about an object ({@link #recordEvent}).
+   *
+   * @param severity its type, Normal or Warning
+   * @param reason why, in CamelCase ("ScalingReplicaSet"); 1 to 128 characters
+   * @param action what was done or failed, in CamelCase ("Scale"); 1 to 128 characters
+   * @param note for humans; at most 1024 bytes
+   * @param uid the object's uid when the app has it (a work item's object's); empty: the daemon reads it, and names
+   *     an object that is gone without one
+   * @param reportingController the controller reporting it ("example.com/bucket-operator"; a work item's is its
+   *     queue's name); empty: the daemon's default, "consistd"; at most 128 characters
+   */
+  public record Event(
+      EventSeverity severity, String reason, String action, String note, String uid, String reportingController) {
+    public Event {
+      Objects.requireNonNull(severity, "severity");
+      Objects.requireNonNull(reason, "reason");
+      Objects.requireNonNull(action, "action");
+      Objects.requireNonNull(note, "note");
+      Objects.requireNonNull(uid, "uid");
+      Objects.requireNonNull(reportingController, "reportingController");
+    }
+
+    /** An event the daemon finds the object's uid for, reported by its default controller, "consistd". */
+    public Event(EventSeverity severity, String reason, String action, String note) {
+      this(severity, reason, action, note, "", "");
+    }
+  }
 
   private final ObjectsServiceGrpc.ObjectsServiceBlockingStub stub;
   private final OwnWrites writes;
@@ -249,6 +279,28 @@ public final class ObjectsClient {
     SetConditionResponse response = stub.setCondition(request.build());
     KubeObject object = response.getChanged() ? written(response.getObject()) : KubeObject.from(response.getObject());
     return new ConditionSet(object, response.getChanged(), response.getLastTransitionTime());
+  }
+
+  /**
+   * Records an event (events.k8s.io/v1) about the object, in its namespace ("default" for a cluster-scoped one), as
+   * client-go's recorder does, once in the daemon for every app of the pod: an event whose severity, reason, action,
+   * reporting controller and object match one recorded within 6 minutes is counted on that one's series (its count
+   * and lastObservedTime patched, its note the first's), not written anew; and a reporting controller's events about
+   * one object pass client-go's rate limit (a burst of 25, then one per 5 minutes), one over it dropped. It is no
+   * write to the object: no option applies and nothing is recorded for the own-write rule. The sidecar needs RBAC to
+   * create and patch events.k8s.io events. {@link WorkItem#recordEvent} fills it in for an item's primary.
+   *
+   * @return whether it was recorded: false when the rate limit dropped it
+   * @throws StatusRuntimeException as the daemon answered: INVALID_ARGUMENT naming a field it refuses (a reason or
+   *     action empty or over 128 characters, a reporting controller over 128, a note over 1024 bytes), ...
+   */
+  public boolean recordEvent(String resource, String namespace, String name, Event event) {
+    Objects.requireNonNull(event, "event");
+    RecordEventRequest request = RecordEventRequest.newBuilder()
+        .setResource(resource).setNamespace(namespace).setName(name).setUid(event.uid())
+        .setSeverity(event.severity().toProto()).setReason(event.reason()).setAction(event.action())
+        .setNote(event.note()).setReportingController(event.reportingController()).build();
+    return stub.recordEvent(request).getRecorded();
   }
 
   private KubeObject written(consistd.v1.Object.KubeObject object) {

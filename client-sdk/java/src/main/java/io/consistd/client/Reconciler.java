@@ -257,7 +257,7 @@ public final class Reconciler implements AutoCloseable {
           return s.failure(next);
         }
         if (response.hasItem()) {
-          start(s, WorkItem.from(response.getItem(), client, spec.election(), spec.resource()));
+          start(s, WorkItem.from(response.getItem(), client, spec));
         } else if (response.hasRefused()) {
           CompletionRefused refused = response.getRefused();
           LOG.log(Level.WARNING, "consistd: the sidecar refused the completion of lease {0} of reconcile queue {1}: "

@@ -27,11 +27,13 @@ public final class WorkItem {
   private final boolean finalizing;
   /** The queue's primary resource, as its spec names it: what {@link #setCondition} writes. */
   private final String resource;
+  /** The queue's name, as its spec names it: the reporting controller of {@link #recordEvent}. */
+  private final String queue;
   private final ObjectsClient objects;
   /** The pass's context: cancelled when the lease is lost, times out, or the reconciler is closed. */
   private volatile Context.CancellableContext context;
 
-  private WorkItem(consistd.v1.Reconcile.WorkItem w, String resource, ObjectsClient objects) {
+  private WorkItem(consistd.v1.Reconcile.WorkItem w, QueueSpec spec, ObjectsClient objects) {
     this.namespace = w.getNamespace();
     this.name = w.getName();
     this.object = w.hasObject() ? KubeObject.from(w.getObject()) : null;
@@ -51,22 +53,23 @@ public final class WorkItem {
         : null;
     this.lastError = w.getLastError();
     this.finalizing = w.getFinalizing();
-    this.resource = resource;
+    this.resource = spec.resource();
+    this.queue = spec.name();
     this.objects = objects;
   }
 
   /**
-   * The item the daemon sent for a queue of primary {@code resource}, with objects of {@code client} that name its
-   * lease on every write and, with an election, guard it with the item's term.
+   * The item the daemon sent for the queue of {@code spec} (its name, primary resource and election), with objects of
+   * {@code client} that name its lease on every write and, with an election, guard it with the item's term.
    */
-  static WorkItem from(
-      consistd.v1.Reconcile.WorkItem w, ConsistdClient client, QueueSpec.Election election, String resource) {
+  static WorkItem from(consistd.v1.Reconcile.WorkItem w, ConsistdClient client, QueueSpec spec) {
     ObjectsClient objects = client.objects().withDefaults(ObjectOption.reconcileLease(w.getLeaseId()));
+    QueueSpec.Election election = spec.election();
     if (election != null && w.getTerm() != 0) {
       objects = objects.withDefaults(ObjectOption.guard(
           new ObjectOption.Guard(election.election(), election.namespace(), w.getTerm())));
     }
-    return new WorkItem(w, resource, objects);
+    return new WorkItem(w, spec, objects);
   }
 
   void bind(Context.CancellableContext context) {
@@ -177,6 +180,35 @@ public final class WorkItem {
       String type, ConditionStatus status, String reason, String message) {
     return objects.setCondition(
         resource, namespace, name, new ObjectsClient.Condition(type, status, reason, message, observedGeneration()));
+  }
+
+  /**
+   * Records an event (events.k8s.io/v1) about this item's primary, reported by the queue: {@link
+   * ObjectsClient#recordEvent} on the queue's primary resource, this item's namespace and name, the uid of the object
+   * this pass was handed ({@link #object()}; empty, the daemon reads it, when there is none), with the queue's name
+   * ({@link QueueSpec#name()}) as the event's reportingController, as controller-runtime's and kube-rs's recorders
+   * name their controller. The daemon correlates events as client-go's recorder does, once for every app of the pod:
+   * a repeat within 6 minutes (the same severity, reason, action, reporting controller and object) is counted on the
+   * first one's series (its count and lastObservedTime), not written anew; and the queue's events about one object
+   * pass client-go's rate limit (a burst of 25, then one per 5 minutes), one over it dropped ({@code false}). An event
+   * is no write to the primary: no lease, no guard, nothing for the own-write rule. The sidecar needs RBAC to create
+   * and patch events.k8s.io events.
+   *
+   * <pre>{@code
+   * item.recordEvent(EventSeverity.WARNING, "Drifted", "Reconcile", "data moved");
+   * }</pre>
+   *
+   * @param severity the event's type, Normal or Warning
+   * @param reason why, in CamelCase; 1 to 128 characters
+   * @param action what was done or failed, in CamelCase; 1 to 128 characters
+   * @param note for humans; at most 1024 bytes
+   * @return whether it was recorded: false when the rate limit dropped it
+   * @throws io.grpc.StatusRuntimeException as the daemon answered: INVALID_ARGUMENT naming the field it refuses,
+   *     PERMISSION_DENIED without the RBAC, ...
+   */
+  public boolean recordEvent(EventSeverity severity, String reason, String action, String note) {
+    return objects.recordEvent(resource, namespace, name,
+        new ObjectsClient.Event(severity, reason, action, note, object == null ? "" : object.uid(), queue));
   }
 
   /** The metadata.generation of the object this pass was handed; 0 when none (or it has none). */

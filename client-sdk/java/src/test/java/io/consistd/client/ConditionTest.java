@@ -83,8 +83,8 @@ class ConditionTest {
     FakeObjectsSidecar sidecar = new FakeObjectsSidecar();
     try (FakeSidecarServer server = new FakeSidecarServer(sidecar);
         ConsistdClient client = new ConsistdClient(server.socket)) {
-      WorkItem item = WorkItem.from(item(WIDGET), client, new QueueSpec.Election("web", "leases"),
-          "widgets.example.com");
+      WorkItem item = WorkItem.from(item(WIDGET), client,
+          QueueSpec.of("widgets", "widgets.example.com").election("web", "leases"));
       sidecar.answers.add(answer(true, "11", "2026-12-07T11:20:22Z"));
       ObjectsClient.ConditionSet set = item.setCondition("Ready", ConditionStatus.FALSE, "Creating", "m");
       assertTrue(set.changed());
@@ -117,14 +117,15 @@ class ConditionTest {
 
       // No object handed out (a related object queued a missing primary), or one without a generation: 0, the
       // generation the daemon reads. Without an election: no guard.
-      WorkItem bare = WorkItem.from(item(null), client, null, "widgets.example.com");
+      WorkItem bare = WorkItem.from(item(null), client, QueueSpec.of("widgets", "widgets.example.com"));
       sidecar.answers.add(answer(false, "13", "t"));
       bare.setCondition("Ready", ConditionStatus.TRUE, "Available", "");
       SetConditionRequest unguarded = sidecar.request();
       assertEquals(0, unguarded.getCondition().getObservedGeneration());
       assertFalse(unguarded.hasGuard());
       assertEquals("l", unguarded.getReconcileLease());
-      WorkItem noGeneration = WorkItem.from(item("{\"metadata\":{\"name\":\"w\"}}"), client, null, "widgets");
+      WorkItem noGeneration = WorkItem.from(item("{\"metadata\":{\"name\":\"w\"}}"), client,
+          QueueSpec.of("widgets", "widgets"));
       sidecar.answers.add(answer(false, "13", "t"));
       noGeneration.setCondition("Ready", ConditionStatus.TRUE, "Available", "");
       assertEquals(0, sidecar.request().getCondition().getObservedGeneration());

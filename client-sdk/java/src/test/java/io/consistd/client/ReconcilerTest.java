@@ -772,13 +772,13 @@ class ReconcilerTest {
       consistd.v1.Reconcile.WorkItem sent = consistd.v1.Reconcile.WorkItem.newBuilder()
           .setLeaseId("l").setNamespace("ns").setName("a").setAttempt(2).setLastError("no").setFinalizing(true)
           .build();
-      WorkItem finalize = WorkItem.from(sent, client, null, "configmaps");
+      QueueSpec spec = QueueSpec.of("q", "configmaps");
+      WorkItem finalize = WorkItem.from(sent, client, spec);
       assertTrue(finalize.finalizing(), finalize.toString());
       assertEquals(2, finalize.attempt());
       assertEquals("no", finalize.lastError());
-      assertFalse(
-          WorkItem.from(sent.toBuilder().setFinalizing(false).build(), client, null, "configmaps").finalizing());
-      assertFalse(WorkItem.from(sent.toBuilder().clearFinalizing().setDeleted(true).build(), client, null, "cm")
+      assertFalse(WorkItem.from(sent.toBuilder().setFinalizing(false).build(), client, spec).finalizing());
+      assertFalse(WorkItem.from(sent.toBuilder().clearFinalizing().setDeleted(true).build(), client, spec)
           .finalizing(), "a deletion is no finalize pass");
     }
   }

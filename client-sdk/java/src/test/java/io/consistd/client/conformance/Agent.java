@@ -8,6 +8,7 @@ import io.consistd.client.ConditionStatus;
 import io.consistd.client.ConsistdClient;
 import io.consistd.client.Destination;
 import io.consistd.client.Election;
+import io.consistd.client.EventSeverity;
 import io.consistd.client.KubeObject;
 import io.consistd.client.Latest;
 import io.consistd.client.LeadershipListener;
@@ -58,13 +59,17 @@ public final class Agent {
 
   /**
    * What a handle op tells the reconcile handler waiting for it: the status condition to set first (null: none), the
-   * merge patch to write (null: none), whether to end DONE (else RETRY), and where to answer with the writes' result.
+   * event to record next (null: none), the merge patch to write (null: none), whether to end DONE (else RETRY), and
+   * where to answer with the writes' result.
    */
   private record Handle(
-      Condition condition, JsonElement patch, boolean done, CompletableFuture<JsonObject> answer) {}
+      Condition condition, Event event, JsonElement patch, boolean done, CompletableFuture<JsonObject> answer) {}
 
   /** A handle op's condition: type, status, reason, message. */
   private record Condition(String type, ConditionStatus status, String reason, String message) {}
+
+  /** A handle op's event: severity, reason, action, note. */
+  private record Event(EventSeverity severity, String reason, String action, String note) {}
 
   private final ConsistdClient client = new ConsistdClient();
   private final Map<String, Watch> pulled = new ConcurrentHashMap<>();
@@ -339,11 +344,12 @@ public final class Agent {
           patch = null;
         }
         Condition condition = condition(command);
+        Event event = event(command);
         CompletableFuture<Handle> waiting = handlers.remove(stream + "\0" + name);
         if (waiting == null) {
           throw new BadCommand("name: no handler of stream " + stream + " waits with item " + name);
         }
-        Handle handle = new Handle(condition, patch, done, new CompletableFuture<>());
+        Handle handle = new Handle(condition, event, patch, done, new CompletableFuture<>());
         if (!waiting.complete(handle)) {
           throw new BadCommand("name: the handler of item " + name + " is gone");
         }
@@ -404,10 +410,29 @@ public final class Agent {
     }, text(c, "reason"), text(c, "message"));
   }
 
+  /** A handle op's {@code event}: absent or null is none. */
+  private static Event event(JsonObject command) {
+    JsonElement value = command.get("event");
+    if (value == null || value.isJsonNull()) {
+      return null;
+    }
+    if (!value.isJsonObject()) {
+      throw new BadCommand("field event must be an object");
+    }
+    JsonObject e = value.getAsJsonObject();
+    String severity = text(e, "severity");
+    return new Event(switch (severity) {
+      case "Normal" -> EventSeverity.NORMAL;
+      case "Warning" -> EventSeverity.WARNING;
+      default -> throw new BadCommand("event.severity must be Normal or Warning, not " + severity);
+    }, text(e, "reason"), text(e, "action"), text(e, "note"));
+  }
+
   /**
-   * The reconcile handler: prints the item, waits for its handle op, sets the condition through the item's helper
-   * and patches the item's primary through the item's own objects client as told, answers the handle op with the
-   * writes' result and ends as told; a condition that was not set answers its error and ends with a retry.
+   * The reconcile handler: prints the item, waits for its handle op, sets the condition and records the event
+   * through the item's helpers and patches the item's primary through the item's own objects client as told, answers
+   * the handle op with the writes' result and ends as told; a condition that was not set or an event that was not
+   * recorded answers its error and ends with a retry.
    */
   private Reconciler.Result pass(String stream, WorkItem item) throws Exception {
     String key = stream + "\0" + item.name();
@@ -448,6 +473,17 @@ public final class Agent {
       } catch (RuntimeException e) {
         handle.answer().completeExceptionally(e);
         throw new Exception("the condition was not set", e);
+      }
+    }
+    if (handle.event() != null) {
+      Event e = handle.event();
+      try {
+        JsonObject answer = new JsonObject();
+        answer.addProperty("recorded", item.recordEvent(e.severity(), e.reason(), e.action(), e.note()));
+        written.add("event", answer);
+      } catch (RuntimeException failure) {
+        handle.answer().completeExceptionally(failure);
+        throw new Exception("the event was not recorded", failure);
       }
     }
     try {
