@@ -157,7 +157,14 @@ class RolloutTest {
         Rollout.Barrier opened = ra.waitApplied(channel, 1, WAIT_FOR);
         assertTrue(opened.allApplied(), opened.toString());
         assertEquals(List.of(), opened.lagging());
+        // b reads the group from its own watch of the member Leases, which may show a's record a moment after
+        // a's barrier opened: b's status says so once its watch has caught up.
         Rollout.RolloutStatus status = rb.status(channel, 0);
+        long caughtUp = System.nanoTime() + WAIT_FOR.toNanos();
+        while (!status.allApplied() && System.nanoTime() < caughtUp) {
+          Thread.sleep(50);
+          status = rb.status(channel, 0);
+        }
         assertEquals(1, status.latestVersion());
         assertTrue(status.allApplied(), status.toString());
         assertEquals(2, status.members().size());
