@@ -5,7 +5,6 @@ package io.consistd.client;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
-import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -13,47 +12,16 @@ import com.google.protobuf.ByteString;
 import consistd.v1.Object.WriteGuard;
 import consistd.v1.Objects.SetConditionRequest;
 import consistd.v1.Objects.SetConditionResponse;
-import consistd.v1.ObjectsServiceGrpc;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
-import io.grpc.stub.StreamObserver;
 import java.nio.charset.StandardCharsets;
 import java.util.OptionalLong;
-import java.util.concurrent.BlockingQueue;
-import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
 @Timeout(value = 30, unit = TimeUnit.SECONDS)
 class ConditionTest {
-  /** An ObjectsService whose SetCondition records each request and answers the next scripted answer. */
-  private static final class FakeObjectsSidecar extends ObjectsServiceGrpc.ObjectsServiceImplBase {
-    final BlockingQueue<SetConditionRequest> requests = new LinkedBlockingQueue<>();
-    /** A SetConditionResponse, or a StatusRuntimeException to fail with. */
-    final BlockingQueue<Object> answers = new LinkedBlockingQueue<>();
-
-    @Override
-    public void setCondition(SetConditionRequest request, StreamObserver<SetConditionResponse> out) {
-      requests.add(request);
-      Object answer = answers.poll();
-      if (answer instanceof SetConditionResponse response) {
-        out.onNext(response);
-        out.onCompleted();
-      } else if (answer instanceof StatusRuntimeException e) {
-        out.onError(e);
-      } else {
-        out.onError(Status.INTERNAL.withDescription("the test scripted no answer").asRuntimeException());
-      }
-    }
-
-    SetConditionRequest request() throws InterruptedException {
-      SetConditionRequest r = requests.poll(10, TimeUnit.SECONDS);
-      assertNotNull(r, "no SetCondition request");
-      return r;
-    }
-  }
-
   private static consistd.v1.Object.KubeObject object(String rv, String json) {
     return consistd.v1.Object.KubeObject.newBuilder().setUid("u").setNamespace("ns").setName("w")
         .setResourceVersion(rv).setJson(ByteString.copyFrom(json, StandardCharsets.UTF_8)).build();
@@ -85,13 +53,13 @@ class ConditionTest {
         ConsistdClient client = new ConsistdClient(server.socket)) {
       WorkItem item = WorkItem.from(item(WIDGET), client,
           QueueSpec.of("widgets", "widgets.example.com").election("web", "leases"));
-      sidecar.answers.add(answer(true, "11", "2026-12-07T11:20:22Z"));
+      sidecar.setCondition.answers.add(answer(true, "11", "2026-12-07T11:20:22Z"));
       ObjectsClient.ConditionSet set = item.setCondition("Ready", ConditionStatus.FALSE, "Creating", "m");
       assertTrue(set.changed());
       assertEquals("2026-12-07T11:20:22Z", set.lastTransitionTime());
       assertEquals("11", set.object().resourceVersion());
 
-      SetConditionRequest sent = sidecar.request();
+      SetConditionRequest sent = sidecar.setCondition.request();
       assertEquals("widgets.example.com", sent.getResource(), "the queue's primary resource");
       assertEquals("ns", sent.getNamespace());
       assertEquals("w", sent.getName());
@@ -106,32 +74,32 @@ class ConditionTest {
       assertEquals("", sent.getFieldManager(), "the daemon's default prefix");
 
       // Each status as the daemon names it.
-      sidecar.answers.add(answer(true, "12", "t"));
+      sidecar.setCondition.answers.add(answer(true, "12", "t"));
       item.setCondition("Ready", ConditionStatus.TRUE, "Available", "");
       assertEquals(consistd.v1.Objects.ConditionStatus.CONDITION_STATUS_TRUE,
-          sidecar.request().getCondition().getStatus());
-      sidecar.answers.add(answer(true, "13", "t"));
+          sidecar.setCondition.request().getCondition().getStatus());
+      sidecar.setCondition.answers.add(answer(true, "13", "t"));
       item.setCondition("Ready", ConditionStatus.UNKNOWN, "Checking", "");
       assertEquals(consistd.v1.Objects.ConditionStatus.CONDITION_STATUS_UNKNOWN,
-          sidecar.request().getCondition().getStatus());
+          sidecar.setCondition.request().getCondition().getStatus());
 
       // No object handed out (a related object queued a missing primary), or one without a generation: 0, the
       // generation the daemon reads. Without an election: no guard.
       WorkItem bare = WorkItem.from(item(null), client, QueueSpec.of("widgets", "widgets.example.com"));
-      sidecar.answers.add(answer(false, "13", "t"));
+      sidecar.setCondition.answers.add(answer(false, "13", "t"));
       bare.setCondition("Ready", ConditionStatus.TRUE, "Available", "");
-      SetConditionRequest unguarded = sidecar.request();
+      SetConditionRequest unguarded = sidecar.setCondition.request();
       assertEquals(0, unguarded.getCondition().getObservedGeneration());
       assertFalse(unguarded.hasGuard());
       assertEquals("l", unguarded.getReconcileLease());
       WorkItem noGeneration = WorkItem.from(item("{\"metadata\":{\"name\":\"w\"}}"), client,
           QueueSpec.of("widgets", "widgets"));
-      sidecar.answers.add(answer(false, "13", "t"));
+      sidecar.setCondition.answers.add(answer(false, "13", "t"));
       noGeneration.setCondition("Ready", ConditionStatus.TRUE, "Available", "");
-      assertEquals(0, sidecar.request().getCondition().getObservedGeneration());
+      assertEquals(0, sidecar.setCondition.request().getCondition().getObservedGeneration());
 
       // The daemon's error as it is.
-      sidecar.answers.add(Status.INVALID_ARGUMENT.withDescription("condition.reason: not CamelCase")
+      sidecar.setCondition.answers.add(Status.INVALID_ARGUMENT.withDescription("condition.reason: not CamelCase")
           .asRuntimeException());
       StatusRuntimeException refused = assertThrows(StatusRuntimeException.class,
           () -> item.setCondition("Ready", ConditionStatus.TRUE, "not camel", ""));
@@ -150,18 +118,18 @@ class ConditionTest {
       assertEquals(0, ready.observedGeneration(), "the generation the daemon reads");
 
       // Nothing written: the object as read is not this client's write.
-      sidecar.answers.add(answer(false, "20", "t"));
+      sidecar.setCondition.answers.add(answer(false, "20", "t"));
       ObjectsClient.ConditionSet read = client.objects().setCondition("widgets", "ns", "w", ready,
           ObjectOption.fieldManager("app"), ObjectOption.reconcileLease("l2"));
       assertFalse(read.changed());
       assertFalse(client.predatesOwnWrite(new KubeObject("u", "ns", "w", "19", "{}")), "an unchanged answer");
-      SetConditionRequest sent = sidecar.request();
+      SetConditionRequest sent = sidecar.setCondition.request();
       assertEquals("app", sent.getFieldManager(), "the field manager's prefix");
       assertEquals("l2", sent.getReconcileLease());
       assertEquals(0, sent.getCondition().getObservedGeneration());
 
       // Written: a state older than it predates the client's own write.
-      sidecar.answers.add(answer(true, "30", "t"));
+      sidecar.setCondition.answers.add(answer(true, "30", "t"));
       assertTrue(client.objects().setCondition("widgets", "ns", "w", ready).changed());
       assertTrue(client.predatesOwnWrite(new KubeObject("u", "ns", "w", "29", "{}")), "a changed answer");
       assertFalse(client.predatesOwnWrite(new KubeObject("u", "ns", "w", "30", "{}")));

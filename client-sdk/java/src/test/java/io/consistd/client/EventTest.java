@@ -4,7 +4,6 @@ package io.consistd.client;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
-import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -12,46 +11,15 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import com.google.protobuf.ByteString;
 import consistd.v1.Objects.RecordEventRequest;
 import consistd.v1.Objects.RecordEventResponse;
-import consistd.v1.ObjectsServiceGrpc;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
-import io.grpc.stub.StreamObserver;
 import java.nio.charset.StandardCharsets;
-import java.util.concurrent.BlockingQueue;
-import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
 @Timeout(value = 30, unit = TimeUnit.SECONDS)
 class EventTest {
-  /** An ObjectsService whose RecordEvent records each request and answers the next scripted answer. */
-  private static final class FakeObjectsSidecar extends ObjectsServiceGrpc.ObjectsServiceImplBase {
-    final BlockingQueue<RecordEventRequest> requests = new LinkedBlockingQueue<>();
-    /** A RecordEventResponse, or a StatusRuntimeException to fail with. */
-    final BlockingQueue<Object> answers = new LinkedBlockingQueue<>();
-
-    @Override
-    public void recordEvent(RecordEventRequest request, StreamObserver<RecordEventResponse> out) {
-      requests.add(request);
-      Object answer = answers.poll();
-      if (answer instanceof RecordEventResponse response) {
-        out.onNext(response);
-        out.onCompleted();
-      } else if (answer instanceof StatusRuntimeException e) {
-        out.onError(e);
-      } else {
-        out.onError(Status.INTERNAL.withDescription("the test scripted no answer").asRuntimeException());
-      }
-    }
-
-    RecordEventRequest request() throws InterruptedException {
-      RecordEventRequest r = requests.poll(10, TimeUnit.SECONDS);
-      assertNotNull(r, "no RecordEvent request");
-      return r;
-    }
-  }
-
   private static RecordEventResponse answer(boolean recorded) {
     return RecordEventResponse.newBuilder().setRecorded(recorded).build();
   }
@@ -75,10 +43,10 @@ class EventTest {
         ConsistdClient client = new ConsistdClient(server.socket)) {
       QueueSpec spec = QueueSpec.of("widget-operator", "widgets.example.com").election("web", "leases");
       WorkItem item = WorkItem.from(item(true), client, spec);
-      sidecar.answers.add(answer(true));
+      sidecar.recordEvent.answers.add(answer(true));
       assertTrue(item.recordEvent(EventSeverity.WARNING, "Drifted", "Reconcile", "data moved"));
 
-      RecordEventRequest sent = sidecar.request();
+      RecordEventRequest sent = sidecar.recordEvent.request();
       assertEquals("widgets.example.com", sent.getResource(), "the queue's primary resource");
       assertEquals("ns", sent.getNamespace());
       assertEquals("w", sent.getName());
@@ -90,30 +58,30 @@ class EventTest {
       assertEquals("widget-operator", sent.getReportingController(), "the queue's name");
 
       // NORMAL as the daemon names it; an answer the rate limit dropped is false.
-      sidecar.answers.add(answer(false));
+      sidecar.recordEvent.answers.add(answer(false));
       assertFalse(item.recordEvent(EventSeverity.NORMAL, "Synced", "Reconcile", ""));
-      RecordEventRequest normal = sidecar.request();
+      RecordEventRequest normal = sidecar.recordEvent.request();
       assertEquals(consistd.v1.Objects.EventSeverity.EVENT_SEVERITY_NORMAL, normal.getSeverity());
       assertEquals("", normal.getNote());
 
       // No object handed out (a related object queued a missing primary): no uid, the daemon reads it.
       WorkItem bare = WorkItem.from(item(false), client, QueueSpec.of("widget-operator", "widgets.example.com"));
-      sidecar.answers.add(answer(true));
+      sidecar.recordEvent.answers.add(answer(true));
       assertTrue(bare.recordEvent(EventSeverity.NORMAL, "Missing", "Reconcile", "n"));
-      RecordEventRequest unowned = sidecar.request();
+      RecordEventRequest unowned = sidecar.recordEvent.request();
       assertEquals("", unowned.getUid());
       assertEquals("widget-operator", unowned.getReportingController());
 
       // The daemon's error as it is; a missing severity is refused before anything is sent.
-      sidecar.answers.add(Status.INVALID_ARGUMENT.withDescription("reason: must be 1 to 128 characters")
+      sidecar.recordEvent.answers.add(Status.INVALID_ARGUMENT.withDescription("reason: must be 1 to 128 characters")
           .asRuntimeException());
       StatusRuntimeException refused = assertThrows(StatusRuntimeException.class,
           () -> item.recordEvent(EventSeverity.WARNING, "", "Reconcile", ""));
       assertEquals(Status.Code.INVALID_ARGUMENT, refused.getStatus().getCode());
       assertEquals("reason: must be 1 to 128 characters", refused.getStatus().getDescription());
-      sidecar.request();
+      sidecar.recordEvent.request();
       assertThrows(NullPointerException.class, () -> item.recordEvent(null, "Drifted", "Reconcile", ""));
-      assertNull(sidecar.requests.poll(200, TimeUnit.MILLISECONDS), "nothing sent without a severity");
+      assertNull(sidecar.recordEvent.requests.poll(200, TimeUnit.MILLISECONDS), "nothing sent without a severity");
     }
   }
 
@@ -123,10 +91,10 @@ class EventTest {
     try (FakeSidecarServer server = new FakeSidecarServer(sidecar);
         ConsistdClient client = new ConsistdClient(server.socket)) {
       // Without a uid or a controller: the daemon reads the uid and reports as "consistd".
-      sidecar.answers.add(answer(true));
+      sidecar.recordEvent.answers.add(answer(true));
       assertTrue(client.objects().recordEvent("configmaps", "default", "c",
           new ObjectsClient.Event(EventSeverity.NORMAL, "Seen", "Observe", "n")));
-      RecordEventRequest plain = sidecar.request();
+      RecordEventRequest plain = sidecar.recordEvent.request();
       assertEquals("configmaps", plain.getResource());
       assertEquals("default", plain.getNamespace());
       assertEquals("c", plain.getName());
@@ -138,10 +106,10 @@ class EventTest {
       assertEquals("n", plain.getNote());
 
       // Given ones are sent as they are.
-      sidecar.answers.add(answer(false));
+      sidecar.recordEvent.answers.add(answer(false));
       assertFalse(client.objects().recordEvent("nodes", "", "n1", new ObjectsClient.Event(EventSeverity.WARNING,
           "Pressure", "Drain", "disk", "u-9", "example.com/node-operator")));
-      RecordEventRequest given = sidecar.request();
+      RecordEventRequest given = sidecar.recordEvent.request();
       assertEquals("", given.getNamespace());
       assertEquals("u-9", given.getUid());
       assertEquals("example.com/node-operator", given.getReportingController());
