@@ -12,10 +12,9 @@ import {
   type SetConditionResult,
   status,
   type WatchEvent,
-  type WorkItem,
 } from "@consistd/client";
-import { closeFakeClients, FakeClient, FakeStream } from "./fakes.js";
-import { next, until, within } from "./helpers.js";
+import { callOnAnItem, closeFakeClients, FakeClient } from "./fakes.js";
+import { next, until } from "./helpers.js";
 
 after(closeFakeClients);
 
@@ -46,50 +45,13 @@ function response(changed: boolean, written: proto.KubeObject): proto.SetConditi
   return { object: written, changed, lastTransitionTime: "2026-12-07T11:20:22Z", fence: 0 };
 }
 
-/** A work item as the daemon hands it out: lease "lease-1" on ns/w, its object `handed` (none: undefined). */
-function workItem(handed?: proto.KubeObject): proto.WorkItem {
-  return {
-    leaseId: "lease-1",
-    namespace: "ns",
-    name: "w",
-    object: handed,
-    deleted: false,
-    consistency: Consistency.CONSISTENT,
-    attempt: 1,
-    term: 0n,
-    expiresAt: undefined,
-    lastError: "",
-    finalizing: false,
-  };
-}
-
-/**
- * Runs a reconciler of the queue of widgets.example.com in "ns" on `fake`, hands its handler one item with the
- * object `handed`, and returns what `setCondition(condition)` on that item resolved or rejected with.
- */
-async function onAnItem(
+/** What `setCondition(condition)` on an item with the object `handed` resolved or rejected with (callOnAnItem). */
+function onAnItem(
   fake: Fake,
   condition: Omit<Condition, "observedGeneration">,
   handed?: proto.KubeObject,
 ): Promise<SetConditionResult<unknown> | unknown> {
-  const stream = new FakeStream<proto.ReconcileResponse>();
-  (fake.client.services.reconcile as unknown as Record<string, unknown>).reconcile = () => stream;
-  const stop = new AbortController();
-  let settle!: (outcome: SetConditionResult<unknown> | unknown) => void;
-  const settled = new Promise<SetConditionResult<unknown> | unknown>((resolve) => (settle = resolve));
-  const handler = async (item: WorkItem) => {
-    settle(await item.setCondition(condition).catch((error: unknown) => error));
-  };
-  const spec = { name: "widgets", resource: "widgets.example.com", namespace: "ns" };
-  const running = fake.client.reconcile(spec, handler, { signal: stop.signal });
-  stream.push({ started: { name: "widgets", comparableResourceVersions: true } });
-  stream.push({ item: workItem(handed) });
-  try {
-    return await within(5_000, "the handler's setCondition", settled);
-  } finally {
-    stop.abort();
-    await within(5_000, "the reconciler to stop", running);
-  }
+  return callOnAnItem(fake, "setCondition", (item) => item.setCondition(condition), handed);
 }
 
 test("item.setCondition sends the queue's resource, the item's key and lease, the condition and its handed generation", async () => {

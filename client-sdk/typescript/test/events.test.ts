@@ -3,9 +3,8 @@
 // answers.
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
-import { ConsistdError, Consistency, type ObjectEvent, proto, status, type WorkItem } from "@consistd/client";
-import { closeFakeClients, FakeClient, FakeStream } from "./fakes.js";
-import { within } from "./helpers.js";
+import { ConsistdError, type ObjectEvent, proto, status } from "@consistd/client";
+import { callOnAnItem, closeFakeClients, FakeClient } from "./fakes.js";
 
 after(closeFakeClients);
 
@@ -29,46 +28,9 @@ class Fake extends FakeClient {
   }
 }
 
-/** A work item as the daemon hands it out: lease "lease-1" on ns/w, its object `handed` (none: undefined). */
-function workItem(handed?: proto.KubeObject): proto.WorkItem {
-  return {
-    leaseId: "lease-1",
-    namespace: "ns",
-    name: "w",
-    object: handed,
-    deleted: false,
-    consistency: Consistency.CONSISTENT,
-    attempt: 1,
-    term: 0n,
-    expiresAt: undefined,
-    lastError: "",
-    finalizing: false,
-  };
-}
-
-/**
- * Runs a reconciler of the queue "widgets" of widgets.example.com in "ns" on `fake`, hands its handler one item with
- * the object `handed`, and returns what `recordEvent(event)` on that item resolved or rejected with.
- */
-async function onAnItem(fake: Fake, event: ObjectEvent, handed?: proto.KubeObject): Promise<boolean | unknown> {
-  const stream = new FakeStream<proto.ReconcileResponse>();
-  (fake.client.services.reconcile as unknown as Record<string, unknown>).reconcile = () => stream;
-  const stop = new AbortController();
-  let settle!: (outcome: boolean | unknown) => void;
-  const settled = new Promise<boolean | unknown>((resolve) => (settle = resolve));
-  const handler = async (item: WorkItem) => {
-    settle(await item.recordEvent(event).catch((error: unknown) => error));
-  };
-  const spec = { name: "widgets", resource: "widgets.example.com", namespace: "ns" };
-  const running = fake.client.reconcile(spec, handler, { signal: stop.signal });
-  stream.push({ started: { name: "widgets", comparableResourceVersions: true } });
-  stream.push({ item: workItem(handed) });
-  try {
-    return await within(5_000, "the handler's recordEvent", settled);
-  } finally {
-    stop.abort();
-    await within(5_000, "the reconciler to stop", running);
-  }
+/** What `recordEvent(event)` on an item with the object `handed` resolved or rejected with (callOnAnItem). */
+function onAnItem(fake: Fake, event: ObjectEvent, handed?: proto.KubeObject): Promise<boolean | unknown> {
+  return callOnAnItem(fake, "recordEvent", (item) => item.recordEvent(event), handed);
 }
 
 const handed: proto.KubeObject = {

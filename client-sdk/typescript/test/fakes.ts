@@ -2,7 +2,7 @@
 // generated WatchService.subscribe is replaced by streams the test feeds; a test's own fake replaces more.
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Client, type proto } from "@consistd/client";
+import { Client, Consistency, type proto, type WorkItem } from "@consistd/client";
 import { unique, within } from "./helpers.js";
 
 /** A stream the test feeds and ends: what a fake subscribe or reconcile returns (messages() iterates and cancels it). */
@@ -77,6 +77,54 @@ export class FakeClient {
   async stream(n: number): Promise<FakeStream<proto.SubscribeResponse>> {
     await within(5_000, `subscribe #${n + 1}`, waitFor(() => this.streams.length > n));
     return this.streams[n];
+  }
+}
+
+/** A work item as the daemon hands it out: lease "lease-1" on ns/w, its object `handed` (none: undefined). */
+function workItem(handed?: proto.KubeObject): proto.WorkItem {
+  return {
+    leaseId: "lease-1",
+    namespace: "ns",
+    name: "w",
+    object: handed,
+    deleted: false,
+    consistency: Consistency.CONSISTENT,
+    attempt: 1,
+    term: 0n,
+    expiresAt: undefined,
+    lastError: "",
+    finalizing: false,
+  };
+}
+
+/**
+ * Runs a reconciler of the queue "widgets" of widgets.example.com in "ns" on `fake` (its ReconcileService.reconcile
+ * made a fake stream), hands its handler one item (lease "lease-1" on ns/w) with the object `handed`, and returns
+ * what `call(item)` in the handler resolved or rejected with; `what` names the call in a timeout.
+ */
+export async function callOnAnItem<T>(
+  fake: FakeClient,
+  what: string,
+  call: (item: WorkItem) => Promise<T>,
+  handed?: proto.KubeObject,
+): Promise<T | unknown> {
+  const stream = new FakeStream<proto.ReconcileResponse>();
+  (fake.client.services.reconcile as unknown as Record<string, unknown>).reconcile = () => stream;
+  const stop = new AbortController();
+  let settle!: (outcome: T | unknown) => void;
+  const settled = new Promise<T | unknown>((resolve) => (settle = resolve));
+  const handler = async (item: WorkItem) => {
+    settle(await call(item).catch((error: unknown) => error));
+  };
+  const spec = { name: "widgets", resource: "widgets.example.com", namespace: "ns" };
+  const running = fake.client.reconcile(spec, handler, { signal: stop.signal });
+  stream.push({ started: { name: "widgets", comparableResourceVersions: true } });
+  stream.push({ item: workItem(handed) });
+  try {
+    return await within(5_000, `the handler's ${what}`, settled);
+  } finally {
+    stop.abort();
+    await within(5_000, "the reconciler to stop", running);
   }
 }
 
