@@ -46,27 +46,13 @@ func (f *conditionRecorder) sent() []*pb.SetConditionRequest {
 func passesSettingConditions(t *testing.T, spec ReconcileSpec, cond func(Item) Condition, opts ...ObjectOption) (*fakeQueue, *conditionRecorder, <-chan error) {
 	t.Helper()
 	objects := &conditionRecorder{answer: &pb.SetConditionResponse{Changed: true, LastTransitionTime: "2026-01-02T03:04:05Z"}}
-	f := &fakeReconcile{opened: make(chan *fakeQueue, 8)}
-	c := &Client{reconcile: f, objects: objects, writes: newOwnWrites()}
 	set := make(chan error, 8)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- c.Reconcile(ctx, spec, ReconcilerFunc(func(ctx context.Context, item Item) (Result, error) {
-			_, err := item.SetCondition(ctx, cond(item), opts...)
-			set <- err
-			return Result{}, err
-		}))
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
+	q := passesOnAFakeQueue(t, spec, objects, func(ctx context.Context, item Item) (Result, error) {
+		_, err := item.SetCondition(ctx, cond(item), opts...)
+		set <- err
+		return Result{}, err
 	})
-	want, err := spec.request()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f.open(t, want.GetSpec()), objects, set
+	return q, objects, set
 }
 
 // handOut grants the item and waits for its pass's call (SetCondition, RecordEvent), whose error the pass
@@ -84,6 +70,20 @@ func handOut(t *testing.T, q *fakeQueue, set <-chan error, item *pb.WorkItem) {
 		t.Fatalf("no call of pass %s within 5 s", item.GetLeaseId())
 	}
 	q.next(t) // its completion
+}
+
+// sameRequests fails the test unless got are the requests want, in order (proto.Equal); method names
+// their call.
+func sameRequests[M proto.Message](t *testing.T, method string, got, want []M) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%d %s requests, want %d: %v", len(got), method, len(want), got)
+	}
+	for i := range want {
+		if !proto.Equal(got[i], want[i]) {
+			t.Errorf("request %d:\n got %v\nwant %v", i, got[i], want[i])
+		}
+	}
 }
 
 func TestAnItemSetsItsConditionOnThePrimaryWithTheHandedGenerationForItsLease(t *testing.T) {
@@ -111,15 +111,7 @@ func TestAnItemSetsItsConditionOnThePrimaryWithTheHandedGenerationForItsLease(t 
 			Condition: &pb.Condition{Type: "Ready", Status: pb.ConditionStatus_CONDITION_STATUS_UNKNOWN, Reason: "Reasonc", Message: "message of c"},
 			Guard:     &pb.WriteGuard{Election: "lead", Namespace: "leases", Term: 4}},
 	}
-	got := objects.sent()
-	if len(got) != len(want) {
-		t.Fatalf("%d SetCondition requests, want %d: %v", len(got), len(want), got)
-	}
-	for i := range want {
-		if !proto.Equal(got[i], want[i]) {
-			t.Errorf("request %d:\n got %v\nwant %v", i, got[i], want[i])
-		}
-	}
+	sameRequests(t, "SetCondition", objects.sent(), want)
 }
 
 func TestAnItemsConditionTakesTheOptionsAfterItsOwnAndAGenerationItIsGiven(t *testing.T) {

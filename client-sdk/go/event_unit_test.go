@@ -49,28 +49,14 @@ func (f *eventRecorder) sent() []*pb.RecordEventRequest {
 // answer on the second.
 func passesRecordingEvents(t *testing.T, spec ReconcileSpec, objects *eventRecorder, ev func(Item) EventRecord) (*fakeQueue, <-chan error, <-chan bool) {
 	t.Helper()
-	f := &fakeReconcile{opened: make(chan *fakeQueue, 8)}
-	c := &Client{reconcile: f, objects: objects, writes: newOwnWrites()}
 	errs, answers := make(chan error, 8), make(chan bool, 8)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- c.Reconcile(ctx, spec, ReconcilerFunc(func(ctx context.Context, item Item) (Result, error) {
-			recorded, err := item.RecordEvent(ctx, ev(item))
-			answers <- recorded
-			errs <- err
-			return Result{}, err
-		}))
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
+	q := passesOnAFakeQueue(t, spec, objects, func(ctx context.Context, item Item) (Result, error) {
+		recorded, err := item.RecordEvent(ctx, ev(item))
+		answers <- recorded
+		errs <- err
+		return Result{}, err
 	})
-	want, err := spec.request()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f.open(t, want.GetSpec()), errs, answers
+	return q, errs, answers
 }
 
 func TestAnItemRecordsItsEventAboutThePrimaryReportedByTheQueue(t *testing.T) {
@@ -99,15 +85,7 @@ func TestAnItemRecordsItsEventAboutThePrimaryReportedByTheQueue(t *testing.T) {
 		{Resource: "example.com/v1/widgets", Namespace: "ns", Name: "b", Severity: pb.EventSeverity_EVENT_SEVERITY_NORMAL,
 			Reason: "Reasonb", Action: "Actionb", Note: "note of b", ReportingController: "bucket-queue"},
 	}
-	got := objects.sent()
-	if len(got) != len(want) {
-		t.Fatalf("%d RecordEvent requests, want %d: %v", len(got), len(want), got)
-	}
-	for i := range want {
-		if !proto.Equal(got[i], want[i]) {
-			t.Errorf("request %d:\n got %v\nwant %v", i, got[i], want[i])
-		}
-	}
+	sameRequests(t, "RecordEvent", objects.sent(), want)
 }
 
 func TestAnItemsEventKeepsAUIDAndAReportingControllerItIsGiven(t *testing.T) {

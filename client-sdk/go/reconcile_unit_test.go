@@ -565,9 +565,14 @@ func (s *syncBuffer) String() string {
 // fakeReconciling runs Reconcile against a fake until the test ends; it returns the fake, the log and
 // Reconcile's result.
 func fakeReconciling(t *testing.T, spec ReconcileSpec, r ReconcilerFunc) (*fakeReconcile, *syncBuffer, <-chan error) {
+	return fakeReconcilingWith(t, nil, spec, r)
+}
+
+// fakeReconcilingWith is fakeReconciling with objects as the client's objects service (nil: none).
+func fakeReconcilingWith(t *testing.T, objects pb.ObjectsServiceClient, spec ReconcileSpec, r ReconcilerFunc) (*fakeReconcile, *syncBuffer, <-chan error) {
 	f := &fakeReconcile{opened: make(chan *fakeQueue, 8)}
 	log := &syncBuffer{}
-	c := &Client{reconcile: f, writes: newOwnWrites(), log: slog.New(slog.NewTextHandler(log, nil))}
+	c := &Client{reconcile: f, objects: objects, writes: newOwnWrites(), log: slog.New(slog.NewTextHandler(log, nil))}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Reconcile(ctx, spec, r) }()
@@ -580,6 +585,19 @@ func fakeReconciling(t *testing.T, spec ReconcileSpec, r ReconcilerFunc) (*fakeR
 		}
 	})
 	return f, log, done
+}
+
+// passesOnAFakeQueue runs Reconcile on spec against a fake stream and objects (fakeReconcilingWith), pass
+// as every pass, and returns the stream, opened with spec and answered STARTED, to hand items out on
+// (handOut).
+func passesOnAFakeQueue(t *testing.T, spec ReconcileSpec, objects pb.ObjectsServiceClient, pass ReconcilerFunc) *fakeQueue {
+	t.Helper()
+	f, _, _ := fakeReconcilingWith(t, objects, spec, pass)
+	want, err := spec.request()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f.open(t, want.GetSpec())
 }
 
 // afterALostConnection is a reconciler whose first pass (lease q.1.1 of key a) ignores the end of its ctx
