@@ -6,19 +6,15 @@
 use std::time::Duration;
 
 use consistd_client::proto::{
-    CampaignRequest, Completion, ElectionRef, LeadershipState, ObjectQuery, Outcome, QueueSpec, ReconcileRequest,
-    ReconcileResponse, WorkItem, reconcile_request, reconcile_response,
-    reconcile_service_client::ReconcileServiceClient,
+    CampaignRequest, ElectionRef, LeadershipState, ObjectQuery, Outcome, QueueSpec, WorkItem, reconcile_response,
 };
-use consistd_testkit::Daemon;
+use consistd_testkit::{Daemon, queue::open};
 use k8s_openapi::api::{coordination::v1::Lease, core::v1::ConfigMap, rbac::v1::ClusterRole};
 use kube::{
     Api,
     api::{DeleteParams, Patch, PatchParams, PostParams},
 };
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Code, Streaming};
 
 const BIN: &str = env!("CARGO_BIN_EXE_consistd");
@@ -28,12 +24,6 @@ const WAIT: Duration = Duration::from_secs(20);
 const FINALIZER: &str = "test.consistd.io/cleanup";
 /// Another controller's.
 const FOREIGN: &str = "other.example.com/keep";
-
-/// One open Reconcile stream.
-struct Queue {
-    tx: mpsc::Sender<ReconcileRequest>,
-    rx: Streaming<ReconcileResponse>,
-}
 
 fn spec(name: &str, primary: ObjectQuery) -> QueueSpec {
     QueueSpec {
@@ -47,44 +37,6 @@ fn spec(name: &str, primary: ObjectQuery) -> QueueSpec {
 
 fn configmaps(ns: &str) -> ObjectQuery {
     ObjectQuery { resource: "configmaps".into(), namespace: ns.into(), ..Default::default() }
-}
-
-async fn open(daemon: &Daemon, spec: QueueSpec) -> Result<Queue, tonic::Status> {
-    let (tx, requests) = mpsc::channel(64);
-    tx.send(ReconcileRequest { request: Some(reconcile_request::Request::Spec(spec)) }).await.expect("queue the spec");
-    let mut client = ReconcileServiceClient::new(daemon.client().channel());
-    let mut rx = client.reconcile(ReceiverStream::new(requests)).await?.into_inner();
-    match tokio::time::timeout(WAIT, rx.message()).await.expect("an answer to the spec")? {
-        Some(ReconcileResponse { response: Some(reconcile_response::Response::Started(_)) }) => Ok(Queue { tx, rx }),
-        other => panic!("expected STARTED, got {other:?}"),
-    }
-}
-
-impl Queue {
-    /// A work item within `wait`, if any (a refusal is skipped: the tests say what they expect of it).
-    async fn item_within(&mut self, wait: Duration) -> Option<WorkItem> {
-        loop {
-            match tokio::time::timeout(wait, self.rx.message()).await {
-                Err(_) => return None,
-                Ok(Ok(Some(ReconcileResponse { response: Some(reconcile_response::Response::Item(item)) }))) => {
-                    return Some(item);
-                }
-                Ok(Ok(Some(_))) => {}
-                Ok(Ok(None)) => panic!("the reconcile stream ended"),
-                Ok(Err(status)) => panic!("the reconcile stream failed: {status}"),
-            }
-        }
-    }
-
-    async fn item(&mut self) -> WorkItem {
-        self.item_within(WAIT).await.expect("a work item")
-    }
-
-    async fn complete(&self, item: &WorkItem, outcome: Outcome) {
-        let c = Completion { lease_id: item.lease_id.clone(), outcome: outcome.into(), ..Default::default() };
-        let request = ReconcileRequest { request: Some(reconcile_request::Request::Complete(c)) };
-        self.tx.send(request).await.expect("send on the reconcile stream");
-    }
 }
 
 /// The finalizers of the object an item carries.
@@ -227,6 +179,12 @@ async fn a_deposed_leader_never_removes_its_finalizer() {
     let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
     cms.create(&PostParams::default(), &configmap("led", &[])).await.expect("create");
     let daemon = Daemon::builder(BIN).config(format!("identity: me\nnamespace: {ns}\n")).start().await;
+    // Until the daemon has found the apiserver's fencing policy, a guarded write is checked here alone.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !daemon.logs().contains("guarded writes are fenced at the apiserver") {
+        assert!(tokio::time::Instant::now() < deadline, "not fenced at the apiserver:\n{}", daemon.logs());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let campaign = CampaignRequest { election: "fin".into(), ..Default::default() };
     let mut states = daemon.client().leadership().campaign(campaign).await.expect("campaign").into_inner();
     while state(&mut states).await != LeadershipState::Leader {}
@@ -258,9 +216,12 @@ async fn a_deposed_leader_never_removes_its_finalizer() {
     while state(&mut states).await == LeadershipState::Leader {}
     // A pass handed out again before this daemon saw the term end (its removal refused, the key retried)
     // is DONE too: nothing is removed either.
-    while let Some(late) = q.item_within(Duration::from_secs(2)).await {
-        assert_eq!(late.term, finalize.term, "handed out in a later term: {late:?}");
-        q.complete(&late, Outcome::Done).await;
+    while let Some(answer) = q.message(Duration::from_secs(2)).await {
+        // A refusal is the daemon's answer to a DONE whose lease went back when it saw the term end.
+        if let reconcile_response::Response::Item(late) = answer {
+            assert_eq!(late.term, finalize.term, "handed out in a later term: {late:?}");
+            q.complete(&late, Outcome::Done).await;
+        }
     }
     let cm = cms.get("led").await.expect("a deposed leader's DONE leaves the object");
     assert_eq!(cm.metadata.finalizers, Some(vec![FINALIZER.to_owned()]));

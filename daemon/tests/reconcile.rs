@@ -8,29 +8,21 @@ use std::time::Duration;
 
 use consistd_client::proto::{
     CampaignRequest, ChangeFilter, Completion, CreateRequest, ElectionRef, LeadershipState, ObjectQuery, ObjectView,
-    Outcome, PatchRequest, PatchType, QueueSpec, ReconcileRequest, ReconcileResponse, RelatedQuery, RetryPolicy,
-    WorkItem, reconcile_request, reconcile_response, reconcile_service_client::ReconcileServiceClient, related_query,
+    Outcome, PatchRequest, PatchType, QueueSpec, RelatedQuery, RetryPolicy, WorkItem, reconcile_request,
+    reconcile_response, related_query,
 };
-use consistd_testkit::{Daemon, proxy::DelayProxy};
+use consistd_testkit::{Daemon, proxy::DelayProxy, queue::open};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
     Api,
     api::{DeleteParams, Patch, PatchParams, PostParams},
 };
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::{Code, Streaming};
+use tonic::Code;
 
 const BIN: &str = env!("CARGO_BIN_EXE_consistd");
 /// How long a test waits for one message before failing.
 const WAIT: Duration = Duration::from_secs(20);
-
-/// One open Reconcile stream: completions go out on `tx`, answers come in on `rx`.
-struct Queue {
-    tx: mpsc::Sender<ReconcileRequest>,
-    rx: Streaming<ReconcileResponse>,
-}
 
 fn spec(name: &str, ns: &str, max_leases: u32) -> QueueSpec {
     QueueSpec {
@@ -38,66 +30,6 @@ fn spec(name: &str, ns: &str, max_leases: u32) -> QueueSpec {
         primary: Some(ObjectQuery { resource: "configmaps".into(), namespace: ns.into(), ..Default::default() }),
         max_leases,
         ..Default::default()
-    }
-}
-
-/// Opens a stream with `spec`; the daemon's answer to it is the first message (or the call's status).
-async fn open(daemon: &Daemon, spec: QueueSpec) -> Result<Queue, tonic::Status> {
-    let (tx, requests) = mpsc::channel(64);
-    tx.send(ReconcileRequest { request: Some(reconcile_request::Request::Spec(spec)) }).await.expect("queue the spec");
-    let mut client = ReconcileServiceClient::new(daemon.client().channel());
-    let mut rx = client.reconcile(ReceiverStream::new(requests)).await?.into_inner();
-    match tokio::time::timeout(WAIT, rx.message()).await.expect("an answer to the spec")? {
-        Some(ReconcileResponse { response: Some(reconcile_response::Response::Started(_)) }) => Ok(Queue { tx, rx }),
-        other => panic!("expected STARTED, got {other:?}"),
-    }
-}
-
-impl Queue {
-    async fn message(&mut self, wait: Duration) -> Option<reconcile_response::Response> {
-        match tokio::time::timeout(wait, self.rx.message()).await {
-            Err(_) => None,
-            Ok(Ok(Some(m))) => m.response,
-            Ok(Ok(None)) => panic!("the reconcile stream ended"),
-            Ok(Err(status)) => panic!("the reconcile stream failed: {status}"),
-        }
-    }
-
-    /// The next work item, failing the test after [`WAIT`].
-    async fn item(&mut self) -> WorkItem {
-        match self.message(WAIT).await {
-            Some(reconcile_response::Response::Item(item)) => item,
-            other => panic!("expected a work item, got {other:?}"),
-        }
-    }
-
-    /// A work item within `wait`, if any.
-    async fn item_within(&mut self, wait: Duration) -> Option<WorkItem> {
-        match self.message(wait).await {
-            Some(reconcile_response::Response::Item(item)) => Some(item),
-            None => None,
-            other => panic!("expected a work item, got {other:?}"),
-        }
-    }
-
-    async fn send(&self, request: reconcile_request::Request) {
-        self.tx.send(ReconcileRequest { request: Some(request) }).await.expect("send on the reconcile stream");
-    }
-
-    async fn complete(&self, item: &WorkItem, outcome: Outcome) {
-        let c = Completion { lease_id: item.lease_id.clone(), outcome: outcome.into(), ..Default::default() };
-        self.send(reconcile_request::Request::Complete(c)).await;
-    }
-
-    /// The refusal of the last bad request.
-    async fn refusal(&mut self) -> (Code, String) {
-        match self.message(WAIT).await {
-            Some(reconcile_response::Response::Refused(r)) => {
-                let refusal = r.refusal.expect("refusal");
-                (Code::from(refusal.code), refusal.message)
-            }
-            other => panic!("expected a refusal, got {other:?}"),
-        }
     }
 }
 

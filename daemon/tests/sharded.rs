@@ -12,7 +12,6 @@ use std::{
 use consistd_client::proto::{
     Completion, ElectionRef, ObjectQuery, Outcome, PatchRequest, PatchType, QueueSpec, ReconcileRequest,
     ReconcileResponse, ShardBy, WorkItem, WriteGuard, reconcile_request, reconcile_response,
-    reconcile_service_client::ReconcileServiceClient,
 };
 use consistd_testkit::Daemon;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -23,7 +22,6 @@ use kube::{
 use nix::sys::signal::Signal;
 use serde_json::json;
 use tokio::{sync::mpsc, time::Instant};
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Code, Streaming};
 
 const BIN: &str = env!("CARGO_BIN_EXE_consistd");
@@ -61,14 +59,7 @@ async fn open(
     daemon: &Daemon,
     spec: QueueSpec,
 ) -> Result<(mpsc::Sender<ReconcileRequest>, Streaming<ReconcileResponse>), tonic::Status> {
-    let (tx, requests) = mpsc::channel(256);
-    tx.send(ReconcileRequest { request: Some(reconcile_request::Request::Spec(spec)) }).await.expect("queue the spec");
-    let mut client = ReconcileServiceClient::new(daemon.client().channel());
-    let mut rx = client.reconcile(ReceiverStream::new(requests)).await?.into_inner();
-    match tokio::time::timeout(WAIT, rx.message()).await.expect("an answer to the spec")? {
-        Some(ReconcileResponse { response: Some(reconcile_response::Response::Started(_)) }) => Ok((tx, rx)),
-        other => panic!("expected STARTED, got {other:?}"),
-    }
+    consistd_testkit::queue::open(daemon, spec).await.map(|q| (q.tx, q.rx))
 }
 
 /// One grant as the app saw it: from the item's arrival to its completion (or its pod's death).

@@ -10,6 +10,7 @@ pub mod crd;
 mod daemon;
 pub mod figures;
 pub mod proxy;
+pub mod queue;
 pub mod tls;
 pub mod unix_proxy;
 pub mod watch;
