@@ -24,6 +24,10 @@ use crate::transport::Transport;
 const SEND_WINDOW: usize = 512;
 /// How long a connection to a peer no destination includes any more is kept open.
 pub(super) const LINK_LINGER: Duration = Duration::from_secs(60);
+/// How long dialling a peer and opening the exchange (until the peer answers its Hello) may take: dialling
+/// is bounded by the transport (3 s) and the peer answers within its Hello timeout (10 s), but a request
+/// waiting for its answer on a connection that answers pings is bounded by nothing else.
+const OPEN_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The delivery state of one peer address.
 #[derive(Debug)]
@@ -105,7 +109,10 @@ pub(super) async fn run(outbox: Outbox, transport: Transport, peer: String, id: 
             return;
         }
         let error = match exchange(&outbox, &transport, &peer, id, &wake).await {
-            Ok(()) => return,
+            Ok(()) => {
+                tracing::debug!(peer, link = id, "peer link ended: its peer is no longer used, or the daemon stops");
+                return;
+            }
             Err(Broken { error, connected }) => {
                 if connected {
                     failures = 0;
@@ -148,15 +155,20 @@ fn broken(error: String, connected: bool) -> Broken {
 /// Dials, then exchanges frames until the connection breaks (Err) or the link is gone (Ok).
 async fn exchange(outbox: &Outbox, t: &Transport, peer: &str, id: u64, wake: &Notify) -> Result<(), Broken> {
     let (recipient, address) = split_member(peer);
-    let mut client = t.connect(address, None).await.map_err(|e| broken(error_chain(&e), false))?;
     let (requests, frames) = mpsc::channel(SEND_WINDOW);
     let hello = peer_pb::Hello { sender: t.identity.clone(), recipient: recipient.unwrap_or_default().to_owned() };
     let hello = ExchangeRequest { frame: Some(Frame::Hello(hello)) };
     requests.send(hello).await.map_err(|_| broken("queue hello".to_owned(), false))?;
-    let mut responses = client
-        .exchange(ReceiverStream::new(frames))
+    let open = async {
+        let mut client = t.connect(address, None).await.map_err(|e| broken(error_chain(&e), false))?;
+        client
+            .exchange(ReceiverStream::new(frames))
+            .await
+            .map_err(|s| broken(format!("open exchange with {peer}: {}", s.message()), false))
+    };
+    let mut responses = tokio::time::timeout(OPEN_TIMEOUT, open)
         .await
-        .map_err(|s| broken(format!("open exchange with {peer}: {}", s.message()), false))?
+        .map_err(|_| broken(format!("open exchange with {peer}: no answer within {OPEN_TIMEOUT:?}"), false))??
         .into_inner();
     outbox.link_up(peer, id);
     let shutdown = outbox.inner.tasks.signal().clone();
