@@ -468,10 +468,11 @@ impl Objects {
         claim: Option<&Claim>,
     ) -> Result<(Updated, String), ObjectsError> {
         let object = ObjectRef { subresource: String::new(), ..t.clone() };
+        let r = self.resolve(&object, true).await?;
         let (current, _) = self.get(&object, true).await?;
         let json: serde_json::Value = serde_json::from_slice(current.json()).unwrap_or_default();
         let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-        match condition::plan(&json, c, &now) {
+        match condition::plan(&json, (&r.api.api_version(), &r.api.kind), c, &now) {
             condition::Plan::Unchanged { last_transition_time } => {
                 Ok((Updated { object: current, fenced: None, unchanged: true }, last_transition_time))
             }
@@ -504,11 +505,9 @@ impl Objects {
             },
             uid => uid.to_owned(),
         };
-        let api_version =
-            if r.api.group.is_empty() { r.api.version.clone() } else { format!("{}/{}", r.api.group, r.api.version) };
         let some = |s: &str| (!s.is_empty()).then(|| s.to_owned());
         let regarding = k8s_openapi::api::core::v1::ObjectReference {
-            api_version: Some(api_version),
+            api_version: Some(r.api.api_version()),
             kind: Some(r.api.kind.clone()),
             name: Some(t.name.clone()),
             namespace: some(&t.namespace),

@@ -28,8 +28,8 @@ pub(super) enum Plan {
     Apply { body: Value, last_transition_time: String },
 }
 
-/// How `object` (its JSON) takes `c` at `now` (RFC 3339).
-pub(super) fn plan(object: &Value, c: &Condition, now: &str) -> Plan {
+/// How `object` (its JSON) of `(api_version, kind)` takes `c` at `now` (RFC 3339).
+pub(super) fn plan(object: &Value, (api_version, kind): (&str, &str), c: &Condition, now: &str) -> Plan {
     let generation = match c.observed_generation {
         0 => object.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0),
         g => g,
@@ -68,8 +68,8 @@ pub(super) fn plan(object: &Value, c: &Condition, now: &str) -> Plan {
         metadata["namespace"] = namespace.clone();
     }
     let body = json!({
-        "apiVersion": object.get("apiVersion").cloned().unwrap_or_default(),
-        "kind": object.get("kind").cloned().unwrap_or_default(),
+        "apiVersion": api_version,
+        "kind": kind,
         "metadata": metadata,
         "status": { "conditions": [condition] },
     });
@@ -110,6 +110,7 @@ mod tests {
     use super::*;
 
     const NOW: &str = "2026-12-07T12:00:00Z";
+    const WIDGET: (&str, &str) = ("example.com/v1", "Widget");
     const BEFORE: &str = "2026-01-01T00:00:00Z";
 
     fn widget(conditions: Value) -> Value {
@@ -135,7 +136,8 @@ mod tests {
 
     #[test]
     fn a_new_condition_is_applied_alone_with_the_objects_generation_and_now() {
-        let Plan::Apply { body, last_transition_time } = plan(&widget(json!([])), &ready("True", "Up"), NOW) else {
+        let Plan::Apply { body, last_transition_time } = plan(&widget(json!([])), WIDGET, &ready("True", "Up"), NOW)
+        else {
             panic!("a write")
         };
         assert_eq!(last_transition_time, NOW);
@@ -152,13 +154,15 @@ mod tests {
 
     #[test]
     fn the_same_condition_writes_nothing_and_a_new_reason_or_generation_keeps_the_transition_time() {
-        let same = plan(&widget(existing("True", "Up", 3)), &ready("True", "Up"), NOW);
+        let same = plan(&widget(existing("True", "Up", 3)), WIDGET, &ready("True", "Up"), NOW);
         assert_eq!(same, Plan::Unchanged { last_transition_time: BEFORE.into() });
         for (object, condition) in [
             (widget(existing("True", "Up", 3)), ready("True", "StillUp")),
             (widget(existing("True", "Up", 2)), ready("True", "Up")),
         ] {
-            let Plan::Apply { body, last_transition_time } = plan(&object, &condition, NOW) else { panic!("a write") };
+            let Plan::Apply { body, last_transition_time } = plan(&object, WIDGET, &condition, NOW) else {
+                panic!("a write")
+            };
             assert_eq!(last_transition_time, BEFORE, "the status stayed: {condition:?}");
             assert_eq!(body.pointer("/status/conditions/0/lastTransitionTime"), Some(&json!(BEFORE)));
         }
@@ -168,7 +172,8 @@ mod tests {
     fn a_new_status_moves_the_transition_time_and_an_asked_generation_wins() {
         let mut down = ready("False", "Down");
         down.observed_generation = 2;
-        let Plan::Apply { body, last_transition_time } = plan(&widget(existing("True", "Up", 3)), &down, NOW) else {
+        let Plan::Apply { body, last_transition_time } = plan(&widget(existing("True", "Up", 3)), WIDGET, &down, NOW)
+        else {
             panic!("a write")
         };
         assert_eq!(last_transition_time, NOW);

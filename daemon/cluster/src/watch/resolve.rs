@@ -46,10 +46,14 @@ pub struct ResourceId {
 }
 
 impl ResourceId {
+    /// Its objects' apiVersion: "group/version", or "version" in the core group.
+    pub(crate) fn api_version(&self) -> String {
+        if self.group.is_empty() { self.version.clone() } else { format!("{}/{}", self.group, self.version) }
+    }
+
     /// kube's form of the same resource.
     pub(crate) fn api_resource(&self) -> ApiResource {
-        let api_version =
-            if self.group.is_empty() { self.version.clone() } else { format!("{}/{}", self.group, self.version) };
+        let api_version = self.api_version();
         ApiResource {
             group: self.group.clone(),
             version: self.version.clone(),

@@ -239,8 +239,9 @@ impl ObjectsService for ObjectsApi {
         let r = request.into_inner();
         let target = target(&r.resource, &r.namespace, Some(&r.name), "")?;
         let (event, controller) = event(&r)?;
-        // The app writes an Event: access rules for creating events apply.
-        let namespace = (!r.namespace.is_empty()).then_some(r.namespace.as_str());
+        // The app writes an Event, in the object's namespace ("default" for a cluster-scoped one): access rules
+        // for creating events there apply.
+        let namespace = Some(if r.namespace.is_empty() { "default" } else { r.namespace.as_str() });
         let ask = Ask { service: Service::Objects, verb: "create", resource: Resource::Kube(EVENTS), namespace };
         self.access.check(&caller, ask).await?;
         let recorded =
