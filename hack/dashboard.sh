@@ -4,9 +4,10 @@
 #
 #  1. two consistd daemons with admin.listen on loopback, scraped every second by a real Prometheus
 #     (hack/tools.sh prometheus, the same release as promtool);
-#  2. traffic for $CONSISTD_DASHBOARD_SECONDS (default 120): the Python example controller on daemon a
-#     (campaigns, watches labelled ConfigMaps CONSISTENT, patches them while it leads, notifies daemon b's
-#     receiver, which ACKs), a RAW watch of the same ConfigMaps, and a key added to a ConfigMap every second;
+#  2. traffic for $CONSISTD_DASHBOARD_SECONDS (default 120): the Python example operator on daemon a
+#     (campaigns; while it leads, its queue hands it the Greeting, whose message it publishes in a ConfigMap,
+#     and it notifies daemon b's receiver, which ACKs), a RAW watch of the namespace's ConfigMaps, and the
+#     Greeting's message changed every second;
 #  3. hack/dashboard/render.py asks Prometheus for every panel's queries over that window (Grafana's
 #     $__rate_interval as 4 scrape intervals, $namespace as all) and draws the panels as the dashboard lays
 #     them out. It fails when a panel's queries return no data: the dashboard would show nothing there.
@@ -89,10 +90,12 @@ for _ in $(seq 1 100); do curl -sf "http://$prom/-/ready" >/dev/null && break; s
 curl -sf "http://$prom/-/ready" >/dev/null || die "prometheus did not start: $(tail -5 "$run/prometheus.log")"
 log "prometheus $prom scrapes daemons a ($a_admin) and b ($b_admin); traffic for ${seconds}s in namespace $ns"
 
-cm='{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"settings","labels":{"example.consistd.io/watch":"true"}},"data":{"n":"0"}}'
-"$kubectl" -n "$ns" apply -f - <<<"$cm" >/dev/null
+"$kubectl" apply -f "$repo/examples/crd.yaml" >/dev/null
+"$kubectl" wait --for=condition=Established --timeout=60s crd/greetings.example.consistd.io >/dev/null
+greeting='{"apiVersion":"example.consistd.io/v1","kind":"Greeting","metadata":{"name":"hello"},"spec":{"message":"0"}}'
+"$kubectl" -n "$ns" apply -f - <<<"$greeting" >/dev/null
 start_time=$(date +%s)
-example=$repo/examples/python/configmap_controller.py
+example=$repo/examples/python/greeting_operator.py
 CONSISTD_SOCKET=$run/b/consistd.sock EXAMPLE_NAMESPACE=$ns "$venv/bin/python" "$example" receive >"$run/receiver.log" 2>&1 &
 pids+=($!)
 CONSISTD_SOCKET=$run/a/consistd.sock EXAMPLE_NAMESPACE=$ns EXAMPLE_PEER=$b_peer "$venv/bin/python" "$example" controller \
@@ -103,12 +106,12 @@ pids+=($!)
   "$run/a/consistd.sock" consistd.v1.WatchService/Subscribe >"$run/raw-watch.log" 2>&1 &
 pids+=($!)
 for i in $(seq 1 "$seconds"); do
-  # A new key each second: the controller annotates the ConfigMap with its keys and notifies b (a Send, an ACK).
-  "$kubectl" -n "$ns" patch configmap settings --type merge -p "{\"data\":{\"k$i\":\"$i\"}}" >/dev/null
+  # A new message each second: the operator publishes it in the Greeting's ConfigMap and notifies b (a Send, an ACK).
+  "$kubectl" -n "$ns" patch greeting hello --type merge -p "{\"spec\":{\"message\":\"$i\"}}" >/dev/null
   sleep 1
 done
 end_time=$(date +%s)
-grep -q ACKED "$run/controller.log" || die "the example controller saw no ACK: $(tail -5 "$run/controller.log")"
+grep -q ACKED "$run/controller.log" || die "the example operator saw no ACK: $(tail -5 "$run/controller.log")"
 
 mkdir -p "$(dirname "$out")"
 "$venv/bin/python" "$repo/hack/dashboard/render.py" --prometheus "http://$prom" --dashboard "$repo/manifests/monitoring/dashboard.json" \

@@ -5,13 +5,15 @@
 #
 #  1. The injector runs in the cluster from its image (manifests/injector through the overlay
 #     hack/e2e/injector: local image, one replica) and publishes its caBundle.
-#  2. hack/e2e/app.yaml, the Python example controller as a 3-replica Deployment over both nodes, taken through the README's
+#  2. hack/e2e/app.yaml, the Python example operator (examples/crd.yaml's Greetings, examples/rbac.yaml's Role) as a
+#     3-replica Deployment over both nodes, taken through the README's
 #     walkthrough (its "Run it in a cluster" blocks, run as printed): every pod runs the injected native
 #     sidecar, Ready, and `consistd status` in it reports the apiserver reachable through the `kubernetes`
 #     Service. hack/e2e/plain-app.yaml, a busybox container that only needs the socket, takes the same app
 #     block in a namespace of its own.
-#  3. Exactly one replica leads (the Lease names it), makes its guarded write once, and its ACK-tracked
-#     notification to the headless Service reaches every replica's receiver and is ACKed.
+#  3. Exactly one replica leads (the Lease names it), publishes the Greeting once (its ConfigMap applied by a
+#     guarded write, Ready set), and its ACK-tracked notification to the headless Service reaches every
+#     replica's receiver and is ACKed.
 #  4. `kubectl apply` of a changed ConfigMap (an election added) reaches every running sidecar, which
 #     applies it without a restart (time printed: kubelet's sync period).
 #  5. `kubectl delete pod` of the leader: its app gets SIGTERM before the sidecar, the Lease is released,
@@ -28,6 +30,7 @@
 #     of its messages; the link between the nodes cut, then the leader's node cut from the apiserver, then
 #     healed. In each: who leads next and when, no two LEADERs, every stored message delivered to every
 #     replica exactly once.
+#     Then the Greeting deleted: the leader's finalize pass deletes its ConfigMap, and the Greeting goes.
 #  9. The Helm path: the README's `helm install --wait` with the local image, a plain busybox app through the
 #     README's app block (as after step 1 with the kustomize injector), and `helm uninstall`, which leaves
 #     only what the README says it leaves.
@@ -132,14 +135,17 @@ done
 [ -n "$bundle" ] || die "the injector never published its caBundle"
 log "injector Ready and caBundle published $(($(ms) - t)) ms after kubectl apply"
 
-# 2. The Python example controller, labelled for injection by the README's walkthrough ("Run it in a
+# 2. The Python example operator, labelled for injection by the README's walkthrough ("Run it in a
 #    cluster"), run as written: its namespace is ours and the injector is the local-image overlay. The
 #    walkthrough applies manifests/base's config, ServiceAccount and RBAC, and makes the peers' mutual-TLS
 #    Secret that the config names. A plain app in a namespace of its own takes the same walkthrough.
 k create namespace "$ns" >/dev/null
 for _ in $(seq 1 100); do k -n "$ns" get serviceaccount default >/dev/null 2>&1 && break; sleep 0.2; done
 k -n "$ns" create configmap e2e-pod --from-file=pod.py="$repo/hack/e2e/pod.py" >/dev/null
-k -n "$ns" apply -f "$repo/hack/e2e/app.yaml" >/dev/null
+# The operator's custom resource, and what its writes need beside consistd's own Role (examples/README.md).
+k apply -f "$repo/examples/crd.yaml" >/dev/null
+k wait --for=condition=Established --timeout=60s crd/greetings.example.consistd.io >/dev/null
+k -n "$ns" apply -f "$repo/examples/rbac.yaml" -f "$repo/hack/e2e/app.yaml" >/dev/null
 t=$(ms)
 walkthrough kustomize "$ns" "$KUSTOMIZE_BLOCK" "$APP_BLOCK"
 log "the README's walkthrough injected the sidecar; 3 replicas Ready $(($(ms) - t)) ms after it started"
@@ -184,7 +190,7 @@ app_never_restarted() {
       die "$1's $name container restarted $count times; its previous run ended: $(kn logs "$1" -c "$name" --previous --tail=8 2>&1)"
   done
 }
-holder() { kn get lease configmap-controller -o jsonpath='{.spec.holderIdentity}' 2>/dev/null || true; }
+holder() { kn get lease greeting-operator -o jsonpath='{.spec.holderIdentity}' 2>/dev/null || true; }
 
 pods=$(pods)
 [ "$(wc -w <<<"$pods")" = 3 ] || die "expected 3 pods, got: $pods"
@@ -213,7 +219,7 @@ log "the README's app block on a plain container (busybox, the socket only): inj
 
 # 3. One leader, one guarded write, one notification to every replica, ACKed.
 leader_is_a_pod() { local h; h=$(holder); [ -n "$h" ] && grep -qw -- "$h" <<<"$pods"; }
-wait_until 60 "no replica leads configmap-controller" leader_is_a_pod
+wait_until 60 "no replica leads greeting-operator" leader_is_a_pod
 leader=$(holder)
 notified() { grep -q '^notified service/app-peers ACKED ' <<<"$(logs "$leader" controller)"; }
 wait_until 60 "the leader $leader did not report its notification ACKed" notified
@@ -226,16 +232,19 @@ for pod in $pods; do
   fi
 done
 [ "$leaders" = 1 ] || die "$leaders replicas reported LEADER, expected exactly 1 ($leader)"
-grep -q "^patched $ns/settings keys=greeting,target " <<<"$(logs "$leader" controller)" || die "the leader did not patch settings"
+grep -q "^published $ns/hello generation=1 configmap=hello " <<<"$(logs "$leader" controller)" ||
+  die "the leader did not publish the Greeting hello"
 for pod in $pods; do
-  got() { grep -q "^received configmaps/$ns/settings " <<<"$(logs "$pod" receiver)"; }
+  got() { grep -q "^received greetings/$ns/hello " <<<"$(logs "$pod" receiver)"; }
   wait_until 30 "$pod's receiver got no notification" got
 done
 sleep 2 # time for a second, wrong write to show
-[ "$(for pod in $pods; do logs "$pod" controller; done | grep -c '^patched ')" = 1 ] ||
+[ "$(for pod in $pods; do logs "$pod" controller; done | grep -c '^published ')" = 1 ] ||
   die "expected exactly one guarded write across the replicas"
-observed=$(kn get configmap settings -o jsonpath='{.metadata.annotations.example\.consistd\.io/observed-keys}')
-[ "$observed" = greeting,target ] || die "settings is not annotated by the leader: observed-keys=$observed"
+message=$(kn get configmap hello -o jsonpath='{.data.message}')
+[ "$message" = "hello, world" ] || die "the Greeting's ConfigMap does not hold its message: '$message'"
+ready() { [ "$(kn get greeting hello -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}/{.status.conditions[?(@.type=="Ready")].observedGeneration}')" = True/1 ]; }
+wait_until 30 "the Greeting is not Ready with observedGeneration 1" ready
 # kubelet probes GET /readyz on the admin port; Prometheus scrapes /metrics there, with the leader gauge.
 for pod in $pods; do
   [ "$(kn get pod "$pod" -o jsonpath='{.spec.initContainers[0].readinessProbe.httpGet.port}')" = consistd-admin ] ||
@@ -246,19 +255,19 @@ for pod in $pods; do
   # still be starting when the leader has written.
   campaigning() { grep -qE '^leadership (LEADER|FOLLOWER) ' <<<"$(logs "$pod" controller)"; }
   wait_until 60 "$pod's controller never saw who leads" campaigning
-  gauge="consistd_leader_election_master_status{election=\"$ns/configmap-controller\"} $want"
+  gauge="consistd_leader_election_master_status{election=\"$ns/greeting-operator\"} $want"
   # Read whole before grep: under pipefail, `curl | grep -q` fails when grep stops reading at its match while
   # curl still writes (a scrape larger than the pipe's buffer), and that failure reads as a missing gauge.
   scrape=$(curl -sf "http://$ip:7071/metrics") || die "$pod ($ip:7071/metrics) did not answer"
   grep -qF "$gauge" <<<"$scrape" || die "$pod ($ip:7071/metrics) does not say $gauge"
 done
-log "exactly one leader ($leader): one guarded write, its notification received by all 3 replicas through service/app-peers and ACKed; /metrics on each pod's port 7071 says who leads"
+log "exactly one leader ($leader): one guarded write (the Greeting published, Ready), its notification received by all 3 replicas through service/app-peers and ACKed; /metrics on each pod's port 7071 says who leads"
 # kubectl consistd says the same from the cluster: who leads (Leases), and the leader's outbox, read from its
 # sidecar's admin port through the apiserver's pod proxy: every replica reached, nothing left un-ACKed.
 "$plugin" elections -n "$ns" -o json >"$out/elections.json" || die "kubectl consistd elections failed"
 python3 -c 'import json, sys
 rows = {r["election"]: r for r in json.load(open(sys.argv[1]))}
-assert rows["configmap-controller"]["holder"] == sys.argv[2], rows' "$out/elections.json" "$leader" ||
+assert rows["greeting-operator"]["holder"] == sys.argv[2], rows' "$out/elections.json" "$leader" ||
   die "kubectl consistd elections does not name $leader: $(cat "$out/elections.json")"
 "$plugin" outbox "$leader" -n "$ns" -o json >"$out/outbox.json" 2>&1 ||
   die "kubectl consistd outbox $leader failed: $(cat "$out/outbox.json")"
@@ -267,11 +276,11 @@ report = json.load(open(sys.argv[1]))
 peers = [p for p in report["peers"] if p["destination"] == "service " + sys.argv[2] + "/app-peers"]
 assert len(peers) == 3 and all(p["pending"] == 0 for p in peers), report' "$out/outbox.json" "$ns" ||
   die "kubectl consistd outbox $leader: not 3 peers with nothing pending: $(cat "$out/outbox.json")"
-# Each controller works on the queue configmap-controller, which hands out work only on the leader's sidecar.
+# Each controller works on the queue greeting-operator, which hands out work only on the leader's sidecar.
 queue_shown() { # POD ACTIVE: kubectl consistd queues POD shows the controller's queue, attached, ACTIVE
   "$plugin" queues "$1" -n "$ns" -o json >"$out/queues.json" 2>&1 && python3 -c 'import json, sys
 queues = {q["name"]: q for q in json.load(open(sys.argv[1]))["queues"]}
-queue = queues.get("configmap-controller", {})
+queue = queues.get("greeting-operator", {})
 sys.exit(not (queue.get("streams") == 1 and queue.get("keys", 0) >= 1 and str(queue.get("active")) == sys.argv[2]))' \
     "$out/queues.json" "$2"
 }
@@ -309,7 +318,7 @@ timeout 60 "$KUBECTL" -n "$ns" logs -f --timestamps "$leader" -c controller >"$o
 follow_app=$!
 timeout 60 "$KUBECTL" -n "$ns" logs -f --timestamps "$leader" -c consistd >"$out/handover/consistd.log" 2>&1 &
 follow_sidecar=$!
-kn get lease configmap-controller --watch \
+kn get lease greeting-operator --watch \
   -o jsonpath='{.spec.holderIdentity}{"|"}{.spec.leaseDurationSeconds}{"\n"}' >"$out/handover/lease.log" 2>&1 &
 watch_lease=$!
 sleep 1 # the followers and the watch are attached
@@ -455,6 +464,13 @@ source "$repo/hack/e2e/faults.sh"
 rm -f "$out/faults.txt"
 fault_node_lost
 fault_partition
+
+# The Greeting deleted while the operator runs: whoever leads now hands it out as a finalize pass, which deletes
+# its ConfigMap, and the finalizer goes (deleting the namespace first would race the operator's own end).
+kn delete greeting hello --wait=true --timeout=90s >/dev/null ||
+  die "the Greeting was not finalized within 90 s: $(kn get greeting hello -o jsonpath='{.metadata.finalizers}' 2>&1)"
+[ -z "$(kn get configmap hello --ignore-not-found -o name)" ] || die "the finalize pass left the Greeting's ConfigMap"
+log "the Greeting deleted: the leader's finalize pass deleted its ConfigMap, and the finalizer went"
 
 # 9. The Helm path: the kustomize injector removed as the README says (its namespace goes, with the Secret the
 #    injector made), the README's `helm install --wait`, the plain app through the app block, then `helm

@@ -130,10 +130,10 @@ build_example_go() {
   local stage=$out/stage/example-go
   mkdir -p "$stage"
   (cd "$repo/examples/go" && GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod \
-    go build -trimpath -ldflags '-s -w -buildid=' -o "$stage/configmap-controller" ./configmap-controller)
-  { echo "file /configmap-controller 0755 $stage/configmap-controller"; base_layer "$stage"; } >"$stage/layer.txt"
-  write example-go "localhost/consistd-example-go:$version" "$(config 65532:65532 '["/configmap-controller"]' \
-    '["controller"]' consistd-example-go 'The Go ConfigMap controller example on the consistd Go SDK.')" \
+    go build -trimpath -ldflags '-s -w -buildid=' -o "$stage/greeting-operator" ./greeting-operator)
+  { echo "file /greeting-operator 0755 $stage/greeting-operator"; base_layer "$stage"; } >"$stage/layer.txt"
+  write example-go "localhost/consistd-example-go:$version" "$(config 65532:65532 '["/greeting-operator"]' \
+    '["controller"]' consistd-example-go 'The Go Greeting operator example on the consistd Go SDK.')" \
     "$stage/layer.txt"
 }
 
@@ -154,12 +154,12 @@ build_example_python() {
   {
     rm -rf "$stage/stripped"
     python3 "$rootfs" python "$(python3 -c 'import sys; print(sys.executable)')" "$venv" /usr/local "$stage/stripped"
-    echo "file /app/configmap_controller.py 0644 $repo/examples/python/configmap_controller.py"
+    echo "file /app/greeting_operator.py 0644 $repo/examples/python/greeting_operator.py"
   } >"$stage/runtime.txt"
   base_layer "$stage" >"$stage/base.txt"
   write example-python "localhost/consistd-example-python:$version" "$(config 65532:65532 \
-    '["/usr/local/bin/python3", "/app/configmap_controller.py"]' '["controller"]' consistd-example-python \
-    'The Python ConfigMap controller example on the consistd Python SDK.' \
+    '["/usr/local/bin/python3", "/app/greeting_operator.py"]' '["controller"]' consistd-example-python \
+    'The Python Greeting operator example on the consistd Python SDK.' \
     '["PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1"]')" "$stage/base.txt" "$stage/runtime.txt"
 }
 
