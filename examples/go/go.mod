@@ -2,7 +2,10 @@ module github.com/consistd/consistd/examples/go
 
 go 1.25.0
 
-require github.com/consistd/consistd/client-sdk/go v0.0.0
+require (
+	github.com/consistd/consistd/client-sdk/go v0.0.0
+	google.golang.org/grpc v1.83.2
+)
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
@@ -16,7 +19,6 @@ require (
 	golang.org/x/sys v0.47.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260526163538-3dc84a4a5aaa // indirect
-	google.golang.org/grpc v1.83.2 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 

@@ -4,7 +4,7 @@
 #   hack/sdk/go.sh gen                                regenerate client-sdk/go/gen from proto/consistd/v1
 #   hack/sdk/go.sh check                              fail if the committed generated code has drifted
 #   hack/sdk/go.sh test                               go vet + go test against hack/with-daemons.sh's daemons
-#   hack/sdk/go.sh example                            the ConfigMap controller end to end (hack/run-example.sh)
+#   hack/sdk/go.sh example                            the Greeting operator end to end (hack/run-example.sh)
 #   hack/sdk/go.sh conformance                        the SDK conformance suite (client-sdk/conformance) with
 #                                                     the Go agent, under hack/with-control-plane.sh
 #   hack/sdk/go.sh bench-subscriber NAMESPACE ROUNDS  one JSON line per round on stdout (RAW watch to SYNCED)
@@ -83,8 +83,8 @@ test)
   (cd "$examples" && go vet ./...)
   ;;
 example)
-  build configmap-controller "$examples" ./configmap-controller
-  "$repo/hack/run-example.sh" go "'$bin/configmap-controller' controller" "'$bin/configmap-controller' receive"
+  build greeting-operator "$examples" ./greeting-operator
+  "$repo/hack/run-example.sh" go "'$bin/greeting-operator' controller" "'$bin/greeting-operator' receive"
   ;;
 bench-subscriber)
   namespace=${2:?usage: $0 bench-subscriber NAMESPACE ROUNDS} rounds=${3:?usage: $0 bench-subscriber NAMESPACE ROUNDS}
