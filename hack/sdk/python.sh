@@ -5,7 +5,7 @@
 #   hack/sdk/python.sh gen                               regenerate client-sdk/python/src/consistd/v1
 #   hack/sdk/python.sh check                             fail if the committed generated code drifted
 #   hack/sdk/python.sh test [PYTEST ARGS]                pytest against hack/with-daemons.sh's daemons
-#   hack/sdk/python.sh example                           the ConfigMap controller end to end (hack/run-example.sh)
+#   hack/sdk/python.sh example                           the Greeting operator end to end (hack/run-example.sh)
 #   hack/sdk/python.sh conformance                       the SDK conformance suite (client-sdk/conformance) with
 #                                                        the Python agent, under hack/with-control-plane.sh
 #   hack/sdk/python.sh bench-subscriber NAMESPACE ROUNDS one JSON line per round on stdout
@@ -76,7 +76,7 @@ test)
   ;;
 example)
   ensure_venv
-  run="$venv/bin/python examples/python/configmap_controller.py"
+  run="$venv/bin/python examples/python/greeting_operator.py"
   "$repo/hack/run-example.sh" python "$run controller" "$run receive"
   ;;
 bench-subscriber)
