@@ -69,7 +69,7 @@ example)
   : "${CONSISTD_SOCKET:?run under hack/with-daemons.sh}"
   install
   build
-  run="node client-sdk/typescript/build/examples/configmap-controller.js"
+  run="node client-sdk/typescript/build/examples/greeting-operator.js"
   "$repo/hack/run-example.sh" typescript "$run controller" "$run receive"
   ;;
 conformance)
