@@ -193,6 +193,9 @@ async fn a_deposed_leader_never_removes_its_finalizer() {
     let mut q = open(&daemon, s).await.expect("open");
     let first = q.item().await;
     assert_eq!(handed_finalizers(&first), [FINALIZER], "added by the leader");
+    // On the first try: the add tests the resourceVersion it read (the object had no finalizers), and the
+    // fencing stamp made before it must not make that test fail.
+    assert_eq!(first.attempt, 1, "the guarded add was retried:\n{}", daemon.logs());
     q.complete(&first, Outcome::Done).await;
     cms.delete("led", &DeleteParams::default()).await.expect("delete");
     let finalize = q.item().await;

@@ -37,7 +37,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_consistd");
 /// How long any one step may take on a busy 2-core machine.
 const WAIT: Duration = Duration::from_secs(20);
 /// The example app's election, as in examples/.
-const ELECTION: &str = "configmap-controller";
+const ELECTION: &str = "greeting-operator";
 /// The rollout channel the app subscribes to.
 const CHANNEL: &str = "config";
 /// The ConfigMap the app creates and patches.

@@ -197,9 +197,9 @@ impl Objects {
     /// Stamps `t` with `claim` by a merge patch of its own, before a guarded write whose body cannot carry the
     /// token (see [`token::stamp_alone`]), unless this daemon stamped it with this claim already. The stamp is
     /// guarded too: refused, the write is. When the write's `body` names a resourceVersion (an update of
-    /// /status read-modify-write, an apply), the stamp is made on that version only, and the body then names
-    /// the stamped version: the write's own precondition holds as the app meant it. An object that does not
-    /// exist takes no stamp: the write creates it (an apply) or fails.
+    /// /status read-modify-write, an apply, a JSON patch's test), the stamp is made on that version only, and
+    /// the body then names the stamped version: the write's own precondition holds as the app meant it. An
+    /// object that does not exist takes no stamp: the write creates it (an apply) or fails.
     async fn stamp_first(
         &self,
         r: &Resolved,
@@ -213,7 +213,9 @@ impl Objects {
             return Ok(());
         }
         let mut stamp = token::stamp_alone(claim);
-        let version = body.as_deref().and_then(resource_version);
+        let mut body = body;
+        let version = body.as_deref_mut().and_then(precondition).and_then(|v| v.as_str()).filter(|v| !v.is_empty());
+        let version = version.map(str::to_owned);
         if let (Some(version), Some(metadata)) = (&version, stamp.get_mut("metadata").and_then(|m| m.as_object_mut())) {
             metadata.insert("resourceVersion".into(), version.clone().into());
         }
@@ -223,8 +225,8 @@ impl Objects {
         match self.send::<RawObject>(op, request, fence.cloned()).await {
             Ok(raw) => {
                 let obj = self.written(r, raw);
-                if let (Some(body), Some(_)) = (body, version)
-                    && let Some(v) = body.pointer_mut("/metadata/resourceVersion")
+                if version.is_some()
+                    && let Some(v) = body.and_then(precondition)
                 {
                     *v = obj.resource_version().to_owned().into();
                 }
@@ -417,8 +419,7 @@ impl Objects {
             // object first.
             let carried = matches!(kind, PatchKind::Merge | PatchKind::Strategic) && token::stamp(&mut patch, claim);
             if !carried || !t.subresource.is_empty() {
-                let body = (kind != PatchKind::Json).then_some(&mut patch);
-                self.stamp_first(&r, t, claim, fence.as_ref(), body).await?;
+                self.stamp_first(&r, t, claim, fence.as_ref(), Some(&mut patch)).await?;
             }
         }
         let mut pp = PatchParams { field_manager: Some(manager(field_manager)), ..PatchParams::default() };
@@ -626,12 +627,16 @@ fn stamp_bytes(stamp: Option<&Claim>, object: Vec<u8>) -> Vec<u8> {
     serde_json::to_vec(&body).unwrap_or(object)
 }
 
-/// The resourceVersion a write's body names as its precondition (`metadata.resourceVersion`), if any.
-fn resource_version(body: &serde_json::Value) -> Option<String> {
-    body.pointer("/metadata/resourceVersion")
-        .and_then(serde_json::Value::as_str)
-        .filter(|v| !v.is_empty())
-        .map(str::to_owned)
+/// Where a write's `body` names the resourceVersion it was made on: an object's metadata (an update, a merge
+/// patch, an apply), or a JSON patch's test of /metadata/resourceVersion.
+fn precondition(body: &mut serde_json::Value) -> Option<&mut serde_json::Value> {
+    match body {
+        serde_json::Value::Array(ops) => ops
+            .iter_mut()
+            .find(|op| op["op"] == "test" && op["path"] == "/metadata/resourceVersion")
+            .and_then(|op| op.get_mut("value")),
+        body => body.pointer_mut("/metadata/resourceVersion"),
+    }
 }
 
 /// How [`Stamped`] names the object `t` of the resolved resource `r`.
