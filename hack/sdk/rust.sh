@@ -17,8 +17,8 @@ gen) CONSISTD_REGENERATE=1 "$cargo" test -q -p consistd-proto --test codegen ;;
 check) "$cargo" test -q -p consistd-proto --test codegen ;;
 test) "$cargo" test -p consistd-client ;;
 example)
-  "$cargo" build -q -p consistd-example-configmap-controller
-  bin=$repo/target/debug/configmap-controller
+  "$cargo" build -q -p consistd-example-greeting-operator
+  bin=$repo/target/debug/greeting-operator
   "$repo/hack/run-example.sh" rust "$bin controller" "$bin receive"
   ;;
 bench-subscriber)
