@@ -4,7 +4,7 @@
 #   hack/sdk/java.sh gen           nothing to commit: Maven generates the stubs from proto/consistd/v1 at build
 #   hack/sdk/java.sh check         the stubs generated from proto/consistd/v1 compile with the SDK (javac -Xlint)
 #   hack/sdk/java.sh test          its JUnit 5 tests (Maven Surefire) against hack/with-daemons.sh's daemons
-#   hack/sdk/java.sh example       the ConfigMap controller end to end (hack/run-example.sh): installs the SDK into
+#   hack/sdk/java.sh example       the Greeting operator end to end (hack/run-example.sh): installs the SDK into
 #                                  the local Maven repository, packages examples/java into target/examples/java
 #   hack/sdk/java.sh conformance   the SDK conformance suite (client-sdk/conformance) with the Java agent, under
 #                                  hack/with-control-plane.sh
@@ -41,7 +41,7 @@ example)
   # Not the tests: they are test's to compile (into the same target/sdk/java), and the example needs the jar only.
   mvn_ install -Dmaven.test.skip=true
   mvn -B -q --no-transfer-progress -f "$repo/examples/java/pom.xml" package
-  jar=$repo/target/examples/java/configmap-controller.jar
+  jar=$repo/target/examples/java/greeting-operator.jar
   "$repo/hack/run-example.sh" java "java -jar '$jar' controller" "java -jar '$jar' receive"
   ;;
 conformance)

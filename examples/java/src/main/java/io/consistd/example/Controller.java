@@ -1,52 +1,47 @@
-// The `controller` mode: campaigns, and reconciles the watched ConfigMaps a work queue hands out while it leads.
+// The `controller` mode: campaigns, and runs the Greeting operator on the reconcile queue handed out while it leads.
 package io.consistd.example;
 
-import com.google.gson.Gson;
-import com.google.gson.JsonElement;
-import com.google.gson.JsonObject;
-import com.google.gson.JsonParseException;
-import com.google.gson.JsonParser;
+import io.consistd.client.ConditionStatus;
 import io.consistd.client.ConsistdClient;
 import io.consistd.client.Destination;
 import io.consistd.client.Election;
+import io.consistd.client.EventSeverity;
 import io.consistd.client.KubeObject;
 import io.consistd.client.LeadershipListener;
 import io.consistd.client.LeadershipStatus;
-import io.consistd.client.ObjectsClient;
+import io.consistd.client.ObjectOption;
+import io.consistd.client.ObjectsClient.PatchType;
 import io.consistd.client.Outcome;
 import io.consistd.client.QueueSpec;
 import io.consistd.client.Reconciler;
 import io.consistd.client.SendRequest;
 import io.consistd.client.Sent;
-import io.consistd.client.TerminalException;
 import io.consistd.client.WorkItem;
+import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
-import java.util.HashMap;
-import java.util.List;
-import java.util.Map;
+import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.atomic.AtomicInteger;
 
 /**
- * Campaigns in the election and meanwhile works on the reconcile queue of the ConfigMaps in the namespace that match
- * the selector. The queue is named after the election (so controllers of other elections on one sidecar keep apart)
- * and hands a ConfigMap out only while this sidecar leads, each with the term it was granted in. For each one the
- * handler records the data keys in an annotation, with a merge patch made for the item (it names the lease and is
- * refused once this sidecar no longer leads in the item's term), and notifies the peer, waiting for its ACK.
+ * Campaigns in the election and meanwhile works on the reconcile queue of the Greetings in the namespace, named after
+ * the election and handed out only while this sidecar leads it, each item with the term it was granted in. The queue
+ * passes a Greeting on only when its spec changes (the generation filter) or someone else changes or deletes the
+ * ConfigMap it owns (the related query), and keeps the finalizer on it, so a Greeting being deleted comes as a
+ * finalize pass. A pass publishes the message in the Greeting's ConfigMap, records the Published event, notifies the
+ * peer and sets the Ready condition; a finalize pass deletes the ConfigMap. Every write is made for the item: it names
+ * the lease (so it queues no pass of its own) and is guarded by the item's term.
  */
 final class Controller {
-  static final String OBSERVED_KEYS = "example.consistd.io/observed-keys";
-  static final String HANDLED_BY = "example.consistd.io/handled-by";
-  /** How many ConfigMaps are reconciled at once. */
+  static final String GREETINGS = "greetings.example.consistd.io";
+  static final String CONFIGMAPS = "configmaps";
+  static final String FINALIZER = "example.consistd.io/cleanup";
+  /** How many Greetings are reconciled at once. */
   static final int MAX_LEASES = 4;
-
-  private static final Gson GSON = new Gson();
 
   private final ConsistdClient client;
   private final Settings settings;
-  private final AtomicInteger handled = new AtomicInteger();
-  /** Completed when the controller should stop on its own: EXAMPLE_EXIT_AFTER reached, or the election refused. */
-  private final CompletableFuture<Void> finished = new CompletableFuture<>();
+  /** Completed when the sidecar refused the election: the controller stops. */
+  private final CompletableFuture<Void> refused = new CompletableFuture<>();
   private volatile StatusRuntimeException refusal;
 
   Controller(ConsistdClient client, Settings settings) {
@@ -55,22 +50,16 @@ final class Controller {
   }
 
   /**
-   * Runs until EXAMPLE_EXIT_AFTER ConfigMaps were handled (then returns) or the thread is interrupted (then throws
-   * InterruptedException). Either way the queue's passes have returned and the campaign is left (the sidecar
-   * resigns: it releases the Lease at once) before it does.
+   * Runs until the thread is interrupted (then throws InterruptedException). The queue's passes have returned and the
+   * campaign is left (the sidecar resigns: it releases the Lease at once) before it does.
    *
    * @throws StatusRuntimeException the sidecar's refusal of the queue's spec or of the election
    */
   void run() throws InterruptedException {
-    QueueSpec spec = QueueSpec.of(settings.election(), "configmaps")
-        .namespace(settings.namespace())
-        .labelSelector(settings.selector())
-        .maxLeases(MAX_LEASES)
-        .election(settings.election(), settings.namespace());
-    try (Reconciler reconciler = client.reconciler(spec, this::reconcile)) {
+    try (Reconciler reconciler = client.reconciler(queue(), this::reconcile)) {
       Election election = client.leadership().campaign(settings.election(), settings.namespace(), listener());
       try {
-        finished.thenRun(reconciler::close); // EXAMPLE_EXIT_AFTER reached, or no election to lead for
+        refused.thenRun(reconciler::close);
         reconciler.run(); // until closed; interrupted, it closes itself and throws
       } finally {
         election.close(); // resigns, once every pass has returned
@@ -79,6 +68,19 @@ final class Controller {
     if (refusal != null) {
       throw refusal;
     }
+  }
+
+  /** The queue: the namespace's Greetings, by generation, queued by their ConfigMaps, finalized, while leading. */
+  private QueueSpec queue() {
+    QueueSpec.Related configMaps = QueueSpec.Related.controllerOwner(CONFIGMAPS, settings.namespace())
+        .labelSelector(Greeting.MANAGED_BY + "=" + Greeting.OPERATOR);
+    return QueueSpec.of(settings.election(), GREETINGS)
+        .namespace(settings.namespace())
+        .onlyChangesOf(QueueSpec.Changed.GENERATION)
+        .related(configMaps)
+        .finalizer(FINALIZER)
+        .maxLeases(MAX_LEASES)
+        .election(settings.election(), settings.namespace());
   }
 
   /** Prints each leadership state; a refused election stops the controller. */
@@ -93,63 +95,113 @@ final class Controller {
       @Override
       public void onError(StatusRuntimeException error) {
         refusal = error;
-        finished.complete(null);
+        refused.complete(null);
       }
     };
   }
 
   /**
-   * One pass over one ConfigMap: records its data keys unless they are recorded already (the pass after the
-   * controller's own patch sees it, and goes idle), then notifies the peer. What it throws goes back to the queue,
-   * which hands the ConfigMap out again after a backoff (a TerminalException: not until it changes).
+   * One pass over one Greeting. A failure is printed on stderr and thrown back to the queue, which hands the Greeting
+   * out again after a backoff (a TerminalException: not until it changes).
    */
   private Reconciler.Result reconcile(WorkItem item) throws Exception {
-    if (item.deleted() || item.object() == null) {
-      return Reconciler.Result.done();
+    try {
+      if (item.finalizing()) {
+        cleanUp(item);
+      } else if (!item.deleted() && item.object() != null) {
+        publish(item);
+      }
+      return Reconciler.Result.done(); // after a finalize pass, the sidecar removes the finalizer
+    } catch (Exception e) {
+      if (!item.cancelled()) { // a pass cut short by a lost lease or by stopping is no failure
+        System.err.printf("greeting-operator: %s%n", e.getMessage());
+      }
+      throw e;
     }
-    System.out.printf("reconciling %s attempt=%d term=%d %s%n",
-        item.key(), item.attempt(), item.term(), item.consistency());
-    ConfigMap cm = ConfigMap.parse(item.object());
-    String keys = String.join(",", cm.keys());
-    if (keys.equals(cm.annotations().get(OBSERVED_KEYS))) {
-      return Reconciler.Result.done();
-    }
-    KubeObject patched = annotate(item, keys);
-    System.out.printf("patched %s keys=%s resourceVersion=%s%n", item.key(), keys, patched.resourceVersion());
-    if (!settings.peer().isEmpty()) {
-      notifyPeer(patched, cm.keys());
-    }
-    if (settings.enough(handled.incrementAndGet())) {
-      // Closing the reconciler cancels this pass (its completion is dropped; the next controller's pass finds the
-      // annotation and goes idle) and ends run().
-      finished.complete(null);
-    }
-    return Reconciler.Result.done();
   }
 
   /**
-   * Merge-patches the ConfigMap's annotations through the item's objects: the write names the item's lease (so the
-   * key's next pass waits until the queue's cache shows it) and is guarded by the item's term.
+   * Applies the Greeting's ConfigMap unless it holds the message already (and then records the event and notifies
+   * the peer), and sets Ready, which the daemon writes only when it changes.
    */
-  private static KubeObject annotate(WorkItem item, String keys) {
-    Map<String, Object> patch =
-        Map.of("metadata", Map.of("annotations", Map.of(OBSERVED_KEYS, keys, HANDLED_BY, "java-example")));
-    return item.objects().patch(
-        "configmaps", item.namespace(), item.name(), ObjectsClient.PatchType.MERGE, GSON.toJson(patch));
+  private void publish(WorkItem item) throws Exception {
+    System.out.printf("reconciling %s attempt=%d term=%d %s%n",
+        item.key(), item.attempt(), item.term(), item.consistency());
+    Greeting greeting = Greeting.parse(item.object());
+    Optional<KubeObject> current = configMap(item);
+    if (current.isEmpty() || !greeting.isPublishedIn(current.get())) {
+      KubeObject applied = apply(item, greeting);
+      System.out.printf("published %s generation=%d configmap=%s resourceVersion=%s%n",
+          item.key(), greeting.generation(), applied.name(), applied.resourceVersion());
+      recordPublished(item, greeting);
+      if (!settings.peer().isEmpty()) {
+        notifyPeer(greeting, applied);
+      }
+    }
+    try {
+      item.setCondition("Ready", ConditionStatus.TRUE, "Published", greeting.publishedNote());
+    } catch (StatusRuntimeException e) {
+      throw new PassFailed("setting the Ready condition of greeting " + item.key(), e);
+    }
   }
 
-  /** What the peer is told about a patched ConfigMap. */
-  private record Notification(String namespace, String name, List<String> keys) {}
+  /** The Greeting's ConfigMap as the sidecar reads it; empty when there is none. */
+  private static Optional<KubeObject> configMap(WorkItem item) throws PassFailed {
+    try {
+      return Optional.of(item.objects().get(CONFIGMAPS, item.namespace(), item.name()));
+    } catch (StatusRuntimeException e) {
+      if (e.getStatus().getCode() == Status.Code.NOT_FOUND) {
+        return Optional.empty();
+      }
+      throw new PassFailed("reading configmap " + item.key(), e);
+    }
+  }
 
-  /** Tells the peer about a patched ConfigMap and waits for its receiver's ACK. */
-  private void notifyPeer(KubeObject cm, List<String> keys) throws InterruptedException {
-    Sent sent = client.outbox().send(SendRequest.to(destination(settings.peer()))
-        .resourceId("configmaps/" + cm.namespace() + "/" + cm.name())
-        .eventId(cm.resourceVersion())
-        .payload(GSON.toJson(new Notification(cm.namespace(), cm.name(), keys)))
-        .contentType("application/json"));
-    Outcome outcome = sent.await(); // interrupted when the lease is lost; the sidecar goes on delivering
-    System.out.printf("notified %s %s %s%n", settings.peer(), outcome.kind(), sent.messageId());
+  /** Applies the ConfigMap server-side, forced, as the item's write (its lease, its term's guard). */
+  private static KubeObject apply(WorkItem item, Greeting greeting) throws PassFailed {
+    try {
+      return item.objects().patch(CONFIGMAPS, item.namespace(), item.name(), PatchType.APPLY, greeting.configMap(),
+          ObjectOption.fieldManager(Greeting.OPERATOR), ObjectOption.force());
+    } catch (StatusRuntimeException e) {
+      throw new PassFailed("applying configmap " + item.key(), e);
+    }
+  }
+
+  /** Records the Normal event Published about the Greeting, reported by the queue. */
+  private static void recordPublished(WorkItem item, Greeting greeting) throws PassFailed {
+    try {
+      item.recordEvent(EventSeverity.NORMAL, "Published", "Publish", greeting.publishedNote());
+    } catch (StatusRuntimeException e) {
+      throw new PassFailed("recording the Published event of greeting " + item.key(), e);
+    }
+  }
+
+  /** Tells the peer about the published Greeting and waits for its receiver's ACK. */
+  private void notifyPeer(Greeting greeting, KubeObject configMap) throws InterruptedException, PassFailed {
+    try {
+      Sent sent = client.outbox().send(SendRequest.to(destination(settings.peer()))
+          .resourceId("greetings/" + greeting)
+          .eventId(configMap.resourceVersion())
+          .payload(greeting.notification())
+          .contentType("application/json"));
+      Outcome outcome = sent.await(); // interrupted when the lease is lost; the sidecar goes on delivering
+      System.out.printf("notified %s %s %s%n", settings.peer(), outcome.kind(), sent.messageId());
+    } catch (StatusRuntimeException e) {
+      throw new PassFailed("notifying " + settings.peer() + " of greeting " + greeting, e);
+    }
+  }
+
+  /** The finalize pass: deletes the Greeting's ConfigMap as the item's write; one already gone is fine. */
+  private static void cleanUp(WorkItem item) throws PassFailed {
+    System.out.printf("finalizing %s term=%d%n", item.key(), item.term());
+    try {
+      item.objects().delete(CONFIGMAPS, item.namespace(), item.name());
+    } catch (StatusRuntimeException e) {
+      if (e.getStatus().getCode() != Status.Code.NOT_FOUND) {
+        throw new PassFailed("deleting configmap " + item.key(), e);
+      }
+    }
+    System.out.printf("finalized %s%n", item.key());
   }
 
   /**
@@ -162,38 +214,12 @@ final class Controller {
         : Destination.peer(peer);
   }
 
-  /**
-   * What the controller reads of a ConfigMap.
-   *
-   * @param keys its data keys, sorted
-   * @param annotations its annotations whose values are strings
-   */
-  record ConfigMap(List<String> keys, Map<String, String> annotations) {
-    /**
-     * Decodes the object's JSON.
-     *
-     * @throws TerminalException when it is no ConfigMap: the same object will not decode better
-     */
-    static ConfigMap parse(KubeObject object) throws TerminalException {
-      try {
-        JsonObject cm = JsonParser.parseString(object.json()).getAsJsonObject();
-        List<String> keys = member(cm, "data").keySet().stream().sorted().toList();
-        Map<String, String> annotations = new HashMap<>();
-        for (Map.Entry<String, JsonElement> a : member(member(cm, "metadata"), "annotations").entrySet()) {
-          if (a.getValue().isJsonPrimitive()) {
-            annotations.put(a.getKey(), a.getValue().getAsString());
-          }
-        }
-        return new ConfigMap(keys, Map.copyOf(annotations));
-      } catch (JsonParseException | IllegalStateException e) {
-        throw new TerminalException("decoding configmap " + object + ": " + e.getMessage(), e);
-      }
-    }
+  /** A step of a pass failed: the message names the step, then the sidecar's answer ("CODE: description"). */
+  static final class PassFailed extends Exception {
+    private static final long serialVersionUID = 1L;
 
-    /** The object {@code name} in {@code o}; empty when it is missing or null. */
-    private static JsonObject member(JsonObject o, String name) {
-      JsonElement e = o.get(name);
-      return e == null || e.isJsonNull() ? new JsonObject() : e.getAsJsonObject();
+    PassFailed(String step, StatusRuntimeException cause) {
+      super(step + ": " + cause.getStatus().getCode() + ": " + cause.getStatus().getDescription(), cause);
     }
   }
 }

@@ -1,4 +1,4 @@
-// The Java SDK's example: a ConfigMap controller on the sidecar's work queue, and the peer app it notifies.
+// The Java SDK's example: the Greeting operator on the sidecar's reconcile queue, and the peer app it notifies.
 package io.consistd.example;
 
 import io.consistd.client.ConsistdClient;
@@ -11,34 +11,35 @@ import sun.misc.Signal;
  * The command line: {@code controller} (see {@link Controller}) or {@code receive} (see {@link Receiver}).
  *
  * <pre>
- * java -jar configmap-controller.jar controller   campaign, and reconcile the watched ConfigMaps the queue hands
- *                                                 out (only while LEADER): annotate each with its data keys, notify
- *                                                 EXAMPLE_PEER
- * java -jar configmap-controller.jar receive      print each notification peers send, and ACK it
+ * java -jar greeting-operator.jar controller   campaign, and reconcile the Greetings the queue hands out (only while
+ *                                              LEADER): publish each message in the Greeting's ConfigMap, record an
+ *                                              event, notify EXAMPLE_PEER, set the Ready condition
+ * java -jar greeting-operator.jar receive      print each notification peers send, and ACK it
  * </pre>
  *
  * <p>Environment: CONSISTD_SOCKET (the SDK's default), EXAMPLE_NAMESPACE (default "default"), EXAMPLE_ELECTION
- * ("configmap-controller"; it also names the queue), EXAMPLE_SELECTOR ("example.consistd.io/watch=true"),
- * EXAMPLE_PEER (whom to notify: a peer sidecar's "host:port", or "service/NAME" for every ready endpoint of the
- * Service NAME in the sidecar's namespace; unset: nobody) and EXAMPLE_EXIT_AFTER (exit 0 after this many handled;
- * unset: run until SIGTERM or SIGINT, then resign and exit 0).
+ * ("greeting-operator"; it also names the queue), EXAMPLE_PEER (whom to notify: a peer sidecar's "host:port", or
+ * "service/NAME" for every ready endpoint of the Service NAME in the sidecar's namespace; unset: nobody) and, for
+ * {@code receive} only, EXAMPLE_EXIT_AFTER (exit 0 after this many received). Either command runs until SIGTERM or
+ * SIGINT, then leaves the campaign (the sidecar resigns) and exits 0. Every line is printed through System.out,
+ * which flushes at each line's end, so a file holds it at once.
  */
-public final class ConfigMapController {
-  private ConfigMapController() {}
+public final class GreetingOperator {
+  private GreetingOperator() {}
 
   /** The signal that stopped the app ("SIGTERM" or "SIGINT"); null while none came. */
   private static volatile String stoppedBy;
 
   public static void main(String[] args) {
     if (args.length != 1 || !(args[0].equals("controller") || args[0].equals("receive"))) {
-      System.err.println("usage: configmap-controller controller|receive");
+      System.err.println("usage: greeting-operator controller|receive");
       System.exit(2);
     }
     Settings settings;
     try {
       settings = Settings.from(System.getenv());
     } catch (IllegalArgumentException e) {
-      System.err.println("configmap-controller: " + e.getMessage());
+      System.err.println("greeting-operator: " + e.getMessage());
       System.exit(1);
       return;
     }
@@ -54,7 +55,7 @@ public final class ConfigMapController {
     } catch (InterruptedException | ExecutionException | RuntimeException e) {
       // Once stopping, what the stop cut short (an interrupted wait, a cancelled call) is no failure.
       if (stoppedBy == null) {
-        System.err.println("configmap-controller: " + describe(e));
+        System.err.println("greeting-operator: " + describe(e));
         status = 1;
       }
     }
@@ -75,7 +76,7 @@ public final class ConfigMapController {
   private static void stopOnSignals(Thread main) {
     for (String name : new String[] {"TERM", "INT"}) {
       Signal.handle(new Signal(name), signal -> {
-        synchronized (ConfigMapController.class) {
+        synchronized (GreetingOperator.class) {
           if (stoppedBy != null) {
             return;
           }

@@ -1,4 +1,4 @@
-// The example's settings, from the environment (EXAMPLE_NAMESPACE, EXAMPLE_ELECTION, EXAMPLE_SELECTOR, ...).
+// The example's settings, from the environment (EXAMPLE_NAMESPACE, EXAMPLE_ELECTION, EXAMPLE_PEER, ...).
 package io.consistd.example;
 
 import java.util.Map;
@@ -6,13 +6,12 @@ import java.util.Map;
 /**
  * What the environment asks for.
  *
- * @param namespace where the ConfigMaps and the election's Lease live
+ * @param namespace where the Greetings and the election's Lease live
  * @param election the election; it also names the reconcile queue
- * @param selector which ConfigMaps (a label selector)
  * @param peer whom to notify, as given: a peer sidecar's "host:port", or "service/NAME"; empty: nobody
- * @param exitAfter how many ConfigMaps (controller) or messages (receive) to handle before exiting; 0: no limit
+ * @param exitAfter how many messages {@code receive} handles before exiting; 0: no limit
  */
-record Settings(String namespace, String election, String selector, String peer, int exitAfter) {
+record Settings(String namespace, String election, String peer, int exitAfter) {
   /**
    * The settings {@code env} gives.
    *
@@ -33,13 +32,12 @@ record Settings(String namespace, String election, String selector, String peer,
     }
     return new Settings(
         get(env, "EXAMPLE_NAMESPACE", "default"),
-        get(env, "EXAMPLE_ELECTION", "configmap-controller"),
-        get(env, "EXAMPLE_SELECTOR", "example.consistd.io/watch=true"),
+        get(env, "EXAMPLE_ELECTION", "greeting-operator"),
         get(env, "EXAMPLE_PEER", ""),
         n);
   }
 
-  /** Whether {@code handled} ConfigMaps or messages are all EXAMPLE_EXIT_AFTER asks for. */
+  /** Whether {@code handled} messages are all EXAMPLE_EXIT_AFTER asks for. */
   boolean enough(int handled) {
     return exitAfter > 0 && handled >= exitAfter;
   }
