@@ -16,6 +16,7 @@ feature).
 from __future__ import annotations
 
 import datetime
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -50,7 +51,7 @@ def reconcile(
     unless it says so already."""
     # The consistd examples' line. Kopf counts retries but has no leadership term or consistency: term=0 and
     # UNSPECIFIED are fixed placeholders.
-    print(f"reconciling {namespace}/{name} attempt={retry + 1} term=0 UNSPECIFIED", flush=True)
+    say(f"reconciling {namespace}/{name} attempt={retry + 1} term=0 UNSPECIFIED")
     note = publish(body)
     ready = {
         "type": "Ready",
@@ -75,13 +76,13 @@ def reconcile(
 def finalize(namespace: str, name: str, **_: Any) -> None:
     """Deletes the Greeting's ConfigMap (already gone is fine); Kopf then removes the finalizer."""
     # Kopf has no leadership term: term=0 is a fixed placeholder.
-    print(f"finalizing {namespace}/{name} term=0", flush=True)
+    say(f"finalizing {namespace}/{name} term=0")
     try:
         kubernetes.client.CoreV1Api().delete_namespaced_config_map(name, namespace)
     except ApiException as e:
         if e.status != 404:
             raise kopf.TemporaryError(f"delete ConfigMap {namespace}/{name}: {e.reason}", delay=5) from e
-    print(f"finalized {namespace}/{name}", flush=True)
+    say(f"finalized {namespace}/{name}")
 
 
 @kopf.on.event("", "v1", "configmaps", labels={MANAGED_BY: MANAGER})
@@ -93,8 +94,15 @@ def configmap_changed(
         deleting = greeting.meta.get("deletionTimestamp") is not None
         stale = type == "DELETED" or body.get("data", {}).get("message") != greeting.spec["message"]
         if stale and not deleting:
-            print(f"reconciling {namespace}/{name} attempt=1 term=0 UNSPECIFIED", flush=True)
+            say(f"reconciling {namespace}/{name} attempt=1 term=0 UNSPECIFIED")
             publish(greeting)
+
+
+def say(line: str) -> None:
+    """Prints one line whole, at once: Kopf runs sync handlers in threads, and print() writes a text and its
+    newline apart, so two handlers' lines could run together."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def publish(greeting: Mapping[str, Any]) -> str:
@@ -123,10 +131,9 @@ def publish(greeting: Mapping[str, Any]) -> str:
             written = api.patch_namespaced_config_map(name, namespace, configmap)
     except ApiException as e:
         raise kopf.TemporaryError(f"write ConfigMap {namespace}/{name}: {e.reason}", delay=5) from e
-    print(
+    say(
         f"published {namespace}/{name} generation={greeting['metadata']['generation']} configmap={name} "
-        f"resourceVersion={written.metadata.resource_version}",
-        flush=True,
+        f"resourceVersion={written.metadata.resource_version}"
     )
     kopf.event(greeting, type="Normal", reason="Published", message=note)
     return note
