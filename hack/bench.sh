@@ -3,7 +3,8 @@
 # subscribers, then client-go's leader election and 64 informers on the same control plane, so the figures compare
 # side by side in one run. Every benchmark also records its figures in target/bench/figures.jsonl;
 # hack/bench/charts.py draws them into docs/bench/*.png (matplotlib from PyPI). The venv target/bench/venv holds matplotlib, the Kopf comparison's Kopf
-# (hack/bench/kopf/requirements.txt) and the consistd Python SDK; it is made again when either list changes. The Kopf
+# (hack/bench/kopf/requirements.txt), the Kopf Greeting operator's Kubernetes client (hack/bench/operator/kopf/requirements.txt)
+# and the consistd Python SDK; it is made again when any of those lists changes. The Kopf
 # comparison's Java sides run from one jar, target/bench/josdk/kopf-bench-java.jar (hack/bench/josdk: the Java Operator
 # SDK and the consistd Java SDK, from Maven Central and client-sdk/java); it is built again when its sources, the Java
 # SDK's or the protocol change.
@@ -15,11 +16,13 @@ export CONSISTD_BENCH_FIGURES=$repo/target/bench/figures.jsonl
 : >"$CONSISTD_BENCH_FIGURES"
 
 venv=$repo/target/bench/venv
-want=$(cat hack/bench/kopf/requirements.txt client-sdk/python/pyproject.toml | sha256sum | cut -d' ' -f1)
+want=$(cat hack/bench/kopf/requirements.txt hack/bench/operator/kopf/requirements.txt client-sdk/python/pyproject.toml |
+  sha256sum | cut -d' ' -f1)
 if [ "$(cat "$venv/.consistd-bench" 2>/dev/null)" != "$want" ] || ! "$venv/bin/python" -c 'import matplotlib' 2>/dev/null; then
   rm -rf "$venv"
   python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check matplotlib -r hack/bench/kopf/requirements.txt -e client-sdk/python >&2
+  "$venv/bin/pip" install -q --disable-pip-version-check matplotlib -r hack/bench/kopf/requirements.txt \
+    -r hack/bench/operator/kopf/requirements.txt -e client-sdk/python >&2
   echo "$want" >"$venv/.consistd-bench"
 fi
 export CONSISTD_BENCH_PYTHON=$venv/bin/python
@@ -42,7 +45,13 @@ export CONSISTD_BENCH_JOSDK_JAR=$jar
 (cd hack/bench/informers && GOTOOLCHAIN=local go build -o "$repo/target/bench/informers" . &&
   GOTOOLCHAIN=local go build -o "$repo/target/bench/informers-app" ./app)
 export CONSISTD_BENCH_INFORMERS=$repo/target/bench/informers
-cargo bench -p consistd --bench watch --bench memory --bench leadership --bench outbox --bench rollout --bench scale --bench kopf --bench reconcile --bench fencing --bench link --bench sharded --bench shard_watch
+# The Greeting operator side by side (daemon/benches/operator.rs): the controller-runtime operator, and the kube-rs one
+# and the consistd Rust example in the release profile the bench is built in (it takes them from there).
+(cd hack/bench/operator/controller-runtime &&
+  GOTOOLCHAIN=local go build -o "$repo/target/bench/controller-runtime-greeting-operator" .)
+export CONSISTD_BENCH_CONTROLLER_RUNTIME=$repo/target/bench/controller-runtime-greeting-operator
+cargo build -q --release -p consistd-bench-kube-rs-operator -p consistd-example-greeting-operator
+cargo bench -p consistd --bench watch --bench memory --bench leadership --bench outbox --bench rollout --bench scale --bench kopf --bench operator --bench reconcile --bench fencing --bench link --bench sharded --bench shard_watch
 # The watch of a shard once more against an apiserver without sharded watches (KEP-5866's gate off), on a control
 # plane of its own: the daemon applies the shard itself. The shard-watch charts set both apiservers side by side.
 CONSISTD_CP_FEATURE_GATES= CONSISTD_CP_DIR=$repo/target/control-plane-no-shard-gate \
