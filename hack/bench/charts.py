@@ -50,6 +50,9 @@ TITLES = {
     "sharded-moves": "Sharded queue under load: until every slot has an owner again",
     "shard-watch-bytes": "Sharded queue, 4 daemons: bytes the apiserver sent each",
     "shard-watch-events": "Sharded queue, 4 daemons: watch events each took in",
+    "operator-loc": "The Greeting operator: lines of code",
+    "operator-passes": "The Greeting operator: passes per Greeting per change",
+    "operator-rss": "The Greeting operator: memory of the operator (and the sidecar)",
 }
 DISTRIBUTIONS = {"sends-latency", "watch-latency", "fencing-write"}
 # Charts recorded one sample per round (x: the round): drawn as their distribution.
