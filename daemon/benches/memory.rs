@@ -121,7 +121,9 @@ async fn through_informer(ns: &str, count: usize, who: &'static str, mode: &str)
     let dir = tempfile::tempdir().expect("a directory");
     let kubeconfig = consistd_testkit::kubeconfig_via(proxy.addr(), dir.path());
     #[allow(clippy::disallowed_methods, reason = "the bench harness's switch, not the daemon's environment")]
-    let bin = std::env::var("CONSISTD_BENCH_INFORMERS").unwrap_or_else(|_| "target/bench/informers".into());
+    // Cargo runs a bench from its package's directory, so the default is named from the repository's root.
+    let bin = std::env::var("CONSISTD_BENCH_INFORMERS")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../target/bench/informers").into());
     let mut child = Command::new(&bin)
         .args(["memory", ns, mode])
         .env("KUBECONFIG", &kubeconfig)

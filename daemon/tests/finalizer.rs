@@ -197,6 +197,9 @@ async fn a_deposed_leader_never_removes_its_finalizer() {
     // fencing stamp made before it must not make that test fail.
     assert_eq!(first.attempt, 1, "the guarded add was retried:\n{}", daemon.logs());
     q.complete(&first, Outcome::Done).await;
+    // The add's two writes (the fencing stamp, then the patch) are the lease's own: no pass comes for them.
+    let again = q.message(Duration::from_secs(2)).await;
+    assert!(again.is_none(), "{again:?} after the lease's own writes:\n{}", daemon.logs());
     cms.delete("led", &DeleteParams::default()).await.expect("delete");
     let finalize = q.item().await;
     assert!(finalize.finalizing, "{finalize:?}");

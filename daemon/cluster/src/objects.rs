@@ -84,10 +84,20 @@ pub enum Source {
 pub struct Updated {
     /// The object as stored (as cached, when `unchanged`).
     pub object: Arc<Obj>,
+    /// The object as the fencing stamp written just before the write left it, when one was (see
+    /// [`Objects::stamp_first`]): a state of this write's making too, whose watch event comes first.
+    pub stamped: Option<Arc<Obj>>,
     /// How its guard was checked; None for a write without one.
     pub fenced: Option<FencedBy>,
     /// It would change nothing and was not sent: the cache showed the object as it would leave it.
     pub unchanged: bool,
+}
+
+impl Updated {
+    /// Every state the write left the object in, oldest first: the stamp's, if one was written, then its own.
+    pub fn states(&self) -> impl Iterator<Item = &Arc<Obj>> {
+        self.stamped.iter().chain(std::iter::once(&self.object))
+    }
 }
 
 /// Why a read or write failed.
@@ -199,7 +209,8 @@ impl Objects {
     /// guarded too: refused, the write is. When the write's `body` names a resourceVersion (an update of
     /// /status read-modify-write, an apply, a JSON patch's test), the stamp is made on that version only, and
     /// the body then names the stamped version: the write's own precondition holds as the app meant it. An
-    /// object that does not exist takes no stamp: the write creates it (an apply) or fails.
+    /// object that does not exist takes no stamp: the write creates it (an apply) or fails. Returns the object
+    /// as the stamp left it, when one was written.
     async fn stamp_first(
         &self,
         r: &Resolved,
@@ -207,10 +218,10 @@ impl Objects {
         claim: &Claim,
         fence: Option<&Fenced>,
         body: Option<&mut serde_json::Value>,
-    ) -> Result<(), ObjectsError> {
+    ) -> Result<Option<Arc<Obj>>, ObjectsError> {
         let key = stamp_key(r, t);
         if self.stamped.has(&key, claim) {
-            return Ok(());
+            return Ok(None);
         }
         let mut stamp = token::stamp_alone(claim);
         let mut body = body;
@@ -231,12 +242,12 @@ impl Objects {
                     *v = obj.resource_version().to_owned().into();
                 }
                 self.stamped.record(&key, claim);
-                Ok(())
+                Ok(Some(obj))
             }
             Err(ObjectsError::Resource(ResourceError::Apiserver { source: kube::Error::Api(status), .. }))
                 if status.code == 404 =>
             {
-                Ok(())
+                Ok(None)
             }
             Err(e) => Err(e),
         }
@@ -368,6 +379,7 @@ impl Objects {
         let _in_flight = self.begin(&r, t);
         let pp = PostParams { field_manager: Some(manager(field_manager)), ..PostParams::default() };
         let request = Self::request(&r, &t.namespace);
+        let mut stamped = None;
         let request = if t.subresource.is_empty() {
             request.replace(&t.name, &pp, stamp_bytes(stamp, object))
         } else {
@@ -375,7 +387,7 @@ impl Objects {
             // is stamped first. Some take it from the body (a Namespace's): the body carries the token too.
             let object = match (stamp, serde_json::from_slice::<serde_json::Value>(&object)) {
                 (Some(claim), Ok(mut body)) => {
-                    self.stamp_first(&r, t, claim, fence.as_ref(), Some(&mut body)).await?;
+                    stamped = self.stamp_first(&r, t, claim, fence.as_ref(), Some(&mut body)).await?;
                     token::stamp(&mut body, claim);
                     serde_json::to_vec(&body).unwrap_or(object)
                 }
@@ -387,7 +399,7 @@ impl Objects {
         if let Some(claim) = stamp {
             self.stamped.record(&stamp_key(&r, t), claim);
         }
-        Ok(Updated { object: self.written(&r, raw), fenced: by, unchanged: false })
+        Ok(Updated { object: self.written(&r, raw), stamped, fenced: by, unchanged: false })
     }
 
     /// Patches an object (or its status); unless `send_unchanged`, a merge or JSON patch the cache shows
@@ -412,6 +424,7 @@ impl Objects {
         }
         let _in_flight = self.begin(&r, t);
         let mut patch = patch;
+        let mut stamped = None;
         if let Some(claim) = stamp {
             // A merge patch carries the token itself; a JSON patch cannot add an annotation without knowing
             // whether the object has annotations, an apply's field manager would own it, and most /status
@@ -419,7 +432,7 @@ impl Objects {
             // object first.
             let carried = matches!(kind, PatchKind::Merge | PatchKind::Strategic) && token::stamp(&mut patch, claim);
             if !carried || !t.subresource.is_empty() {
-                self.stamp_first(&r, t, claim, fence.as_ref(), Some(&mut patch)).await?;
+                stamped = self.stamp_first(&r, t, claim, fence.as_ref(), Some(&mut patch)).await?;
             }
         }
         let mut pp = PatchParams { field_manager: Some(manager(field_manager)), ..PatchParams::default() };
@@ -453,7 +466,7 @@ impl Objects {
         if let Some(claim) = stamp {
             self.stamped.record(&stamp_key(&r, t), claim);
         }
-        Ok(Updated { object: self.written(&r, raw), fenced: by, unchanged: false })
+        Ok(Updated { object: self.written(&r, raw), stamped, fenced: by, unchanged: false })
     }
 
     /// Sets `c` in the status.conditions of the object `t` names (its subresource is taken as "status"), as
@@ -475,7 +488,7 @@ impl Objects {
         let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
         match condition::plan(&json, (&r.api.api_version(), &r.api.kind), c, &now) {
             condition::Plan::Unchanged { last_transition_time } => {
-                Ok((Updated { object: current, fenced: None, unchanged: true }, last_transition_time))
+                Ok((Updated { object: current, stamped: None, fenced: None, unchanged: true }, last_transition_time))
             }
             condition::Plan::Apply { body, last_transition_time } => {
                 let status = ObjectRef { subresource: "status".into(), ..object };
@@ -583,7 +596,7 @@ impl Objects {
         }
         tracing::debug!(resource = %r.api.plural, namespace = %t.namespace, name = %t.name, resource_version = cached.resource_version(), "a write that would change nothing: answered from the cache");
         self.hub.metrics().unchanged_writes.inc();
-        Some(Updated { object: cached, fenced: claim.map(|_| FencedBy::Daemon), unchanged: true })
+        Some(Updated { object: cached, stamped: None, fenced: claim.map(|_| FencedBy::Daemon), unchanged: true })
     }
 
     /// Marks a write to `t` as in flight until the returned guard drops (after [`Objects::written`]):

@@ -35,7 +35,7 @@ use super::{
     ring::ShardBy,
     shards::Handoff,
 };
-use crate::objects::{DEFAULT_FIELD_MANAGER, ObjectRef, PatchKind};
+use crate::objects::{DEFAULT_FIELD_MANAGER, ObjectRef, PatchKind, Updated};
 use crate::watch::{
     ResourceError, Subscription,
     budget::Exhausted,
@@ -154,8 +154,8 @@ type Reply = oneshot::Sender<Result<(), ReconcileError>>;
 
 /// How a finalizer write went.
 enum WriteOutcome {
-    /// It landed: the object as it left it.
-    Wrote(Arc<Obj>),
+    /// It landed: the object as it left it (and as its fencing stamp did, if one was written first).
+    Wrote(Updated),
     /// A removal found the object gone: nothing is left to remove.
     Gone,
     /// It did not land, and why.
@@ -1208,7 +1208,7 @@ impl Driver {
                             true,
                         );
                         match patched.await {
-                            Ok(updated) => WriteOutcome::Wrote(updated.object),
+                            Ok(updated) => WriteOutcome::Wrote(updated),
                             Err(e) if removes && e.is_not_found() => WriteOutcome::Gone,
                             Err(e) => WriteOutcome::Failed(consistd_core::error::chain(&e)),
                         }
@@ -1238,8 +1238,8 @@ impl Driver {
         let Some(lease) = self.leases.get_mut(lease_id) else { return };
         let Some(mut work) = lease.adding.take() else { return };
         let stream = lease.stream;
-        let obj = match answer {
-            WriteOutcome::Wrote(obj) => obj,
+        let updated = match answer {
+            WriteOutcome::Wrote(updated) => updated,
             WriteOutcome::Gone | WriteOutcome::Failed(_) => {
                 let why = match answer {
                     WriteOutcome::Failed(why) => why,
@@ -1252,10 +1252,12 @@ impl Driver {
                 return;
             }
         };
-        lease.version = Some(obj.resource_version().to_owned());
-        work.object = Some(obj.clone());
+        lease.version = Some(updated.object.resource_version().to_owned());
+        work.object = Some(updated.object.clone());
         let api = self.primary_api.clone();
-        self.wrote(lease_id, &api, &obj, now);
+        for state in updated.states() {
+            self.wrote(lease_id, &api, state, now);
+        }
         let sent = self.streams.get(&stream).is_some_and(|slot| slot.items.send(Ok(work)).is_ok());
         if !sent {
             self.release(lease_id, now, "its stream ended");
@@ -1316,9 +1318,11 @@ impl Driver {
         };
         let stream = lease.stream;
         let outcome = match answer {
-            WriteOutcome::Wrote(obj) => {
+            WriteOutcome::Wrote(updated) => {
                 let api = self.primary_api.clone();
-                self.wrote(lease_id, &api, &obj, now);
+                for state in updated.states() {
+                    self.wrote(lease_id, &api, state, now);
+                }
                 Completion::Done
             }
             WriteOutcome::Gone => Completion::Done,

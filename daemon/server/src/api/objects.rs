@@ -6,7 +6,7 @@ use consistd_cluster::{
     fencing::{Claim, FencedBy},
     leadership::Leadership,
     objects::{
-        ObjectRef, Objects, PatchKind, Source,
+        ObjectRef, Objects, PatchKind, Source, Updated,
         condition::{self, Condition},
     },
     reconcile::Reconciler,
@@ -55,6 +55,14 @@ impl ObjectsApi {
     async fn made_for(&self, lease: &str, target: &ObjectRef, obj: &Arc<Obj>) {
         if !lease.is_empty() {
             self.reconciler.wrote(lease, &target.resource, obj).await;
+        }
+    }
+
+    /// As [`Self::made_for`], for every state an update or patch left its object in: a fencing stamp
+    /// written first is the lease's doing too, and its watch event queues no pass either.
+    async fn updated_for(&self, lease: &str, target: &ObjectRef, updated: &Updated) {
+        for state in updated.states() {
+            self.made_for(lease, target, state).await;
         }
     }
 
@@ -148,7 +156,7 @@ impl ObjectsService for ObjectsApi {
             .await
             .map_err(status::objects_error)?;
         if !updated.unchanged {
-            self.made_for(&r.reconcile_lease, &target, &updated.object).await;
+            self.updated_for(&r.reconcile_lease, &target, &updated).await;
         }
         Ok(Response::new(pb::UpdateResponse {
             object: Some(updated.object.into_proto()),
@@ -192,7 +200,7 @@ impl ObjectsService for ObjectsApi {
             .await
             .map_err(status::objects_error)?;
         if !patched.unchanged {
-            self.made_for(&r.reconcile_lease, &target, &patched.object).await;
+            self.updated_for(&r.reconcile_lease, &target, &patched).await;
         }
         Ok(Response::new(pb::PatchResponse {
             object: Some(patched.object.into_proto()),
@@ -262,7 +270,7 @@ impl ObjectsService for ObjectsApi {
             .await
             .map_err(status::objects_error)?;
         if !set.unchanged {
-            self.made_for(&r.reconcile_lease, &target, &set.object).await;
+            self.updated_for(&r.reconcile_lease, &target, &set).await;
         }
         Ok(Response::new(pb::SetConditionResponse {
             object: Some(set.object.into_proto()),
