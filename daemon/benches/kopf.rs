@@ -360,13 +360,7 @@ async fn start(side: Side, ns: &str, handler_ms: u64, dir: &Path, executions: &P
         .stderr(log)
         .kill_on_drop(true);
     let daemon = if side.consistd() {
-        let daemon = Daemon::builder(BIN)
-            .config(format!("identity: kopf-bench\nnamespace: {ns}\n"))
-            .env("CONSISTD_LOG_LEVEL", "warn")
-            .start()
-            .await;
-        command.env("CONSISTD_SOCKET", daemon.socket());
-        Some(daemon)
+        Some(Daemon::for_app(BIN, "kopf-bench", ns, &mut command).await)
     } else {
         command.env("KUBECONFIG", consistd_testkit::kubeconfig());
         None

@@ -346,13 +346,7 @@ impl Running {
             .stderr(std::fs::File::create(&stderr).expect("create the side's stderr"))
             .kill_on_drop(true);
         let daemon = if side.consistd() {
-            let daemon = Daemon::builder(BIN)
-                .config(format!("identity: operator-bench\nnamespace: {ns}\n"))
-                .env("CONSISTD_LOG_LEVEL", "warn")
-                .start()
-                .await;
-            command.env("CONSISTD_SOCKET", daemon.socket());
-            Some(daemon)
+            Some(Daemon::for_app(BIN, "operator-bench", ns, &mut command).await)
         } else {
             command.env("KUBECONFIG", consistd_testkit::kubeconfig());
             None

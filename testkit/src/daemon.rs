@@ -185,6 +185,23 @@ impl Daemon {
         }
     }
 
+    /// A daemon logging warnings only, as `identity` in `namespace`, for a bench's app process `command`,
+    /// which is pointed at its socket (CONSISTD_SOCKET).
+    pub async fn for_app(
+        bin: impl Into<PathBuf>,
+        identity: &str,
+        namespace: &str,
+        command: &mut tokio::process::Command,
+    ) -> Daemon {
+        let daemon = Daemon::builder(bin)
+            .config(format!("identity: {identity}\nnamespace: {namespace}\n"))
+            .env("CONSISTD_LOG_LEVEL", "warn")
+            .start()
+            .await;
+        command.env("CONSISTD_SOCKET", daemon.socket());
+        daemon
+    }
+
     /// The gRPC socket.
     pub fn socket(&self) -> &Path {
         &self.socket
