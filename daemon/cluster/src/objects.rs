@@ -217,14 +217,13 @@ impl Objects {
         t: &ObjectRef,
         claim: &Claim,
         fence: Option<&Fenced>,
-        body: Option<&mut serde_json::Value>,
+        mut body: Option<&mut serde_json::Value>,
     ) -> Result<Option<Arc<Obj>>, ObjectsError> {
         let key = stamp_key(r, t);
         if self.stamped.has(&key, claim) {
             return Ok(None);
         }
         let mut stamp = token::stamp_alone(claim);
-        let mut body = body;
         let version = body.as_deref_mut().and_then(precondition).and_then(|v| v.as_str()).filter(|v| !v.is_empty());
         let version = version.map(str::to_owned);
         if let (Some(version), Some(metadata)) = (&version, stamp.get_mut("metadata").and_then(|m| m.as_object_mut())) {

@@ -1254,10 +1254,7 @@ impl Driver {
         };
         lease.version = Some(updated.object.resource_version().to_owned());
         work.object = Some(updated.object.clone());
-        let api = self.primary_api.clone();
-        for state in updated.states() {
-            self.wrote(lease_id, &api, state, now);
-        }
+        self.finalizer_wrote(lease_id, &updated, now);
         let sent = self.streams.get(&stream).is_some_and(|slot| slot.items.send(Ok(work)).is_ok());
         if !sent {
             self.release(lease_id, now, "its stream ended");
@@ -1319,10 +1316,7 @@ impl Driver {
         let stream = lease.stream;
         let outcome = match answer {
             WriteOutcome::Wrote(updated) => {
-                let api = self.primary_api.clone();
-                for state in updated.states() {
-                    self.wrote(lease_id, &api, state, now);
-                }
+                self.finalizer_wrote(lease_id, &updated, now);
                 Completion::Done
             }
             WriteOutcome::Gone => Completion::Done,
@@ -1418,6 +1412,15 @@ impl Driver {
                 break;
             }
             self.release(&id, now, "it timed out");
+        }
+    }
+
+    /// The queue's finalizer write for `lease_id` landed: every state it left the primary in (its fencing
+    /// stamp's too) is the lease's own, as [`Self::wrote`] takes it.
+    fn finalizer_wrote(&mut self, lease_id: &str, updated: &Updated, now: Instant) {
+        let api = self.primary_api.clone();
+        for state in updated.states() {
+            self.wrote(lease_id, &api, state, now);
         }
     }
 
